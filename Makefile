@@ -1,0 +1,48 @@
+# Writ: the two quickstart commands are `make dev` and `make test`.
+# Both install what a fresh machine lacks (see `deps`), so CI and humans run the same thing.
+
+CARGO ?= cargo
+SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+
+.PHONY: dev test deps build lint docs cluster-up cluster-down clean
+
+## deps: system packages the build needs (libclang for the rocksdb crate's bindgen, a C++ compiler).
+deps:
+	@missing=""; \
+	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	command -v c++ >/dev/null || missing="$$missing g++"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup.rs)"; exit 1; }
+
+build: deps
+	$(CARGO) build -p writ-node --bin writ
+
+## dev: build and start `writ dev` (single-node ledger + admin API on loopback).
+dev: deps
+	$(CARGO) run -p writ-node --bin writ -- dev
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
+test: lint build
+	$(CARGO) test --workspace
+
+## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
+docs:
+	WRIT_BLESS=1 $(CARGO) test -p writ-api
+
+cluster-up: build
+	deploy/local-cluster.sh up
+
+cluster-down:
+	deploy/local-cluster.sh down
+
+clean:
+	$(CARGO) clean
+	rm -rf .writ

@@ -1,0 +1,163 @@
+//! Wire DTOs of the ledger client API (node ↔ edge/admin) and the admin API (`/v1`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{Command, Outcome, Tenant};
+use crate::reason::ReasonCode;
+
+/// Default page size of list endpoints.
+pub const PAGE_LIMIT_DEFAULT: u32 = 100;
+/// Largest page size a list endpoint serves.
+pub const PAGE_LIMIT_MAX: u32 = 1000;
+
+/// Error body of every HTTP rejection: `{"reason":"…","code":N,"message":"…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub reason: ReasonCode,
+    pub code: u16,
+    pub message: String,
+    /// Where to send the request instead (e.g. the current leader), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_hint: Option<String>,
+}
+
+/// `POST /client/submit`: propose a command (forwarded to the leader if needed).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub trace_id: String,
+    pub command: Command,
+}
+
+/// The committed result of a submit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    /// Raft log index the command was committed at.
+    pub log_index: u64,
+    pub outcome: Outcome,
+}
+
+/// How fresh a read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Consistency {
+    /// Read-index through the leader: sees every write acknowledged before the read started.
+    #[default]
+    Linearizable,
+    /// The serving node's applied state, possibly behind; only for explicitly marked hot paths.
+    Stale,
+}
+
+/// Read-only questions to the ledger.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case", tag = "query")]
+pub enum Query {
+    ListTenants { after: Option<String>, limit: u32 },
+    /// Looks a tenant up by id or by name.
+    GetTenant { tenant: String },
+}
+
+/// `POST /client/query`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryRequest {
+    pub query: Query,
+    #[serde(default)]
+    pub consistency: Consistency,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "result")]
+pub enum QueryResult {
+    Tenants { tenants: Vec<Tenant>, next_cursor: Option<String> },
+    Tenant { tenant: Tenant },
+}
+
+/// Raft role of a node as reported in status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    Learner,
+    Shutdown,
+}
+
+/// What one node says about itself (`GET /client/status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: u64,
+    pub addr: String,
+    pub role: Role,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Node id → address for every member.
+    pub members: BTreeMap<u64, String>,
+    /// Last event revision applied on this node.
+    pub revision: u64,
+    /// sha256 (hex) over the canonical state machine state at `last_applied_index`.
+    pub state_digest: String,
+}
+
+/// One row of the cluster status: a member and what it answered (or why it did not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub node_id: u64,
+    pub addr: String,
+    pub status: Option<NodeStatus>,
+    pub error: Option<String>,
+}
+
+/// `GET /v1/cluster/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub leader: Option<u64>,
+    pub members: Vec<MemberStatus>,
+}
+
+/// Membership and maintenance actions (`POST /v1/cluster/...`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case", tag = "action")]
+pub enum ClusterChange {
+    /// Adds (or re-adds) a non-voting member and waits until it has caught up.
+    AddLearner { node_id: u64, addr: String },
+    /// Sets the voter set; members not listed are removed.
+    ChangeMembership { voters: Vec<u64> },
+    /// Builds a snapshot on the serving node now.
+    Snapshot,
+    /// Purges the serving node's log up to its last snapshot.
+    PurgeLog,
+}
+
+/// `POST /v1/tenants`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenantRequest {
+    pub name: String,
+    #[serde(default)]
+    pub display_name: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/suspend`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuspendTenantRequest {
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// `GET /v1/tenants`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TenantList {
+    pub tenants: Vec<Tenant>,
+    pub next_cursor: Option<String>,
+}

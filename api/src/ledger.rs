@@ -1,0 +1,202 @@
+//! Ledger commands, events and their envelopes: what goes into the Raft log and what comes out.
+//!
+//! These types are persisted (log entries, snapshots, the event store), so their encoding is a
+//! compatibility promise: variants are only ever appended, and a changed shape is a new `V2`
+//! variant. `api/tests/golden.rs` pins the bytes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::reason::ReasonCode;
+
+/// Longest tenant name accepted.
+pub const TENANT_NAME_BYTES_MAX: usize = 63;
+/// Longest display name accepted.
+pub const DISPLAY_NAME_BYTES_MAX: usize = 200;
+/// Longest free-text reason (e.g. for a suspension) accepted.
+pub const NOTE_BYTES_MAX: usize = 500;
+/// Stream that holds events not owned by any tenant (e.g. rejections of unknown tenants).
+pub const CLUSTER_STREAM: &str = "_cluster";
+
+/// A command as proposed to Raft. The leader stamps `stamp_ms`; `apply` never reads a clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerRequest {
+    /// Leader wall-clock stamp in milliseconds; apply uses `max(stamp, last applied time)`.
+    pub stamp_ms: u64,
+    pub trace_id: String,
+    pub command: Command,
+}
+
+/// Everything that can change ledger state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    CreateTenant {
+        tenant_id: String,
+        name: String,
+        display_name: Option<String>,
+    },
+    SuspendTenant {
+        tenant_id: String,
+        note: Option<String>,
+    },
+    ResumeTenant {
+        tenant_id: String,
+    },
+}
+
+impl Command {
+    /// Short kind name used in rejection events, logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::CreateTenant { .. } => "create_tenant",
+            Command::SuspendTenant { .. } => "suspend_tenant",
+            Command::ResumeTenant { .. } => "resume_tenant",
+        }
+    }
+
+    /// The event stream a command's events (or its rejection) belong to.
+    pub fn stream(&self) -> &str {
+        match self {
+            Command::CreateTenant { tenant_id, .. }
+            | Command::SuspendTenant { tenant_id, .. }
+            | Command::ResumeTenant { tenant_id } => tenant_id,
+        }
+    }
+}
+
+/// A domain event. Versioned forever: never edit a variant, add `...V2`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    TenantCreatedV1 {
+        tenant_id: String,
+        name: String,
+        display_name: Option<String>,
+    },
+    TenantSuspendedV1 {
+        tenant_id: String,
+        note: Option<String>,
+    },
+    TenantResumedV1 {
+        tenant_id: String,
+    },
+    /// A business-rule failure: recorded, never a panic (SPEC L4).
+    CommandRejectedV1 {
+        command: String,
+        reason: ReasonCode,
+        message: String,
+    },
+}
+
+impl Event {
+    /// Kind name used by watch filters.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::TenantCreatedV1 { .. } => "tenant_created",
+            Event::TenantSuspendedV1 { .. } => "tenant_suspended",
+            Event::TenantResumedV1 { .. } => "tenant_resumed",
+            Event::CommandRejectedV1 { .. } => "command_rejected",
+        }
+    }
+}
+
+/// An applied event with its position: `revision` is global and gap-free across the ledger,
+/// `seq` is gap-free within its `stream` (a tenant id, or [`CLUSTER_STREAM`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventEnvelope {
+    pub revision: u64,
+    pub stream: String,
+    pub seq: u64,
+    pub at_ms: u64,
+    pub trace_id: String,
+    pub event: Event,
+}
+
+/// What applying one log entry produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The command was accepted; these events were appended.
+    Applied { events: Vec<EventEnvelope> },
+    /// The command broke a business rule; a rejection event was appended.
+    Rejected {
+        reason: ReasonCode,
+        message: String,
+        revision: u64,
+    },
+    /// A Raft-internal entry (blank or membership) with no domain effect.
+    Internal,
+}
+
+/// Lifecycle state of a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TenantState {
+    Active,
+    Suspended,
+}
+
+/// The tenant view, derived from tenant events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    pub display_name: Option<String>,
+    pub state: TenantState,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// Revision of the last event that changed this tenant.
+    pub revision: u64,
+}
+
+/// A rejection with its reason code and a human message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub reason: ReasonCode,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(reason: ReasonCode, message: impl Into<String>) -> Self {
+        Rejection { reason, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.reason, self.message)
+    }
+}
+
+/// Checks a tenant name: 1..=63 bytes of `[a-z0-9-]`, starting with a letter or digit.
+pub fn validate_tenant_name(name: &str) -> Result<(), Rejection> {
+    let ok_len = !name.is_empty() && name.len() <= TENANT_NAME_BYTES_MAX;
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ok_start = name.bytes().next().is_some_and(|b| b != b'-');
+    if ok_len && ok_chars && ok_start {
+        Ok(())
+    } else {
+        Err(Rejection::new(
+            ReasonCode::INPUT_INVALID,
+            format!(
+                "tenant name must be 1..={TENANT_NAME_BYTES_MAX} characters of a-z, 0-9 and '-', not starting with '-'"
+            ),
+        ))
+    }
+}
+
+/// Checks an optional free-text field against a byte ceiling.
+pub fn validate_text(field: &str, value: Option<&str>, max_bytes: usize) -> Result<(), Rejection> {
+    match value {
+        Some(v) if v.len() > max_bytes => Err(Rejection::new(
+            ReasonCode::INPUT_INVALID,
+            format!("{field} is {} bytes; at most {max_bytes} are allowed", v.len()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl std::fmt::Display for LedgerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{} trace={}", self.command.kind(), self.stamp_ms, self.trace_id)
+    }
+}

@@ -1,0 +1,43 @@
+//! Writ's shared types — commands, events, reason codes, wire DTOs — and the typed client of
+//! the ledger's client API. This crate is the one serialization boundary of the workspace.
+
+pub mod client;
+pub mod dto;
+pub mod ledger;
+pub mod reason;
+
+pub use ledger::Rejection;
+pub use reason::ReasonCode;
+
+/// Canonical binary encoding of persisted types (log entries, events, snapshots).
+///
+/// Fixed-width little-endian integers so that encodings are stable and easy to pin in golden
+/// files; the configuration is part of the on-disk format and never changes.
+pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
+    bincode::serde::encode_to_vec(value, bincode_config())
+}
+
+/// Decodes what [`encode`] wrote; trailing bytes are an error.
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, bincode_config())?;
+    if used != bytes.len() {
+        return Err(bincode::error::DecodeError::OtherString(format!(
+            "{} trailing bytes after the value",
+            bytes.len() - used
+        )));
+    }
+    Ok(value)
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<{ 64 * 1024 * 1024 }>()
+}
+
+/// sha256 as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}

@@ -1,0 +1,135 @@
+//! The stable reason-code catalog (SPEC D11): every rejection anywhere in Writ carries one.
+//!
+//! Numbers are never reused or renumbered: a new reason is appended with the next number.
+//! `docs/reasons.md` is generated from [`ReasonCode::ALL`] and pinned by a test.
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! reason_catalog {
+    ($( $variant:ident = $num:literal, $http:literal, $rpc:literal, $desc:literal; )*) => {
+        /// A stable, machine-readable reason for a rejection.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[allow(non_camel_case_types)]
+        pub enum ReasonCode { $( $variant, )* }
+
+        impl ReasonCode {
+            /// Every reason, in catalog (number) order.
+            pub const ALL: &'static [ReasonCode] = &[ $( ReasonCode::$variant, )* ];
+
+            /// The code string clients match on (e.g. `"TENANT_SUSPENDED"`).
+            pub fn as_str(self) -> &'static str {
+                match self { $( ReasonCode::$variant => stringify!($variant), )* }
+            }
+
+            /// The stable number; never reused.
+            pub fn number(self) -> u16 {
+                match self { $( ReasonCode::$variant => $num, )* }
+            }
+
+            /// The HTTP status this reason maps to at HTTP boundaries.
+            pub fn http_status(self) -> u16 {
+                match self { $( ReasonCode::$variant => $http, )* }
+            }
+
+            /// The JSON-RPC error code this reason maps to at the MCP boundary.
+            pub fn jsonrpc_code(self) -> i32 {
+                match self { $( ReasonCode::$variant => $rpc, )* }
+            }
+
+            /// One line saying what the reason means.
+            pub fn description(self) -> &'static str {
+                match self { $( ReasonCode::$variant => $desc, )* }
+            }
+
+            /// Parses a code string back into a reason.
+            pub fn parse(code: &str) -> Option<ReasonCode> {
+                match code { $( stringify!($variant) => Some(ReasonCode::$variant), )* _ => None }
+            }
+        }
+    };
+}
+
+reason_catalog! {
+    AUTH_TOKEN_MISSING = 1, 401, -32001, "No bearer token was presented.";
+    AUTH_TOKEN_INVALID = 2, 401, -32001, "The bearer token is malformed, has a bad signature, or is not for this audience.";
+    AUTH_TOKEN_EXPIRED = 3, 401, -32001, "The bearer token has expired.";
+    AUTH_TOKEN_REVOKED = 4, 401, -32001, "The bearer token (or an ancestor in its delegation chain) was revoked.";
+    TENANT_SUSPENDED = 5, 403, -32003, "The tenant is suspended; nothing is allowed until it is resumed.";
+    APP_SCOPE_FORBIDDEN = 6, 403, -32003, "The principal lacks a scope the operation needs.";
+    APP_SCOPE_REVOKED = 7, 403, -32003, "A scope the operation needs was revoked.";
+    DELEGATION_DEPTH_EXCEEDED = 8, 403, -32003, "Minting this child token would exceed the delegation depth limit.";
+    QUOTA_EXCEEDED = 9, 429, -32005, "A request, operation, cost or concurrency quota is exhausted; retry after the hint.";
+    COST_CEILING_EXCEEDED = 10, 422, -32006, "The operation's cost exceeds its ceiling.";
+    IDEMPOTENCY_KEY_REUSED = 11, 409, -32009, "The idempotency key was already used with a different payload.";
+    VERIFY_REQUIRED = 12, 428, -32007, "The action requires a proposal (dry-run and verify) before execution.";
+    PROPOSAL_EXPIRED = 13, 410, -32007, "The proposal reference has expired.";
+    DEADLINE_EXCEEDED = 14, 408, -32008, "The operation's deadline passed before it could start.";
+    DEVICE_RESERVED = 15, 409, -32009, "The device is reserved by another operation; retry after the hint.";
+    PRECONDITION_FAILED = 16, 412, -32009, "A local-state precondition does not hold.";
+    STALE_REVISION = 17, 409, -32009, "The work item has moved past the revision the request was made against.";
+    UNKNOWN_EFFECT_UNRESOLVED = 18, 409, -32009, "A prior attempt's effect is unknown and must be reconciled first.";
+    EXECUTOR_UNAVAILABLE = 19, 503, -32010, "No enrolled executor can take the operation.";
+    LEDGER_UNAVAILABLE = 20, 503, -32010, "The ledger could not be reached or the commit outcome is uncertain; nothing was done.";
+    INPUT_INVALID = 21, 400, -32602, "The request body or arguments are malformed or fail validation.";
+    OUTPUT_INVALID = 22, 502, -32603, "A handler produced output that fails its declared schema.";
+    PAYLOAD_TOO_LARGE = 23, 413, -32600, "The request body exceeds the size limit.";
+    TENANT_NOT_FOUND = 24, 404, -32602, "No such tenant.";
+    TENANT_ALREADY_EXISTS = 25, 409, -32009, "A tenant with this name already exists.";
+    TENANT_STATE_CONFLICT = 26, 409, -32009, "The tenant is not in a state that allows this change.";
+    NOT_FOUND = 27, 404, -32601, "No such route or resource.";
+    METHOD_NOT_ALLOWED = 28, 405, -32601, "The HTTP method is not allowed on this route.";
+    REVISION_COMPACTED = 29, 410, -32602, "The requested revision is no longer retained on this node; resume from a later one.";
+    CLUSTER_CHANGE_INVALID = 30, 400, -32602, "The membership change is not valid for the current cluster.";
+    INTERNAL = 31, 500, -32603, "An internal error; the cause is in the server log.";
+}
+
+impl std::fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Renders `docs/reasons.md` from the catalog.
+pub fn reasons_markdown() -> String {
+    let mut out = String::from(
+        "# Reason codes\n\n\
+         Generated from `api/src/reason.rs` (`make docs`); do not edit by hand.\n\
+         Numbers are stable and never reused.\n\n\
+         | # | code | HTTP | JSON-RPC | meaning |\n|---|---|---|---|---|\n",
+    );
+    for r in ReasonCode::ALL {
+        out.push_str(&format!(
+            "| {} | `{}` | {} | {} | {} |\n",
+            r.number(),
+            r.as_str(),
+            r.http_status(),
+            r.jsonrpc_code(),
+            r.description()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_unique_and_dense() {
+        for (i, r) in ReasonCode::ALL.iter().enumerate() {
+            assert_eq!(r.number() as usize, i + 1, "{r} is out of order");
+            assert_eq!(ReasonCode::parse(r.as_str()), Some(*r));
+        }
+    }
+
+    #[test]
+    fn reasons_doc_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reasons.md");
+        let want = reasons_markdown();
+        if std::env::var_os("WRIT_BLESS").is_some() {
+            std::fs::write(path, &want).expect("write docs/reasons.md");
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(have == want, "docs/reasons.md is stale: run `make docs`");
+    }
+}

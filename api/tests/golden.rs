@@ -1,0 +1,76 @@
+//! Golden encodings of persisted types: a changed encoding of an existing command or event
+//! fails here. Add a new `V2` variant instead; bless new samples with `WRIT_BLESS=1`.
+
+use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
+use writ_api::ReasonCode;
+
+fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
+    let req = |command| LedgerRequest { stamp_ms: 1_700_000_000_000, trace_id: "trace-1".into(), command };
+    let env = |revision, seq, event| EventEnvelope {
+        revision,
+        stream: "t-1".into(),
+        seq,
+        at_ms: 1_700_000_000_000,
+        trace_id: "trace-1".into(),
+        event,
+    };
+    vec![
+        (
+            "tenant_created_v1",
+            req(Command::CreateTenant { tenant_id: "t-1".into(), name: "acme".into(), display_name: Some("Acme".into()) }),
+            Some(env(1, 1, Event::TenantCreatedV1 { tenant_id: "t-1".into(), name: "acme".into(), display_name: Some("Acme".into()) })),
+        ),
+        (
+            "tenant_suspended_v1",
+            req(Command::SuspendTenant { tenant_id: "t-1".into(), note: Some("billing".into()) }),
+            Some(env(2, 2, Event::TenantSuspendedV1 { tenant_id: "t-1".into(), note: Some("billing".into()) })),
+        ),
+        (
+            "tenant_resumed_v1",
+            req(Command::ResumeTenant { tenant_id: "t-1".into() }),
+            Some(env(3, 3, Event::TenantResumedV1 { tenant_id: "t-1".into() })),
+        ),
+        (
+            "command_rejected_v1",
+            req(Command::ResumeTenant { tenant_id: "t-9".into() }),
+            Some(env(
+                4,
+                1,
+                Event::CommandRejectedV1 { command: "resume_tenant".into(), reason: ReasonCode::TENANT_NOT_FOUND, message: "no tenant 't-9'".into() },
+            )),
+        ),
+    ]
+}
+
+fn check(name: &str, bytes: &[u8]) {
+    let path = format!("{}/tests/golden/{name}.hex", env!("CARGO_MANIFEST_DIR"));
+    let hex_now = hex::encode(bytes);
+    if std::env::var_os("WRIT_BLESS").is_some() && !std::path::Path::new(&path).exists() {
+        std::fs::write(&path, format!("{hex_now}\n")).expect("bless golden file");
+    }
+    let pinned = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden file {path}: bless new samples with WRIT_BLESS=1"));
+    assert_eq!(pinned.trim(), hex_now, "encoding of {name} changed: persisted data would no longer decode");
+}
+
+#[test]
+fn persisted_encodings_are_pinned() {
+    for (name, req, env) in samples() {
+        let bytes = writ_api::encode(&req).unwrap();
+        check(&format!("{name}.command"), &bytes);
+        assert_eq!(writ_api::decode::<LedgerRequest>(&bytes).unwrap(), req);
+        if let Some(env) = env {
+            let bytes = writ_api::encode(&env).unwrap();
+            check(&format!("{name}.event"), &bytes);
+            assert_eq!(writ_api::decode::<EventEnvelope>(&bytes).unwrap(), env);
+        }
+    }
+    let outcome = Outcome::Rejected { reason: ReasonCode::TENANT_ALREADY_EXISTS, message: "dup".into(), revision: 9 };
+    check("outcome_rejected", &writ_api::encode(&outcome).unwrap());
+}
+
+#[test]
+fn trailing_bytes_are_rejected() {
+    let mut bytes = writ_api::encode(&ReasonCode::INTERNAL).unwrap();
+    bytes.push(0);
+    assert!(writ_api::decode::<ReasonCode>(&bytes).is_err());
+}

@@ -1,0 +1,236 @@
+//! `writ node` configuration: raw TOML (unknown fields rejected) plus `WRIT_*` environment
+//! overrides, validated once into [`NodeConfig`] with precise errors.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::ledger::RaftSettings;
+
+/// Shortest operator token accepted.
+pub const OPERATOR_TOKEN_BYTES_MIN: usize = 16;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNodeConfig {
+    node_id: Option<u64>,
+    listen: Option<String>,
+    advertise_url: Option<String>,
+    data_dir: Option<PathBuf>,
+    operator_token: Option<String>,
+    operator_token_file: Option<PathBuf>,
+    #[serde(default)]
+    bootstrap: bool,
+    #[serde(default)]
+    members: Vec<RawMember>,
+    #[serde(default)]
+    raft: RawRaft,
+    tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMember {
+    id: u64,
+    addr: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRaft {
+    heartbeat_ms: Option<u64>,
+    election_min_ms: Option<u64>,
+    election_max_ms: Option<u64>,
+    snapshot_every_entries: Option<u64>,
+    keep_entries_behind_snapshot: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain of this node.
+    pub cert: PathBuf,
+    /// PEM private key of this node.
+    pub key: PathBuf,
+    /// PEM CA bundle that peer (client and server) certificates must chain to.
+    pub ca: PathBuf,
+}
+
+type RawTls = TlsConfig;
+
+/// A validated node configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: u64,
+    pub listen: SocketAddr,
+    /// URL peers and clients use to reach this node; `None` means derive it from the bound address.
+    pub advertise_url: Option<String>,
+    pub data_dir: PathBuf,
+    pub operator_token: String,
+    /// Initialize the cluster with `members` if this node's log is empty.
+    pub bootstrap: bool,
+    pub members: BTreeMap<u64, String>,
+    pub raft: RaftSettings,
+    pub tls: Option<TlsConfig>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("invalid config: {0}")]
+    Parse(String),
+    #[error("missing required setting `{0}` (set it in the file or as WRIT_{1})")]
+    Missing(&'static str, &'static str),
+    #[error("invalid value for `{field}`: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error("node_id must be at least 1")]
+    NodeIdZero,
+    #[error("listen address {listen} is not loopback: mutual TLS ([tls] cert, key, ca) is required outside loopback")]
+    TlsRequiredOutsideLoopback { listen: SocketAddr },
+    #[error("raft.election_min_ms ({election_min_ms}) must exceed 2 × raft.heartbeat_ms ({heartbeat_ms})")]
+    ElectionTimeoutBelowHeartbeat { election_min_ms: u64, heartbeat_ms: u64 },
+    #[error("raft.election_max_ms ({election_max_ms}) must exceed raft.election_min_ms ({election_min_ms})")]
+    ElectionRangeEmpty { election_min_ms: u64, election_max_ms: u64 },
+    #[error("operator token must be at least {OPERATOR_TOKEN_BYTES_MIN} characters")]
+    OperatorTokenTooShort,
+    #[error("bootstrap = true but this node ({node_id}) is not listed in [[members]]")]
+    BootstrapWithoutSelf { node_id: u64 },
+}
+
+impl NodeConfig {
+    /// Reads the TOML file, applies `WRIT_*` overrides from `env`, and validates.
+    pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), message: e.to_string() })?;
+        Self::parse(&text, env)
+    }
+
+    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<NodeConfig, ConfigError> {
+        let mut raw: RawNodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        if let Some(v) = env("WRIT_NODE_ID") {
+            raw.node_id = Some(v.parse().map_err(|_| ConfigError::Invalid { field: "node_id", message: format!("'{v}' is not a number") })?);
+        }
+        if let Some(v) = env("WRIT_LISTEN") {
+            raw.listen = Some(v);
+        }
+        if let Some(v) = env("WRIT_ADVERTISE_URL") {
+            raw.advertise_url = Some(v);
+        }
+        if let Some(v) = env("WRIT_DATA_DIR") {
+            raw.data_dir = Some(v.into());
+        }
+        if let Some(v) = env("WRIT_OPERATOR_TOKEN") {
+            raw.operator_token = Some(v);
+        }
+        validate(raw)
+    }
+}
+
+fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
+    let node_id = raw.node_id.ok_or(ConfigError::Missing("node_id", "NODE_ID"))?;
+    if node_id == 0 {
+        return Err(ConfigError::NodeIdZero);
+    }
+    let listen_text = raw.listen.ok_or(ConfigError::Missing("listen", "LISTEN"))?;
+    let listen: SocketAddr = listen_text
+        .parse()
+        .map_err(|_| ConfigError::Invalid { field: "listen", message: format!("'{listen_text}' is not ip:port") })?;
+    if !listen.ip().is_loopback() && raw.tls.is_none() {
+        return Err(ConfigError::TlsRequiredOutsideLoopback { listen });
+    }
+    let data_dir = raw.data_dir.ok_or(ConfigError::Missing("data_dir", "DATA_DIR"))?;
+    let operator_token = match (raw.operator_token, raw.operator_token_file) {
+        (Some(t), _) => t,
+        (None, Some(f)) => std::fs::read_to_string(&f)
+            .map_err(|e| ConfigError::Read { path: f.display().to_string(), message: e.to_string() })?
+            .trim()
+            .to_string(),
+        (None, None) => return Err(ConfigError::Missing("operator_token", "OPERATOR_TOKEN")),
+    };
+    if operator_token.len() < OPERATOR_TOKEN_BYTES_MIN {
+        return Err(ConfigError::OperatorTokenTooShort);
+    }
+    let defaults = RaftSettings::default();
+    let raft = RaftSettings {
+        heartbeat_ms: raw.raft.heartbeat_ms.unwrap_or(defaults.heartbeat_ms),
+        election_min_ms: raw.raft.election_min_ms.unwrap_or(defaults.election_min_ms),
+        election_max_ms: raw.raft.election_max_ms.unwrap_or(defaults.election_max_ms),
+        snapshot_every_entries: raw.raft.snapshot_every_entries.unwrap_or(defaults.snapshot_every_entries),
+        keep_entries_behind_snapshot: raw.raft.keep_entries_behind_snapshot.unwrap_or(defaults.keep_entries_behind_snapshot),
+    };
+    if raft.election_min_ms <= 2 * raft.heartbeat_ms {
+        return Err(ConfigError::ElectionTimeoutBelowHeartbeat {
+            election_min_ms: raft.election_min_ms,
+            heartbeat_ms: raft.heartbeat_ms,
+        });
+    }
+    if raft.election_max_ms <= raft.election_min_ms {
+        return Err(ConfigError::ElectionRangeEmpty {
+            election_min_ms: raft.election_min_ms,
+            election_max_ms: raft.election_max_ms,
+        });
+    }
+    let mut members = BTreeMap::new();
+    for m in raw.members {
+        if m.id == 0 || !(m.addr.starts_with("http://") || m.addr.starts_with("https://")) {
+            return Err(ConfigError::Invalid { field: "members", message: format!("member {} needs id > 0 and an http(s) addr", m.id) });
+        }
+        members.insert(m.id, m.addr);
+    }
+    if raw.bootstrap && !members.contains_key(&node_id) {
+        return Err(ConfigError::BootstrapWithoutSelf { node_id });
+    }
+    Ok(NodeConfig {
+        node_id,
+        listen,
+        advertise_url: raw.advertise_url,
+        data_dir,
+        operator_token,
+        bootstrap: raw.bootstrap,
+        members,
+        raft,
+        tls: raw.tls,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    const BASE: &str = "node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"/tmp/x\"\noperator_token = \"0123456789abcdef\"\n";
+
+    #[test]
+    fn valid_config_parses_and_env_overrides() {
+        let c = NodeConfig::parse(BASE, &no_env).unwrap();
+        assert_eq!(c.node_id, 1);
+        let env = |k: &str| (k == "WRIT_NODE_ID").then(|| "7".to_string());
+        assert_eq!(NodeConfig::parse(BASE, &env).unwrap().node_id, 7);
+    }
+
+    #[test]
+    fn errors_are_precise() {
+        let cases: Vec<(String, ConfigError)> = vec![
+            (BASE.replace("node_id = 1", "node_id = 0"), ConfigError::NodeIdZero),
+            (
+                BASE.replace("127.0.0.1:7001", "0.0.0.0:7001"),
+                ConfigError::TlsRequiredOutsideLoopback { listen: "0.0.0.0:7001".parse().unwrap() },
+            ),
+            (format!("{BASE}[raft]\nheartbeat_ms = 300\n"), ConfigError::ElectionTimeoutBelowHeartbeat { election_min_ms: 500, heartbeat_ms: 300 }),
+            (BASE.replace("0123456789abcdef", "short"), ConfigError::OperatorTokenTooShort),
+            (format!("{BASE}bootstrap = true\n"), ConfigError::BootstrapWithoutSelf { node_id: 1 }),
+            (BASE.replace("node_id = 1\n", ""), ConfigError::Missing("node_id", "NODE_ID")),
+        ];
+        for (text, want) in cases {
+            assert_eq!(NodeConfig::parse(&text, &no_env).unwrap_err(), want, "{text}");
+        }
+        let unknown = NodeConfig::parse(&format!("{BASE}colour = \"blue\"\n"), &no_env).unwrap_err();
+        assert!(matches!(unknown, ConfigError::Parse(ref m) if m.contains("colour")), "{unknown}");
+    }
+}

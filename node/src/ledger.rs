@@ -1,0 +1,369 @@
+//! `LedgerNode`: one Raft member with its state machine, serving the ledger client API
+//! (submit with leader forwarding and leader stamping, read-index linearizable queries, status,
+//! membership). The clock and the peer transport are injected, so the same code runs in
+//! production (system clock, HTTP) and in the seeded simulation harness.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use openraft::async_runtime::WatchReceiver;
+use openraft::alias::LogIdOf;
+use openraft::network::RaftNetworkFactory;
+use openraft::raft::linearizable_read::{Linearizer, ReadLogId};
+use openraft::{BasicNode, ReadPolicy, ServerState};
+use serde::{Deserialize, Serialize};
+use writ_api::client::{unavailable, Ledger, LEDGER_CALL_TIMEOUT};
+use writ_api::dto::{
+    ClusterChange, ClusterStatus, MemberStatus, NodeStatus, Query, QueryRequest, QueryResult, Role, SubmitRequest,
+    SubmitResponse, PAGE_LIMIT_MAX,
+};
+use writ_api::ledger::LedgerRequest;
+use writ_api::{ReasonCode, Rejection};
+use writ_raft_store::{Raft, StateMachine, TypeConfig};
+
+/// Time source for leader stamps. Apply never reads it (SPEC L4).
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// Wall-clock time.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+/// What a leader hands a follower so that the follower can serve a linearizable read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadIndex {
+    pub leader_id: u64,
+    pub read_log_id: ReadLogId<TypeConfig>,
+    pub applied: Option<LogIdOf<TypeConfig>>,
+}
+
+/// Node-to-node client-API calls (not Raft RPCs): leader forwarding and read-index.
+pub trait Peers: Send + Sync + 'static {
+    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>>;
+    fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>>;
+    fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
+    fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
+}
+
+/// Raft timing and snapshot settings of a node.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Build a snapshot after this many applied entries since the last one.
+    pub snapshot_every_entries: u64,
+    /// Entries kept in the log behind a snapshot (to catch up slow followers without one).
+    pub keep_entries_behind_snapshot: u64,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        RaftSettings {
+            heartbeat_ms: 100,
+            election_min_ms: 500,
+            election_max_ms: 1000,
+            snapshot_every_entries: 10_000,
+            keep_entries_behind_snapshot: 1_000,
+        }
+    }
+}
+
+impl RaftSettings {
+    fn to_openraft(&self) -> Result<openraft::Config, String> {
+        let cfg = openraft::Config {
+            cluster_name: "writ".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_min_ms,
+            election_timeout_max: self.election_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: self.keep_entries_behind_snapshot,
+            ..Default::default()
+        };
+        cfg.validate().map_err(|e| e.to_string())
+    }
+}
+
+/// One ledger node.
+pub struct LedgerNode {
+    pub id: u64,
+    pub addr: String,
+    pub raft: Raft,
+    pub sm: StateMachine,
+    clock: Arc<dyn Clock>,
+    peers: Arc<dyn Peers>,
+}
+
+/// How long a follower waits for its state machine to reach a read index.
+const READ_INDEX_WAIT: Duration = Duration::from_secs(5);
+
+impl LedgerNode {
+    /// Opens storage under `dir` and starts the Raft member.
+    pub async fn start<N>(
+        id: u64,
+        addr: String,
+        dir: &Path,
+        settings: &RaftSettings,
+        network: N,
+        clock: Arc<dyn Clock>,
+        peers: Arc<dyn Peers>,
+    ) -> io::Result<Arc<Self>>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+        N::Network: openraft::network::NetSnapshot<TypeConfig, SnapshotData = std::io::Cursor<Vec<u8>>>,
+    {
+        let config = Arc::new(settings.to_openraft().map_err(io::Error::other)?);
+        let (log, sm) = writ_raft_store::open(dir)?;
+        let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
+        Ok(Arc::new(LedgerNode { id, addr, raft, sm, clock, peers }))
+    }
+
+    /// Initializes a new cluster with these members (id → address) if this node's log is empty.
+    pub async fn initialize(&self, members: &BTreeMap<u64, String>) -> Result<(), Rejection> {
+        if self.raft.is_initialized().await.map_err(|e| internal(&e))? {
+            return Ok(());
+        }
+        let nodes: BTreeMap<u64, BasicNode> = members.iter().map(|(id, a)| (*id, BasicNode::new(a.clone()))).collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            // Another member initialized first, or this node already has a log: both fine.
+            Err(openraft::errors::RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(internal(&e)),
+        }
+    }
+
+    fn leader(&self) -> Option<(u64, String)> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let leader = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&leader)?.addr.clone();
+        Some((leader, addr))
+    }
+
+    fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow_watched().state == ServerState::Leader
+    }
+
+    /// Proposes a command; a follower forwards it once to the leader. The leader stamps it.
+    pub async fn submit_request(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(LEDGER_CALL_TIMEOUT, self.submit_inner(req, forwarded))
+            .await
+            .unwrap_or_else(|_| Err(unavailable("commit outcome unknown: deadline passed")));
+        metrics::histogram!("writ_ledger_submit_seconds").record(started.elapsed().as_secs_f64());
+        metrics::counter!("writ_ledger_submits_total", "ok" => result.is_ok().to_string()).increment(1);
+        result
+    }
+
+    async fn submit_inner(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
+        if !self.is_leader() {
+            return self.forward(req, forwarded).await;
+        }
+        let request = LedgerRequest { stamp_ms: self.clock.now_ms(), trace_id: req.trace_id.clone(), command: req.command.clone() };
+        match self.raft.client_write(request).await {
+            Ok(resp) => Ok(SubmitResponse { log_index: resp.log_id.index(), outcome: resp.data }),
+            Err(e) => match e.forward_to_leader() {
+                // Lost leadership before the entry was appended: safe to route elsewhere.
+                Some(_) => self.forward(req, forwarded).await,
+                None => Err(unavailable(format!("commit outcome unknown: {e}"))),
+            },
+        }
+    }
+
+    async fn forward(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
+        if forwarded {
+            return Err(unavailable("this node is not the leader (forwarded request is not forwarded again)"));
+        }
+        let (_, addr) = self.leader().ok_or_else(|| unavailable("no leader is known; retry shortly"))?;
+        metrics::counter!("writ_ledger_forwards_total").increment(1);
+        self.peers.submit(&addr, req).await
+    }
+
+    /// Leader side of read-index: confirms leadership with a quorum and returns the index a
+    /// reader must wait for.
+    pub async fn read_index(&self) -> Result<ReadIndex, Rejection> {
+        let (read_log_id, applied) = self
+            .raft
+            .get_read_log_id(ReadPolicy::ReadIndex)
+            .await
+            .map_err(|e| unavailable(format!("read index unavailable: {e}")))?;
+        Ok(ReadIndex { leader_id: self.id, read_log_id, applied })
+    }
+
+    /// Waits until this node's state machine reflects every write acknowledged before now.
+    async fn linearize(&self) -> Result<(), Rejection> {
+        let index = if self.is_leader() {
+            self.read_index().await?
+        } else {
+            let (_, addr) = self.leader().ok_or_else(|| unavailable("no leader is known; retry shortly"))?;
+            self.peers.read_index(&addr).await?
+        };
+        let linearizer = Linearizer::new(index.leader_id, index.read_log_id, index.applied);
+        match tokio::time::timeout(READ_INDEX_WAIT, linearizer.await_ready(&self.raft)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(fatal)) => Err(unavailable(format!("node stopped: {fatal}"))),
+            Err(_) => Err(unavailable("this node is too far behind to serve a linearizable read")),
+        }
+    }
+
+    /// Answers a query from this node's state, after read-index unless marked stale.
+    pub async fn query_request(&self, req: QueryRequest) -> Result<QueryResult, Rejection> {
+        if req.consistency == writ_api::dto::Consistency::Linearizable {
+            self.linearize().await?;
+        }
+        let applied = self.sm.read();
+        let state = &applied.state;
+        match req.query {
+            Query::ListTenants { after, limit } => {
+                if limit == 0 || limit > PAGE_LIMIT_MAX {
+                    return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("limit must be 1..={PAGE_LIMIT_MAX}")));
+                }
+                let (tenants, next_cursor) = state.list_tenants(after.as_deref(), limit as usize);
+                Ok(QueryResult::Tenants { tenants, next_cursor })
+            }
+            Query::GetTenant { tenant } => state
+                .tenant(&tenant)
+                .cloned()
+                .map(|tenant| QueryResult::Tenant { tenant })
+                .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}'"))),
+        }
+    }
+
+    /// This node's own view: Raft position, membership and state digest.
+    pub fn status(&self) -> NodeStatus {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let role = match m.state {
+            ServerState::Leader => Role::Leader,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+            ServerState::Follower => Role::Follower,
+        };
+        let applied = self.sm.read();
+        NodeStatus {
+            node_id: self.id,
+            addr: self.addr.clone(),
+            role,
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index,
+            last_applied_index: applied.last_applied.as_ref().map(|l| l.index()),
+            snapshot_index: m.snapshot.as_ref().map(|l| l.index()),
+            purged_index: m.purged.as_ref().map(|l| l.index()),
+            voters: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            members: membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+            revision: applied.state.revision,
+            state_digest: applied.state.digest(),
+        }
+    }
+
+    /// Every member's own status, asked of each member directly.
+    pub async fn cluster_status(&self) -> ClusterStatus {
+        let me = self.status();
+        let mut members = Vec::new();
+        for (id, addr) in &me.members {
+            let (status, error) = if *id == self.id {
+                (Some(me.clone()), None)
+            } else {
+                match self.peers.status(addr).await {
+                    Ok(s) => (Some(s), None),
+                    Err(e) => (None, Some(e.message)),
+                }
+            };
+            members.push(MemberStatus { node_id: *id, addr: addr.clone(), status, error });
+        }
+        ClusterStatus { leader: me.leader, members }
+    }
+
+    /// Membership and maintenance. Membership changes run on the leader (forwarded once).
+    pub async fn change(&self, change: ClusterChange, forwarded: bool) -> Result<NodeStatus, Rejection> {
+        let membership_change = matches!(change, ClusterChange::AddLearner { .. } | ClusterChange::ChangeMembership { .. });
+        if membership_change && !self.is_leader() {
+            if forwarded {
+                return Err(unavailable("this node is not the leader"));
+            }
+            let (_, addr) = self.leader().ok_or_else(|| unavailable("no leader is known; retry shortly"))?;
+            return self.peers.cluster_change(&addr, change).await;
+        }
+        let invalid = |e: &dyn std::fmt::Display| Rejection::new(ReasonCode::CLUSTER_CHANGE_INVALID, e.to_string());
+        match change {
+            ClusterChange::AddLearner { node_id, addr } => {
+                self.raft.add_learner(node_id, BasicNode::new(addr), true).await.map_err(|e| invalid(&e))?;
+            }
+            ClusterChange::ChangeMembership { voters } => {
+                if voters.is_empty() {
+                    return Err(Rejection::new(ReasonCode::CLUSTER_CHANGE_INVALID, "voters must not be empty"));
+                }
+                let voters: BTreeSet<u64> = voters.into_iter().collect();
+                self.raft.change_membership(voters, false).await.map_err(|e| invalid(&e))?;
+            }
+            ClusterChange::Snapshot => {
+                let before = self.raft.metrics().borrow_watched().snapshot.clone();
+                self.raft.trigger().snapshot().await.map_err(|e| internal(&e))?;
+                // Wait (bounded) for the snapshot to be built so the caller can rely on it.
+                let mut rx = self.raft.metrics();
+                let _ = tokio::time::timeout(LEDGER_CALL_TIMEOUT, async {
+                    while rx.borrow_watched().snapshot == before {
+                        if rx.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            }
+            ClusterChange::PurgeLog => {
+                let upto = self.raft.metrics().borrow_watched().snapshot.as_ref().map(|s| s.index());
+                let upto = upto.ok_or_else(|| {
+                    Rejection::new(ReasonCode::CLUSTER_CHANGE_INVALID, "no snapshot yet: build one before purging")
+                })?;
+                self.raft.trigger().purge_log(upto).await.map_err(|e| internal(&e))?;
+                let mut rx = self.raft.metrics();
+                let _ = tokio::time::timeout(LEDGER_CALL_TIMEOUT, async {
+                    while rx.borrow_watched().purged.as_ref().map(|p| p.index()) < Some(upto) {
+                        if rx.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            }
+        }
+        Ok(self.status())
+    }
+}
+
+fn internal(e: &dyn std::fmt::Display) -> Rejection {
+    tracing::error!(error = %e, "raft error");
+    Rejection::new(ReasonCode::INTERNAL, "internal raft error; see the node log")
+}
+
+impl Ledger for LedgerNode {
+    fn submit(&self, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
+        Box::pin(self.submit_request(req, false))
+    }
+    fn query(&self, req: QueryRequest) -> BoxFuture<'_, Result<QueryResult, Rejection>> {
+        Box::pin(self.query_request(req))
+    }
+    fn node_status(&self) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+        Box::pin(async move { Ok(self.status()) })
+    }
+    fn cluster_status(&self) -> BoxFuture<'_, Result<ClusterStatus, Rejection>> {
+        Box::pin(async move { Ok(LedgerNode::cluster_status(self).await) })
+    }
+    fn cluster_change(&self, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+        Box::pin(self.change(change, false))
+    }
+}

@@ -1,0 +1,87 @@
+//! `writ`: ledger node, dev mode and admin CLI in one binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use writ_node::config::NodeConfig;
+
+#[derive(Parser)]
+#[command(name = "writ", version, about = "Writ: the control plane that lets AI agents act in the real world safely")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One process: single-node ledger + admin API on loopback (the embedded default).
+    Dev(writ_node::dev::DevArgs),
+    /// A ledger node of a cluster.
+    Node {
+        /// TOML configuration (WRIT_* environment variables override it).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Operate a cluster through its admin API.
+    Admin(writ_tenant_admin::cli::AdminArgs),
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WRIT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let json = std::env::var("WRIT_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        match cli.cmd {
+            Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(args).await as u8),
+            Cmd::Dev(args) => {
+                init_tracing();
+                match writ_node::dev::run(args).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: writ dev: {e}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            Cmd::Node { config } => {
+                init_tracing();
+                let cfg = match NodeConfig::load(&config, &|k| std::env::var(k).ok()) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", config.display());
+                        return ExitCode::from(2);
+                    }
+                };
+                match writ_node::start_node(&cfg).await {
+                    Ok(running) => {
+                        writ_node::wait_for_shutdown_signal().await;
+                        running.shutdown().await;
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: node {}: {e}", cfg.node_id);
+                        ExitCode::from(1)
+                    }
+                }
+            }
+        }
+    })
+}

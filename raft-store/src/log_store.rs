@@ -1,0 +1,180 @@
+//! Raft log storage on RocksDB with group commit.
+//!
+//! `append` writes its batch to RocksDB without syncing and hands the flush callback to one
+//! flusher thread. The flusher drains every callback queued so far, issues a single WAL sync
+//! (`flush_wal(true)`) that covers all of their writes, and only then reports them flushed:
+//! an append is never acknowledged before it is durable, and one fsync serves a whole batch.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use openraft::alias::{EntryOf, LogIdOf, VoteOf};
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader};
+use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions, DB};
+
+use crate::codec::{checked_decode, checked_encode};
+use crate::{TypeConfig, CF_LOGS, CF_META};
+
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_LAST_PURGED: &[u8] = b"last_purged";
+
+/// The log store handed to openraft. Cheap to clone; all clones share the DB and flusher.
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<DB>,
+    flusher: mpsc::Sender<IOFlushed<TypeConfig>>,
+}
+
+impl LogStore {
+    pub(crate) fn new(db: Arc<DB>) -> io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<IOFlushed<TypeConfig>>();
+        let flush_db = db.clone();
+        std::thread::Builder::new().name("writ-log-flusher".into()).spawn(move || group_commit_loop(&flush_db, rx))?;
+        Ok(LogStore { db, flusher: tx })
+    }
+
+    fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db.cf_handle(name).expect("column families are created at open")
+    }
+
+    fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
+        match self.db.get_cf(self.cf(CF_META), key).map_err(io::Error::other)? {
+            None => Ok(None),
+            Some(bytes) => checked_decode(&bytes, "log meta").map(Some),
+        }
+    }
+
+    fn put_meta<T: serde::Serialize>(&self, key: &[u8], value: &T, sync: bool) -> io::Result<()> {
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        self.db.put_cf_opt(self.cf(CF_META), key, checked_encode(value)?, &opts).map_err(io::Error::other)
+    }
+}
+
+/// One fsync per batch of queued appends.
+fn group_commit_loop(db: &DB, rx: mpsc::Receiver<IOFlushed<TypeConfig>>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        metrics::histogram!("writ_log_group_commit_appends").record(batch.len() as f64);
+        let result = db.flush_wal(true);
+        for cb in batch {
+            cb.io_completed(result.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string())));
+        }
+    }
+}
+
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn key_index(key: &[u8]) -> io::Result<u64> {
+    let bytes: [u8; 8] = key
+        .try_into()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "corrupt log key: not 8 bytes"))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(x) => *x,
+            Bound::Excluded(x) => x.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let mut out = Vec::new();
+        let from = index_key(start);
+        for item in self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::From(&from, Direction::Forward)) {
+            let (key, value) = item.map_err(io::Error::other)?;
+            let index = key_index(&key)?;
+            if !range.contains(&index) {
+                break;
+            }
+            let entry: EntryOf<TypeConfig> = checked_decode(&value, "log entry")?;
+            if entry.index() != index {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("corrupt log: key {index} holds entry {}", entry.index()),
+                ));
+            }
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<VoteOf<TypeConfig>>, io::Error> {
+        self.get_meta(KEY_VOTE)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let last_purged: Option<LogIdOf<TypeConfig>> = self.get_meta(KEY_LAST_PURGED)?;
+        let last = match self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::End).next() {
+            None => None,
+            Some(item) => {
+                let (_, value) = item.map_err(io::Error::other)?;
+                let entry: EntryOf<TypeConfig> = checked_decode(&value, "log entry")?;
+                Some(entry.log_id())
+            }
+        };
+        Ok(LogState { last_log_id: last.or_else(|| last_purged.clone()), last_purged_log_id: last_purged })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &VoteOf<TypeConfig>) -> Result<(), io::Error> {
+        // A vote must be durable before it is acted on, or a restarted node could vote twice.
+        self.put_meta(KEY_VOTE, vote, true)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
+        // Need not be durable: it only lets a restarted node re-apply sooner.
+        self.put_meta(KEY_COMMITTED, &committed, false)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogIdOf<TypeConfig>>, io::Error> {
+        Ok(self.get_meta::<Option<LogIdOf<TypeConfig>>>(KEY_COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
+    {
+        let mut batch = WriteBatch::default();
+        for entry in entries {
+            batch.put_cf(self.cf(CF_LOGS), index_key(entry.index()), checked_encode(&entry)?);
+        }
+        // Written (readable) now, durable when the flusher's next WAL sync completes.
+        self.db.write(batch).map_err(io::Error::other)?;
+        self.flusher.send(callback).map_err(|_| io::Error::other("log flusher thread is gone"))
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
+        let from = last_log_id.map_or(0, |id| id.index() + 1);
+        self.db
+            .delete_range_cf(self.cf(CF_LOGS), index_key(from), index_key(u64::MAX))
+            .map_err(io::Error::other)
+    }
+
+    async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
+        // Record the purge point first: entries at or below it are ignored from then on.
+        self.put_meta(KEY_LAST_PURGED, &log_id, false)?;
+        self.db
+            .delete_range_cf(self.cf(CF_LOGS), index_key(0), index_key(log_id.index() + 1))
+            .map_err(io::Error::other)
+    }
+}

@@ -1,0 +1,276 @@
+//! The ledger's pure state machine: `decide` turns a command into events or a rejection,
+//! `apply_event` folds an event into the views. No IO, no clock, no randomness, no hash-map
+//! iteration: the same log yields byte-identical state (and digest) on every replica.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use writ_api::ledger::{
+    validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
+    CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
+};
+use writ_api::{ReasonCode, Rejection};
+
+/// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerState {
+    /// Ledger time: the largest leader stamp applied so far (monotonic by construction).
+    pub clock_ms: u64,
+    /// Global revision of the last event; gap-free from 1.
+    pub revision: u64,
+    /// Last sequence number per event stream; each stream is gap-free from 1.
+    pub stream_seq: BTreeMap<String, u64>,
+    /// Tenants by id.
+    pub tenants: BTreeMap<String, Tenant>,
+    /// Tenant id by name (names are unique).
+    pub tenant_names: BTreeMap<String, String>,
+}
+
+impl LedgerState {
+    /// Executes one log entry's request: advance the clock, decide, and apply what was decided.
+    /// A rejection is itself an event, so every command leaves a trace. Returns the outcome
+    /// for the proposer and every event appended (to store and publish).
+    pub fn execute(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>) {
+        self.clock_ms = self.clock_ms.max(req.stamp_ms);
+        let now = self.clock_ms;
+        match decide(self, &req.command, now) {
+            Ok(events) => {
+                let stream = req.command.stream().to_string();
+                let envelopes = events
+                    .into_iter()
+                    .map(|event| self.append(&stream, &req.trace_id, event))
+                    .collect::<Vec<_>>();
+                (Outcome::Applied { events: envelopes.clone() }, envelopes)
+            }
+            Err(rejection) => {
+                // Rejections of commands for tenants that do not exist go to the cluster
+                // stream, so bad input never creates a tenant stream.
+                let stream = if self.tenants.contains_key(req.command.stream()) {
+                    req.command.stream().to_string()
+                } else {
+                    CLUSTER_STREAM.to_string()
+                };
+                let event = Event::CommandRejectedV1 {
+                    command: req.command.kind().to_string(),
+                    reason: rejection.reason,
+                    message: rejection.message.clone(),
+                };
+                let env = self.append(&stream, &req.trace_id, event);
+                let outcome =
+                    Outcome::Rejected { reason: rejection.reason, message: rejection.message, revision: env.revision };
+                (outcome, vec![env])
+            }
+        }
+    }
+
+    /// Positions an event (next revision, next stream sequence), applies it, and returns it.
+    fn append(&mut self, stream: &str, trace_id: &str, event: Event) -> EventEnvelope {
+        let seq = self.stream_seq.get(stream).copied().unwrap_or(0) + 1;
+        let env = EventEnvelope {
+            revision: self.revision + 1,
+            stream: stream.to_string(),
+            seq,
+            at_ms: self.clock_ms,
+            trace_id: trace_id.to_string(),
+            event,
+        };
+        self.apply_event(&env);
+        env
+    }
+
+    /// Folds one event into the views. Used both live and when rebuilding from an event log.
+    ///
+    /// Events were validated by `decide` before they were appended; an event that does not fit
+    /// the state means the event log is corrupt, which must stop the node, not be papered over.
+    pub fn apply_event(&mut self, env: &EventEnvelope) {
+        assert_eq!(env.revision, self.revision + 1, "event revision gap: corrupt event log");
+        let seq = self.stream_seq.entry(env.stream.clone()).or_insert(0);
+        assert_eq!(env.seq, *seq + 1, "event sequence gap in stream {}: corrupt event log", env.stream);
+        *seq = env.seq;
+        self.revision = env.revision;
+        self.clock_ms = self.clock_ms.max(env.at_ms);
+        match &env.event {
+            Event::TenantCreatedV1 { tenant_id, name, display_name } => {
+                self.tenant_names.insert(name.clone(), tenant_id.clone());
+                self.tenants.insert(
+                    tenant_id.clone(),
+                    Tenant {
+                        id: tenant_id.clone(),
+                        name: name.clone(),
+                        display_name: display_name.clone(),
+                        state: TenantState::Active,
+                        created_at_ms: env.at_ms,
+                        updated_at_ms: env.at_ms,
+                        revision: env.revision,
+                    },
+                );
+            }
+            Event::TenantSuspendedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Suspended, env),
+            Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env),
+            Event::CommandRejectedV1 { .. } => {}
+        }
+    }
+
+    fn set_tenant_state(&mut self, tenant_id: &str, state: TenantState, env: &EventEnvelope) {
+        let tenant = self.tenants.get_mut(tenant_id).expect("event for unknown tenant: corrupt event log");
+        tenant.state = state;
+        tenant.updated_at_ms = env.at_ms;
+        tenant.revision = env.revision;
+    }
+
+    /// Looks a tenant up by id, then by name.
+    pub fn tenant(&self, id_or_name: &str) -> Option<&Tenant> {
+        self.tenants
+            .get(id_or_name)
+            .or_else(|| self.tenant_names.get(id_or_name).and_then(|id| self.tenants.get(id)))
+    }
+
+    /// Tenants ordered by name, after the cursor (a name), at most `limit`.
+    pub fn list_tenants(&self, after: Option<&str>, limit: usize) -> (Vec<Tenant>, Option<String>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+        let mut page: Vec<Tenant> = self
+            .tenant_names
+            .range((lower, Unbounded))
+            .take(limit + 1)
+            .filter_map(|(_, id)| self.tenants.get(id).cloned())
+            .collect();
+        let next = if page.len() > limit {
+            page.truncate(limit);
+            page.last().map(|t| t.name.clone())
+        } else {
+            None
+        };
+        (page, next)
+    }
+
+    /// Canonical encoding of the whole state (what snapshots carry).
+    pub fn encode(&self) -> Vec<u8> {
+        writ_api::encode(self).expect("ledger state is always encodable")
+    }
+
+    /// sha256 over the canonical encoding: equal on every replica at the same applied index.
+    pub fn digest(&self) -> String {
+        writ_api::sha256_hex(&self.encode())
+    }
+}
+
+/// Decides what a command does to the state at ledger time `now`, without changing it.
+pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    let _ = now; // Tenants have no time rules yet; deadlines and leases will use it.
+    match cmd {
+        Command::CreateTenant { tenant_id, name, display_name } => {
+            validate_tenant_name(name)?;
+            validate_text("display_name", display_name.as_deref(), DISPLAY_NAME_BYTES_MAX)?;
+            if tenant_id.is_empty() || tenant_id == CLUSTER_STREAM || tenant_id.len() > 64 {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "tenant id must be 1..=64 bytes"));
+            }
+            if state.tenant_names.contains_key(name) {
+                return Err(Rejection::new(
+                    ReasonCode::TENANT_ALREADY_EXISTS,
+                    format!("a tenant named '{name}' already exists"),
+                ));
+            }
+            if state.tenants.contains_key(tenant_id) {
+                return Err(Rejection::new(ReasonCode::TENANT_ALREADY_EXISTS, format!("tenant id '{tenant_id}' is taken")));
+            }
+            Ok(vec![Event::TenantCreatedV1 {
+                tenant_id: tenant_id.clone(),
+                name: name.clone(),
+                display_name: display_name.clone(),
+            }])
+        }
+        Command::SuspendTenant { tenant_id, note } => {
+            validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
+            match existing(state, tenant_id)?.state {
+                TenantState::Active => {
+                    Ok(vec![Event::TenantSuspendedV1 { tenant_id: tenant_id.clone(), note: note.clone() }])
+                }
+                TenantState::Suspended => Err(Rejection::new(
+                    ReasonCode::TENANT_STATE_CONFLICT,
+                    format!("tenant '{tenant_id}' is already suspended"),
+                )),
+            }
+        }
+        Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
+            TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
+            TenantState::Active => Err(Rejection::new(
+                ReasonCode::TENANT_STATE_CONFLICT,
+                format!("tenant '{tenant_id}' is not suspended"),
+            )),
+        },
+    }
+}
+
+fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
+    state
+        .tenants
+        .get(tenant_id)
+        .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
+        LedgerRequest { stamp_ms, trace_id: "t".into(), command }
+    }
+
+    fn create(id: &str, name: &str) -> Command {
+        Command::CreateTenant { tenant_id: id.into(), name: name.into(), display_name: None }
+    }
+
+    #[test]
+    fn decide_table() {
+        let mut st = LedgerState::default();
+        assert!(matches!(st.execute(&req(10, create("a", "acme"))).0, Outcome::Applied { .. }));
+        let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+            (create("b", "acme"), Some(ReasonCode::TENANT_ALREADY_EXISTS)),
+            (create("a", "other"), Some(ReasonCode::TENANT_ALREADY_EXISTS)),
+            (create("c", "Bad Name"), Some(ReasonCode::INPUT_INVALID)),
+            (create("c", ""), Some(ReasonCode::INPUT_INVALID)),
+            (create("c", "-x"), Some(ReasonCode::INPUT_INVALID)),
+            (create(CLUSTER_STREAM, "x"), Some(ReasonCode::INPUT_INVALID)),
+            (Command::ResumeTenant { tenant_id: "a".into() }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
+            (Command::SuspendTenant { tenant_id: "zz".into(), note: None }, Some(ReasonCode::TENANT_NOT_FOUND)),
+            (Command::SuspendTenant { tenant_id: "a".into(), note: Some("x".repeat(501)) }, Some(ReasonCode::INPUT_INVALID)),
+            (Command::SuspendTenant { tenant_id: "a".into(), note: None }, None),
+            (Command::SuspendTenant { tenant_id: "a".into(), note: None }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
+            (Command::ResumeTenant { tenant_id: "a".into() }, None),
+        ];
+        for (cmd, want) in cases {
+            let got = decide(&st, &cmd, 0).err().map(|r| r.reason);
+            assert_eq!(got, want, "{cmd:?}");
+            st.execute(&req(11, cmd));
+        }
+    }
+
+    #[test]
+    fn clock_is_monotonic_and_streams_are_gap_free() {
+        let mut st = LedgerState::default();
+        st.execute(&req(100, create("a", "acme")));
+        // A leader with a slower clock cannot move ledger time backwards.
+        st.execute(&req(50, Command::SuspendTenant { tenant_id: "a".into(), note: None }));
+        assert_eq!(st.clock_ms, 100);
+        st.execute(&req(200, Command::ResumeTenant { tenant_id: "zz".into() }));
+        assert_eq!(st.revision, 3);
+        assert_eq!(st.stream_seq.get("a"), Some(&2));
+        assert_eq!(st.stream_seq.get(CLUSTER_STREAM), Some(&1));
+        assert_eq!(st.tenant("acme").map(|t| t.state), Some(TenantState::Suspended));
+        assert_eq!(st.tenant("acme").map(|t| t.updated_at_ms), Some(100));
+    }
+
+    #[test]
+    fn list_pages_by_name() {
+        let mut st = LedgerState::default();
+        for (i, n) in ["c", "a", "b", "d"].iter().enumerate() {
+            st.execute(&req(1, create(&i.to_string(), n)));
+        }
+        let (p1, next) = st.list_tenants(None, 3);
+        assert_eq!(p1.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        let (p2, next2) = st.list_tenants(next.as_deref(), 3);
+        assert_eq!(p2.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["d"]);
+        assert_eq!(next2, None);
+    }
+}

@@ -1,0 +1,288 @@
+//! The openraft state machine: a thin adapter that feeds committed entries to
+//! [`LedgerState::execute`], stores the produced events, and builds/installs snapshots.
+//!
+//! The state itself lives in memory and is rebuilt on start from the newest snapshot file plus
+//! the log (openraft re-applies `(snapshot, committed]`); the Raft log is the durable truth.
+//! Events are also written to the `events` column family (keyed by revision) so that watchers
+//! can resume from a revision; re-applying writes the same bytes under the same keys.
+
+use std::io::{self, Cursor};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use futures::{Stream, TryStreamExt};
+use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::entry::RaftEntry;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use writ_api::ledger::{EventEnvelope, Outcome};
+
+use crate::codec::{checked_decode, checked_encode};
+use crate::state::LedgerState;
+use crate::{TypeConfig, CF_EVENTS};
+
+/// How many live events a slow watcher may fall behind before it must resume from a revision.
+pub const WATCH_BUFFER_EVENTS: usize = 4096;
+/// Snapshot files kept on disk (the newest is the current one).
+const SNAPSHOT_FILES_KEPT: usize = 2;
+
+/// What has been applied, guarded together so readers see one consistent position.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    pub state: LedgerState,
+    pub last_applied: Option<LogIdOf<TypeConfig>>,
+    pub membership: StoredMembershipOf<TypeConfig>,
+    /// Lowest revision this node can replay from its event store.
+    pub event_floor: u64,
+}
+
+struct Inner {
+    db: Arc<DB>,
+    snapshot_dir: PathBuf,
+    applied: RwLock<Applied>,
+    events: broadcast::Sender<EventEnvelope>,
+}
+
+/// The state machine handed to openraft; clones share everything (it is also the builder).
+#[derive(Clone)]
+pub struct StateMachine {
+    inner: Arc<Inner>,
+}
+
+/// On-disk snapshot: position, membership and the checksummed encoded state.
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    last_applied: Option<LogIdOf<TypeConfig>>,
+    membership: StoredMembershipOf<TypeConfig>,
+    /// `checked_encode(LedgerState)`; also the bytes streamed to followers.
+    state: Vec<u8>,
+}
+
+impl StateMachine {
+    pub(crate) fn new(db: Arc<DB>, snapshot_dir: PathBuf) -> io::Result<Self> {
+        std::fs::create_dir_all(&snapshot_dir)?;
+        let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
+        let sm = StateMachine {
+            inner: Arc::new(Inner { db, snapshot_dir, applied: RwLock::new(Applied::default()), events }),
+        };
+        let floor = sm.first_stored_revision()?.unwrap_or(1);
+        sm.write_applied().event_floor = floor;
+        Ok(sm)
+    }
+
+    /// A consistent read of the applied state.
+    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+        // A poisoned lock means a panic while applying, which already is fatal for the node.
+        self.inner.applied.read().expect("state machine lock poisoned")
+    }
+
+    fn write_applied(&self) -> std::sync::RwLockWriteGuard<'_, Applied> {
+        self.inner.applied.write().expect("state machine lock poisoned")
+    }
+
+    /// Live events, in revision order, from the moment of subscription.
+    pub fn subscribe(&self) -> broadcast::Receiver<EventEnvelope> {
+        self.inner.events.subscribe()
+    }
+
+    /// Stored events with `revision >= from`, at most `limit`.
+    pub fn events_from(&self, from: u64, limit: usize) -> io::Result<Vec<EventEnvelope>> {
+        let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+        let start = from.to_be_bytes();
+        let mut out = Vec::new();
+        for item in self.inner.db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)).take(limit) {
+            let (_, value) = item.map_err(io::Error::other)?;
+            out.push(checked_decode(&value, "event")?);
+        }
+        Ok(out)
+    }
+
+    fn first_stored_revision(&self) -> io::Result<Option<u64>> {
+        Ok(self.events_from(0, 1)?.first().map(|e| e.revision))
+    }
+
+    fn last_stored_revision(&self) -> io::Result<Option<u64>> {
+        let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+        match self.inner.db.iterator_cf(cf, IteratorMode::End).next() {
+            None => Ok(None),
+            Some(item) => {
+                let (_, value) = item.map_err(io::Error::other)?;
+                let env: EventEnvelope = checked_decode(&value, "event")?;
+                Ok(Some(env.revision))
+            }
+        }
+    }
+
+    fn snapshot_path(&self, last: &Option<LogIdOf<TypeConfig>>) -> PathBuf {
+        let index = last.as_ref().map_or(0, |l| l.index());
+        self.inner.snapshot_dir.join(format!("snapshot-{index:020}.bin"))
+    }
+
+    fn snapshot_files(&self) -> io::Result<Vec<PathBuf>> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.inner.snapshot_dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// Writes a snapshot file atomically (temp file, fsync, rename, fsync dir) and prunes old ones.
+    fn persist_snapshot(&self, file: &SnapshotFile) -> io::Result<()> {
+        let path = self.snapshot_path(&file.last_applied);
+        let tmp = path.with_extension("tmp");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&checked_encode(file)?)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &path)?;
+        sync_dir(&self.inner.snapshot_dir)?;
+        let files = self.snapshot_files()?;
+        for old in files.iter().take(files.len().saturating_sub(SNAPSHOT_FILES_KEPT)) {
+            std::fs::remove_file(old)?;
+        }
+        Ok(())
+    }
+
+    fn load_newest_snapshot(&self) -> io::Result<Option<SnapshotFile>> {
+        match self.snapshot_files()?.last() {
+            None => Ok(None),
+            Some(path) => checked_decode(&std::fs::read(path)?, "snapshot file").map(Some),
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>, io::Error> {
+        let (last_applied, membership, state) = {
+            let a = self.read();
+            (a.last_applied.clone(), a.membership.clone(), a.state.clone())
+        };
+        let file = SnapshotFile { last_applied, membership, state: checked_encode(&state)? };
+        let this = self.clone();
+        let file = tokio::task::spawn_blocking(move || this.persist_snapshot(&file).map(|_| file))
+            .await
+            .map_err(io::Error::other)??;
+        metrics::counter!("writ_snapshots_built_total").increment(1);
+        Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
+            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: file.last_applied, last_membership: file.membership },
+            snapshot: Cursor::new(file.state),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
+        let a = self.read();
+        Ok((a.last_applied.clone(), a.membership.clone()))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
+    where
+        S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+        let mut batch = WriteBatch::default();
+        let mut produced = Vec::new();
+        let mut replies = Vec::new();
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let log_id = entry.log_id();
+            let (outcome, envelopes) = {
+                let mut a = self.write_applied();
+                let executed = match entry.payload {
+                    EntryPayload::Blank => (Outcome::Internal, Vec::new()),
+                    EntryPayload::Normal(ref req) => a.state.execute(req),
+                    EntryPayload::Membership(ref m) => {
+                        a.membership = StoredMembershipOf::<TypeConfig>::new(Some(log_id.clone()), m.clone());
+                        (Outcome::Internal, Vec::new())
+                    }
+                };
+                a.last_applied = Some(log_id);
+                executed
+            };
+            for env in envelopes {
+                batch.put_cf(cf, env.revision.to_be_bytes(), checked_encode(&env)?);
+                produced.push(env);
+            }
+            if let Some(responder) = responder {
+                replies.push((responder, outcome));
+            }
+        }
+        // Not synced: the log is durable, and replay rewrites identical bytes.
+        self.inner.db.write(batch).map_err(io::Error::other)?;
+        metrics::counter!("writ_events_applied_total").increment(produced.len() as u64);
+        for env in produced {
+            // No receiver is fine: nobody is watching.
+            let _ = self.inner.events.send(env);
+        }
+        for (responder, outcome) in replies {
+            responder.send(outcome);
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        snapshot: Self::SnapshotData,
+    ) -> Result<(), io::Error> {
+        let bytes = snapshot.into_inner();
+        let state: LedgerState = checked_decode(&bytes, "snapshot state")?;
+        let file =
+            SnapshotFile { last_applied: meta.last_log_id.clone(), membership: meta.last_membership.clone(), state: bytes };
+        let this = self.clone();
+        let file = tokio::task::spawn_blocking(move || this.persist_snapshot(&file).map(|_| file))
+            .await
+            .map_err(io::Error::other)??;
+        // Stored events are committed history, so they agree with any snapshot. Keep them if
+        // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
+        // node), the gap cannot be filled here: drop them and start after the snapshot.
+        let stored_through = self.last_stored_revision()?;
+        let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
+        if !keeps_history {
+            let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+            self.inner
+                .db
+                .delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes())
+                .map_err(io::Error::other)?;
+        }
+        let mut a = self.write_applied();
+        if !keeps_history {
+            a.event_floor = state.revision + 1;
+        }
+        a.state = state;
+        a.last_applied = file.last_applied;
+        a.membership = file.membership;
+        metrics::counter!("writ_snapshots_installed_total").increment(1);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotOf<TypeConfig, Self::SnapshotData>>, io::Error> {
+        let this = self.clone();
+        let file = tokio::task::spawn_blocking(move || this.load_newest_snapshot()).await.map_err(io::Error::other)??;
+        Ok(file.map(|f| SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
+            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: f.last_applied, last_membership: f.membership },
+            snapshot: Cursor::new(f.state),
+        }))
+    }
+}

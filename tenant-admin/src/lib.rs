@@ -1,0 +1,11 @@
+//! Writ's admin API service (`/v1`) and the `writ admin` CLI client.
+//!
+//! Architecture invariant: this crate talks to the ledger only through
+//! `writ_api::client::Ledger`; it never touches Raft or RocksDB.
+
+pub mod cli;
+pub mod error;
+mod openapi;
+pub mod service;
+
+pub use service::router;

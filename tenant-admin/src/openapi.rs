@@ -1,0 +1,73 @@
+//! The OpenAPI 3.1 document served at `/v1/openapi.json`.
+
+use serde_json::{json, Value};
+
+fn error_responses() -> Value {
+    json!({
+        "400": {"$ref": "#/components/responses/Error"},
+        "401": {"$ref": "#/components/responses/Error"},
+        "404": {"$ref": "#/components/responses/Error"},
+        "409": {"$ref": "#/components/responses/Error"},
+        "413": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/Error"}
+    })
+}
+
+fn op(summary: &str, body: Option<&str>, ok: &str) -> Value {
+    let mut responses = error_responses();
+    responses["200"] = json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{ok}")}}}});
+    let mut o = json!({"summary": summary, "responses": responses});
+    if let Some(b) = body {
+        o["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{b}")}}}});
+    }
+    o
+}
+
+pub fn document() -> Value {
+    let tenant_param = json!([{"name": "tenant", "in": "path", "required": true, "description": "tenant id or name", "schema": {"type": "string"}}]);
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Writ admin API", "version": env!("CARGO_PKG_VERSION")},
+        "security": [{"operator": []}],
+        "paths": {
+            "/v1/cluster/status": {"get": op("Every member's Raft position, membership and state digest", None, "ClusterStatus")},
+            "/v1/cluster/learners": {"post": op("Add a learner and wait until it caught up", Some("AddLearner"), "NodeStatus")},
+            "/v1/cluster/membership": {"post": op("Set the voter set", Some("Membership"), "NodeStatus")},
+            "/v1/cluster/snapshot": {"post": op("Build a snapshot on the serving node", None, "NodeStatus")},
+            "/v1/cluster/purge": {"post": op("Purge the serving node's log up to its snapshot", None, "NodeStatus")},
+            "/v1/tenants": {
+                "post": op("Create a tenant", Some("CreateTenant"), "Tenant"),
+                "get": {"summary": "List tenants by name", "parameters": [
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "stale", "in": "query", "schema": {"type": "boolean"}}],
+                    "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TenantList"}}}}}}
+            },
+            "/v1/tenants/{tenant}": {"parameters": tenant_param, "get": op("Show a tenant", None, "Tenant")},
+            "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
+            "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")}
+        },
+        "components": {
+            "securitySchemes": {"operator": {"type": "http", "scheme": "bearer"}},
+            "responses": {"Error": {"description": "Rejected", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["reason", "code", "message"], "properties": {
+                    "reason": {"type": "string", "description": "stable reason code, see docs/reasons.md"},
+                    "code": {"type": "integer"}, "message": {"type": "string"}}},
+                "CreateTenant": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"},
+                    "display_name": {"type": ["string", "null"], "maxLength": 200}}},
+                "SuspendTenant": {"type": "object", "additionalProperties": false, "properties": {"note": {"type": ["string", "null"], "maxLength": 500}}},
+                "AddLearner": {"type": "object", "additionalProperties": false, "required": ["node_id", "addr"], "properties": {"node_id": {"type": "integer", "minimum": 1}, "addr": {"type": "string"}}},
+                "Membership": {"type": "object", "additionalProperties": false, "required": ["voters"], "properties": {"voters": {"type": "array", "items": {"type": "integer"}}}},
+                "Tenant": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "name": {"type": "string"}, "display_name": {"type": ["string", "null"]},
+                    "state": {"enum": ["active", "suspended"]}, "created_at_ms": {"type": "integer"},
+                    "updated_at_ms": {"type": "integer"}, "revision": {"type": "integer"}}},
+                "TenantList": {"type": "object", "properties": {"tenants": {"type": "array", "items": {"$ref": "#/components/schemas/Tenant"}}, "next_cursor": {"type": ["string", "null"]}}},
+                "NodeStatus": {"type": "object"},
+                "ClusterStatus": {"type": "object"}
+            }
+        }
+    })
+}

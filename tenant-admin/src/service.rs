@@ -1,0 +1,241 @@
+//! The admin API under `/v1`, authenticated with the operator token, written against the
+//! [`Ledger`] trait so it runs inside a node or against a remote cluster alike.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use writ_api::client::{Ledger, TRACE_HEADER};
+use writ_api::dto::{
+    ClusterChange, ClusterStatus, Consistency, CreateTenantRequest, NodeStatus, Query as LedgerQuery, QueryRequest,
+    QueryResult, SubmitRequest, SuspendTenantRequest, TenantList, PAGE_LIMIT_DEFAULT,
+};
+use writ_api::ledger::{Command, Event, Outcome, Tenant, TenantState};
+use writ_api::{ReasonCode, Rejection};
+
+use crate::error::{method_not_allowed, not_found, ApiError, ValidJson};
+
+/// Largest admin request body accepted.
+pub const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
+
+struct AdminState {
+    ledger: Arc<dyn Ledger>,
+    /// sha256 of the operator token: compared in constant time, never kept in clear.
+    operator_token_sha256: [u8; 32],
+}
+
+type Shared = Arc<AdminState>;
+
+/// Builds the `/v1` router. The operator token must be non-empty (checked by config).
+pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
+    let state = Arc::new(AdminState { ledger, operator_token_sha256: Sha256::digest(operator_token.as_bytes()).into() });
+    let api = Router::new()
+        .route("/v1/cluster/status", get(cluster_status))
+        .route("/v1/cluster/learners", post(add_learner))
+        .route("/v1/cluster/membership", post(change_membership))
+        .route("/v1/cluster/snapshot", post(snapshot))
+        .route("/v1/cluster/purge", post(purge))
+        .route("/v1/tenants", post(create_tenant).get(list_tenants))
+        .route("/v1/tenants/{tenant}", get(show_tenant))
+        .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
+        .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
+        .route("/v1/openapi.json", get(openapi))
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(ADMIN_BODY_BYTES_MAX))
+        .with_state(state);
+    api.fallback(not_found)
+}
+
+async fn require_operator(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(token) = presented else {
+        return unauthorized(ReasonCode::AUTH_TOKEN_MISSING, "an operator bearer token is required");
+    };
+    let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+    // Constant-time comparison of fixed-length digests.
+    let diff = digest.iter().zip(st.operator_token_sha256.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    if diff != 0 {
+        return unauthorized(ReasonCode::AUTH_TOKEN_INVALID, "the operator token is not valid");
+    }
+    let trace = uuid::Uuid::new_v4().to_string();
+    let mut resp = next.run(req).await;
+    if let Ok(v) = HeaderValue::from_str(&trace) {
+        resp.headers_mut().insert(TRACE_HEADER, v);
+    }
+    resp
+}
+
+fn unauthorized(reason: ReasonCode, message: &str) -> Response {
+    let mut resp = ApiError::new(reason, message).into_response();
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"writ-admin\""));
+    resp
+}
+
+fn trace_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+async fn cluster_status(State(st): State<Shared>) -> Result<Json<ClusterStatus>, ApiError> {
+    Ok(Json(st.ledger.cluster_status().await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddLearnerBody {
+    node_id: u64,
+    addr: String,
+}
+
+async fn add_learner(State(st): State<Shared>, ValidJson(b): ValidJson<AddLearnerBody>) -> Result<Json<NodeStatus>, ApiError> {
+    if b.node_id == 0 || !(b.addr.starts_with("http://") || b.addr.starts_with("https://")) {
+        return Err(ApiError::new(ReasonCode::INPUT_INVALID, "node_id must be > 0 and addr an http(s) URL"));
+    }
+    Ok(Json(st.ledger.cluster_change(ClusterChange::AddLearner { node_id: b.node_id, addr: b.addr }).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MembershipBody {
+    voters: Vec<u64>,
+}
+
+async fn change_membership(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<MembershipBody>,
+) -> Result<Json<NodeStatus>, ApiError> {
+    Ok(Json(st.ledger.cluster_change(ClusterChange::ChangeMembership { voters: b.voters }).await?))
+}
+
+async fn snapshot(State(st): State<Shared>) -> Result<Json<NodeStatus>, ApiError> {
+    Ok(Json(st.ledger.cluster_change(ClusterChange::Snapshot).await?))
+}
+
+async fn purge(State(st): State<Shared>) -> Result<Json<NodeStatus>, ApiError> {
+    Ok(Json(st.ledger.cluster_change(ClusterChange::PurgeLog).await?))
+}
+
+/// Submits a command and turns a rejection outcome into an error.
+async fn submit(st: &AdminState, command: Command) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {
+    let resp = st.ledger.submit(SubmitRequest { trace_id: trace_id(), command }).await?;
+    match resp.outcome {
+        Outcome::Applied { events } => Ok(events),
+        Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
+        Outcome::Internal => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected internal outcome")),
+    }
+}
+
+async fn create_tenant(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<CreateTenantRequest>,
+) -> Result<(StatusCode, Json<Tenant>), ApiError> {
+    // Fail fast with the same rule the ledger applies (the ledger stays authoritative).
+    writ_api::ledger::validate_tenant_name(&b.name)?;
+    let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
+    let events =
+        submit(&st, Command::CreateTenant { tenant_id, name: b.name, display_name: b.display_name }).await?;
+    let created = events.iter().find_map(|env| match &env.event {
+        Event::TenantCreatedV1 { tenant_id, name, display_name } => Some(Tenant {
+            id: tenant_id.clone(),
+            name: name.clone(),
+            display_name: display_name.clone(),
+            state: TenantState::Active,
+            created_at_ms: env.at_ms,
+            updated_at_ms: env.at_ms,
+            revision: env.revision,
+        }),
+        _ => None,
+    });
+    created
+        .map(|t| (StatusCode::CREATED, Json(t)))
+        .ok_or_else(|| ApiError::new(ReasonCode::INTERNAL, "create produced no tenant event"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    after: Option<String>,
+    limit: Option<u32>,
+    #[serde(default)]
+    stale: bool,
+}
+
+fn consistency(stale: bool) -> Consistency {
+    if stale {
+        Consistency::Stale
+    } else {
+        Consistency::Linearizable
+    }
+}
+
+async fn list_tenants(
+    State(st): State<Shared>,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<TenantList>, ApiError> {
+    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
+    let query = LedgerQuery::ListTenants { after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
+    match st.ledger.query(QueryRequest { query, consistency: consistency(p.stale) }).await? {
+        QueryResult::Tenants { tenants, next_cursor } => Ok(Json(TenantList { tenants, next_cursor })),
+        QueryResult::Tenant { .. } => Err(ApiError::new(ReasonCode::INTERNAL, "unexpected query result")),
+    }
+}
+
+async fn find_tenant(st: &AdminState, tenant: String) -> Result<Tenant, Rejection> {
+    let q = QueryRequest { query: LedgerQuery::GetTenant { tenant }, consistency: Consistency::Linearizable };
+    match st.ledger.query(q).await? {
+        QueryResult::Tenant { tenant } => Ok(tenant),
+        QueryResult::Tenants { .. } => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
+    }
+}
+
+async fn show_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<Tenant>, ApiError> {
+    Ok(Json(find_tenant(&st, tenant).await?))
+}
+
+async fn suspend_tenant(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<Tenant>, ApiError> {
+    let note = optional_json::<SuspendTenantRequest>(body)?.note;
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::SuspendTenant { tenant_id: t.id.clone(), note }).await?;
+    Ok(Json(find_tenant(&st, t.id).await?))
+}
+
+async fn resume_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<Tenant>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::ResumeTenant { tenant_id: t.id.clone() }).await?;
+    Ok(Json(find_tenant(&st, t.id).await?))
+}
+
+/// An optional JSON body: empty means the default, anything else must parse strictly.
+fn optional_json<T: Default + serde::de::DeserializeOwned>(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(ReasonCode::PAYLOAD_TOO_LARGE, "request body exceeds the size limit")
+        } else {
+            ApiError::new(ReasonCode::INPUT_INVALID, e.body_text())
+        }
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, format!("invalid JSON body: {e}")))
+}
+
+async fn openapi() -> Json<serde_json::Value> {
+    Json(crate::openapi::document())
+}

@@ -1,0 +1,263 @@
+//! Real `writ node` processes on loopback for cluster and fault tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::eventually;
+
+/// Operator token used by every test cluster.
+pub const TEST_OPERATOR_TOKEN: &str = "test-operator-token-0123456789";
+
+/// The `writ` binary built by `cargo build -p writ-node` (what `make test` does first).
+pub fn writ_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("WRIT_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/<test-exe> → target/<profile>/writ
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe.parent().and_then(Path::parent).map(|d| d.join("writ")).expect("target dir");
+    assert!(bin.exists(), "{} is missing: run `cargo build -p writ-node` first (`make test` does)", bin.display());
+    bin
+}
+
+/// A free loopback port (bound then released; the node binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// One `writ node` process.
+pub struct NodeProc {
+    pub id: u64,
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl NodeProc {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn config_text(&self, bootstrap: bool) -> String {
+        format!(
+            "node_id = {id}\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{dir}\"\noperator_token = \"{TEST_OPERATOR_TOKEN}\"\n\
+             bootstrap = {bootstrap}\n[[members]]\nid = {id}\naddr = \"http://127.0.0.1:{port}\"\n\
+             [raft]\nheartbeat_ms = 100\nelection_min_ms = 800\nelection_max_ms = 1600\nsnapshot_every_entries = 100000\n\
+             keep_entries_behind_snapshot = 0\n",
+            id = self.id,
+            port = self.port,
+            dir = self.dir.join("data").display(),
+        )
+    }
+
+    /// Starts (or restarts) the process with the same id, port and data dir.
+    pub fn start(&mut self, bootstrap: bool) {
+        assert!(self.child.is_none(), "node {} already running", self.id);
+        std::fs::create_dir_all(&self.dir).expect("node dir");
+        let cfg = self.dir.join("node.toml");
+        std::fs::write(&cfg, self.config_text(bootstrap)).expect("write config");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("node.log")).expect("log");
+        let child = Command::new(writ_bin())
+            .args(["node", "--config"])
+            .arg(&cfg)
+            .env("WRIT_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn writ node");
+        self.child = Some(child);
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Removes all of the node's data (it must be stopped).
+    pub fn wipe(&self) {
+        assert!(self.child.is_none(), "wipe a running node");
+        let _ = std::fs::remove_dir_all(self.dir.join("data"));
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A cluster of real processes in a temp dir; killed on drop.
+pub struct Cluster {
+    pub nodes: Vec<NodeProc>,
+    pub admin: Admin,
+    _root: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts `n` nodes: node 1 bootstraps alone, then the others join as learners and are
+    /// promoted to voters through the admin API (the production path for new members).
+    pub async fn start(n: u64) -> Cluster {
+        crate::init_test_log();
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut nodes: Vec<NodeProc> = (1..=n)
+            .map(|id| NodeProc { id, port: free_port(), dir: root.path().join(format!("n{id}")), child: None })
+            .collect();
+        nodes[0].start(true);
+        for node in nodes.iter_mut().skip(1) {
+            node.start(false);
+        }
+        let admin = Admin::new();
+        let c = Cluster { nodes, admin, _root: root };
+        let first = c.nodes[0].url();
+        eventually("node 1 to lead", Duration::from_secs(30), || async {
+            let s = c.admin.get(&first, "/client/status").await.ok()?;
+            (s["role"] == "leader").then_some(())
+        })
+        .await;
+        for node in c.nodes.iter().skip(1) {
+            eventually("learner listener", Duration::from_secs(30), || async {
+                c.admin.get(&node.url(), "/healthz").await.ok().map(|_| ())
+            })
+            .await;
+            let body = json!({"node_id": node.id, "addr": node.url()});
+            c.admin.post_ok(&first, "/v1/cluster/learners", body).await;
+        }
+        let voters: Vec<u64> = c.nodes.iter().map(|n| n.id).collect();
+        c.admin.post_ok(&first, "/v1/cluster/membership", json!({"voters": voters})).await;
+        c
+    }
+
+    pub fn all_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(NodeProc::url).collect()
+    }
+
+    pub fn running_urls(&self) -> Vec<String> {
+        self.nodes.iter().filter(|n| n.is_running()).map(NodeProc::url).collect()
+    }
+
+    /// The id of the leader that a majority of running nodes agree on.
+    pub async fn leader(&self, limit: Duration) -> u64 {
+        eventually("a leader", limit, || async {
+            for url in self.running_urls() {
+                if let Ok(s) = self.admin.get(&url, "/client/status").await {
+                    if s["role"] == "leader" {
+                        return s["node_id"].as_u64();
+                    }
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    pub fn node_mut(&mut self, id: u64) -> &mut NodeProc {
+        self.nodes.iter_mut().find(|n| n.id == id).expect("node id")
+    }
+
+    /// Waits until every running node reports the same applied index and state digest, and
+    /// returns (index, digest).
+    pub async fn converged(&self, limit: Duration) -> (u64, String) {
+        eventually("all running nodes at one applied index and digest", limit, || async {
+            let mut seen = Vec::new();
+            for url in self.running_urls() {
+                let s = self.admin.get(&url, "/client/status").await.ok()?;
+                seen.push((s["last_applied_index"].as_u64()?, s["state_digest"].as_str()?.to_string()));
+            }
+            let first = seen.first()?.clone();
+            seen.iter().all(|s| *s == first).then_some(first)
+        })
+        .await
+    }
+}
+
+/// A small admin/client API client for tests.
+#[derive(Clone)]
+pub struct Admin {
+    http: reqwest::Client,
+    pub token: String,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Admin {
+    pub fn new() -> Admin {
+        Admin {
+            http: reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().expect("client"),
+            token: TEST_OPERATOR_TOKEN.into(),
+        }
+    }
+
+    /// Sends a request and returns (status, JSON body or Null).
+    pub async fn send(&self, method: reqwest::Method, url: &str, body: Option<Value>) -> Result<(u16, Value), String> {
+        let mut rb = self.http.request(method, url).bearer_auth(&self.token);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let resp = rb.send().await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    }
+
+    pub async fn get(&self, base: &str, path: &str) -> Result<Value, String> {
+        match self.send(reqwest::Method::GET, &format!("{base}{path}"), None).await? {
+            (200, v) => Ok(v),
+            (s, v) => Err(format!("HTTP {s}: {v}")),
+        }
+    }
+
+    pub async fn post(&self, base: &str, path: &str, body: Value) -> Result<(u16, Value), String> {
+        self.send(reqwest::Method::POST, &format!("{base}{path}"), Some(body)).await
+    }
+
+    pub async fn post_ok(&self, base: &str, path: &str, body: Value) -> Value {
+        match self.post(base, path, body).await {
+            Ok((s, v)) if (200..300).contains(&s) => v,
+            other => panic!("POST {base}{path} failed: {other:?}"),
+        }
+    }
+
+    /// Creates a tenant; Ok(true) when acknowledged, Ok(false) when it already existed.
+    pub async fn create_tenant(&self, base: &str, name: &str) -> Result<bool, String> {
+        match self.post(base, "/v1/tenants", json!({"name": name})).await? {
+            (201, _) => Ok(true),
+            (409, v) if v["reason"] == "TENANT_ALREADY_EXISTS" => Ok(false),
+            (s, v) => Err(format!("HTTP {s}: {v}")),
+        }
+    }
+
+    /// Every tenant name, through linearizable paged reads.
+    pub async fn all_tenant_names(&self, base: &str) -> Result<Vec<String>, String> {
+        let mut names = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let path = match &after {
+                Some(a) => format!("/v1/tenants?limit=1000&after={a}"),
+                None => "/v1/tenants?limit=1000".to_string(),
+            };
+            let page = self.get(base, &path).await?;
+            for t in page["tenants"].as_array().cloned().unwrap_or_default() {
+                names.push(t["name"].as_str().unwrap_or_default().to_string());
+            }
+            match page["next_cursor"].as_str() {
+                Some(c) => after = Some(c.to_string()),
+                None => return Ok(names),
+            }
+        }
+    }
+}

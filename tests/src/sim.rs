@@ -1,0 +1,237 @@
+//! In-process cluster harness with injected network, clock and randomness.
+//!
+//! Nodes are real `LedgerNode`s on real RocksDB (temp dirs); what is simulated is the wire
+//! between them ([`SimNetwork`] for Raft RPCs, [`SimPeers`] for client-API forwarding, both
+//! honouring partitions) and the leader clock ([`SimClock`]). One seed drives the workload
+//! and the faults; a failure prints the command that replays that seed.
+//!
+//! Not simulated: openraft's own election-timeout jitter and tokio's scheduling, so a seed
+//! replays the same scenario (commands, fault points, victims), not the same interleaving.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use openraft::async_runtime::WatchReceiver;
+use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::errors::{RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::{BasicNode, OptionalSend, Snapshot};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use writ_api::client::unavailable;
+use writ_api::dto::{ClusterChange, NodeStatus, SubmitRequest, SubmitResponse};
+use writ_api::Rejection;
+use writ_node::ledger::{Clock, LedgerNode, Peers, RaftSettings, ReadIndex};
+use writ_raft_store::TypeConfig;
+
+/// Shared switchboard: which nodes exist and which links are cut.
+#[derive(Default)]
+pub struct Switchboard {
+    nodes: Mutex<HashMap<u64, Arc<LedgerNode>>>,
+    /// Nodes cut off from everyone else.
+    isolated: Mutex<BTreeSet<u64>>,
+    pub messages: AtomicU64,
+    pub dropped: AtomicU64,
+}
+
+impl Switchboard {
+    fn route(&self, from: u64, to: u64) -> Result<Arc<LedgerNode>, String> {
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        let isolated = self.isolated.lock().expect("lock");
+        if from != to && (isolated.contains(&from) || isolated.contains(&to)) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err(format!("link {from}->{to} is partitioned"));
+        }
+        drop(isolated);
+        self.nodes.lock().expect("lock").get(&to).cloned().ok_or_else(|| format!("node {to} is down"))
+    }
+
+    pub fn isolate(&self, id: u64) {
+        self.isolated.lock().expect("lock").insert(id);
+    }
+
+    pub fn heal(&self) {
+        self.isolated.lock().expect("lock").clear();
+    }
+}
+
+fn addr_id(addr: &str) -> u64 {
+    addr.trim_start_matches("sim://n").parse().unwrap_or(0)
+}
+
+/// Round-trips a message through the production encoding, as the wire would.
+fn wire<T: Serialize + DeserializeOwned>(v: &T) -> T {
+    writ_api::decode(&writ_api::encode(v).expect("encode")).expect("decode")
+}
+
+/// Raft network over the switchboard.
+#[derive(Clone)]
+pub struct SimNetwork {
+    pub from: u64,
+    pub board: Arc<Switchboard>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for SimNetwork {
+    type Network = SimLink;
+    async fn new_client(&mut self, target: u64, _node: &BasicNode) -> SimLink {
+        SimLink { from: self.from, to: target, board: self.board.clone() }
+    }
+}
+
+pub struct SimLink {
+    from: u64,
+    to: u64,
+    board: Arc<Switchboard>,
+}
+
+fn unreachable(msg: String) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(msg)))
+}
+
+impl RaftNetworkV2<TypeConfig> for SimLink {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
+        let resp = target.raft.append_entries(wire(&rpc)).await;
+        // The reply crosses the same link back.
+        self.board.route(self.to, self.from).map_err(unreachable)?;
+        resp.map(|r| wire(&r)).map_err(|e: RaftError<TypeConfig>| unreachable(e.to_string()))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
+        let resp = target.raft.vote(wire(&rpc)).await;
+        self.board.route(self.to, self.from).map_err(unreachable)?;
+        resp.map(|r| wire(&r)).map_err(|e| unreachable(e.to_string()))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, Self::SnapshotData>,
+        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let target = self.board.route(self.from, self.to).map_err(|e| StreamingError::from(unreachable(e)))?;
+        let snap = Snapshot { meta: wire(&snapshot.meta), snapshot: Cursor::new(snapshot.snapshot.into_inner()) };
+        let resp = target.raft.install_full_snapshot(wire(&vote), snap).await;
+        resp.map_err(|e| StreamingError::from(unreachable(e.to_string())))
+    }
+}
+
+/// Client-API forwarding over the switchboard.
+pub struct SimPeers {
+    pub from: u64,
+    pub board: Arc<Switchboard>,
+}
+
+impl SimPeers {
+    fn target(&self, addr: &str) -> Result<Arc<LedgerNode>, Rejection> {
+        self.board.route(self.from, addr_id(addr)).map_err(unavailable)
+    }
+}
+
+impl Peers for SimPeers {
+    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
+        let target = self.target(addr);
+        Box::pin(async move { target?.submit_request(req, true).await })
+    }
+    fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>> {
+        let target = self.target(addr);
+        Box::pin(async move { target?.read_index().await })
+    }
+    fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+        let target = self.target(addr);
+        Box::pin(async move { Ok(target?.status()) })
+    }
+    fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+        let target = self.target(addr);
+        Box::pin(async move { target?.change(change, true).await })
+    }
+}
+
+/// A leader clock that starts at a seeded instant and advances one millisecond per reading.
+pub struct SimClock(AtomicU64);
+
+impl SimClock {
+    pub fn new(start_ms: u64) -> Self {
+        SimClock(AtomicU64::new(start_ms))
+    }
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// An in-process cluster on the switchboard.
+pub struct SimCluster {
+    pub board: Arc<Switchboard>,
+    pub nodes: BTreeMap<u64, Arc<LedgerNode>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl SimCluster {
+    pub async fn start(n: u64, clock_start_ms: u64) -> SimCluster {
+        let board = Arc::new(Switchboard::default());
+        let settings = RaftSettings {
+            heartbeat_ms: 50,
+            election_min_ms: 400,
+            election_max_ms: 800,
+            snapshot_every_entries: 10_000,
+            keep_entries_behind_snapshot: 100,
+        };
+        let mut nodes = BTreeMap::new();
+        let mut dirs = Vec::new();
+        for id in 1..=n {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let node = LedgerNode::start(
+                id,
+                format!("sim://n{id}"),
+                dir.path(),
+                &settings,
+                SimNetwork { from: id, board: board.clone() },
+                Arc::new(SimClock::new(clock_start_ms)),
+                Arc::new(SimPeers { from: id, board: board.clone() }),
+            )
+            .await
+            .expect("start sim node");
+            board.nodes.lock().expect("lock").insert(id, node.clone());
+            nodes.insert(id, node);
+            dirs.push(dir);
+        }
+        let members: BTreeMap<u64, String> = (1..=n).map(|id| (id, format!("sim://n{id}"))).collect();
+        nodes[&1].initialize(&members).await.expect("initialize");
+        SimCluster { board, nodes, _dirs: dirs }
+    }
+
+    /// The node that is leader in its own view and reachable by a majority, if any.
+    pub fn leader(&self) -> Option<u64> {
+        let isolated = self.board.isolated.lock().expect("lock").clone();
+        self.nodes
+            .values()
+            .find(|n| !isolated.contains(&n.id) && n.raft.metrics().borrow_watched().state == openraft::ServerState::Leader)
+            .map(|n| n.id)
+    }
+
+    pub async fn shutdown(self) {
+        for n in self.nodes.values() {
+            let _ = n.raft.shutdown().await;
+        }
+    }
+}
