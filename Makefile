@@ -18,16 +18,22 @@ deps:
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup.rs)"; exit 1; }
 
+# Every build selects the whole workspace: a narrower selection (e.g. `-p writ-node`) unifies
+# features differently and would rebuild RocksDB's C++ from scratch (~30 min on 2 cores).
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+
 build: deps
-	$(CARGO) build -p writ-node --bin writ
+	$(CARGO) build --workspace --bins
 
 ## dev: build and start `writ dev` (single-node ledger + admin API on loopback).
-dev: deps
-	$(CARGO) run -p writ-node --bin writ -- dev
+dev: build
+	$(TARGET_DIR)/debug/writ dev
 
+# clippy checks without linking, so it is pointed at a (never linked) prebuilt-library dir:
+# that keeps its separate librocksdb-sys build unit from compiling RocksDB's C++ again.
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	ROCKSDB_LIB_DIR=$(CURDIR)/target/clippy-no-link $(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
 test: lint build

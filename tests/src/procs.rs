@@ -64,6 +64,7 @@ impl NodeProc {
             .args(["node", "--config"])
             .arg(&cfg)
             .env("WRIT_LOG", "info,openraft=warn")
+            .env("RUST_BACKTRACE", "0")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -178,6 +179,24 @@ impl Cluster {
             seen.iter().all(|s| *s == first).then_some(first)
         })
         .await
+    }
+}
+
+impl Drop for Cluster {
+    /// On a failing test, show the tail of every node's log before the temp dir goes away.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for n in &mut self.nodes {
+            n.kill();
+            let log = std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("---- node {} log (last {} lines) ----", n.id, tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 

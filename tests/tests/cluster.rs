@@ -86,17 +86,29 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     let victim = c.nodes.iter().map(|n| n.id).find(|id| *id != leader).expect("a follower");
     c.node_mut(victim).kill();
     c.node_mut(victim).wipe();
+    // The operator procedure for a lost disk: take the member out, then re-add it as a
+    // learner and promote it once it has caught up (see ARCHITECTURE.md, "Recovery").
+    let leader_url = c.nodes.iter().find(|n| n.id == leader).map(|n| n.url()).expect("leader");
+    let others: Vec<u64> = c.nodes.iter().map(|n| n.id).filter(|id| *id != victim).collect();
+    c.admin.post_ok(&leader_url, "/v1/cluster/membership", serde_json::json!({"voters": others})).await;
 
     let survivors = c.running_urls();
     acked.extend(create_many(&c, &survivors, "late", 0..60, 4).await);
-    let leader_url = c.nodes.iter().find(|n| n.id == leader).map(|n| n.url()).expect("leader");
     c.admin.post_ok(&leader_url, "/v1/cluster/snapshot", serde_json::json!({})).await;
     let purged = c.admin.post_ok(&leader_url, "/v1/cluster/purge", serde_json::json!({})).await;
     assert!(purged["purged_index"].as_u64().unwrap_or(0) > 0, "log was not purged: {purged}");
 
     c.node_mut(victim).start(false);
-    c.converged(Duration::from_secs(60)).await;
     let victim_url = c.nodes.iter().find(|n| n.id == victim).map(|n| n.url()).expect("victim");
+    writ_tests::eventually("wiped node listening", Duration::from_secs(20), || async {
+        c.admin.get(&victim_url, "/healthz").await.ok().map(|_| ())
+    })
+    .await;
+    let learner = serde_json::json!({"node_id": victim, "addr": victim_url});
+    c.admin.post_ok(&leader_url, "/v1/cluster/learners", learner).await;
+    let all: Vec<u64> = c.nodes.iter().map(|n| n.id).collect();
+    c.admin.post_ok(&leader_url, "/v1/cluster/membership", serde_json::json!({"voters": all})).await;
+    c.converged(Duration::from_secs(60)).await;
     let status = c.admin.get(&victim_url, "/client/status").await.expect("status");
     assert!(status["snapshot_index"].as_u64().is_some(), "wiped node did not install a snapshot: {status}");
     assert_all_readable(&c, &victim_url, &acked).await;
