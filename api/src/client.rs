@@ -50,11 +50,7 @@ impl Default for NodeHttp {
 impl NodeHttp {
     pub fn new() -> Self {
         Self::with_client(
-            reqwest::Client::builder()
-                .no_proxy()
-                .timeout(LEDGER_CALL_TIMEOUT)
-                .build()
-                .unwrap_or_default(),
+            reqwest::Client::builder().no_proxy().timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default(),
         )
     }
 

@@ -54,9 +54,14 @@ pub enum Consistency {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case", tag = "query")]
 pub enum Query {
-    ListTenants { after: Option<String>, limit: u32 },
+    ListTenants {
+        after: Option<String>,
+        limit: u32,
+    },
     /// Looks a tenant up by id or by name.
-    GetTenant { tenant: String },
+    GetTenant {
+        tenant: String,
+    },
 }
 
 /// `POST /client/query`.

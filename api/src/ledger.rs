@@ -29,18 +29,9 @@ pub struct LedgerRequest {
 /// Everything that can change ledger state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    CreateTenant {
-        tenant_id: String,
-        name: String,
-        display_name: Option<String>,
-    },
-    SuspendTenant {
-        tenant_id: String,
-        note: Option<String>,
-    },
-    ResumeTenant {
-        tenant_id: String,
-    },
+    CreateTenant { tenant_id: String, name: String, display_name: Option<String> },
+    SuspendTenant { tenant_id: String, note: Option<String> },
+    ResumeTenant { tenant_id: String },
 }
 
 impl Command {
@@ -116,11 +107,7 @@ pub enum Outcome {
     /// The command was accepted; these events were appended.
     Applied { events: Vec<EventEnvelope> },
     /// The command broke a business rule; a rejection event was appended.
-    Rejected {
-        reason: ReasonCode,
-        message: String,
-        revision: u64,
-    },
+    Rejected { reason: ReasonCode, message: String, revision: u64 },
     /// A Raft-internal entry (blank or membership) with no domain effect.
     Internal,
 }
@@ -168,9 +155,7 @@ impl std::fmt::Display for Rejection {
 /// Checks a tenant name: 1..=63 bytes of `[a-z0-9-]`, starting with a letter or digit.
 pub fn validate_tenant_name(name: &str) -> Result<(), Rejection> {
     let ok_len = !name.is_empty() && name.len() <= TENANT_NAME_BYTES_MAX;
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ok_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     let ok_start = name.bytes().next().is_some_and(|b| b != b'-');
     if ok_len && ok_chars && ok_start {
         Ok(())

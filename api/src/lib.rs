@@ -30,10 +30,7 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode
 }
 
 fn bincode_config() -> impl bincode::config::Config {
-    bincode::config::standard()
-        .with_little_endian()
-        .with_fixed_int_encoding()
-        .with_limit::<{ 64 * 1024 * 1024 }>()
+    bincode::config::standard().with_little_endian().with_fixed_int_encoding().with_limit::<{ 64 * 1024 * 1024 }>()
 }
 
 /// sha256 as lowercase hex.

@@ -17,8 +17,20 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
     vec![
         (
             "tenant_created_v1",
-            req(Command::CreateTenant { tenant_id: "t-1".into(), name: "acme".into(), display_name: Some("Acme".into()) }),
-            Some(env(1, 1, Event::TenantCreatedV1 { tenant_id: "t-1".into(), name: "acme".into(), display_name: Some("Acme".into()) })),
+            req(Command::CreateTenant {
+                tenant_id: "t-1".into(),
+                name: "acme".into(),
+                display_name: Some("Acme".into()),
+            }),
+            Some(env(
+                1,
+                1,
+                Event::TenantCreatedV1 {
+                    tenant_id: "t-1".into(),
+                    name: "acme".into(),
+                    display_name: Some("Acme".into()),
+                },
+            )),
         ),
         (
             "tenant_suspended_v1",
@@ -36,7 +48,11 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             Some(env(
                 4,
                 1,
-                Event::CommandRejectedV1 { command: "resume_tenant".into(), reason: ReasonCode::TENANT_NOT_FOUND, message: "no tenant 't-9'".into() },
+                Event::CommandRejectedV1 {
+                    command: "resume_tenant".into(),
+                    reason: ReasonCode::TENANT_NOT_FOUND,
+                    message: "no tenant 't-9'".into(),
+                },
             )),
         ),
     ]
@@ -48,7 +64,8 @@ fn check(name: &str, bytes: &[u8]) {
     if std::env::var_os("WRIT_BLESS").is_some() && !std::path::Path::new(&path).exists() {
         std::fs::write(&path, format!("{hex_now}\n")).expect("bless golden file");
     }
-    let pinned = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden file {path}: bless new samples with WRIT_BLESS=1"));
+    let pinned = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("missing golden file {path}: bless new samples with WRIT_BLESS=1"));
     assert_eq!(pinned.trim(), hex_now, "encoding of {name} changed: persisted data would no longer decode");
 }
 

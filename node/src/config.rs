@@ -111,7 +111,11 @@ impl NodeConfig {
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<NodeConfig, ConfigError> {
         let mut raw: RawNodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         if let Some(v) = env("WRIT_NODE_ID") {
-            raw.node_id = Some(v.parse().map_err(|_| ConfigError::Invalid { field: "node_id", message: format!("'{v}' is not a number") })?);
+            raw.node_id =
+                Some(v.parse().map_err(|_| ConfigError::Invalid {
+                    field: "node_id",
+                    message: format!("'{v}' is not a number"),
+                })?);
         }
         if let Some(v) = env("WRIT_LISTEN") {
             raw.listen = Some(v);
@@ -159,7 +163,10 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         election_min_ms: raw.raft.election_min_ms.unwrap_or(defaults.election_min_ms),
         election_max_ms: raw.raft.election_max_ms.unwrap_or(defaults.election_max_ms),
         snapshot_every_entries: raw.raft.snapshot_every_entries.unwrap_or(defaults.snapshot_every_entries),
-        keep_entries_behind_snapshot: raw.raft.keep_entries_behind_snapshot.unwrap_or(defaults.keep_entries_behind_snapshot),
+        keep_entries_behind_snapshot: raw
+            .raft
+            .keep_entries_behind_snapshot
+            .unwrap_or(defaults.keep_entries_behind_snapshot),
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
         return Err(ConfigError::ElectionTimeoutBelowHeartbeat {
@@ -176,7 +183,10 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     let mut members = BTreeMap::new();
     for m in raw.members {
         if m.id == 0 || !(m.addr.starts_with("http://") || m.addr.starts_with("https://")) {
-            return Err(ConfigError::Invalid { field: "members", message: format!("member {} needs id > 0 and an http(s) addr", m.id) });
+            return Err(ConfigError::Invalid {
+                field: "members",
+                message: format!("member {} needs id > 0 and an http(s) addr", m.id),
+            });
         }
         members.insert(m.id, m.addr);
     }
@@ -204,7 +214,8 @@ mod tests {
         None
     }
 
-    const BASE: &str = "node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"/tmp/x\"\noperator_token = \"0123456789abcdef\"\n";
+    const BASE: &str =
+        "node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"/tmp/x\"\noperator_token = \"0123456789abcdef\"\n";
 
     #[test]
     fn valid_config_parses_and_env_overrides() {
@@ -222,7 +233,10 @@ mod tests {
                 BASE.replace("127.0.0.1:7001", "0.0.0.0:7001"),
                 ConfigError::TlsRequiredOutsideLoopback { listen: "0.0.0.0:7001".parse().unwrap() },
             ),
-            (format!("{BASE}[raft]\nheartbeat_ms = 300\n"), ConfigError::ElectionTimeoutBelowHeartbeat { election_min_ms: 500, heartbeat_ms: 300 }),
+            (
+                format!("{BASE}[raft]\nheartbeat_ms = 300\n"),
+                ConfigError::ElectionTimeoutBelowHeartbeat { election_min_ms: 500, heartbeat_ms: 300 },
+            ),
             (BASE.replace("0123456789abcdef", "short"), ConfigError::OperatorTokenTooShort),
             (format!("{BASE}bootstrap = true\n"), ConfigError::BootstrapWithoutSelf { node_id: 1 }),
             (BASE.replace("node_id = 1\n", ""), ConfigError::Missing("node_id", "NODE_ID")),

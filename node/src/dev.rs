@@ -58,10 +58,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     };
     let running = crate::start_node(&cfg).await?;
     let env_path = args.data_dir.join("env");
-    write_private(
-        &env_path,
-        &format!("export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\n", running.url),
-    )?;
+    write_private(&env_path, &format!("export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\n", running.url))?;
     let exe = std::env::current_exe().ok().and_then(|p| {
         let cwd = std::env::current_dir().ok()?;
         Some(p.strip_prefix(&cwd).map(|r| r.display().to_string()).unwrap_or_else(|_| p.display().to_string()))

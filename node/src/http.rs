@@ -74,44 +74,43 @@ fn bincode_response<T: Serialize>(value: &T) -> Response {
     }
 }
 
-fn decode_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
-    writ_api::decode(body).map_err(|e| (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response())
+/// Decodes a bincode Raft RPC, runs it, and encodes its result.
+async fn raft_call<Req, Resp, F, Fut>(body: Bytes, call: F) -> Response
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    F: FnOnce(Req) -> Fut,
+    Fut: std::future::Future<Output = Resp>,
+{
+    match writ_api::decode::<Req>(&body) {
+        Ok(req) => bincode_response(&call(req).await),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
+    }
 }
 
 async fn raft_append(State(st): State<NodeState>, body: Bytes) -> Response {
-    match decode_body(&body) {
-        Ok(req) => bincode_response(&st.node.raft.append_entries(req).await),
-        Err(r) => r,
-    }
+    raft_call(body, |req| async move { st.node.raft.append_entries(req).await }).await
 }
 
 async fn raft_vote(State(st): State<NodeState>, body: Bytes) -> Response {
-    match decode_body(&body) {
-        Ok(req) => bincode_response(&st.node.raft.vote(req).await),
-        Err(r) => r,
-    }
+    raft_call(body, |req| async move { st.node.raft.vote(req).await }).await
 }
 
+type SnapshotRpc = (openraft::alias::VoteOf<TypeConfig>, openraft::alias::SnapshotMetaOf<TypeConfig>, Vec<u8>);
+
 async fn raft_snapshot(State(st): State<NodeState>, body: Bytes) -> Response {
-    type Req = (openraft::alias::VoteOf<TypeConfig>, openraft::alias::SnapshotMetaOf<TypeConfig>, Vec<u8>);
-    match decode_body::<Req>(&body) {
-        Ok((vote, meta, data)) => {
-            let snapshot = Snapshot { meta, snapshot: Cursor::new(data) };
-            let res = st.node.raft.install_full_snapshot(vote, snapshot).await.map_err(RaftError::<TypeConfig>::Fatal);
-            bincode_response(&res)
-        }
-        Err(r) => r,
-    }
+    raft_call(body, |(vote, meta, data): SnapshotRpc| async move {
+        let snapshot = Snapshot { meta, snapshot: Cursor::new(data) };
+        st.node.raft.install_full_snapshot(vote, snapshot).await.map_err(RaftError::<TypeConfig>::Fatal)
+    })
+    .await
 }
 
 async fn raft_transfer_leader(State(st): State<NodeState>, body: Bytes) -> Response {
-    match decode_body(&body) {
-        Ok(req) => {
-            let res = st.node.raft.handle_transfer_leader(req).await.map_err(RaftError::<TypeConfig>::Fatal);
-            bincode_response(&res)
-        }
-        Err(r) => r,
-    }
+    raft_call(body, |req| async move {
+        st.node.raft.handle_transfer_leader(req).await.map_err(RaftError::<TypeConfig>::Fatal)
+    })
+    .await
 }
 
 fn forwarded(headers: &HeaderMap) -> bool {
@@ -126,7 +125,10 @@ async fn client_submit(
     Ok(Json(st.node.submit_request(req, forwarded(&headers)).await?).into_response())
 }
 
-async fn client_query(State(st): State<NodeState>, ValidJson(req): ValidJson<QueryRequest>) -> Result<Response, ApiError> {
+async fn client_query(
+    State(st): State<NodeState>,
+    ValidJson(req): ValidJson<QueryRequest>,
+) -> Result<Response, ApiError> {
     Ok(Json(st.node.query_request(req).await?).into_response())
 }
 
@@ -213,7 +215,13 @@ async fn client_watch(
                     Ok(p) => p,
                     Err(e) => {
                         tracing::error!(error = %e, "watch store read failed");
-                        let _ = tx.send(Ok(line(&WatchLine::End { end: ReasonCode::INTERNAL, message: "store read failed", next }))).await;
+                        let _ = tx
+                            .send(Ok(line(&WatchLine::End {
+                                end: ReasonCode::INTERNAL,
+                                message: "store read failed",
+                                next,
+                            })))
+                            .await;
                         return;
                     }
                 };
@@ -252,7 +260,8 @@ async fn client_watch(
             }
         }
     });
-    let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }));
+    let body =
+        Body::from_stream(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }));
     Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use openraft::async_runtime::WatchReceiver;
 use openraft::alias::LogIdOf;
+use openraft::async_runtime::WatchReceiver;
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::linearizable_read::{Linearizer, ReadLogId};
 use openraft::{BasicNode, ReadPolicy, ServerState};
@@ -35,9 +35,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
     }
 }
 
@@ -170,7 +168,11 @@ impl LedgerNode {
         if !self.is_leader() {
             return self.forward(req, forwarded).await;
         }
-        let request = LedgerRequest { stamp_ms: self.clock.now_ms(), trace_id: req.trace_id.clone(), command: req.command.clone() };
+        let request = LedgerRequest {
+            stamp_ms: self.clock.now_ms(),
+            trace_id: req.trace_id.clone(),
+            command: req.command.clone(),
+        };
         match self.raft.client_write(request).await {
             Ok(resp) => Ok(SubmitResponse { log_index: resp.log_id.index(), outcome: resp.data }),
             Err(e) => match e.forward_to_leader() {
@@ -227,7 +229,10 @@ impl LedgerNode {
         match req.query {
             Query::ListTenants { after, limit } => {
                 if limit == 0 || limit > PAGE_LIMIT_MAX {
-                    return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("limit must be 1..={PAGE_LIMIT_MAX}")));
+                    return Err(Rejection::new(
+                        ReasonCode::INPUT_INVALID,
+                        format!("limit must be 1..={PAGE_LIMIT_MAX}"),
+                    ));
                 }
                 let (tenants, next_cursor) = state.list_tenants(after.as_deref(), limit as usize);
                 Ok(QueryResult::Tenants { tenants, next_cursor })
@@ -290,7 +295,8 @@ impl LedgerNode {
 
     /// Membership and maintenance. Membership changes run on the leader (forwarded once).
     pub async fn change(&self, change: ClusterChange, forwarded: bool) -> Result<NodeStatus, Rejection> {
-        let membership_change = matches!(change, ClusterChange::AddLearner { .. } | ClusterChange::ChangeMembership { .. });
+        let membership_change =
+            matches!(change, ClusterChange::AddLearner { .. } | ClusterChange::ChangeMembership { .. });
         if membership_change && !self.is_leader() {
             if forwarded {
                 return Err(unavailable("this node is not the leader"));
@@ -311,7 +317,7 @@ impl LedgerNode {
                 self.raft.change_membership(voters, false).await.map_err(|e| invalid(&e))?;
             }
             ClusterChange::Snapshot => {
-                let before = self.raft.metrics().borrow_watched().snapshot.clone();
+                let before = self.raft.metrics().borrow_watched().snapshot;
                 self.raft.trigger().snapshot().await.map_err(|e| internal(&e))?;
                 // Wait (bounded) for the snapshot to be built so the caller can rely on it.
                 let mut rx = self.raft.metrics();

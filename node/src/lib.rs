@@ -46,9 +46,7 @@ impl RunningNode {
 /// Installs the Prometheus recorder once per process and returns its handle.
 pub fn install_metrics() -> Option<PrometheusHandle> {
     static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
-    HANDLE
-        .get_or_init(|| metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok())
-        .clone()
+    HANDLE.get_or_init(|| metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok()).clone()
 }
 
 /// Binds, starts the Raft member and serves Raft, client and admin APIs on one listener.
@@ -58,7 +56,10 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let tls = cfg.tls.as_ref().map(tls::TlsMaterial::load).transpose()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{local_addr}"));
-    let mut http = reqwest::Client::builder().no_proxy().connect_timeout(PEER_CONNECT_TIMEOUT).pool_idle_timeout(Duration::from_secs(30));
+    let mut http = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .pool_idle_timeout(Duration::from_secs(30));
     if let Some(t) = &tls {
         http = http.use_preconfigured_tls(t.client_config()?);
     }

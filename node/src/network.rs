@@ -43,7 +43,12 @@ impl RaftNetworkFactory<TypeConfig> for HttpRaftNetwork {
     type Network = HttpRaftPeer;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
-        HttpRaftPeer { from: self.node_id, target, base: node.addr.trim_end_matches('/').to_string(), http: self.http.clone() }
+        HttpRaftPeer {
+            from: self.node_id,
+            target,
+            base: node.addr.trim_end_matches('/').to_string(),
+            http: self.http.clone(),
+        }
     }
 }
 
@@ -80,12 +85,7 @@ impl HttpRaftPeer {
         let resp = match sent {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
-                return Err(RPCError::Timeout(Timeout {
-                    action,
-                    id: self.from,
-                    target: self.target,
-                    timeout,
-                }))
+                return Err(RPCError::Timeout(Timeout { action, id: self.from, target: self.target, timeout }))
             }
             Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
         };

@@ -37,11 +37,13 @@ fn bad(path: &std::path::Path, what: &str) -> io::Error {
 impl TlsMaterial {
     pub fn load(cfg: &TlsConfig) -> io::Result<TlsMaterial> {
         let read = |p: &std::path::Path| std::fs::File::open(p).map(BufReader::new);
-        let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut read(&cfg.cert)?).collect::<Result<_, _>>()?;
+        let certs: Vec<CertificateDer<'static>> =
+            rustls_pemfile::certs(&mut read(&cfg.cert)?).collect::<Result<_, _>>()?;
         if certs.is_empty() {
             return Err(bad(&cfg.cert, "no PEM certificate found"));
         }
-        let key = rustls_pemfile::private_key(&mut read(&cfg.key)?)?.ok_or_else(|| bad(&cfg.key, "no PEM private key found"))?;
+        let key = rustls_pemfile::private_key(&mut read(&cfg.key)?)?
+            .ok_or_else(|| bad(&cfg.key, "no PEM private key found"))?;
         let mut roots = RootCertStore::empty();
         for ca in rustls_pemfile::certs(&mut read(&cfg.ca)?) {
             roots.add(ca?).map_err(|e| bad(&cfg.ca, &e.to_string()))?;

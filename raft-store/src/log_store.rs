@@ -75,9 +75,8 @@ fn index_key(index: u64) -> [u8; 8] {
 }
 
 fn key_index(key: &[u8]) -> io::Result<u64> {
-    let bytes: [u8; 8] = key
-        .try_into()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "corrupt log key: not 8 bytes"))?;
+    let bytes: [u8; 8] =
+        key.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "corrupt log key: not 8 bytes"))?;
     Ok(u64::from_be_bytes(bytes))
 }
 
@@ -129,7 +128,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 Some(entry.log_id())
             }
         };
-        Ok(LogState { last_log_id: last.or_else(|| last_purged.clone()), last_purged_log_id: last_purged })
+        Ok(LogState { last_log_id: last.or(last_purged), last_purged_log_id: last_purged })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -165,16 +164,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
-        self.db
-            .delete_range_cf(self.cf(CF_LOGS), index_key(from), index_key(u64::MAX))
-            .map_err(io::Error::other)
+        self.db.delete_range_cf(self.cf(CF_LOGS), index_key(from), index_key(u64::MAX)).map_err(io::Error::other)
     }
 
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
         // Record the purge point first: entries at or below it are ignored from then on.
         self.put_meta(KEY_LAST_PURGED, &log_id, false)?;
-        self.db
-            .delete_range_cf(self.cf(CF_LOGS), index_key(0), index_key(log_id.index() + 1))
-            .map_err(io::Error::other)
+        self.db.delete_range_cf(self.cf(CF_LOGS), index_key(0), index_key(log_id.index() + 1)).map_err(io::Error::other)
     }
 }

@@ -36,10 +36,8 @@ impl LedgerState {
         match decide(self, &req.command, now) {
             Ok(events) => {
                 let stream = req.command.stream().to_string();
-                let envelopes = events
-                    .into_iter()
-                    .map(|event| self.append(&stream, &req.trace_id, event))
-                    .collect::<Vec<_>>();
+                let envelopes =
+                    events.into_iter().map(|event| self.append(&stream, &req.trace_id, event)).collect::<Vec<_>>();
                 (Outcome::Applied { events: envelopes.clone() }, envelopes)
             }
             Err(rejection) => {
@@ -120,9 +118,7 @@ impl LedgerState {
 
     /// Looks a tenant up by id, then by name.
     pub fn tenant(&self, id_or_name: &str) -> Option<&Tenant> {
-        self.tenants
-            .get(id_or_name)
-            .or_else(|| self.tenant_names.get(id_or_name).and_then(|id| self.tenants.get(id)))
+        self.tenants.get(id_or_name).or_else(|| self.tenant_names.get(id_or_name).and_then(|id| self.tenants.get(id)))
     }
 
     /// Tenants ordered by name, after the cursor (a name), at most `limit`.
@@ -172,7 +168,10 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 ));
             }
             if state.tenants.contains_key(tenant_id) {
-                return Err(Rejection::new(ReasonCode::TENANT_ALREADY_EXISTS, format!("tenant id '{tenant_id}' is taken")));
+                return Err(Rejection::new(
+                    ReasonCode::TENANT_ALREADY_EXISTS,
+                    format!("tenant id '{tenant_id}' is taken"),
+                ));
             }
             Ok(vec![Event::TenantCreatedV1 {
                 tenant_id: tenant_id.clone(),
@@ -194,10 +193,9 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
-            TenantState::Active => Err(Rejection::new(
-                ReasonCode::TENANT_STATE_CONFLICT,
-                format!("tenant '{tenant_id}' is not suspended"),
-            )),
+            TenantState::Active => {
+                Err(Rejection::new(ReasonCode::TENANT_STATE_CONFLICT, format!("tenant '{tenant_id}' is not suspended")))
+            }
         },
     }
 }
@@ -234,7 +232,10 @@ mod tests {
             (create(CLUSTER_STREAM, "x"), Some(ReasonCode::INPUT_INVALID)),
             (Command::ResumeTenant { tenant_id: "a".into() }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
             (Command::SuspendTenant { tenant_id: "zz".into(), note: None }, Some(ReasonCode::TENANT_NOT_FOUND)),
-            (Command::SuspendTenant { tenant_id: "a".into(), note: Some("x".repeat(501)) }, Some(ReasonCode::INPUT_INVALID)),
+            (
+                Command::SuspendTenant { tenant_id: "a".into(), note: Some("x".repeat(501)) },
+                Some(ReasonCode::INPUT_INVALID),
+            ),
             (Command::SuspendTenant { tenant_id: "a".into(), note: None }, None),
             (Command::SuspendTenant { tenant_id: "a".into(), note: None }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
             (Command::ResumeTenant { tenant_id: "a".into() }, None),

@@ -167,7 +167,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>, io::Error> {
         let (last_applied, membership, state) = {
             let a = self.read();
-            (a.last_applied.clone(), a.membership.clone(), a.state.clone())
+            (a.last_applied, a.membership.clone(), a.state.clone())
         };
         let file = SnapshotFile { last_applied, membership, state: checked_encode(&state)? };
         let this = self.clone();
@@ -190,7 +190,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
     ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
         let a = self.read();
-        Ok((a.last_applied.clone(), a.membership.clone()))
+        Ok((a.last_applied, a.membership.clone()))
     }
 
     async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
@@ -209,7 +209,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Blank => (Outcome::Internal, Vec::new()),
                     EntryPayload::Normal(ref req) => a.state.execute(req),
                     EntryPayload::Membership(ref m) => {
-                        a.membership = StoredMembershipOf::<TypeConfig>::new(Some(log_id.clone()), m.clone());
+                        a.membership = StoredMembershipOf::<TypeConfig>::new(Some(log_id), m.clone());
                         (Outcome::Internal, Vec::new())
                     }
                 };
@@ -249,7 +249,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let bytes = snapshot.into_inner();
         let state: LedgerState = checked_decode(&bytes, "snapshot state")?;
         let file =
-            SnapshotFile { last_applied: meta.last_log_id.clone(), membership: meta.last_membership.clone(), state: bytes };
+            SnapshotFile { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), state: bytes };
         let this = self.clone();
         let file = tokio::task::spawn_blocking(move || this.persist_snapshot(&file).map(|_| file))
             .await
@@ -261,10 +261,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
         if !keeps_history {
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
-            self.inner
-                .db
-                .delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes())
-                .map_err(io::Error::other)?;
+            self.inner.db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
         }
         let mut a = self.write_applied();
         if !keeps_history {
@@ -279,7 +276,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotOf<TypeConfig, Self::SnapshotData>>, io::Error> {
         let this = self.clone();
-        let file = tokio::task::spawn_blocking(move || this.load_newest_snapshot()).await.map_err(io::Error::other)??;
+        let file =
+            tokio::task::spawn_blocking(move || this.load_newest_snapshot()).await.map_err(io::Error::other)??;
         Ok(file.map(|f| SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
             meta: SnapshotMetaOf::<TypeConfig> { last_log_id: f.last_applied, last_membership: f.membership },
             snapshot: Cursor::new(f.state),

@@ -10,10 +10,10 @@ fn command() -> impl Strategy<Value = Command> {
     let id = (0u8..6).prop_map(|i| format!("t-{i}"));
     let name = prop_oneof![(0u8..6).prop_map(|i| format!("name-{i}")), Just("Bad Name".to_string())];
     prop_oneof![
-        (id.clone(), name, proptest::option::of("[a-z ]{0,12}")).prop_map(|(tenant_id, name, display_name)| {
-            Command::CreateTenant { tenant_id, name, display_name }
-        }),
-        (id.clone(), proptest::option::of("[a-z]{0,8}")).prop_map(|(tenant_id, note)| Command::SuspendTenant { tenant_id, note }),
+        (id.clone(), name, proptest::option::of("[a-z ]{0,12}"))
+            .prop_map(|(tenant_id, name, display_name)| { Command::CreateTenant { tenant_id, name, display_name } }),
+        (id.clone(), proptest::option::of("[a-z]{0,8}"))
+            .prop_map(|(tenant_id, note)| Command::SuspendTenant { tenant_id, note }),
         id.prop_map(|tenant_id| Command::ResumeTenant { tenant_id }),
     ]
 }

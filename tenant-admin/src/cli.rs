@@ -120,7 +120,10 @@ impl Client {
         if let Some(b) = body {
             rb = rb.json(&b);
         }
-        let resp = rb.send().await.map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("cannot reach {url}: {e}") })?;
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("cannot reach {url}: {e}") })?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: e.to_string() })?;
         if status.is_success() {

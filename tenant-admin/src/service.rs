@@ -34,7 +34,8 @@ type Shared = Arc<AdminState>;
 
 /// Builds the `/v1` router. The operator token must be non-empty (checked by config).
 pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
-    let state = Arc::new(AdminState { ledger, operator_token_sha256: Sha256::digest(operator_token.as_bytes()).into() });
+    let state =
+        Arc::new(AdminState { ledger, operator_token_sha256: Sha256::digest(operator_token.as_bytes()).into() });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))
         .route("/v1/cluster/learners", post(add_learner))
@@ -54,11 +55,8 @@ pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
 }
 
 async fn require_operator(State(st): State<Shared>, req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let presented =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     let Some(token) = presented else {
         return unauthorized(ReasonCode::AUTH_TOKEN_MISSING, "an operator bearer token is required");
     };
@@ -97,7 +95,10 @@ struct AddLearnerBody {
     addr: String,
 }
 
-async fn add_learner(State(st): State<Shared>, ValidJson(b): ValidJson<AddLearnerBody>) -> Result<Json<NodeStatus>, ApiError> {
+async fn add_learner(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<AddLearnerBody>,
+) -> Result<Json<NodeStatus>, ApiError> {
     if b.node_id == 0 || !(b.addr.starts_with("http://") || b.addr.starts_with("https://")) {
         return Err(ApiError::new(ReasonCode::INPUT_INVALID, "node_id must be > 0 and addr an http(s) URL"));
     }
@@ -142,8 +143,7 @@ async fn create_tenant(
     // Fail fast with the same rule the ledger applies (the ledger stays authoritative).
     writ_api::ledger::validate_tenant_name(&b.name)?;
     let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
-    let events =
-        submit(&st, Command::CreateTenant { tenant_id, name: b.name, display_name: b.display_name }).await?;
+    let events = submit(&st, Command::CreateTenant { tenant_id, name: b.name, display_name: b.display_name }).await?;
     let created = events.iter().find_map(|env| match &env.event {
         Event::TenantCreatedV1 { tenant_id, name, display_name } => Some(Tenant {
             id: tenant_id.clone(),
@@ -233,7 +233,8 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, format!("invalid JSON body: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, format!("invalid JSON body: {e}")))
 }
 
 async fn openapi() -> Json<serde_json::Value> {

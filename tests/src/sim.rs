@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use openraft::async_runtime::WatchReceiver;
 use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
@@ -225,7 +225,9 @@ impl SimCluster {
         let isolated = self.board.isolated.lock().expect("lock").clone();
         self.nodes
             .values()
-            .find(|n| !isolated.contains(&n.id) && n.raft.metrics().borrow_watched().state == openraft::ServerState::Leader)
+            .find(|n| {
+                !isolated.contains(&n.id) && n.raft.metrics().borrow_watched().state == openraft::ServerState::Leader
+            })
             .map(|n| n.id)
     }
 

@@ -57,7 +57,9 @@ async fn bad_input_and_auth_get_reason_codes() {
     let url = node.url.as_str();
     let tok = Some(TEST_OPERATOR_TOKEN);
     let big = format!("{{\"name\":\"{}\"}}", "a".repeat(70 * 1024));
-    let cases: Vec<(&str, &str, Option<&str>, Option<&str>, u16, &str)> = vec![
+    // (method, path, token, body, expected status, expected reason)
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         ("POST", "/v1/tenants", None, Some(r#"{"name":"acme"}"#), 401, "AUTH_TOKEN_MISSING"),
         ("POST", "/v1/tenants", Some("wrong-token-wrong-token"), Some(r#"{"name":"acme"}"#), 401, "AUTH_TOKEN_INVALID"),
         ("GET", "/v1/cluster/status", None, None, 401, "AUTH_TOKEN_MISSING"),
@@ -108,7 +110,11 @@ async fn cli_drives_tenants_with_trustworthy_exit_codes() {
             .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
             .output()
             .expect("run writ admin");
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     };
     let (code, out, err) = cli(&["tenant", "create", "globex", "--display-name", "Globex", "--output", "json"]);
     assert_eq!(code, 0, "{err}");
@@ -181,7 +187,8 @@ async fn watch_streams_events_from_a_revision_with_filters() {
             events.push(serde_json::from_str(&line).expect("ndjson line"));
         }
     }
-    let names: Vec<&str> = events.iter().map(|e| e["event"]["TenantCreatedV1"]["name"].as_str().unwrap_or("?")).collect();
+    let names: Vec<&str> =
+        events.iter().map(|e| e["event"]["TenantCreatedV1"]["name"].as_str().unwrap_or("?")).collect();
     assert_eq!(names, ["w-a", "w-b", "w-c", "w-d"]);
     let revs: Vec<u64> = events.iter().map(|e| e["revision"].as_u64().unwrap_or(0)).collect();
     assert!(revs.windows(2).all(|w| w[0] < w[1]), "{revs:?}");

@@ -8,7 +8,13 @@ use writ_tests::procs::Cluster;
 
 /// Creates tenants `{prefix}-{i}` for i in range with `concurrency` workers, spread over
 /// `urls`; returns the acknowledged names. Retries a name whose outcome was uncertain.
-async fn create_many(c: &Cluster, urls: &[String], prefix: &str, range: std::ops::Range<usize>, concurrency: usize) -> Vec<String> {
+async fn create_many(
+    c: &Cluster,
+    urls: &[String],
+    prefix: &str,
+    range: std::ops::Range<usize>,
+    concurrency: usize,
+) -> Vec<String> {
     let names: Vec<String> = range.map(|i| format!("{prefix}-{i}")).collect();
     let chunks: Vec<Vec<String>> = names.chunks(names.len().div_ceil(concurrency).max(1)).map(|c| c.to_vec()).collect();
     let mut tasks = Vec::new();

@@ -50,18 +50,16 @@ async fn run_seed(seed: u64) {
         command: Command::CreateTenant { tenant_id: "t-orphan".into(), name: "orphan".into(), display_name: None },
     };
     let old_leader = c.nodes[&leader].clone();
-    let orphan_result =
-        tokio::time::timeout(Duration::from_secs(3), old_leader.submit_request(orphan, false)).await;
+    let orphan_result = tokio::time::timeout(Duration::from_secs(3), old_leader.submit_request(orphan, false)).await;
     assert!(
         !matches!(orphan_result, Ok(Ok(_))),
         "seed {seed}: the isolated leader acknowledged a write: {orphan_result:?}"
     );
     assert_eq!(c.nodes[&leader].status().last_applied_index, applied_before, "seed {seed}: minority applied something");
 
-    let new_leader = eventually("majority leader", Duration::from_secs(20), || async {
-        c.leader().filter(|id| *id != leader)
-    })
-    .await;
+    let new_leader =
+        eventually("majority leader", Duration::from_secs(20), || async { c.leader().filter(|id| *id != leader) })
+            .await;
     let mut acked = Vec::new();
     for i in 0..rng.random_range(10..30) {
         let name = format!("p{i}");
@@ -87,7 +85,10 @@ async fn run_seed(seed: u64) {
     // Every acknowledged write survived; the orphaned one never became visible.
     for node in c.nodes.values() {
         for name in &acked {
-            let q = QueryRequest { query: Query::GetTenant { tenant: name.clone() }, consistency: Consistency::Linearizable };
+            let q = QueryRequest {
+                query: Query::GetTenant { tenant: name.clone() },
+                consistency: Consistency::Linearizable,
+            };
             node.query_request(q).await.unwrap_or_else(|e| panic!("seed {seed}: node {} lost {name}: {e}", node.id));
         }
         let q = QueryRequest { query: Query::GetTenant { tenant: "orphan".into() }, consistency: Consistency::Stale };

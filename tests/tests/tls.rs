@@ -84,7 +84,7 @@ async fn mtls_cluster_replicates_and_refuses_clients_without_a_certificate() {
     let url = nodes[1].url.clone();
     assert!(url.starts_with("https://"));
     // A write through a follower: forwarded to the leader over mTLS, replicated over mTLS.
-    let created = writ_tests::eventually("a create through mTLS", Duration::from_secs(30), || {
+    writ_tests::eventually("a create through mTLS", Duration::from_secs(30), || {
         let good = good.clone();
         let url = url.clone();
         async move {
@@ -99,14 +99,14 @@ async fn mtls_cluster_replicates_and_refuses_clients_without_a_certificate() {
         }
     })
     .await;
-    let _ = created;
     for n in &nodes {
         let u = n.url.clone();
         writ_tests::eventually("replicated to every node", Duration::from_secs(20), || {
             let good = good.clone();
             let u = u.clone();
             async move {
-                let body = serde_json::json!({"query": {"query": "get_tenant", "tenant": "secure"}, "consistency": "stale"});
+                let body =
+                    serde_json::json!({"query": {"query": "get_tenant", "tenant": "secure"}, "consistency": "stale"});
                 let r = good.post(format!("{u}/client/query")).json(&body).send().await.ok()?;
                 r.status().is_success().then_some(())
             }
@@ -115,7 +115,10 @@ async fn mtls_cluster_replicates_and_refuses_clients_without_a_certificate() {
     }
     // No client certificate: the handshake is refused, nothing is served.
     let anonymous = client(None, &pki.ca_pem);
-    assert!(anonymous.get(format!("{url}/healthz")).send().await.is_err(), "server accepted a client without a certificate");
+    assert!(
+        anonymous.get(format!("{url}/healthz")).send().await.is_err(),
+        "server accepted a client without a certificate"
+    );
     for n in nodes {
         n.shutdown().await;
     }
