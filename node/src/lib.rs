@@ -60,9 +60,12 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         .no_proxy()
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .pool_idle_timeout(Duration::from_secs(30));
-    if let Some(t) = &tls {
-        http = http.use_preconfigured_tls(t.client_config()?);
-    }
+    // Raft RPCs and client calls share one connection per peer over HTTP/2: negotiated by ALPN
+    // under TLS, prior knowledge (h2c) on loopback. Heartbeats never queue behind a snapshot.
+    http = match &tls {
+        Some(t) => http.use_preconfigured_tls(t.client_config()?),
+        None => http.http2_prior_knowledge(),
+    };
     let http = http.build().map_err(std::io::Error::other)?;
     std::fs::create_dir_all(&cfg.data_dir)?;
     let node = LedgerNode::start(
@@ -79,6 +82,11 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let app = http::router(node.clone(), install_metrics(), admin);
     let server = match tls {
         None => tokio::spawn(async move {
+            use axum::serve::ListenerExt;
+            // Small request/response frames: disable Nagle or they wait for delayed ACKs.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "node server stopped");
             }

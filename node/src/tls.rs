@@ -93,6 +93,7 @@ pub async fn serve(listener: TcpListener, app: Router, cfg: Arc<ServerConfig>) {
                 continue;
             }
         };
+        let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
         tokio::spawn(async move {
