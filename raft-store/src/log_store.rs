@@ -8,6 +8,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -29,14 +30,31 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 pub struct LogStore {
     db: Arc<DB>,
     flusher: mpsc::Sender<IOFlushed<TypeConfig>>,
+    stats: Arc<FlushStats>,
+}
+
+/// Counters of the group commit: how many appends were made durable by how many WAL syncs.
+#[derive(Debug, Default)]
+pub struct FlushStats {
+    pub appends: AtomicU64,
+    pub syncs: AtomicU64,
 }
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<IOFlushed<TypeConfig>>();
         let flush_db = db.clone();
-        std::thread::Builder::new().name("writ-log-flusher".into()).spawn(move || group_commit_loop(&flush_db, rx))?;
-        Ok(LogStore { db, flusher: tx })
+        let stats = Arc::new(FlushStats::default());
+        let flush_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("writ-log-flusher".into())
+            .spawn(move || group_commit_loop(&flush_db, rx, &flush_stats))?;
+        Ok(LogStore { db, flusher: tx, stats })
+    }
+
+    /// Group-commit counters since open.
+    pub fn flush_stats(&self) -> (u64, u64) {
+        (self.stats.appends.load(Ordering::Relaxed), self.stats.syncs.load(Ordering::Relaxed))
     }
 
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
@@ -58,12 +76,14 @@ impl LogStore {
 }
 
 /// One fsync per batch of queued appends.
-fn group_commit_loop(db: &DB, rx: mpsc::Receiver<IOFlushed<TypeConfig>>) {
+fn group_commit_loop(db: &DB, rx: mpsc::Receiver<IOFlushed<TypeConfig>>, stats: &FlushStats) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
         metrics::histogram!("writ_log_group_commit_appends").record(batch.len() as f64);
         let result = db.flush_wal(true);
+        stats.appends.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        stats.syncs.fetch_add(1, Ordering::Relaxed);
         for cb in batch {
             cb.io_completed(result.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string())));
         }
