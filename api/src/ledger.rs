@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::reason::ReasonCode;
+use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
 
 /// Longest tenant name accepted.
 pub const TENANT_NAME_BYTES_MAX: usize = 63;
@@ -32,6 +33,7 @@ pub enum Command {
     CreateTenant { tenant_id: String, name: String, display_name: Option<String> },
     SuspendTenant { tenant_id: String, note: Option<String> },
     ResumeTenant { tenant_id: String },
+    SetTenantSettings { tenant_id: String, patch: TenantSettingsPatch },
 }
 
 impl Command {
@@ -41,6 +43,7 @@ impl Command {
             Command::CreateTenant { .. } => "create_tenant",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
+            Command::SetTenantSettings { .. } => "set_tenant_settings",
         }
     }
 
@@ -49,7 +52,8 @@ impl Command {
         match self {
             Command::CreateTenant { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
-            | Command::ResumeTenant { tenant_id } => tenant_id,
+            | Command::ResumeTenant { tenant_id }
+            | Command::SetTenantSettings { tenant_id, .. } => tenant_id,
         }
     }
 }
@@ -75,6 +79,11 @@ pub enum Event {
         reason: ReasonCode,
         message: String,
     },
+    /// The tenant's settings after a change (the whole value, so replay needs no patch logic).
+    TenantSettingsChangedV1 {
+        tenant_id: String,
+        settings: TenantSettingsV1,
+    },
 }
 
 impl Event {
@@ -85,6 +94,7 @@ impl Event {
             Event::TenantSuspendedV1 { .. } => "tenant_suspended",
             Event::TenantResumedV1 { .. } => "tenant_resumed",
             Event::CommandRejectedV1 { .. } => "command_rejected",
+            Event::TenantSettingsChangedV1 { .. } => "tenant_settings_changed",
         }
     }
 }
@@ -131,6 +141,7 @@ pub struct Tenant {
     pub updated_at_ms: u64,
     /// Revision of the last event that changed this tenant.
     pub revision: u64,
+    pub settings: TenantSettingsV1,
 }
 
 /// A rejection with its reason code and a human message.

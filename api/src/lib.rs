@@ -5,6 +5,7 @@ pub mod client;
 pub mod dto;
 pub mod ledger;
 pub mod reason;
+pub mod settings;
 
 pub use ledger::Rejection;
 pub use reason::ReasonCode;

@@ -2,6 +2,7 @@
 //! fails here. Add a new `V2` variant instead; bless new samples with `WRIT_BLESS=1`.
 
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
+use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
 use writ_api::ReasonCode;
 
 fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
@@ -52,6 +53,33 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                     command: "resume_tenant".into(),
                     reason: ReasonCode::TENANT_NOT_FOUND,
                     message: "no tenant 't-9'".into(),
+                },
+            )),
+        ),
+        (
+            "tenant_settings_changed_v1",
+            req(Command::SetTenantSettings {
+                tenant_id: "t-1".into(),
+                patch: TenantSettingsPatch {
+                    audit_max_events: Some(500),
+                    audit_mode: Some(AuditMode::Strict),
+                    allowed_origins: Some(vec!["https://app.example".into()]),
+                    quotas: Some(QuotasV1 { requests_per_minute: Some(600), ..Default::default() }),
+                    ..Default::default()
+                },
+            }),
+            Some(env(
+                5,
+                4,
+                Event::TenantSettingsChangedV1 {
+                    tenant_id: "t-1".into(),
+                    settings: TenantSettingsV1 {
+                        audit_max_events: 500,
+                        audit_mode: AuditMode::Strict,
+                        allowed_origins: vec!["https://app.example".into()],
+                        quotas: QuotasV1 { requests_per_minute: Some(600), ..Default::default() },
+                        ..Default::default()
+                    },
                 },
             )),
         ),

@@ -29,8 +29,25 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
-    flusher: mpsc::Sender<IOFlushed<TypeConfig>>,
+    flusher: Arc<Flusher>,
     stats: Arc<FlushStats>,
+}
+
+/// The flusher thread's handle. When the last `LogStore` clone goes, the channel closes and the
+/// thread is joined, so the thread's reference to the DB is released before anyone closes it
+/// (RocksDB aborts the process if it is torn down while another thread still uses it).
+struct Flusher {
+    tx: Option<mpsc::Sender<IOFlushed<TypeConfig>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Counters of the group commit: how many appends were made durable by how many WAL syncs.
@@ -46,10 +63,10 @@ impl LogStore {
         let flush_db = db.clone();
         let stats = Arc::new(FlushStats::default());
         let flush_stats = stats.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("writ-log-flusher".into())
             .spawn(move || group_commit_loop(&flush_db, rx, &flush_stats))?;
-        Ok(LogStore { db, flusher: tx, stats })
+        Ok(LogStore { db, flusher: Arc::new(Flusher { tx: Some(tx), thread: Some(thread) }), stats })
     }
 
     /// Group-commit counters since open.
@@ -76,7 +93,7 @@ impl LogStore {
 }
 
 /// One fsync per batch of queued appends.
-fn group_commit_loop(db: &DB, rx: mpsc::Receiver<IOFlushed<TypeConfig>>, stats: &FlushStats) {
+fn group_commit_loop(db: &Arc<DB>, rx: mpsc::Receiver<IOFlushed<TypeConfig>>, stats: &FlushStats) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
@@ -179,7 +196,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Written (readable) now, durable when the flusher's next WAL sync completes.
         self.db.write(batch).map_err(io::Error::other)?;
-        self.flusher.send(callback).map_err(|_| io::Error::other("log flusher thread is gone"))
+        let tx = self.flusher.tx.as_ref().ok_or_else(|| io::Error::other("log flusher is shut down"))?;
+        tx.send(callback).map_err(|_| io::Error::other("log flusher thread is gone"))
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {

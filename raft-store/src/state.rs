@@ -9,6 +9,7 @@ use writ_api::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
     CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
 };
+use writ_api::settings::TenantSettingsV1;
 use writ_api::{ReasonCode, Rejection};
 
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
@@ -100,8 +101,15 @@ impl LedgerState {
                         created_at_ms: env.at_ms,
                         updated_at_ms: env.at_ms,
                         revision: env.revision,
+                        settings: TenantSettingsV1::default(),
                     },
                 );
+            }
+            Event::TenantSettingsChangedV1 { tenant_id, settings } => {
+                let tenant = self.tenants.get_mut(tenant_id).expect("event for unknown tenant: corrupt event log");
+                tenant.settings = settings.clone();
+                tenant.updated_at_ms = env.at_ms;
+                tenant.revision = env.revision;
             }
             Event::TenantSuspendedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Suspended, env),
             Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env),
@@ -191,6 +199,10 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 )),
             }
         }
+        Command::SetTenantSettings { tenant_id, patch } => {
+            let settings = existing(state, tenant_id)?.settings.patched(patch)?;
+            Ok(vec![Event::TenantSettingsChangedV1 { tenant_id: tenant_id.clone(), settings }])
+        }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
             TenantState::Active => {
@@ -210,6 +222,7 @@ fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use writ_api::settings::TenantSettingsPatch;
 
     fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
         LedgerRequest { stamp_ms, trace_id: "t".into(), command }
@@ -239,12 +252,40 @@ mod tests {
             (Command::SuspendTenant { tenant_id: "a".into(), note: None }, None),
             (Command::SuspendTenant { tenant_id: "a".into(), note: None }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
             (Command::ResumeTenant { tenant_id: "a".into() }, None),
+            (
+                Command::SetTenantSettings {
+                    tenant_id: "a".into(),
+                    patch: TenantSettingsPatch { idempotency_retention_s: Some(60), ..Default::default() },
+                },
+                Some(ReasonCode::INPUT_INVALID),
+            ),
+            (
+                Command::SetTenantSettings { tenant_id: "zz".into(), patch: TenantSettingsPatch::default() },
+                Some(ReasonCode::TENANT_NOT_FOUND),
+            ),
+            (
+                Command::SetTenantSettings {
+                    tenant_id: "a".into(),
+                    patch: TenantSettingsPatch { audit_max_events: Some(500), ..Default::default() },
+                },
+                None,
+            ),
         ];
         for (cmd, want) in cases {
             let got = decide(&st, &cmd, 0).err().map(|r| r.reason);
             assert_eq!(got, want, "{cmd:?}");
             st.execute(&req(11, cmd));
         }
+    }
+
+    #[test]
+    fn settings_change_is_applied() {
+        let mut st = LedgerState::default();
+        st.execute(&req(1, create("a", "acme")));
+        assert_eq!(st.tenant("a").map(|t| t.settings.audit_max_events), Some(20_000));
+        let patch = TenantSettingsPatch { audit_max_events: Some(7), ..Default::default() };
+        st.execute(&req(2, Command::SetTenantSettings { tenant_id: "a".into(), patch }));
+        assert_eq!(st.tenant("a").map(|t| t.settings.audit_max_events), Some(7));
     }
 
     #[test]

@@ -33,7 +33,7 @@ fn a_burst_of_appends_shares_wal_syncs_and_all_are_acknowledged() {
         let (appends, syncs) = log.flush_stats();
         eprintln!("group commit: {appends} appends made durable by {syncs} WAL syncs");
         assert_eq!(appends, APPENDS, "every append passed through the flusher");
-        assert!(syncs >= 1 && syncs < APPENDS, "{syncs} WAL syncs for {APPENDS} appends: no grouping");
+        assert!((1..APPENDS).contains(&syncs), "{syncs} WAL syncs for {APPENDS} appends: no grouping");
         // What was acknowledged is readable back.
         let state = log.get_log_state().await.expect("log state");
         assert_eq!(state.last_log_id.map(|l| l.index()), Some(APPENDS));

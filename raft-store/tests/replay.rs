@@ -14,7 +14,17 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(tenant_id, name, display_name)| { Command::CreateTenant { tenant_id, name, display_name } }),
         (id.clone(), proptest::option::of("[a-z]{0,8}"))
             .prop_map(|(tenant_id, note)| Command::SuspendTenant { tenant_id, note }),
-        id.prop_map(|tenant_id| Command::ResumeTenant { tenant_id }),
+        id.clone().prop_map(|tenant_id| Command::ResumeTenant { tenant_id }),
+        (id, proptest::option::of(0u64..50_000), proptest::option::of(0u64..200_000)).prop_map(
+            |(tenant_id, audit_max_events, idempotency_retention_s)| Command::SetTenantSettings {
+                tenant_id,
+                patch: writ_api::settings::TenantSettingsPatch {
+                    audit_max_events,
+                    idempotency_retention_s,
+                    ..Default::default()
+                },
+            }
+        ),
     ]
 }
 

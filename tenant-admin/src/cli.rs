@@ -91,6 +91,106 @@ pub enum TenantCmd {
     Resume {
         tenant: String,
     },
+    /// Change settings; only the flags given change.
+    Set(SetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    pub tenant: String,
+    /// Audit events retained (FIFO beyond it).
+    #[arg(long)]
+    pub audit_max_events: Option<u64>,
+    /// Oldest audit event retained, e.g. `90d`.
+    #[arg(long, value_parser = parse_duration_s)]
+    pub audit_max_age: Option<u64>,
+    #[arg(long, value_enum)]
+    pub audit_mode: Option<AuditModeArg>,
+    /// How long idempotency records are kept (at least 24h), e.g. `48h`.
+    #[arg(long, value_parser = parse_duration_s)]
+    pub idempotency_retention: Option<u64>,
+    #[arg(long, value_parser = parse_duration_s)]
+    pub token_ttl_min: Option<u64>,
+    #[arg(long, value_parser = parse_duration_s)]
+    pub token_ttl_max: Option<u64>,
+    /// Replaces the allowed origins (repeat the flag); `--allowed-origin ''` clears them.
+    #[arg(long = "allowed-origin")]
+    pub allowed_origins: Option<Vec<String>>,
+    #[arg(long)]
+    pub requests_per_minute: Option<u64>,
+    #[arg(long)]
+    pub operations_per_minute: Option<u64>,
+    #[arg(long)]
+    pub cost_units_per_day: Option<u64>,
+    #[arg(long)]
+    pub concurrent_operations: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum AuditModeArg {
+    Standard,
+    Strict,
+}
+
+/// Parses `90`, `90s`, `15m`, `12h` or `30d` into seconds.
+pub fn parse_duration_s(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("'{text}' is not a duration like 90s, 15m, 12h or 30d"))?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("'{text}': unit must be s, m, h or d")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("'{text}' is too large"))
+}
+
+impl SetArgs {
+    /// The JSON patch: only the flags given.
+    fn patch(&self) -> Value {
+        let mut p = serde_json::Map::new();
+        let mut put = |k: &str, v: Value| {
+            p.insert(k.to_string(), v);
+        };
+        if let Some(v) = self.audit_max_events {
+            put("audit_max_events", v.into());
+        }
+        if let Some(v) = self.audit_max_age {
+            put("audit_max_age_s", v.into());
+        }
+        if let Some(v) = self.audit_mode {
+            put("audit_mode", if matches!(v, AuditModeArg::Strict) { "strict" } else { "standard" }.into());
+        }
+        if let Some(v) = self.idempotency_retention {
+            put("idempotency_retention_s", v.into());
+        }
+        if let Some(v) = self.token_ttl_min {
+            put("token_ttl_min_s", v.into());
+        }
+        if let Some(v) = self.token_ttl_max {
+            put("token_ttl_max_s", v.into());
+        }
+        if let Some(o) = &self.allowed_origins {
+            let o: Vec<&String> = o.iter().filter(|s| !s.is_empty()).collect();
+            put("allowed_origins", serde_json::json!(o));
+        }
+        let quotas = [
+            ("requests_per_minute", self.requests_per_minute),
+            ("operations_per_minute", self.operations_per_minute),
+            ("cost_units_per_day", self.cost_units_per_day),
+            ("concurrent_operations", self.concurrent_operations),
+        ];
+        if quotas.iter().any(|(_, v)| v.is_some()) {
+            let q: serde_json::Map<String, Value> =
+                quotas.iter().filter_map(|(k, v)| v.map(|v| (k.to_string(), v.into()))).collect();
+            put("quotas", Value::Object(q));
+        }
+        Value::Object(p)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -211,12 +311,17 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
             }
             TenantCmd::Show { tenant } => {
                 let v = c.call(Method::GET, &format!("/v1/tenants/{}", urlencode(tenant)), None).await?;
-                print_as::<Tenant>(out, v, |t| print_tenants(std::slice::from_ref(t)))
+                print_as::<Tenant>(out, v, print_settings)
             }
             TenantCmd::Suspend { tenant, note } => {
                 let body = serde_json::json!({"note": note});
                 let v = c.call(Method::POST, &format!("/v1/tenants/{}/suspend", urlencode(tenant)), Some(body)).await?;
                 print_as::<Tenant>(out, v, |t| print_tenants(std::slice::from_ref(t)))
+            }
+            TenantCmd::Set(a) => {
+                let path = format!("/v1/tenants/{}/settings", urlencode(&a.tenant));
+                let v = c.call(Method::PATCH, &path, Some(a.patch())).await?;
+                print_as::<Tenant>(out, v, print_settings)
             }
             TenantCmd::Resume { tenant } => {
                 let v = c.call(Method::POST, &format!("/v1/tenants/{}/resume", urlencode(tenant)), None).await?;
@@ -288,6 +393,26 @@ fn print_tenants(tenants: &[Tenant]) {
     print_table(&["NAME", "ID", "STATE", "DISPLAY NAME", "REVISION"], rows);
 }
 
+fn print_settings(t: &Tenant) {
+    print_tenants(std::slice::from_ref(t));
+    let s = &t.settings;
+    let opt = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+    let rows = vec![
+        vec!["audit_max_events".into(), s.audit_max_events.to_string()],
+        vec!["audit_max_age_s".into(), opt(s.audit_max_age_s)],
+        vec!["audit_mode".into(), format!("{:?}", s.audit_mode).to_lowercase()],
+        vec!["idempotency_retention_s".into(), s.idempotency_retention_s.to_string()],
+        vec!["token_ttl_s".into(), format!("{}..={}", s.token_ttl_min_s, s.token_ttl_max_s)],
+        vec!["allowed_origins".into(), s.allowed_origins.join(" ")],
+        vec!["requests_per_minute".into(), opt(s.quotas.requests_per_minute)],
+        vec!["operations_per_minute".into(), opt(s.quotas.operations_per_minute)],
+        vec!["cost_units_per_day".into(), opt(s.quotas.cost_units_per_day)],
+        vec!["concurrent_operations".into(), opt(s.quotas.concurrent_operations)],
+    ];
+    println!();
+    print_table(&["SETTING", "VALUE"], rows);
+}
+
 fn print_cluster(c: &ClusterStatus) {
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let rows = c
@@ -317,4 +442,19 @@ fn print_cluster(c: &ClusterStatus) {
         })
         .collect();
     print_table(&["NODE", "ADDR", "ROLE", "TERM", "LEADER", "LAST LOG", "APPLIED", "DIGEST"], rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration_s;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_s("90"), Ok(90));
+        assert_eq!(parse_duration_s("15m"), Ok(900));
+        assert_eq!(parse_duration_s("48h"), Ok(172_800));
+        assert_eq!(parse_duration_s("30d"), Ok(2_592_000));
+        assert!(parse_duration_s("3w").is_err());
+        assert!(parse_duration_s("h").is_err());
+    }
 }

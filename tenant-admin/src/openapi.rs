@@ -45,7 +45,8 @@ pub fn document() -> Value {
             },
             "/v1/tenants/{tenant}": {"parameters": tenant_param, "get": op("Show a tenant", None, "Tenant")},
             "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
-            "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")}
+            "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")},
+            "/v1/tenants/{tenant}/settings": {"parameters": tenant_param, "patch": op("Change tenant settings (only the fields given)", Some("TenantSettingsPatch"), "Tenant")}
         },
         "components": {
             "securitySchemes": {"operator": {"type": "http", "scheme": "bearer"}},
@@ -65,6 +66,19 @@ pub fn document() -> Value {
                     "state": {"enum": ["active", "suspended"]}, "created_at_ms": {"type": "integer"},
                     "updated_at_ms": {"type": "integer"}, "revision": {"type": "integer"}}},
                 "TenantList": {"type": "object", "properties": {"tenants": {"type": "array", "items": {"$ref": "#/components/schemas/Tenant"}}, "next_cursor": {"type": ["string", "null"]}}},
+                "TenantSettingsPatch": {"type": "object", "additionalProperties": false, "properties": {
+                    "audit_max_events": {"type": "integer", "minimum": 1, "maximum": 10000000},
+                    "audit_max_age_s": {"type": "integer", "minimum": 1},
+                    "audit_mode": {"enum": ["standard", "strict"]},
+                    "idempotency_retention_s": {"type": "integer", "minimum": 86400},
+                    "token_ttl_min_s": {"type": "integer", "minimum": 1},
+                    "token_ttl_max_s": {"type": "integer", "maximum": 2592000},
+                    "allowed_origins": {"type": "array", "maxItems": 32, "items": {"type": "string"}},
+                    "quotas": {"type": "object", "additionalProperties": false, "properties": {
+                        "requests_per_minute": {"type": "integer", "minimum": 1},
+                        "operations_per_minute": {"type": "integer", "minimum": 1},
+                        "cost_units_per_day": {"type": "integer", "minimum": 1},
+                        "concurrent_operations": {"type": "integer", "minimum": 1}}}}},
                 "NodeStatus": {"type": "object"},
                 "ClusterStatus": {"type": "object"}
             }

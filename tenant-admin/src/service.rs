@@ -16,7 +16,8 @@ use writ_api::dto::{
     ClusterChange, ClusterStatus, Consistency, CreateTenantRequest, NodeStatus, Query as LedgerQuery, QueryRequest,
     QueryResult, SubmitRequest, SuspendTenantRequest, TenantList, PAGE_LIMIT_DEFAULT,
 };
-use writ_api::ledger::{Command, Event, Outcome, Tenant, TenantState};
+use writ_api::ledger::{Command, Outcome, Tenant};
+use writ_api::settings::TenantSettingsPatch;
 use writ_api::{ReasonCode, Rejection};
 
 use crate::error::{method_not_allowed, not_found, ApiError, ValidJson};
@@ -46,6 +47,7 @@ pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
         .route("/v1/tenants/{tenant}", get(show_tenant))
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
+        .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .route("/v1/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
@@ -143,22 +145,10 @@ async fn create_tenant(
     // Fail fast with the same rule the ledger applies (the ledger stays authoritative).
     writ_api::ledger::validate_tenant_name(&b.name)?;
     let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
-    let events = submit(&st, Command::CreateTenant { tenant_id, name: b.name, display_name: b.display_name }).await?;
-    let created = events.iter().find_map(|env| match &env.event {
-        Event::TenantCreatedV1 { tenant_id, name, display_name } => Some(Tenant {
-            id: tenant_id.clone(),
-            name: name.clone(),
-            display_name: display_name.clone(),
-            state: TenantState::Active,
-            created_at_ms: env.at_ms,
-            updated_at_ms: env.at_ms,
-            revision: env.revision,
-        }),
-        _ => None,
-    });
-    created
-        .map(|t| (StatusCode::CREATED, Json(t)))
-        .ok_or_else(|| ApiError::new(ReasonCode::INTERNAL, "create produced no tenant event"))
+    submit(&st, Command::CreateTenant { tenant_id: tenant_id.clone(), name: b.name, display_name: b.display_name })
+        .await?;
+    // Answer with the tenant as the ledger holds it (one source of truth for the view).
+    Ok((StatusCode::CREATED, Json(find_tenant(&st, tenant_id).await?)))
 }
 
 #[derive(Deserialize)]
@@ -235,6 +225,16 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(
     }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, format!("invalid JSON body: {e}")))
+}
+
+async fn set_tenant_settings(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(patch): ValidJson<TenantSettingsPatch>,
+) -> Result<Json<Tenant>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::SetTenantSettings { tenant_id: t.id.clone(), patch }).await?;
+    Ok(Json(find_tenant(&st, t.id).await?))
 }
 
 async fn openapi() -> Json<serde_json::Value> {

@@ -79,6 +79,25 @@ async fn bad_input_and_auth_get_reason_codes() {
         ("GET", "/v1/tenants?bogus=1", tok, None, 400, "INPUT_INVALID"),
         ("GET", "/v1/nothing-here", tok, None, 404, "NOT_FOUND"),
         ("DELETE", "/v1/tenants", tok, None, 405, "METHOD_NOT_ALLOWED"),
+        ("PATCH", "/v1/tenants/acme/settings", tok, Some(r#"{"idempotency_retention_s":3600}"#), 400, "INPUT_INVALID"),
+        (
+            "PATCH",
+            "/v1/tenants/acme/settings",
+            tok,
+            Some(r#"{"audit_max_events":10,"colour":1}"#),
+            400,
+            "INPUT_INVALID",
+        ),
+        (
+            "PATCH",
+            "/v1/tenants/acme/settings",
+            tok,
+            Some(r#"{"allowed_origins":["https://x.example/p"]}"#),
+            400,
+            "INPUT_INVALID",
+        ),
+        ("PATCH", "/v1/tenants/nope/settings", tok, Some(r#"{"audit_max_events":10}"#), 404, "TENANT_NOT_FOUND"),
+        ("PATCH", "/v1/tenants/acme/settings", None, Some(r#"{"audit_max_events":10}"#), 401, "AUTH_TOKEN_MISSING"),
     ];
     for (method, path, token, body, status, reason) in cases {
         let (got_status, got) = raw(url, method, path, token, body).await;
@@ -92,6 +111,16 @@ async fn bad_input_and_auth_get_reason_codes() {
     // The unknown field is named in the message.
     let (_, got) = raw(url, "POST", "/v1/tenants", tok, Some(r#"{"name":"x","colour":"blue"}"#)).await;
     assert!(got["message"].as_str().unwrap_or("").contains("colour"), "{got}");
+    // A valid patch changes only what it names; the ledger's message names the broken rule.
+    let (s, t) =
+        raw(url, "PATCH", "/v1/tenants/acme/settings", tok, Some(r#"{"audit_max_events":500,"audit_mode":"strict"}"#))
+            .await;
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(t["settings"]["audit_max_events"], 500);
+    assert_eq!(t["settings"]["audit_mode"], "strict");
+    assert_eq!(t["settings"]["idempotency_retention_s"], 86_400);
+    let (_, e) = raw(url, "PATCH", "/v1/tenants/acme/settings", tok, Some(r#"{"idempotency_retention_s":60}"#)).await;
+    assert!(e["message"].as_str().unwrap_or("").contains("24 h"), "{e}");
     // OpenAPI is public and lists the tenant routes.
     let (s, doc) = raw(url, "GET", "/v1/openapi.json", None, None).await;
     assert_eq!(s, 200);
@@ -134,6 +163,32 @@ async fn cli_drives_tenants_with_trustworthy_exit_codes() {
     assert!(out.starts_with("NAME") && out.contains("globex"), "{out}");
     let (code, _, _) = cli(&["tenant", "resume", "globex"]);
     assert_eq!(code, 0);
+    let (code, out, err) = cli(&[
+        "tenant",
+        "set",
+        "globex",
+        "--audit-mode",
+        "strict",
+        "--idempotency-retention",
+        "48h",
+        "--allowed-origin",
+        "https://app.example",
+        "--requests-per-minute",
+        "600",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&out).expect("json output");
+    assert_eq!(t["settings"]["idempotency_retention_s"], 172_800);
+    assert_eq!(t["settings"]["allowed_origins"], json!(["https://app.example"]));
+    assert_eq!(t["settings"]["quotas"]["requests_per_minute"], 600);
+    let (code, _, err) = cli(&["tenant", "set", "globex", "--idempotency-retention", "1h"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("INPUT_INVALID"), "{err}");
+    let (code, out, _) = cli(&["tenant", "show", "globex"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("audit_mode") && out.contains("strict"), "{out}");
     let (code, out, _) = cli(&["cluster", "status"]);
     assert_eq!(code, 0);
     assert!(out.contains("leader"), "{out}");
