@@ -121,6 +121,17 @@ async fn bad_input_and_auth_get_reason_codes() {
     assert_eq!(t["settings"]["idempotency_retention_s"], 86_400);
     let (_, e) = raw(url, "PATCH", "/v1/tenants/acme/settings", tok, Some(r#"{"idempotency_retention_s":60}"#)).await;
     assert!(e["message"].as_str().unwrap_or("").contains("24 h"), "{e}");
+    // Health, readiness and Prometheus metrics are served by the node.
+    let http = reqwest::Client::builder().no_proxy().build().expect("client");
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(http.get(format!("{url}{path}")).send().await.expect(path).status().as_u16(), 200, "{path}");
+    }
+    let metrics = http.get(format!("{url}/metrics")).send().await.expect("metrics").text().await.expect("text");
+    for name in
+        ["writ_raft_term", "writ_raft_is_leader 1", "writ_ledger_submits_total", "writ_log_group_commit_appends"]
+    {
+        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+    }
     // OpenAPI is public and lists the tenant routes.
     let (s, doc) = raw(url, "GET", "/v1/openapi.json", None, None).await;
     assert_eq!(s, 200);
