@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{Command, Outcome, Tenant};
+use crate::principal::{Principal, PrincipalKind, RolePreset};
 use crate::reason::ReasonCode;
 
 /// Default page size of list endpoints.
@@ -62,6 +63,17 @@ pub enum Query {
     GetTenant {
         tenant: String,
     },
+    /// Principals of a tenant (by tenant id), ordered by name.
+    ListPrincipals {
+        tenant_id: String,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// A principal of a tenant by id or name.
+    GetPrincipal {
+        tenant_id: String,
+        principal: String,
+    },
 }
 
 /// `POST /client/query`.
@@ -78,6 +90,8 @@ pub struct QueryRequest {
 pub enum QueryResult {
     Tenants { tenants: Vec<Tenant>, next_cursor: Option<String> },
     Tenant { tenant: Tenant },
+    Principals { principals: Vec<Principal>, next_cursor: Option<String> },
+    Principal { principal: Principal },
 }
 
 /// Raft role of a node as reported in status.
@@ -164,5 +178,41 @@ pub struct SuspendTenantRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TenantList {
     pub tenants: Vec<Tenant>,
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/principals`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePrincipalRequest {
+    pub name: String,
+    pub kind: PrincipalKind,
+    #[serde(default)]
+    pub preset: Option<RolePreset>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `POST /v1/tenants/{tenant}/principals/{principal}/revoke`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokePrincipalRequest {
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/principals/{principal}/scopes/revoke`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeScopeRequest {
+    pub scope: String,
+}
+
+/// `GET /v1/tenants/{tenant}/principals`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrincipalList {
+    pub principals: Vec<Principal>,
     pub next_cursor: Option<String>,
 }

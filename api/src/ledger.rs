@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::principal::PrincipalSpecV1;
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
 
@@ -30,10 +31,38 @@ pub struct LedgerRequest {
 /// Everything that can change ledger state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    CreateTenant { tenant_id: String, name: String, display_name: Option<String> },
-    SuspendTenant { tenant_id: String, note: Option<String> },
-    ResumeTenant { tenant_id: String },
-    SetTenantSettings { tenant_id: String, patch: TenantSettingsPatch },
+    CreateTenant {
+        tenant_id: String,
+        name: String,
+        display_name: Option<String>,
+    },
+    SuspendTenant {
+        tenant_id: String,
+        note: Option<String>,
+    },
+    ResumeTenant {
+        tenant_id: String,
+    },
+    SetTenantSettings {
+        tenant_id: String,
+        patch: TenantSettingsPatch,
+    },
+    CreatePrincipal {
+        tenant_id: String,
+        spec: PrincipalSpecV1,
+    },
+    /// Revokes a principal; every credential it holds stops working.
+    RevokePrincipal {
+        tenant_id: String,
+        principal_id: String,
+        note: Option<String>,
+    },
+    /// Takes one scope away from a principal (calls needing it get APP_SCOPE_REVOKED).
+    RevokeScope {
+        tenant_id: String,
+        principal_id: String,
+        scope: String,
+    },
 }
 
 impl Command {
@@ -44,6 +73,9 @@ impl Command {
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
+            Command::CreatePrincipal { .. } => "create_principal",
+            Command::RevokePrincipal { .. } => "revoke_principal",
+            Command::RevokeScope { .. } => "revoke_scope",
         }
     }
 
@@ -53,7 +85,10 @@ impl Command {
             Command::CreateTenant { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
-            | Command::SetTenantSettings { tenant_id, .. } => tenant_id,
+            | Command::SetTenantSettings { tenant_id, .. }
+            | Command::CreatePrincipal { tenant_id, .. }
+            | Command::RevokePrincipal { tenant_id, .. }
+            | Command::RevokeScope { tenant_id, .. } => tenant_id,
         }
     }
 }
@@ -84,6 +119,20 @@ pub enum Event {
         tenant_id: String,
         settings: TenantSettingsV1,
     },
+    PrincipalCreatedV1 {
+        tenant_id: String,
+        spec: PrincipalSpecV1,
+    },
+    PrincipalRevokedV1 {
+        tenant_id: String,
+        principal_id: String,
+        note: Option<String>,
+    },
+    ScopeRevokedV1 {
+        tenant_id: String,
+        principal_id: String,
+        scope: String,
+    },
 }
 
 impl Event {
@@ -95,6 +144,9 @@ impl Event {
             Event::TenantResumedV1 { .. } => "tenant_resumed",
             Event::CommandRejectedV1 { .. } => "command_rejected",
             Event::TenantSettingsChangedV1 { .. } => "tenant_settings_changed",
+            Event::PrincipalCreatedV1 { .. } => "principal_created",
+            Event::PrincipalRevokedV1 { .. } => "principal_revoked",
+            Event::ScopeRevokedV1 { .. } => "scope_revoked",
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod dto;
 pub mod ledger;
+pub mod principal;
 pub mod reason;
 pub mod settings;
 

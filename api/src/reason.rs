@@ -81,6 +81,9 @@ reason_catalog! {
     REVISION_COMPACTED = 29, 410, -32602, "The requested revision is no longer retained on this node; resume from a later one.";
     CLUSTER_CHANGE_INVALID = 30, 400, -32602, "The membership change is not valid for the current cluster.";
     INTERNAL = 31, 500, -32603, "An internal error; the cause is in the server log.";
+    PRINCIPAL_NOT_FOUND = 32, 404, -32602, "No such principal in this tenant.";
+    PRINCIPAL_ALREADY_EXISTS = 33, 409, -32009, "A principal with this name already exists in the tenant.";
+    PRINCIPAL_STATE_CONFLICT = 34, 409, -32009, "The principal is not in a state that allows this change.";
 }
 
 impl std::fmt::Display for ReasonCode {

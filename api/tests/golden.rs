@@ -2,6 +2,7 @@
 //! fails here. Add a new `V2` variant instead; bless new samples with `WRIT_BLESS=1`.
 
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
+use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
 use writ_api::ReasonCode;
 
@@ -83,7 +84,57 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "principal_created_v1",
+            req(Command::CreatePrincipal { tenant_id: "t-1".into(), spec: principal_spec() }),
+            Some(env(6, 5, Event::PrincipalCreatedV1 { tenant_id: "t-1".into(), spec: principal_spec() })),
+        ),
+        (
+            "scope_revoked_v1",
+            req(Command::RevokeScope {
+                tenant_id: "t-1".into(),
+                principal_id: "p-1".into(),
+                scope: "ops:execute".into(),
+            }),
+            Some(env(
+                7,
+                6,
+                Event::ScopeRevokedV1 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    scope: "ops:execute".into(),
+                },
+            )),
+        ),
+        (
+            "principal_revoked_v1",
+            req(Command::RevokePrincipal {
+                tenant_id: "t-1".into(),
+                principal_id: "p-1".into(),
+                note: Some("left".into()),
+            }),
+            Some(env(
+                8,
+                7,
+                Event::PrincipalRevokedV1 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    note: Some("left".into()),
+                },
+            )),
+        ),
     ]
+}
+
+fn principal_spec() -> PrincipalSpecV1 {
+    PrincipalSpecV1 {
+        principal_id: "p-1".into(),
+        name: "planner".into(),
+        kind: PrincipalKind::Agent,
+        preset: Some(RolePreset::Full),
+        scopes: ["tools:call:move_arm".to_string()].into_iter().collect(),
+        metadata: [("team".to_string(), "lab".to_string())].into_iter().collect(),
+    }
 }
 
 fn check(name: &str, bytes: &[u8]) {

@@ -237,6 +237,21 @@ impl LedgerNode {
                 let (tenants, next_cursor) = state.list_tenants(after.as_deref(), limit as usize);
                 Ok(QueryResult::Tenants { tenants, next_cursor })
             }
+            Query::ListPrincipals { tenant_id, after, limit } => {
+                if limit == 0 || limit > PAGE_LIMIT_MAX {
+                    return Err(Rejection::new(
+                        ReasonCode::INPUT_INVALID,
+                        format!("limit must be 1..={PAGE_LIMIT_MAX}"),
+                    ));
+                }
+                let (principals, next_cursor) = state.list_principals(&tenant_id, after.as_deref(), limit as usize);
+                Ok(QueryResult::Principals { principals, next_cursor })
+            }
+            Query::GetPrincipal { tenant_id, principal } => state
+                .principal(&tenant_id, &principal)
+                .cloned()
+                .map(|principal| QueryResult::Principal { principal })
+                .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))),
             Query::GetTenant { tenant } => state
                 .tenant(&tenant)
                 .cloned()

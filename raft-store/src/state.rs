@@ -9,6 +9,7 @@ use writ_api::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
     CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
 };
+use writ_api::principal::{Principal, PrincipalState};
 use writ_api::settings::TenantSettingsV1;
 use writ_api::{ReasonCode, Rejection};
 
@@ -25,6 +26,10 @@ pub struct LedgerState {
     pub tenants: BTreeMap<String, Tenant>,
     /// Tenant id by name (names are unique).
     pub tenant_names: BTreeMap<String, String>,
+    /// Principals by tenant id, then principal id.
+    pub principals: BTreeMap<String, BTreeMap<String, Principal>>,
+    /// Principal id by tenant id, then name (names are unique within a tenant).
+    pub principal_names: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl LedgerState {
@@ -114,6 +119,24 @@ impl LedgerState {
             Event::TenantSuspendedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Suspended, env),
             Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env),
             Event::CommandRejectedV1 { .. } => {}
+            Event::PrincipalCreatedV1 { tenant_id, spec } => {
+                let p = Principal::from_spec(tenant_id, spec, env.at_ms, env.revision);
+                self.principal_names.entry(tenant_id.clone()).or_default().insert(p.name.clone(), p.id.clone());
+                self.principals.entry(tenant_id.clone()).or_default().insert(p.id.clone(), p);
+            }
+            Event::PrincipalRevokedV1 { tenant_id, principal_id, .. } => {
+                let p = self.principal_mut(tenant_id, principal_id);
+                p.state = PrincipalState::Revoked;
+                p.updated_at_ms = env.at_ms;
+                p.revision = env.revision;
+            }
+            Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
+                let p = self.principal_mut(tenant_id, principal_id);
+                p.scopes.remove(scope);
+                p.revoked_scopes.insert(scope.clone());
+                p.updated_at_ms = env.at_ms;
+                p.revision = env.revision;
+            }
         }
     }
 
@@ -122,6 +145,45 @@ impl LedgerState {
         tenant.state = state;
         tenant.updated_at_ms = env.at_ms;
         tenant.revision = env.revision;
+    }
+
+    fn principal_mut(&mut self, tenant_id: &str, principal_id: &str) -> &mut Principal {
+        self.principals
+            .get_mut(tenant_id)
+            .and_then(|m| m.get_mut(principal_id))
+            .expect("event for unknown principal: corrupt event log")
+    }
+
+    /// Looks a principal of a tenant up by id, then by name.
+    pub fn principal(&self, tenant_id: &str, id_or_name: &str) -> Option<&Principal> {
+        let by_tenant = self.principals.get(tenant_id)?;
+        by_tenant.get(id_or_name).or_else(|| {
+            let id = self.principal_names.get(tenant_id)?.get(id_or_name)?;
+            by_tenant.get(id)
+        })
+    }
+
+    /// A tenant's principals ordered by name, after the cursor (a name), at most `limit`.
+    pub fn list_principals(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<Principal>, Option<String>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let (Some(names), Some(by_id)) = (self.principal_names.get(tenant_id), self.principals.get(tenant_id)) else {
+            return (Vec::new(), None);
+        };
+        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+        let mut page: Vec<Principal> =
+            names.range((lower, Unbounded)).take(limit + 1).filter_map(|(_, id)| by_id.get(id).cloned()).collect();
+        let next = if page.len() > limit {
+            page.truncate(limit);
+            page.last().map(|p| p.name.clone())
+        } else {
+            None
+        };
+        (page, next)
     }
 
     /// Looks a tenant up by id, then by name.
@@ -203,12 +265,69 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             let settings = existing(state, tenant_id)?.settings.patched(patch)?;
             Ok(vec![Event::TenantSettingsChangedV1 { tenant_id: tenant_id.clone(), settings }])
         }
+        Command::CreatePrincipal { tenant_id, spec } => {
+            existing(state, tenant_id)?;
+            spec.validate()?;
+            if state.principal(tenant_id, &spec.name).is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::PRINCIPAL_ALREADY_EXISTS,
+                    format!("a principal named '{}' already exists in this tenant", spec.name),
+                ));
+            }
+            if state.principal(tenant_id, &spec.principal_id).is_some() {
+                return Err(Rejection::new(ReasonCode::PRINCIPAL_ALREADY_EXISTS, "principal id is taken"));
+            }
+            Ok(vec![Event::PrincipalCreatedV1 { tenant_id: tenant_id.clone(), spec: spec.clone() }])
+        }
+        Command::RevokePrincipal { tenant_id, principal_id, note } => {
+            validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
+            active_principal(state, tenant_id, principal_id)?;
+            Ok(vec![Event::PrincipalRevokedV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: principal_id.clone(),
+                note: note.clone(),
+            }])
+        }
+        Command::RevokeScope { tenant_id, principal_id, scope } => {
+            let p = active_principal(state, tenant_id, principal_id)?;
+            if !p.scopes.contains(scope) {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("principal '{}' does not hold scope '{scope}'", p.name),
+                ));
+            }
+            Ok(vec![Event::ScopeRevokedV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: principal_id.clone(),
+                scope: scope.clone(),
+            }])
+        }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
             TenantState::Active => {
                 Err(Rejection::new(ReasonCode::TENANT_STATE_CONFLICT, format!("tenant '{tenant_id}' is not suspended")))
             }
         },
+    }
+}
+
+fn active_principal<'a>(
+    state: &'a LedgerState,
+    tenant_id: &str,
+    principal_id: &str,
+) -> Result<&'a Principal, Rejection> {
+    existing(state, tenant_id)?;
+    let p = state
+        .principals
+        .get(tenant_id)
+        .and_then(|m| m.get(principal_id))
+        .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal_id}'")))?;
+    match p.state {
+        PrincipalState::Active => Ok(p),
+        PrincipalState::Revoked => Err(Rejection::new(
+            ReasonCode::PRINCIPAL_STATE_CONFLICT,
+            format!("principal '{}' is already revoked", p.name),
+        )),
     }
 }
 
@@ -222,6 +341,7 @@ fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
     use writ_api::settings::TenantSettingsPatch;
 
     fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
@@ -276,6 +396,62 @@ mod tests {
             assert_eq!(got, want, "{cmd:?}");
             st.execute(&req(11, cmd));
         }
+    }
+
+    fn spec(id: &str, name: &str, scopes: &[&str]) -> PrincipalSpecV1 {
+        PrincipalSpecV1 {
+            principal_id: id.into(),
+            name: name.into(),
+            kind: PrincipalKind::Agent,
+            preset: Some(RolePreset::ReadOnly),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn principal_rules() {
+        let mut st = LedgerState::default();
+        st.execute(&req(1, create("a", "acme")));
+        let cp = |tenant: &str, s: PrincipalSpecV1| Command::CreatePrincipal { tenant_id: tenant.into(), spec: s };
+        let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+            (cp("zz", spec("p1", "bot", &[])), Some(ReasonCode::TENANT_NOT_FOUND)),
+            (cp("a", spec("p1", "bot", &["admin:everything"])), Some(ReasonCode::INPUT_INVALID)),
+            (cp("a", spec("p1", "Bad Name", &[])), Some(ReasonCode::INPUT_INVALID)),
+            (cp("a", spec("p1", "bot", &["tools:call:move_arm"])), None),
+            (cp("a", spec("p2", "bot", &[])), Some(ReasonCode::PRINCIPAL_ALREADY_EXISTS)),
+            (cp("a", spec("p1", "other", &[])), Some(ReasonCode::PRINCIPAL_ALREADY_EXISTS)),
+            (
+                Command::RevokeScope { tenant_id: "a".into(), principal_id: "p1".into(), scope: "ops:execute".into() },
+                Some(ReasonCode::INPUT_INVALID),
+            ),
+            (
+                Command::RevokeScope {
+                    tenant_id: "a".into(),
+                    principal_id: "p1".into(),
+                    scope: "tools:call:move_arm".into(),
+                },
+                None,
+            ),
+            (
+                Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "nope".into(), note: None },
+                Some(ReasonCode::PRINCIPAL_NOT_FOUND),
+            ),
+            (Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "p1".into(), note: None }, None),
+            (
+                Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "p1".into(), note: None },
+                Some(ReasonCode::PRINCIPAL_STATE_CONFLICT),
+            ),
+        ];
+        for (cmd, want) in cases {
+            assert_eq!(decide(&st, &cmd, 0).err().map(|r| r.reason), want, "{cmd:?}");
+            st.execute(&req(2, cmd));
+        }
+        let p = st.principal("a", "bot").expect("principal by name");
+        assert_eq!(p.state, PrincipalState::Revoked);
+        assert!(p.scopes.contains("ops:read"), "preset scopes are granted");
+        assert!(!p.scopes.contains("tools:call:move_arm") && p.revoked_scopes.contains("tools:call:move_arm"));
+        assert!(st.principal("zz", "bot").is_none(), "principals never leak across tenants");
     }
 
     #[test]

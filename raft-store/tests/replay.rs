@@ -15,6 +15,27 @@ fn command() -> impl Strategy<Value = Command> {
         (id.clone(), proptest::option::of("[a-z]{0,8}"))
             .prop_map(|(tenant_id, note)| Command::SuspendTenant { tenant_id, note }),
         id.clone().prop_map(|tenant_id| Command::ResumeTenant { tenant_id }),
+        (id.clone(), 0u8..4, prop_oneof![Just("ops:read"), Just("tools:call:x"), Just("bad:scope")]).prop_map(
+            |(tenant_id, p, scope)| Command::CreatePrincipal {
+                tenant_id,
+                spec: writ_api::principal::PrincipalSpecV1 {
+                    principal_id: format!("p-{p}"),
+                    name: format!("agent-{p}"),
+                    kind: writ_api::principal::PrincipalKind::Agent,
+                    preset: None,
+                    scopes: [scope.to_string()].into_iter().collect(),
+                    metadata: Default::default(),
+                },
+            }
+        ),
+        (id.clone(), 0u8..4, prop_oneof![Just("ops:read"), Just("tools:call:x")]).prop_map(|(tenant_id, p, scope)| {
+            Command::RevokeScope { tenant_id, principal_id: format!("p-{p}"), scope: scope.to_string() }
+        }),
+        (id.clone(), 0u8..4).prop_map(|(tenant_id, p)| Command::RevokePrincipal {
+            tenant_id,
+            principal_id: format!("p-{p}"),
+            note: None
+        }),
         (id, proptest::option::of(0u64..50_000), proptest::option::of(0u64..200_000)).prop_map(
             |(tenant_id, audit_max_events, idempotency_retention_s)| Command::SetTenantSettings {
                 tenant_id,

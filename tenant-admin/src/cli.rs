@@ -8,8 +8,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use serde_json::Value;
-use writ_api::dto::{ClusterStatus, ErrorBody, TenantList};
+use writ_api::dto::{ClusterStatus, ErrorBody, PrincipalList, TenantList};
 use writ_api::ledger::Tenant;
+use writ_api::principal::Principal;
 
 pub const EXIT_REJECTED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
@@ -47,6 +48,79 @@ pub enum Noun {
     /// Tenants.
     #[command(subcommand)]
     Tenant(TenantCmd),
+    /// Principals (humans, agents, devices, services) of a tenant.
+    #[command(subcommand)]
+    Principal(PrincipalCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PrincipalCmd {
+    /// Create a principal with a role preset and/or explicit scopes.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        #[arg(long, value_enum)]
+        kind: KindArg,
+        #[arg(long, value_enum)]
+        preset: Option<PresetArg>,
+        /// An explicit scope (repeatable), e.g. `tools:call:move_arm`.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Metadata `key=value` (repeatable).
+        #[arg(long = "meta", value_parser = parse_key_value)]
+        metadata: Vec<(String, String)>,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    Show {
+        #[arg(long)]
+        tenant: String,
+        principal: String,
+    },
+    /// Revoke the principal: all its credentials stop working.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        principal: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Take one scope away from the principal.
+    RevokeScope {
+        #[arg(long)]
+        tenant: String,
+        principal: String,
+        scope: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KindArg {
+    Human,
+    Agent,
+    Device,
+    Service,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PresetArg {
+    #[value(name = "readOnly")]
+    ReadOnly,
+    Full,
+    Delegate,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{text}' is not key=value"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -290,6 +364,47 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                 Ok(())
             }
         }
+        Noun::Principal(cmd) => {
+            let base = |tenant: &str| format!("/v1/tenants/{}/principals", urlencode(tenant));
+            let one = |tenant: &str, p: &str| format!("{}/{}", base(tenant), urlencode(p));
+            let v = match cmd {
+                PrincipalCmd::Create { tenant, name, kind, preset, scopes, metadata } => {
+                    let kind = format!("{kind:?}").to_lowercase();
+                    let preset = preset.map(|p| match p {
+                        PresetArg::ReadOnly => "readOnly",
+                        PresetArg::Full => "full",
+                        PresetArg::Delegate => "delegate",
+                    });
+                    let metadata: serde_json::Map<String, Value> =
+                        metadata.iter().map(|(k, v)| (k.clone(), Value::from(v.clone()))).collect();
+                    let body = serde_json::json!({"name": name, "kind": kind, "preset": preset, "scopes": scopes, "metadata": metadata});
+                    c.call(Method::POST, &base(tenant), Some(body)).await?
+                }
+                PrincipalCmd::List { tenant, after, limit } => {
+                    let mut path = format!("{}?limit={limit}", base(tenant));
+                    if let Some(a) = after {
+                        path.push_str(&format!("&after={}", urlencode(a)));
+                    }
+                    let v = c.call(Method::GET, &path, None).await?;
+                    return print_as::<PrincipalList>(out, v, |l| {
+                        print_principals(&l.principals);
+                        if let Some(next) = &l.next_cursor {
+                            println!("(more: --after {next})");
+                        }
+                    });
+                }
+                PrincipalCmd::Show { tenant, principal } => c.call(Method::GET, &one(tenant, principal), None).await?,
+                PrincipalCmd::Revoke { tenant, principal, note } => {
+                    let body = serde_json::json!({"note": note});
+                    c.call(Method::POST, &format!("{}/revoke", one(tenant, principal)), Some(body)).await?
+                }
+                PrincipalCmd::RevokeScope { tenant, principal, scope } => {
+                    let body = serde_json::json!({"scope": scope});
+                    c.call(Method::POST, &format!("{}/scopes/revoke", one(tenant, principal)), Some(body)).await?
+                }
+            };
+            print_as::<Principal>(out, v, |p| print_principals(std::slice::from_ref(p)))
+        }
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});
@@ -391,6 +506,22 @@ fn print_tenants(tenants: &[Tenant]) {
         })
         .collect();
     print_table(&["NAME", "ID", "STATE", "DISPLAY NAME", "REVISION"], rows);
+}
+
+fn print_principals(principals: &[Principal]) {
+    let rows = principals
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                p.id.clone(),
+                format!("{:?}", p.kind).to_lowercase(),
+                format!("{:?}", p.state).to_lowercase(),
+                p.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
+            ]
+        })
+        .collect();
+    print_table(&["NAME", "ID", "KIND", "STATE", "SCOPES"], rows);
 }
 
 fn print_settings(t: &Tenant) {

@@ -46,6 +46,15 @@ pub fn document() -> Value {
             "/v1/tenants/{tenant}": {"parameters": tenant_param, "get": op("Show a tenant", None, "Tenant")},
             "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
             "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")},
+    "/v1/tenants/{tenant}/principals": {"parameters": tenant_param,
+                "post": op("Create a principal", Some("CreatePrincipal"), "Principal"),
+                "get": {"summary": "List a tenant's principals by name", "parameters": [
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
+                    "responses": {"200": {"description": "OK"}}}},
+            "/v1/tenants/{tenant}/principals/{principal}": {"get": op("Show a principal (id or name)", None, "Principal")},
+            "/v1/tenants/{tenant}/principals/{principal}/revoke": {"post": op("Revoke a principal", None, "Principal")},
+            "/v1/tenants/{tenant}/principals/{principal}/scopes/revoke": {"post": op("Revoke one scope of a principal", Some("RevokeScope"), "Principal")},
             "/v1/tenants/{tenant}/settings": {"parameters": tenant_param, "patch": op("Change tenant settings (only the fields given)", Some("TenantSettingsPatch"), "Tenant")}
         },
         "components": {
@@ -79,6 +88,14 @@ pub fn document() -> Value {
                         "operations_per_minute": {"type": "integer", "minimum": 1},
                         "cost_units_per_day": {"type": "integer", "minimum": 1},
                         "concurrent_operations": {"type": "integer", "minimum": 1}}}}},
+                "CreatePrincipal": {"type": "object", "additionalProperties": false, "required": ["name", "kind"], "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"},
+                    "kind": {"enum": ["human", "agent", "device", "service"]},
+                    "preset": {"enum": ["readOnly", "full", "delegate"]},
+                    "scopes": {"type": "array", "items": {"type": "string"}, "description": "tools:list, context:read, resources:read, ops:read, ops:execute, ops:cancel, ops:accept, observe:capture, audit:read, tokens:delegate, tools:call:<action|*>, devices:use:<device|*>"},
+                    "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}},
+                "RevokeScope": {"type": "object", "additionalProperties": false, "required": ["scope"], "properties": {"scope": {"type": "string"}}},
+                "Principal": {"type": "object"},
                 "NodeStatus": {"type": "object"},
                 "ClusterStatus": {"type": "object"}
             }

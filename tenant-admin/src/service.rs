@@ -13,10 +13,12 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use writ_api::client::{Ledger, TRACE_HEADER};
 use writ_api::dto::{
-    ClusterChange, ClusterStatus, Consistency, CreateTenantRequest, NodeStatus, Query as LedgerQuery, QueryRequest,
-    QueryResult, SubmitRequest, SuspendTenantRequest, TenantList, PAGE_LIMIT_DEFAULT,
+    ClusterChange, ClusterStatus, Consistency, CreatePrincipalRequest, CreateTenantRequest, NodeStatus, PrincipalList,
+    Query as LedgerQuery, QueryRequest, QueryResult, RevokePrincipalRequest, RevokeScopeRequest, SubmitRequest,
+    SuspendTenantRequest, TenantList, PAGE_LIMIT_DEFAULT,
 };
 use writ_api::ledger::{Command, Outcome, Tenant};
+use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::settings::TenantSettingsPatch;
 use writ_api::{ReasonCode, Rejection};
 
@@ -48,6 +50,10 @@ pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
         .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
+        .route("/v1/tenants/{tenant}/principals", post(create_principal).get(list_principals))
+        .route("/v1/tenants/{tenant}/principals/{principal}", get(show_principal))
+        .route("/v1/tenants/{tenant}/principals/{principal}/revoke", post(revoke_principal))
+        .route("/v1/tenants/{tenant}/principals/{principal}/scopes/revoke", post(revoke_scope))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .route("/v1/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
@@ -176,7 +182,7 @@ async fn list_tenants(
     let query = LedgerQuery::ListTenants { after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
     match st.ledger.query(QueryRequest { query, consistency: consistency(p.stale) }).await? {
         QueryResult::Tenants { tenants, next_cursor } => Ok(Json(TenantList { tenants, next_cursor })),
-        QueryResult::Tenant { .. } => Err(ApiError::new(ReasonCode::INTERNAL, "unexpected query result")),
+        _ => Err(ApiError::new(ReasonCode::INTERNAL, "unexpected query result")),
     }
 }
 
@@ -184,7 +190,7 @@ async fn find_tenant(st: &AdminState, tenant: String) -> Result<Tenant, Rejectio
     let q = QueryRequest { query: LedgerQuery::GetTenant { tenant }, consistency: Consistency::Linearizable };
     match st.ledger.query(q).await? {
         QueryResult::Tenant { tenant } => Ok(tenant),
-        QueryResult::Tenants { .. } => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
+        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
     }
 }
 
@@ -235,6 +241,84 @@ async fn set_tenant_settings(
     let t = find_tenant(&st, tenant).await?;
     submit(&st, Command::SetTenantSettings { tenant_id: t.id.clone(), patch }).await?;
     Ok(Json(find_tenant(&st, t.id).await?))
+}
+
+async fn find_principal(st: &AdminState, tenant_id: String, principal: String) -> Result<Principal, Rejection> {
+    let q = QueryRequest {
+        query: LedgerQuery::GetPrincipal { tenant_id, principal },
+        consistency: Consistency::Linearizable,
+    };
+    match st.ledger.query(q).await? {
+        QueryResult::Principal { principal } => Ok(principal),
+        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
+    }
+}
+
+async fn create_principal(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<CreatePrincipalRequest>,
+) -> Result<(StatusCode, Json<Principal>), ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let spec = PrincipalSpecV1 {
+        principal_id: format!("p-{}", uuid::Uuid::new_v4().simple()),
+        name: b.name,
+        kind: b.kind,
+        preset: b.preset,
+        scopes: b.scopes.into_iter().collect(),
+        metadata: b.metadata,
+    };
+    // Fail fast with the ledger's own rules (the ledger stays authoritative).
+    spec.validate()?;
+    let principal_id = spec.principal_id.clone();
+    submit(&st, Command::CreatePrincipal { tenant_id: t.id.clone(), spec }).await?;
+    Ok((StatusCode::CREATED, Json(find_principal(&st, t.id, principal_id).await?)))
+}
+
+async fn list_principals(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<PrincipalList>, ApiError> {
+    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
+    let t = find_tenant(&st, tenant).await?;
+    let query =
+        LedgerQuery::ListPrincipals { tenant_id: t.id, after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
+    match st.ledger.query(QueryRequest { query, consistency: consistency(p.stale) }).await? {
+        QueryResult::Principals { principals, next_cursor } => Ok(Json(PrincipalList { principals, next_cursor })),
+        _ => Err(ApiError::new(ReasonCode::INTERNAL, "unexpected query result")),
+    }
+}
+
+async fn show_principal(
+    State(st): State<Shared>,
+    Path((tenant, principal)): Path<(String, String)>,
+) -> Result<Json<Principal>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(find_principal(&st, t.id, principal).await?))
+}
+
+async fn revoke_principal(
+    State(st): State<Shared>,
+    Path((tenant, principal)): Path<(String, String)>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<Principal>, ApiError> {
+    let note = optional_json::<RevokePrincipalRequest>(body)?.note;
+    let t = find_tenant(&st, tenant).await?;
+    let p = find_principal(&st, t.id.clone(), principal).await?;
+    submit(&st, Command::RevokePrincipal { tenant_id: t.id.clone(), principal_id: p.id.clone(), note }).await?;
+    Ok(Json(find_principal(&st, t.id, p.id).await?))
+}
+
+async fn revoke_scope(
+    State(st): State<Shared>,
+    Path((tenant, principal)): Path<(String, String)>,
+    ValidJson(b): ValidJson<RevokeScopeRequest>,
+) -> Result<Json<Principal>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let p = find_principal(&st, t.id.clone(), principal).await?;
+    submit(&st, Command::RevokeScope { tenant_id: t.id.clone(), principal_id: p.id.clone(), scope: b.scope }).await?;
+    Ok(Json(find_principal(&st, t.id, p.id).await?))
 }
 
 async fn openapi() -> Json<serde_json::Value> {

@@ -262,3 +262,123 @@ async fn watch_streams_events_from_a_revision_with_filters() {
     assert!(events.iter().all(|e| e["seq"] == 1));
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn principals_lifecycle_through_api_and_cli() {
+    let (node, _dir) = single_node().await;
+    let url = node.url.as_str();
+    let tok = Some(TEST_OPERATOR_TOKEN);
+    let (s, _) = raw(url, "POST", "/v1/tenants", tok, Some(r#"{"name":"lab"}"#)).await;
+    assert_eq!(s, 201);
+    let (s, _) = raw(url, "POST", "/v1/tenants", tok, Some(r#"{"name":"other"}"#)).await;
+    assert_eq!(s, 201);
+    let create = r#"{"name":"planner","kind":"agent","preset":"readOnly","scopes":["tools:call:move_arm"],"metadata":{"team":"robots"}}"#;
+    let (s, p) = raw(url, "POST", "/v1/tenants/lab/principals", tok, Some(create)).await;
+    assert_eq!(s, 201, "{p}");
+    assert_eq!(p["kind"], "agent");
+    assert_eq!(p["state"], "active");
+    let scopes: Vec<&str> = p["scopes"].as_array().expect("scopes").iter().filter_map(|v| v.as_str()).collect();
+    assert!(scopes.contains(&"ops:read") && scopes.contains(&"tools:call:move_arm"), "{scopes:?}");
+
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        ("POST", "/v1/tenants/lab/principals", Some(create), 409, "PRINCIPAL_ALREADY_EXISTS"),
+        (
+            "POST",
+            "/v1/tenants/lab/principals",
+            Some(r#"{"name":"x","kind":"agent","scopes":["root:all"]}"#),
+            400,
+            "INPUT_INVALID",
+        ),
+        (
+            "POST",
+            "/v1/tenants/lab/principals",
+            Some(r#"{"name":"x","kind":"robot","preset":"full"}"#),
+            400,
+            "INPUT_INVALID",
+        ),
+        ("POST", "/v1/tenants/lab/principals", Some(r#"{"name":"x","kind":"agent"}"#), 400, "INPUT_INVALID"),
+        (
+            "POST",
+            "/v1/tenants/nope/principals",
+            Some(r#"{"name":"x","kind":"agent","preset":"full"}"#),
+            404,
+            "TENANT_NOT_FOUND",
+        ),
+        // Tenant isolation: the principal does not exist as far as another tenant is concerned.
+        ("GET", "/v1/tenants/other/principals/planner", None, 404, "PRINCIPAL_NOT_FOUND"),
+        (
+            "POST",
+            "/v1/tenants/lab/principals/planner/scopes/revoke",
+            Some(r#"{"scope":"ops:execute"}"#),
+            400,
+            "INPUT_INVALID",
+        ),
+        ("POST", "/v1/tenants/lab/principals/ghost/revoke", None, 404, "PRINCIPAL_NOT_FOUND"),
+    ];
+    for (method, path, body, status, reason) in cases {
+        let (got_status, got) = raw(url, method, path, tok, body).await;
+        assert_eq!(got_status, status, "{method} {path} {body:?}: {got}");
+        assert_eq!(got["reason"], reason, "{method} {path}: {got}");
+    }
+    let (_, e) = raw(
+        url,
+        "POST",
+        "/v1/tenants/lab/principals",
+        tok,
+        Some(r#"{"name":"x","kind":"agent","scopes":["root:all"]}"#),
+    )
+    .await;
+    assert!(e["message"].as_str().unwrap_or("").contains("unknown scope 'root:all'"), "{e}");
+
+    // CLI: create with a preset, list, revoke a scope, revoke the principal.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(writ_bin())
+            .arg("admin")
+            .args(args)
+            .env("WRIT_ADMIN_URL", &node.url)
+            .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
+            .output()
+            .expect("run writ admin");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = cli(&[
+        "principal",
+        "create",
+        "--tenant",
+        "lab",
+        "runner",
+        "--kind",
+        "service",
+        "--preset",
+        "full",
+        "--meta",
+        "owner=ops",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let runner: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(runner["metadata"]["owner"], "ops");
+    let (code, out, _) = cli(&["principal", "list", "--tenant", "lab"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("planner") && out.contains("runner"), "{out}");
+    let (code, out, err) =
+        cli(&["principal", "revoke-scope", "--tenant", "lab", "runner", "ops:execute", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert!(v["revoked_scopes"].as_array().is_some_and(|a| a.iter().any(|s| s == "ops:execute")), "{v}");
+    let (code, _, _) = cli(&["principal", "revoke", "--tenant", "lab", "runner", "--note", "rotated"]);
+    assert_eq!(code, 0);
+    let (code, _, err) = cli(&["principal", "revoke", "--tenant", "lab", "runner"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("PRINCIPAL_STATE_CONFLICT"), "{err}");
+    let (code, _, err) = cli(&["principal", "create", "--tenant", "lab", "z", "--kind", "agent", "--scope", "nope:x"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("INPUT_INVALID"), "{err}");
+    node.shutdown().await;
+}
