@@ -55,35 +55,22 @@ const EXACT_SCOPES: &[&str] = &[
 /// Scope families that take one argument after the prefix (`*` means any).
 const PARAMETERIZED_PREFIXES: &[&str] = &["tools:call:", "devices:use:"];
 
+/// What `readOnly` grants: look, never act.
+const READ_ONLY_SCOPES: &[&str] = &["tools:list", "context:read", "resources:read", "ops:read"];
+/// What `full` adds to `readOnly`: act on any tool and device.
+const ACTING_SCOPES: &[&str] = &["tools:call:*", "devices:use:*", "ops:execute", "ops:cancel", "observe:capture"];
+/// What `delegate` adds to `full`: mint child tokens.
+const DELEGATING_SCOPES: &[&str] = &["tokens:delegate"];
+
 impl RolePreset {
-    /// The scopes a preset grants.
-    pub fn scopes(self) -> &'static [&'static str] {
-        match self {
-            RolePreset::ReadOnly => &["tools:list", "context:read", "resources:read", "ops:read"],
-            RolePreset::Full => &[
-                "tools:list",
-                "context:read",
-                "resources:read",
-                "ops:read",
-                "tools:call:*",
-                "devices:use:*",
-                "ops:execute",
-                "ops:cancel",
-                "observe:capture",
-            ],
-            RolePreset::Delegate => &[
-                "tools:list",
-                "context:read",
-                "resources:read",
-                "ops:read",
-                "tools:call:*",
-                "devices:use:*",
-                "ops:execute",
-                "ops:cancel",
-                "observe:capture",
-                "tokens:delegate",
-            ],
-        }
+    /// The scopes a preset grants (`readOnly ⊂ full ⊂ delegate` by construction).
+    pub fn scopes(self) -> Vec<&'static str> {
+        let layers: &[&[&'static str]] = match self {
+            RolePreset::ReadOnly => &[READ_ONLY_SCOPES],
+            RolePreset::Full => &[READ_ONLY_SCOPES, ACTING_SCOPES],
+            RolePreset::Delegate => &[READ_ONLY_SCOPES, ACTING_SCOPES, DELEGATING_SCOPES],
+        };
+        layers.iter().flat_map(|l| l.iter().copied()).collect()
     }
 }
 
@@ -245,7 +232,7 @@ mod tests {
                 assert!(validate_scope(s).is_ok(), "{s}");
             }
         }
-        let full: BTreeSet<_> = RolePreset::Full.scopes().iter().collect();
+        let full: BTreeSet<_> = RolePreset::Full.scopes().into_iter().collect();
         assert!(RolePreset::ReadOnly.scopes().iter().all(|s| full.contains(s)));
         assert!(RolePreset::Full.scopes().iter().all(|s| RolePreset::Delegate.scopes().contains(s)));
     }

@@ -170,20 +170,10 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<Principal>, Option<String>) {
-        use std::ops::Bound::{Excluded, Unbounded};
         let (Some(names), Some(by_id)) = (self.principal_names.get(tenant_id), self.principals.get(tenant_id)) else {
             return (Vec::new(), None);
         };
-        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
-        let mut page: Vec<Principal> =
-            names.range((lower, Unbounded)).take(limit + 1).filter_map(|(_, id)| by_id.get(id).cloned()).collect();
-        let next = if page.len() > limit {
-            page.truncate(limit);
-            page.last().map(|p| p.name.clone())
-        } else {
-            None
-        };
-        (page, next)
+        page_by_name(names, |id| by_id.get(id).cloned(), after, limit)
     }
 
     /// Looks a tenant up by id, then by name.
@@ -193,21 +183,7 @@ impl LedgerState {
 
     /// Tenants ordered by name, after the cursor (a name), at most `limit`.
     pub fn list_tenants(&self, after: Option<&str>, limit: usize) -> (Vec<Tenant>, Option<String>) {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
-        let mut page: Vec<Tenant> = self
-            .tenant_names
-            .range((lower, Unbounded))
-            .take(limit + 1)
-            .filter_map(|(_, id)| self.tenants.get(id).cloned())
-            .collect();
-        let next = if page.len() > limit {
-            page.truncate(limit);
-            page.last().map(|t| t.name.clone())
-        } else {
-            None
-        };
-        (page, next)
+        page_by_name(&self.tenant_names, |id| self.tenants.get(id).cloned(), after, limit)
     }
 
     /// Canonical encoding of the whole state (what snapshots carry).
@@ -219,6 +195,30 @@ impl LedgerState {
     pub fn digest(&self) -> String {
         writ_api::sha256_hex(&self.encode())
     }
+}
+
+/// One page of a name index (`name → id`) after the cursor `after` (a name), resolved through
+/// `lookup`; the cursor of the next page is the last name returned, if more follow.
+fn page_by_name<T>(
+    names: &BTreeMap<String, String>,
+    lookup: impl Fn(&str) -> Option<T>,
+    after: Option<&str>,
+    limit: usize,
+) -> (Vec<T>, Option<String>) {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+    let mut rows: Vec<(&String, T)> = names
+        .range((lower, Unbounded))
+        .take(limit + 1)
+        .filter_map(|(name, id)| lookup(id).map(|v| (name, v)))
+        .collect();
+    let next = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|(name, _)| (*name).clone())
+    } else {
+        None
+    };
+    (rows.into_iter().map(|(_, v)| v).collect(), next)
 }
 
 /// Decides what a command does to the state at ledger time `now`, without changing it.

@@ -37,6 +37,19 @@ async fn single_node() -> (RunningNode, tempfile::TempDir) {
     (node, dir)
 }
 
+/// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).
+fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(writ_bin())
+        .arg("admin")
+        .args(args)
+        .env("WRIT_ADMIN_URL", url)
+        .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
+        .output()
+        .expect("run writ admin");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
 async fn raw(url: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
     let client = reqwest::Client::builder().no_proxy().build().expect("client");
     let mut rb = client.request(method.parse().expect("method"), format!("{url}{path}"));
@@ -142,20 +155,7 @@ async fn bad_input_and_auth_get_reason_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_drives_tenants_with_trustworthy_exit_codes() {
     let (node, _dir) = single_node().await;
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(writ_bin())
-            .arg("admin")
-            .args(args)
-            .env("WRIT_ADMIN_URL", &node.url)
-            .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
-            .output()
-            .expect("run writ admin");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let cli = |args: &[&str]| run_cli(&node.url, args);
     let (code, out, err) = cli(&["tenant", "create", "globex", "--display-name", "Globex", "--output", "json"]);
     assert_eq!(code, 0, "{err}");
     let t: Value = serde_json::from_str(&out).expect("json output");
@@ -332,20 +332,7 @@ async fn principals_lifecycle_through_api_and_cli() {
     assert!(e["message"].as_str().unwrap_or("").contains("unknown scope 'root:all'"), "{e}");
 
     // CLI: create with a preset, list, revoke a scope, revoke the principal.
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(writ_bin())
-            .arg("admin")
-            .args(args)
-            .env("WRIT_ADMIN_URL", &node.url)
-            .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
-            .output()
-            .expect("run writ admin");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let cli = |args: &[&str]| run_cli(&node.url, args);
     let (code, out, err) = cli(&[
         "principal",
         "create",
