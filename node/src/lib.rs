@@ -56,9 +56,11 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let tls = cfg.tls.as_ref().map(tls::TlsMaterial::load).transpose()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{local_addr}"));
+    // Every peer call has a deadline: this default, or the one set per Raft RPC.
     let mut http = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .timeout(writ_api::client::LEDGER_CALL_TIMEOUT)
         .pool_idle_timeout(Duration::from_secs(30));
     // Raft RPCs and client calls share one connection per peer over HTTP/2: negotiated by ALPN
     // under TLS, prior knowledge (h2c) on loopback. Heartbeats never queue behind a snapshot.
