@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::principal::PrincipalSpecV1;
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
+use crate::token::{TokenRecordV1, TokenRequestV1};
 
 /// Longest tenant name accepted.
 pub const TENANT_NAME_BYTES_MAX: usize = 63;
@@ -63,6 +64,16 @@ pub enum Command {
         principal_id: String,
         scope: String,
     },
+    /// Records a new token (for a principal, or delegated from a parent token).
+    IssueToken {
+        tenant_id: String,
+        request: TokenRequestV1,
+    },
+    /// Revokes a token and, transitively, every token delegated from it.
+    RevokeToken {
+        tenant_id: String,
+        jti: String,
+    },
 }
 
 impl Command {
@@ -76,6 +87,8 @@ impl Command {
             Command::CreatePrincipal { .. } => "create_principal",
             Command::RevokePrincipal { .. } => "revoke_principal",
             Command::RevokeScope { .. } => "revoke_scope",
+            Command::IssueToken { .. } => "issue_token",
+            Command::RevokeToken { .. } => "revoke_token",
         }
     }
 
@@ -88,7 +101,9 @@ impl Command {
             | Command::SetTenantSettings { tenant_id, .. }
             | Command::CreatePrincipal { tenant_id, .. }
             | Command::RevokePrincipal { tenant_id, .. }
-            | Command::RevokeScope { tenant_id, .. } => tenant_id,
+            | Command::RevokeScope { tenant_id, .. }
+            | Command::IssueToken { tenant_id, .. }
+            | Command::RevokeToken { tenant_id, .. } => tenant_id,
         }
     }
 }
@@ -133,6 +148,16 @@ pub enum Event {
         principal_id: String,
         scope: String,
     },
+    TokenIssuedV1 {
+        tenant_id: String,
+        token: TokenRecordV1,
+    },
+    /// `jti` was revoked; `cascade` lists every descendant revoked with it (sorted).
+    TokenRevokedV1 {
+        tenant_id: String,
+        jti: String,
+        cascade: Vec<String>,
+    },
 }
 
 impl Event {
@@ -147,6 +172,8 @@ impl Event {
             Event::PrincipalCreatedV1 { .. } => "principal_created",
             Event::PrincipalRevokedV1 { .. } => "principal_revoked",
             Event::ScopeRevokedV1 { .. } => "scope_revoked",
+            Event::TokenIssuedV1 { .. } => "token_issued",
+            Event::TokenRevokedV1 { .. } => "token_revoked",
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod ledger;
 pub mod principal;
 pub mod reason;
 pub mod settings;
+pub mod token;
 
 pub use ledger::Rejection;
 pub use reason::ReasonCode;

@@ -84,6 +84,8 @@ reason_catalog! {
     PRINCIPAL_NOT_FOUND = 32, 404, -32602, "No such principal in this tenant.";
     PRINCIPAL_ALREADY_EXISTS = 33, 409, -32009, "A principal with this name already exists in the tenant.";
     PRINCIPAL_STATE_CONFLICT = 34, 409, -32009, "The principal is not in a state that allows this change.";
+    TOKEN_NOT_FOUND = 35, 404, -32602, "No token with this id in the tenant.";
+    TOKEN_ALREADY_REVOKED = 36, 409, -32009, "The token is already revoked.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -4,6 +4,7 @@
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
+use writ_api::token::{TokenRecordV1, TokenRequestV1};
 use writ_api::ReasonCode;
 
 fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
@@ -123,7 +124,43 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "token_issued_v1",
+            req(Command::IssueToken { tenant_id: "t-1".into(), request: token_request() }),
+            Some(env(9, 8, Event::TokenIssuedV1 { tenant_id: "t-1".into(), token: token_record() })),
+        ),
+        (
+            "token_revoked_v1",
+            req(Command::RevokeToken { tenant_id: "t-1".into(), jti: "j-1".into() }),
+            Some(env(
+                10,
+                9,
+                Event::TokenRevokedV1 { tenant_id: "t-1".into(), jti: "j-1".into(), cascade: vec!["j-2".into()] },
+            )),
+        ),
     ]
+}
+
+fn token_request() -> TokenRequestV1 {
+    TokenRequestV1 {
+        jti: "j-2".into(),
+        principal_id: "p-1".into(),
+        scopes: ["ops:read".to_string()].into_iter().collect(),
+        ttl_s: 3600,
+        parent_jti: Some("j-1".into()),
+    }
+}
+
+fn token_record() -> TokenRecordV1 {
+    TokenRecordV1 {
+        jti: "j-2".into(),
+        principal_id: "p-1".into(),
+        scopes: ["ops:read".to_string()].into_iter().collect(),
+        issued_at_ms: 1_700_000_000_000,
+        expires_at_ms: 1_700_003_600_000,
+        parent_jti: Some("j-1".into()),
+        depth: 1,
+    }
 }
 
 fn principal_spec() -> PrincipalSpecV1 {

@@ -2,15 +2,16 @@
 //! `apply_event` folds an event into the views. No IO, no clock, no randomness, no hash-map
 //! iteration: the same log yields byte-identical state (and digest) on every replica.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use writ_api::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
     CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
 };
-use writ_api::principal::{Principal, PrincipalState};
+use writ_api::principal::{scope_covers, validate_scope, Principal, PrincipalState};
 use writ_api::settings::TenantSettingsV1;
+use writ_api::token::{Token, TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
 use writ_api::{ReasonCode, Rejection};
 
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
@@ -30,6 +31,10 @@ pub struct LedgerState {
     pub principals: BTreeMap<String, BTreeMap<String, Principal>>,
     /// Principal id by tenant id, then name (names are unique within a tenant).
     pub principal_names: BTreeMap<String, BTreeMap<String, String>>,
+    /// Tokens by tenant id, then `jti`.
+    pub tokens: BTreeMap<String, BTreeMap<String, Token>>,
+    /// Delegated children by tenant id, then parent `jti`.
+    pub token_children: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl LedgerState {
@@ -130,6 +135,31 @@ impl LedgerState {
                 p.updated_at_ms = env.at_ms;
                 p.revision = env.revision;
             }
+            Event::TokenIssuedV1 { tenant_id, token } => {
+                if let Some(parent) = &token.parent_jti {
+                    self.token_children
+                        .entry(tenant_id.clone())
+                        .or_default()
+                        .entry(parent.clone())
+                        .or_default()
+                        .insert(token.jti.clone());
+                }
+                let view = Token {
+                    tenant_id: tenant_id.clone(),
+                    record: token.clone(),
+                    revoked_at_ms: None,
+                    revoked_via: None,
+                };
+                self.tokens.entry(tenant_id.clone()).or_default().insert(token.jti.clone(), view);
+            }
+            Event::TokenRevokedV1 { tenant_id, jti, cascade } => {
+                let tokens = self.tokens.get_mut(tenant_id).expect("event for unknown token: corrupt event log");
+                for id in std::iter::once(jti).chain(cascade) {
+                    let t = tokens.get_mut(id).expect("event for unknown token: corrupt event log");
+                    t.revoked_at_ms = Some(env.at_ms);
+                    t.revoked_via = Some(jti.clone());
+                }
+            }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id);
                 p.scopes.remove(scope);
@@ -174,6 +204,26 @@ impl LedgerState {
             return (Vec::new(), None);
         };
         page_by_name(names, |id| by_id.get(id).cloned(), after, limit)
+    }
+
+    /// A token of a tenant by `jti`.
+    pub fn token(&self, tenant_id: &str, jti: &str) -> Option<&Token> {
+        self.tokens.get(tenant_id)?.get(jti)
+    }
+
+    /// Every live (unrevoked) descendant of `jti`, sorted.
+    fn live_descendants(&self, tenant_id: &str, jti: &str) -> Vec<String> {
+        let Some(children) = self.token_children.get(tenant_id) else { return Vec::new() };
+        let mut out = BTreeSet::new();
+        let mut stack = vec![jti.to_string()];
+        while let Some(id) = stack.pop() {
+            for child in children.get(&id).into_iter().flatten() {
+                if out.insert(child.clone()) {
+                    stack.push(child.clone());
+                }
+            }
+        }
+        out.into_iter().filter(|id| self.token(tenant_id, id).is_some_and(|t| t.revoked_at_ms.is_none())).collect()
     }
 
     /// Looks a tenant up by id, then by name.
@@ -302,6 +352,24 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 scope: scope.clone(),
             }])
         }
+        Command::IssueToken { tenant_id, request } => Ok(vec![Event::TokenIssuedV1 {
+            tenant_id: tenant_id.clone(),
+            token: decide_token(state, tenant_id, request, now)?,
+        }]),
+        Command::RevokeToken { tenant_id, jti } => {
+            existing(state, tenant_id)?;
+            let token = state
+                .token(tenant_id, jti)
+                .ok_or_else(|| Rejection::new(ReasonCode::TOKEN_NOT_FOUND, format!("no token '{jti}'")))?;
+            if token.revoked_at_ms.is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::TOKEN_ALREADY_REVOKED,
+                    format!("token '{jti}' is already revoked"),
+                ));
+            }
+            let cascade = state.live_descendants(tenant_id, jti);
+            Ok(vec![Event::TokenRevokedV1 { tenant_id: tenant_id.clone(), jti: jti.clone(), cascade }])
+        }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
             TenantState::Active => {
@@ -309,6 +377,81 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             }
         },
     }
+}
+
+/// The rules of issuing a token: domain gate (tenant active) before scope gate; lifetime clamped
+/// to the tenant's bounds and, for a delegated token, to its parent's; a delegated token's scopes
+/// are a subset of its parent's, which must hold `tokens:delegate`, within the depth limit.
+fn decide_token(
+    state: &LedgerState,
+    tenant_id: &str,
+    req: &TokenRequestV1,
+    now: u64,
+) -> Result<TokenRecordV1, Rejection> {
+    let tenant = existing(state, tenant_id)?;
+    if tenant.state == TenantState::Suspended {
+        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
+    }
+    if req.jti.is_empty() || req.jti.len() > 64 || state.token(tenant_id, &req.jti).is_some() {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, "token id must be 1..=64 bytes and unused"));
+    }
+    let principal = active_principal(state, tenant_id, &req.principal_id)?;
+    for scope in &req.scopes {
+        validate_scope(scope)?;
+    }
+    let ttl_ms = req.ttl_s.clamp(tenant.settings.token_ttl_min_s, tenant.settings.token_ttl_max_s).saturating_mul(1000);
+    let mut expires_at_ms = now.saturating_add(ttl_ms);
+    let (granting, depth) = match &req.parent_jti {
+        None => (&principal.scopes, 0),
+        Some(parent_jti) => {
+            let parent = state.token(tenant_id, parent_jti).ok_or_else(|| {
+                Rejection::new(ReasonCode::AUTH_TOKEN_INVALID, format!("no parent token '{parent_jti}'"))
+            })?;
+            if parent.revoked_at_ms.is_some() {
+                return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, "the parent token is revoked"));
+            }
+            if parent.record.expires_at_ms <= now {
+                return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the parent token has expired"));
+            }
+            let depth = parent.record.depth + 1;
+            if depth > DELEGATION_DEPTH_MAX_DEFAULT {
+                return Err(Rejection::new(
+                    ReasonCode::DELEGATION_DEPTH_EXCEEDED,
+                    format!("delegation depth {depth} exceeds the limit of {DELEGATION_DEPTH_MAX_DEFAULT}"),
+                ));
+            }
+            // The depth limit is structural and answered first; then the right to delegate.
+            if !parent.record.scopes.contains("tokens:delegate") {
+                return Err(Rejection::new(
+                    ReasonCode::APP_SCOPE_FORBIDDEN,
+                    "the parent token lacks scope tokens:delegate",
+                ));
+            }
+            expires_at_ms = expires_at_ms.min(parent.record.expires_at_ms);
+            (&parent.record.scopes, depth)
+        }
+    };
+    for scope in &req.scopes {
+        if !granting.iter().any(|g| scope_covers(g, scope)) {
+            let reason = if principal.revoked_scopes.iter().any(|r| scope_covers(r, scope)) {
+                ReasonCode::APP_SCOPE_REVOKED
+            } else {
+                ReasonCode::APP_SCOPE_FORBIDDEN
+            };
+            let from = if req.parent_jti.is_some() { "the parent token" } else { "the principal" };
+            return Err(Rejection::new(reason, format!("scope '{scope}' is not held by {from}")));
+        }
+    }
+    let scopes = if req.scopes.is_empty() { granting.clone() } else { req.scopes.clone() };
+    Ok(TokenRecordV1 {
+        jti: req.jti.clone(),
+        principal_id: principal.id.clone(),
+        scopes,
+        issued_at_ms: now,
+        expires_at_ms,
+        parent_jti: req.parent_jti.clone(),
+        depth,
+    })
 }
 
 fn active_principal<'a>(
@@ -343,6 +486,7 @@ mod tests {
     use super::*;
     use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
     use writ_api::settings::TenantSettingsPatch;
+    use writ_api::token::TokenRequestV1;
 
     fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
         LedgerRequest { stamp_ms, trace_id: "t".into(), command }
@@ -452,6 +596,93 @@ mod tests {
         assert!(p.scopes.contains("ops:read"), "preset scopes are granted");
         assert!(!p.scopes.contains("tools:call:move_arm") && p.revoked_scopes.contains("tools:call:move_arm"));
         assert!(st.principal("zz", "bot").is_none(), "principals never leak across tenants");
+    }
+
+    fn issue(jti: &str, principal: &str, scopes: &[&str], ttl_s: u64, parent: Option<&str>) -> Command {
+        Command::IssueToken {
+            tenant_id: "a".into(),
+            request: TokenRequestV1 {
+                jti: jti.into(),
+                principal_id: principal.into(),
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                ttl_s,
+                parent_jti: parent.map(str::to_string),
+            },
+        }
+    }
+
+    /// The Nimi authority cases that live in the ledger: TTL clamping, scope subsets, revoked
+    /// scopes, delegation depth, cascade revocation, and the domain gate before the scope gate.
+    #[test]
+    fn token_rules() {
+        let mut st = LedgerState::default();
+        let t0 = 1_000_000;
+        st.execute(&req(t0, create("a", "acme")));
+        let mut delegate = spec("p-del", "planner", &[]);
+        delegate.preset = Some(RolePreset::Delegate);
+        st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: delegate }));
+        st.execute(&req(
+            t0,
+            Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-ro", "viewer", &["tools:call:scan"]) },
+        ));
+        st.execute(&req(
+            t0,
+            Command::RevokeScope {
+                tenant_id: "a".into(),
+                principal_id: "p-ro".into(),
+                scope: "tools:call:scan".into(),
+            },
+        ));
+        let revoke = |jti: &str| Command::RevokeToken { tenant_id: "a".into(), jti: jti.into() };
+        let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+            (issue("root", "p-del", &[], 10, None), None),
+            (issue("root", "p-del", &[], 600, None), Some(ReasonCode::INPUT_INVALID)),
+            (issue("x1", "p-ro", &["ops:execute"], 600, None), Some(ReasonCode::APP_SCOPE_FORBIDDEN)),
+            (issue("x2", "p-ro", &["tools:call:scan"], 600, None), Some(ReasonCode::APP_SCOPE_REVOKED)),
+            (issue("x3", "p-ro", &["nope:x"], 600, None), Some(ReasonCode::INPUT_INVALID)),
+            (issue("x4", "ghost", &[], 600, None), Some(ReasonCode::PRINCIPAL_NOT_FOUND)),
+            (issue("ro", "p-ro", &[], 600, None), None),
+            (issue("child", "p-ro", &["ops:read", "tools:call:move"], 600, Some("root")), None),
+            (
+                issue("grandchild", "p-ro", &["ops:read"], 600, Some("child")),
+                Some(ReasonCode::DELEGATION_DEPTH_EXCEEDED),
+            ),
+            (issue("c2", "p-ro", &["audit:read"], 600, Some("root")), Some(ReasonCode::APP_SCOPE_FORBIDDEN)),
+            (issue("c3", "p-ro", &["ops:read"], 600, Some("ro")), Some(ReasonCode::APP_SCOPE_FORBIDDEN)),
+            (issue("c4", "p-ro", &["ops:read"], 600, Some("missing")), Some(ReasonCode::AUTH_TOKEN_INVALID)),
+            (revoke("root"), None),
+            (revoke("child"), Some(ReasonCode::TOKEN_ALREADY_REVOKED)),
+            (revoke("nope"), Some(ReasonCode::TOKEN_NOT_FOUND)),
+            (issue("c5", "p-ro", &["ops:read"], 600, Some("root")), Some(ReasonCode::AUTH_TOKEN_REVOKED)),
+        ];
+        for (cmd, want) in cases {
+            assert_eq!(decide(&st, &cmd, t0).err().map(|r| r.reason), want, "{cmd:?}");
+            st.execute(&req(t0, cmd));
+        }
+        // TTL clamped up to the tenant minimum (60 s); the child never outlives its parent.
+        let root = st.token("a", "root").expect("root");
+        assert_eq!(root.record.expires_at_ms, t0 + 60_000);
+        let child = st.token("a", "child").expect("child");
+        assert_eq!(child.record.depth, 1);
+        assert_eq!(child.record.expires_at_ms, root.record.expires_at_ms);
+        // Revoking the parent revoked the child with it.
+        assert_eq!(child.revoked_via.as_deref(), Some("root"));
+        assert!(st.token("a", "ro").is_some_and(|t| t.revoked_at_ms.is_none()));
+        // A depth violation left a rejection event in the tenant's stream (audit evidence).
+        let (outcome, events) = st.execute(&req(t0, issue("g2", "p-ro", &["ops:read"], 600, Some("child"))));
+        assert!(matches!(outcome, Outcome::Rejected { .. }));
+        assert_eq!(events[0].stream, "a");
+
+        // Expired parent: ledger time has passed its expiry.
+        st.execute(&req(t0, issue("short", "p-del", &[], 60, None)));
+        let later = t0 + 61_000;
+        let cmd = issue("late", "p-ro", &["ops:read"], 600, Some("short"));
+        assert_eq!(decide(&st, &cmd, later).err().map(|r| r.reason), Some(ReasonCode::AUTH_TOKEN_EXPIRED));
+
+        // Domain gate first: a suspended tenant answers TENANT_SUSPENDED even for a bad request.
+        st.execute(&req(later, Command::SuspendTenant { tenant_id: "a".into(), note: None }));
+        let bad = issue("s1", "ghost", &["nope:x"], 600, None);
+        assert_eq!(decide(&st, &bad, later).err().map(|r| r.reason), Some(ReasonCode::TENANT_SUSPENDED));
     }
 
     #[test]

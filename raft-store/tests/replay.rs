@@ -36,6 +36,21 @@ fn command() -> impl Strategy<Value = Command> {
             principal_id: format!("p-{p}"),
             note: None
         }),
+        (id.clone(), 0u8..4, 0u8..6, proptest::option::of(0u8..6), 0u64..100_000).prop_map(
+            |(tenant_id, p, j, parent, ttl_s)| {
+                Command::IssueToken {
+                    tenant_id,
+                    request: writ_api::token::TokenRequestV1 {
+                        jti: format!("j-{j}"),
+                        principal_id: format!("p-{p}"),
+                        scopes: Default::default(),
+                        ttl_s,
+                        parent_jti: parent.map(|x| format!("j-{x}")),
+                    },
+                }
+            }
+        ),
+        (id.clone(), 0u8..6).prop_map(|(tenant_id, j)| Command::RevokeToken { tenant_id, jti: format!("j-{j}") }),
         (id, proptest::option::of(0u64..50_000), proptest::option::of(0u64..200_000)).prop_map(
             |(tenant_id, audit_max_events, idempotency_retention_s)| Command::SetTenantSettings {
                 tenant_id,
