@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::device::{Device, Site};
 use crate::ledger::{Command, Outcome, Tenant};
 use crate::principal::{Principal, PrincipalKind, RolePreset};
 use crate::reason::ReasonCode;
@@ -74,6 +75,29 @@ pub enum Query {
         tenant_id: String,
         principal: String,
     },
+    /// Sites of a tenant ordered by name.
+    ListSites {
+        tenant_id: String,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// A site of a tenant by id or name.
+    GetSite {
+        tenant_id: String,
+        site: String,
+    },
+    /// Devices of a tenant (optionally of one site, by id) ordered by name.
+    ListDevices {
+        tenant_id: String,
+        site_id: Option<String>,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// A device of a tenant by id or name.
+    GetDevice {
+        tenant_id: String,
+        device: String,
+    },
 }
 
 /// `POST /client/query`.
@@ -92,6 +116,10 @@ pub enum QueryResult {
     Tenant { tenant: Tenant },
     Principals { principals: Vec<Principal>, next_cursor: Option<String> },
     Principal { principal: Principal },
+    Sites { sites: Vec<Site>, next_cursor: Option<String> },
+    Site { site: Site },
+    Devices { devices: Vec<Device>, next_cursor: Option<String> },
+    Device { device: Device },
 }
 
 /// Raft role of a node as reported in status.
@@ -214,5 +242,38 @@ pub struct RevokeScopeRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PrincipalList {
     pub principals: Vec<Principal>,
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/sites`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSiteRequest {
+    pub name: String,
+    #[serde(default)]
+    pub display_name: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/devices`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDeviceRequest {
+    pub name: String,
+    /// Site id or name.
+    pub site: String,
+    pub device_class: String,
+}
+
+/// `GET /v1/tenants/{tenant}/sites`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SiteList {
+    pub sites: Vec<Site>,
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/tenants/{tenant}/devices`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceList {
+    pub devices: Vec<Device>,
     pub next_cursor: Option<String>,
 }

@@ -74,6 +74,19 @@ pub enum Command {
         tenant_id: String,
         jti: String,
     },
+    CreateSite {
+        tenant_id: String,
+        site_id: String,
+        name: String,
+        display_name: Option<String>,
+    },
+    CreateDevice {
+        tenant_id: String,
+        device_id: String,
+        site_id: String,
+        name: String,
+        device_class: String,
+    },
 }
 
 impl Command {
@@ -89,6 +102,8 @@ impl Command {
             Command::RevokeScope { .. } => "revoke_scope",
             Command::IssueToken { .. } => "issue_token",
             Command::RevokeToken { .. } => "revoke_token",
+            Command::CreateSite { .. } => "create_site",
+            Command::CreateDevice { .. } => "create_device",
         }
     }
 
@@ -103,7 +118,9 @@ impl Command {
             | Command::RevokePrincipal { tenant_id, .. }
             | Command::RevokeScope { tenant_id, .. }
             | Command::IssueToken { tenant_id, .. }
-            | Command::RevokeToken { tenant_id, .. } => tenant_id,
+            | Command::RevokeToken { tenant_id, .. }
+            | Command::CreateSite { tenant_id, .. }
+            | Command::CreateDevice { tenant_id, .. } => tenant_id,
         }
     }
 }
@@ -158,6 +175,19 @@ pub enum Event {
         jti: String,
         cascade: Vec<String>,
     },
+    SiteCreatedV1 {
+        tenant_id: String,
+        site_id: String,
+        name: String,
+        display_name: Option<String>,
+    },
+    DeviceCreatedV1 {
+        tenant_id: String,
+        device_id: String,
+        site_id: String,
+        name: String,
+        device_class: String,
+    },
 }
 
 impl Event {
@@ -174,6 +204,8 @@ impl Event {
             Event::ScopeRevokedV1 { .. } => "scope_revoked",
             Event::TokenIssuedV1 { .. } => "token_issued",
             Event::TokenRevokedV1 { .. } => "token_revoked",
+            Event::SiteCreatedV1 { .. } => "site_created",
+            Event::DeviceCreatedV1 { .. } => "device_created",
         }
     }
 }

@@ -86,6 +86,10 @@ reason_catalog! {
     PRINCIPAL_STATE_CONFLICT = 34, 409, -32009, "The principal is not in a state that allows this change.";
     TOKEN_NOT_FOUND = 35, 404, -32602, "No token with this id in the tenant.";
     TOKEN_ALREADY_REVOKED = 36, 409, -32009, "The token is already revoked.";
+    SITE_NOT_FOUND = 37, 404, -32602, "No such site in this tenant.";
+    SITE_ALREADY_EXISTS = 38, 409, -32009, "A site with this name already exists in the tenant.";
+    DEVICE_NOT_FOUND = 39, 404, -32602, "No such device in this tenant.";
+    DEVICE_ALREADY_EXISTS = 40, 409, -32009, "A device with this name already exists in the tenant.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -138,6 +138,46 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 Event::TokenRevokedV1 { tenant_id: "t-1".into(), jti: "j-1".into(), cascade: vec!["j-2".into()] },
             )),
         ),
+        (
+            "site_created_v1",
+            req(Command::CreateSite {
+                tenant_id: "t-1".into(),
+                site_id: "s-1".into(),
+                name: "plant".into(),
+                display_name: None,
+            }),
+            Some(env(
+                11,
+                10,
+                Event::SiteCreatedV1 {
+                    tenant_id: "t-1".into(),
+                    site_id: "s-1".into(),
+                    name: "plant".into(),
+                    display_name: None,
+                },
+            )),
+        ),
+        (
+            "device_created_v1",
+            req(Command::CreateDevice {
+                tenant_id: "t-1".into(),
+                device_id: "d-1".into(),
+                site_id: "s-1".into(),
+                name: "press".into(),
+                device_class: "press.v1".into(),
+            }),
+            Some(env(
+                12,
+                11,
+                Event::DeviceCreatedV1 {
+                    tenant_id: "t-1".into(),
+                    device_id: "d-1".into(),
+                    site_id: "s-1".into(),
+                    name: "press".into(),
+                    device_class: "press.v1".into(),
+                },
+            )),
+        ),
     ]
 }
 

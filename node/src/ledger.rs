@@ -228,23 +228,11 @@ impl LedgerNode {
         let state = &applied.state;
         match req.query {
             Query::ListTenants { after, limit } => {
-                if limit == 0 || limit > PAGE_LIMIT_MAX {
-                    return Err(Rejection::new(
-                        ReasonCode::INPUT_INVALID,
-                        format!("limit must be 1..={PAGE_LIMIT_MAX}"),
-                    ));
-                }
-                let (tenants, next_cursor) = state.list_tenants(after.as_deref(), limit as usize);
+                let (tenants, next_cursor) = state.list_tenants(after.as_deref(), page_limit(limit)?);
                 Ok(QueryResult::Tenants { tenants, next_cursor })
             }
             Query::ListPrincipals { tenant_id, after, limit } => {
-                if limit == 0 || limit > PAGE_LIMIT_MAX {
-                    return Err(Rejection::new(
-                        ReasonCode::INPUT_INVALID,
-                        format!("limit must be 1..={PAGE_LIMIT_MAX}"),
-                    ));
-                }
-                let (principals, next_cursor) = state.list_principals(&tenant_id, after.as_deref(), limit as usize);
+                let (principals, next_cursor) = state.list_principals(&tenant_id, after.as_deref(), page_limit(limit)?);
                 Ok(QueryResult::Principals { principals, next_cursor })
             }
             Query::GetPrincipal { tenant_id, principal } => state
@@ -252,6 +240,25 @@ impl LedgerNode {
                 .cloned()
                 .map(|principal| QueryResult::Principal { principal })
                 .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))),
+            Query::ListSites { tenant_id, after, limit } => {
+                let (sites, next_cursor) = state.list_sites(&tenant_id, after.as_deref(), page_limit(limit)?);
+                Ok(QueryResult::Sites { sites, next_cursor })
+            }
+            Query::GetSite { tenant_id, site } => state
+                .site(&tenant_id, &site)
+                .cloned()
+                .map(|site| QueryResult::Site { site })
+                .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{site}'"))),
+            Query::ListDevices { tenant_id, site_id, after, limit } => {
+                let (devices, next_cursor) =
+                    state.list_devices(&tenant_id, site_id.as_deref(), after.as_deref(), page_limit(limit)?);
+                Ok(QueryResult::Devices { devices, next_cursor })
+            }
+            Query::GetDevice { tenant_id, device } => state
+                .device(&tenant_id, &device)
+                .cloned()
+                .map(|device| QueryResult::Device { device })
+                .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device}'"))),
             Query::GetTenant { tenant } => state
                 .tenant(&tenant)
                 .cloned()
@@ -364,6 +371,14 @@ impl LedgerNode {
         }
         Ok(self.status())
     }
+}
+
+/// A page size within `1..=PAGE_LIMIT_MAX`.
+fn page_limit(limit: u32) -> Result<usize, Rejection> {
+    if limit == 0 || limit > PAGE_LIMIT_MAX {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("limit must be 1..={PAGE_LIMIT_MAX}")));
+    }
+    Ok(limit as usize)
 }
 
 fn internal(e: &dyn std::fmt::Display) -> Rejection {

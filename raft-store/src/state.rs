@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use writ_api::device::{validate_device, validate_site, Device, Site};
 use writ_api::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
     CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
@@ -35,6 +36,12 @@ pub struct LedgerState {
     pub tokens: BTreeMap<String, BTreeMap<String, Token>>,
     /// Delegated children by tenant id, then parent `jti`.
     pub token_children: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// Sites by tenant id, then site id; and site id by tenant id, then name.
+    pub sites: BTreeMap<String, BTreeMap<String, Site>>,
+    pub site_names: BTreeMap<String, BTreeMap<String, String>>,
+    /// Devices by tenant id, then device id; and device id by tenant id, then name.
+    pub devices: BTreeMap<String, BTreeMap<String, Device>>,
+    pub device_names: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl LedgerState {
@@ -135,6 +142,31 @@ impl LedgerState {
                 p.updated_at_ms = env.at_ms;
                 p.revision = env.revision;
             }
+            Event::SiteCreatedV1 { tenant_id, site_id, name, display_name } => {
+                self.site_names.entry(tenant_id.clone()).or_default().insert(name.clone(), site_id.clone());
+                let site = Site {
+                    id: site_id.clone(),
+                    tenant_id: tenant_id.clone(),
+                    name: name.clone(),
+                    display_name: display_name.clone(),
+                    created_at_ms: env.at_ms,
+                    revision: env.revision,
+                };
+                self.sites.entry(tenant_id.clone()).or_default().insert(site_id.clone(), site);
+            }
+            Event::DeviceCreatedV1 { tenant_id, device_id, site_id, name, device_class } => {
+                self.device_names.entry(tenant_id.clone()).or_default().insert(name.clone(), device_id.clone());
+                let device = Device {
+                    id: device_id.clone(),
+                    tenant_id: tenant_id.clone(),
+                    site_id: site_id.clone(),
+                    name: name.clone(),
+                    device_class: device_class.clone(),
+                    created_at_ms: env.at_ms,
+                    revision: env.revision,
+                };
+                self.devices.entry(tenant_id.clone()).or_default().insert(device_id.clone(), device);
+            }
             Event::TokenIssuedV1 { tenant_id, token } => {
                 if let Some(parent) = &token.parent_jti {
                     self.token_children
@@ -206,6 +238,39 @@ impl LedgerState {
         page_by_name(names, |id| by_id.get(id).cloned(), after, limit)
     }
 
+    /// A site of a tenant by id, then by name.
+    pub fn site(&self, tenant_id: &str, id_or_name: &str) -> Option<&Site> {
+        by_id_or_name(&self.sites, &self.site_names, tenant_id, id_or_name)
+    }
+
+    /// A device of a tenant by id, then by name.
+    pub fn device(&self, tenant_id: &str, id_or_name: &str) -> Option<&Device> {
+        by_id_or_name(&self.devices, &self.device_names, tenant_id, id_or_name)
+    }
+
+    /// A tenant's sites ordered by name.
+    pub fn list_sites(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> (Vec<Site>, Option<String>) {
+        let (Some(names), Some(by_id)) = (self.site_names.get(tenant_id), self.sites.get(tenant_id)) else {
+            return (Vec::new(), None);
+        };
+        page_by_name(names, |id| by_id.get(id).cloned(), after, limit)
+    }
+
+    /// A tenant's devices (optionally of one site) ordered by name.
+    pub fn list_devices(
+        &self,
+        tenant_id: &str,
+        site_id: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<Device>, Option<String>) {
+        let (Some(names), Some(by_id)) = (self.device_names.get(tenant_id), self.devices.get(tenant_id)) else {
+            return (Vec::new(), None);
+        };
+        let in_site = |d: &Device| site_id.is_none_or(|s| d.site_id == s);
+        page_by_name(names, |id| by_id.get(id).filter(|d| in_site(d)).cloned(), after, limit)
+    }
+
     /// A token of a tenant by `jti`.
     pub fn token(&self, tenant_id: &str, jti: &str) -> Option<&Token> {
         self.tokens.get(tenant_id)?.get(jti)
@@ -245,6 +310,17 @@ impl LedgerState {
     pub fn digest(&self) -> String {
         writ_api::sha256_hex(&self.encode())
     }
+}
+
+/// Looks an entity of a tenant up by id, then through the tenant's name index.
+fn by_id_or_name<'a, T>(
+    by_id: &'a BTreeMap<String, BTreeMap<String, T>>,
+    names: &BTreeMap<String, BTreeMap<String, String>>,
+    tenant_id: &str,
+    id_or_name: &str,
+) -> Option<&'a T> {
+    let of_tenant = by_id.get(tenant_id)?;
+    of_tenant.get(id_or_name).or_else(|| of_tenant.get(names.get(tenant_id)?.get(id_or_name)?))
 }
 
 /// One page of a name index (`name → id`) after the cursor `after` (a name), resolved through
@@ -350,6 +426,42 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 tenant_id: tenant_id.clone(),
                 principal_id: principal_id.clone(),
                 scope: scope.clone(),
+            }])
+        }
+        Command::CreateSite { tenant_id, site_id, name, display_name } => {
+            existing(state, tenant_id)?;
+            validate_site(site_id, name, display_name.as_deref())?;
+            if state.site(tenant_id, name).is_some() || state.site(tenant_id, site_id).is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::SITE_ALREADY_EXISTS,
+                    format!("a site named '{name}' (or with this id) already exists in this tenant"),
+                ));
+            }
+            Ok(vec![Event::SiteCreatedV1 {
+                tenant_id: tenant_id.clone(),
+                site_id: site_id.clone(),
+                name: name.clone(),
+                display_name: display_name.clone(),
+            }])
+        }
+        Command::CreateDevice { tenant_id, device_id, site_id, name, device_class } => {
+            existing(state, tenant_id)?;
+            validate_device(device_id, name, device_class)?;
+            if state.sites.get(tenant_id).and_then(|s| s.get(site_id)).is_none() {
+                return Err(Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{site_id}' in this tenant")));
+            }
+            if state.device(tenant_id, name).is_some() || state.device(tenant_id, device_id).is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::DEVICE_ALREADY_EXISTS,
+                    format!("a device named '{name}' (or with this id) already exists in this tenant"),
+                ));
+            }
+            Ok(vec![Event::DeviceCreatedV1 {
+                tenant_id: tenant_id.clone(),
+                device_id: device_id.clone(),
+                site_id: site_id.clone(),
+                name: name.clone(),
+                device_class: device_class.clone(),
             }])
         }
         Command::IssueToken { tenant_id, request } => Ok(vec![Event::TokenIssuedV1 {
@@ -683,6 +795,47 @@ mod tests {
         st.execute(&req(later, Command::SuspendTenant { tenant_id: "a".into(), note: None }));
         let bad = issue("s1", "ghost", &["nope:x"], 600, None);
         assert_eq!(decide(&st, &bad, later).err().map(|r| r.reason), Some(ReasonCode::TENANT_SUSPENDED));
+    }
+
+    #[test]
+    fn site_and_device_rules() {
+        let mut st = LedgerState::default();
+        st.execute(&req(1, create("a", "acme")));
+        st.execute(&req(1, create("b", "beta")));
+        let site = |t: &str, id: &str, name: &str| Command::CreateSite {
+            tenant_id: t.into(),
+            site_id: id.into(),
+            name: name.into(),
+            display_name: None,
+        };
+        let device = |t: &str, id: &str, site: &str, name: &str, class: &str| Command::CreateDevice {
+            tenant_id: t.into(),
+            device_id: id.into(),
+            site_id: site.into(),
+            name: name.into(),
+            device_class: class.into(),
+        };
+        let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+            (site("zz", "s1", "plant"), Some(ReasonCode::TENANT_NOT_FOUND)),
+            (site("a", "s1", "Plant 1"), Some(ReasonCode::INPUT_INVALID)),
+            (site("a", "s1", "plant"), None),
+            (site("a", "s2", "plant"), Some(ReasonCode::SITE_ALREADY_EXISTS)),
+            (site("b", "s9", "plant"), None),
+            (device("a", "d1", "s9", "press", "press.v1"), Some(ReasonCode::SITE_NOT_FOUND)),
+            (device("a", "d1", "s1", "press", "bad class!"), Some(ReasonCode::INPUT_INVALID)),
+            (device("a", "d1", "s1", "press", "press.v1"), None),
+            (device("a", "d2", "s1", "press", "press.v1"), Some(ReasonCode::DEVICE_ALREADY_EXISTS)),
+            (device("a", "d3", "s1", "arm", "robot-arm.v2"), None),
+        ];
+        for (cmd, want) in cases {
+            assert_eq!(decide(&st, &cmd, 0).err().map(|r| r.reason), want, "{cmd:?}");
+            st.execute(&req(2, cmd));
+        }
+        assert_eq!(st.device("a", "press").map(|d| d.site_id.as_str()), Some("s1"));
+        let (devices, _) = st.list_devices("a", Some("s1"), None, 10);
+        assert_eq!(devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["arm", "press"]);
+        assert!(st.list_devices("a", Some("s9"), None, 10).0.is_empty(), "another tenant's site shows nothing");
+        assert!(st.site("b", "s1").is_none(), "sites never leak across tenants");
     }
 
     #[test]

@@ -51,6 +51,19 @@ fn command() -> impl Strategy<Value = Command> {
             }
         ),
         (id.clone(), 0u8..6).prop_map(|(tenant_id, j)| Command::RevokeToken { tenant_id, jti: format!("j-{j}") }),
+        (id.clone(), 0u8..3).prop_map(|(tenant_id, s)| Command::CreateSite {
+            tenant_id,
+            site_id: format!("s-{s}"),
+            name: format!("site-{s}"),
+            display_name: None
+        }),
+        (id.clone(), 0u8..4, 0u8..3).prop_map(|(tenant_id, d, s)| Command::CreateDevice {
+            tenant_id,
+            device_id: format!("d-{d}"),
+            site_id: format!("s-{s}"),
+            name: format!("dev-{d}"),
+            device_class: "press.v1".into()
+        }),
         (id, proptest::option::of(0u64..50_000), proptest::option::of(0u64..200_000)).prop_map(
             |(tenant_id, audit_max_events, idempotency_retention_s)| Command::SetTenantSettings {
                 tenant_id,

@@ -8,7 +8,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use serde_json::Value;
+use writ_api::device::{Device, Site};
 use writ_api::dto::{ClusterStatus, ErrorBody, PrincipalList, TenantList};
+use writ_api::dto::{DeviceList, SiteList};
 use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
 
@@ -51,6 +53,69 @@ pub enum Noun {
     /// Principals (humans, agents, devices, services) of a tenant.
     #[command(subcommand)]
     Principal(PrincipalCmd),
+    /// Sites (plants, labs, warehouses) of a tenant.
+    #[command(subcommand)]
+    Site(SiteCmd),
+    /// Devices at a tenant's sites.
+    #[command(subcommand)]
+    Device(DeviceCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SiteCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        #[arg(long)]
+        display_name: Option<String>,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeviceCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// Site id or name.
+        #[arg(long)]
+        site: String,
+        name: String,
+        /// Device class, e.g. `robot-arm.v2`.
+        #[arg(long)]
+        class: String,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// Only devices of this site (id or name).
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+}
+
+/// `?limit=N[&after=A][&site=S]` for list calls.
+fn list_query(limit: u32, after: &Option<String>, site: &Option<String>) -> String {
+    let mut q = format!("?limit={limit}");
+    if let Some(a) = after {
+        q.push_str(&format!("&after={}", urlencode(a)));
+    }
+    if let Some(s) = site {
+        q.push_str(&format!("&site={}", urlencode(s)));
+    }
+    q
 }
 
 #[derive(Debug, Subcommand)]
@@ -405,6 +470,30 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
             };
             print_as::<Principal>(out, v, |p| print_principals(std::slice::from_ref(p)))
         }
+        Noun::Site(cmd) => match cmd {
+            SiteCmd::Create { tenant, name, display_name } => {
+                let body = serde_json::json!({"name": name, "display_name": display_name});
+                let v = c.call(Method::POST, &format!("/v1/tenants/{}/sites", urlencode(tenant)), Some(body)).await?;
+                print_as::<Site>(out, v, |s| print_sites(std::slice::from_ref(s)))
+            }
+            SiteCmd::List { tenant, after, limit } => {
+                let path = format!("/v1/tenants/{}/sites{}", urlencode(tenant), list_query(*limit, after, &None));
+                let v = c.call(Method::GET, &path, None).await?;
+                print_as::<SiteList>(out, v, |l| print_sites(&l.sites))
+            }
+        },
+        Noun::Device(cmd) => match cmd {
+            DeviceCmd::Create { tenant, site, name, class } => {
+                let body = serde_json::json!({"name": name, "site": site, "device_class": class});
+                let v = c.call(Method::POST, &format!("/v1/tenants/{}/devices", urlencode(tenant)), Some(body)).await?;
+                print_as::<Device>(out, v, |d| print_devices(std::slice::from_ref(d)))
+            }
+            DeviceCmd::List { tenant, site, after, limit } => {
+                let path = format!("/v1/tenants/{}/devices{}", urlencode(tenant), list_query(*limit, after, site));
+                let v = c.call(Method::GET, &path, None).await?;
+                print_as::<DeviceList>(out, v, |l| print_devices(&l.devices))
+            }
+        },
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});
@@ -506,6 +595,18 @@ fn print_tenants(tenants: &[Tenant]) {
         })
         .collect();
     print_table(&["NAME", "ID", "STATE", "DISPLAY NAME", "REVISION"], rows);
+}
+
+fn print_sites(sites: &[Site]) {
+    let rows =
+        sites.iter().map(|s| vec![s.name.clone(), s.id.clone(), s.display_name.clone().unwrap_or_default()]).collect();
+    print_table(&["NAME", "ID", "DISPLAY NAME"], rows);
+}
+
+fn print_devices(devices: &[Device]) {
+    let rows =
+        devices.iter().map(|d| vec![d.name.clone(), d.id.clone(), d.device_class.clone(), d.site_id.clone()]).collect();
+    print_table(&["NAME", "ID", "CLASS", "SITE"], rows);
 }
 
 fn print_principals(principals: &[Principal]) {

@@ -46,7 +46,17 @@ pub fn document() -> Value {
             "/v1/tenants/{tenant}": {"parameters": tenant_param, "get": op("Show a tenant", None, "Tenant")},
             "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
             "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")},
-    "/v1/tenants/{tenant}/principals": {"parameters": tenant_param,
+    "/v1/tenants/{tenant}/sites": {"parameters": tenant_param,
+                "post": op("Create a site", Some("CreateSite"), "Site"),
+                "get": {"summary": "List a tenant's sites by name", "responses": {"200": {"description": "OK"}}}},
+            "/v1/tenants/{tenant}/sites/{site}": {"get": op("Show a site (id or name)", None, "Site")},
+            "/v1/tenants/{tenant}/devices": {"parameters": tenant_param,
+                "post": op("Create a device at a site", Some("CreateDevice"), "Device"),
+                "get": {"summary": "List a tenant's devices by name", "parameters": [
+                    {"name": "site", "in": "query", "schema": {"type": "string"}}],
+                    "responses": {"200": {"description": "OK"}}}},
+            "/v1/tenants/{tenant}/devices/{device}": {"get": op("Show a device (id or name)", None, "Device")},
+            "/v1/tenants/{tenant}/principals": {"parameters": tenant_param,
                 "post": op("Create a principal", Some("CreatePrincipal"), "Principal"),
                 "get": {"summary": "List a tenant's principals by name", "parameters": [
                     {"name": "after", "in": "query", "schema": {"type": "string"}},
@@ -96,6 +106,13 @@ pub fn document() -> Value {
                     "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}},
                 "RevokeScope": {"type": "object", "additionalProperties": false, "required": ["scope"], "properties": {"scope": {"type": "string"}}},
                 "Principal": {"type": "object"},
+                "CreateSite": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}, "display_name": {"type": ["string", "null"]}}},
+                "CreateDevice": {"type": "object", "additionalProperties": false, "required": ["name", "site", "device_class"], "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}, "site": {"type": "string"},
+                    "device_class": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"}}},
+                "Site": {"type": "object"},
+                "Device": {"type": "object"},
                 "NodeStatus": {"type": "object"},
                 "ClusterStatus": {"type": "object"}
             }

@@ -12,11 +12,13 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use writ_api::client::{Ledger, TRACE_HEADER};
+use writ_api::device::{Device, Site};
 use writ_api::dto::{
     ClusterChange, ClusterStatus, Consistency, CreatePrincipalRequest, CreateTenantRequest, NodeStatus, PrincipalList,
     Query as LedgerQuery, QueryRequest, QueryResult, RevokePrincipalRequest, RevokeScopeRequest, SubmitRequest,
     SuspendTenantRequest, TenantList, PAGE_LIMIT_DEFAULT,
 };
+use writ_api::dto::{CreateDeviceRequest, CreateSiteRequest, DeviceList, SiteList};
 use writ_api::ledger::{Command, Outcome, Tenant};
 use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::settings::TenantSettingsPatch;
@@ -50,6 +52,10 @@ pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
         .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
+        .route("/v1/tenants/{tenant}/sites", post(create_site).get(list_sites))
+        .route("/v1/tenants/{tenant}/sites/{site}", get(show_site))
+        .route("/v1/tenants/{tenant}/devices", post(create_device).get(list_devices))
+        .route("/v1/tenants/{tenant}/devices/{device}", get(show_device))
         .route("/v1/tenants/{tenant}/principals", post(create_principal).get(list_principals))
         .route("/v1/tenants/{tenant}/principals/{principal}", get(show_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/revoke", post(revoke_principal))
@@ -319,6 +325,129 @@ async fn revoke_scope(
     let p = find_principal(&st, t.id.clone(), principal).await?;
     submit(&st, Command::RevokeScope { tenant_id: t.id.clone(), principal_id: p.id.clone(), scope: b.scope }).await?;
     Ok(Json(find_principal(&st, t.id, p.id).await?))
+}
+
+async fn query(st: &AdminState, query: LedgerQuery, stale: bool) -> Result<QueryResult, Rejection> {
+    st.ledger.query(QueryRequest { query, consistency: consistency(stale) }).await
+}
+
+fn unexpected() -> ApiError {
+    ApiError::new(ReasonCode::INTERNAL, "unexpected query result")
+}
+
+async fn find_site(st: &AdminState, tenant_id: String, site: String) -> Result<Site, ApiError> {
+    match query(st, LedgerQuery::GetSite { tenant_id, site }, false).await? {
+        QueryResult::Site { site } => Ok(site),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn find_device(st: &AdminState, tenant_id: String, device: String) -> Result<Device, ApiError> {
+    match query(st, LedgerQuery::GetDevice { tenant_id, device }, false).await? {
+        QueryResult::Device { device } => Ok(device),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn create_site(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<CreateSiteRequest>,
+) -> Result<(StatusCode, Json<Site>), ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let site_id = format!("s-{}", uuid::Uuid::new_v4().simple());
+    writ_api::device::validate_site(&site_id, &b.name, b.display_name.as_deref())?;
+    let cmd = Command::CreateSite {
+        tenant_id: t.id.clone(),
+        site_id: site_id.clone(),
+        name: b.name,
+        display_name: b.display_name,
+    };
+    submit(&st, cmd).await?;
+    Ok((StatusCode::CREATED, Json(find_site(&st, t.id, site_id).await?)))
+}
+
+async fn list_sites(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<SiteList>, ApiError> {
+    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
+    let t = find_tenant(&st, tenant).await?;
+    let q = LedgerQuery::ListSites { tenant_id: t.id, after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
+    match query(&st, q, p.stale).await? {
+        QueryResult::Sites { sites, next_cursor } => Ok(Json(SiteList { sites, next_cursor })),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_site(
+    State(st): State<Shared>,
+    Path((tenant, site)): Path<(String, String)>,
+) -> Result<Json<Site>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(find_site(&st, t.id, site).await?))
+}
+
+async fn create_device(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<CreateDeviceRequest>,
+) -> Result<(StatusCode, Json<Device>), ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let site = find_site(&st, t.id.clone(), b.site).await?;
+    let device_id = format!("d-{}", uuid::Uuid::new_v4().simple());
+    writ_api::device::validate_device(&device_id, &b.name, &b.device_class)?;
+    let cmd = Command::CreateDevice {
+        tenant_id: t.id.clone(),
+        device_id: device_id.clone(),
+        site_id: site.id,
+        name: b.name,
+        device_class: b.device_class,
+    };
+    submit(&st, cmd).await?;
+    Ok((StatusCode::CREATED, Json(find_device(&st, t.id, device_id).await?)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeviceListParams {
+    site: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+    #[serde(default)]
+    stale: bool,
+}
+
+async fn list_devices(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    params: Result<Query<DeviceListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DeviceList>, ApiError> {
+    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
+    let t = find_tenant(&st, tenant).await?;
+    let site_id = match p.site {
+        Some(site) => Some(find_site(&st, t.id.clone(), site).await?.id),
+        None => None,
+    };
+    let q = LedgerQuery::ListDevices {
+        tenant_id: t.id,
+        site_id,
+        after: p.after,
+        limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT),
+    };
+    match query(&st, q, p.stale).await? {
+        QueryResult::Devices { devices, next_cursor } => Ok(Json(DeviceList { devices, next_cursor })),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_device(
+    State(st): State<Shared>,
+    Path((tenant, device)): Path<(String, String)>,
+) -> Result<Json<Device>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(find_device(&st, t.id, device).await?))
 }
 
 async fn openapi() -> Json<serde_json::Value> {

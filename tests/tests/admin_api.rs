@@ -369,3 +369,88 @@ async fn principals_lifecycle_through_api_and_cli() {
     assert!(err.contains("INPUT_INVALID"), "{err}");
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sites_and_devices_through_api_and_cli() {
+    let (node, _dir) = single_node().await;
+    let url = node.url.as_str();
+    let tok = Some(TEST_OPERATOR_TOKEN);
+    for name in ["plantco", "rival"] {
+        let (s, _) = raw(url, "POST", "/v1/tenants", tok, Some(&format!(r#"{{"name":"{name}"}}"#))).await;
+        assert_eq!(s, 201);
+    }
+    let (s, site) =
+        raw(url, "POST", "/v1/tenants/plantco/sites", tok, Some(r#"{"name":"north","display_name":"North plant"}"#))
+            .await;
+    assert_eq!(s, 201, "{site}");
+    let (s, dev) = raw(
+        url,
+        "POST",
+        "/v1/tenants/plantco/devices",
+        tok,
+        Some(r#"{"name":"press-1","site":"north","device_class":"press.v1"}"#),
+    )
+    .await;
+    assert_eq!(s, 201, "{dev}");
+    assert_eq!(dev["site_id"], site["id"]);
+
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        ("POST", "/v1/tenants/plantco/sites", Some(r#"{"name":"north"}"#), 409, "SITE_ALREADY_EXISTS"),
+        (
+            "POST",
+            "/v1/tenants/plantco/devices",
+            Some(r#"{"name":"press-1","site":"north","device_class":"press.v1"}"#),
+            409,
+            "DEVICE_ALREADY_EXISTS",
+        ),
+        (
+            "POST",
+            "/v1/tenants/plantco/devices",
+            Some(r#"{"name":"x","site":"south","device_class":"press.v1"}"#),
+            404,
+            "SITE_NOT_FOUND",
+        ),
+        (
+            "POST",
+            "/v1/tenants/plantco/devices",
+            Some(r#"{"name":"x","site":"north","device_class":"no spaces"}"#),
+            400,
+            "INPUT_INVALID",
+        ),
+        ("POST", "/v1/tenants/plantco/devices", Some(r#"{"name":"x","site":"north"}"#), 400, "INPUT_INVALID"),
+        // Tenant isolation: another tenant can neither see nor use plantco's site or device.
+        ("GET", "/v1/tenants/rival/devices/press-1", None, 404, "DEVICE_NOT_FOUND"),
+        (
+            "POST",
+            "/v1/tenants/rival/devices",
+            Some(r#"{"name":"x","site":"north","device_class":"press.v1"}"#),
+            404,
+            "SITE_NOT_FOUND",
+        ),
+        ("GET", "/v1/tenants/plantco/devices?site=south", None, 404, "SITE_NOT_FOUND"),
+    ];
+    for (method, path, body, status, reason) in cases {
+        let (got_status, got) = raw(url, method, path, tok, body).await;
+        assert_eq!(got_status, status, "{method} {path} {body:?}: {got}");
+        assert_eq!(got["reason"], reason, "{method} {path}: {got}");
+    }
+    let (s, list) = raw(url, "GET", "/v1/tenants/rival/devices", tok, None).await;
+    assert_eq!(s, 200);
+    assert_eq!(list["devices"], json!([]));
+
+    let cli = |args: &[&str]| run_cli(&node.url, args);
+    let (code, _, err) = cli(&["site", "create", "--tenant", "plantco", "south"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) =
+        cli(&["device", "create", "--tenant", "plantco", "--site", "south", "arm-1", "--class", "robot-arm.v2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = cli(&["device", "list", "--tenant", "plantco", "--site", "south"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("arm-1") && !out.contains("press-1"), "{out}");
+    let (code, out, _) = cli(&["site", "list", "--tenant", "plantco", "-o", "json"]);
+    assert_eq!(code, 0);
+    let sites: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(sites["sites"].as_array().map(Vec::len), Some(2));
+    node.shutdown().await;
+}

@@ -1,0 +1,71 @@
+//! Sites and devices (SPEC D5): where effects happen. Devices belong to one site of one tenant;
+//! executors (enrolled later) serve a site and a set of its devices.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{validate_tenant_name, validate_text, Rejection, DISPLAY_NAME_BYTES_MAX};
+use crate::reason::ReasonCode;
+
+/// Longest device class (e.g. `robot-arm.v2`).
+pub const DEVICE_CLASS_BYTES_MAX: usize = 64;
+
+/// A site of a tenant (a plant, lab, warehouse).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Site {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub display_name: Option<String>,
+    pub created_at_ms: u64,
+    pub revision: u64,
+}
+
+/// A device at a site.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    pub id: String,
+    pub tenant_id: String,
+    pub site_id: String,
+    pub name: String,
+    /// What kind of device this is; catalog actions name the class they drive.
+    pub device_class: String,
+    pub created_at_ms: u64,
+    pub revision: u64,
+}
+
+fn named(what: &str, name: &str) -> Result<(), Rejection> {
+    validate_tenant_name(name).map_err(|_| {
+        Rejection::new(ReasonCode::INPUT_INVALID, format!("{what} name must be 1..=63 characters of a-z, 0-9 and '-'"))
+    })
+}
+
+fn id(what: &str, id: &str) -> Result<(), Rejection> {
+    if id.is_empty() || id.len() > 64 {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("{what} id must be 1..=64 bytes")));
+    }
+    Ok(())
+}
+
+/// Checks a new site's fields.
+pub fn validate_site(site_id: &str, name: &str, display_name: Option<&str>) -> Result<(), Rejection> {
+    id("site", site_id)?;
+    named("site", name)?;
+    validate_text("display_name", display_name, DISPLAY_NAME_BYTES_MAX)
+}
+
+/// Checks a new device's fields.
+pub fn validate_device(device_id: &str, name: &str, device_class: &str) -> Result<(), Rejection> {
+    id("device", device_id)?;
+    named("device", name)?;
+    let class_ok = !device_class.is_empty()
+        && device_class.len() <= DEVICE_CLASS_BYTES_MAX
+        && device_class.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if class_ok {
+        Ok(())
+    } else {
+        Err(Rejection::new(
+            ReasonCode::INPUT_INVALID,
+            format!("device_class must be 1..={DEVICE_CLASS_BYTES_MAX} characters of [A-Za-z0-9_.-]"),
+        ))
+    }
+}
