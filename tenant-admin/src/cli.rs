@@ -446,10 +446,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                     c.call(Method::POST, &base(tenant), Some(body)).await?
                 }
                 PrincipalCmd::List { tenant, after, limit } => {
-                    let mut path = format!("{}?limit={limit}", base(tenant));
-                    if let Some(a) = after {
-                        path.push_str(&format!("&after={}", urlencode(a)));
-                    }
+                    let path = format!("{}{}", base(tenant), list_query(*limit, after, &None));
                     let v = c.call(Method::GET, &path, None).await?;
                     return print_as::<PrincipalList>(out, v, |l| {
                         print_principals(&l.principals);
@@ -501,10 +498,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                 print_as::<Tenant>(out, v, |t| print_tenants(std::slice::from_ref(t)))
             }
             TenantCmd::List { after, limit } => {
-                let mut path = format!("/v1/tenants?limit={limit}");
-                if let Some(a) = after {
-                    path.push_str(&format!("&after={}", urlencode(a)));
-                }
+                let path = format!("/v1/tenants{}", list_query(*limit, after, &None));
                 let v = c.call(Method::GET, &path, None).await?;
                 print_as::<TenantList>(out, v, |l| {
                     print_tenants(&l.tenants);
