@@ -5,7 +5,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,7 +21,7 @@ use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest};
 use writ_api::ledger::EventEnvelope;
 use writ_api::ReasonCode;
 use writ_raft_store::TypeConfig;
-use writ_tenant_admin::error::{ApiError, ValidJson};
+use writ_tenant_admin::error::{ApiError, ValidJson, ValidQuery};
 
 use crate::ledger::LedgerNode;
 
@@ -183,9 +183,8 @@ enum WatchLine<'a> {
 /// revision to resume from instead of silently missing events.
 async fn client_watch(
     State(st): State<NodeState>,
-    params: Result<Query<WatchParams>, axum::extract::rejection::QueryRejection>,
+    ValidQuery(params): ValidQuery<WatchParams>,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
     // Subscribe before reading the store so that no event falls between the two.
     let mut live = st.node.sm.subscribe();
     let (floor, current) = {

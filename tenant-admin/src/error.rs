@@ -56,6 +56,24 @@ where
     }
 }
 
+/// Query-string parameters whose failures are `INPUT_INVALID` with serde's precise message.
+pub struct ValidQuery<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ValidQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ValidQuery(v)),
+            Err(rejection) => Err(ApiError::new(ReasonCode::INPUT_INVALID, rejection.body_text())),
+        }
+    }
+}
+
 /// Fallback for unknown routes.
 pub async fn not_found() -> ApiError {
     ApiError::new(ReasonCode::NOT_FOUND, "no such route")

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,7 @@ use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::settings::TenantSettingsPatch;
 use writ_api::{ReasonCode, Rejection};
 
-use crate::error::{method_not_allowed, not_found, ApiError, ValidJson};
+use crate::error::{method_not_allowed, not_found, ApiError, ValidJson, ValidQuery};
 
 /// Largest admin request body accepted.
 pub const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -182,9 +182,8 @@ fn consistency(stale: bool) -> Consistency {
 
 async fn list_tenants(
     State(st): State<Shared>,
-    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+    ValidQuery(p): ValidQuery<ListParams>,
 ) -> Result<Json<TenantList>, ApiError> {
-    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
     let query = LedgerQuery::ListTenants { after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
     match st.ledger.query(QueryRequest { query, consistency: consistency(p.stale) }).await? {
         QueryResult::Tenants { tenants, next_cursor } => Ok(Json(TenantList { tenants, next_cursor })),
@@ -284,9 +283,8 @@ async fn create_principal(
 async fn list_principals(
     State(st): State<Shared>,
     Path(tenant): Path<String>,
-    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+    ValidQuery(p): ValidQuery<ListParams>,
 ) -> Result<Json<PrincipalList>, ApiError> {
-    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
     let t = find_tenant(&st, tenant).await?;
     let query =
         LedgerQuery::ListPrincipals { tenant_id: t.id, after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
@@ -370,9 +368,8 @@ async fn create_site(
 async fn list_sites(
     State(st): State<Shared>,
     Path(tenant): Path<String>,
-    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+    ValidQuery(p): ValidQuery<ListParams>,
 ) -> Result<Json<SiteList>, ApiError> {
-    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
     let t = find_tenant(&st, tenant).await?;
     let q = LedgerQuery::ListSites { tenant_id: t.id, after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
     match query(&st, q, p.stale).await? {
@@ -422,9 +419,8 @@ struct DeviceListParams {
 async fn list_devices(
     State(st): State<Shared>,
     Path(tenant): Path<String>,
-    params: Result<Query<DeviceListParams>, axum::extract::rejection::QueryRejection>,
+    ValidQuery(p): ValidQuery<DeviceListParams>,
 ) -> Result<Json<DeviceList>, ApiError> {
-    let Query(p) = params.map_err(|e| ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()))?;
     let t = find_tenant(&st, tenant).await?;
     let site_id = match p.site {
         Some(site) => Some(find_site(&st, t.id.clone(), site).await?.id),
