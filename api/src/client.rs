@@ -5,14 +5,21 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::dto::{
     ClusterChange, ClusterStatus, ErrorBody, NodeStatus, QueryRequest, QueryResult, SubmitRequest, SubmitResponse,
+    WatchFilter, WatchLine,
 };
 use crate::ledger::Rejection;
 use crate::reason::ReasonCode;
+use crate::state::LedgerState;
+
+/// A live feed of watch lines; it ends when the connection does.
+pub type WatchStream = BoxStream<'static, WatchLine>;
 
 /// Deadline of one client-API call (covers a leader forward and the commit).
 pub const LEDGER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,6 +35,12 @@ pub trait Ledger: Send + Sync + 'static {
     fn node_status(&self) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
     fn cluster_status(&self) -> BoxFuture<'_, Result<ClusterStatus, Rejection>>;
     fn cluster_change(&self, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
+    /// The whole ledger state at a linearizable point (its `revision` says which); followers
+    /// such as token verifiers start from it and then [`Ledger::watch`] from `revision + 1`.
+    fn snapshot(&self) -> BoxFuture<'_, Result<LedgerState, Rejection>>;
+    /// Events in revision order from `filter.from`, stored ones first and then live, with
+    /// heartbeats while idle. REVISION_COMPACTED when `from` is below what is retained.
+    fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<WatchStream, Rejection>>;
 }
 
 /// A rejection meaning "the ledger could not be reached or the outcome is unknown".
@@ -39,6 +52,8 @@ pub fn unavailable(message: impl Into<String>) -> Rejection {
 #[derive(Clone)]
 pub struct NodeHttp {
     http: reqwest::Client,
+    /// For long-lived streams: a connect deadline but no overall one.
+    watch_http: reqwest::Client,
 }
 
 impl Default for NodeHttp {
@@ -55,7 +70,9 @@ impl NodeHttp {
     }
 
     pub fn with_client(http: reqwest::Client) -> Self {
-        NodeHttp { http }
+        let watch_http =
+            reqwest::Client::builder().no_proxy().connect_timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default();
+        NodeHttp { http, watch_http }
     }
 
     /// `POST {base}{path}` with a JSON body; maps transport failures to LEDGER_UNAVAILABLE and
@@ -78,6 +95,80 @@ impl NodeHttp {
     pub async fn get<Resp: DeserializeOwned>(&self, base: &str, path: &str) -> Result<Resp, Rejection> {
         decode(self.http.get(format!("{}{}", base.trim_end_matches('/'), path)).send().await).await
     }
+
+    /// `GET {base}/client/snapshot`: the bincode-encoded ledger state.
+    pub async fn snapshot(&self, base: &str) -> Result<LedgerState, Rejection> {
+        let resp =
+            self.ok(self.http.get(format!("{}/client/snapshot", base.trim_end_matches('/'))).send().await).await?;
+        let bytes = resp.bytes().await.map_err(|e| unavailable(format!("ledger response lost: {e}")))?;
+        crate::decode(&bytes).map_err(|e| Rejection::new(ReasonCode::INTERNAL, format!("undecodable snapshot: {e}")))
+    }
+
+    /// `GET {base}/client/watch`: NDJSON lines as a stream. The stream has no overall
+    /// deadline (only the connect is bounded); it ends when the connection does.
+    pub async fn watch(&self, base: &str, filter: &WatchFilter) -> Result<WatchStream, Rejection> {
+        let mut query = Vec::new();
+        if let Some(from) = filter.from {
+            query.push(("from", from.to_string()));
+        }
+        if let Some(stream) = &filter.stream {
+            query.push(("stream", stream.clone()));
+        }
+        if let Some(kind) = &filter.kind {
+            query.push(("kind", kind.clone()));
+        }
+        let url = reqwest::Url::parse_with_params(&format!("{}/client/watch", base.trim_end_matches('/')), &query)
+            .map_err(|e| Rejection::new(ReasonCode::INPUT_INVALID, format!("bad node URL '{base}': {e}")))?;
+        let resp = self.ok(self.watch_http.get(url).send().await).await?;
+        let mut body = resp.bytes_stream();
+        let lines = async_stream_lines(move |tx| async move {
+            let mut buf: Vec<u8> = Vec::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                buf.extend_from_slice(&chunk);
+                while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=nl).collect();
+                    match serde_json::from_slice::<WatchLine>(&line) {
+                        Ok(l) => {
+                            if tx.send(l).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "undecodable watch line; ending the stream");
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(lines)
+    }
+
+    /// Passes a success response through; maps transport errors and error bodies.
+    async fn ok(&self, sent: reqwest::Result<reqwest::Response>) -> Result<reqwest::Response, Rejection> {
+        let resp = sent.map_err(|e| unavailable(format!("ledger unreachable: {e}")))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| unavailable(format!("ledger response lost: {e}")))?;
+        match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(err) => Err(Rejection::new(err.reason, err.message)),
+            Err(_) => Err(unavailable(format!("ledger answered HTTP {status}"))),
+        }
+    }
+}
+
+/// Runs `produce` on its own task and exposes what it sends as a stream; dropping the stream
+/// stops the producer at its next send.
+fn async_stream_lines<F, Fut>(produce: F) -> WatchStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<WatchLine>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(produce(tx));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|l| (l, rx)) }).boxed()
 }
 
 async fn decode<Resp: DeserializeOwned>(sent: reqwest::Result<reqwest::Response>) -> Result<Resp, Rejection> {
@@ -152,6 +243,20 @@ impl Ledger for HttpLedger {
         Box::pin(async move {
             let node = self.nodes.first().ok_or_else(|| unavailable("no ledger node configured"))?;
             self.http.post(node, "/client/cluster", &change, false).await
+        })
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Result<LedgerState, Rejection>> {
+        Box::pin(self.first_ok(move |n| async move { self.http.snapshot(&n).await }))
+    }
+
+    fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<WatchStream, Rejection>> {
+        Box::pin(async move {
+            self.first_ok(|n| {
+                let filter = filter.clone();
+                async move { self.http.watch(&n, &filter).await }
+            })
+            .await
         })
     }
 }

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::device::{Device, Site};
-use crate::ledger::{Command, Outcome, Tenant};
+use crate::ledger::{Command, EventEnvelope, Outcome, Tenant};
 use crate::principal::{Principal, PrincipalKind, RolePreset};
 use crate::reason::ReasonCode;
+use crate::token::{TenantIssuer, Token};
 
 /// Default page size of list endpoints.
 pub const PAGE_LIMIT_DEFAULT: u32 = 100;
@@ -24,6 +25,45 @@ pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_hint: Option<String>,
 }
+
+/// `GET /client/watch` query: which events to deliver.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchFilter {
+    /// First revision to deliver; default: only events after now.
+    pub from: Option<u64>,
+    /// Event stream (tenant id) to follow.
+    pub stream: Option<String>,
+    /// Event kind (e.g. `tenant_created`).
+    pub kind: Option<String>,
+}
+
+impl WatchFilter {
+    pub fn matches(&self, e: &EventEnvelope) -> bool {
+        self.stream.as_ref().is_none_or(|s| *s == e.stream) && self.kind.as_ref().is_none_or(|k| k == e.event.kind())
+    }
+}
+
+/// One line of the watch stream (NDJSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WatchLine {
+    Event(Box<EventEnvelope>),
+    /// Sent after [`WATCH_HEARTBEAT`] without an event: the feed is alive and every event up to
+    /// revision `heartbeat` has been delivered (or filtered out).
+    Heartbeat {
+        heartbeat: u64,
+    },
+    /// The stream ended; a client resumes from `next`.
+    End {
+        end: ReasonCode,
+        message: String,
+        next: u64,
+    },
+}
+
+/// How often an idle watch stream proves it is alive.
+pub const WATCH_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// `POST /client/submit`: propose a command (forwarded to the leader if needed).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -98,6 +138,15 @@ pub enum Query {
         tenant_id: String,
         device: String,
     },
+    /// A token record by `jti`.
+    GetToken {
+        tenant_id: String,
+        jti: String,
+    },
+    /// A tenant's own token issuers, ordered by issuer.
+    ListIssuers {
+        tenant_id: String,
+    },
 }
 
 /// `POST /client/query`.
@@ -120,6 +169,8 @@ pub enum QueryResult {
     Site { site: Site },
     Devices { devices: Vec<Device>, next_cursor: Option<String> },
     Device { device: Device },
+    Token { token: Token },
+    Issuers { issuers: Vec<TenantIssuer> },
 }
 
 /// Raft role of a node as reported in status.
@@ -276,4 +327,97 @@ pub struct SiteList {
 pub struct DeviceList {
     pub devices: Vec<Device>,
     pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/tokens`: issue a Writ token to a principal.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssueTokenRequest {
+    /// Principal id or name.
+    pub principal: String,
+    /// Requested scopes; empty or absent means all of the principal's.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Requested lifetime; clamped to the tenant's token TTL bounds.
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+    /// Audience (`aud`); default: the cluster's configured token audience.
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/tokens/{jti}/delegate`: mint a child token of `jti`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelegateTokenRequest {
+    /// Principal (id or name) the child is for; default: the parent's principal.
+    #[serde(default)]
+    pub principal: Option<String>,
+    /// Must be a subset of the parent's scopes; empty means all of them.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+/// A freshly signed token. The bearer value is shown once and never stored by Writ.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IssuedToken {
+    pub token: String,
+    pub jti: String,
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub scopes: Vec<String>,
+    pub audience: String,
+    pub expires_at_ms: u64,
+    pub parent_jti: Option<String>,
+    pub depth: u32,
+    /// Ledger revision of the issuance.
+    pub revision: u64,
+}
+
+/// `POST /v1/tenants/{tenant}/tokens/{jti}/revoke`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RevokedToken {
+    pub jti: String,
+    /// Descendants revoked with it.
+    pub cascade: Vec<String>,
+    pub revision: u64,
+}
+
+/// `POST /v1/tokens/inspect`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InspectTokenRequest {
+    pub token: String,
+    /// Audience to verify against; default: the cluster's configured token audience.
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+/// The verdict on a bearer token and, when it verifies, what it may do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenInspection {
+    pub valid: bool,
+    pub reason: Option<ReasonCode>,
+    pub message: Option<String>,
+    pub authority: Option<crate::auth::Authority>,
+    /// The token's header and claims as presented (unverified; secrets are not part of a JWT).
+    pub header: Option<serde_json::Value>,
+    pub claims: Option<serde_json::Value>,
+}
+
+/// `GET /v1/tenants/{tenant}/issuers`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IssuerList {
+    pub issuers: Vec<TenantIssuer>,
+}
+
+/// `POST /v1/tenants/{tenant}/issuers/remove`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveIssuerRequest {
+    pub issuer: String,
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::principal::PrincipalSpecV1;
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
-use crate::token::{TokenRecordV1, TokenRequestV1};
+use crate::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 
 /// Longest tenant name accepted.
 pub const TENANT_NAME_BYTES_MAX: usize = 63;
@@ -87,6 +87,20 @@ pub enum Command {
         name: String,
         device_class: String,
     },
+    /// Publish a node's token-signing public key (cluster stream). Registering the same key
+    /// again is a no-op; a different key under a taken `kid` is SIGNING_KEY_CONFLICT.
+    RegisterSigningKey {
+        key: SigningKeyV1,
+    },
+    /// Register (or replace) a tenant's own token issuer.
+    SetTenantIssuer {
+        tenant_id: String,
+        issuer: TenantIssuerV1,
+    },
+    RemoveTenantIssuer {
+        tenant_id: String,
+        issuer: String,
+    },
 }
 
 impl Command {
@@ -104,6 +118,9 @@ impl Command {
             Command::RevokeToken { .. } => "revoke_token",
             Command::CreateSite { .. } => "create_site",
             Command::CreateDevice { .. } => "create_device",
+            Command::RegisterSigningKey { .. } => "register_signing_key",
+            Command::SetTenantIssuer { .. } => "set_tenant_issuer",
+            Command::RemoveTenantIssuer { .. } => "remove_tenant_issuer",
         }
     }
 
@@ -120,7 +137,10 @@ impl Command {
             | Command::IssueToken { tenant_id, .. }
             | Command::RevokeToken { tenant_id, .. }
             | Command::CreateSite { tenant_id, .. }
-            | Command::CreateDevice { tenant_id, .. } => tenant_id,
+            | Command::CreateDevice { tenant_id, .. }
+            | Command::SetTenantIssuer { tenant_id, .. }
+            | Command::RemoveTenantIssuer { tenant_id, .. } => tenant_id,
+            Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
 }
@@ -188,6 +208,17 @@ pub enum Event {
         name: String,
         device_class: String,
     },
+    SigningKeyRegisteredV1 {
+        key: SigningKeyV1,
+    },
+    TenantIssuerSetV1 {
+        tenant_id: String,
+        issuer: TenantIssuerV1,
+    },
+    TenantIssuerRemovedV1 {
+        tenant_id: String,
+        issuer: String,
+    },
 }
 
 impl Event {
@@ -206,6 +237,9 @@ impl Event {
             Event::TokenRevokedV1 { .. } => "token_revoked",
             Event::SiteCreatedV1 { .. } => "site_created",
             Event::DeviceCreatedV1 { .. } => "device_created",
+            Event::SigningKeyRegisteredV1 { .. } => "signing_key_registered",
+            Event::TenantIssuerSetV1 { .. } => "tenant_issuer_set",
+            Event::TenantIssuerRemovedV1 { .. } => "tenant_issuer_removed",
         }
     }
 }

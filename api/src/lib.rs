@@ -1,6 +1,7 @@
 //! Writ's shared types — commands, events, reason codes, wire DTOs — and the typed client of
 //! the ledger's client API. This crate is the one serialization boundary of the workspace.
 
+pub mod auth;
 pub mod client;
 pub mod device;
 pub mod dto;
@@ -8,7 +9,9 @@ pub mod ledger;
 pub mod principal;
 pub mod reason;
 pub mod settings;
+pub mod state;
 pub mod token;
+pub mod verifier;
 
 pub use ledger::Rejection;
 pub use reason::ReasonCode;

@@ -90,6 +90,10 @@ reason_catalog! {
     SITE_ALREADY_EXISTS = 38, 409, -32009, "A site with this name already exists in the tenant.";
     DEVICE_NOT_FOUND = 39, 404, -32602, "No such device in this tenant.";
     DEVICE_ALREADY_EXISTS = 40, 409, -32009, "A device with this name already exists in the tenant.";
+    AUTH_TOKEN_NOT_YET_VALID = 41, 401, -32001, "The bearer token's not-before time has not been reached.";
+    SIGNING_KEY_CONFLICT = 42, 409, -32009, "A different signing key is already registered under this key id.";
+    ISSUER_CONFLICT = 43, 409, -32009, "The token issuer is reserved or registered for another tenant.";
+    ISSUER_NOT_FOUND = 44, 404, -32602, "No such token issuer registered for this tenant.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -6,6 +6,18 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ledger::Rejection;
+use crate::reason::ReasonCode;
+
+/// The `iss` of every Writ-issued token; reserved, so no tenant issuer can claim it.
+pub const WRIT_ISSUER: &str = "urn:writ:ledger";
+/// The only signature algorithm Writ signs with (Ed25519).
+pub const WRIT_SIGNING_ALG: &str = "EdDSA";
+/// Largest inline JWKS of a tenant issuer.
+pub const JWKS_BYTES_MAX: usize = 64 * 1024;
+/// Longest issuer or audience string.
+pub const ISSUER_BYTES_MAX: usize = 512;
+
 /// How many delegation hops a token chain may have by default (parent → child).
 pub const DELEGATION_DEPTH_MAX_DEFAULT: u32 = 1;
 
@@ -42,4 +54,83 @@ pub struct Token {
     pub revoked_at_ms: Option<u64>,
     /// The token whose revocation revoked this one (itself when revoked directly).
     pub revoked_via: Option<String>,
+}
+
+/// A node's token-signing public key, published in the ledger so that every verifier (on any
+/// node or edge) can check tokens that any node signed. Rotation: a node started with a new key
+/// registers it under a new `kid`; tokens signed by the old key stay valid until they expire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigningKeyV1 {
+    pub kid: String,
+    /// Always [`WRIT_SIGNING_ALG`] today.
+    pub alg: String,
+    /// The raw 32-byte Ed25519 public key.
+    pub public_key: Vec<u8>,
+}
+
+impl SigningKeyV1 {
+    pub fn validate(&self) -> Result<(), Rejection> {
+        if self.kid.is_empty() || self.kid.len() > 64 || !self.kid.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Rejection::new(ReasonCode::INPUT_INVALID, "key id must be 1..=64 printable ASCII bytes"));
+        }
+        if self.alg != WRIT_SIGNING_ALG || self.public_key.len() != 32 {
+            return Err(Rejection::new(
+                ReasonCode::INPUT_INVALID,
+                "signing keys are Ed25519 (EdDSA, 32-byte public key)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A tenant's own token issuer (SPEC D2): tokens with this `iss` and `aud`, signed by a key of
+/// the inline JWKS, authenticate the tenant's principals (`sub` = principal id or name). The
+/// keys are registered through the admin API; nothing is fetched in the request path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantIssuerV1 {
+    pub issuer: String,
+    pub audience: String,
+    /// The JWKS document, as JSON text (`{"keys":[...]}`), every key with a `kid`.
+    pub jwks: String,
+}
+
+impl TenantIssuerV1 {
+    /// Checks the shape, and that the JWKS parses and each key is usable for verification.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        let invalid = |m: String| Rejection::new(ReasonCode::INPUT_INVALID, m);
+        if self.issuer.is_empty() || self.issuer.len() > ISSUER_BYTES_MAX {
+            return Err(invalid(format!("issuer must be 1..={ISSUER_BYTES_MAX} bytes")));
+        }
+        if self.issuer == WRIT_ISSUER {
+            return Err(Rejection::new(ReasonCode::ISSUER_CONFLICT, format!("issuer '{WRIT_ISSUER}' is Writ's own")));
+        }
+        if self.audience.is_empty() || self.audience.len() > ISSUER_BYTES_MAX {
+            return Err(invalid(format!("audience must be 1..={ISSUER_BYTES_MAX} bytes")));
+        }
+        if self.jwks.len() > JWKS_BYTES_MAX {
+            return Err(invalid(format!("jwks exceeds {JWKS_BYTES_MAX} bytes")));
+        }
+        let set: jsonwebtoken::jwk::JwkSet =
+            serde_json::from_str(&self.jwks).map_err(|e| invalid(format!("jwks is not a JWK set: {e}")))?;
+        if set.keys.is_empty() {
+            return Err(invalid("jwks has no keys".into()));
+        }
+        for (i, key) in set.keys.iter().enumerate() {
+            if key.common.key_id.as_deref().is_none_or(str::is_empty) {
+                return Err(invalid(format!("jwks key {i} has no kid")));
+            }
+            jsonwebtoken::DecodingKey::from_jwk(key)
+                .map_err(|e| invalid(format!("jwks key {i} cannot verify signatures: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// A tenant issuer as the ledger holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantIssuer {
+    pub tenant_id: String,
+    pub spec: TenantIssuerV1,
+    pub revision: u64,
 }

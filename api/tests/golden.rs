@@ -4,7 +4,7 @@
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
-use writ_api::token::{TokenRecordV1, TokenRequestV1};
+use writ_api::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 use writ_api::ReasonCode;
 
 fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
@@ -178,7 +178,38 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "signing_key_registered_v1",
+            req(Command::RegisterSigningKey { key: signing_key() }),
+            Some(env(13, 1, Event::SigningKeyRegisteredV1 { key: signing_key() })),
+        ),
+        (
+            "tenant_issuer_set_v1",
+            req(Command::SetTenantIssuer { tenant_id: "t-1".into(), issuer: tenant_issuer() }),
+            Some(env(14, 12, Event::TenantIssuerSetV1 { tenant_id: "t-1".into(), issuer: tenant_issuer() })),
+        ),
+        (
+            "tenant_issuer_removed_v1",
+            req(Command::RemoveTenantIssuer { tenant_id: "t-1".into(), issuer: "https://idp.example".into() }),
+            Some(env(
+                15,
+                13,
+                Event::TenantIssuerRemovedV1 { tenant_id: "t-1".into(), issuer: "https://idp.example".into() },
+            )),
+        ),
     ]
+}
+
+fn signing_key() -> SigningKeyV1 {
+    SigningKeyV1 { kid: "0123456789abcdef".into(), alg: "EdDSA".into(), public_key: vec![7; 32] }
+}
+
+fn tenant_issuer() -> TenantIssuerV1 {
+    TenantIssuerV1 {
+        issuer: "https://idp.example".into(),
+        audience: "writ-prod".into(),
+        jwks: r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"AAAA","kid":"k1"}]}"#.into(),
+    }
 }
 
 fn token_request() -> TokenRequestV1 {

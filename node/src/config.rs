@@ -28,6 +28,27 @@ struct RawNodeConfig {
     #[serde(default)]
     raft: RawRaft,
     tls: Option<RawTls>,
+    #[serde(default)]
+    authority: RawAuthority,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuthority {
+    signing_key_file: Option<PathBuf>,
+    token_audience: Option<String>,
+}
+
+/// Default `aud` of Writ-issued tokens when the config names none.
+pub const TOKEN_AUDIENCE_DEFAULT: &str = "urn:writ:mcp";
+
+/// Token signing: this node's key and the audience tokens are issued for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorityConfig {
+    /// Ed25519 PKCS#8 PEM private key; created (mode 0600) on first start when missing.
+    /// Default: `<data_dir>/signing-key.pem`.
+    pub signing_key_file: PathBuf,
+    pub token_audience: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +95,7 @@ pub struct NodeConfig {
     pub members: BTreeMap<u64, String>,
     pub raft: RaftSettings,
     pub tls: Option<TlsConfig>,
+    pub authority: AuthorityConfig,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -128,6 +150,9 @@ impl NodeConfig {
         }
         if let Some(v) = env("WRIT_OPERATOR_TOKEN") {
             raw.operator_token = Some(v);
+        }
+        if let Some(v) = env("WRIT_TOKEN_AUDIENCE") {
+            raw.authority.token_audience = Some(v);
         }
         validate(raw)
     }
@@ -193,10 +218,22 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     if raw.bootstrap && !members.contains_key(&node_id) {
         return Err(ConfigError::BootstrapWithoutSelf { node_id });
     }
+    let token_audience = raw.authority.token_audience.unwrap_or_else(|| TOKEN_AUDIENCE_DEFAULT.to_string());
+    if token_audience.is_empty() || token_audience.len() > writ_api::token::ISSUER_BYTES_MAX {
+        return Err(ConfigError::Invalid {
+            field: "authority.token_audience",
+            message: "must be 1..=512 bytes".into(),
+        });
+    }
+    let authority = AuthorityConfig {
+        signing_key_file: raw.authority.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
+        token_audience,
+    };
     Ok(NodeConfig {
         node_id,
         listen,
         advertise_url: raw.advertise_url,
+        authority,
         data_dir,
         operator_token,
         bootstrap: raw.bootstrap,

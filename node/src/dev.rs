@@ -55,6 +55,10 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         members: Default::default(),
         raft: RaftSettings { heartbeat_ms: 50, election_min_ms: 300, election_max_ms: 600, ..RaftSettings::default() },
         tls: None,
+        authority: crate::config::AuthorityConfig {
+            signing_key_file: args.data_dir.join("signing-key.pem"),
+            token_audience: crate::config::TOKEN_AUDIENCE_DEFAULT.to_string(),
+        },
     };
     let running = crate::start_node(&cfg).await?;
     let env_path = args.data_dir.join("env");

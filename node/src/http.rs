@@ -10,16 +10,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::StreamExt;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::RaftError;
 use openraft::Snapshot;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use writ_api::client::FORWARDED_HEADER;
-use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest};
-use writ_api::ledger::EventEnvelope;
-use writ_api::ReasonCode;
+use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter};
 use writ_raft_store::TypeConfig;
 use writ_tenant_admin::error::{ApiError, ValidJson, ValidQuery};
 
@@ -29,10 +28,6 @@ use crate::ledger::LedgerNode;
 pub const RAFT_BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Largest client-API body.
 pub const CLIENT_BODY_BYTES_MAX: usize = 1024 * 1024;
-/// Events read from the store per catch-up page of a watch.
-const WATCH_PAGE_EVENTS: usize = 1000;
-/// Lines buffered per watcher before backpressure.
-const WATCH_CHANNEL_LINES: usize = 256;
 
 #[derive(Clone)]
 struct NodeState {
@@ -56,6 +51,7 @@ pub fn router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>, extra: R
         .route("/client/status", get(client_status))
         .route("/client/cluster", get(client_cluster).post(client_cluster_change))
         .route("/client/watch", get(client_watch))
+        .route("/client/snapshot", get(client_snapshot))
         .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX));
     Router::new()
         .merge(raft)
@@ -152,116 +148,25 @@ async fn client_cluster_change(
     Ok(Json(st.node.change(change, forwarded(&headers)).await?).into_response())
 }
 
-/// Watch filter: all given fields must match.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WatchParams {
-    /// First revision to deliver; default: only events after now.
-    from: Option<u64>,
-    /// Event stream (tenant id) to follow.
-    stream: Option<String>,
-    /// Event kind (e.g. `tenant_created`).
-    kind: Option<String>,
-}
-
-impl WatchParams {
-    fn matches(&self, e: &EventEnvelope) -> bool {
-        self.stream.as_ref().is_none_or(|s| *s == e.stream) && self.kind.as_ref().is_none_or(|k| k == e.event.kind())
-    }
-}
-
-/// A watch line: an event, or the reason the stream ended (the client resumes from `next`).
-#[derive(Serialize)]
-#[serde(untagged)]
-enum WatchLine<'a> {
-    Event(&'a EventEnvelope),
-    End { end: ReasonCode, message: &'a str, next: u64 },
-}
-
-/// `GET /client/watch?from=REV&stream=T&kind=K`: NDJSON of events in revision order, from the
-/// store first and then live. A watcher that falls too far behind gets an end line with the
-/// revision to resume from instead of silently missing events.
+/// `GET /client/watch?from=REV&stream=T&kind=K`: the watch stream ([`LedgerNode::watch`]) as
+/// NDJSON, one [`WatchLine`] per line.
 async fn client_watch(
     State(st): State<NodeState>,
-    ValidQuery(params): ValidQuery<WatchParams>,
+    ValidQuery(filter): ValidQuery<WatchFilter>,
 ) -> Result<Response, ApiError> {
-    // Subscribe before reading the store so that no event falls between the two.
-    let mut live = st.node.sm.subscribe();
-    let (floor, current) = {
-        let a = st.node.sm.read();
-        (a.event_floor, a.state.revision)
-    };
-    let from = params.from.unwrap_or(current + 1);
-    if from < floor {
-        return Err(ApiError::new(
-            ReasonCode::REVISION_COMPACTED,
-            format!("revision {from} is not retained on this node; the oldest is {floor}"),
-        ));
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(WATCH_CHANNEL_LINES);
-    let node = st.node.clone();
-    tokio::spawn(async move {
-        let line = |l: &WatchLine| -> Bytes {
-            let mut v = serde_json::to_vec(l).unwrap_or_default();
-            v.push(b'\n');
-            Bytes::from(v)
-        };
-        let mut next = from;
-        loop {
-            // Catch up from the store until it has nothing at or after `next`.
-            loop {
-                let page = match node.sm.events_from(next, WATCH_PAGE_EVENTS) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::error!(error = %e, "watch store read failed");
-                        let _ = tx
-                            .send(Ok(line(&WatchLine::End {
-                                end: ReasonCode::INTERNAL,
-                                message: "store read failed",
-                                next,
-                            })))
-                            .await;
-                        return;
-                    }
-                };
-                if page.is_empty() {
-                    break;
-                }
-                for e in &page {
-                    next = e.revision + 1;
-                    if params.matches(e) && tx.send(Ok(line(&WatchLine::Event(e)))).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            // Follow live events; a gap sends us back to the store.
-            loop {
-                // Stop as soon as the watcher goes away, even when no event arrives.
-                let received = tokio::select! {
-                    r = live.recv() => r,
-                    _ = tx.closed() => return,
-                };
-                match received {
-                    Ok(e) if e.revision < next => continue,
-                    Ok(e) if e.revision > next => break,
-                    Ok(e) => {
-                        next = e.revision + 1;
-                        if params.matches(&e) && tx.send(Ok(line(&WatchLine::Event(&e)))).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        live = node.sm.subscribe();
-                        break;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        }
-    });
-    let body =
-        Body::from_stream(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }));
+    let lines = st.node.watch(filter)?;
+    let body = Body::from_stream(lines.map(|l| {
+        let mut v = serde_json::to_vec(&l).unwrap_or_default();
+        v.push(b'\n');
+        Ok::<_, std::io::Error>(Bytes::from(v))
+    }));
     Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// `GET /client/snapshot`: the ledger state at a linearizable point, bincode-encoded.
+async fn client_snapshot(State(st): State<NodeState>) -> Result<Response, ApiError> {
+    let state = st.node.linearized_state().await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/octet-stream")], state.encode()).into_response())
 }
 
 async fn healthz() -> &'static str {

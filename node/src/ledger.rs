@@ -10,20 +10,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::StreamExt;
 use openraft::alias::LogIdOf;
 use openraft::async_runtime::WatchReceiver;
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::linearizable_read::{Linearizer, ReadLogId};
 use openraft::{BasicNode, ReadPolicy, ServerState};
 use serde::{Deserialize, Serialize};
-use writ_api::client::{unavailable, Ledger, LEDGER_CALL_TIMEOUT};
+use writ_api::client::{unavailable, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
 use writ_api::dto::{
     ClusterChange, ClusterStatus, MemberStatus, NodeStatus, Query, QueryRequest, QueryResult, Role, SubmitRequest,
-    SubmitResponse, PAGE_LIMIT_MAX,
+    SubmitResponse, WatchFilter, WatchLine, PAGE_LIMIT_MAX, WATCH_HEARTBEAT,
 };
 use writ_api::ledger::LedgerRequest;
+use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 use writ_raft_store::{Raft, StateMachine, TypeConfig};
+
+/// Events read from the store per catch-up page of a watch.
+const WATCH_PAGE_EVENTS: usize = 1000;
+/// Lines buffered per watcher before backpressure.
+const WATCH_CHANNEL_LINES: usize = 256;
 
 /// Time source for leader stamps. Apply never reads it (SPEC L4).
 pub trait Clock: Send + Sync + 'static {
@@ -259,12 +266,105 @@ impl LedgerNode {
                 .cloned()
                 .map(|device| QueryResult::Device { device })
                 .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device}'"))),
+            Query::GetToken { tenant_id, jti } => state
+                .token(&tenant_id, &jti)
+                .cloned()
+                .map(|token| QueryResult::Token { token })
+                .ok_or_else(|| Rejection::new(ReasonCode::TOKEN_NOT_FOUND, format!("no token '{jti}'"))),
+            Query::ListIssuers { tenant_id } => Ok(QueryResult::Issuers {
+                issuers: state.issuers.values().filter(|i| i.tenant_id == tenant_id).cloned().collect(),
+            }),
             Query::GetTenant { tenant } => state
                 .tenant(&tenant)
                 .cloned()
                 .map(|tenant| QueryResult::Tenant { tenant })
                 .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}'"))),
         }
+    }
+
+    /// The state after every write acknowledged before the call.
+    pub async fn linearized_state(&self) -> Result<LedgerState, Rejection> {
+        self.linearize().await?;
+        Ok(self.sm.read().state.clone())
+    }
+
+    /// The watch stream: events from `filter.from` in revision order (the store first, then
+    /// live), a heartbeat after [`WATCH_HEARTBEAT`] of silence, and an end line when the
+    /// store fails. A watcher that falls behind the live buffer is sent back to the store, so
+    /// it never misses an event.
+    pub fn watch(&self, filter: WatchFilter) -> Result<WatchStream, Rejection> {
+        // Subscribe before reading the store so that no event falls between the two.
+        let mut live = self.sm.subscribe();
+        let (floor, current) = {
+            let a = self.sm.read();
+            (a.event_floor, a.state.revision)
+        };
+        let from = filter.from.unwrap_or(current + 1);
+        if from < floor {
+            return Err(Rejection::new(
+                ReasonCode::REVISION_COMPACTED,
+                format!("revision {from} is not retained on this node; the oldest is {floor}"),
+            ));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel::<WatchLine>(WATCH_CHANNEL_LINES);
+        let sm = self.sm.clone();
+        tokio::spawn(async move {
+            let mut next = from;
+            loop {
+                // Catch up from the store until it has nothing at or after `next`.
+                loop {
+                    let page = match sm.events_from(next, WATCH_PAGE_EVENTS) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::error!(error = %e, "watch store read failed");
+                            let end =
+                                WatchLine::End { end: ReasonCode::INTERNAL, message: "store read failed".into(), next };
+                            let _ = tx.send(end).await;
+                            return;
+                        }
+                    };
+                    if page.is_empty() {
+                        break;
+                    }
+                    for e in page {
+                        next = e.revision + 1;
+                        if filter.matches(&e) && tx.send(WatchLine::Event(Box::new(e))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // Follow live events; a gap sends us back to the store.
+                loop {
+                    // Stop as soon as the watcher goes away, even when no event arrives.
+                    let received = tokio::select! {
+                        r = live.recv() => r,
+                        _ = tx.closed() => return,
+                        _ = tokio::time::sleep(WATCH_HEARTBEAT) => {
+                            if tx.send(WatchLine::Heartbeat { heartbeat: next - 1 }).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    };
+                    match received {
+                        Ok(e) if e.revision < next => continue,
+                        Ok(e) if e.revision > next => break,
+                        Ok(e) => {
+                            next = e.revision + 1;
+                            if filter.matches(&e) && tx.send(WatchLine::Event(Box::new(e))).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            live = sm.subscribe();
+                            break;
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            }
+        });
+        Ok(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|l| (l, rx)) }).boxed())
     }
 
     /// This node's own view: Raft position, membership and state digest.
@@ -401,5 +501,11 @@ impl Ledger for LedgerNode {
     }
     fn cluster_change(&self, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         Box::pin(self.change(change, false))
+    }
+    fn snapshot(&self) -> BoxFuture<'_, Result<LedgerState, Rejection>> {
+        Box::pin(self.linearized_state())
+    }
+    fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<WatchStream, Rejection>> {
+        Box::pin(async move { LedgerNode::watch(self, filter) })
     }
 }

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod dev;
 pub mod http;
+pub mod keys;
 pub mod ledger;
 pub mod network;
 pub mod tls;
@@ -80,7 +81,15 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         Arc::new(HttpPeers::new(http)),
     )
     .await?;
-    let admin = writ_tenant_admin::router(node.clone() as Arc<dyn Ledger>, &cfg.operator_token);
+    let signer = Arc::new(keys::load_or_create_signer(&cfg.authority.signing_key_file)?);
+    let admin = writ_tenant_admin::router(
+        node.clone() as Arc<dyn Ledger>,
+        writ_tenant_admin::AdminConfig {
+            operator_token: cfg.operator_token.clone(),
+            signer,
+            token_audience: cfg.authority.token_audience.clone(),
+        },
+    );
     let app = http::router(node.clone(), install_metrics(), admin);
     let server = match tls {
         None => tokio::spawn(async move {

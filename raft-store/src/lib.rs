@@ -5,7 +5,6 @@
 
 mod codec;
 pub mod log_store;
-pub mod state;
 pub mod state_machine;
 
 use std::io;
@@ -15,7 +14,6 @@ use std::sync::Arc;
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 pub use log_store::LogStore;
-pub use state::{decide, LedgerState};
 pub use state_machine::StateMachine;
 
 openraft::declare_raft_types!(

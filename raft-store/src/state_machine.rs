@@ -21,8 +21,8 @@ use tokio::sync::broadcast;
 use writ_api::ledger::{EventEnvelope, Outcome};
 
 use crate::codec::{checked_decode, checked_encode};
-use crate::state::LedgerState;
 use crate::{TypeConfig, CF_EVENTS};
+use writ_api::state::LedgerState;
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;

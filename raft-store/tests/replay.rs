@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use writ_api::ledger::{Command, LedgerRequest};
-use writ_raft_store::LedgerState;
+use writ_api::state::LedgerState;
 
 fn command() -> impl Strategy<Value = Command> {
     // A small id/name space so that duplicates, conflicts and unknown tenants are common.

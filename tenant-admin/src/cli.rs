@@ -10,9 +10,10 @@ use serde::Serialize;
 use serde_json::Value;
 use writ_api::device::{Device, Site};
 use writ_api::dto::{ClusterStatus, ErrorBody, PrincipalList, TenantList};
-use writ_api::dto::{DeviceList, SiteList};
+use writ_api::dto::{DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection};
 use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
+use writ_api::token::{TenantIssuer, Token};
 
 pub const EXIT_REJECTED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
@@ -59,6 +60,93 @@ pub enum Noun {
     /// Devices at a tenant's sites.
     #[command(subcommand)]
     Device(DeviceCmd),
+    /// Writ-issued bearer tokens: issue, delegate, revoke, show, inspect.
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// A tenant's own token issuers (issuer + audience + inline JWKS).
+    #[command(subcommand)]
+    Issuer(IssuerCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// Issue a token to a principal; the token is printed once and not stored by Writ.
+    Issue {
+        #[arg(long)]
+        tenant: String,
+        /// Principal id or name.
+        principal: String,
+        /// A scope (repeatable); default: all of the principal's.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Lifetime, e.g. `15m` (clamped to the tenant's bounds).
+        #[arg(long, value_parser = parse_duration_s)]
+        ttl: Option<u64>,
+        #[arg(long)]
+        audience: Option<String>,
+    },
+    /// Mint a child of a token (scopes ⊆ the parent's, within the delegation depth limit).
+    Delegate {
+        #[arg(long)]
+        tenant: String,
+        /// The parent token's id (`jti`).
+        parent: String,
+        /// Principal the child is for (default: the parent's).
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        #[arg(long, value_parser = parse_duration_s)]
+        ttl: Option<u64>,
+        #[arg(long)]
+        audience: Option<String>,
+    },
+    /// Revoke a token and every token delegated from it.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        jti: String,
+    },
+    /// The ledger's record of a token.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        jti: String,
+    },
+    /// Verify a bearer token as an edge would; exit 1 when it does not verify.
+    Inspect {
+        /// The bearer token (JWT).
+        #[arg(value_name = "TOKEN")]
+        bearer: String,
+        #[arg(long)]
+        audience: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IssuerCmd {
+    /// Register (or replace) an issuer whose tokens authenticate the tenant's principals.
+    Set {
+        #[arg(long)]
+        tenant: String,
+        /// The `iss` value.
+        issuer: String,
+        /// The `aud` its tokens must carry.
+        #[arg(long)]
+        audience: String,
+        /// A file holding the JWKS (`{"keys":[...]}`).
+        #[arg(long)]
+        jwks_file: std::path::PathBuf,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        issuer: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -366,6 +454,9 @@ impl Client {
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: e.to_string() })?;
         if status.is_success() {
+            if bytes.is_empty() {
+                return Ok(Value::Null);
+            }
             return serde_json::from_slice(&bytes)
                 .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("undecodable response: {e}") });
         }
@@ -491,6 +582,8 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                 print_as::<DeviceList>(out, v, |l| print_devices(&l.devices))
             }
         },
+        Noun::Token(cmd) => token_cmd(c, out, cmd).await,
+        Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});
@@ -527,6 +620,133 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
             }
         },
     }
+}
+
+async fn token_cmd(c: &Client, out: Output, cmd: &TokenCmd) -> Result<(), Failure> {
+    use reqwest::Method;
+    let tokens = |tenant: &str| format!("/v1/tenants/{}/tokens", urlencode(tenant));
+    match cmd {
+        TokenCmd::Issue { tenant, principal, scopes, ttl, audience } => {
+            let body =
+                serde_json::json!({"principal": principal, "scopes": scopes, "ttl_s": ttl, "audience": audience});
+            let v = c.call(Method::POST, &tokens(tenant), Some(body)).await?;
+            print_as::<IssuedToken>(out, v, print_issued)
+        }
+        TokenCmd::Delegate { tenant, parent, principal, scopes, ttl, audience } => {
+            let body =
+                serde_json::json!({"principal": principal, "scopes": scopes, "ttl_s": ttl, "audience": audience});
+            let path = format!("{}/{}/delegate", tokens(tenant), urlencode(parent));
+            let v = c.call(Method::POST, &path, Some(body)).await?;
+            print_as::<IssuedToken>(out, v, print_issued)
+        }
+        TokenCmd::Revoke { tenant, jti } => {
+            let path = format!("{}/{}/revoke", tokens(tenant), urlencode(jti));
+            let v = c.call(Method::POST, &path, None).await?;
+            print_as::<RevokedToken>(out, v, |r| {
+                println!("revoked {}", r.jti);
+                for j in &r.cascade {
+                    println!("revoked {j} (delegated from it)");
+                }
+            })
+        }
+        TokenCmd::Show { tenant, jti } => {
+            let v = c.call(Method::GET, &format!("{}/{}", tokens(tenant), urlencode(jti)), None).await?;
+            print_as::<Token>(out, v, |t| {
+                let r = &t.record;
+                let state = match (&t.revoked_at_ms, &t.revoked_via) {
+                    (Some(_), Some(via)) if *via != r.jti => format!("revoked (via {via})"),
+                    (Some(_), _) => "revoked".to_string(),
+                    (None, _) => "active".to_string(),
+                };
+                let rows = vec![vec![
+                    r.jti.clone(),
+                    r.principal_id.clone(),
+                    state,
+                    r.depth.to_string(),
+                    r.parent_jti.clone().unwrap_or_default(),
+                    r.expires_at_ms.to_string(),
+                    r.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
+                ]];
+                print_table(&["JTI", "PRINCIPAL", "STATE", "DEPTH", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
+            })
+        }
+        TokenCmd::Inspect { bearer, audience } => {
+            let body = serde_json::json!({"token": bearer, "audience": audience});
+            let v = c.call(Method::POST, "/v1/tokens/inspect", Some(body)).await?;
+            let verdict: TokenInspection = serde_json::from_value(v.clone())
+                .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("unexpected response: {e}") })?;
+            match out {
+                Output::Json => print_json(&v),
+                Output::Table => match &verdict.authority {
+                    Some(a) => {
+                        let rows = vec![
+                            vec!["tenant".into(), a.tenant_id.clone()],
+                            vec!["principal".into(), format!("{} ({})", a.principal_name, a.principal_id)],
+                            vec!["issuer".into(), a.issuer.clone()],
+                            vec!["token".into(), a.token_id.clone().unwrap_or_default()],
+                            vec!["chain".into(), a.chain.join(" > ")],
+                            vec!["scopes".into(), a.scopes.iter().cloned().collect::<Vec<_>>().join(" ")],
+                            vec!["expires_at_ms".into(), a.expires_at_ms.to_string()],
+                        ];
+                        print_table(&["VALID", "yes"], rows);
+                    }
+                    None => println!(
+                        "invalid: {}: {}",
+                        verdict.reason.map(|r| r.to_string()).unwrap_or_default(),
+                        verdict.message.clone().unwrap_or_default()
+                    ),
+                },
+            }
+            if verdict.valid {
+                Ok(())
+            } else {
+                Err(Failure { exit: EXIT_REJECTED, message: "the token does not verify".into() })
+            }
+        }
+    }
+}
+
+async fn issuer_cmd(c: &Client, out: Output, cmd: &IssuerCmd) -> Result<(), Failure> {
+    use reqwest::Method;
+    let issuers = |tenant: &str| format!("/v1/tenants/{}/issuers", urlencode(tenant));
+    let print_issuers = |list: &[TenantIssuer]| {
+        let rows =
+            list.iter().map(|i| vec![i.spec.issuer.clone(), i.spec.audience.clone(), i.revision.to_string()]).collect();
+        print_table(&["ISSUER", "AUDIENCE", "REVISION"], rows);
+    };
+    match cmd {
+        IssuerCmd::Set { tenant, issuer, audience, jwks_file } => {
+            let jwks = std::fs::read_to_string(jwks_file).map_err(|e| Failure {
+                exit: EXIT_USAGE,
+                message: format!("cannot read {}: {e}", jwks_file.display()),
+            })?;
+            let body = serde_json::json!({"issuer": issuer, "audience": audience, "jwks": jwks});
+            let v = c.call(Method::PUT, &issuers(tenant), Some(body)).await?;
+            print_as::<TenantIssuer>(out, v, |i| print_issuers(std::slice::from_ref(i)))
+        }
+        IssuerCmd::List { tenant } => {
+            let v = c.call(Method::GET, &issuers(tenant), None).await?;
+            print_as::<IssuerList>(out, v, |l| print_issuers(&l.issuers))
+        }
+        IssuerCmd::Remove { tenant, issuer } => {
+            let body = serde_json::json!({"issuer": issuer});
+            c.call(Method::POST, &format!("{}/remove", issuers(tenant)), Some(body)).await?;
+            println!("removed issuer {issuer}");
+            Ok(())
+        }
+    }
+}
+
+fn print_issued(t: &IssuedToken) {
+    let rows = vec![vec![
+        t.jti.clone(),
+        t.principal_id.clone(),
+        t.parent_jti.clone().unwrap_or_default(),
+        t.expires_at_ms.to_string(),
+        t.scopes.join(" "),
+    ]];
+    print_table(&["JTI", "PRINCIPAL", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
+    println!("\ntoken (shown once):\n{}", t.token);
 }
 
 fn urlencode(s: &str) -> String {

@@ -7,5 +7,6 @@ pub mod cli;
 pub mod error;
 mod openapi;
 pub mod service;
+mod tokens;
 
-pub use service::router;
+pub use service::{router, AdminConfig};

@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use writ_api::auth::Signer;
 use writ_api::client::{Ledger, TRACE_HEADER};
 use writ_api::device::{Device, Site};
 use writ_api::dto::{
@@ -22,6 +23,7 @@ use writ_api::dto::{CreateDeviceRequest, CreateSiteRequest, DeviceList, SiteList
 use writ_api::ledger::{Command, Outcome, Tenant};
 use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::settings::TenantSettingsPatch;
+use writ_api::verifier::Verifier;
 use writ_api::{ReasonCode, Rejection};
 
 use crate::error::{method_not_allowed, not_found, ApiError, ValidJson, ValidQuery};
@@ -29,18 +31,40 @@ use crate::error::{method_not_allowed, not_found, ApiError, ValidJson, ValidQuer
 /// Largest admin request body accepted.
 pub const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
 
-struct AdminState {
-    ledger: Arc<dyn Ledger>,
-    /// sha256 of the operator token: compared in constant time, never kept in clear.
-    operator_token_sha256: [u8; 32],
+/// What the admin API needs besides the ledger.
+pub struct AdminConfig {
+    /// The operator bearer token (non-empty; checked by config).
+    pub operator_token: String,
+    /// This node's token-signing key.
+    pub signer: Arc<Signer>,
+    /// Default `aud` of issued tokens (the edge's canonical URI).
+    pub token_audience: String,
 }
 
-type Shared = Arc<AdminState>;
+pub(crate) struct AdminState {
+    pub(crate) ledger: Arc<dyn Ledger>,
+    /// sha256 of the operator token: compared in constant time, never kept in clear.
+    operator_token_sha256: [u8; 32],
+    pub(crate) signer: Arc<Signer>,
+    pub(crate) token_audience: String,
+    /// Follows the ledger to answer `token inspect` exactly as an edge would.
+    pub(crate) verifier: Verifier,
+    /// Set once this node's signing key is known to be registered in the ledger.
+    pub(crate) key_registered: std::sync::atomic::AtomicBool,
+}
 
-/// Builds the `/v1` router. The operator token must be non-empty (checked by config).
-pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
-    let state =
-        Arc::new(AdminState { ledger, operator_token_sha256: Sha256::digest(operator_token.as_bytes()).into() });
+pub(crate) type Shared = Arc<AdminState>;
+
+/// Builds the `/v1` router. Must be called inside a Tokio runtime (it starts the verifier feed).
+pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
+    let state = Arc::new(AdminState {
+        verifier: Verifier::follow(ledger.clone(), config.token_audience.clone()),
+        ledger,
+        operator_token_sha256: Sha256::digest(config.operator_token.as_bytes()).into(),
+        signer: config.signer,
+        token_audience: config.token_audience,
+        key_registered: Default::default(),
+    });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))
         .route("/v1/cluster/learners", post(add_learner))
@@ -60,6 +84,7 @@ pub fn router(ledger: Arc<dyn Ledger>, operator_token: &str) -> Router {
         .route("/v1/tenants/{tenant}/principals/{principal}", get(show_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/revoke", post(revoke_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/scopes/revoke", post(revoke_scope))
+        .merge(crate::tokens::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .route("/v1/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
@@ -94,7 +119,7 @@ fn unauthorized(reason: ReasonCode, message: &str) -> Response {
     resp
 }
 
-fn trace_id() -> String {
+pub(crate) fn trace_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
@@ -141,7 +166,10 @@ async fn purge(State(st): State<Shared>) -> Result<Json<NodeStatus>, ApiError> {
 }
 
 /// Submits a command and turns a rejection outcome into an error.
-async fn submit(st: &AdminState, command: Command) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {
+pub(crate) async fn submit(
+    st: &AdminState,
+    command: Command,
+) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {
     let resp = st.ledger.submit(SubmitRequest { trace_id: trace_id(), command }).await?;
     match resp.outcome {
         Outcome::Applied { events } => Ok(events),
@@ -191,7 +219,7 @@ async fn list_tenants(
     }
 }
 
-async fn find_tenant(st: &AdminState, tenant: String) -> Result<Tenant, Rejection> {
+pub(crate) async fn find_tenant(st: &AdminState, tenant: String) -> Result<Tenant, Rejection> {
     let q = QueryRequest { query: LedgerQuery::GetTenant { tenant }, consistency: Consistency::Linearizable };
     match st.ledger.query(q).await? {
         QueryResult::Tenant { tenant } => Ok(tenant),
@@ -221,7 +249,7 @@ async fn resume_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> 
 }
 
 /// An optional JSON body: empty means the default, anything else must parse strictly.
-fn optional_json<T: Default + serde::de::DeserializeOwned>(
+pub(crate) fn optional_json<T: Default + serde::de::DeserializeOwned>(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<T, ApiError> {
     let bytes = body.map_err(|e| {
@@ -248,7 +276,11 @@ async fn set_tenant_settings(
     Ok(Json(find_tenant(&st, t.id).await?))
 }
 
-async fn find_principal(st: &AdminState, tenant_id: String, principal: String) -> Result<Principal, Rejection> {
+pub(crate) async fn find_principal(
+    st: &AdminState,
+    tenant_id: String,
+    principal: String,
+) -> Result<Principal, Rejection> {
     let q = QueryRequest {
         query: LedgerQuery::GetPrincipal { tenant_id, principal },
         consistency: Consistency::Linearizable,
@@ -325,11 +357,11 @@ async fn revoke_scope(
     Ok(Json(find_principal(&st, t.id, p.id).await?))
 }
 
-async fn query(st: &AdminState, query: LedgerQuery, stale: bool) -> Result<QueryResult, Rejection> {
+pub(crate) async fn query(st: &AdminState, query: LedgerQuery, stale: bool) -> Result<QueryResult, Rejection> {
     st.ledger.query(QueryRequest { query, consistency: consistency(stale) }).await
 }
 
-fn unexpected() -> ApiError {
+pub(crate) fn unexpected() -> ApiError {
     ApiError::new(ReasonCode::INTERNAL, "unexpected query result")
 }
 

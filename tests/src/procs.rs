@@ -280,3 +280,54 @@ impl Admin {
         }
     }
 }
+
+/// An in-process single-node ledger (bootstrapped, ready) on a loopback port, in a temp dir.
+pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
+    crate::init_test_log();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = writ_node::config::NodeConfig {
+        node_id: 1,
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        advertise_url: None,
+        data_dir: dir.path().join("data"),
+        operator_token: TEST_OPERATOR_TOKEN.into(),
+        bootstrap: true,
+        members: Default::default(),
+        raft: writ_node::ledger::RaftSettings {
+            heartbeat_ms: 50,
+            election_min_ms: 200,
+            election_max_ms: 400,
+            ..Default::default()
+        },
+        tls: None,
+        authority: writ_node::config::AuthorityConfig {
+            signing_key_file: dir.path().join("signing-key.pem"),
+            token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
+        },
+    };
+    let node = writ_node::start_node(&cfg).await.expect("start node");
+    let url = node.url.clone();
+    crate::eventually("node ready", Duration::from_secs(20), || {
+        let url = url.clone();
+        async move {
+            let http = reqwest::Client::builder().no_proxy().build().ok()?;
+            let r = http.get(format!("{url}/readyz")).send().await.ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+    (node, dir)
+}
+
+/// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).
+pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(writ_bin())
+        .arg("admin")
+        .args(args)
+        .env("WRIT_ADMIN_URL", url)
+        .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
+        .output()
+        .expect("run writ admin");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}

@@ -4,51 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use writ_node::config::NodeConfig;
-use writ_node::ledger::RaftSettings;
-use writ_node::RunningNode;
-use writ_tests::procs::{writ_bin, Admin, TEST_OPERATOR_TOKEN};
-
-async fn single_node() -> (RunningNode, tempfile::TempDir) {
-    writ_tests::init_test_log();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = NodeConfig {
-        node_id: 1,
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        advertise_url: None,
-        data_dir: dir.path().join("data"),
-        operator_token: TEST_OPERATOR_TOKEN.into(),
-        bootstrap: true,
-        members: Default::default(),
-        raft: RaftSettings { heartbeat_ms: 50, election_min_ms: 200, election_max_ms: 400, ..Default::default() },
-        tls: None,
-    };
-    let node = writ_node::start_node(&cfg).await.expect("start node");
-    let url = node.url.clone();
-    writ_tests::eventually("node ready", Duration::from_secs(20), || {
-        let url = url.clone();
-        async move {
-            let http = reqwest::Client::builder().no_proxy().build().ok()?;
-            let r = http.get(format!("{url}/readyz")).send().await.ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
-    (node, dir)
-}
-
-/// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).
-fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(writ_bin())
-        .arg("admin")
-        .args(args)
-        .env("WRIT_ADMIN_URL", url)
-        .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
-        .output()
-        .expect("run writ admin");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
-}
+use writ_tests::procs::{run_cli, single_node, writ_bin, Admin, TEST_OPERATOR_TOKEN};
 
 async fn raw(url: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
     let client = reqwest::Client::builder().no_proxy().build().expect("client");

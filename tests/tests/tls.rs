@@ -76,6 +76,10 @@ async fn mtls_cluster_replicates_and_refuses_clients_without_a_certificate() {
             members: members.clone(),
             raft: RaftSettings { heartbeat_ms: 100, election_min_ms: 800, election_max_ms: 1600, ..Default::default() },
             tls: Some(pki.issue(&format!("node{id}"))),
+            authority: writ_node::config::AuthorityConfig {
+                signing_key_file: data.path().join(format!("n{id}/signing-key.pem")),
+                token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
+            },
         };
         nodes.push(writ_node::start_node(&cfg).await.expect("start tls node"));
     }

@@ -4,16 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-use writ_api::device::{validate_device, validate_site, Device, Site};
-use writ_api::ledger::{
+use crate::device::{validate_device, validate_site, Device, Site};
+use crate::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
     CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
 };
-use writ_api::principal::{scope_covers, validate_scope, Principal, PrincipalState};
-use writ_api::settings::TenantSettingsV1;
-use writ_api::token::{Token, TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
-use writ_api::{ReasonCode, Rejection};
+use crate::principal::{scope_covers, validate_scope, Principal, PrincipalState};
+use crate::settings::TenantSettingsV1;
+use crate::token::{SigningKeyV1, TenantIssuer, Token, TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
+use crate::{ReasonCode, Rejection};
+use serde::{Deserialize, Serialize};
 
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +42,10 @@ pub struct LedgerState {
     /// Devices by tenant id, then device id; and device id by tenant id, then name.
     pub devices: BTreeMap<String, BTreeMap<String, Device>>,
     pub device_names: BTreeMap<String, BTreeMap<String, String>>,
+    /// Token-signing public keys by `kid`.
+    pub signing_keys: BTreeMap<String, SigningKeyV1>,
+    /// Tenant token issuers by `iss` (an issuer belongs to one tenant).
+    pub issuers: BTreeMap<String, TenantIssuer>,
 }
 
 impl LedgerState {
@@ -192,6 +196,16 @@ impl LedgerState {
                     t.revoked_via = Some(jti.clone());
                 }
             }
+            Event::SigningKeyRegisteredV1 { key } => {
+                self.signing_keys.insert(key.kid.clone(), key.clone());
+            }
+            Event::TenantIssuerSetV1 { tenant_id, issuer } => {
+                let view = TenantIssuer { tenant_id: tenant_id.clone(), spec: issuer.clone(), revision: env.revision };
+                self.issuers.insert(issuer.issuer.clone(), view);
+            }
+            Event::TenantIssuerRemovedV1 { issuer, .. } => {
+                self.issuers.remove(issuer);
+            }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id);
                 p.scopes.remove(scope);
@@ -303,12 +317,12 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (what snapshots carry).
     pub fn encode(&self) -> Vec<u8> {
-        writ_api::encode(self).expect("ledger state is always encodable")
+        crate::encode(self).expect("ledger state is always encodable")
     }
 
     /// sha256 over the canonical encoding: equal on every replica at the same applied index.
     pub fn digest(&self) -> String {
-        writ_api::sha256_hex(&self.encode())
+        crate::sha256_hex(&self.encode())
     }
 }
 
@@ -482,6 +496,37 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             let cascade = state.live_descendants(tenant_id, jti);
             Ok(vec![Event::TokenRevokedV1 { tenant_id: tenant_id.clone(), jti: jti.clone(), cascade }])
         }
+        Command::RegisterSigningKey { key } => {
+            key.validate()?;
+            match state.signing_keys.get(&key.kid) {
+                Some(known) if known == key => Ok(vec![]),
+                Some(_) => Err(Rejection::new(
+                    ReasonCode::SIGNING_KEY_CONFLICT,
+                    format!("key id '{}' is registered with a different key", key.kid),
+                )),
+                None => Ok(vec![Event::SigningKeyRegisteredV1 { key: key.clone() }]),
+            }
+        }
+        Command::SetTenantIssuer { tenant_id, issuer } => {
+            existing(state, tenant_id)?;
+            issuer.validate()?;
+            if let Some(owner) = state.issuers.get(&issuer.issuer).filter(|i| i.tenant_id != *tenant_id) {
+                return Err(Rejection::new(
+                    ReasonCode::ISSUER_CONFLICT,
+                    format!("issuer '{}' is registered for another tenant ({})", issuer.issuer, owner.tenant_id),
+                ));
+            }
+            Ok(vec![Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer: issuer.clone() }])
+        }
+        Command::RemoveTenantIssuer { tenant_id, issuer } => {
+            existing(state, tenant_id)?;
+            match state.issuers.get(issuer) {
+                Some(i) if i.tenant_id == *tenant_id => {
+                    Ok(vec![Event::TenantIssuerRemovedV1 { tenant_id: tenant_id.clone(), issuer: issuer.clone() }])
+                }
+                _ => Err(Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' in this tenant"))),
+            }
+        }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
             TenantState::Active => {
@@ -596,9 +641,9 @@ fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
-    use writ_api::settings::TenantSettingsPatch;
-    use writ_api::token::TokenRequestV1;
+    use crate::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+    use crate::settings::TenantSettingsPatch;
+    use crate::token::TokenRequestV1;
 
     fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
         LedgerRequest { stamp_ms, trace_id: "t".into(), command }

@@ -1,0 +1,344 @@
+//! Bearer tokens (SPEC D2, D3): Writ-issued JWTs signed with a node's Ed25519 key, tenant-issued
+//! JWTs checked against the tenant's inline JWKS, and [`verify`], the one routine that turns a
+//! bearer token into a bounded [`Authority`] — used by the admin API and by every edge through
+//! [`crate::verifier::Verifier`].
+//!
+//! Order of the checks (each failure has its own reason code): token shape → issuer and key →
+//! signature, issuer, audience → expiry, not-before → tenant state (the domain gate, before any
+//! principal or scope check) → revocation of the token and of every ancestor in its delegation
+//! chain → principal state → effective scopes.
+
+use std::collections::BTreeSet;
+
+use base64::Engine;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{Rejection, TenantState};
+use crate::principal::{scope_covers, PrincipalState};
+use crate::reason::ReasonCode;
+use crate::state::LedgerState;
+use crate::token::{SigningKeyV1, WRIT_ISSUER, WRIT_SIGNING_ALG};
+
+/// Largest bearer token accepted (bytes); anything longer is rejected unparsed.
+pub const BEARER_BYTES_MAX: usize = 16 * 1024;
+
+/// Claims of a Writ-issued token. The ledger's token record is authoritative (scopes, expiry,
+/// parent); the claims only name it and bind it to an audience.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritClaims {
+    pub iss: String,
+    /// Principal id.
+    pub sub: String,
+    pub aud: String,
+    /// Seconds since the epoch (rounded up from the ledger's milliseconds).
+    pub exp: u64,
+    pub nbf: u64,
+    pub iat: u64,
+    pub jti: String,
+    /// Tenant id.
+    pub tid: String,
+    /// Space-separated scopes, informational.
+    pub scope: String,
+    /// Ledger revision at which the token was recorded: a verifier that has not seen it yet
+    /// waits (bounded) instead of calling the token unknown.
+    pub rev: u64,
+}
+
+/// What a verified token may do: the principal, the delegation chain, and the effective scopes
+/// (the token's scopes still held by every principal along the chain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Authority {
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub principal_name: String,
+    pub issuer: String,
+    /// The token's `jti` (Writ tokens always; tenant tokens when they carry one).
+    pub token_id: Option<String>,
+    pub parent_token_id: Option<String>,
+    /// `jti`s from the root token down to this one (Writ tokens).
+    pub chain: Vec<String>,
+    pub scopes: BTreeSet<String>,
+    /// Scopes revoked from a principal of the chain: asking for one is APP_SCOPE_REVOKED.
+    pub revoked_scopes: BTreeSet<String>,
+    pub expires_at_ms: u64,
+}
+
+impl Authority {
+    /// Whether the authority covers `scope`: APP_SCOPE_REVOKED when a revocation took it away,
+    /// APP_SCOPE_FORBIDDEN when it was never granted.
+    pub fn require(&self, scope: &str) -> Result<(), Rejection> {
+        if self.scopes.iter().any(|g| scope_covers(g, scope)) {
+            return Ok(());
+        }
+        if self.revoked_scopes.iter().any(|r| scope_covers(r, scope) || scope_covers(scope, r)) {
+            return Err(Rejection::new(ReasonCode::APP_SCOPE_REVOKED, format!("scope '{scope}' was revoked")));
+        }
+        Err(Rejection::new(ReasonCode::APP_SCOPE_FORBIDDEN, format!("the token does not grant scope '{scope}'")))
+    }
+}
+
+/// A node's signing key: the private half from its key file, the public half registered in the
+/// ledger under `kid` (derived from the public key, so a new key is a new `kid`).
+pub struct Signer {
+    key: EncodingKey,
+    public: SigningKeyV1,
+}
+
+impl Signer {
+    /// `pkcs8_pem` is the Ed25519 private key; `public_key` its raw 32-byte public key. The
+    /// pair is checked by signing and verifying a probe.
+    pub fn new(pkcs8_pem: &[u8], public_key: Vec<u8>) -> Result<Signer, String> {
+        let key = EncodingKey::from_ed_pem(pkcs8_pem).map_err(|e| format!("not an Ed25519 PKCS#8 PEM key: {e}"))?;
+        let kid = crate::sha256_hex(&public_key)[..16].to_string();
+        let signer = Signer { key, public: SigningKeyV1 { kid, alg: WRIT_SIGNING_ALG.into(), public_key } };
+        let probe = signer.sign_raw(&serde_json::json!({"probe": true})).map_err(|r| r.message)?;
+        let mut v = Validation::new(Algorithm::EdDSA);
+        v.required_spec_claims.clear();
+        v.validate_exp = false;
+        jsonwebtoken::decode::<serde_json::Value>(&probe, &DecodingKey::from_ed_der(&signer.public.public_key), &v)
+            .map_err(|e| format!("the public key does not match the private key: {e}"))?;
+        Ok(signer)
+    }
+
+    pub fn public_key(&self) -> &SigningKeyV1 {
+        &self.public
+    }
+
+    pub fn sign(&self, claims: &WritClaims) -> Result<String, Rejection> {
+        self.sign_raw(claims)
+    }
+
+    fn sign_raw<T: Serialize>(&self, claims: &T) -> Result<String, Rejection> {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(self.public.kid.clone());
+        jsonwebtoken::encode(&header, claims, &self.key)
+            .map_err(|e| Rejection::new(ReasonCode::INTERNAL, format!("token signing failed: {e}")))
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Rejection {
+    Rejection::new(ReasonCode::AUTH_TOKEN_INVALID, message)
+}
+
+/// The claims every verification reads before choosing a key: issuer and (Writ) revision.
+#[derive(Deserialize)]
+struct Peek {
+    iss: Option<String>,
+    rev: Option<u64>,
+}
+
+fn peek(bearer: &str) -> Result<Peek, Rejection> {
+    if bearer.len() > BEARER_BYTES_MAX {
+        return Err(invalid(format!("the token exceeds {BEARER_BYTES_MAX} bytes")));
+    }
+    let payload = bearer.split('.').nth(1).ok_or_else(|| invalid("the token is not a JWT"))?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|_| invalid("the token payload is not base64url"))?;
+    serde_json::from_slice(&bytes).map_err(|_| invalid("the token payload is not a JSON object"))
+}
+
+/// The ledger revision a Writ token was recorded at, if the token says so (unverified: only
+/// used to decide how long to wait for the verifier's state to catch up).
+pub fn recorded_revision(bearer: &str) -> Option<u64> {
+    peek(bearer).ok().filter(|p| p.iss.as_deref() == Some(WRIT_ISSUER)).and_then(|p| p.rev)
+}
+
+/// Claims read from a tenant issuer's token.
+#[derive(Deserialize)]
+struct TenantClaims {
+    sub: String,
+    exp: u64,
+    nbf: Option<u64>,
+    jti: Option<String>,
+    /// OAuth-style space-separated scopes.
+    scope: Option<String>,
+    /// Or an array (`scp`), as some issuers send.
+    scp: Option<Vec<String>>,
+}
+
+fn map_jwt_error(e: jsonwebtoken::errors::Error) -> Rejection {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match e.kind() {
+        K::InvalidSignature => invalid("bad token signature"),
+        K::InvalidAudience => invalid("the token is not for this audience"),
+        K::InvalidIssuer => invalid("unexpected token issuer"),
+        K::InvalidAlgorithm => invalid("the token's algorithm does not match its key"),
+        K::MissingRequiredClaim(c) => invalid(format!("the token lacks claim '{c}'")),
+        K::InvalidClaimFormat(c) => invalid(format!("the token's claim '{c}' is malformed")),
+        _ => invalid(format!("the token is malformed: {e}")),
+    }
+}
+
+fn validation(alg: Algorithm, issuer: &str, audience: &str) -> Validation {
+    let mut v = Validation::new(alg);
+    // Times are checked against the caller's clock below, with their own reason codes.
+    v.validate_exp = false;
+    v.validate_nbf = false;
+    v.leeway = 0;
+    v.set_issuer(&[issuer]);
+    v.set_audience(&[audience]);
+    v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    v
+}
+
+/// Verifies `bearer` against the ledger `state` at `now_ms`. `audience` is the audience Writ
+/// tokens must carry (the edge's canonical URI); tenant tokens carry their issuer's audience.
+pub fn verify(state: &LedgerState, bearer: &str, audience: &str, now_ms: u64) -> Result<Authority, Rejection> {
+    let header = jsonwebtoken::decode_header(bearer).map_err(|_| invalid("the token is not a JWT"))?;
+    let iss = peek(bearer)?.iss.ok_or_else(|| invalid("the token lacks claim 'iss'"))?;
+    let kid = header.kid.clone().ok_or_else(|| invalid("the token header lacks 'kid'"))?;
+    if iss == WRIT_ISSUER {
+        verify_writ(state, bearer, &header, &kid, audience, now_ms)
+    } else {
+        verify_tenant_issued(state, bearer, &header, &iss, &kid, now_ms)
+    }
+}
+
+fn domain_gate(state: &LedgerState, tenant_id: &str) -> Result<(), Rejection> {
+    let tenant = state.tenants.get(tenant_id).ok_or_else(|| invalid("the token's tenant does not exist"))?;
+    if tenant.state == TenantState::Suspended {
+        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
+    }
+    Ok(())
+}
+
+fn verify_writ(
+    state: &LedgerState,
+    bearer: &str,
+    header: &Header,
+    kid: &str,
+    audience: &str,
+    now_ms: u64,
+) -> Result<Authority, Rejection> {
+    if header.alg != Algorithm::EdDSA {
+        return Err(invalid("Writ tokens are EdDSA-signed"));
+    }
+    let key = state.signing_keys.get(kid).ok_or_else(|| invalid(format!("unknown signing key '{kid}'")))?;
+    let claims = jsonwebtoken::decode::<WritClaims>(
+        bearer,
+        &DecodingKey::from_ed_der(&key.public_key),
+        &validation(Algorithm::EdDSA, WRIT_ISSUER, audience),
+    )
+    .map_err(map_jwt_error)?
+    .claims;
+    let token = state.token(&claims.tid, &claims.jti).ok_or_else(|| invalid("unknown token id"))?;
+    if token.record.principal_id != claims.sub {
+        return Err(invalid("the token's subject does not match its record"));
+    }
+    if token.record.expires_at_ms <= now_ms {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the token has expired"));
+    }
+    if claims.nbf.saturating_mul(1000) > now_ms {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_NOT_YET_VALID, "the token is not valid yet"));
+    }
+    domain_gate(state, &claims.tid)?;
+    // Walk the chain up to the root: every link unrevoked, unexpired, its principal active;
+    // the effective scopes narrow to what every link's principal still holds.
+    let mut scopes = token.record.scopes.clone();
+    let mut revoked_scopes = BTreeSet::new();
+    let mut chain = Vec::new();
+    let mut link = Some(token);
+    while let Some(t) = link {
+        if chain.len() > 64 {
+            return Err(invalid("the delegation chain is too long"));
+        }
+        chain.push(t.record.jti.clone());
+        if t.revoked_at_ms.is_some() {
+            let via = t.revoked_via.as_deref().unwrap_or(&t.record.jti);
+            let what = if via == token.record.jti {
+                "the token was revoked".to_string()
+            } else {
+                format!("ancestor token '{via}' was revoked")
+            };
+            return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, what));
+        }
+        if t.record.expires_at_ms <= now_ms {
+            return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "a token of the delegation chain has expired"));
+        }
+        let p = state
+            .principals
+            .get(&claims.tid)
+            .and_then(|m| m.get(&t.record.principal_id))
+            .ok_or_else(|| invalid("the token's principal does not exist"))?;
+        if p.state != PrincipalState::Active {
+            return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
+        }
+        scopes.retain(|s| p.scopes.iter().any(|g| scope_covers(g, s)));
+        scopes.retain(|s| t.record.scopes.iter().any(|g| scope_covers(g, s)));
+        revoked_scopes.extend(p.revoked_scopes.iter().cloned());
+        link = t.record.parent_jti.as_ref().and_then(|pj| state.token(&claims.tid, pj));
+        if link.is_none() && t.record.parent_jti.is_some() {
+            return Err(invalid("a parent token of the chain is unknown"));
+        }
+    }
+    chain.reverse();
+    let principal = &state.principals[&claims.tid][&token.record.principal_id];
+    Ok(Authority {
+        tenant_id: claims.tid.clone(),
+        principal_id: principal.id.clone(),
+        principal_name: principal.name.clone(),
+        issuer: WRIT_ISSUER.into(),
+        token_id: Some(token.record.jti.clone()),
+        parent_token_id: token.record.parent_jti.clone(),
+        chain,
+        scopes,
+        revoked_scopes,
+        expires_at_ms: token.record.expires_at_ms,
+    })
+}
+
+fn verify_tenant_issued(
+    state: &LedgerState,
+    bearer: &str,
+    header: &Header,
+    iss: &str,
+    kid: &str,
+    now_ms: u64,
+) -> Result<Authority, Rejection> {
+    let issuer = state.issuers.get(iss).ok_or_else(|| invalid(format!("unknown token issuer '{iss}'")))?;
+    // Symmetric algorithms would let anyone holding the JWKS forge tokens.
+    if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
+        return Err(invalid("symmetric token algorithms are not accepted"));
+    }
+    let set: jsonwebtoken::jwk::JwkSet =
+        serde_json::from_str(&issuer.spec.jwks).map_err(|_| invalid("the issuer's JWKS is unusable"))?;
+    let jwk = set.find(kid).ok_or_else(|| invalid(format!("issuer '{iss}' has no key '{kid}'")))?;
+    let key = DecodingKey::from_jwk(jwk).map_err(|_| invalid(format!("issuer key '{kid}' is unusable")))?;
+    let mut v = validation(header.alg, iss, &issuer.spec.audience);
+    v.algorithms = vec![header.alg];
+    let claims = jsonwebtoken::decode::<TenantClaims>(bearer, &key, &v).map_err(map_jwt_error)?.claims;
+    if claims.exp.saturating_mul(1000) <= now_ms {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the token has expired"));
+    }
+    if claims.nbf.unwrap_or(0).saturating_mul(1000) > now_ms {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_NOT_YET_VALID, "the token is not valid yet"));
+    }
+    domain_gate(state, &issuer.tenant_id)?;
+    let p = state
+        .principal(&issuer.tenant_id, &claims.sub)
+        .ok_or_else(|| invalid(format!("no principal '{}' in the issuer's tenant", claims.sub)))?;
+    if p.state != PrincipalState::Active {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
+    }
+    let asked: Option<BTreeSet<String>> = match (&claims.scope, &claims.scp) {
+        (Some(s), _) => Some(s.split_whitespace().map(str::to_string).collect()),
+        (None, Some(list)) => Some(list.iter().cloned().collect()),
+        (None, None) => None,
+    };
+    let mut scopes = asked.unwrap_or_else(|| p.scopes.clone());
+    scopes.retain(|s| p.scopes.iter().any(|g| scope_covers(g, s)));
+    Ok(Authority {
+        tenant_id: issuer.tenant_id.clone(),
+        principal_id: p.id.clone(),
+        principal_name: p.name.clone(),
+        issuer: iss.to_string(),
+        token_id: claims.jti,
+        parent_token_id: None,
+        chain: Vec::new(),
+        scopes,
+        revoked_scopes: p.revoked_scopes.clone(),
+        expires_at_ms: claims.exp.saturating_mul(1000),
+    })
+}

@@ -1,0 +1,231 @@
+//! Admin routes for credentials: Writ token issue / delegate / revoke / show / inspect, and
+//! tenant-owned token issuers. The ledger records and checks every token (scopes ⊆ grant, TTL
+//! bounds, delegation depth); this module signs what the ledger accepted.
+
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use writ_api::auth::WritClaims;
+use writ_api::dto::{
+    DelegateTokenRequest, InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, Query as LedgerQuery,
+    QueryResult, RemoveIssuerRequest, RevokedToken, TokenInspection,
+};
+use writ_api::ledger::{Command, Event};
+use writ_api::token::{TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
+use writ_api::verifier::now_ms;
+use writ_api::{ReasonCode, Rejection};
+
+use crate::error::{ApiError, ValidJson};
+use crate::service::{find_principal, find_tenant, optional_json, query, submit, unexpected, AdminState, Shared};
+
+/// Lifetime asked for when a request names none (the tenant's bounds still apply).
+pub const TOKEN_TTL_DEFAULT_S: u64 = 3600;
+
+pub(crate) fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/v1/tenants/{tenant}/tokens", post(issue_token))
+        .route("/v1/tenants/{tenant}/tokens/{jti}", get(show_token))
+        .route("/v1/tenants/{tenant}/tokens/{jti}/delegate", post(delegate_token))
+        .route("/v1/tenants/{tenant}/tokens/{jti}/revoke", post(revoke_token))
+        .route("/v1/tokens/inspect", post(inspect_token))
+        .route("/v1/tenants/{tenant}/issuers", get(list_issuers).put(set_issuer))
+        .route("/v1/tenants/{tenant}/issuers/remove", post(remove_issuer))
+}
+
+/// Publishes this node's public key in the ledger once per process (idempotent there).
+async fn ensure_key_registered(st: &AdminState) -> Result<(), Rejection> {
+    if st.key_registered.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    submit(st, Command::RegisterSigningKey { key: st.signer.public_key().clone() }).await?;
+    st.key_registered.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Records the token in the ledger, then signs what the ledger recorded.
+async fn issue(
+    st: &AdminState,
+    tenant_id: String,
+    request: TokenRequestV1,
+    audience: Option<String>,
+) -> Result<IssuedToken, Rejection> {
+    let audience = audience.unwrap_or_else(|| st.token_audience.clone());
+    if audience.is_empty() || audience.len() > writ_api::token::ISSUER_BYTES_MAX {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, "audience must be 1..=512 bytes"));
+    }
+    ensure_key_registered(st).await?;
+    let events = submit(st, Command::IssueToken { tenant_id: tenant_id.clone(), request }).await?;
+    let Some((revision, Event::TokenIssuedV1 { token, .. })) = events.into_iter().next().map(|e| (e.revision, e.event))
+    else {
+        return Err(Rejection::new(ReasonCode::INTERNAL, "the ledger recorded no token"));
+    };
+    let scopes: Vec<String> = token.scopes.iter().cloned().collect();
+    let claims = WritClaims {
+        iss: WRIT_ISSUER.into(),
+        sub: token.principal_id.clone(),
+        aud: audience.clone(),
+        exp: token.expires_at_ms.div_ceil(1000),
+        nbf: token.issued_at_ms / 1000,
+        iat: token.issued_at_ms / 1000,
+        jti: token.jti.clone(),
+        tid: tenant_id.clone(),
+        scope: scopes.join(" "),
+        rev: revision,
+    };
+    Ok(IssuedToken {
+        token: st.signer.sign(&claims)?,
+        jti: token.jti,
+        tenant_id,
+        principal_id: token.principal_id,
+        scopes,
+        audience,
+        expires_at_ms: token.expires_at_ms,
+        parent_jti: token.parent_jti,
+        depth: token.depth,
+        revision,
+    })
+}
+
+fn new_jti() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+async fn issue_token(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<IssueTokenRequest>,
+) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let p = find_principal(&st, t.id.clone(), b.principal).await?;
+    let request = TokenRequestV1 {
+        jti: new_jti(),
+        principal_id: p.id,
+        scopes: b.scopes.into_iter().collect(),
+        ttl_s: b.ttl_s.unwrap_or(TOKEN_TTL_DEFAULT_S),
+        parent_jti: None,
+    };
+    Ok((StatusCode::CREATED, Json(issue(&st, t.id, request, b.audience).await?)))
+}
+
+async fn find_token(st: &AdminState, tenant_id: String, jti: String) -> Result<Token, ApiError> {
+    match query(st, LedgerQuery::GetToken { tenant_id, jti }, false).await? {
+        QueryResult::Token { token } => Ok(token),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_token(
+    State(st): State<Shared>,
+    Path((tenant, jti)): Path<(String, String)>,
+) -> Result<Json<Token>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(find_token(&st, t.id, jti).await?))
+}
+
+async fn delegate_token(
+    State(st): State<Shared>,
+    Path((tenant, jti)): Path<(String, String)>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
+    let b: DelegateTokenRequest = optional_json(body)?;
+    let t = find_tenant(&st, tenant).await?;
+    let parent = find_token(&st, t.id.clone(), jti.clone()).await?;
+    let principal_id = match b.principal {
+        Some(p) => find_principal(&st, t.id.clone(), p).await?.id,
+        None => parent.record.principal_id.clone(),
+    };
+    let request = TokenRequestV1 {
+        jti: new_jti(),
+        principal_id,
+        scopes: b.scopes.into_iter().collect(),
+        ttl_s: b.ttl_s.unwrap_or(TOKEN_TTL_DEFAULT_S),
+        parent_jti: Some(jti),
+    };
+    Ok((StatusCode::CREATED, Json(issue(&st, t.id, request, b.audience).await?)))
+}
+
+async fn revoke_token(
+    State(st): State<Shared>,
+    Path((tenant, jti)): Path<(String, String)>,
+) -> Result<Json<RevokedToken>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let events = submit(&st, Command::RevokeToken { tenant_id: t.id, jti }).await?;
+    match events.into_iter().next() {
+        Some(e) => match e.event {
+            Event::TokenRevokedV1 { jti, cascade, .. } => Ok(Json(RevokedToken { jti, cascade, revision: e.revision })),
+            _ => Err(unexpected()),
+        },
+        None => Err(unexpected()),
+    }
+}
+
+/// Decodes one JWT segment for display (never trusted).
+fn segment(token: &str, index: usize) -> Option<serde_json::Value> {
+    let part = token.split('.').nth(index)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+async fn inspect_token(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<InspectTokenRequest>,
+) -> Result<Json<TokenInspection>, ApiError> {
+    let verdict = match &b.audience {
+        // Another audience: verify against the same replica with that audience.
+        Some(aud) => {
+            let bearer = b.token.clone();
+            if let Some(rev) = writ_api::auth::recorded_revision(&bearer) {
+                st.verifier.wait_for(rev, writ_api::verifier::CATCH_UP_WAIT).await;
+            }
+            st.verifier.with_state(|s| writ_api::auth::verify(s, &bearer, aud, now_ms()))
+        }
+        None => st.verifier.verify(&b.token).await,
+    };
+    let (valid, reason, message, authority) = match verdict {
+        Ok(a) => (true, None, None, Some(a)),
+        Err(r) => (false, Some(r.reason), Some(r.message), None),
+    };
+    Ok(Json(TokenInspection {
+        valid,
+        reason,
+        message,
+        authority,
+        header: segment(&b.token, 0),
+        claims: segment(&b.token, 1),
+    }))
+}
+
+async fn list_issuers(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<IssuerList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    match query(&st, LedgerQuery::ListIssuers { tenant_id: t.id }, false).await? {
+        QueryResult::Issuers { issuers } => Ok(Json(IssuerList { issuers })),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn set_issuer(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<TenantIssuerV1>,
+) -> Result<Json<TenantIssuer>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    // Fail fast with the ledger's own rules (the ledger stays authoritative).
+    b.validate()?;
+    let events = submit(&st, Command::SetTenantIssuer { tenant_id: t.id.clone(), issuer: b.clone() }).await?;
+    let revision = events.first().map(|e| e.revision).unwrap_or_default();
+    Ok(Json(TenantIssuer { tenant_id: t.id, spec: b, revision }))
+}
+
+async fn remove_issuer(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<RemoveIssuerRequest>,
+) -> Result<StatusCode, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::RemoveTenantIssuer { tenant_id: t.id, issuer: b.issuer }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
