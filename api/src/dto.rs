@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::{CatalogSummary, CatalogVersion};
 use crate::device::{Device, Site};
 use crate::ledger::{Command, EventEnvelope, Outcome, Tenant};
 use crate::principal::{Principal, PrincipalKind, RolePreset};
@@ -147,6 +148,15 @@ pub enum Query {
     ListIssuers {
         tenant_id: String,
     },
+    /// The catalog versions a tenant keeps, newest first.
+    ListCatalogs {
+        tenant_id: String,
+    },
+    /// One catalog version; the newest when `version` is `None`.
+    GetCatalog {
+        tenant_id: String,
+        version: Option<u64>,
+    },
 }
 
 /// `POST /client/query`.
@@ -171,6 +181,8 @@ pub enum QueryResult {
     Device { device: Device },
     Token { token: Token },
     Issuers { issuers: Vec<TenantIssuer> },
+    Catalogs { catalogs: Vec<CatalogSummary> },
+    Catalog { catalog: CatalogVersion },
 }
 
 /// Raft role of a node as reported in status.
@@ -420,4 +432,10 @@ pub struct IssuerList {
 #[serde(deny_unknown_fields)]
 pub struct RemoveIssuerRequest {
     pub issuer: String,
+}
+
+/// `GET /v1/tenants/{tenant}/catalogs`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CatalogList {
+    pub catalogs: Vec<CatalogSummary>,
 }

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::CatalogV1;
 use crate::principal::PrincipalSpecV1;
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
@@ -101,6 +102,12 @@ pub enum Command {
         tenant_id: String,
         issuer: String,
     },
+    /// Publish a checked catalog as the tenant's next version (a no-op when its digest equals
+    /// the current version's).
+    PublishCatalog {
+        tenant_id: String,
+        catalog: CatalogV1,
+    },
 }
 
 impl Command {
@@ -121,6 +128,7 @@ impl Command {
             Command::RegisterSigningKey { .. } => "register_signing_key",
             Command::SetTenantIssuer { .. } => "set_tenant_issuer",
             Command::RemoveTenantIssuer { .. } => "remove_tenant_issuer",
+            Command::PublishCatalog { .. } => "publish_catalog",
         }
     }
 
@@ -139,7 +147,8 @@ impl Command {
             | Command::CreateSite { tenant_id, .. }
             | Command::CreateDevice { tenant_id, .. }
             | Command::SetTenantIssuer { tenant_id, .. }
-            | Command::RemoveTenantIssuer { tenant_id, .. } => tenant_id,
+            | Command::RemoveTenantIssuer { tenant_id, .. }
+            | Command::PublishCatalog { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -219,6 +228,11 @@ pub enum Event {
         tenant_id: String,
         issuer: String,
     },
+    CatalogPublishedV1 {
+        tenant_id: String,
+        version: u64,
+        catalog: CatalogV1,
+    },
 }
 
 impl Event {
@@ -240,6 +254,7 @@ impl Event {
             Event::SigningKeyRegisteredV1 { .. } => "signing_key_registered",
             Event::TenantIssuerSetV1 { .. } => "tenant_issuer_set",
             Event::TenantIssuerRemovedV1 { .. } => "tenant_issuer_removed",
+            Event::CatalogPublishedV1 { .. } => "catalog_published",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! the ledger's client API. This crate is the one serialization boundary of the workspace.
 
 pub mod auth;
+pub mod catalog;
 pub mod client;
 pub mod device;
 pub mod dto;

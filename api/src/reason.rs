@@ -94,6 +94,13 @@ reason_catalog! {
     SIGNING_KEY_CONFLICT = 42, 409, -32009, "A different signing key is already registered under this key id.";
     ISSUER_CONFLICT = 43, 409, -32009, "The token issuer is reserved or registered for another tenant.";
     ISSUER_NOT_FOUND = 44, 404, -32602, "No such token issuer registered for this tenant.";
+    CATALOG_INVALID = 45, 400, -32602, "The catalog document is malformed or breaks a field rule.";
+    CATALOG_SCHEMA_INVALID = 46, 400, -32602, "An action schema is not valid JSON Schema 2020-12.";
+    CATALOG_REF_REMOTE = 47, 400, -32602, "A schema reference points outside the catalog (network or file); only local references are allowed.";
+    CATALOG_REF_UNRESOLVED = 48, 400, -32602, "A local schema reference does not resolve.";
+    CATALOG_DUPLICATE_ACTION = 49, 400, -32602, "Two actions of the catalog have the same id.";
+    CATALOG_TOO_LARGE = 50, 413, -32602, "The catalog exceeds the action-count or byte ceiling.";
+    CATALOG_NOT_FOUND = 51, 404, -32602, "The tenant has no such catalog version.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::catalog::{check_stored, CatalogVersion, CATALOG_VERSIONS_KEPT};
 use crate::device::{validate_device, validate_site, Device, Site};
 use crate::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
@@ -46,6 +47,8 @@ pub struct LedgerState {
     pub signing_keys: BTreeMap<String, SigningKeyV1>,
     /// Tenant token issuers by `iss` (an issuer belongs to one tenant).
     pub issuers: BTreeMap<String, TenantIssuer>,
+    /// The newest [`CATALOG_VERSIONS_KEPT`] catalog versions by tenant id, then version.
+    pub catalogs: BTreeMap<String, BTreeMap<u64, CatalogVersion>>,
 }
 
 impl LedgerState {
@@ -206,6 +209,22 @@ impl LedgerState {
             Event::TenantIssuerRemovedV1 { issuer, .. } => {
                 self.issuers.remove(issuer);
             }
+            Event::CatalogPublishedV1 { tenant_id, version, catalog } => {
+                let versions = self.catalogs.entry(tenant_id.clone()).or_default();
+                versions.insert(
+                    *version,
+                    CatalogVersion {
+                        tenant_id: tenant_id.clone(),
+                        version: *version,
+                        published_at_ms: env.at_ms,
+                        revision: env.revision,
+                        catalog: catalog.clone(),
+                    },
+                );
+                while versions.len() > CATALOG_VERSIONS_KEPT {
+                    versions.pop_first();
+                }
+            }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id);
                 p.scopes.remove(scope);
@@ -283,6 +302,15 @@ impl LedgerState {
         };
         let in_site = |d: &Device| site_id.is_none_or(|s| d.site_id == s);
         page_by_name(names, |id| by_id.get(id).filter(|d| in_site(d)).cloned(), after, limit)
+    }
+
+    /// A tenant's catalog: `version`, or the newest when `None`.
+    pub fn catalog(&self, tenant_id: &str, version: Option<u64>) -> Option<&CatalogVersion> {
+        let versions = self.catalogs.get(tenant_id)?;
+        match version {
+            Some(v) => versions.get(&v),
+            None => versions.values().next_back(),
+        }
     }
 
     /// A token of a tenant by `jti`.
@@ -526,6 +554,16 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 }
                 _ => Err(Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' in this tenant"))),
             }
+        }
+        Command::PublishCatalog { tenant_id, catalog } => {
+            existing(state, tenant_id)?;
+            check_stored(catalog)?;
+            let current = state.catalog(tenant_id, None);
+            if current.is_some_and(|c| c.catalog.digest == catalog.digest) {
+                return Ok(vec![]);
+            }
+            let version = current.map_or(1, |c| c.version + 1);
+            Ok(vec![Event::CatalogPublishedV1 { tenant_id: tenant_id.clone(), version, catalog: catalog.clone() }])
         }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),

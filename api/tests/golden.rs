@@ -1,6 +1,7 @@
 //! Golden encodings of persisted types: a changed encoding of an existing command or event
 //! fails here. Add a new `V2` variant instead; bless new samples with `WRIT_BLESS=1`.
 
+use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
@@ -197,7 +198,32 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 Event::TenantIssuerRemovedV1 { tenant_id: "t-1".into(), issuer: "https://idp.example".into() },
             )),
         ),
+        (
+            "catalog_published_v1",
+            req(Command::PublishCatalog { tenant_id: "t-1".into(), catalog: catalog() }),
+            Some(env(16, 14, Event::CatalogPublishedV1 { tenant_id: "t-1".into(), version: 1, catalog: catalog() })),
+        ),
     ]
+}
+
+fn catalog() -> CatalogV1 {
+    CatalogV1 {
+        actions: vec![CatalogActionV1 {
+            id: "move_arm".into(),
+            title: "Move the arm".into(),
+            description: "".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            output_schema: None,
+            risk: Risk::High,
+            execution: Execution::Operation,
+            dry_run: true,
+            idempotent: false,
+            device_class: Some("robot-arm.v2".into()),
+            cost_units: 3,
+            scope: "tools:call:move_arm".into(),
+        }],
+        digest: "00".repeat(32),
+    }
 }
 
 fn signing_key() -> SigningKeyV1 {

@@ -274,6 +274,18 @@ impl LedgerNode {
             Query::ListIssuers { tenant_id } => Ok(QueryResult::Issuers {
                 issuers: state.issuers.values().filter(|i| i.tenant_id == tenant_id).cloned().collect(),
             }),
+            Query::ListCatalogs { tenant_id } => Ok(QueryResult::Catalogs {
+                catalogs: state
+                    .catalogs
+                    .get(&tenant_id)
+                    .map(|v| v.values().rev().map(|c| c.summary()).collect())
+                    .unwrap_or_default(),
+            }),
+            Query::GetCatalog { tenant_id, version } => state
+                .catalog(&tenant_id, version)
+                .cloned()
+                .map(|catalog| QueryResult::Catalog { catalog })
+                .ok_or_else(|| Rejection::new(ReasonCode::CATALOG_NOT_FOUND, "no such catalog version")),
             Query::GetTenant { tenant } => state
                 .tenant(&tenant)
                 .cloned()

@@ -8,9 +8,10 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use serde_json::Value;
+use writ_api::catalog::CatalogVersion;
 use writ_api::device::{Device, Site};
+use writ_api::dto::{CatalogList, DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection};
 use writ_api::dto::{ClusterStatus, ErrorBody, PrincipalList, TenantList};
-use writ_api::dto::{DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection};
 use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
 use writ_api::token::{TenantIssuer, Token};
@@ -66,6 +67,99 @@ pub enum Noun {
     /// A tenant's own token issuers (issuer + audience + inline JWKS).
     #[command(subcommand)]
     Issuer(IssuerCmd),
+    /// Versioned action catalogs of a tenant.
+    #[command(subcommand)]
+    Catalog(CatalogCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CatalogCmd {
+    /// Publish a catalog file (JSON, or YAML when named *.yaml / *.yml) as the next version.
+    Publish {
+        #[arg(long)]
+        tenant: String,
+        file: std::path::PathBuf,
+    },
+    /// Versions kept by the ledger, newest first.
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// One version (default: the newest).
+    Show {
+        #[arg(long)]
+        tenant: String,
+        #[arg(default_value = "latest")]
+        version: String,
+    },
+}
+
+/// Reads a catalog file as JSON; YAML files are converted to the same JSON value.
+fn read_catalog_file(path: &std::path::Path) -> Result<Value, Failure> {
+    let usage = |m: String| Failure { exit: EXIT_USAGE, message: format!("{}: {m}", path.display()) };
+    let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
+    let yaml = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e == "yaml" || e == "yml");
+    if yaml {
+        serde_yaml_ng::from_str::<Value>(&text).map_err(|e| usage(format!("not valid YAML: {e}")))
+    } else {
+        serde_json::from_str::<Value>(&text).map_err(|e| usage(format!("not valid JSON: {e}")))
+    }
+}
+
+async fn catalog_cmd(c: &Client, out: Output, cmd: &CatalogCmd) -> Result<(), Failure> {
+    use reqwest::Method;
+    let catalogs = |tenant: &str| format!("/v1/tenants/{}/catalogs", urlencode(tenant));
+    let print_version = |v: &CatalogVersion| {
+        print_table(
+            &["VERSION", "DIGEST", "ACTIONS", "REVISION"],
+            vec![vec![
+                v.version.to_string(),
+                v.catalog.digest.clone(),
+                v.catalog.actions.len().to_string(),
+                v.revision.to_string(),
+            ]],
+        );
+        println!();
+        let rows = v
+            .catalog
+            .actions
+            .iter()
+            .map(|a| {
+                vec![
+                    a.id.clone(),
+                    format!("{:?}", a.risk).to_lowercase(),
+                    format!("{:?}", a.execution).to_lowercase(),
+                    a.scope.clone(),
+                    a.title.clone(),
+                ]
+            })
+            .collect();
+        print_table(&["ACTION", "RISK", "EXECUTION", "SCOPE", "TITLE"], rows);
+    };
+    match cmd {
+        CatalogCmd::Publish { tenant, file } => {
+            let doc = read_catalog_file(file)?;
+            let v = c.call(Method::POST, &catalogs(tenant), Some(doc)).await?;
+            print_as::<CatalogVersion>(out, v, print_version)
+        }
+        CatalogCmd::List { tenant } => {
+            let v = c.call(Method::GET, &catalogs(tenant), None).await?;
+            print_as::<CatalogList>(out, v, |l| {
+                let rows = l
+                    .catalogs
+                    .iter()
+                    .map(|c| {
+                        vec![c.version.to_string(), c.digest.clone(), c.actions.to_string(), c.revision.to_string()]
+                    })
+                    .collect();
+                print_table(&["VERSION", "DIGEST", "ACTIONS", "REVISION"], rows);
+            })
+        }
+        CatalogCmd::Show { tenant, version } => {
+            let v = c.call(Method::GET, &format!("{}/{}", catalogs(tenant), urlencode(version)), None).await?;
+            print_as::<CatalogVersion>(out, v, print_version)
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -584,6 +678,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
         },
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
+        Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});

@@ -104,6 +104,10 @@ fn paths() -> Value {
             "/v1/tenants/{tenant}/issuers": {"parameters": tenant_param,
                 "get": op("A tenant's own token issuers", None, "IssuerList"),
                 "put": op("Register or replace a tenant token issuer", Some("TenantIssuer"), "Object")},
+            "/v1/tenants/{tenant}/catalogs": {"parameters": tenant_param,
+                "get": op("Catalog versions kept, newest first", None, "CatalogList"),
+                "post": created("Publish a catalog as the next version (200 when identical to the newest)", Some("CatalogDocument"), "CatalogVersion")},
+            "/v1/tenants/{tenant}/catalogs/{version}": {"parameters": params(&["tenant", "version"]), "get": op("One catalog version (a number or `latest`)", None, "CatalogVersion")},
             "/v1/tenants/{tenant}/issuers/remove": {"parameters": tenant_param, "post": {"summary": "Remove a tenant token issuer",
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RemoveIssuer"}}}},
                 "responses": {"204": {"description": "Removed"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}}

@@ -1,0 +1,437 @@
+//! Tenant action catalogs (SPEC D4): what a tenant's agents may call. A catalog is published
+//! as a JSON (or YAML, converted by the CLI) document, checked and compiled here — offline,
+//! before it reaches the ledger — and stored as a versioned, canonical, digested value.
+//!
+//! Checks, each with its own reason: shape and field rules (CATALOG_INVALID), count and byte
+//! ceilings (CATALOG_TOO_LARGE), duplicate action ids (CATALOG_DUPLICATE_ACTION), `$ref`s that
+//! leave the schema document (CATALOG_REF_REMOTE) or point nowhere inside it
+//! (CATALOG_REF_UNRESOLVED), and schemas that do not compile as JSON Schema 2020-12
+//! (CATALOG_SCHEMA_INVALID). Descriptions and schemas are untrusted data: they grant nothing.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ledger::Rejection;
+use crate::principal::validate_scope;
+use crate::reason::ReasonCode;
+
+/// Most actions in one catalog.
+pub const CATALOG_ACTIONS_MAX: usize = 1000;
+/// Largest canonical catalog (bytes).
+pub const CATALOG_BYTES_MAX: usize = 1024 * 1024;
+/// Largest canonical schema of one action (bytes).
+pub const SCHEMA_BYTES_MAX: usize = 64 * 1024;
+pub const TITLE_BYTES_MAX: usize = 200;
+pub const DESCRIPTION_BYTES_MAX: usize = 4000;
+/// Catalog versions a tenant keeps in the ledger's state (older ones stay in the event log).
+pub const CATALOG_VERSIONS_KEPT: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+}
+
+/// How a call runs: `read` answers directly and changes nothing; `operation` goes through the
+/// durable operation flow (propose → execute → readback).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    Read,
+    Operation,
+}
+
+/// The document a publisher writes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogDoc {
+    actions: Vec<ActionDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionDoc {
+    id: String,
+    title: String,
+    #[serde(default)]
+    description: String,
+    input_schema: Value,
+    #[serde(default)]
+    output_schema: Option<Value>,
+    risk: Risk,
+    execution: Execution,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    idempotent: bool,
+    #[serde(default)]
+    device_class: Option<String>,
+    #[serde(default)]
+    cost_units: u64,
+    /// Default: `tools:call:<id>`.
+    #[serde(default)]
+    scope: Option<String>,
+}
+
+/// One action as stored: schemas kept as canonical JSON text (sorted keys, no whitespace).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogActionV1 {
+    pub id: String,
+    pub title: String,
+    pub description: String,
+    pub input_schema: String,
+    pub output_schema: Option<String>,
+    pub risk: Risk,
+    pub execution: Execution,
+    pub dry_run: bool,
+    pub idempotent: bool,
+    pub device_class: Option<String>,
+    pub cost_units: u64,
+    pub scope: String,
+}
+
+/// A checked catalog: actions sorted by id, plus the sha256 of its canonical JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogV1 {
+    pub actions: Vec<CatalogActionV1>,
+    pub digest: String,
+}
+
+/// A published version as the ledger holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogVersion {
+    pub tenant_id: String,
+    pub version: u64,
+    pub published_at_ms: u64,
+    pub revision: u64,
+    pub catalog: CatalogV1,
+}
+
+/// A version without its actions, for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogSummary {
+    pub version: u64,
+    pub digest: String,
+    pub actions: usize,
+    pub published_at_ms: u64,
+    pub revision: u64,
+}
+
+impl CatalogVersion {
+    pub fn summary(&self) -> CatalogSummary {
+        CatalogSummary {
+            version: self.version,
+            digest: self.catalog.digest.clone(),
+            actions: self.catalog.actions.len(),
+            published_at_ms: self.published_at_ms,
+            revision: self.revision,
+        }
+    }
+}
+
+fn reject(reason: ReasonCode, message: impl Into<String>) -> Rejection {
+    Rejection::new(reason, message)
+}
+
+fn invalid(message: impl Into<String>) -> Rejection {
+    reject(ReasonCode::CATALOG_INVALID, message)
+}
+
+fn valid_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Parses, checks and compiles a catalog document (JSON text). The result is canonical: the
+/// same actions in any order and formatting give the same value and digest.
+pub fn compile(json: &[u8]) -> Result<CatalogV1, Rejection> {
+    if json.len() > CATALOG_BYTES_MAX * 4 {
+        return Err(reject(ReasonCode::CATALOG_TOO_LARGE, format!("catalog exceeds {CATALOG_BYTES_MAX} bytes")));
+    }
+    let doc: CatalogDoc = serde_json::from_slice(json).map_err(|e| invalid(format!("not a catalog document: {e}")))?;
+    if doc.actions.len() > CATALOG_ACTIONS_MAX {
+        return Err(reject(
+            ReasonCode::CATALOG_TOO_LARGE,
+            format!("{} actions exceed the ceiling of {CATALOG_ACTIONS_MAX}", doc.actions.len()),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    let mut actions = Vec::with_capacity(doc.actions.len());
+    for a in doc.actions {
+        if !valid_id(&a.id) {
+            return Err(invalid(format!("action id '{}' must match ^[a-z][a-z0-9_.-]{{0,63}}$", a.id)));
+        }
+        if !seen.insert(a.id.clone()) {
+            return Err(reject(ReasonCode::CATALOG_DUPLICATE_ACTION, format!("action id '{}' appears twice", a.id)));
+        }
+        actions.push(compile_action(a)?);
+    }
+    actions.sort_by(|x, y| x.id.cmp(&y.id));
+    let mut catalog = CatalogV1 { actions, digest: String::new() };
+    let canonical = canonical_bytes(&catalog);
+    if canonical.len() > CATALOG_BYTES_MAX {
+        return Err(reject(
+            ReasonCode::CATALOG_TOO_LARGE,
+            format!("catalog is {} bytes, over the ceiling of {CATALOG_BYTES_MAX}", canonical.len()),
+        ));
+    }
+    catalog.digest = crate::sha256_hex(&canonical);
+    Ok(catalog)
+}
+
+/// The canonical JSON of the actions (what the digest covers).
+fn canonical_bytes(c: &CatalogV1) -> Vec<u8> {
+    serde_json::to_vec(&c.actions).expect("catalog actions serialize")
+}
+
+/// The cheap part of the checks, repeated by the ledger on every replica: order, uniqueness,
+/// ceilings and the digest. (Schema compilation happened at publication.)
+pub fn check_stored(c: &CatalogV1) -> Result<(), Rejection> {
+    if c.actions.len() > CATALOG_ACTIONS_MAX {
+        return Err(reject(ReasonCode::CATALOG_TOO_LARGE, "too many actions"));
+    }
+    if c.actions.windows(2).any(|w| w[0].id >= w[1].id) {
+        return Err(invalid("actions must be sorted by id and unique"));
+    }
+    let canonical = canonical_bytes(c);
+    if canonical.len() > CATALOG_BYTES_MAX {
+        return Err(reject(ReasonCode::CATALOG_TOO_LARGE, "catalog over the byte ceiling"));
+    }
+    if crate::sha256_hex(&canonical) != c.digest {
+        return Err(invalid("catalog digest does not match its actions"));
+    }
+    Ok(())
+}
+
+fn compile_action(a: ActionDoc) -> Result<CatalogActionV1, Rejection> {
+    let at = |m: String| format!("action '{}': {m}", a.id);
+    if a.title.is_empty() || a.title.len() > TITLE_BYTES_MAX {
+        return Err(invalid(at(format!("title must be 1..={TITLE_BYTES_MAX} bytes"))));
+    }
+    if a.description.len() > DESCRIPTION_BYTES_MAX {
+        return Err(invalid(at(format!("description exceeds {DESCRIPTION_BYTES_MAX} bytes"))));
+    }
+    if let Some(dc) = &a.device_class {
+        crate::device::validate_device("d-check", "check", dc).map_err(|e| invalid(at(e.message)))?;
+    }
+    if a.execution == Execution::Read && a.device_class.is_some() {
+        return Err(invalid(at("a read action cannot target a device class".into())));
+    }
+    let scope = a.scope.clone().unwrap_or_else(|| format!("tools:call:{}", a.id));
+    validate_scope(&scope).map_err(|e| invalid(at(e.message)))?;
+    let input_schema = compile_schema(&a.input_schema)
+        .map_err(|e| Rejection::new(e.reason, at(format!("input_schema: {}", e.message))))?;
+    if a.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(reject(
+            ReasonCode::CATALOG_SCHEMA_INVALID,
+            at("input_schema must have \"type\": \"object\"".into()),
+        ));
+    }
+    let output_schema = match &a.output_schema {
+        Some(s) => {
+            Some(compile_schema(s).map_err(|e| Rejection::new(e.reason, at(format!("output_schema: {}", e.message))))?)
+        }
+        None => None,
+    };
+    Ok(CatalogActionV1 {
+        id: a.id,
+        title: a.title,
+        description: a.description,
+        input_schema,
+        output_schema,
+        risk: a.risk,
+        execution: a.execution,
+        dry_run: a.dry_run,
+        idempotent: a.idempotent,
+        device_class: a.device_class,
+        cost_units: a.cost_units,
+        scope,
+    })
+}
+
+/// Checks references, compiles as 2020-12, and returns the canonical text.
+fn compile_schema(schema: &Value) -> Result<String, Rejection> {
+    let text = serde_json::to_string(schema).expect("json value serializes");
+    if text.len() > SCHEMA_BYTES_MAX {
+        return Err(reject(ReasonCode::CATALOG_TOO_LARGE, format!("schema exceeds {SCHEMA_BYTES_MAX} bytes")));
+    }
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err(reject(ReasonCode::CATALOG_SCHEMA_INVALID, "a schema must be an object or a boolean"));
+    }
+    check_refs(schema, schema)?;
+    validator(schema)?;
+    Ok(text)
+}
+
+/// Compiles a schema (already published, or being published) into a validator.
+pub fn validator(schema: &Value) -> Result<jsonschema::Validator, Rejection> {
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .map_err(|e| reject(ReasonCode::CATALOG_SCHEMA_INVALID, format!("not a valid JSON Schema 2020-12: {e}")))
+}
+
+/// Every `$ref`/`$dynamicRef` must be a fragment of this same document and resolve in it;
+/// `$id` may not rebase the document elsewhere.
+fn check_refs(root: &Value, node: &Value) -> Result<(), Rejection> {
+    match node {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("$ref" | "$dynamicRef", Value::String(r)) => check_ref(root, r)?,
+                    ("$id", Value::String(id)) if !id.starts_with('#') => {
+                        return Err(reject(
+                            ReasonCode::CATALOG_REF_REMOTE,
+                            format!("\"$id\": \"{id}\" would resolve references outside the catalog"),
+                        ));
+                    }
+                    _ => check_refs(root, v)?,
+                }
+            }
+            Ok(())
+        }
+        Value::Array(items) => items.iter().try_for_each(|v| check_refs(root, v)),
+        _ => Ok(()),
+    }
+}
+
+fn check_ref(root: &Value, r: &str) -> Result<(), Rejection> {
+    let Some(fragment) = r.strip_prefix('#') else {
+        return Err(reject(
+            ReasonCode::CATALOG_REF_REMOTE,
+            format!("\"$ref\": \"{r}\" points outside the schema; only local references (#...) are allowed"),
+        ));
+    };
+    let found = if fragment.is_empty() {
+        true
+    } else if fragment.starts_with('/') {
+        let pointer = percent_decode(fragment);
+        root.pointer(&pointer).is_some()
+    } else {
+        has_anchor(root, fragment)
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(reject(ReasonCode::CATALOG_REF_UNRESOLVED, format!("\"$ref\": \"{r}\" does not resolve within the schema")))
+    }
+}
+
+fn has_anchor(node: &Value, name: &str) -> bool {
+    match node {
+        Value::Object(map) => {
+            map.get("$anchor").and_then(Value::as_str) == Some(name)
+                || map.get("$dynamicAnchor").and_then(Value::as_str) == Some(name)
+                || map.values().any(|v| has_anchor(v, name))
+        }
+        Value::Array(items) => items.iter().any(|v| has_anchor(v, name)),
+        _ => false,
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn action(id: &str, input: Value) -> Value {
+        json!({"id": id, "title": "T", "input_schema": input, "risk": "low", "execution": "read"})
+    }
+
+    fn compile_value(v: Value) -> Result<CatalogV1, Rejection> {
+        compile(&serde_json::to_vec(&v).unwrap())
+    }
+
+    fn reason(v: Value) -> ReasonCode {
+        compile_value(v).unwrap_err().reason
+    }
+
+    #[test]
+    fn order_and_formatting_do_not_change_the_digest() {
+        let a = action("b_read", json!({"type": "object", "properties": {"x": {"type": "integer"}}}));
+        let b = action(
+            "a_read",
+            json!({"properties": {"y": {"$ref": "#/$defs/s"}}, "type": "object", "$defs": {"s": {"type": "string"}}}),
+        );
+        let one = compile_value(json!({"actions": [a.clone(), b.clone()]})).unwrap();
+        let two = compile(serde_json::to_string_pretty(&json!({"actions": [b, a]})).unwrap().as_bytes()).unwrap();
+        assert_eq!(one, two);
+        assert_eq!(one.actions[0].id, "a_read");
+        assert_eq!(one.actions[1].scope, "tools:call:b_read");
+        check_stored(&one).unwrap();
+    }
+
+    #[test]
+    fn each_failure_has_its_own_reason() {
+        let obj = json!({"type": "object"});
+        assert_eq!(
+            reason(
+                json!({"actions": [action("a", json!({"type": "object", "properties": {"x": {"$ref": "https://evil.example/s.json"}}}))]})
+            ),
+            ReasonCode::CATALOG_REF_REMOTE
+        );
+        assert_eq!(
+            reason(
+                json!({"actions": [action("a", json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}))]})
+            ),
+            ReasonCode::CATALOG_REF_UNRESOLVED
+        );
+        assert_eq!(
+            reason(
+                json!({"actions": [action("a", json!({"type": "object", "properties": {"x": {"$ref": "#nowhere"}}}))]})
+            ),
+            ReasonCode::CATALOG_REF_UNRESOLVED
+        );
+        assert_eq!(
+            reason(json!({"actions": [action("a", obj.clone()), action("a", obj.clone())]})),
+            ReasonCode::CATALOG_DUPLICATE_ACTION
+        );
+        assert_eq!(
+            reason(json!({"actions": [action("a", json!({"type": "object", "minimum": "five"}))]})),
+            ReasonCode::CATALOG_SCHEMA_INVALID
+        );
+        assert_eq!(reason(json!({"actions": [action("Bad Id", obj.clone())]})), ReasonCode::CATALOG_INVALID);
+        assert_eq!(reason(json!({"actions": [], "extra": 1})), ReasonCode::CATALOG_INVALID);
+        let many: Vec<Value> = (0..=CATALOG_ACTIONS_MAX).map(|i| action(&format!("a{i}"), obj.clone())).collect();
+        assert_eq!(reason(json!({"actions": many})), ReasonCode::CATALOG_TOO_LARGE);
+        let long = "x".repeat(3000);
+        let big: Vec<Value> =
+            (0..400).map(|i| action(&format!("a{i}"), json!({"type": "object", "description": long}))).collect();
+        assert_eq!(reason(json!({"actions": big})), ReasonCode::CATALOG_TOO_LARGE);
+    }
+
+    #[test]
+    fn compiled_schemas_validate_instances() {
+        let c = compile_value(json!({"actions": [action("a", json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "maximum": 3}}}))]})).unwrap();
+        let schema: Value = serde_json::from_str(&c.actions[0].input_schema).unwrap();
+        let v = validator(&schema).unwrap();
+        assert!(v.is_valid(&json!({"n": 2})));
+        assert!(!v.is_valid(&json!({"n": 4})));
+        assert!(!v.is_valid(&json!({})));
+    }
+}
