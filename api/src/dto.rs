@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{AuditFilter, AuditRecordV1};
 use crate::catalog::{CatalogSummary, CatalogVersion};
 use crate::device::{Device, Site};
 use crate::ledger::{Command, EventEnvelope, Outcome, Tenant};
@@ -157,6 +158,13 @@ pub enum Query {
         tenant_id: String,
         version: Option<u64>,
     },
+    /// A tenant's audit records after sequence `after`, oldest first.
+    ListAudit {
+        tenant_id: String,
+        after: Option<u64>,
+        limit: u32,
+        filter: AuditFilter,
+    },
 }
 
 /// `POST /client/query`.
@@ -183,6 +191,7 @@ pub enum QueryResult {
     Issuers { issuers: Vec<TenantIssuer> },
     Catalogs { catalogs: Vec<CatalogSummary> },
     Catalog { catalog: CatalogVersion },
+    Audit { records: Vec<AuditRecordV1>, next_cursor: Option<u64> },
 }
 
 /// Raft role of a node as reported in status.
@@ -438,4 +447,12 @@ pub struct RemoveIssuerRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CatalogList {
     pub catalogs: Vec<CatalogSummary>,
+}
+
+/// `GET /v1/tenants/{tenant}/audit`: a page of records, oldest first; pass `next_cursor` as
+/// `after` for the next page (absent at the end).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub records: Vec<AuditRecordV1>,
+    pub next_cursor: Option<u64>,
 }

@@ -1,6 +1,7 @@
 //! Writ's shared types — commands, events, reason codes, wire DTOs — and the typed client of
 //! the ledger's client API. This crate is the one serialization boundary of the workspace.
 
+pub mod audit;
 pub mod auth;
 pub mod catalog;
 pub mod client;

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::audit::{record_for, AuditIndex, AuditRecordV1};
 use crate::catalog::{check_stored, CatalogVersion, CATALOG_VERSIONS_KEPT};
 use crate::device::{validate_device, validate_site, Device, Site};
 use crate::ledger::{
@@ -49,6 +50,9 @@ pub struct LedgerState {
     pub issuers: BTreeMap<String, TenantIssuer>,
     /// The newest [`CATALOG_VERSIONS_KEPT`] catalog versions by tenant id, then version.
     pub catalogs: BTreeMap<String, BTreeMap<u64, CatalogVersion>>,
+    /// Retained audit range, timestamps and chain head by tenant id (record bodies are stored
+    /// by the node, keyed by [`crate::audit::record_key`]).
+    pub audit: BTreeMap<String, AuditIndex>,
 }
 
 impl LedgerState {
@@ -56,14 +60,24 @@ impl LedgerState {
     /// A rejection is itself an event, so every command leaves a trace. Returns the outcome
     /// for the proposer and every event appended (to store and publish).
     pub fn execute(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>) {
+        let (outcome, events, _) = self.execute_audited(req);
+        (outcome, events)
+    }
+
+    /// [`LedgerState::execute`], also returning the audit records the events produced (for
+    /// the node to store).
+    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditRecordV1>) {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let now = self.clock_ms;
+        let mut audit = Vec::new();
         match decide(self, &req.command, now) {
             Ok(events) => {
                 let stream = req.command.stream().to_string();
-                let envelopes =
-                    events.into_iter().map(|event| self.append(&stream, &req.trace_id, event)).collect::<Vec<_>>();
-                (Outcome::Applied { events: envelopes.clone() }, envelopes)
+                let envelopes = events
+                    .into_iter()
+                    .map(|event| self.append(&stream, &req.trace_id, event, &mut audit))
+                    .collect::<Vec<_>>();
+                (Outcome::Applied { events: envelopes.clone() }, envelopes, audit)
             }
             Err(rejection) => {
                 // Rejections of commands for tenants that do not exist go to the cluster
@@ -78,16 +92,16 @@ impl LedgerState {
                     reason: rejection.reason,
                     message: rejection.message.clone(),
                 };
-                let env = self.append(&stream, &req.trace_id, event);
+                let env = self.append(&stream, &req.trace_id, event, &mut audit);
                 let outcome =
                     Outcome::Rejected { reason: rejection.reason, message: rejection.message, revision: env.revision };
-                (outcome, vec![env])
+                (outcome, vec![env], audit)
             }
         }
     }
 
     /// Positions an event (next revision, next stream sequence), applies it, and returns it.
-    fn append(&mut self, stream: &str, trace_id: &str, event: Event) -> EventEnvelope {
+    fn append(&mut self, stream: &str, trace_id: &str, event: Event, audit: &mut Vec<AuditRecordV1>) -> EventEnvelope {
         let seq = self.stream_seq.get(stream).copied().unwrap_or(0) + 1;
         let env = EventEnvelope {
             revision: self.revision + 1,
@@ -97,15 +111,16 @@ impl LedgerState {
             trace_id: trace_id.to_string(),
             event,
         };
-        self.apply_event(&env);
+        audit.extend(self.apply_event(&env));
         env
     }
 
     /// Folds one event into the views. Used both live and when rebuilding from an event log.
+    /// Returns the audit record the event produced (events of a tenant's stream do).
     ///
     /// Events were validated by `decide` before they were appended; an event that does not fit
     /// the state means the event log is corrupt, which must stop the node, not be papered over.
-    pub fn apply_event(&mut self, env: &EventEnvelope) {
+    pub fn apply_event(&mut self, env: &EventEnvelope) -> Option<AuditRecordV1> {
         assert_eq!(env.revision, self.revision + 1, "event revision gap: corrupt event log");
         let seq = self.stream_seq.entry(env.stream.clone()).or_insert(0);
         assert_eq!(env.seq, *seq + 1, "event sequence gap in stream {}: corrupt event log", env.stream);
@@ -233,6 +248,18 @@ impl LedgerState {
                 p.revision = env.revision;
             }
         }
+        self.audit_event(env)
+    }
+
+    /// Records an event of a tenant stream in the tenant's audit index and applies retention.
+    fn audit_event(&mut self, env: &EventEnvelope) -> Option<AuditRecordV1> {
+        let settings = &self.tenants.get(&env.stream)?.settings;
+        let (max_events, max_age_s) = (settings.audit_max_events, settings.audit_max_age_s);
+        let index = self.audit.entry(env.stream.clone()).or_default();
+        let record = record_for(env, &env.stream, index.next_seq.max(1));
+        index.push(env.at_ms, &crate::encode(&record).expect("audit records encode"));
+        index.retain(max_events, max_age_s, env.at_ms);
+        Some(record)
     }
 
     fn set_tenant_state(&mut self, tenant_id: &str, state: TenantState, env: &EventEnvelope) {

@@ -231,9 +231,18 @@ impl LedgerNode {
         if req.consistency == writ_api::dto::Consistency::Linearizable {
             self.linearize().await?;
         }
+        // Audit bodies are read from the store, not from the in-memory state.
+        if let Query::ListAudit { tenant_id, after, limit, filter } = &req.query {
+            let (records, next_cursor) = self
+                .sm
+                .audit_page(tenant_id, after.unwrap_or(0), page_limit(*limit)?, filter)
+                .map_err(|e| internal(&e))?;
+            return Ok(QueryResult::Audit { records, next_cursor });
+        }
         let applied = self.sm.read();
         let state = &applied.state;
         match req.query {
+            Query::ListAudit { .. } => Err(Rejection::new(ReasonCode::INTERNAL, "audit is answered above")),
             Query::ListTenants { after, limit } => {
                 let (tenants, next_cursor) = state.list_tenants(after.as_deref(), page_limit(limit)?);
                 Ok(QueryResult::Tenants { tenants, next_cursor })

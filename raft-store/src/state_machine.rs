@@ -4,7 +4,10 @@
 //! The state itself lives in memory and is rebuilt on start from the newest snapshot file plus
 //! the log (openraft re-applies `(snapshot, committed]`); the Raft log is the durable truth.
 //! Events are also written to the `events` column family (keyed by revision) so that watchers
-//! can resume from a revision; re-applying writes the same bytes under the same keys.
+//! can resume from a revision; re-applying writes the same bytes under the same keys. Audit
+//! records go to the `audit` column family (key: tenant, sequence); retention deletes the
+//! range below each tenant's first retained sequence. Snapshots carry the retained audit
+//! records with the state, so a node that installs one has the same audit history.
 
 use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
@@ -18,11 +21,12 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
+use writ_api::audit::{record_key, AuditFilter, AuditRecordV1};
 use writ_api::ledger::{EventEnvelope, Outcome};
+use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
-use crate::{TypeConfig, CF_EVENTS};
-use writ_api::state::LedgerState;
+use crate::{TypeConfig, CF_AUDIT, CF_EVENTS};
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;
@@ -52,14 +56,25 @@ pub struct StateMachine {
     inner: Arc<Inner>,
 }
 
-/// On-disk snapshot: position, membership and the checksummed encoded state.
+/// On-disk snapshot: position, membership and the checksummed encoded payload.
 #[derive(Serialize, Deserialize)]
 struct SnapshotFile {
     last_applied: Option<LogIdOf<TypeConfig>>,
     membership: StoredMembershipOf<TypeConfig>,
-    /// `checked_encode(LedgerState)`; also the bytes streamed to followers.
+    /// `checked_encode(SnapshotPayload)`; also the bytes streamed to followers.
     state: Vec<u8>,
 }
+
+/// What a snapshot holds: the state and the audit records it retains, in key order.
+#[derive(Serialize, Deserialize)]
+struct SnapshotPayload {
+    state: LedgerState,
+    audit: Vec<AuditRecordV1>,
+}
+
+/// Audit records scanned per list call at most (a filtered page may come back short; the
+/// cursor still moves on).
+pub const AUDIT_SCAN_MAX: usize = 10_000;
 
 impl StateMachine {
     pub(crate) fn new(db: Arc<DB>, snapshot_dir: PathBuf) -> io::Result<Self> {
@@ -98,6 +113,43 @@ impl StateMachine {
             out.push(checked_decode(&value, "event")?);
         }
         Ok(out)
+    }
+
+    /// A tenant's audit records after sequence `after`, matching `filter`: at most `limit`
+    /// records, scanning at most [`AUDIT_SCAN_MAX`]. Returns the records and the cursor to
+    /// continue from (`None` at the end). Cursors are sequences, so they stay valid while
+    /// records are appended or retention drops old ones.
+    pub fn audit_page(
+        &self,
+        tenant_id: &str,
+        after: u64,
+        limit: usize,
+        filter: &AuditFilter,
+    ) -> io::Result<(Vec<AuditRecordV1>, Option<u64>)> {
+        let (first, next) = match self.read().state.audit.get(tenant_id) {
+            Some(i) => (i.first_seq, i.next_seq),
+            None => return Ok((Vec::new(), None)),
+        };
+        let cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_iterate_upper_bound(record_key(tenant_id, next));
+        let start = record_key(tenant_id, after.saturating_add(1).max(first));
+        let mut out = Vec::new();
+        let mut last = after;
+        for (scanned, item) in
+            self.inner.db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).enumerate()
+        {
+            if out.len() >= limit || scanned >= AUDIT_SCAN_MAX {
+                return Ok((out, Some(last)));
+            }
+            let (_, value) = item.map_err(io::Error::other)?;
+            let record: AuditRecordV1 = checked_decode(&value, "audit record")?;
+            last = record.seq;
+            if filter.matches(&record) {
+                out.push(record);
+            }
+        }
+        Ok((out, None))
     }
 
     fn first_stored_revision(&self) -> io::Result<Option<u64>> {
@@ -157,6 +209,30 @@ impl StateMachine {
     }
 }
 
+/// Every retained audit record of `state`, read from one RocksDB snapshot, in key order.
+fn retained_audit(db: &DB, view: &rocksdb::Snapshot<'_>, state: &LedgerState) -> io::Result<Vec<AuditRecordV1>> {
+    let cf = db.cf_handle(CF_AUDIT).expect("column families are created at open");
+    let mut out = Vec::new();
+    for (tenant, index) in &state.audit {
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_snapshot(view);
+        opts.set_iterate_upper_bound(record_key(tenant, index.next_seq));
+        let start = record_key(tenant, index.first_seq);
+        let before = out.len();
+        for item in db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)) {
+            let (_, value) = item.map_err(io::Error::other)?;
+            out.push(checked_decode(&value, "audit record")?);
+        }
+        if (out.len() - before) as u64 != index.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("audit records of {tenant} are incomplete"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -165,15 +241,24 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     type SnapshotData = Cursor<Vec<u8>>;
 
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>, io::Error> {
-        let (last_applied, membership, state) = {
-            let a = self.read();
-            (a.last_applied, a.membership.clone(), a.state.clone())
-        };
-        let file = SnapshotFile { last_applied, membership, state: checked_encode(&state)? };
+        // State and a RocksDB snapshot taken under one read lock: apply writes audit records
+        // under the write lock, so both are at the same point.
         let this = self.clone();
-        let file = tokio::task::spawn_blocking(move || this.persist_snapshot(&file).map(|_| file))
-            .await
-            .map_err(io::Error::other)??;
+        let file = tokio::task::spawn_blocking(move || -> io::Result<SnapshotFile> {
+            let db = &this.inner.db;
+            let (last_applied, membership, state, audit) = {
+                let a = this.read();
+                let view = db.snapshot();
+                let audit = retained_audit(db, &view, &a.state)?;
+                (a.last_applied, a.membership.clone(), a.state.clone(), audit)
+            };
+            let file =
+                SnapshotFile { last_applied, membership, state: checked_encode(&SnapshotPayload { state, audit })? };
+            this.persist_snapshot(&file)?;
+            Ok(file)
+        })
+        .await
+        .map_err(io::Error::other)??;
         metrics::counter!("writ_snapshots_built_total").increment(1);
         Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
             meta: SnapshotMetaOf::<TypeConfig> { last_log_id: file.last_applied, last_membership: file.membership },
@@ -198,34 +283,50 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
         let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+        let audit_cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
         let mut batch = WriteBatch::default();
         let mut produced = Vec::new();
         let mut replies = Vec::new();
-        while let Some((entry, responder)) = entries.try_next().await? {
+        let mut audited = std::collections::BTreeSet::new();
+        // The lock is held until the batch is written, so a reader that sees the state also
+        // sees its audit records (snapshots rely on it).
+        let mut committed = Vec::new();
+        while let Some(item) = entries.try_next().await? {
+            committed.push(item);
+        }
+        let mut a = self.write_applied();
+        for (entry, responder) in committed {
             let log_id = entry.log_id();
-            let (outcome, envelopes) = {
-                let mut a = self.write_applied();
-                let executed = match entry.payload {
-                    EntryPayload::Blank => (Outcome::Internal, Vec::new()),
-                    EntryPayload::Normal(ref req) => a.state.execute(req),
-                    EntryPayload::Membership(ref m) => {
-                        a.membership = StoredMembershipOf::<TypeConfig>::new(Some(log_id), m.clone());
-                        (Outcome::Internal, Vec::new())
-                    }
-                };
-                a.last_applied = Some(log_id);
-                executed
+            let (outcome, envelopes, audit) = match entry.payload {
+                EntryPayload::Blank => (Outcome::Internal, Vec::new(), Vec::new()),
+                EntryPayload::Normal(ref req) => a.state.execute_audited(req),
+                EntryPayload::Membership(ref m) => {
+                    a.membership = StoredMembershipOf::<TypeConfig>::new(Some(log_id), m.clone());
+                    (Outcome::Internal, Vec::new(), Vec::new())
+                }
             };
+            a.last_applied = Some(log_id);
             for env in envelopes {
                 batch.put_cf(cf, env.revision.to_be_bytes(), checked_encode(&env)?);
                 produced.push(env);
+            }
+            for record in audit {
+                batch.put_cf(audit_cf, record_key(&record.tenant_id, record.seq), checked_encode(&record)?);
+                audited.insert(record.tenant_id);
             }
             if let Some(responder) = responder {
                 replies.push((responder, outcome));
             }
         }
+        // Retention: everything below each tenant's first retained sequence goes.
+        for tenant in &audited {
+            if let Some(index) = a.state.audit.get(tenant) {
+                batch.delete_range_cf(audit_cf, record_key(tenant, 0), record_key(tenant, index.first_seq));
+            }
+        }
         // Not synced: the log is durable, and replay rewrites identical bytes.
         self.inner.db.write(batch).map_err(io::Error::other)?;
+        drop(a);
         metrics::counter!("writ_events_applied_total").increment(produced.len() as u64);
         for env in produced {
             // No receiver is fine: nobody is watching.
@@ -247,7 +348,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let state: LedgerState = checked_decode(&bytes, "snapshot state")?;
+        let SnapshotPayload { state, audit } = checked_decode(&bytes, "snapshot state")?;
         let file =
             SnapshotFile { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), state: bytes };
         let this = self.clone();
@@ -263,7 +364,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
             self.inner.db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
         }
+        // The audit column family becomes exactly the snapshot's records.
+        let audit_cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(audit_cf, Vec::<u8>::new(), vec![0xff; 1]);
+        for record in &audit {
+            batch.put_cf(audit_cf, record_key(&record.tenant_id, record.seq), checked_encode(record)?);
+        }
         let mut a = self.write_applied();
+        self.inner.db.write(batch).map_err(io::Error::other)?;
         if !keeps_history {
             a.event_floor = state.revision + 1;
         }

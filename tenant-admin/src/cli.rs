@@ -10,7 +10,9 @@ use serde::Serialize;
 use serde_json::Value;
 use writ_api::catalog::CatalogVersion;
 use writ_api::device::{Device, Site};
-use writ_api::dto::{CatalogList, DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection};
+use writ_api::dto::{
+    AuditPage, CatalogList, DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection,
+};
 use writ_api::dto::{ClusterStatus, ErrorBody, PrincipalList, TenantList};
 use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
@@ -70,6 +72,188 @@ pub enum Noun {
     /// Versioned action catalogs of a tenant.
     #[command(subcommand)]
     Catalog(CatalogCmd),
+    /// A tenant's audit trail.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct AuditFilterArgs {
+    #[arg(long)]
+    pub tenant: String,
+    /// Only records after this sequence number (a cursor from a previous page).
+    #[arg(long)]
+    pub after: Option<u64>,
+    #[arg(long)]
+    pub domain: Option<String>,
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// applied, rejected, allowed or denied.
+    #[arg(long)]
+    pub outcome: Option<String>,
+    /// Principal id.
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Reason code, e.g. DELEGATION_DEPTH_EXCEEDED.
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+impl AuditFilterArgs {
+    fn query(&self, limit: Option<u32>) -> String {
+        let mut q: Vec<String> = Vec::new();
+        let mut put = |k: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                q.push(format!("{k}={}", urlencode(v)));
+            }
+        };
+        put("after", &self.after.map(|a| a.to_string()));
+        put("limit", &limit.map(|l| l.to_string()));
+        put("domain", &self.domain);
+        put("operation", &self.operation);
+        put("outcome", &self.outcome);
+        put("principal", &self.principal);
+        put("reason", &self.reason);
+        if q.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", q.join("&"))
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCmd {
+    /// One page of records, oldest first.
+    List {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Every matching record as NDJSON (to --out or stdout); progress on a terminal.
+    Export {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failure> {
+    use reqwest::Method;
+    let base = |f: &AuditFilterArgs| format!("/v1/tenants/{}/audit", urlencode(&f.tenant));
+    match cmd {
+        AuditCmd::List { filter, limit } => {
+            let v = c.call(Method::GET, &format!("{}{}", base(filter), filter.query(Some(*limit))), None).await?;
+            print_as::<AuditPage>(out, v, |p| {
+                let rows = p
+                    .records
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.seq.to_string(),
+                            r.at_ms.to_string(),
+                            r.domain.clone(),
+                            r.operation.clone(),
+                            r.outcome.clone(),
+                            r.reason_code.map(|c| c.to_string()).unwrap_or_default(),
+                            r.principal_id.clone().unwrap_or_default(),
+                            r.token_id.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print_table(&["SEQ", "AT_MS", "DOMAIN", "OPERATION", "OUTCOME", "REASON", "PRINCIPAL", "TOKEN"], rows);
+                if let Some(next) = p.next_cursor {
+                    println!("(more: --after {next})");
+                }
+            })
+        }
+        AuditCmd::Export { filter, out: path } => {
+            let url = format!("{}{}/export{}", c.base.trim_end_matches('/'), base(filter), filter.query(None));
+            let unavailable = |e: String| Failure { exit: EXIT_UNAVAILABLE, message: e };
+            let resp = c
+                .http
+                .get(&url)
+                .bearer_auth(&c.token)
+                .send()
+                .await
+                .map_err(|e| unavailable(format!("cannot reach {url}: {e}")))?;
+            if !resp.status().is_success() {
+                let status = resp.status();
+                let bytes = resp.bytes().await.unwrap_or_default();
+                let message = serde_json::from_slice::<ErrorBody>(&bytes)
+                    .map(|e| format!("{}: {}", e.reason, e.message))
+                    .unwrap_or_else(|_| format!("HTTP {status}"));
+                let exit = if matches!(status.as_u16(), 401 | 403) { EXIT_AUTH } else { EXIT_REJECTED };
+                return Err(Failure { exit, message });
+            }
+            let mut sink: Box<dyn std::io::Write> = match path {
+                Some(p) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(p)
+                        .map_err(|e| Failure { exit: EXIT_USAGE, message: format!("{}: {e}", p.display()) })?,
+                )),
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            let progress = Progress::new();
+            let mut resp = resp;
+            let mut failed = None;
+            while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(format!("export interrupted: {e}")))? {
+                for line in chunk.split_inclusive(|b| *b == b'\n') {
+                    if line.starts_with(b"{\"error\"") {
+                        failed = Some(String::from_utf8_lossy(line).trim().to_string());
+                        continue;
+                    }
+                    if line.ends_with(b"\n") {
+                        progress.tick();
+                    }
+                }
+                sink.write_all(&chunk).map_err(|e| unavailable(format!("write failed: {e}")))?;
+            }
+            sink.flush().map_err(|e| unavailable(format!("write failed: {e}")))?;
+            progress.done();
+            match failed {
+                Some(line) => Err(unavailable(format!("export ended early: {line}"))),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// A progress line on stderr, only when stderr is a terminal.
+struct Progress {
+    on: bool,
+    start: std::time::Instant,
+    count: std::cell::Cell<u64>,
+    shown: std::cell::Cell<std::time::Instant>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        use std::io::IsTerminal;
+        let now = std::time::Instant::now();
+        Progress { on: std::io::stderr().is_terminal(), start: now, count: 0.into(), shown: now.into() }
+    }
+
+    fn tick(&self) {
+        self.count.set(self.count.get() + 1);
+        if self.on && self.shown.get().elapsed() >= std::time::Duration::from_millis(200) {
+            self.shown.set(std::time::Instant::now());
+            self.show();
+        }
+    }
+
+    fn show(&self) {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
+        eprint!("\rexported {} records ({:.0}/s)   ", self.count.get(), self.count.get() as f64 / secs);
+    }
+
+    fn done(&self) {
+        if self.on {
+            self.show();
+            eprintln!();
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -679,6 +863,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
+        Noun::Audit(cmd) => audit_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});

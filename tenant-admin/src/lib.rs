@@ -3,6 +3,7 @@
 //! Architecture invariant: this crate talks to the ledger only through
 //! `writ_api::client::Ledger`; it never touches Raft or RocksDB.
 
+mod audit;
 mod catalogs;
 pub mod cli;
 pub mod error;

@@ -33,6 +33,30 @@ fn params(names: &[&str]) -> Value {
     )
 }
 
+/// Query parameters of audit list (with `limit`) and export.
+fn audit_params(with_limit: bool) -> Value {
+    let mut p = vec![
+        json!({"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}}),
+        json!({"name": "domain", "in": "query", "schema": {"type": "string"}}),
+        json!({"name": "operation", "in": "query", "schema": {"type": "string"}}),
+        json!({"name": "outcome", "in": "query", "schema": {"enum": ["applied", "rejected", "allowed", "denied"]}}),
+        json!({"name": "principal", "in": "query", "schema": {"type": "string"}}),
+        json!({"name": "reason", "in": "query", "schema": {"type": "string", "pattern": "^[A-Z_]+$"}}),
+        json!({"name": "since_ms", "in": "query", "schema": {"type": "integer", "minimum": 0}}),
+    ];
+    if with_limit {
+        p.push(json!({"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}));
+    }
+    Value::Array(p)
+}
+
+/// A 200 with `schema`, or an error.
+fn ok_or_errors(schema: &str) -> Value {
+    let mut r = error_responses();
+    r["200"] = json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}});
+    r
+}
+
 fn op_status(summary: &str, body: Option<&str>, ok: &str, status: &str) -> Value {
     let mut responses = error_responses();
     responses[status] = json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{ok}")}}}});
@@ -108,6 +132,11 @@ fn paths() -> Value {
                 "get": op("Catalog versions kept, newest first", None, "CatalogList"),
                 "post": created("Publish a catalog as the next version (200 when identical to the newest)", Some("CatalogDocument"), "CatalogVersion")},
             "/v1/tenants/{tenant}/catalogs/{version}": {"parameters": params(&["tenant", "version"]), "get": op("One catalog version (a number or `latest`)", None, "CatalogVersion")},
+            "/v1/tenants/{tenant}/audit": {"parameters": tenant_param, "get": {"summary": "A page of audit records, oldest first (stable cursors)",
+                "parameters": audit_params(true), "responses": ok_or_errors("AuditPage")}},
+            "/v1/tenants/{tenant}/audit/export": {"parameters": tenant_param, "get": {"summary": "Every matching audit record as streamed NDJSON",
+                "parameters": audit_params(false), "responses": {"200": {"description": "NDJSON, one AuditRecord per line", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}},
+                    "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
             "/v1/tenants/{tenant}/issuers/remove": {"parameters": tenant_param, "post": {"summary": "Remove a tenant token issuer",
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RemoveIssuer"}}}},
                 "responses": {"204": {"description": "Removed"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}}

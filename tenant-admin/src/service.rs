@@ -86,6 +86,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}/principals/{principal}/scopes/revoke", post(revoke_scope))
         .merge(crate::tokens::routes())
         .merge(crate::catalogs::routes())
+        .merge(crate::audit::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .route("/v1/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)

@@ -118,4 +118,12 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     let status = c.admin.get(&victim_url, "/client/status").await.expect("status");
     assert!(status["snapshot_index"].as_u64().is_some(), "wiped node did not install a snapshot: {status}");
     assert_all_readable(&c, &victim_url, &acked).await;
+    // The snapshot carried the audit trail: the wiped node lists the same records.
+    for tenant in ["early-0", "late-59"] {
+        let path = format!("/v1/tenants/{tenant}/audit");
+        let on_victim = c.admin.get(&victim_url, &path).await.expect("audit on the wiped node");
+        let on_leader = c.admin.get(&leader_url, &path).await.expect("audit on the leader");
+        assert_eq!(on_victim, on_leader);
+        assert_eq!(on_victim["records"][0]["operation"], "tenant_created", "{on_victim}");
+    }
 }

@@ -1,0 +1,276 @@
+//! Audit (SPEC D10): one record per event of a tenant's stream — every authority change and
+//! every rejected command, and (with the edge) every request decision — with the minimum
+//! fields, secrets redacted where the record is written, deterministic per-tenant retention by
+//! count and age, and a hash chain over the retained history.
+//!
+//! Records are derived from events by [`record_for`] (a pure function), so every replica
+//! writes byte-identical records. Bodies live outside the in-memory state (the node's `audit`
+//! column family); the state keeps only each tenant's [`AuditIndex`]: the retained sequence
+//! range, the timestamps retention needs, and the chain head, which the state digest covers.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ledger::{Event, EventEnvelope};
+use crate::reason::ReasonCode;
+
+/// What replaces a redacted value.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// One audit record. Every field is always present (null when it does not apply).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecordV1 {
+    /// Per-tenant sequence, gap-free from 1 (retention removes the oldest).
+    pub seq: u64,
+    /// Ledger time of the event (ms since the epoch).
+    pub at_ms: u64,
+    /// Ledger revision of the event.
+    pub revision: u64,
+    pub trace_id: String,
+    pub tenant_id: String,
+    /// `tenant`, `principal`, `token`, `issuer`, `catalog`, `site`, `device`, (edge) `request`.
+    pub domain: String,
+    /// The event kind, or the rejected command's name.
+    pub operation: String,
+    /// `applied` or `rejected` for ledger commands; `allowed` or `denied` for requests.
+    pub outcome: String,
+    pub reason_code: Option<ReasonCode>,
+    /// The principal the record is about (the subject of a principal or token change).
+    pub principal_id: Option<String>,
+    pub token_id: Option<String>,
+    pub parent_token_id: Option<String>,
+    /// The event's fields as JSON text, with secret-like fields redacted.
+    pub detail: String,
+}
+
+/// A tenant's retained audit range. `at_ms[i]` is the time of record `first_seq + i`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditIndex {
+    pub first_seq: u64,
+    pub next_seq: u64,
+    pub at_ms: VecDeque<u64>,
+    /// sha256(previous head ‖ encoded record), over every record ever written.
+    pub head: String,
+}
+
+impl AuditIndex {
+    /// Records currently retained.
+    pub fn len(&self) -> u64 {
+        self.next_seq - self.first_seq
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a record's position and chains its bytes.
+    pub fn push(&mut self, at_ms: u64, encoded: &[u8]) {
+        if self.next_seq == 0 {
+            self.first_seq = 1;
+            self.next_seq = 1;
+        }
+        let mut chained = self.head.as_bytes().to_vec();
+        chained.extend_from_slice(encoded);
+        self.head = crate::sha256_hex(&chained);
+        self.at_ms.push_back(at_ms);
+        self.next_seq += 1;
+    }
+
+    /// FIFO retention: drop the oldest records beyond `max_events`, and those older than
+    /// `max_age_s` at ledger time `now_ms`. Deterministic: it depends only on the index, the
+    /// settings and ledger time.
+    pub fn retain(&mut self, max_events: u64, max_age_s: Option<u64>, now_ms: u64) {
+        while self.len() > max_events {
+            self.pop();
+        }
+        if let Some(age) = max_age_s {
+            let cutoff = now_ms.saturating_sub(age.saturating_mul(1000));
+            while self.at_ms.front().is_some_and(|t| *t < cutoff) {
+                self.pop();
+            }
+        }
+    }
+
+    fn pop(&mut self) {
+        self.at_ms.pop_front();
+        self.first_seq += 1;
+    }
+}
+
+/// The storage key of a record: tenant id, a zero byte, the big-endian sequence. Tenant ids
+/// never contain a zero byte, so one tenant's records are one contiguous, ordered key range.
+pub fn record_key(tenant_id: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(tenant_id.len() + 9);
+    k.extend_from_slice(tenant_id.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Whether a field name looks like it holds a secret (SPEC D10).
+pub fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "api-key",
+        "authorization",
+        "password",
+        "passwd",
+        "private_key",
+        "credential",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
+}
+
+/// Replaces the value of every secret-like field, at any depth, with [`REDACTED`].
+pub fn redact(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if is_secret_name(k) {
+                    *v = Value::String(REDACTED.into());
+                } else {
+                    redact(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+/// The record an event of a tenant stream produces, at sequence `seq`. Redaction happens
+/// here, so no unredacted secret is ever stored or listed.
+pub fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
+    let (domain, principal_id, token_id, parent_token_id) = subject(&env.event);
+    let (operation, outcome, reason_code) = match &env.event {
+        Event::CommandRejectedV1 { command, reason, .. } => (command.clone(), "rejected", Some(*reason)),
+        e => (e.kind().to_string(), "applied", None),
+    };
+    // The variant's fields, without the enum tag.
+    let mut detail = match serde_json::to_value(&env.event) {
+        Ok(Value::Object(mut tagged)) if tagged.len() == 1 => {
+            tagged.values_mut().next().map(Value::take).unwrap_or_default()
+        }
+        Ok(other) => other,
+        Err(_) => Value::Null,
+    };
+    redact(&mut detail);
+    AuditRecordV1 {
+        seq,
+        at_ms: env.at_ms,
+        revision: env.revision,
+        trace_id: env.trace_id.clone(),
+        tenant_id: tenant_id.to_string(),
+        domain: domain.to_string(),
+        operation,
+        outcome: outcome.to_string(),
+        reason_code,
+        principal_id,
+        token_id,
+        parent_token_id,
+        detail: detail.to_string(),
+    }
+}
+
+type Subject = (&'static str, Option<String>, Option<String>, Option<String>);
+
+fn subject(event: &Event) -> Subject {
+    match event {
+        Event::TenantCreatedV1 { .. }
+        | Event::TenantSuspendedV1 { .. }
+        | Event::TenantResumedV1 { .. }
+        | Event::TenantSettingsChangedV1 { .. } => ("tenant", None, None, None),
+        Event::CommandRejectedV1 { command, .. } => (domain_of_command(command), None, None, None),
+        Event::PrincipalCreatedV1 { spec, .. } => ("principal", Some(spec.principal_id.clone()), None, None),
+        Event::PrincipalRevokedV1 { principal_id, .. } | Event::ScopeRevokedV1 { principal_id, .. } => {
+            ("principal", Some(principal_id.clone()), None, None)
+        }
+        Event::TokenIssuedV1 { token, .. } => {
+            ("token", Some(token.principal_id.clone()), Some(token.jti.clone()), token.parent_jti.clone())
+        }
+        Event::TokenRevokedV1 { jti, .. } => ("token", None, Some(jti.clone()), None),
+        Event::SiteCreatedV1 { .. } => ("site", None, None, None),
+        Event::DeviceCreatedV1 { .. } => ("device", None, None, None),
+        Event::SigningKeyRegisteredV1 { .. } => ("signing_key", None, None, None),
+        Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } => ("issuer", None, None, None),
+        Event::CatalogPublishedV1 { .. } => ("catalog", None, None, None),
+    }
+}
+
+fn domain_of_command(command: &str) -> &'static str {
+    const DOMAINS: &[(&str, &str)] = &[
+        ("tenant", "tenant"),
+        ("principal", "principal"),
+        ("scope", "principal"),
+        ("token", "token"),
+        ("site", "site"),
+        ("device", "device"),
+        ("issuer", "issuer"),
+        ("catalog", "catalog"),
+        ("signing_key", "signing_key"),
+    ];
+    DOMAINS.iter().find(|(needle, _)| command.contains(needle)).map_or("ledger", |(_, d)| d)
+}
+
+/// Filters of audit list and export; all given ones must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditFilter {
+    pub domain: Option<String>,
+    pub operation: Option<String>,
+    pub outcome: Option<String>,
+    pub principal_id: Option<String>,
+    pub reason_code: Option<ReasonCode>,
+    /// Only records at or after this ledger time (ms).
+    pub since_ms: Option<u64>,
+}
+
+impl AuditFilter {
+    pub fn matches(&self, r: &AuditRecordV1) -> bool {
+        self.domain.as_ref().is_none_or(|d| *d == r.domain)
+            && self.operation.as_ref().is_none_or(|o| *o == r.operation)
+            && self.outcome.as_ref().is_none_or(|o| *o == r.outcome)
+            && self.principal_id.as_ref().is_none_or(|p| r.principal_id.as_ref() == Some(p))
+            && self.reason_code.is_none_or(|c| r.reason_code == Some(c))
+            && self.since_ms.is_none_or(|t| r.at_ms >= t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn redaction_reaches_every_depth() {
+        let mut v = json!({"metadata": {"api_key": "s3cr3t", "team": "ops", "nested": [{"Authorization": "Bearer x"}]},
+            "client_secret": "y", "token": {"jti": "j"}, "refresh_token": "z", "name": "ok"});
+        redact(&mut v);
+        let text = v.to_string();
+        for secret in ["s3cr3t", "Bearer x", "\"y\"", "\"j\"", "\"z\""] {
+            assert!(!text.contains(secret), "{secret} leaked: {text}");
+        }
+        assert!(text.contains("\"team\":\"ops\"") && text.contains("\"name\":\"ok\""), "{text}");
+    }
+
+    #[test]
+    fn retention_by_count_and_age_is_fifo() {
+        let mut idx = AuditIndex::default();
+        for t in 0..10u64 {
+            idx.push(t * 1000, &[t as u8]);
+        }
+        assert_eq!((idx.first_seq, idx.next_seq), (1, 11));
+        idx.retain(6, None, 9_000);
+        assert_eq!((idx.first_seq, idx.len()), (5, 6));
+        idx.retain(6, Some(3), 9_000); // keep at_ms >= 6000: records 7..=10
+        assert_eq!((idx.first_seq, idx.len()), (7, 4));
+        assert_eq!(idx.at_ms.front(), Some(&6000));
+    }
+}
