@@ -201,6 +201,10 @@ fn subject(event: &Event) -> Subject {
         Event::SigningKeyRegisteredV1 { .. } => ("signing_key", None, None, None),
         Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } => ("issuer", None, None, None),
         Event::CatalogPublishedV1 { .. } => ("catalog", None, None, None),
+        Event::EnrollmentCreatedV1 { .. }
+        | Event::ExecutorEnrolledV1 { .. }
+        | Event::ExecutorRevokedV1 { .. }
+        | Event::ExecutorCaRegisteredV1 { .. } => ("executor", None, None, None),
     }
 }
 
@@ -215,6 +219,8 @@ fn domain_of_command(command: &str) -> &'static str {
         ("issuer", "issuer"),
         ("catalog", "catalog"),
         ("signing_key", "signing_key"),
+        ("enrollment", "executor"),
+        ("executor", "executor"),
     ];
     DOMAINS.iter().find(|(needle, _)| command.contains(needle)).map_or("ledger", |(_, d)| d)
 }

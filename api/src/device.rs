@@ -69,3 +69,68 @@ pub fn validate_device(device_id: &str, name: &str, device_class: &str) -> Resul
         ))
     }
 }
+
+/// Longest an enrollment token may stay valid.
+pub const ENROLLMENT_TTL_MAX_S: u64 = 7 * 24 * 3600;
+
+/// A one-time enrollment the operator created for an executor of (tenant, site, devices)
+/// (SPEC X1). Only the sha256 of the token is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollmentV1 {
+    pub enrollment_id: String,
+    pub site_id: String,
+    pub device_ids: std::collections::BTreeSet<String>,
+    pub token_sha256: String,
+    pub ttl_s: u64,
+}
+
+/// An enrollment as the ledger holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enrollment {
+    pub id: String,
+    pub tenant_id: String,
+    pub site_id: String,
+    pub device_ids: std::collections::BTreeSet<String>,
+    pub token_sha256: String,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// Set when the token was used (it never works twice).
+    pub used_at_ms: Option<u64>,
+    pub executor_id: Option<String>,
+}
+
+/// A certificate issued at enrollment, as recorded (the certificate itself stays with the
+/// executor; the private key never leaves it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorCertV1 {
+    pub executor_id: String,
+    /// sha256 of the certificate DER, hex.
+    pub fingerprint: String,
+    /// Certificate serial number, hex.
+    pub serial: String,
+    pub not_after_ms: u64,
+    /// Fingerprint of the CA certificate that signed it.
+    pub ca_fingerprint: String,
+}
+
+/// An enrolled executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Executor {
+    pub id: String,
+    pub tenant_id: String,
+    pub site_id: String,
+    pub device_ids: std::collections::BTreeSet<String>,
+    pub enrollment_id: String,
+    pub cert: ExecutorCertV1,
+    pub enrolled_at_ms: u64,
+    pub revoked_at_ms: Option<u64>,
+    pub revision: u64,
+}
+
+/// A tenant's executor CA certificate (one per node that signs enrollments; each node derives
+/// its own CA key, and the ledger holds every CA certificate executors may chain to).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorCaV1 {
+    pub fingerprint: String,
+    pub cert_der: Vec<u8>,
+}

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{AuditFilter, AuditRecordV1};
 use crate::catalog::{CatalogSummary, CatalogVersion};
-use crate::device::{Device, Site};
+use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
 use crate::ledger::{Command, EventEnvelope, Outcome, Tenant};
 use crate::principal::{Principal, PrincipalKind, RolePreset};
 use crate::reason::ReasonCode;
@@ -158,6 +158,19 @@ pub enum Query {
         tenant_id: String,
         version: Option<u64>,
     },
+    /// A tenant's executors, by id.
+    ListExecutors {
+        tenant_id: String,
+    },
+    /// An enrollment by id.
+    GetEnrollment {
+        tenant_id: String,
+        enrollment_id: String,
+    },
+    /// The CA certificates a tenant's executor certificates may chain to.
+    ListExecutorCas {
+        tenant_id: String,
+    },
     /// A tenant's audit records after sequence `after`, oldest first.
     ListAudit {
         tenant_id: String,
@@ -192,6 +205,9 @@ pub enum QueryResult {
     Catalogs { catalogs: Vec<CatalogSummary> },
     Catalog { catalog: CatalogVersion },
     Audit { records: Vec<AuditRecordV1>, next_cursor: Option<u64> },
+    Executors { executors: Vec<Executor> },
+    Enrollment { enrollment: Enrollment },
+    ExecutorCas { cas: Vec<ExecutorCaV1> },
 }
 
 /// Raft role of a node as reported in status.
@@ -455,4 +471,56 @@ pub struct CatalogList {
 pub struct AuditPage {
     pub records: Vec<AuditRecordV1>,
     pub next_cursor: Option<u64>,
+}
+
+/// `POST /v1/tenants/{tenant}/executors/enrollments`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEnrollmentRequest {
+    /// Site id or name.
+    pub site: String,
+    /// Device ids or names at that site the executor will serve.
+    #[serde(default)]
+    pub devices: Vec<String>,
+    /// Lifetime of the token (default 1 h, at most 7 days).
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+/// The one-time enrollment token, shown once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreatedEnrollment {
+    pub token: String,
+    pub enrollment: Enrollment,
+}
+
+/// `POST /v1/enroll`: an executor presents its token and a CSR (its private key stays with it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollRequest {
+    pub token: String,
+    /// PEM `CERTIFICATE REQUEST`.
+    pub csr: String,
+}
+
+/// The issued certificate and the CA chain to trust.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EnrollResponse {
+    pub executor_id: String,
+    pub tenant_id: String,
+    pub site_id: String,
+    pub device_ids: Vec<String>,
+    /// PEM certificate of the executor.
+    pub certificate: String,
+    /// PEM CA certificate that signed it.
+    pub ca_certificate: String,
+    pub fingerprint: String,
+    pub serial: String,
+    pub not_after_ms: u64,
+}
+
+/// `GET /v1/tenants/{tenant}/executors`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecutorList {
+    pub executors: Vec<Executor>,
 }

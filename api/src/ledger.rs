@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::CatalogV1;
+use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use crate::principal::PrincipalSpecV1;
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
@@ -108,6 +109,28 @@ pub enum Command {
         tenant_id: String,
         catalog: CatalogV1,
     },
+    /// Create a one-time executor enrollment (only the token's hash is recorded).
+    CreateEnrollment {
+        tenant_id: String,
+        enrollment: EnrollmentV1,
+    },
+    /// Use an enrollment: records the certificate issued for the executor. Refused when the
+    /// token hash does not match, the enrollment expired, or it was used before.
+    CompleteEnrollment {
+        tenant_id: String,
+        enrollment_id: String,
+        token_sha256: String,
+        cert: ExecutorCertV1,
+    },
+    RevokeExecutor {
+        tenant_id: String,
+        executor_id: String,
+    },
+    /// Record a CA certificate of the tenant's executors (a no-op when already recorded).
+    RegisterExecutorCa {
+        tenant_id: String,
+        ca: ExecutorCaV1,
+    },
 }
 
 impl Command {
@@ -129,6 +152,10 @@ impl Command {
             Command::SetTenantIssuer { .. } => "set_tenant_issuer",
             Command::RemoveTenantIssuer { .. } => "remove_tenant_issuer",
             Command::PublishCatalog { .. } => "publish_catalog",
+            Command::CreateEnrollment { .. } => "create_enrollment",
+            Command::CompleteEnrollment { .. } => "complete_enrollment",
+            Command::RevokeExecutor { .. } => "revoke_executor",
+            Command::RegisterExecutorCa { .. } => "register_executor_ca",
         }
     }
 
@@ -148,7 +175,11 @@ impl Command {
             | Command::CreateDevice { tenant_id, .. }
             | Command::SetTenantIssuer { tenant_id, .. }
             | Command::RemoveTenantIssuer { tenant_id, .. }
-            | Command::PublishCatalog { tenant_id, .. } => tenant_id,
+            | Command::PublishCatalog { tenant_id, .. }
+            | Command::CreateEnrollment { tenant_id, .. }
+            | Command::CompleteEnrollment { tenant_id, .. }
+            | Command::RevokeExecutor { tenant_id, .. }
+            | Command::RegisterExecutorCa { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -233,6 +264,23 @@ pub enum Event {
         version: u64,
         catalog: CatalogV1,
     },
+    EnrollmentCreatedV1 {
+        tenant_id: String,
+        enrollment: EnrollmentV1,
+    },
+    ExecutorEnrolledV1 {
+        tenant_id: String,
+        enrollment_id: String,
+        cert: ExecutorCertV1,
+    },
+    ExecutorRevokedV1 {
+        tenant_id: String,
+        executor_id: String,
+    },
+    ExecutorCaRegisteredV1 {
+        tenant_id: String,
+        ca: ExecutorCaV1,
+    },
 }
 
 impl Event {
@@ -255,6 +303,10 @@ impl Event {
             Event::TenantIssuerSetV1 { .. } => "tenant_issuer_set",
             Event::TenantIssuerRemovedV1 { .. } => "tenant_issuer_removed",
             Event::CatalogPublishedV1 { .. } => "catalog_published",
+            Event::EnrollmentCreatedV1 { .. } => "enrollment_created",
+            Event::ExecutorEnrolledV1 { .. } => "executor_enrolled",
+            Event::ExecutorRevokedV1 { .. } => "executor_revoked",
+            Event::ExecutorCaRegisteredV1 { .. } => "executor_ca_registered",
         }
     }
 }

@@ -101,6 +101,12 @@ reason_catalog! {
     CATALOG_DUPLICATE_ACTION = 49, 400, -32602, "Two actions of the catalog have the same id.";
     CATALOG_TOO_LARGE = 50, 413, -32602, "The catalog exceeds the action-count or byte ceiling.";
     CATALOG_NOT_FOUND = 51, 404, -32602, "The tenant has no such catalog version.";
+    ENROLLMENT_TOKEN_INVALID = 52, 401, -32001, "The enrollment token is malformed or unknown.";
+    ENROLLMENT_TOKEN_EXPIRED = 53, 401, -32001, "The enrollment token has expired.";
+    ENROLLMENT_TOKEN_USED = 54, 409, -32009, "The enrollment token was already used; enrollment tokens work once.";
+    ENROLLMENT_CSR_INVALID = 55, 400, -32602, "The certificate signing request is malformed, unsigned or uses an unsupported key.";
+    EXECUTOR_NOT_FOUND = 56, 404, -32602, "No such executor in this tenant.";
+    EXECUTOR_STATE_CONFLICT = 57, 409, -32009, "The executor is not in a state that allows this change.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::audit::{record_for, AuditIndex, AuditRecordV1};
 use crate::catalog::{check_stored, CatalogVersion, CATALOG_VERSIONS_KEPT};
-use crate::device::{validate_device, validate_site, Device, Site};
+use crate::device::{
+    validate_device, validate_site, Device, Enrollment, Executor, ExecutorCaV1, Site, ENROLLMENT_TTL_MAX_S,
+};
 use crate::ledger::{
     validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
     CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
@@ -53,6 +55,14 @@ pub struct LedgerState {
     /// Retained audit range, timestamps and chain head by tenant id (record bodies are stored
     /// by the node, keyed by [`crate::audit::record_key`]).
     pub audit: BTreeMap<String, AuditIndex>,
+    /// Executor enrollments by tenant id, then enrollment id.
+    pub enrollments: BTreeMap<String, BTreeMap<String, Enrollment>>,
+    /// Enrolled executors by tenant id, then executor id.
+    pub executors: BTreeMap<String, BTreeMap<String, Executor>>,
+    /// (tenant id, executor id) by certificate fingerprint: how mTLS finds an executor.
+    pub executor_certs: BTreeMap<String, (String, String)>,
+    /// Executor CA certificates by tenant id, then CA fingerprint.
+    pub executor_cas: BTreeMap<String, BTreeMap<String, ExecutorCaV1>>,
 }
 
 impl LedgerState {
@@ -239,6 +249,54 @@ impl LedgerState {
                 while versions.len() > CATALOG_VERSIONS_KEPT {
                     versions.pop_first();
                 }
+            }
+            Event::EnrollmentCreatedV1 { tenant_id, enrollment: e } => {
+                let view = Enrollment {
+                    id: e.enrollment_id.clone(),
+                    tenant_id: tenant_id.clone(),
+                    site_id: e.site_id.clone(),
+                    device_ids: e.device_ids.clone(),
+                    token_sha256: e.token_sha256.clone(),
+                    created_at_ms: env.at_ms,
+                    expires_at_ms: env.at_ms.saturating_add(e.ttl_s.saturating_mul(1000)),
+                    used_at_ms: None,
+                    executor_id: None,
+                };
+                self.enrollments.entry(tenant_id.clone()).or_default().insert(e.enrollment_id.clone(), view);
+            }
+            Event::ExecutorEnrolledV1 { tenant_id, enrollment_id, cert } => {
+                let e = self
+                    .enrollments
+                    .get_mut(tenant_id)
+                    .and_then(|m| m.get_mut(enrollment_id))
+                    .expect("event for unknown enrollment: corrupt event log");
+                e.used_at_ms = Some(env.at_ms);
+                e.executor_id = Some(cert.executor_id.clone());
+                let executor = Executor {
+                    id: cert.executor_id.clone(),
+                    tenant_id: tenant_id.clone(),
+                    site_id: e.site_id.clone(),
+                    device_ids: e.device_ids.clone(),
+                    enrollment_id: enrollment_id.clone(),
+                    cert: cert.clone(),
+                    enrolled_at_ms: env.at_ms,
+                    revoked_at_ms: None,
+                    revision: env.revision,
+                };
+                self.executor_certs.insert(cert.fingerprint.clone(), (tenant_id.clone(), cert.executor_id.clone()));
+                self.executors.entry(tenant_id.clone()).or_default().insert(cert.executor_id.clone(), executor);
+            }
+            Event::ExecutorRevokedV1 { tenant_id, executor_id } => {
+                let x = self
+                    .executors
+                    .get_mut(tenant_id)
+                    .and_then(|m| m.get_mut(executor_id))
+                    .expect("event for unknown executor: corrupt event log");
+                x.revoked_at_ms = Some(env.at_ms);
+                x.revision = env.revision;
+            }
+            Event::ExecutorCaRegisteredV1 { tenant_id, ca } => {
+                self.executor_cas.entry(tenant_id.clone()).or_default().insert(ca.fingerprint.clone(), ca.clone());
             }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id);
@@ -592,6 +650,93 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             let version = current.map_or(1, |c| c.version + 1);
             Ok(vec![Event::CatalogPublishedV1 { tenant_id: tenant_id.clone(), version, catalog: catalog.clone() }])
         }
+        Command::CreateEnrollment { tenant_id, enrollment: e } => {
+            active(state, tenant_id)?;
+            let site = state
+                .site(tenant_id, &e.site_id)
+                .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{}'", e.site_id)))?;
+            for d in &e.device_ids {
+                match state.devices.get(tenant_id).and_then(|m| m.get(d)) {
+                    Some(dev) if dev.site_id == site.id => {}
+                    Some(_) => {
+                        return Err(Rejection::new(
+                            ReasonCode::INPUT_INVALID,
+                            format!("device '{d}' is not at site '{}'", site.name),
+                        ))
+                    }
+                    None => return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{d}'"))),
+                }
+            }
+            let taken = state.enrollments.get(tenant_id).is_some_and(|m| m.contains_key(&e.enrollment_id));
+            if e.enrollment_id.is_empty() || e.enrollment_id.len() > 64 || taken || e.token_sha256.len() != 64 {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    "enrollment id must be new and 1..=64 bytes, token hash sha256 hex",
+                ));
+            }
+            if e.ttl_s == 0 || e.ttl_s > ENROLLMENT_TTL_MAX_S {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("enrollment ttl must be 1..={ENROLLMENT_TTL_MAX_S} s"),
+                ));
+            }
+            Ok(vec![Event::EnrollmentCreatedV1 { tenant_id: tenant_id.clone(), enrollment: e.clone() }])
+        }
+        Command::CompleteEnrollment { tenant_id, enrollment_id, token_sha256, cert } => {
+            active(state, tenant_id)?;
+            let e = state
+                .enrollments
+                .get(tenant_id)
+                .and_then(|m| m.get(enrollment_id))
+                .filter(|e| e.token_sha256 == *token_sha256)
+                .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token"))?;
+            if e.used_at_ms.is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::ENROLLMENT_TOKEN_USED,
+                    "this enrollment token was already used",
+                ));
+            }
+            if e.expires_at_ms <= now {
+                return Err(Rejection::new(ReasonCode::ENROLLMENT_TOKEN_EXPIRED, "this enrollment token has expired"));
+            }
+            let known_ca = state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&cert.ca_fingerprint));
+            let fresh = !state.executor_certs.contains_key(&cert.fingerprint)
+                && !state.executors.get(tenant_id).is_some_and(|m| m.contains_key(&cert.executor_id));
+            if !known_ca || !fresh || cert.fingerprint.len() != 64 {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    "certificate record is not new or names an unknown CA",
+                ));
+            }
+            Ok(vec![Event::ExecutorEnrolledV1 {
+                tenant_id: tenant_id.clone(),
+                enrollment_id: enrollment_id.clone(),
+                cert: cert.clone(),
+            }])
+        }
+        Command::RevokeExecutor { tenant_id, executor_id } => {
+            existing(state, tenant_id)?;
+            match state.executors.get(tenant_id).and_then(|m| m.get(executor_id)) {
+                None => Err(Rejection::new(ReasonCode::EXECUTOR_NOT_FOUND, format!("no executor '{executor_id}'"))),
+                Some(x) if x.revoked_at_ms.is_some() => {
+                    Err(Rejection::new(ReasonCode::EXECUTOR_STATE_CONFLICT, "the executor is already revoked"))
+                }
+                Some(_) => Ok(vec![Event::ExecutorRevokedV1 {
+                    tenant_id: tenant_id.clone(),
+                    executor_id: executor_id.clone(),
+                }]),
+            }
+        }
+        Command::RegisterExecutorCa { tenant_id, ca } => {
+            existing(state, tenant_id)?;
+            if ca.fingerprint != crate::sha256_hex(&ca.cert_der) {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "CA fingerprint does not match its certificate"));
+            }
+            if state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&ca.fingerprint)) {
+                return Ok(vec![]);
+            }
+            Ok(vec![Event::ExecutorCaRegisteredV1 { tenant_id: tenant_id.clone(), ca: ca.clone() }])
+        }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
             TenantState::Active => {
@@ -694,6 +839,15 @@ fn active_principal<'a>(
             format!("principal '{}' is already revoked", p.name),
         )),
     }
+}
+
+/// The tenant, which must not be suspended.
+fn active<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
+    let tenant = existing(state, tenant_id)?;
+    if tenant.state == TenantState::Suspended {
+        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
+    }
+    Ok(tenant)
 }
 
 fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {

@@ -2,6 +2,7 @@
 //! fails here. Add a new `V2` variant instead; bless new samples with `WRIT_BLESS=1`.
 
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
+use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
@@ -203,7 +204,64 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::PublishCatalog { tenant_id: "t-1".into(), catalog: catalog() }),
             Some(env(16, 14, Event::CatalogPublishedV1 { tenant_id: "t-1".into(), version: 1, catalog: catalog() })),
         ),
+        (
+            "enrollment_created_v1",
+            req(Command::CreateEnrollment { tenant_id: "t-1".into(), enrollment: enrollment() }),
+            Some(env(17, 15, Event::EnrollmentCreatedV1 { tenant_id: "t-1".into(), enrollment: enrollment() })),
+        ),
+        (
+            "executor_enrolled_v1",
+            req(Command::CompleteEnrollment {
+                tenant_id: "t-1".into(),
+                enrollment_id: "e-1".into(),
+                token_sha256: "ab".repeat(32),
+                cert: executor_cert(),
+            }),
+            Some(env(
+                18,
+                16,
+                Event::ExecutorEnrolledV1 {
+                    tenant_id: "t-1".into(),
+                    enrollment_id: "e-1".into(),
+                    cert: executor_cert(),
+                },
+            )),
+        ),
+        (
+            "executor_revoked_v1",
+            req(Command::RevokeExecutor { tenant_id: "t-1".into(), executor_id: "x-1".into() }),
+            Some(env(19, 17, Event::ExecutorRevokedV1 { tenant_id: "t-1".into(), executor_id: "x-1".into() })),
+        ),
+        (
+            "executor_ca_registered_v1",
+            req(Command::RegisterExecutorCa { tenant_id: "t-1".into(), ca: executor_ca() }),
+            Some(env(20, 18, Event::ExecutorCaRegisteredV1 { tenant_id: "t-1".into(), ca: executor_ca() })),
+        ),
     ]
+}
+
+fn enrollment() -> EnrollmentV1 {
+    EnrollmentV1 {
+        enrollment_id: "e-1".into(),
+        site_id: "s-1".into(),
+        device_ids: ["d-1".to_string()].into_iter().collect(),
+        token_sha256: "ab".repeat(32),
+        ttl_s: 3600,
+    }
+}
+
+fn executor_cert() -> ExecutorCertV1 {
+    ExecutorCertV1 {
+        executor_id: "x-1".into(),
+        fingerprint: "cd".repeat(32),
+        serial: "01".repeat(16),
+        not_after_ms: 1_800_000_000_000,
+        ca_fingerprint: "ef".repeat(32),
+    }
+}
+
+fn executor_ca() -> ExecutorCaV1 {
+    ExecutorCaV1 { fingerprint: "ef".repeat(32), cert_der: vec![0x30, 0x03, 0x02, 0x01, 0x01] }
 }
 
 fn catalog() -> CatalogV1 {

@@ -9,8 +9,15 @@ use std::path::Path;
 
 use writ_api::auth::Signer;
 
+/// A node's key material, all from its one key file.
+pub struct NodeKeys {
+    pub signer: Signer,
+    /// Secret from which the node derives its per-tenant executor CA keys.
+    pub ca_secret: [u8; 32],
+}
+
 /// Loads the signing key at `path`, generating it first if the file does not exist.
-pub fn load_or_create_signer(path: &Path) -> io::Result<Signer> {
+pub fn load_or_create_signer(path: &Path) -> io::Result<NodeKeys> {
     let pem = match std::fs::read_to_string(path) {
         Ok(pem) => pem,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -33,7 +40,11 @@ pub fn load_or_create_signer(path: &Path) -> io::Result<Signer> {
     if !key.is_compatible(&rcgen::PKCS_ED25519) {
         return Err(bad("not an Ed25519 key".into()));
     }
-    Signer::new(pem.as_bytes(), key.public_key_raw().to_vec()).map_err(bad)
+    let signer = Signer::new(pem.as_bytes(), key.public_key_raw().to_vec()).map_err(bad)?;
+    use sha2::Digest;
+    let ca_secret =
+        sha2::Sha256::new().chain_update(b"writ/ca-secret/v1\0").chain_update(key.serialized_der()).finalize().into();
+    Ok(NodeKeys { signer, ca_secret })
 }
 
 #[cfg(test)]
@@ -46,7 +57,8 @@ mod tests {
         let path = dir.path().join("k/signing-key.pem");
         let a = load_or_create_signer(&path).unwrap();
         let b = load_or_create_signer(&path).unwrap();
-        assert_eq!(a.public_key(), b.public_key());
+        assert_eq!(a.signer.public_key(), b.signer.public_key());
+        assert_eq!(a.ca_secret, b.ca_secret);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         std::fs::write(&path, "not a key").unwrap();

@@ -295,6 +295,19 @@ impl LedgerNode {
                 .cloned()
                 .map(|catalog| QueryResult::Catalog { catalog })
                 .ok_or_else(|| Rejection::new(ReasonCode::CATALOG_NOT_FOUND, "no such catalog version")),
+            Query::ListExecutors { tenant_id } => Ok(QueryResult::Executors {
+                executors: state.executors.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
+            }),
+            Query::GetEnrollment { tenant_id, enrollment_id } => state
+                .enrollments
+                .get(&tenant_id)
+                .and_then(|m| m.get(&enrollment_id))
+                .cloned()
+                .map(|enrollment| QueryResult::Enrollment { enrollment })
+                .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")),
+            Query::ListExecutorCas { tenant_id } => Ok(QueryResult::ExecutorCas {
+                cas: state.executor_cas.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
+            }),
             Query::GetTenant { tenant } => state
                 .tenant(&tenant)
                 .cloned()

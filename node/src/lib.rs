@@ -81,13 +81,14 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         Arc::new(HttpPeers::new(http)),
     )
     .await?;
-    let signer = Arc::new(keys::load_or_create_signer(&cfg.authority.signing_key_file)?);
+    let keys = keys::load_or_create_signer(&cfg.authority.signing_key_file)?;
     let admin = writ_tenant_admin::router(
         node.clone() as Arc<dyn Ledger>,
         writ_tenant_admin::AdminConfig {
             operator_token: cfg.operator_token.clone(),
-            signer,
+            signer: Arc::new(keys.signer),
             token_audience: cfg.authority.token_audience.clone(),
+            ca_secret: keys.ca_secret,
         },
     );
     let app = http::router(node.clone(), install_metrics(), admin);

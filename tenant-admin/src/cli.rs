@@ -13,7 +13,7 @@ use writ_api::device::{Device, Site};
 use writ_api::dto::{
     AuditPage, CatalogList, DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection,
 };
-use writ_api::dto::{ClusterStatus, ErrorBody, PrincipalList, TenantList};
+use writ_api::dto::{ClusterStatus, CreatedEnrollment, ErrorBody, ExecutorList, PrincipalList, TenantList};
 use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
 use writ_api::token::{TenantIssuer, Token};
@@ -75,6 +75,80 @@ pub enum Noun {
     /// A tenant's audit trail.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Site executors: one-time enrollment tokens, enrolled executors, revocation.
+    #[command(subcommand)]
+    Executor(ExecutorCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutorCmd {
+    /// Create a one-time, expiring enrollment token for an executor of a site (shown once).
+    EnrollToken {
+        #[arg(long)]
+        tenant: String,
+        /// Site id or name.
+        #[arg(long)]
+        site: String,
+        /// A device (id or name) at that site the executor serves (repeatable).
+        #[arg(long = "device")]
+        devices: Vec<String>,
+        /// Token lifetime, e.g. `1h` (at most 7d).
+        #[arg(long, value_parser = parse_duration_s)]
+        ttl: Option<u64>,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke an executor: its certificate stops being accepted.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        executor: String,
+    },
+}
+
+async fn executor_cmd(c: &Client, out: Output, cmd: &ExecutorCmd) -> Result<(), Failure> {
+    use reqwest::Method;
+    let base = |tenant: &str| format!("/v1/tenants/{}/executors", urlencode(tenant));
+    let print_executors = |l: &ExecutorList| {
+        let rows = l
+            .executors
+            .iter()
+            .map(|x| {
+                vec![
+                    x.id.clone(),
+                    x.site_id.clone(),
+                    if x.revoked_at_ms.is_some() { "revoked" } else { "active" }.to_string(),
+                    x.cert.serial.clone(),
+                    x.cert.fingerprint.chars().take(16).collect(),
+                    x.device_ids.iter().cloned().collect::<Vec<_>>().join(" "),
+                ]
+            })
+            .collect();
+        print_table(&["EXECUTOR", "SITE", "STATE", "SERIAL", "FINGERPRINT", "DEVICES"], rows);
+    };
+    match cmd {
+        ExecutorCmd::EnrollToken { tenant, site, devices, ttl } => {
+            let body = serde_json::json!({"site": site, "devices": devices, "ttl_s": ttl});
+            let v = c.call(Method::POST, &format!("{}/enrollments", base(tenant)), Some(body)).await?;
+            print_as::<CreatedEnrollment>(out, v, |e| {
+                println!(
+                    "enrollment {} for site {} expires at {} ms",
+                    e.enrollment.id, e.enrollment.site_id, e.enrollment.expires_at_ms
+                );
+                println!("\ntoken (shown once; give it to the executor):\n{}", e.token);
+            })
+        }
+        ExecutorCmd::List { tenant } => {
+            let v = c.call(Method::GET, &base(tenant), None).await?;
+            print_as::<ExecutorList>(out, v, print_executors)
+        }
+        ExecutorCmd::Revoke { tenant, executor } => {
+            let v = c.call(Method::POST, &format!("{}/{}/revoke", base(tenant), urlencode(executor)), None).await?;
+            print_as::<ExecutorList>(out, v, print_executors)
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -864,6 +938,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
         Noun::Audit(cmd) => audit_cmd(c, out, cmd).await,
+        Noun::Executor(cmd) => executor_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});

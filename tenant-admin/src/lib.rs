@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! Writ's admin API service (`/v1`) and the `writ admin` CLI client.
 //!
 //! Architecture invariant: this crate talks to the ledger only through
@@ -6,6 +7,7 @@
 mod audit;
 mod catalogs;
 pub mod cli;
+mod enroll;
 pub mod error;
 mod openapi;
 pub mod service;

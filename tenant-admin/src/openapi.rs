@@ -137,6 +137,12 @@ fn paths() -> Value {
             "/v1/tenants/{tenant}/audit/export": {"parameters": tenant_param, "get": {"summary": "Every matching audit record as streamed NDJSON",
                 "parameters": audit_params(false), "responses": {"200": {"description": "NDJSON, one AuditRecord per line", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}},
                     "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
+            "/v1/tenants/{tenant}/executors": {"parameters": tenant_param, "get": op("Enrolled executors", None, "ExecutorList")},
+            "/v1/tenants/{tenant}/executors/enrollments": {"parameters": tenant_param, "post": created("Create a one-time executor enrollment token", Some("CreateEnrollment"), "CreatedEnrollment")},
+            "/v1/tenants/{tenant}/executors/{executor}/revoke": {"parameters": params(&["tenant", "executor"]), "post": op("Revoke an executor", None, "ExecutorList")},
+            "/v1/enroll": {"post": {"summary": "Enroll an executor: token + CSR → certificate (no operator token)", "security": [],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Enroll"}}}},
+                "responses": ok_or_errors("EnrollResponse")}},
             "/v1/tenants/{tenant}/issuers/remove": {"parameters": tenant_param, "post": {"summary": "Remove a tenant token issuer",
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RemoveIssuer"}}}},
                 "responses": {"204": {"description": "Removed"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}}

@@ -39,6 +39,8 @@ pub struct AdminConfig {
     pub signer: Arc<Signer>,
     /// Default `aud` of issued tokens (the edge's canonical URI).
     pub token_audience: String,
+    /// This node's secret for deriving its per-tenant executor CA keys.
+    pub ca_secret: [u8; 32],
 }
 
 pub(crate) struct AdminState {
@@ -51,6 +53,7 @@ pub(crate) struct AdminState {
     pub(crate) verifier: Verifier,
     /// Set once this node's signing key is known to be registered in the ledger.
     pub(crate) key_registered: std::sync::atomic::AtomicBool,
+    pub(crate) ca_secret: [u8; 32],
 }
 
 pub(crate) type Shared = Arc<AdminState>;
@@ -64,6 +67,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         signer: config.signer,
         token_audience: config.token_audience,
         key_registered: Default::default(),
+        ca_secret: config.ca_secret,
     });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))
@@ -87,7 +91,9 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::tokens::routes())
         .merge(crate::catalogs::routes())
         .merge(crate::audit::routes())
+        .merge(crate::enroll::operator_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
+        .merge(crate::enroll::public_routes())
         .route("/v1/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(ADMIN_BODY_BYTES_MAX))

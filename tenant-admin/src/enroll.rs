@@ -1,0 +1,461 @@
+//! Executor enrollment (SPEC X1, D5). The operator creates a one-time, expiring enrollment for
+//! (tenant, site, devices) and hands its token to the executor. The executor generates its key
+//! locally and sends only a CSR with the token to `POST /v1/enroll`; this node checks the CSR's
+//! self-signature, issues a client certificate signed by its executor CA for the tenant, and
+//! the ledger records the certificate's fingerprint and serial — atomically using up the token.
+//!
+//! Each node derives its own CA key per tenant from its CA secret (so no private key is ever
+//! replicated), registers the CA certificate in the ledger, and the ledger's set of CA
+//! certificates is what executor certificates may chain to. A certificate the ledger did not
+//! record (e.g. signed for a request that lost the race for the token) is never accepted,
+//! because acceptance also requires its recorded fingerprint.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    SerialNumber, SignatureAlgorithm,
+};
+use sha2::{Digest, Sha256};
+use writ_api::device::{Enrollment, EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
+use writ_api::dto::{
+    CreateEnrollmentRequest, CreatedEnrollment, EnrollRequest, EnrollResponse, ExecutorList, Query as LedgerQuery,
+    QueryResult,
+};
+use writ_api::ledger::{Command, Tenant};
+use writ_api::{ReasonCode, Rejection};
+
+use crate::error::{ApiError, ValidJson};
+use crate::service::{find_tenant, query, submit, unexpected, AdminState, Shared};
+
+/// Default lifetime of an enrollment token.
+pub const ENROLLMENT_TTL_DEFAULT_S: u64 = 3600;
+/// Lifetime of an executor certificate.
+pub const EXECUTOR_CERT_TTL_S: u64 = 90 * 24 * 3600;
+const TOKEN_PREFIX: &str = "wen1";
+
+/// Routes that need the operator token.
+pub(crate) fn operator_routes() -> Router<Shared> {
+    Router::new()
+        .route("/v1/tenants/{tenant}/executors", get(list_executors))
+        .route("/v1/tenants/{tenant}/executors/enrollments", post(create_enrollment))
+        .route("/v1/tenants/{tenant}/executors/{executor}/revoke", post(revoke_executor))
+}
+
+/// `POST /v1/enroll`: authenticated by the enrollment token alone.
+pub(crate) fn public_routes() -> Router<Shared> {
+    Router::new().route("/v1/enroll", post(enroll))
+}
+
+fn token_hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+async fn create_enrollment(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<CreateEnrollmentRequest>,
+) -> Result<(StatusCode, Json<CreatedEnrollment>), ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let site = match query(&st, LedgerQuery::GetSite { tenant_id: t.id.clone(), site: b.site }, false).await? {
+        QueryResult::Site { site } => site,
+        _ => return Err(unexpected()),
+    };
+    let mut device_ids = std::collections::BTreeSet::new();
+    for d in b.devices {
+        match query(&st, LedgerQuery::GetDevice { tenant_id: t.id.clone(), device: d }, false).await? {
+            QueryResult::Device { device } => device_ids.insert(device.id),
+            _ => return Err(unexpected()),
+        };
+    }
+    let enrollment_id = format!("e-{}", uuid::Uuid::new_v4().simple());
+    let secret = hex::encode(rand_bytes::<32>());
+    let token = format!("{TOKEN_PREFIX}.{}.{enrollment_id}.{secret}", t.id);
+    let enrollment = EnrollmentV1 {
+        enrollment_id: enrollment_id.clone(),
+        site_id: site.id,
+        device_ids,
+        token_sha256: token_hash(&token),
+        ttl_s: b.ttl_s.unwrap_or(ENROLLMENT_TTL_DEFAULT_S),
+    };
+    submit(&st, Command::CreateEnrollment { tenant_id: t.id.clone(), enrollment }).await?;
+    let enrollment = find_enrollment(&st, &t.id, &enrollment_id).await?;
+    Ok((StatusCode::CREATED, Json(CreatedEnrollment { token, enrollment })))
+}
+
+fn rand_bytes<const N: usize>() -> [u8; N] {
+    // uuid v4 is backed by the OS CSPRNG; two of them give 32 random bytes.
+    let mut out = [0u8; N];
+    for chunk in out.chunks_mut(16) {
+        let u = uuid::Uuid::new_v4();
+        chunk.copy_from_slice(&u.as_bytes()[..chunk.len()]);
+    }
+    out
+}
+
+async fn find_enrollment(st: &AdminState, tenant_id: &str, enrollment_id: &str) -> Result<Enrollment, Rejection> {
+    let q = LedgerQuery::GetEnrollment { tenant_id: tenant_id.into(), enrollment_id: enrollment_id.into() };
+    match query(st, q, false).await? {
+        QueryResult::Enrollment { enrollment } => Ok(enrollment),
+        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
+    }
+}
+
+async fn list_executors(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<ExecutorList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    match query(&st, LedgerQuery::ListExecutors { tenant_id: t.id }, false).await? {
+        QueryResult::Executors { executors } => Ok(Json(ExecutorList { executors })),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn revoke_executor(
+    State(st): State<Shared>,
+    Path((tenant, executor)): Path<(String, String)>,
+) -> Result<Json<ExecutorList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::RevokeExecutor { tenant_id: t.id.clone(), executor_id: executor }).await?;
+    list_executors(State(st), Path(t.id)).await
+}
+
+fn bad_token() -> Rejection {
+    Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")
+}
+
+async fn enroll(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<EnrollRequest>,
+) -> Result<Json<EnrollResponse>, ApiError> {
+    let parts: Vec<&str> = b.token.split('.').collect();
+    let [TOKEN_PREFIX, tenant_id, enrollment_id, _secret] = parts[..] else {
+        return Err(bad_token().into());
+    };
+    let token_sha256 = token_hash(&b.token);
+    // Fast, read-only checks first; the ledger decides atomically below.
+    let enrollment = find_enrollment(&st, tenant_id, enrollment_id).await.map_err(|_| bad_token())?;
+    if enrollment.token_sha256 != token_sha256 {
+        return Err(bad_token().into());
+    }
+    if enrollment.used_at_ms.is_some() {
+        return Err(ApiError::new(ReasonCode::ENROLLMENT_TOKEN_USED, "this enrollment token was already used"));
+    }
+    if enrollment.expires_at_ms <= writ_api::verifier::now_ms() {
+        return Err(ApiError::new(ReasonCode::ENROLLMENT_TOKEN_EXPIRED, "this enrollment token has expired"));
+    }
+    let csr = Csr::from_pem(&b.csr)?;
+    let tenant = find_tenant(&st, tenant_id.to_string()).await?;
+    let ca = TenantCa::derive(&st.ca_secret, &tenant)?;
+    submit(&st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
+    let executor_id = format!("x-{}", uuid::Uuid::new_v4().simple());
+    let serial = rand_bytes::<16>();
+    let now = writ_api::verifier::now_ms();
+    let not_after_ms = now + EXECUTOR_CERT_TTL_S * 1000;
+    let cert = ca.issue(&csr, &tenant.id, &enrollment.site_id, &executor_id, &serial, now, not_after_ms)?;
+    let record = ExecutorCertV1 {
+        executor_id: executor_id.clone(),
+        fingerprint: writ_api::sha256_hex(cert.der()),
+        serial: hex::encode(serial),
+        not_after_ms,
+        ca_fingerprint: ca.fingerprint.clone(),
+    };
+    submit(
+        &st,
+        Command::CompleteEnrollment {
+            tenant_id: tenant.id.clone(),
+            enrollment_id: enrollment.id.clone(),
+            token_sha256,
+            cert: record.clone(),
+        },
+    )
+    .await?;
+    Ok(Json(EnrollResponse {
+        executor_id,
+        tenant_id: tenant.id,
+        site_id: enrollment.site_id,
+        device_ids: enrollment.device_ids.into_iter().collect(),
+        certificate: cert.pem(),
+        ca_certificate: ca.pem(),
+        fingerprint: record.fingerprint,
+        serial: record.serial,
+        not_after_ms,
+    }))
+}
+
+/// A node's executor CA for one tenant: an Ed25519 key derived from the node's CA secret and
+/// the tenant id, and a self-signed certificate that is byte-identical every time it is built
+/// (fixed validity and serial, deterministic Ed25519 signatures).
+struct TenantCa {
+    key: KeyPair,
+    params: CertificateParams,
+    der: Vec<u8>,
+    fingerprint: String,
+}
+
+/// PKCS#8 v1 prefix of an Ed25519 private key (RFC 8410): the 32-byte seed follows.
+const ED25519_PKCS8_PREFIX: [u8; 16] =
+    [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+
+fn csr_error(message: impl Into<String>) -> Rejection {
+    Rejection::new(ReasonCode::ENROLLMENT_CSR_INVALID, message)
+}
+
+fn internal(e: impl std::fmt::Display) -> Rejection {
+    Rejection::new(ReasonCode::INTERNAL, format!("certificate issuance failed: {e}"))
+}
+
+impl TenantCa {
+    fn derive(secret: &[u8; 32], tenant: &Tenant) -> Result<TenantCa, Rejection> {
+        let mut h = Sha256::new();
+        h.update(b"writ/executor-ca/v1\0");
+        h.update(secret);
+        h.update(tenant.id.as_bytes());
+        let seed = h.finalize();
+        let mut pkcs8 = ED25519_PKCS8_PREFIX.to_vec();
+        pkcs8.extend_from_slice(&seed);
+        let key = KeyPair::try_from(pkcs8.as_slice()).map_err(internal)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "Writ");
+        dn.push(DnType::CommonName, format!("Writ executor CA {}", tenant.id));
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
+        params.serial_number = Some(SerialNumber::from_slice(&seed[..16]));
+        let der = params.self_signed(&key).map_err(internal)?.der().to_vec();
+        let fingerprint = writ_api::sha256_hex(&der);
+        Ok(TenantCa { key, params, der, fingerprint })
+    }
+
+    fn record(&self) -> ExecutorCaV1 {
+        ExecutorCaV1 { fingerprint: self.fingerprint.clone(), cert_der: self.der.clone() }
+    }
+
+    fn pem(&self) -> String {
+        pem_block("CERTIFICATE", &self.der)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn issue(
+        &self,
+        csr: &Csr,
+        tenant_id: &str,
+        site_id: &str,
+        executor_id: &str,
+        serial: &[u8],
+        now_ms: u64,
+        not_after_ms: u64,
+    ) -> Result<rcgen::Certificate, Rejection> {
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, tenant_id);
+        dn.push(DnType::CommonName, executor_id);
+        params.distinguished_name = dn;
+        let uri = format!("urn:writ:executor:{tenant_id}:{site_id}:{executor_id}");
+        params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(internal)?)];
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        params.serial_number = Some(SerialNumber::from_slice(serial));
+        let at = |ms: u64| time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64).map_err(internal);
+        params.not_before = at(now_ms.saturating_sub(5 * 60 * 1000))?;
+        params.not_after = at(not_after_ms)?;
+        let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
+        params.signed_by(csr, &issuer).map_err(internal)
+    }
+}
+
+fn pem_block(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("base64 is ascii"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// A parsed, signature-checked PKCS#10 request: only its public key is used (the identity in
+/// the certificate is Writ's, never the requester's subject).
+struct Csr {
+    public_key: Vec<u8>,
+    alg: &'static SignatureAlgorithm,
+}
+
+impl rcgen::PublicKeyData for Csr {
+    fn der_bytes(&self) -> &[u8] {
+        &self.public_key
+    }
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        self.alg
+    }
+}
+
+/// One DER element: its tag, its content, and its whole encoding (header included).
+struct Der<'a> {
+    tag: u8,
+    content: &'a [u8],
+    whole: &'a [u8],
+}
+
+/// The first DER element of `input`, and the rest of the input.
+fn tlv(input: &[u8]) -> Result<(Der<'_>, &[u8]), Rejection> {
+    let bad = || csr_error("the CSR is not valid DER");
+    let (&tag, rest) = input.split_first().ok_or_else(bad)?;
+    let (&first, rest) = rest.split_first().ok_or_else(bad)?;
+    let (len, rest) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || rest.len() < n {
+            return Err(bad());
+        }
+        (rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | *b as usize), &rest[n..])
+    };
+    if rest.len() < len {
+        return Err(bad());
+    }
+    let header = input.len() - rest.len();
+    Ok((Der { tag, content: &rest[..len], whole: &input[..header + len] }, &rest[len..]))
+}
+
+/// Like [`tlv`], requiring `tag`.
+fn expect(input: &[u8], tag: u8) -> Result<(Der<'_>, &[u8]), Rejection> {
+    let (der, rest) = tlv(input)?;
+    if der.tag != tag {
+        return Err(csr_error(format!("unexpected DER tag 0x{:02x} in the CSR", der.tag)));
+    }
+    Ok((der, rest))
+}
+
+impl Csr {
+    fn from_pem(pem: &str) -> Result<Csr, Rejection> {
+        if pem.contains("PRIVATE KEY") {
+            return Err(csr_error(
+                "that is a private key: send only a CERTIFICATE REQUEST; keys never leave the executor",
+            ));
+        }
+        let body = pem
+            .trim()
+            .strip_prefix("-----BEGIN CERTIFICATE REQUEST-----")
+            .and_then(|r| r.strip_suffix("-----END CERTIFICATE REQUEST-----"))
+            .ok_or_else(|| csr_error("expected a PEM CERTIFICATE REQUEST"))?;
+        use base64::Engine;
+        let compact: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(compact)
+            .map_err(|_| csr_error("the CSR's base64 is malformed"))?;
+        Self::from_der(&der)
+    }
+
+    fn from_der(der: &[u8]) -> Result<Csr, Rejection> {
+        // CertificationRequest ::= SEQUENCE { info, signatureAlgorithm, signature BIT STRING }
+        let (outer, trailing) = expect(der, 0x30)?;
+        if !trailing.is_empty() {
+            return Err(csr_error("trailing bytes after the CSR"));
+        }
+        let (info, rest) = expect(outer.content, 0x30)?;
+        let (sig_alg, rest) = expect(rest, 0x30)?;
+        let (sig_bits, _) = expect(rest, 0x03)?;
+        // info ::= SEQUENCE { version INTEGER, subject Name, subjectPKInfo, [0] attributes }
+        let (_, rest) = expect(info.content, 0x02)?;
+        let (_, rest) = expect(rest, 0x30)?;
+        let (spki, _) = expect(rest, 0x30)?;
+        let (key_alg, rest) = expect(spki.content, 0x30)?;
+        let (key_bits, _) = expect(rest, 0x03)?;
+        let (key_alg, sig_alg, info_der) = (key_alg.content, sig_alg.content, info.whole);
+        let (key_bits, sig_bits) = (key_bits.content, sig_bits.content);
+        let bits = |b: &[u8]| -> Result<Vec<u8>, Rejection> {
+            match b.split_first() {
+                Some((0, rest)) => Ok(rest.to_vec()),
+                _ => Err(csr_error("unexpected unused bits in a BIT STRING")),
+            }
+        };
+        let public_key = bits(key_bits)?;
+        let signature = bits(sig_bits)?;
+        let verifier = rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .all
+            .iter()
+            .find(|a| a.public_key_alg_id().as_ref() == key_alg && a.signature_alg_id().as_ref() == sig_alg)
+            .copied()
+            .ok_or_else(|| csr_error("unsupported key or signature algorithm; use Ed25519 or ECDSA P-256/P-384"))?;
+        verifier
+            .verify_signature(&public_key, info_der, &signature)
+            .map_err(|_| csr_error("the CSR's signature does not verify: it was not signed by its own key"))?;
+        let alg = [&rcgen::PKCS_ED25519, &rcgen::PKCS_ECDSA_P256_SHA256, &rcgen::PKCS_ECDSA_P384_SHA384]
+            .into_iter()
+            .find(|a| spki_alg_matches(a, key_alg))
+            .ok_or_else(|| csr_error("unsupported key type; use Ed25519 or ECDSA P-256/P-384"))?;
+        Ok(Csr { public_key, alg })
+    }
+}
+
+/// Whether rcgen's algorithm writes the same SubjectPublicKeyInfo algorithm identifier.
+fn spki_alg_matches(alg: &'static SignatureAlgorithm, key_alg: &[u8]) -> bool {
+    const ED25519: &[u8] = &[0x06, 0x03, 0x2b, 0x65, 0x70];
+    const P256: &[u8] = &[
+        0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01,
+        0x07,
+    ];
+    const P384: &[u8] =
+        &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+    let want = if std::ptr::eq(alg, &rcgen::PKCS_ED25519) {
+        ED25519
+    } else if std::ptr::eq(alg, &rcgen::PKCS_ECDSA_P256_SHA256) {
+        P256
+    } else {
+        P384
+    };
+    key_alg == want
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant() -> Tenant {
+        Tenant {
+            id: "t-1".into(),
+            name: "acme".into(),
+            display_name: None,
+            state: writ_api::ledger::TenantState::Active,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            revision: 1,
+            settings: Default::default(),
+        }
+    }
+
+    #[test]
+    fn ca_is_deterministic_per_secret_and_tenant() {
+        let a = TenantCa::derive(&[1; 32], &tenant()).unwrap();
+        let b = TenantCa::derive(&[1; 32], &tenant()).unwrap();
+        let c = TenantCa::derive(&[2; 32], &tenant()).unwrap();
+        assert_eq!(a.der, b.der);
+        assert_ne!(a.fingerprint, c.fingerprint);
+    }
+
+    #[test]
+    fn csrs_of_supported_keys_parse_and_tampered_ones_do_not() {
+        for alg in [&rcgen::PKCS_ED25519, &rcgen::PKCS_ECDSA_P256_SHA256, &rcgen::PKCS_ECDSA_P384_SHA384] {
+            let key = KeyPair::generate_for(alg).unwrap();
+            let csr = CertificateParams::new(vec![]).unwrap().serialize_request(&key).unwrap();
+            let parsed = Csr::from_der(csr.der()).unwrap();
+            assert_eq!(parsed.public_key, key.public_key_raw());
+            let mut tampered = csr.der().to_vec();
+            let n = tampered.len();
+            tampered[n - 3] ^= 0x55;
+            assert_eq!(Csr::from_der(&tampered).err().unwrap().reason, ReasonCode::ENROLLMENT_CSR_INVALID);
+        }
+        let key = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        assert!(Csr::from_pem(&key.serialize_pem()).err().unwrap().message.contains("private key"));
+    }
+}
