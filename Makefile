@@ -4,7 +4,9 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps build lint docs cluster-up cluster-down clean
+.PHONY: dev test deps pydeps build lint docs cluster-up cluster-down clean
+
+SCHEMATHESIS_VERSION := 4.32.5
 
 ## deps: system packages the build needs (libclang for the rocksdb crate's bindgen, a C++ compiler).
 deps:
@@ -35,8 +37,13 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	ROCKSDB_LIB_DIR=$(CURDIR)/target/clippy-no-link $(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document).
+pydeps:
+	@schemathesis --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)" || \
+	  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$(SCHEMATHESIS_VERSION)"
+
 ## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
-test: lint build
+test: lint build pydeps
 	$(CARGO) test --workspace
 
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.

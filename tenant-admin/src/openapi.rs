@@ -28,7 +28,20 @@ fn params(names: &[&str]) -> Value {
     Value::Array(
         names
             .iter()
-            .map(|n| json!({"name": n, "in": "path", "required": true, "description": format!("{n} id or name"), "schema": {"type": "string"}}))
+            .map(|n| {
+                // Examples name the resources of the quickstart (`acme`, …) so that tools that
+                // exercise the API from this document reach real objects.
+                let example = match *n {
+                    "tenant" => "acme",
+                    "principal" => "agent-1",
+                    "site" => "plant-1",
+                    "device" => "press-1",
+                    "version" => "latest",
+                    _ => "unknown",
+                };
+                json!({"name": n, "in": "path", "required": true, "description": format!("{n} id or name"),
+                    "schema": {"type": "string"}, "example": example})
+            })
             .collect(),
     )
 }
@@ -195,6 +208,36 @@ fn schemas() -> Value {
         "Device": {"type": "object"},
         "NodeStatus": {"type": "object"},
         "Object": {"type": "object"},
+        "AuditPage": {"type": "object", "required": ["records"], "properties": {
+            "records": {"type": "array", "items": {"$ref": "#/components/schemas/AuditRecord"}},
+            "next_cursor": {"type": ["integer", "null"]}}},
+        "AuditRecord": {"type": "object", "required": ["seq", "at_ms", "revision", "trace_id", "tenant_id", "domain", "operation", "outcome", "reason_code", "principal_id", "token_id", "parent_token_id", "detail"], "properties": {
+            "seq": {"type": "integer"}, "at_ms": {"type": "integer"}, "revision": {"type": "integer"},
+            "trace_id": {"type": "string"}, "tenant_id": {"type": "string"}, "domain": {"type": "string"},
+            "operation": {"type": "string"}, "outcome": {"type": "string"}, "reason_code": {"type": ["string", "null"]},
+            "principal_id": {"type": ["string", "null"]}, "token_id": {"type": ["string", "null"]},
+            "parent_token_id": {"type": ["string", "null"]}, "detail": {"type": "string"}}},
+        "CatalogList": {"type": "object", "properties": {"catalogs": {"type": "array", "items": {"type": "object"}}}},
+        "CatalogVersion": {"type": "object", "required": ["version", "catalog"], "properties": {"version": {"type": "integer"}, "catalog": {"type": "object"}}},
+        "CatalogDocument": {"type": "object", "additionalProperties": false, "required": ["actions"], "properties": {"actions": {"type": "array", "maxItems": 1000, "items": {
+            "type": "object", "additionalProperties": false, "required": ["id", "title", "input_schema", "risk", "execution"], "properties": {
+                "id": {"type": "string", "pattern": "^[a-z][a-z0-9_.-]{0,63}$"}, "title": {"type": "string"}, "description": {"type": "string"},
+                "input_schema": {"type": "object"}, "output_schema": {"type": ["object", "null"]},
+                "risk": {"enum": ["low", "medium", "high"]}, "execution": {"enum": ["read", "operation"]},
+                "dry_run": {"type": "boolean"}, "idempotent": {"type": "boolean"}, "device_class": {"type": ["string", "null"]},
+                "cost_units": {"type": "integer", "minimum": 0}, "scope": {"type": ["string", "null"]}}}}}},
+        "ExecutorList": {"type": "object", "properties": {"executors": {"type": "array", "items": {"type": "object"}}}},
+        "CreateEnrollment": {"type": "object", "additionalProperties": false, "required": ["site"], "properties": {
+            "site": {"type": "string"}, "devices": {"type": "array", "items": {"type": "string"}},
+            "ttl_s": {"type": ["integer", "null"], "minimum": 1, "maximum": 604800}}},
+        "CreatedEnrollment": {"type": "object", "required": ["token", "enrollment"], "properties": {"token": {"type": "string"}, "enrollment": {"type": "object"}}},
+        "Enroll": {"type": "object", "additionalProperties": false, "required": ["token", "csr"], "properties": {
+            "token": {"type": "string"}, "csr": {"type": "string", "description": "PEM CERTIFICATE REQUEST"}}},
+        "EnrollResponse": {"type": "object", "required": ["executor_id", "certificate", "ca_certificate", "fingerprint", "serial"], "properties": {
+            "executor_id": {"type": "string"}, "tenant_id": {"type": "string"}, "site_id": {"type": "string"},
+            "device_ids": {"type": "array", "items": {"type": "string"}}, "certificate": {"type": "string"},
+            "ca_certificate": {"type": "string"}, "fingerprint": {"type": "string"}, "serial": {"type": "string"},
+            "not_after_ms": {"type": "integer"}}},
         "IssueToken": {"type": "object", "additionalProperties": false, "required": ["principal"], "properties": {
             "principal": {"type": "string"}, "scopes": {"type": "array", "items": {"type": "string"}},
             "ttl_s": {"type": ["integer", "null"], "minimum": 0}, "audience": {"type": ["string", "null"]}}},
@@ -217,4 +260,35 @@ fn schemas() -> Value {
         "RemoveIssuer": {"type": "object", "additionalProperties": false, "required": ["issuer"], "properties": {"issuer": {"type": "string"}}},
         "ClusterStatus": {"type": "object"}
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::document;
+    use serde_json::Value;
+
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let doc = document();
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(all.len() > 20);
+        for r in all {
+            let pointer = r.strip_prefix('#').expect("local reference");
+            assert!(doc.pointer(pointer).is_some(), "unresolved {r}");
+        }
+    }
 }
