@@ -1,0 +1,97 @@
+//! Token verification cost (issue 3 "measure"): `api::auth::verify` over a ledger state with a
+//! Writ-issued token (EdDSA, delegation depth 0 and 1) and a tenant-issuer token (EdDSA via
+//! inline JWKS). Run with `make bench-verify` (or `cargo bench -p writ-api --bench verify`).
+
+use base64::Engine;
+use criterion::{criterion_group, criterion_main, Criterion};
+use writ_api::auth::{verify, Signer, WritClaims};
+use writ_api::ledger::{Command, LedgerRequest};
+use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+use writ_api::state::LedgerState;
+use writ_api::token::{SigningKeyV1, TenantIssuerV1, TokenRequestV1, WRIT_ISSUER};
+
+const NOW: u64 = 1_900_000_000_000;
+const AUD: &str = "urn:writ:mcp";
+
+fn run(st: &mut LedgerState, command: Command) -> u64 {
+    let (outcome, events) = st.execute(&LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command });
+    assert!(matches!(outcome, writ_api::ledger::Outcome::Applied { .. }), "{outcome:?}");
+    events.last().map(|e| e.revision).unwrap_or(0)
+}
+
+fn setup() -> (LedgerState, String, String, String) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let signer = Signer::new(key.serialize_pem().as_bytes(), key.public_key_raw().to_vec()).unwrap();
+    let mut st = LedgerState::default();
+    let t = "t-1".to_string();
+    run(&mut st, Command::CreateTenant { tenant_id: t.clone(), name: "bench".into(), display_name: None });
+    run(&mut st, Command::RegisterSigningKey { key: signer.public_key().clone() });
+    for (id, name) in [("p-1", "planner"), ("p-2", "worker")] {
+        let spec = PrincipalSpecV1 {
+            principal_id: id.into(),
+            name: name.into(),
+            kind: PrincipalKind::Agent,
+            preset: Some(RolePreset::Delegate),
+            scopes: Default::default(),
+            metadata: Default::default(),
+        };
+        run(&mut st, Command::CreatePrincipal { tenant_id: t.clone(), spec });
+    }
+    let mut sign = |jti: &str, principal: &str, parent: Option<&str>| {
+        let request = TokenRequestV1 {
+            jti: jti.into(),
+            principal_id: principal.into(),
+            scopes: Default::default(),
+            ttl_s: 3600,
+            parent_jti: parent.map(str::to_string),
+        };
+        let rev = run(&mut st, Command::IssueToken { tenant_id: t.clone(), request });
+        let claims = WritClaims {
+            iss: WRIT_ISSUER.into(),
+            sub: principal.into(),
+            aud: AUD.into(),
+            exp: NOW / 1000 + 3600,
+            nbf: NOW / 1000,
+            iat: NOW / 1000,
+            jti: jti.into(),
+            tid: t.clone(),
+            scope: String::new(),
+            rev,
+        };
+        signer.sign(&claims).unwrap()
+    };
+    let root = sign("j-1", "p-1", None);
+    let child = sign("j-2", "p-2", Some("j-1"));
+    // A tenant issuer with its own Ed25519 key.
+    let idp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(idp.public_key_raw());
+    let jwks = format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","x":"{x}","kid":"idp-1","alg":"EdDSA"}}]}}"#);
+    let issuer = TenantIssuerV1 { issuer: "https://idp.example".into(), audience: "writ".into(), jwks };
+    run(&mut st, Command::SetTenantIssuer { tenant_id: t.clone(), issuer });
+    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    h.kid = Some("idp-1".into());
+    let claims = serde_json::json!({"iss": "https://idp.example", "sub": "worker", "aud": "writ", "exp": NOW / 1000 + 3600, "scope": "tools:list"});
+    let tenant_token = jsonwebtoken::encode(
+        &h,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_ed_pem(idp.serialize_pem().as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let _: &SigningKeyV1 = signer.public_key();
+    (st, root, child, tenant_token)
+}
+
+fn bench(c: &mut Criterion) {
+    let (st, root, child, tenant_token) = setup();
+    verify(&st, &root, AUD, NOW + 1).unwrap();
+    verify(&st, &child, AUD, NOW + 1).unwrap();
+    verify(&st, &tenant_token, "ignored", NOW + 1).unwrap();
+    c.bench_function("verify writ token (depth 0)", |b| b.iter(|| verify(&st, &root, AUD, NOW + 1).unwrap()));
+    c.bench_function("verify writ token (depth 1)", |b| b.iter(|| verify(&st, &child, AUD, NOW + 1).unwrap()));
+    c.bench_function("verify tenant-issuer token", |b| {
+        b.iter(|| verify(&st, &tenant_token, "ignored", NOW + 1).unwrap())
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
