@@ -255,12 +255,7 @@ async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failur
                 .map_err(|e| unavailable(format!("cannot reach {url}: {e}")))?;
             if !resp.status().is_success() {
                 let status = resp.status();
-                let bytes = resp.bytes().await.unwrap_or_default();
-                let message = serde_json::from_slice::<ErrorBody>(&bytes)
-                    .map(|e| format!("{}: {}", e.reason, e.message))
-                    .unwrap_or_else(|_| format!("HTTP {status}"));
-                let exit = if matches!(status.as_u16(), 401 | 403) { EXIT_AUTH } else { EXIT_REJECTED };
-                return Err(Failure { exit, message });
+                return Err(rejected(status, &resp.bytes().await.unwrap_or_default()));
             }
             let mut sink: Box<dyn std::io::Write> = match path {
                 Some(p) => Box::new(std::io::BufWriter::new(
@@ -272,17 +267,23 @@ async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failur
             let progress = Progress::new();
             let mut resp = resp;
             let mut failed = None;
+            // Whole lines only: a chunk may end mid-line. An error line (the server could not
+            // finish) is reported, not written.
+            let mut pending: Vec<u8> = Vec::new();
             while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(format!("export interrupted: {e}")))? {
-                for line in chunk.split_inclusive(|b| *b == b'\n') {
+                pending.extend_from_slice(&chunk);
+                while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=nl).collect();
                     if line.starts_with(b"{\"error\"") {
-                        failed = Some(String::from_utf8_lossy(line).trim().to_string());
+                        failed = Some(String::from_utf8_lossy(&line).trim().to_string());
                         continue;
                     }
-                    if line.ends_with(b"\n") {
-                        progress.tick();
-                    }
+                    sink.write_all(&line).map_err(|e| unavailable(format!("write failed: {e}")))?;
+                    progress.tick();
                 }
-                sink.write_all(&chunk).map_err(|e| unavailable(format!("write failed: {e}")))?;
+            }
+            if !pending.is_empty() {
+                failed = Some("the stream ended mid-record".into());
             }
             sink.flush().map_err(|e| unavailable(format!("write failed: {e}")))?;
             progress.done();
@@ -812,17 +813,22 @@ impl Client {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("undecodable response: {e}") });
         }
-        let exit = match status.as_u16() {
-            401 | 403 => EXIT_AUTH,
-            500.. => EXIT_UNAVAILABLE,
-            _ => EXIT_REJECTED,
-        };
-        let message = match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(e) => format!("{}: {}", e.reason, e.message),
-            Err(_) => format!("HTTP {status}"),
-        };
-        Err(Failure { exit, message })
+        Err(rejected(status, &bytes))
     }
+}
+
+/// A non-success response as a failure: its reason code and message, and the exit code.
+fn rejected(status: reqwest::StatusCode, body: &[u8]) -> Failure {
+    let exit = match status.as_u16() {
+        401 | 403 => EXIT_AUTH,
+        500.. => EXIT_UNAVAILABLE,
+        _ => EXIT_REJECTED,
+    };
+    let message = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => format!("{}: {}", e.reason, e.message),
+        Err(_) => format!("HTTP {status}"),
+    };
+    Failure { exit, message }
 }
 
 /// Runs one admin command and returns the process exit code.
