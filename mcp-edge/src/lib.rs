@@ -1,6 +1,348 @@
-//! The stateless MCP Streamable HTTP edge (SPEC §4). Empty until the edge issue lands; the
-//! crate exists so that the workspace has its fixed layout and dependency direction
-//! (`api ← mcp-edge ← node`) from the start.
+//! The stateless MCP Streamable HTTP edge (SPEC §4, protocol 2026-07-28). Any replica serves
+//! any request: there are no sessions, and everything a request needs is in the request and in
+//! the edge's watch-fed replica of the ledger state ([`Verifier`]).
+//!
+//! Request path (SPEC E2), in this order: Host / Origin → body limit → JSON-RPC decode and the
+//! protocol checks of 2026-07-28 (`_meta`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+//! known method) → bearer token verified to a bounded principal (RFC 9728 challenges) →
+//! authorization on the decoded operation → the surface. Unauthorized tools are filtered out
+//! exactly like missing ones.
 //!
 //! Architecture invariant: `mcp-edge` never opens RocksDB; it reaches the ledger only through
-//! `writ_api::client::Ledger`.
+//! `writ_api` (the `Ledger` trait and the verifier).
+
+pub mod jsonrpc;
+mod surfaces;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+use writ_api::auth::Authority;
+use writ_api::verifier::Verifier;
+use writ_api::ReasonCode;
+
+use crate::jsonrpc::{
+    Request, RpcError, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_CLIENT_CAPABILITIES,
+    META_PROTOCOL_VERSION, METHOD_NOT_FOUND, PARSE_ERROR, PROTOCOL_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
+};
+
+/// Largest request body the edge reads.
+pub const BODY_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+/// The scope a principal needs to list tools.
+pub const LIST_SCOPE: &str = "tools:list";
+
+/// How an edge is reached and what it accepts.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// The canonical URI of the MCP endpoint, e.g. `https://edge.example/mcp`: the audience
+    /// Writ tokens must carry and the `resource` of the protected-resource metadata.
+    pub canonical_url: String,
+    /// Issuers listed in the protected-resource metadata.
+    pub authorization_servers: Vec<String>,
+    /// Host names (without port) accepted in `Host` and `Origin`.
+    pub allowed_hosts: Vec<String>,
+    /// Full origins (`scheme://host[:port]`) accepted in addition to the allowed hosts.
+    pub allowed_origins: Vec<String>,
+    pub body_bytes_max: usize,
+}
+
+impl EdgeConfig {
+    /// The defaults for an edge at `canonical_url`: its own host (and the loopback names when it
+    /// is on loopback), Writ as the authorization server.
+    pub fn for_url(canonical_url: &str) -> EdgeConfig {
+        let host = host_of(canonical_url).unwrap_or_default();
+        let mut allowed_hosts = vec![host.clone()];
+        if is_loopback_name(&host) {
+            allowed_hosts.extend(["localhost", "127.0.0.1", "[::1]"].map(String::from));
+        }
+        allowed_hosts.dedup();
+        EdgeConfig {
+            canonical_url: canonical_url.to_string(),
+            authorization_servers: vec![writ_api::token::WRIT_ISSUER.to_string()],
+            allowed_hosts,
+            allowed_origins: Vec::new(),
+            body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+        }
+    }
+
+    /// Where the protected-resource metadata of this endpoint lives (RFC 9728 §3: the
+    /// well-known path, then the resource's path).
+    pub fn resource_metadata_url(&self) -> String {
+        let (origin, path) = split_origin(&self.canonical_url);
+        format!("{origin}/.well-known/oauth-protected-resource{path}")
+    }
+
+    fn mcp_path(&self) -> String {
+        let (_, path) = split_origin(&self.canonical_url);
+        if path.is_empty() {
+            "/".into()
+        } else {
+            path.to_string()
+        }
+    }
+}
+
+fn split_origin(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => url.split_at(after_scheme + i),
+        None => (url, ""),
+    }
+}
+
+/// The host name of a URL or `Host` header value, without port (IPv6 keeps its brackets).
+fn host_of(url_or_host: &str) -> Option<String> {
+    let rest = url_or_host.split_once("://").map_or(url_or_host, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = if authority.starts_with('[') {
+        authority.split_inclusive(']').next()?.to_string()
+    } else {
+        authority.split(':').next()?.to_string()
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+fn is_loopback_name(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+struct Edge {
+    config: EdgeConfig,
+    verifier: Verifier,
+}
+
+/// The edge's router: the MCP endpoint and the protected-resource metadata.
+pub fn router(verifier: Verifier, config: EdgeConfig) -> Router {
+    let mcp = config.mcp_path();
+    let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
+    let limit = config.body_bytes_max;
+    let edge = Arc::new(Edge { config, verifier });
+    let mut r = Router::new()
+        .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
+        .route(&prm, get(resource_metadata));
+    if prm != "/.well-known/oauth-protected-resource" {
+        r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
+    }
+    r.layer(DefaultBodyLimit::max(limit)).with_state(edge)
+}
+
+/// 2026-07-28 has no GET stream and no sessions to delete.
+async fn not_allowed() -> Response {
+    let mut r = StatusCode::METHOD_NOT_ALLOWED.into_response();
+    r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+    r
+}
+
+async fn resource_metadata(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
+    if let Err(e) = check_host_and_origin(&edge.config, &headers) {
+        return e.into_response();
+    }
+    Json(json!({
+        "resource": edge.config.canonical_url,
+        "authorization_servers": edge.config.authorization_servers,
+        "scopes_supported": writ_api::principal::RolePreset::Delegate.scopes(),
+        "bearer_methods_supported": ["header"],
+    }))
+    .into_response()
+}
+
+/// DNS-rebinding protection: `Host` must be an allowed host; an `Origin`, when present, must be
+/// allowed too.
+fn check_host_and_origin(config: &EdgeConfig, headers: &HeaderMap) -> Result<(), RpcError> {
+    let forbidden =
+        |what: &str| RpcError::new(StatusCode::FORBIDDEN, INVALID_REQUEST, format!("{what} is not allowed"));
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).and_then(host_of);
+    if !host.is_some_and(|h| config.allowed_hosts.contains(&h)) {
+        return Err(forbidden("the Host header"));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().map_err(|_| forbidden("the Origin header"))?;
+        let ok = config.allowed_origins.iter().any(|o| o == origin)
+            || host_of(origin).is_some_and(|h| config.allowed_hosts.contains(&h));
+        if !ok {
+            return Err(forbidden("the Origin header"));
+        }
+    }
+    Ok(())
+}
+
+/// Decodes `=?base64?…?=` header values (SEP-2243); other values are taken as they are.
+fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    let raw = headers.get(name)?.to_str().ok()?.trim();
+    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+        Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok().and_then(|b| String::from_utf8(b).ok()),
+        None => Some(raw.to_string()),
+    }
+}
+
+/// Methods the 2026-07-28 wire defines, and which of them this edge serves.
+const SERVED: &[&str] = &["server/discover", "tools/list"];
+const KNOWN_UNSERVED: &[&str] = &[
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "subscriptions/listen",
+];
+
+/// The protocol checks of 2026-07-28, in the order the specification gives (each error echoes
+/// the request id): `_meta` → header version equals `_meta` → supported version → method and
+/// name headers → known method.
+fn check_protocol(req: &Request, headers: &HeaderMap) -> Result<(), RpcError> {
+    let bad = |status, code, msg: String| Err(RpcError::new(status, code, msg).with_id(&req.id));
+    let version = req.meta(META_PROTOCOL_VERSION).and_then(Value::as_str);
+    let caps = req.meta(META_CLIENT_CAPABILITIES).filter(|c| c.is_object());
+    let (Some(version), Some(_)) = (version, caps) else {
+        return bad(
+            StatusCode::BAD_REQUEST,
+            INVALID_PARAMS,
+            format!("params._meta must carry {META_PROTOCOL_VERSION} and {META_CLIENT_CAPABILITIES}"),
+        );
+    };
+    if header_value(headers, "mcp-protocol-version").as_deref() != Some(version) {
+        return bad(
+            StatusCode::BAD_REQUEST,
+            HEADER_MISMATCH,
+            "MCP-Protocol-Version must equal the _meta protocol version".into(),
+        );
+    }
+    if version != PROTOCOL_VERSION {
+        return Err(RpcError::new(
+            StatusCode::BAD_REQUEST,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            format!("unsupported protocol version {version}"),
+        )
+        .with_data(json!({"supported": [PROTOCOL_VERSION], "requested": version}))
+        .with_id(&req.id));
+    }
+    if header_value(headers, "mcp-method").as_deref() != Some(req.method.as_str()) {
+        return bad(StatusCode::BAD_REQUEST, HEADER_MISMATCH, "Mcp-Method must equal the request method".into());
+    }
+    let name_field = match req.method.as_str() {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    };
+    if let Some(field) = name_field {
+        let body = req.params().get(field).and_then(Value::as_str);
+        if body.is_none() || header_value(headers, "mcp-name").as_deref() != body {
+            return bad(StatusCode::BAD_REQUEST, HEADER_MISMATCH, format!("Mcp-Name must equal params.{field}"));
+        }
+    }
+    if !SERVED.contains(&req.method.as_str()) {
+        let message = if KNOWN_UNSERVED.contains(&req.method.as_str()) {
+            format!("{} is not served by this edge", req.method)
+        } else {
+            format!("method {} does not exist", req.method)
+        };
+        return bad(StatusCode::NOT_FOUND, METHOD_NOT_FOUND, message);
+    }
+    Ok(())
+}
+
+/// A bearer-auth failure as an HTTP answer with its RFC 6750 / RFC 9728 challenge.
+fn challenge(config: &EdgeConfig, status: StatusCode, reason: ReasonCode, message: &str, scope: &str) -> Response {
+    let error = match status {
+        StatusCode::FORBIDDEN => "insufficient_scope",
+        _ => "invalid_token",
+    };
+    let mut value = format!("Bearer resource_metadata=\"{}\", scope=\"{scope}\"", config.resource_metadata_url());
+    if reason != ReasonCode::AUTH_TOKEN_MISSING {
+        value = format!("{value}, error=\"{error}\", error_description=\"{}\"", message.replace('"', "'"));
+    }
+    let mut r = RpcError::new(status, reason.jsonrpc_code() as i64, message)
+        .with_data(json!({"reason": reason}))
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let Some(bearer) = bearer else {
+        return Err(challenge(
+            &edge.config,
+            StatusCode::UNAUTHORIZED,
+            ReasonCode::AUTH_TOKEN_MISSING,
+            "a bearer token is required",
+            LIST_SCOPE,
+        ));
+    };
+    edge.verifier.verify(bearer).await.map_err(|e| {
+        let status = StatusCode::from_u16(e.reason.http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
+        if status == StatusCode::UNAUTHORIZED {
+            challenge(&edge.config, status, e.reason, &e.message, LIST_SCOPE)
+        } else {
+            RpcError::new(status, e.reason.jsonrpc_code() as i64, e.message)
+                .with_data(json!({"reason": e.reason}))
+                .into_response()
+        }
+    })
+}
+
+async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(e) = check_host_and_origin(&edge.config, &headers) {
+        return e.into_response();
+    }
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return RpcError::new(StatusCode::BAD_REQUEST, PARSE_ERROR, format!("invalid JSON: {e}")).into_response()
+        }
+    };
+    if value.is_array() {
+        return RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, "batches are not supported").into_response();
+    }
+    let req: Request = match serde_json::from_value(value) {
+        Ok(r) => r,
+        Err(e) => {
+            return RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("not a JSON-RPC request: {e}"))
+                .into_response()
+        }
+    };
+    if req.jsonrpc != "2.0" {
+        return RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, "jsonrpc must be \"2.0\"")
+            .with_id(&req.id)
+            .into_response();
+    }
+    if req.id.is_none() {
+        // A notification: nothing to answer in a stateless server.
+        return StatusCode::ACCEPTED.into_response();
+    }
+    if let Err(e) = check_protocol(&req, &headers) {
+        return e.into_response();
+    }
+    let authority = match authenticate(&edge, &headers).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match req.method.as_str() {
+        "server/discover" => jsonrpc::result(&req.id, surfaces::discover()),
+        "tools/list" => {
+            if let Err(e) = authority.require(LIST_SCOPE) {
+                return challenge(&edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, LIST_SCOPE);
+            }
+            let tools = edge.verifier.with_state(|s| surfaces::tools_for(s, &authority));
+            jsonrpc::result(&req.id, tools)
+        }
+        other => RpcError::new(StatusCode::NOT_FOUND, METHOD_NOT_FOUND, format!("{other} is not served"))
+            .with_id(&req.id)
+            .into_response(),
+    }
+}

@@ -19,7 +19,11 @@ pub fn writ_bin() -> PathBuf {
     // target/<profile>/deps/<test-exe> → target/<profile>/writ
     let exe = std::env::current_exe().expect("test executable path");
     let bin = exe.parent().and_then(Path::parent).map(|d| d.join("writ")).expect("target dir");
-    assert!(bin.exists(), "{} is missing: run `cargo build -p writ-node` first (`make test` does)", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (`make test` does)",
+        bin.display()
+    );
     bin
 }
 

@@ -18,7 +18,7 @@ fn three_free_ports() -> u16 {
 }
 
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-cluster.sh")
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("../deploy/local-cluster.sh")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,69 @@
+//! What the edge serves: `server/discover` and the tenant's catalog as tools, filtered by the
+//! principal's effective scopes (an action the principal may not call is not listed at all).
+
+use serde_json::{json, Value};
+use writ_api::auth::Authority;
+use writ_api::catalog::{Execution, Risk};
+use writ_api::state::LedgerState;
+
+use crate::jsonrpc::{META_SERVER_INFO, PROTOCOL_VERSION};
+
+/// How long clients may cache a tools list (private: it depends on the principal's scopes).
+pub const TOOLS_TTL_MS: u64 = 5_000;
+
+fn server_info() -> Value {
+    json!({"name": "writ-edge", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// `server/discover`: the versions and capabilities this edge really serves.
+pub fn discover() -> Value {
+    json!({
+        "resultType": "complete",
+        "supportedVersions": [PROTOCOL_VERSION],
+        "capabilities": {"tools": {}},
+        "instructions": "Writ: tools are your tenant's catalog actions your token's scopes allow.",
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": {META_SERVER_INFO: server_info()},
+    })
+}
+
+/// `tools/list` for `authority`: the newest catalog of its tenant, in id order, only the
+/// actions whose scope it holds.
+pub fn tools_for(state: &LedgerState, authority: &Authority) -> Value {
+    let tools: Vec<Value> = state
+        .catalog(&authority.tenant_id, None)
+        .map(|c| {
+            c.catalog
+                .actions
+                .iter()
+                .filter(|a| authority.require(&a.scope).is_ok())
+                .map(|a| {
+                    let description = if a.description.is_empty() { a.title.clone() } else { a.description.clone() };
+                    let mut tool = json!({
+                        "name": a.id,
+                        "title": a.title,
+                        "description": description,
+                        "inputSchema": serde_json::from_str::<Value>(&a.input_schema).unwrap_or(json!({"type": "object"})),
+                        "annotations": {
+                            "readOnlyHint": a.execution == Execution::Read,
+                            "destructiveHint": a.risk == Risk::High,
+                            "idempotentHint": a.idempotent,
+                        },
+                    });
+                    if let Some(out) = a.output_schema.as_deref().and_then(|s| serde_json::from_str::<Value>(s).ok()) {
+                        tool["outputSchema"] = out;
+                    }
+                    tool
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "resultType": "complete",
+        "tools": tools,
+        "ttlMs": TOOLS_TTL_MS,
+        "cacheScope": "private",
+        "_meta": {META_SERVER_INFO: server_info()},
+    })
+}
