@@ -79,10 +79,13 @@ impl Verifier {
 
     /// Verifies a bearer token at `now_ms` (ms since the epoch).
     pub async fn verify_at(&self, bearer: &str, now_ms: u64) -> Result<Authority, Rejection> {
-        let fresh =
-            self.inner.contact.lock().expect("contact lock").is_some_and(|t| t.elapsed() <= self.inner.staleness_max);
-        if !fresh {
-            return Err(unavailable("token state is not current: the ledger feed is down; retry shortly"));
+        // Not current (starting, or the feed reconnecting): wait briefly before failing closed.
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        while !self.is_current() {
+            if Instant::now() >= deadline {
+                return Err(unavailable("token state is not current: the ledger feed is down; retry shortly"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if let Some(rev) = auth::recorded_revision(bearer) {
             if self.revision() < rev {
@@ -91,6 +94,11 @@ impl Verifier {
         }
         let state = self.inner.state.read().expect("state lock");
         auth::verify(&state, bearer, &self.inner.audience, now_ms)
+    }
+
+    /// Whether the replica heard from the ledger within the staleness bound.
+    pub fn is_current(&self) -> bool {
+        self.inner.contact.lock().expect("contact lock").is_some_and(|t| t.elapsed() <= self.inner.staleness_max)
     }
 
     /// Runs `f` on the replica (e.g. to read principals or catalogs at the same revision).
@@ -111,7 +119,14 @@ async fn feed(inner: Weak<Inner>, ledger: Arc<dyn Ledger>) {
         match follow_once(&inner, ledger.as_ref()).await {
             Ok(()) => backoff = RETRY_MIN,
             Err(e) => {
-                tracing::warn!(reason = %e.reason, message = %e.message, "verifier feed interrupted");
+                // Before the first snapshot (e.g. while the cluster elects a leader at start-up)
+                // a failed attempt is expected; later it means lost contact.
+                let started = inner.upgrade().is_some_and(|i| i.contact.lock().expect("contact lock").is_some());
+                if started {
+                    tracing::warn!(reason = %e.reason, message = %e.message, "verifier feed interrupted");
+                } else {
+                    tracing::debug!(reason = %e.reason, message = %e.message, "verifier waiting for the ledger");
+                }
                 backoff = (backoff * 2).min(RETRY_MAX);
             }
         }

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod dev;
+pub mod edge;
 pub mod http;
 pub mod keys;
 pub mod ledger;

@@ -23,6 +23,12 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
+    /// A stateless MCP edge replica in front of a ledger cluster.
+    Edge {
+        /// TOML configuration (WRIT_EDGE_* environment variables override it).
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Operate a cluster through its admin API.
     Admin(writ_tenant_admin::cli::AdminArgs),
 }
@@ -58,6 +64,16 @@ fn main() -> ExitCode {
                     Err(e) => {
                         eprintln!("error: writ dev: {e}");
                         ExitCode::from(1)
+                    }
+                }
+            }
+            Cmd::Edge { config } => {
+                init_tracing();
+                match writ_node::edge::run(&config).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(2)
                     }
                 }
             }
