@@ -16,6 +16,26 @@ use serde_json::Value;
 use crate::ledger::{Event, EventEnvelope};
 use crate::reason::ReasonCode;
 
+/// Largest batch of request decisions in one ledger command.
+pub const DECISIONS_PER_COMMAND_MAX: usize = 1000;
+
+/// An authenticated request's decision at an edge (SPEC D10): who asked for what, and whether
+/// it was allowed. Becomes one audit record of the tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestDecisionV1 {
+    pub trace_id: String,
+    pub principal_id: String,
+    pub token_id: Option<String>,
+    pub parent_token_id: Option<String>,
+    /// The MCP method, e.g. `tools/list`.
+    pub method: String,
+    /// The tool, prompt or resource named by the request, if any.
+    pub name: Option<String>,
+    /// `allowed` or `denied`.
+    pub outcome: String,
+    pub reason: Option<ReasonCode>,
+}
+
 /// What replaces a redacted value.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -148,6 +168,25 @@ pub fn redact(value: &mut Value) {
 /// The record an event of a tenant stream produces, at sequence `seq`. Redaction happens
 /// here, so no unredacted secret is ever stored or listed.
 pub fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
+    if let Event::RequestDecidedV1 { decision: d, .. } = &env.event {
+        let mut detail = serde_json::json!({"method": d.method, "name": d.name});
+        redact(&mut detail);
+        return AuditRecordV1 {
+            seq,
+            at_ms: env.at_ms,
+            revision: env.revision,
+            trace_id: d.trace_id.clone(),
+            tenant_id: tenant_id.to_string(),
+            domain: "request".into(),
+            operation: d.method.clone(),
+            outcome: d.outcome.clone(),
+            reason_code: d.reason,
+            principal_id: Some(d.principal_id.clone()),
+            token_id: d.token_id.clone(),
+            parent_token_id: d.parent_token_id.clone(),
+            detail: detail.to_string(),
+        };
+    }
     let (domain, principal_id, token_id, parent_token_id) = subject(&env.event);
     let (operation, outcome, reason_code) = match &env.event {
         Event::CommandRejectedV1 { command, reason, .. } => (command.clone(), "rejected", Some(*reason)),
@@ -205,6 +244,7 @@ fn subject(event: &Event) -> Subject {
         | Event::ExecutorEnrolledV1 { .. }
         | Event::ExecutorRevokedV1 { .. }
         | Event::ExecutorCaRegisteredV1 { .. } => ("executor", None, None, None),
+        Event::RequestDecidedV1 { .. } => ("request", None, None, None),
     }
 }
 

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::RequestDecisionV1;
 use crate::catalog::CatalogV1;
 use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use crate::principal::PrincipalSpecV1;
@@ -131,6 +132,12 @@ pub enum Command {
         tenant_id: String,
         ca: ExecutorCaV1,
     },
+    /// Record edge request decisions (each becomes an audit record), also for a suspended
+    /// tenant: its denials are audited too.
+    RecordDecisions {
+        tenant_id: String,
+        decisions: Vec<RequestDecisionV1>,
+    },
 }
 
 impl Command {
@@ -156,6 +163,7 @@ impl Command {
             Command::CompleteEnrollment { .. } => "complete_enrollment",
             Command::RevokeExecutor { .. } => "revoke_executor",
             Command::RegisterExecutorCa { .. } => "register_executor_ca",
+            Command::RecordDecisions { .. } => "record_decisions",
         }
     }
 
@@ -179,7 +187,8 @@ impl Command {
             | Command::CreateEnrollment { tenant_id, .. }
             | Command::CompleteEnrollment { tenant_id, .. }
             | Command::RevokeExecutor { tenant_id, .. }
-            | Command::RegisterExecutorCa { tenant_id, .. } => tenant_id,
+            | Command::RegisterExecutorCa { tenant_id, .. }
+            | Command::RecordDecisions { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -281,6 +290,10 @@ pub enum Event {
         tenant_id: String,
         ca: ExecutorCaV1,
     },
+    RequestDecidedV1 {
+        tenant_id: String,
+        decision: RequestDecisionV1,
+    },
 }
 
 impl Event {
@@ -307,6 +320,7 @@ impl Event {
             Event::ExecutorEnrolledV1 { .. } => "executor_enrolled",
             Event::ExecutorRevokedV1 { .. } => "executor_revoked",
             Event::ExecutorCaRegisteredV1 { .. } => "executor_ca_registered",
+            Event::RequestDecidedV1 { .. } => "request_decided",
         }
     }
 }

@@ -298,6 +298,8 @@ impl LedgerState {
             Event::ExecutorCaRegisteredV1 { tenant_id, ca } => {
                 self.executor_cas.entry(tenant_id.clone()).or_default().insert(ca.fingerprint.clone(), ca.clone());
             }
+            // Only an audit record (below).
+            Event::RequestDecidedV1 { .. } => {}
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id);
                 p.scopes.remove(scope);
@@ -736,6 +738,19 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 return Ok(vec![]);
             }
             Ok(vec![Event::ExecutorCaRegisteredV1 { tenant_id: tenant_id.clone(), ca: ca.clone() }])
+        }
+        Command::RecordDecisions { tenant_id, decisions } => {
+            existing(state, tenant_id)?;
+            if decisions.is_empty() || decisions.len() > crate::audit::DECISIONS_PER_COMMAND_MAX {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "1..=1000 decisions per command"));
+            }
+            if decisions.iter().any(|d| !matches!(d.outcome.as_str(), "allowed" | "denied")) {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a decision's outcome is allowed or denied"));
+            }
+            Ok(decisions
+                .iter()
+                .map(|d| Event::RequestDecidedV1 { tenant_id: tenant_id.clone(), decision: d.clone() })
+                .collect())
         }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),

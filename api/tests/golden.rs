@@ -1,6 +1,7 @@
 //! Golden encodings of persisted types: a changed encoding of an existing command or event
 //! fails here. Add a new `V2` variant instead; bless new samples with `WRIT_BLESS=1`.
 
+use writ_api::audit::RequestDecisionV1;
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
@@ -237,7 +238,25 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::RegisterExecutorCa { tenant_id: "t-1".into(), ca: executor_ca() }),
             Some(env(20, 18, Event::ExecutorCaRegisteredV1 { tenant_id: "t-1".into(), ca: executor_ca() })),
         ),
+        (
+            "request_decided_v1",
+            req(Command::RecordDecisions { tenant_id: "t-1".into(), decisions: vec![decision()] }),
+            Some(env(21, 19, Event::RequestDecidedV1 { tenant_id: "t-1".into(), decision: decision() })),
+        ),
     ]
+}
+
+fn decision() -> RequestDecisionV1 {
+    RequestDecisionV1 {
+        trace_id: "tr-1".into(),
+        principal_id: "p-1".into(),
+        token_id: Some("j-1".into()),
+        parent_token_id: None,
+        method: "tools/list".into(),
+        name: None,
+        outcome: "denied".into(),
+        reason: Some(ReasonCode::APP_SCOPE_FORBIDDEN),
+    }
 }
 
 fn enrollment() -> EnrollmentV1 {

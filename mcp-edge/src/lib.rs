@@ -11,6 +11,7 @@
 //! Architecture invariant: `mcp-edge` never opens RocksDB; it reaches the ledger only through
 //! `writ_api` (the `Ledger` trait and the verifier).
 
+pub mod audit;
 pub mod jsonrpc;
 mod surfaces;
 
@@ -24,8 +25,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
+use writ_api::audit::RequestDecisionV1;
 use writ_api::auth::Authority;
+use writ_api::client::Ledger;
+use writ_api::settings::AuditMode;
 use writ_api::verifier::Verifier;
+use writ_api::Rejection;
+
+use crate::audit::AuditSink;
 use writ_api::ReasonCode;
 
 use crate::jsonrpc::{
@@ -116,14 +123,16 @@ fn is_loopback_name(host: &str) -> bool {
 struct Edge {
     config: EdgeConfig,
     verifier: Verifier,
+    audit: AuditSink,
 }
 
-/// The edge's router: the MCP endpoint and the protected-resource metadata.
-pub fn router(verifier: Verifier, config: EdgeConfig) -> Router {
+/// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` receives
+/// the request decisions (audit); `verifier` follows it for tokens and catalogs.
+pub fn router(verifier: Verifier, ledger: Arc<dyn Ledger>, config: EdgeConfig) -> Router {
     let mcp = config.mcp_path();
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
     let limit = config.body_bytes_max;
-    let edge = Arc::new(Edge { config, verifier });
+    let edge = Arc::new(Edge { config, verifier, audit: AuditSink::start(ledger) });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
         .route(&prm, get(resource_metadata));
@@ -332,11 +341,30 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         Ok(a) => a,
         Err(r) => return r,
     };
-    match req.method.as_str() {
+    let trace_id = uuid::Uuid::new_v4().to_string();
+    let decision = |denied: Option<&Rejection>| RequestDecisionV1 {
+        trace_id: trace_id.clone(),
+        principal_id: authority.principal_id.clone(),
+        token_id: authority.token_id.clone(),
+        parent_token_id: authority.parent_token_id.clone(),
+        method: req.method.clone(),
+        name: None,
+        outcome: if denied.is_some() { "denied" } else { "allowed" }.into(),
+        reason: denied.map(|r| r.reason),
+    };
+    let mut response = match req.method.as_str() {
         "server/discover" => jsonrpc::result(&req.id, surfaces::discover()),
         "tools/list" => {
             if let Err(e) = authority.require(LIST_SCOPE) {
-                return challenge(&edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, LIST_SCOPE);
+                // A denial is on the record before the client hears of it.
+                if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision(Some(&e))).await {
+                    return unavailable(&req.id, fail);
+                }
+                let mut denied = challenge(&edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, LIST_SCOPE);
+                if let Ok(v) = HeaderValue::from_str(&trace_id) {
+                    denied.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
+                }
+                return denied;
             }
             let tools = edge.verifier.with_state(|s| surfaces::tools_for(s, &authority));
             jsonrpc::result(&req.id, tools)
@@ -344,5 +372,29 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         other => RpcError::new(StatusCode::NOT_FOUND, METHOD_NOT_FOUND, format!("{other} is not served"))
             .with_id(&req.id)
             .into_response(),
+    };
+    // Allowed reads: group-committed within the flush window, or now for strict tenants.
+    let strict = edge.verifier.with_state(|s| {
+        s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
+    });
+    if strict {
+        if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision(None)).await {
+            return unavailable(&req.id, fail);
+        }
+    } else {
+        edge.audit.buffer(&authority.tenant_id, decision(None)).await;
     }
+    if let Ok(v) = HeaderValue::from_str(&trace_id) {
+        response.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
+    }
+    response
+}
+
+/// Fail-closed answer when the ledger cannot record a decision (SPEC E6).
+fn unavailable(id: &Option<Value>, fail: Rejection) -> Response {
+    let status = StatusCode::from_u16(fail.reason.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    RpcError::new(status, fail.reason.jsonrpc_code() as i64, fail.message)
+        .with_data(json!({"reason": fail.reason}))
+        .with_id(id)
+        .into_response()
 }

@@ -110,8 +110,8 @@ pub async fn start_edge(
     let mut config = EdgeConfig::for_url(&url);
     config.allowed_hosts.extend(allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()));
     config.allowed_origins = allowed_origins;
-    let verifier = Verifier::follow(ledger, url.clone());
-    let app = writ_mcp_edge::router(verifier, config);
+    let verifier = Verifier::follow(ledger.clone(), url.clone());
+    let app = writ_mcp_edge::router(verifier, ledger, config);
     let server = tokio::spawn(async move {
         use axum::serve::ListenerExt;
         let listener = listener.tap_io(|tcp| {

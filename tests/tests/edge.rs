@@ -57,10 +57,11 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let url = node.url.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let edge_url = format!("http://127.0.0.1:{}/mcp", listener.local_addr().unwrap().port());
-    let verifier = Verifier::follow(Arc::new(HttpLedger::new(vec![url.clone()])) as Arc<dyn Ledger>, edge_url.clone());
+    let ledger = Arc::new(HttpLedger::new(vec![url.clone()])) as Arc<dyn Ledger>;
+    let verifier = Verifier::follow(ledger.clone(), edge_url.clone());
     let config = EdgeConfig::for_url(&edge_url);
     let prm_url = config.resource_metadata_url();
-    tokio::spawn(async move { axum::serve(listener, writ_mcp_edge::router(verifier, config)).await });
+    tokio::spawn(async move { axum::serve(listener, writ_mcp_edge::router(verifier, ledger, config)).await });
     let edge = Edge { url: edge_url.clone(), http: reqwest::Client::builder().no_proxy().build().unwrap() };
 
     admin.post_ok(&url, "/v1/tenants", json!({"name": "edge-co"})).await;
@@ -120,6 +121,21 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let (code, headers, body) = edge.call(Some(&blind), "tools/list").await;
     assert_eq!(code, 403, "{body}");
     assert!(headers["www-authenticate"].to_str().unwrap().contains("error=\"insufficient_scope\""));
+    // Every authenticated decision is audited: the denial is on record before the response
+    // (read right away), allowed reads within the group-commit window.
+    let denied = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=denied").await.unwrap();
+    let rec = &denied["records"][0];
+    assert_eq!(
+        (&rec["operation"], &rec["reason_code"]),
+        (&json!("tools/list"), &json!("APP_SCOPE_FORBIDDEN")),
+        "{denied}"
+    );
+    assert_eq!(rec["trace_id"].as_str(), headers.get("x-writ-trace-id").and_then(|v| v.to_str().ok()));
+    writ_tests::eventually("allowed reads audited", Duration::from_secs(5), || async {
+        let allowed = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=allowed").await.ok()?;
+        (allowed["records"].as_array()?.len() >= 3).then_some(())
+    })
+    .await;
     let (code, _, discover) = edge.call(Some(&reader), "server/discover").await;
     assert_eq!((code, &discover["result"]["supportedVersions"]), (200, &json!(["2026-07-28"])));
 

@@ -1,0 +1,91 @@
+//! Request-decision audit at the edge (SPEC D10, E2): denials are committed before the
+//! response; allowed reads are group-committed within [`FLUSH_WINDOW`] through a bounded
+//! buffer that applies backpressure (never drops), unless the tenant's audit mode is `strict`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use writ_api::audit::{RequestDecisionV1, DECISIONS_PER_COMMAND_MAX};
+use writ_api::client::Ledger;
+use writ_api::dto::{SubmitRequest, SubmitResponse};
+use writ_api::ledger::{Command, Outcome};
+use writ_api::Rejection;
+
+/// Longest an allowed read's decision waits before it is committed.
+pub const FLUSH_WINDOW: Duration = Duration::from_millis(100);
+/// Decisions buffered before senders wait.
+pub const BUFFER_DECISIONS: usize = 4096;
+
+/// Writes decisions to the ledger.
+#[derive(Clone)]
+pub struct AuditSink {
+    ledger: Arc<dyn Ledger>,
+    buffered: mpsc::Sender<(String, RequestDecisionV1)>,
+}
+
+impl AuditSink {
+    /// Starts the group-commit task (it ends, after a last flush, when every sink is dropped).
+    pub fn start(ledger: Arc<dyn Ledger>) -> AuditSink {
+        let (tx, rx) = mpsc::channel(BUFFER_DECISIONS);
+        tokio::spawn(flusher(ledger.clone(), rx));
+        AuditSink { ledger, buffered: tx }
+    }
+
+    /// Commits one decision now (denials, effectful calls, strict tenants).
+    pub async fn commit(&self, tenant_id: &str, decision: RequestDecisionV1) -> Result<(), Rejection> {
+        submit(self.ledger.as_ref(), tenant_id, vec![decision]).await
+    }
+
+    /// Queues an allowed read's decision; waits (backpressure) when the buffer is full.
+    pub async fn buffer(&self, tenant_id: &str, decision: RequestDecisionV1) {
+        if self.buffered.send((tenant_id.to_string(), decision)).await.is_err() {
+            tracing::error!("audit flusher is gone");
+        }
+    }
+}
+
+async fn submit(ledger: &dyn Ledger, tenant_id: &str, decisions: Vec<RequestDecisionV1>) -> Result<(), Rejection> {
+    let trace_id = decisions.first().map(|d| d.trace_id.clone()).unwrap_or_default();
+    let command = Command::RecordDecisions { tenant_id: tenant_id.to_string(), decisions };
+    match ledger.submit(SubmitRequest { trace_id, command }).await? {
+        SubmitResponse { outcome: Outcome::Applied { .. }, .. } => Ok(()),
+        SubmitResponse { outcome: Outcome::Rejected { reason, message, .. }, .. } => {
+            Err(Rejection::new(reason, message))
+        }
+        _ => Err(Rejection::new(writ_api::ReasonCode::INTERNAL, "unexpected audit outcome")),
+    }
+}
+
+/// Collects decisions for up to [`FLUSH_WINDOW`] after the first, then commits one command per
+/// tenant. A failed commit is retried (the decisions stay buffered) so none is lost.
+async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<(String, RequestDecisionV1)>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch: BTreeMap<String, Vec<RequestDecisionV1>> = BTreeMap::new();
+        batch.entry(first.0).or_default().push(first.1);
+        let deadline = tokio::time::Instant::now() + FLUSH_WINDOW;
+        while let Ok(Some((t, d))) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            batch.entry(t).or_default().push(d);
+        }
+        for (tenant, decisions) in batch {
+            for chunk in decisions.chunks(DECISIONS_PER_COMMAND_MAX) {
+                let mut delay = Duration::from_millis(50);
+                loop {
+                    match submit(ledger.as_ref(), &tenant, chunk.to_vec()).await {
+                        Ok(()) => break,
+                        Err(e) if e.reason == writ_api::ReasonCode::LEDGER_UNAVAILABLE => {
+                            tracing::warn!(message = %e.message, "audit flush failed; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(2));
+                        }
+                        Err(e) => {
+                            tracing::error!(reason = %e.reason, message = %e.message, "audit decisions rejected");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
