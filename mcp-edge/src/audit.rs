@@ -18,11 +18,17 @@ pub const FLUSH_WINDOW: Duration = Duration::from_millis(100);
 /// Decisions buffered before senders wait.
 pub const BUFFER_DECISIONS: usize = 4096;
 
+enum Queued {
+    Decision(String, RequestDecisionV1),
+    /// Commit everything queued before this, then answer.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
 /// Writes decisions to the ledger.
 #[derive(Clone)]
 pub struct AuditSink {
     ledger: Arc<dyn Ledger>,
-    buffered: mpsc::Sender<(String, RequestDecisionV1)>,
+    buffered: mpsc::Sender<Queued>,
 }
 
 impl AuditSink {
@@ -40,8 +46,16 @@ impl AuditSink {
 
     /// Queues an allowed read's decision; waits (backpressure) when the buffer is full.
     pub async fn buffer(&self, tenant_id: &str, decision: RequestDecisionV1) {
-        if self.buffered.send((tenant_id.to_string(), decision)).await.is_err() {
+        if self.buffered.send(Queued::Decision(tenant_id.to_string(), decision)).await.is_err() {
             tracing::error!("audit flusher is gone");
+        }
+    }
+
+    /// Returns once every decision buffered before the call is committed (shutdown).
+    pub async fn flush(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.buffered.send(Queued::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
         }
     }
 }
@@ -58,33 +72,55 @@ async fn submit(ledger: &dyn Ledger, tenant_id: &str, decisions: Vec<RequestDeci
     }
 }
 
-/// Collects decisions for up to [`FLUSH_WINDOW`] after the first, then commits one command per
-/// tenant. A failed commit is retried (the decisions stay buffered) so none is lost.
-async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<(String, RequestDecisionV1)>) {
+/// Collects decisions for up to [`FLUSH_WINDOW`] after the first (or until a flush request),
+/// then commits one command per tenant. A failed commit is retried (the decisions stay
+/// buffered) so none is lost.
+async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<Queued>) {
     while let Some(first) = rx.recv().await {
         let mut batch: BTreeMap<String, Vec<RequestDecisionV1>> = BTreeMap::new();
-        batch.entry(first.0).or_default().push(first.1);
-        let deadline = tokio::time::Instant::now() + FLUSH_WINDOW;
-        while let Ok(Some((t, d))) = tokio::time::timeout_at(deadline, rx.recv()).await {
-            batch.entry(t).or_default().push(d);
+        let mut waiters = Vec::new();
+        let mut take = |q: Queued, batch: &mut BTreeMap<String, Vec<RequestDecisionV1>>| match q {
+            Queued::Decision(t, d) => {
+                batch.entry(t).or_default().push(d);
+                true
+            }
+            Queued::Flush(w) => {
+                waiters.push(w);
+                false
+            }
+        };
+        if take(first, &mut batch) {
+            let deadline = tokio::time::Instant::now() + FLUSH_WINDOW;
+            while let Ok(Some(q)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+                if !take(q, &mut batch) {
+                    break;
+                }
+            }
         }
         for (tenant, decisions) in batch {
             for chunk in decisions.chunks(DECISIONS_PER_COMMAND_MAX) {
-                let mut delay = Duration::from_millis(50);
-                loop {
-                    match submit(ledger.as_ref(), &tenant, chunk.to_vec()).await {
-                        Ok(()) => break,
-                        Err(e) if e.reason == writ_api::ReasonCode::LEDGER_UNAVAILABLE => {
-                            tracing::warn!(message = %e.message, "audit flush failed; retrying");
-                            tokio::time::sleep(delay).await;
-                            delay = (delay * 2).min(Duration::from_secs(2));
-                        }
-                        Err(e) => {
-                            tracing::error!(reason = %e.reason, message = %e.message, "audit decisions rejected");
-                            break;
-                        }
-                    }
-                }
+                commit_retrying(ledger.as_ref(), &tenant, chunk).await;
+            }
+        }
+        for w in waiters {
+            let _ = w.send(());
+        }
+    }
+}
+
+async fn commit_retrying(ledger: &dyn Ledger, tenant: &str, chunk: &[RequestDecisionV1]) {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match submit(ledger, tenant, chunk.to_vec()).await {
+            Ok(()) => return,
+            Err(e) if e.reason == writ_api::ReasonCode::LEDGER_UNAVAILABLE => {
+                tracing::warn!(message = %e.message, "audit flush failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                tracing::error!(reason = %e.reason, message = %e.message, "audit decisions rejected");
+                return;
             }
         }
     }

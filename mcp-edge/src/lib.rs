@@ -27,7 +27,6 @@ use base64::Engine;
 use serde_json::{json, Value};
 use writ_api::audit::RequestDecisionV1;
 use writ_api::auth::Authority;
-use writ_api::client::Ledger;
 use writ_api::settings::AuditMode;
 use writ_api::verifier::Verifier;
 use writ_api::Rejection;
@@ -126,13 +125,14 @@ struct Edge {
     audit: AuditSink,
 }
 
-/// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` receives
-/// the request decisions (audit); `verifier` follows it for tokens and catalogs.
-pub fn router(verifier: Verifier, ledger: Arc<dyn Ledger>, config: EdgeConfig) -> Router {
+/// The edge's router: the MCP endpoint and the protected-resource metadata. `audit` records
+/// the request decisions (flush it on shutdown); `verifier` follows the ledger for tokens and
+/// catalogs.
+pub fn router(verifier: Verifier, audit: AuditSink, config: EdgeConfig) -> Router {
     let mcp = config.mcp_path();
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
     let limit = config.body_bytes_max;
-    let edge = Arc::new(Edge { config, verifier, audit: AuditSink::start(ledger) });
+    let edge = Arc::new(Edge { config, verifier, audit });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
         .route(&prm, get(resource_metadata));

@@ -166,7 +166,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         env = env_path.display(),
     );
     crate::wait_for_shutdown_signal().await;
-    edge.shutdown();
+    edge.shutdown().await;
     running.shutdown().await;
     Ok(())
 }

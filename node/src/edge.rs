@@ -10,6 +10,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use writ_api::client::{HttpLedger, Ledger};
 use writ_api::verifier::Verifier;
+use writ_mcp_edge::audit::AuditSink;
 use writ_mcp_edge::EdgeConfig;
 
 use crate::config::ConfigError;
@@ -88,11 +89,14 @@ pub struct RunningEdge {
     pub url: String,
     pub local_addr: SocketAddr,
     server: tokio::task::JoinHandle<()>,
+    audit: AuditSink,
 }
 
 impl RunningEdge {
-    pub fn shutdown(self) {
+    /// Stops serving, then commits the request decisions still buffered.
+    pub async fn shutdown(self) {
         self.server.abort();
+        self.audit.flush().await;
     }
 }
 
@@ -111,7 +115,8 @@ pub async fn start_edge(
     config.allowed_hosts.extend(allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()));
     config.allowed_origins = allowed_origins;
     let verifier = Verifier::follow(ledger.clone(), url.clone());
-    let app = writ_mcp_edge::router(verifier, ledger, config);
+    let audit = AuditSink::start(ledger);
+    let app = writ_mcp_edge::router(verifier, audit.clone(), config);
     let server = tokio::spawn(async move {
         use axum::serve::ListenerExt;
         let listener = listener.tap_io(|tcp| {
@@ -122,7 +127,7 @@ pub async fn start_edge(
         }
     });
     tracing::info!(%url, "edge serving");
-    Ok(RunningEdge { url, local_addr, server })
+    Ok(RunningEdge { url, local_addr, server, audit })
 }
 
 /// `writ edge --config FILE`.
@@ -135,7 +140,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         .map_err(|e| format!("edge: {e}"))?;
     println!("Writ edge serving MCP at {}", edge.url);
     crate::wait_for_shutdown_signal().await;
-    edge.shutdown();
+    edge.shutdown().await;
     Ok(())
 }
 

@@ -61,7 +61,9 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let verifier = Verifier::follow(ledger.clone(), edge_url.clone());
     let config = EdgeConfig::for_url(&edge_url);
     let prm_url = config.resource_metadata_url();
-    tokio::spawn(async move { axum::serve(listener, writ_mcp_edge::router(verifier, ledger, config)).await });
+    let audit = writ_mcp_edge::audit::AuditSink::start(ledger);
+    let router = writ_mcp_edge::router(verifier, audit.clone(), config);
+    tokio::spawn(async move { axum::serve(listener, router).await });
     let edge = Edge { url: edge_url.clone(), http: reqwest::Client::builder().no_proxy().build().unwrap() };
 
     admin.post_ok(&url, "/v1/tenants", json!({"name": "edge-co"})).await;
@@ -180,6 +182,15 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let (code, _, _) = edge.post(Some(&full), &[("Origin", "http://evil.example.com")], json!({})).await;
     assert_eq!(code, 403);
     assert_eq!(edge.http.get(&edge_url).send().await.unwrap().status().as_u16(), 405);
+
+    // A flush (as at shutdown) commits what is buffered: the next allowed read is listed at once.
+    audit.flush().await;
+    let before = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=allowed").await.unwrap();
+    let before = before["records"].as_array().unwrap().len();
+    edge.call(Some(&reader), "server/discover").await;
+    audit.flush().await;
+    let after = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=allowed").await.unwrap();
+    assert_eq!(after["records"].as_array().unwrap().len(), before + 1, "{after}");
 
     // A tenant suspension reaches the edge through the watch stream.
     admin.post_ok(&url, "/v1/tenants/edge-co/suspend", json!({})).await;
