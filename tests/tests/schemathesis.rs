@@ -9,7 +9,7 @@ use writ_tests::procs::{single_node, Admin, TEST_OPERATOR_TOKEN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_api_conforms_to_its_openapi_document() {
-    let (node, _dir) = single_node().await;
+    let (node, dir) = single_node().await;
     let url = node.url.clone();
     // The objects the document's path examples name, so that generated calls reach them.
     let admin = Admin::new();
@@ -27,8 +27,11 @@ async fn admin_api_conforms_to_its_openapi_document() {
         .await;
     let bin = std::env::var("WRIT_SCHEMATHESIS").unwrap_or_else(|_| "schemathesis".into());
     let schema = format!("{url}/v1/openapi.json");
+    // Schemathesis keeps a cache in its working directory: keep it out of the checkout.
+    let workdir = dir.path().to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(&bin)
+            .current_dir(&workdir)
             .args(["run", &schema, "--header", &format!("Authorization: Bearer {TEST_OPERATOR_TOKEN}")])
             .args(["--checks", "not_a_server_error,response_schema_conformance"])
             .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "8", "--seed", "1", "--workers", "2"])
