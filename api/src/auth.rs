@@ -132,11 +132,15 @@ fn peek(bearer: &str) -> Result<Peek, Rejection> {
     if bearer.len() > BEARER_BYTES_MAX {
         return Err(invalid(format!("the token exceeds {BEARER_BYTES_MAX} bytes")));
     }
-    let payload = bearer.split('.').nth(1).ok_or_else(|| invalid("the token is not a JWT"))?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload)
-        .map_err(|_| invalid("the token payload is not base64url"))?;
-    serde_json::from_slice(&bytes).map_err(|_| invalid("the token payload is not a JSON object"))
+    let payload = segment(bearer, 1).ok_or_else(|| invalid("the token payload is not a base64url JSON object"))?;
+    serde_json::from_value(payload).map_err(|_| invalid("the token payload is not a JSON object"))
+}
+
+/// One JWT segment (0 header, 1 claims) decoded as JSON, unverified: for routing and display.
+pub fn segment(token: &str, index: usize) -> Option<serde_json::Value> {
+    let part = token.split('.').nth(index)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// The ledger revision a Writ token was recorded at, if the token says so (unverified: only

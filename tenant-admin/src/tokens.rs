@@ -8,7 +8,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use base64::Engine;
 use writ_api::auth::WritClaims;
 use writ_api::dto::{
     DelegateTokenRequest, InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, Query as LedgerQuery,
@@ -163,13 +162,6 @@ async fn revoke_token(
     }
 }
 
-/// Decodes one JWT segment for display (never trusted).
-fn segment(token: &str, index: usize) -> Option<serde_json::Value> {
-    let part = token.split('.').nth(index)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
 async fn inspect_token(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<InspectTokenRequest>,
@@ -194,8 +186,8 @@ async fn inspect_token(
         reason,
         message,
         authority,
-        header: segment(&b.token, 0),
-        claims: segment(&b.token, 1),
+        header: writ_api::auth::segment(&b.token, 0),
+        claims: writ_api::auth::segment(&b.token, 1),
     }))
 }
 
