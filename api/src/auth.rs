@@ -200,6 +200,35 @@ pub fn verify(state: &LedgerState, bearer: &str, audience: &str, now_ms: u64) ->
     }
 }
 
+/// The issuer recorded for requests served without a token (loopback-only anonymous mode).
+pub const ANONYMOUS_ISSUER: &str = "urn:writ:anonymous-loopback";
+
+/// The authority of an unauthenticated request on a loopback-only edge (SPEC E3): the named
+/// principal of the named tenant, with that principal's current scopes. The same gates apply as
+/// for a token: the tenant must be active and the principal not revoked.
+pub fn anonymous(state: &LedgerState, tenant: &str, principal: &str) -> Result<Authority, Rejection> {
+    let t = state.tenant(tenant).ok_or_else(|| invalid(format!("the anonymous tenant '{tenant}' does not exist")))?;
+    domain_gate(state, &t.id)?;
+    let p = state
+        .principal(&t.id, principal)
+        .ok_or_else(|| invalid(format!("the anonymous principal '{principal}' does not exist")))?;
+    if p.state != PrincipalState::Active {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
+    }
+    Ok(Authority {
+        tenant_id: t.id.clone(),
+        principal_id: p.id.clone(),
+        principal_name: p.name.clone(),
+        issuer: ANONYMOUS_ISSUER.into(),
+        token_id: None,
+        parent_token_id: None,
+        chain: Vec::new(),
+        scopes: p.scopes.clone(),
+        revoked_scopes: p.revoked_scopes.clone(),
+        expires_at_ms: u64::MAX,
+    })
+}
+
 fn domain_gate(state: &LedgerState, tenant_id: &str) -> Result<(), Rejection> {
     let tenant = state.tenants.get(tenant_id).ok_or_else(|| invalid("the token's tenant does not exist"))?;
     if tenant.state == TenantState::Suspended {

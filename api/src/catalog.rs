@@ -37,13 +37,53 @@ pub enum Risk {
 }
 
 /// How a call runs: `read` answers directly and changes nothing; `operation` goes through the
-/// durable operation flow (propose → execute → readback).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// durable operation flow (propose → execute → readback); `{"builtin": "<handler>"}` is answered
+/// by a handler built into the edge (one of [`BUILTIN_HANDLERS`]), with no effect outside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Execution {
     Read,
     Operation,
+    Builtin(String),
 }
+
+impl Execution {
+    /// `read`, `operation` or `builtin:<handler>`, for listings.
+    pub fn label(&self) -> String {
+        match self {
+            Execution::Read => "read".into(),
+            Execution::Operation => "operation".into(),
+            Execution::Builtin(h) => format!("builtin:{h}"),
+        }
+    }
+}
+
+/// Handlers built into the edge that a catalog action may name. `conformance.*` are the MCP
+/// conformance fixtures (the reference everything-server's tools); `writ.*` read the tenant's
+/// own state. The edge has one implementation per name (a test checks the two lists agree).
+pub const BUILTIN_HANDLERS: &[&str] = &[
+    "conformance.audio_content",
+    "conformance.custom_header",
+    "conformance.embedded_resource",
+    "conformance.error_handling",
+    "conformance.image_content",
+    "conformance.input_required_capabilities",
+    "conformance.input_required_elicitation",
+    "conformance.input_required_list_roots",
+    "conformance.input_required_multi_round",
+    "conformance.input_required_multiple_inputs",
+    "conformance.input_required_request_state",
+    "conformance.input_required_sampling",
+    "conformance.input_required_tampered_state",
+    "conformance.json_schema_2020_12",
+    "conformance.logging_tool",
+    "conformance.missing_capability",
+    "conformance.multiple_content_types",
+    "conformance.simple_text",
+    "conformance.streaming_elicitation",
+    "conformance.tool_with_progress",
+    "writ.devices",
+];
 
 /// The document a publisher writes.
 #[derive(Debug, Deserialize)]
@@ -221,8 +261,13 @@ fn compile_action(a: ActionDoc) -> Result<CatalogActionV1, Rejection> {
     if let Some(dc) = &a.device_class {
         crate::device::validate_device("d-check", "check", dc).map_err(|e| invalid(at(e.message)))?;
     }
-    if a.execution == Execution::Read && a.device_class.is_some() {
-        return Err(invalid(at("a read action cannot target a device class".into())));
+    if a.execution != Execution::Operation && a.device_class.is_some() {
+        return Err(invalid(at("only an operation can target a device class".into())));
+    }
+    if let Execution::Builtin(handler) = &a.execution {
+        if !BUILTIN_HANDLERS.contains(&handler.as_str()) {
+            return Err(invalid(at(format!("'{handler}' is not a built-in handler"))));
+        }
     }
     let scope = a.scope.clone().unwrap_or_else(|| format!("tools:call:{}", a.id));
     validate_scope(&scope).map_err(|e| invalid(at(e.message)))?;
@@ -423,6 +468,24 @@ mod tests {
         let big: Vec<Value> =
             (0..400).map(|i| action(&format!("a{i}"), json!({"type": "object", "description": long}))).collect();
         assert_eq!(reason(json!({"actions": big})), ReasonCode::CATALOG_TOO_LARGE);
+    }
+
+    #[test]
+    fn builtin_execution_names_a_known_handler() {
+        let with = |execution: Value, device_class: Option<&str>| {
+            let a = json!({"id": "t", "title": "t", "input_schema": {"type": "object"}, "risk": "low",
+                           "execution": execution, "device_class": device_class});
+            compile(json!({"actions": [a]}).to_string().as_bytes())
+        };
+        let ok = with(json!({"builtin": "writ.devices"}), None).unwrap();
+        assert_eq!(ok.actions[0].execution, Execution::Builtin("writ.devices".into()));
+        assert_eq!(ok.actions[0].execution.label(), "builtin:writ.devices");
+        assert_eq!(with(json!({"builtin": "shell.exec"}), None).unwrap_err().reason, ReasonCode::CATALOG_INVALID);
+        assert_eq!(
+            with(json!({"builtin": "writ.devices"}), Some("press.v1")).unwrap_err().reason,
+            ReasonCode::CATALOG_INVALID
+        );
+        assert_eq!(with(json!("operation"), Some("press.v1")).unwrap().actions[0].execution, Execution::Operation);
     }
 
     #[test]

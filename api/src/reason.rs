@@ -107,6 +107,13 @@ reason_catalog! {
     ENROLLMENT_CSR_INVALID = 55, 400, -32602, "The certificate signing request is malformed, unsigned or uses an unsupported key.";
     EXECUTOR_NOT_FOUND = 56, 404, -32602, "No such executor in this tenant.";
     EXECUTOR_STATE_CONFLICT = 57, 409, -32009, "The executor is not in a state that allows this change.";
+    TOOL_NOT_FOUND = 58, 404, -32602, "No such tool for this principal (an action it may not call is reported the same way).";
+    REQUEST_STATE_INVALID = 59, 400, -32602, "The requestState or cursor is tampered, expired, or bound to another principal or request.";
+    RESOURCE_NOT_FOUND = 60, 404, -32602, "No such resource for this principal.";
+    PROMPT_NOT_FOUND = 61, 404, -32602, "No such prompt for this principal.";
+    CLIENT_CAPABILITY_MISSING = 62, 400, -32021, "The request needs a client capability the client did not declare.";
+    PROTOCOL_HEADER_MISMATCH = 63, 400, -32020, "A transport header is missing or does not match the request body.";
+    PROTOCOL_VERSION_UNSUPPORTED = 64, 400, -32022, "The requested MCP protocol version is not served.";
 }
 
 impl std::fmt::Display for ReasonCode {

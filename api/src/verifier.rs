@@ -79,14 +79,7 @@ impl Verifier {
 
     /// Verifies a bearer token at `now_ms` (ms since the epoch).
     pub async fn verify_at(&self, bearer: &str, now_ms: u64) -> Result<Authority, Rejection> {
-        // Not current (starting, or the feed reconnecting): wait briefly before failing closed.
-        let deadline = Instant::now() + CATCH_UP_WAIT;
-        while !self.is_current() {
-            if Instant::now() >= deadline {
-                return Err(unavailable("token state is not current: the ledger feed is down; retry shortly"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.current().await?;
         if let Some(rev) = auth::recorded_revision(bearer) {
             if self.revision() < rev {
                 self.wait_for(rev, CATCH_UP_WAIT).await;
@@ -94,6 +87,26 @@ impl Verifier {
         }
         let state = self.inner.state.read().expect("state lock");
         auth::verify(&state, bearer, &self.inner.audience, now_ms)
+    }
+
+    /// The authority of an anonymous loopback request (see [`auth::anonymous`]), from a current
+    /// replica.
+    pub async fn anonymous(&self, tenant: &str, principal: &str) -> Result<Authority, Rejection> {
+        self.current().await?;
+        auth::anonymous(&self.inner.state.read().expect("state lock"), tenant, principal)
+    }
+
+    /// Waits briefly for the replica to be current (starting, or the feed reconnecting), then
+    /// fails closed.
+    async fn current(&self) -> Result<(), Rejection> {
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        while !self.is_current() {
+            if Instant::now() >= deadline {
+                return Err(unavailable("token state is not current: the ledger feed is down; retry shortly"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Whether the replica heard from the ledger within the staleness bound.

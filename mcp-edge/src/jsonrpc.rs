@@ -16,7 +16,10 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const HEADER_MISMATCH: i64 = -32020;
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub const INTERNAL_ERROR: i64 = -32603;
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// A decoded request (`id` absent means a notification).
 #[derive(Debug, Deserialize)]
@@ -55,6 +58,31 @@ impl RpcError {
         RpcError { status, code, message: message.into(), data: None, id: Value::Null }
     }
 
+    /// A Writ rejection: its reason's HTTP status and JSON-RPC code, the reason in `data`.
+    pub fn rejected(r: &writ_api::Rejection) -> RpcError {
+        RpcError::reason(r.reason, r.message.clone())
+    }
+
+    pub fn reason(reason: writ_api::ReasonCode, message: impl Into<String>) -> RpcError {
+        let status = StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        RpcError::new(status, reason.jsonrpc_code() as i64, message).with_data(json!({"reason": reason}))
+    }
+
+    /// Answer with HTTP 200 (a JSON-RPC error inside a successful exchange), for errors about
+    /// the request's content rather than its transport.
+    pub fn in_band(mut self) -> RpcError {
+        self.status = StatusCode::OK;
+        self
+    }
+
+    /// Adds `key: value` to the error's data object.
+    pub fn with_detail(mut self, key: &str, value: Value) -> RpcError {
+        let mut data = self.data.take().unwrap_or_else(|| json!({}));
+        data[key] = value;
+        self.data = Some(data);
+        self
+    }
+
     pub fn with_data(mut self, data: Value) -> RpcError {
         self.data = Some(data);
         self
@@ -68,15 +96,32 @@ impl RpcError {
 
 impl IntoResponse for RpcError {
     fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(d) = self.data {
-            error["data"] = d;
-        }
-        (self.status, axum::Json(json!({"jsonrpc": "2.0", "id": self.id, "error": error}))).into_response()
+        let body = response(&Some(self.id.clone()), Err(&self));
+        (self.status, axum::Json(body)).into_response()
     }
 }
 
 /// A success answer for request `id`.
 pub fn result(id: &Option<Value>, result: Value) -> Response {
-    axum::Json(json!({"jsonrpc": "2.0", "id": id.clone().unwrap_or(Value::Null), "result": result})).into_response()
+    axum::Json(response(id, Ok(result))).into_response()
+}
+
+/// The JSON-RPC response message for `id`.
+pub fn response(id: &Option<Value>, outcome: Result<Value, &RpcError>) -> Value {
+    let id = id.clone().unwrap_or(Value::Null);
+    match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(e) => {
+            let mut error = json!({"code": e.code, "message": e.message});
+            if let Some(d) = &e.data {
+                error["data"] = d.clone();
+            }
+            json!({"jsonrpc": "2.0", "id": id, "error": error})
+        }
+    }
+}
+
+/// A notification message.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
 }

@@ -5,14 +5,22 @@
 //! Request path (SPEC E2), in this order: Host / Origin → body limit → JSON-RPC decode and the
 //! protocol checks of 2026-07-28 (`_meta`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
 //! known method) → bearer token verified to a bounded principal (RFC 9728 challenges) →
-//! authorization on the decoded operation → the surface. Unauthorized tools are filtered out
-//! exactly like missing ones.
+//! authorization on the decoded operation → input validation → execution → output validation
+//! (`serve`). Unauthorized tools are filtered out exactly like missing ones.
+//!
+//! Anonymous mode (SPEC E3) serves requests without a token as one configured principal; it
+//! exists only on literal loopback (`127.0.0.1`, `[::1]`), and building it otherwise fails.
 //!
 //! Architecture invariant: `mcp-edge` never opens RocksDB; it reaches the ledger only through
 //! `writ_api` (the `Ledger` trait and the verifier).
 
 pub mod audit;
+mod builtin;
+pub mod fixtures;
 pub mod jsonrpc;
+mod reply;
+pub mod seal;
+mod serve;
 mod surfaces;
 
 use std::sync::Arc;
@@ -29,20 +37,27 @@ use writ_api::audit::RequestDecisionV1;
 use writ_api::auth::Authority;
 use writ_api::settings::AuditMode;
 use writ_api::verifier::Verifier;
-use writ_api::Rejection;
+use writ_api::{ReasonCode, Rejection};
 
 use crate::audit::AuditSink;
-use writ_api::ReasonCode;
-
 use crate::jsonrpc::{
     Request, RpcError, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_CLIENT_CAPABILITIES,
     META_PROTOCOL_VERSION, METHOD_NOT_FOUND, PARSE_ERROR, PROTOCOL_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
 };
+use crate::seal::SealKey;
+pub use crate::serve::LIST_SCOPE;
 
 /// Largest request body the edge reads.
 pub const BODY_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
-/// The scope a principal needs to list tools.
-pub const LIST_SCOPE: &str = "tools:list";
+
+/// Who an unauthenticated request is, on a loopback-only edge.
+#[derive(Debug, Clone)]
+pub struct AnonymousAccess {
+    /// Tenant name (or id).
+    pub tenant: String,
+    /// Principal name (or id) in that tenant.
+    pub principal: String,
+}
 
 /// How an edge is reached and what it accepts.
 #[derive(Debug, Clone)]
@@ -57,17 +72,25 @@ pub struct EdgeConfig {
     /// Full origins (`scheme://host[:port]`) accepted in addition to the allowed hosts.
     pub allowed_origins: Vec<String>,
     pub body_bytes_max: usize,
+    /// Key for MRTR `requestState` and list cursors: the same on every replica, so that any
+    /// replica continues what another started.
+    pub seal_key: SealKey,
+    /// Loopback-only anonymous access (E3); `None` requires a bearer token on every request.
+    pub anonymous: Option<AnonymousAccess>,
+    /// The tenant (name or id) that sees the conformance resources and prompts.
+    pub fixtures_tenant: Option<String>,
 }
 
 impl EdgeConfig {
     /// The defaults for an edge at `canonical_url`: its own host (and the loopback names when it
     /// is on loopback), Writ as the authorization server.
-    pub fn for_url(canonical_url: &str) -> EdgeConfig {
+    pub fn for_url(canonical_url: &str, seal_key: SealKey) -> EdgeConfig {
         let host = host_of(canonical_url).unwrap_or_default();
         let mut allowed_hosts = vec![host.clone()];
         if is_loopback_name(&host) {
             allowed_hosts.extend(["localhost", "127.0.0.1", "[::1]"].map(String::from));
         }
+        allowed_hosts.sort();
         allowed_hosts.dedup();
         EdgeConfig {
             canonical_url: canonical_url.to_string(),
@@ -75,7 +98,18 @@ impl EdgeConfig {
             allowed_hosts,
             allowed_origins: Vec::new(),
             body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+            seal_key,
+            anonymous: None,
+            fixtures_tenant: None,
         }
+    }
+
+    /// Serves unauthenticated requests as `access`. Only the literal loopback addresses stay
+    /// allowed hosts (`localhost` is a name any resolver may point elsewhere).
+    pub fn with_anonymous(mut self, access: AnonymousAccess) -> EdgeConfig {
+        self.allowed_hosts.retain(|h| is_literal_loopback(h));
+        self.anonymous = Some(access);
+        self
     }
 
     /// Where the protected-resource metadata of this endpoint lives (RFC 9728 §3: the
@@ -92,6 +126,25 @@ impl EdgeConfig {
         } else {
             path.to_string()
         }
+    }
+
+    /// The start-up checks: anonymous mode only with a literal-loopback canonical URL, allowed
+    /// hosts and origins.
+    pub fn check(&self) -> Result<(), String> {
+        if self.anonymous.is_none() {
+            return Ok(());
+        }
+        let url_host = host_of(&self.canonical_url).unwrap_or_default();
+        if !is_literal_loopback(&url_host) {
+            return Err(format!("anonymous mode needs a literal loopback URL, not '{}'", self.canonical_url));
+        }
+        if let Some(h) = self.allowed_hosts.iter().find(|h| !is_literal_loopback(h)) {
+            return Err(format!("anonymous mode allows only literal loopback hosts; '{h}' is not one"));
+        }
+        if let Some(o) = self.allowed_origins.iter().find(|o| !host_of(o).is_some_and(|h| is_literal_loopback(&h))) {
+            return Err(format!("anonymous mode allows only literal loopback origins; '{o}' is not one"));
+        }
+        Ok(())
     }
 }
 
@@ -116,30 +169,38 @@ fn host_of(url_or_host: &str) -> Option<String> {
 }
 
 fn is_loopback_name(host: &str) -> bool {
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+    host == "localhost" || is_literal_loopback(host)
 }
 
-struct Edge {
+/// `127.0.0.0/8` or `[::1]`, written as an address.
+pub fn is_literal_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+pub(crate) struct Edge {
     config: EdgeConfig,
     verifier: Verifier,
     audit: AuditSink,
+    validators: serve::Validators,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `audit` records
 /// the request decisions (flush it on shutdown); `verifier` follows the ledger for tokens and
-/// catalogs.
-pub fn router(verifier: Verifier, audit: AuditSink, config: EdgeConfig) -> Router {
+/// catalogs. Fails when the configuration breaks a start-up rule ([`EdgeConfig::check`]).
+pub fn router(verifier: Verifier, audit: AuditSink, config: EdgeConfig) -> Result<Router, String> {
+    config.check()?;
     let mcp = config.mcp_path();
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
     let limit = config.body_bytes_max;
-    let edge = Arc::new(Edge { config, verifier, audit });
+    let edge = Arc::new(Edge { config, verifier, audit, validators: Default::default() });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
         .route(&prm, get(resource_metadata));
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }
-    r.layer(DefaultBodyLimit::max(limit)).with_state(edge)
+    Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge))
 }
 
 /// 2026-07-28 has no GET stream and no sessions to delete.
@@ -182,7 +243,8 @@ fn check_host_and_origin(config: &EdgeConfig, headers: &HeaderMap) -> Result<(),
     Ok(())
 }
 
-/// Decodes `=?base64?…?=` header values (SEP-2243); other values are taken as they are.
+/// A header value with SEP-2243 encoding undone: `=?base64?…?=` is decoded strictly (padding
+/// and alphabet checked; `None` when it does not decode to UTF-8); other values are literal.
 fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
     let raw = headers.get(name)?.to_str().ok()?.trim();
     match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
@@ -191,23 +253,25 @@ fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
     }
 }
 
-/// Methods the 2026-07-28 wire defines, and which of them this edge serves.
-const SERVED: &[&str] = &["server/discover", "tools/list"];
-const KNOWN_UNSERVED: &[&str] = &[
-    "tools/call",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "subscriptions/listen",
-];
+/// Methods of the 2026-07-28 wire this edge serves (prompts and completion only with the
+/// conformance fixtures).
+fn served(config: &EdgeConfig, method: &str) -> bool {
+    match method {
+        "server/discover"
+        | "tools/list"
+        | "tools/call"
+        | "resources/list"
+        | "resources/read"
+        | "resources/templates/list" => true,
+        "prompts/list" | "prompts/get" | "completion/complete" => config.fixtures_tenant.is_some(),
+        _ => false,
+    }
+}
 
 /// The protocol checks of 2026-07-28, in the order the specification gives (each error echoes
 /// the request id): `_meta` → header version equals `_meta` → supported version → method and
 /// name headers → known method.
-fn check_protocol(req: &Request, headers: &HeaderMap) -> Result<(), RpcError> {
+fn check_protocol(config: &EdgeConfig, req: &Request, headers: &HeaderMap) -> Result<(), RpcError> {
     let bad = |status, code, msg: String| Err(RpcError::new(status, code, msg).with_id(&req.id));
     let version = req.meta(META_PROTOCOL_VERSION).and_then(Value::as_str);
     let caps = req.meta(META_CLIENT_CAPABILITIES).filter(|c| c.is_object());
@@ -248,19 +312,20 @@ fn check_protocol(req: &Request, headers: &HeaderMap) -> Result<(), RpcError> {
             return bad(StatusCode::BAD_REQUEST, HEADER_MISMATCH, format!("Mcp-Name must equal params.{field}"));
         }
     }
-    if !SERVED.contains(&req.method.as_str()) {
-        let message = if KNOWN_UNSERVED.contains(&req.method.as_str()) {
-            format!("{} is not served by this edge", req.method)
-        } else {
-            format!("method {} does not exist", req.method)
-        };
-        return bad(StatusCode::NOT_FOUND, METHOD_NOT_FOUND, message);
+    if !served(config, &req.method) {
+        return bad(StatusCode::NOT_FOUND, METHOD_NOT_FOUND, format!("method {} is not served", req.method));
     }
     Ok(())
 }
 
 /// A bearer-auth failure as an HTTP answer with its RFC 6750 / RFC 9728 challenge.
-fn challenge(config: &EdgeConfig, status: StatusCode, reason: ReasonCode, message: &str, scope: &str) -> Response {
+pub(crate) fn challenge(
+    config: &EdgeConfig,
+    status: StatusCode,
+    reason: ReasonCode,
+    message: &str,
+    scope: &str,
+) -> Response {
     let error = match status {
         StatusCode::FORBIDDEN => "insufficient_scope",
         _ => "invalid_token",
@@ -284,25 +349,25 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    let Some(bearer) = bearer else {
-        return Err(challenge(
+    let failed = |e: Rejection| {
+        let status = StatusCode::from_u16(e.reason.http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
+        if status == StatusCode::UNAUTHORIZED {
+            challenge(&edge.config, status, e.reason, &e.message, LIST_SCOPE)
+        } else {
+            RpcError::rejected(&e).into_response()
+        }
+    };
+    match (bearer, &edge.config.anonymous) {
+        (Some(bearer), _) => edge.verifier.verify(bearer).await.map_err(failed),
+        (None, Some(anon)) => edge.verifier.anonymous(&anon.tenant, &anon.principal).await.map_err(failed),
+        (None, None) => Err(challenge(
             &edge.config,
             StatusCode::UNAUTHORIZED,
             ReasonCode::AUTH_TOKEN_MISSING,
             "a bearer token is required",
             LIST_SCOPE,
-        ));
-    };
-    edge.verifier.verify(bearer).await.map_err(|e| {
-        let status = StatusCode::from_u16(e.reason.http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
-        if status == StatusCode::UNAUTHORIZED {
-            challenge(&edge.config, status, e.reason, &e.message, LIST_SCOPE)
-        } else {
-            RpcError::new(status, e.reason.jsonrpc_code() as i64, e.message)
-                .with_data(json!({"reason": e.reason}))
-                .into_response()
-        }
-    })
+        )),
+    }
 }
 
 async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -334,7 +399,7 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         // A notification: nothing to answer in a stateless server.
         return StatusCode::ACCEPTED.into_response();
     }
-    if let Err(e) = check_protocol(&req, &headers) {
+    if let Err(e) = check_protocol(&edge.config, &req, &headers) {
         return e.into_response();
     }
     let authority = match authenticate(&edge, &headers).await {
@@ -342,59 +407,33 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         Err(r) => return r,
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
-    let decision = |denied: Option<&Rejection>| RequestDecisionV1 {
+    let handled = serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await;
+    let decision = RequestDecisionV1 {
         trace_id: trace_id.clone(),
         principal_id: authority.principal_id.clone(),
         token_id: authority.token_id.clone(),
         parent_token_id: authority.parent_token_id.clone(),
         method: req.method.clone(),
-        name: None,
-        outcome: if denied.is_some() { "denied" } else { "allowed" }.into(),
-        reason: denied.map(|r| r.reason),
+        name: handled.name,
+        outcome: if handled.denied.is_some() { "denied" } else { "allowed" }.into(),
+        reason: handled.denied.as_ref().map(|r| r.reason),
     };
-    let mut response = match req.method.as_str() {
-        "server/discover" => jsonrpc::result(&req.id, surfaces::discover()),
-        "tools/list" => {
-            if let Err(e) = authority.require(LIST_SCOPE) {
-                // A denial is on the record before the client hears of it.
-                if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision(Some(&e))).await {
-                    return unavailable(&req.id, fail);
-                }
-                let mut denied = challenge(&edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, LIST_SCOPE);
-                if let Ok(v) = HeaderValue::from_str(&trace_id) {
-                    denied.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
-                }
-                return denied;
-            }
-            let tools = edge.verifier.with_state(|s| surfaces::tools_for(s, &authority));
-            jsonrpc::result(&req.id, tools)
-        }
-        other => RpcError::new(StatusCode::NOT_FOUND, METHOD_NOT_FOUND, format!("{other} is not served"))
-            .with_id(&req.id)
-            .into_response(),
-    };
-    // Allowed reads: group-committed within the flush window, or now for strict tenants.
-    let strict = edge.verifier.with_state(|s| {
-        s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
-    });
+    // Denials (and strict tenants' decisions) are on the record before the client hears of
+    // them; allowed reads are group-committed within the flush window.
+    let strict = handled.denied.is_some()
+        || edge.verifier.with_state(|s| {
+            s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
+        });
     if strict {
-        if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision(None)).await {
-            return unavailable(&req.id, fail);
+        if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision).await {
+            return RpcError::rejected(&fail).with_id(&req.id).into_response();
         }
     } else {
-        edge.audit.buffer(&authority.tenant_id, decision(None)).await;
+        edge.audit.buffer(&authority.tenant_id, decision).await;
     }
+    let mut response = handled.response;
     if let Ok(v) = HeaderValue::from_str(&trace_id) {
         response.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
     }
     response
-}
-
-/// Fail-closed answer when the ledger cannot record a decision (SPEC E6).
-fn unavailable(id: &Option<Value>, fail: Rejection) -> Response {
-    let status = StatusCode::from_u16(fail.reason.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    RpcError::new(status, fail.reason.jsonrpc_code() as i64, fail.message)
-        .with_data(json!({"reason": fail.reason}))
-        .with_id(id)
-        .into_response()
 }

@@ -7,6 +7,7 @@ use writ_api::catalog::{Execution, Risk};
 use writ_api::state::LedgerState;
 
 use crate::jsonrpc::{META_SERVER_INFO, PROTOCOL_VERSION};
+use crate::EdgeConfig;
 
 /// How long clients may cache a tools list (private: it depends on the principal's scopes).
 pub const TOOLS_TTL_MS: u64 = 5_000;
@@ -16,11 +17,16 @@ fn server_info() -> Value {
 }
 
 /// `server/discover`: the versions and capabilities this edge really serves.
-pub fn discover() -> Value {
+pub fn discover(config: &EdgeConfig) -> Value {
+    let mut capabilities = json!({"tools": {}, "resources": {}});
+    if config.fixtures_tenant.is_some() {
+        capabilities["prompts"] = json!({});
+        capabilities["completions"] = json!({});
+    }
     json!({
         "resultType": "complete",
         "supportedVersions": [PROTOCOL_VERSION],
-        "capabilities": {"tools": {}},
+        "capabilities": capabilities,
         "instructions": "Writ: tools are your tenant's catalog actions your token's scopes allow.",
         "ttlMs": 0,
         "cacheScope": "private",
@@ -28,10 +34,10 @@ pub fn discover() -> Value {
     })
 }
 
-/// `tools/list` for `authority`: the newest catalog of its tenant, in id order, only the
-/// actions whose scope it holds.
-pub fn tools_for(state: &LedgerState, authority: &Authority) -> Value {
-    let tools: Vec<Value> = state
+/// The tools of `authority`: the newest catalog of its tenant, in id order, only the actions
+/// whose scope it holds.
+pub fn tools_for(state: &LedgerState, authority: &Authority) -> Vec<Value> {
+    state
         .catalog(&authority.tenant_id, None)
         .map(|c| {
             c.catalog
@@ -46,7 +52,7 @@ pub fn tools_for(state: &LedgerState, authority: &Authority) -> Value {
                         "description": description,
                         "inputSchema": serde_json::from_str::<Value>(&a.input_schema).unwrap_or(json!({"type": "object"})),
                         "annotations": {
-                            "readOnlyHint": a.execution == Execution::Read,
+                            "readOnlyHint": a.execution != Execution::Operation,
                             "destructiveHint": a.risk == Risk::High,
                             "idempotentHint": a.idempotent,
                         },
@@ -58,12 +64,5 @@ pub fn tools_for(state: &LedgerState, authority: &Authority) -> Value {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    json!({
-        "resultType": "complete",
-        "tools": tools,
-        "ttlMs": TOOLS_TTL_MS,
-        "cacheScope": "private",
-        "_meta": {META_SERVER_INFO: server_info()},
-    })
+        .unwrap_or_default()
 }

@@ -19,13 +19,23 @@ pub struct DevArgs {
     /// Loopback address of the MCP edge (`/mcp`).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub edge_listen: std::net::SocketAddr,
+    /// Also serve the MCP conformance fixtures (the reference everything-server's tools,
+    /// resources and prompts) to requests without a token, as principal `anonymous` of tenant
+    /// `conformance` — loopback only.
+    #[arg(long)]
+    pub conformance_fixtures: bool,
 }
 
-/// The demo tenant's catalog: one read action and one device action, so that `tools/list`
-/// shows what a principal's scopes allow.
+/// The tenant and principal of `--conformance-fixtures`.
+pub const FIXTURE_TENANT: &str = "conformance";
+pub const FIXTURE_PRINCIPAL: &str = "anonymous";
+
+/// The demo tenant's catalog: one read action (answered by the edge) and one device action, so
+/// that `tools/list` shows what a principal's scopes allow.
 const DEMO_CATALOG: &str = r#"{"actions": [
-  {"id": "read_status", "title": "Read the line status", "description": "Current state of the demo line.",
-   "input_schema": {"type": "object", "properties": {"line": {"type": "string"}}}, "risk": "low", "execution": "read"},
+  {"id": "list_devices", "title": "List the devices", "description": "The demo tenant's devices, their sites and classes.",
+   "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}, "risk": "low",
+   "execution": {"builtin": "writ.devices"}},
   {"id": "move_press", "title": "Move the press", "description": "Move the demo press to a position (a durable operation).",
    "input_schema": {"type": "object", "required": ["position_mm"], "properties": {"position_mm": {"type": "number", "minimum": 0, "maximum": 500}}},
    "risk": "high", "execution": "operation", "dry_run": true, "device_class": "press.v1", "cost_units": 1}
@@ -66,6 +76,37 @@ async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -
     issued["token"].as_str().map(str::to_string).ok_or_else(|| format!("demo token: {issued}"))
 }
 
+/// Provisions the conformance fixture tenant: its anonymous principal and the fixture catalog
+/// (published through the admin API like any catalog).
+async fn provision_fixtures(admin_url: &str, operator_token: &str) -> Result<(), String> {
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let steps = [
+        (
+            "/v1/tenants".to_string(),
+            serde_json::json!({"name": FIXTURE_TENANT, "display_name": "MCP conformance fixtures"}),
+        ),
+        (
+            format!("/v1/tenants/{FIXTURE_TENANT}/principals"),
+            serde_json::json!({"name": FIXTURE_PRINCIPAL, "kind": "agent", "preset": "full"}),
+        ),
+        (format!("/v1/tenants/{FIXTURE_TENANT}/catalogs"), writ_mcp_edge::fixtures::conformance_catalog()),
+    ];
+    for (path, body) in steps {
+        let r = http
+            .post(format!("{admin_url}{path}"))
+            .bearer_auth(operator_token)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !(r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT) {
+            let status = r.status();
+            return Err(format!("{path}: HTTP {status} {}", r.text().await.unwrap_or_default()));
+        }
+    }
+    Ok(())
+}
+
 /// Reads the dev operator token, creating a random one on first start.
 fn operator_token(dir: &Path) -> std::io::Result<String> {
     let path = dir.join("operator-token");
@@ -75,15 +116,8 @@ fn operator_token(dir: &Path) -> std::io::Result<String> {
         }
     }
     let token = format!("writ-dev-{}", hex::encode(rand::random::<[u8; 24]>()));
-    write_private(&path, &format!("{token}\n"))?;
+    crate::keys::write_private(&path, &format!("{token}\n"))?;
     Ok(token)
-}
-
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(path)?;
-    f.write_all(text.as_bytes())
 }
 
 /// Starts dev mode and serves until Ctrl-C.
@@ -112,14 +146,16 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         return Err(std::io::Error::other("writ dev only binds loopback addresses"));
     }
     let running = crate::start_node(&cfg).await?;
-    let edge = crate::edge::start_edge(
-        args.edge_listen,
-        None,
-        running.node.clone() as std::sync::Arc<dyn writ_api::client::Ledger>,
-        Vec::new(),
-        Vec::new(),
-    )
-    .await?;
+    let seal_key =
+        crate::edge::load_or_create_seal_key(&args.data_dir.join("edge-seal-key")).map_err(std::io::Error::other)?;
+    let mut options = crate::edge::EdgeOptions::new(args.edge_listen, seal_key);
+    if args.conformance_fixtures {
+        options.anonymous =
+            Some(writ_mcp_edge::AnonymousAccess { tenant: FIXTURE_TENANT.into(), principal: FIXTURE_PRINCIPAL.into() });
+        options.fixtures_tenant = Some(FIXTURE_TENANT.into());
+    }
+    let edge =
+        crate::edge::start_edge(options, running.node.clone() as std::sync::Arc<dyn writ_api::client::Ledger>).await?;
     // The node elects itself within a second; provisioning waits for it.
     let mut demo = Err(String::new());
     for _ in 0..50 {
@@ -130,8 +166,13 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let demo_token = demo.map_err(|e| std::io::Error::other(format!("demo tenant: {e}")))?;
+    if args.conformance_fixtures {
+        provision_fixtures(&running.url, &token)
+            .await
+            .map_err(|e| std::io::Error::other(format!("conformance fixtures: {e}")))?;
+    }
     let env_path = args.data_dir.join("env");
-    write_private(
+    crate::keys::write_private(
         &env_path,
         &format!(
             "export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\nexport WRIT_MCP_URL={}\nexport WRIT_DEMO_TOKEN={demo_token}\n",
@@ -145,7 +186,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     let writ = exe.unwrap_or_else(|| "writ".into());
     println!(
         "\nWrit dev is running: single-node ledger, admin API and MCP edge on loopback.\n\
-         \n  MCP edge   {mcp}   (bearer: $WRIT_DEMO_TOKEN, tenant `demo`, principal `demo-agent`)\
+         \n  MCP edge   {mcp}   (bearer: $WRIT_DEMO_TOKEN, tenant `demo`, principal `demo-agent`){fixtures}\
          \n  admin API  {url}/v1   (OpenAPI: {url}/v1/openapi.json)\
          \n  health     {url}/healthz  {url}/readyz\
          \n  metrics    {url}/metrics\
@@ -162,6 +203,11 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
          \n\nStop with Ctrl-C; data is kept in {data}.\n",
         url = running.url,
         mcp = edge.url,
+        fixtures = if args.conformance_fixtures {
+            "\n             without a token: conformance fixtures (tenant `conformance`, principal `anonymous`)"
+        } else {
+            ""
+        },
         data = args.data_dir.display(),
         env = env_path.display(),
     );

@@ -3,7 +3,7 @@
 //! follows the ledger through its watch stream (see `writ_api::verifier`).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -11,7 +11,8 @@ use tokio::net::TcpListener;
 use writ_api::client::{HttpLedger, Ledger};
 use writ_api::verifier::Verifier;
 use writ_mcp_edge::audit::AuditSink;
-use writ_mcp_edge::EdgeConfig;
+use writ_mcp_edge::seal::SealKey;
+use writ_mcp_edge::{AnonymousAccess, EdgeConfig};
 
 use crate::config::ConfigError;
 
@@ -28,6 +29,18 @@ struct RawEdgeConfig {
     allowed_hosts: Vec<String>,
     #[serde(default)]
     allowed_origins: Vec<String>,
+    /// The key file for MRTR request state and cursors (hex, created 0600 when missing): every
+    /// edge replica of a deployment must use the same key.
+    seal_key_file: Option<String>,
+    /// Loopback-only anonymous access: requests without a token act as this principal.
+    anonymous: Option<RawAnonymous>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnonymous {
+    tenant: String,
+    principal: String,
 }
 
 /// A validated edge configuration.
@@ -38,6 +51,8 @@ pub struct EdgeFileConfig {
     pub ledger: Vec<String>,
     pub allowed_hosts: Vec<String>,
     pub allowed_origins: Vec<String>,
+    pub seal_key_file: PathBuf,
+    pub anonymous: Option<AnonymousAccess>,
 }
 
 impl EdgeFileConfig {
@@ -74,12 +89,18 @@ impl EdgeFileConfig {
                 return Err(ConfigError::Invalid { field: "canonical_url", message: "must be an http(s) URL".into() });
             }
         }
+        if let Some(v) = env("WRIT_EDGE_SEAL_KEY_FILE") {
+            raw.seal_key_file = Some(v);
+        }
+        let seal_key_file = raw.seal_key_file.ok_or(ConfigError::Missing("seal_key_file", "EDGE_SEAL_KEY_FILE"))?;
         Ok(EdgeFileConfig {
             listen,
             canonical_url: raw.canonical_url,
             ledger: raw.ledger,
             allowed_hosts: raw.allowed_hosts,
             allowed_origins: raw.allowed_origins,
+            seal_key_file: PathBuf::from(seal_key_file),
+            anonymous: raw.anonymous.map(|a| AnonymousAccess { tenant: a.tenant, principal: a.principal }),
         })
     }
 }
@@ -100,23 +121,65 @@ impl RunningEdge {
     }
 }
 
+/// What an edge serves besides its defaults.
+#[derive(Debug, Clone)]
+pub struct EdgeOptions {
+    pub listen: SocketAddr,
+    pub canonical_url: Option<String>,
+    pub allowed_hosts: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub seal_key: SealKey,
+    pub anonymous: Option<AnonymousAccess>,
+    /// The tenant that sees the conformance resources and prompts.
+    pub fixtures_tenant: Option<String>,
+}
+
+impl EdgeOptions {
+    pub fn new(listen: SocketAddr, seal_key: SealKey) -> EdgeOptions {
+        EdgeOptions {
+            listen,
+            canonical_url: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            seal_key,
+            anonymous: None,
+            fixtures_tenant: None,
+        }
+    }
+}
+
+/// Reads the edge's seal key, creating a random one (0600) on first use.
+pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => SealKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let bytes: [u8; writ_mcp_edge::seal::KEY_BYTES] = rand::random();
+            crate::keys::write_private(path, &format!("{}\n", hex::encode(bytes)))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(SealKey::new(bytes))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
 /// Binds and serves an edge following `ledger`.
-pub async fn start_edge(
-    listen: SocketAddr,
-    canonical_url: Option<String>,
-    ledger: Arc<dyn Ledger>,
-    allowed_hosts: Vec<String>,
-    allowed_origins: Vec<String>,
-) -> std::io::Result<RunningEdge> {
-    let listener = TcpListener::bind(listen).await?;
+pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::io::Result<RunningEdge> {
+    if options.anonymous.is_some() && !options.listen.ip().is_loopback() {
+        return Err(std::io::Error::other("anonymous mode binds only loopback addresses"));
+    }
+    let listener = TcpListener::bind(options.listen).await?;
     let local_addr = listener.local_addr()?;
-    let url = canonical_url.unwrap_or_else(|| format!("http://{local_addr}/mcp"));
-    let mut config = EdgeConfig::for_url(&url);
-    config.allowed_hosts.extend(allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()));
-    config.allowed_origins = allowed_origins;
+    let url = options.canonical_url.unwrap_or_else(|| format!("http://{local_addr}/mcp"));
+    let mut config = EdgeConfig::for_url(&url, options.seal_key);
+    config.allowed_hosts.extend(options.allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()));
+    config.allowed_origins = options.allowed_origins;
+    if let Some(anon) = options.anonymous {
+        config = config.with_anonymous(anon);
+    }
+    config.fixtures_tenant = options.fixtures_tenant;
     let verifier = Verifier::follow(ledger.clone(), url.clone());
     let audit = AuditSink::start(ledger);
-    let app = writ_mcp_edge::router(verifier, audit.clone(), config);
+    let app = writ_mcp_edge::router(verifier, audit.clone(), config).map_err(std::io::Error::other)?;
     let server = tokio::spawn(async move {
         use axum::serve::ListenerExt;
         let listener = listener.tap_io(|tcp| {
@@ -135,9 +198,16 @@ pub async fn run(config: &Path) -> Result<(), String> {
     let cfg =
         EdgeFileConfig::load(config, &|k| std::env::var(k).ok()).map_err(|e| format!("{}: {e}", config.display()))?;
     let ledger = Arc::new(HttpLedger::new(cfg.ledger.clone())) as Arc<dyn Ledger>;
-    let edge = start_edge(cfg.listen, cfg.canonical_url, ledger, cfg.allowed_hosts, cfg.allowed_origins)
-        .await
-        .map_err(|e| format!("edge: {e}"))?;
+    let options = EdgeOptions {
+        listen: cfg.listen,
+        canonical_url: cfg.canonical_url,
+        allowed_hosts: cfg.allowed_hosts,
+        allowed_origins: cfg.allowed_origins,
+        seal_key: load_or_create_seal_key(&cfg.seal_key_file)?,
+        anonymous: cfg.anonymous,
+        fixtures_tenant: None,
+    };
+    let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;
     println!("Writ edge serving MCP at {}", edge.url);
     crate::wait_for_shutdown_signal().await;
     edge.shutdown().await;
@@ -154,8 +224,11 @@ mod tests {
 
     #[test]
     fn config_rules() {
-        let ok = EdgeFileConfig::parse("listen = \"127.0.0.1:8080\"\nledger = [\"http://127.0.0.1:7700\"]\n", &no_env)
-            .unwrap();
+        let ok = EdgeFileConfig::parse(
+            "listen = \"127.0.0.1:8080\"\nledger = [\"http://127.0.0.1:7700\"]\nseal_key_file = \"k\"\n",
+            &no_env,
+        )
+        .unwrap();
         assert_eq!(ok.listen.port(), 8080);
         let open = EdgeFileConfig::parse("listen = \"0.0.0.0:8080\"\nledger = [\"http://127.0.0.1:7700\"]\n", &no_env);
         assert!(matches!(open, Err(ConfigError::TlsRequiredOutsideLoopback { .. })));

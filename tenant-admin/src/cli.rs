@@ -387,7 +387,7 @@ async fn catalog_cmd(c: &Client, out: Output, cmd: &CatalogCmd) -> Result<(), Fa
                 vec![
                     a.id.clone(),
                     format!("{:?}", a.risk).to_lowercase(),
-                    format!("{:?}", a.execution).to_lowercase(),
+                    a.execution.label(),
                     a.scope.clone(),
                     a.title.clone(),
                 ]

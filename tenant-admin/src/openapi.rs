@@ -223,7 +223,7 @@ fn schemas() -> Value {
             "type": "object", "additionalProperties": false, "required": ["id", "title", "input_schema", "risk", "execution"], "properties": {
                 "id": {"type": "string", "pattern": "^[a-z][a-z0-9_.-]{0,63}$"}, "title": {"type": "string"}, "description": {"type": "string"},
                 "input_schema": {"type": "object"}, "output_schema": {"type": ["object", "null"]},
-                "risk": {"enum": ["low", "medium", "high"]}, "execution": {"enum": ["read", "operation"]},
+                "risk": {"enum": ["low", "medium", "high"]}, "execution": {"oneOf": [{"enum": ["read", "operation"]}, {"type": "object", "additionalProperties": false, "required": ["builtin"], "properties": {"builtin": {"enum": writ_api::catalog::BUILTIN_HANDLERS}}}]},
                 "dry_run": {"type": "boolean"}, "idempotent": {"type": "boolean"}, "device_class": {"type": ["string", "null"]},
                 "cost_units": {"type": "integer", "minimum": 0}, "scope": {"type": ["string", "null"]}}}}}},
         "ExecutorList": {"type": "object", "properties": {"executors": {"type": "array", "items": {"type": "object"}}}},

@@ -335,3 +335,50 @@ pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
     (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
+
+/// A `writ dev` process in a temp dir on free loopback ports, killed on drop.
+pub struct DevProcess {
+    child: Child,
+    /// The variables of its env file (`WRIT_MCP_URL`, `WRIT_DEMO_TOKEN`, `WRIT_ADMIN_URL`, …).
+    pub env: std::collections::BTreeMap<String, String>,
+    _dir: tempfile::TempDir,
+}
+
+impl DevProcess {
+    /// Starts `writ dev` with `extra` arguments and waits for its env file.
+    pub async fn start(extra: &[&str]) -> DevProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("dev");
+        let child = Command::new(writ_bin())
+            .args(["dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start writ dev");
+        let mut dev = DevProcess { child, env: Default::default(), _dir: dir };
+        let text = eventually("the dev env file", Duration::from_secs(30), || async {
+            let text = std::fs::read_to_string(data.join("env")).ok()?;
+            text.contains("WRIT_DEMO_TOKEN").then_some(text)
+        })
+        .await;
+        dev.env = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        dev
+    }
+
+    pub fn var(&self, key: &str) -> &str {
+        self.env.get(key).unwrap_or_else(|| panic!("{key} is not in the dev env file"))
+    }
+}
+
+impl Drop for DevProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -59,10 +59,10 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let edge_url = format!("http://127.0.0.1:{}/mcp", listener.local_addr().unwrap().port());
     let ledger = Arc::new(HttpLedger::new(vec![url.clone()])) as Arc<dyn Ledger>;
     let verifier = Verifier::follow(ledger.clone(), edge_url.clone());
-    let config = EdgeConfig::for_url(&edge_url);
+    let config = EdgeConfig::for_url(&edge_url, writ_mcp_edge::seal::SealKey::random());
     let prm_url = config.resource_metadata_url();
     let audit = writ_mcp_edge::audit::AuditSink::start(ledger);
-    let router = writ_mcp_edge::router(verifier, audit.clone(), config);
+    let router = writ_mcp_edge::router(verifier, audit.clone(), config).unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     let edge = Edge { url: edge_url.clone(), http: reqwest::Client::builder().no_proxy().build().unwrap() };
 

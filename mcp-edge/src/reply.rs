@@ -1,0 +1,148 @@
+//! How a request's answer travels: a single `application/json` response when the handler has
+//! nothing to say before its result, or a per-request `text/event-stream` (notifications first,
+//! the response last) once it emits a progress or log notification and the client accepts SSE.
+//! The handler runs in its own task; when the client goes away (closes the stream or drops
+//! the connection) the task is aborted — that is cancellation in stateless MCP.
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::jsonrpc::{self, RpcError};
+
+/// A handler's final answer: a result object or an error.
+pub type Outcome = Result<Value, RpcError>;
+
+enum Msg {
+    Notification(Value),
+    Done(Outcome),
+}
+
+/// Log levels of MCP (RFC 5424 names), least severe first.
+const LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+/// Lets a handler stream notifications for its request: progress only when the request
+/// carried a `progressToken`, log messages only at or above the request's `logLevel` (none
+/// when it set none).
+#[derive(Clone)]
+pub struct Notifier {
+    tx: mpsc::Sender<Msg>,
+    progress_token: Option<Value>,
+    log_level: Option<usize>,
+}
+
+impl Notifier {
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: &str) {
+        let Some(token) = &self.progress_token else { return };
+        let mut params = json!({"progressToken": token, "progress": progress, "message": message});
+        if let Some(t) = total {
+            params["total"] = json!(t);
+        }
+        let _ = self.tx.send(Msg::Notification(jsonrpc::notification("notifications/progress", params))).await;
+    }
+
+    pub async fn log(&self, level: &str, data: Value) {
+        let wanted = LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+        if self.log_level.is_some_and(|min| wanted >= min) {
+            let params = json!({"level": level, "logger": "writ-edge", "data": data});
+            let _ = self.tx.send(Msg::Notification(jsonrpc::notification("notifications/message", params))).await;
+        }
+    }
+}
+
+/// Aborts the handler task when the response (or its stream) is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Whether the client accepts an event stream for this request.
+pub fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")))
+}
+
+/// Runs `handler` for request `id` and answers as JSON or SSE (see the module docs). The
+/// request's `_meta` gives the progress token and log level.
+pub async fn run<F, Fut>(id: &Option<Value>, meta: Option<&Value>, sse: bool, handler: F) -> Response
+where
+    F: FnOnce(Notifier) -> Fut,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(64);
+    let notifier = Notifier {
+        tx: tx.clone(),
+        progress_token: meta.and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number()).cloned(),
+        log_level: meta
+            .and_then(|m| m.get(jsonrpc::META_LOG_LEVEL))
+            .and_then(Value::as_str)
+            .and_then(|l| LEVELS.iter().position(|x| *x == l)),
+    };
+    let work = handler(notifier);
+    let guard = AbortOnDrop(tokio::spawn(async move {
+        let outcome = work.await;
+        let _ = tx.send(Msg::Done(outcome)).await;
+    }));
+    let mut early = Vec::new();
+    loop {
+        match rx.recv().await {
+            Some(Msg::Done(outcome)) => return json_answer(id, outcome),
+            Some(Msg::Notification(n)) if sse => {
+                early.push(n);
+                break;
+            }
+            Some(Msg::Notification(_)) => continue, // the client takes JSON only: no room for notifications
+            None => {
+                return RpcError::new(
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    jsonrpc::INTERNAL_ERROR,
+                    "the handler stopped",
+                )
+                .with_id(id)
+                .into_response()
+            }
+        }
+    }
+    let id = id.clone();
+    let frames = futures::stream::unfold((early, Some(rx), guard), move |(mut queued, rx, guard)| {
+        let id = id.clone();
+        async move {
+            if let Some(n) = queued.pop() {
+                return Some((n, (queued, rx, guard)));
+            }
+            let mut rx = rx?;
+            match rx.recv().await {
+                Some(Msg::Notification(n)) => Some((n, (queued, Some(rx), guard))),
+                Some(Msg::Done(outcome)) => {
+                    let last = jsonrpc::response(&id, outcome.as_ref().map(Clone::clone));
+                    Some((last, (queued, None, guard)))
+                }
+                None => None,
+            }
+        }
+    });
+    let events = futures::StreamExt::map(frames, |msg| {
+        Ok::<_, Infallible>(Event::default().event("message").data(msg.to_string()))
+    });
+    let mut response = Sse::new(events).into_response();
+    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+fn json_answer(id: &Option<Value>, outcome: Outcome) -> Response {
+    match outcome {
+        Ok(result) => jsonrpc::result(id, result),
+        Err(e) => e.with_id(id).into_response(),
+    }
+}

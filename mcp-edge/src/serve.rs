@@ -1,0 +1,483 @@
+//! The MCP methods, after the transport checks and authentication: authorization on the decoded
+//! operation first (an unauthorized tool, resource or prompt is answered exactly like a missing
+//! one), then input validation, execution (JSON or SSE, see `reply`), output validation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use writ_api::auth::Authority;
+use writ_api::catalog::{CatalogActionV1, Execution};
+use writ_api::verifier::now_ms;
+use writ_api::{ReasonCode, Rejection};
+
+use crate::builtin::{self, ToolAnswer, ToolCall};
+use crate::fixtures;
+use crate::jsonrpc::{self, Request, RpcError, HEADER_MISMATCH, META_CLIENT_CAPABILITIES};
+use crate::reply;
+use crate::seal::{self, Binding};
+use crate::surfaces;
+use crate::Edge;
+
+/// How long an MRTR `requestState` stays valid.
+pub const REQUEST_STATE_TTL_MS: u64 = 10 * 60 * 1000;
+/// How long a list cursor stays valid.
+pub const CURSOR_TTL_MS: u64 = 60 * 60 * 1000;
+/// Items per page of a list.
+pub const PAGE_SIZE: usize = 100;
+/// Compiled input/output validators kept per edge.
+const VALIDATORS_MAX: usize = 4096;
+
+/// The scope a principal needs to list tools.
+pub const LIST_SCOPE: &str = "tools:list";
+/// The scope for resources.
+pub const RESOURCES_SCOPE: &str = "resources:read";
+/// The scope for prompts and completion.
+pub const PROMPTS_SCOPE: &str = "context:read";
+
+/// One authenticated request.
+pub struct Call<'a> {
+    pub edge: &'a Arc<Edge>,
+    pub req: &'a Request,
+    pub headers: &'a HeaderMap,
+    pub authority: &'a Authority,
+}
+
+/// The answer and what the audit records about it.
+pub struct Handled {
+    pub response: Response,
+    /// The tool, resource or prompt the request named.
+    pub name: Option<String>,
+    /// Set when the request was refused on authority (committed before the response).
+    pub denied: Option<Rejection>,
+}
+
+impl Handled {
+    fn allowed(response: Response, name: Option<String>) -> Handled {
+        Handled { response, name, denied: None }
+    }
+}
+
+/// Compiled schema validators, by catalog digest and action id and which schema.
+#[derive(Default)]
+pub struct Validators(Mutex<HashMap<(String, String, bool), Arc<jsonschema::Validator>>>);
+
+impl Validators {
+    fn get(
+        &self,
+        digest: &str,
+        action: &CatalogActionV1,
+        output: bool,
+    ) -> Result<Option<Arc<jsonschema::Validator>>, RpcError> {
+        let text = if output { action.output_schema.as_deref() } else { Some(action.input_schema.as_str()) };
+        let Some(text) = text else { return Ok(None) };
+        let key = (digest.to_string(), action.id.clone(), output);
+        if let Some(v) = self.0.lock().expect("validators").get(&key) {
+            return Ok(Some(v.clone()));
+        }
+        let schema: Value = serde_json::from_str(text).map_err(|_| internal("a stored schema is not JSON"))?;
+        let v = Arc::new(writ_api::catalog::validator(&schema).map_err(|e| internal(&e.message))?);
+        let mut cache = self.0.lock().expect("validators");
+        if cache.len() >= VALIDATORS_MAX {
+            cache.clear();
+        }
+        cache.insert(key, v.clone());
+        Ok(Some(v))
+    }
+}
+
+fn internal(message: &str) -> RpcError {
+    RpcError::reason(ReasonCode::INTERNAL, message.to_string())
+}
+
+/// Answers one request whose method the edge serves.
+pub async fn handle(call: Call<'_>) -> Handled {
+    let c = &call;
+    let id = &c.req.id;
+    let done = |outcome: Result<Value, RpcError>| match outcome {
+        Ok(v) => jsonrpc::result(id, v),
+        Err(e) => e.with_id(id).into_response(),
+    };
+    match c.req.method.as_str() {
+        "server/discover" => Handled::allowed(done(Ok(surfaces::discover(&c.edge.config))), None),
+        "tools/list" => guarded(c, LIST_SCOPE, None, |c| done(list_tools(c))),
+        "tools/call" => call_tool(c).await,
+        "resources/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(list_resources(c))),
+        "resources/templates/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(Ok(resource_templates(c)))),
+        "resources/read" => {
+            let uri = c.req.params()["uri"].as_str().map(str::to_string);
+            guarded(c, RESOURCES_SCOPE, uri, |c| done(read_resource(c)))
+        }
+        "prompts/list" => guarded(c, PROMPTS_SCOPE, None, |c| done(Ok(list_prompts(c)))),
+        "prompts/get" => {
+            let name = c.req.params()["name"].as_str().map(str::to_string);
+            guarded(c, PROMPTS_SCOPE, name, |c| done(get_prompt(c)))
+        }
+        "completion/complete" => guarded(c, PROMPTS_SCOPE, None, |c| done(complete(c))),
+        other => Handled::allowed(
+            RpcError::new(StatusCode::NOT_FOUND, jsonrpc::METHOD_NOT_FOUND, format!("{other} is not served"))
+                .with_id(id)
+                .into_response(),
+            None,
+        ),
+    }
+}
+
+/// A whole surface needs `scope`: without it, 403 with an `insufficient_scope` challenge.
+fn guarded(c: &Call<'_>, scope: &str, name: Option<String>, f: impl FnOnce(&Call<'_>) -> Response) -> Handled {
+    match c.authority.require(scope) {
+        Ok(()) => Handled::allowed(f(c), name),
+        Err(e) => Handled {
+            response: crate::challenge(&c.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, scope),
+            name,
+            denied: Some(e),
+        },
+    }
+}
+
+fn is_fixture_tenant(c: &Call<'_>) -> bool {
+    c.edge
+        .config
+        .fixtures_tenant
+        .as_deref()
+        .is_some_and(|t| c.edge.verifier.with_state(|s| s.tenant(t).is_some_and(|t| t.id == c.authority.tenant_id)))
+}
+
+fn binding(c: &Call<'_>, purpose: String) -> Binding {
+    Binding { tenant_id: c.authority.tenant_id.clone(), principal_id: c.authority.principal_id.clone(), purpose }
+}
+
+fn invalid(message: impl Into<String>) -> RpcError {
+    RpcError::reason(ReasonCode::INPUT_INVALID, message).in_band()
+}
+
+/// One page of `items` (already in their deterministic order, each with a unique `key`) after
+/// the request's cursor; the cursor is sealed to the principal and the list.
+fn page(c: &Call<'_>, list: &str, items: Vec<Value>, key: &str) -> Result<(Vec<Value>, Option<String>), RpcError> {
+    let bind = binding(c, format!("{list} cursor"));
+    let after = match c.req.params().get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cursor)) => {
+            let data = seal::open(&c.edge.config.seal_key, &bind, now_ms(), cursor).map_err(|_| {
+                RpcError::reason(ReasonCode::REQUEST_STATE_INVALID, "the cursor is invalid or expired").in_band()
+            })?;
+            data["after"].as_str().map(str::to_string)
+        }
+        Some(_) => return Err(invalid("cursor must be a string")),
+    };
+    let start =
+        after.map_or(0, |a| items.iter().take_while(|i| i[key].as_str().is_some_and(|k| k <= a.as_str())).count());
+    let rest: Vec<Value> = items.into_iter().skip(start).collect();
+    let more = rest.len() > PAGE_SIZE;
+    let page: Vec<Value> = rest.into_iter().take(PAGE_SIZE).collect();
+    let next = more.then(|| {
+        let last = page.last().and_then(|i| i[key].as_str()).unwrap_or_default();
+        seal::seal(&c.edge.config.seal_key, &bind, now_ms() + CURSOR_TTL_MS, json!({"after": last}))
+    });
+    Ok((page, next))
+}
+
+fn listed(mut result: Value, next: Option<String>, ttl_ms: u64) -> Value {
+    result["resultType"] = json!("complete");
+    result["ttlMs"] = json!(ttl_ms);
+    result["cacheScope"] = json!("private");
+    if let Some(n) = next {
+        result["nextCursor"] = json!(n);
+    }
+    result
+}
+
+fn list_tools(c: &Call<'_>) -> Result<Value, RpcError> {
+    let tools = c.edge.verifier.with_state(|s| surfaces::tools_for(s, c.authority));
+    let (tools, next) = page(c, "tools/list", tools, "name")?;
+    Ok(listed(json!({"tools": tools}), next, surfaces::TOOLS_TTL_MS))
+}
+
+/// The tool `name` if it exists for this principal: `Err(None)` when it does not exist,
+/// `Err(Some(refusal))` when it exists outside the principal's scopes — which the client is told
+/// exactly like a missing tool (the refusal goes to the audit).
+fn find_tool(c: &Call<'_>, name: &str) -> Result<(CatalogActionV1, String), Option<Rejection>> {
+    let found = c.edge.verifier.with_state(|s| {
+        let v = s.catalog(&c.authority.tenant_id, None)?;
+        let a = v.catalog.actions.iter().find(|a| a.id == name)?;
+        Some((a.clone(), v.catalog.digest.clone()))
+    });
+    let (action, digest) = found.ok_or(None)?;
+    c.authority.require(&action.scope).map_err(Some)?;
+    Ok((action, digest))
+}
+
+/// SEP-2243: every argument whose schema property carries `x-mcp-header: X` is mirrored in
+/// the `Mcp-Param-X` header; a missing, undecodable or different header is refused.
+fn check_param_headers(schema: &Value, args: &Value, headers: &HeaderMap) -> Result<(), RpcError> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+    for (param, def) in props {
+        let Some(suffix) = def.get("x-mcp-header").and_then(Value::as_str) else { continue };
+        let Some(value) = args.get(param).filter(|v| !v.is_null()) else { continue };
+        let expected = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let header = format!("mcp-param-{}", suffix.to_ascii_lowercase());
+        let mismatch =
+            |what: &str| RpcError::reason(ReasonCode::PROTOCOL_HEADER_MISMATCH, format!("Mcp-Param-{suffix} {what}"));
+        if !headers.contains_key(header.as_str()) {
+            return Err(mismatch("is missing"));
+        }
+        match crate::header_value(headers, &header) {
+            Some(v) if v == expected => {}
+            Some(_) => return Err(mismatch(&format!("must equal arguments.{param}"))),
+            None => return Err(mismatch("is not valid (bad base64 encoding?)")),
+        }
+    }
+    debug_assert_eq!(HEADER_MISMATCH, ReasonCode::PROTOCOL_HEADER_MISMATCH.jsonrpc_code() as i64);
+    Ok(())
+}
+
+/// `inputResponses` as the handlers see them: an object (absent = empty); values that are not
+/// objects count as not answered. Anything else is a protocol error.
+fn input_responses(params: &Value) -> Result<Map<String, Value>, RpcError> {
+    match params.get("inputResponses") {
+        None => Ok(Map::new()),
+        Some(Value::Object(m)) => {
+            Ok(m.iter().filter(|(_, v)| v.is_object()).map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
+        Some(_) => Err(invalid("inputResponses must be an object")),
+    }
+}
+
+/// The handler data sealed in `requestState`, if the request carries one.
+fn request_state(c: &Call<'_>, bind: &Binding) -> Result<Option<Value>, RpcError> {
+    match c.req.params().get("requestState") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => match seal::open(&c.edge.config.seal_key, bind, now_ms(), s) {
+            Ok(v) => Ok(Some(v)),
+            Err(why) => {
+                tracing::info!(?why, "requestState refused");
+                Err(RpcError::reason(
+                    ReasonCode::REQUEST_STATE_INVALID,
+                    "requestState failed its integrity check, expired, or belongs to another request",
+                )
+                .in_band())
+            }
+        },
+        Some(_) => Err(invalid("requestState must be a string")),
+    }
+}
+
+fn input_required(c: &Call<'_>, bind: &Binding, requests: Value, state: Value) -> Value {
+    let sealed = seal::seal(&c.edge.config.seal_key, bind, now_ms() + REQUEST_STATE_TTL_MS, state);
+    json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed})
+}
+
+async fn call_tool(c: &Call<'_>) -> Handled {
+    let params = c.req.params();
+    let name = params["name"].as_str().unwrap_or_default().to_string();
+    let id = &c.req.id;
+    let fail = |e: RpcError, denied: Option<Rejection>| Handled {
+        response: e.with_id(id).into_response(),
+        name: Some(name.clone()),
+        denied,
+    };
+    let (action, digest) = match find_tool(c, &name) {
+        Ok(found) => found,
+        Err(denied) => {
+            let e = RpcError::reason(ReasonCode::TOOL_NOT_FOUND, format!("unknown tool '{name}'"))
+                .in_band()
+                .with_detail("name", json!(name));
+            return fail(e, denied);
+        }
+    };
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => return fail(invalid("arguments must be an object"), None),
+    };
+    let schema: Value = serde_json::from_str(&action.input_schema).unwrap_or(Value::Null);
+    if let Err(e) = check_param_headers(&schema, &args, c.headers) {
+        return fail(e, None);
+    }
+    match c.edge.validators.get(&digest, &action, false) {
+        Ok(Some(v)) => {
+            let errors: Vec<String> =
+                v.iter_errors(&args).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
+            if !errors.is_empty() {
+                // A tool execution error (the model can correct its arguments), not a protocol error.
+                let text =
+                    format!("INPUT_INVALID: the arguments do not match the tool's input schema: {}", errors.join("; "));
+                let result = json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
+                                    "_meta": {"writ/reason": "INPUT_INVALID", "writ/errors": errors}});
+                return Handled::allowed(jsonrpc::result(id, result), Some(name));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => return fail(e, None),
+    }
+    let inputs = match input_responses(params) {
+        Ok(i) => i,
+        Err(e) => return fail(e, None),
+    };
+    let bind = binding(c, format!("tools/call {name} {}", writ_api::sha256_hex(args.to_string().as_bytes())));
+    let state = match request_state(c, &bind) {
+        Ok(s) => s,
+        Err(e) => return fail(e, None),
+    };
+    let Execution::Builtin(handler) = action.execution.clone() else {
+        let e = RpcError::reason(
+            ReasonCode::EXECUTOR_UNAVAILABLE,
+            format!("'{name}' runs as a durable operation; the operation flow is not served by this edge yet"),
+        )
+        .in_band();
+        return fail(e, None);
+    };
+    let tool_call = ToolCall {
+        tenant_id: c.authority.tenant_id.clone(),
+        args,
+        client_caps: c.req.meta(META_CLIENT_CAPABILITIES).cloned().unwrap_or(Value::Null),
+        inputs,
+        state,
+        verifier: c.edge.verifier.clone(),
+    };
+    let output = match c.edge.validators.get(&digest, &action, true) {
+        Ok(v) => v,
+        Err(e) => return fail(e, None),
+    };
+    let (key, sealed_bind) = (c.edge.config.seal_key.clone(), bind);
+    let sse = reply::accepts_sse(c.headers);
+    let response = reply::run(id, params.get("_meta"), sse, move |notify| async move {
+        match builtin::call(&handler, tool_call, notify).await? {
+            ToolAnswer::Complete(mut result) => {
+                if let (Some(v), false) = (&output, result["isError"] == json!(true)) {
+                    let ok = result.get("structuredContent").is_some_and(|s| v.is_valid(s));
+                    if !ok {
+                        return Err(RpcError::reason(
+                            ReasonCode::OUTPUT_INVALID,
+                            "the tool's result does not match its output schema",
+                        )
+                        .in_band());
+                    }
+                }
+                result["resultType"] = json!("complete");
+                Ok(result)
+            }
+            ToolAnswer::InputRequired { requests, state } => {
+                let sealed = seal::seal(&key, &sealed_bind, now_ms() + REQUEST_STATE_TTL_MS, state);
+                Ok(json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
+            }
+        }
+    })
+    .await;
+    Handled::allowed(response, Some(name))
+}
+
+fn device_resources(c: &Call<'_>) -> Vec<Value> {
+    c.edge.verifier.with_state(|s| {
+        s.devices.get(&c.authority.tenant_id).map_or_else(Vec::new, |ds| {
+            let mut v: Vec<Value> = ds
+                .values()
+                .map(|d| {
+                    json!({"uri": format!("writ://devices/{}", d.name), "name": d.name,
+                           "description": format!("Device '{}' ({})", d.name, d.device_class), "mimeType": "application/json"})
+                })
+                .collect();
+            v.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));
+            v
+        })
+    })
+}
+
+fn list_resources(c: &Call<'_>) -> Result<Value, RpcError> {
+    let mut items = device_resources(c);
+    if is_fixture_tenant(c) {
+        items.extend(fixtures::resources());
+    }
+    items.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));
+    let (items, next) = page(c, "resources/list", items, "uri")?;
+    Ok(listed(json!({"resources": items}), next, 0))
+}
+
+fn resource_templates(c: &Call<'_>) -> Value {
+    let mut templates = vec![json!({"uriTemplate": "writ://devices/{name}", "name": "device",
+        "description": "A device of your tenant: its site and class", "mimeType": "application/json"})];
+    if is_fixture_tenant(c) {
+        templates.extend(fixtures::resource_templates());
+    }
+    listed(json!({"resourceTemplates": templates}), None, 0)
+}
+
+fn read_resource(c: &Call<'_>) -> Result<Value, RpcError> {
+    let uri = c.req.params()["uri"].as_str().unwrap_or_default();
+    let not_found = || {
+        RpcError::reason(ReasonCode::RESOURCE_NOT_FOUND, format!("unknown resource '{uri}'"))
+            .in_band()
+            .with_detail("uri", json!(uri))
+    };
+    let contents = if let Some(name) = uri.strip_prefix("writ://devices/") {
+        let device = c.edge.verifier.with_state(|s| {
+            let id = s.device_names.get(&c.authority.tenant_id)?.get(name)?;
+            let d = s.devices.get(&c.authority.tenant_id)?.get(id)?;
+            let site = s.sites.get(&c.authority.tenant_id).and_then(|m| m.get(&d.site_id)).map(|s| s.name.clone());
+            Some(json!({"name": d.name, "id": d.id, "site": site, "device_class": d.device_class, "revision": d.revision}))
+        });
+        let device = device.ok_or_else(not_found)?;
+        json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": device.to_string()}]})
+    } else if is_fixture_tenant(c) {
+        fixtures::read_resource(uri).ok_or_else(not_found)?
+    } else {
+        return Err(not_found());
+    };
+    Ok(listed(contents, None, 0))
+}
+
+fn list_prompts(c: &Call<'_>) -> Value {
+    let prompts = if is_fixture_tenant(c) { fixtures::prompts() } else { Vec::new() };
+    listed(json!({"prompts": prompts}), None, 0)
+}
+
+fn get_prompt(c: &Call<'_>) -> Result<Value, RpcError> {
+    let params = c.req.params();
+    let name = params["name"].as_str().unwrap_or_default();
+    if !is_fixture_tenant(c) {
+        return Err(RpcError::reason(ReasonCode::PROMPT_NOT_FOUND, format!("unknown prompt '{name}'")).in_band());
+    }
+    let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    let inputs = input_responses(params)?;
+    let bind = binding(c, format!("prompts/get {name} {}", writ_api::sha256_hex(args.to_string().as_bytes())));
+    request_state(c, &bind)?;
+    match fixtures::get_prompt(name, &args, &inputs)? {
+        fixtures::PromptAnswer::Messages(messages) => Ok(json!({"resultType": "complete", "messages": messages})),
+        fixtures::PromptAnswer::InputRequired(requests) => {
+            if !c
+                .req
+                .meta(META_CLIENT_CAPABILITIES)
+                .and_then(|caps| caps.get("elicitation"))
+                .is_some_and(Value::is_object)
+            {
+                return Err(RpcError::reason(ReasonCode::CLIENT_CAPABILITY_MISSING, "this prompt needs elicitation")
+                    .with_detail("requiredCapabilities", json!({"elicitation": {}})));
+            }
+            Ok(input_required(c, &bind, requests, Value::Null))
+        }
+    }
+}
+
+/// `completion/complete`: prompt arguments and resource-template variables. The fixture
+/// prompts take free text, so there is nothing to suggest (an empty, complete list).
+fn complete(c: &Call<'_>) -> Result<Value, RpcError> {
+    let params = c.req.params();
+    let r = &params["ref"];
+    let known = match r["type"].as_str() {
+        Some("ref/prompt") => is_fixture_tenant(c) && fixtures::prompts().iter().any(|p| p["name"] == r["name"]),
+        Some("ref/resource") => r["uri"].as_str().is_some(),
+        _ => return Err(invalid("ref must be a ref/prompt or ref/resource")),
+    };
+    if !known {
+        return Err(RpcError::reason(ReasonCode::PROMPT_NOT_FOUND, "unknown prompt").in_band());
+    }
+    if !params["argument"]["name"].is_string() {
+        return Err(invalid("argument.name is required"));
+    }
+    Ok(json!({"resultType": "complete", "completion": {"values": [], "total": 0, "hasMore": false}}))
+}

