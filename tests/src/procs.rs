@@ -382,3 +382,55 @@ impl Drop for DevProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A `writ edge` process following a cluster, killed on drop. Edges of one deployment share
+/// the canonical URL (the token audience, as behind a load balancer) and the seal key file.
+pub struct EdgeProc {
+    pub port: u16,
+    child: Child,
+}
+
+impl EdgeProc {
+    /// Starts an edge on a free port; `canonical_url` defaults to its own `/mcp` URL.
+    pub async fn start(dir: &Path, ledger: &[String], canonical_url: Option<&str>) -> EdgeProc {
+        let port = free_port();
+        let canonical = canonical_url.map_or_else(|| format!("http://127.0.0.1:{port}/mcp"), str::to_string);
+        let config = dir.join(format!("edge-{port}.toml"));
+        let ledger: Vec<String> = ledger.iter().map(|u| format!("\"{u}\"")).collect();
+        let text = format!(
+            "listen = \"127.0.0.1:{port}\"\ncanonical_url = \"{canonical}\"\nledger = [{}]\nseal_key_file = \"{}\"\n",
+            ledger.join(", "),
+            dir.join("edge-seal-key").display()
+        );
+        std::fs::write(&config, text).expect("edge config");
+        let log = std::fs::File::create(dir.join(format!("edge-{port}.log"))).expect("edge log");
+        let child = Command::new(writ_bin())
+            .args(["edge", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start writ edge");
+        let edge = EdgeProc { port, child };
+        let http = reqwest::Client::builder().no_proxy().build().expect("http");
+        let ready = format!("http://127.0.0.1:{port}/readyz");
+        eventually("the edge to be ready", Duration::from_secs(30), || async {
+            let r = http.get(&ready).send().await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+        edge
+    }
+
+    /// This edge's own `/mcp` URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for EdgeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

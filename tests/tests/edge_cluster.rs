@@ -1,0 +1,193 @@
+//! Issue 4, must-show 2 and 3: two stateless `writ edge` processes in front of a three-node
+//! ledger cluster. A real client (the official Python SDK, mode 2026-07-28) alternates between
+//! the edges request by request — including an MRTR round started on one edge and finished on
+//! the other — and authority and tenant isolation hold on both edges.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Value};
+use writ_tests::procs::{Admin, Cluster, EdgeProc};
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+/// One MCP request to `url` (a specific edge); returns status, challenge header and body.
+async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value) -> (u16, String, Value) {
+    params["_meta"] = meta();
+    let mut rb = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(url)
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method)
+        .header("Accept", "application/json")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
+        rb = rb.header("Mcp-Name", name);
+    }
+    if let Some(t) = token {
+        rb = rb.bearer_auth(t);
+    }
+    let r = rb.send().await.expect("edge reachable");
+    let status = r.status().as_u16();
+    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    (status, challenge, r.json().await.unwrap_or(Value::Null))
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+async fn tenant(admin: &Admin, url: &str, name: &str, actions: Vec<Value>) {
+    admin.post_ok(url, "/v1/tenants", json!({"name": name})).await;
+    admin.post_ok(url, &format!("/v1/tenants/{name}/catalogs"), json!({"actions": actions})).await;
+    let agent = json!({"name": "agent", "kind": "agent", "preset": "full"});
+    admin.post_ok(url, &format!("/v1/tenants/{name}/principals"), agent).await;
+    admin.post_ok(url, &format!("/v1/tenants/{name}/sites"), json!({"name": format!("{name}-site")})).await;
+    let device = json!({"name": format!("{name}-press"), "site": format!("{name}-site"), "device_class": "press.v1"});
+    admin.post_ok(url, &format!("/v1/tenants/{name}/devices"), device).await;
+}
+
+fn builtin(id: &str, handler: &str, scope: Option<&str>) -> Value {
+    json!({"id": id, "title": id, "input_schema": {"type": "object"}, "risk": "low",
+           "execution": {"builtin": handler}, "scope": scope})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_alternates_edges_and_authority_holds_on_both() {
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.all_urls();
+    let (admin, url) = (cluster.admin.clone(), urls[0].clone());
+    let dir = tempfile::tempdir().unwrap();
+    let e1 = EdgeProc::start(dir.path(), &urls, None).await;
+    let canonical = e1.url();
+    let e2 = EdgeProc::start(dir.path(), &urls, Some(&canonical)).await;
+    let edges = [e1.url(), e2.url()];
+
+    // Tenant A: a read tool, an MRTR tool, a tool outside the agent's scopes, and enough
+    // filler that the tool list has a second page.
+    let mut actions = vec![
+        builtin("list_devices", "writ.devices", None),
+        builtin("greet", "conformance.input_required_elicitation", None),
+        builtin("audit_digest", "writ.devices", Some("audit:read")),
+    ];
+    actions.extend((0..100).map(|i| builtin(&format!("filler_{i:03}"), "conformance.simple_text", None)));
+    tenant(&admin, &url, "alpha", actions).await;
+    tenant(&admin, &url, "beta", vec![builtin("beta_devices", "writ.devices", None)]).await;
+    let token = |t: &str| {
+        let (admin, url, t, aud) = (admin.clone(), url.clone(), t.to_string(), canonical.clone());
+        async move {
+            let issued = admin
+                .post_ok(&url, &format!("/v1/tenants/{t}/tokens"), json!({"principal": "agent", "audience": aud}))
+                .await;
+            issued["token"].as_str().unwrap().to_string()
+        }
+    };
+    let (alpha, beta) = (token("alpha").await, token("beta").await);
+
+    // Must-show 2: the Python SDK, requests alternating between the two edges.
+    let script = format!("{}/python/mcp_client.py", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new("python3")
+        .args([&script, &canonical, &alpha, &e1.port.to_string(), &e2.port.to_string(), "list_devices", "greet"])
+        .output()
+        .await
+        .expect("python3 runs (make pydeps installs mcp)");
+    assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("client report");
+    let tools: Vec<&str> = report["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(tools.len(), 102, "both pages, without the out-of-scope tool: {report}");
+    assert!(tools.contains(&"greet") && tools.contains(&"list_devices") && !tools.contains(&"audit_digest"));
+    assert_eq!(report["read"]["structured"]["devices"][0]["name"], "alpha-press", "{report}");
+    assert_eq!(report["mrtr"]["text"], json!(["Hello, Ada!"]), "{report}");
+    assert_eq!(report["mrtr"]["asked"], json!(["What is your name?"]));
+    let served = report["served"].as_array().unwrap();
+    let ports: Vec<u64> = served.iter().map(|s| s["port"].as_u64().unwrap()).collect();
+    assert!(ports.windows(2).all(|w| w[0] != w[1]), "requests alternate between the edges: {served:?}");
+    let greet: Vec<&Value> = served.iter().filter(|s| s["method"] == "tools/call").skip(1).collect();
+    assert_eq!(greet.len(), 2, "{served:?}");
+    assert_eq!((greet[0]["round"].as_bool(), greet[1]["round"].as_bool()), (Some(false), Some(true)));
+    assert_ne!(greet[0]["port"], greet[1]["port"], "the MRTR round was finished by the other edge");
+
+    // Must-show 3, on both edges. No token: 401 with the RFC 9728 challenge.
+    for edge in &edges {
+        let (status, challenge, _) = rpc(edge, None, "tools/list", json!({})).await;
+        assert_eq!(status, 401);
+        assert!(challenge.contains("resource_metadata=") && challenge.contains("scope="), "{challenge}");
+    }
+    // Expired (a token of the tenant's own issuer, expired a minute ago): 401 AUTH_TOKEN_EXPIRED.
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.public_key_raw());
+    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "k1", "alg": "EdDSA"}]});
+    let issuer = json!({"issuer": "https://idp.alpha.example", "audience": canonical, "jwks": jwks.to_string()});
+    let (code, body) =
+        admin.send(reqwest::Method::PUT, &format!("{url}/v1/tenants/alpha/issuers"), Some(issuer)).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("k1".into());
+    let now = writ_api::verifier::now_ms() / 1000;
+    let claims = json!({"iss": "https://idp.alpha.example", "sub": "agent", "aud": canonical, "exp": now - 60, "scope": "tools:list"});
+    let signing = jsonwebtoken::EncodingKey::from_ed_pem(key.serialize_pem().as_bytes()).unwrap();
+    let expired = jsonwebtoken::encode(&header, &claims, &signing).unwrap();
+    for edge in &edges {
+        let expired = expired.clone();
+        let body = writ_tests::eventually("the issuer at the edge", Duration::from_secs(5), || async {
+            let (status, _, body) = rpc(edge, Some(&expired), "tools/list", json!({})).await;
+            (status == 401 && body["error"]["data"]["reason"] == "AUTH_TOKEN_EXPIRED").then_some(body)
+        })
+        .await;
+        assert_eq!(body["error"]["code"], -32001);
+    }
+    // Revoked: refused on both edges within a second of the revocation.
+    let doomed = token("alpha").await;
+    for edge in &edges {
+        assert_eq!(rpc(edge, Some(&doomed), "tools/list", json!({})).await.0, 200);
+    }
+    let jti = writ_api::auth::segment(&doomed, 1).and_then(|c| c["jti"].as_str().map(str::to_string)).expect("jti");
+    let revoked_at = Instant::now();
+    admin.post_ok(&url, &format!("/v1/tenants/alpha/tokens/{jti}/revoke"), json!({})).await;
+    for edge in &edges {
+        writ_tests::eventually("revocation at the edge", Duration::from_secs(1), || async {
+            let (status, _, body) = rpc(edge, Some(&doomed), "tools/list", json!({})).await;
+            (status == 401 && body["error"]["data"]["reason"] == "AUTH_TOKEN_REVOKED").then_some(())
+        })
+        .await;
+    }
+    println!("revocation refused on both edges {} ms after the revoke call", revoked_at.elapsed().as_millis());
+
+    // Out of scope = does not exist; the audit knows the difference.
+    let (s1, _, hidden) = rpc(&edges[0], Some(&alpha), "tools/call", json!({"name": "audit_digest"})).await;
+    let (s2, _, missing) = rpc(&edges[1], Some(&alpha), "tools/call", json!({"name": "no_such_tool"})).await;
+    assert_eq!(s1, s2);
+    let strip = |v: &Value, name: &str| v["error"].to_string().replace(name, "NAME");
+    assert_eq!(strip(&hidden, "audit_digest"), strip(&missing, "no_such_tool"), "{hidden} vs {missing}");
+    let denied = admin.get(&url, "/v1/tenants/alpha/audit?domain=request&outcome=denied").await.unwrap();
+    let record = denied["records"].as_array().unwrap().iter().find(|r| r.to_string().contains("audit_digest"));
+    assert_eq!(record.map(|r| r["reason_code"].clone()), Some(json!("APP_SCOPE_FORBIDDEN")), "{denied}");
+
+    // Tenant B sees nothing of tenant A: tools, resources, cursors, error texts.
+    let (_, _, a_page) = rpc(&edges[0], Some(&alpha), "tools/list", json!({})).await;
+    let a_cursor = a_page["result"]["nextCursor"].as_str().expect("a second page").to_string();
+    for edge in &edges {
+        let (_, _, list) = rpc(edge, Some(&beta), "tools/list", json!({})).await;
+        assert_eq!(tool_names(&list), vec!["beta_devices"]);
+        let (_, _, res) = rpc(edge, Some(&beta), "resources/list", json!({})).await;
+        assert!(!res.to_string().contains("alpha"), "{res}");
+        let (_, _, read) = rpc(edge, Some(&beta), "resources/read", json!({"uri": "writ://devices/alpha-press"})).await;
+        assert_eq!(read["error"]["data"]["reason"], "RESOURCE_NOT_FOUND", "{read}");
+        let (_, _, call) = rpc(edge, Some(&beta), "tools/call", json!({"name": "list_devices"})).await;
+        assert_eq!(call["error"]["data"]["reason"], "TOOL_NOT_FOUND", "{call}");
+        let (_, _, stolen) = rpc(edge, Some(&beta), "tools/list", json!({"cursor": a_cursor})).await;
+        assert_eq!(stolen["error"]["data"]["reason"], "REQUEST_STATE_INVALID", "{stolen}");
+        assert!(!stolen.to_string().contains("alpha"), "{stolen}");
+        // A's device and tool read exactly like ones that exist nowhere (the name aside).
+        let (_, _, nowhere) = rpc(edge, Some(&beta), "resources/read", json!({"uri": "writ://devices/zz-none"})).await;
+        assert_eq!(strip(&read, "alpha-press"), strip(&nowhere, "zz-none"));
+        let (_, _, no_tool) = rpc(edge, Some(&beta), "tools/call", json!({"name": "zz_none"})).await;
+        assert_eq!(strip(&call, "list_devices"), strip(&no_tool, "zz_none"));
+        let (_, _, called) = rpc(edge, Some(&beta), "tools/call", json!({"name": "beta_devices"})).await;
+        assert_eq!(called["result"]["structuredContent"]["devices"][0]["name"], "beta-press", "{called}");
+    }
+}
