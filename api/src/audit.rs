@@ -245,11 +245,14 @@ fn subject(event: &Event) -> Subject {
         | Event::ExecutorRevokedV1 { .. }
         | Event::ExecutorCaRegisteredV1 { .. } => ("executor", None, None, None),
         Event::RequestDecidedV1 { .. } => ("request", None, None, None),
+        Event::PrincipalQuotasSetV1 { principal_id, .. } => ("principal", Some(principal_id.clone()), None, None),
+        Event::RequestQuotaLeasedV1 { principal_id, .. } => ("quota", Some(principal_id.clone()), None, None),
     }
 }
 
 fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
+        ("quota", "quota"),
         ("tenant", "tenant"),
         ("principal", "principal"),
         ("scope", "principal"),

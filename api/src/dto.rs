@@ -171,6 +171,11 @@ pub enum Query {
     ListExecutorCas {
         tenant_id: String,
     },
+    /// A principal's own quotas (id or name).
+    GetPrincipalQuotas {
+        tenant_id: String,
+        principal: String,
+    },
     /// A tenant's audit records after sequence `after`, oldest first.
     ListAudit {
         tenant_id: String,
@@ -208,6 +213,14 @@ pub enum QueryResult {
     Executors { executors: Vec<Executor> },
     Enrollment { enrollment: Enrollment },
     ExecutorCas { cas: Vec<ExecutorCaV1> },
+    PrincipalQuotas(PrincipalQuotasView),
+}
+
+/// A principal's own quotas (its tenant's limits apply on top).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrincipalQuotasView {
+    pub principal_id: String,
+    pub quotas: crate::quota::PrincipalQuotasV1,
 }
 
 /// Raft role of a node as reported in status.

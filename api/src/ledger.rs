@@ -10,6 +10,7 @@ use crate::audit::RequestDecisionV1;
 use crate::catalog::CatalogV1;
 use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use crate::principal::PrincipalSpecV1;
+use crate::quota::PrincipalQuotasV1;
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
 use crate::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
@@ -138,6 +139,19 @@ pub enum Command {
         tenant_id: String,
         decisions: Vec<RequestDecisionV1>,
     },
+    /// Set (or, with no limit, clear) a principal's own quotas.
+    SetPrincipalQuotas {
+        tenant_id: String,
+        /// Principal id or name.
+        principal: String,
+        quotas: PrincipalQuotasV1,
+    },
+    /// An edge leases up to `wanted` requests of a principal's current quota window.
+    LeaseRequestQuota {
+        tenant_id: String,
+        principal_id: String,
+        wanted: u64,
+    },
 }
 
 impl Command {
@@ -164,6 +178,8 @@ impl Command {
             Command::RevokeExecutor { .. } => "revoke_executor",
             Command::RegisterExecutorCa { .. } => "register_executor_ca",
             Command::RecordDecisions { .. } => "record_decisions",
+            Command::SetPrincipalQuotas { .. } => "set_principal_quotas",
+            Command::LeaseRequestQuota { .. } => "lease_request_quota",
         }
     }
 
@@ -188,7 +204,9 @@ impl Command {
             | Command::CompleteEnrollment { tenant_id, .. }
             | Command::RevokeExecutor { tenant_id, .. }
             | Command::RegisterExecutorCa { tenant_id, .. }
-            | Command::RecordDecisions { tenant_id, .. } => tenant_id,
+            | Command::RecordDecisions { tenant_id, .. }
+            | Command::SetPrincipalQuotas { tenant_id, .. }
+            | Command::LeaseRequestQuota { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -294,6 +312,20 @@ pub enum Event {
         tenant_id: String,
         decision: RequestDecisionV1,
     },
+    PrincipalQuotasSetV1 {
+        tenant_id: String,
+        principal_id: String,
+        quotas: PrincipalQuotasV1,
+    },
+    /// `granted` requests of window `window` (ledger ms / 60,000), usable until
+    /// `window_ends_at_ms` (ledger time); `granted` is 0 when the window's quota is spent.
+    RequestQuotaLeasedV1 {
+        tenant_id: String,
+        principal_id: String,
+        window: u64,
+        granted: u64,
+        window_ends_at_ms: u64,
+    },
 }
 
 impl Event {
@@ -321,6 +353,8 @@ impl Event {
             Event::ExecutorRevokedV1 { .. } => "executor_revoked",
             Event::ExecutorCaRegisteredV1 { .. } => "executor_ca_registered",
             Event::RequestDecidedV1 { .. } => "request_decided",
+            Event::PrincipalQuotasSetV1 { .. } => "principal_quotas_set",
+            Event::RequestQuotaLeasedV1 { .. } => "request_quota_leased",
         }
     }
 }

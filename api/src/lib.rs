@@ -9,6 +9,7 @@ pub mod device;
 pub mod dto;
 pub mod ledger;
 pub mod principal;
+pub mod quota;
 pub mod reason;
 pub mod settings;
 pub mod state;

@@ -19,6 +19,8 @@ use crate::token::{SigningKeyV1, TenantIssuer, Token, TokenRecordV1, TokenReques
 use crate::{ReasonCode, Rejection};
 use serde::{Deserialize, Serialize};
 
+use crate::quota::{PrincipalQuotasV1, QuotaWindow};
+
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerState {
@@ -63,6 +65,10 @@ pub struct LedgerState {
     pub executor_certs: BTreeMap<String, (String, String)>,
     /// Executor CA certificates by tenant id, then CA fingerprint.
     pub executor_cas: BTreeMap<String, BTreeMap<String, ExecutorCaV1>>,
+    /// Principals' own quotas by tenant id, then principal id (absent: none).
+    pub principal_quotas: BTreeMap<String, BTreeMap<String, PrincipalQuotasV1>>,
+    /// Request-quota grants of the current window, by tenant id.
+    pub quota_windows: BTreeMap<String, QuotaWindow>,
 }
 
 impl LedgerState {
@@ -300,6 +306,22 @@ impl LedgerState {
             }
             // Only an audit record (below).
             Event::RequestDecidedV1 { .. } => {}
+            Event::PrincipalQuotasSetV1 { tenant_id, principal_id, quotas } => {
+                let by_tenant = self.principal_quotas.entry(tenant_id.clone()).or_default();
+                if *quotas == PrincipalQuotasV1::default() {
+                    by_tenant.remove(principal_id);
+                } else {
+                    by_tenant.insert(principal_id.clone(), quotas.clone());
+                }
+            }
+            Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
+                let w = self.quota_windows.entry(tenant_id.clone()).or_default();
+                if w.window != *window {
+                    *w = QuotaWindow { window: *window, ..Default::default() };
+                }
+                w.tenant_granted += granted;
+                *w.principal_granted.entry(principal_id.clone()).or_default() += granted;
+            }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id);
                 p.scopes.remove(scope);
@@ -751,6 +773,48 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 .iter()
                 .map(|d| Event::RequestDecidedV1 { tenant_id: tenant_id.clone(), decision: d.clone() })
                 .collect())
+        }
+        Command::SetPrincipalQuotas { tenant_id, principal, quotas } => {
+            existing(state, tenant_id)?;
+            quotas.validate()?;
+            let p = state.principal(tenant_id, principal).ok_or_else(|| {
+                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}' in this tenant"))
+            })?;
+            Ok(vec![Event::PrincipalQuotasSetV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: p.id.clone(),
+                quotas: quotas.clone(),
+            }])
+        }
+        Command::LeaseRequestQuota { tenant_id, principal_id, wanted } => {
+            let tenant = existing(state, tenant_id)?;
+            if !(1..=crate::quota::SLICE_MAX).contains(wanted) {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a lease asks for 1..=100 requests"));
+            }
+            if state.principals.get(tenant_id).and_then(|m| m.get(principal_id)).is_none() {
+                return Err(Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal_id}'")));
+            }
+            let window = now / crate::quota::WINDOW_MS;
+            let principal_limit = state
+                .principal_quotas
+                .get(tenant_id)
+                .and_then(|m| m.get(principal_id))
+                .and_then(|q| q.requests_per_minute);
+            let granted = crate::quota::grantable(
+                state.quota_windows.get(tenant_id),
+                window,
+                principal_id,
+                tenant.settings.quotas.requests_per_minute,
+                principal_limit,
+                *wanted,
+            );
+            Ok(vec![Event::RequestQuotaLeasedV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: principal_id.clone(),
+                window,
+                granted,
+                window_ends_at_ms: (window + 1) * crate::quota::WINDOW_MS,
+            }])
         }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),

@@ -6,6 +6,7 @@ use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+use writ_api::quota::PrincipalQuotasV1;
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
 use writ_api::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 use writ_api::ReasonCode;
@@ -242,6 +243,38 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             "request_decided_v1",
             req(Command::RecordDecisions { tenant_id: "t-1".into(), decisions: vec![decision()] }),
             Some(env(21, 19, Event::RequestDecidedV1 { tenant_id: "t-1".into(), decision: decision() })),
+        ),
+        (
+            "principal_quotas_set_v1",
+            req(Command::SetPrincipalQuotas {
+                tenant_id: "t-1".into(),
+                principal: "planner".into(),
+                quotas: PrincipalQuotasV1 { requests_per_minute: Some(120) },
+            }),
+            Some(env(
+                22,
+                20,
+                Event::PrincipalQuotasSetV1 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    quotas: PrincipalQuotasV1 { requests_per_minute: Some(120) },
+                },
+            )),
+        ),
+        (
+            "request_quota_leased_v1",
+            req(Command::LeaseRequestQuota { tenant_id: "t-1".into(), principal_id: "p-1".into(), wanted: 12 }),
+            Some(env(
+                23,
+                21,
+                Event::RequestQuotaLeasedV1 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    window: 29_000_000,
+                    granted: 12,
+                    window_ends_at_ms: 1_740_000_060_000,
+                },
+            )),
         ),
     ]
 }

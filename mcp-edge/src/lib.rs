@@ -14,6 +14,7 @@
 //! Architecture invariant: `mcp-edge` never opens RocksDB; it reaches the ledger only through
 //! `writ_api` (the `Ledger` trait and the verifier).
 
+pub mod admission;
 pub mod audit;
 mod builtin;
 pub mod fixtures;
@@ -182,18 +183,26 @@ pub(crate) struct Edge {
     config: EdgeConfig,
     verifier: Verifier,
     audit: AuditSink,
+    admission: admission::Admission,
     validators: serve::Validators,
 }
 
-/// The edge's router: the MCP endpoint and the protected-resource metadata. `audit` records
-/// the request decisions (flush it on shutdown); `verifier` follows the ledger for tokens and
-/// catalogs. Fails when the configuration breaks a start-up rule ([`EdgeConfig::check`]).
-pub fn router(verifier: Verifier, audit: AuditSink, config: EdgeConfig) -> Result<Router, String> {
+/// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
+/// decisions are recorded and quota slices leased (through `audit`, which must be flushed on
+/// shutdown); `verifier` follows the ledger for tokens, catalogs and limits. Fails when the
+/// configuration breaks a start-up rule ([`EdgeConfig::check`]).
+pub fn router(
+    ledger: Arc<dyn writ_api::client::Ledger>,
+    verifier: Verifier,
+    audit: AuditSink,
+    config: EdgeConfig,
+) -> Result<Router, String> {
     config.check()?;
     let mcp = config.mcp_path();
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
     let limit = config.body_bytes_max;
-    let edge = Arc::new(Edge { config, verifier, audit, validators: Default::default() });
+    let admission = admission::Admission::new(ledger);
+    let edge = Arc::new(Edge { config, verifier, audit, admission, validators: Default::default() });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
         .route(&prm, get(resource_metadata))
@@ -330,6 +339,22 @@ fn check_protocol(config: &EdgeConfig, req: &Request, headers: &HeaderMap) -> Re
     Ok(())
 }
 
+/// An admission refusal: 429 with `Retry-After` for QUOTA_EXCEEDED, 503 when the ledger could
+/// not grant a slice.
+fn refused_response(id: &Option<Value>, refused: &admission::Refused) -> Response {
+    let mut e = RpcError::rejected(&refused.rejection).with_id(id);
+    if let Some(after) = refused.retry_after {
+        e = e.with_detail("retry_after_ms", json!(after.as_millis() as u64));
+    }
+    let mut r = e.into_response();
+    if let Some(after) = refused.retry_after {
+        if let Ok(v) = HeaderValue::from_str(&(after.as_secs() + 1).to_string()) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    r
+}
+
 /// A bearer-auth failure as an HTTP answer with its RFC 6750 / RFC 9728 challenge.
 pub(crate) fn challenge(
     config: &EdgeConfig,
@@ -420,7 +445,14 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
     let started = std::time::Instant::now();
-    let handled = serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await;
+    let handled = match edge.admission.admit(&edge.verifier, &authority, &trace_id).await {
+        Ok(()) => serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await,
+        Err(refused) => serve::Handled {
+            response: refused_response(&req.id, &refused),
+            name: None,
+            denied: Some(refused.rejection),
+        },
+    };
     let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
     metrics::counter!("writ_edge_requests_total", "method" => req.method.clone(), "outcome" => outcome).increment(1);
     metrics::histogram!("writ_edge_request_seconds", "method" => req.method.clone())

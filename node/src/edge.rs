@@ -190,9 +190,9 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     }
     config.fixtures_tenant = options.fixtures_tenant;
     let verifier = Verifier::follow(ledger.clone(), url.clone());
-    let audit = AuditSink::start(ledger);
+    let audit = AuditSink::start(ledger.clone());
     let metrics = crate::install_metrics();
-    let app = writ_mcp_edge::router(verifier, audit.clone(), config).map_err(std::io::Error::other)?.route(
+    let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config).map_err(std::io::Error::other)?.route(
         "/metrics",
         axum::routing::get(move || {
             let metrics = metrics.clone();

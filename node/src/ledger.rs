@@ -305,6 +305,17 @@ impl LedgerNode {
                 .cloned()
                 .map(|enrollment| QueryResult::Enrollment { enrollment })
                 .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")),
+            Query::GetPrincipalQuotas { tenant_id, principal } => {
+                let p = state.principal(&tenant_id, &principal).ok_or_else(|| {
+                    Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))
+                })?;
+                let quotas =
+                    state.principal_quotas.get(&tenant_id).and_then(|m| m.get(&p.id)).cloned().unwrap_or_default();
+                Ok(QueryResult::PrincipalQuotas(writ_api::dto::PrincipalQuotasView {
+                    principal_id: p.id.clone(),
+                    quotas,
+                }))
+            }
             Query::ListExecutorCas { tenant_id } => Ok(QueryResult::ExecutorCas {
                 cas: state.executor_cas.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
             }),
@@ -342,6 +353,7 @@ impl LedgerNode {
         }
         let (tx, rx) = tokio::sync::mpsc::channel::<WatchLine>(WATCH_CHANNEL_LINES);
         let sm = self.sm.clone();
+        let raft = self.raft.metrics();
         tokio::spawn(async move {
             let mut next = from;
             loop {
@@ -374,6 +386,18 @@ impl LedgerNode {
                         r = live.recv() => r,
                         _ = tx.closed() => return,
                         _ = tokio::time::sleep(WATCH_HEARTBEAT) => {
+                            // A heartbeat tells followers they are current: only a node that
+                            // runs and knows a leader may say so. Otherwise the stream ends
+                            // and the watcher goes to another node (or fails closed).
+                            let healthy = {
+                                let m = raft.borrow_watched();
+                                m.running_state.is_ok() && m.current_leader.is_some() && m.state != ServerState::Shutdown
+                            };
+                            if !healthy {
+                                let message = "this node has no leader; watch another node".to_string();
+                                let _ = tx.send(WatchLine::End { end: ReasonCode::LEDGER_UNAVAILABLE, message, next }).await;
+                                return;
+                            }
                             if tx.send(WatchLine::Heartbeat { heartbeat: next - 1 }).await.is_err() {
                                 return;
                             }

@@ -13,7 +13,9 @@ use writ_api::device::{Device, Site};
 use writ_api::dto::{
     AuditPage, CatalogList, DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection,
 };
-use writ_api::dto::{ClusterStatus, CreatedEnrollment, ErrorBody, ExecutorList, PrincipalList, TenantList};
+use writ_api::dto::{
+    ClusterStatus, CreatedEnrollment, ErrorBody, ExecutorList, PrincipalList, PrincipalQuotasView, TenantList,
+};
 use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
 use writ_api::token::{TenantIssuer, Token};
@@ -605,6 +607,18 @@ pub enum PrincipalCmd {
         principal: String,
         scope: String,
     },
+    /// Show or set the principal's own quotas (its tenant's apply on top).
+    Quotas {
+        #[arg(long)]
+        tenant: String,
+        principal: String,
+        /// Requests per minute across all edges.
+        #[arg(long, conflicts_with = "clear")]
+        requests_per_minute: Option<u64>,
+        /// Remove the principal's own limits.
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -912,6 +926,19 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                 PrincipalCmd::RevokeScope { tenant, principal, scope } => {
                     let body = serde_json::json!({"scope": scope});
                     c.call(Method::POST, &format!("{}/scopes/revoke", one(tenant, principal)), Some(body)).await?
+                }
+                PrincipalCmd::Quotas { tenant, principal, requests_per_minute, clear } => {
+                    let path = format!("{}/quotas", one(tenant, principal));
+                    let v = if *clear || requests_per_minute.is_some() {
+                        let body = serde_json::json!({"requests_per_minute": requests_per_minute});
+                        c.call(Method::PUT, &path, Some(body)).await?
+                    } else {
+                        c.call(Method::GET, &path, None).await?
+                    };
+                    return print_as::<PrincipalQuotasView>(out, v, |q| {
+                        let rpm = q.quotas.requests_per_minute.map_or("-".to_string(), |n| n.to_string());
+                        print_table(&["PRINCIPAL", "REQUESTS/MIN"], vec![vec![q.principal_id.clone(), rpm]]);
+                    });
                 }
             };
             print_as::<Principal>(out, v, |p| print_principals(std::slice::from_ref(p)))

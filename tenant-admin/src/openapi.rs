@@ -132,6 +132,9 @@ fn paths() -> Value {
             "/v1/tenants/{tenant}/principals/{principal}": {"parameters": params(&["tenant", "principal"]), "get": op("Show a principal (id or name)", None, "Principal")},
             "/v1/tenants/{tenant}/principals/{principal}/revoke": {"parameters": params(&["tenant", "principal"]), "post": op("Revoke a principal", None, "Principal")},
             "/v1/tenants/{tenant}/principals/{principal}/scopes/revoke": {"parameters": params(&["tenant", "principal"]), "post": op("Revoke one scope of a principal", Some("RevokeScope"), "Principal")},
+            "/v1/tenants/{tenant}/principals/{principal}/quotas": {"parameters": params(&["tenant", "principal"]),
+                "get": op("A principal's own quotas (its tenant's apply on top)", None, "PrincipalQuotas"),
+                "put": op("Replace a principal's own quotas ({} clears them)", Some("PrincipalQuotasSpec"), "PrincipalQuotas")},
             "/v1/tenants/{tenant}/settings": {"parameters": tenant_param, "patch": op("Change tenant settings (only the fields given)", Some("TenantSettingsPatch"), "Tenant")},
             "/v1/tenants/{tenant}/tokens": {"parameters": tenant_param, "post": created("Issue a Writ token to a principal", Some("IssueToken"), "IssuedToken")},
             "/v1/tenants/{tenant}/tokens/{jti}": {"parameters": params(&["tenant", "jti"]), "get": op("The ledger's record of a token", None, "Token")},
@@ -197,6 +200,10 @@ fn schemas() -> Value {
             "preset": {"enum": ["readOnly", "full", "delegate"]},
             "scopes": {"type": "array", "items": {"type": "string"}, "description": "tools:list, context:read, resources:read, ops:read, ops:execute, ops:cancel, ops:accept, observe:capture, audit:read, tokens:delegate, tools:call:<action|*>, devices:use:<device|*>"},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}},
+        "PrincipalQuotasSpec": {"type": "object", "additionalProperties": false, "properties": {
+            "requests_per_minute": {"type": ["integer", "null"], "minimum": 1, "description": "requests per minute across all edges"}}},
+        "PrincipalQuotas": {"type": "object", "required": ["principal_id", "quotas"], "properties": {
+            "principal_id": {"type": "string"}, "quotas": {"$ref": "#/components/schemas/PrincipalQuotasSpec"}}},
         "RevokeScope": {"type": "object", "additionalProperties": false, "required": ["scope"], "properties": {"scope": {"type": "string"}}},
         "Principal": {"type": "object"},
         "CreateSite": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use writ_api::auth::Signer;
 use writ_api::client::{Ledger, TRACE_HEADER};
 use writ_api::device::{Device, Site};
+use writ_api::dto::PrincipalQuotasView;
 use writ_api::dto::{
     ClusterChange, ClusterStatus, Consistency, CreatePrincipalRequest, CreateTenantRequest, NodeStatus, PrincipalList,
     Query as LedgerQuery, QueryRequest, QueryResult, RevokePrincipalRequest, RevokeScopeRequest, SubmitRequest,
@@ -22,6 +23,7 @@ use writ_api::dto::{
 use writ_api::dto::{CreateDeviceRequest, CreateSiteRequest, DeviceList, SiteList};
 use writ_api::ledger::{Command, Outcome, Tenant};
 use writ_api::principal::{Principal, PrincipalSpecV1};
+use writ_api::quota::PrincipalQuotasV1;
 use writ_api::settings::TenantSettingsPatch;
 use writ_api::verifier::Verifier;
 use writ_api::{ReasonCode, Rejection};
@@ -88,6 +90,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}/principals/{principal}", get(show_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/revoke", post(revoke_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/scopes/revoke", post(revoke_scope))
+        .route("/v1/tenants/{tenant}/principals/{principal}/quotas", get(get_quotas).put(set_quotas))
         .merge(crate::tokens::routes())
         .merge(crate::catalogs::routes())
         .merge(crate::audit::routes())
@@ -363,6 +366,35 @@ async fn revoke_scope(
     let p = find_principal(&st, t.id.clone(), principal).await?;
     submit(&st, Command::RevokeScope { tenant_id: t.id.clone(), principal_id: p.id.clone(), scope: b.scope }).await?;
     Ok(Json(find_principal(&st, t.id, p.id).await?))
+}
+
+async fn find_quotas(st: &AdminState, tenant_id: String, principal: String) -> Result<PrincipalQuotasView, ApiError> {
+    match query(st, LedgerQuery::GetPrincipalQuotas { tenant_id, principal }, false).await? {
+        QueryResult::PrincipalQuotas(view) => Ok(view),
+        _ => Err(unexpected()),
+    }
+}
+
+/// `GET …/principals/{p}/quotas`: the principal's own limits (its tenant's apply on top).
+async fn get_quotas(
+    State(st): State<Shared>,
+    Path((tenant, principal)): Path<(String, String)>,
+) -> Result<Json<PrincipalQuotasView>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(find_quotas(&st, t.id, principal).await?))
+}
+
+/// `PUT …/principals/{p}/quotas`: replaces the principal's own limits (`{}` clears them).
+async fn set_quotas(
+    State(st): State<Shared>,
+    Path((tenant, principal)): Path<(String, String)>,
+    ValidJson(quotas): ValidJson<PrincipalQuotasV1>,
+) -> Result<Json<PrincipalQuotasView>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    quotas.validate()?;
+    let p = find_principal(&st, t.id.clone(), principal).await?;
+    submit(&st, Command::SetPrincipalQuotas { tenant_id: t.id.clone(), principal: p.id.clone(), quotas }).await?;
+    Ok(Json(find_quotas(&st, t.id, p.id).await?))
 }
 
 pub(crate) async fn query(st: &AdminState, query: LedgerQuery, stale: bool) -> Result<QueryResult, Rejection> {

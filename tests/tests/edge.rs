@@ -61,8 +61,8 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let verifier = Verifier::follow(ledger.clone(), edge_url.clone());
     let config = EdgeConfig::for_url(&edge_url, writ_mcp_edge::seal::SealKey::random());
     let prm_url = config.resource_metadata_url();
-    let audit = writ_mcp_edge::audit::AuditSink::start(ledger);
-    let router = writ_mcp_edge::router(verifier, audit.clone(), config).unwrap();
+    let audit = writ_mcp_edge::audit::AuditSink::start(ledger.clone());
+    let router = writ_mcp_edge::router(ledger, verifier, audit.clone(), config).unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     let edge = Edge { url: edge_url.clone(), http: reqwest::Client::builder().no_proxy().build().unwrap() };
 
@@ -199,5 +199,15 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
         (code == 403 && body["error"]["data"]["reason"] == "TENANT_SUSPENDED").then_some(())
     })
     .await;
+
+    // Fail-close (E6): with the ledger gone the replica goes stale and every request is refused
+    // with LEDGER_UNAVAILABLE; the edge reports not ready.
     node.shutdown().await;
+    writ_tests::eventually("the edge to fail closed", Duration::from_secs(15), || async {
+        let (code, _, body) = edge.call(Some(&reader), "tools/list").await;
+        (code == 503 && body["error"]["data"]["reason"] == "LEDGER_UNAVAILABLE").then_some(())
+    })
+    .await;
+    let ready = edge.http.get(edge_url.replace("/mcp", "/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
 }

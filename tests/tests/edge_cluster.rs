@@ -191,3 +191,106 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
         assert_eq!(called["result"]["structuredContent"]["devices"][0]["name"], "beta-press", "{called}");
     }
 }
+
+/// Fires `n` `tools/list` requests alternating between `edges`; returns (admitted, refused
+/// bodies with their Retry-After).
+async fn burst(edges: &[String], token: &str, n: usize) -> (usize, Vec<(Value, String)>) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (mut admitted, mut refused) = (0, Vec::new());
+    for i in 0..n {
+        let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/list", "params": {"_meta": meta()}});
+        let r = http
+            .post(&edges[i % edges.len()])
+            .bearer_auth(token)
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/list")
+            .json(&body)
+            .send()
+            .await
+            .expect("edge");
+        match r.status().as_u16() {
+            200 => admitted += 1,
+            429 => {
+                let after =
+                    r.headers().get("retry-after").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+                refused.push((r.json().await.unwrap(), after));
+            }
+            other => panic!("unexpected status {other}: {}", r.text().await.unwrap_or_default()),
+        }
+    }
+    (admitted, refused)
+}
+
+/// Granted requests per quota window for `principal_id`, from the ledger's audit trail.
+async fn grants_per_window(admin: &Admin, url: &str, tenant: &str) -> std::collections::BTreeMap<u64, u64> {
+    let page = admin.get(url, &format!("/v1/tenants/{tenant}/audit?domain=quota&limit=1000")).await.unwrap();
+    let mut windows = std::collections::BTreeMap::new();
+    for r in page["records"].as_array().unwrap() {
+        let detail: Value = serde_json::from_str(r["detail"].as_str().unwrap()).unwrap();
+        *windows.entry(detail["window"].as_u64().unwrap()).or_default() += detail["granted"].as_u64().unwrap();
+    }
+    windows
+}
+
+/// SPEC D9: per-tenant and per-principal request quotas hold across both edges (slices leased
+/// from the ledger, never more granted per window than the limit), refusals are 429
+/// QUOTA_EXCEEDED with a retry hint and on the audit record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_quotas_hold_across_edges() {
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.all_urls();
+    let (admin, url) = (cluster.admin.clone(), urls[0].clone());
+    let dir = tempfile::tempdir().unwrap();
+    let e1 = EdgeProc::start(dir.path(), &urls, None).await;
+    let canonical = e1.url();
+    let e2 = EdgeProc::start(dir.path(), &urls, Some(&canonical)).await;
+    let edges = [e1.url(), e2.url()];
+    tenant(&admin, &url, "gamma", vec![builtin("list_devices", "writ.devices", None)]).await;
+    let slow = json!({"name": "slow", "kind": "agent", "preset": "readOnly"});
+    admin.post_ok(&url, "/v1/tenants/gamma/principals", slow).await;
+    let issue = |who: &str| {
+        let (admin, url, who, aud) = (admin.clone(), url.clone(), who.to_string(), canonical.clone());
+        async move {
+            let t = admin.post_ok(&url, "/v1/tenants/gamma/tokens", json!({"principal": who, "audience": aud})).await;
+            t["token"].as_str().unwrap().to_string()
+        }
+    };
+    let (agent, slow) = (issue("agent").await, issue("slow").await);
+
+    // Tenant limit 20/min.
+    let (code, body) = admin
+        .send(
+            reqwest::Method::PATCH,
+            &format!("{url}/v1/tenants/gamma/settings"),
+            Some(json!({"quotas": {"requests_per_minute": 20}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    // Principal limit 3/min for `slow`, through the CLI.
+    let (code, out, err) = writ_tests::procs::run_cli(
+        &url,
+        &["principal", "quotas", "--tenant", "gamma", "slow", "--requests-per-minute", "3"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains('3'), "{out}");
+    // Both edges see the limits (watch-fed) before the burst.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // `slow`: 3 per window of its own while its tenant still has plenty.
+    let (admitted, refused) = burst(&edges, &slow, 10).await;
+    assert!(admitted <= 6 && refused.len() >= 4, "admitted {admitted}");
+
+    // 60 requests span at most two windows: at most 40 admitted.
+    let (admitted, refused) = burst(&edges, &agent, 60).await;
+    let windows = grants_per_window(&admin, &url, "gamma").await;
+    assert!(windows.values().all(|g| *g <= 20), "a window granted more than the limit: {windows:?}");
+    assert!(admitted as u64 <= windows.values().sum::<u64>(), "admitted {admitted}, granted {windows:?}");
+    assert!(admitted <= 40 && !refused.is_empty(), "admitted {admitted}");
+    let (first, retry_after) = &refused[0];
+    assert_eq!(first["error"]["data"]["reason"], "QUOTA_EXCEEDED", "{first}");
+    assert!(first["error"]["data"]["retry_after_ms"].as_u64().is_some_and(|ms| ms <= 60_000), "{first}");
+    assert!(retry_after.parse::<u64>().is_ok_and(|s| (1..=61).contains(&s)), "Retry-After: {retry_after}");
+    let denied = admin.get(&url, "/v1/tenants/gamma/audit?domain=request&outcome=denied").await.unwrap();
+    assert!(denied.to_string().contains("QUOTA_EXCEEDED"), "{denied}");
+}

@@ -34,7 +34,9 @@ async fn admin_api_conforms_to_its_openapi_document() {
             .current_dir(&workdir)
             .args(["run", &schema, "--header", &format!("Authorization: Bearer {TEST_OPERATOR_TOKEN}")])
             .args(["--checks", "not_a_server_error,response_schema_conformance"])
-            .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "8", "--seed", "1", "--workers", "2"])
+            // One worker: with two threads, CPython 3.11.7's `ast.parse` (hypothesis describing a
+            // filter lambda) intermittently raises "AST constructor recursion depth mismatch".
+            .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "8", "--seed", "1", "--workers", "1"])
             .env("NO_COLOR", "1")
             .output()
             .unwrap_or_else(|e| panic!("cannot run {bin} ({e}); `make test` installs it (make pydeps)"))
