@@ -380,12 +380,15 @@ pub(crate) fn challenge(
     r
 }
 
-async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
-    let bearer = headers
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
+        .map(str::trim)
+}
+
+async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
     let failed = |e: Rejection| {
         let status = StatusCode::from_u16(e.reason.http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
         if status == StatusCode::UNAUTHORIZED {
@@ -394,8 +397,19 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
             RpcError::rejected(&e).into_response()
         }
     };
-    match (bearer, &edge.config.anonymous) {
-        (Some(bearer), _) => edge.verifier.verify(bearer).await.map_err(failed),
+    match (bearer(headers), &edge.config.anonymous) {
+        (Some(token), _) => match edge.verifier.verify(token).await {
+            Ok(a) => Ok(a),
+            Err(e) if e.reason == ReasonCode::TENANT_SUSPENDED => {
+                // The token is authentic (the tenant gate comes after the signature): the
+                // suspended tenant's audit gets the denial before the client hears of it.
+                if let Err(fail) = audit_suspended(edge, headers, token, &e).await {
+                    return Err(RpcError::rejected(&fail).into_response());
+                }
+                Err(failed(e))
+            }
+            Err(e) => Err(failed(e)),
+        },
         (None, Some(anon)) => edge.verifier.anonymous(&anon.tenant, &anon.principal).await.map_err(failed),
         (None, None) => Err(challenge(
             &edge.config,
@@ -407,62 +421,119 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
     }
 }
 
-async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes) -> Response {
+/// Records a TENANT_SUSPENDED denial for a verified token's tenant and principal.
+async fn audit_suspended(edge: &Edge, headers: &HeaderMap, token: &str, e: &Rejection) -> Result<(), Rejection> {
+    let Some(claims) = writ_api::auth::segment(token, 1) else { return Ok(()) };
+    let subject = edge.verifier.with_state(|s| {
+        let iss = claims["iss"].as_str()?;
+        let tenant_id = if iss == writ_api::token::WRIT_ISSUER {
+            claims["tid"].as_str()?.to_string()
+        } else {
+            s.issuers.get(iss)?.tenant_id.clone()
+        };
+        let principal_id = s.principal(&tenant_id, claims["sub"].as_str()?)?.id.clone();
+        Some((tenant_id, principal_id))
+    });
+    let Some((tenant_id, principal_id)) = subject else { return Ok(()) };
+    let decision = RequestDecisionV1 {
+        trace_id: uuid::Uuid::new_v4().to_string(),
+        principal_id,
+        token_id: claims["jti"].as_str().map(str::to_string),
+        parent_token_id: None,
+        method: header_value(headers, "mcp-method").unwrap_or_default(),
+        name: None,
+        outcome: "denied".into(),
+        reason: Some(e.reason),
+    };
+    edge.audit.commit(&tenant_id, decision).await
+}
+
+/// Decodes the body as one JSON-RPC request and runs the protocol checks; `Ok(None)` for a
+/// notification (nothing to answer in a stateless server).
+fn decode(config: &EdgeConfig, body: &[u8], headers: &HeaderMap) -> Result<Option<Request>, RpcError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| RpcError::new(StatusCode::BAD_REQUEST, PARSE_ERROR, format!("invalid JSON: {e}")))?;
+    if value.is_array() {
+        return Err(RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, "batches are not supported"));
+    }
+    let req: Request = serde_json::from_value(value)
+        .map_err(|e| RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("not a JSON-RPC request: {e}")))?;
+    if req.jsonrpc != "2.0" {
+        return Err(RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, "jsonrpc must be \"2.0\"").with_id(&req.id));
+    }
+    if req.id.is_none() {
+        return Ok(None);
+    }
+    check_protocol(config, &req, headers)?;
+    Ok(Some(req))
+}
+
+/// The reason a protocol error is audited with.
+fn protocol_reason(e: &RpcError) -> ReasonCode {
+    match e.code {
+        HEADER_MISMATCH => ReasonCode::PROTOCOL_HEADER_MISMATCH,
+        UNSUPPORTED_PROTOCOL_VERSION => ReasonCode::PROTOCOL_VERSION_UNSUPPORTED,
+        METHOD_NOT_FOUND => ReasonCode::NOT_FOUND,
+        _ => ReasonCode::INPUT_INVALID,
+    }
+}
+
+/// `POST /mcp`, in the order of SPEC E2: Host/Origin → body limit → authenticate → admission →
+/// decode and protocol checks → the method (`serve`: authorize, validate, execute, validate).
+/// Every authenticated request ends as an audit decision.
+async fn mcp_post(
+    State(edge): State<Arc<Edge>>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
     if let Err(e) = check_host_and_origin(&edge.config, &headers) {
         return e.into_response();
     }
-    let value: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return RpcError::new(StatusCode::BAD_REQUEST, PARSE_ERROR, format!("invalid JSON: {e}")).into_response()
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let limit = edge.config.body_bytes_max;
+            return RpcError::reason(ReasonCode::PAYLOAD_TOO_LARGE, format!("the request body exceeds {limit} bytes"))
+                .into_response();
         }
+        Err(e) => return RpcError::reason(ReasonCode::INPUT_INVALID, e.body_text()).into_response(),
     };
-    if value.is_array() {
-        return RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, "batches are not supported").into_response();
-    }
-    let req: Request = match serde_json::from_value(value) {
-        Ok(r) => r,
-        Err(e) => {
-            return RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("not a JSON-RPC request: {e}"))
-                .into_response()
-        }
-    };
-    if req.jsonrpc != "2.0" {
-        return RpcError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, "jsonrpc must be \"2.0\"")
-            .with_id(&req.id)
-            .into_response();
-    }
-    if req.id.is_none() {
-        // A notification: nothing to answer in a stateless server.
-        return StatusCode::ACCEPTED.into_response();
-    }
-    if let Err(e) = check_protocol(&edge.config, &req, &headers) {
-        return e.into_response();
-    }
     let authority = match authenticate(&edge, &headers).await {
         Ok(a) => a,
         Err(r) => return r,
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
     let started = std::time::Instant::now();
+    // Until the body is decoded, the method is what the transport header says.
+    let mut method = header_value(&headers, "mcp-method").unwrap_or_default();
+    let mut id = None;
     let handled = match edge.admission.admit(&edge.verifier, &authority, &trace_id).await {
-        Ok(()) => serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await,
-        Err(refused) => serve::Handled {
-            response: refused_response(&req.id, &refused),
-            name: None,
-            denied: Some(refused.rejection),
+        Err(refused) => {
+            serve::Handled { response: refused_response(&None, &refused), name: None, denied: Some(refused.rejection) }
+        }
+        Ok(()) => match decode(&edge.config, &body, &headers) {
+            Ok(None) => return StatusCode::ACCEPTED.into_response(),
+            Err(e) => {
+                let denied = Rejection::new(protocol_reason(&e), e.message.clone());
+                serve::Handled { response: e.into_response(), name: None, denied: Some(denied) }
+            }
+            Ok(Some(req)) => {
+                method = req.method.clone();
+                id = req.id.clone();
+                serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await
+            }
         },
     };
     let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
-    metrics::counter!("writ_edge_requests_total", "method" => req.method.clone(), "outcome" => outcome).increment(1);
-    metrics::histogram!("writ_edge_request_seconds", "method" => req.method.clone())
+    metrics::counter!("writ_edge_requests_total", "method" => method.clone(), "outcome" => outcome).increment(1);
+    metrics::histogram!("writ_edge_request_seconds", "method" => method.clone())
         .record(started.elapsed().as_secs_f64());
     let decision = RequestDecisionV1 {
         trace_id: trace_id.clone(),
         principal_id: authority.principal_id.clone(),
         token_id: authority.token_id.clone(),
         parent_token_id: authority.parent_token_id.clone(),
-        method: req.method.clone(),
+        method,
         name: handled.name,
         outcome: outcome.into(),
         reason: handled.denied.as_ref().map(|r| r.reason),
@@ -475,7 +546,7 @@ async fn mcp_post(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Bytes
         });
     if strict {
         if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision).await {
-            return RpcError::rejected(&fail).with_id(&req.id).into_response();
+            return RpcError::rejected(&fail).with_id(&id).into_response();
         }
     } else {
         edge.audit.buffer(&authority.tenant_id, decision).await;

@@ -146,3 +146,74 @@ fn json_answer(id: &Option<Value>, outcome: Outcome) -> Response {
         Err(e) => e.with_id(id).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Sets its flag when dropped: the handler future was dropped (aborted or finished).
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    async fn until_set(flag: &AtomicBool) -> bool {
+        for _ in 0..100 {
+            if flag.load(Ordering::SeqCst) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// Closing the event stream cancels the handler (stateless MCP has no other cancel).
+    #[tokio::test]
+    async fn closing_the_stream_cancels_the_handler() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
+        let meta = json!({"progressToken": "p1"});
+        let response = run(&Some(json!(1)), Some(&meta), true, move |notify| async move {
+            let _guard = guard;
+            notify.progress(1.0, Some(2.0), "started").await;
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(json!({}))
+        })
+        .await;
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
+        let mut body = response.into_body().into_data_stream();
+        let first = body.next().await.expect("a frame").expect("bytes");
+        assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
+        assert!(!dropped.load(Ordering::SeqCst), "still running while the client listens");
+        drop(body);
+        assert!(until_set(&dropped).await, "the handler outlived its stream");
+    }
+
+    /// Without notifications the answer is plain JSON, and a client that goes away while it
+    /// waits cancels the handler too.
+    #[tokio::test]
+    async fn a_dropped_json_request_cancels_the_handler() {
+        let quick = run(&Some(json!(2)), None, true, |_| async { Ok(json!({"ok": true})) }).await;
+        assert_eq!(quick.headers()[header::CONTENT_TYPE], "application/json");
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
+        let id = Some(json!(3));
+        let waiting = run(&id, None, false, move |_| async move {
+            let _guard = guard;
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(json!({}))
+        });
+        assert!(tokio::time::timeout(Duration::from_millis(50), waiting).await.is_err());
+        assert!(until_set(&dropped).await, "the handler outlived its request");
+    }
+}

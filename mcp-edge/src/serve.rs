@@ -327,7 +327,7 @@ async fn call_tool(c: &Call<'_>) -> Handled {
     let Execution::Builtin(handler) = action.execution.clone() else {
         let e = RpcError::reason(
             ReasonCode::EXECUTOR_UNAVAILABLE,
-            format!("'{name}' runs as a durable operation; the operation flow is not served by this edge yet"),
+            format!("'{name}' is carried out by a site executor; the operation flow is not served by this edge yet"),
         )
         .in_band();
         return fail(e, None);

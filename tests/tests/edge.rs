@@ -35,6 +35,16 @@ impl Edge {
         (code, h, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// `tools/call` of `name` with `params` (`arguments`, `inputResponses`, `requestState`).
+    async fn tool(&self, token: &str, name: &str, mut params: Value) -> Value {
+        params["name"] = json!(name);
+        params["_meta"] = meta("2026-07-28");
+        params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params});
+        let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", name)];
+        self.post(Some(token), &headers, body).await.2
+    }
+
     /// A well-formed 2026-07-28 call.
     async fn call(&self, token: Option<&str>, method: &str) -> (u16, reqwest::header::HeaderMap, Value) {
         let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {"_meta": meta("2026-07-28")}});
@@ -50,21 +60,28 @@ fn names(list: &Value) -> Vec<String> {
     list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
-    let (node, _dir) = single_node().await;
-    let admin = Admin::new();
-    let url = node.url.clone();
+/// An in-process edge following the node at `url`: the client, its audit sink and the
+/// protected-resource metadata URL.
+async fn serve_edge(url: &str) -> (Edge, writ_mcp_edge::audit::AuditSink, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let edge_url = format!("http://127.0.0.1:{}/mcp", listener.local_addr().unwrap().port());
-    let ledger = Arc::new(HttpLedger::new(vec![url.clone()])) as Arc<dyn Ledger>;
+    let ledger = Arc::new(HttpLedger::new(vec![url.to_string()])) as Arc<dyn Ledger>;
     let verifier = Verifier::follow(ledger.clone(), edge_url.clone());
     let config = EdgeConfig::for_url(&edge_url, writ_mcp_edge::seal::SealKey::random());
     let prm_url = config.resource_metadata_url();
     let audit = writ_mcp_edge::audit::AuditSink::start(ledger.clone());
     let router = writ_mcp_edge::router(ledger, verifier, audit.clone(), config).unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let edge = Edge { url: edge_url.clone(), http: reqwest::Client::builder().no_proxy().build().unwrap() };
+    (Edge { url: edge_url, http: reqwest::Client::builder().no_proxy().build().unwrap() }, audit, prm_url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
+    let (node, _dir) = single_node().await;
+    let admin = Admin::new();
+    let url = node.url.clone();
+    let (edge, audit, prm_url) = serve_edge(&url).await;
+    let edge_url = edge.url.clone();
 
     admin.post_ok(&url, "/v1/tenants", json!({"name": "edge-co"})).await;
     let action = |id: &str, scope: Option<&str>| json!({"id": id, "title": id, "input_schema": {"type": "object"}, "risk": "low", "execution": "read", "scope": scope});
@@ -199,6 +216,9 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
         (code == 403 && body["error"]["data"]["reason"] == "TENANT_SUSPENDED").then_some(())
     })
     .await;
+    // …and the suspended tenant's audit has the denial (recorded before the answer).
+    let denied = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=denied").await.unwrap();
+    assert!(denied["records"].as_array().unwrap().iter().any(|r| r["reason_code"] == "TENANT_SUSPENDED"), "{denied}");
 
     // Fail-close (E6): with the ledger gone the replica goes stale and every request is refused
     // with LEDGER_UNAVAILABLE; the edge reports not ready.
@@ -208,6 +228,87 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
         (code == 503 && body["error"]["data"]["reason"] == "LEDGER_UNAVAILABLE").then_some(())
     })
     .await;
-    let ready = edge.http.get(edge_url.replace("/mcp", "/readyz")).send().await.unwrap();
-    assert_eq!(ready.status().as_u16(), 503);
+    let readyz = edge_url.replace("/mcp", "/readyz");
+    writ_tests::eventually("the edge to report not ready", Duration::from_secs(15), || async {
+        let ready = edge.http.get(&readyz).send().await.ok()?;
+        (ready.status().as_u16() == 503).then_some(())
+    })
+    .await;
+}
+
+/// `tools/call` end to end: input validated against the catalog schema (a tool error the model
+/// can act on), output validated against the output schema, MRTR state bound to the request,
+/// catalog actions that need an executor refused with a reason, body limit, and authentication
+/// before the body is even decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_call_validates_both_ways_and_binds_request_state() {
+    let (node, _dir) = single_node().await;
+    let admin = Admin::new();
+    let url = node.url.clone();
+    let (edge, _audit, _) = serve_edge(&url).await;
+    admin.post_ok(&url, "/v1/tenants", json!({"name": "calls"})).await;
+    let catalog = json!({"actions": [
+        {"id": "strict_devices", "title": "devices", "risk": "low", "execution": {"builtin": "writ.devices"},
+         "input_schema": {"type": "object", "properties": {"limit": {"type": "integer"}}, "additionalProperties": false},
+         "output_schema": {"type": "object", "required": ["devices", "cursor"]}},
+        {"id": "greet", "title": "greet", "risk": "low", "execution": {"builtin": "conformance.input_required_elicitation"},
+         "input_schema": {"type": "object"}},
+        {"id": "press", "title": "press", "risk": "high", "execution": "operation", "device_class": "press.v1",
+         "input_schema": {"type": "object"}}
+    ]});
+    admin.post_ok(&url, "/v1/tenants/calls/catalogs", catalog).await;
+    admin.post_ok(&url, "/v1/tenants/calls/principals", json!({"name": "a", "kind": "agent", "preset": "full"})).await;
+    let issued = admin.post_ok(&url, "/v1/tenants/calls/tokens", json!({"principal": "a", "audience": edge.url})).await;
+    let token = issued["token"].as_str().unwrap();
+
+    let bad = writ_tests::eventually("the catalog at the edge", Duration::from_secs(5), || async {
+        let r = edge.tool(token, "strict_devices", json!({"arguments": {"limit": "ten", "x": 1}})).await;
+        r["result"].is_object().then_some(r)
+    })
+    .await;
+    assert_eq!(
+        (&bad["result"]["isError"], &bad["result"]["_meta"]["writ/reason"]),
+        (&json!(true), &json!("INPUT_INVALID"))
+    );
+    assert_eq!(bad["result"]["_meta"]["writ/errors"].as_array().map(Vec::len), Some(2), "{bad}");
+    let out = edge.tool(token, "strict_devices", json!({"arguments": {"limit": 3}})).await;
+    assert_eq!(
+        (&out["error"]["code"], &out["error"]["data"]["reason"]),
+        (&json!(-32603), &json!("OUTPUT_INVALID")),
+        "{out}"
+    );
+    let op = edge.tool(token, "press", json!({})).await;
+    assert_eq!(op["error"]["data"]["reason"], "EXECUTOR_UNAVAILABLE", "{op}");
+
+    // MRTR: the state is bound to this request's arguments and refuses tampering.
+    let first = edge.tool(token, "greet", json!({"arguments": {"lang": "en"}})).await;
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let state = first["result"]["requestState"].as_str().unwrap().to_string();
+    let answer = json!({"user_name": {"action": "accept", "content": {"name": "Ada"}}});
+    let other_args = edge
+        .tool(token, "greet", json!({"arguments": {"lang": "fr"}, "inputResponses": answer, "requestState": state}))
+        .await;
+    assert_eq!(other_args["error"]["data"]["reason"], "REQUEST_STATE_INVALID", "{other_args}");
+    let tampered = edge
+        .tool(
+            token,
+            "greet",
+            json!({"arguments": {"lang": "en"}, "inputResponses": answer, "requestState": format!("{state}x")}),
+        )
+        .await;
+    assert_eq!(tampered["error"]["data"]["reason"], "REQUEST_STATE_INVALID", "{tampered}");
+    let done = edge
+        .tool(token, "greet", json!({"arguments": {"lang": "en"}, "inputResponses": answer, "requestState": state}))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!", "{done}");
+
+    // Body limit, and authentication before the body is decoded.
+    let huge = "x".repeat(writ_mcp_edge::BODY_BYTES_MAX_DEFAULT + 1);
+    let r = edge.http.post(&edge.url).bearer_auth(token).body(huge).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "PAYLOAD_TOO_LARGE");
+    let r = edge.http.post(&edge.url).body("{not json").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401, "an unauthenticated request learns nothing about its body");
+    node.shutdown().await;
 }
