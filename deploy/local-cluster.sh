@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# A local 3-node Writ ledger cluster on loopback.
-#   deploy/local-cluster.sh up      start nodes 1..3 (node 1 bootstraps all three)
+# A local 3-node Writ ledger cluster and two MCP edges on loopback.
+#   deploy/local-cluster.sh up      start nodes 1..3 (node 1 bootstraps all three), then edges 1..2
 #   deploy/local-cluster.sh status  cluster status through the admin API
-#   deploy/local-cluster.sh down    stop the nodes (data is kept under .writ/cluster)
-# Writes .writ/cluster/env with WRIT_ADMIN_URL, WRIT_ADMIN_TOKEN, WRIT_NODE_URLS and PIDs.
+#   deploy/local-cluster.sh down    stop edges and nodes (data is kept under .writ/cluster)
+# Writes .writ/cluster/env with WRIT_ADMIN_URL, WRIT_ADMIN_TOKEN, WRIT_NODE_URLS, WRIT_MCP_URL
+# (the edges' shared canonical URL: the token audience), WRIT_MCP_URLS and PIDs. Both edges
+# share one seal key file, as replicas behind one load balancer must.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${WRIT_CLUSTER_DIR:-.writ/cluster}
 BIN=${WRIT_BIN:-target/debug/writ}
 BASE_PORT=${WRIT_CLUSTER_BASE_PORT:-7101}
+EDGE_BASE_PORT=${WRIT_CLUSTER_EDGE_BASE_PORT:-8101}
 N=3
+EDGES=2
 
 url() { echo "http://127.0.0.1:$((BASE_PORT + $1 - 1))"; }
+edge_url() { echo "http://127.0.0.1:$((EDGE_BASE_PORT + $1 - 1))/mcp"; }
 
 up() {
   [ -x "$BIN" ] || { echo "missing $BIN: run 'cargo build -p writ-node' (or make build)" >&2; exit 1; }
@@ -40,16 +45,43 @@ up() {
     curl -sf "$(url 1)/readyz" >/dev/null 2>&1 && break; sleep 0.2
   done
   urls=$(for id in $(seq 1 $N); do printf '%s ' "$(url "$id")"; done)
+  ledger=$(for id in $(seq 1 $N); do printf '"%s", ' "$(url "$id")"; done)
+  edge_pids=()
+  for e in $(seq 1 $EDGES); do
+    dir="$ROOT/e$e"; mkdir -p "$dir"
+    if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      echo "edge $e already running (pid $(cat "$dir/pid"))"; edge_pids+=("$(cat "$dir/pid")"); continue
+    fi
+    {
+      echo "listen = \"127.0.0.1:$((EDGE_BASE_PORT + e - 1))\""
+      echo "canonical_url = \"$(edge_url 1)\""
+      echo "ledger = [${ledger%, }]"
+      echo "seal_key_file = \"$ROOT/edge-seal-key\""
+    } > "$dir/edge.toml"
+    nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
+    echo $! > "$dir/pid"; edge_pids+=("$!")
+    echo "edge $e: $(edge_url "$e") (pid $!, log $dir/edge.log)"
+    # The first edge creates the shared seal key; the next one reads it.
+    for _ in $(seq 1 50); do [ -s "$ROOT/edge-seal-key" ] && break; sleep 0.1; done
+  done
+  mcp_urls=$(for e in $(seq 1 $EDGES); do printf '%s ' "$(edge_url "$e")"; done)
   cat > "$ROOT/env" <<ENV
 export WRIT_ADMIN_URL=$(url 1)
 export WRIT_ADMIN_TOKEN=$token
 export WRIT_NODE_URLS="${urls% }"
 export WRIT_NODE_PIDS="${pids[*]}"
+export WRIT_MCP_URL=$(edge_url 1)
+export WRIT_MCP_URLS="${mcp_urls% }"
+export WRIT_EDGE_PIDS="${edge_pids[*]}"
 ENV
   echo "cluster up; next: source $ROOT/env && $BIN admin cluster status"
 }
 
 down() {
+  for e in $(seq 1 $EDGES); do
+    f="$ROOT/e$e/pid"
+    if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; echo "edge $e stopped"; fi
+  done
   for id in $(seq 1 $N); do
     f="$ROOT/n$id/pid"
     if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; echo "node $id stopped"; fi

@@ -25,12 +25,14 @@ fn script() -> PathBuf {
 async fn local_cluster_script_up_status_down() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = three_free_ports();
+    let edge_base = three_free_ports();
     let run = |verb: &str| {
         Command::new("bash")
             .arg(script())
             .arg(verb)
             .env("WRIT_CLUSTER_DIR", dir.path())
             .env("WRIT_CLUSTER_BASE_PORT", base.to_string())
+            .env("WRIT_CLUSTER_EDGE_BASE_PORT", edge_base.to_string())
             .env("WRIT_BIN", writ_bin())
             .output()
             .expect("run local-cluster.sh")
@@ -64,9 +66,25 @@ async fn local_cluster_script_up_status_down() {
     .await;
     assert!(status["leader"].as_u64().is_some());
 
+    // Both edges follow the cluster; the canonical URL (token audience) is edge 1's.
+    let mcp_urls = var("WRIT_MCP_URLS");
+    assert_eq!(mcp_urls.split(' ').count(), 2);
+    assert_eq!(var("WRIT_MCP_URL"), format!("http://127.0.0.1:{edge_base}/mcp"));
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for mcp in mcp_urls.split(' ') {
+        let readyz = mcp.replace("/mcp", "/readyz");
+        writ_tests::eventually("the edge to be ready", Duration::from_secs(30), || async {
+            http.get(&readyz).send().await.ok()?.status().is_success().then_some(())
+        })
+        .await;
+    }
+
     let down = run("down");
     assert!(down.status.success(), "down failed: {}", String::from_utf8_lossy(&down.stderr));
     for id in 1..=3 {
         assert!(!dir.path().join(format!("n{id}/pid")).exists());
+    }
+    for e in 1..=2 {
+        assert!(!dir.path().join(format!("e{e}/pid")).exists());
     }
 }
