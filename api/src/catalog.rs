@@ -82,6 +82,8 @@ pub const BUILTIN_HANDLERS: &[&str] = &[
     "conformance.simple_text",
     "conformance.streaming_elicitation",
     "conformance.tool_with_progress",
+    "conformance.trigger_prompt_change",
+    "conformance.trigger_tool_change",
     "writ.devices",
 ];
 

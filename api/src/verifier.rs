@@ -66,6 +66,12 @@ impl Verifier {
         *self.inner.revision.borrow()
     }
 
+    /// Follows the replica's revision (changes whenever an event is applied or a snapshot
+    /// loaded).
+    pub fn revisions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.revision.subscribe()
+    }
+
     /// Waits until the replica has reached `revision` (true) or `timeout` passed (false).
     pub async fn wait_for(&self, revision: u64, timeout: Duration) -> bool {
         let mut rx = self.inner.revision.subscribe();

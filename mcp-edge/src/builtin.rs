@@ -22,6 +22,21 @@ pub struct ToolCall {
     /// The handler's data from the previous round's `requestState` (already verified).
     pub state: Option<Value>,
     pub verifier: Verifier,
+    /// Announces list changes to this edge's `subscriptions/listen` streams.
+    pub changes: tokio::sync::broadcast::Sender<ListChange>,
+}
+
+/// A list that changed for a tenant (delivered to its open listen streams).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListChange {
+    pub tenant_id: String,
+    pub list: ChangedList,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangedList {
+    Tools,
+    Prompts,
 }
 
 /// A handler's answer.
@@ -72,6 +87,12 @@ fn require_caps(caps: &Value, needed: &[&str]) -> Result<(), RpcError> {
         format!("this tool needs the client capabilities {names:?}"),
     )
     .with_detail("requiredCapabilities", Value::Object(missing)))
+}
+
+fn announce(c: &ToolCall, list: ChangedList) -> ToolAnswer {
+    // No open stream is not an error: nobody was listening.
+    let _ = c.changes.send(ListChange { tenant_id: c.tenant_id.clone(), list });
+    text("Mutation triggered")
 }
 
 /// Runs built-in handler `name`.
@@ -236,6 +257,8 @@ pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswe
                 }
             }
         }
+        "conformance.trigger_tool_change" => announce(&c, ChangedList::Tools),
+        "conformance.trigger_prompt_change" => announce(&c, ChangedList::Prompts),
         "writ.devices" => {
             let devices = c.verifier.with_state(|s| {
                 let sites = s.sites.get(&c.tenant_id);

@@ -81,6 +81,16 @@ pub fn conformance_catalog() -> Value {
             "input_required_capabilities",
             "MRTR: respects client capabilities in inputRequests",
         ),
+        tool(
+            "test_trigger_tool_change",
+            "trigger_tool_change",
+            "Announces a tool-list change to this edge's open subscriptions/listen streams",
+        ),
+        tool(
+            "test_trigger_prompt_change",
+            "trigger_prompt_change",
+            "Announces a prompt-list change to this edge's open subscriptions/listen streams",
+        ),
     ];
     actions.push(json!({
         "id": "json_schema_2020_12_tool", "title": "json_schema_2020_12_tool",

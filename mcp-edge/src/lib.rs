@@ -185,6 +185,8 @@ pub(crate) struct Edge {
     audit: AuditSink,
     admission: admission::Admission,
     validators: serve::Validators,
+    /// List changes announced on this edge, for its `subscriptions/listen` streams.
+    changes: tokio::sync::broadcast::Sender<builtin::ListChange>,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
@@ -202,7 +204,8 @@ pub fn router(
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
     let limit = config.body_bytes_max;
     let admission = admission::Admission::new(ledger);
-    let edge = Arc::new(Edge { config, verifier, audit, admission, validators: Default::default() });
+    let changes = tokio::sync::broadcast::channel(256).0;
+    let edge = Arc::new(Edge { config, verifier, audit, admission, validators: Default::default(), changes });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
         .route(&prm, get(resource_metadata))
@@ -283,7 +286,8 @@ fn served(config: &EdgeConfig, method: &str) -> bool {
         | "tools/call"
         | "resources/list"
         | "resources/read"
-        | "resources/templates/list" => true,
+        | "resources/templates/list"
+        | "subscriptions/listen" => true,
         "prompts/list" | "prompts/get" | "completion/complete" => config.fixtures_tenant.is_some(),
         _ => false,
     }
@@ -380,7 +384,7 @@ pub(crate) fn challenge(
     r
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

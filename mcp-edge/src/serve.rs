@@ -116,6 +116,7 @@ pub async fn handle(call: Call<'_>) -> Handled {
             guarded(c, PROMPTS_SCOPE, name, |c| done(get_prompt(c)))
         }
         "completion/complete" => guarded(c, PROMPTS_SCOPE, None, |c| done(complete(c))),
+        "subscriptions/listen" => guarded(c, LIST_SCOPE, None, listen),
         other => Handled::allowed(
             RpcError::new(StatusCode::NOT_FOUND, jsonrpc::METHOD_NOT_FOUND, format!("{other} is not served"))
                 .with_id(id)
@@ -339,6 +340,7 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         inputs,
         state,
         verifier: c.edge.verifier.clone(),
+        changes: c.edge.changes.clone(),
     };
     let output = match c.edge.validators.get(&digest, &action, true) {
         Ok(v) => v,
@@ -480,4 +482,95 @@ fn complete(c: &Call<'_>) -> Result<Value, RpcError> {
         return Err(invalid("argument.name is required"));
     }
     Ok(json!({"resultType": "complete", "completion": {"values": [], "total": 0, "hasMore": false}}))
+}
+
+/// The `_meta` key tagging every notification of a listen stream.
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// Longest a listen stream stays open (the client reopens it).
+pub const LISTEN_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `subscriptions/listen`: an event stream that starts with the acknowledgment and then carries
+/// `notifications/tools/list_changed` when the tenant's catalog changes (any replica sees it
+/// through its ledger replica) and the fixture hooks' announcements on this edge — only the
+/// kinds the client asked for, each tagged with the subscription id (the request id). The
+/// stream ends when the caller's authority lapses (revoked, expired, suspended) or after
+/// [`LISTEN_MAX`].
+fn listen(c: &Call<'_>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use builtin::ChangedList;
+    let asked = &c.req.params()["notifications"];
+    let tools = asked["toolsListChanged"] == json!(true);
+    let prompts = asked["promptsListChanged"] == json!(true) && c.edge.config.fixtures_tenant.is_some();
+    let sub_id = c.req.id.clone().unwrap_or(Value::Null);
+    let mut honored = Map::new();
+    if tools {
+        honored.insert("toolsListChanged".into(), json!(true));
+    }
+    if prompts {
+        honored.insert("promptsListChanged".into(), json!(true));
+    }
+    let frame = move |method: &str, mut params: Value| {
+        params["_meta"] = json!({META_SUBSCRIPTION_ID: sub_id});
+        jsonrpc::notification(method, params)
+    };
+    let ack = frame("notifications/subscriptions/acknowledged", json!({"notifications": honored}));
+    let edge = c.edge.clone();
+    let tenant_id = c.authority.tenant_id.clone();
+    let bearer = crate::bearer(c.headers).map(str::to_string);
+    let catalog_version =
+        |edge: &Edge, tenant: &str| edge.verifier.with_state(|s| s.catalog(tenant, None).map(|v| v.version));
+    let mut seen_version = catalog_version(&edge, &tenant_id);
+    let mut revisions = edge.verifier.revisions();
+    let mut changes = edge.changes.subscribe();
+    let deadline = tokio::time::Instant::now() + LISTEN_MAX;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Value>(16);
+    tokio::spawn(async move {
+        if tx.send(ack).await.is_err() {
+            return;
+        }
+        loop {
+            let list = tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep_until(deadline) => return,
+                changed = revisions.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // The caller's authority is re-checked as the ledger moves.
+                    let still = match (&bearer, &edge.config.anonymous) {
+                        (Some(b), _) => edge.verifier.verify(b).await.is_ok(),
+                        (None, Some(a)) => edge.verifier.anonymous(&a.tenant, &a.principal).await.is_ok(),
+                        (None, None) => false,
+                    };
+                    if !still {
+                        return;
+                    }
+                    let now = catalog_version(&edge, &tenant_id);
+                    if now == seen_version {
+                        continue;
+                    }
+                    seen_version = now;
+                    ChangedList::Tools
+                }
+                announced = changes.recv() => match announced {
+                    Ok(change) if change.tenant_id == tenant_id => change.list,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+            };
+            let method = match list {
+                ChangedList::Tools if tools => "notifications/tools/list_changed",
+                ChangedList::Prompts if prompts => "notifications/prompts/list_changed",
+                _ => continue,
+            };
+            if tx.send(frame(method, json!({}))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        let msg = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(Event::default().event("message").data(msg.to_string())), rx))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }

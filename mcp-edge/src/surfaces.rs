@@ -18,9 +18,10 @@ fn server_info() -> Value {
 
 /// `server/discover`: the versions and capabilities this edge really serves.
 pub fn discover(config: &EdgeConfig) -> Value {
-    let mut capabilities = json!({"tools": {}, "resources": {}});
+    // Tool lists change when the tenant publishes a catalog: `subscriptions/listen` says so.
+    let mut capabilities = json!({"tools": {"listChanged": true}, "resources": {}});
     if config.fixtures_tenant.is_some() {
-        capabilities["prompts"] = json!({});
+        capabilities["prompts"] = json!({"listChanged": true});
         capabilities["completions"] = json!({});
     }
     json!({

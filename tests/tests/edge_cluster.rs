@@ -37,6 +37,22 @@ async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value) ->
     (status, challenge, r.json().await.unwrap_or(Value::Null))
 }
 
+type Frames = futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>;
+
+/// Reads an event stream into `seen` until it contains `want` (false: it ended or 5 s passed).
+async fn read_until(frames: &mut Frames, seen: &mut String, want: &str) -> bool {
+    let reading = async {
+        while !seen.contains(want) {
+            match futures::StreamExt::next(frames).await {
+                Some(Ok(b)) => seen.push_str(&String::from_utf8_lossy(&b)),
+                _ => return false,
+            }
+        }
+        true
+    };
+    tokio::time::timeout(Duration::from_secs(5), reading).await.unwrap_or(false)
+}
+
 fn tool_names(list: &Value) -> Vec<String> {
     list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
 }
@@ -75,7 +91,7 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
         builtin("audit_digest", "writ.devices", Some("audit:read")),
     ];
     actions.extend((0..100).map(|i| builtin(&format!("filler_{i:03}"), "conformance.simple_text", None)));
-    tenant(&admin, &url, "alpha", actions).await;
+    tenant(&admin, &url, "alpha", actions.clone()).await;
     tenant(&admin, &url, "beta", vec![builtin("beta_devices", "writ.devices", None)]).await;
     let token = |t: &str| {
         let (admin, url, t, aud) = (admin.clone(), url.clone(), t.to_string(), canonical.clone());
@@ -156,6 +172,44 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
         .await;
     }
     println!("revocation refused on both edges {} ms after the revoke call", revoked_at.elapsed().as_millis());
+
+    // subscriptions/listen on edge 2: a catalog published through the admin API reaches the
+    // stream as tools/list_changed; revoking the listener's token ends the stream.
+    let listener = token("alpha").await;
+    let mut params = json!({"notifications": {"toolsListChanged": true}});
+    params["_meta"] = meta();
+    let stream = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(&edges[1])
+        .bearer_auth(&listener)
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "subscriptions/listen")
+        .json(&json!({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen", "params": params}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut frames: Frames = futures::StreamExt::boxed(stream.bytes_stream());
+    let mut seen = String::new();
+    assert!(read_until(&mut frames, &mut seen, "notifications/subscriptions/acknowledged").await);
+    actions.push(builtin("list_devices_again", "writ.devices", None));
+    admin.post_ok(&url, "/v1/tenants/alpha/catalogs", json!({"actions": actions})).await;
+    assert!(read_until(&mut frames, &mut seen, "notifications/tools/list_changed").await, "{seen}");
+    assert!(seen.contains("\"io.modelcontextprotocol/subscriptionId\":\"sub-1\""), "{seen}");
+    let jti = writ_api::auth::segment(&listener, 1).and_then(|c| c["jti"].as_str().map(str::to_string)).unwrap();
+    admin.post_ok(&url, &format!("/v1/tenants/alpha/tokens/{jti}/revoke"), json!({})).await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match futures::StreamExt::next(&mut frames).await {
+                Some(Ok(_)) => continue,
+                _ => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream of a revoked token ends");
 
     // Out of scope = does not exist; the audit knows the difference.
     let (s1, _, hidden) = rpc(&edges[0], Some(&alpha), "tools/call", json!({"name": "audit_digest"})).await;
