@@ -172,6 +172,10 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
         .await;
     }
     println!("revocation refused on both edges {} ms after the revoke call", revoked_at.elapsed().as_millis());
+    // Each edge exports its request metrics.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let metrics = http.get(edges[0].replace("/mcp", "/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("writ_edge_requests_total") && metrics.contains("writ_edge_request_seconds"), "{metrics}");
 
     // subscriptions/listen on edge 2: a catalog published through the admin API reaches the
     // stream as tools/list_changed; revoking the listener's token ends the stream.
