@@ -1,6 +1,7 @@
 //! Shared helpers for the cross-crate tests: a harness that runs real `writ node` processes,
 //! an admin API client, and bounded polling.
 
+pub mod mcp;
 pub mod procs;
 pub mod sim;
 

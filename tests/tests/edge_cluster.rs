@@ -7,34 +7,17 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Value};
+use writ_tests::mcp::{meta, rpc};
 use writ_tests::procs::{Admin, Cluster, EdgeProc};
 
-fn meta() -> Value {
-    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
-}
-
-/// One MCP request to `url` (a specific edge); returns status, challenge header and body.
-async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value) -> (u16, String, Value) {
-    params["_meta"] = meta();
-    let mut rb = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(url)
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .header("Accept", "application/json")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
-    if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
-        rb = rb.header("Mcp-Name", name);
-    }
-    if let Some(t) = token {
-        rb = rb.bearer_auth(t);
-    }
-    let r = rb.send().await.expect("edge reachable");
-    let status = r.status().as_u16();
-    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    (status, challenge, r.json().await.unwrap_or(Value::Null))
+/// A 3-node cluster and two edges sharing one canonical URL (edge 1's) and seal key.
+async fn cluster_with_two_edges() -> (Cluster, tempfile::TempDir, EdgeProc, EdgeProc) {
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.all_urls();
+    let dir = tempfile::tempdir().unwrap();
+    let e1 = EdgeProc::start(dir.path(), &urls, None).await;
+    let e2 = EdgeProc::start(dir.path(), &urls, Some(&e1.url())).await;
+    (cluster, dir, e1, e2)
 }
 
 type Frames = futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>;
@@ -74,13 +57,9 @@ fn builtin(id: &str, handler: &str, scope: Option<&str>) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_alternates_edges_and_authority_holds_on_both() {
-    let cluster = Cluster::start(3).await;
-    let urls = cluster.all_urls();
-    let (admin, url) = (cluster.admin.clone(), urls[0].clone());
-    let dir = tempfile::tempdir().unwrap();
-    let e1 = EdgeProc::start(dir.path(), &urls, None).await;
+    let (cluster, _dir, e1, e2) = cluster_with_two_edges().await;
+    let (admin, url) = (cluster.admin.clone(), cluster.all_urls()[0].clone());
     let canonical = e1.url();
-    let e2 = EdgeProc::start(dir.path(), &urls, Some(&canonical)).await;
     let edges = [e1.url(), e2.url()];
 
     // Tenant A: a read tool, an MRTR tool, a tool outside the agent's scopes, and enough
@@ -295,13 +274,9 @@ async fn grants_per_window(admin: &Admin, url: &str, tenant: &str) -> std::colle
 /// QUOTA_EXCEEDED with a retry hint and on the audit record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_quotas_hold_across_edges() {
-    let cluster = Cluster::start(3).await;
-    let urls = cluster.all_urls();
-    let (admin, url) = (cluster.admin.clone(), urls[0].clone());
-    let dir = tempfile::tempdir().unwrap();
-    let e1 = EdgeProc::start(dir.path(), &urls, None).await;
+    let (cluster, _dir, e1, e2) = cluster_with_two_edges().await;
+    let (admin, url) = (cluster.admin.clone(), cluster.all_urls()[0].clone());
     let canonical = e1.url();
-    let e2 = EdgeProc::start(dir.path(), &urls, Some(&canonical)).await;
     let edges = [e1.url(), e2.url()];
     tenant(&admin, &url, "gamma", vec![builtin("list_devices", "writ.devices", None)]).await;
     let slow = json!({"name": "slow", "kind": "agent", "preset": "readOnly"});

@@ -1,0 +1,33 @@
+//! A minimal MCP 2026-07-28 client for tests that check the edge at the wire level.
+
+use serde_json::{json, Value};
+
+/// The `_meta` every 2026-07-28 request carries (no client capabilities).
+pub fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+/// One JSON-answered MCP request to `url` with the transport headers the body implies (plus
+/// `_meta`); returns the HTTP status, the `WWW-Authenticate` challenge and the body.
+pub async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value) -> (u16, String, Value) {
+    params["_meta"] = meta();
+    let mut rb = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("http client")
+        .post(url)
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method)
+        .header("Accept", "application/json")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
+        rb = rb.header("Mcp-Name", name);
+    }
+    if let Some(t) = token {
+        rb = rb.bearer_auth(t);
+    }
+    let r = rb.send().await.expect("edge reachable");
+    let status = r.status().as_u16();
+    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    (status, challenge, r.json().await.unwrap_or(Value::Null))
+}
