@@ -181,6 +181,8 @@ pub fn is_literal_loopback(host: &str) -> bool {
 
 pub(crate) struct Edge {
     config: EdgeConfig,
+    /// The ledger, for what the replica does not hold (audit record bodies).
+    ledger: Arc<dyn writ_api::client::Ledger>,
     verifier: Verifier,
     audit: AuditSink,
     admission: admission::Admission,
@@ -203,9 +205,10 @@ pub fn router(
     let mcp = config.mcp_path();
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
     let limit = config.body_bytes_max;
-    let admission = admission::Admission::new(ledger);
+    let admission = admission::Admission::new(ledger.clone());
     let changes = tokio::sync::broadcast::channel(256).0;
-    let edge = Arc::new(Edge { config, verifier, audit, admission, validators: Default::default(), changes });
+    let validators = Default::default();
+    let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes });
     let mut r = Router::new()
         .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
         .route(&prm, get(resource_metadata))

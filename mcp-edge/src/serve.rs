@@ -107,8 +107,17 @@ pub async fn handle(call: Call<'_>) -> Handled {
         "resources/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(list_resources(c))),
         "resources/templates/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(Ok(resource_templates(c)))),
         "resources/read" => {
-            let uri = c.req.params()["uri"].as_str().map(str::to_string);
-            guarded(c, RESOURCES_SCOPE, uri, |c| done(read_resource(c)))
+            let uri = c.req.params()["uri"].as_str().unwrap_or_default().to_string();
+            if uri == AUDIT_URI {
+                return match c.authority.require(AUDIT_SCOPE).and(c.authority.require(RESOURCES_SCOPE)) {
+                    Ok(()) => Handled::allowed(done(read_audit(c).await), Some(uri)),
+                    // Without the scope the audit resource does not exist for the caller.
+                    Err(e) => {
+                        Handled { response: done(Err(resource_not_found(&uri))), name: Some(uri), denied: Some(e) }
+                    }
+                };
+            }
+            guarded(c, RESOURCES_SCOPE, Some(uri), |c| done(read_resource(c)))
         }
         "prompts/list" => guarded(c, PROMPTS_SCOPE, None, |c| done(Ok(list_prompts(c)))),
         "prompts/get" => {
@@ -374,6 +383,34 @@ async fn call_tool(c: &Call<'_>) -> Handled {
     Handled::allowed(response, Some(name))
 }
 
+/// The tenant's recent audit records, for principals holding `audit:read`.
+pub const AUDIT_URI: &str = "writ://audit/recent";
+pub const AUDIT_SCOPE: &str = "audit:read";
+/// Records `writ://audit/recent` shows (newest last).
+pub const AUDIT_RECENT: u64 = 50;
+
+fn resource_not_found(uri: &str) -> RpcError {
+    RpcError::reason(ReasonCode::RESOURCE_NOT_FOUND, format!("unknown resource '{uri}'"))
+        .in_band()
+        .with_detail("uri", json!(uri))
+}
+
+/// `writ://audit/recent`: read from the ledger (record bodies are not in the replica).
+async fn read_audit(c: &Call<'_>) -> Result<Value, RpcError> {
+    let tenant_id = c.authority.tenant_id.clone();
+    let next = c.edge.verifier.with_state(|s| s.audit.get(&tenant_id).map_or(0, |a| a.next_seq));
+    let after = next.checked_sub(AUDIT_RECENT + 1);
+    let query =
+        writ_api::dto::Query::ListAudit { tenant_id, after, limit: AUDIT_RECENT as u32, filter: Default::default() };
+    let request = writ_api::dto::QueryRequest { query, consistency: Default::default() };
+    let records = match c.edge.ledger.query(request).await.map_err(|e| RpcError::rejected(&e))? {
+        writ_api::dto::QueryResult::Audit { records, .. } => records,
+        _ => return Err(internal("unexpected audit answer")),
+    };
+    let text = serde_json::to_string(&records).map_err(|_| internal("audit records do not serialize"))?;
+    Ok(listed(json!({"contents": [{"uri": AUDIT_URI, "mimeType": "application/json", "text": text}]}), None, 0))
+}
+
 fn device_resources(c: &Call<'_>) -> Vec<Value> {
     c.edge.verifier.with_state(|s| {
         s.devices.get(&c.authority.tenant_id).map_or_else(Vec::new, |ds| {
@@ -392,6 +429,10 @@ fn device_resources(c: &Call<'_>) -> Vec<Value> {
 
 fn list_resources(c: &Call<'_>) -> Result<Value, RpcError> {
     let mut items = device_resources(c);
+    if c.authority.require(AUDIT_SCOPE).is_ok() {
+        items.push(json!({"uri": AUDIT_URI, "name": "audit", "mimeType": "application/json",
+                          "description": format!("The tenant's {AUDIT_RECENT} most recent audit records")}));
+    }
     if is_fixture_tenant(c) {
         items.extend(fixtures::resources());
     }
@@ -411,11 +452,7 @@ fn resource_templates(c: &Call<'_>) -> Value {
 
 fn read_resource(c: &Call<'_>) -> Result<Value, RpcError> {
     let uri = c.req.params()["uri"].as_str().unwrap_or_default();
-    let not_found = || {
-        RpcError::reason(ReasonCode::RESOURCE_NOT_FOUND, format!("unknown resource '{uri}'"))
-            .in_band()
-            .with_detail("uri", json!(uri))
-    };
+    let not_found = || resource_not_found(uri);
     let contents = if let Some(name) = uri.strip_prefix("writ://devices/") {
         let device = c.edge.verifier.with_state(|s| {
             let id = s.device_names.get(&c.authority.tenant_id)?.get(name)?;

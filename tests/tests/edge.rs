@@ -302,6 +302,27 @@ async fn tools_call_validates_both_ways_and_binds_request_state() {
         .await;
     assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!", "{done}");
 
+    // The audit resource exists only for principals holding audit:read.
+    let auditor = json!({"name": "auditor", "kind": "human", "scopes": ["audit:read", "resources:read"]});
+    admin.post_ok(&url, "/v1/tenants/calls/principals", auditor).await;
+    let issued =
+        admin.post_ok(&url, "/v1/tenants/calls/tokens", json!({"principal": "auditor", "audience": edge.url})).await;
+    let auditor = issued["token"].as_str().unwrap();
+    let audit_uri = json!({"uri": "writ://audit/recent"});
+    let read = writ_tests::eventually("the auditor at the edge", Duration::from_secs(5), || async {
+        let (code, _, body) = writ_tests::mcp::rpc(&edge.url, Some(auditor), "resources/read", audit_uri.clone()).await;
+        (code == 200).then_some(body)
+    })
+    .await;
+    let records: Value = serde_json::from_str(read["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert!(records.as_array().is_some_and(|r| !r.is_empty() && r.len() <= 50), "{read}");
+    let (_, _, listed) = writ_tests::mcp::rpc(&edge.url, Some(auditor), "resources/list", json!({})).await;
+    assert!(listed.to_string().contains("writ://audit/recent"), "{listed}");
+    let (_, _, hidden) = writ_tests::mcp::rpc(&edge.url, Some(token), "resources/read", audit_uri).await;
+    assert_eq!(hidden["error"]["data"]["reason"], "RESOURCE_NOT_FOUND", "{hidden}");
+    let (_, _, listed) = writ_tests::mcp::rpc(&edge.url, Some(token), "resources/list", json!({})).await;
+    assert!(!listed.to_string().contains("writ://audit"), "{listed}");
+
     // Body limit, and authentication before the body is decoded.
     let huge = "x".repeat(writ_mcp_edge::BODY_BYTES_MAX_DEFAULT + 1);
     let r = edge.http.post(&edge.url).bearer_auth(token).body(huge).send().await.unwrap();
