@@ -247,12 +247,29 @@ fn subject(event: &Event) -> Subject {
         Event::RequestDecidedV1 { .. } => ("request", None, None, None),
         Event::PrincipalQuotasSetV1 { principal_id, .. } => ("principal", Some(principal_id.clone()), None, None),
         Event::RequestQuotaLeasedV1 { principal_id, .. } => ("quota", Some(principal_id.clone()), None, None),
+        Event::OperationSubmittedV1 { spec, .. } => {
+            ("operation", Some(spec.principal_id.clone()), Some(spec.authority_ref.clone()), None)
+        }
+        Event::DeviceReservedV1 { .. }
+        | Event::DeviceReleasedV1 { .. }
+        | Event::OperationDispatchedV1 { .. }
+        | Event::OperationTransitionedV1 { .. }
+        | Event::AttemptLeaseExtendedV1 { .. }
+        | Event::EvidenceReportedV1 { .. } => ("operation", None, None, None),
+        Event::ObservationRecordedV1 { observation, .. } => {
+            ("operation", Some(observation.observer_id.clone()), None, None)
+        }
     }
 }
 
 fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
         ("quota", "quota"),
+        ("operation", "operation"),
+        ("attempt", "operation"),
+        ("observation", "operation"),
+        ("unknown_effect", "operation"),
+        ("expire_due", "operation"),
         ("tenant", "tenant"),
         ("principal", "principal"),
         ("scope", "principal"),

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::RequestDecisionV1;
 use crate::catalog::CatalogV1;
 use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
+use crate::operation::{AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, Verdict};
 use crate::principal::PrincipalSpecV1;
 use crate::quota::PrincipalQuotasV1;
 use crate::reason::ReasonCode;
@@ -152,6 +153,93 @@ pub enum Command {
         principal_id: String,
         wanted: u64,
     },
+    /// Record an operation (idempotency binding, checks, device reservation) — before any
+    /// attempt. Same key and payload: a replay, no event.
+    SubmitOperation {
+        tenant_id: String,
+        spec: OperationSpecV1,
+    },
+    /// Hand a reserved operation to an executor.
+    DispatchOperation {
+        tenant_id: String,
+        operation_id: String,
+        executor_id: String,
+    },
+    /// The executor starts its (one) attempt, presenting the reservation's fencing token.
+    StartAttempt {
+        tenant_id: String,
+        operation_id: String,
+        executor_id: String,
+        fencing_token: u64,
+        lease_ms: u64,
+    },
+    /// The executor extends its attempt lease.
+    RenewAttemptLease {
+        tenant_id: String,
+        operation_id: String,
+        fencing_token: u64,
+        lease_ms: u64,
+    },
+    /// How the attempt ended, with the executor's evidence.
+    ReportAttempt {
+        tenant_id: String,
+        operation_id: String,
+        fencing_token: u64,
+        outcome: AttemptOutcome,
+        evidence: Option<EvidenceV1>,
+    },
+    /// An observation of the effect by a principal other than the requester.
+    RecordObservation {
+        tenant_id: String,
+        operation_id: String,
+        observer_id: String,
+        evidence: EvidenceV1,
+    },
+    /// The acceptance owner accepts or rejects a reported effect.
+    DecideOperation {
+        tenant_id: String,
+        operation_id: String,
+        by_principal_id: String,
+        verdict: Verdict,
+        note: String,
+    },
+    /// An operator or observer reconciles an `unknown_effect`.
+    ResolveUnknownEffect {
+        tenant_id: String,
+        operation_id: String,
+        by_principal_id: String,
+        outcome: AttemptOutcome,
+        note: String,
+    },
+    /// Cancel an operation no attempt has started for.
+    CancelOperation {
+        tenant_id: String,
+        operation_id: String,
+        by_principal_id: String,
+    },
+    /// Apply the time-driven transitions due by ledger time (deadlines, attempt leases).
+    ExpireDue {
+        tenant_id: String,
+    },
+}
+
+impl Command {
+    /// Operation commands first apply their tenant's due transitions (see `operation::due`).
+    pub fn is_operation(&self) -> bool {
+        matches!(
+            self,
+            Command::SubmitOperation { .. }
+                | Command::DispatchOperation { .. }
+                | Command::StartAttempt { .. }
+                | Command::RenewAttemptLease { .. }
+                | Command::ReportAttempt { .. }
+                | Command::RecordObservation { .. }
+                | Command::DecideOperation { .. }
+                | Command::ResolveUnknownEffect { .. }
+                | Command::CancelOperation { .. }
+                | Command::ExpireDue { .. }
+        )
+    }
 }
 
 impl Command {
@@ -180,6 +268,16 @@ impl Command {
             Command::RecordDecisions { .. } => "record_decisions",
             Command::SetPrincipalQuotas { .. } => "set_principal_quotas",
             Command::LeaseRequestQuota { .. } => "lease_request_quota",
+            Command::SubmitOperation { .. } => "submit_operation",
+            Command::DispatchOperation { .. } => "dispatch_operation",
+            Command::StartAttempt { .. } => "start_attempt",
+            Command::RenewAttemptLease { .. } => "renew_attempt_lease",
+            Command::ReportAttempt { .. } => "report_attempt",
+            Command::RecordObservation { .. } => "record_observation",
+            Command::DecideOperation { .. } => "decide_operation",
+            Command::ResolveUnknownEffect { .. } => "resolve_unknown_effect",
+            Command::CancelOperation { .. } => "cancel_operation",
+            Command::ExpireDue { .. } => "expire_due",
         }
     }
 
@@ -206,7 +304,17 @@ impl Command {
             | Command::RegisterExecutorCa { tenant_id, .. }
             | Command::RecordDecisions { tenant_id, .. }
             | Command::SetPrincipalQuotas { tenant_id, .. }
-            | Command::LeaseRequestQuota { tenant_id, .. } => tenant_id,
+            | Command::LeaseRequestQuota { tenant_id, .. }
+            | Command::SubmitOperation { tenant_id, .. }
+            | Command::DispatchOperation { tenant_id, .. }
+            | Command::StartAttempt { tenant_id, .. }
+            | Command::RenewAttemptLease { tenant_id, .. }
+            | Command::ReportAttempt { tenant_id, .. }
+            | Command::RecordObservation { tenant_id, .. }
+            | Command::DecideOperation { tenant_id, .. }
+            | Command::ResolveUnknownEffect { tenant_id, .. }
+            | Command::CancelOperation { tenant_id, .. }
+            | Command::ExpireDue { tenant_id } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -326,6 +434,56 @@ pub enum Event {
         granted: u64,
         window_ends_at_ms: u64,
     },
+    /// The operation and its idempotency binding are recorded (state `verified`).
+    OperationSubmittedV1 {
+        tenant_id: String,
+        spec: OperationSpecV1,
+    },
+    /// A device is held for an operation with the device's next fencing token (state
+    /// `reserved`) until `expires_at_ms`.
+    DeviceReservedV1 {
+        tenant_id: String,
+        device_id: String,
+        operation_id: String,
+        fencing_token: u64,
+        expires_at_ms: u64,
+    },
+    DeviceReleasedV1 {
+        tenant_id: String,
+        device_id: String,
+        operation_id: String,
+    },
+    /// `reserved → dispatched` to an executor.
+    OperationDispatchedV1 {
+        tenant_id: String,
+        operation_id: String,
+        executor_id: String,
+    },
+    /// Any other transition, with its cause.
+    OperationTransitionedV1 {
+        tenant_id: String,
+        operation_id: String,
+        from: OperationState,
+        to: OperationState,
+        cause: String,
+    },
+    /// The attempt's hold on its device now lasts until `expires_at_ms`.
+    AttemptLeaseExtendedV1 {
+        tenant_id: String,
+        device_id: String,
+        operation_id: String,
+        expires_at_ms: u64,
+    },
+    EvidenceReportedV1 {
+        tenant_id: String,
+        operation_id: String,
+        evidence: EvidenceV1,
+    },
+    ObservationRecordedV1 {
+        tenant_id: String,
+        operation_id: String,
+        observation: ObservationV1,
+    },
 }
 
 impl Event {
@@ -355,6 +513,14 @@ impl Event {
             Event::RequestDecidedV1 { .. } => "request_decided",
             Event::PrincipalQuotasSetV1 { .. } => "principal_quotas_set",
             Event::RequestQuotaLeasedV1 { .. } => "request_quota_leased",
+            Event::OperationSubmittedV1 { .. } => "operation_submitted",
+            Event::DeviceReservedV1 { .. } => "device_reserved",
+            Event::DeviceReleasedV1 { .. } => "device_released",
+            Event::OperationDispatchedV1 { .. } => "operation_dispatched",
+            Event::OperationTransitionedV1 { .. } => "operation_transitioned",
+            Event::AttemptLeaseExtendedV1 { .. } => "attempt_lease_extended",
+            Event::EvidenceReportedV1 { .. } => "evidence_reported",
+            Event::ObservationRecordedV1 { .. } => "observation_recorded",
         }
     }
 }

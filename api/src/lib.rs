@@ -8,6 +8,7 @@ pub mod client;
 pub mod device;
 pub mod dto;
 pub mod ledger;
+pub mod operation;
 pub mod principal;
 pub mod quota;
 pub mod reason;

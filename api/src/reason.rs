@@ -114,6 +114,10 @@ reason_catalog! {
     CLIENT_CAPABILITY_MISSING = 62, 400, -32021, "The request needs a client capability the client did not declare.";
     PROTOCOL_HEADER_MISMATCH = 63, 400, -32020, "A transport header is missing or does not match the request body.";
     PROTOCOL_VERSION_UNSUPPORTED = 64, 400, -32022, "The requested MCP protocol version is not served.";
+    OPERATION_NOT_FOUND = 65, 404, -32602, "No such operation in this tenant.";
+    OPERATION_STATE_CONFLICT = 66, 409, -32009, "The operation is not in a state that allows this step.";
+    FENCING_TOKEN_STALE = 67, 409, -32009, "The fencing token is not the device's current one: the command is stale.";
+    OBSERVATION_REQUIRED = 68, 409, -32009, "Acceptance needs an observation by another principal than the requester.";
 }
 
 impl std::fmt::Display for ReasonCode {

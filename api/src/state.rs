@@ -19,6 +19,7 @@ use crate::token::{SigningKeyV1, TenantIssuer, Token, TokenRecordV1, TokenReques
 use crate::{ReasonCode, Rejection};
 use serde::{Deserialize, Serialize};
 
+use crate::operation::{DeviceLease, Operation};
 use crate::quota::{PrincipalQuotasV1, QuotaWindow};
 
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
@@ -69,6 +70,19 @@ pub struct LedgerState {
     pub principal_quotas: BTreeMap<String, BTreeMap<String, PrincipalQuotasV1>>,
     /// Request-quota grants of the current window, by tenant id.
     pub quota_windows: BTreeMap<String, QuotaWindow>,
+    /// Operations by tenant id, then operation id.
+    pub operations: BTreeMap<String, BTreeMap<String, Operation>>,
+    /// Operation id by tenant id, then [`idempotency_slot`] (principal id and key).
+    pub idempotency: BTreeMap<String, BTreeMap<String, String>>,
+    /// Held devices by tenant id, then device id.
+    pub device_leases: BTreeMap<String, BTreeMap<String, DeviceLease>>,
+    /// The last fencing token issued per device, by tenant id, then device id.
+    pub fencing: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// The idempotency map's key for `(principal, key)`.
+pub fn idempotency_slot(principal_id: &str, key: &str) -> String {
+    format!("{principal_id}\u{0}{key}")
 }
 
 impl LedgerState {
@@ -86,13 +100,21 @@ impl LedgerState {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let now = self.clock_ms;
         let mut audit = Vec::new();
+        // Time-driven transitions of the tenant come first, so the command is decided on a
+        // state that is current at ledger time `now` (they stand even if the command fails).
+        let mut due = Vec::new();
+        if req.command.is_operation() && self.tenants.contains_key(req.command.stream()) {
+            let tenant = req.command.stream().to_string();
+            for event in crate::operation::due(self.operations.get(&tenant), self.device_leases.get(&tenant), now) {
+                due.push(self.append(&tenant, &req.trace_id, event, &mut audit));
+            }
+        }
         match decide(self, &req.command, now) {
             Ok(events) => {
                 let stream = req.command.stream().to_string();
-                let envelopes = events
-                    .into_iter()
-                    .map(|event| self.append(&stream, &req.trace_id, event, &mut audit))
-                    .collect::<Vec<_>>();
+                let mut envelopes = due;
+                envelopes
+                    .extend(events.into_iter().map(|event| self.append(&stream, &req.trace_id, event, &mut audit)));
                 (Outcome::Applied { events: envelopes.clone() }, envelopes, audit)
             }
             Err(rejection) => {
@@ -111,7 +133,8 @@ impl LedgerState {
                 let env = self.append(&stream, &req.trace_id, event, &mut audit);
                 let outcome =
                     Outcome::Rejected { reason: rejection.reason, message: rejection.message, revision: env.revision };
-                (outcome, vec![env], audit)
+                due.push(env);
+                (outcome, due, audit)
             }
         }
     }
@@ -314,6 +337,14 @@ impl LedgerState {
                     by_tenant.insert(principal_id.clone(), quotas.clone());
                 }
             }
+            Event::OperationSubmittedV1 { .. }
+            | Event::DeviceReservedV1 { .. }
+            | Event::DeviceReleasedV1 { .. }
+            | Event::OperationDispatchedV1 { .. }
+            | Event::OperationTransitionedV1 { .. }
+            | Event::AttemptLeaseExtendedV1 { .. }
+            | Event::EvidenceReportedV1 { .. }
+            | Event::ObservationRecordedV1 { .. } => crate::operation::apply(self, env),
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -774,6 +805,16 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 .map(|d| Event::RequestDecidedV1 { tenant_id: tenant_id.clone(), decision: d.clone() })
                 .collect())
         }
+        Command::SubmitOperation { .. }
+        | Command::DispatchOperation { .. }
+        | Command::StartAttempt { .. }
+        | Command::RenewAttemptLease { .. }
+        | Command::ReportAttempt { .. }
+        | Command::RecordObservation { .. }
+        | Command::DecideOperation { .. }
+        | Command::ResolveUnknownEffect { .. }
+        | Command::CancelOperation { .. }
+        | Command::ExpireDue { .. } => crate::operation::decide(state, cmd, now),
         Command::SetPrincipalQuotas { tenant_id, principal, quotas } => {
             existing(state, tenant_id)?;
             quotas.validate()?;
@@ -929,7 +970,7 @@ fn active<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rej
     Ok(tenant)
 }
 
-fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
+pub(crate) fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
     state
         .tenants
         .get(tenant_id)

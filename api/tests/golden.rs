@@ -5,6 +5,9 @@ use writ_api::audit::RequestDecisionV1;
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
+use writ_api::operation::{
+    AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, Verdict, WorkRef,
+};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::quota::PrincipalQuotasV1;
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
@@ -276,7 +279,186 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "operation_submitted_v1",
+            req(Command::SubmitOperation { tenant_id: "t-1".into(), spec: operation_spec() }),
+            Some(env(24, 22, Event::OperationSubmittedV1 { tenant_id: "t-1".into(), spec: operation_spec() })),
+        ),
+        (
+            "device_reserved_v1",
+            req(Command::ExpireDue { tenant_id: "t-1".into() }),
+            Some(env(
+                25,
+                23,
+                Event::DeviceReservedV1 {
+                    tenant_id: "t-1".into(),
+                    device_id: "d-1".into(),
+                    operation_id: "op-1".into(),
+                    fencing_token: 7,
+                    expires_at_ms: 1_700_000_060_000,
+                },
+            )),
+        ),
+        (
+            "operation_dispatched_v1",
+            req(Command::DispatchOperation {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                executor_id: "x-1".into(),
+            }),
+            Some(env(
+                26,
+                24,
+                Event::OperationDispatchedV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    executor_id: "x-1".into(),
+                },
+            )),
+        ),
+        (
+            "operation_transitioned_v1",
+            req(Command::StartAttempt {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                executor_id: "x-1".into(),
+                fencing_token: 7,
+                lease_ms: 30_000,
+            }),
+            Some(env(
+                27,
+                25,
+                Event::OperationTransitionedV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    from: OperationState::Dispatched,
+                    to: OperationState::Attempting,
+                    cause: "attempt 1 started".into(),
+                },
+            )),
+        ),
+        (
+            "attempt_lease_extended_v1",
+            req(Command::RenewAttemptLease {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                fencing_token: 7,
+                lease_ms: 30_000,
+            }),
+            Some(env(
+                28,
+                26,
+                Event::AttemptLeaseExtendedV1 {
+                    tenant_id: "t-1".into(),
+                    device_id: "d-1".into(),
+                    operation_id: "op-1".into(),
+                    expires_at_ms: 1_700_000_030_000,
+                },
+            )),
+        ),
+        (
+            "evidence_reported_v1",
+            req(Command::ReportAttempt {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                fencing_token: 7,
+                outcome: AttemptOutcome::Effect,
+                evidence: Some(evidence()),
+            }),
+            Some(env(
+                29,
+                27,
+                Event::EvidenceReportedV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    evidence: evidence(),
+                },
+            )),
+        ),
+        (
+            "observation_recorded_v1",
+            req(Command::RecordObservation {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                observer_id: "p-2".into(),
+                evidence: evidence(),
+            }),
+            Some(env(
+                30,
+                28,
+                Event::ObservationRecordedV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    observation: ObservationV1 {
+                        observer_id: "p-2".into(),
+                        evidence: evidence(),
+                        at_ms: 1_700_000_001_000,
+                    },
+                },
+            )),
+        ),
+        (
+            "device_released_v1",
+            req(Command::DecideOperation {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                by_principal_id: "p-2".into(),
+                verdict: Verdict::Accept,
+                note: "seen".into(),
+            }),
+            Some(env(
+                31,
+                29,
+                Event::DeviceReleasedV1 {
+                    tenant_id: "t-1".into(),
+                    device_id: "d-1".into(),
+                    operation_id: "op-1".into(),
+                },
+            )),
+        ),
+        (
+            "resolve_unknown_effect",
+            req(Command::ResolveUnknownEffect {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                by_principal_id: "p-2".into(),
+                outcome: AttemptOutcome::NoEffect,
+                note: "no motion".into(),
+            }),
+            None,
+        ),
+        (
+            "cancel_operation",
+            req(Command::CancelOperation {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                by_principal_id: "p-1".into(),
+            }),
+            None,
+        ),
     ]
+}
+
+fn operation_spec() -> OperationSpecV1 {
+    OperationSpecV1 {
+        operation_id: "op-1".into(),
+        principal_id: "p-1".into(),
+        authority_ref: "j-1".into(),
+        action: "move_press".into(),
+        payload_hash: "ef".repeat(32),
+        idempotency_key: "k-1".into(),
+        deadline_ms: 1_700_000_060_000,
+        cost_units: 2,
+        cost_ceiling: Some(5),
+        device_id: Some("d-1".into()),
+        work_ref: Some(WorkRef { id: "wo-9".into(), revision: 3 }),
+        preconditions: [("door".to_string(), "closed".to_string())].into_iter().collect(),
+        trace_id: "trace-1".into(),
+    }
+}
+
+fn evidence() -> EvidenceV1 {
+    EvidenceV1 { content_hash: "cd".repeat(32), evidence_return_ref: "s3://ev/1".into(), summary: "moved".into() }
 }
 
 fn decision() -> RequestDecisionV1 {

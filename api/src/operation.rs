@@ -1,0 +1,650 @@
+//! Operations (SPEC D6–D8): the unit of durable, effectful work, decided and applied by the
+//! ledger like every other state. One place holds the whole contract:
+//!
+//! - **Idempotency (D7)**: `(tenant, principal, idempotency_key)` binds to one operation and its
+//!   payload hash when the operation is submitted — before any attempt. The same key and hash
+//!   replays the operation (whatever its state, `unknown_effect` included: no new attempt); the
+//!   same key with another hash is IDEMPOTENCY_KEY_REUSED.
+//! - **Reservations (D8)**: a device is held by at most one operation; each reservation takes the
+//!   device's next fencing token, which an executor must present. The reservation lasts until the
+//!   operation's deadline while it waits, and for a renewable lease while it is attempted.
+//! - **Time** is ledger time: a deadline passing before the attempt starts makes the operation
+//!   `expired` (never dispatched or attempted afterwards); a lease expiring during an attempt makes
+//!   it `unknown_effect`, and the device stays held until someone reconciles it.
+//! - **Acceptance (X3)**: evidence from the executor is not acceptance; `accepted` needs an
+//!   observation by another principal than the one that asked for the operation.
+//!
+//! Every transition is an `OperationTransitionedV1` event with its cause.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ledger::{Command, Event, EventEnvelope, Rejection, TenantState};
+use crate::principal::PrincipalState;
+use crate::reason::ReasonCode;
+use crate::state::{idempotency_slot, LedgerState};
+
+/// Longest idempotency key, operation id and free-text fields (bytes).
+pub const KEY_BYTES_MAX: usize = 200;
+/// Longest attempt lease an executor may ask for.
+pub const LEASE_MS_MAX: u64 = 10 * 60 * 1000;
+
+/// Where an operation is in its life (SPEC D6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationState {
+    Proposed,
+    Verified,
+    Reserved,
+    Dispatched,
+    Attempting,
+    EffectReported,
+    Accepted,
+    Rejected,
+    Expired,
+    Failed,
+    Cancelled,
+    UnknownEffect,
+}
+
+impl OperationState {
+    /// No transition leaves these.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Accepted | Self::Rejected | Self::Expired | Self::Failed | Self::Cancelled)
+    }
+
+    /// Not yet attempted: the deadline still gates it and it may be cancelled.
+    pub fn is_waiting(self) -> bool {
+        matches!(self, Self::Proposed | Self::Verified | Self::Reserved | Self::Dispatched)
+    }
+
+    /// Whether the state machine allows `self → next`.
+    pub fn allows(self, next: OperationState) -> bool {
+        use OperationState::*;
+        match (self, next) {
+            (Proposed, Verified) | (Verified, Reserved) | (Reserved, Dispatched) | (Dispatched, Attempting) => true,
+            (from, Expired | Cancelled) if from.is_waiting() => true,
+            (Attempting, EffectReported | Failed | UnknownEffect) => true,
+            (UnknownEffect, EffectReported | Failed) => true,
+            (EffectReported, Accepted | Rejected) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A work item an operation was proposed against, at a revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkRef {
+    pub id: String,
+    pub revision: u64,
+}
+
+/// What a principal asked for, as the ledger records it at submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationSpecV1 {
+    pub operation_id: String,
+    pub principal_id: String,
+    /// The token (`jti`) or grant that authorized it.
+    pub authority_ref: String,
+    /// The catalog action.
+    pub action: String,
+    /// sha256 (hex) of the canonical JSON input ([`payload_hash`]).
+    pub payload_hash: String,
+    pub idempotency_key: String,
+    /// Ledger time after which no attempt may start.
+    pub deadline_ms: u64,
+    pub cost_units: u64,
+    pub cost_ceiling: Option<u64>,
+    /// Device id, when the action drives one.
+    pub device_id: Option<String>,
+    pub work_ref: Option<WorkRef>,
+    /// Local-state preconditions the executor checks before attempting (name → expected).
+    pub preconditions: BTreeMap<String, String>,
+    pub trace_id: String,
+}
+
+/// Evidence of an effect: a content hash and where the content can be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceV1 {
+    pub content_hash: String,
+    pub evidence_return_ref: String,
+    pub summary: String,
+}
+
+/// An observation of an operation's effect by a principal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservationV1 {
+    pub observer_id: String,
+    pub evidence: EvidenceV1,
+    pub at_ms: u64,
+}
+
+/// How an executor's attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The effect happened (as the executor saw it).
+    Effect,
+    /// The attempt failed without effect.
+    NoEffect,
+}
+
+/// The acceptance owner's verdict on a reported effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Accept,
+    Reject,
+}
+
+/// The operation as the ledger holds it (derived from its events).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub tenant_id: String,
+    pub spec: OperationSpecV1,
+    pub state: OperationState,
+    pub executor_id: Option<String>,
+    /// Fencing token of the device reservation this operation holds or held.
+    pub fencing_token: Option<u64>,
+    pub attempts: u32,
+    pub evidence: Vec<EvidenceV1>,
+    pub observations: Vec<ObservationV1>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub revision: u64,
+}
+
+/// A device held by an operation until `expires_at_ms` (ledger time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceLease {
+    pub operation_id: String,
+    pub fencing_token: u64,
+    pub expires_at_ms: u64,
+}
+
+/// sha256 (hex) of a JSON value in canonical form (object keys sorted, no whitespace).
+pub fn payload_hash(payload: &Value) -> String {
+    fn canonical(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, canonical(v))).collect();
+                Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    crate::sha256_hex(canonical(payload).to_string().as_bytes())
+}
+
+fn invalid(message: impl Into<String>) -> Rejection {
+    Rejection::new(ReasonCode::INPUT_INVALID, message)
+}
+
+impl OperationSpecV1 {
+    /// Field rules (the ledger's business checks come on top).
+    pub fn validate(&self) -> Result<(), Rejection> {
+        for (name, v) in [
+            ("operation_id", &self.operation_id),
+            ("idempotency_key", &self.idempotency_key),
+            ("action", &self.action),
+            ("principal_id", &self.principal_id),
+        ] {
+            if v.is_empty() || v.len() > KEY_BYTES_MAX {
+                return Err(invalid(format!("{name} must be 1..={KEY_BYTES_MAX} bytes")));
+            }
+        }
+        if self.payload_hash.len() != 64 || !self.payload_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid("payload_hash must be a sha256 hex digest"));
+        }
+        Ok(())
+    }
+}
+
+/// An operation transition event.
+pub fn transition(op: &Operation, to: OperationState, cause: impl Into<String>) -> Event {
+    Event::OperationTransitionedV1 {
+        tenant_id: op.tenant_id.clone(),
+        operation_id: op.spec.operation_id.clone(),
+        from: op.state,
+        to,
+        cause: cause.into(),
+    }
+}
+
+/// The release of the device `op` holds (if it holds one).
+pub fn release(op: &Operation) -> Option<Event> {
+    op.spec.device_id.as_ref().map(|d| Event::DeviceReleasedV1 {
+        tenant_id: op.tenant_id.clone(),
+        device_id: d.clone(),
+        operation_id: op.spec.operation_id.clone(),
+    })
+}
+
+/// The events that bring the operations of a tenant up to ledger time `now`: waiting ones past
+/// their deadline expire (and free their device); attempted ones whose lease ran out become
+/// `unknown_effect` (their device stays held until reconciled).
+pub fn due(
+    ops: Option<&BTreeMap<String, Operation>>,
+    leases: Option<&BTreeMap<String, DeviceLease>>,
+    now: u64,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    for op in ops.into_iter().flat_map(|m| m.values()) {
+        if op.state.is_waiting() && op.spec.deadline_ms <= now {
+            events.push(transition(op, OperationState::Expired, "the deadline passed before an attempt started"));
+            events.extend(release(op));
+        } else if op.state == OperationState::Attempting {
+            let lease = op.spec.device_id.as_ref().and_then(|d| leases.and_then(|l| l.get(d)));
+            if lease.is_some_and(|l| l.operation_id == op.spec.operation_id && l.expires_at_ms <= now) {
+                events.push(transition(
+                    op,
+                    OperationState::UnknownEffect,
+                    "the attempt's lease expired without an outcome",
+                ));
+            }
+        }
+    }
+    events
+}
+
+fn not_found(operation_id: &str) -> Rejection {
+    Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
+}
+
+fn conflict(op: &Operation, what: &str) -> Rejection {
+    Rejection::new(
+        ReasonCode::OPERATION_STATE_CONFLICT,
+        format!("operation '{}' is {:?}: {what}", op.spec.operation_id, op.state).replace('"', ""),
+    )
+}
+
+fn stale(op: &Operation, presented: u64) -> Rejection {
+    Rejection::new(
+        ReasonCode::FENCING_TOKEN_STALE,
+        format!(
+            "fencing token {presented} is not operation '{}''s current token {:?}",
+            op.spec.operation_id, op.fencing_token
+        ),
+    )
+}
+
+fn find<'a>(state: &'a LedgerState, tenant_id: &str, operation_id: &str) -> Result<&'a Operation, Rejection> {
+    state.operations.get(tenant_id).and_then(|m| m.get(operation_id)).ok_or_else(|| not_found(operation_id))
+}
+
+fn lease_ms_ok(lease_ms: u64) -> Result<(), Rejection> {
+    if (1..=LEASE_MS_MAX).contains(&lease_ms) {
+        Ok(())
+    } else {
+        Err(invalid(format!("lease_ms must be 1..={LEASE_MS_MAX}")))
+    }
+}
+
+/// Decides an operation command at ledger time `now` (the tenant's due transitions were
+/// applied just before, see `LedgerState::execute_audited`).
+pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let tenant_id = cmd.stream();
+    let tenant = crate::state::existing(state, tenant_id)?;
+    let t = tenant_id.to_string();
+    match cmd {
+        Command::SubmitOperation { spec, .. } => {
+            if tenant.state == TenantState::Suspended {
+                return Err(Rejection::new(
+                    ReasonCode::TENANT_SUSPENDED,
+                    format!("tenant '{}' is suspended", tenant.name),
+                ));
+            }
+            spec.validate()?;
+            let principal = state
+                .principals
+                .get(tenant_id)
+                .and_then(|m| m.get(&spec.principal_id))
+                .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
+            if principal.state != PrincipalState::Active {
+                return Err(Rejection::new(
+                    ReasonCode::AUTH_TOKEN_REVOKED,
+                    format!("principal '{}' was revoked", principal.name),
+                ));
+            }
+            let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
+            if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
+                let prior = find(state, tenant_id, prior)?;
+                if prior.spec.payload_hash == spec.payload_hash {
+                    return Ok(vec![]); // a replay: the prior operation stands, whatever its state
+                }
+                return Err(Rejection::new(
+                    ReasonCode::IDEMPOTENCY_KEY_REUSED,
+                    format!("idempotency key '{}' was used for another payload", spec.idempotency_key),
+                ));
+            }
+            if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
+                return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
+            }
+            if spec.deadline_ms <= now {
+                return Err(Rejection::new(ReasonCode::DEADLINE_EXCEEDED, "the deadline has already passed"));
+            }
+            if let Some(ceiling) = spec.cost_ceiling.filter(|c| spec.cost_units > *c) {
+                return Err(Rejection::new(
+                    ReasonCode::COST_CEILING_EXCEEDED,
+                    format!("the action costs {} units, over the ceiling of {ceiling}", spec.cost_units),
+                ));
+            }
+            let mut events = vec![Event::OperationSubmittedV1 { tenant_id: t.clone(), spec: spec.clone() }];
+            match &spec.device_id {
+                Some(device_id) => {
+                    if state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(device_id)) {
+                        return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device_id}'")));
+                    }
+                    if let Some(held) = state.device_leases.get(tenant_id).and_then(|m| m.get(device_id)) {
+                        return Err(Rejection::new(
+                            ReasonCode::DEVICE_RESERVED,
+                            format!(
+                                "device '{device_id}' is held by operation '{}'; retry after {} (ledger ms)",
+                                held.operation_id, held.expires_at_ms
+                            ),
+                        ));
+                    }
+                    let last = state.fencing.get(tenant_id).and_then(|m| m.get(device_id)).copied().unwrap_or(0);
+                    events.push(Event::DeviceReservedV1 {
+                        tenant_id: t,
+                        device_id: device_id.clone(),
+                        operation_id: spec.operation_id.clone(),
+                        fencing_token: last + 1,
+                        expires_at_ms: spec.deadline_ms,
+                    });
+                }
+                None => events.push(Event::OperationTransitionedV1 {
+                    tenant_id: t,
+                    operation_id: spec.operation_id.clone(),
+                    from: Verified,
+                    to: Reserved,
+                    cause: "no device to reserve".into(),
+                }),
+            }
+            Ok(events)
+        }
+        Command::DispatchOperation { operation_id, executor_id, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            match (op.state, &op.executor_id) {
+                (Dispatched, Some(e)) if e == executor_id => Ok(vec![]),
+                (Reserved, _) => Ok(vec![Event::OperationDispatchedV1 {
+                    tenant_id: t,
+                    operation_id: operation_id.clone(),
+                    executor_id: executor_id.clone(),
+                }]),
+                _ => Err(conflict(op, "only a reserved operation is dispatched")),
+            }
+        }
+        Command::StartAttempt { operation_id, executor_id, fencing_token, lease_ms, .. } => {
+            lease_ms_ok(*lease_ms)?;
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != Dispatched || op.executor_id.as_deref() != Some(executor_id.as_str()) {
+                return Err(conflict(op, "an attempt starts only on a dispatched operation, by its executor"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            let mut events = vec![transition(
+                op,
+                Attempting,
+                format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
+            )];
+            if let Some(device_id) = &op.spec.device_id {
+                events.push(Event::AttemptLeaseExtendedV1 {
+                    tenant_id: t,
+                    device_id: device_id.clone(),
+                    operation_id: operation_id.clone(),
+                    expires_at_ms: now + lease_ms,
+                });
+            }
+            Ok(events)
+        }
+        Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
+            lease_ms_ok(*lease_ms)?;
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != Attempting {
+                return Err(conflict(op, "only an attempt's lease is renewed"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            Ok(op
+                .spec
+                .device_id
+                .iter()
+                .map(|d| Event::AttemptLeaseExtendedV1 {
+                    tenant_id: t.clone(),
+                    device_id: d.clone(),
+                    operation_id: operation_id.clone(),
+                    expires_at_ms: now + lease_ms,
+                })
+                .collect())
+        }
+        Command::ReportAttempt { operation_id, fencing_token, outcome, evidence, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if !matches!(op.state, Attempting | UnknownEffect) {
+                return Err(conflict(op, "only an attempted operation reports an outcome"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            let late = if op.state == UnknownEffect { " (late: after the lease expired)" } else { "" };
+            let mut events: Vec<Event> = evidence
+                .iter()
+                .map(|e| Event::EvidenceReportedV1 {
+                    tenant_id: t.clone(),
+                    operation_id: operation_id.clone(),
+                    evidence: e.clone(),
+                })
+                .collect();
+            events.push(match outcome {
+                AttemptOutcome::Effect => {
+                    transition(op, EffectReported, format!("the executor reported the effect{late}"))
+                }
+                AttemptOutcome::NoEffect => transition(op, Failed, format!("the executor reported no effect{late}")),
+            });
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::RecordObservation { operation_id, observer_id, evidence, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if !matches!(op.state, Attempting | EffectReported | UnknownEffect) {
+                return Err(conflict(op, "observations are recorded for attempted operations"));
+            }
+            if observer_id == &op.spec.principal_id {
+                return Err(invalid(
+                    "the observer must be another principal than the one that asked for the operation",
+                ));
+            }
+            if state.principals.get(tenant_id).is_none_or(|m| !m.contains_key(observer_id)) {
+                return Err(Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such observer"));
+            }
+            let observation =
+                ObservationV1 { observer_id: observer_id.clone(), evidence: evidence.clone(), at_ms: now };
+            Ok(vec![Event::ObservationRecordedV1 { tenant_id: t, operation_id: operation_id.clone(), observation }])
+        }
+        Command::DecideOperation { operation_id, by_principal_id, verdict, note, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != EffectReported {
+                return Err(conflict(op, "only a reported effect is accepted or rejected"));
+            }
+            match verdict {
+                Verdict::Accept if op.observations.is_empty() => Err(Rejection::new(
+                    ReasonCode::OBSERVATION_REQUIRED,
+                    "no independent observation is linked to this operation; the executor's evidence alone cannot accept it",
+                )),
+                Verdict::Accept => Ok(vec![transition(op, Accepted, format!("accepted by '{by_principal_id}': {note}"))]),
+                Verdict::Reject => Ok(vec![transition(op, Rejected, format!("rejected by '{by_principal_id}': {note}"))]),
+            }
+        }
+        Command::ResolveUnknownEffect { operation_id, by_principal_id, outcome, note, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != UnknownEffect {
+                return Err(conflict(op, "only an unknown effect is resolved"));
+            }
+            let mut events = vec![match outcome {
+                AttemptOutcome::Effect => {
+                    transition(op, EffectReported, format!("resolved by '{by_principal_id}': effect happened: {note}"))
+                }
+                AttemptOutcome::NoEffect => {
+                    transition(op, Failed, format!("resolved by '{by_principal_id}': no effect: {note}"))
+                }
+            }];
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::CancelOperation { operation_id, by_principal_id, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if !op.state.is_waiting() {
+                return Err(conflict(op, "an operation is cancelled only before its attempt starts"));
+            }
+            let mut events = vec![transition(op, Cancelled, format!("cancelled by '{by_principal_id}'"))];
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::ExpireDue { .. } => Ok(vec![]),
+        other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{} is not an operation command", other.kind()))),
+    }
+}
+
+/// Folds an operation event into the state.
+pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
+    let op_mut = |state: &mut LedgerState, tenant_id: &str, operation_id: &str| -> Operation {
+        state
+            .operations
+            .get(tenant_id)
+            .and_then(|m| m.get(operation_id))
+            .cloned()
+            .expect("event for unknown operation: corrupt event log")
+    };
+    let store = |state: &mut LedgerState, mut op: Operation| {
+        op.updated_at_ms = env.at_ms;
+        op.revision = env.revision;
+        state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
+    };
+    match &env.event {
+        Event::OperationSubmittedV1 { tenant_id, spec } => {
+            state
+                .idempotency
+                .entry(tenant_id.clone())
+                .or_default()
+                .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
+            let op = Operation {
+                tenant_id: tenant_id.clone(),
+                spec: spec.clone(),
+                state: OperationState::Verified,
+                executor_id: None,
+                fencing_token: None,
+                attempts: 0,
+                evidence: Vec::new(),
+                observations: Vec::new(),
+                created_at_ms: env.at_ms,
+                updated_at_ms: env.at_ms,
+                revision: env.revision,
+            };
+            store(state, op);
+        }
+        Event::DeviceReservedV1 { tenant_id, device_id, operation_id, fencing_token, expires_at_ms } => {
+            state.fencing.entry(tenant_id.clone()).or_default().insert(device_id.clone(), *fencing_token);
+            let lease = DeviceLease {
+                operation_id: operation_id.clone(),
+                fencing_token: *fencing_token,
+                expires_at_ms: *expires_at_ms,
+            };
+            state.device_leases.entry(tenant_id.clone()).or_default().insert(device_id.clone(), lease);
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.state = OperationState::Reserved;
+            op.fencing_token = Some(*fencing_token);
+            store(state, op);
+        }
+        Event::DeviceReleasedV1 { tenant_id, device_id, operation_id } => {
+            if let Some(leases) = state.device_leases.get_mut(tenant_id) {
+                if leases.get(device_id).is_some_and(|l| &l.operation_id == operation_id) {
+                    leases.remove(device_id);
+                }
+            }
+        }
+        Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } => {
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.state = OperationState::Dispatched;
+            op.executor_id = Some(executor_id.clone());
+            store(state, op);
+        }
+        Event::OperationTransitionedV1 { tenant_id, operation_id, to, .. } => {
+            let mut op = op_mut(state, tenant_id, operation_id);
+            if *to == OperationState::Attempting {
+                op.attempts += 1;
+            }
+            op.state = *to;
+            store(state, op);
+        }
+        Event::AttemptLeaseExtendedV1 { tenant_id, device_id, operation_id, expires_at_ms } => {
+            if let Some(l) = state.device_leases.get_mut(tenant_id).and_then(|m| m.get_mut(device_id)) {
+                if &l.operation_id == operation_id {
+                    l.expires_at_ms = *expires_at_ms;
+                }
+            }
+        }
+        Event::EvidenceReportedV1 { tenant_id, operation_id, evidence } => {
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.evidence.push(evidence.clone());
+            store(state, op);
+        }
+        Event::ObservationRecordedV1 { tenant_id, operation_id, observation } => {
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.observations.push(observation.clone());
+            store(state, op);
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_transition_table_is_the_spec() {
+        use OperationState::*;
+        let all = [
+            Proposed,
+            Verified,
+            Reserved,
+            Dispatched,
+            Attempting,
+            EffectReported,
+            Accepted,
+            Rejected,
+            Expired,
+            Failed,
+            Cancelled,
+            UnknownEffect,
+        ];
+        for from in all {
+            for to in all {
+                if from.is_terminal() {
+                    assert!(!from.allows(to), "{from:?} is terminal");
+                }
+            }
+        }
+        assert!(Dispatched.allows(Expired) && !Attempting.allows(Expired), "only a waiting operation expires");
+        assert!(Reserved.allows(Cancelled) && !Attempting.allows(Cancelled), "no cancel once attempted");
+        assert!(!EffectReported.allows(Attempting) && !UnknownEffect.allows(Attempting), "never attempted twice");
+        assert!(UnknownEffect.allows(EffectReported) && UnknownEffect.allows(Failed));
+        assert!(EffectReported.allows(Accepted) && !Attempting.allows(Accepted));
+    }
+
+    #[test]
+    fn payload_hash_ignores_key_order_and_spacing() {
+        let a = payload_hash(&json!({"b": 1, "a": {"y": [1, 2], "x": "s"}}));
+        let b = payload_hash(&serde_json::from_str(r#"{ "a": {"x":"s","y":[1,2]}, "b":1 }"#).unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, payload_hash(&json!({"b": 2, "a": {"y": [1, 2], "x": "s"}})));
+        assert_ne!(a, payload_hash(&json!({"b": 1, "a": {"y": [2, 1], "x": "s"}})), "array order matters");
+    }
+}

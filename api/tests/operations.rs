@@ -1,0 +1,372 @@
+//! The operation contract at the ledger (SPEC D6–D8, X3), decided by the pure state machine every
+//! replica runs: retries are not re-executions, a key is bound to one payload, a device is held
+//! by one operation with monotonically increasing fencing tokens, deadlines and lost outcomes are
+//! decided by ledger time, and only an independent observation lets an effect be accepted. A
+//! property test checks the invariants over random command sequences and that a replica
+//! rebuilt from the events equals the live one.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use serde_json::json;
+use writ_api::ledger::{Command, LedgerRequest, Outcome};
+use writ_api::operation::{
+    payload_hash, AttemptOutcome, EvidenceV1, Operation, OperationSpecV1, OperationState, Verdict,
+};
+use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+use writ_api::state::LedgerState;
+use writ_api::ReasonCode;
+
+const T: &str = "t-1";
+const LEASE: u64 = 1_000;
+
+struct Ledger {
+    state: LedgerState,
+    now: u64,
+}
+
+impl Ledger {
+    fn new() -> Ledger {
+        let mut l = Ledger { state: LedgerState::default(), now: 1_000_000 };
+        l.ok(Command::CreateTenant { tenant_id: T.into(), name: "acme".into(), display_name: None });
+        for p in ["agent", "other-agent", "observer"] {
+            let spec = PrincipalSpecV1 {
+                principal_id: p.into(),
+                name: p.into(),
+                kind: PrincipalKind::Agent,
+                preset: Some(RolePreset::Full),
+                scopes: Default::default(),
+                metadata: Default::default(),
+            };
+            l.ok(Command::CreatePrincipal { tenant_id: T.into(), spec });
+        }
+        let site = Command::CreateSite {
+            tenant_id: T.into(),
+            site_id: "s-1".into(),
+            name: "plant".into(),
+            display_name: None,
+        };
+        l.ok(site);
+        for d in ["press", "arm"] {
+            l.ok(Command::CreateDevice {
+                tenant_id: T.into(),
+                device_id: d.into(),
+                site_id: "s-1".into(),
+                name: d.into(),
+                device_class: "press.v1".into(),
+            });
+        }
+        l
+    }
+
+    fn run(&mut self, command: Command) -> Outcome {
+        let req = LedgerRequest { stamp_ms: self.now, trace_id: "tr".into(), command };
+        self.state.execute(&req).0
+    }
+
+    fn ok(&mut self, command: Command) -> usize {
+        match self.run(command) {
+            Outcome::Applied { events } => events.len(),
+            other => panic!("expected success, got {other:?}"),
+        }
+    }
+
+    fn refused(&mut self, command: Command) -> ReasonCode {
+        match self.run(command) {
+            Outcome::Rejected { reason, .. } => reason,
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    fn op(&self, id: &str) -> &Operation {
+        &self.state.operations[T][id]
+    }
+}
+
+fn spec(id: &str, key: &str, payload: serde_json::Value, device: Option<&str>, deadline_ms: u64) -> OperationSpecV1 {
+    OperationSpecV1 {
+        operation_id: id.into(),
+        principal_id: "agent".into(),
+        authority_ref: "jti-1".into(),
+        action: "move_press".into(),
+        payload_hash: payload_hash(&payload),
+        idempotency_key: key.into(),
+        deadline_ms,
+        cost_units: 1,
+        cost_ceiling: Some(5),
+        device_id: device.map(str::to_string),
+        work_ref: None,
+        preconditions: BTreeMap::new(),
+        trace_id: "tr".into(),
+    }
+}
+
+fn submit(s: OperationSpecV1) -> Command {
+    Command::SubmitOperation { tenant_id: T.into(), spec: s }
+}
+
+fn dispatch(id: &str) -> Command {
+    Command::DispatchOperation { tenant_id: T.into(), operation_id: id.into(), executor_id: "x-1".into() }
+}
+
+fn start(id: &str, fencing_token: u64) -> Command {
+    Command::StartAttempt {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        executor_id: "x-1".into(),
+        fencing_token,
+        lease_ms: LEASE,
+    }
+}
+
+fn report(id: &str, fencing_token: u64, outcome: AttemptOutcome) -> Command {
+    let evidence =
+        EvidenceV1 { content_hash: "ab".repeat(32), evidence_return_ref: "s3://ev/1".into(), summary: "moved".into() };
+    Command::ReportAttempt {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        fencing_token,
+        outcome,
+        evidence: Some(evidence),
+    }
+}
+
+#[test]
+fn a_retry_is_not_a_second_execution() {
+    let mut l = Ledger::new();
+    let s = spec("op-1", "k-1", json!({"position_mm": 120}), Some("press"), l.now + 60_000);
+    assert_eq!(l.ok(submit(s.clone())), 2, "submitted + device reserved");
+    for i in 0..19 {
+        // Retries carry new operation ids (each edge mints one): the key decides.
+        let mut again = s.clone();
+        again.operation_id = format!("op-retry-{i}");
+        assert_eq!(l.ok(submit(again)), 0, "a replay appends nothing");
+    }
+    assert_eq!(l.state.operations[T].len(), 1);
+    l.ok(dispatch("op-1"));
+    l.ok(start("op-1", 1));
+    assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "one attempt");
+    assert_eq!(l.ok(submit(s)), 0, "a retry during the attempt is still a replay");
+    assert_eq!((l.op("op-1").attempts, l.op("op-1").state), (1, OperationState::Attempting));
+}
+
+#[test]
+fn the_same_key_with_another_payload_is_refused() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"position_mm": 120}), None, l.now + 60_000)));
+    let changed = spec("op-2", "k-1", json!({"position_mm": 121}), None, l.now + 60_000);
+    assert_eq!(l.refused(submit(changed)), ReasonCode::IDEMPOTENCY_KEY_REUSED);
+    // The key is per principal: another principal may use it.
+    let mut other = spec("op-3", "k-1", json!({"position_mm": 121}), None, l.now + 60_000);
+    other.principal_id = "other-agent".into();
+    l.ok(submit(other));
+    assert_eq!(l.state.operations[T].len(), 2);
+}
+
+#[test]
+fn one_operation_holds_a_device_and_stale_fencing_tokens_are_refused() {
+    let mut l = Ledger::new();
+    let deadline = l.now + 60_000;
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), deadline)));
+    let mut rival = spec("op-2", "k-2", json!({"p": 2}), Some("press"), deadline);
+    rival.principal_id = "other-agent".into();
+    assert_eq!(l.refused(submit(rival.clone())), ReasonCode::DEVICE_RESERVED);
+    l.ok(submit(spec("op-3", "k-3", json!({"p": 3}), Some("arm"), deadline)));
+    l.ok(dispatch("op-1"));
+    assert_eq!(l.refused(start("op-1", 7)), ReasonCode::FENCING_TOKEN_STALE);
+    l.ok(start("op-1", 1));
+    l.ok(report("op-1", 1, AttemptOutcome::Effect));
+    // Released: the rival gets the device with the next token; op-1's token is stale for it.
+    l.ok(submit(rival));
+    assert_eq!(l.op("op-2").fencing_token, Some(2));
+    l.ok(dispatch("op-2"));
+    assert_eq!(l.refused(start("op-2", 1)), ReasonCode::FENCING_TOKEN_STALE);
+    l.ok(start("op-2", 2));
+}
+
+#[test]
+fn a_deadline_that_passes_while_queued_expires_the_operation() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 5_000)));
+    l.ok(dispatch("op-1"));
+    l.now += 5_000;
+    // The next operation command applies the due transitions first: the stale dispatch is dead.
+    assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT);
+    assert_eq!((l.op("op-1").state, l.op("op-1").attempts), (OperationState::Expired, 0));
+    assert!(!l.state.device_leases[T].contains_key("press"), "an expired operation frees its device");
+    let past = spec("op-2", "k-2", json!({"p": 2}), None, l.now);
+    assert_eq!(l.refused(submit(past)), ReasonCode::DEADLINE_EXCEEDED);
+    let mut dear = spec("op-3", "k-3", json!({"p": 3}), None, l.now + 1);
+    dear.cost_units = 9;
+    assert_eq!(l.refused(submit(dear)), ReasonCode::COST_CEILING_EXCEEDED);
+}
+
+#[test]
+fn a_lost_outcome_is_an_unknown_effect_until_reconciled() {
+    let mut l = Ledger::new();
+    let s = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000);
+    l.ok(submit(s.clone()));
+    l.ok(dispatch("op-1"));
+    l.ok(start("op-1", 1));
+    l.now += LEASE; // the executor died mid-attempt: no renewal, no report
+    l.ok(Command::ExpireDue { tenant_id: T.into() });
+    assert_eq!(l.op("op-1").state, OperationState::UnknownEffect);
+    assert_eq!(l.ok(submit(s)), 0, "a retry replays the unknown effect; no attempt");
+    assert_eq!(l.op("op-1").attempts, 1);
+    let next = spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000);
+    assert_eq!(l.refused(submit(next.clone())), ReasonCode::DEVICE_RESERVED, "the device may still be moving");
+    l.ok(Command::ResolveUnknownEffect {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: "observer".into(),
+        outcome: AttemptOutcome::NoEffect,
+        note: "camera shows the press did not move".into(),
+    });
+    assert_eq!(l.op("op-1").state, OperationState::Failed);
+    l.ok(submit(next));
+}
+
+#[test]
+fn only_an_independent_observation_lets_an_effect_be_accepted() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    l.ok(dispatch("op-1"));
+    l.ok(start("op-1", 1));
+    l.ok(report("op-1", 1, AttemptOutcome::Effect));
+    assert_eq!(l.op("op-1").state, OperationState::EffectReported);
+    let decide = |verdict| Command::DecideOperation {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: "observer".into(),
+        verdict,
+        note: "".into(),
+    };
+    assert_eq!(l.refused(decide(Verdict::Accept)), ReasonCode::OBSERVATION_REQUIRED, "evidence alone");
+    let observe = |who: &str| Command::RecordObservation {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        observer_id: who.into(),
+        evidence: EvidenceV1 {
+            content_hash: "cd".repeat(32),
+            evidence_return_ref: "cam://1".into(),
+            summary: "at 120 mm".into(),
+        },
+    };
+    assert_eq!(l.refused(observe("agent")), ReasonCode::INPUT_INVALID, "the requester cannot observe itself");
+    l.ok(observe("observer"));
+    l.ok(decide(Verdict::Accept));
+    assert_eq!(l.op("op-1").state, OperationState::Accepted);
+    assert_eq!(l.refused(decide(Verdict::Reject)), ReasonCode::OPERATION_STATE_CONFLICT);
+}
+
+#[test]
+fn cancel_works_only_before_the_attempt() {
+    let mut l = Ledger::new();
+    let cancel = |id: &str| Command::CancelOperation {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        by_principal_id: "agent".into(),
+    };
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    l.ok(cancel("op-1"));
+    assert_eq!(l.op("op-1").state, OperationState::Cancelled);
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000)));
+    l.ok(dispatch("op-2"));
+    l.ok(start("op-2", 2));
+    assert_eq!(l.refused(cancel("op-2")), ReasonCode::OPERATION_STATE_CONFLICT);
+}
+
+/// One step of a random workload.
+#[derive(Debug, Clone)]
+enum Step {
+    Submit { key: u8, payload: u8, device: u8, ttl_ms: u64 },
+    Dispatch(u8),
+    Start(u8, bool),
+    Report(u8, bool),
+    Advance(u64),
+    Expire,
+    Resolve(u8),
+    Cancel(u8),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0u8..6, 0u8..2, 0u8..3, 1u64..20_000).prop_map(|(key, payload, device, ttl_ms)| Step::Submit {
+            key,
+            payload,
+            device,
+            ttl_ms
+        }),
+        (0u8..6).prop_map(Step::Dispatch),
+        (0u8..6, any::<bool>()).prop_map(|(k, f)| Step::Start(k, f)),
+        (0u8..6, any::<bool>()).prop_map(|(k, e)| Step::Report(k, e)),
+        (1u64..3_000).prop_map(Step::Advance),
+        Just(Step::Expire),
+        (0u8..6).prop_map(Step::Resolve),
+        (0u8..6).prop_map(Step::Cancel),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever happens: an operation is attempted at most once, a device is held by at most one
+    /// live operation and its fencing tokens only grow, nothing expired was ever attempted, and a
+    /// replica that folds the events equals the live state.
+    #[test]
+    fn invariants_hold_and_replay_is_exact(steps in proptest::collection::vec(step(), 1..60)) {
+        let mut l = Ledger::new();
+        let mut log = Vec::new();
+        let base = l.state.clone();
+        let id = |k: u8| format!("op-{k}");
+        let mut last_token: BTreeMap<String, u64> = BTreeMap::new();
+        for s in steps {
+            let command = match s {
+                Step::Submit { key, payload, device, ttl_ms } => {
+                    let device = ["press", "arm"].get(device as usize).copied();
+                    submit(spec(&id(key), &format!("k-{key}"), json!({"p": payload}), device, l.now + ttl_ms))
+                }
+                Step::Dispatch(k) => dispatch(&id(k)),
+                Step::Start(k, fresh) => {
+                    let token = l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0);
+                    start(&id(k), if fresh { token } else { token + 1 })
+                }
+                Step::Report(k, effect) => {
+                    let token = l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0);
+                    report(&id(k), token, if effect { AttemptOutcome::Effect } else { AttemptOutcome::NoEffect })
+                }
+                Step::Advance(ms) => { l.now += ms; continue; }
+                Step::Expire => Command::ExpireDue { tenant_id: T.into() },
+                Step::Resolve(k) => Command::ResolveUnknownEffect {
+                    tenant_id: T.into(), operation_id: id(k), by_principal_id: "observer".into(),
+                    outcome: AttemptOutcome::NoEffect, note: "".into(),
+                },
+                Step::Cancel(k) => Command::CancelOperation { tenant_id: T.into(), operation_id: id(k), by_principal_id: "agent".into() },
+            };
+            let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
+            let (_, events) = l.state.execute(&req);
+            log.extend(events);
+            for op in l.state.operations.get(T).into_iter().flat_map(|m| m.values()) {
+                prop_assert!(op.attempts <= 1, "{op:?}");
+                if op.state == OperationState::Expired || op.state == OperationState::Cancelled {
+                    prop_assert_eq!(op.attempts, 0);
+                }
+            }
+            for (device, lease) in l.state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
+                let holder = &l.state.operations[T][&lease.operation_id];
+                prop_assert!(!holder.state.is_terminal(), "{device} held by finished {holder:?}");
+                let last = last_token.entry(device.clone()).or_insert(0);
+                prop_assert!(lease.fencing_token >= *last);
+                *last = lease.fencing_token;
+            }
+        }
+        let mut replica = base;
+        for env in &log {
+            replica.apply_event(env);
+        }
+        // Ledger time also advances on entries that append no event (a replay); every replica
+        // executes every entry, so only a fold of the events alone lags on the clock.
+        replica.clock_ms = l.state.clock_ms;
+        prop_assert_eq!(replica, l.state);
+    }
+}
