@@ -171,6 +171,17 @@ pub enum Query {
     ListExecutorCas {
         tenant_id: String,
     },
+    /// An operation by id.
+    GetOperation {
+        tenant_id: String,
+        operation_id: String,
+    },
+    /// The operation bound to a principal's idempotency key.
+    GetOperationByKey {
+        tenant_id: String,
+        principal_id: String,
+        idempotency_key: String,
+    },
     /// A principal's own quotas (id or name).
     GetPrincipalQuotas {
         tenant_id: String,
@@ -214,6 +225,7 @@ pub enum QueryResult {
     Enrollment { enrollment: Enrollment },
     ExecutorCas { cas: Vec<ExecutorCaV1> },
     PrincipalQuotas(PrincipalQuotasView),
+    Operation(Box<crate::operation::Operation>),
 }
 
 /// A principal's own quotas (its tenant's limits apply on top).

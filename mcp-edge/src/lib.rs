@@ -19,6 +19,7 @@ pub mod audit;
 mod builtin;
 pub mod fixtures;
 pub mod jsonrpc;
+mod operations;
 mod reply;
 pub mod seal;
 mod serve;
@@ -515,14 +516,12 @@ async fn mcp_post(
     let mut method = header_value(&headers, "mcp-method").unwrap_or_default();
     let mut id = None;
     let handled = match edge.admission.admit(&edge.verifier, &authority, &trace_id).await {
-        Err(refused) => {
-            serve::Handled { response: refused_response(&None, &refused), name: None, denied: Some(refused.rejection) }
-        }
+        Err(refused) => serve::Handled::refused(refused_response(&None, &refused), None, refused.rejection),
         Ok(()) => match decode(&edge.config, &body, &headers) {
             Ok(None) => return StatusCode::ACCEPTED.into_response(),
             Err(e) => {
                 let denied = Rejection::new(protocol_reason(&e), e.message.clone());
-                serve::Handled { response: e.into_response(), name: None, denied: Some(denied) }
+                serve::Handled::refused(e.into_response(), None, denied)
             }
             Ok(Some(req)) => {
                 method = req.method.clone();
@@ -548,6 +547,7 @@ async fn mcp_post(
     // Denials (and strict tenants' decisions) are on the record before the client hears of
     // them; allowed reads are group-committed within the flush window.
     let strict = handled.denied.is_some()
+        || handled.effectful
         || edge.verifier.with_state(|s| {
             s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
         });

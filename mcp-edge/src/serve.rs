@@ -16,6 +16,7 @@ use writ_api::{ReasonCode, Rejection};
 use crate::builtin::{self, ToolAnswer, ToolCall};
 use crate::fixtures;
 use crate::jsonrpc::{self, Request, RpcError, HEADER_MISMATCH, META_CLIENT_CAPABILITIES};
+use crate::operations;
 use crate::reply;
 use crate::seal::{self, Binding};
 use crate::surfaces;
@@ -52,11 +53,17 @@ pub struct Handled {
     pub name: Option<String>,
     /// Set when the request was refused on authority (committed before the response).
     pub denied: Option<Rejection>,
+    /// An effectful call: its decision is committed before the response, like a denial.
+    pub effectful: bool,
 }
 
 impl Handled {
-    fn allowed(response: Response, name: Option<String>) -> Handled {
-        Handled { response, name, denied: None }
+    pub(crate) fn allowed(response: Response, name: Option<String>) -> Handled {
+        Handled { response, name, denied: None, effectful: false }
+    }
+
+    pub(crate) fn refused(response: Response, name: Option<String>, denied: Rejection) -> Handled {
+        Handled { response, name, denied: Some(denied), effectful: false }
     }
 }
 
@@ -65,7 +72,7 @@ impl Handled {
 pub struct Validators(Mutex<HashMap<(String, String, bool), Arc<jsonschema::Validator>>>);
 
 impl Validators {
-    fn get(
+    pub(crate) fn get(
         &self,
         digest: &str,
         action: &CatalogActionV1,
@@ -112,9 +119,7 @@ pub async fn handle(call: Call<'_>) -> Handled {
                 return match c.authority.require(AUDIT_SCOPE).and(c.authority.require(RESOURCES_SCOPE)) {
                     Ok(()) => Handled::allowed(done(read_audit(c).await), Some(uri)),
                     // Without the scope the audit resource does not exist for the caller.
-                    Err(e) => {
-                        Handled { response: done(Err(resource_not_found(&uri))), name: Some(uri), denied: Some(e) }
-                    }
+                    Err(e) => Handled::refused(done(Err(resource_not_found(&uri))), Some(uri), e),
                 };
             }
             guarded(c, RESOURCES_SCOPE, Some(uri), |c| done(read_resource(c)))
@@ -139,11 +144,11 @@ pub async fn handle(call: Call<'_>) -> Handled {
 fn guarded(c: &Call<'_>, scope: &str, name: Option<String>, f: impl FnOnce(&Call<'_>) -> Response) -> Handled {
     match c.authority.require(scope) {
         Ok(()) => Handled::allowed(f(c), name),
-        Err(e) => Handled {
-            response: crate::challenge(&c.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, scope),
+        Err(e) => Handled::refused(
+            crate::challenge(&c.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, scope),
             name,
-            denied: Some(e),
-        },
+            e,
+        ),
     }
 }
 
@@ -200,7 +205,9 @@ fn listed(mut result: Value, next: Option<String>, ttl_ms: u64) -> Value {
 }
 
 fn list_tools(c: &Call<'_>) -> Result<Value, RpcError> {
-    let tools = c.edge.verifier.with_state(|s| surfaces::tools_for(s, c.authority));
+    let mut tools = c.edge.verifier.with_state(|s| surfaces::tools_for(s, c.authority));
+    tools.extend(operations::tools(c.authority));
+    tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let (tools, next) = page(c, "tools/list", tools, "name")?;
     Ok(listed(json!({"tools": tools}), next, surfaces::TOOLS_TTL_MS))
 }
@@ -290,7 +297,11 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         response: e.with_id(id).into_response(),
         name: Some(name.clone()),
         denied,
+        effectful: false,
     };
+    if name == operations::EXECUTE || name == operations::READBACK {
+        return operation_tool(c, &name).await;
+    }
     let (action, digest) = match find_tool(c, &name) {
         Ok(found) => found,
         Err(denied) => {
@@ -409,6 +420,39 @@ async fn read_audit(c: &Call<'_>) -> Result<Value, RpcError> {
     };
     let text = serde_json::to_string(&records).map_err(|_| internal("audit records do not serialize"))?;
     Ok(listed(json!({"contents": [{"uri": AUDIT_URI, "mimeType": "application/json", "text": text}]}), None, 0))
+}
+
+/// `operation.execute` / `operation.readback`: the principal's scope first (without it the tool
+/// does not exist), the tool's input schema, then the ledger.
+async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
+    let id = &c.req.id;
+    let listed = operations::tools(c.authority).into_iter().find(|t| t["name"] == name);
+    let Some(tool) = listed else {
+        let scope = if name == operations::EXECUTE { operations::EXECUTE_SCOPE } else { operations::READ_SCOPE };
+        let denied = c.authority.require(scope).err();
+        let e = RpcError::reason(ReasonCode::TOOL_NOT_FOUND, format!("unknown tool '{name}'"))
+            .in_band()
+            .with_detail("name", json!(name));
+        return Handled { response: e.with_id(id).into_response(), name: Some(name.into()), denied, effectful: false };
+    };
+    let args = c.req.params().get("arguments").cloned().unwrap_or_else(|| json!({}));
+    let valid = writ_api::catalog::validator(&tool["inputSchema"])
+        .map(|v| v.iter_errors(&args).map(|e| e.to_string()).collect::<Vec<_>>());
+    let outcome = match valid {
+        Ok(errors) if !errors.is_empty() => {
+            let text = format!("INPUT_INVALID: {}", errors.join("; "));
+            Ok(json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
+                      "_meta": {"writ/reason": "INPUT_INVALID"}}))
+        }
+        Ok(_) if name == operations::EXECUTE => operations::execute(c, &args).await,
+        Ok(_) => operations::readback(c, &args).await,
+        Err(e) => Err(RpcError::rejected(&e)),
+    };
+    let response = match outcome {
+        Ok(v) => jsonrpc::result(id, v),
+        Err(e) => e.with_id(id).into_response(),
+    };
+    Handled { response, name: Some(name.into()), denied: None, effectful: name == operations::EXECUTE }
 }
 
 fn device_resources(c: &Call<'_>) -> Vec<Value> {

@@ -22,7 +22,7 @@ use writ_api::dto::{
     ClusterChange, ClusterStatus, MemberStatus, NodeStatus, Query, QueryRequest, QueryResult, Role, SubmitRequest,
     SubmitResponse, WatchFilter, WatchLine, PAGE_LIMIT_MAX, WATCH_HEARTBEAT,
 };
-use writ_api::ledger::LedgerRequest;
+use writ_api::ledger::{Command, LedgerRequest};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 use writ_raft_store::{Raft, StateMachine, TypeConfig};
@@ -111,6 +111,9 @@ pub struct LedgerNode {
     peers: Arc<dyn Peers>,
 }
 
+/// How often the leader looks for operations whose deadline or attempt lease ran out.
+pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
+
 /// How long a follower waits for its state machine to reach a read index.
 const READ_INDEX_WAIT: Duration = Duration::from_secs(5);
 
@@ -158,6 +161,46 @@ impl LedgerNode {
 
     fn is_leader(&self) -> bool {
         self.raft.metrics().borrow_watched().state == ServerState::Leader
+    }
+
+    /// Keeps ledger time moving for operations (SPEC D6, D8): while this node leads, every
+    /// [`REAPER_PERIOD`] it submits `ExpireDue` for each tenant with a deadline or attempt lease
+    /// that has run out, so expiries and unknown effects do not wait for the next command. The
+    /// ledger decides what is due at the entry's stamp; this only triggers it. Stops with the
+    /// node.
+    pub fn start_reaper(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REAPER_PERIOD).await;
+                let Some(node) = node.upgrade() else { return };
+                if node.raft.metrics().borrow_watched().running_state.is_err() {
+                    return;
+                }
+                if !node.is_leader() {
+                    continue;
+                }
+                let now = node.clock.now_ms();
+                let tenants: Vec<String> = {
+                    let applied = node.sm.read();
+                    let st = &applied.state;
+                    st.operations
+                        .iter()
+                        .filter(|(t, ops)| {
+                            !writ_api::operation::due(Some(ops), st.device_leases.get(*t), now).is_empty()
+                        })
+                        .map(|(t, _)| t.clone())
+                        .collect()
+                };
+                for tenant_id in tenants {
+                    let req =
+                        SubmitRequest { trace_id: format!("reaper-{now}"), command: Command::ExpireDue { tenant_id } };
+                    if let Err(e) = node.submit_request(req, false).await {
+                        tracing::warn!(reason = %e.reason, message = %e.message, "expire-due failed");
+                    }
+                }
+            }
+        });
     }
 
     /// Proposes a command; a follower forwards it once to the leader. The leader stamps it.
@@ -305,6 +348,25 @@ impl LedgerNode {
                 .cloned()
                 .map(|enrollment| QueryResult::Enrollment { enrollment })
                 .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")),
+            Query::GetOperation { tenant_id, operation_id } => state
+                .operations
+                .get(&tenant_id)
+                .and_then(|m| m.get(&operation_id))
+                .cloned()
+                .map(|op| QueryResult::Operation(Box::new(op)))
+                .ok_or_else(|| {
+                    Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
+                }),
+            Query::GetOperationByKey { tenant_id, principal_id, idempotency_key } => state
+                .idempotency
+                .get(&tenant_id)
+                .and_then(|m| m.get(&writ_api::state::idempotency_slot(&principal_id, &idempotency_key)))
+                .and_then(|id| state.operations.get(&tenant_id)?.get(id))
+                .cloned()
+                .map(|op| QueryResult::Operation(Box::new(op)))
+                .ok_or_else(|| {
+                    Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no operation under this idempotency key")
+                }),
             Query::GetPrincipalQuotas { tenant_id, principal } => {
                 let p = state.principal(&tenant_id, &principal).ok_or_else(|| {
                     Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))

@@ -82,6 +82,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         Arc::new(HttpPeers::new(http)),
     )
     .await?;
+    node.start_reaper();
     let keys = keys::load_or_create_signer(&cfg.authority.signing_key_file)?;
     let admin = writ_tenant_admin::router(
         node.clone() as Arc<dyn Ledger>,

@@ -130,13 +130,13 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     // Scope-filtered, deterministic tools.
     let (code, _, list) = edge.call(Some(&full), "tools/list").await;
     assert_eq!(code, 200, "{list}");
-    assert_eq!(names(&list), vec!["move_arm", "read_temp"]);
+    assert_eq!(names(&list), vec!["move_arm", "operation.execute", "operation.readback", "read_temp"]);
     assert_eq!(list["result"]["resultType"], "complete");
     assert!(list["result"]["ttlMs"].as_u64().is_some() && list["result"]["cacheScope"] == "private");
     let (_, _, again) = edge.call(Some(&full), "tools/list").await;
     assert_eq!(names(&again), names(&list));
     let (_, _, list) = edge.call(Some(&reader), "tools/list").await;
-    assert_eq!(names(&list), vec!["read_temp"]);
+    assert_eq!(names(&list), vec!["operation.readback", "read_temp"]);
     let (code, headers, body) = edge.call(Some(&blind), "tools/list").await;
     assert_eq!(code, 403, "{body}");
     assert!(headers["www-authenticate"].to_str().unwrap().contains("error=\"insufficient_scope\""));
@@ -331,5 +331,91 @@ async fn tools_call_validates_both_ways_and_binds_request_state() {
     assert_eq!(body["error"]["data"]["reason"], "PAYLOAD_TOO_LARGE");
     let r = edge.http.post(&edge.url).body("{not json").send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401, "an unauthenticated request learns nothing about its body");
+    node.shutdown().await;
+}
+
+/// `operation.execute` / `operation.readback` through the edge into the ledger (issue 5, first
+/// slice): the key binds one payload (retries replay the same operation), the device is held by
+/// one operation, the verify gate holds, and a deadline that passes with no executor expires the
+/// operation (the leader's reaper) and frees the device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operation_execute_records_one_durable_operation_per_key() {
+    let (node, _dir) = single_node().await;
+    let admin = Admin::new();
+    let url = node.url.clone();
+    let (edge, _audit, _) = serve_edge(&url).await;
+    admin.post_ok(&url, "/v1/tenants", json!({"name": "ops"})).await;
+    admin.post_ok(&url, "/v1/tenants/ops/sites", json!({"name": "plant"})).await;
+    let press = json!({"name": "press-1", "site": "plant", "device_class": "press.v1"});
+    admin.post_ok(&url, "/v1/tenants/ops/devices", press).await;
+    let action = |id: &str, dry_run: bool| {
+        json!({"id": id, "title": id, "risk": "high", "execution": "operation", "device_class": "press.v1",
+               "dry_run": dry_run, "cost_units": 1,
+               "input_schema": {"type": "object", "required": ["position_mm"],
+                                "properties": {"position_mm": {"type": "number", "minimum": 0, "maximum": 500}}}})
+    };
+    let catalog = json!({"actions": [action("move_press", false), action("careful_move", true)]});
+    admin.post_ok(&url, "/v1/tenants/ops/catalogs", catalog).await;
+    for (name, preset) in [("agent", "full"), ("reader", "readOnly")] {
+        admin
+            .post_ok(&url, "/v1/tenants/ops/principals", json!({"name": name, "kind": "agent", "preset": preset}))
+            .await;
+    }
+    let token = |who: &str| {
+        let (admin, url, who, aud) = (admin.clone(), url.clone(), who.to_string(), edge.url.clone());
+        async move {
+            let t = admin.post_ok(&url, "/v1/tenants/ops/tokens", json!({"principal": who, "audience": aud})).await;
+            t["token"].as_str().unwrap().to_string()
+        }
+    };
+    let (agent, reader) = (token("agent").await, token("reader").await);
+    let execute = |key: &str, act: &str, position: i64, deadline_s: u64| {
+        json!({"arguments": {"action": act, "idempotency_key": key, "device": "press-1",
+                             "input": {"position_mm": position}, "deadline_s": deadline_s}})
+    };
+
+    let first = writ_tests::eventually("the catalog at the edge", Duration::from_secs(5), || async {
+        let r = edge.tool(&agent, "operation.execute", execute("k-1", "move_press", 120, 2)).await;
+        r["result"]["structuredContent"]["operation_id"].is_string().then_some(r)
+    })
+    .await;
+    let op = &first["result"]["structuredContent"];
+    assert_eq!(
+        (&op["state"], &op["fencing_token"], &op["replayed"]),
+        (&json!("reserved"), &json!(1), &json!(false)),
+        "{first}"
+    );
+    for _ in 0..3 {
+        let again = edge.tool(&agent, "operation.execute", execute("k-1", "move_press", 120, 2)).await;
+        let replay = &again["result"]["structuredContent"];
+        assert_eq!((&replay["operation_id"], &replay["replayed"]), (&op["operation_id"], &json!(true)), "{again}");
+    }
+    let reason = |r: &Value| r["result"]["_meta"]["writ/reason"].clone();
+    let changed = edge.tool(&agent, "operation.execute", execute("k-1", "move_press", 121, 2)).await;
+    assert_eq!(reason(&changed), "IDEMPOTENCY_KEY_REUSED", "{changed}");
+    let busy = edge.tool(&agent, "operation.execute", execute("k-2", "move_press", 10, 2)).await;
+    assert_eq!(reason(&busy), "DEVICE_RESERVED", "{busy}");
+    let gated = edge.tool(&agent, "operation.execute", execute("k-3", "careful_move", 10, 2)).await;
+    assert_eq!(reason(&gated), "VERIFY_REQUIRED", "{gated}");
+    let bad = edge.tool(&agent, "operation.execute", execute("k-4", "move_press", -5, 2)).await;
+    assert_eq!(reason(&bad), "INPUT_INVALID", "{bad}");
+    // A reader cannot execute (the tool does not exist for it) but can read back.
+    let (_, _, list) = writ_tests::mcp::rpc(&edge.url, Some(&reader), "tools/list", json!({})).await;
+    assert!(list.to_string().contains("operation.readback") && !list.to_string().contains("operation.execute"));
+    let denied = edge.tool(&reader, "operation.execute", execute("k-5", "move_press", 10, 2)).await;
+    assert_eq!(denied["error"]["data"]["reason"], "TOOL_NOT_FOUND", "{denied}");
+    let read =
+        edge.tool(&reader, "operation.readback", json!({"arguments": {"operation_id": op["operation_id"]}})).await;
+    assert_eq!(read["result"]["structuredContent"]["state"], "reserved", "{read}");
+
+    // No executor takes it: the deadline passes, the leader's reaper expires it and the device is free.
+    let expired = writ_tests::eventually("the deadline to expire the operation", Duration::from_secs(10), || async {
+        let r = edge.tool(&agent, "operation.readback", json!({"arguments": {"idempotency_key": "k-1"}})).await;
+        (r["result"]["structuredContent"]["state"] == "expired").then_some(r)
+    })
+    .await;
+    assert_eq!(expired["result"]["structuredContent"]["attempts"], 0);
+    let next = edge.tool(&agent, "operation.execute", execute("k-6", "move_press", 10, 60)).await;
+    assert_eq!(next["result"]["structuredContent"]["fencing_token"], 2, "{next}");
     node.shutdown().await;
 }

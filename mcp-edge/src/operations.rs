@@ -1,0 +1,228 @@
+//! The operation tools of the edge (SPEC E5, first part): `operation.execute` records a durable
+//! operation in the ledger — idempotency binding, deadline, cost ceiling and device reservation
+//! are decided there, before anything is dispatched — and `operation.readback` reads one back.
+//! Actions that demand a dry-run (`dry_run: true`) answer VERIFY_REQUIRED until
+//! `operation.propose` exists: no shortcut around the verify gate.
+
+use serde_json::{json, Value};
+use writ_api::catalog::Execution;
+use writ_api::dto::{Query, QueryRequest, QueryResult, SubmitRequest};
+use writ_api::ledger::{Command, Event, Outcome};
+use writ_api::operation::{payload_hash, Operation, OperationSpecV1, WorkRef};
+use writ_api::{ReasonCode, Rejection};
+
+use crate::jsonrpc::RpcError;
+use crate::serve::Call;
+
+pub const EXECUTE: &str = "operation.execute";
+pub const READBACK: &str = "operation.readback";
+pub const EXECUTE_SCOPE: &str = "ops:execute";
+pub const READ_SCOPE: &str = "ops:read";
+/// Default and longest deadline an agent may give (seconds from now).
+pub const DEADLINE_S_DEFAULT: u64 = 60;
+pub const DEADLINE_S_MAX: u64 = 24 * 3600;
+
+/// The operation tools `authority` may call, as `tools/list` entries.
+pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
+    let mut tools = Vec::new();
+    if authority.require(EXECUTE_SCOPE).is_ok() {
+        tools.push(json!({
+            "name": EXECUTE,
+            "title": "Execute an operation",
+            "description": "Records a durable operation for a catalog action: the idempotency key binds it to this exact \
+                payload (a retry returns the same operation; the same key with another payload is refused), the ledger \
+                checks the deadline and cost ceiling and reserves the device, then an executor attempts it once. \
+                Returns the operation id and state; read it back with operation.readback.",
+            "inputSchema": {
+                "type": "object", "additionalProperties": false,
+                "required": ["action", "idempotency_key"],
+                "properties": {
+                    "action": {"type": "string", "description": "the catalog action id"},
+                    "input": {"type": "object", "description": "the action's input (its input schema applies)"},
+                    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "device": {"type": "string", "description": "device name, for actions that drive one"},
+                    "deadline_s": {"type": "integer", "minimum": 1, "maximum": DEADLINE_S_MAX,
+                                   "description": "no attempt starts after this many seconds (default 60)"},
+                    "cost_ceiling": {"type": "integer", "minimum": 0},
+                    "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
+                                 "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
+                    "preconditions": {"type": "object", "additionalProperties": {"type": "string"}}
+                }
+            },
+            "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
+        }));
+    }
+    if authority.require(READ_SCOPE).is_ok() {
+        tools.push(json!({
+            "name": READBACK,
+            "title": "Read an operation back",
+            "description": "The operation's state, evidence and independent observations, by id or by your idempotency key.",
+            "inputSchema": {"type": "object", "additionalProperties": false, "properties": {
+                "operation_id": {"type": "string"}, "idempotency_key": {"type": "string"}}},
+            "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
+        }));
+    }
+    tools
+}
+
+/// A business refusal as a tool error the agent can act on (reason in `_meta`).
+fn refused(r: &Rejection) -> Value {
+    json!({"resultType": "complete", "isError": true,
+           "content": [{"type": "text", "text": format!("{}: {}", r.reason, r.message)}],
+           "_meta": {"writ/reason": r.reason}})
+}
+
+fn view(op: &Operation, replayed: bool) -> Value {
+    let structured = json!({
+        "operation_id": op.spec.operation_id,
+        "state": op.state,
+        "action": op.spec.action,
+        "device_id": op.spec.device_id,
+        "fencing_token": op.fencing_token,
+        "deadline_ms": op.spec.deadline_ms,
+        "attempts": op.attempts,
+        "evidence": op.evidence,
+        "observations": op.observations,
+        "replayed": replayed,
+    });
+    json!({"resultType": "complete", "content": [{"type": "text", "text": structured.to_string()}],
+           "structuredContent": structured})
+}
+
+async fn query(c: &Call<'_>, query: Query) -> Result<Result<Operation, Rejection>, RpcError> {
+    match c.edge.ledger.query(QueryRequest { query, consistency: Default::default() }).await {
+        Ok(QueryResult::Operation(op)) => Ok(Ok(*op)),
+        Ok(_) => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected operation answer")),
+        Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE => Err(RpcError::rejected(&e)),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// `operation.execute`. Errors are protocol/transport failures (fail closed); business
+/// refusals come back as tool errors.
+pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let a = c.authority;
+    let action_id = args["action"].as_str().unwrap_or_default();
+    let key = args["idempotency_key"].as_str().unwrap_or_default();
+    let found = c.edge.verifier.with_state(|s| {
+        let catalog = s.catalog(&a.tenant_id, None)?;
+        let action = catalog.catalog.actions.iter().find(|x| x.id == action_id)?.clone();
+        Some((action, catalog.catalog.digest.clone()))
+    });
+    // An action the principal may not call is reported like a missing one.
+    let Some((action, digest)) =
+        found.filter(|(x, _)| x.execution == Execution::Operation && a.require(&x.scope).is_ok())
+    else {
+        return Ok(refused(&Rejection::new(
+            ReasonCode::TOOL_NOT_FOUND,
+            format!("unknown operation action '{action_id}'"),
+        )));
+    };
+    if action.dry_run {
+        return Ok(refused(&Rejection::new(
+            ReasonCode::VERIFY_REQUIRED,
+            format!("'{action_id}' must be proposed (dry-run and verify) first; operation.propose is not served yet"),
+        )));
+    }
+    let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
+    if let Some(v) = c.edge.validators.get(&digest, &action, false)? {
+        let errors: Vec<String> =
+            v.iter_errors(&input).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
+        if !errors.is_empty() {
+            return Ok(refused(&Rejection::new(ReasonCode::INPUT_INVALID, errors.join("; "))));
+        }
+    }
+    let device = match (&action.device_class, args["device"].as_str()) {
+        (Some(class), Some(name)) => {
+            let d = c.edge.verifier.with_state(|s| s.device(&a.tenant_id, name).cloned());
+            match d {
+                Some(d) if &d.device_class == class && a.require(&format!("devices:use:{}", d.name)).is_ok() => {
+                    Some(d.id)
+                }
+                _ => {
+                    let msg = format!("no device '{name}' of class {class} for you");
+                    return Ok(refused(&Rejection::new(ReasonCode::DEVICE_NOT_FOUND, msg)));
+                }
+            }
+        }
+        (Some(class), None) => {
+            let msg = format!("'{action_id}' drives a {class} device: name it in 'device'");
+            return Ok(refused(&Rejection::new(ReasonCode::INPUT_INVALID, msg)));
+        }
+        (None, _) => None,
+    };
+    let work_ref = args
+        .get("work_ref")
+        .and_then(|w| Some(WorkRef { id: w["id"].as_str()?.to_string(), revision: w["revision"].as_u64()? }));
+    let preconditions = args
+        .get("preconditions")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .unwrap_or_default();
+    let deadline_s = args["deadline_s"].as_u64().unwrap_or(DEADLINE_S_DEFAULT).clamp(1, DEADLINE_S_MAX);
+    // The payload the key binds: everything but the (relative) deadline.
+    let payload = json!({"action": action_id, "input": input, "device": device, "work_ref": args.get("work_ref"),
+                         "preconditions": args.get("preconditions")});
+    let spec = OperationSpecV1 {
+        operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
+        principal_id: a.principal_id.clone(),
+        authority_ref: a.token_id.clone().unwrap_or_else(|| a.issuer.clone()),
+        action: action_id.to_string(),
+        payload_hash: payload_hash(&payload),
+        idempotency_key: key.to_string(),
+        deadline_ms: writ_api::verifier::now_ms() + deadline_s * 1000,
+        cost_units: action.cost_units,
+        cost_ceiling: args["cost_ceiling"].as_u64(),
+        device_id: device,
+        work_ref,
+        preconditions,
+        trace_id: uuid::Uuid::new_v4().to_string(),
+    };
+    let command = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
+    let submitted = c
+        .edge
+        .ledger
+        .submit(SubmitRequest { trace_id: spec.trace_id.clone(), command })
+        .await
+        .map_err(|e| RpcError::rejected(&e))?;
+    match submitted.outcome {
+        Outcome::Rejected { reason, message, .. } => Ok(refused(&Rejection::new(reason, message))),
+        Outcome::Applied { events } => {
+            let fresh = events.iter().any(|e| matches!(&e.event, Event::OperationSubmittedV1 { spec: s, .. } if s.operation_id == spec.operation_id));
+            let q = if fresh {
+                Query::GetOperation { tenant_id: a.tenant_id.clone(), operation_id: spec.operation_id.clone() }
+            } else {
+                Query::GetOperationByKey {
+                    tenant_id: a.tenant_id.clone(),
+                    principal_id: a.principal_id.clone(),
+                    idempotency_key: key.to_string(),
+                }
+            };
+            Ok(match query(c, q).await? {
+                Ok(op) => view(&op, !fresh),
+                Err(e) => refused(&e),
+            })
+        }
+        Outcome::Internal => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+    }
+}
+
+/// `operation.readback`: by id, or by the caller's own idempotency key.
+pub async fn readback(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let a = c.authority;
+    let q = match (args["operation_id"].as_str(), args["idempotency_key"].as_str()) {
+        (Some(id), _) => Query::GetOperation { tenant_id: a.tenant_id.clone(), operation_id: id.to_string() },
+        (None, Some(key)) => Query::GetOperationByKey {
+            tenant_id: a.tenant_id.clone(),
+            principal_id: a.principal_id.clone(),
+            idempotency_key: key.to_string(),
+        },
+        (None, None) => {
+            return Ok(refused(&Rejection::new(ReasonCode::INPUT_INVALID, "give operation_id or idempotency_key")))
+        }
+    };
+    Ok(match query(c, q).await? {
+        Ok(op) => view(&op, false),
+        Err(e) => refused(&e),
+    })
+}
