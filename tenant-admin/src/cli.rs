@@ -80,6 +80,83 @@ pub enum Noun {
     /// Site executors: one-time enrollment tokens, enrolled executors, revocation.
     #[command(subcommand)]
     Executor(ExecutorCmd),
+    /// Operations: show, cancel before the attempt, accept/reject a reported effect, resolve an
+    /// unknown effect.
+    #[command(subcommand)]
+    Operation(OperationCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperationCmd {
+    /// Show an operation.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        operation: String,
+    },
+    /// Cancel an operation no attempt has started for.
+    Cancel {
+        #[arg(long)]
+        tenant: String,
+        operation: String,
+    },
+    /// Accept a reported effect (the ledger requires an independent observation).
+    Accept {
+        #[arg(long)]
+        tenant: String,
+        operation: String,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Reject a reported effect.
+    Reject {
+        #[arg(long)]
+        tenant: String,
+        operation: String,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Resolve an unknown effect after reconciling it (`effect` or `no-effect`).
+    Resolve {
+        #[arg(long)]
+        tenant: String,
+        operation: String,
+        #[arg(long, value_parser = ["effect", "no-effect"])]
+        outcome: String,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+}
+
+async fn operation_cmd(c: &Client, out: Output, cmd: &OperationCmd) -> Result<(), Failure> {
+    use reqwest::Method;
+    let one = |tenant: &str, op: &str| format!("/v1/tenants/{}/operations/{}", urlencode(tenant), urlencode(op));
+    let v = match cmd {
+        OperationCmd::Show { tenant, operation } => c.call(Method::GET, &one(tenant, operation), None).await?,
+        OperationCmd::Cancel { tenant, operation } => {
+            c.call(Method::POST, &format!("{}/cancel", one(tenant, operation)), Some(serde_json::json!({}))).await?
+        }
+        OperationCmd::Accept { tenant, operation, note } | OperationCmd::Reject { tenant, operation, note } => {
+            let verb = if matches!(cmd, OperationCmd::Accept { .. }) { "accept" } else { "reject" };
+            let body = serde_json::json!({"note": note});
+            c.call(Method::POST, &format!("{}/{verb}", one(tenant, operation)), Some(body)).await?
+        }
+        OperationCmd::Resolve { tenant, operation, outcome, note } => {
+            let body = serde_json::json!({"outcome": outcome.replace('-', "_"), "note": note});
+            c.call(Method::POST, &format!("{}/resolve", one(tenant, operation)), Some(body)).await?
+        }
+    };
+    print_as::<writ_api::operation::Operation>(out, v, |op| {
+        let row = vec![
+            op.spec.operation_id.clone(),
+            serde_json::to_value(op.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            op.spec.action.clone(),
+            op.spec.device_id.clone().unwrap_or_else(|| "-".into()),
+            op.attempts.to_string(),
+            op.observations.len().to_string(),
+        ];
+        print_table(&["OPERATION", "STATE", "ACTION", "DEVICE", "ATTEMPTS", "OBSERVATIONS"], vec![row]);
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -972,6 +1049,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
         Noun::Audit(cmd) => audit_cmd(c, out, cmd).await,
         Noun::Executor(cmd) => executor_cmd(c, out, cmd).await,
+        Noun::Operation(cmd) => operation_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let body = serde_json::json!({"name": a.name, "display_name": a.display_name});

@@ -10,6 +10,7 @@ pub mod cli;
 mod enroll;
 pub mod error;
 mod openapi;
+mod operations;
 pub mod service;
 mod tokens;
 

@@ -156,6 +156,11 @@ fn paths() -> Value {
             "/v1/tenants/{tenant}/executors": {"parameters": tenant_param, "get": op("Enrolled executors", None, "ExecutorList")},
             "/v1/tenants/{tenant}/executors/enrollments": {"parameters": tenant_param, "post": created("Create a one-time executor enrollment token", Some("CreateEnrollment"), "CreatedEnrollment")},
             "/v1/tenants/{tenant}/executors/{executor}/revoke": {"parameters": params(&["tenant", "executor"]), "post": op("Revoke an executor", None, "ExecutorList")},
+            "/v1/tenants/{tenant}/operations/{operation}": {"parameters": params(&["tenant", "operation"]), "get": op("Show an operation", None, "Operation")},
+            "/v1/tenants/{tenant}/operations/{operation}/cancel": {"parameters": params(&["tenant", "operation"]), "post": op("Cancel an operation no attempt has started for", None, "Operation")},
+            "/v1/tenants/{tenant}/operations/{operation}/accept": {"parameters": params(&["tenant", "operation"]), "post": op("Accept a reported effect (needs an independent observation)", Some("OperationDecision"), "Operation")},
+            "/v1/tenants/{tenant}/operations/{operation}/reject": {"parameters": params(&["tenant", "operation"]), "post": op("Reject a reported effect", Some("OperationDecision"), "Operation")},
+            "/v1/tenants/{tenant}/operations/{operation}/resolve": {"parameters": params(&["tenant", "operation"]), "post": op("Resolve an unknown effect after reconciling it", Some("OperationResolution"), "Operation")},
             "/v1/enroll": {"post": {"summary": "Enroll an executor: token + CSR → certificate (no operator token)", "security": [],
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Enroll"}}}},
                 "responses": ok_or_errors("EnrollResponse")}},
@@ -204,6 +209,11 @@ fn schemas() -> Value {
             "requests_per_minute": {"type": ["integer", "null"], "minimum": 1, "description": "requests per minute across all edges"}}},
         "PrincipalQuotas": {"type": "object", "required": ["principal_id", "quotas"], "properties": {
             "principal_id": {"type": "string"}, "quotas": {"$ref": "#/components/schemas/PrincipalQuotasSpec"}}},
+        "OperationDecision": {"type": "object", "additionalProperties": false, "properties": {"note": {"type": "string"}}},
+        "OperationResolution": {"type": "object", "additionalProperties": false, "required": ["outcome"], "properties": {
+            "outcome": {"enum": ["effect", "no_effect"]}, "note": {"type": "string"}}},
+        "Operation": {"type": "object", "required": ["tenant_id", "spec", "state"], "properties": {
+            "tenant_id": {"type": "string"}, "spec": {"type": "object"}, "state": {"type": "string"}}},
         "RevokeScope": {"type": "object", "additionalProperties": false, "required": ["scope"], "properties": {"scope": {"type": "string"}}},
         "Principal": {"type": "object"},
         "CreateSite": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {

@@ -95,6 +95,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::catalogs::routes())
         .merge(crate::audit::routes())
         .merge(crate::enroll::operator_routes())
+        .merge(crate::operations::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .merge(crate::enroll::public_routes())
         .route("/v1/openapi.json", get(openapi))

@@ -417,5 +417,18 @@ async fn operation_execute_records_one_durable_operation_per_key() {
     assert_eq!(expired["result"]["structuredContent"]["attempts"], 0);
     let next = edge.tool(&agent, "operation.execute", execute("k-6", "move_press", 10, 60)).await;
     assert_eq!(next["result"]["structuredContent"]["fencing_token"], 2, "{next}");
+
+    // The operator through the CLI: show it, refuse to accept what no one observed (nothing was
+    // even attempted), cancel it — the device is free again with the next fencing token.
+    let id = next["result"]["structuredContent"]["operation_id"].as_str().unwrap().to_string();
+    let cli = |args: Vec<&str>| writ_tests::procs::run_cli(&url, &args);
+    let (code, out, _) = cli(vec!["operation", "show", "--tenant", "ops", &id]);
+    assert!(code == 0 && out.contains("reserved") && out.contains("move_press"), "{out}");
+    let (code, _, err) = cli(vec!["operation", "accept", "--tenant", "ops", &id, "--note", "looks fine"]);
+    assert!(code != 0 && err.contains("OPERATION_STATE_CONFLICT"), "{err}");
+    let (code, out, err) = cli(vec!["operation", "cancel", "--tenant", "ops", &id]);
+    assert!(code == 0 && out.contains("cancelled"), "{out}{err}");
+    let after = edge.tool(&agent, "operation.execute", execute("k-7", "move_press", 10, 60)).await;
+    assert_eq!(after["result"]["structuredContent"]["fencing_token"], 3, "{after}");
     node.shutdown().await;
 }

@@ -1,0 +1,135 @@
+//! Operator actions on operations (SPEC D6, D7, X3): show one, cancel it before its attempt,
+//! accept or reject a reported effect (acceptance still needs an independent observation, which
+//! the ledger checks), and resolve an `unknown_effect` after reconciling it. The operator acts
+//! as the principal `operator` in the operation's history.
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use writ_api::dto::{Query as LedgerQuery, QueryResult};
+use writ_api::ledger::Command;
+use writ_api::operation::{AttemptOutcome, Operation, Verdict};
+
+use crate::error::{ApiError, ValidJson};
+use crate::service::{find_tenant, query, submit, unexpected, AdminState, Shared};
+
+/// Who the operation history names when the operator acts.
+pub const OPERATOR: &str = "operator";
+
+pub(crate) fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/v1/tenants/{tenant}/operations/{operation}", get(show))
+        .route("/v1/tenants/{tenant}/operations/{operation}/cancel", post(cancel))
+        .route("/v1/tenants/{tenant}/operations/{operation}/accept", post(accept))
+        .route("/v1/tenants/{tenant}/operations/{operation}/reject", post(reject))
+        .route("/v1/tenants/{tenant}/operations/{operation}/resolve", post(resolve))
+}
+
+/// `note` for accept / reject.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    #[serde(default)]
+    pub note: String,
+}
+
+/// How the operator reconciled an unknown effect.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    pub outcome: AttemptOutcome,
+    #[serde(default)]
+    pub note: String,
+}
+
+async fn find(st: &AdminState, tenant_id: String, operation_id: String) -> Result<Operation, ApiError> {
+    match query(st, LedgerQuery::GetOperation { tenant_id, operation_id }, false).await? {
+        QueryResult::Operation(op) => Ok(*op),
+        _ => Err(unexpected()),
+    }
+}
+
+/// Runs `command` for the operation and answers with its new state.
+async fn act(
+    st: &AdminState,
+    tenant: String,
+    operation: String,
+    command: impl FnOnce(String) -> Command,
+) -> Result<Json<Operation>, ApiError> {
+    let t = find_tenant(st, tenant).await?;
+    let op = find(st, t.id.clone(), operation).await?;
+    submit(st, command(t.id.clone())).await?;
+    Ok(Json(find(st, t.id, op.spec.operation_id).await?))
+}
+
+async fn show(
+    State(st): State<Shared>,
+    Path((tenant, operation)): Path<(String, String)>,
+) -> Result<Json<Operation>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(find(&st, t.id, operation).await?))
+}
+
+async fn cancel(
+    State(st): State<Shared>,
+    Path((tenant, operation)): Path<(String, String)>,
+) -> Result<Json<Operation>, ApiError> {
+    let id = operation.clone();
+    act(&st, tenant, operation, |tenant_id| Command::CancelOperation {
+        tenant_id,
+        operation_id: id,
+        by_principal_id: OPERATOR.into(),
+    })
+    .await
+}
+
+async fn decide(
+    st: Shared,
+    tenant: String,
+    operation: String,
+    verdict: Verdict,
+    note: String,
+) -> Result<Json<Operation>, ApiError> {
+    let id = operation.clone();
+    act(&st, tenant, operation, |tenant_id| Command::DecideOperation {
+        tenant_id,
+        operation_id: id,
+        by_principal_id: OPERATOR.into(),
+        verdict,
+        note,
+    })
+    .await
+}
+
+async fn accept(
+    State(st): State<Shared>,
+    Path((tenant, operation)): Path<(String, String)>,
+    ValidJson(b): ValidJson<DecisionRequest>,
+) -> Result<Json<Operation>, ApiError> {
+    decide(st, tenant, operation, Verdict::Accept, b.note).await
+}
+
+async fn reject(
+    State(st): State<Shared>,
+    Path((tenant, operation)): Path<(String, String)>,
+    ValidJson(b): ValidJson<DecisionRequest>,
+) -> Result<Json<Operation>, ApiError> {
+    decide(st, tenant, operation, Verdict::Reject, b.note).await
+}
+
+async fn resolve(
+    State(st): State<Shared>,
+    Path((tenant, operation)): Path<(String, String)>,
+    ValidJson(b): ValidJson<ResolveRequest>,
+) -> Result<Json<Operation>, ApiError> {
+    let id = operation.clone();
+    act(&st, tenant, operation, |tenant_id| Command::ResolveUnknownEffect {
+        tenant_id,
+        operation_id: id,
+        by_principal_id: OPERATOR.into(),
+        outcome: b.outcome,
+        note: b.note,
+    })
+    .await
+}
