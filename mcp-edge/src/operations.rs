@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use writ_api::catalog::Execution;
 use writ_api::dto::{Query, QueryRequest, QueryResult, SubmitRequest};
 use writ_api::ledger::{Command, Event, Outcome};
-use writ_api::operation::{payload_hash, Operation, OperationSpecV1, WorkRef};
+use writ_api::operation::{payload_hash, Operation, OperationSpecV1, Verdict, WorkRef};
 use writ_api::{ReasonCode, Rejection};
 
 use crate::jsonrpc::RpcError;
@@ -16,7 +16,11 @@ use crate::serve::Call;
 
 pub const EXECUTE: &str = "operation.execute";
 pub const READBACK: &str = "operation.readback";
+pub const OBSERVE: &str = "observation.capture";
+pub const DECIDE: &str = "operation.decide";
 pub const EXECUTE_SCOPE: &str = "ops:execute";
+pub const OBSERVE_SCOPE: &str = "observe:capture";
+pub const DECIDE_SCOPE: &str = "ops:accept";
 pub const READ_SCOPE: &str = "ops:read";
 /// Default and longest deadline an agent may give (seconds from now).
 pub const DEADLINE_S_DEFAULT: u64 = 60;
@@ -50,6 +54,36 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                 }
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
+        }));
+    }
+    if authority.require(OBSERVE_SCOPE).is_ok() {
+        tools.push(json!({
+            "name": OBSERVE,
+            "title": "Record an observation of an operation",
+            "description": "Links your own observation (content hash of what you captured, where it can be fetched, a \
+                summary) to an attempted operation. An effect is accepted only with an observation by someone other \
+                than the principal that asked for it.",
+            "inputSchema": {"type": "object", "additionalProperties": false,
+                "required": ["operation_id", "content_hash", "evidence_return_ref"],
+                "properties": {
+                    "operation_id": {"type": "string"},
+                    "content_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    "evidence_return_ref": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "summary": {"type": "string", "maxLength": 2000}
+                }},
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+        }));
+    }
+    if authority.require(DECIDE_SCOPE).is_ok() {
+        tools.push(json!({
+            "name": DECIDE,
+            "title": "Accept or reject a reported effect",
+            "description": "The acceptance owner's verdict on an operation whose effect was reported. Accepting needs an \
+                independent observation linked to the operation.",
+            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["operation_id", "verdict"],
+                "properties": {"operation_id": {"type": "string"}, "verdict": {"enum": ["accept", "reject"]},
+                               "note": {"type": "string", "maxLength": 2000}}},
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
         }));
     }
     if authority.require(READ_SCOPE).is_ok() {
@@ -225,4 +259,50 @@ pub async fn readback(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         Ok(op) => view(&op, false),
         Err(e) => refused(&e),
     })
+}
+
+/// Submits `command` and answers with the operation's new state (ledger refusals as tool errors).
+async fn act(c: &Call<'_>, operation_id: &str, command: Command) -> Result<Value, RpcError> {
+    let trace_id = uuid::Uuid::new_v4().to_string();
+    let submitted =
+        c.edge.ledger.submit(SubmitRequest { trace_id, command }).await.map_err(|e| RpcError::rejected(&e))?;
+    if let Outcome::Rejected { reason, message, .. } = submitted.outcome {
+        return Ok(refused(&Rejection::new(reason, message)));
+    }
+    let q = Query::GetOperation { tenant_id: c.authority.tenant_id.clone(), operation_id: operation_id.to_string() };
+    Ok(match query(c, q).await? {
+        Ok(op) => view(&op, false),
+        Err(e) => refused(&e),
+    })
+}
+
+/// `observation.capture`: the caller's observation, linked to the operation.
+pub async fn observe(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let operation_id = args["operation_id"].as_str().unwrap_or_default();
+    let evidence = writ_api::operation::EvidenceV1 {
+        content_hash: args["content_hash"].as_str().unwrap_or_default().to_string(),
+        evidence_return_ref: args["evidence_return_ref"].as_str().unwrap_or_default().to_string(),
+        summary: args["summary"].as_str().unwrap_or_default().to_string(),
+    };
+    let command = Command::RecordObservation {
+        tenant_id: c.authority.tenant_id.clone(),
+        operation_id: operation_id.to_string(),
+        observer_id: c.authority.principal_id.clone(),
+        evidence,
+    };
+    act(c, operation_id, command).await
+}
+
+/// `operation.decide`: accept or reject a reported effect.
+pub async fn decide(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let operation_id = args["operation_id"].as_str().unwrap_or_default();
+    let verdict = if args["verdict"] == "accept" { Verdict::Accept } else { Verdict::Reject };
+    let command = Command::DecideOperation {
+        tenant_id: c.authority.tenant_id.clone(),
+        operation_id: operation_id.to_string(),
+        by_principal_id: c.authority.principal_id.clone(),
+        verdict,
+        note: args["note"].as_str().unwrap_or_default().to_string(),
+    };
+    act(c, operation_id, command).await
 }

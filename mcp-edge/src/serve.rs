@@ -299,7 +299,7 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         denied,
         effectful: false,
     };
-    if name == operations::EXECUTE || name == operations::READBACK {
+    if [operations::EXECUTE, operations::READBACK, operations::OBSERVE, operations::DECIDE].contains(&name.as_str()) {
         return operation_tool(c, &name).await;
     }
     let (action, digest) = match find_tool(c, &name) {
@@ -428,7 +428,12 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
     let id = &c.req.id;
     let listed = operations::tools(c.authority).into_iter().find(|t| t["name"] == name);
     let Some(tool) = listed else {
-        let scope = if name == operations::EXECUTE { operations::EXECUTE_SCOPE } else { operations::READ_SCOPE };
+        let scope = match name {
+            operations::EXECUTE => operations::EXECUTE_SCOPE,
+            operations::OBSERVE => operations::OBSERVE_SCOPE,
+            operations::DECIDE => operations::DECIDE_SCOPE,
+            _ => operations::READ_SCOPE,
+        };
         let denied = c.authority.require(scope).err();
         let e = RpcError::reason(ReasonCode::TOOL_NOT_FOUND, format!("unknown tool '{name}'"))
             .in_band()
@@ -444,15 +449,19 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
             Ok(json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
                       "_meta": {"writ/reason": "INPUT_INVALID"}}))
         }
-        Ok(_) if name == operations::EXECUTE => operations::execute(c, &args).await,
-        Ok(_) => operations::readback(c, &args).await,
+        Ok(_) => match name {
+            operations::EXECUTE => operations::execute(c, &args).await,
+            operations::OBSERVE => operations::observe(c, &args).await,
+            operations::DECIDE => operations::decide(c, &args).await,
+            _ => operations::readback(c, &args).await,
+        },
         Err(e) => Err(RpcError::rejected(&e)),
     };
     let response = match outcome {
         Ok(v) => jsonrpc::result(id, v),
         Err(e) => e.with_id(id).into_response(),
     };
-    Handled { response, name: Some(name.into()), denied: None, effectful: name == operations::EXECUTE }
+    Handled { response, name: Some(name.into()), denied: None, effectful: name != operations::READBACK }
 }
 
 fn device_resources(c: &Call<'_>) -> Vec<Value> {

@@ -13,7 +13,11 @@ async fn writ_dev_serves_the_edge_with_a_demo_token() {
     let (_, _, list) = rpc(mcp, Some(token), "tools/list", json!({})).await;
     let names: Vec<&str> =
         list["result"]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, vec!["list_devices", "move_press", "operation.execute", "operation.readback"], "{list}");
+    assert_eq!(
+        names,
+        vec!["list_devices", "move_press", "observation.capture", "operation.execute", "operation.readback"],
+        "{list}"
+    );
     // The read tool answers right away with the demo tenant's device.
     let (_, _, answer) = rpc(mcp, Some(token), "tools/call", json!({"name": "list_devices"})).await;
     let devices = &answer["result"]["structuredContent"]["devices"];

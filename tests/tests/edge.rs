@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use writ_api::client::{HttpLedger, Ledger};
+use writ_api::dto::SubmitRequest;
+use writ_api::ledger::Command;
 use writ_api::verifier::Verifier;
 use writ_mcp_edge::EdgeConfig;
 use writ_tests::procs::{single_node, Admin};
@@ -130,7 +132,10 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     // Scope-filtered, deterministic tools.
     let (code, _, list) = edge.call(Some(&full), "tools/list").await;
     assert_eq!(code, 200, "{list}");
-    assert_eq!(names(&list), vec!["move_arm", "operation.execute", "operation.readback", "read_temp"]);
+    assert_eq!(
+        names(&list),
+        vec!["move_arm", "observation.capture", "operation.execute", "operation.readback", "read_temp"]
+    );
     assert_eq!(list["result"]["resultType"], "complete");
     assert!(list["result"]["ttlMs"].as_u64().is_some() && list["result"]["cacheScope"] == "private");
     let (_, _, again) = edge.call(Some(&full), "tools/list").await;
@@ -430,5 +435,69 @@ async fn operation_execute_records_one_durable_operation_per_key() {
     assert!(code == 0 && out.contains("cancelled"), "{out}{err}");
     let after = edge.tool(&agent, "operation.execute", execute("k-7", "move_press", 10, 60)).await;
     assert_eq!(after["result"]["structuredContent"]["fencing_token"], 3, "{after}");
+
+    // Independent acceptance (X3). The executor's part is played here by ledger commands (the
+    // executor endpoint is not served yet): dispatch, one attempt, effect reported with evidence.
+    let id = after["result"]["structuredContent"]["operation_id"].as_str().unwrap().to_string();
+    let ledger = HttpLedger::new(vec![url.clone()]);
+    let tenant_id = admin.get(&url, "/v1/tenants/ops").await.unwrap()["id"].as_str().unwrap().to_string();
+    let evidence = writ_api::operation::EvidenceV1 {
+        content_hash: "ab".repeat(32),
+        evidence_return_ref: "sim://press-1/1".into(),
+        summary: "moved to 10 mm".into(),
+    };
+    for command in [
+        Command::DispatchOperation {
+            tenant_id: tenant_id.clone(),
+            operation_id: id.clone(),
+            executor_id: "x-1".into(),
+        },
+        Command::StartAttempt {
+            tenant_id: tenant_id.clone(),
+            operation_id: id.clone(),
+            executor_id: "x-1".into(),
+            fencing_token: 3,
+            lease_ms: 30_000,
+        },
+        Command::ReportAttempt {
+            tenant_id: tenant_id.clone(),
+            operation_id: id.clone(),
+            fencing_token: 3,
+            outcome: writ_api::operation::AttemptOutcome::Effect,
+            evidence: Some(evidence),
+        },
+    ] {
+        let r = ledger.submit(SubmitRequest { trace_id: "executor".into(), command }).await.unwrap();
+        assert!(matches!(r.outcome, writ_api::ledger::Outcome::Applied { .. }), "{:?}", r.outcome);
+    }
+    for (name, scopes) in [("watcher", vec!["observe:capture", "ops:read"]), ("owner", vec!["ops:accept", "ops:read"])]
+    {
+        admin
+            .post_ok(&url, "/v1/tenants/ops/principals", json!({"name": name, "kind": "human", "scopes": scopes}))
+            .await;
+    }
+    let (watcher, owner) = (token("watcher").await, token("owner").await);
+    let decide = json!({"arguments": {"operation_id": id, "verdict": "accept", "note": "ok"}});
+    let early = writ_tests::eventually("the owner at the edge", Duration::from_secs(5), || async {
+        let r = edge.tool(&owner, "operation.decide", decide.clone()).await;
+        r["result"].is_object().then_some(r)
+    })
+    .await;
+    assert_eq!(reason(&early), "OBSERVATION_REQUIRED", "the executor's evidence alone: {early}");
+    let observation = json!({"arguments": {"operation_id": id, "content_hash": "cd".repeat(32),
+                                           "evidence_return_ref": "cam://line-1/frame/9", "summary": "press at 10 mm"}});
+    let own = edge.tool(&agent, "observation.capture", observation.clone()).await;
+    assert_eq!(reason(&own), "INPUT_INVALID", "the requester cannot observe its own operation: {own}");
+    let seen = writ_tests::eventually("the watcher at the edge", Duration::from_secs(5), || async {
+        let r = edge.tool(&watcher, "observation.capture", observation.clone()).await;
+        r["result"]["structuredContent"].is_object().then_some(r)
+    })
+    .await;
+    let observations = seen["result"]["structuredContent"]["observations"].as_array().cloned().unwrap_or_default();
+    assert_eq!(observations.len(), 1, "{seen}");
+    let (_, _, list) = writ_tests::mcp::rpc(&edge.url, Some(&agent), "tools/list", json!({})).await;
+    assert!(!list.to_string().contains("operation.decide"), "the requester is not the acceptance owner");
+    let accepted = edge.tool(&owner, "operation.decide", decide).await;
+    assert_eq!(accepted["result"]["structuredContent"]["state"], "accepted", "{accepted}");
     node.shutdown().await;
 }
