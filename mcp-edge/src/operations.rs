@@ -99,6 +99,25 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
     tools
 }
 
+/// The errors of `args` against an operation tool's input schema. The schemas are constants per
+/// tool name, so each is compiled once per process.
+pub fn input_errors(tool: &Value, args: &Value) -> Result<Vec<String>, Rejection> {
+    type Cache = std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<jsonschema::Validator>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let name = tool["name"].as_str().unwrap_or_default().to_string();
+    let cache = CACHE.get_or_init(Default::default);
+    let cached = cache.lock().expect("validators").get(&name).cloned();
+    let validator = match cached {
+        Some(v) => v,
+        None => {
+            let v = std::sync::Arc::new(writ_api::catalog::validator(&tool["inputSchema"])?);
+            cache.lock().expect("validators").insert(name, v.clone());
+            v
+        }
+    };
+    Ok(validator.iter_errors(args).map(|e| e.to_string()).collect())
+}
+
 /// A business refusal as a tool error the agent can act on (reason in `_meta`).
 fn refused(r: &Rejection) -> Value {
     json!({"resultType": "complete", "isError": true,

@@ -441,9 +441,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
         return Handled { response: e.with_id(id).into_response(), name: Some(name.into()), denied, effectful: false };
     };
     let args = c.req.params().get("arguments").cloned().unwrap_or_else(|| json!({}));
-    let valid = writ_api::catalog::validator(&tool["inputSchema"])
-        .map(|v| v.iter_errors(&args).map(|e| e.to_string()).collect::<Vec<_>>());
-    let outcome = match valid {
+    let outcome = match operations::input_errors(&tool, &args) {
         Ok(errors) if !errors.is_empty() => {
             let text = format!("INPUT_INVALID: {}", errors.join("; "));
             Ok(json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],

@@ -404,6 +404,8 @@ async fn operation_execute_records_one_durable_operation_per_key() {
     assert_eq!(reason(&gated), "VERIFY_REQUIRED", "{gated}");
     let bad = edge.tool(&agent, "operation.execute", execute("k-4", "move_press", -5, 2)).await;
     assert_eq!(reason(&bad), "INPUT_INVALID", "{bad}");
+    let keyless = edge.tool(&agent, "operation.execute", json!({"arguments": {"action": "move_press"}})).await;
+    assert_eq!(reason(&keyless), "INPUT_INVALID", "the tool's own schema requires a key: {keyless}");
     // A reader cannot execute (the tool does not exist for it) but can read back.
     let (_, _, list) = writ_tests::mcp::rpc(&edge.url, Some(&reader), "tools/list", json!({})).await;
     assert!(list.to_string().contains("operation.readback") && !list.to_string().contains("operation.execute"));
