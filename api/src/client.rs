@@ -171,8 +171,18 @@ where
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|l| (l, rx)) }).boxed()
 }
 
+/// How a transport failure before anything was sent begins (no connection: the request cannot
+/// have been executed, so it may go to another node).
+const NOT_REACHED: &str = "ledger node not reached";
+
 async fn decode<Resp: DeserializeOwned>(sent: reqwest::Result<reqwest::Response>) -> Result<Resp, Rejection> {
-    let resp = sent.map_err(|e| unavailable(format!("ledger unreachable: {e}")))?;
+    let resp = sent.map_err(|e| {
+        if e.is_connect() {
+            unavailable(format!("{NOT_REACHED}: {e}"))
+        } else {
+            unavailable(format!("ledger unreachable: {e}"))
+        }
+    })?;
     let status = resp.status();
     let bytes = resp.bytes().await.map_err(|e| unavailable(format!("ledger response lost: {e}")))?;
     if status.is_success() {
@@ -189,11 +199,13 @@ async fn decode<Resp: DeserializeOwned>(sent: reqwest::Result<reqwest::Response>
 pub struct HttpLedger {
     nodes: Vec<String>,
     http: NodeHttp,
+    /// Index of the node that last took a submit (tried first next time).
+    preferred: std::sync::atomic::AtomicUsize,
 }
 
 impl HttpLedger {
     pub fn new(nodes: Vec<String>) -> Self {
-        HttpLedger { nodes, http: NodeHttp::new() }
+        HttpLedger { nodes, http: NodeHttp::new(), preferred: Default::default() }
     }
 
     async fn first_ok<T, F, Fut>(&self, call: F) -> Result<T, Rejection>
@@ -214,10 +226,28 @@ impl HttpLedger {
 
 impl Ledger for HttpLedger {
     fn submit(&self, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
-        // A submit is not retried on another node: its outcome may be uncertain (fail-close).
+        // A submit goes to another node only when the previous one was not reached at all (no
+        // connection, so nothing can have been executed); any other failure may hide a commit,
+        // so it is reported as uncertain (fail-close) and the caller decides (e.g. retries with
+        // the same idempotency key).
         Box::pin(async move {
-            let node = self.nodes.first().ok_or_else(|| unavailable("no ledger node configured"))?;
-            self.http.post(node, "/client/submit", &req, false).await
+            use std::sync::atomic::Ordering;
+            let n = self.nodes.len();
+            let start = self.preferred.load(Ordering::Relaxed);
+            let mut last = unavailable("no ledger node configured");
+            for i in 0..n {
+                let at = (start + i) % n;
+                match self.http.post(&self.nodes[at], "/client/submit", &req, false).await {
+                    Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE && e.message.starts_with(NOT_REACHED) => {
+                        last = e
+                    }
+                    other => {
+                        self.preferred.store(at, Ordering::Relaxed);
+                        return other;
+                    }
+                }
+            }
+            Err(last)
         })
     }
 

@@ -221,6 +221,15 @@ pub enum Command {
     ExpireDue {
         tenant_id: String,
     },
+    /// The executor a dispatch went to refuses it before attempting (stale deadline or fencing
+    /// token, unmet local precondition): the operation fails without an attempt.
+    RefuseDispatch {
+        tenant_id: String,
+        operation_id: String,
+        executor_id: String,
+        fencing_token: u64,
+        reason: String,
+    },
 }
 
 impl Command {
@@ -238,6 +247,7 @@ impl Command {
                 | Command::ResolveUnknownEffect { .. }
                 | Command::CancelOperation { .. }
                 | Command::ExpireDue { .. }
+                | Command::RefuseDispatch { .. }
         )
     }
 }
@@ -278,6 +288,7 @@ impl Command {
             Command::ResolveUnknownEffect { .. } => "resolve_unknown_effect",
             Command::CancelOperation { .. } => "cancel_operation",
             Command::ExpireDue { .. } => "expire_due",
+            Command::RefuseDispatch { .. } => "refuse_dispatch",
         }
     }
 
@@ -314,7 +325,8 @@ impl Command {
             | Command::DecideOperation { tenant_id, .. }
             | Command::ResolveUnknownEffect { tenant_id, .. }
             | Command::CancelOperation { tenant_id, .. }
-            | Command::ExpireDue { tenant_id } => tenant_id,
+            | Command::ExpireDue { tenant_id }
+            | Command::RefuseDispatch { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -468,9 +480,11 @@ pub enum Event {
         cause: String,
     },
     /// The attempt's hold on its device now lasts until `expires_at_ms`.
+    /// The attempt's lease (and the device's hold, when it drives one) runs until
+    /// `expires_at_ms`.
     AttemptLeaseExtendedV1 {
         tenant_id: String,
-        device_id: String,
+        device_id: Option<String>,
         operation_id: String,
         expires_at_ms: u64,
     },

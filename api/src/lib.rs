@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod client;
 pub mod device;
 pub mod dto;
+pub mod executor;
 pub mod ledger;
 pub mod operation;
 pub mod principal;

@@ -28,6 +28,8 @@ use crate::state::{idempotency_slot, LedgerState};
 
 /// Longest idempotency key, operation id and free-text fields (bytes).
 pub const KEY_BYTES_MAX: usize = 200;
+/// Largest action input (canonical JSON bytes).
+pub const INPUT_BYTES_MAX: usize = 64 * 1024;
 /// Longest attempt lease an executor may ask for.
 pub const LEASE_MS_MAX: u64 = 10 * 60 * 1000;
 
@@ -67,6 +69,8 @@ impl OperationState {
             (Proposed, Verified) | (Verified, Reserved) | (Reserved, Dispatched) | (Dispatched, Attempting) => true,
             (from, Expired | Cancelled) if from.is_waiting() => true,
             (Attempting, EffectReported | Failed | UnknownEffect) => true,
+            // The executor refused the dispatch before any attempt (stale, precondition).
+            (Dispatched, Failed) => true,
             (UnknownEffect, EffectReported | Failed) => true,
             (EffectReported, Accepted | Rejected) => true,
             _ => false,
@@ -90,8 +94,11 @@ pub struct OperationSpecV1 {
     pub authority_ref: String,
     /// The catalog action.
     pub action: String,
-    /// sha256 (hex) of the canonical JSON input ([`payload_hash`]).
+    /// sha256 (hex) of the canonical JSON payload ([`payload_hash`]): action, input, device,
+    /// work_ref and preconditions.
     pub payload_hash: String,
+    /// The action's input as canonical JSON text (what the executor performs).
+    pub input: String,
     pub idempotency_key: String,
     /// Ledger time after which no attempt may start.
     pub deadline_ms: u64,
@@ -149,6 +156,8 @@ pub struct Operation {
     /// Fencing token of the device reservation this operation holds or held.
     pub fencing_token: Option<u64>,
     pub attempts: u32,
+    /// Ledger time at which the running attempt's lease runs out (while attempting).
+    pub lease_expires_at_ms: Option<u64>,
     pub evidence: Vec<EvidenceV1>,
     pub observations: Vec<ObservationV1>,
     pub created_at_ms: u64,
@@ -164,8 +173,8 @@ pub struct DeviceLease {
     pub expires_at_ms: u64,
 }
 
-/// sha256 (hex) of a JSON value in canonical form (object keys sorted, no whitespace).
-pub fn payload_hash(payload: &Value) -> String {
+/// A JSON value as canonical text: object keys sorted, no whitespace.
+pub fn canonical_json(v: &Value) -> String {
     fn canonical(v: &Value) -> Value {
         match v {
             Value::Object(m) => {
@@ -176,7 +185,12 @@ pub fn payload_hash(payload: &Value) -> String {
             other => other.clone(),
         }
     }
-    crate::sha256_hex(canonical(payload).to_string().as_bytes())
+    canonical(v).to_string()
+}
+
+/// sha256 (hex) of a JSON value in canonical form ([`canonical_json`]).
+pub fn payload_hash(payload: &Value) -> String {
+    crate::sha256_hex(canonical_json(payload).as_bytes())
 }
 
 fn invalid(message: impl Into<String>) -> Rejection {
@@ -198,6 +212,9 @@ impl OperationSpecV1 {
         }
         if self.payload_hash.len() != 64 || !self.payload_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(invalid("payload_hash must be a sha256 hex digest"));
+        }
+        if self.input.len() > INPUT_BYTES_MAX || serde_json::from_str::<Value>(&self.input).is_err() {
+            return Err(invalid(format!("input must be JSON of at most {INPUT_BYTES_MAX} bytes")));
         }
         Ok(())
     }
@@ -225,26 +242,23 @@ pub fn release(op: &Operation) -> Option<Event> {
 
 /// The events that bring the operations of a tenant up to ledger time `now`: waiting ones past
 /// their deadline expire (and free their device); attempted ones whose lease ran out become
-/// `unknown_effect` (their device stays held until reconciled).
-pub fn due(
-    ops: Option<&BTreeMap<String, Operation>>,
-    leases: Option<&BTreeMap<String, DeviceLease>>,
-    now: u64,
-) -> Vec<Event> {
+/// `unknown_effect` (their device stays held until reconciled). Only the tenant's live
+/// operations (waiting or attempting, [`LedgerState::live_operations`]) are looked at.
+pub fn due(state: &LedgerState, tenant_id: &str, now: u64) -> Vec<Event> {
     let mut events = Vec::new();
-    for op in ops.into_iter().flat_map(|m| m.values()) {
+    let (Some(ops), Some(live)) = (state.operations.get(tenant_id), state.live_operations.get(tenant_id)) else {
+        return events;
+    };
+    for op in live.iter().filter_map(|id| ops.get(id)) {
         if op.state.is_waiting() && op.spec.deadline_ms <= now {
             events.push(transition(op, OperationState::Expired, "the deadline passed before an attempt started"));
             events.extend(release(op));
-        } else if op.state == OperationState::Attempting {
-            let lease = op.spec.device_id.as_ref().and_then(|d| leases.and_then(|l| l.get(d)));
-            if lease.is_some_and(|l| l.operation_id == op.spec.operation_id && l.expires_at_ms <= now) {
-                events.push(transition(
-                    op,
-                    OperationState::UnknownEffect,
-                    "the attempt's lease expired without an outcome",
-                ));
-            }
+        } else if op.state == OperationState::Attempting && op.lease_expires_at_ms.is_some_and(|at| at <= now) {
+            events.push(transition(
+                op,
+                OperationState::UnknownEffect,
+                "the attempt's lease expired without an outcome",
+            ));
         }
     }
     events
@@ -273,6 +287,13 @@ fn stale(op: &Operation, presented: u64) -> Rejection {
 
 fn find<'a>(state: &'a LedgerState, tenant_id: &str, operation_id: &str) -> Result<&'a Operation, Rejection> {
     state.operations.get(tenant_id).and_then(|m| m.get(operation_id)).ok_or_else(|| not_found(operation_id))
+}
+
+fn validate_reason(reason: &str) -> Result<(), Rejection> {
+    if reason.is_empty() || reason.len() > KEY_BYTES_MAX {
+        return Err(invalid(format!("reason must be 1..={KEY_BYTES_MAX} bytes")));
+    }
+    Ok(())
 }
 
 fn lease_ms_ok(lease_ms: u64) -> Result<(), Rejection> {
@@ -393,14 +414,29 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 Attempting,
                 format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
             )];
-            if let Some(device_id) = &op.spec.device_id {
-                events.push(Event::AttemptLeaseExtendedV1 {
-                    tenant_id: t,
-                    device_id: device_id.clone(),
-                    operation_id: operation_id.clone(),
-                    expires_at_ms: now + lease_ms,
-                });
+            events.push(Event::AttemptLeaseExtendedV1 {
+                tenant_id: t,
+                device_id: op.spec.device_id.clone(),
+                operation_id: operation_id.clone(),
+                expires_at_ms: now + lease_ms,
+            });
+            Ok(events)
+        }
+        Command::RefuseDispatch { operation_id, executor_id, fencing_token, reason, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != Dispatched || op.executor_id.as_deref() != Some(executor_id.as_str()) {
+                return Err(conflict(op, "only the executor a dispatch went to refuses it, before attempting"));
             }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            validate_reason(reason)?;
+            let mut events = vec![transition(
+                op,
+                Failed,
+                format!("refused by executor '{executor_id}' before any attempt: {reason}"),
+            )];
+            events.extend(release(op));
             Ok(events)
         }
         Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
@@ -412,17 +448,12 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             if op.fencing_token.is_some_and(|f| f != *fencing_token) {
                 return Err(stale(op, *fencing_token));
             }
-            Ok(op
-                .spec
-                .device_id
-                .iter()
-                .map(|d| Event::AttemptLeaseExtendedV1 {
-                    tenant_id: t.clone(),
-                    device_id: d.clone(),
-                    operation_id: operation_id.clone(),
-                    expires_at_ms: now + lease_ms,
-                })
-                .collect())
+            Ok(vec![Event::AttemptLeaseExtendedV1 {
+                tenant_id: t,
+                device_id: op.spec.device_id.clone(),
+                operation_id: operation_id.clone(),
+                expires_at_ms: now + lease_ms,
+            }])
         }
         Command::ReportAttempt { operation_id, fencing_token, outcome, evidence, .. } => {
             let op = find(state, tenant_id, operation_id)?;
@@ -524,6 +555,12 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
     let store = |state: &mut LedgerState, mut op: Operation| {
         op.updated_at_ms = env.at_ms;
         op.revision = env.revision;
+        let live = state.live_operations.entry(op.tenant_id.clone()).or_default();
+        if op.state.is_waiting() || op.state == OperationState::Attempting {
+            live.insert(op.spec.operation_id.clone());
+        } else {
+            live.remove(&op.spec.operation_id);
+        }
         state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
     };
     match &env.event {
@@ -540,6 +577,7 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
                 executor_id: None,
                 fencing_token: None,
                 attempts: 0,
+                lease_expires_at_ms: None,
                 evidence: Vec::new(),
                 observations: Vec::new(),
                 created_at_ms: env.at_ms,
@@ -583,11 +621,14 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
             store(state, op);
         }
         Event::AttemptLeaseExtendedV1 { tenant_id, device_id, operation_id, expires_at_ms } => {
-            if let Some(l) = state.device_leases.get_mut(tenant_id).and_then(|m| m.get_mut(device_id)) {
+            if let Some(l) = device_id.as_ref().and_then(|d| state.device_leases.get_mut(tenant_id)?.get_mut(d)) {
                 if &l.operation_id == operation_id {
                     l.expires_at_ms = *expires_at_ms;
                 }
             }
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.lease_expires_at_ms = Some(*expires_at_ms);
+            store(state, op);
         }
         Event::EvidenceReportedV1 { tenant_id, operation_id, evidence } => {
             let mut op = op_mut(state, tenant_id, operation_id);
@@ -633,6 +674,7 @@ mod tests {
             }
         }
         assert!(Dispatched.allows(Expired) && !Attempting.allows(Expired), "only a waiting operation expires");
+        assert!(Dispatched.allows(Failed) && !Reserved.allows(Failed), "only a dispatch is refused");
         assert!(Reserved.allows(Cancelled) && !Attempting.allows(Cancelled), "no cancel once attempted");
         assert!(!EffectReported.allows(Attempting) && !UnknownEffect.allows(Attempting), "never attempted twice");
         assert!(UnknownEffect.allows(EffectReported) && UnknownEffect.allows(Failed));

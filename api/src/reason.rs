@@ -118,6 +118,9 @@ reason_catalog! {
     OPERATION_STATE_CONFLICT = 66, 409, -32009, "The operation is not in a state that allows this step.";
     FENCING_TOKEN_STALE = 67, 409, -32009, "The fencing token is not the device's current one: the command is stale.";
     OBSERVATION_REQUIRED = 68, 409, -32009, "Acceptance needs an observation by another principal than the requester.";
+    EXECUTOR_CERT_REFUSED = 69, 401, -32001, "The executor certificate is unknown, self-signed, expired or not issued by a Writ executor CA.";
+    EXECUTOR_REVOKED = 70, 403, -32003, "The executor was revoked; its certificate is no longer accepted.";
+    PROPOSAL_INVALID = 71, 400, -32602, "The proposal is expired, tampered, or was made for another payload or principal.";
 }
 
 impl std::fmt::Display for ReasonCode {

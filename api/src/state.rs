@@ -78,6 +78,9 @@ pub struct LedgerState {
     pub device_leases: BTreeMap<String, BTreeMap<String, DeviceLease>>,
     /// The last fencing token issued per device, by tenant id, then device id.
     pub fencing: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Ids of the operations that are waiting or attempting, by tenant id: what the deadline
+    /// and lease checks and the dispatchers look at (finished operations drop out).
+    pub live_operations: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// The idempotency map's key for `(principal, key)`.
@@ -105,7 +108,7 @@ impl LedgerState {
         let mut due = Vec::new();
         if req.command.is_operation() && self.tenants.contains_key(req.command.stream()) {
             let tenant = req.command.stream().to_string();
-            for event in crate::operation::due(self.operations.get(&tenant), self.device_leases.get(&tenant), now) {
+            for event in crate::operation::due(self, &tenant, now) {
                 due.push(self.append(&tenant, &req.trace_id, event, &mut audit));
             }
         }
@@ -814,7 +817,8 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         | Command::DecideOperation { .. }
         | Command::ResolveUnknownEffect { .. }
         | Command::CancelOperation { .. }
-        | Command::ExpireDue { .. } => crate::operation::decide(state, cmd, now),
+        | Command::ExpireDue { .. }
+        | Command::RefuseDispatch { .. } => crate::operation::decide(state, cmd, now),
         Command::SetPrincipalQuotas { tenant_id, principal, quotas } => {
             existing(state, tenant_id)?;
             quotas.validate()?;

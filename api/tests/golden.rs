@@ -350,7 +350,7 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 26,
                 Event::AttemptLeaseExtendedV1 {
                     tenant_id: "t-1".into(),
-                    device_id: "d-1".into(),
+                    device_id: Some("d-1".into()),
                     operation_id: "op-1".into(),
                     expires_at_ms: 1_700_000_030_000,
                 },
@@ -436,6 +436,17 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "refuse_dispatch",
+            req(Command::RefuseDispatch {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                executor_id: "x-1".into(),
+                fencing_token: 7,
+                reason: "precondition door=closed not met".into(),
+            }),
+            None,
+        ),
     ]
 }
 
@@ -446,6 +457,7 @@ fn operation_spec() -> OperationSpecV1 {
         authority_ref: "j-1".into(),
         action: "move_press".into(),
         payload_hash: "ef".repeat(32),
+        input: r#"{"position_mm":120}"#.into(),
         idempotency_key: "k-1".into(),
         deadline_ms: 1_700_000_060_000,
         cost_units: 2,

@@ -90,6 +90,7 @@ fn spec(id: &str, key: &str, payload: serde_json::Value, device: Option<&str>, d
         authority_ref: "jti-1".into(),
         action: "move_press".into(),
         payload_hash: payload_hash(&payload),
+        input: payload.to_string(),
         idempotency_key: key.into(),
         deadline_ms,
         cost_units: 1,
@@ -182,6 +183,39 @@ fn one_operation_holds_a_device_and_stale_fencing_tokens_are_refused() {
     l.ok(dispatch("op-2"));
     assert_eq!(l.refused(start("op-2", 1)), ReasonCode::FENCING_TOKEN_STALE);
     l.ok(start("op-2", 2));
+}
+
+#[test]
+fn an_attempt_without_a_device_still_has_a_lease() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), None, l.now + 60_000)));
+    l.ok(dispatch("op-1"));
+    l.ok(start("op-1", 0));
+    l.now += LEASE;
+    l.ok(Command::ExpireDue { tenant_id: T.into() });
+    assert_eq!(l.op("op-1").state, OperationState::UnknownEffect, "a lost outcome is never left attempting");
+}
+
+#[test]
+fn an_executor_refuses_a_dispatch_before_attempting() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    let refuse = |executor: &str, token: u64| Command::RefuseDispatch {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        executor_id: executor.into(),
+        fencing_token: token,
+        reason: "precondition door=closed not met".into(),
+    };
+    assert_eq!(l.refused(refuse("x-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "not dispatched yet");
+    l.ok(dispatch("op-1"));
+    assert_eq!(l.refused(refuse("x-2", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "only its executor");
+    assert_eq!(l.refused(refuse("x-1", 9)), ReasonCode::FENCING_TOKEN_STALE);
+    l.ok(refuse("x-1", 1));
+    assert_eq!((l.op("op-1").state, l.op("op-1").attempts), (OperationState::Failed, 0));
+    assert!(!l.state.device_leases[T].contains_key("press"), "a refused operation frees its device");
+    assert!(l.state.live_operations[T].is_empty(), "a finished operation leaves the live index");
+    assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "never attempted afterwards");
 }
 
 #[test]
@@ -287,6 +321,7 @@ enum Step {
     Expire,
     Resolve(u8),
     Cancel(u8),
+    Refuse(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -304,6 +339,7 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Step::Expire),
         (0u8..6).prop_map(Step::Resolve),
         (0u8..6).prop_map(Step::Cancel),
+        (0u8..6).prop_map(Step::Refuse),
     ]
 }
 
@@ -342,6 +378,10 @@ proptest! {
                     outcome: AttemptOutcome::NoEffect, note: "".into(),
                 },
                 Step::Cancel(k) => Command::CancelOperation { tenant_id: T.into(), operation_id: id(k), by_principal_id: "agent".into() },
+                Step::Refuse(k) => {
+                    let token = l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0);
+                    Command::RefuseDispatch { tenant_id: T.into(), operation_id: id(k), executor_id: "x-1".into(), fencing_token: token, reason: "stale".into() }
+                }
             };
             let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
             let (_, events) = l.state.execute(&req);
@@ -351,6 +391,9 @@ proptest! {
                 if op.state == OperationState::Expired || op.state == OperationState::Cancelled {
                     prop_assert_eq!(op.attempts, 0);
                 }
+                let live = op.state.is_waiting() || op.state == OperationState::Attempting;
+                let indexed = l.state.live_operations.get(T).is_some_and(|s| s.contains(&op.spec.operation_id));
+                prop_assert_eq!(live, indexed, "live index out of step for {:?}", op);
             }
             for (device, lease) in l.state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
                 let holder = &l.state.operations[T][&lease.operation_id];

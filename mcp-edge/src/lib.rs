@@ -17,6 +17,7 @@
 pub mod admission;
 pub mod audit;
 mod builtin;
+pub mod executors;
 pub mod fixtures;
 pub mod jsonrpc;
 mod operations;

@@ -1,19 +1,23 @@
 //! The operation tools of the edge (SPEC E5, first part): `operation.execute` records a durable
 //! operation in the ledger — idempotency binding, deadline, cost ceiling and device reservation
 //! are decided there, before anything is dispatched — and `operation.readback` reads one back.
-//! Actions that demand a dry-run (`dry_run: true`) answer VERIFY_REQUIRED until
-//! `operation.propose` exists: no shortcut around the verify gate.
+//! `operation.propose` is the dry run: the same checks, a preview, and a short-lived proposal
+//! sealed to the principal and the exact payload; actions that demand a dry run
+//! (`dry_run: true`) execute only with such a proposal (VERIFY_REQUIRED without,
+//! PROPOSAL_INVALID for a tampered, expired or foreign one).
 
 use serde_json::{json, Value};
 use writ_api::catalog::Execution;
 use writ_api::dto::{Query, QueryRequest, QueryResult, SubmitRequest};
 use writ_api::ledger::{Command, Event, Outcome};
-use writ_api::operation::{payload_hash, Operation, OperationSpecV1, Verdict, WorkRef};
+use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, Verdict, WorkRef};
 use writ_api::{ReasonCode, Rejection};
 
 use crate::jsonrpc::RpcError;
+use crate::seal::{open, seal, Binding};
 use crate::serve::Call;
 
+pub const PROPOSE: &str = "operation.propose";
 pub const EXECUTE: &str = "operation.execute";
 pub const READBACK: &str = "operation.readback";
 pub const OBSERVE: &str = "observation.capture";
@@ -22,6 +26,8 @@ pub const EXECUTE_SCOPE: &str = "ops:execute";
 pub const OBSERVE_SCOPE: &str = "observe:capture";
 pub const DECIDE_SCOPE: &str = "ops:accept";
 pub const READ_SCOPE: &str = "ops:read";
+/// How long a proposal stays valid.
+pub const PROPOSAL_TTL_MS: u64 = 5 * 60 * 1000;
 /// Default and longest deadline an agent may give (seconds from now).
 pub const DEADLINE_S_DEFAULT: u64 = 60;
 pub const DEADLINE_S_MAX: u64 = 24 * 3600;
@@ -50,10 +56,31 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "cost_ceiling": {"type": "integer", "minimum": 0},
                     "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
                                  "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
-                    "preconditions": {"type": "object", "additionalProperties": {"type": "string"}}
+                    "preconditions": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "proposal": {"type": "string", "description": "from operation.propose, for actions that demand a dry run"}
                 }
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
+        }));
+        tools.push(json!({
+            "name": PROPOSE,
+            "title": "Propose an operation (dry run)",
+            "description": "Checks an action call as operation.execute would (scopes, input schema, device) and previews \
+                what would happen, without recording or executing anything. Returns a proposal bound to you and to this \
+                exact payload for 5 minutes; actions that demand a dry run execute only with it.",
+            "inputSchema": {
+                "type": "object", "additionalProperties": false,
+                "required": ["action"],
+                "properties": {
+                    "action": {"type": "string", "description": "the catalog action id"},
+                    "input": {"type": "object", "description": "the action's input (its input schema applies)"},
+                    "device": {"type": "string", "description": "device name, for actions that drive one"},
+                    "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
+                                 "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
+                    "preconditions": {"type": "object", "additionalProperties": {"type": "string"}}
+                }
+            },
+            "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
         }));
     }
     if authority.require(OBSERVE_SCOPE).is_ok() {
@@ -151,12 +178,22 @@ async fn query(c: &Call<'_>, query: Query) -> Result<Result<Operation, Rejection
     }
 }
 
-/// `operation.execute`. Errors are protocol/transport failures (fail closed); business
-/// refusals come back as tool errors.
-pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+/// An action call checked against the catalog, the caller's scopes, the input schema and the
+/// device: what `operation.propose` previews and `operation.execute` records.
+struct Prepared {
+    action: writ_api::catalog::CatalogActionV1,
+    input: Value,
+    device: Option<writ_api::device::Device>,
+    work_ref: Option<WorkRef>,
+    preconditions: std::collections::BTreeMap<String, String>,
+    /// sha256 of the canonical payload the idempotency key and a proposal bind.
+    payload_hash: String,
+}
+
+/// The checks shared by propose and execute; a business refusal is `Ok(Err(tool error))`.
+fn prepare(c: &Call<'_>, args: &Value) -> Result<Result<Prepared, Value>, RpcError> {
     let a = c.authority;
     let action_id = args["action"].as_str().unwrap_or_default();
-    let key = args["idempotency_key"].as_str().unwrap_or_default();
     let found = c.edge.verifier.with_state(|s| {
         let catalog = s.catalog(&a.tenant_id, None)?;
         let action = catalog.catalog.actions.iter().find(|x| x.id == action_id)?.clone();
@@ -166,41 +203,33 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     let Some((action, digest)) =
         found.filter(|(x, _)| x.execution == Execution::Operation && a.require(&x.scope).is_ok())
     else {
-        return Ok(refused(&Rejection::new(
+        return Ok(Err(refused(&Rejection::new(
             ReasonCode::TOOL_NOT_FOUND,
             format!("unknown operation action '{action_id}'"),
-        )));
+        ))));
     };
-    if action.dry_run {
-        return Ok(refused(&Rejection::new(
-            ReasonCode::VERIFY_REQUIRED,
-            format!("'{action_id}' must be proposed (dry-run and verify) first; operation.propose is not served yet"),
-        )));
-    }
     let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
     if let Some(v) = c.edge.validators.get(&digest, &action, false)? {
         let errors: Vec<String> =
             v.iter_errors(&input).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
         if !errors.is_empty() {
-            return Ok(refused(&Rejection::new(ReasonCode::INPUT_INVALID, errors.join("; "))));
+            return Ok(Err(refused(&Rejection::new(ReasonCode::INPUT_INVALID, errors.join("; ")))));
         }
     }
     let device = match (&action.device_class, args["device"].as_str()) {
         (Some(class), Some(name)) => {
             let d = c.edge.verifier.with_state(|s| s.device(&a.tenant_id, name).cloned());
             match d {
-                Some(d) if &d.device_class == class && a.require(&format!("devices:use:{}", d.name)).is_ok() => {
-                    Some(d.id)
-                }
+                Some(d) if &d.device_class == class && a.require(&format!("devices:use:{}", d.name)).is_ok() => Some(d),
                 _ => {
                     let msg = format!("no device '{name}' of class {class} for you");
-                    return Ok(refused(&Rejection::new(ReasonCode::DEVICE_NOT_FOUND, msg)));
+                    return Ok(Err(refused(&Rejection::new(ReasonCode::DEVICE_NOT_FOUND, msg))));
                 }
             }
         }
         (Some(class), None) => {
             let msg = format!("'{action_id}' drives a {class} device: name it in 'device'");
-            return Ok(refused(&Rejection::new(ReasonCode::INPUT_INVALID, msg)));
+            return Ok(Err(refused(&Rejection::new(ReasonCode::INPUT_INVALID, msg))));
         }
         (None, _) => None,
     };
@@ -212,21 +241,103 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         .and_then(Value::as_object)
         .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
         .unwrap_or_default();
-    let deadline_s = args["deadline_s"].as_u64().unwrap_or(DEADLINE_S_DEFAULT).clamp(1, DEADLINE_S_MAX);
     // The payload the key binds: everything but the (relative) deadline.
-    let payload = json!({"action": action_id, "input": input, "device": device, "work_ref": args.get("work_ref"),
-                         "preconditions": args.get("preconditions")});
+    let payload = json!({"action": action_id, "input": input, "device": device.as_ref().map(|d| &d.id),
+                         "work_ref": args.get("work_ref"), "preconditions": args.get("preconditions")});
+    Ok(Ok(Prepared { payload_hash: payload_hash(&payload), action, input, device, work_ref, preconditions }))
+}
+
+fn proposal_binding(c: &Call<'_>, payload_hash: &str) -> Binding {
+    Binding {
+        tenant_id: c.authority.tenant_id.clone(),
+        principal_id: c.authority.principal_id.clone(),
+        purpose: format!("{PROPOSE} {payload_hash}"),
+    }
+}
+
+/// `operation.propose`: the dry run. Every check `operation.execute` makes before the ledger,
+/// a preview of what would happen (device holder, cost, deadline rules), and a proposal sealed
+/// to this principal and this exact payload for [`PROPOSAL_TTL_MS`]. It records nothing and
+/// can execute nothing.
+pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let p = match prepare(c, args)? {
+        Ok(p) => p,
+        Err(refusal) => return Ok(refusal),
+    };
+    let a = c.authority;
+    let holder = p.device.as_ref().and_then(|d| {
+        c.edge.verifier.with_state(|s| s.device_leases.get(&a.tenant_id).and_then(|m| m.get(&d.id)).cloned())
+    });
+    let now = writ_api::verifier::now_ms();
+    let expires_at_ms = now + PROPOSAL_TTL_MS;
+    let proposal = seal(&c.edge.config.seal_key, &proposal_binding(c, &p.payload_hash), expires_at_ms, json!({}));
+    let mut checks = vec![format!("scope {}", p.action.scope), "input schema".to_string()];
+    if let Some(d) = &p.device {
+        checks.push(format!("devices:use:{} (class {})", d.name, d.device_class));
+    }
+    let structured = json!({
+        "proposal": proposal,
+        "expires_at_ms": expires_at_ms,
+        "payload_hash": p.payload_hash,
+        "policy": {"allowed": true, "checks": checks},
+        "preview": {
+            "action": p.action.id,
+            "title": p.action.title,
+            "risk": p.action.risk,
+            "cost_units": p.action.cost_units,
+            "input": p.input,
+            "device": p.device.as_ref().map(|d| &d.name),
+            "device_holder": holder.map(|l| json!({"operation_id": l.operation_id, "until_ms": l.expires_at_ms})),
+            "preconditions": p.preconditions,
+            "work_ref": p.work_ref,
+            "effect": format!("an executor for {} would attempt '{}' once, before the deadline you give to \
+                operation.execute", p.device.as_ref().map_or("this tenant", |d| d.name.as_str()), p.action.id),
+        },
+    });
+    Ok(json!({"resultType": "complete", "content": [{"type": "text", "text": structured.to_string()}],
+              "structuredContent": structured}))
+}
+
+/// `operation.execute`. Errors are protocol/transport failures (fail closed); business
+/// refusals come back as tool errors.
+pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let a = c.authority;
+    let action_id = args["action"].as_str().unwrap_or_default();
+    let key = args["idempotency_key"].as_str().unwrap_or_default();
+    let p = match prepare(c, args)? {
+        Ok(p) => p,
+        Err(refusal) => return Ok(refusal),
+    };
+    if p.action.dry_run {
+        let Some(proposal) = args["proposal"].as_str() else {
+            return Ok(refused(&Rejection::new(
+                ReasonCode::VERIFY_REQUIRED,
+                format!("'{action_id}' must be proposed first: call operation.propose and pass its proposal"),
+            )));
+        };
+        let binding = proposal_binding(c, &p.payload_hash);
+        if let Err(why) = open(&c.edge.config.seal_key, &binding, writ_api::verifier::now_ms(), proposal) {
+            tracing::info!(?why, "proposal refused");
+            return Ok(refused(&Rejection::new(
+                ReasonCode::PROPOSAL_INVALID,
+                "the proposal is expired, tampered, or was made for another payload or principal: propose again",
+            )));
+        }
+    }
+    let Prepared { action, input, device, work_ref, preconditions, payload_hash } = p;
+    let deadline_s = args["deadline_s"].as_u64().unwrap_or(DEADLINE_S_DEFAULT).clamp(1, DEADLINE_S_MAX);
     let spec = OperationSpecV1 {
         operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
         principal_id: a.principal_id.clone(),
         authority_ref: a.token_id.clone().unwrap_or_else(|| a.issuer.clone()),
         action: action_id.to_string(),
-        payload_hash: payload_hash(&payload),
+        payload_hash,
+        input: canonical_json(&input),
         idempotency_key: key.to_string(),
         deadline_ms: writ_api::verifier::now_ms() + deadline_s * 1000,
         cost_units: action.cost_units,
         cost_ceiling: args["cost_ceiling"].as_u64(),
-        device_id: device,
+        device_id: device.map(|d| d.id),
         work_ref,
         preconditions,
         trace_id: uuid::Uuid::new_v4().to_string(),

@@ -299,7 +299,9 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         denied,
         effectful: false,
     };
-    if [operations::EXECUTE, operations::READBACK, operations::OBSERVE, operations::DECIDE].contains(&name.as_str()) {
+    if [operations::PROPOSE, operations::EXECUTE, operations::READBACK, operations::OBSERVE, operations::DECIDE]
+        .contains(&name.as_str())
+    {
         return operation_tool(c, &name).await;
     }
     let (action, digest) = match find_tool(c, &name) {
@@ -429,7 +431,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
     let listed = operations::tools(c.authority).into_iter().find(|t| t["name"] == name);
     let Some(tool) = listed else {
         let scope = match name {
-            operations::EXECUTE => operations::EXECUTE_SCOPE,
+            operations::EXECUTE | operations::PROPOSE => operations::EXECUTE_SCOPE,
             operations::OBSERVE => operations::OBSERVE_SCOPE,
             operations::DECIDE => operations::DECIDE_SCOPE,
             _ => operations::READ_SCOPE,
@@ -449,6 +451,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
         }
         Ok(_) => match name {
             operations::EXECUTE => operations::execute(c, &args).await,
+            operations::PROPOSE => operations::propose(c, &args).await,
             operations::OBSERVE => operations::observe(c, &args).await,
             operations::DECIDE => operations::decide(c, &args).await,
             _ => operations::readback(c, &args).await,
@@ -459,7 +462,12 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
         Ok(v) => jsonrpc::result(id, v),
         Err(e) => e.with_id(id).into_response(),
     };
-    Handled { response, name: Some(name.into()), denied: None, effectful: name != operations::READBACK }
+    Handled {
+        response,
+        name: Some(name.into()),
+        denied: None,
+        effectful: ![operations::READBACK, operations::PROPOSE].contains(&name),
+    }
 }
 
 fn device_resources(c: &Call<'_>) -> Vec<Value> {

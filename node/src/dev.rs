@@ -19,6 +19,10 @@ pub struct DevArgs {
     /// Loopback address of the MCP edge (`/mcp`).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub edge_listen: std::net::SocketAddr,
+    /// Loopback address of the edge's executor endpoint (mutual TLS); the simulated demo
+    /// executor connects there.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    pub executor_listen: std::net::SocketAddr,
     /// Also serve the MCP conformance fixtures (the reference everything-server's tools,
     /// resources and prompts) to requests without a token, as principal `anonymous` of tenant
     /// `conformance` — loopback only.
@@ -36,6 +40,9 @@ const DEMO_CATALOG: &str = r#"{"actions": [
   {"id": "list_devices", "title": "List the devices", "description": "The demo tenant's devices, their sites and classes.",
    "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}, "risk": "low",
    "execution": {"builtin": "writ.devices"}},
+  {"id": "home_press", "title": "Home the press", "description": "Return the demo press to its home position (a durable operation, low risk).",
+   "input_schema": {"type": "object", "properties": {"speed": {"enum": ["slow", "normal"]}}, "additionalProperties": false},
+   "risk": "low", "execution": "operation", "device_class": "press.v1", "cost_units": 1},
   {"id": "move_press", "title": "Move the press", "description": "Move the demo press to a position (a durable operation).",
    "input_schema": {"type": "object", "required": ["position_mm"], "properties": {"position_mm": {"type": "number", "minimum": 0, "maximum": 500}}},
    "risk": "high", "execution": "operation", "dry_run": true, "device_class": "press.v1", "cost_units": 1}
@@ -74,6 +81,32 @@ async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -
     let r = call(post, "/v1/tenants/demo/tokens", body).await.map_err(|e| e.to_string())?;
     let issued: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
     issued["token"].as_str().map(str::to_string).ok_or_else(|| format!("demo token: {issued}"))
+}
+
+/// Enrolls the demo executor for `demo-press` (once: its directory is kept) and returns its
+/// configuration, with the simulated device as handler.
+async fn demo_executor(
+    admin_url: &str,
+    operator_token: &str,
+    edge_url: &str,
+    dir: &Path,
+) -> Result<crate::executor::ExecutorConfig, String> {
+    let config = dir.join("executor.toml");
+    if !config.exists() {
+        let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+        let body = serde_json::json!({"site": "demo-site", "devices": ["demo-press"], "ttl_s": 600});
+        let r = http
+            .post(format!("{admin_url}/v1/tenants/demo/executors/enrollments"))
+            .bearer_auth(operator_token)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let created: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+        let token = created["token"].as_str().ok_or_else(|| format!("enrollment: {created}"))?;
+        crate::executor::enroll(edge_url, token, dir).await?;
+    }
+    crate::executor::ExecutorConfig::load(&config)
 }
 
 /// Provisions the conformance fixture tenant: its anonymous principal and the fixture catalog
@@ -154,6 +187,13 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             Some(writ_mcp_edge::AnonymousAccess { tenant: FIXTURE_TENANT.into(), principal: FIXTURE_PRINCIPAL.into() });
         options.fixtures_tenant = Some(FIXTURE_TENANT.into());
     }
+    options.executor = Some(crate::edge::ExecutorEndpointOptions {
+        listen: args.executor_listen,
+        tls_secret_file: args.data_dir.join("edge-executor-secret"),
+        hosts: Vec::new(),
+        url: None,
+    });
+    options.admin_urls = vec![running.url.clone()];
     let edge =
         crate::edge::start_edge(options, running.node.clone() as std::sync::Arc<dyn writ_api::client::Ledger>).await?;
     // The node elects itself within a second; provisioning waits for it.
@@ -166,6 +206,14 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let demo_token = demo.map_err(|e| std::io::Error::other(format!("demo tenant: {e}")))?;
+    let executor_cfg = demo_executor(&running.url, &token, &edge.url, &args.data_dir.join("executor"))
+        .await
+        .map_err(|e| std::io::Error::other(format!("demo executor: {e}")))?;
+    let executor = tokio::spawn(async move {
+        if let Err(e) = crate::executor::run(executor_cfg).await {
+            tracing::error!(error = %e, "demo executor stopped");
+        }
+    });
     if args.conformance_fixtures {
         provision_fixtures(&running.url, &token)
             .await
@@ -187,6 +235,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     println!(
         "\nWrit dev is running: single-node ledger, admin API and MCP edge on loopback.\n\
          \n  MCP edge   {mcp}   (bearer: $WRIT_DEMO_TOKEN, tenant `demo`, principal `demo-agent`){fixtures}\
+         \n  executors  {executor}   (mutual TLS; the simulated demo executor drives `demo-press`)\
          \n  admin API  {url}/v1   (OpenAPI: {url}/v1/openapi.json)\
          \n  health     {url}/healthz  {url}/readyz\
          \n  metrics    {url}/metrics\
@@ -203,6 +252,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
          \n\nStop with Ctrl-C; data is kept in {data}.\n",
         url = running.url,
         mcp = edge.url,
+        executor = edge.executor_endpoint.as_ref().map(|e| e.0.as_str()).unwrap_or("-"),
         fixtures = if args.conformance_fixtures {
             "\n             without a token: conformance fixtures (tenant `conformance`, principal `anonymous`)"
         } else {
@@ -212,6 +262,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         env = env_path.display(),
     );
     crate::wait_for_shutdown_signal().await;
+    executor.abort();
     edge.shutdown().await;
     running.shutdown().await;
     Ok(())

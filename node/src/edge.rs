@@ -34,6 +34,22 @@ struct RawEdgeConfig {
     seal_key_file: Option<String>,
     /// Loopback-only anonymous access: requests without a token act as this principal.
     anonymous: Option<RawAnonymous>,
+    /// The mutual-TLS endpoint for site executors.
+    executor: Option<RawExecutorEndpoint>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExecutorEndpoint {
+    listen: String,
+    /// The secret every edge derives the endpoint's CA from (hex, created 0600 when missing):
+    /// every edge replica of a deployment must use the same file.
+    tls_secret_file: String,
+    /// Host names and IPs in the endpoint's certificate (default: the listen IP, `localhost`).
+    #[serde(default)]
+    hosts: Vec<String>,
+    /// The URL executors use (default `https://<listen>`).
+    url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +69,16 @@ pub struct EdgeFileConfig {
     pub allowed_origins: Vec<String>,
     pub seal_key_file: PathBuf,
     pub anonymous: Option<AnonymousAccess>,
+    pub executor: Option<ExecutorEndpointOptions>,
+}
+
+/// Where and how an edge serves executors.
+#[derive(Debug, Clone)]
+pub struct ExecutorEndpointOptions {
+    pub listen: SocketAddr,
+    pub tls_secret_file: PathBuf,
+    pub hosts: Vec<String>,
+    pub url: Option<String>,
 }
 
 impl EdgeFileConfig {
@@ -93,6 +119,18 @@ impl EdgeFileConfig {
             raw.seal_key_file = Some(v);
         }
         let seal_key_file = raw.seal_key_file.ok_or(ConfigError::Missing("seal_key_file", "EDGE_SEAL_KEY_FILE"))?;
+        let executor = match raw.executor {
+            None => None,
+            Some(x) => Some(ExecutorEndpointOptions {
+                listen: x.listen.parse().map_err(|_| ConfigError::Invalid {
+                    field: "executor.listen",
+                    message: format!("'{}' is not ip:port", x.listen),
+                })?,
+                tls_secret_file: PathBuf::from(x.tls_secret_file),
+                hosts: x.hosts,
+                url: x.url,
+            }),
+        };
         Ok(EdgeFileConfig {
             listen,
             canonical_url: raw.canonical_url,
@@ -101,6 +139,7 @@ impl EdgeFileConfig {
             allowed_origins: raw.allowed_origins,
             seal_key_file: PathBuf::from(seal_key_file),
             anonymous: raw.anonymous.map(|a| AnonymousAccess { tenant: a.tenant, principal: a.principal }),
+            executor,
         })
     }
 }
@@ -109,7 +148,10 @@ impl EdgeFileConfig {
 pub struct RunningEdge {
     pub url: String,
     pub local_addr: SocketAddr,
+    /// The executor endpoint's URL and the CA its certificate chains to (PEM), when served.
+    pub executor_endpoint: Option<(String, String)>,
     server: tokio::task::JoinHandle<()>,
+    executor_server: Option<tokio::task::JoinHandle<()>>,
     audit: AuditSink,
 }
 
@@ -117,6 +159,9 @@ impl RunningEdge {
     /// Stops serving, then commits the request decisions still buffered.
     pub async fn shutdown(self) {
         self.server.abort();
+        if let Some(x) = self.executor_server {
+            x.abort();
+        }
         self.audit.flush().await;
     }
 }
@@ -132,6 +177,9 @@ pub struct EdgeOptions {
     pub anonymous: Option<AnonymousAccess>,
     /// The tenant that sees the conformance resources and prompts.
     pub fixtures_tenant: Option<String>,
+    pub executor: Option<ExecutorEndpointOptions>,
+    /// Admin API base URLs of ledger nodes, where executor enrollments are forwarded.
+    pub admin_urls: Vec<String>,
 }
 
 impl EdgeOptions {
@@ -144,34 +192,118 @@ impl EdgeOptions {
             seal_key,
             anonymous: None,
             fixtures_tenant: None,
+            executor: None,
+            admin_urls: Vec::new(),
         }
     }
 }
 
-/// Reads the edge's seal key, creating a random one (0600) on first use.
-pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
+/// Reads a 32-byte hex secret shared by the edges of a deployment, creating a random one (0600)
+/// on first use.
+pub fn load_or_create_secret(path: &Path) -> Result<[u8; 32], String> {
+    let parse = |text: &str| -> Result<[u8; 32], String> {
+        let bytes = hex::decode(text.trim()).map_err(|e| format!("{}: {e}", path.display()))?;
+        bytes.try_into().map_err(|_| format!("{}: the secret must be 32 bytes (64 hex digits)", path.display()))
+    };
     match std::fs::read_to_string(path) {
-        Ok(text) => SealKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Ok(text) if !text.trim().is_empty() => parse(&text),
+        Ok(_) => {
+            // A replica that won the create race has not written yet.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            parse(&std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
-            let bytes: [u8; writ_mcp_edge::seal::KEY_BYTES] = rand::random();
-            // create_new: when two replicas start at once, the second reads the first one's key.
+            let bytes: [u8; 32] = rand::random();
+            // create_new: when two replicas start at once, the second reads the first one's secret.
             match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
                 Ok(mut f) => {
                     f.write_all(format!("{}\n", hex::encode(bytes)).as_bytes())
                         .map_err(|e| format!("{}: {e}", path.display()))?;
-                    Ok(SealKey::new(bytes))
+                    Ok(bytes)
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     std::thread::sleep(std::time::Duration::from_millis(50));
-                    load_or_create_seal_key(path)
+                    load_or_create_secret(path)
                 }
                 Err(e) => Err(format!("{}: {e}", path.display())),
             }
         }
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
+}
+
+/// Reads the edge's seal key, creating a random one (0600) on first use.
+pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
+    load_or_create_secret(path).map(SealKey::new)
+}
+
+/// `POST /executor/v1/enroll` on the MCP listener: forwards the enrollment (token + CSR; no key
+/// ever) to a ledger node's admin API and adds where the executor endpoint is and which CA its
+/// certificate chains to.
+async fn forward_enrollment(
+    admin_urls: Arc<Vec<String>>,
+    endpoint: Option<(String, String)>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let unavailable = |msg: String| {
+        let r = writ_api::client::unavailable(msg);
+        let body = writ_api::dto::ErrorBody {
+            reason: r.reason,
+            code: r.reason.number(),
+            message: r.message,
+            leader_hint: None,
+        };
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    };
+    let Some((executor_url, edge_ca)) = endpoint else {
+        let body = writ_api::dto::ErrorBody {
+            reason: writ_api::ReasonCode::EXECUTOR_UNAVAILABLE,
+            code: writ_api::ReasonCode::EXECUTOR_UNAVAILABLE.number(),
+            message: "this edge serves no executor endpoint".into(),
+            leader_hint: None,
+        };
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    };
+    let http = match reqwest::Client::builder().no_proxy().timeout(std::time::Duration::from_secs(30)).build() {
+        Ok(h) => h,
+        Err(e) => return unavailable(e.to_string()),
+    };
+    let mut last = String::from("no ledger node is configured");
+    for base in admin_urls.iter() {
+        let sent = http
+            .post(format!("{base}/v1/enroll"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        let r = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let status =
+            axum::http::StatusCode::from_u16(r.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+        let bytes = r.bytes().await.unwrap_or_default();
+        if !status.is_success() {
+            // The node's reason-coded refusal goes back as it is.
+            return (status, [(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response();
+        }
+        return match serde_json::from_slice::<writ_api::dto::EnrollResponse>(&bytes) {
+            Ok(enrolled) => axum::Json(writ_api::executor::ExecutorEnrollment {
+                enrolled,
+                executor_urls: vec![executor_url],
+                edge_ca_certificate: edge_ca,
+            })
+            .into_response(),
+            Err(e) => unavailable(format!("unexpected enrollment answer: {e}")),
+        };
+    }
+    unavailable(format!("no ledger node took the enrollment: {last}"))
 }
 
 /// Binds and serves an edge following `ledger`.
@@ -192,13 +324,42 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     let verifier = Verifier::follow(ledger.clone(), url.clone());
     let audit = AuditSink::start(ledger.clone());
     let metrics = crate::install_metrics();
-    let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config).map_err(std::io::Error::other)?.route(
-        "/metrics",
-        axum::routing::get(move || {
-            let metrics = metrics.clone();
-            async move { metrics.map(|h| h.render()).unwrap_or_default() }
-        }),
-    );
+    let (executor_endpoint, executor_server) = match options.executor {
+        None => (None, None),
+        Some(x) => {
+            let mut hosts = x.hosts.clone();
+            if hosts.is_empty() {
+                hosts = vec![x.listen.ip().to_string(), "localhost".to_string()];
+            }
+            let tls = crate::executor_tls::EdgeTls::load_or_create(&x.tls_secret_file, &hosts)
+                .map_err(std::io::Error::other)?;
+            let listener = TcpListener::bind(x.listen).await?;
+            let addr = listener.local_addr()?;
+            let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
+            let gate = writ_mcp_edge::executors::ExecutorGate::new(ledger.clone(), verifier.clone(), audit.clone());
+            let ca_pem = tls.ca_pem.clone();
+            let task = tokio::spawn(crate::executor_tls::serve(listener, Arc::new(tls), gate));
+            tracing::info!(url = %executor_url, "executor endpoint serving (mutual TLS)");
+            (Some((executor_url, ca_pem)), Some(task))
+        }
+    };
+    let admin_urls = Arc::new(options.admin_urls);
+    let endpoint = executor_endpoint.clone();
+    let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
+        .map_err(std::io::Error::other)?
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let metrics = metrics.clone();
+                async move { metrics.map(|h| h.render()).unwrap_or_default() }
+            }),
+        )
+        .route(
+            writ_api::executor::ENROLL_PATH,
+            axum::routing::post(move |body: axum::body::Bytes| {
+                forward_enrollment(admin_urls.clone(), endpoint.clone(), body)
+            }),
+        );
     let server = tokio::spawn(async move {
         use axum::serve::ListenerExt;
         let listener = listener.tap_io(|tcp| {
@@ -209,7 +370,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         }
     });
     tracing::info!(%url, "edge serving");
-    Ok(RunningEdge { url, local_addr, server, audit })
+    Ok(RunningEdge { url, local_addr, executor_endpoint, server, executor_server, audit })
 }
 
 /// `writ edge --config FILE`.
@@ -225,6 +386,8 @@ pub async fn run(config: &Path) -> Result<(), String> {
         seal_key: load_or_create_seal_key(&cfg.seal_key_file)?,
         anonymous: cfg.anonymous,
         fixtures_tenant: None,
+        executor: cfg.executor,
+        admin_urls: cfg.ledger.clone(),
     };
     let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;
     println!("Writ edge serving MCP at {}", edge.url);

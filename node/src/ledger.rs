@@ -184,12 +184,10 @@ impl LedgerNode {
                 let tenants: Vec<String> = {
                     let applied = node.sm.read();
                     let st = &applied.state;
-                    st.operations
-                        .iter()
-                        .filter(|(t, ops)| {
-                            !writ_api::operation::due(Some(ops), st.device_leases.get(*t), now).is_empty()
-                        })
-                        .map(|(t, _)| t.clone())
+                    st.live_operations
+                        .keys()
+                        .filter(|t| !writ_api::operation::due(st, t, now).is_empty())
+                        .cloned()
                         .collect()
                 };
                 for tenant_id in tenants {

@@ -8,6 +8,8 @@
 pub mod config;
 pub mod dev;
 pub mod edge;
+pub mod executor;
+pub mod executor_tls;
 pub mod http;
 pub mod keys;
 pub mod ledger;

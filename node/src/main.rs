@@ -31,6 +31,8 @@ enum Cmd {
     },
     /// Operate a cluster through its admin API.
     Admin(writ_tenant_admin::cli::AdminArgs),
+    /// A site executor: enroll with a token, then serve dispatched operations.
+    Executor(writ_node::executor::ExecutorArgs),
 }
 
 fn init_tracing() {
@@ -57,6 +59,10 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.cmd {
             Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(args).await as u8),
+            Cmd::Executor(args) => {
+                init_tracing();
+                ExitCode::from(writ_node::executor::run_cli(args).await)
+            }
             Cmd::Dev(args) => {
                 init_tracing();
                 match writ_node::dev::run(args).await {

@@ -205,20 +205,31 @@ fn internal(e: impl std::fmt::Display) -> Rejection {
     Rejection::new(ReasonCode::INTERNAL, format!("certificate issuance failed: {e}"))
 }
 
-impl TenantCa {
-    fn derive(secret: &[u8; 32], tenant: &Tenant) -> Result<TenantCa, Rejection> {
+/// A CA whose Ed25519 key is derived from `secret` under a domain `label` (and `context`), with
+/// a self-signed certificate that is byte-identical every time it is built (fixed validity and
+/// serial, deterministic Ed25519 signatures): every holder of the secret builds the same CA and
+/// no private key is ever stored or replicated.
+pub struct DerivedCa {
+    pub key: KeyPair,
+    pub params: CertificateParams,
+    pub der: Vec<u8>,
+}
+
+impl DerivedCa {
+    pub fn derive(label: &str, secret: &[u8], context: &str, common_name: &str) -> Result<DerivedCa, String> {
         let mut h = Sha256::new();
-        h.update(b"writ/executor-ca/v1\0");
+        h.update(label.as_bytes());
+        h.update([0u8]);
         h.update(secret);
-        h.update(tenant.id.as_bytes());
+        h.update(context.as_bytes());
         let seed = h.finalize();
         let mut pkcs8 = ED25519_PKCS8_PREFIX.to_vec();
         pkcs8.extend_from_slice(&seed);
-        let key = KeyPair::try_from(pkcs8.as_slice()).map_err(internal)?;
+        let key = KeyPair::try_from(pkcs8.as_slice()).map_err(|e| e.to_string())?;
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "Writ");
-        dn.push(DnType::CommonName, format!("Writ executor CA {}", tenant.id));
+        dn.push(DnType::CommonName, common_name);
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
         params.key_usages =
@@ -226,7 +237,21 @@ impl TenantCa {
         params.not_before = rcgen::date_time_ymd(2024, 1, 1);
         params.not_after = rcgen::date_time_ymd(2100, 1, 1);
         params.serial_number = Some(SerialNumber::from_slice(&seed[..16]));
-        let der = params.self_signed(&key).map_err(internal)?.der().to_vec();
+        let der = params.self_signed(&key).map_err(|e| e.to_string())?.der().to_vec();
+        Ok(DerivedCa { key, params, der })
+    }
+
+    /// The CA certificate as PEM.
+    pub fn pem(&self) -> String {
+        pem_block("CERTIFICATE", &self.der)
+    }
+}
+
+impl TenantCa {
+    fn derive(secret: &[u8; 32], tenant: &Tenant) -> Result<TenantCa, Rejection> {
+        let DerivedCa { key, params, der } =
+            DerivedCa::derive("writ/executor-ca/v1", secret, &tenant.id, &format!("Writ executor CA {}", tenant.id))
+                .map_err(internal)?;
         let fingerprint = writ_api::sha256_hex(&der);
         Ok(TenantCa { key, params, der, fingerprint })
     }
@@ -270,7 +295,8 @@ impl TenantCa {
     }
 }
 
-fn pem_block(label: &str, der: &[u8]) -> String {
+/// PEM armour of DER bytes.
+pub fn pem_block(label: &str, der: &[u8]) -> String {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");

@@ -7,7 +7,7 @@
 mod audit;
 mod catalogs;
 pub mod cli;
-mod enroll;
+pub mod enroll;
 pub mod error;
 mod openapi;
 mod operations;

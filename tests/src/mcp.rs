@@ -9,12 +9,25 @@ pub fn meta() -> Value {
 
 /// One JSON-answered MCP request to `url` with the transport headers the body implies (plus
 /// `_meta`); returns the HTTP status, the `WWW-Authenticate` challenge and the body.
-pub async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value) -> (u16, String, Value) {
+pub async fn rpc(url: &str, token: Option<&str>, method: &str, params: Value) -> (u16, String, Value) {
+    try_rpc(url, token, method, params, std::time::Duration::from_secs(60)).await.expect("edge reachable")
+}
+
+/// [`rpc`] that gives up after `timeout` and reports transport failures (a killed edge, a
+/// client-side timeout) instead of panicking.
+pub async fn try_rpc(
+    url: &str,
+    token: Option<&str>,
+    method: &str,
+    mut params: Value,
+    timeout: std::time::Duration,
+) -> Result<(u16, String, Value), String> {
     params["_meta"] = meta();
     let mut rb = reqwest::Client::builder()
         .no_proxy()
+        .timeout(timeout)
         .build()
-        .expect("http client")
+        .map_err(|e| e.to_string())?
         .post(url)
         .header("MCP-Protocol-Version", "2026-07-28")
         .header("Mcp-Method", method)
@@ -26,8 +39,9 @@ pub async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value
     if let Some(t) = token {
         rb = rb.bearer_auth(t);
     }
-    let r = rb.send().await.expect("edge reachable");
+    let r = rb.send().await.map_err(|e| e.to_string())?;
     let status = r.status().as_u16();
     let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    (status, challenge, r.json().await.unwrap_or(Value::Null))
+    let body = r.bytes().await.map_err(|e| e.to_string())?;
+    Ok((status, challenge, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }

@@ -325,11 +325,16 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
 
 /// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).
 pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    run_cli_with_token(url, TEST_OPERATOR_TOKEN, args)
+}
+
+/// `writ admin <args>` with an operator token.
+pub fn run_cli_with_token(url: &str, token: &str, args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(writ_bin())
         .arg("admin")
         .args(args)
         .env("WRIT_ADMIN_URL", url)
-        .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
+        .env("WRIT_ADMIN_TOKEN", token)
         .output()
         .expect("run writ admin");
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
@@ -350,7 +355,16 @@ impl DevProcess {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("dev");
         let child = Command::new(writ_bin())
-            .args(["dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "dev",
+                "--listen",
+                "127.0.0.1:0",
+                "--edge-listen",
+                "127.0.0.1:0",
+                "--executor-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
             .arg(&data)
             .args(extra)
             .stdout(Stdio::null())
@@ -387,6 +401,8 @@ impl Drop for DevProcess {
 /// the canonical URL (the token audience, as behind a load balancer) and the seal key file.
 pub struct EdgeProc {
     pub port: u16,
+    /// Port of its executor endpoint (mutual TLS).
+    pub executor_port: u16,
     child: Child,
 }
 
@@ -394,13 +410,16 @@ impl EdgeProc {
     /// Starts an edge on a free port; `canonical_url` defaults to its own `/mcp` URL.
     pub async fn start(dir: &Path, ledger: &[String], canonical_url: Option<&str>) -> EdgeProc {
         let port = free_port();
+        let executor_port = free_port();
         let canonical = canonical_url.map_or_else(|| format!("http://127.0.0.1:{port}/mcp"), str::to_string);
         let config = dir.join(format!("edge-{port}.toml"));
         let ledger: Vec<String> = ledger.iter().map(|u| format!("\"{u}\"")).collect();
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\ncanonical_url = \"{canonical}\"\nledger = [{}]\nseal_key_file = \"{}\"\n",
+            "listen = \"127.0.0.1:{port}\"\ncanonical_url = \"{canonical}\"\nledger = [{}]\nseal_key_file = \"{}\"\n\
+             [executor]\nlisten = \"127.0.0.1:{executor_port}\"\ntls_secret_file = \"{}\"\n",
             ledger.join(", "),
-            dir.join("edge-seal-key").display()
+            dir.join("edge-seal-key").display(),
+            dir.join("edge-executor-secret").display()
         );
         std::fs::write(&config, text).expect("edge config");
         let log = std::fs::File::create(dir.join(format!("edge-{port}.log"))).expect("edge log");
@@ -411,7 +430,7 @@ impl EdgeProc {
             .stderr(log)
             .spawn()
             .expect("start writ edge");
-        let edge = EdgeProc { port, child };
+        let edge = EdgeProc { port, executor_port, child };
         let http = reqwest::Client::builder().no_proxy().build().expect("http");
         let ready = format!("http://127.0.0.1:{port}/readyz");
         eventually("the edge to be ready", Duration::from_secs(30), || async {
@@ -426,6 +445,17 @@ impl EdgeProc {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
+
+    /// Its executor endpoint.
+    pub fn executor_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.executor_port)
+    }
+
+    /// Kills it with SIGKILL (no shutdown of any kind).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for EdgeProc {
@@ -433,4 +463,179 @@ impl Drop for EdgeProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A `writ executor run` process enrolled through an edge, killed on drop.
+pub struct ExecutorProc {
+    pub dir: PathBuf,
+    pub executor_id: String,
+    child: Option<Child>,
+}
+
+impl ExecutorProc {
+    /// Creates an enrollment for (tenant, site, devices) with the operator token, enrolls with
+    /// `writ executor enroll --edge`, and sets the handler (TOML after `[handler]`), the lease
+    /// and the edges to use (default: the one enrolled through).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn enroll(
+        admin_url: &str,
+        operator_token: &str,
+        tenant: &str,
+        site: &str,
+        devices: &[&str],
+        edge_url: &str,
+        dir: &Path,
+        handler: &str,
+    ) -> ExecutorProc {
+        let mut admin = Admin::new();
+        admin.token = operator_token.to_string();
+        let created = admin
+            .post_ok(
+                admin_url,
+                &format!("/v1/tenants/{tenant}/executors/enrollments"),
+                json!({"site": site, "devices": devices}),
+            )
+            .await;
+        let token = created["token"].as_str().expect("enrollment token");
+        let out = Command::new(writ_bin())
+            .args(["executor", "enroll", "--edge", edge_url, "--token", token, "--out"])
+            .arg(dir)
+            .output()
+            .expect("run writ executor enroll");
+        assert!(out.status.success(), "enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let executor_id = stdout
+            .split_whitespace()
+            .find(|w| w.starts_with("x-"))
+            .unwrap_or_else(|| panic!("no executor id in {stdout}"))
+            .to_string();
+        let x = ExecutorProc { dir: dir.to_path_buf(), executor_id, child: None };
+        x.set_handler(handler, None);
+        x
+    }
+
+    /// Rewrites the handler section (and optionally the edges) of its `executor.toml`.
+    pub fn set_handler(&self, handler: &str, edges: Option<&[String]>) {
+        let path = self.dir.join("executor.toml");
+        let text = std::fs::read_to_string(&path).expect("executor.toml");
+        let head = text.split("\n[handler]").next().unwrap_or_default().to_string() + "\n";
+        let head = match edges {
+            Some(edges) => {
+                let list: Vec<String> = edges.iter().map(|e| format!("{e:?}")).collect();
+                head.lines()
+                    .map(|l| {
+                        if l.starts_with("edges = ") {
+                            format!("edges = [{}]", list.join(", "))
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    + "\n"
+            }
+            None => head,
+        };
+        std::fs::write(&path, format!("{head}[handler]\n{handler}\n")).expect("write executor.toml");
+    }
+
+    /// Starts (or restarts) `writ executor run`.
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("executor.log"))
+            .expect("executor log");
+        let child = Command::new(writ_bin())
+            .args(["executor", "run", "--config"])
+            .arg(self.dir.join("executor.toml"))
+            .env("WRIT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start writ executor run");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Whether the process has exited (e.g. a simulated crash).
+    pub fn exited(&mut self) -> bool {
+        self.child.as_mut().is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
+    /// Operation ids in the simulated device's attempt counter, in attempt order.
+    pub fn attempts(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("attempts.log"))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// An HTTP client presenting this executor's certificate and trusting the edges' CA (to
+    /// play the executor by hand).
+    pub fn mtls_client(&self) -> reqwest::Client {
+        mtls_client(&self.dir.join("executor.crt"), &self.dir.join("executor.key"), &self.dir.join("edge-ca.crt"))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("executor.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for ExecutorProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An HTTP client with a client certificate (PEM chain + key) that trusts `ca`.
+pub fn mtls_client(cert: &Path, key: &Path, ca: &Path) -> reqwest::Client {
+    let certs = std::fs::read(cert).expect("cert");
+    let key = std::fs::read(key).expect("key");
+    let mut roots = rustls::RootCertStore::empty();
+    for der in rustls_pem_certs(&std::fs::read(ca).expect("ca")) {
+        roots.add(der).expect("ca cert");
+    }
+    let key = rustls::pki_types::PrivateKeyDer::try_from(pem_der(&key, "PRIVATE KEY")).expect("key der");
+    let tls =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_client_auth_cert(rustls_pem_certs(&certs), key)
+            .expect("client auth");
+    reqwest::Client::builder()
+        .no_proxy()
+        .use_preconfigured_tls(tls)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("mtls client")
+}
+
+fn pem_der(pem: &[u8], label: &str) -> Vec<u8> {
+    pem_blocks(pem, label).into_iter().next().unwrap_or_else(|| panic!("no {label} block"))
+}
+
+fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(pem);
+    let (begin, end) = (format!("-----BEGIN {label}-----"), format!("-----END {label}-----"));
+    text.split(&begin)
+        .skip(1)
+        .filter_map(|rest| rest.split(&end).next())
+        .map(|b64| {
+            let clean: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
+            base64::engine::general_purpose::STANDARD.decode(clean).expect("PEM base64")
+        })
+        .collect()
+}
+
+fn rustls_pem_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    pem_blocks(pem, "CERTIFICATE").into_iter().map(rustls::pki_types::CertificateDer::from).collect()
 }

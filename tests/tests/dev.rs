@@ -1,7 +1,7 @@
 //! `writ dev` as a new user meets it: one process serving the ledger, the admin API and the MCP
 //! edge, with a demo tenant whose token lists the demo catalog through the edge.
 
-use serde_json::json;
+use serde_json::{json, Value};
 use writ_tests::mcp::rpc;
 use writ_tests::procs::DevProcess;
 
@@ -15,11 +15,32 @@ async fn writ_dev_serves_the_edge_with_a_demo_token() {
         list["result"]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(
         names,
-        vec!["list_devices", "move_press", "observation.capture", "operation.execute", "operation.readback"],
+        vec![
+            "home_press",
+            "list_devices",
+            "move_press",
+            "observation.capture",
+            "operation.execute",
+            "operation.propose",
+            "operation.readback"
+        ],
         "{list}"
     );
     // The read tool answers right away with the demo tenant's device.
     let (_, _, answer) = rpc(mcp, Some(token), "tools/call", json!({"name": "list_devices"})).await;
     let devices = &answer["result"]["structuredContent"]["devices"];
     assert_eq!((&devices[0]["name"], &devices[0]["site"]), (&json!("demo-press"), &json!("demo-site")), "{answer}");
+    // The simulated demo executor performs an operation on the demo device right away.
+    let args = json!({"action": "home_press", "input": {}, "device": "demo-press", "idempotency_key": "first"});
+    let (_, _, executed) =
+        rpc(mcp, Some(token), "tools/call", json!({"name": "operation.execute", "arguments": args})).await;
+    assert_eq!(executed["result"]["isError"], Value::Null, "{executed}");
+    let read = json!({"name": "operation.readback", "arguments": {"idempotency_key": "first"}});
+    let op = writ_tests::eventually("the demo operation's effect", std::time::Duration::from_secs(20), || async {
+        let (_, _, r) = rpc(mcp, Some(token), "tools/call", read.clone()).await;
+        let op = r["result"]["structuredContent"].clone();
+        (op["state"] == "effect_reported").then_some(op)
+    })
+    .await;
+    assert_eq!((op["attempts"].as_u64(), op["evidence"].as_array().map(Vec::len)), (Some(1), Some(1)), "{op}");
 }

@@ -134,7 +134,14 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     assert_eq!(code, 200, "{list}");
     assert_eq!(
         names(&list),
-        vec!["move_arm", "observation.capture", "operation.execute", "operation.readback", "read_temp"]
+        vec![
+            "move_arm",
+            "observation.capture",
+            "operation.execute",
+            "operation.propose",
+            "operation.readback",
+            "read_temp"
+        ]
     );
     assert_eq!(list["result"]["resultType"], "complete");
     assert!(list["result"]["ttlMs"].as_u64().is_some() && list["result"]["cacheScope"] == "private");

@@ -1,0 +1,143 @@
+//! The executor wire (SPEC E7, X2): what a site executor and an edge's executor endpoint say to
+//! each other over mutual TLS. The executor's certificate is its identity; nothing in these
+//! bodies names a tenant or an executor.
+//!
+//! - `GET  /executor/v1/dispatch` — a long-lived NDJSON stream of [`DispatchFrame`]s.
+//! - `POST /executor/v1/operations/{id}/start|renew|report|refuse` — [`AttemptRequest`],
+//!   [`ReportRequest`], [`RefuseRequest`]; answers an [`OperationStatus`] or an `ErrorBody`.
+//! - `GET  /executor/v1/operations/{id}` — the operation's [`OperationStatus`].
+//! - `POST /executor/v1/enroll` (on the MCP listener, no client certificate) — `EnrollRequest`
+//!   → [`ExecutorEnrollment`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::dto::EnrollResponse;
+use crate::operation::{AttemptOutcome, EvidenceV1, Operation, OperationState};
+
+pub const DISPATCH_PATH: &str = "/executor/v1/dispatch";
+pub const OPERATIONS_PATH: &str = "/executor/v1/operations";
+pub const ENROLL_PATH: &str = "/executor/v1/enroll";
+/// A dispatch stream sends a heartbeat at least this often.
+pub const HEARTBEAT_MS: u64 = 2_000;
+
+/// One line of the dispatch stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum DispatchFrame {
+    /// The stream is open for this executor.
+    Hello {
+        executor_id: String,
+        tenant_id: String,
+        site_id: String,
+        now_ms: u64,
+    },
+    /// An operation for this executor to attempt (once).
+    Dispatch {
+        dispatch: Dispatch,
+        now_ms: u64,
+    },
+    Heartbeat {
+        now_ms: u64,
+    },
+    /// The stream ends (the executor reconnects, to this or another edge).
+    End {
+        reason: String,
+        message: String,
+    },
+}
+
+/// What an executor needs to decide whether and how to attempt an operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub operation_id: String,
+    pub action: String,
+    pub input: Value,
+    pub device_id: Option<String>,
+    pub device_name: Option<String>,
+    /// The reservation's fencing token; echo it on every call for this operation.
+    pub fencing_token: u64,
+    /// Ledger time after which the executor must not start the attempt.
+    pub deadline_ms: u64,
+    pub preconditions: BTreeMap<String, String>,
+    pub payload_hash: String,
+    pub trace_id: String,
+}
+
+impl Dispatch {
+    /// The dispatch of `op` (device name looked up by the caller).
+    pub fn of(op: &Operation, device_name: Option<String>) -> Dispatch {
+        Dispatch {
+            operation_id: op.spec.operation_id.clone(),
+            action: op.spec.action.clone(),
+            input: serde_json::from_str(&op.spec.input).unwrap_or(Value::Null),
+            device_id: op.spec.device_id.clone(),
+            device_name,
+            fencing_token: op.fencing_token.unwrap_or(0),
+            deadline_ms: op.spec.deadline_ms,
+            preconditions: op.spec.preconditions.clone(),
+            payload_hash: op.spec.payload_hash.clone(),
+            trace_id: op.spec.trace_id.clone(),
+        }
+    }
+}
+
+/// `start` and `renew`: the fencing token and the lease asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptRequest {
+    pub fencing_token: u64,
+    pub lease_ms: u64,
+}
+
+/// `report`: how the attempt ended, with the executor's evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportRequest {
+    pub fencing_token: u64,
+    pub outcome: AttemptOutcome,
+    #[serde(default)]
+    pub evidence: Option<EvidenceV1>,
+}
+
+/// `refuse`: the executor will not attempt this dispatch (stale, precondition not met).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefuseRequest {
+    pub fencing_token: u64,
+    pub reason: String,
+}
+
+/// An operation as its executor sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationStatus {
+    pub operation_id: String,
+    pub state: OperationState,
+    pub fencing_token: Option<u64>,
+    pub attempts: u32,
+}
+
+impl From<&Operation> for OperationStatus {
+    fn from(op: &Operation) -> Self {
+        OperationStatus {
+            operation_id: op.spec.operation_id.clone(),
+            state: op.state,
+            fencing_token: op.fencing_token,
+            attempts: op.attempts,
+        }
+    }
+}
+
+/// The edge's answer to an enrollment: the ledger's certificate, plus where the executor
+/// endpoint is and the CA its TLS certificate chains to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecutorEnrollment {
+    #[serde(flatten)]
+    pub enrolled: EnrollResponse,
+    /// `https://…` URL(s) of executor endpoints (any edge serves any executor).
+    pub executor_urls: Vec<String>,
+    /// PEM CA certificate of the edges' executor endpoints.
+    pub edge_ca_certificate: String,
+}

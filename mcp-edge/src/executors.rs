@@ -1,0 +1,480 @@
+//! The executor endpoint (SPEC E7, X2): site executors connect over mutual TLS with the
+//! certificate they received at enrollment. The TLS layer (in `node`) accepts only certificates
+//! chaining to a tenant's executor CA ([`ExecutorGate::roots`]) and hands the leaf certificate
+//! to this router as an [`ExecutorPeer`]; here the certificate's fingerprint maps it to
+//! (tenant, site, executor) through the edge's replica of the ledger — unknown, revoked or
+//! expired certificates are refused, and every refusal is audited to the tenant concerned.
+//!
+//! Any edge replica serves any executor: the dispatch stream is fed by the replica (operations
+//! reserved for the executor's devices are claimed with `DispatchOperation`, which the ledger
+//! decides once), and the attempt calls are ledger commands carrying the fencing token.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::de::DeserializeOwned;
+use writ_api::audit::RequestDecisionV1;
+use writ_api::client::Ledger;
+use writ_api::dto::{ErrorBody, SubmitRequest};
+use writ_api::executor::{
+    AttemptRequest, Dispatch, DispatchFrame, OperationStatus, RefuseRequest, ReportRequest, DISPATCH_PATH,
+    HEARTBEAT_MS, OPERATIONS_PATH,
+};
+use writ_api::ledger::{Command, Outcome, TenantState};
+use writ_api::operation::{Operation, OperationState};
+use writ_api::state::LedgerState;
+use writ_api::verifier::{now_ms, Verifier};
+use writ_api::{ReasonCode, Rejection};
+
+use crate::audit::AuditSink;
+
+/// The client certificate (DER) of the TLS connection a request arrived on.
+#[derive(Debug, Clone)]
+pub struct ExecutorPeer(pub Arc<Vec<u8>>);
+
+/// An executor as its certificate identifies it.
+#[derive(Debug, Clone)]
+struct Identity {
+    tenant_id: String,
+    executor_id: String,
+    site_id: String,
+    device_ids: BTreeSet<String>,
+}
+
+struct Gate {
+    ledger: Arc<dyn Ledger>,
+    verifier: Verifier,
+    audit: AuditSink,
+}
+
+/// The executor endpoint of one edge.
+#[derive(Clone)]
+pub struct ExecutorGate {
+    inner: Arc<Gate>,
+}
+
+/// A refusal with the tenant it concerns (when one is known).
+struct Refusal {
+    tenant_id: Option<String>,
+    rejection: Rejection,
+}
+
+fn error_response(r: &Rejection) -> Response {
+    let status = StatusCode::from_u16(r.reason.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = ErrorBody { reason: r.reason, code: r.reason.number(), message: r.message.clone(), leader_hint: None };
+    (status, Json(body)).into_response()
+}
+
+/// The tenant a certificate claims in its `urn:writ:executor:<tenant>:…` SAN. Used only to
+/// route the audit record of a refused certificate to the tenant it pretends to belong to;
+/// never for authority (a refused certificate proves nothing).
+pub fn claimed_tenant(cert_der: &[u8]) -> Option<String> {
+    const PREFIX: &[u8] = b"urn:writ:executor:";
+    let at = cert_der.windows(PREFIX.len()).position(|w| w == PREFIX)? + PREFIX.len();
+    let rest = &cert_der[at..];
+    let end = rest.iter().position(|b| *b == b':')?;
+    let tenant = std::str::from_utf8(&rest[..end]).ok()?;
+    (!tenant.is_empty() && tenant.len() <= 64).then(|| tenant.to_string())
+}
+
+fn identify(state: &LedgerState, cert_der: &[u8], now: u64) -> Result<Identity, Refusal> {
+    let fingerprint = writ_api::sha256_hex(cert_der);
+    let refused = |tenant_id: Option<String>, reason, message: &str| Refusal {
+        tenant_id,
+        rejection: Rejection::new(reason, message.to_string()),
+    };
+    let Some((tenant_id, executor_id)) = state.executor_certs.get(&fingerprint) else {
+        return Err(refused(
+            claimed_tenant(cert_der).filter(|t| state.tenants.contains_key(t)),
+            ReasonCode::EXECUTOR_CERT_REFUSED,
+            "this certificate was not issued by a Writ enrollment",
+        ));
+    };
+    let executor = state.executors.get(tenant_id).and_then(|m| m.get(executor_id));
+    let Some(executor) = executor.filter(|e| e.cert.fingerprint == fingerprint) else {
+        return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_CERT_REFUSED, "unknown executor"));
+    };
+    if executor.revoked_at_ms.is_some() {
+        return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_REVOKED, "this executor was revoked"));
+    }
+    if executor.cert.not_after_ms <= now {
+        return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_CERT_REFUSED, "the certificate has expired"));
+    }
+    if state.tenants.get(tenant_id).is_some_and(|t| t.state == TenantState::Suspended) {
+        return Err(refused(Some(tenant_id.clone()), ReasonCode::TENANT_SUSPENDED, "the tenant is suspended"));
+    }
+    Ok(Identity {
+        tenant_id: tenant_id.clone(),
+        executor_id: executor_id.clone(),
+        site_id: executor.site_id.clone(),
+        device_ids: executor.device_ids.clone(),
+    })
+}
+
+fn decision(principal_id: String, method: &str, name: Option<String>, reason: Option<ReasonCode>) -> RequestDecisionV1 {
+    RequestDecisionV1 {
+        trace_id: uuid::Uuid::new_v4().to_string(),
+        principal_id,
+        token_id: None,
+        parent_token_id: None,
+        method: method.to_string(),
+        name,
+        outcome: if reason.is_some() { "denied" } else { "allowed" }.to_string(),
+        reason,
+    }
+}
+
+/// What the dispatch stream of `who` should do now: operations to claim, and operations
+/// dispatched to it (with their device names).
+fn scan(state: &LedgerState, who: &Identity) -> (Vec<String>, Vec<Dispatch>) {
+    let (mut claim, mut mine) = (Vec::new(), Vec::new());
+    let (Some(ops), Some(live)) = (state.operations.get(&who.tenant_id), state.live_operations.get(&who.tenant_id))
+    else {
+        return (claim, mine);
+    };
+    for op in live.iter().filter_map(|id| ops.get(id)) {
+        let serves = op.spec.device_id.as_ref().is_none_or(|d| who.device_ids.contains(d));
+        match op.state {
+            OperationState::Reserved if serves => claim.push(op.spec.operation_id.clone()),
+            OperationState::Dispatched if op.executor_id.as_deref() == Some(who.executor_id.as_str()) => {
+                let name =
+                    op.spec.device_id.as_ref().and_then(|d| state.device(&who.tenant_id, d)).map(|d| d.name.clone());
+                mine.push(Dispatch::of(op, name));
+            }
+            _ => {}
+        }
+    }
+    (claim, mine)
+}
+
+impl ExecutorGate {
+    pub fn new(ledger: Arc<dyn Ledger>, verifier: Verifier, audit: AuditSink) -> ExecutorGate {
+        ExecutorGate { inner: Arc::new(Gate { ledger, verifier, audit }) }
+    }
+
+    /// DER certificates of every tenant's executor CAs: the roots client certificates must
+    /// chain to (the mapping then requires the certificate's recorded fingerprint).
+    pub fn roots(&self) -> Vec<Vec<u8>> {
+        self.inner
+            .verifier
+            .with_state(|s| s.executor_cas.values().flat_map(|m| m.values()).map(|ca| ca.cert_der.clone()).collect())
+    }
+
+    /// A client certificate refused by the TLS layer (`error` says why): audited to the tenant
+    /// it claims, when that tenant exists.
+    pub fn refused_at_tls(&self, cert_der: &[u8], error: &str) {
+        let tenant = claimed_tenant(cert_der).filter(|t| self.inner.verifier.with_state(|s| s.tenants.contains_key(t)));
+        tracing::warn!(tenant = ?tenant, %error, "executor certificate refused at the TLS layer");
+        metrics::counter!("writ_edge_executor_refused_total", "stage" => "tls").increment(1);
+        if let Some(tenant_id) = tenant {
+            let d = decision(
+                format!("executor-cert:{}", &writ_api::sha256_hex(cert_der)[..16]),
+                "executor/connect",
+                None,
+                Some(ReasonCode::EXECUTOR_CERT_REFUSED),
+            );
+            let audit = self.inner.audit.clone();
+            tokio::spawn(async move { audit.buffer(&tenant_id, d).await });
+        }
+    }
+
+    /// The executor API (requests carry an [`ExecutorPeer`] extension).
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(DISPATCH_PATH, get(dispatch_stream))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}"), get(status))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}/start"), post(start))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}/renew"), post(renew))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}/report"), post(report))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}/refuse"), post(refuse))
+            .with_state(self.clone())
+    }
+
+    /// Maps the peer to an executor; a refusal is audited (committed before the answer).
+    async fn identify(&self, peer: &ExecutorPeer, method: &str) -> Result<Identity, Response> {
+        if !self.inner.verifier.is_current() {
+            return Err(error_response(&writ_api::client::unavailable("the edge's ledger replica is not current")));
+        }
+        let found = self.inner.verifier.with_state(|s| identify(s, &peer.0, now_ms()));
+        found.map_err(|refusal| {
+            metrics::counter!("writ_edge_executor_refused_total", "stage" => "mapping").increment(1);
+            let r = refusal.rejection;
+            if let Some(tenant_id) = refusal.tenant_id {
+                let who = format!("executor-cert:{}", &writ_api::sha256_hex(&peer.0)[..16]);
+                let d = decision(who, method, None, Some(r.reason));
+                let audit = self.inner.audit.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = audit.commit(&tenant_id, d).await {
+                        tracing::warn!(error = %e, "executor refusal not audited");
+                    }
+                });
+            }
+            error_response(&r)
+        })
+    }
+
+    /// Submits an attempt command of `who` for `operation_id` (dispatched to it), audits it and
+    /// answers with the operation's status.
+    async fn act(&self, who: &Identity, operation_id: &str, method: &str, command: Command) -> Response {
+        let dispatched_to_me = self.inner.verifier.with_state(|s| {
+            s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id)).map(|op| op.executor_id.clone())
+        });
+        let principal = format!("executor:{}", who.executor_id);
+        let outcome = match dispatched_to_me {
+            // Another tenant's operation, or one never dispatched to this executor, does not exist
+            // for it.
+            None | Some(None) => Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you")),
+            Some(Some(x)) if x != who.executor_id => {
+                Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"))
+            }
+            Some(Some(_)) => self.submit(command).await,
+        };
+        let d = decision(principal, method, Some(operation_id.to_string()), outcome.as_ref().err().map(|e| e.reason));
+        if let Err(e) = self.inner.audit.commit(&who.tenant_id, d).await {
+            return error_response(&e);
+        }
+        match outcome {
+            Ok(op) => Json(OperationStatus::from(&op)).into_response(),
+            Err(e) => error_response(&e),
+        }
+    }
+
+    async fn submit(&self, command: Command) -> Result<Operation, Rejection> {
+        let (tenant_id, operation_id) = match &command {
+            Command::StartAttempt { tenant_id, operation_id, .. }
+            | Command::RenewAttemptLease { tenant_id, operation_id, .. }
+            | Command::ReportAttempt { tenant_id, operation_id, .. }
+            | Command::RefuseDispatch { tenant_id, operation_id, .. }
+            | Command::DispatchOperation { tenant_id, operation_id, .. } => (tenant_id.clone(), operation_id.clone()),
+            _ => return Err(Rejection::new(ReasonCode::INTERNAL, "not an executor command")),
+        };
+        let trace_id = uuid::Uuid::new_v4().to_string();
+        let submitted = self.inner.ledger.submit(SubmitRequest { trace_id, command }).await?;
+        if let Outcome::Rejected { reason, message, .. } = submitted.outcome {
+            return Err(Rejection::new(reason, message));
+        }
+        let q = writ_api::dto::Query::GetOperation { tenant_id, operation_id };
+        match self.inner.ledger.query(writ_api::dto::QueryRequest { query: q, consistency: Default::default() }).await?
+        {
+            writ_api::dto::QueryResult::Operation(op) => Ok(*op),
+            _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected operation answer")),
+        }
+    }
+}
+
+/// An attempt call: identify the executor, parse the body, submit the command it makes.
+async fn attempt_call<B: DeserializeOwned>(
+    g: ExecutorGate,
+    peer: ExecutorPeer,
+    id: String,
+    method: &str,
+    body: Bytes,
+    make: impl FnOnce(&Identity, String, B) -> Command,
+) -> Response {
+    let who = match g.identify(&peer, method).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let b: B = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return error_response(&Rejection::new(ReasonCode::INPUT_INVALID, e.to_string())),
+    };
+    let command = make(&who, id.clone(), b);
+    g.act(&who, &id, method, command).await
+}
+
+async fn status(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    Path(id): Path<String>,
+) -> Response {
+    let who = match g.identify(&peer, "executor/status").await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let op = g.inner.verifier.with_state(|s| s.operations.get(&who.tenant_id).and_then(|m| m.get(&id)).cloned());
+    match op.filter(|op| op.executor_id.as_deref() == Some(who.executor_id.as_str())) {
+        Some(op) => Json(OperationStatus::from(&op)).into_response(),
+        None => error_response(&Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you")),
+    }
+}
+
+async fn start(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    attempt_call(g, peer, id, "executor/start", body, |who, operation_id, b: AttemptRequest| Command::StartAttempt {
+        tenant_id: who.tenant_id.clone(),
+        operation_id,
+        executor_id: who.executor_id.clone(),
+        fencing_token: b.fencing_token,
+        lease_ms: b.lease_ms,
+    })
+    .await
+}
+
+async fn renew(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    attempt_call(g, peer, id, "executor/renew", body, |who, operation_id, b: AttemptRequest| {
+        Command::RenewAttemptLease {
+            tenant_id: who.tenant_id.clone(),
+            operation_id,
+            fencing_token: b.fencing_token,
+            lease_ms: b.lease_ms,
+        }
+    })
+    .await
+}
+
+async fn report(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    attempt_call(g, peer, id, "executor/report", body, |who, operation_id, b: ReportRequest| Command::ReportAttempt {
+        tenant_id: who.tenant_id.clone(),
+        operation_id,
+        fencing_token: b.fencing_token,
+        outcome: b.outcome,
+        evidence: b.evidence,
+    })
+    .await
+}
+
+async fn refuse(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    attempt_call(g, peer, id, "executor/refuse", body, |who, operation_id, b: RefuseRequest| Command::RefuseDispatch {
+        tenant_id: who.tenant_id.clone(),
+        operation_id,
+        executor_id: who.executor_id.clone(),
+        fencing_token: b.fencing_token,
+        reason: b.reason,
+    })
+    .await
+}
+
+/// `GET /executor/v1/dispatch`: NDJSON frames until the executor leaves, its authority lapses
+/// or the edge loses the ledger.
+async fn dispatch_stream(State(g): State<ExecutorGate>, Extension(peer): Extension<ExecutorPeer>) -> Response {
+    let who = match g.identify(&peer, "executor/dispatch").await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let d = decision(format!("executor:{}", who.executor_id), "executor/dispatch", None, None);
+    g.inner.audit.buffer(&who.tenant_id, d).await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(feed(g, peer, who, tx));
+    let body =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx)) });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn line(frame: &DispatchFrame) -> Bytes {
+    let mut text = serde_json::to_vec(frame).unwrap_or_default();
+    text.push(b'\n');
+    Bytes::from(text)
+}
+
+/// The dispatch loop of one stream: claim what the executor can take, send what is dispatched
+/// to it (once per stream; a reconnect resends what is still waiting), heartbeat, and end when
+/// the executor's certificate stops being accepted or the replica goes stale.
+async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::sync::mpsc::Sender<Bytes>) {
+    let verifier = &g.inner.verifier;
+    let mut revisions = verifier.revisions();
+    let hello = DispatchFrame::Hello {
+        executor_id: who.executor_id.clone(),
+        tenant_id: who.tenant_id.clone(),
+        site_id: who.site_id.clone(),
+        now_ms: now_ms(),
+    };
+    if tx.send(line(&hello)).await.is_err() {
+        return;
+    }
+    let mut sent: BTreeSet<String> = BTreeSet::new();
+    let mut lost: BTreeSet<String> = BTreeSet::new();
+    loop {
+        revisions.borrow_and_update();
+        let checked = verifier.with_state(|s| identify(s, &peer.0, now_ms()).map(|_| scan(s, &who)));
+        let end = match (&checked, verifier.is_current()) {
+            (_, false) => Some(writ_api::client::unavailable("the edge lost the ledger; reconnect")),
+            (Err(refusal), _) => Some(refusal.rejection.clone()),
+            (Ok(_), true) => None,
+        };
+        if let Some(r) = end {
+            let _ = tx.send(line(&DispatchFrame::End { reason: r.reason.to_string(), message: r.message })).await;
+            return;
+        }
+        let Ok((claim, mine)) = checked else { return };
+        let live: BTreeSet<String> = claim.iter().chain(mine.iter().map(|d| &d.operation_id)).cloned().collect();
+        sent.retain(|id| live.contains(id));
+        lost.retain(|id| live.contains(id));
+        let untried: Vec<String> = claim.into_iter().filter(|id| !lost.contains(id)).collect();
+        for operation_id in untried {
+            let command = Command::DispatchOperation {
+                tenant_id: who.tenant_id.clone(),
+                operation_id: operation_id.clone(),
+                executor_id: who.executor_id.clone(),
+            };
+            // Another executor may win the claim; the ledger decides once.
+            if let Err(e) = g.submit(command).await {
+                if e.reason != ReasonCode::LEDGER_UNAVAILABLE {
+                    lost.insert(operation_id);
+                }
+            }
+        }
+        for dispatch in mine {
+            if sent.insert(dispatch.operation_id.clone()) {
+                let frame = DispatchFrame::Dispatch { dispatch, now_ms: now_ms() };
+                if tx.send(line(&frame)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            changed = revisions.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_millis(HEARTBEAT_MS)) => {
+                if tx.send(line(&DispatchFrame::Heartbeat { now_ms: now_ms() })).await.is_err() {
+                    return;
+                }
+            }
+            _ = tx.closed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claimed_tenant_comes_from_the_san_uri() {
+        let mut der = b"\x30\x82junk".to_vec();
+        der.extend_from_slice(b"urn:writ:executor:t-abc:s-1:x-9\x30");
+        assert_eq!(claimed_tenant(&der).as_deref(), Some("t-abc"));
+        assert_eq!(claimed_tenant(b"no san here"), None);
+        assert_eq!(claimed_tenant(b"urn:writ:executor::s:x"), None);
+    }
+}

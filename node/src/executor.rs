@@ -1,0 +1,610 @@
+//! The reference site executor (SPEC X1, X2): `writ executor enroll` and `writ executor run`.
+//!
+//! Enrollment generates the key locally and sends only a CSR with the one-time token to an
+//! edge; the private key never leaves the directory it is written to (0600).
+//!
+//! Running, the executor holds a dispatch stream to one edge at a time (any edge serves it; it
+//! rotates through the configured URLs when a stream ends) and, for each dispatch, checks the
+//! deadline (on the edge's clock), the fencing token (never lower than one it has seen for the
+//! device) and the handler's local-state preconditions **before** anything happens. A stale or
+//! unmet dispatch is refused. Otherwise it asks the ledger to start the attempt (the one
+//! attempt: if the ledger says no, nothing happens), runs the handler while renewing the attempt
+//! lease, and reports the outcome with evidence (a content hash and an `evidence_return_ref`).
+//! An outcome it cannot know (the command handler crashed or timed out) is not reported: the
+//! lease runs out and the ledger marks the operation `unknown_effect` for reconciliation.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use writ_api::dto::{EnrollRequest, ErrorBody};
+use writ_api::executor::{
+    AttemptRequest, Dispatch, DispatchFrame, ExecutorEnrollment, OperationStatus, RefuseRequest, ReportRequest,
+    DISPATCH_PATH, ENROLL_PATH, HEARTBEAT_MS, OPERATIONS_PATH,
+};
+use writ_api::operation::{AttemptOutcome, EvidenceV1};
+
+/// Prefix of errors where no edge answered (as opposed to an answer that refused).
+const UNREACHABLE: &str = "edge unreachable";
+/// How often a report is tried (about a minute with the backoff).
+const REPORT_TRIES: u32 = 40;
+/// How often a start whose outcome was uncertain is tried again.
+const START_TRIES: usize = 12;
+
+/// `writ executor …`.
+#[derive(Debug, Args)]
+pub struct ExecutorArgs {
+    #[command(subcommand)]
+    pub cmd: ExecutorCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutorCmd {
+    /// Enroll with a one-time token: generate a key here, send a CSR, write the certificate and
+    /// an `executor.toml` into DIR.
+    Enroll {
+        /// The edge's URL (its MCP URL or origin).
+        #[arg(long)]
+        edge: String,
+        /// The enrollment token from `writ admin executor enroll-token`.
+        #[arg(long, env = "WRIT_ENROLLMENT_TOKEN")]
+        token: String,
+        /// Where to write the key, certificates and configuration.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Serve dispatches with the configured handler until interrupted.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+/// What an executor does with an attempt.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum HandlerConfig {
+    /// A simulated device for tests and demos.
+    Simulated {
+        #[serde(default)]
+        latency_ms: u64,
+        #[serde(default)]
+        failure: FailureMode,
+        /// Each attempt appends the operation id here (the device's attempt counter).
+        attempts_file: Option<PathBuf>,
+        /// The device's local state, checked against an operation's preconditions.
+        #[serde(default)]
+        state: BTreeMap<String, String>,
+    },
+    /// An external command: the dispatch as JSON on stdin; exit 0 = effect (stdout is the
+    /// evidence), exit 3 = no effect; anything else (or a timeout) is an unknown outcome and
+    /// is not reported.
+    Command {
+        program: String,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default = "default_command_timeout")]
+        timeout_s: u64,
+    },
+}
+
+fn default_command_timeout() -> u64 {
+    60
+}
+
+/// How the simulated device misbehaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    #[default]
+    None,
+    /// The process dies right after the attempt started (the outcome is lost).
+    CrashMidAttempt,
+    /// The effect happens but the report never reaches the ledger.
+    ReportLost,
+    /// The attempt takes `latency_ms` + 3 leases (renewed while working).
+    Slow,
+    /// Every dispatch is refused: the local precondition is not met.
+    RefusePrecondition,
+}
+
+/// `executor.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorConfig {
+    /// Executor endpoint URLs (`https://…`), tried in turn.
+    pub edges: Vec<String>,
+    /// PEM certificate (chain) and key from enrollment; relative paths are relative to the file.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// PEM CA of the edges' executor endpoints.
+    pub edge_ca: PathBuf,
+    /// Attempt lease asked of the ledger (renewed at a third of it while the handler works).
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// A dispatch is refused when less than this is left before its deadline (an attempt
+    /// needs time; starting one that cannot finish in time is a stale command).
+    #[serde(default)]
+    pub deadline_margin_ms: u64,
+    pub handler: HandlerConfig,
+}
+
+fn default_lease_ms() -> u64 {
+    5_000
+}
+
+impl ExecutorConfig {
+    pub fn load(path: &Path) -> Result<ExecutorConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut cfg: ExecutorConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [&mut cfg.cert, &mut cfg.key, &mut cfg.edge_ca] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        if let HandlerConfig::Simulated { attempts_file: Some(f), .. } = &mut cfg.handler {
+            if f.is_relative() {
+                *f = base.join(&*f);
+            }
+        }
+        if cfg.edges.is_empty() || cfg.edges.iter().any(|u| !u.starts_with("https://")) {
+            return Err(format!("{}: edges: list at least one https:// executor endpoint", path.display()));
+        }
+        if !(100..=writ_api::operation::LEASE_MS_MAX).contains(&cfg.lease_ms) {
+            return Err(format!("{}: lease_ms must be 100..={}", path.display(), writ_api::operation::LEASE_MS_MAX));
+        }
+        Ok(cfg)
+    }
+}
+
+/// `writ executor …`; returns the process exit code.
+pub async fn run_cli(args: ExecutorArgs) -> u8 {
+    let result = match args.cmd {
+        ExecutorCmd::Enroll { edge, token, out } => enroll(&edge, &token, &out).await.map(|e| {
+            println!(
+                "Enrolled executor {} (tenant {}, site {}, devices {}).\nWrote {}/executor.toml; start it with:\n  writ executor run --config {}/executor.toml",
+                e.enrolled.executor_id,
+                e.enrolled.tenant_id,
+                e.enrolled.site_id,
+                e.enrolled.device_ids.join(", "),
+                out.display(),
+                out.display()
+            );
+        }),
+        ExecutorCmd::Run { config } => match ExecutorConfig::load(&config) {
+            Ok(cfg) => {
+                let shutdown = crate::wait_for_shutdown_signal();
+                tokio::select! {
+                    r = run(cfg) => r,
+                    _ = shutdown => Ok(()),
+                }
+            }
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
+fn origin(url: &str) -> Result<String, String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("edge URL '{url}': {e}"))?;
+    Ok(u.origin().ascii_serialization())
+}
+
+/// Enrolls: key generated here, CSR + token to the edge, files written into `out`.
+pub async fn enroll(edge: &str, token: &str, out: &Path) -> Result<ExecutorEnrollment, String> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
+    let csr = rcgen::CertificateParams::default()
+        .serialize_request(&key)
+        .and_then(|r| r.pem())
+        .map_err(|e| format!("CSR: {e}"))?;
+    let http =
+        reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
+    let url = format!("{}{ENROLL_PATH}", origin(edge)?);
+    let r = http
+        .post(&url)
+        .json(&EnrollRequest { token: token.to_string(), csr })
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    if !r.status().is_success() {
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        return Err(match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => format!("enrollment refused: {} ({}): {}", b.reason, status.as_u16(), b.message),
+            Err(_) => format!("enrollment refused: HTTP {status}: {text}"),
+        });
+    }
+    let e: ExecutorEnrollment = r.json().await.map_err(|e| format!("enrollment answer: {e}"))?;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    crate::keys::write_private(&out.join("executor.key"), &key.serialize_pem())
+        .map_err(|e| format!("executor.key: {e}"))?;
+    let write = |name: &str, text: &str| std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"));
+    write("executor.crt", &format!("{}{}", e.enrolled.certificate, e.enrolled.ca_certificate))?;
+    write("edge-ca.crt", &e.edge_ca_certificate)?;
+    let edges: Vec<String> = e.executor_urls.iter().map(|u| format!("{u:?}")).collect();
+    write(
+        "executor.toml",
+        &format!(
+            "# Written by `writ executor enroll`: executor {}, tenant {}, site {}.\n\
+             edges = [{}]\ncert = \"executor.crt\"\nkey = \"executor.key\"\nedge_ca = \"edge-ca.crt\"\n\
+             lease_ms = {}\n\n# The built-in simulated device; for a real site use the command handler:\n\
+             # kind = \"command\", program = \"/path/to/handler\", args = [], timeout_s = 60\n\
+             [handler]\nkind = \"simulated\"\nlatency_ms = 0\nattempts_file = \"attempts.log\"\n",
+            e.enrolled.executor_id,
+            e.enrolled.tenant_id,
+            e.enrolled.site_id,
+            edges.join(", "),
+            default_lease_ms()
+        ),
+    )?;
+    Ok(e)
+}
+
+fn http_client(cfg: &ExecutorConfig) -> Result<reqwest::Client, String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let certs: Vec<_> = rustls_pemfile::certs(&mut read(&cfg.cert)?.as_slice())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", cfg.cert.display()))?;
+    let key = rustls_pemfile::private_key(&mut read(&cfg.key)?.as_slice())
+        .map_err(|e| format!("{}: {e}", cfg.key.display()))?
+        .ok_or_else(|| format!("{}: no private key", cfg.key.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in rustls_pemfile::certs(&mut read(&cfg.edge_ca)?.as_slice()) {
+        roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| format!("{}: {e}", cfg.edge_ca.display()))?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| format!("client certificate: {e}"))?;
+    reqwest::Client::builder()
+        .no_proxy()
+        .use_preconfigured_tls(tls)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The executor's memory: what it has taken on and the highest fencing token per device.
+#[derive(Default)]
+struct Memory {
+    taken: BTreeSet<String>,
+    fencing: HashMap<String, u64>,
+}
+
+struct Executor {
+    cfg: ExecutorConfig,
+    http: reqwest::Client,
+    memory: Mutex<Memory>,
+    /// Index into `cfg.edges` of the edge currently streaming.
+    edge: Mutex<usize>,
+}
+
+/// Runs until the process is stopped: a dispatch stream (rotating edges on failure) and one
+/// task per dispatch.
+pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
+    let http = http_client(&cfg)?;
+    let x = Arc::new(Executor { cfg, http, memory: Mutex::default(), edge: Mutex::new(0) });
+    let mut failures = 0u32;
+    loop {
+        let edge = x.cfg.edges[*x.edge.lock().expect("edge lock") % x.cfg.edges.len()].clone();
+        match x.clone().stream(&edge).await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(%edge, error = %e, "dispatch stream ended");
+            }
+        }
+        *x.edge.lock().expect("edge lock") += 1;
+        let backoff = Duration::from_millis((100u64 << failures.min(5)).min(3_000));
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+impl Executor {
+    /// One dispatch stream; returns when it ends.
+    async fn stream(self: Arc<Self>, edge: &str) -> Result<(), String> {
+        let r = self.http.get(format!("{edge}{DISPATCH_PATH}")).send().await.map_err(|e| e.to_string())?;
+        if !r.status().is_success() {
+            let status = r.status();
+            return Err(format!("HTTP {status}: {}", r.text().await.unwrap_or_default()));
+        }
+        let mut body = r.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        let silence = Duration::from_millis(3 * HEARTBEAT_MS);
+        loop {
+            let chunk = match tokio::time::timeout(silence, body.next()).await {
+                Err(_) => return Err("no heartbeat from the edge".into()),
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => return Err(e.to_string()),
+                Ok(Some(Ok(c))) => c,
+            };
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let frame: DispatchFrame = serde_json::from_slice(&line).map_err(|e| format!("bad frame: {e}"))?;
+                match frame {
+                    DispatchFrame::Hello { executor_id, tenant_id, site_id, .. } => {
+                        tracing::info!(%edge, %executor_id, %tenant_id, %site_id, "dispatch stream open");
+                    }
+                    DispatchFrame::Heartbeat { .. } => {}
+                    DispatchFrame::End { reason, message } => return Err(format!("{reason}: {message}")),
+                    DispatchFrame::Dispatch { dispatch, now_ms } => {
+                        let received = Instant::now();
+                        let x = self.clone();
+                        let edge = edge.to_string();
+                        tokio::spawn(async move { x.handle(&edge, dispatch, now_ms, received).await });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why this dispatch must not be attempted, if it must not.
+    fn stale(&self, d: &Dispatch, edge_now_ms: u64, received: Instant) -> Option<String> {
+        let now = edge_now_ms + received.elapsed().as_millis() as u64;
+        if d.deadline_ms <= now {
+            return Some(format!("deadline passed ({} ms ago)", now - d.deadline_ms));
+        }
+        if d.deadline_ms - now < self.cfg.deadline_margin_ms {
+            return Some(format!(
+                "deadline too close: {} ms left, this executor needs {}",
+                d.deadline_ms - now,
+                self.cfg.deadline_margin_ms
+            ));
+        }
+        let memory = self.memory.lock().expect("memory lock");
+        if let Some(seen) = d.device_id.as_ref().and_then(|dev| memory.fencing.get(dev)) {
+            if d.fencing_token < *seen {
+                return Some(format!("stale fencing token {} (this executor has seen {seen})", d.fencing_token));
+            }
+        }
+        if let HandlerConfig::Simulated { state, failure, .. } = &self.cfg.handler {
+            if *failure == FailureMode::RefusePrecondition {
+                return Some("local precondition not met (simulated)".into());
+            }
+            for (name, expected) in &d.preconditions {
+                let actual = state.get(name).map(String::as_str).unwrap_or("<unset>");
+                if actual != expected {
+                    return Some(format!("precondition {name}={expected} not met ({name} is {actual})"));
+                }
+            }
+        }
+        None
+    }
+
+    /// Asks the ledger to start the attempt, trying each edge while none answers. When a try's
+    /// outcome was uncertain (the edge went away mid-request) and a later try finds the
+    /// operation already attempting, that start was this task's own (only this task handles
+    /// the operation in this process): the attempt proceeds.
+    async fn start(&self, edge: &str, id: &str, fencing_token: u64, lease_ms: u64) -> Result<(), String> {
+        let body = AttemptRequest { fencing_token, lease_ms };
+        let others = self.cfg.edges.iter().filter(|e| e.as_str() != edge).map(String::as_str);
+        let order: Vec<&str> = std::iter::once(edge).chain(others).collect();
+        let (mut uncertain, mut last) = (false, String::new());
+        // Bounded: the ledger refuses a start after the deadline anyway.
+        for round in 0..START_TRIES {
+            let e = order[round % order.len()];
+            match self.post(e, id, "start", &body).await {
+                Ok(_) => return Ok(()),
+                // No answer, or the ledger could not confirm: the start may or may not have
+                // been committed.
+                Err(err) if err.starts_with(UNREACHABLE) || err.starts_with("LEDGER_UNAVAILABLE") => {
+                    uncertain = true;
+                    last = err;
+                    tokio::time::sleep(Duration::from_millis(200 * (round as u64 + 1)).min(Duration::from_secs(2)))
+                        .await;
+                }
+                Err(err) if uncertain && err.starts_with("OPERATION_STATE_CONFLICT") => {
+                    let status = self.http.get(format!("{e}{OPERATIONS_PATH}/{id}")).send().await;
+                    let status: Option<OperationStatus> = match status {
+                        Ok(r) if r.status().is_success() => r.json().await.ok(),
+                        _ => None,
+                    };
+                    return match status {
+                        Some(s) if s.state == writ_api::operation::OperationState::Attempting && s.attempts == 1 => {
+                            Ok(())
+                        }
+                        _ => Err(err),
+                    };
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Err(last)
+    }
+
+    /// [`Executor::post`] to `edge`, then to the other edges while the edge is unreachable (an
+    /// attempt's renewals and report must not die with the edge its dispatch came from).
+    async fn post_any<T: serde::Serialize>(
+        &self,
+        edge: &str,
+        id: &str,
+        verb: &str,
+        body: &T,
+    ) -> Result<OperationStatus, String> {
+        let others = self.cfg.edges.iter().filter(|e| e.as_str() != edge).map(String::as_str);
+        let mut last = String::new();
+        for e in std::iter::once(edge).chain(others) {
+            match self.post(e, id, verb, body).await {
+                Err(err) if err.starts_with(UNREACHABLE) => last = err,
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    async fn post<T: serde::Serialize>(
+        &self,
+        edge: &str,
+        id: &str,
+        verb: &str,
+        body: &T,
+    ) -> Result<OperationStatus, String> {
+        let url = format!("{edge}{OPERATIONS_PATH}/{id}/{verb}");
+        let sent = self.http.post(&url).json(body).timeout(Duration::from_secs(15)).send().await;
+        let r = sent.map_err(|e| format!("{UNREACHABLE}: {e}"))?;
+        if r.status().is_success() {
+            return r.json().await.map_err(|e| e.to_string());
+        }
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        Err(match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => format!("{}: {}", b.reason, b.message),
+            Err(_) => format!("HTTP {status}: {text}"),
+        })
+    }
+
+    async fn handle(self: Arc<Self>, edge: &str, d: Dispatch, edge_now_ms: u64, received: Instant) {
+        let id = d.operation_id.clone();
+        if !self.memory.lock().expect("memory lock").taken.insert(id.clone()) {
+            return; // already handled (a reconnect resends what is still waiting)
+        }
+        if let Some(why) = self.stale(&d, edge_now_ms, received) {
+            tracing::info!(operation = %id, %why, "refusing dispatch");
+            let _ =
+                self.post(edge, &id, "refuse", &RefuseRequest { fencing_token: d.fencing_token, reason: why }).await;
+            return;
+        }
+        if let Some(dev) = &d.device_id {
+            let mut memory = self.memory.lock().expect("memory lock");
+            let seen = memory.fencing.entry(dev.clone()).or_insert(0);
+            *seen = (*seen).max(d.fencing_token);
+        }
+        let lease_ms = self.cfg.lease_ms;
+        let started = self.start(edge, &id, d.fencing_token, lease_ms).await;
+        if let Err(e) = started {
+            // No attempt without the ledger's go-ahead. If no edge answered, the dispatch may
+            // come again on the next stream; forget it so it can be taken then.
+            tracing::info!(operation = %id, error = %e, "attempt not started");
+            if e.starts_with(UNREACHABLE) || e.starts_with("LEDGER_UNAVAILABLE") {
+                self.memory.lock().expect("memory lock").taken.remove(&id);
+            }
+            return;
+        }
+        let renewer = {
+            let (x, edge, id, token) = (self.clone(), edge.to_string(), id.clone(), d.fencing_token);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
+                    let renewal = AttemptRequest { fencing_token: token, lease_ms };
+                    if let Err(e) = x.post_any(&edge, &id, "renew", &renewal).await {
+                        tracing::warn!(operation = %id, error = %e, "lease renewal failed");
+                    }
+                }
+            })
+        };
+        let result = self.attempt(&d).await;
+        renewer.abort();
+        let Some((outcome, output)) = result else {
+            tracing::warn!(operation = %id, "outcome unknown: not reported (the ledger will mark unknown_effect)");
+            return;
+        };
+        let evidence = EvidenceV1 {
+            content_hash: hex::encode(Sha256::digest(output.as_bytes())),
+            evidence_return_ref: format!("writ-executor:{id}/evidence"),
+            summary: output.chars().take(200).collect(),
+        };
+        let report = ReportRequest { fencing_token: d.fencing_token, outcome, evidence: Some(evidence) };
+        // A report is retried for a while (through a leader election or an edge going away; a
+        // repeat of one that landed is a state conflict). If it never lands, the lease runs out
+        // and the ledger marks the operation `unknown_effect` for reconciliation.
+        for attempt in 0..REPORT_TRIES {
+            match self.post_any(edge, &id, "report", &report).await {
+                Ok(_) => return,
+                Err(e) if e.starts_with("OPERATION_STATE_CONFLICT") || e.starts_with("FENCING_TOKEN_STALE") => {
+                    tracing::warn!(operation = %id, error = %e, "report refused");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(operation = %id, error = %e, attempt, "report failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt.min(3))).await;
+                }
+            }
+        }
+    }
+
+    /// Performs the attempt; `None` when its outcome is not known.
+    async fn attempt(&self, d: &Dispatch) -> Option<(AttemptOutcome, String)> {
+        match &self.cfg.handler {
+            HandlerConfig::Simulated { latency_ms, failure, attempts_file, .. } => {
+                if let Some(path) = attempts_file {
+                    let line = format!("{}\n", d.operation_id);
+                    let appended = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .and_then(|mut f| f.write_all(line.as_bytes()).and_then(|_| f.sync_data()));
+                    if let Err(e) = appended {
+                        tracing::error!(error = %e, "attempt counter not written");
+                    }
+                }
+                if *failure == FailureMode::CrashMidAttempt {
+                    tracing::error!(operation = %d.operation_id, "simulated crash mid-attempt");
+                    std::process::abort();
+                }
+                let extra = if *failure == FailureMode::Slow { 3 * self.cfg.lease_ms } else { 0 };
+                tokio::time::sleep(Duration::from_millis(latency_ms + extra)).await;
+                if *failure == FailureMode::ReportLost {
+                    return None;
+                }
+                let output =
+                    serde_json::json!({"device": d.device_name, "action": d.action, "input": d.input, "done": true});
+                Some((AttemptOutcome::Effect, output.to_string()))
+            }
+            HandlerConfig::Command { program, args, timeout_s } => run_command(program, args, *timeout_s, d).await,
+        }
+    }
+}
+
+async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatch) -> Option<(AttemptOutcome, String)> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| tracing::error!(%program, error = %e, "handler did not start"))
+        .ok()?;
+    let input = serde_json::to_vec(d).unwrap_or_default();
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&input).await;
+    }
+    let out = tokio::time::timeout(Duration::from_secs(timeout_s), child.wait_with_output()).await;
+    match out {
+        Ok(Ok(o)) => {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            match o.status.code() {
+                Some(0) => Some((AttemptOutcome::Effect, text)),
+                Some(3) => Some((AttemptOutcome::NoEffect, text)),
+                code => {
+                    tracing::warn!(%program, ?code, "handler ended without a known outcome");
+                    None
+                }
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(%program, error = %e, "handler failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%program, timeout_s, "handler timed out");
+            None
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! Issue 5, must-shows 3, 4, 5, 7 and 8 through real processes: `writ dev` (ledger, admin API,
+//! MCP edge and its mutual-TLS executor endpoint) and `writ executor run` processes enrolled with
+//! `writ executor enroll` — agents speak MCP, executors speak the executor wire with the
+//! certificates they enrolled for, operators use the admin API and CLI.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use writ_tests::eventually;
+use writ_tests::mcp::rpc;
+use writ_tests::procs::{mtls_client, run_cli_with_token, Admin, DevProcess, ExecutorProc};
+
+/// The dev process plus what the tests provision in its demo tenant.
+struct World {
+    dev: DevProcess,
+    admin: Admin,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn start() -> World {
+        let dev = DevProcess::start(&[]).await;
+        let mut admin = Admin::new();
+        admin.token = dev.var("WRIT_ADMIN_TOKEN").to_string();
+        World { dev, admin, dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn admin_url(&self) -> &str {
+        self.dev.var("WRIT_ADMIN_URL")
+    }
+
+    fn mcp(&self) -> &str {
+        self.dev.var("WRIT_MCP_URL")
+    }
+
+    async fn device(&self, name: &str) {
+        let body = json!({"name": name, "site": "demo-site", "device_class": "press.v1"});
+        self.admin.post_ok(self.admin_url(), "/v1/tenants/demo/devices", body).await;
+    }
+
+    /// A principal of the demo tenant and a token for it.
+    async fn principal(&self, name: &str, scopes: &[&str]) -> String {
+        let body = if scopes.is_empty() {
+            json!({"name": name, "kind": "agent", "preset": "full"})
+        } else {
+            json!({"name": name, "kind": "agent", "scopes": scopes})
+        };
+        self.admin.post_ok(self.admin_url(), "/v1/tenants/demo/principals", body).await;
+        let t = self
+            .admin
+            .post_ok(self.admin_url(), "/v1/tenants/demo/tokens", json!({"principal": name, "audience": self.mcp()}))
+            .await;
+        t["token"].as_str().unwrap().to_string()
+    }
+
+    /// Enrolls an executor for `devices` (not started).
+    async fn executor(&self, name: &str, devices: &[&str], handler: &str) -> ExecutorProc {
+        ExecutorProc::enroll(
+            self.admin_url(),
+            &self.admin.token,
+            "demo",
+            "demo-site",
+            devices,
+            self.mcp(),
+            &self.dir.path().join(name),
+            handler,
+        )
+        .await
+    }
+
+    async fn tool(&self, token: &str, name: &str, args: Value) -> Value {
+        let (_, _, r) = rpc(self.mcp(), Some(token), "tools/call", json!({"name": name, "arguments": args})).await;
+        r["result"].clone()
+    }
+
+    async fn execute(&self, token: &str, args: Value) -> Value {
+        self.tool(token, "operation.execute", args).await
+    }
+
+    async fn readback(&self, token: &str, id: &str) -> Value {
+        self.tool(token, "operation.readback", json!({"operation_id": id})).await["structuredContent"].clone()
+    }
+
+    /// Waits for the operation to reach `state`.
+    async fn wait_state(&self, token: &str, id: &str, state: &str) -> Value {
+        eventually(&format!("operation {id} to be {state}"), Duration::from_secs(20), || async {
+            let op = self.readback(token, id).await;
+            (op["state"] == state).then_some(op)
+        })
+        .await
+    }
+
+    async fn audit(&self) -> Vec<Value> {
+        let page = self.admin.get(self.admin_url(), "/v1/tenants/demo/audit?limit=1000").await.unwrap();
+        page["records"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+fn reason(result: &Value) -> String {
+    result["_meta"]["writ/reason"].as_str().unwrap_or_default().to_string()
+}
+
+fn op_id(result: &Value) -> String {
+    result["structuredContent"]["operation_id"].as_str().unwrap_or_else(|| panic!("no operation: {result}")).to_string()
+}
+
+fn press(device: &str, key: &str) -> Value {
+    json!({"action": "home_press", "input": {}, "device": device, "idempotency_key": key})
+}
+
+/// Reads NDJSON frames of a dispatch stream until one satisfies `want`.
+async fn next_frame(
+    body: &mut (impl futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Unpin),
+    buf: &mut String,
+    want: impl Fn(&Value) -> bool,
+) -> Value {
+    let reading = async {
+        loop {
+            while let Some(nl) = buf.find('\n') {
+                let line: String = buf.drain(..=nl).collect();
+                let frame: Value = serde_json::from_str(&line).expect("frame");
+                if want(&frame) {
+                    return frame;
+                }
+            }
+            let chunk = futures::StreamExt::next(body).await.expect("stream open").expect("chunk");
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(15), reading).await.expect("a frame in time")
+}
+
+/// Must-shows 3 and 4: one holder per device, stale fencing tokens refused at the executor
+/// endpoint, deadlines passing while queued expire the operation before any attempt, and an
+/// executor refuses dispatches it must not run (deadline too close, precondition not met).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_fencing_deadlines_and_refusals() {
+    let w = World::start().await;
+    for d in ["press-a", "press-b", "press-c"] {
+        w.device(d).await;
+    }
+    let agent = w.principal("agent-1", &[]).await;
+    let rival = w.principal("agent-2", &[]).await;
+
+    // 3. Two agents at once on press-a: exactly one holds it; the other gets DEVICE_RESERVED
+    // with a retry hint.
+    let (a, b) =
+        tokio::join!(w.execute(&agent, press("press-a", "race-1")), w.execute(&rival, press("press-a", "race-2")));
+    let (winner, loser) = if a["isError"] == Value::Null { (a, b) } else { (b, a) };
+    assert_eq!(winner["isError"], Value::Null, "{winner}");
+    assert_eq!(reason(&loser), "DEVICE_RESERVED", "{loser}");
+    assert!(loser["content"][0]["text"].as_str().unwrap().contains("retry after"), "{loser}");
+
+    // The device's executor is played by hand with its enrolled certificate: the operation
+    // reaches it on the dispatch stream; cancelled, the device is reserved anew with the next
+    // fencing token, and the old token is refused.
+    let manual = w.executor("manual", &["press-a"], "kind = \"simulated\"").await;
+    let client = manual.mtls_client();
+    let endpoint = std::fs::read_to_string(manual.dir.join("executor.toml")).unwrap();
+    let endpoint = endpoint.split('"').find(|s| s.starts_with("https://")).expect("edge url").to_string();
+    let first = op_id(&winner);
+    let stream = client.get(format!("{endpoint}/executor/v1/dispatch")).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut body = stream.bytes_stream();
+    let mut buf = String::new();
+    let frame = next_frame(&mut body, &mut buf, |f| f["type"] == "dispatch").await;
+    assert_eq!(frame["dispatch"]["operation_id"], first.as_str(), "{frame}");
+    assert_eq!(frame["dispatch"]["fencing_token"], 1);
+    run_cli_with_token(w.admin_url(), &w.admin.token, &["operation", "cancel", "--tenant", "demo", &first]);
+    let second = op_id(&w.execute(&rival, press("press-a", "race-3")).await);
+    let frame = next_frame(&mut body, &mut buf, |f| f["type"] == "dispatch").await;
+    assert_eq!(
+        (frame["dispatch"]["operation_id"].as_str(), frame["dispatch"]["fencing_token"].as_u64()),
+        (Some(second.as_str()), Some(2))
+    );
+    let start = |token: u64| {
+        client
+            .post(format!("{endpoint}/executor/v1/operations/{second}/start"))
+            .json(&json!({"fencing_token": token, "lease_ms": 5000}))
+            .send()
+    };
+    let stale = start(1).await.unwrap();
+    assert_eq!(stale.status(), 409);
+    assert_eq!(stale.json::<Value>().await.unwrap()["reason"], "FENCING_TOKEN_STALE");
+    let ok = start(2).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.json::<Value>().await.unwrap()["state"], "attempting");
+
+    // 4. A deadline that passes while the operation waits (press-b's executor is not running):
+    // expired, never attempted — and the executor, started afterwards, never sees it.
+    let mut late = w.executor("late", &["press-b"], "kind = \"simulated\"\nattempts_file = \"attempts.log\"").await;
+    let queued = op_id(&w.execute(&agent, json!({"action": "home_press", "input": {}, "device": "press-b", "idempotency_key": "q-1", "deadline_s": 1})).await);
+    let expired = w.wait_state(&agent, &queued, "expired").await;
+    assert_eq!(expired["attempts"], 0);
+    late.start();
+    let next = op_id(&w.execute(&agent, press("press-b", "q-2")).await);
+    w.wait_state(&agent, &next, "effect_reported").await;
+    assert_eq!(late.attempts(), vec![next.clone()], "the expired operation never reached the device");
+
+    // An executor refuses what it must not start: a deadline closer than it needs, and a local
+    // precondition its device does not meet; both fail without an attempt.
+    let mut careful = w
+        .executor(
+            "careful",
+            &["press-c"],
+            "kind = \"simulated\"\nattempts_file = \"attempts.log\"\nstate = { door = \"open\" }",
+        )
+        .await;
+    let toml = careful.dir.join("executor.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("lease_ms = 5000", "lease_ms = 5000\ndeadline_margin_ms = 20000");
+    std::fs::write(&toml, text).unwrap();
+    careful.start();
+    let hurried = op_id(&w.execute(&agent, json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-1", "deadline_s": 10})).await);
+    let failed = w.wait_state(&agent, &hurried, "failed").await;
+    assert_eq!(failed["attempts"], 0, "{failed}");
+    let closed = json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-2", "preconditions": {"door": "closed"}});
+    let unmet = op_id(&w.execute(&agent, closed).await);
+    w.wait_state(&agent, &unmet, "failed").await;
+    let open = json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-3", "preconditions": {"door": "open"}});
+    let met = op_id(&w.execute(&agent, open).await);
+    w.wait_state(&agent, &met, "effect_reported").await;
+    assert_eq!(careful.attempts(), vec![met], "refused dispatches are never attempted");
+    let shown = w.admin.get(w.admin_url(), &format!("/v1/tenants/demo/operations/{unmet}")).await.unwrap();
+    assert_eq!(shown["state"], "failed", "{shown}");
+    let history = w.audit().await;
+    let causes: Vec<String> = history
+        .iter()
+        .filter(|r| r["domain"] == "operation")
+        .map(|r| r["detail"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(causes.iter().any(|c| c.contains("precondition door=closed not met")), "{causes:?}");
+    assert!(causes.iter().any(|c| c.contains("deadline too close")), "{causes:?}");
+}
+
+/// Must-shows 5 and 7: the executor dies mid-attempt → `unknown_effect` when its lease runs
+/// out; retries return that state and cause no attempt; the device stays held until an operator
+/// resolves it, then a new operation proceeds. An effect is accepted only after an observation
+/// by another principal than the requester; the executor's evidence alone cannot accept it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_effect_reconciliation_and_independent_acceptance() {
+    let w = World::start().await;
+    w.device("press-e").await;
+    let agent = w.principal("agent-1", &[]).await;
+    let observer = w.principal("camera", &["observe:capture"]).await;
+    let owner = w.principal("owner", &["ops:accept", "ops:read"]).await;
+    let mut x = w
+        .executor(
+            "crashy",
+            &["press-e"],
+            "kind = \"simulated\"\nattempts_file = \"attempts.log\"\nfailure = \"crash_mid_attempt\"",
+        )
+        .await;
+    let toml = x.dir.join("executor.toml");
+    let text = std::fs::read_to_string(&toml).unwrap().replace("lease_ms = 5000", "lease_ms = 1000");
+    std::fs::write(&toml, text).unwrap();
+    x.start();
+
+    let first = w.execute(&agent, press("press-e", "e-1")).await;
+    let id = op_id(&first);
+    for _ in 0..150 {
+        if x.exited() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(x.exited(), "the executor crashed mid-attempt");
+    let unknown = w.wait_state(&agent, &id, "unknown_effect").await;
+    assert_eq!(unknown["attempts"], 1);
+    for _ in 0..3 {
+        let again = w.execute(&agent, press("press-e", "e-1")).await;
+        assert_eq!(again["structuredContent"]["state"], "unknown_effect", "{again}");
+        assert_eq!(again["structuredContent"]["replayed"], true);
+    }
+    let blocked = w.execute(&agent, press("press-e", "e-2")).await;
+    assert_eq!(reason(&blocked), "DEVICE_RESERVED", "the device may still be moving: {blocked}");
+    x.set_handler("kind = \"simulated\"\nattempts_file = \"attempts.log\"", None);
+    x.start();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(x.attempts(), vec![id.clone()], "a restarted executor does not retry it");
+
+    let (code, out, err) = run_cli_with_token(
+        w.admin_url(),
+        &w.admin.token,
+        &["operation", "resolve", "--tenant", "demo", &id, "--outcome", "no-effect", "--note", "press found at home"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(w.readback(&agent, &id).await["state"], "failed");
+    let next = op_id(&w.execute(&agent, press("press-e", "e-3")).await);
+    let reported = w.wait_state(&agent, &next, "effect_reported").await;
+    assert_eq!(x.attempts(), vec![id, next.clone()]);
+
+    // 7. Independent acceptance.
+    assert_eq!(reported["evidence"].as_array().map(Vec::len), Some(1), "{reported}");
+    let decide = json!({"operation_id": next, "verdict": "accept", "note": "looks right"});
+    let early = w.tool(&owner, "operation.decide", decide.clone()).await;
+    assert_eq!(reason(&early), "OBSERVATION_REQUIRED", "{early}");
+    let evidence = json!({"operation_id": next, "content_hash": "ab".repeat(32),
+                          "evidence_return_ref": "camera://frames/1", "summary": "press at home"});
+    let own = w.tool(&agent, "observation.capture", evidence.clone()).await;
+    assert_eq!(own["isError"], true, "the requester cannot observe its own operation: {own}");
+    let seen = w.tool(&observer, "observation.capture", evidence).await;
+    assert_eq!(seen["isError"], Value::Null, "{seen}");
+    let accepted = w.tool(&owner, "operation.decide", decide).await;
+    assert_eq!(accepted["structuredContent"]["state"], "accepted", "{accepted}");
+}
+
+/// Must-show 8: executor identity. A revoked executor's certificate is refused at mapping; a
+/// self-signed certificate and one from a CA Writ never registered are refused at the TLS layer;
+/// another tenant's executor sees nothing of this tenant. Every refusal is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_certificates_are_checked_and_refusals_audited() {
+    let w = World::start().await;
+    w.device("press-f").await;
+    let agent = w.principal("agent-1", &[]).await;
+    let revoked = w.executor("revoked", &["press-f"], "kind = \"simulated\"").await;
+    let endpoint = std::fs::read_to_string(revoked.dir.join("executor.toml")).unwrap();
+    let endpoint = endpoint.split('"').find(|s| s.starts_with("https://")).expect("edge url").to_string();
+    let dispatch = format!("{endpoint}/executor/v1/dispatch");
+    let before = revoked.mtls_client().get(&dispatch).send().await.unwrap();
+    assert_eq!(before.status(), 200, "an enrolled executor connects");
+    drop(before);
+    let list = w.admin.get(w.admin_url(), "/v1/tenants/demo/executors").await.unwrap();
+    assert!(list["executors"].as_array().unwrap().iter().any(|x| x["id"] == revoked.executor_id.as_str()));
+    w.admin
+        .post_ok(w.admin_url(), &format!("/v1/tenants/demo/executors/{}/revoke", revoked.executor_id), json!({}))
+        .await;
+    let after = eventually("the revocation at the edge", Duration::from_secs(5), || async {
+        let r = revoked.mtls_client().get(&dispatch).send().await.ok()?;
+        (r.status() == 403).then_some(r)
+    })
+    .await;
+    assert_eq!(after.json::<Value>().await.unwrap()["reason"], "EXECUTOR_REVOKED");
+
+    // Another tenant's enrolled executor: its identity is its own tenant's.
+    w.admin.post_ok(w.admin_url(), "/v1/tenants", json!({"name": "other"})).await;
+    w.admin.post_ok(w.admin_url(), "/v1/tenants/other/sites", json!({"name": "o-site"})).await;
+    let dev = json!({"name": "o-press", "site": "o-site", "device_class": "press.v1"});
+    w.admin.post_ok(w.admin_url(), "/v1/tenants/other/devices", dev).await;
+    let foreign = ExecutorProc::enroll(
+        w.admin_url(),
+        &w.admin.token,
+        "other",
+        "o-site",
+        &["o-press"],
+        w.mcp(),
+        &w.dir.path().join("foreign"),
+        "kind = \"simulated\"",
+    )
+    .await;
+    let ours = op_id(&w.execute(&agent, press("press-f", "f-1")).await);
+    let fc = foreign.mtls_client();
+    let peek = fc.get(format!("{endpoint}/executor/v1/operations/{ours}")).send().await.unwrap();
+    assert_eq!(peek.status(), 404);
+    let grab = fc
+        .post(format!("{endpoint}/executor/v1/operations/{ours}/start"))
+        .json(&json!({"fencing_token": 1, "lease_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(grab.json::<Value>().await.unwrap()["reason"], "OPERATION_NOT_FOUND");
+
+    // Certificates Writ never issued, claiming this tenant: refused during the handshake.
+    let tenant_id = w.admin.get(w.admin_url(), "/v1/tenants/demo").await.unwrap()["id"].as_str().unwrap().to_string();
+    let san = format!("urn:writ:executor:{tenant_id}:s-x:x-forged");
+    let forged = |signer: Option<(&rcgen::CertificateParams, &rcgen::KeyPair)>| {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let mut p = rcgen::CertificateParams::default();
+        p.subject_alt_names = vec![rcgen::SanType::URI(san.clone().try_into().unwrap())];
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = match signer {
+            None => p.self_signed(&key).unwrap(),
+            Some((ca, ca_key)) => p.signed_by(&key, &rcgen::Issuer::from_params(ca, ca_key)).unwrap(),
+        };
+        (cert.pem(), key.serialize_pem())
+    };
+    let rogue_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let mut rogue = rcgen::CertificateParams::default();
+    rogue.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    for (label, (cert, key)) in [("self-signed", forged(None)), ("rogue CA", forged(Some((&rogue, &rogue_key))))] {
+        let d = w.dir.path().join(label);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("c.pem"), cert).unwrap();
+        std::fs::write(d.join("k.pem"), key).unwrap();
+        let client = mtls_client(&d.join("c.pem"), &d.join("k.pem"), &revoked.dir.join("edge-ca.crt"));
+        let r = client.get(&dispatch).send().await;
+        assert!(r.is_err() || r.as_ref().is_ok_and(|r| !r.status().is_success()), "{label}: {r:?}");
+    }
+    let refusals = eventually("the refusals in the audit trail", Duration::from_secs(10), || async {
+        let refusals: Vec<Value> = w
+            .audit()
+            .await
+            .into_iter()
+            .filter(|r| r["operation"].as_str().is_some_and(|o| o.starts_with("executor/")) && r["outcome"] == "denied")
+            .collect();
+        let reasons: Vec<&str> = refusals.iter().filter_map(|r| r["reason_code"].as_str()).collect();
+        (reasons.contains(&"EXECUTOR_REVOKED")
+            && reasons.iter().filter(|r| **r == "EXECUTOR_CERT_REFUSED").count() >= 2)
+            .then_some(refusals.clone())
+    })
+    .await;
+    assert!(!refusals.is_empty());
+}
+
+/// `operation.propose`: a dry-run action executes only with a proposal made by the same
+/// principal for the exact payload; the proposal previews the call and records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_action_executes_only_with_its_proposal() {
+    let w = World::start().await;
+    let agent = w.principal("agent-1", &[]).await;
+    let other = w.principal("agent-2", &[]).await;
+    let call = json!({"action": "move_press", "input": {"position_mm": 120}, "device": "demo-press"});
+    let mut execute = call.clone();
+    execute["idempotency_key"] = json!("m-1");
+    let unproposed = w.execute(&agent, execute.clone()).await;
+    assert_eq!(reason(&unproposed), "VERIFY_REQUIRED", "{unproposed}");
+
+    let proposed = w.tool(&agent, "operation.propose", call.clone()).await;
+    let p = &proposed["structuredContent"];
+    assert_eq!(
+        (p["policy"]["allowed"].as_bool(), p["preview"]["device"].as_str()),
+        (Some(true), Some("demo-press")),
+        "{proposed}"
+    );
+    assert_eq!(p["preview"]["risk"], "high");
+    let proposal = p["proposal"].as_str().unwrap().to_string();
+    let ops = w.admin.get(w.admin_url(), "/v1/tenants/demo/audit?limit=1000").await.unwrap();
+    assert!(
+        !ops["records"].as_array().unwrap().iter().any(|r| r["operation"] == "operation_submitted"),
+        "a proposal records no operation"
+    );
+
+    let mut changed = execute.clone();
+    changed["input"] = json!({"position_mm": 300});
+    changed["proposal"] = json!(proposal);
+    assert_eq!(reason(&w.execute(&agent, changed).await), "PROPOSAL_INVALID", "bound to the payload");
+    let mut stolen = execute.clone();
+    stolen["proposal"] = json!(proposal);
+    stolen["idempotency_key"] = json!("m-2");
+    assert_eq!(reason(&w.execute(&other, stolen).await), "PROPOSAL_INVALID", "bound to the principal");
+    let mut tampered = execute.clone();
+    tampered["proposal"] = json!(format!("{proposal}x"));
+    assert_eq!(reason(&w.execute(&agent, tampered).await), "PROPOSAL_INVALID");
+
+    execute["proposal"] = json!(proposal);
+    let done = w.execute(&agent, execute).await;
+    assert_eq!(done["isError"], Value::Null, "{done}");
+    w.wait_state(&agent, &op_id(&done), "effect_reported").await;
+}
