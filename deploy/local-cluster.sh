@@ -12,6 +12,7 @@ ROOT=${WRIT_CLUSTER_DIR:-.writ/cluster}
 BIN=${WRIT_BIN:-target/debug/writ}
 BASE_PORT=${WRIT_CLUSTER_BASE_PORT:-7101}
 EDGE_BASE_PORT=${WRIT_CLUSTER_EDGE_BASE_PORT:-8101}
+EXECUTOR_BASE_PORT=${WRIT_CLUSTER_EXECUTOR_BASE_PORT:-9101}
 N=3
 EDGES=2
 
@@ -57,12 +58,15 @@ up() {
       echo "canonical_url = \"$(edge_url 1)\""
       echo "ledger = [${ledger%, }]"
       echo "seal_key_file = \"$ROOT/edge-seal-key\""
+      echo "[executor]"
+      echo "listen = \"127.0.0.1:$((EXECUTOR_BASE_PORT + e - 1))\""
+      echo "tls_secret_file = \"$ROOT/edge-executor-secret\""
     } > "$dir/edge.toml"
     nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
     echo $! > "$dir/pid"; edge_pids+=("$!")
     echo "edge $e: $(edge_url "$e") (pid $!, log $dir/edge.log)"
     # The first edge creates the shared seal key; the next one reads it.
-    for _ in $(seq 1 50); do [ -s "$ROOT/edge-seal-key" ] && break; sleep 0.1; done
+    for _ in $(seq 1 50); do [ -s "$ROOT/edge-seal-key" ] && [ -s "$ROOT/edge-executor-secret" ] && break; sleep 0.1; done
   done
   mcp_urls=$(for e in $(seq 1 $EDGES); do printf '%s ' "$(edge_url "$e")"; done)
   cat > "$ROOT/env" <<ENV

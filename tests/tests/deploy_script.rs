@@ -26,6 +26,7 @@ async fn local_cluster_script_up_status_down() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = three_free_ports();
     let edge_base = three_free_ports();
+    let executor_base = three_free_ports();
     let run = |verb: &str| {
         Command::new("bash")
             .arg(script())
@@ -33,6 +34,7 @@ async fn local_cluster_script_up_status_down() {
             .env("WRIT_CLUSTER_DIR", dir.path())
             .env("WRIT_CLUSTER_BASE_PORT", base.to_string())
             .env("WRIT_CLUSTER_EDGE_BASE_PORT", edge_base.to_string())
+            .env("WRIT_CLUSTER_EXECUTOR_BASE_PORT", executor_base.to_string())
             .env("WRIT_BIN", writ_bin())
             .output()
             .expect("run local-cluster.sh")
