@@ -17,6 +17,10 @@ use crate::jsonrpc::RpcError;
 use crate::seal::{open, seal, Binding};
 use crate::serve::Call;
 
+pub const SEARCH: &str = "context.search";
+pub const SEARCH_SCOPE: &str = "context:read";
+/// Most entries of each kind `context.search` returns.
+pub const SEARCH_LIMIT_MAX: u64 = 50;
 pub const PROPOSE: &str = "operation.propose";
 pub const EXECUTE: &str = "operation.execute";
 pub const READBACK: &str = "operation.readback";
@@ -111,6 +115,19 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                 "properties": {"operation_id": {"type": "string"}, "verdict": {"enum": ["accept", "reject"]},
                                "note": {"type": "string", "maxLength": 2000}}},
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+        }));
+    }
+    if authority.require(SEARCH_SCOPE).is_ok() {
+        tools.push(json!({
+            "name": SEARCH,
+            "title": "Search your context",
+            "description": "What you may act on, fresh from the ledger: the catalog actions your scopes allow, the \
+                devices you may use (and whether an operation holds them), and your operations in flight. \
+                Optionally filtered by a case-insensitive text query.",
+            "inputSchema": {"type": "object", "additionalProperties": false, "properties": {
+                "query": {"type": "string", "maxLength": 200},
+                "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX}}},
+            "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
         }));
     }
     if authority.require(READ_SCOPE).is_ok() {
@@ -301,7 +318,6 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
 /// `operation.execute`. Errors are protocol/transport failures (fail closed); business
 /// refusals come back as tool errors.
 pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
-    let a = c.authority;
     let action_id = args["action"].as_str().unwrap_or_default();
     let key = args["idempotency_key"].as_str().unwrap_or_default();
     let p = match prepare(c, args)? {
@@ -324,19 +340,32 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
             )));
         }
     }
-    let Prepared { action, input, device, work_ref, preconditions, payload_hash } = p;
     let deadline_s = args["deadline_s"].as_u64().unwrap_or(DEADLINE_S_DEFAULT).clamp(1, DEADLINE_S_MAX);
+    record(c, p, key, deadline_s, args["cost_ceiling"].as_u64()).await
+}
+
+/// Submits a prepared call as an operation under `key` and answers with the operation (a
+/// replay answers the prior one).
+async fn record(
+    c: &Call<'_>,
+    p: Prepared,
+    key: &str,
+    deadline_s: u64,
+    cost_ceiling: Option<u64>,
+) -> Result<Value, RpcError> {
+    let a = c.authority;
+    let Prepared { action, input, device, work_ref, preconditions, payload_hash } = p;
     let spec = OperationSpecV1 {
         operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
         principal_id: a.principal_id.clone(),
         authority_ref: a.token_id.clone().unwrap_or_else(|| a.issuer.clone()),
-        action: action_id.to_string(),
+        action: action.id.clone(),
         payload_hash,
         input: canonical_json(&input),
         idempotency_key: key.to_string(),
         deadline_ms: writ_api::verifier::now_ms() + deadline_s * 1000,
         cost_units: action.cost_units,
-        cost_ceiling: args["cost_ceiling"].as_u64(),
+        cost_ceiling,
         device_id: device.map(|d| d.id),
         work_ref,
         preconditions,
@@ -369,6 +398,171 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         }
         Outcome::Internal => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     }
+}
+
+/// The `_meta` key under which a direct call may carry its idempotency key.
+pub const META_IDEMPOTENCY_KEY: &str = "io.writ/idempotencyKey";
+
+/// What a direct call of an operation action answers.
+pub enum Direct {
+    Complete(Value),
+    /// Ask the client to confirm (MRTR): the requests and the state to seal.
+    Confirm {
+        requests: Value,
+        state: Value,
+    },
+}
+
+/// A catalog action that runs as an operation, called as its own tool (SPEC E5). The arguments
+/// are the action's input; the device is the only one of its class the caller may use. Low and
+/// medium risk: the operation pipeline in one call (idempotency key from
+/// `_meta["io.writ/idempotencyKey"]`, else a fresh one: not retry-safe). High risk or dry-run
+/// actions: a first round answers `input_required` with an elicitation showing the preview; the
+/// confirmation round (untampered, unexpired `requestState`, bound to the same arguments)
+/// records the operation under the key minted in the first round, so a repeated confirmation
+/// replays it.
+pub async fn direct(
+    c: &Call<'_>,
+    action: &writ_api::catalog::CatalogActionV1,
+    input: Value,
+    inputs: &serde_json::Map<String, Value>,
+    state: Option<Value>,
+) -> Result<Direct, RpcError> {
+    let a = c.authority;
+    let mut call = json!({"action": action.id, "input": input});
+    if let Some(class) = &action.device_class {
+        let usable: Vec<String> = c.edge.verifier.with_state(|s| {
+            s.devices
+                .get(&a.tenant_id)
+                .into_iter()
+                .flat_map(|m| m.values())
+                .filter(|d| &d.device_class == class && a.require(&format!("devices:use:{}", d.name)).is_ok())
+                .map(|d| d.name.clone())
+                .collect()
+        });
+        match usable.as_slice() {
+            [one] => call["device"] = json!(one),
+            [] => {
+                let msg = format!("no {class} device for you");
+                return Ok(Direct::Complete(refused(&Rejection::new(ReasonCode::DEVICE_NOT_FOUND, msg))));
+            }
+            several => {
+                let msg = format!(
+                    "several {class} devices ({}): call operation.execute and name one in 'device'",
+                    several.join(", ")
+                );
+                return Ok(Direct::Complete(refused(&Rejection::new(ReasonCode::INPUT_INVALID, msg))));
+            }
+        }
+    }
+    let p = match prepare(c, &call)? {
+        Ok(p) => p,
+        Err(refusal) => return Ok(Direct::Complete(refusal)),
+    };
+    let confirm = action.risk == writ_api::catalog::Risk::High || action.dry_run;
+    if !confirm {
+        let key = c
+            .req
+            .params()
+            .get("_meta")
+            .and_then(|m| m.get(META_IDEMPOTENCY_KEY))
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("direct-{}", uuid::Uuid::new_v4().simple()), str::to_string);
+        return record(c, p, &key, DEADLINE_S_DEFAULT, None).await.map(Direct::Complete);
+    }
+    let Some(state) = state else {
+        let caps = c.req.meta(crate::jsonrpc::META_CLIENT_CAPABILITIES);
+        if !caps.and_then(|c| c.get("elicitation")).is_some_and(Value::is_object) {
+            return Err(RpcError::reason(
+                ReasonCode::CLIENT_CAPABILITY_MISSING,
+                format!("'{}' needs a confirmation: declare the elicitation capability, or use operation.propose and operation.execute", action.id),
+            )
+            .with_data(json!({"reason": ReasonCode::CLIENT_CAPABILITY_MISSING, "requiredCapabilities": {"elicitation": {}}})));
+        }
+        let device = p.device.as_ref().map_or(String::new(), |d| format!(" on {}", d.name));
+        let message = format!(
+            "Confirm '{}'{device} ({:?} risk, {} cost units) with input {}? Nothing happens unless you confirm.",
+            action.title,
+            action.risk,
+            action.cost_units,
+            canonical_json(&p.input)
+        );
+        let requests = json!({"confirm": {"method": "elicitation/create", "params": {"message": message,
+            "requestedSchema": {"type": "object", "properties": {"confirm": {"type": "boolean", "title": "Run it"}},
+                                "required": ["confirm"]}}}});
+        let state = json!({"key": format!("direct-{}", uuid::Uuid::new_v4().simple()), "payload_hash": p.payload_hash});
+        return Ok(Direct::Confirm { requests, state });
+    };
+    if state["payload_hash"] != p.payload_hash.as_str() {
+        return Ok(Direct::Complete(refused(&Rejection::new(
+            ReasonCode::REQUEST_STATE_INVALID,
+            "the call changed since it was confirmed (device or catalog): call it again",
+        ))));
+    }
+    let answer = inputs.get("confirm");
+    let confirmed = answer.is_some_and(|r| r["action"] == "accept" && r["content"]["confirm"] == true);
+    if !confirmed {
+        return Ok(Direct::Complete(json!({"resultType": "complete",
+            "content": [{"type": "text", "text": "Not confirmed: nothing was done."}],
+            "structuredContent": {"confirmed": false}})));
+    }
+    let key = state["key"].as_str().unwrap_or_default().to_string();
+    record(c, p, &key, DEADLINE_S_DEFAULT, None).await.map(Direct::Complete)
+}
+
+/// `context.search`: read from the edge's replica at one revision, filtered by the caller's
+/// authority (nothing it may not see is counted or hinted at).
+pub fn search(c: &Call<'_>, args: &Value) -> Value {
+    let a = c.authority;
+    let query = args["query"].as_str().unwrap_or_default().to_lowercase();
+    let hit = |texts: &[&str]| query.is_empty() || texts.iter().any(|t| t.to_lowercase().contains(&query));
+    let limit = args["limit"].as_u64().unwrap_or(20).clamp(1, SEARCH_LIMIT_MAX) as usize;
+    let structured = c.edge.verifier.with_state(|s| {
+        let actions: Vec<Value> = s
+            .catalog(&a.tenant_id, None)
+            .into_iter()
+            .flat_map(|v| v.catalog.actions.iter())
+            .filter(|x| a.require(&x.scope).is_ok() && hit(&[&x.id, &x.title, &x.description]))
+            .take(limit)
+            .map(|x| {
+                json!({"id": x.id, "title": x.title, "description": x.description, "risk": x.risk,
+                            "execution": x.execution.label(), "dry_run": x.dry_run, "device_class": x.device_class,
+                            "cost_units": x.cost_units})
+            })
+            .collect();
+        let leases = s.device_leases.get(&a.tenant_id);
+        let devices: Vec<Value> = s
+            .devices
+            .get(&a.tenant_id)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|d| a.require(&format!("devices:use:{}", d.name)).is_ok())
+            .filter(|d| hit(&[&d.name, &d.device_class]))
+            .take(limit)
+            .map(|d| {
+                let site = s.site(&a.tenant_id, &d.site_id).map(|x| x.name.clone());
+                let held = leases.and_then(|l| l.get(&d.id)).map(|l| l.operation_id.clone());
+                json!({"name": d.name, "class": d.device_class, "site": site, "held_by_operation": held})
+            })
+            .collect();
+        let ops = s.operations.get(&a.tenant_id);
+        let operations: Vec<Value> = s
+            .live_operations
+            .get(&a.tenant_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| ops?.get(id))
+            .filter(|op| op.spec.principal_id == a.principal_id && hit(&[&op.spec.action, &op.spec.operation_id]))
+            .take(limit)
+            .map(|op| {
+                json!({"operation_id": op.spec.operation_id, "action": op.spec.action, "state": op.state,
+                             "idempotency_key": op.spec.idempotency_key, "deadline_ms": op.spec.deadline_ms})
+            })
+            .collect();
+        json!({"revision": s.revision, "actions": actions, "devices": devices, "operations_in_flight": operations})
+    });
+    json!({"resultType": "complete", "content": [{"type": "text", "text": structured.to_string()}],
+           "structuredContent": structured})
 }
 
 /// `operation.readback`: by id, or by the caller's own idempotency key.

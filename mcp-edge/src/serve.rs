@@ -299,8 +299,15 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         denied,
         effectful: false,
     };
-    if [operations::PROPOSE, operations::EXECUTE, operations::READBACK, operations::OBSERVE, operations::DECIDE]
-        .contains(&name.as_str())
+    if [
+        operations::SEARCH,
+        operations::PROPOSE,
+        operations::EXECUTE,
+        operations::READBACK,
+        operations::OBSERVE,
+        operations::DECIDE,
+    ]
+    .contains(&name.as_str())
     {
         return operation_tool(c, &name).await;
     }
@@ -348,12 +355,14 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         Err(e) => return fail(e, None),
     };
     let Execution::Builtin(handler) = action.execution.clone() else {
-        let e = RpcError::reason(
-            ReasonCode::EXECUTOR_UNAVAILABLE,
-            format!("'{name}' is carried out by a site executor; the operation flow is not served by this edge yet"),
-        )
-        .in_band();
-        return fail(e, None);
+        let response = match operations::direct(c, &action, args, &inputs, state).await {
+            Ok(operations::Direct::Complete(result)) => jsonrpc::result(id, result),
+            Ok(operations::Direct::Confirm { requests, state }) => {
+                jsonrpc::result(id, input_required(c, &bind, requests, state))
+            }
+            Err(e) => e.with_id(id).into_response(),
+        };
+        return Handled { response, name: Some(name), denied: None, effectful: true };
     };
     let tool_call = ToolCall {
         tenant_id: c.authority.tenant_id.clone(),
@@ -432,6 +441,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
     let Some(tool) = listed else {
         let scope = match name {
             operations::EXECUTE | operations::PROPOSE => operations::EXECUTE_SCOPE,
+            operations::SEARCH => operations::SEARCH_SCOPE,
             operations::OBSERVE => operations::OBSERVE_SCOPE,
             operations::DECIDE => operations::DECIDE_SCOPE,
             _ => operations::READ_SCOPE,
@@ -452,6 +462,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
         Ok(_) => match name {
             operations::EXECUTE => operations::execute(c, &args).await,
             operations::PROPOSE => operations::propose(c, &args).await,
+            operations::SEARCH => Ok(operations::search(c, &args)),
             operations::OBSERVE => operations::observe(c, &args).await,
             operations::DECIDE => operations::decide(c, &args).await,
             _ => operations::readback(c, &args).await,
@@ -466,7 +477,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
         response,
         name: Some(name.into()),
         denied: None,
-        effectful: ![operations::READBACK, operations::PROPOSE].contains(&name),
+        effectful: ![operations::READBACK, operations::PROPOSE, operations::SEARCH].contains(&name),
     }
 }
 

@@ -22,7 +22,14 @@ pub async fn try_rpc(
     mut params: Value,
     timeout: std::time::Duration,
 ) -> Result<(u16, String, Value), String> {
-    params["_meta"] = meta();
+    // `_meta` given by the caller (capabilities, extensions) wins over the defaults.
+    let mut m = meta();
+    if let Some(Value::Object(given)) = params.get("_meta") {
+        for (k, v) in given {
+            m[k] = v.clone();
+        }
+    }
+    params["_meta"] = m;
     let mut rb = reqwest::Client::builder()
         .no_proxy()
         .timeout(timeout)

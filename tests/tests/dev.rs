@@ -16,6 +16,7 @@ async fn writ_dev_serves_the_edge_with_a_demo_token() {
     assert_eq!(
         names,
         vec![
+            "context.search",
             "home_press",
             "list_devices",
             "move_press",
@@ -30,6 +31,13 @@ async fn writ_dev_serves_the_edge_with_a_demo_token() {
     let (_, _, answer) = rpc(mcp, Some(token), "tools/call", json!({"name": "list_devices"})).await;
     let devices = &answer["result"]["structuredContent"]["devices"];
     assert_eq!((&devices[0]["name"], &devices[0]["site"]), (&json!("demo-press"), &json!("demo-site")), "{answer}");
+    // context.search: what this principal may act on, from the edge's replica.
+    let (_, _, found) =
+        rpc(mcp, Some(token), "tools/call", json!({"name": "context.search", "arguments": {"query": "press"}})).await;
+    let ctx = &found["result"]["structuredContent"];
+    let actions: Vec<&str> = ctx["actions"].as_array().unwrap().iter().filter_map(|a| a["id"].as_str()).collect();
+    assert_eq!(actions, vec!["home_press", "move_press"], "{found}");
+    assert_eq!(ctx["devices"][0]["name"], "demo-press", "{found}");
     // The simulated demo executor performs an operation on the demo device right away.
     let args = json!({"action": "home_press", "input": {}, "device": "demo-press", "idempotency_key": "first"});
     let (_, _, executed) =

@@ -135,6 +135,7 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     assert_eq!(
         names(&list),
         vec![
+            "context.search",
             "move_arm",
             "observation.capture",
             "operation.execute",
@@ -148,7 +149,7 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     let (_, _, again) = edge.call(Some(&full), "tools/list").await;
     assert_eq!(names(&again), names(&list));
     let (_, _, list) = edge.call(Some(&reader), "tools/list").await;
-    assert_eq!(names(&list), vec!["operation.readback", "read_temp"]);
+    assert_eq!(names(&list), vec!["context.search", "operation.readback", "read_temp"]);
     let (code, headers, body) = edge.call(Some(&blind), "tools/list").await;
     assert_eq!(code, 403, "{body}");
     assert!(headers["www-authenticate"].to_str().unwrap().contains("error=\"insufficient_scope\""));
@@ -289,8 +290,9 @@ async fn tools_call_validates_both_ways_and_binds_request_state() {
         (&json!(-32603), &json!("OUTPUT_INVALID")),
         "{out}"
     );
+    // A direct call of an operation action needs a device of its class the caller may use.
     let op = edge.tool(token, "press", json!({})).await;
-    assert_eq!(op["error"]["data"]["reason"], "EXECUTOR_UNAVAILABLE", "{op}");
+    assert_eq!(op["result"]["_meta"]["writ/reason"], "DEVICE_NOT_FOUND", "{op}");
 
     // MRTR: the state is bound to this request's arguments and refuses tampering.
     let first = edge.tool(token, "greet", json!({"arguments": {"lang": "en"}})).await;

@@ -93,7 +93,7 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
     assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("client report");
     let tools: Vec<&str> = report["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    assert_eq!(tools.len(), 106, "both pages (with four operation tools), without the out-of-scope tool: {report}");
+    assert_eq!(tools.len(), 107, "both pages (with five operation tools), without the out-of-scope tool: {report}");
     assert!(tools.contains(&"greet") && tools.contains(&"list_devices") && !tools.contains(&"audit_digest"));
     assert_eq!(report["read"]["structured"]["devices"][0]["name"], "alpha-press", "{report}");
     assert_eq!(report["mrtr"]["text"], json!(["Hello, Ada!"]), "{report}");
@@ -209,8 +209,14 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
     let a_cursor = a_page["result"]["nextCursor"].as_str().expect("a second page").to_string();
     for edge in &edges {
         let (_, _, list) = rpc(edge, Some(&beta), "tools/list", json!({})).await;
-        let expected =
-            ["beta_devices", "observation.capture", "operation.execute", "operation.propose", "operation.readback"];
+        let expected = [
+            "beta_devices",
+            "context.search",
+            "observation.capture",
+            "operation.execute",
+            "operation.propose",
+            "operation.readback",
+        ];
         assert_eq!(tool_names(&list), expected);
         let (_, _, res) = rpc(edge, Some(&beta), "resources/list", json!({})).await;
         assert!(!res.to_string().contains("alpha"), "{res}");

@@ -448,3 +448,88 @@ async fn a_dry_run_action_executes_only_with_its_proposal() {
     assert_eq!(done["isError"], Value::Null, "{done}");
     w.wait_state(&agent, &op_id(&done), "effect_reported").await;
 }
+
+/// Direct calls of catalog actions (SPEC E5): a low-risk one runs the operation pipeline in one
+/// call (retry-safe with `_meta["io.writ/idempotencyKey"]`); a high-risk one first answers
+/// `input_required` with the preview and records the operation only on a confirmed, untampered
+/// request state — a repeated confirmation replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_calls_run_low_risk_actions_and_confirm_high_risk_ones() {
+    let w = World::start().await;
+    let agent = w.principal("agent-1", &[]).await;
+    let direct = |name: &str, args: Value, meta: Value, extra: Value| {
+        let mut params = json!({"name": name, "arguments": args, "_meta": meta});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                params[k] = v;
+            }
+        }
+        let (mcp, token) = (w.mcp().to_string(), agent.clone());
+        async move { rpc(&mcp, Some(&token), "tools/call", params).await.2 }
+    };
+    let keyed = json!({"io.writ/idempotencyKey": "home-1"});
+    let first = direct("home_press", json!({"speed": "slow"}), keyed.clone(), json!({})).await;
+    let id =
+        first["result"]["structuredContent"]["operation_id"].as_str().unwrap_or_else(|| panic!("{first}")).to_string();
+    let again = direct("home_press", json!({"speed": "slow"}), keyed, json!({})).await;
+    assert_eq!(again["result"]["structuredContent"]["operation_id"], id.as_str(), "{again}");
+    assert_eq!(again["result"]["structuredContent"]["replayed"], true);
+    w.wait_state(&agent, &id, "effect_reported").await;
+
+    let args = json!({"position_mm": 100});
+    let no_caps = direct("move_press", args.clone(), json!({}), json!({})).await;
+    assert_eq!(no_caps["error"]["data"]["reason"], "CLIENT_CAPABILITY_MISSING", "{no_caps}");
+    let caps = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let ask = direct("move_press", args.clone(), caps.clone(), json!({})).await;
+    assert_eq!(ask["result"]["resultType"], "input_required", "{ask}");
+    let message = ask["result"]["inputRequests"]["confirm"]["params"]["message"].as_str().unwrap();
+    assert!(message.contains("demo-press") && message.contains("position_mm"), "the preview: {message}");
+    let state = ask["result"]["requestState"].as_str().unwrap().to_string();
+    let answer = |yes: bool| json!({"confirm": {"action": "accept", "content": {"confirm": yes}}});
+
+    let declined = direct(
+        "move_press",
+        args.clone(),
+        caps.clone(),
+        json!({"requestState": state, "inputResponses": answer(false)}),
+    )
+    .await;
+    assert_eq!(declined["result"]["structuredContent"]["confirmed"], false, "{declined}");
+    let tampered = direct(
+        "move_press",
+        args.clone(),
+        caps.clone(),
+        json!({"requestState": format!("{state}x"), "inputResponses": answer(true)}),
+    )
+    .await;
+    assert_eq!(tampered["error"]["data"]["reason"], "REQUEST_STATE_INVALID", "{tampered}");
+    let other = direct(
+        "move_press",
+        json!({"position_mm": 400}),
+        caps.clone(),
+        json!({"requestState": state, "inputResponses": answer(true)}),
+    )
+    .await;
+    assert_eq!(other["error"]["data"]["reason"], "REQUEST_STATE_INVALID", "bound to the arguments: {other}");
+    let ops = w.admin.get(w.admin_url(), "/v1/tenants/demo/audit?limit=1000").await.unwrap();
+    let submitted =
+        ops["records"].as_array().unwrap().iter().filter(|r| r["operation"] == "operation_submitted").count();
+    assert_eq!(submitted, 1, "nothing recorded before the confirmation (only home_press)");
+
+    let done = direct(
+        "move_press",
+        args.clone(),
+        caps.clone(),
+        json!({"requestState": state, "inputResponses": answer(true)}),
+    )
+    .await;
+    let moved =
+        done["result"]["structuredContent"]["operation_id"].as_str().unwrap_or_else(|| panic!("{done}")).to_string();
+    let repeat = direct("move_press", args, caps, json!({"requestState": state, "inputResponses": answer(true)})).await;
+    assert_eq!(
+        repeat["result"]["structuredContent"]["operation_id"],
+        moved.as_str(),
+        "a repeated confirmation replays: {repeat}"
+    );
+    w.wait_state(&agent, &moved, "effect_reported").await;
+}
