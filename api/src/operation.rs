@@ -289,6 +289,37 @@ fn find<'a>(state: &'a LedgerState, tenant_id: &str, operation_id: &str) -> Resu
     state.operations.get(tenant_id).and_then(|m| m.get(operation_id)).ok_or_else(|| not_found(operation_id))
 }
 
+/// The tenant's operation quotas (SPEC D9), consumed by the submission itself: operations per
+/// minute and cost units per day (ledger time), and operations waiting or attempting at once.
+fn quotas_allow(
+    state: &LedgerState,
+    tenant: &crate::ledger::Tenant,
+    spec: &OperationSpecV1,
+    now: u64,
+) -> Result<(), Rejection> {
+    let q = &tenant.settings.quotas;
+    let exceeded = |what: String| Rejection::new(ReasonCode::QUOTA_EXCEEDED, what);
+    let (ops, cost) = state.operation_windows.get(&tenant.id).map_or((0, 0), |w| w.usage(now));
+    if let Some(limit) = q.operations_per_minute.filter(|l| ops >= *l) {
+        let retry = crate::quota::WINDOW_MS - now % crate::quota::WINDOW_MS;
+        return Err(exceeded(format!("operations_per_minute ({limit}) reached; retry after {retry} ms")));
+    }
+    if let Some(limit) = q.cost_units_per_day.filter(|l| cost + spec.cost_units > *l) {
+        let retry = crate::quota::DAY_MS - now % crate::quota::DAY_MS;
+        return Err(exceeded(format!(
+            "cost_units_per_day ({limit}) would be exceeded ({cost} used, {} asked); retry after {retry} ms",
+            spec.cost_units
+        )));
+    }
+    let live = state.live_operations.get(&tenant.id).map_or(0, |l| l.len() as u64);
+    if let Some(limit) = q.concurrent_operations.filter(|l| live >= *l) {
+        return Err(exceeded(format!(
+            "concurrent_operations ({limit}) reached: {live} operations are waiting or attempting; retry when one ends"
+        )));
+    }
+    Ok(())
+}
+
 fn validate_reason(reason: &str) -> Result<(), Rejection> {
     if reason.is_empty() || reason.len() > KEY_BYTES_MAX {
         return Err(invalid(format!("reason must be 1..={KEY_BYTES_MAX} bytes")));
@@ -348,6 +379,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             if spec.deadline_ms <= now {
                 return Err(Rejection::new(ReasonCode::DEADLINE_EXCEEDED, "the deadline has already passed"));
             }
+            quotas_allow(state, tenant, spec, now)?;
             if let Some(ceiling) = spec.cost_ceiling.filter(|c| spec.cost_units > *c) {
                 return Err(Rejection::new(
                     ReasonCode::COST_CEILING_EXCEEDED,
@@ -565,6 +597,7 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
     };
     match &env.event {
         Event::OperationSubmittedV1 { tenant_id, spec } => {
+            state.operation_windows.entry(tenant_id.clone()).or_default().record(env.at_ms, spec.cost_units);
             state
                 .idempotency
                 .entry(tenant_id.clone())

@@ -48,6 +48,39 @@ pub struct QuotaWindow {
     pub principal_granted: BTreeMap<String, u64>,
 }
 
+/// Length of the cost-units window (ledger time).
+pub const DAY_MS: u64 = 24 * 3600 * 1000;
+
+/// What one tenant's recorded operations used of the current minute and day (ledger time),
+/// counted by `SubmitOperation` events (a replay records nothing and costs nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationWindow {
+    pub minute: u64,
+    pub operations: u64,
+    pub day: u64,
+    pub cost_units: u64,
+}
+
+impl OperationWindow {
+    /// (operations this minute, cost units today) at ledger time `now`.
+    pub fn usage(&self, now: u64) -> (u64, u64) {
+        let ops = if self.minute == now / WINDOW_MS { self.operations } else { 0 };
+        let cost = if self.day == now / DAY_MS { self.cost_units } else { 0 };
+        (ops, cost)
+    }
+
+    /// Counts one operation of `cost_units` recorded at `at_ms`.
+    pub fn record(&mut self, at_ms: u64, cost_units: u64) {
+        let (ops, cost) = self.usage(at_ms);
+        *self = OperationWindow {
+            minute: at_ms / WINDOW_MS,
+            operations: ops + 1,
+            day: at_ms / DAY_MS,
+            cost_units: cost + cost_units,
+        };
+    }
+}
+
 /// The slice an edge asks for under `limit`: a tenth, between 1 and [`SLICE_MAX`].
 pub fn slice_size(limit: u64) -> u64 {
     (limit / 10).clamp(1, SLICE_MAX)

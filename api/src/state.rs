@@ -81,6 +81,8 @@ pub struct LedgerState {
     /// Ids of the operations that are waiting or attempting, by tenant id: what the deadline
     /// and lease checks and the dispatchers look at (finished operations drop out).
     pub live_operations: BTreeMap<String, BTreeSet<String>>,
+    /// Operations and cost units of the current minute and day, by tenant id.
+    pub operation_windows: BTreeMap<String, crate::quota::OperationWindow>,
 }
 
 /// The idempotency map's key for `(principal, key)`.

@@ -186,6 +186,49 @@ fn one_operation_holds_a_device_and_stale_fencing_tokens_are_refused() {
 }
 
 #[test]
+fn operation_quotas_are_consumed_by_the_submission() {
+    use writ_api::settings::{QuotasV1, TenantSettingsPatch};
+    let mut l = Ledger::new();
+    let quotas = |q: QuotasV1| Command::SetTenantSettings {
+        tenant_id: T.into(),
+        patch: TenantSettingsPatch { quotas: Some(q), ..Default::default() },
+    };
+    l.ok(quotas(QuotasV1 { operations_per_minute: Some(2), ..Default::default() }));
+    l.now = 60_000 * 100; // the start of a minute
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), None, l.now + 600_000)));
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), None, l.now + 600_000)));
+    assert_eq!(l.ok(submit(spec("op-1b", "k-1", json!({"p": 1}), None, l.now + 600_000))), 0, "a replay costs nothing");
+    assert_eq!(
+        l.refused(submit(spec("op-3", "k-3", json!({"p": 3}), None, l.now + 600_000))),
+        ReasonCode::QUOTA_EXCEEDED
+    );
+    l.now += 60_000;
+    l.ok(submit(spec("op-3", "k-3", json!({"p": 3}), None, l.now + 600_000)));
+
+    // Cost units per day: each operation costs 1 here.
+    l.ok(quotas(QuotasV1 { cost_units_per_day: Some(4), ..Default::default() }));
+    l.ok(submit(spec("op-4", "k-4", json!({"p": 4}), None, l.now + 600_000)));
+    assert_eq!(
+        l.refused(submit(spec("op-5", "k-5", json!({"p": 5}), None, l.now + 600_000))),
+        ReasonCode::QUOTA_EXCEEDED
+    );
+
+    // Concurrency: operations waiting or attempting at once.
+    l.ok(quotas(QuotasV1 { concurrent_operations: Some(4), ..Default::default() }));
+    assert_eq!(l.state.live_operations[T].len(), 4);
+    assert_eq!(
+        l.refused(submit(spec("op-6", "k-6", json!({"p": 6}), None, l.now + 600_000))),
+        ReasonCode::QUOTA_EXCEEDED
+    );
+    l.ok(Command::CancelOperation {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: "agent".into(),
+    });
+    l.ok(submit(spec("op-6", "k-6", json!({"p": 6}), None, l.now + 600_000)));
+}
+
+#[test]
 fn an_attempt_without_a_device_still_has_a_lease() {
     let mut l = Ledger::new();
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), None, l.now + 60_000)));

@@ -533,3 +533,24 @@ async fn direct_calls_run_low_risk_actions_and_confirm_high_risk_ones() {
     );
     w.wait_state(&agent, &moved, "effect_reported").await;
 }
+
+/// Operation quotas (SPEC D9) are consumed by the ledger command that records the operation:
+/// with `--cost-units-per-day 2`, a third operation of cost 1 is refused with QUOTA_EXCEEDED
+/// while replays of recorded ones still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operation_quotas_hold_at_the_edge() {
+    let w = World::start().await;
+    let agent = w.principal("agent-1", &[]).await;
+    let (code, out, err) =
+        run_cli_with_token(w.admin_url(), &w.admin.token, &["tenant", "set", "demo", "--cost-units-per-day", "2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for key in ["q-1", "q-2"] {
+        let id = op_id(&w.execute(&agent, press("demo-press", key)).await);
+        w.wait_state(&agent, &id, "effect_reported").await;
+    }
+    let refused = w.execute(&agent, press("demo-press", "q-3")).await;
+    assert_eq!(reason(&refused), "QUOTA_EXCEEDED", "{refused}");
+    assert!(refused["content"][0]["text"].as_str().unwrap().contains("cost_units_per_day"), "{refused}");
+    let replay = w.execute(&agent, press("demo-press", "q-1")).await;
+    assert_eq!(replay["structuredContent"]["replayed"], true, "{replay}");
+}
