@@ -36,6 +36,9 @@ use writ_api::{ReasonCode, Rejection};
 
 use crate::audit::AuditSink;
 
+/// Dispatch claims one stream has in flight at once.
+const CLAIMS_IN_FLIGHT: usize = 32;
+
 /// The client certificate (DER) of the TLS connection a request arrived on.
 #[derive(Debug, Clone)]
 pub struct ExecutorPeer(pub Arc<Vec<u8>>);
@@ -432,19 +435,30 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
         sent.retain(|id| live.contains(id));
         lost.retain(|id| live.contains(id));
         let untried: Vec<String> = claim.into_iter().filter(|id| !lost.contains(id)).collect();
-        for operation_id in untried {
-            let command = Command::DispatchOperation {
-                tenant_id: who.tenant_id.clone(),
-                operation_id: operation_id.clone(),
-                executor_id: who.executor_id.clone(),
-            };
-            // Another executor may win the claim; the ledger decides once.
-            if let Err(e) = g.submit(command).await {
-                if e.reason != ReasonCode::LEDGER_UNAVAILABLE {
-                    lost.insert(operation_id);
-                }
+        // Claims go out concurrently (bounded): one Raft write each, and another executor may
+        // win a claim — the ledger decides once.
+        let claims = untried.into_iter().map(|operation_id| {
+            let (g, who) = (&g, &who);
+            async move {
+                let command = Command::DispatchOperation {
+                    tenant_id: who.tenant_id.clone(),
+                    operation_id: operation_id.clone(),
+                    executor_id: who.executor_id.clone(),
+                };
+                let trace_id = uuid::Uuid::new_v4().to_string();
+                let lost = match g.inner.ledger.submit(SubmitRequest { trace_id, command }).await {
+                    Ok(r) => matches!(r.outcome, Outcome::Rejected { .. }),
+                    Err(e) => e.reason != ReasonCode::LEDGER_UNAVAILABLE,
+                };
+                (operation_id, lost)
             }
-        }
+        });
+        let claimed: Vec<(String, bool)> = futures::StreamExt::collect(futures::StreamExt::buffer_unordered(
+            futures::stream::iter(claims),
+            CLAIMS_IN_FLIGHT,
+        ))
+        .await;
+        lost.extend(claimed.into_iter().filter(|(_, l)| *l).map(|(id, _)| id));
         for dispatch in mine {
             if sent.insert(dispatch.operation_id.clone()) {
                 let frame = DispatchFrame::Dispatch { dispatch, now_ms: now_ms() };
