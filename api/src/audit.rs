@@ -189,7 +189,9 @@ pub fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecord
     }
     let (domain, principal_id, token_id, parent_token_id) = subject(&env.event);
     let (operation, outcome, reason_code) = match &env.event {
-        Event::CommandRejectedV1 { command, reason, .. } => (command.clone(), "rejected", Some(*reason)),
+        Event::CommandRejectedV1 { command, reason, .. } | Event::CommandRejectedV2 { command, reason, .. } => {
+            (command.clone(), "rejected", Some(*reason))
+        }
         e => (e.kind().to_string(), "applied", None),
     };
     // The variant's fields, without the enum tag.
@@ -227,6 +229,9 @@ fn subject(event: &Event) -> Subject {
         | Event::TenantResumedV1 { .. }
         | Event::TenantSettingsChangedV1 { .. } => ("tenant", None, None, None),
         Event::CommandRejectedV1 { command, .. } => (domain_of_command(command), None, None, None),
+        Event::CommandRejectedV2 { command, subject: s, .. } => {
+            (domain_of_command(command), s.principal_id.clone(), s.token_id.clone(), s.parent_token_id.clone())
+        }
         Event::PrincipalCreatedV1 { spec, .. } => ("principal", Some(spec.principal_id.clone()), None, None),
         Event::PrincipalRevokedV1 { principal_id, .. } | Event::ScopeRevokedV1 { principal_id, .. } => {
             ("principal", Some(principal_id.clone()), None, None)
@@ -245,7 +250,9 @@ fn subject(event: &Event) -> Subject {
         | Event::ExecutorRevokedV1 { .. }
         | Event::ExecutorCaRegisteredV1 { .. } => ("executor", None, None, None),
         Event::RequestDecidedV1 { .. } => ("request", None, None, None),
-        Event::PrincipalQuotasSetV1 { principal_id, .. } => ("principal", Some(principal_id.clone()), None, None),
+        Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
+            ("principal", Some(principal_id.clone()), None, None)
+        }
         Event::RequestQuotaLeasedV1 { principal_id, .. } => ("quota", Some(principal_id.clone()), None, None),
         Event::OperationSubmittedV1 { spec, .. } => {
             ("operation", Some(spec.principal_id.clone()), Some(spec.authority_ref.clone()), None)
@@ -256,6 +263,10 @@ fn subject(event: &Event) -> Subject {
         | Event::OperationTransitionedV1 { .. }
         | Event::AttemptLeaseExtendedV1 { .. }
         | Event::EvidenceReportedV1 { .. } => ("operation", None, None, None),
+        Event::OperationInputsAnsweredV1 { .. } => ("operation", None, None, None),
+        Event::OperationCancelRequestedV1 { by_principal_id, .. } => {
+            ("operation", Some(by_principal_id.clone()), None, None)
+        }
         Event::ObservationRecordedV1 { observation, .. } => {
             ("operation", Some(observation.observer_id.clone()), None, None)
         }

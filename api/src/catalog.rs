@@ -38,13 +38,16 @@ pub enum Risk {
 
 /// How a call runs: `read` answers directly and changes nothing; `operation` goes through the
 /// durable operation flow (propose → execute → readback); `{"builtin": "<handler>"}` is answered
-/// by a handler built into the edge (one of [`BUILTIN_HANDLERS`]), with no effect outside it.
+/// by a handler built into the edge (one of [`BUILTIN_HANDLERS`]), with no effect outside it;
+/// `task` is an operation that runs long: called as a tool it is served only as an MCP task
+/// (clients must declare the tasks extension), never by waiting in the call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Execution {
     Read,
     Operation,
     Builtin(String),
+    Task,
 }
 
 impl Execution {
@@ -54,7 +57,13 @@ impl Execution {
             Execution::Read => "read".into(),
             Execution::Operation => "operation".into(),
             Execution::Builtin(h) => format!("builtin:{h}"),
+            Execution::Task => "task".into(),
         }
+    }
+
+    /// Whether calls become durable operations (`operation` and `task`).
+    pub fn is_operation(&self) -> bool {
+        matches!(self, Execution::Operation | Execution::Task)
     }
 }
 
@@ -66,6 +75,7 @@ pub const BUILTIN_HANDLERS: &[&str] = &[
     "conformance.custom_header",
     "conformance.embedded_resource",
     "conformance.error_handling",
+    "conformance.greet",
     "conformance.image_content",
     "conformance.input_required_capabilities",
     "conformance.input_required_elicitation",
@@ -263,7 +273,7 @@ fn compile_action(a: ActionDoc) -> Result<CatalogActionV1, Rejection> {
     if let Some(dc) = &a.device_class {
         crate::device::validate_device("d-check", "check", dc).map_err(|e| invalid(at(e.message)))?;
     }
-    if a.execution != Execution::Operation && a.device_class.is_some() {
+    if !a.execution.is_operation() && a.device_class.is_some() {
         return Err(invalid(at("only an operation can target a device class".into())));
     }
     if let Execution::Builtin(handler) = &a.execution {

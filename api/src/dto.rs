@@ -232,7 +232,7 @@ pub enum QueryResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrincipalQuotasView {
     pub principal_id: String,
-    pub quotas: crate::quota::PrincipalQuotasV1,
+    pub quotas: crate::quota::PrincipalQuotasV2,
 }
 
 /// Raft role of a node as reported in status.

@@ -64,6 +64,9 @@ pub struct Dispatch {
     pub preconditions: BTreeMap<String, String>,
     pub payload_hash: String,
     pub trace_id: String,
+    /// The requester's answers to the operation's input requests (id → answer), if it had any.
+    #[serde(default)]
+    pub answers: BTreeMap<String, Value>,
 }
 
 impl Dispatch {
@@ -80,6 +83,11 @@ impl Dispatch {
             preconditions: op.spec.preconditions.clone(),
             payload_hash: op.spec.payload_hash.clone(),
             trace_id: op.spec.trace_id.clone(),
+            answers: op
+                .answers
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or(Value::Null)))
+                .collect(),
         }
     }
 }
@@ -117,6 +125,10 @@ pub struct OperationStatus {
     pub state: OperationState,
     pub fencing_token: Option<u64>,
     pub attempts: u32,
+    /// Someone asked to cancel the running attempt: stop if the device can, and report the
+    /// true outcome (no effect → the operation ends `cancelled`).
+    #[serde(default)]
+    pub cancel_requested: bool,
 }
 
 impl From<&Operation> for OperationStatus {
@@ -126,6 +138,7 @@ impl From<&Operation> for OperationStatus {
             state: op.state,
             fencing_token: op.fencing_token,
             attempts: op.attempts,
+            cancel_requested: op.cancel_requested,
         }
     }
 }

@@ -4,6 +4,8 @@
 //! compatibility promise: variants are only ever appended, and a changed shape is a new `V2`
 //! variant. `api/tests/golden.rs` pins the bytes.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::audit::RequestDecisionV1;
@@ -11,7 +13,7 @@ use crate::catalog::CatalogV1;
 use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use crate::operation::{AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, Verdict};
 use crate::principal::PrincipalSpecV1;
-use crate::quota::PrincipalQuotasV1;
+use crate::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
 use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
 use crate::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
@@ -230,6 +232,21 @@ pub enum Command {
         fencing_token: u64,
         reason: String,
     },
+    /// The requester answers input requests of its operation waiting in `proposed`.
+    AnswerInputs {
+        tenant_id: String,
+        operation_id: String,
+        by_principal_id: String,
+        /// Request id → the answer as JSON text (`{"action": "accept"|"decline"|"cancel", "content": …}`).
+        answers: BTreeMap<String, String>,
+    },
+    /// Set (or, with no limit, clear) a principal's own request and operation quotas.
+    SetPrincipalQuotasV2 {
+        tenant_id: String,
+        /// Principal id or name.
+        principal: String,
+        quotas: PrincipalQuotasV2,
+    },
 }
 
 impl Command {
@@ -248,11 +265,47 @@ impl Command {
                 | Command::CancelOperation { .. }
                 | Command::ExpireDue { .. }
                 | Command::RefuseDispatch { .. }
+                | Command::AnswerInputs { .. }
         )
     }
 }
 
+/// Who a rejected command was about, as far as the command says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectionSubject {
+    pub principal_id: Option<String>,
+    pub token_id: Option<String>,
+    pub parent_token_id: Option<String>,
+}
+
 impl Command {
+    /// Who the command is about, for the audit record of its rejection.
+    pub fn subject(&self) -> RejectionSubject {
+        let principal = |p: &str| RejectionSubject { principal_id: Some(p.to_string()), ..Default::default() };
+        match self {
+            Command::IssueToken { request, .. } => RejectionSubject {
+                principal_id: Some(request.principal_id.clone()),
+                token_id: Some(request.jti.clone()),
+                parent_token_id: request.parent_jti.clone(),
+            },
+            Command::RevokeToken { jti, .. } => RejectionSubject { token_id: Some(jti.clone()), ..Default::default() },
+            Command::CreatePrincipal { spec, .. } => principal(&spec.principal_id),
+            Command::RevokePrincipal { principal_id, .. }
+            | Command::RevokeScope { principal_id, .. }
+            | Command::LeaseRequestQuota { principal_id, .. } => principal(principal_id),
+            Command::AnswerInputs { by_principal_id, .. } => principal(by_principal_id),
+            Command::SetPrincipalQuotas { principal: p, .. } | Command::SetPrincipalQuotasV2 { principal: p, .. } => {
+                principal(p)
+            }
+            Command::SubmitOperation { spec, .. } => RejectionSubject {
+                principal_id: Some(spec.principal_id.clone()),
+                token_id: Some(spec.authority_ref.clone()),
+                parent_token_id: None,
+            },
+            _ => RejectionSubject::default(),
+        }
+    }
+
     /// Short kind name used in rejection events, logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -289,6 +342,8 @@ impl Command {
             Command::CancelOperation { .. } => "cancel_operation",
             Command::ExpireDue { .. } => "expire_due",
             Command::RefuseDispatch { .. } => "refuse_dispatch",
+            Command::AnswerInputs { .. } => "answer_inputs",
+            Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
         }
     }
 
@@ -326,7 +381,9 @@ impl Command {
             | Command::ResolveUnknownEffect { tenant_id, .. }
             | Command::CancelOperation { tenant_id, .. }
             | Command::ExpireDue { tenant_id }
-            | Command::RefuseDispatch { tenant_id, .. } => tenant_id,
+            | Command::RefuseDispatch { tenant_id, .. }
+            | Command::AnswerInputs { tenant_id, .. }
+            | Command::SetPrincipalQuotasV2 { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
         }
     }
@@ -498,6 +555,33 @@ pub enum Event {
         operation_id: String,
         observation: ObservationV1,
     },
+    /// A business-rule failure with the subject it concerns (the principal, the token and its
+    /// parent), so a refused delegation or issue is traceable along its chain. Replaces
+    /// `CommandRejectedV1` for new rejections.
+    CommandRejectedV2 {
+        command: String,
+        reason: ReasonCode,
+        message: String,
+        subject: RejectionSubject,
+    },
+    /// Answers to an operation's input requests.
+    OperationInputsAnsweredV1 {
+        tenant_id: String,
+        operation_id: String,
+        answers: BTreeMap<String, String>,
+    },
+    /// A cancellation asked for while the operation is attempted (the executor decides).
+    OperationCancelRequestedV1 {
+        tenant_id: String,
+        operation_id: String,
+        by_principal_id: String,
+    },
+    /// A principal's own quotas after a change (the whole value).
+    PrincipalQuotasSetV2 {
+        tenant_id: String,
+        principal_id: String,
+        quotas: PrincipalQuotasV2,
+    },
 }
 
 impl Event {
@@ -507,7 +591,7 @@ impl Event {
             Event::TenantCreatedV1 { .. } => "tenant_created",
             Event::TenantSuspendedV1 { .. } => "tenant_suspended",
             Event::TenantResumedV1 { .. } => "tenant_resumed",
-            Event::CommandRejectedV1 { .. } => "command_rejected",
+            Event::CommandRejectedV1 { .. } | Event::CommandRejectedV2 { .. } => "command_rejected",
             Event::TenantSettingsChangedV1 { .. } => "tenant_settings_changed",
             Event::PrincipalCreatedV1 { .. } => "principal_created",
             Event::PrincipalRevokedV1 { .. } => "principal_revoked",
@@ -535,6 +619,9 @@ impl Event {
             Event::AttemptLeaseExtendedV1 { .. } => "attempt_lease_extended",
             Event::EvidenceReportedV1 { .. } => "evidence_reported",
             Event::ObservationRecordedV1 { .. } => "observation_recorded",
+            Event::OperationInputsAnsweredV1 { .. } => "operation_inputs_answered",
+            Event::OperationCancelRequestedV1 { .. } => "operation_cancel_requested",
+            Event::PrincipalQuotasSetV2 { .. } => "principal_quotas_set",
         }
     }
 }

@@ -14,6 +14,14 @@
 //! - **Acceptance (X3)**: evidence from the executor is not acceptance; `accepted` needs an
 //!   observation by another principal than the one that asked for the operation.
 //!
+//! - **Input before commitment**: an operation may be submitted with input requests (e.g. a
+//!   confirmation of a high-risk action asked through an MCP task); it stays `proposed` — no
+//!   reservation, no dispatch — until its requester answers them all (`AnswerInputs`): every
+//!   answer accepted → `verified` and reserved; one declined → `cancelled`.
+//! - **Cancellation**: before the attempt, at once; during it, the request is recorded and the
+//!   executor (told on its lease renewals) stops if it can — its report of no effect then ends
+//!   the operation `cancelled`, an effect it reports still counts.
+//!
 //! Every transition is an `OperationTransitionedV1` event with its cause.
 
 use std::collections::BTreeMap;
@@ -32,6 +40,13 @@ pub const KEY_BYTES_MAX: usize = 200;
 pub const INPUT_BYTES_MAX: usize = 64 * 1024;
 /// Longest attempt lease an executor may ask for.
 pub const LEASE_MS_MAX: u64 = 10 * 60 * 1000;
+/// How long (ledger time) an executor has between a dispatch and the start of its attempt;
+/// after that the operation is offered again (its executor went away before starting: a
+/// start it still sends is refused, so nothing runs twice).
+pub const DISPATCH_START_MS: u64 = 30_000;
+/// Most input requests an operation may wait for, and the largest request or answer (bytes).
+pub const INPUT_REQUESTS_MAX: usize = 8;
+pub const INPUT_REQUEST_BYTES_MAX: usize = 8 * 1024;
 
 /// Where an operation is in its life (SPEC D6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -67,8 +82,12 @@ impl OperationState {
         use OperationState::*;
         match (self, next) {
             (Proposed, Verified) | (Verified, Reserved) | (Reserved, Dispatched) | (Dispatched, Attempting) => true,
+            // Its executor did not start in time: offered again.
+            (Dispatched, Reserved) => true,
             (from, Expired | Cancelled) if from.is_waiting() => true,
             (Attempting, EffectReported | Failed | UnknownEffect) => true,
+            // A cancellation asked for during the attempt, which ended without effect.
+            (Attempting, Cancelled) => true,
             // The executor refused the dispatch before any attempt (stale, precondition).
             (Dispatched, Failed) => true,
             (UnknownEffect, EffectReported | Failed) => true,
@@ -110,6 +129,9 @@ pub struct OperationSpecV1 {
     /// Local-state preconditions the executor checks before attempting (name → expected).
     pub preconditions: BTreeMap<String, String>,
     pub trace_id: String,
+    /// What the requester must answer before the operation is verified (id → the request as
+    /// JSON text, e.g. an `elicitation/create`); empty for most operations.
+    pub input_requests: BTreeMap<String, String>,
 }
 
 /// Evidence of an effect: a content hash and where the content can be fetched.
@@ -160,6 +182,12 @@ pub struct Operation {
     pub lease_expires_at_ms: Option<u64>,
     pub evidence: Vec<EvidenceV1>,
     pub observations: Vec<ObservationV1>,
+    /// The requester's answers to `spec.input_requests` (id → JSON text).
+    pub answers: BTreeMap<String, String>,
+    /// Someone asked to cancel it during its attempt.
+    pub cancel_requested: bool,
+    /// The cause of its last transition.
+    pub cause: String,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     pub revision: u64,
@@ -216,6 +244,12 @@ impl OperationSpecV1 {
         if self.input.len() > INPUT_BYTES_MAX || serde_json::from_str::<Value>(&self.input).is_err() {
             return Err(invalid(format!("input must be JSON of at most {INPUT_BYTES_MAX} bytes")));
         }
+        if self.input_requests.len() > INPUT_REQUESTS_MAX {
+            return Err(invalid(format!("at most {INPUT_REQUESTS_MAX} input requests")));
+        }
+        for (id, request) in &self.input_requests {
+            json_text_ok("an input request", id, request)?;
+        }
         Ok(())
     }
 }
@@ -253,6 +287,13 @@ pub fn due(state: &LedgerState, tenant_id: &str, now: u64) -> Vec<Event> {
         if op.state.is_waiting() && op.spec.deadline_ms <= now {
             events.push(transition(op, OperationState::Expired, "the deadline passed before an attempt started"));
             events.extend(release(op));
+        } else if op.state == OperationState::Dispatched && op.lease_expires_at_ms.is_some_and(|at| at <= now) {
+            let to = op.executor_id.as_deref().unwrap_or("?");
+            events.push(transition(
+                op,
+                OperationState::Reserved,
+                format!("executor '{to}' did not start an attempt within {DISPATCH_START_MS} ms: offered again"),
+            ));
         } else if op.state == OperationState::Attempting && op.lease_expires_at_ms.is_some_and(|at| at <= now) {
             events.push(transition(
                 op,
@@ -289,8 +330,9 @@ fn find<'a>(state: &'a LedgerState, tenant_id: &str, operation_id: &str) -> Resu
     state.operations.get(tenant_id).and_then(|m| m.get(operation_id)).ok_or_else(|| not_found(operation_id))
 }
 
-/// The tenant's operation quotas (SPEC D9), consumed by the submission itself: operations per
-/// minute and cost units per day (ledger time), and operations waiting or attempting at once.
+/// The operation quotas (SPEC D9) of the tenant, then of the principal, consumed by the
+/// submission itself: operations per minute and cost units per day (ledger time), and
+/// operations waiting or attempting at once.
 fn quotas_allow(
     state: &LedgerState,
     tenant: &crate::ledger::Tenant,
@@ -298,26 +340,100 @@ fn quotas_allow(
     now: u64,
 ) -> Result<(), Rejection> {
     let q = &tenant.settings.quotas;
-    let exceeded = |what: String| Rejection::new(ReasonCode::QUOTA_EXCEEDED, what);
-    let (ops, cost) = state.operation_windows.get(&tenant.id).map_or((0, 0), |w| w.usage(now));
-    if let Some(limit) = q.operations_per_minute.filter(|l| ops >= *l) {
+    let usage = state.operation_windows.get(&tenant.id).map_or((0, 0), |w| w.usage(now));
+    let live = state.live_operations.get(&tenant.id).map_or(0, |l| l.len() as u64);
+    let limits = (q.operations_per_minute, q.cost_units_per_day, q.concurrent_operations);
+    within("the tenant's", limits, usage, live, spec.cost_units, now)?;
+    let Some(own) = state.principal_quotas.get(&tenant.id).and_then(|m| m.get(&spec.principal_id)) else {
+        return Ok(());
+    };
+    let usage = state
+        .principal_operation_windows
+        .get(&tenant.id)
+        .and_then(|m| m.get(&spec.principal_id))
+        .map_or((0, 0), |w| w.usage(now));
+    let ops = state.operations.get(&tenant.id);
+    let live = state.live_operations.get(&tenant.id).map_or(0, |l| {
+        l.iter().filter_map(|id| ops?.get(id)).filter(|o| o.spec.principal_id == spec.principal_id).count() as u64
+    });
+    let limits = (own.operations_per_minute, own.cost_units_per_day, own.concurrent_operations);
+    within("the principal's", limits, usage, live, spec.cost_units, now)
+}
+
+/// One set of operation limits (per minute, cost per day, concurrent) against its usage.
+fn within(
+    whose: &str,
+    (per_minute, cost_per_day, concurrent): (Option<u64>, Option<u64>, Option<u64>),
+    (ops, cost): (u64, u64),
+    live: u64,
+    asked: u64,
+    now: u64,
+) -> Result<(), Rejection> {
+    let exceeded = |what: String| Rejection::new(ReasonCode::QUOTA_EXCEEDED, format!("{whose} {what}"));
+    if let Some(limit) = per_minute.filter(|l| ops >= *l) {
         let retry = crate::quota::WINDOW_MS - now % crate::quota::WINDOW_MS;
         return Err(exceeded(format!("operations_per_minute ({limit}) reached; retry after {retry} ms")));
     }
-    if let Some(limit) = q.cost_units_per_day.filter(|l| cost + spec.cost_units > *l) {
+    if let Some(limit) = cost_per_day.filter(|l| cost + asked > *l) {
         let retry = crate::quota::DAY_MS - now % crate::quota::DAY_MS;
         return Err(exceeded(format!(
-            "cost_units_per_day ({limit}) would be exceeded ({cost} used, {} asked); retry after {retry} ms",
-            spec.cost_units
+            "cost_units_per_day ({limit}) would be exceeded ({cost} used, {asked} asked); retry after {retry} ms"
         )));
     }
-    let live = state.live_operations.get(&tenant.id).map_or(0, |l| l.len() as u64);
-    if let Some(limit) = q.concurrent_operations.filter(|l| live >= *l) {
+    if let Some(limit) = concurrent.filter(|l| live >= *l) {
         return Err(exceeded(format!(
             "concurrent_operations ({limit}) reached: {live} operations are waiting or attempting; retry when one ends"
         )));
     }
     Ok(())
+}
+
+/// An input request or answer: a short id and a JSON object of bounded size.
+fn json_text_ok(what: &str, id: &str, text: &str) -> Result<(), Rejection> {
+    if id.is_empty() || id.len() > 64 {
+        return Err(invalid(format!("{what} id must be 1..=64 bytes")));
+    }
+    if text.len() > INPUT_REQUEST_BYTES_MAX || !serde_json::from_str::<Value>(text).is_ok_and(|v| v.is_object()) {
+        return Err(invalid(format!("{what} '{id}' must be a JSON object of at most {INPUT_REQUEST_BYTES_MAX} bytes")));
+    }
+    Ok(())
+}
+
+/// The reservation that verifies `spec` for an attempt: its device's next fencing token (the
+/// device must be free), or straight to `reserved` when it drives none.
+fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Result<Event, Rejection> {
+    let t = tenant_id.to_string();
+    Ok(match &spec.device_id {
+        Some(device_id) => {
+            if state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(device_id)) {
+                return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device_id}'")));
+            }
+            if let Some(held) = state.device_leases.get(tenant_id).and_then(|m| m.get(device_id)) {
+                return Err(Rejection::new(
+                    ReasonCode::DEVICE_RESERVED,
+                    format!(
+                        "device '{device_id}' is held by operation '{}'; retry after {} (ledger ms)",
+                        held.operation_id, held.expires_at_ms
+                    ),
+                ));
+            }
+            let last = state.fencing.get(tenant_id).and_then(|m| m.get(device_id)).copied().unwrap_or(0);
+            Event::DeviceReservedV1 {
+                tenant_id: t,
+                device_id: device_id.clone(),
+                operation_id: spec.operation_id.clone(),
+                fencing_token: last + 1,
+                expires_at_ms: spec.deadline_ms,
+            }
+        }
+        None => Event::OperationTransitionedV1 {
+            tenant_id: t,
+            operation_id: spec.operation_id.clone(),
+            from: OperationState::Verified,
+            to: OperationState::Reserved,
+            cause: "no device to reserve".into(),
+        },
+    })
 }
 
 fn validate_reason(reason: &str) -> Result<(), Rejection> {
@@ -387,36 +503,50 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 ));
             }
             let mut events = vec![Event::OperationSubmittedV1 { tenant_id: t.clone(), spec: spec.clone() }];
-            match &spec.device_id {
-                Some(device_id) => {
-                    if state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(device_id)) {
-                        return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device_id}'")));
-                    }
-                    if let Some(held) = state.device_leases.get(tenant_id).and_then(|m| m.get(device_id)) {
-                        return Err(Rejection::new(
-                            ReasonCode::DEVICE_RESERVED,
-                            format!(
-                                "device '{device_id}' is held by operation '{}'; retry after {} (ledger ms)",
-                                held.operation_id, held.expires_at_ms
-                            ),
-                        ));
-                    }
-                    let last = state.fencing.get(tenant_id).and_then(|m| m.get(device_id)).copied().unwrap_or(0);
-                    events.push(Event::DeviceReservedV1 {
-                        tenant_id: t,
-                        device_id: device_id.clone(),
-                        operation_id: spec.operation_id.clone(),
-                        fencing_token: last + 1,
-                        expires_at_ms: spec.deadline_ms,
-                    });
+            // Waiting for its requester's input: neither verified nor reserved yet.
+            if spec.input_requests.is_empty() {
+                events.push(reserve(state, tenant_id, spec)?);
+            } else if let Some(d) =
+                spec.device_id.as_ref().filter(|d| state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(*d)))
+            {
+                return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{d}'")));
+            }
+            Ok(events)
+        }
+        Command::AnswerInputs { operation_id, by_principal_id, answers, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if &op.spec.principal_id != by_principal_id {
+                return Err(not_found(operation_id)); // only its requester answers
+            }
+            if op.state != Proposed {
+                return Err(conflict(op, "only an operation waiting for input takes answers"));
+            }
+            let mut fresh: BTreeMap<String, String> = BTreeMap::new();
+            for (id, answer) in answers {
+                if op.spec.input_requests.contains_key(id) && !op.answers.contains_key(id) {
+                    json_text_ok("an answer", id, answer)?;
+                    fresh.insert(id.clone(), answer.clone());
                 }
-                None => events.push(Event::OperationTransitionedV1 {
-                    tenant_id: t,
-                    operation_id: spec.operation_id.clone(),
-                    from: Verified,
-                    to: Reserved,
-                    cause: "no device to reserve".into(),
-                }),
+            }
+            if fresh.is_empty() {
+                return Ok(vec![]);
+            }
+            let all: BTreeMap<&String, &String> = op.answers.iter().chain(fresh.iter()).collect();
+            let complete = all.len() == op.spec.input_requests.len();
+            let accepted = |a: &str| serde_json::from_str::<Value>(a).is_ok_and(|v| v["action"] == "accept");
+            let declined = all.iter().find(|(_, a)| !accepted(a)).map(|(id, _)| id.to_string());
+            let mut events = vec![Event::OperationInputsAnsweredV1 {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                answers: fresh.clone(),
+            }];
+            match (complete, declined) {
+                (false, _) => {}
+                (true, Some(id)) => events.push(transition(op, Cancelled, format!("input '{id}' was declined"))),
+                (true, None) => {
+                    events.push(transition(op, Verified, "every input was answered"));
+                    events.push(reserve(state, tenant_id, &op.spec)?);
+                }
             }
             Ok(events)
         }
@@ -508,6 +638,11 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 AttemptOutcome::Effect => {
                     transition(op, EffectReported, format!("the executor reported the effect{late}"))
                 }
+                AttemptOutcome::NoEffect if op.cancel_requested => transition(
+                    op,
+                    Cancelled,
+                    format!("cancelled during the attempt; the executor reported no effect{late}"),
+                ),
                 AttemptOutcome::NoEffect => transition(op, Failed, format!("the executor reported no effect{late}")),
             });
             events.extend(release(op));
@@ -562,8 +697,20 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         }
         Command::CancelOperation { operation_id, by_principal_id, .. } => {
             let op = find(state, tenant_id, operation_id)?;
+            if op.state == Attempting {
+                // The executor is told (lease renewals) and reports the true outcome.
+                return Ok(if op.cancel_requested {
+                    vec![]
+                } else {
+                    vec![Event::OperationCancelRequestedV1 {
+                        tenant_id: t,
+                        operation_id: operation_id.clone(),
+                        by_principal_id: by_principal_id.clone(),
+                    }]
+                });
+            }
             if !op.state.is_waiting() {
-                return Err(conflict(op, "an operation is cancelled only before its attempt starts"));
+                return Err(conflict(op, "an operation is cancelled only before or during its attempt"));
             }
             let mut events = vec![transition(op, Cancelled, format!("cancelled by '{by_principal_id}'"))];
             events.extend(release(op));
@@ -599,20 +746,31 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
         Event::OperationSubmittedV1 { tenant_id, spec } => {
             state.operation_windows.entry(tenant_id.clone()).or_default().record(env.at_ms, spec.cost_units);
             state
+                .principal_operation_windows
+                .entry(tenant_id.clone())
+                .or_default()
+                .entry(spec.principal_id.clone())
+                .or_default()
+                .record(env.at_ms, spec.cost_units);
+            state
                 .idempotency
                 .entry(tenant_id.clone())
                 .or_default()
                 .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
+            let waiting = !spec.input_requests.is_empty();
             let op = Operation {
                 tenant_id: tenant_id.clone(),
                 spec: spec.clone(),
-                state: OperationState::Verified,
+                state: if waiting { OperationState::Proposed } else { OperationState::Verified },
                 executor_id: None,
                 fencing_token: None,
                 attempts: 0,
                 lease_expires_at_ms: None,
                 evidence: Vec::new(),
                 observations: Vec::new(),
+                answers: BTreeMap::new(),
+                cancel_requested: false,
+                cause: if waiting { "waiting for the requester's input" } else { "recorded" }.into(),
                 created_at_ms: env.at_ms,
                 updated_at_ms: env.at_ms,
                 revision: env.revision,
@@ -643,14 +801,32 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
             let mut op = op_mut(state, tenant_id, operation_id);
             op.state = OperationState::Dispatched;
             op.executor_id = Some(executor_id.clone());
+            op.lease_expires_at_ms = Some(env.at_ms + DISPATCH_START_MS);
             store(state, op);
         }
-        Event::OperationTransitionedV1 { tenant_id, operation_id, to, .. } => {
+        Event::OperationTransitionedV1 { tenant_id, operation_id, to, cause, .. } => {
             let mut op = op_mut(state, tenant_id, operation_id);
             if *to == OperationState::Attempting {
                 op.attempts += 1;
             }
             op.state = *to;
+            op.cause = cause.clone();
+            if *to == OperationState::Reserved {
+                // Offered again: no executor holds it.
+                op.executor_id = None;
+                op.lease_expires_at_ms = None;
+            }
+            store(state, op);
+        }
+        Event::OperationInputsAnsweredV1 { tenant_id, operation_id, answers } => {
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.answers.extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
+            store(state, op);
+        }
+        Event::OperationCancelRequestedV1 { tenant_id, operation_id, by_principal_id } => {
+            let mut op = op_mut(state, tenant_id, operation_id);
+            op.cancel_requested = true;
+            op.cause = format!("cancellation requested by '{by_principal_id}' during the attempt");
             store(state, op);
         }
         Event::AttemptLeaseExtendedV1 { tenant_id, device_id, operation_id, expires_at_ms } => {
@@ -708,7 +884,11 @@ mod tests {
         }
         assert!(Dispatched.allows(Expired) && !Attempting.allows(Expired), "only a waiting operation expires");
         assert!(Dispatched.allows(Failed) && !Reserved.allows(Failed), "only a dispatch is refused");
-        assert!(Reserved.allows(Cancelled) && !Attempting.allows(Cancelled), "no cancel once attempted");
+        assert!(Reserved.allows(Cancelled) && Proposed.allows(Cancelled), "cancel before the attempt");
+        assert!(
+            Attempting.allows(Cancelled) && !UnknownEffect.allows(Cancelled),
+            "an attempt ends cancelled only itself"
+        );
         assert!(!EffectReported.allows(Attempting) && !UnknownEffect.allows(Attempting), "never attempted twice");
         assert!(UnknownEffect.allows(EffectReported) && UnknownEffect.allows(Failed));
         assert!(EffectReported.allows(Accepted) && !Attempting.allows(Accepted));

@@ -39,6 +39,51 @@ impl PrincipalQuotasV1 {
     }
 }
 
+/// Limits of one principal (on top of its tenant's), request and operation quotas (SPEC D9).
+/// Replaces [`PrincipalQuotasV1`] (requests only), which still replays as this.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalQuotasV2 {
+    /// Requests per minute across all edges; `None`: only the tenant's limit applies (same for
+    /// each field).
+    #[serde(default)]
+    pub requests_per_minute: Option<u64>,
+    /// Operations recorded per minute (ledger time).
+    #[serde(default)]
+    pub operations_per_minute: Option<u64>,
+    /// Cost units of recorded operations per day (ledger time).
+    #[serde(default)]
+    pub cost_units_per_day: Option<u64>,
+    /// Operations waiting or attempting at once.
+    #[serde(default)]
+    pub concurrent_operations: Option<u64>,
+}
+
+impl PrincipalQuotasV2 {
+    pub fn validate(&self) -> Result<(), Rejection> {
+        for (name, v) in [
+            ("requests_per_minute", self.requests_per_minute),
+            ("operations_per_minute", self.operations_per_minute),
+            ("cost_units_per_day", self.cost_units_per_day),
+            ("concurrent_operations", self.concurrent_operations),
+        ] {
+            if v == Some(0) {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("{name} must be at least 1 (omit it for no limit)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<PrincipalQuotasV1> for PrincipalQuotasV2 {
+    fn from(q: PrincipalQuotasV1) -> Self {
+        PrincipalQuotasV2 { requests_per_minute: q.requests_per_minute, ..Default::default() }
+    }
+}
+
 /// What the ledger granted in the current window of one tenant.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaWindow {

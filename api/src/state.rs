@@ -20,7 +20,7 @@ use crate::{ReasonCode, Rejection};
 use serde::{Deserialize, Serialize};
 
 use crate::operation::{DeviceLease, Operation};
-use crate::quota::{PrincipalQuotasV1, QuotaWindow};
+use crate::quota::{PrincipalQuotasV2, QuotaWindow};
 
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +67,7 @@ pub struct LedgerState {
     /// Executor CA certificates by tenant id, then CA fingerprint.
     pub executor_cas: BTreeMap<String, BTreeMap<String, ExecutorCaV1>>,
     /// Principals' own quotas by tenant id, then principal id (absent: none).
-    pub principal_quotas: BTreeMap<String, BTreeMap<String, PrincipalQuotasV1>>,
+    pub principal_quotas: BTreeMap<String, BTreeMap<String, PrincipalQuotasV2>>,
     /// Request-quota grants of the current window, by tenant id.
     pub quota_windows: BTreeMap<String, QuotaWindow>,
     /// Operations by tenant id, then operation id.
@@ -83,6 +83,8 @@ pub struct LedgerState {
     pub live_operations: BTreeMap<String, BTreeSet<String>>,
     /// Operations and cost units of the current minute and day, by tenant id.
     pub operation_windows: BTreeMap<String, crate::quota::OperationWindow>,
+    /// The same per principal (tenant id → principal id), for principals' own quotas.
+    pub principal_operation_windows: BTreeMap<String, BTreeMap<String, crate::quota::OperationWindow>>,
 }
 
 /// The idempotency map's key for `(principal, key)`.
@@ -130,10 +132,11 @@ impl LedgerState {
                 } else {
                     CLUSTER_STREAM.to_string()
                 };
-                let event = Event::CommandRejectedV1 {
+                let event = Event::CommandRejectedV2 {
                     command: req.command.kind().to_string(),
                     reason: rejection.reason,
                     message: rejection.message.clone(),
+                    subject: req.command.subject(),
                 };
                 let env = self.append(&stream, &req.trace_id, event, &mut audit);
                 let outcome =
@@ -141,6 +144,16 @@ impl LedgerState {
                 due.push(env);
                 (outcome, due, audit)
             }
+        }
+    }
+
+    /// A principal's own quotas (all unset: none of its own).
+    fn set_principal_quotas(&mut self, tenant_id: &str, principal_id: &str, quotas: PrincipalQuotasV2) {
+        let by_tenant = self.principal_quotas.entry(tenant_id.to_string()).or_default();
+        if quotas == PrincipalQuotasV2::default() {
+            by_tenant.remove(principal_id);
+        } else {
+            by_tenant.insert(principal_id.to_string(), quotas);
         }
     }
 
@@ -196,7 +209,7 @@ impl LedgerState {
             }
             Event::TenantSuspendedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Suspended, env),
             Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env),
-            Event::CommandRejectedV1 { .. } => {}
+            Event::CommandRejectedV1 { .. } | Event::CommandRejectedV2 { .. } => {}
             Event::PrincipalCreatedV1 { tenant_id, spec } => {
                 let p = Principal::from_spec(tenant_id, spec, env.at_ms, env.revision);
                 self.principal_names.entry(tenant_id.clone()).or_default().insert(p.name.clone(), p.id.clone());
@@ -335,12 +348,10 @@ impl LedgerState {
             // Only an audit record (below).
             Event::RequestDecidedV1 { .. } => {}
             Event::PrincipalQuotasSetV1 { tenant_id, principal_id, quotas } => {
-                let by_tenant = self.principal_quotas.entry(tenant_id.clone()).or_default();
-                if *quotas == PrincipalQuotasV1::default() {
-                    by_tenant.remove(principal_id);
-                } else {
-                    by_tenant.insert(principal_id.clone(), quotas.clone());
-                }
+                self.set_principal_quotas(tenant_id, principal_id, quotas.clone().into())
+            }
+            Event::PrincipalQuotasSetV2 { tenant_id, principal_id, quotas } => {
+                self.set_principal_quotas(tenant_id, principal_id, quotas.clone())
             }
             Event::OperationSubmittedV1 { .. }
             | Event::DeviceReservedV1 { .. }
@@ -349,7 +360,9 @@ impl LedgerState {
             | Event::OperationTransitionedV1 { .. }
             | Event::AttemptLeaseExtendedV1 { .. }
             | Event::EvidenceReportedV1 { .. }
-            | Event::ObservationRecordedV1 { .. } => crate::operation::apply(self, env),
+            | Event::ObservationRecordedV1 { .. }
+            | Event::OperationInputsAnsweredV1 { .. }
+            | Event::OperationCancelRequestedV1 { .. } => crate::operation::apply(self, env),
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -820,7 +833,8 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         | Command::ResolveUnknownEffect { .. }
         | Command::CancelOperation { .. }
         | Command::ExpireDue { .. }
-        | Command::RefuseDispatch { .. } => crate::operation::decide(state, cmd, now),
+        | Command::RefuseDispatch { .. }
+        | Command::AnswerInputs { .. } => crate::operation::decide(state, cmd, now),
         Command::SetPrincipalQuotas { tenant_id, principal, quotas } => {
             existing(state, tenant_id)?;
             quotas.validate()?;
@@ -828,6 +842,18 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}' in this tenant"))
             })?;
             Ok(vec![Event::PrincipalQuotasSetV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: p.id.clone(),
+                quotas: quotas.clone(),
+            }])
+        }
+        Command::SetPrincipalQuotasV2 { tenant_id, principal, quotas } => {
+            existing(state, tenant_id)?;
+            quotas.validate()?;
+            let p = state.principal(tenant_id, principal).ok_or_else(|| {
+                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}' in this tenant"))
+            })?;
+            Ok(vec![Event::PrincipalQuotasSetV2 {
                 tenant_id: tenant_id.clone(),
                 principal_id: p.id.clone(),
                 quotas: quotas.clone(),

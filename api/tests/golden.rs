@@ -4,12 +4,12 @@
 use writ_api::audit::RequestDecisionV1;
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
-use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
+use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, RejectionSubject};
 use writ_api::operation::{
     AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, Verdict, WorkRef,
 };
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
-use writ_api::quota::PrincipalQuotasV1;
+use writ_api::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
 use writ_api::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 use writ_api::ReasonCode;
@@ -447,6 +447,83 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "answer_inputs",
+            req(Command::AnswerInputs {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                by_principal_id: "p-1".into(),
+                answers: [("confirm".to_string(), r#"{"action":"accept","content":{"confirm":true}}"#.to_string())]
+                    .into_iter()
+                    .collect(),
+            }),
+            Some(env(
+                33,
+                31,
+                Event::OperationInputsAnsweredV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    answers: [("confirm".to_string(), r#"{"action":"accept"}"#.to_string())].into_iter().collect(),
+                },
+            )),
+        ),
+        (
+            "cancel_requested",
+            req(Command::CancelOperation {
+                tenant_id: "t-1".into(),
+                operation_id: "op-2".into(),
+                by_principal_id: "p-1".into(),
+            }),
+            Some(env(
+                34,
+                32,
+                Event::OperationCancelRequestedV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-2".into(),
+                    by_principal_id: "p-1".into(),
+                },
+            )),
+        ),
+        (
+            "principal_quotas_set_v2",
+            req(Command::SetPrincipalQuotasV2 {
+                tenant_id: "t-1".into(),
+                principal: "p-1".into(),
+                quotas: PrincipalQuotasV2 {
+                    requests_per_minute: Some(120),
+                    operations_per_minute: Some(10),
+                    cost_units_per_day: None,
+                    concurrent_operations: Some(2),
+                },
+            }),
+            Some(env(
+                35,
+                33,
+                Event::PrincipalQuotasSetV2 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    quotas: PrincipalQuotasV2 { operations_per_minute: Some(10), ..Default::default() },
+                },
+            )),
+        ),
+        (
+            "command_rejected_v2",
+            req(Command::IssueToken { tenant_id: "t-1".into(), request: token_request() }),
+            Some(env(
+                32,
+                30,
+                Event::CommandRejectedV2 {
+                    command: "issue_token".into(),
+                    reason: ReasonCode::DELEGATION_DEPTH_EXCEEDED,
+                    message: "delegation depth 2 exceeds the limit of 1".into(),
+                    subject: RejectionSubject {
+                        principal_id: Some("p-1".into()),
+                        token_id: Some("j-3".into()),
+                        parent_token_id: Some("j-2".into()),
+                    },
+                },
+            )),
+        ),
     ]
 }
 
@@ -466,6 +543,9 @@ fn operation_spec() -> OperationSpecV1 {
         work_ref: Some(WorkRef { id: "wo-9".into(), revision: 3 }),
         preconditions: [("door".to_string(), "closed".to_string())].into_iter().collect(),
         trace_id: "trace-1".into(),
+        input_requests: [("confirm".to_string(), r#"{"method":"elicitation/create"}"#.to_string())]
+            .into_iter()
+            .collect(),
     }
 }
 

@@ -99,6 +99,7 @@ fn spec(id: &str, key: &str, payload: serde_json::Value, device: Option<&str>, d
         work_ref: None,
         preconditions: BTreeMap::new(),
         trace_id: "tr".into(),
+        input_requests: BTreeMap::new(),
     }
 }
 
@@ -229,6 +230,46 @@ fn operation_quotas_are_consumed_by_the_submission() {
 }
 
 #[test]
+fn a_principals_own_operation_quotas_apply_on_top_of_its_tenants() {
+    use writ_api::quota::PrincipalQuotasV2;
+    let mut l = Ledger::new();
+    let own = |q: PrincipalQuotasV2| Command::SetPrincipalQuotasV2 {
+        tenant_id: T.into(),
+        principal: "agent".into(),
+        quotas: q,
+    };
+    let by = |principal: &str, id: &str| {
+        let mut s = spec(id, id, json!({"id": id}), None, 1_000_000_000);
+        s.principal_id = principal.into();
+        submit(s)
+    };
+    l.now = 60_000 * 100;
+    l.ok(own(PrincipalQuotasV2 {
+        operations_per_minute: Some(1),
+        concurrent_operations: Some(3),
+        ..Default::default()
+    }));
+    l.ok(by("agent", "a-1"));
+    assert_eq!(l.refused(by("agent", "a-2")), ReasonCode::QUOTA_EXCEEDED);
+    l.ok(by("other-agent", "o-1")); // another principal is not limited by it
+    l.ok(by("other-agent", "o-2"));
+    l.now += 60_000;
+    l.ok(by("agent", "a-2"));
+    l.now += 60_000;
+    l.ok(by("agent", "a-3"));
+    l.now += 60_000;
+    assert_eq!(l.refused(by("agent", "a-4")), ReasonCode::QUOTA_EXCEEDED, "3 of its own are live");
+    l.ok(own(PrincipalQuotasV2 { cost_units_per_day: Some(4), ..Default::default() }));
+    l.ok(by("agent", "a-4"));
+    assert_eq!(l.refused(by("agent", "a-5")), ReasonCode::QUOTA_EXCEEDED, "4 cost units today");
+    l.ok(own(PrincipalQuotasV2::default()));
+    l.ok(by("agent", "a-5"));
+    assert!(l.state.principal_quotas.get(T).is_none_or(|m| m.is_empty()), "cleared");
+    let bad = PrincipalQuotasV2 { concurrent_operations: Some(0), ..Default::default() };
+    assert_eq!(l.refused(own(bad)), ReasonCode::INPUT_INVALID);
+}
+
+#[test]
 fn an_attempt_without_a_device_still_has_a_lease() {
     let mut l = Ledger::new();
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), None, l.now + 60_000)));
@@ -337,7 +378,7 @@ fn only_an_independent_observation_lets_an_effect_be_accepted() {
 }
 
 #[test]
-fn cancel_works_only_before_the_attempt() {
+fn cancel_is_immediate_before_the_attempt_and_asked_of_the_executor_during_it() {
     let mut l = Ledger::new();
     let cancel = |id: &str| Command::CancelOperation {
         tenant_id: T.into(),
@@ -347,10 +388,96 @@ fn cancel_works_only_before_the_attempt() {
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
     l.ok(cancel("op-1"));
     assert_eq!(l.op("op-1").state, OperationState::Cancelled);
+    assert!(l.state.device_leases[T].is_empty(), "the device is free again");
+    assert_eq!(l.refused(cancel("op-1")), ReasonCode::OPERATION_STATE_CONFLICT, "terminal");
+    // During the attempt: recorded, the executor decides; no effect → cancelled.
     l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000)));
     l.ok(dispatch("op-2"));
     l.ok(start("op-2", 2));
-    assert_eq!(l.refused(cancel("op-2")), ReasonCode::OPERATION_STATE_CONFLICT);
+    assert_eq!(l.ok(cancel("op-2")), 1);
+    assert!(l.op("op-2").cancel_requested);
+    assert_eq!(l.op("op-2").state, OperationState::Attempting);
+    assert_eq!(l.ok(cancel("op-2")), 0, "asking again changes nothing");
+    l.ok(report("op-2", 2, AttemptOutcome::NoEffect));
+    assert_eq!(l.op("op-2").state, OperationState::Cancelled);
+    // An effect reported despite the request is the truth.
+    l.ok(submit(spec("op-3", "k-3", json!({"p": 3}), Some("press"), l.now + 60_000)));
+    l.ok(dispatch("op-3"));
+    l.ok(start("op-3", 3));
+    l.ok(cancel("op-3"));
+    l.ok(report("op-3", 3, AttemptOutcome::Effect));
+    assert_eq!(l.op("op-3").state, OperationState::EffectReported);
+}
+
+#[test]
+fn a_dispatch_not_started_in_time_is_offered_again_and_the_late_start_refused() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 120_000)));
+    l.ok(dispatch("op-1"));
+    l.now += writ_api::operation::DISPATCH_START_MS;
+    l.ok(Command::ExpireDue { tenant_id: T.into() });
+    let op = l.op("op-1");
+    assert_eq!((op.state, op.executor_id.as_deref(), op.fencing_token), (OperationState::Reserved, None, Some(1)));
+    assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "the late start is refused");
+    l.ok(Command::DispatchOperation { tenant_id: T.into(), operation_id: "op-1".into(), executor_id: "x-2".into() });
+    assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "x-1 is not its executor");
+    l.ok(Command::StartAttempt {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        executor_id: "x-2".into(),
+        fencing_token: 1,
+        lease_ms: LEASE,
+    });
+    assert_eq!((l.op("op-1").attempts, l.op("op-1").state), (1, OperationState::Attempting));
+}
+
+fn asking(id: &str, key: &str, requests: &[&str]) -> OperationSpecV1 {
+    let mut s = spec(id, key, json!({"k": key}), Some("press"), 1_000_000 + 60_000);
+    s.input_requests = requests
+        .iter()
+        .map(|r| (r.to_string(), json!({"method": "elicitation/create", "params": {"message": r}}).to_string()))
+        .collect();
+    s
+}
+
+fn answer(id: &str, by: &str, answers: &[(&str, &str)]) -> Command {
+    Command::AnswerInputs {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        by_principal_id: by.into(),
+        answers: answers
+            .iter()
+            .map(|(k, action)| (k.to_string(), json!({"action": action, "content": {}}).to_string()))
+            .collect(),
+    }
+}
+
+#[test]
+fn an_operation_waiting_for_input_is_verified_only_when_every_answer_accepts() {
+    let mut l = Ledger::new();
+    l.ok(submit(asking("op-1", "k-1", &["name", "confirm"])));
+    assert_eq!(l.op("op-1").state, OperationState::Proposed);
+    assert!(l.state.device_leases.get(T).is_none_or(|m| m.is_empty()), "nothing reserved while waiting");
+    assert_eq!(l.refused(dispatch("op-1")), ReasonCode::OPERATION_STATE_CONFLICT);
+    assert_eq!(l.refused(answer("op-1", "other-agent", &[("name", "accept")])), ReasonCode::OPERATION_NOT_FOUND);
+    // Partial: one answer recorded, still waiting; unknown ids and repeats are ignored.
+    assert_eq!(l.ok(answer("op-1", "agent", &[("name", "accept"), ("bogus", "accept")])), 1);
+    assert_eq!(l.op("op-1").state, OperationState::Proposed);
+    assert_eq!(l.ok(answer("op-1", "agent", &[("name", "decline")])), 0, "an answer is final");
+    // The last answer verifies and reserves it.
+    l.ok(answer("op-1", "agent", &[("confirm", "accept")]));
+    assert_eq!(l.op("op-1").state, OperationState::Reserved);
+    assert_eq!(l.op("op-1").answers.len(), 2);
+    l.ok(dispatch("op-1"));
+    // A declined input cancels the operation.
+    l.ok(submit(asking("op-2", "k-2", &["confirm"])));
+    l.ok(answer("op-2", "agent", &[("confirm", "decline")]));
+    assert_eq!(l.op("op-2").state, OperationState::Cancelled);
+    // A deadline passing while it waits for input expires it.
+    l.ok(submit(asking("op-3", "k-3", &["confirm"])));
+    l.now += 61_000;
+    assert_eq!(l.refused(answer("op-3", "agent", &[("confirm", "accept")])), ReasonCode::OPERATION_STATE_CONFLICT);
+    assert_eq!(l.op("op-3").state, OperationState::Expired);
 }
 
 /// One step of a random workload.

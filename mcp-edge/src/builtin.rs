@@ -100,6 +100,7 @@ pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswe
     debug_assert_eq!(MISSING_CLIENT_CAPABILITY, ReasonCode::CLIENT_CAPABILITY_MISSING.jsonrpc_code() as i64);
     Ok(match name {
         "conformance.simple_text" => text("This is a simple text response for testing."),
+        "conformance.greet" => text(format!("Hello, {}!", c.args["name"].as_str().unwrap_or("World"))),
         "conformance.image_content" => {
             ToolAnswer::Complete(json!({"content": [{"type": "image", "data": PNG_BASE64, "mimeType": "image/png"}]}))
         }

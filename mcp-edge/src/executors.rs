@@ -70,6 +70,14 @@ struct Refusal {
     rejection: Rejection,
 }
 
+/// `response` with the trace id of its audit record, so an executor's operator can find it.
+fn traced(mut response: Response, trace_id: &str) -> Response {
+    if let Ok(v) = axum::http::HeaderValue::from_str(trace_id) {
+        response.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
+    }
+    response
+}
+
 fn error_response(r: &Rejection) -> Response {
     let status = StatusCode::from_u16(r.reason.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = ErrorBody { reason: r.reason, code: r.reason.number(), message: r.message.clone(), leader_hint: None };
@@ -231,6 +239,8 @@ impl ExecutorGate {
             s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id)).map(|op| op.executor_id.clone())
         });
         let principal = format!("executor:{}", who.executor_id);
+        // One trace id for the command, its audit record and the answer's header.
+        let trace_id = uuid::Uuid::new_v4().to_string();
         let outcome = match dispatched_to_me {
             // Another tenant's operation, or one never dispatched to this executor, does not exist
             // for it.
@@ -238,19 +248,22 @@ impl ExecutorGate {
             Some(Some(x)) if x != who.executor_id => {
                 Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"))
             }
-            Some(Some(_)) => self.submit(command).await,
+            Some(Some(_)) => self.submit(command, &trace_id).await,
         };
-        let d = decision(principal, method, Some(operation_id.to_string()), outcome.as_ref().err().map(|e| e.reason));
-        if let Err(e) = self.inner.audit.commit(&who.tenant_id, d).await {
-            return error_response(&e);
-        }
-        match outcome {
-            Ok(op) => Json(OperationStatus::from(&op)).into_response(),
+        let mut d =
+            decision(principal, method, Some(operation_id.to_string()), outcome.as_ref().err().map(|e| e.reason));
+        d.trace_id = trace_id.clone();
+        let response = match self.inner.audit.commit(&who.tenant_id, d).await {
             Err(e) => error_response(&e),
-        }
+            Ok(()) => match outcome {
+                Ok(op) => Json(OperationStatus::from(&op)).into_response(),
+                Err(e) => error_response(&e),
+            },
+        };
+        traced(response, &trace_id)
     }
 
-    async fn submit(&self, command: Command) -> Result<Operation, Rejection> {
+    async fn submit(&self, command: Command, trace_id: &str) -> Result<Operation, Rejection> {
         let (tenant_id, operation_id) = match &command {
             Command::StartAttempt { tenant_id, operation_id, .. }
             | Command::RenewAttemptLease { tenant_id, operation_id, .. }
@@ -259,8 +272,7 @@ impl ExecutorGate {
             | Command::DispatchOperation { tenant_id, operation_id, .. } => (tenant_id.clone(), operation_id.clone()),
             _ => return Err(Rejection::new(ReasonCode::INTERNAL, "not an executor command")),
         };
-        let trace_id = uuid::Uuid::new_v4().to_string();
-        let submitted = self.inner.ledger.submit(SubmitRequest { trace_id, command }).await?;
+        let submitted = self.inner.ledger.submit(SubmitRequest { trace_id: trace_id.to_string(), command }).await?;
         if let Outcome::Rejected { reason, message, .. } = submitted.outcome {
             return Err(Rejection::new(reason, message));
         }

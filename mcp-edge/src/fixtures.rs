@@ -116,6 +116,59 @@ pub fn conformance_catalog() -> Value {
         }
     }));
     actions.push(json!({
+        "id": "greet", "title": "greet", "description": "Sync-only: returns Hello, {name}!",
+        "risk": "low", "execution": {"builtin": "conformance.greet"},
+        "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}}
+    }));
+    // The tasks fixtures are real operations of the fixture tenant, performed by the dev
+    // server's fixture executor (`writ executor` handler `conformance_fixtures`).
+    let task = |id: &str, execution: &str, risk: &str, description: &str, properties: Value| {
+        json!({"id": id, "title": id, "description": description, "risk": risk, "execution": execution,
+               "input_schema": {"type": "object", "properties": properties}})
+    };
+    actions.push(task(
+        "slow_compute",
+        "operation",
+        "low",
+        "Task-supporting: sleeps `seconds`, then answers; cancellable while it runs",
+        json!({"seconds": {"type": "number", "minimum": 0, "maximum": 300}, "label": {"type": "string"}}),
+    ));
+    actions.push(task(
+        "failing_job",
+        "task",
+        "low",
+        "Task-only: reports a tool execution error after about a second",
+        json!({}),
+    ));
+    actions.push(task(
+        "protocol_error_job",
+        "operation",
+        "low",
+        "Task-supporting: its handler fails before running (a protocol-level error)",
+        json!({}),
+    ));
+    actions.push(task(
+        "confirm_delete",
+        "operation",
+        "high",
+        "Task-supporting, high risk: asks for a confirmation, then deletes `filename`",
+        json!({"filename": {"type": "string"}}),
+    ));
+    actions.push(task(
+        "multi_input",
+        "operation",
+        "low",
+        "Task-supporting: asks for two inputs at once before it runs",
+        json!({}),
+    ));
+    actions.push(task(
+        "test_tool_with_task",
+        "task",
+        "low",
+        "MRTR then task: asks for user_name in a first round, then runs as a task that greets it",
+        json!({"user_name": {"type": "string"}}),
+    ));
+    actions.push(json!({
         "id": "test_custom_header", "title": "test_custom_header",
         "description": "Echoes a parameter mirrored in the Mcp-Param-Value header (SEP-2243)",
         "risk": "low", "execution": {"builtin": "conformance.custom_header"},
@@ -227,4 +280,42 @@ pub fn get_prompt(name: &str, args: &Value, inputs: &serde_json::Map<String, Val
         }
     };
     Ok(PromptAnswer::Messages(json!(messages)))
+}
+
+/// What a fixture task tool needs before its operation is recorded.
+pub enum Prelude {
+    /// An MRTR round first: ask for these inputs (no task yet).
+    Ask(Value),
+    /// Record the operation with these arguments, waiting for these input requests.
+    Run { args: Value, input_requests: serde_json::Map<String, Value> },
+}
+
+fn elicit(message: &str, property: &str, schema: Value) -> Value {
+    json!({"method": "elicitation/create", "params": {"message": message, "requestedSchema":
+        {"type": "object", "properties": {property: schema}, "required": [property]}}})
+}
+
+/// The reference server's task fixtures that gather input: `multi_input` parks its task on two
+/// input requests at once; `test_tool_with_task` asks for `user_name` through MRTR and then
+/// runs as a task with it. Any other tool runs as called.
+pub fn task_prelude(tool: &str, args: Value, inputs: &serde_json::Map<String, Value>) -> Prelude {
+    let mut input_requests = serde_json::Map::new();
+    match tool {
+        "multi_input" => {
+            input_requests.insert("name".into(), elicit("Which name?", "name", json!({"type": "string"})));
+            input_requests.insert("confirm".into(), elicit("Go ahead?", "confirm", json!({"type": "boolean"})));
+        }
+        "test_tool_with_task" => {
+            let content = inputs.get("user_name").filter(|r| r["action"] == "accept").map(|r| &r["content"]);
+            let Some(name) = content.and_then(|c| c.get("name").or_else(|| c.get("user_name"))).and_then(Value::as_str)
+            else {
+                return Prelude::Ask(
+                    json!({"user_name": elicit("What is your name?", "name", json!({"type": "string"}))}),
+                );
+            };
+            return Prelude::Run { args: json!({"user_name": name}), input_requests };
+        }
+        _ => {}
+    }
+    Prelude::Run { args, input_requests }
 }

@@ -25,6 +25,7 @@ mod reply;
 pub mod seal;
 mod serve;
 mod surfaces;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -292,7 +293,10 @@ fn served(config: &EdgeConfig, method: &str) -> bool {
         | "resources/list"
         | "resources/read"
         | "resources/templates/list"
-        | "subscriptions/listen" => true,
+        | "subscriptions/listen"
+        | "tasks/get"
+        | "tasks/update"
+        | "tasks/cancel" => true,
         "prompts/list" | "prompts/get" | "completion/complete" => config.fixtures_tenant.is_some(),
         _ => false,
     }
@@ -334,6 +338,7 @@ fn check_protocol(config: &EdgeConfig, req: &Request, headers: &HeaderMap) -> Re
     let name_field = match req.method.as_str() {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     };
     if let Some(field) = name_field {

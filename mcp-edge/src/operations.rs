@@ -6,11 +6,11 @@
 //! (`dry_run: true`) execute only with such a proposal (VERIFY_REQUIRED without,
 //! PROPOSAL_INVALID for a tampered, expired or foreign one).
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use writ_api::catalog::Execution;
 use writ_api::dto::{Query, QueryRequest, QueryResult, SubmitRequest};
 use writ_api::ledger::{Command, Event, Outcome};
-use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, Verdict, WorkRef};
+use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::{ReasonCode, Rejection};
 
 use crate::jsonrpc::RpcError;
@@ -30,11 +30,16 @@ pub const EXECUTE_SCOPE: &str = "ops:execute";
 pub const OBSERVE_SCOPE: &str = "observe:capture";
 pub const DECIDE_SCOPE: &str = "ops:accept";
 pub const READ_SCOPE: &str = "ops:read";
+pub const CANCEL_SCOPE: &str = "ops:cancel";
 /// How long a proposal stays valid.
 pub const PROPOSAL_TTL_MS: u64 = 5 * 60 * 1000;
 /// Default and longest deadline an agent may give (seconds from now).
 pub const DEADLINE_S_DEFAULT: u64 = 60;
 pub const DEADLINE_S_MAX: u64 = 24 * 3600;
+/// Longest `operation.execute` waits for its operation to settle (`wait_s`).
+pub const WAIT_S_MAX: u64 = 60;
+/// Deadline of a task that first waits for its requester's input (a person may take a while).
+pub const TASK_INPUT_DEADLINE_S: u64 = 3600;
 
 /// The operation tools `authority` may call, as `tools/list` entries.
 pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
@@ -46,7 +51,8 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
             "description": "Records a durable operation for a catalog action: the idempotency key binds it to this exact \
                 payload (a retry returns the same operation; the same key with another payload is refused), the ledger \
                 checks the deadline and cost ceiling and reserves the device, then an executor attempts it once. \
-                Returns the operation id and state; read it back with operation.readback.",
+                Returns the operation id and state (with wait_s, once it settles, streaming each state as progress); \
+                read it back with operation.readback.",
             "inputSchema": {
                 "type": "object", "additionalProperties": false,
                 "required": ["action", "idempotency_key"],
@@ -61,17 +67,25 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
                                  "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
                     "preconditions": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "wait_s": {"type": "integer", "minimum": 0, "maximum": WAIT_S_MAX,
+                               "description": "wait up to this long for the operation to settle (effect reported, \
+                                   failed, expired, unknown effect…), reporting each state it reaches as progress \
+                                   (with the request's progressToken); 0, the default, answers at once"},
                     "proposal": {"type": "string", "description": "from operation.propose, for actions that demand a dry run"}
                 }
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
         }));
+    }
+    // A dry run only looks: readOnly principals (context:read) may preview too.
+    if authority.require(EXECUTE_SCOPE).is_ok() || authority.require(SEARCH_SCOPE).is_ok() {
         tools.push(json!({
             "name": PROPOSE,
             "title": "Propose an operation (dry run)",
             "description": "Checks an action call as operation.execute would (scopes, input schema, device) and previews \
                 what would happen, without recording or executing anything. Returns a proposal bound to you and to this \
-                exact payload for 5 minutes; actions that demand a dry run execute only with it.",
+                exact payload for 5 minutes; actions that demand a dry run execute only with it. Without the scopes to \
+                commit (e.g. a readOnly principal) the preview lists what is missing and carries no proposal.",
             "inputSchema": {
                 "type": "object", "additionalProperties": false,
                 "required": ["action"],
@@ -186,7 +200,7 @@ fn view(op: &Operation, replayed: bool) -> Value {
            "structuredContent": structured})
 }
 
-async fn query(c: &Call<'_>, query: Query) -> Result<Result<Operation, Rejection>, RpcError> {
+pub(crate) async fn query(c: &Call<'_>, query: Query) -> Result<Result<Operation, Rejection>, RpcError> {
     match c.edge.ledger.query(QueryRequest { query, consistency: Default::default() }).await {
         Ok(QueryResult::Operation(op)) => Ok(Ok(*op)),
         Ok(_) => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected operation answer")),
@@ -205,11 +219,30 @@ struct Prepared {
     preconditions: std::collections::BTreeMap<String, String>,
     /// sha256 of the canonical payload the idempotency key and a proposal bind.
     payload_hash: String,
+    /// Scopes a commit would need that the caller lacks (only a dry run gets this far with any).
+    denied: Vec<String>,
+}
+
+/// Why an action call is checked: to commit it, or to preview it (a dry run may look at what
+/// the caller could not commit when it holds `context:read`, and says what is missing).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Commit,
+    Preview,
 }
 
 /// The checks shared by propose and execute; a business refusal is `Ok(Err(tool error))`.
-fn prepare(c: &Call<'_>, args: &Value) -> Result<Result<Prepared, Value>, RpcError> {
+fn prepare(c: &Call<'_>, args: &Value, purpose: Purpose) -> Result<Result<Prepared, Value>, RpcError> {
     let a = c.authority;
+    let looks = purpose == Purpose::Preview && a.require(SEARCH_SCOPE).is_ok();
+    let mut denied = Vec::new();
+    let mut need = |scope: &str| {
+        let held = a.require(scope).is_ok();
+        if !held && looks {
+            denied.push(scope.to_string());
+        }
+        held || looks
+    };
     let action_id = args["action"].as_str().unwrap_or_default();
     let found = c.edge.verifier.with_state(|s| {
         let catalog = s.catalog(&a.tenant_id, None)?;
@@ -217,9 +250,7 @@ fn prepare(c: &Call<'_>, args: &Value) -> Result<Result<Prepared, Value>, RpcErr
         Some((action, catalog.catalog.digest.clone()))
     });
     // An action the principal may not call is reported like a missing one.
-    let Some((action, digest)) =
-        found.filter(|(x, _)| x.execution == Execution::Operation && a.require(&x.scope).is_ok())
-    else {
+    let Some((action, digest)) = found.filter(|(x, _)| x.execution.is_operation() && need(&x.scope)) else {
         return Ok(Err(refused(&Rejection::new(
             ReasonCode::TOOL_NOT_FOUND,
             format!("unknown operation action '{action_id}'"),
@@ -237,7 +268,7 @@ fn prepare(c: &Call<'_>, args: &Value) -> Result<Result<Prepared, Value>, RpcErr
         (Some(class), Some(name)) => {
             let d = c.edge.verifier.with_state(|s| s.device(&a.tenant_id, name).cloned());
             match d {
-                Some(d) if &d.device_class == class && a.require(&format!("devices:use:{}", d.name)).is_ok() => Some(d),
+                Some(d) if &d.device_class == class && need(&format!("devices:use:{}", d.name)) => Some(d),
                 _ => {
                     let msg = format!("no device '{name}' of class {class} for you");
                     return Ok(Err(refused(&Rejection::new(ReasonCode::DEVICE_NOT_FOUND, msg))));
@@ -261,7 +292,10 @@ fn prepare(c: &Call<'_>, args: &Value) -> Result<Result<Prepared, Value>, RpcErr
     // The payload the key binds: everything but the (relative) deadline.
     let payload = json!({"action": action_id, "input": input, "device": device.as_ref().map(|d| &d.id),
                          "work_ref": args.get("work_ref"), "preconditions": args.get("preconditions")});
-    Ok(Ok(Prepared { payload_hash: payload_hash(&payload), action, input, device, work_ref, preconditions }))
+    if purpose == Purpose::Preview {
+        need(EXECUTE_SCOPE);
+    }
+    Ok(Ok(Prepared { payload_hash: payload_hash(&payload), action, input, device, work_ref, preconditions, denied }))
 }
 
 fn proposal_binding(c: &Call<'_>, payload_hash: &str) -> Binding {
@@ -277,7 +311,7 @@ fn proposal_binding(c: &Call<'_>, payload_hash: &str) -> Binding {
 /// to this principal and this exact payload for [`PROPOSAL_TTL_MS`]. It records nothing and
 /// can execute nothing.
 pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
-    let p = match prepare(c, args)? {
+    let p = match prepare(c, args, Purpose::Preview)? {
         Ok(p) => p,
         Err(refusal) => return Ok(refusal),
     };
@@ -285,9 +319,11 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     let holder = p.device.as_ref().and_then(|d| {
         c.edge.verifier.with_state(|s| s.device_leases.get(&a.tenant_id).and_then(|m| m.get(&d.id)).cloned())
     });
-    let now = writ_api::verifier::now_ms();
-    let expires_at_ms = now + PROPOSAL_TTL_MS;
-    let proposal = seal(&c.edge.config.seal_key, &proposal_binding(c, &p.payload_hash), expires_at_ms, json!({}));
+    // Nothing that could authorize a commit is minted for a caller who may not commit.
+    let allowed = p.denied.is_empty();
+    let expires_at_ms = allowed.then(|| writ_api::verifier::now_ms() + PROPOSAL_TTL_MS);
+    let proposal = expires_at_ms
+        .map(|until| seal(&c.edge.config.seal_key, &proposal_binding(c, &p.payload_hash), until, json!({})));
     let mut checks = vec![format!("scope {}", p.action.scope), "input schema".to_string()];
     if let Some(d) = &p.device {
         checks.push(format!("devices:use:{} (class {})", d.name, d.device_class));
@@ -296,7 +332,7 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         "proposal": proposal,
         "expires_at_ms": expires_at_ms,
         "payload_hash": p.payload_hash,
-        "policy": {"allowed": true, "checks": checks},
+        "policy": {"allowed": allowed, "checks": checks, "denied": p.denied},
         "preview": {
             "action": p.action.id,
             "title": p.action.title,
@@ -315,46 +351,123 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
               "structuredContent": structured}))
 }
 
+/// What `operation.execute` answers: at once, or after following the operation (`wait_s`).
+pub enum Executed {
+    Now(Value),
+    Follow { op: Box<Operation>, replayed: bool, wait: std::time::Duration },
+}
+
+/// Where an operation stays until someone acts: waiting for input, effect reported, unknown
+/// effect, or finished.
+fn settled(state: OperationState) -> bool {
+    use OperationState::*;
+    matches!(state, Proposed | EffectReported | UnknownEffect) || state.is_terminal()
+}
+
+/// Follows `op` on the edge's replica until it settles or `wait` passes, reporting each state
+/// it reaches as progress; answers with the operation as it then is. The edge keeps nothing: a
+/// client that gives up reads it back (or executes again with the same key) anywhere.
+pub async fn follow(
+    verifier: writ_api::verifier::Verifier,
+    op: Operation,
+    replayed: bool,
+    wait: std::time::Duration,
+    notify: crate::reply::Notifier,
+) -> Result<Value, RpcError> {
+    let until = tokio::time::Instant::now() + wait;
+    let mut revisions = verifier.revisions();
+    let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
+    let (mut current, mut reported, mut step) = (op, None, 0.0);
+    loop {
+        let seen = verifier.with_state(|s| s.operations.get(&tenant_id).and_then(|m| m.get(&id)).cloned());
+        if let Some(newer) = seen.filter(|o| o.revision >= current.revision) {
+            current = newer;
+        }
+        if reported != Some(current.state) {
+            step += 1.0;
+            let state = serde_json::to_value(current.state).unwrap_or_default();
+            notify.progress(step, None, state.as_str().unwrap_or_default()).await;
+            reported = Some(current.state);
+        }
+        if settled(current.state) {
+            break;
+        }
+        match tokio::time::timeout_at(until, revisions.changed()).await {
+            Ok(Ok(())) => {}
+            _ => break, // waited long enough (or the replica stopped): answer with what is known
+        }
+    }
+    Ok(view(&current, replayed))
+}
+
 /// `operation.execute`. Errors are protocol/transport failures (fail closed); business
 /// refusals come back as tool errors.
-pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Executed, RpcError> {
+    let wait = std::time::Duration::from_secs(args["wait_s"].as_u64().unwrap_or(0).min(WAIT_S_MAX));
+    let recorded = match execute_now(c, args).await? {
+        Err(answer) => return Ok(Executed::Now(answer)),
+        Ok(recorded) => recorded,
+    };
+    Ok(match recorded {
+        Ok((op, replayed)) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
+            Executed::Follow { op: Box::new(op), replayed, wait }
+        }
+        other => Executed::Now(answer(c, other)?),
+    })
+}
+
+/// The checks and the submission of `operation.execute`: `Err(answer)` when it is refused
+/// before the ledger, else what the ledger recorded (or refused).
+async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<(Operation, bool), Value>, Value>, RpcError> {
     let action_id = args["action"].as_str().unwrap_or_default();
     let key = args["idempotency_key"].as_str().unwrap_or_default();
-    let p = match prepare(c, args)? {
+    let p = match prepare(c, args, Purpose::Commit)? {
         Ok(p) => p,
-        Err(refusal) => return Ok(refusal),
+        Err(refusal) => return Ok(Err(refusal)),
     };
     if p.action.dry_run {
         let Some(proposal) = args["proposal"].as_str() else {
-            return Ok(refused(&Rejection::new(
+            return Ok(Err(refused(&Rejection::new(
                 ReasonCode::VERIFY_REQUIRED,
                 format!("'{action_id}' must be proposed first: call operation.propose and pass its proposal"),
-            )));
+            ))));
         };
         let binding = proposal_binding(c, &p.payload_hash);
         if let Err(why) = open(&c.edge.config.seal_key, &binding, writ_api::verifier::now_ms(), proposal) {
             tracing::info!(?why, "proposal refused");
-            return Ok(refused(&Rejection::new(
+            return Ok(Err(refused(&Rejection::new(
                 ReasonCode::PROPOSAL_INVALID,
                 "the proposal is expired, tampered, or was made for another payload or principal: propose again",
-            )));
+            ))));
         }
     }
     let deadline_s = args["deadline_s"].as_u64().unwrap_or(DEADLINE_S_DEFAULT).clamp(1, DEADLINE_S_MAX);
-    record(c, p, key, deadline_s, args["cost_ceiling"].as_u64()).await
+    Ok(Ok(record(c, p, key, deadline_s, args["cost_ceiling"].as_u64(), Map::new()).await?))
 }
 
-/// Submits a prepared call as an operation under `key` and answers with the operation (a
-/// replay answers the prior one).
+/// What a recorded call answers: the operation as a task for clients declaring the tasks
+/// extension, else the operation itself.
+fn answer(c: &Call<'_>, recorded: Result<(Operation, bool), Value>) -> Result<Value, RpcError> {
+    Ok(match recorded {
+        Ok((op, _)) if crate::tasks::negotiated(c) => crate::tasks::created(&op),
+        Ok((op, replayed)) => view(&op, replayed),
+        Err(refusal) => refusal,
+    })
+}
+
+/// Submits a prepared call as an operation under `key` (waiting for `input_requests` first, if
+/// any) and reads it back: the operation and whether it was a replay of the prior one, or the
+/// ledger's refusal as a tool error.
 async fn record(
     c: &Call<'_>,
     p: Prepared,
     key: &str,
     deadline_s: u64,
     cost_ceiling: Option<u64>,
-) -> Result<Value, RpcError> {
+    input_requests: Map<String, Value>,
+) -> Result<Result<(Operation, bool), Value>, RpcError> {
     let a = c.authority;
-    let Prepared { action, input, device, work_ref, preconditions, payload_hash } = p;
+    let Prepared { action, input, device, work_ref, preconditions, payload_hash, .. } = p;
     let spec = OperationSpecV1 {
         operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
         principal_id: a.principal_id.clone(),
@@ -370,6 +483,7 @@ async fn record(
         work_ref,
         preconditions,
         trace_id: uuid::Uuid::new_v4().to_string(),
+        input_requests: input_requests.iter().map(|(k, v)| (k.clone(), canonical_json(v))).collect(),
     };
     let command = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
     let submitted = c
@@ -379,7 +493,7 @@ async fn record(
         .await
         .map_err(|e| RpcError::rejected(&e))?;
     match submitted.outcome {
-        Outcome::Rejected { reason, message, .. } => Ok(refused(&Rejection::new(reason, message))),
+        Outcome::Rejected { reason, message, .. } => Ok(Err(refused(&Rejection::new(reason, message)))),
         Outcome::Applied { events } => {
             let fresh = events.iter().any(|e| matches!(&e.event, Event::OperationSubmittedV1 { spec: s, .. } if s.operation_id == spec.operation_id));
             let q = if fresh {
@@ -392,8 +506,8 @@ async fn record(
                 }
             };
             Ok(match query(c, q).await? {
-                Ok(op) => view(&op, !fresh),
-                Err(e) => refused(&e),
+                Ok(op) => Ok((op, !fresh)),
+                Err(e) => Err(refused(&e)),
             })
         }
         Outcome::Internal => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
@@ -420,15 +534,22 @@ pub enum Direct {
 /// actions: a first round answers `input_required` with an elicitation showing the preview; the
 /// confirmation round (untampered, unexpired `requestState`, bound to the same arguments)
 /// records the operation under the key minted in the first round, so a repeated confirmation
-/// replays it.
+/// replays it. A client declaring the tasks extension gets a task instead (the confirmation,
+/// and any `asks`, become the operation's input requests, answered with `tasks/update`);
+/// `task` actions are served only that way.
 pub async fn direct(
     c: &Call<'_>,
     action: &writ_api::catalog::CatalogActionV1,
     input: Value,
     inputs: &serde_json::Map<String, Value>,
     state: Option<Value>,
+    mut asks: Map<String, Value>,
 ) -> Result<Direct, RpcError> {
     let a = c.authority;
+    let as_task = crate::tasks::negotiated(c);
+    if action.execution == Execution::Task && !as_task {
+        return Err(crate::tasks::extension_missing(&format!("'{}' (a long-running task)", action.id)));
+    }
     let mut call = json!({"action": action.id, "input": input});
     if let Some(class) = &action.device_class {
         let usable: Vec<String> = c.edge.verifier.with_state(|s| {
@@ -455,20 +576,28 @@ pub async fn direct(
             }
         }
     }
-    let p = match prepare(c, &call)? {
+    let p = match prepare(c, &call, Purpose::Commit)? {
         Ok(p) => p,
         Err(refusal) => return Ok(Direct::Complete(refusal)),
     };
     let confirm = action.risk == writ_api::catalog::Risk::High || action.dry_run;
-    if !confirm {
-        let key = c
-            .req
+    let key = || {
+        c.req
             .params()
             .get("_meta")
             .and_then(|m| m.get(META_IDEMPOTENCY_KEY))
             .and_then(Value::as_str)
-            .map_or_else(|| format!("direct-{}", uuid::Uuid::new_v4().simple()), str::to_string);
-        return record(c, p, &key, DEADLINE_S_DEFAULT, None).await.map(Direct::Complete);
+            .map_or_else(|| format!("direct-{}", uuid::Uuid::new_v4().simple()), str::to_string)
+    };
+    if as_task {
+        if confirm {
+            asks.insert("confirm".into(), confirmation(action, &p));
+        }
+        let deadline_s = if asks.is_empty() { DEADLINE_S_DEFAULT } else { TASK_INPUT_DEADLINE_S };
+        return answer(c, record(c, p, &key(), deadline_s, None, asks).await?).map(Direct::Complete);
+    }
+    if !confirm {
+        return answer(c, record(c, p, &key(), DEADLINE_S_DEFAULT, None, Map::new()).await?).map(Direct::Complete);
     }
     let Some(state) = state else {
         let caps = c.req.meta(crate::jsonrpc::META_CLIENT_CAPABILITIES);
@@ -479,17 +608,7 @@ pub async fn direct(
             )
             .with_data(json!({"reason": ReasonCode::CLIENT_CAPABILITY_MISSING, "requiredCapabilities": {"elicitation": {}}})));
         }
-        let device = p.device.as_ref().map_or(String::new(), |d| format!(" on {}", d.name));
-        let message = format!(
-            "Confirm '{}'{device} ({:?} risk, {} cost units) with input {}? Nothing happens unless you confirm.",
-            action.title,
-            action.risk,
-            action.cost_units,
-            canonical_json(&p.input)
-        );
-        let requests = json!({"confirm": {"method": "elicitation/create", "params": {"message": message,
-            "requestedSchema": {"type": "object", "properties": {"confirm": {"type": "boolean", "title": "Run it"}},
-                                "required": ["confirm"]}}}});
+        let requests = json!({"confirm": confirmation(action, &p)});
         let state = json!({"key": format!("direct-{}", uuid::Uuid::new_v4().simple()), "payload_hash": p.payload_hash});
         return Ok(Direct::Confirm { requests, state });
     };
@@ -499,15 +618,30 @@ pub async fn direct(
             "the call changed since it was confirmed (device or catalog): call it again",
         ))));
     }
-    let answer = inputs.get("confirm");
-    let confirmed = answer.is_some_and(|r| r["action"] == "accept" && r["content"]["confirm"] == true);
+    let reply = inputs.get("confirm");
+    let confirmed = reply.is_some_and(|r| r["action"] == "accept" && r["content"]["confirm"] == true);
     if !confirmed {
         return Ok(Direct::Complete(json!({"resultType": "complete",
             "content": [{"type": "text", "text": "Not confirmed: nothing was done."}],
             "structuredContent": {"confirmed": false}})));
     }
     let key = state["key"].as_str().unwrap_or_default().to_string();
-    record(c, p, &key, DEADLINE_S_DEFAULT, None).await.map(Direct::Complete)
+    answer(c, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new()).await?).map(Direct::Complete)
+}
+
+/// The elicitation asking the caller to confirm a high-risk (or dry-run) call, with its preview.
+fn confirmation(action: &writ_api::catalog::CatalogActionV1, p: &Prepared) -> Value {
+    let device = p.device.as_ref().map_or(String::new(), |d| format!(" on {}", d.name));
+    let message = format!(
+        "Confirm '{}'{device} ({:?} risk, {} cost units) with input {}? Nothing happens unless you confirm.",
+        action.title,
+        action.risk,
+        action.cost_units,
+        canonical_json(&p.input)
+    );
+    json!({"method": "elicitation/create", "params": {"message": message,
+        "requestedSchema": {"type": "object", "properties": {"confirm": {"type": "boolean", "title": "Run it"}},
+                            "required": ["confirm"]}}})
 }
 
 /// `context.search`: read from the edge's replica at one revision, filtered by the caller's

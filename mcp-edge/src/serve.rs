@@ -20,6 +20,7 @@ use crate::operations;
 use crate::reply;
 use crate::seal::{self, Binding};
 use crate::surfaces;
+use crate::tasks;
 use crate::Edge;
 
 /// How long an MRTR `requestState` stays valid.
@@ -131,6 +132,7 @@ pub async fn handle(call: Call<'_>) -> Handled {
         }
         "completion/complete" => guarded(c, PROMPTS_SCOPE, None, |c| done(complete(c))),
         "subscriptions/listen" => guarded(c, LIST_SCOPE, None, listen),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => task_method(c).await,
         other => Handled::allowed(
             RpcError::new(StatusCode::NOT_FOUND, jsonrpc::METHOD_NOT_FOUND, format!("{other} is not served"))
                 .with_id(id)
@@ -138,6 +140,38 @@ pub async fn handle(call: Call<'_>) -> Handled {
             None,
         ),
     }
+}
+
+/// `tasks/get|update|cancel` (the tasks extension over operations, see `crate::tasks`): only
+/// for requests declaring the extension (-32021 otherwise); a task the caller may not read or
+/// act on is reported like an unknown one.
+async fn task_method(c: &Call<'_>) -> Handled {
+    let id = &c.req.id;
+    let method = c.req.method.as_str();
+    let name = c.req.params()["taskId"].as_str().map(str::to_string);
+    if !tasks::negotiated(c) {
+        return Handled::allowed(tasks::extension_missing(method).with_id(id).into_response(), name);
+    }
+    let scope = match method {
+        "tasks/get" => operations::READ_SCOPE,
+        "tasks/update" => operations::EXECUTE_SCOPE,
+        _ => operations::CANCEL_SCOPE,
+    };
+    if let Err(denied) = c.authority.require(scope) {
+        let e = RpcError::new(StatusCode::OK, jsonrpc::INVALID_PARAMS, "unknown task")
+            .with_data(json!({"reason": ReasonCode::OPERATION_NOT_FOUND}));
+        return Handled::refused(e.with_id(id).into_response(), name, denied);
+    }
+    let outcome = match method {
+        "tasks/get" => tasks::get(c).await,
+        "tasks/update" => tasks::update(c).await,
+        _ => tasks::cancel(c).await,
+    };
+    let response = match outcome {
+        Ok(v) => jsonrpc::result(id, v),
+        Err(e) => e.with_id(id).into_response(),
+    };
+    Handled { response, name, denied: None, effectful: method != "tasks/get" }
 }
 
 /// A whole surface needs `scope`: without it, 403 with an `insufficient_scope` challenge.
@@ -355,7 +389,18 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         Err(e) => return fail(e, None),
     };
     let Execution::Builtin(handler) = action.execution.clone() else {
-        let response = match operations::direct(c, &action, args, &inputs, state).await {
+        // The conformance fixtures' task tools: extra input requests, or an MRTR round first.
+        let (mut args, mut asks) = (args, serde_json::Map::new());
+        if is_fixture_tenant(c) {
+            match fixtures::task_prelude(&name, args, &inputs) {
+                fixtures::Prelude::Ask(requests) => {
+                    let result = input_required(c, &bind, requests, json!({}));
+                    return Handled::allowed(jsonrpc::result(id, result), Some(name));
+                }
+                fixtures::Prelude::Run { args: a, input_requests } => (args, asks) = (a, input_requests),
+            }
+        }
+        let response = match operations::direct(c, &action, args, &inputs, state, asks).await {
             Ok(operations::Direct::Complete(result)) => jsonrpc::result(id, result),
             Ok(operations::Direct::Confirm { requests, state }) => {
                 jsonrpc::result(id, input_required(c, &bind, requests, state))
@@ -440,8 +485,8 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
     let listed = operations::tools(c.authority).into_iter().find(|t| t["name"] == name);
     let Some(tool) = listed else {
         let scope = match name {
-            operations::EXECUTE | operations::PROPOSE => operations::EXECUTE_SCOPE,
-            operations::SEARCH => operations::SEARCH_SCOPE,
+            operations::EXECUTE => operations::EXECUTE_SCOPE,
+            operations::SEARCH | operations::PROPOSE => operations::SEARCH_SCOPE,
             operations::OBSERVE => operations::OBSERVE_SCOPE,
             operations::DECIDE => operations::DECIDE_SCOPE,
             _ => operations::READ_SCOPE,
@@ -460,7 +505,20 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
                       "_meta": {"writ/reason": "INPUT_INVALID"}}))
         }
         Ok(_) => match name {
-            operations::EXECUTE => operations::execute(c, &args).await,
+            operations::EXECUTE => match operations::execute(c, &args).await {
+                Ok(operations::Executed::Follow { op, replayed, wait }) => {
+                    // Waiting streams progress (SSE when the client accepts it).
+                    let verifier = c.edge.verifier.clone();
+                    let meta = c.req.params().get("_meta");
+                    let response = reply::run(id, meta, reply::accepts_sse(c.headers), move |notify| {
+                        operations::follow(verifier, *op, replayed, wait, notify)
+                    })
+                    .await;
+                    return Handled { response, name: Some(name.into()), denied: None, effectful: true };
+                }
+                Ok(operations::Executed::Now(v)) => Ok(v),
+                Err(e) => Err(e),
+            },
             operations::PROPOSE => operations::propose(c, &args).await,
             operations::SEARCH => Ok(operations::search(c, &args)),
             operations::OBSERVE => operations::observe(c, &args).await,

@@ -19,7 +19,8 @@ fn server_info() -> Value {
 /// `server/discover`: the versions and capabilities this edge really serves.
 pub fn discover(config: &EdgeConfig) -> Value {
     // Tool lists change when the tenant publishes a catalog: `subscriptions/listen` says so.
-    let mut capabilities = json!({"tools": {"listChanged": true}, "resources": {}});
+    let mut capabilities = json!({"tools": {"listChanged": true}, "resources": {},
+                                  "extensions": {crate::tasks::EXTENSION: {}}});
     if config.fixtures_tenant.is_some() {
         capabilities["prompts"] = json!({"listChanged": true});
         capabilities["completions"] = json!({});
@@ -53,11 +54,17 @@ pub fn tools_for(state: &LedgerState, authority: &Authority) -> Vec<Value> {
                         "description": description,
                         "inputSchema": serde_json::from_str::<Value>(&a.input_schema).unwrap_or(json!({"type": "object"})),
                         "annotations": {
-                            "readOnlyHint": a.execution != Execution::Operation,
+                            "readOnlyHint": !a.execution.is_operation(),
                             "destructiveHint": a.risk == Risk::High,
                             "idempotentHint": a.idempotent,
                         },
                     });
+                    // Operations may run as MCP tasks; `task` actions only as tasks.
+                    match a.execution {
+                        Execution::Task => tool["execution"] = json!({"taskSupport": "required"}),
+                        Execution::Operation => tool["execution"] = json!({"taskSupport": "optional"}),
+                        _ => {}
+                    }
                     if let Some(out) = a.output_schema.as_deref().and_then(|s| serde_json::from_str::<Value>(s).ok()) {
                         tool["outputSchema"] = out;
                     }

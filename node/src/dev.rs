@@ -33,6 +33,8 @@ pub struct DevArgs {
 /// The tenant and principal of `--conformance-fixtures`.
 pub const FIXTURE_TENANT: &str = "conformance";
 pub const FIXTURE_PRINCIPAL: &str = "anonymous";
+/// The fixture tenant's site, where the fixture executor runs its task tools.
+const FIXTURE_SITE: &str = "conformance-site";
 
 /// The demo tenant's catalog: one read action (answered by the edge) and one device action, so
 /// that `tools/list` shows what a principal's scopes allow.
@@ -83,20 +85,21 @@ async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -
     issued["token"].as_str().map(str::to_string).ok_or_else(|| format!("demo token: {issued}"))
 }
 
-/// Enrolls the demo executor for `demo-press` (once: its directory is kept) and returns its
-/// configuration, with the simulated device as handler.
-async fn demo_executor(
+/// Enrolls an executor of `tenant` at `site` for `devices` (once: its directory is kept) and
+/// returns its configuration (the simulated device as handler, unless changed after).
+async fn site_executor(
     admin_url: &str,
     operator_token: &str,
     edge_url: &str,
     dir: &Path,
+    (tenant, site, devices): (&str, &str, &[&str]),
 ) -> Result<crate::executor::ExecutorConfig, String> {
     let config = dir.join("executor.toml");
     if !config.exists() {
         let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-        let body = serde_json::json!({"site": "demo-site", "devices": ["demo-press"], "ttl_s": 600});
+        let body = serde_json::json!({"site": site, "devices": devices, "ttl_s": 600});
         let r = http
-            .post(format!("{admin_url}/v1/tenants/demo/executors/enrollments"))
+            .post(format!("{admin_url}/v1/tenants/{tenant}/executors/enrollments"))
             .bearer_auth(operator_token)
             .json(&body)
             .send()
@@ -122,6 +125,7 @@ async fn provision_fixtures(admin_url: &str, operator_token: &str) -> Result<(),
             format!("/v1/tenants/{FIXTURE_TENANT}/principals"),
             serde_json::json!({"name": FIXTURE_PRINCIPAL, "kind": "agent", "preset": "full"}),
         ),
+        (format!("/v1/tenants/{FIXTURE_TENANT}/sites"), serde_json::json!({"name": FIXTURE_SITE})),
         (format!("/v1/tenants/{FIXTURE_TENANT}/catalogs"), writ_mcp_edge::fixtures::conformance_catalog()),
     ];
     for (path, body) in steps {
@@ -206,18 +210,31 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let demo_token = demo.map_err(|e| std::io::Error::other(format!("demo tenant: {e}")))?;
-    let executor_cfg = demo_executor(&running.url, &token, &edge.url, &args.data_dir.join("executor"))
+    let demo_site = ("demo", "demo-site", &["demo-press"][..]);
+    let executor_cfg = site_executor(&running.url, &token, &edge.url, &args.data_dir.join("executor"), demo_site)
         .await
         .map_err(|e| std::io::Error::other(format!("demo executor: {e}")))?;
-    let executor = tokio::spawn(async move {
+    let mut executors = vec![tokio::spawn(async move {
         if let Err(e) = crate::executor::run(executor_cfg).await {
             tracing::error!(error = %e, "demo executor stopped");
         }
-    });
+    })];
     if args.conformance_fixtures {
         provision_fixtures(&running.url, &token)
             .await
             .map_err(|e| std::io::Error::other(format!("conformance fixtures: {e}")))?;
+        // The task fixtures are operations: an executor of the fixture tenant performs them.
+        let dir = args.data_dir.join("fixture-executor");
+        let mut cfg = site_executor(&running.url, &token, &edge.url, &dir, (FIXTURE_TENANT, FIXTURE_SITE, &[]))
+            .await
+            .map_err(|e| std::io::Error::other(format!("fixture executor: {e}")))?;
+        cfg.handler = crate::executor::HandlerConfig::ConformanceFixtures;
+        cfg.lease_ms = 1_500;
+        executors.push(tokio::spawn(async move {
+            if let Err(e) = crate::executor::run(cfg).await {
+                tracing::error!(error = %e, "fixture executor stopped");
+            }
+        }));
     }
     let env_path = args.data_dir.join("env");
     crate::keys::write_private(
@@ -262,7 +279,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         env = env_path.display(),
     );
     crate::wait_for_shutdown_signal().await;
-    executor.abort();
+    executors.iter().for_each(|x| x.abort());
     edge.shutdown().await;
     running.shutdown().await;
     Ok(())

@@ -12,6 +12,9 @@
 //! lease, and reports the outcome with evidence (a content hash and an `evidence_return_ref`).
 //! An outcome it cannot know (the command handler crashed or timed out) is not reported: the
 //! lease runs out and the ledger marks the operation `unknown_effect` for reconciliation.
+//! A cancellation asked for during the attempt reaches the executor on its lease renewals: the
+//! simulated device stops before its effect and reports no effect (the operation ends
+//! `cancelled`); the command handler runs to its end (a real site decides what it can abort).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -36,6 +39,8 @@ const UNREACHABLE: &str = "edge unreachable";
 const REPORT_TRIES: u32 = 40;
 /// How often a start whose outcome was uncertain is tried again.
 const START_TRIES: usize = 12;
+/// How often the status of an uncertainly started operation is asked (every 0.5 s).
+const STATUS_TRIES: usize = 40;
 
 /// `writ executor …`.
 #[derive(Debug, Args)]
@@ -82,6 +87,12 @@ pub enum HandlerConfig {
         #[serde(default)]
         state: BTreeMap<String, String>,
     },
+    /// The MCP conformance fixtures' task tools (the tenant `writ dev --conformance-fixtures`
+    /// provisions): `slow_compute` sleeps `seconds` (cancellable), `failing_job` reports a tool
+    /// error after a second, `protocol_error_job` refuses the dispatch (its handler "crashed"
+    /// before running), `confirm_delete`, `multi_input` and `test_tool_with_task` answer with
+    /// what their inputs were.
+    ConformanceFixtures,
     /// An external command: the dispatch as JSON on stdin; exit 0 = effect (stdout is the
     /// evidence), exit 3 = no effect; anything else (or a timeout) is an unknown outcome and
     /// is not reported.
@@ -373,6 +384,9 @@ impl Executor {
                 return Some(format!("stale fencing token {} (this executor has seen {seen})", d.fencing_token));
             }
         }
+        if matches!(self.cfg.handler, HandlerConfig::ConformanceFixtures) && d.action == "protocol_error_job" {
+            return Some("the fixture handler crashed before running (a simulated protocol error)".into());
+        }
         if let HandlerConfig::Simulated { state, failure, .. } = &self.cfg.handler {
             if *failure == FailureMode::RefusePrecondition {
                 return Some("local precondition not met (simulated)".into());
@@ -410,22 +424,39 @@ impl Executor {
                         .await;
                 }
                 Err(err) if uncertain && err.starts_with("OPERATION_STATE_CONFLICT") => {
-                    let status = self.http.get(format!("{e}{OPERATIONS_PATH}/{id}")).send().await;
-                    let status: Option<OperationStatus> = match status {
-                        Ok(r) if r.status().is_success() => r.json().await.ok(),
-                        _ => None,
-                    };
-                    return match status {
-                        Some(s) if s.state == writ_api::operation::OperationState::Attempting && s.attempts == 1 => {
-                            Ok(())
-                        }
-                        _ => Err(err),
-                    };
+                    return if self.started_by_us(id, &order).await { Ok(()) } else { Err(err) };
                 }
                 Err(err) => return Err(err),
             }
         }
+        // No try got an answer; one of them may still have landed.
+        if uncertain && self.started_by_us(id, &order).await {
+            return Ok(());
+        }
         Err(last)
+    }
+
+    /// After uncertain starts: whether the operation is attempting its first attempt — then
+    /// that start was this task's own (only this task handles the operation in this process,
+    /// and the status answers only for operations dispatched to this executor). Asks the edges
+    /// in turn for a while (a leader election may be under way).
+    async fn started_by_us(&self, id: &str, order: &[&str]) -> bool {
+        for round in 0..STATUS_TRIES {
+            let e = order[round % order.len()];
+            let sent = self.http.get(format!("{e}{OPERATIONS_PATH}/{id}")).timeout(Duration::from_secs(5)).send().await;
+            if let Ok(r) = sent {
+                if r.status() == reqwest::StatusCode::NOT_FOUND {
+                    return false; // not (or no longer) dispatched to this executor
+                }
+                if r.status().is_success() {
+                    if let Ok(s) = r.json::<OperationStatus>().await {
+                        return s.state == writ_api::operation::OperationState::Attempting && s.attempts == 1;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        false
     }
 
     /// [`Executor::post`] to `edge`, then to the other edges while the edge is unreachable (an
@@ -488,27 +519,31 @@ impl Executor {
         let lease_ms = self.cfg.lease_ms;
         let started = self.start(edge, &id, d.fencing_token, lease_ms).await;
         if let Err(e) = started {
-            // No attempt without the ledger's go-ahead. If no edge answered, the dispatch may
-            // come again on the next stream; forget it so it can be taken then.
+            // No attempt without the ledger's go-ahead.
             tracing::info!(operation = %id, error = %e, "attempt not started");
-            if e.starts_with(UNREACHABLE) || e.starts_with("LEDGER_UNAVAILABLE") {
-                self.memory.lock().expect("memory lock").taken.remove(&id);
-            }
+            // Not attempted: if it is offered again (to this executor too), take it then.
+            self.memory.lock().expect("memory lock").taken.remove(&id);
             return;
         }
+        // The renewals also bring a cancellation asked for during the attempt.
+        let (cancel_tx, cancel) = tokio::sync::watch::channel(false);
         let renewer = {
             let (x, edge, id, token) = (self.clone(), edge.to_string(), id.clone(), d.fencing_token);
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
                     let renewal = AttemptRequest { fencing_token: token, lease_ms };
-                    if let Err(e) = x.post_any(&edge, &id, "renew", &renewal).await {
-                        tracing::warn!(operation = %id, error = %e, "lease renewal failed");
+                    match x.post_any(&edge, &id, "renew", &renewal).await {
+                        Ok(status) if status.cancel_requested => {
+                            let _ = cancel_tx.send(true);
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(operation = %id, error = %e, "lease renewal failed"),
                     }
                 }
             })
         };
-        let result = self.attempt(&d).await;
+        let result = self.attempt(&d, cancel).await;
         renewer.abort();
         let Some((outcome, output)) = result else {
             tracing::warn!(operation = %id, "outcome unknown: not reported (the ledger will mark unknown_effect)");
@@ -539,7 +574,11 @@ impl Executor {
     }
 
     /// Performs the attempt; `None` when its outcome is not known.
-    async fn attempt(&self, d: &Dispatch) -> Option<(AttemptOutcome, String)> {
+    async fn attempt(
+        &self,
+        d: &Dispatch,
+        cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> Option<(AttemptOutcome, String)> {
         match &self.cfg.handler {
             HandlerConfig::Simulated { latency_ms, failure, attempts_file, .. } => {
                 if let Some(path) = attempts_file {
@@ -558,7 +597,9 @@ impl Executor {
                     std::process::abort();
                 }
                 let extra = if *failure == FailureMode::Slow { 3 * self.cfg.lease_ms } else { 0 };
-                tokio::time::sleep(Duration::from_millis(latency_ms + extra)).await;
+                if !work(Duration::from_millis(latency_ms + extra), cancel).await {
+                    return Some((AttemptOutcome::NoEffect, "cancelled before the effect".into()));
+                }
                 if *failure == FailureMode::ReportLost {
                     return None;
                 }
@@ -567,7 +608,50 @@ impl Executor {
                 Some((AttemptOutcome::Effect, output.to_string()))
             }
             HandlerConfig::Command { program, args, timeout_s } => run_command(program, args, *timeout_s, d).await,
+            HandlerConfig::ConformanceFixtures => Some(fixture(d, cancel).await),
         }
+    }
+}
+
+/// Works for `duration` unless cancelled first; whether it finished.
+async fn work(duration: Duration, mut cancel: tokio::sync::watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(duration) => true,
+        _ = cancel.wait_for(|c| *c) => false,
+    }
+}
+
+/// The conformance fixtures' task tools (see [`HandlerConfig::ConformanceFixtures`]).
+async fn fixture(d: &Dispatch, cancel: tokio::sync::watch::Receiver<bool>) -> (AttemptOutcome, String) {
+    let answer =
+        |id: &str, field: &str| d.answers.get(id).and_then(|a| a["content"][field].as_str()).map(str::to_string);
+    match d.action.as_str() {
+        "slow_compute" => {
+            let seconds = d.input["seconds"].as_f64().unwrap_or(0.0).clamp(0.0, 300.0);
+            let label = d.input["label"].as_str().unwrap_or("slow_compute");
+            if work(Duration::from_secs_f64(seconds), cancel).await {
+                (AttemptOutcome::Effect, format!("Computed '{label}' after {seconds} s"))
+            } else {
+                (AttemptOutcome::NoEffect, format!("'{label}' cancelled before it finished"))
+            }
+        }
+        "failing_job" => {
+            work(Duration::from_secs(1), cancel).await;
+            (AttemptOutcome::NoEffect, "failing_job failed: a simulated tool execution error".into())
+        }
+        "confirm_delete" => {
+            let file = d.input["filename"].as_str().unwrap_or("the file");
+            (AttemptOutcome::Effect, format!("Deleted {file}"))
+        }
+        "multi_input" => {
+            let name = answer("name", "name").unwrap_or_default();
+            (AttemptOutcome::Effect, format!("Received both inputs (name: {name})"))
+        }
+        "test_tool_with_task" => {
+            let name = d.input["user_name"].as_str().unwrap_or("stranger");
+            (AttemptOutcome::Effect, format!("Hello, {name}! (gathered through MRTR, finished as a task)"))
+        }
+        other => (AttemptOutcome::NoEffect, format!("no fixture named '{other}'")),
     }
 }
 

@@ -692,6 +692,15 @@ pub enum PrincipalCmd {
         /// Requests per minute across all edges.
         #[arg(long, conflicts_with = "clear")]
         requests_per_minute: Option<u64>,
+        /// Operations recorded per minute.
+        #[arg(long, conflicts_with = "clear")]
+        operations_per_minute: Option<u64>,
+        /// Cost units of recorded operations per day.
+        #[arg(long, conflicts_with = "clear")]
+        cost_units_per_day: Option<u64>,
+        /// Operations waiting or attempting at once.
+        #[arg(long, conflicts_with = "clear")]
+        concurrent_operations: Option<u64>,
         /// Remove the principal's own limits.
         #[arg(long)]
         clear: bool,
@@ -1004,17 +1013,39 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                     let body = serde_json::json!({"scope": scope});
                     c.call(Method::POST, &format!("{}/scopes/revoke", one(tenant, principal)), Some(body)).await?
                 }
-                PrincipalCmd::Quotas { tenant, principal, requests_per_minute, clear } => {
+                PrincipalCmd::Quotas {
+                    tenant,
+                    principal,
+                    requests_per_minute,
+                    operations_per_minute,
+                    cost_units_per_day,
+                    concurrent_operations,
+                    clear,
+                } => {
                     let path = format!("{}/quotas", one(tenant, principal));
-                    let v = if *clear || requests_per_minute.is_some() {
-                        let body = serde_json::json!({"requests_per_minute": requests_per_minute});
+                    let given = [requests_per_minute, operations_per_minute, cost_units_per_day, concurrent_operations];
+                    // A change replaces the principal's limits: the flags given are the new set.
+                    let v = if *clear || given.iter().any(|g| g.is_some()) {
+                        let body = serde_json::json!({"requests_per_minute": requests_per_minute,
+                            "operations_per_minute": operations_per_minute, "cost_units_per_day": cost_units_per_day,
+                            "concurrent_operations": concurrent_operations});
                         c.call(Method::PUT, &path, Some(body)).await?
                     } else {
                         c.call(Method::GET, &path, None).await?
                     };
                     return print_as::<PrincipalQuotasView>(out, v, |q| {
-                        let rpm = q.quotas.requests_per_minute.map_or("-".to_string(), |n| n.to_string());
-                        print_table(&["PRINCIPAL", "REQUESTS/MIN"], vec![vec![q.principal_id.clone(), rpm]]);
+                        let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+                        let quotas = &q.quotas;
+                        print_table(
+                            &["PRINCIPAL", "REQUESTS/MIN", "OPERATIONS/MIN", "COST/DAY", "CONCURRENT"],
+                            vec![vec![
+                                q.principal_id.clone(),
+                                show(quotas.requests_per_minute),
+                                show(quotas.operations_per_minute),
+                                show(quotas.cost_units_per_day),
+                                show(quotas.concurrent_operations),
+                            ]],
+                        );
                     });
                 }
             };

@@ -206,7 +206,10 @@ fn schemas() -> Value {
             "scopes": {"type": "array", "items": {"type": "string"}, "description": "tools:list, context:read, resources:read, ops:read, ops:execute, ops:cancel, ops:accept, observe:capture, audit:read, tokens:delegate, tools:call:<action|*>, devices:use:<device|*>"},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}},
         "PrincipalQuotasSpec": {"type": "object", "additionalProperties": false, "properties": {
-            "requests_per_minute": {"type": ["integer", "null"], "minimum": 1, "description": "requests per minute across all edges"}}},
+            "requests_per_minute": {"type": ["integer", "null"], "minimum": 1, "description": "requests per minute across all edges"},
+            "operations_per_minute": {"type": ["integer", "null"], "minimum": 1, "description": "operations recorded per minute"},
+            "cost_units_per_day": {"type": ["integer", "null"], "minimum": 1, "description": "cost units of recorded operations per day"},
+            "concurrent_operations": {"type": ["integer", "null"], "minimum": 1, "description": "operations waiting or attempting at once"}}},
         "PrincipalQuotas": {"type": "object", "required": ["principal_id", "quotas"], "properties": {
             "principal_id": {"type": "string"}, "quotas": {"$ref": "#/components/schemas/PrincipalQuotasSpec"}}},
         "OperationDecision": {"type": "object", "additionalProperties": false, "properties": {"note": {"type": "string"}}},

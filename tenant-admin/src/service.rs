@@ -23,7 +23,7 @@ use writ_api::dto::{
 use writ_api::dto::{CreateDeviceRequest, CreateSiteRequest, DeviceList, SiteList};
 use writ_api::ledger::{Command, Outcome, Tenant};
 use writ_api::principal::{Principal, PrincipalSpecV1};
-use writ_api::quota::PrincipalQuotasV1;
+use writ_api::quota::PrincipalQuotasV2;
 use writ_api::settings::TenantSettingsPatch;
 use writ_api::verifier::Verifier;
 use writ_api::{ReasonCode, Rejection};
@@ -389,12 +389,12 @@ async fn get_quotas(
 async fn set_quotas(
     State(st): State<Shared>,
     Path((tenant, principal)): Path<(String, String)>,
-    ValidJson(quotas): ValidJson<PrincipalQuotasV1>,
+    ValidJson(quotas): ValidJson<PrincipalQuotasV2>,
 ) -> Result<Json<PrincipalQuotasView>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
     quotas.validate()?;
     let p = find_principal(&st, t.id.clone(), principal).await?;
-    submit(&st, Command::SetPrincipalQuotas { tenant_id: t.id.clone(), principal: p.id.clone(), quotas }).await?;
+    submit(&st, Command::SetPrincipalQuotasV2 { tenant_id: t.id.clone(), principal: p.id.clone(), quotas }).await?;
     Ok(Json(find_quotas(&st, t.id, p.id).await?))
 }
 

@@ -40,7 +40,8 @@ pub async fn try_rpc(
         .header("Mcp-Method", method)
         .header("Accept", "application/json")
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
-    if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
+    let named = params.get("name").or_else(|| params.get("uri")).or_else(|| params.get("taskId"));
+    if let Some(name) = named.and_then(Value::as_str) {
         rb = rb.header("Mcp-Name", name);
     }
     if let Some(t) = token {

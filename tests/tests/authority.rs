@@ -114,10 +114,12 @@ async fn revoking_a_parent_reaches_a_verifier_on_another_node_within_a_second() 
             watch_until_idle(&other, &path)
                 .await
                 .into_iter()
-                .find(|l| l["event"]["CommandRejectedV1"]["reason"] == "DELEGATION_DEPTH_EXCEEDED")
+                .find(|l| l["event"]["CommandRejectedV2"]["reason"] == "DELEGATION_DEPTH_EXCEEDED")
         })
         .await;
-    assert_eq!(rejected["event"]["CommandRejectedV1"]["command"], "issue_token");
+    assert_eq!(rejected["event"]["CommandRejectedV2"]["command"], "issue_token");
+    // The refusal names the chain it would have extended.
+    assert_eq!(rejected["event"]["CommandRejectedV2"]["subject"]["parent_token_id"], cj, "{rejected}");
     assert!(!rejected["trace_id"].as_str().unwrap_or("").is_empty());
 
     // A verifier fed by a node that did not take the writes.

@@ -553,4 +553,162 @@ async fn operation_quotas_hold_at_the_edge() {
     assert!(refused["content"][0]["text"].as_str().unwrap().contains("cost_units_per_day"), "{refused}");
     let replay = w.execute(&agent, press("demo-press", "q-1")).await;
     assert_eq!(replay["structuredContent"]["replayed"], true, "{replay}");
+
+    // A principal's own limit, set by an operator with the CLI, on top of the tenant's.
+    let (code, out, err) =
+        run_cli_with_token(w.admin_url(), &w.admin.token, &["tenant", "set", "demo", "--cost-units-per-day", "100"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let other = w.principal("agent-2", &[]).await;
+    let args = ["principal", "quotas", "--tenant", "demo", "agent-2", "--cost-units-per-day", "1", "-o", "json"];
+    let (code, out, err) = run_cli_with_token(w.admin_url(), &w.admin.token, &args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\"cost_units_per_day\": 1"), "{out}");
+    let first = op_id(&w.execute(&other, press("demo-press", "p-1")).await);
+    w.wait_state(&other, &first, "effect_reported").await;
+    let limited = w.execute(&other, press("demo-press", "p-2")).await;
+    assert_eq!(reason(&limited), "QUOTA_EXCEEDED", "{limited}");
+    assert!(limited["content"][0]["text"].as_str().unwrap().contains("the principal's cost_units_per_day"));
+    let id = op_id(&w.execute(&agent, press("demo-press", "q-4")).await);
+    assert!(!id.is_empty(), "agent-1 has no limit of its own");
+}
+
+/// Operations served through the MCP Tasks extension: `operation.execute` and direct calls
+/// answer a task whose id is the operation id; `tasks/get` inlines the executor's output once
+/// the effect is reported; a high-risk action waits in `input_required` for the confirmation
+/// given with `tasks/update` (declined: cancelled); `tasks/cancel` during the attempt asks the
+/// executor, whose device stops before its effect (cancelled, one attempt). Tasks belong to
+/// their principal, and need the extension declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_are_served_as_mcp_tasks() {
+    let w = World::start().await;
+    let agent = w.principal("agent-1", &[]).await;
+    let other = w.principal("agent-2", &[]).await;
+    let call = |token: &str, method: &str, mut params: Value, declare: bool| {
+        if declare {
+            params["_meta"] = json!({"io.modelcontextprotocol/clientCapabilities":
+                {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}});
+        }
+        let (mcp, token, method) = (w.mcp().to_string(), token.to_string(), method.to_string());
+        async move { rpc(&mcp, Some(&token), &method, params).await.2 }
+    };
+    let get = |token: &str, id: &str| call(token, "tasks/get", json!({"taskId": id}), true);
+    let settle = |id: String, want: &'static str| {
+        let (token, get) = (agent.clone(), &get);
+        async move {
+            eventually(&format!("task {id} {want}"), Duration::from_secs(20), || async {
+                let t = get(&token, &id).await["result"].clone();
+                (t["status"] == want).then_some(t)
+            })
+            .await
+        }
+    };
+
+    // operation.execute → a task; the result is inlined once the effect is reported.
+    let execute = json!({"name": "operation.execute", "arguments":
+        {"action": "home_press", "device": "demo-press", "idempotency_key": "task-1"}});
+    let created = call(&agent, "tools/call", execute.clone(), true).await["result"].clone();
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().expect("taskId").to_string();
+    assert!(id.starts_with("op-") && created.get("result").is_none(), "{created}");
+    assert!(created["createdAt"].as_str().unwrap().ends_with('Z') && created["ttlMs"].as_u64() > Some(0));
+    let done = settle(id.clone(), "completed").await;
+    assert_eq!(done["result"]["structuredContent"]["state"], "effect_reported", "{done}");
+    assert!(done["result"]["content"][0]["text"].as_str().unwrap().contains("\"done\":true"), "{done}");
+    let replay = call(&agent, "tools/call", execute.clone(), true).await["result"].clone();
+    assert_eq!(replay["taskId"], id.as_str(), "a retry is the same task");
+    let foreign = get(&other, &id).await;
+    assert_eq!(foreign["error"]["code"], -32602, "another principal's task does not exist for it: {foreign}");
+    let undeclared = call(&agent, "tasks/get", json!({"taskId": id, "_meta": {}}), false).await;
+    assert_eq!(undeclared["error"]["code"], -32021, "{undeclared}");
+    let sync = call(&agent, "tools/call", execute, false).await["result"].clone();
+    assert_eq!(sync["structuredContent"]["operation_id"], id.as_str(), "without the extension: the operation");
+
+    // A high-risk action as a task waits for its confirmation (no MRTR round).
+    let direct = |args: Value| call(&agent, "tools/call", json!({"name": "move_press", "arguments": args}), true);
+    let waiting = direct(json!({"position_mm": 10})).await["result"].clone();
+    let wid = waiting["taskId"].as_str().unwrap_or_else(|| panic!("{waiting}")).to_string();
+    let asked = settle(wid.clone(), "input_required").await;
+    assert_eq!(asked["inputRequests"]["confirm"]["method"], "elicitation/create", "{asked}");
+    assert_eq!(w.readback(&agent, &wid).await["state"], "proposed", "nothing reserved while it waits");
+    let yes = json!({"taskId": wid, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}});
+    let ack = call(&agent, "tasks/update", yes, true).await["result"].clone();
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    settle(wid, "completed").await;
+    let declined = direct(json!({"position_mm": 20})).await["result"]["taskId"].as_str().unwrap().to_string();
+    let no =
+        json!({"taskId": declined, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": false}}}});
+    call(&agent, "tasks/update", no, true).await;
+    let cancelled = settle(declined.clone(), "cancelled").await;
+    assert_eq!(w.readback(&agent, &declined).await["attempts"], 0, "{cancelled}");
+
+    // Cancelling during the attempt: the executor is asked and stops before the effect.
+    w.device("press-t").await;
+    let mut slow = w.executor("slow", &["press-t"], "kind = \"simulated\"\nlatency_ms = 30000").await;
+    slow.start();
+    let long = json!({"name": "operation.execute", "arguments":
+        {"action": "home_press", "device": "press-t", "idempotency_key": "task-2"}});
+    let lid = call(&agent, "tools/call", long, true).await["result"]["taskId"].as_str().unwrap().to_string();
+    w.wait_state(&agent, &lid, "attempting").await;
+    let ack = call(&agent, "tasks/cancel", json!({"taskId": lid}), true).await["result"].clone();
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    let over = settle(lid.clone(), "cancelled").await;
+    let op = w.readback(&agent, &lid).await;
+    assert_eq!((op["state"].as_str(), op["attempts"].as_u64()), (Some("cancelled"), Some(1)), "{over}");
+    let again = call(&agent, "tasks/cancel", json!({"taskId": lid}), true).await["result"].clone();
+    assert_eq!(again, json!({"resultType": "complete"}), "cancelling a settled task is an idempotent ack");
+    let unknown = call(&agent, "tasks/cancel", json!({"taskId": "op-nope"}), true).await;
+    assert_eq!(unknown["error"]["code"], -32602);
+}
+
+/// `operation.execute` with `wait_s` answers once the operation settles, and streams each state
+/// it reaches as progress (SSE, with the request's progressToken); waiting is bounded: an
+/// operation nobody can attempt is answered with its state when the wait is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_waits_for_the_outcome_and_streams_progress() {
+    let w = World::start().await;
+    let agent = w.principal("agent-1", &[]).await;
+    let args = |key: &str, device: &str, wait_s: u64| json!({"action": "home_press", "device": device, "idempotency_key": key, "wait_s": wait_s});
+    let done = w.execute(&agent, args("w-1", "demo-press", 20)).await;
+    assert_eq!(done["structuredContent"]["state"], "effect_reported", "{done}");
+
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "operation.execute", "arguments": args("w-2", "demo-press", 20),
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "p-1"}}});
+    let r = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(w.mcp())
+        .bearer_auth(&agent)
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "operation.execute")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let text = r.text().await.unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    let progress: Vec<&str> = events
+        .iter()
+        .filter(|e| e["method"] == "notifications/progress")
+        .map(|e| e["params"]["message"].as_str().unwrap_or_default())
+        .collect();
+    assert!(progress.len() >= 2 && progress.last() == Some(&"effect_reported"), "{progress:?}");
+    let last = events.last().expect("the answer");
+    assert_eq!(
+        (last["id"].as_u64(), &last["result"]["structuredContent"]["state"]),
+        (Some(7), &json!("effect_reported"))
+    );
+
+    w.device("press-idle").await; // no executor serves it
+    let waited = w.execute(&agent, args("w-3", "press-idle", 1)).await;
+    assert_eq!(waited["structuredContent"]["state"], "reserved", "{waited}");
 }
