@@ -87,6 +87,13 @@ pub struct LedgerState {
     pub principal_operation_windows: BTreeMap<String, BTreeMap<String, crate::quota::OperationWindow>>,
 }
 
+/// The id of the principal (id or name) whose quotas are set.
+fn quotas_subject(state: &LedgerState, tenant_id: &str, principal: &str) -> Result<String, Rejection> {
+    state.principal(tenant_id, principal).map(|p| p.id.clone()).ok_or_else(|| {
+        Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}' in this tenant"))
+    })
+}
+
 /// The idempotency map's key for `(principal, key)`.
 pub fn idempotency_slot(principal_id: &str, key: &str) -> String {
     format!("{principal_id}\u{0}{key}")
@@ -838,26 +845,14 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::SetPrincipalQuotas { tenant_id, principal, quotas } => {
             existing(state, tenant_id)?;
             quotas.validate()?;
-            let p = state.principal(tenant_id, principal).ok_or_else(|| {
-                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}' in this tenant"))
-            })?;
-            Ok(vec![Event::PrincipalQuotasSetV1 {
-                tenant_id: tenant_id.clone(),
-                principal_id: p.id.clone(),
-                quotas: quotas.clone(),
-            }])
+            let principal_id = quotas_subject(state, tenant_id, principal)?;
+            Ok(vec![Event::PrincipalQuotasSetV1 { tenant_id: tenant_id.clone(), principal_id, quotas: quotas.clone() }])
         }
         Command::SetPrincipalQuotasV2 { tenant_id, principal, quotas } => {
             existing(state, tenant_id)?;
             quotas.validate()?;
-            let p = state.principal(tenant_id, principal).ok_or_else(|| {
-                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}' in this tenant"))
-            })?;
-            Ok(vec![Event::PrincipalQuotasSetV2 {
-                tenant_id: tenant_id.clone(),
-                principal_id: p.id.clone(),
-                quotas: quotas.clone(),
-            }])
+            let principal_id = quotas_subject(state, tenant_id, principal)?;
+            Ok(vec![Event::PrincipalQuotasSetV2 { tenant_id: tenant_id.clone(), principal_id, quotas: quotas.clone() }])
         }
         Command::LeaseRequestQuota { tenant_id, principal_id, wanted } => {
             let tenant = existing(state, tenant_id)?;
