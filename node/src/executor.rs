@@ -42,6 +42,15 @@ const START_TRIES: usize = 12;
 /// How often the status of an uncertainly started operation is asked (every 0.5 s).
 const STATUS_TRIES: usize = 40;
 
+/// How an attempt's start went.
+enum Started {
+    /// The ledger recorded it: attempt now.
+    Now,
+    /// It landed, but its answer came only after the attempt lease had run out (the ledger was
+    /// electing a leader): the operation is `unknown_effect` and nothing was attempted.
+    TooLate,
+}
+
 /// `writ executor …`.
 #[derive(Debug, Args)]
 pub struct ExecutorArgs {
@@ -404,8 +413,9 @@ impl Executor {
     /// Asks the ledger to start the attempt, trying each edge while none answers. When a try's
     /// outcome was uncertain (the edge went away mid-request) and a later try finds the
     /// operation already attempting, that start was this task's own (only this task handles
-    /// the operation in this process): the attempt proceeds.
-    async fn start(&self, edge: &str, id: &str, fencing_token: u64, lease_ms: u64) -> Result<(), String> {
+    /// the operation in this process): the attempt proceeds — unless the lease ran out before
+    /// the answer came (`unknown_effect`): then nothing is attempted.
+    async fn start(&self, edge: &str, id: &str, fencing_token: u64, lease_ms: u64) -> Result<Started, String> {
         let body = AttemptRequest { fencing_token, lease_ms };
         let others = self.cfg.edges.iter().filter(|e| e.as_str() != edge).map(String::as_str);
         let order: Vec<&str> = std::iter::once(edge).chain(others).collect();
@@ -414,7 +424,7 @@ impl Executor {
         for round in 0..START_TRIES {
             let e = order[round % order.len()];
             match self.post(e, id, "start", &body).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(Started::Now),
                 // No answer, or the ledger could not confirm: the start may or may not have
                 // been committed.
                 Err(err) if err.starts_with(UNREACHABLE) || err.starts_with("LEDGER_UNAVAILABLE") => {
@@ -424,39 +434,46 @@ impl Executor {
                         .await;
                 }
                 Err(err) if uncertain && err.starts_with("OPERATION_STATE_CONFLICT") => {
-                    return if self.started_by_us(id, &order).await { Ok(()) } else { Err(err) };
+                    return self.own_start(id, &order).await.ok_or(err);
                 }
                 Err(err) => return Err(err),
             }
         }
         // No try got an answer; one of them may still have landed.
-        if uncertain && self.started_by_us(id, &order).await {
-            return Ok(());
+        if uncertain {
+            if let Some(started) = self.own_start(id, &order).await {
+                return Ok(started);
+            }
         }
         Err(last)
     }
 
-    /// After uncertain starts: whether the operation is attempting its first attempt — then
-    /// that start was this task's own (only this task handles the operation in this process,
-    /// and the status answers only for operations dispatched to this executor). Asks the edges
-    /// in turn for a while (a leader election may be under way).
-    async fn started_by_us(&self, id: &str, order: &[&str]) -> bool {
+    /// After uncertain starts: whether one of them landed — the operation's first attempt is
+    /// recorded (only this task handles the operation in this process, and the status answers
+    /// only for operations dispatched to this executor). Asks the edges in turn for a while (a
+    /// leader election may be under way).
+    async fn own_start(&self, id: &str, order: &[&str]) -> Option<Started> {
+        use writ_api::operation::OperationState::{Attempting, UnknownEffect};
         for round in 0..STATUS_TRIES {
             let e = order[round % order.len()];
             let sent = self.http.get(format!("{e}{OPERATIONS_PATH}/{id}")).timeout(Duration::from_secs(5)).send().await;
             if let Ok(r) = sent {
                 if r.status() == reqwest::StatusCode::NOT_FOUND {
-                    return false; // not (or no longer) dispatched to this executor
+                    return None; // not (or no longer) dispatched to this executor
                 }
                 if r.status().is_success() {
                     if let Ok(s) = r.json::<OperationStatus>().await {
-                        return s.state == writ_api::operation::OperationState::Attempting && s.attempts == 1;
+                        return match (s.state, s.attempts) {
+                            (Attempting, 1) => Some(Started::Now),
+                            (UnknownEffect, 1) => Some(Started::TooLate),
+                            _ => None,
+                        };
                     }
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        false
+        None
     }
 
     /// [`Executor::post`] to `edge`, then to the other edges while the edge is unreachable (an
@@ -517,13 +534,22 @@ impl Executor {
             *seen = (*seen).max(d.fencing_token);
         }
         let lease_ms = self.cfg.lease_ms;
-        let started = self.start(edge, &id, d.fencing_token, lease_ms).await;
-        if let Err(e) = started {
-            // No attempt without the ledger's go-ahead.
-            tracing::info!(operation = %id, error = %e, "attempt not started");
-            // Not attempted: if it is offered again (to this executor too), take it then.
-            self.memory.lock().expect("memory lock").taken.remove(&id);
-            return;
+        match self.start(edge, &id, d.fencing_token, lease_ms).await {
+            Ok(Started::Now) => {}
+            Ok(Started::TooLate) => {
+                // Never attempt what the ledger already gave up on; say truthfully that nothing
+                // happened, which reconciles the unknown effect.
+                tracing::warn!(operation = %id, "start recorded but confirmed only after the lease ran out: not attempted");
+                let why = "the start was recorded, but its answer came after the attempt lease ran out: not attempted";
+                return self.report(edge, &id, d.fencing_token, AttemptOutcome::NoEffect, why.into()).await;
+            }
+            Err(e) => {
+                // No attempt without the ledger's go-ahead.
+                tracing::info!(operation = %id, error = %e, "attempt not started");
+                // Not attempted: if it is offered again (to this executor too), take it then.
+                self.memory.lock().expect("memory lock").taken.remove(&id);
+                return;
+            }
         }
         // The renewals also bring a cancellation asked for during the attempt.
         let (cancel_tx, cancel) = tokio::sync::watch::channel(false);
@@ -549,17 +575,22 @@ impl Executor {
             tracing::warn!(operation = %id, "outcome unknown: not reported (the ledger will mark unknown_effect)");
             return;
         };
+        self.report(edge, &id, d.fencing_token, outcome, output).await;
+    }
+
+    /// Reports an attempt's outcome with its output as evidence.
+    async fn report(&self, edge: &str, id: &str, fencing_token: u64, outcome: AttemptOutcome, output: String) {
         let evidence = EvidenceV1 {
             content_hash: hex::encode(Sha256::digest(output.as_bytes())),
             evidence_return_ref: format!("writ-executor:{id}/evidence"),
             summary: output.chars().take(200).collect(),
         };
-        let report = ReportRequest { fencing_token: d.fencing_token, outcome, evidence: Some(evidence) };
+        let report = ReportRequest { fencing_token, outcome, evidence: Some(evidence) };
         // A report is retried for a while (through a leader election or an edge going away; a
         // repeat of one that landed is a state conflict). If it never lands, the lease runs out
         // and the ledger marks the operation `unknown_effect` for reconciliation.
         for attempt in 0..REPORT_TRIES {
-            match self.post_any(edge, &id, "report", &report).await {
+            match self.post_any(edge, id, "report", &report).await {
                 Ok(_) => return,
                 Err(e) if e.starts_with("OPERATION_STATE_CONFLICT") || e.starts_with("FENCING_TOKEN_STALE") => {
                     tracing::warn!(operation = %id, error = %e, "report refused");
