@@ -50,15 +50,41 @@ const DEMO_CATALOG: &str = r#"{"actions": [
    "risk": "high", "execution": "operation", "dry_run": true, "device_class": "press.v1", "cost_units": 1}
 ]}"#;
 
+/// The admin API as `writ dev` provisions through it (the operator token).
+struct Admin {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Admin {
+    fn new(url: &str, token: &str) -> Result<Admin, String> {
+        let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+        Ok(Admin { http, url: url.to_string(), token: token.to_string() })
+    }
+
+    /// POSTs `body`; the answer's JSON on success. `exists_ok`: 409 (already there) is fine too.
+    async fn post(&self, path: &str, body: serde_json::Value, exists_ok: bool) -> Result<serde_json::Value, String> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = r.status();
+        if status.is_success() || (exists_ok && status == reqwest::StatusCode::CONFLICT) {
+            return Ok(r.json().await.unwrap_or(serde_json::Value::Null));
+        }
+        Err(format!("{path}: HTTP {status} {}", r.text().await.unwrap_or_default()))
+    }
+}
+
 /// Provisions the demo tenant (idempotent: what exists is kept) and issues a fresh demo token
 /// for the edge's audience.
 async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -> Result<String, String> {
-    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-    let call = |method: reqwest::Method, path: &str, body: serde_json::Value| {
-        http.request(method, format!("{admin_url}{path}")).bearer_auth(operator_token).json(&body).send()
-    };
-    let post = reqwest::Method::POST;
-    // 201 or 409 (already there) are both fine.
+    let admin = Admin::new(admin_url, operator_token)?;
     let steps = [
         ("/v1/tenants", serde_json::json!({"name": "demo", "display_name": "Writ demo"})),
         ("/v1/tenants/demo/principals", serde_json::json!({"name": "demo-agent", "kind": "agent", "preset": "full"})),
@@ -69,19 +95,12 @@ async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -
         ),
     ];
     for (path, body) in steps {
-        let r = call(post.clone(), path, body).await.map_err(|e| e.to_string())?;
-        if !(r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT) {
-            return Err(format!("{path}: HTTP {}", r.status()));
-        }
+        admin.post(path, body, true).await?;
     }
     let catalog: serde_json::Value = serde_json::from_str(DEMO_CATALOG).map_err(|e| e.to_string())?;
-    let r = call(post.clone(), "/v1/tenants/demo/catalogs", catalog).await.map_err(|e| e.to_string())?;
-    if !r.status().is_success() {
-        return Err(format!("demo catalog: HTTP {}", r.status()));
-    }
+    admin.post("/v1/tenants/demo/catalogs", catalog, false).await?;
     let body = serde_json::json!({"principal": "demo-agent", "audience": audience, "ttl_s": 24 * 3600});
-    let r = call(post, "/v1/tenants/demo/tokens", body).await.map_err(|e| e.to_string())?;
-    let issued: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+    let issued = admin.post("/v1/tenants/demo/tokens", body, false).await?;
     issued["token"].as_str().map(str::to_string).ok_or_else(|| format!("demo token: {issued}"))
 }
 
@@ -96,26 +115,19 @@ async fn site_executor(
 ) -> Result<crate::executor::ExecutorConfig, String> {
     let config = dir.join("executor.toml");
     if !config.exists() {
-        let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
         let body = serde_json::json!({"site": site, "devices": devices, "ttl_s": 600});
-        let r = http
-            .post(format!("{admin_url}/v1/tenants/{tenant}/executors/enrollments"))
-            .bearer_auth(operator_token)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let created: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+        let path = format!("/v1/tenants/{tenant}/executors/enrollments");
+        let created = Admin::new(admin_url, operator_token)?.post(&path, body, false).await?;
         let token = created["token"].as_str().ok_or_else(|| format!("enrollment: {created}"))?;
         crate::executor::enroll(edge_url, token, dir).await?;
     }
     crate::executor::ExecutorConfig::load(&config)
 }
 
-/// Provisions the conformance fixture tenant: its anonymous principal and the fixture catalog
-/// (published through the admin API like any catalog).
+/// Provisions the conformance fixture tenant: its anonymous principal, its site and the fixture
+/// catalog (published through the admin API like any catalog).
 async fn provision_fixtures(admin_url: &str, operator_token: &str) -> Result<(), String> {
-    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let admin = Admin::new(admin_url, operator_token)?;
     let steps = [
         (
             "/v1/tenants".to_string(),
@@ -129,17 +141,7 @@ async fn provision_fixtures(admin_url: &str, operator_token: &str) -> Result<(),
         (format!("/v1/tenants/{FIXTURE_TENANT}/catalogs"), writ_mcp_edge::fixtures::conformance_catalog()),
     ];
     for (path, body) in steps {
-        let r = http
-            .post(format!("{admin_url}{path}"))
-            .bearer_auth(operator_token)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !(r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT) {
-            let status = r.status();
-            return Err(format!("{path}: HTTP {status} {}", r.text().await.unwrap_or_default()));
-        }
+        admin.post(&path, body, true).await?;
     }
     Ok(())
 }
