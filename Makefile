@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps build lint docs cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -62,9 +62,19 @@ nodedeps:
 	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/conformance" \
 	    "@modelcontextprotocol/conformance@$(CONFORMANCE_VERSION)"
 
+## etcddeps: etcd (Debian etcd-server), the comparison system of `make bench` and of the
+## loadtest smoke's etcd driver test.
+etcddeps:
+	@command -v etcd >/dev/null || { echo "installing: etcd-server"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server; }
+
 ## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
-test: lint build pydeps nodedeps
+test: lint build pydeps nodedeps etcddeps
 	$(CARGO) test --workspace
+
+## bench: P1–P4 against a release 3-node cluster + 2 edges, etcd and the bare rmcp server
+## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Not part of `test`.
+bench: deps etcddeps
+	loadtest/bench/run.sh
 
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
 docs:

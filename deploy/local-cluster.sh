@@ -4,8 +4,9 @@
 #   deploy/local-cluster.sh status  cluster status through the admin API
 #   deploy/local-cluster.sh down    stop edges and nodes (data is kept under .writ/cluster)
 # Writes .writ/cluster/env with WRIT_ADMIN_URL, WRIT_ADMIN_TOKEN, WRIT_NODE_URLS, WRIT_MCP_URL
-# (the edges' shared canonical URL: the token audience), WRIT_MCP_URLS and PIDs. Both edges
-# share one seal key file, as replicas behind one load balancer must.
+# (the edges' shared canonical URL: the token audience), WRIT_MCP_URLS, WRIT_EXECUTOR_URLS (the
+# edges' executor endpoints) and PIDs. Both edges share one seal key file, as replicas behind
+# one load balancer must.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${WRIT_CLUSTER_DIR:-.writ/cluster}
@@ -69,6 +70,7 @@ up() {
     for _ in $(seq 1 50); do [ -s "$ROOT/edge-seal-key" ] && [ -s "$ROOT/edge-executor-secret" ] && break; sleep 0.1; done
   done
   mcp_urls=$(for e in $(seq 1 $EDGES); do printf '%s ' "$(edge_url "$e")"; done)
+  executor_urls=$(for e in $(seq 1 $EDGES); do printf 'https://127.0.0.1:%s ' "$((EXECUTOR_BASE_PORT + e - 1))"; done)
   cat > "$ROOT/env" <<ENV
 export WRIT_ADMIN_URL=$(url 1)
 export WRIT_ADMIN_TOKEN=$token
@@ -77,6 +79,7 @@ export WRIT_NODE_PIDS="${pids[*]}"
 export WRIT_MCP_URL=$(edge_url 1)
 export WRIT_MCP_URLS="${mcp_urls% }"
 export WRIT_EDGE_PIDS="${edge_pids[*]}"
+export WRIT_EXECUTOR_URLS="${executor_urls% }"
 ENV
   echo "cluster up; next: source $ROOT/env && $BIN admin cluster status"
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Combines writ-loadtest's per-point JSON files (loadtest/bench/run.sh) into latest.json
+(every figure, with each run's full summary under "runs") and latest.md (tables with ratios)."""
+import argparse, datetime, glob, json, os, platform
+
+ap = argparse.ArgumentParser()
+ap.add_argument("raw"); ap.add_argument("out")
+ap.add_argument("--build-s", type=int, default=0); ap.add_argument("--run-s", type=int, default=0)
+a = ap.parse_args()
+runs = {}
+for f in sorted(glob.glob(os.path.join(a.raw, "*.json"))):
+    with open(f) as fh:
+        s = json.load(fh)
+    runs[s["label"]] = s
+
+def ratio(x, y):
+    return round(x / y, 3) if x and y else None
+
+def point(s):
+    if not s:
+        return None
+    v = s.get("verify")
+    return {"ops_per_s": s["throughput_per_s"], "p50_ms": s["latency_ms"]["p50"], "p99_ms": s["latency_ms"]["p99"],
+            "p999_ms": s["latency_ms"]["p999"], "errors": s["errors"],
+            "cpu_s_per_1000": (s.get("servers") or {}).get("cpu_s_per_1000_requests"),
+            "rss_mb": (s.get("servers") or {}).get("rss_mb"),
+            "verify_passed": None if v is None else all(c["ok"] for c in v["checks"]),
+            "acknowledged_lost": None if v is None else v["acknowledged_lost"]}
+
+def levels(prefix):
+    return sorted({int(l.rsplit("-c", 1)[1]) for l in runs if l.startswith(prefix)})
+
+out = {"generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+       "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                   "loadavg_at_end": next(iter(runs.values()))["machine"]["loadavg"] if runs else None},
+       "build_s": a.build_s, "run_s": a.run_s, "p1": [], "p2": [], "p3": {}, "p4": {}}
+for c in levels("p1-writ-c"):
+    w, e = point(runs.get(f"p1-writ-c{c}")), point(runs.get(f"p1-etcd-c{c}"))
+    out["p1"].append({"clients": c, "writ": w, "etcd": e,
+                      "ratio_throughput": ratio(w and w["ops_per_s"], e and e["ops_per_s"]),
+                      "ratio_p99": ratio(w and w["p99_ms"], e and e["p99_ms"])})
+for kind in ("discover", "read"):
+    for c in levels(f"p2-writ-{kind}-c"):
+        w, m = point(runs.get(f"p2-writ-{kind}-c{c}")), point(runs.get(f"p2-mcp-{kind}-c{c}"))
+        out["p2"].append({"request": "tools/list" if kind == "discover" else "tools/call greet", "connections": c,
+                          "writ": w, "rmcp": m,
+                          "ratio_throughput": ratio(w and w["ops_per_s"], m and m["ops_per_s"]),
+                          "ratio_p99": ratio(w and w["p99_ms"], m and m["p99_ms"]),
+                          "ratio_cpu_per_request": ratio(w and w["cpu_s_per_1000"], m and m["cpu_s_per_1000"])})
+for system in ("writ", "etcd"):
+    s = runs.get(f"p3-{system}")
+    if s:
+        f = s.get("failover") or {}
+        out["p3"][system] = {"first_success_after_kill_ms": f.get("first_success_after_kill_ms"),
+                             "longest_gap_ms": f.get("longest_gap_ms"),
+                             "errors_after_kill": f.get("errors_after_kill"),
+                             "errors_after_recovery": f.get("errors_after_recovery"),
+                             "acknowledged_then_lost": (s.get("verify") or {}).get("acknowledged_lost"),
+                             "verify_passed": point(s)["verify_passed"], "ops_per_s": s["throughput_per_s"],
+                             "errors": s["errors"]}
+def grown(kind, base_label, grown_prefix):
+    base = runs.get(base_label)
+    g = next((s for l, s in runs.items() if l.startswith(grown_prefix) and l != base_label), None)
+    if not (base and g):
+        return None
+    b, gp = point(base), point(g)
+    return {"base": dict(b, label=base_label), "grown": dict(gp, label=g["label"]),
+            "ratio_throughput": ratio(gp["ops_per_s"], b["ops_per_s"]), "ratio_p99": ratio(gp["p99_ms"], b["p99_ms"]),
+            "setup_s": g["setup"].get("setup_s")}
+out["p4"]["tenants"] = grown("tenants", "p4-tenants-1", "p4-tenants-")
+out["p4"]["audit"] = grown("audit", "p4-audit-0", "p4-audit-1")
+seed = runs.get("p4-audit-seed")
+if seed:
+    out["p4"]["audit_seed"] = {"requests": seed["ok"], "seconds": seed["duration_s"], "per_s": seed["throughput_per_s"],
+                               "errors": seed["errors"]}
+out["runs"] = runs
+os.makedirs(a.out, exist_ok=True)
+with open(os.path.join(a.out, "latest.json"), "w") as fh:
+    json.dump(out, fh, indent=1)
+
+def f(x, d=1):
+    return "–" if x is None else (f"{x:.{d}f}" if isinstance(x, float) else str(x))
+md = [f"# writ bench — {out['generated_at']}", "",
+      f"{out['machine']['cpus']} CPUs ({out['machine']['platform']}); everything on this one machine; "
+      f"scenarios took {a.run_s} s (release build before them: {a.build_s} s).", "",
+      "## P1 durable writes: Writ `operation.execute` (3 nodes + 2 edges) vs etcd txn put-if-absent (3 members)", "",
+      "| clients | Writ ops/s | Writ p50 ms | Writ p99 ms | etcd ops/s | etcd p50 ms | etcd p99 ms | ops/s Writ/etcd | p99 Writ/etcd | Writ verify |",
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|"]
+for p in out["p1"]:
+    w, e = p["writ"] or {}, p["etcd"] or {}
+    md.append(f"| {p['clients']} | {f(w.get('ops_per_s'))} | {f(w.get('p50_ms'),2)} | {f(w.get('p99_ms'),2)} | "
+              f"{f(e.get('ops_per_s'))} | {f(e.get('p50_ms'),2)} | {f(e.get('p99_ms'),2)} | {f(p['ratio_throughput'],3)} | "
+              f"{f(p['ratio_p99'],3)} | {'passed' if w.get('verify_passed') else 'FAILED'} |")
+md += ["", "## P2 read path: one Writ edge (bearer token, audited) vs the bare rmcp server (no auth)", "",
+       "| request | connections | Writ req/s | Writ p99 ms | Writ edge CPU s/1000 | rmcp req/s | rmcp p99 ms | rmcp CPU s/1000 | req/s Writ/rmcp | p99 Writ/rmcp | CPU/req Writ/rmcp |",
+       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+for p in out["p2"]:
+    w, m = p["writ"] or {}, p["rmcp"] or {}
+    md.append(f"| {p['request']} | {p['connections']} | {f(w.get('ops_per_s'))} | {f(w.get('p99_ms'),2)} | "
+              f"{f(w.get('cpu_s_per_1000'),3)} | {f(m.get('ops_per_s'))} | {f(m.get('p99_ms'),2)} | "
+              f"{f(m.get('cpu_s_per_1000'),3)} | {f(p['ratio_throughput'],3)} | {f(p['ratio_p99'],3)} | "
+              f"{f(p['ratio_cpu_per_request'],3)} |")
+md += ["", "## P3 failover: `kill -9` of the leader under 16 clients of writes", "",
+       "| system | first success of a write sent after the kill | longest gap without a success | errors after the kill (after recovery) | acknowledged then lost | verify |",
+       "|---|---:|---:|---:|---:|:---|"]
+for system, p in out["p3"].items():
+    md.append(f"| {system} | {f(p['first_success_after_kill_ms'])} ms | {f(p['longest_gap_ms'])} ms | "
+              f"{f(p['errors_after_kill'])} ({f(p['errors_after_recovery'])}) | {f(p['acknowledged_then_lost'])} | {'passed' if p['verify_passed'] else 'FAILED'} |")
+md += ["", "## P4 growth: P1 at 64 clients", "",
+       "| growth | base ops/s | base p99 ms | grown ops/s | grown p99 ms | ops/s grown/base | p99 grown/base | nodes+edges RSS MB base → grown |",
+       "|---|---:|---:|---:|---:|---:|---:|---:|"]
+for name, p in out["p4"].items():
+    if not p or name == "audit_seed":
+        continue
+    b, g = p["base"], p["grown"]
+    md.append(f"| {b['label']} → {g['label']} | {f(b['ops_per_s'])} | {f(b['p99_ms'],2)} | {f(g['ops_per_s'])} | "
+              f"{f(g['p99_ms'],2)} | {f(p['ratio_throughput'],3)} | {f(p['ratio_p99'],3)} | {f(b['rss_mb'],0)} → {f(g['rss_mb'],0)} |")
+if seed:
+    s = out["p4"]["audit_seed"]
+    md.append(f"\nAudit seeding: {s['requests']} audited reads through the edges in {s['seconds']} s ({s['per_s']}/s).")
+with open(os.path.join(a.out, "latest.md"), "w") as fh:
+    fh.write("\n".join(md) + "\n")
+print("\n".join(md))

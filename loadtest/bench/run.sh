@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# `make bench` (SPEC P1–P4; docs/performance.md): a 3-node Writ cluster + 2 edges
+# (deploy/local-cluster.sh, release build), a 3-node etcd cluster on loopback (fsync on, as
+# etcd always does) and the bare rmcp baseline, all on this machine, measured by the same
+# generator (writ-loadtest), alternating systems point by point. Writes
+# loadtest/bench/results/latest.json (every figure) and latest.md (the tables with ratios).
+#
+# Knobs (environment): BENCH_SECONDS per point (8), BENCH_CLIENTS P1 levels ("1 16 64 256"),
+# BENCH_CONNECTIONS P2 levels ("1 16 64"), BENCH_IDLE_TENANTS (10000), BENCH_AUDIT_EVENTS
+# (1000000), BENCH_OUT (loadtest/bench/results), BENCH_BUILD=0 (use the release binaries
+# already built).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release
+SECONDS_PER_POINT=${BENCH_SECONDS:-8}
+CLIENTS=${BENCH_CLIENTS:-"1 16 64 256"}
+CONNECTIONS=${BENCH_CONNECTIONS:-"1 16 64"}
+IDLE_TENANTS=${BENCH_IDLE_TENANTS:-10000}
+AUDIT_EVENTS=${BENCH_AUDIT_EVENTS:-1000000}
+OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
+WORK=$(mktemp -d /tmp/writ-bench.XXXXXX)
+RAW=$OUT/raw
+mkdir -p "$RAW"
+rm -f "$RAW"/*.json
+LT=$BIN/writ-loadtest
+ETCD_PIDS=()
+BASE_PID=
+started=$(date +%s)
+
+log() { echo "== [$(( $(date +%s) - started ))s] $*" >&2; }
+
+cleanup() {
+  set +e
+  [ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
+  for p in "${ETCD_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- build and start everything -------------------------------------------------------------
+command -v etcd >/dev/null || {
+  log "installing etcd-server"
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq etcd-server >/dev/null
+}
+if [ "${BENCH_BUILD:-1}" = 1 ]; then
+  log "release build"
+  cargo build --release --workspace --bins
+  cargo build --release --manifest-path loadtest/baselines/rmcp-greet/Cargo.toml --target-dir "$TARGET/baselines"
+fi
+BASELINE=$TARGET/baselines/release/rmcp-greet
+build_s=$(( $(date +%s) - started ))
+started=$(date +%s)
+
+log "etcd: 3 members on loopback"
+ETCD_URLS=""
+CLUSTER=""
+for i in 1 2 3; do CLUSTER+="e$i=http://127.0.0.1:$((23800 + i)),"; done
+# start_etcd I: member I (a restarted member finds its data and rejoins).
+start_etcd() {
+  local i=$1
+  etcd --name "e$i" --data-dir "$WORK/etcd$i" \
+    --listen-client-urls "http://127.0.0.1:$((23790 + i))" --advertise-client-urls "http://127.0.0.1:$((23790 + i))" \
+    --listen-peer-urls "http://127.0.0.1:$((23800 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((23800 + i))" \
+    --initial-cluster "${CLUSTER%,}" --initial-cluster-state new --initial-cluster-token writ-bench \
+    --log-level error >> "$WORK/etcd$i.log" 2>&1 &
+  ETCD_PIDS[$((i - 1))]=$!
+}
+etcd_healthy() {
+  for _ in $(seq 1 150); do
+    [ "$(for i in 1 2 3; do curl -sf "http://127.0.0.1:$((23790 + i))/health"; echo; done | grep -c true)" = 3 ] && return
+    sleep 0.2
+  done
+  echo "etcd did not become healthy" >&2
+}
+for i in 1 2 3; do
+  start_etcd "$i"
+  ETCD_URLS+="http://127.0.0.1:$((23790 + i)) "
+done
+export WRIT_ETCD_URLS=${ETCD_URLS% }
+etcd_healthy
+
+log "writ: 3 nodes + 2 edges (release)"
+export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
+# writ_up: starts what is not running (a killed node restarts from its data and catches up).
+writ_up() {
+  deploy/local-cluster.sh up >/dev/null
+  # shellcheck disable=SC1091
+  source "$WORK/writ/env"
+  for _ in $(seq 1 150); do
+    [ "$(curl -sf -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+      python3 -c 'import json,sys; s=json.load(sys.stdin); print(sum(1 for m in s["members"] if s["leader"] and (m["status"] or {}).get("leader") == s["leader"]))' 2>/dev/null)" = 3 ] && return
+    sleep 0.2
+  done
+  echo "writ cluster did not settle on a leader" >&2
+}
+writ_up
+
+log "bare rmcp baseline"
+"$BASELINE" 127.0.0.1:0 > "$WORK/baseline.url" 2>"$WORK/baseline.log" &
+BASE_PID=$!
+for _ in $(seq 1 50); do [ -s "$WORK/baseline.url" ] && break; sleep 0.1; done
+BASE_URL=$(head -1 "$WORK/baseline.url")
+FIRST_EDGE=${WRIT_MCP_URLS%% *}
+EDGE_PID=${WRIT_EDGE_PIDS%% *}
+
+common=(--duration "$SECONDS_PER_POINT" --quiet)
+failed=()
+# point LABEL SYSTEM ARGS...: one measured run; a failed one (e.g. --verify) is reported, not fatal.
+point() {
+  local label=$1 system=$2; shift 2
+  local extra=()
+  [ "$system" = writ ] && extra=(--work-dir "$WORK/executors")
+  "$LT" "$system" "${extra[@]}" --label "$label" --json "$RAW/$label.json" "$@" || {
+    echo "!! $label exited with status $?" >&2
+    failed+=("$label")
+  }
+}
+
+# --- P1 durable ------------------------------------------------------------------------------
+for c in $CLIENTS; do
+  log "P1 $c clients: writ operation.execute, then etcd txn put-if-absent"
+  point "p1-writ-c$c" writ "${common[@]}" --prefix p1 --concurrency "$c" --mix execute=1 --verify --drain 60 \
+    --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS"
+  point "p1-etcd-c$c" etcd "${common[@]}" --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"
+done
+
+# --- P2 read path ----------------------------------------------------------------------------
+for c in $CONNECTIONS; do
+  for kind in discover read; do
+    log "P2 $c connections: $kind on one writ edge, then on the bare rmcp server"
+    point "p2-writ-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
+      --mix "$kind=1" --watch-pids "$EDGE_PID"
+    point "p2-mcp-$kind-c$c" mcp "${common[@]}" --url "$BASE_URL" --concurrency "$c" --mix "$kind=1" \
+      --watch-pids "$BASE_PID"
+  done
+done
+
+# --- P3 failover (each killed member is restarted afterwards) -----------------------------
+leader_pid() {
+  local id
+  id=$(curl -sf -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
+  echo "$WRIT_NODE_PIDS" | cut -d' ' -f"$id"
+}
+etcd_leader() { # the member number (1..3) of the etcd leader
+  local i
+  for i in 1 2 3; do
+    if curl -sf -X POST "http://127.0.0.1:$((23790 + i))/v3/maintenance/status" -d '{}' |
+      python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if s["leader"] == s["header"]["member_id"] else 1)'; then
+      echo "$i"; return
+    fi
+  done
+}
+log "P3 failover: 16 clients of execute, kill -9 of the writ leader after 5 s"
+LEADER=$(leader_pid)
+point p3-writ writ --duration 20 --quiet --prefix p3 --concurrency 16 --mix execute=1 --verify --drain 90 \
+  --kill-after 5 --kill-cmd "kill -9 $LEADER"
+log "P3 failover: 16 clients of txn, kill -9 of the etcd leader after 5 s"
+ETCD_KILLED=$(etcd_leader)
+LEADER=${ETCD_PIDS[$((ETCD_KILLED - 1))]}
+point p3-etcd etcd --duration 20 --quiet --concurrency 16 --verify --kill-after 5 --kill-cmd "kill -9 $LEADER"
+
+log "P3: restarting the killed members"
+writ_up
+start_etcd "$ETCD_KILLED"
+etcd_healthy
+
+# --- P4 growth ------------------------------------------------------------------------------
+p4() { # label extra-args...
+  local label=$1; shift
+  point "$label" writ "${common[@]}" --concurrency 64 --mix execute=1 --verify --drain 60 \
+    --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS" "$@"
+}
+log "P4 tenants: 64 clients with 1 tenant, then with $IDLE_TENANTS more"
+p4 p4-tenants-1 --prefix p4t
+p4 "p4-tenants-$IDLE_TENANTS" --prefix p4t --idle-tenants "$IDLE_TENANTS"
+log "P4 audit: 64 clients on a fresh tenant, then after $AUDIT_EVENTS retained audit events"
+p4 p4-audit-0 --prefix p4a
+point p4-audit-seed writ --quiet --prefix p4a --concurrency 64 --mix read=1 --requests "$AUDIT_EVENTS" \
+  --duration 3600
+p4 "p4-audit-$AUDIT_EVENTS" --prefix p4a
+
+run_s=$(( $(date +%s) - started ))
+log "report"
+python3 loadtest/bench/report.py "$RAW" "$OUT" --build-s "$build_s" --run-s "$run_s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED points (see their verify section above): ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,329 @@
+//! `writ-loadtest writ|etcd|mcp`: see `--help` and docs/performance.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+use writ_loadtest::engine::{self, Fault, Plan, Workload};
+use writ_loadtest::report::{self, Summary};
+use writ_loadtest::writ::{self, Admin, Mix, Setup, WritLoad};
+use writ_loadtest::{etcd, mcp, verify};
+
+#[derive(Parser)]
+#[command(name = "writ-loadtest", version, about = "Load through Writ's public edge, with invariant checks")]
+struct Cli {
+    #[command(subcommand)]
+    system: System,
+}
+
+#[derive(Subcommand)]
+enum System {
+    /// A Writ cluster: setup through the admin API, agents through the MCP edges.
+    Writ(Box<WritArgs>),
+    /// An etcd cluster's v3 HTTP/JSON gateway: put-if-absent transactions.
+    Etcd(EtcdArgs),
+    /// A bare MCP server without auth (the rmcp baseline): tools/list and its `greet` tool.
+    Mcp(McpArgs),
+}
+
+#[derive(Args, Clone)]
+struct LoadArgs {
+    /// Closed loop: concurrent clients.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Open loop: requests per second (latency from each request's intended start).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Stop after this many requests.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Open loop: most requests in flight.
+    #[arg(long, default_value_t = 4096)]
+    max_in_flight: usize,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Name of this run in the summary.
+    #[arg(long, default_value = "run")]
+    label: String,
+    /// Run `--kill-cmd` this many seconds into the run and report the recovery (P3).
+    #[arg(long, requires = "kill_cmd")]
+    kill_after: Option<f64>,
+    /// Shell command for `--kill-after` (e.g. `kill -9 <leader pid>`).
+    #[arg(long)]
+    kill_cmd: Option<String>,
+    /// Server processes whose CPU time and memory to report (comma or space separated).
+    #[arg(long, default_value = "")]
+    watch_pids: String,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct WritArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Admin API URLs, tried in turn (every node serves it).
+    #[arg(long, env = "WRIT_NODE_URLS")]
+    admin_urls: String,
+    #[arg(long, env = "WRIT_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: String,
+    /// MCP edge URLs; requests are spread over all of them.
+    #[arg(long, env = "WRIT_MCP_URLS")]
+    edges: String,
+    /// The edges' canonical URL (token audience).
+    #[arg(long, env = "WRIT_MCP_URL")]
+    audience: String,
+    /// Executor endpoints for the simulated executors (default: what enrollment answers).
+    #[arg(long, env = "WRIT_EXECUTOR_URLS", default_value = "")]
+    executor_urls: String,
+    /// Tenants the agents act in, each with its own executor.
+    #[arg(long, default_value_t = 1)]
+    tenants: usize,
+    /// Extra tenants provisioned but idle (P4).
+    #[arg(long, default_value_t = 0)]
+    idle_tenants: usize,
+    /// Tenant name prefix; existing tenants of that name are reused.
+    #[arg(long, default_value = "lt")]
+    prefix: String,
+    /// Simulated devices per tenant.
+    #[arg(long, default_value_t = 4)]
+    devices: usize,
+    /// Request mix by weight: discover, read, propose, execute, readback.
+    #[arg(long, default_value = "execute=1")]
+    mix: String,
+    /// Share of executes that retry an acknowledged key (same payload: same operation).
+    #[arg(long, default_value_t = 0.0)]
+    duplicate_share: f64,
+    /// Share of executes that reuse an acknowledged key with a changed payload (refused).
+    #[arg(long, default_value_t = 0.0)]
+    changed_share: f64,
+    /// Share of fresh executes that drive a device (reservations) instead of a device-less action.
+    #[arg(long, default_value_t = 0.0)]
+    device_share: f64,
+    /// Size of each operation's input in bytes.
+    #[arg(long, default_value_t = 128)]
+    payload_bytes: usize,
+    /// The agents' operation quota per minute (then `--verify` checks it is never overshot).
+    #[arg(long)]
+    operations_per_minute: Option<u64>,
+    #[arg(long)]
+    concurrent_operations: Option<u64>,
+    /// Audit events each loaded tenant retains.
+    #[arg(long, default_value_t = 10_000_000)]
+    audit_max_events: u64,
+    /// The `writ` binary (default: next to this one).
+    #[arg(long)]
+    writ_bin: Option<PathBuf>,
+    /// Where executor keys, configs and logs are kept between runs.
+    #[arg(long, default_value = ".writ/loadtest")]
+    work_dir: PathBuf,
+    /// Check the invariants from the ledger afterwards; exit 1 if one is violated.
+    #[arg(long)]
+    verify: bool,
+    /// Longest wait for acknowledged operations to settle before verifying.
+    #[arg(long, default_value_t = 120.0)]
+    drain: f64,
+}
+
+#[derive(Args)]
+struct EtcdArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Gateway URLs of the etcd members (writes spread over all).
+    #[arg(long, env = "WRIT_ETCD_URLS")]
+    endpoints: String,
+    /// Value size in bytes (the same as a Writ operation's input).
+    #[arg(long, default_value_t = 128)]
+    payload_bytes: usize,
+    /// Read every acknowledged key back afterwards; exit 1 if one is missing.
+    #[arg(long)]
+    verify: bool,
+}
+
+#[derive(Args)]
+struct McpArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    #[arg(long)]
+    url: String,
+    /// discover and/or read weights.
+    #[arg(long, default_value = "read=1")]
+    mix: String,
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split([',', ' ']).filter(|x| !x.is_empty()).map(|x| x.trim_end_matches('/').to_string()).collect()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
+}
+
+impl LoadArgs {
+    fn plan(&self) -> Plan {
+        Plan {
+            concurrency: self.concurrency,
+            rate: self.rate,
+            duration: Duration::from_secs_f64(self.duration),
+            requests: self.requests,
+            max_in_flight: self.max_in_flight,
+            progress: !self.quiet,
+        }
+    }
+
+    fn http(&self) -> reqwest::Client {
+        mcp::http_client(Duration::from_secs_f64(self.timeout), self.concurrency.max(64))
+    }
+
+    fn fault(&self) -> Option<Fault> {
+        Some(Fault { after: Duration::from_secs_f64(self.kill_after?), command: self.kill_cmd.clone()? })
+    }
+
+    fn pids(&self) -> Result<Vec<u32>, String> {
+        list(&self.watch_pids).iter().map(|p| p.parse().map_err(|_| format!("'{p}' is not a process id"))).collect()
+    }
+
+    /// Runs the load and returns its summary (servers' usage included).
+    async fn measure<W: Workload>(&self, system: &str, w: Arc<W>) -> Result<Summary, String> {
+        let pids = self.pids()?;
+        let before = report::cpu_snapshot(&pids);
+        let plan = self.plan();
+        let rec = engine::run(&plan, w, self.fault()).await;
+        let mut s = Summary::new(self.label.clone(), system, &plan, &rec);
+        s.servers = report::servers(&pids, &before, s.requests);
+        Ok(s)
+    }
+
+    fn finish(&self, s: &Summary) -> Result<ExitCode, String> {
+        print!("{}", s.table());
+        if let Some(path) = &self.json {
+            let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+            std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        if s.verify.as_ref().is_some_and(|v| !v.passed()) {
+            eprintln!("verify FAILED");
+            return Ok(ExitCode::from(1));
+        }
+        if s.ok == 0 {
+            eprintln!("no request succeeded");
+            return Ok(ExitCode::from(3));
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
+    let mix = Mix::parse(&a.mix)?;
+    let edges = list(&a.edges);
+    if edges.is_empty() {
+        return Err("no MCP edge URL (--edges or WRIT_MCP_URLS)".into());
+    }
+    let writ_bin = match a.writ_bin.clone() {
+        Some(b) => b,
+        None => std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("writ"),
+    };
+    let admin = Admin::new(list(&a.admin_urls), a.admin_token.clone());
+    let setup = Setup {
+        tenants: a.tenants.max(1),
+        idle_tenants: a.idle_tenants,
+        prefix: a.prefix.clone(),
+        devices: a.devices,
+        operations_per_minute: a.operations_per_minute,
+        concurrent_operations: a.concurrent_operations,
+        audit_max_events: a.audit_max_events,
+        audience: a.audience.trim_end_matches('/').to_string(),
+        executor_urls: list(&a.executor_urls),
+        writ_bin: writ_bin.clone(),
+        work_dir: a.work_dir.clone(),
+    };
+    let provisioning = std::time::Instant::now();
+    let tenants = writ::provision(&admin, &setup).await?;
+    let setup_s = provisioning.elapsed().as_secs_f64();
+    let executors: Vec<writ::Executor> =
+        tenants.iter().map(|t| writ::start_executor(&writ_bin, t)).collect::<Result<_, _>>()?;
+    // The executors connect their dispatch streams while the first requests are decided.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let run_id = run_id();
+    let load = Arc::new(WritLoad {
+        http: a.load.http(),
+        edges,
+        tenants: tenants.clone(),
+        mix,
+        duplicate_share: a.duplicate_share,
+        changed_share: a.changed_share,
+        device_share: a.device_share,
+        pad: "x".repeat(a.payload_bytes.saturating_sub(30)),
+        run_id: run_id.clone(),
+        seen: Mutex::new(writ::Seen::default()),
+    });
+    let since_ms = now_ms();
+    let mut summary = a.load.measure("writ", load.clone()).await?;
+    summary.setup = json!({"run_id": run_id, "tenants": setup.tenants, "idle_tenants": setup.idle_tenants,
+                           "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
+                           "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
+                           "device_share": a.device_share});
+    if a.verify {
+        let seen = std::mem::take(&mut *load.seen.lock().expect("seen lock"));
+        let drain = Duration::from_secs_f64(a.drain);
+        let v = verify::verify(&admin, &tenants, &seen, &run_id, since_ms, a.operations_per_minute, drain).await?;
+        summary.verify = Some(v);
+    }
+    drop(executors);
+    a.load.finish(&summary)
+}
+
+async fn etcd_run(a: EtcdArgs) -> Result<ExitCode, String> {
+    let endpoints = list(&a.endpoints);
+    if endpoints.is_empty() {
+        return Err("no etcd endpoint (--endpoints or WRIT_ETCD_URLS)".into());
+    }
+    let load = Arc::new(etcd::EtcdLoad {
+        http: a.load.http(),
+        endpoints,
+        run_id: run_id(),
+        value: "x".repeat(a.payload_bytes),
+        acked: Mutex::new(Vec::new()),
+    });
+    let mut summary = a.load.measure("etcd", load.clone()).await?;
+    summary.setup = json!({"payload_bytes": a.payload_bytes});
+    if a.verify {
+        summary.verify = Some(etcd::verify(&load).await);
+    }
+    a.load.finish(&summary)
+}
+
+async fn mcp_run(a: McpArgs) -> Result<ExitCode, String> {
+    let load = Arc::new(mcp::BareMcpLoad { http: a.load.http(), url: a.url.clone(), mix: Mix::parse(&a.mix)? });
+    let mut summary = a.load.measure("mcp", load).await?;
+    summary.setup = json!({"mix": a.mix});
+    a.load.finish(&summary)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.system {
+        System::Writ(a) => writ_run(*a).await,
+        System::Etcd(a) => etcd_run(a).await,
+        System::Mcp(a) => mcp_run(a).await,
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("writ-loadtest: {e}");
+        ExitCode::from(2)
+    })
+}

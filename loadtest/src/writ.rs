@@ -1,0 +1,544 @@
+//! Writ as the system under load: setup through the admin API (tenants, principals, catalogs,
+//! sites, devices, bearer tokens, enrolled executors with a simulated zero-latency device),
+//! then agent traffic through the MCP edges only.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rand::Rng;
+use serde_json::{json, Value};
+
+use crate::engine::{Outcome, Workload};
+use crate::mcp;
+
+/// The admin API of a cluster: every node serves it; requests go to the first node that
+/// answers (a killed node is skipped).
+pub struct Admin {
+    http: reqwest::Client,
+    urls: Vec<String>,
+    token: String,
+}
+
+impl Admin {
+    pub fn new(urls: Vec<String>, token: String) -> Admin {
+        Admin { http: mcp::http_client(Duration::from_secs(60), 64), urls, token }
+    }
+
+    /// `(status, body)` from the first node that answers without a transport error or a 5xx.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), String> {
+        let mut last = String::from("no admin URL");
+        for _round in 0..3 {
+            for url in &self.urls {
+                let mut rb = self.http.request(method.clone(), format!("{url}{path}")).bearer_auth(&self.token);
+                if let Some(b) = body {
+                    rb = rb.json(b);
+                }
+                match rb.send().await {
+                    Ok(r) if r.status().is_server_error() => last = format!("{url}{path}: HTTP {}", r.status()),
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let bytes = r.bytes().await.map_err(|e| format!("{url}{path}: {e}"))?;
+                        return Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
+                    }
+                    Err(e) => last = format!("{url}{path}: {e}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(last)
+    }
+
+    /// POSTs `body`; `Ok(Some(answer))` when created, `Ok(None)` when it already existed (409).
+    pub async fn create(&self, path: &str, body: Value) -> Result<Option<Value>, String> {
+        match self.send(reqwest::Method::POST, path, Some(&body)).await? {
+            (200..=299, v) => Ok(Some(v)),
+            (409, _) => Ok(None),
+            (status, v) => Err(format!("POST {path}: HTTP {status}: {v}")),
+        }
+    }
+
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Value) -> Result<Value, String> {
+        match self.send(method.clone(), path, Some(&body)).await? {
+            (200..=299, v) => Ok(v),
+            (status, v) => Err(format!("{method} {path}: HTTP {status}: {v}")),
+        }
+    }
+
+    /// GETs `path`; `None` on 404.
+    pub async fn get(&self, path: &str) -> Result<Option<Value>, String> {
+        match self.send(reqwest::Method::GET, path, None).await? {
+            (200..=299, v) => Ok(Some(v)),
+            (404, _) => Ok(None),
+            (status, v) => Err(format!("GET {path}: HTTP {status}: {v}")),
+        }
+    }
+
+    /// The NDJSON audit export of a tenant (`query` without the leading `?`).
+    pub async fn audit(&self, tenant: &str, query: &str) -> Result<Vec<writ_api::audit::AuditRecordV1>, String> {
+        let path = format!("/v1/tenants/{tenant}/audit/export?{query}");
+        let mut last = String::new();
+        for url in &self.urls {
+            let r = match self.http.get(format!("{url}{path}")).bearer_auth(&self.token).send().await {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    last = format!("{path}: HTTP {}", r.status());
+                    continue;
+                }
+                Err(e) => {
+                    last = format!("{path}: {e}");
+                    continue;
+                }
+            };
+            let mut records = Vec::new();
+            let mut buf = Vec::new();
+            let mut body = r.bytes_stream();
+            while let Some(chunk) = body.next().await {
+                buf.extend_from_slice(&chunk.map_err(|e| format!("{path}: {e}"))?);
+                while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=i).collect();
+                    let v: Value = serde_json::from_slice(&line).map_err(|e| format!("{path}: {e}"))?;
+                    if let Some(err) = v.get("error") {
+                        return Err(format!("{path}: export failed: {err}"));
+                    }
+                    records.push(serde_json::from_value(v).map_err(|e| format!("{path}: {e}"))?);
+                }
+            }
+            return Ok(records);
+        }
+        Err(last)
+    }
+}
+
+/// How the load is set up.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Tenants the agents act in (`{prefix}-0`, …), each with its own executor.
+    pub tenants: usize,
+    /// Extra tenants provisioned (tenant, principal, catalog) but not loaded (P4).
+    pub idle_tenants: usize,
+    pub prefix: String,
+    /// Simulated devices per tenant (for device-driving executes).
+    pub devices: usize,
+    /// The agent principal's operation quotas (checked by `--verify`).
+    pub operations_per_minute: Option<u64>,
+    pub concurrent_operations: Option<u64>,
+    /// Audit events each loaded tenant retains.
+    pub audit_max_events: u64,
+    /// The edges' canonical URL (the token audience).
+    pub audience: String,
+    /// Executor endpoints written into each executor's config (empty: what enrollment says).
+    pub executor_urls: Vec<String>,
+    /// The `writ` binary (for `writ executor enroll|run`).
+    pub writ_bin: PathBuf,
+    /// Executor state (keys, configs, logs), reused by later runs.
+    pub work_dir: PathBuf,
+}
+
+/// A loaded tenant.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub name: String,
+    pub token: String,
+    pub devices: Vec<String>,
+    pub executor_dir: PathBuf,
+}
+
+pub const AGENT: &str = "agent";
+const SITE: &str = "site";
+const DEVICE_CLASS: &str = "loadtest.sim.v1";
+
+fn catalog() -> Value {
+    json!({"actions": [
+        {"id": "log_entry", "title": "Append a log entry", "description": "Device-less durable operation",
+         "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 1},
+        {"id": "press", "title": "Press", "description": "Drives one simulated device",
+         "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 1,
+         "device_class": DEVICE_CLASS},
+        {"id": "greet", "title": "greet", "description": "Read-only: returns Hello, {name}!",
+         "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+         "risk": "low", "execution": {"builtin": "conformance.greet"}},
+    ]})
+}
+
+/// Provisions the loaded tenants (idempotently: existing ones are reused) and the idle ones.
+pub async fn provision(admin: &Admin, s: &Setup) -> Result<Vec<Tenant>, String> {
+    let mut tenants = Vec::new();
+    for i in 0..s.tenants {
+        let name = format!("{}-{i}", s.prefix);
+        let t = format!("/v1/tenants/{name}");
+        if admin.create("/v1/tenants", json!({"name": name})).await?.is_some() {
+            admin.create(&format!("{t}/catalogs"), catalog()).await?;
+            admin.create(&format!("{t}/principals"), json!({"name": AGENT, "kind": "agent", "preset": "full"})).await?;
+            admin.create(&format!("{t}/sites"), json!({"name": SITE})).await?;
+        }
+        admin
+            .request(reqwest::Method::PATCH, &format!("{t}/settings"), json!({"audit_max_events": s.audit_max_events}))
+            .await?;
+        let quotas = json!({"operations_per_minute": s.operations_per_minute,
+                            "concurrent_operations": s.concurrent_operations});
+        admin.request(reqwest::Method::PUT, &format!("{t}/principals/{AGENT}/quotas"), quotas).await?;
+        let devices: Vec<String> = (0..s.devices).map(|d| format!("d{d}")).collect();
+        for d in &devices {
+            admin
+                .create(&format!("{t}/devices"), json!({"name": d, "site": SITE, "device_class": DEVICE_CLASS}))
+                .await?;
+        }
+        let token = admin
+            .create(&format!("{t}/tokens"), json!({"principal": AGENT, "audience": s.audience, "ttl_s": 3600}))
+            .await?
+            .and_then(|v| v["token"].as_str().map(str::to_string))
+            .ok_or("the token answer has no token")?;
+        let executor_dir = s.work_dir.join(&name);
+        enroll(admin, s, &name, &devices, &executor_dir).await?;
+        tenants.push(Tenant { name, token, devices, executor_dir });
+    }
+    provision_idle(admin, s).await?;
+    Ok(tenants)
+}
+
+/// Idle tenants, 32 at a time; returns once all exist.
+async fn provision_idle(admin: &Admin, s: &Setup) -> Result<(), String> {
+    if s.idle_tenants == 0 {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let results: Vec<Result<(), String>> = futures::stream::iter(0..s.idle_tenants)
+        .map(|i| async move {
+            let name = format!("{}-idle-{i}", s.prefix);
+            if admin.create("/v1/tenants", json!({"name": name})).await?.is_some() {
+                let t = format!("/v1/tenants/{name}");
+                admin.create(&format!("{t}/catalogs"), catalog()).await?;
+                admin
+                    .create(&format!("{t}/principals"), json!({"name": AGENT, "kind": "agent", "preset": "full"}))
+                    .await?;
+            }
+            Ok(())
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    results.into_iter().collect::<Result<(), String>>()?;
+    eprintln!("{} idle tenants provisioned in {:.1} s", s.idle_tenants, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Enrolls an executor for the tenant's site and devices once (its directory is reused).
+async fn enroll(
+    admin: &Admin,
+    s: &Setup,
+    tenant: &str,
+    devices: &[String],
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let config = dir.join("executor.toml");
+    if config.exists() {
+        return Ok(());
+    }
+    let token = admin
+        .create(&format!("/v1/tenants/{tenant}/executors/enrollments"), json!({"site": SITE, "devices": devices}))
+        .await?
+        .and_then(|v| v["token"].as_str().map(str::to_string))
+        .ok_or("the enrollment answer has no token")?;
+    let out = tokio::process::Command::new(&s.writ_bin)
+        .args(["executor", "enroll", "--edge", &s.audience, "--token", &token, "--out"])
+        .arg(dir)
+        .output()
+        .await
+        .map_err(|e| format!("{}: {e}", s.writ_bin.display()))?;
+    if !out.status.success() {
+        return Err(format!("writ executor enroll: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    if !s.executor_urls.is_empty() {
+        let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+        let edges: Vec<String> = s.executor_urls.iter().map(|u| format!("{u:?}")).collect();
+        let text: Vec<String> = text
+            .lines()
+            .map(|l| if l.starts_with("edges = ") { format!("edges = [{}]", edges.join(", ")) } else { l.to_string() })
+            .collect();
+        std::fs::write(&config, text.join("\n") + "\n").map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The tenant's executor process (`writ executor run`), stopped when dropped.
+pub struct Executor(tokio::process::Child);
+
+pub fn start_executor(writ_bin: &std::path::Path, t: &Tenant) -> Result<Executor, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(t.executor_dir.join("executor.log"))
+        .map_err(|e| e.to_string())?;
+    let child = tokio::process::Command::new(writ_bin)
+        .args(["executor", "run", "--config"])
+        .arg(t.executor_dir.join("executor.toml"))
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", writ_bin.display()))?;
+    Ok(Executor(child))
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.0.start_kill();
+    }
+}
+
+/// The request mix (relative weights).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mix(pub Vec<(Kind, f64)>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Discover,
+    Read,
+    Propose,
+    Execute,
+    Readback,
+}
+
+impl Mix {
+    /// `execute=8,discover=1,…`.
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let mut kinds = Vec::new();
+        for part in s.split(',').filter(|p| !p.is_empty()) {
+            let (k, w) = part.split_once('=').unwrap_or((part, "1"));
+            let kind = match k.trim() {
+                "discover" => Kind::Discover,
+                "read" => Kind::Read,
+                "propose" => Kind::Propose,
+                "execute" => Kind::Execute,
+                "readback" => Kind::Readback,
+                other => {
+                    return Err(format!("unknown request kind '{other}' (discover|read|propose|execute|readback)"))
+                }
+            };
+            let w: f64 = w.trim().parse().map_err(|_| format!("weight of '{k}' is not a number"))?;
+            if !(w >= 0.0 && w.is_finite()) {
+                return Err(format!("weight of '{k}' must be ≥ 0"));
+            }
+            kinds.push((kind, w));
+        }
+        if kinds.iter().map(|(_, w)| w).sum::<f64>() <= 0.0 {
+            return Err("the mix has no request kind with a positive weight".into());
+        }
+        Ok(Mix(kinds))
+    }
+
+    pub fn pick(&self, x: f64) -> Kind {
+        let total: f64 = self.0.iter().map(|(_, w)| w).sum();
+        let mut at = x * total;
+        for (k, w) in &self.0 {
+            if at < *w {
+                return *k;
+            }
+            at -= w;
+        }
+        self.0.last().expect("non-empty mix").0
+    }
+}
+
+/// An operation an edge acknowledged (answered with its id).
+#[derive(Debug, Clone)]
+pub struct Acked {
+    pub tenant: usize,
+    pub key: String,
+    pub input: Value,
+    pub device: Option<String>,
+    pub operation_id: String,
+}
+
+/// What the agents saw, for `--verify`.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub acked: Vec<Acked>,
+    /// Indexes into `acked` by tenant.
+    pub by_tenant: BTreeMap<usize, Vec<usize>>,
+    /// Keys whose execute ended without an answer (timeout, connection lost): the operation may
+    /// or may not exist; at most one may.
+    pub uncertain: Vec<(usize, String)>,
+    /// Answers that broke a guarantee at the moment they were given.
+    pub violations: Vec<String>,
+    /// Quota refusals seen by agents.
+    pub quota_refusals: u64,
+}
+
+/// Agent traffic spread over the tenants and edges.
+pub struct WritLoad {
+    pub http: reqwest::Client,
+    pub edges: Vec<String>,
+    pub tenants: Vec<Tenant>,
+    pub mix: Mix,
+    /// Share of executes that retry an acknowledged key with the same payload.
+    pub duplicate_share: f64,
+    /// Share of executes that reuse an acknowledged key with a changed payload.
+    pub changed_share: f64,
+    /// Share of fresh executes that drive a device (`press`) instead of `log_entry`.
+    pub device_share: f64,
+    /// Filler making each operation's input about `payload_bytes` long.
+    pub pad: String,
+    pub run_id: String,
+    pub seen: Mutex<Seen>,
+}
+
+impl WritLoad {
+    fn some_acked(&self, tenant: usize, x: f64) -> Option<Acked> {
+        let seen = self.seen.lock().expect("seen lock");
+        let mine = seen.by_tenant.get(&tenant).filter(|v| !v.is_empty())?;
+        Some(seen.acked[mine[((x * mine.len() as f64) as usize).min(mine.len() - 1)]].clone())
+    }
+
+    async fn tool(&self, n: u64, tenant: &Tenant, name: &str, args: Value) -> Result<Value, String> {
+        let edge = &self.edges[(n as usize / self.tenants.len().max(1)) % self.edges.len()];
+        mcp::call(&self.http, edge, Some(&tenant.token), "tools/call", json!({"name": name, "arguments": args})).await
+    }
+
+    async fn execute(&self, n: u64, ti: usize) -> Outcome {
+        let t = &self.tenants[ti];
+        let (dice, pick) = {
+            let mut r = rand::rng();
+            (r.random::<f64>(), r.random::<f64>())
+        };
+        if dice < self.duplicate_share + self.changed_share {
+            if let Some(prev) = self.some_acked(ti, pick) {
+                let changed = dice >= self.duplicate_share;
+                let mut input = prev.input.clone();
+                if changed {
+                    input["changed"] = json!(true);
+                }
+                let mut args = json!({"action": if prev.device.is_some() { "press" } else { "log_entry" },
+                                      "input": input, "idempotency_key": prev.key});
+                if let Some(d) = &prev.device {
+                    args["device"] = json!(d);
+                }
+                let answer = self.tool(n, t, "operation.execute", args).await;
+                return match (changed, answer) {
+                    (false, Ok(r)) if r["structuredContent"]["operation_id"] == json!(prev.operation_id) => {
+                        Outcome::ok("execute_retry")
+                    }
+                    (false, Ok(r)) => {
+                        self.violation(format!(
+                            "retry of key {} answered operation {} instead of {}",
+                            prev.key, r["structuredContent"]["operation_id"], prev.operation_id
+                        ));
+                        Outcome::err("execute_retry", "RETRY_ANSWERED_ANOTHER_OPERATION")
+                    }
+                    (true, Err(reason)) if reason == "IDEMPOTENCY_KEY_REUSED" => Outcome::ok("execute_changed"),
+                    (true, Ok(r)) => {
+                        self.violation(format!(
+                            "key {} reused with a changed payload was accepted: {}",
+                            prev.key, r["structuredContent"]
+                        ));
+                        Outcome::err("execute_changed", "CHANGED_PAYLOAD_ACCEPTED")
+                    }
+                    (changed, Err(reason)) => {
+                        Outcome::err(if changed { "execute_changed" } else { "execute_retry" }, reason)
+                    }
+                };
+            }
+        }
+        let key = format!("{}-{n}", self.run_id);
+        let input = json!({"n": n, "pad": self.pad});
+        let device = (pick < self.device_share && !t.devices.is_empty())
+            .then(|| t.devices[(n as usize) % t.devices.len()].clone());
+        let mut args = json!({"action": if device.is_some() { "press" } else { "log_entry" },
+                              "input": input, "idempotency_key": key});
+        if let Some(d) = &device {
+            args["device"] = json!(d);
+        }
+        match self.tool(n, t, "operation.execute", args).await {
+            Ok(r) => match r["structuredContent"]["operation_id"].as_str() {
+                Some(id) => {
+                    let a = Acked { tenant: ti, key, input, device, operation_id: id.to_string() };
+                    let mut seen = self.seen.lock().expect("seen lock");
+                    let i = seen.acked.len();
+                    seen.acked.push(a);
+                    seen.by_tenant.entry(ti).or_default().push(i);
+                    Outcome::ok("execute")
+                }
+                None => Outcome::err("execute", "NO_OPERATION_ID"),
+            },
+            Err(reason) => {
+                let mut seen = self.seen.lock().expect("seen lock");
+                match reason.as_str() {
+                    "TIMEOUT" | "TRANSPORT" | "CONNECT" => seen.uncertain.push((ti, key)),
+                    "QUOTA_EXCEEDED" => seen.quota_refusals += 1,
+                    _ => {}
+                }
+                Outcome::err("execute", reason)
+            }
+        }
+    }
+
+    fn violation(&self, v: String) {
+        eprintln!("VIOLATION: {v}");
+        self.seen.lock().expect("seen lock").violations.push(v);
+    }
+}
+
+impl Workload for WritLoad {
+    async fn call(&self, n: u64) -> Outcome {
+        let ti = n as usize % self.tenants.len();
+        let t = &self.tenants[ti];
+        let x = rand::rng().random::<f64>();
+        match self.mix.pick(x) {
+            Kind::Discover => {
+                let edge = &self.edges[(n as usize / self.tenants.len()) % self.edges.len()];
+                match mcp::call(&self.http, edge, Some(&t.token), "tools/list", json!({})).await {
+                    Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => Outcome::ok("discover"),
+                    Ok(_) => Outcome::err("discover", "NO_TOOLS"),
+                    Err(reason) => Outcome::err("discover", reason),
+                }
+            }
+            Kind::Read => match self.tool(n, t, "greet", json!({"name": "load"})).await {
+                Ok(_) => Outcome::ok("read"),
+                Err(reason) => Outcome::err("read", reason),
+            },
+            Kind::Propose => {
+                let args = json!({"action": "log_entry", "input": {"n": n, "pad": self.pad}});
+                match self.tool(n, t, "operation.propose", args).await {
+                    Ok(_) => Outcome::ok("propose"),
+                    Err(reason) => Outcome::err("propose", reason),
+                }
+            }
+            Kind::Execute => self.execute(n, ti).await,
+            Kind::Readback => match self.some_acked(ti, x) {
+                Some(a) => match self.tool(n, t, "operation.readback", json!({"operation_id": a.operation_id})).await {
+                    Ok(_) => Outcome::ok("readback"),
+                    Err(reason) => Outcome::err("readback", reason),
+                },
+                // Nothing to read back yet: a discovery instead keeps the request count honest.
+                None => match mcp::call(&self.http, &self.edges[0], Some(&t.token), "tools/list", json!({})).await {
+                    Ok(_) => Outcome::ok("discover"),
+                    Err(reason) => Outcome::err("discover", reason),
+                },
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixes_parse_and_pick_by_weight() {
+        let m = Mix::parse("execute=3,discover=1").unwrap();
+        assert_eq!(m.pick(0.0), Kind::Execute);
+        assert_eq!(m.pick(0.74), Kind::Execute);
+        assert_eq!(m.pick(0.76), Kind::Discover);
+        assert_eq!(Mix::parse("read").unwrap().pick(0.5), Kind::Read);
+        assert!(Mix::parse("execute=0").is_err());
+        assert!(Mix::parse("delete=1").unwrap_err().contains("unknown request kind"));
+    }
+}

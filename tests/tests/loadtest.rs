@@ -1,0 +1,228 @@
+//! `writ-loadtest` smoke (SPEC T1, T2): a few seconds of mixed agent load through both edges of
+//! a `deploy/local-cluster.sh` cluster, then `--verify` from the ledger; and the etcd driver
+//! against a one-member etcd. Figures come from `make bench`, never from here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use writ_tests::procs::{free_port, writ_bin};
+
+fn loadtest_bin() -> PathBuf {
+    writ_bin().with_file_name("writ-loadtest")
+}
+
+fn three_free_ports() -> u16 {
+    for _ in 0..50 {
+        let base = free_port();
+        if base < 65_000 && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+/// The local cluster script's cluster, taken down on drop.
+struct ScriptCluster {
+    dir: tempfile::TempDir,
+    ports: [u16; 3],
+}
+
+impl ScriptCluster {
+    fn run(&self, verb: &str) -> std::process::Output {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-cluster.sh");
+        Command::new("bash")
+            .arg(script)
+            .arg(verb)
+            .env("WRIT_CLUSTER_DIR", self.dir.path())
+            .env("WRIT_CLUSTER_BASE_PORT", self.ports[0].to_string())
+            .env("WRIT_CLUSTER_EDGE_BASE_PORT", self.ports[1].to_string())
+            .env("WRIT_CLUSTER_EXECUTOR_BASE_PORT", self.ports[2].to_string())
+            .env("WRIT_BIN", writ_bin())
+            .output()
+            .expect("run local-cluster.sh")
+    }
+
+    fn up() -> ScriptCluster {
+        let c = ScriptCluster {
+            dir: tempfile::tempdir().expect("tempdir"),
+            ports: [three_free_ports(), three_free_ports(), three_free_ports()],
+        };
+        let up = c.run("up");
+        assert!(up.status.success(), "up failed: {}", String::from_utf8_lossy(&up.stderr));
+        c
+    }
+
+    fn env(&self) -> BTreeMap<String, String> {
+        std::fs::read_to_string(self.dir.path().join("env"))
+            .expect("env file")
+            .lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+            .collect()
+    }
+}
+
+impl Drop for ScriptCluster {
+    fn drop(&mut self) {
+        self.run("down");
+    }
+}
+
+fn run_loadtest(envs: &BTreeMap<String, String>, args: &[&str], json: &Path) -> (i32, Value, String) {
+    let out =
+        Command::new(loadtest_bin()).args(args).arg("--json").arg(json).envs(envs).output().expect("run writ-loadtest");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let summary = std::fs::read_to_string(json).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), summary, text)
+}
+
+#[test]
+fn mixed_load_through_both_edges_verifies_every_invariant() {
+    let cluster = ScriptCluster::up();
+    let env = cluster.env();
+    let work = tempfile::tempdir().expect("tempdir");
+    let json = work.path().join("summary.json");
+    let work_dir = work.path().join("executors");
+    let (code, s, text) = run_loadtest(
+        &env,
+        &[
+            "writ",
+            "--duration",
+            "5",
+            "--concurrency",
+            "8",
+            "--mix",
+            "execute=6,discover=1,read=1,propose=1,readback=1",
+            "--duplicate-share",
+            "0.15",
+            "--changed-share",
+            "0.05",
+            "--device-share",
+            "0.3",
+            // Low enough to be reached in seconds: the refusals must show and never overshoot.
+            "--operations-per-minute",
+            "20",
+            "--kill-after",
+            "1",
+            "--kill-cmd",
+            "true",
+            "--watch-pids",
+            &env["WRIT_NODE_PIDS"],
+            "--verify",
+            "--drain",
+            "60",
+            "--work-dir",
+            work_dir.to_str().expect("utf-8 path"),
+        ],
+        &json,
+    );
+    assert_eq!(code, 0, "writ-loadtest failed:\n{text}");
+    assert!(text.contains("verify: PASSED"), "{text}");
+    let v = &s["verify"];
+    assert!(v["checks"].as_array().expect("checks").len() >= 9, "{v}");
+    for c in v["checks"].as_array().expect("checks") {
+        assert_eq!(c["ok"], true, "{c}");
+    }
+    assert_eq!(v["acknowledged_lost"], 0);
+    // Every kind of request ran, through the real edges.
+    for kind in ["execute", "discover", "read", "propose"] {
+        assert!(s["kinds"][kind]["ok"].as_u64().unwrap_or(0) > 0, "no successful {kind}:\n{text}");
+    }
+    assert!(s["kinds"]["execute_retry"]["ok"].as_u64().unwrap_or(0) > 0, "no retry:\n{text}");
+    assert!(s["kinds"]["execute_changed"]["ok"].as_u64().unwrap_or(0) > 0, "no changed payload refused:\n{text}");
+    // The only refusals are the quota's and a busy device's (reservations do not queue).
+    let errors = s["errors"].as_object().expect("errors");
+    assert!(errors.keys().all(|k| k == "QUOTA_EXCEEDED" || k == "DEVICE_RESERVED"), "unexpected errors: {errors:?}");
+    assert!(
+        errors.get("QUOTA_EXCEEDED").and_then(Value::as_u64).unwrap_or(0) > 0,
+        "the quota was never reached:\n{text}"
+    );
+    let acked = s["verify"]["states"].as_object().expect("states").values().filter_map(Value::as_u64).sum::<u64>();
+    assert!(acked > 0 && acked <= 40, "{acked} operations acknowledged under a quota of 20 per minute");
+    // The summary carries the machine, the watched nodes and the fault.
+    assert!(s["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(s["servers"]["rss_mb"].as_f64().unwrap_or(0.0) > 0.0, "{}", s["servers"]);
+    assert_eq!(s["failover"]["killed_at_ms"].as_u64().map(|ms| ms >= 1000), Some(true));
+    assert!(s["machine"]["cpus"].as_u64().unwrap_or(0) >= 1);
+
+    // A second run reuses the tenant and its enrolled executor.
+    let (code, s, text) = run_loadtest(
+        &env,
+        &[
+            "writ",
+            "--duration",
+            "2",
+            "--concurrency",
+            "2",
+            "--mix",
+            "read=1",
+            "--work-dir",
+            work_dir.to_str().expect("utf-8 path"),
+        ],
+        &json,
+    );
+    assert_eq!(code, 0, "{text}");
+    assert!(s["kinds"]["read"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
+}
+
+#[test]
+fn bad_arguments_and_an_unreachable_cluster_are_reported() {
+    let nowhere = "http://127.0.0.1:1";
+    let run = |args: &[&str]| {
+        Command::new(loadtest_bin())
+            .args(args)
+            .env("WRIT_NODE_URLS", nowhere)
+            .env("WRIT_ADMIN_TOKEN", "t")
+            .env("WRIT_MCP_URLS", format!("{nowhere}/mcp"))
+            .env("WRIT_MCP_URL", format!("{nowhere}/mcp"))
+            .output()
+            .expect("run writ-loadtest")
+    };
+    let out = run(&["writ", "--mix", "delete=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown request kind 'delete'"));
+    let out = run(&["writ", "--duration", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"), "the error names the node");
+}
+
+#[test]
+fn etcd_driver_writes_put_if_absent_and_reads_every_key_back() {
+    let etcd = which("etcd").expect("etcd is installed by `make test` (Debian etcd-server)");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (client, peer) = (free_port(), free_port());
+    let mut child = Command::new(etcd)
+        .args(["--name", "one", "--log-level", "error"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &format!("http://127.0.0.1:{client}")])
+        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{client}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", &format!("one=http://127.0.0.1:{peer}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start etcd");
+    let url = format!("http://127.0.0.1:{client}");
+    let ready = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
+    });
+    assert!(ready, "etcd did not listen");
+    let json = dir.path().join("etcd.json");
+    let envs = BTreeMap::from([("WRIT_ETCD_URLS".to_string(), url)]);
+    let (code, s, text) = run_loadtest(&envs, &["etcd", "--duration", "2", "--concurrency", "4", "--verify"], &json);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(code, 0, "{text}");
+    assert!(s["kinds"]["txn"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
+    assert_eq!(s["verify"]["acknowledged_lost"], 0, "{text}");
+    assert!(text.contains("every acknowledged key is in etcd"), "{text}");
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.exists())
+}
