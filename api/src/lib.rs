@@ -29,9 +29,23 @@ pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, bincode::error:
     bincode::serde::encode_to_vec(value, bincode_config())
 }
 
-/// Decodes what [`encode`] wrote; trailing bytes are an error.
+/// Decodes what [`encode`] wrote; trailing bytes are an error. At most 64 MiB is decoded (a
+/// bound on what a message or a stored entry may make the node allocate).
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, bincode_config())?;
+    whole(bytes, bincode::serde::decode_from_slice(bytes, bincode_config())?)
+}
+
+/// [`decode`] without the 64 MiB bound, for input that is already bounded or vouched for: a
+/// checksummed record the node wrote itself, or a Raft RPC body (capped by the transport). A
+/// Raft snapshot grows with the state (every retained audit record) and outgrows the message
+/// bound. Allocation still follows the input (serde's cautious size hints), and the encoding
+/// is [`encode`]'s.
+pub fn decode_unbounded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
+    let unbounded = bincode::config::standard().with_little_endian().with_fixed_int_encoding();
+    whole(bytes, bincode::serde::decode_from_slice(bytes, unbounded)?)
+}
+
+fn whole<T>(bytes: &[u8], (value, used): (T, usize)) -> Result<T, bincode::error::DecodeError> {
     if used != bytes.len() {
         return Err(bincode::error::DecodeError::OtherString(format!(
             "{} trailing bytes after the value",

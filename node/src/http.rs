@@ -78,7 +78,8 @@ where
     F: FnOnce(Req) -> Fut,
     Fut: std::future::Future<Output = Resp>,
 {
-    match writ_api::decode::<Req>(&body) {
+    // The body is capped at RAFT_BODY_BYTES_MAX; a snapshot may exceed the 64 MiB message bound.
+    match writ_api::decode_unbounded::<Req>(&body) {
         Ok(req) => bincode_response(&call(req).await),
         Err(e) => (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
     }

@@ -33,12 +33,24 @@ pub(crate) fn checked_decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what:
     if sum != checksum(payload) {
         return Err(corrupt("checksum mismatch".into()));
     }
-    writ_api::decode(payload).map_err(|e| corrupt(e.to_string()))
+    // The checksum vouches for the bytes, so no size bound: a snapshot carries every retained
+    // audit record and outgrows any single message (a 64 MiB bound here once stopped every
+    // node that had to read its snapshot back).
+    writ_api::decode_unbounded(payload).map_err(|e| corrupt(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_larger_than_a_message_round_trip() {
+        let big = "a".repeat(65 * 1024 * 1024);
+        let rec = checked_encode(&big).unwrap();
+        assert!(writ_api::decode::<String>(&rec[CHECKSUM_BYTES..]).is_err(), "a message is bounded at 64 MiB");
+        let back: String = checked_decode(&rec, "snapshot file").unwrap();
+        assert_eq!(back.len(), big.len());
+    }
 
     #[test]
     fn flipped_bit_is_detected() {
