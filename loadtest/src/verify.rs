@@ -71,6 +71,7 @@ pub async fn verify(
     let mut pending: Vec<usize> = (0..seen.acked.len()).collect();
     let mut ops: BTreeMap<String, Value> = BTreeMap::new();
     let mut lost = Vec::new();
+    let mut unreadable: Option<String> = None;
     loop {
         let answers: Vec<(usize, Result<Option<Value>, String>)> = futures::stream::iter(pending.iter().copied())
             .map(|i| async move {
@@ -83,13 +84,19 @@ pub async fn verify(
             .await;
         let mut still = Vec::new();
         for (i, answer) in answers {
-            match answer? {
-                None => lost.push(seen.acked[i].operation_id.clone()),
-                Some(op) => {
+            match answer {
+                Ok(None) => lost.push(seen.acked[i].operation_id.clone()),
+                Ok(Some(op)) => {
                     if !settled(op["state"].as_str().unwrap_or_default()) {
                         still.push(i);
                     }
                     ops.insert(seen.acked[i].operation_id.clone(), op);
+                }
+                // The cluster may be electing or recovering: not settled yet, asked again
+                // until the drain ends.
+                Err(e) => {
+                    unreadable = Some(e);
+                    still.push(i);
                 }
             }
         }
@@ -110,7 +117,10 @@ pub async fn verify(
         .iter()
         .map(|i| {
             let id = &seen.acked[*i].operation_id;
-            format!("{id}: {}", ops.get(id).map_or("?", |o| o["state"].as_str().unwrap_or("?")))
+            match ops.get(id) {
+                Some(o) => format!("{id}: {}", o["state"].as_str().unwrap_or("?")),
+                None => format!("{id}: unreadable ({})", unreadable.as_deref().unwrap_or("?")),
+            }
         })
         .collect();
     v.check(
@@ -134,7 +144,15 @@ pub async fn verify(
         (Vec::new(), BTreeSet::new(), Vec::new(), Vec::new(), Vec::new());
     let mut submitted_total = 0u64;
     for (ti, t) in tenants.iter().enumerate() {
-        let records = admin.audit(&t.name, &format!("domain=operation&since_ms={window_start}")).await?;
+        let query = format!("domain=operation&since_ms={window_start}");
+        let asked = Instant::now();
+        let records = loop {
+            match admin.audit(&t.name, &query).await {
+                Ok(records) => break records,
+                Err(e) if asked.elapsed() >= drain => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        };
         let a = Trail::read(&records, run_id);
         submitted_total += a.by_key.values().map(BTreeSet::len).sum::<usize>() as u64;
         for (key, ids) in &a.by_key {
