@@ -60,7 +60,8 @@ for system in ("writ", "etcd"):
                              "errors": s["errors"]}
 def grown(kind, base_label, grown_prefix):
     base = runs.get(base_label)
-    g = next((s for l, s in runs.items() if l.startswith(grown_prefix) and l != base_label), None)
+    g = next((s for l, s in runs.items() if l.startswith(grown_prefix) and l not in (base_label, "p4-audit-seed")),
+             None)
     if not (base and g):
         return None
     b, gp = point(base), point(g)
@@ -68,7 +69,7 @@ def grown(kind, base_label, grown_prefix):
             "ratio_throughput": ratio(gp["ops_per_s"], b["ops_per_s"]), "ratio_p99": ratio(gp["p99_ms"], b["p99_ms"]),
             "setup_s": g["setup"].get("setup_s")}
 out["p4"]["tenants"] = grown("tenants", "p4-tenants-1", "p4-tenants-")
-out["p4"]["audit"] = grown("audit", "p4-audit-0", "p4-audit-1")
+out["p4"]["audit"] = grown("audit", "p4-audit-0", "p4-audit-")
 seed = runs.get("p4-audit-seed")
 if seed:
     out["p4"]["audit_seed"] = {"requests": seed["ok"], "seconds": seed["duration_s"], "per_s": seed["throughput_per_s"],
