@@ -32,6 +32,17 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
+/// A base port with the next two also free (for `deploy/local-cluster.sh`'s numbered ports).
+pub fn three_free_ports() -> u16 {
+    for _ in 0..50 {
+        let base = free_port();
+        if base < 65_000 && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
 /// One `writ node` process.
 pub struct NodeProc {
     pub id: u64,

@@ -4,18 +4,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use writ_tests::procs::writ_bin;
-
-/// A base port with the next two also free.
-fn three_free_ports() -> u16 {
-    for _ in 0..50 {
-        let base = writ_tests::procs::free_port();
-        if base < 65_000 && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no three consecutive free ports");
-}
+use writ_tests::procs::{three_free_ports, writ_bin};
 
 fn script() -> PathBuf {
     PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("../deploy/local-cluster.sh")

@@ -7,20 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use writ_tests::procs::{free_port, writ_bin};
+use writ_tests::procs::{free_port, three_free_ports, writ_bin};
 
 fn loadtest_bin() -> PathBuf {
     writ_bin().with_file_name("writ-loadtest")
-}
-
-fn three_free_ports() -> u16 {
-    for _ in 0..50 {
-        let base = free_port();
-        if base < 65_000 && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no three consecutive free ports");
 }
 
 /// The local cluster script's cluster, taken down on drop.
