@@ -84,15 +84,22 @@ ENV
   echo "cluster up; next: source $ROOT/env && $BIN admin cluster status"
 }
 
+# stop NAME PIDFILE: SIGTERM, wait up to 10 s for the exit, then SIGKILL; removes the pid file.
+stop() {
+  local name=$1 f=$2 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; echo "$name killed (no exit 10 s after SIGTERM)"; fi
+  fi
+  rm -f "$f"; echo "$name stopped"
+}
+
+# Edges first, while the ledger can still take their last audit decisions.
 down() {
-  for e in $(seq 1 $EDGES); do
-    f="$ROOT/e$e/pid"
-    if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; echo "edge $e stopped"; fi
-  done
-  for id in $(seq 1 $N); do
-    f="$ROOT/n$id/pid"
-    if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; echo "node $id stopped"; fi
-  done
+  for e in $(seq 1 $EDGES); do stop "edge $e" "$ROOT/e$e/pid"; done
+  for id in $(seq 1 $N); do stop "node $id" "$ROOT/n$id/pid"; done
 }
 
 status() {

@@ -14,9 +14,10 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{Rejection, TenantState};
+use crate::ledger::TenantState;
 use crate::principal::{scope_covers, PrincipalState};
 use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
 use crate::state::LedgerState;
 use crate::token::{SigningKeyV1, WRIT_ISSUER, WRIT_SIGNING_ALG};
 

@@ -13,9 +13,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ledger::Rejection;
 use crate::principal::validate_scope;
 use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
 
 /// Most actions in one catalog.
 pub const CATALOG_ACTIONS_MAX: usize = 1000;

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{validate_tenant_name, validate_text, Rejection, DISPLAY_NAME_BYTES_MAX};
 use crate::reason::ReasonCode;
+use crate::rejection::{validate_tenant_name, validate_text, Rejection, DISPLAY_NAME_BYTES_MAX};
 
 /// Longest device class (e.g. `robot-arm.v2`).
 pub const DEVICE_CLASS_BYTES_MAX: usize = 64;

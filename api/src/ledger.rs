@@ -18,12 +18,6 @@ use crate::reason::ReasonCode;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
 use crate::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 
-/// Longest tenant name accepted.
-pub const TENANT_NAME_BYTES_MAX: usize = 63;
-/// Longest display name accepted.
-pub const DISPLAY_NAME_BYTES_MAX: usize = 200;
-/// Longest free-text reason (e.g. for a suspension) accepted.
-pub const NOTE_BYTES_MAX: usize = 500;
 /// Stream that holds events not owned by any tenant (e.g. rejections of unknown tenants).
 pub const CLUSTER_STREAM: &str = "_cluster";
 
@@ -669,53 +663,6 @@ pub struct Tenant {
     /// Revision of the last event that changed this tenant.
     pub revision: u64,
     pub settings: TenantSettingsV1,
-}
-
-/// A rejection with its reason code and a human message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rejection {
-    pub reason: ReasonCode,
-    pub message: String,
-}
-
-impl Rejection {
-    pub fn new(reason: ReasonCode, message: impl Into<String>) -> Self {
-        Rejection { reason, message: message.into() }
-    }
-}
-
-impl std::fmt::Display for Rejection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.reason, self.message)
-    }
-}
-
-/// Checks a tenant name: 1..=63 bytes of `[a-z0-9-]`, starting with a letter or digit.
-pub fn validate_tenant_name(name: &str) -> Result<(), Rejection> {
-    let ok_len = !name.is_empty() && name.len() <= TENANT_NAME_BYTES_MAX;
-    let ok_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let ok_start = name.bytes().next().is_some_and(|b| b != b'-');
-    if ok_len && ok_chars && ok_start {
-        Ok(())
-    } else {
-        Err(Rejection::new(
-            ReasonCode::INPUT_INVALID,
-            format!(
-                "tenant name must be 1..={TENANT_NAME_BYTES_MAX} characters of a-z, 0-9 and '-', not starting with '-'"
-            ),
-        ))
-    }
-}
-
-/// Checks an optional free-text field against a byte ceiling.
-pub fn validate_text(field: &str, value: Option<&str>, max_bytes: usize) -> Result<(), Rejection> {
-    match value {
-        Some(v) if v.len() > max_bytes => Err(Rejection::new(
-            ReasonCode::INPUT_INVALID,
-            format!("{field} is {} bytes; at most {max_bytes} are allowed", v.len()),
-        )),
-        _ => Ok(()),
-    }
 }
 
 impl std::fmt::Display for LedgerRequest {

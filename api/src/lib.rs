@@ -1,10 +1,11 @@
-//! Writ's shared types — commands, events, reason codes, wire DTOs — and the typed client of
-//! the ledger's client API. This crate is the one serialization boundary of the workspace.
+//! Writ's pure core: commands, events, the state machine (`decide` then `apply`), reason codes,
+//! wire DTOs and canonical encodings. This crate is the one serialization boundary of the
+//! workspace, and it does no IO: no network, no storage, no clock, no randomness (enforced by
+//! `tests/tests/architecture.rs` and this crate's `clippy.toml`). Clients live in `writ-client`.
 
 pub mod audit;
 pub mod auth;
 pub mod catalog;
-pub mod client;
 pub mod device;
 pub mod dto;
 pub mod executor;
@@ -13,13 +14,13 @@ pub mod operation;
 pub mod principal;
 pub mod quota;
 pub mod reason;
+pub mod rejection;
 pub mod settings;
 pub mod state;
 pub mod token;
-pub mod verifier;
 
-pub use ledger::Rejection;
 pub use reason::ReasonCode;
+pub use rejection::Rejection;
 
 /// Canonical binary encoding of persisted types (log entries, events, snapshots).
 ///
@@ -63,4 +64,66 @@ fn bincode_config() -> impl bincode::config::Config {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Version headers for whole-state encodings (Raft snapshots, the state edges load).
+///
+/// A versioned encoding is `magic (8 bytes) ++ version (u32 LE) ++ body`. The body of version
+/// 1 is the [`encode`]d value. Bytes without the magic are the layout written before versions
+/// existed, which is version 1's body. A reader refuses a version newer than it knows with a
+/// clear error instead of misreading it; `api/tests/golden.rs` pins the version-1 state, so a
+/// changed layout fails a test until the version is raised (and the old one still read or
+/// refused on purpose).
+pub mod format {
+    /// Magic of a Raft snapshot payload (state plus retained audit records).
+    pub const SNAPSHOT_MAGIC: [u8; 8] = *b"WRITSNAP";
+    /// Magic of a ledger state as a node serves it to followers (edges).
+    pub const STATE_MAGIC: [u8; 8] = *b"WRITSTAT";
+    /// The version this build writes, and the newest it reads.
+    pub const STATE_FORMAT_VERSION: u32 = 1;
+    const HEADER_BYTES: usize = 12;
+
+    /// Why versioned bytes cannot be read.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum FormatError {
+        /// Written by a newer Writ: upgrade this process first.
+        Newer { found: u32, newest: u32 },
+        /// The magic without a whole version number.
+        Truncated,
+    }
+
+    impl std::fmt::Display for FormatError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                FormatError::Newer { found, newest } => write!(
+                    f,
+                    "state format version {found} is newer than this build reads (at most {newest}): upgrade it first"
+                ),
+                FormatError::Truncated => write!(f, "state format header is truncated"),
+            }
+        }
+    }
+
+    impl std::error::Error for FormatError {}
+
+    /// `body` behind the header of `magic` at the current version.
+    pub fn wrap(magic: [u8; 8], body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES + body.len());
+        out.extend_from_slice(&magic);
+        out.extend_from_slice(&STATE_FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// The version-1 body of `bytes` (headerless bytes are the pre-version layout, which is
+    /// version 1's).
+    pub fn unwrap(magic: [u8; 8], bytes: &[u8]) -> Result<&[u8], FormatError> {
+        let Some(rest) = bytes.strip_prefix(&magic) else { return Ok(bytes) };
+        let (Some(version), Some(body)) = (rest.get(..4), rest.get(4..)) else { return Err(FormatError::Truncated) };
+        let version = u32::from_le_bytes([version[0], version[1], version[2], version[3]]);
+        if version > STATE_FORMAT_VERSION {
+            return Err(FormatError::Newer { found: version, newest: STATE_FORMAT_VERSION });
+        }
+        Ok(body)
+    }
 }

@@ -29,10 +29,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ledger::{Command, Event, EventEnvelope, Rejection, TenantState};
+use crate::ledger::{Command, Event, EventEnvelope, TenantState};
 use crate::principal::PrincipalState;
 use crate::reason::ReasonCode;
-use crate::state::{idempotency_slot, LedgerState};
+use crate::rejection::Rejection;
+use crate::state::{idempotency_slot, CorruptEvent, LedgerState};
 
 /// Longest idempotency key, operation id and free-text fields (bytes).
 pub const KEY_BYTES_MAX: usize = 200;
@@ -721,15 +722,16 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
     }
 }
 
-/// Folds an operation event into the state.
-pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
-    let op_mut = |state: &mut LedgerState, tenant_id: &str, operation_id: &str| -> Operation {
+/// Folds an operation event into the state; an event naming an operation the state does not
+/// hold is [`CorruptEvent`].
+pub fn apply(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
+    let op_mut = |state: &mut LedgerState, tenant_id: &str, operation_id: &str| -> Result<Operation, CorruptEvent> {
         state
             .operations
             .get(tenant_id)
             .and_then(|m| m.get(operation_id))
             .cloned()
-            .expect("event for unknown operation: corrupt event log")
+            .ok_or_else(|| CorruptEvent::new(env, format!("unknown operation '{operation_id}'")))
     };
     let store = |state: &mut LedgerState, mut op: Operation| {
         op.updated_at_ms = env.at_ms;
@@ -785,7 +787,7 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
                 expires_at_ms: *expires_at_ms,
             };
             state.device_leases.entry(tenant_id.clone()).or_default().insert(device_id.clone(), lease);
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.state = OperationState::Reserved;
             op.fencing_token = Some(*fencing_token);
             store(state, op);
@@ -798,14 +800,14 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
             }
         }
         Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } => {
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.state = OperationState::Dispatched;
             op.executor_id = Some(executor_id.clone());
             op.lease_expires_at_ms = Some(env.at_ms + DISPATCH_START_MS);
             store(state, op);
         }
         Event::OperationTransitionedV1 { tenant_id, operation_id, to, cause, .. } => {
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             if *to == OperationState::Attempting {
                 op.attempts += 1;
             }
@@ -819,12 +821,12 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
             store(state, op);
         }
         Event::OperationInputsAnsweredV1 { tenant_id, operation_id, answers } => {
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.answers.extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
             store(state, op);
         }
         Event::OperationCancelRequestedV1 { tenant_id, operation_id, by_principal_id } => {
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.cancel_requested = true;
             op.cause = format!("cancellation requested by '{by_principal_id}' during the attempt");
             store(state, op);
@@ -835,22 +837,23 @@ pub fn apply(state: &mut LedgerState, env: &EventEnvelope) {
                     l.expires_at_ms = *expires_at_ms;
                 }
             }
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.lease_expires_at_ms = Some(*expires_at_ms);
             store(state, op);
         }
         Event::EvidenceReportedV1 { tenant_id, operation_id, evidence } => {
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.evidence.push(evidence.clone());
             store(state, op);
         }
         Event::ObservationRecordedV1 { tenant_id, operation_id, observation } => {
-            let mut op = op_mut(state, tenant_id, operation_id);
+            let mut op = op_mut(state, tenant_id, operation_id)?;
             op.observations.push(observation.clone());
             store(state, op);
         }
         _ => {}
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::Rejection;
 use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
 
 /// Most explicit scopes per principal.
 pub const SCOPES_MAX: usize = 256;
@@ -137,7 +137,7 @@ pub struct PrincipalSpecV1 {
 
 impl PrincipalSpecV1 {
     pub fn validate(&self) -> Result<(), Rejection> {
-        crate::ledger::validate_tenant_name(&self.name).map_err(|_| {
+        crate::rejection::validate_tenant_name(&self.name).map_err(|_| {
             Rejection::new(ReasonCode::INPUT_INVALID, "principal name must be 1..=63 characters of a-z, 0-9 and '-'")
         })?;
         if self.principal_id.is_empty() || self.principal_id.len() > 64 {

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::Rejection;
 use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
 
 /// Length of a quota window (ledger time).
 pub const WINDOW_MS: u64 = 60_000;

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::Rejection;
 use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
 
 /// Default number of audit events a tenant retains (FIFO beyond it).
 pub const AUDIT_MAX_EVENTS_DEFAULT: u64 = 20_000;

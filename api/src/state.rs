@@ -9,11 +9,9 @@ use crate::catalog::{check_stored, CatalogVersion, CATALOG_VERSIONS_KEPT};
 use crate::device::{
     validate_device, validate_site, Device, Enrollment, Executor, ExecutorCaV1, Site, ENROLLMENT_TTL_MAX_S,
 };
-use crate::ledger::{
-    validate_tenant_name, validate_text, Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState,
-    CLUSTER_STREAM, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
-};
+use crate::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM};
 use crate::principal::{scope_covers, validate_scope, Principal, PrincipalState};
+use crate::rejection::{validate_tenant_name, validate_text, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX};
 use crate::settings::TenantSettingsV1;
 use crate::token::{SigningKeyV1, TenantIssuer, Token, TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
 use crate::{ReasonCode, Rejection};
@@ -99,6 +97,38 @@ pub fn idempotency_slot(principal_id: &str, key: &str) -> String {
     format!("{principal_id}\u{0}{key}")
 }
 
+/// An event that does not fit the state it is folded into: the event log (or the feed that
+/// carried it) is corrupt. Never a business-rule failure: those are rejection events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptEvent {
+    pub revision: u64,
+    pub stream: String,
+    pub kind: &'static str,
+    pub why: String,
+}
+
+impl CorruptEvent {
+    pub fn new(env: &EventEnvelope, why: impl Into<String>) -> CorruptEvent {
+        CorruptEvent { revision: env.revision, stream: env.stream.clone(), kind: env.event.kind(), why: why.into() }
+    }
+}
+
+impl std::fmt::Display for CorruptEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "corrupt event log: event {} ({}) of stream '{}' does not fit the state: {}",
+            self.revision, self.kind, self.stream, self.why
+        )
+    }
+}
+
+impl std::error::Error for CorruptEvent {}
+
+fn unknown(env: &EventEnvelope, what: &str, id: &str) -> CorruptEvent {
+    CorruptEvent::new(env, format!("unknown {what} '{id}'"))
+}
+
 impl LedgerState {
     /// Executes one log entry's request: advance the clock, decide, and apply what was decided.
     /// A rejection is itself an event, so every command leaves a trace. Returns the outcome
@@ -179,16 +209,31 @@ impl LedgerState {
         env
     }
 
-    /// Folds one event into the views. Used both live and when rebuilding from an event log.
+    /// Folds one event into the views on a node (live, or rebuilding from its event log).
     /// Returns the audit record the event produced (events of a tenant's stream do).
     ///
     /// Events were validated by `decide` before they were appended; an event that does not fit
-    /// the state means the event log is corrupt, which must stop the node, not be papered over.
+    /// the state means the node's event log is corrupt, which must stop the node, not be
+    /// papered over: this panics (the node's fatal path, see `raft-store`).
     pub fn apply_event(&mut self, env: &EventEnvelope) -> Option<AuditRecordV1> {
-        assert_eq!(env.revision, self.revision + 1, "event revision gap: corrupt event log");
-        let seq = self.stream_seq.entry(env.stream.clone()).or_insert(0);
-        assert_eq!(env.seq, *seq + 1, "event sequence gap in stream {}: corrupt event log", env.stream);
-        *seq = env.seq;
+        match self.fold_event(env) {
+            Ok(record) => record,
+            Err(corrupt) => panic!("{corrupt}"),
+        }
+    }
+
+    /// Folds one event into the views, or says why it does not fit ([`CorruptEvent`]). A
+    /// follower of the ledger (an edge's replica) uses this and fails closed on an error; the
+    /// state is then partly folded and must be replaced by a fresh snapshot.
+    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Option<AuditRecordV1>, CorruptEvent> {
+        if env.revision != self.revision + 1 {
+            return Err(CorruptEvent::new(env, format!("revision gap after {}", self.revision)));
+        }
+        let seq = self.stream_seq.get(&env.stream).copied().unwrap_or(0);
+        if env.seq != seq + 1 {
+            return Err(CorruptEvent::new(env, format!("sequence gap in stream '{}' after {seq}", env.stream)));
+        }
+        self.stream_seq.insert(env.stream.clone(), env.seq);
         self.revision = env.revision;
         self.clock_ms = self.clock_ms.max(env.at_ms);
         match &env.event {
@@ -209,13 +254,15 @@ impl LedgerState {
                 );
             }
             Event::TenantSettingsChangedV1 { tenant_id, settings } => {
-                let tenant = self.tenants.get_mut(tenant_id).expect("event for unknown tenant: corrupt event log");
+                let tenant = self.tenants.get_mut(tenant_id).ok_or_else(|| unknown(env, "tenant", tenant_id))?;
                 tenant.settings = settings.clone();
                 tenant.updated_at_ms = env.at_ms;
                 tenant.revision = env.revision;
             }
-            Event::TenantSuspendedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Suspended, env),
-            Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env),
+            Event::TenantSuspendedV1 { tenant_id, .. } => {
+                self.set_tenant_state(tenant_id, TenantState::Suspended, env)?
+            }
+            Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env)?,
             Event::CommandRejectedV1 { .. } | Event::CommandRejectedV2 { .. } => {}
             Event::PrincipalCreatedV1 { tenant_id, spec } => {
                 let p = Principal::from_spec(tenant_id, spec, env.at_ms, env.revision);
@@ -223,7 +270,7 @@ impl LedgerState {
                 self.principals.entry(tenant_id.clone()).or_default().insert(p.id.clone(), p);
             }
             Event::PrincipalRevokedV1 { tenant_id, principal_id, .. } => {
-                let p = self.principal_mut(tenant_id, principal_id);
+                let p = self.principal_mut(tenant_id, principal_id, env)?;
                 p.state = PrincipalState::Revoked;
                 p.updated_at_ms = env.at_ms;
                 p.revision = env.revision;
@@ -271,9 +318,9 @@ impl LedgerState {
                 self.tokens.entry(tenant_id.clone()).or_default().insert(token.jti.clone(), view);
             }
             Event::TokenRevokedV1 { tenant_id, jti, cascade } => {
-                let tokens = self.tokens.get_mut(tenant_id).expect("event for unknown token: corrupt event log");
+                let tokens = self.tokens.get_mut(tenant_id).ok_or_else(|| unknown(env, "token", jti))?;
                 for id in std::iter::once(jti).chain(cascade) {
-                    let t = tokens.get_mut(id).expect("event for unknown token: corrupt event log");
+                    let t = tokens.get_mut(id).ok_or_else(|| unknown(env, "token", id))?;
                     t.revoked_at_ms = Some(env.at_ms);
                     t.revoked_via = Some(jti.clone());
                 }
@@ -323,7 +370,7 @@ impl LedgerState {
                     .enrollments
                     .get_mut(tenant_id)
                     .and_then(|m| m.get_mut(enrollment_id))
-                    .expect("event for unknown enrollment: corrupt event log");
+                    .ok_or_else(|| unknown(env, "enrollment", enrollment_id))?;
                 e.used_at_ms = Some(env.at_ms);
                 e.executor_id = Some(cert.executor_id.clone());
                 let executor = Executor {
@@ -345,7 +392,7 @@ impl LedgerState {
                     .executors
                     .get_mut(tenant_id)
                     .and_then(|m| m.get_mut(executor_id))
-                    .expect("event for unknown executor: corrupt event log");
+                    .ok_or_else(|| unknown(env, "executor", executor_id))?;
                 x.revoked_at_ms = Some(env.at_ms);
                 x.revision = env.revision;
             }
@@ -369,7 +416,7 @@ impl LedgerState {
             | Event::EvidenceReportedV1 { .. }
             | Event::ObservationRecordedV1 { .. }
             | Event::OperationInputsAnsweredV1 { .. }
-            | Event::OperationCancelRequestedV1 { .. } => crate::operation::apply(self, env),
+            | Event::OperationCancelRequestedV1 { .. } => crate::operation::apply(self, env)?,
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -379,14 +426,14 @@ impl LedgerState {
                 *w.principal_granted.entry(principal_id.clone()).or_default() += granted;
             }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
-                let p = self.principal_mut(tenant_id, principal_id);
+                let p = self.principal_mut(tenant_id, principal_id, env)?;
                 p.scopes.remove(scope);
                 p.revoked_scopes.insert(scope.clone());
                 p.updated_at_ms = env.at_ms;
                 p.revision = env.revision;
             }
         }
-        self.audit_event(env)
+        Ok(self.audit_event(env))
     }
 
     /// Records an event of a tenant stream in the tenant's audit index and applies retention.
@@ -400,18 +447,29 @@ impl LedgerState {
         Some(record)
     }
 
-    fn set_tenant_state(&mut self, tenant_id: &str, state: TenantState, env: &EventEnvelope) {
-        let tenant = self.tenants.get_mut(tenant_id).expect("event for unknown tenant: corrupt event log");
+    fn set_tenant_state(
+        &mut self,
+        tenant_id: &str,
+        state: TenantState,
+        env: &EventEnvelope,
+    ) -> Result<(), CorruptEvent> {
+        let tenant = self.tenants.get_mut(tenant_id).ok_or_else(|| unknown(env, "tenant", tenant_id))?;
         tenant.state = state;
         tenant.updated_at_ms = env.at_ms;
         tenant.revision = env.revision;
+        Ok(())
     }
 
-    fn principal_mut(&mut self, tenant_id: &str, principal_id: &str) -> &mut Principal {
+    fn principal_mut(
+        &mut self,
+        tenant_id: &str,
+        principal_id: &str,
+        env: &EventEnvelope,
+    ) -> Result<&mut Principal, CorruptEvent> {
         self.principals
             .get_mut(tenant_id)
             .and_then(|m| m.get_mut(principal_id))
-            .expect("event for unknown principal: corrupt event log")
+            .ok_or_else(|| unknown(env, "principal", principal_id))
     }
 
     /// Looks a principal of a tenant up by id, then by name.
@@ -508,9 +566,22 @@ impl LedgerState {
         page_by_name(&self.tenant_names, |id| self.tenants.get(id).cloned(), after, limit)
     }
 
-    /// Canonical encoding of the whole state (what snapshots carry).
+    /// Canonical encoding of the whole state (the digest's input; the body of the versioned
+    /// encodings in [`crate::format`]).
     pub fn encode(&self) -> Vec<u8> {
         crate::encode(self).expect("ledger state is always encodable")
+    }
+
+    /// The state as a node serves it to followers: versioned (see [`crate::format`]).
+    pub fn encode_versioned(&self) -> Vec<u8> {
+        crate::format::wrap(crate::format::STATE_MAGIC, &self.encode())
+    }
+
+    /// Reads [`LedgerState::encode_versioned`] (or the headerless pre-version layout), bounded
+    /// like a message ([`crate::decode`]).
+    pub fn decode_versioned(bytes: &[u8]) -> Result<LedgerState, String> {
+        let body = crate::format::unwrap(crate::format::STATE_MAGIC, bytes).map_err(|e| e.to_string())?;
+        crate::decode(body).map_err(|e| format!("undecodable ledger state: {e}"))
     }
 
     /// sha256 over the canonical encoding: equal on every replica at the same applied index.

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::Rejection;
 use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
 
 /// The `iss` of every Writ-issued token; reserved, so no tenant issuer can claim it.
 pub const WRIT_ISSUER: &str = "urn:writ:ledger";

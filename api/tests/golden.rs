@@ -688,3 +688,42 @@ fn trailing_bytes_are_rejected() {
     bytes.push(0);
     assert!(writ_api::decode::<ReasonCode>(&bytes).is_err());
 }
+
+/// A state built by every sample command (applied or rejected): it touches most views.
+fn sample_state() -> writ_api::state::LedgerState {
+    let mut state = writ_api::state::LedgerState::default();
+    for (_, req, _) in samples() {
+        state.execute(&req);
+    }
+    state
+}
+
+/// The whole-state encoding (snapshots, what edges load) is pinned too: a change to any view
+/// fails here until `format::STATE_FORMAT_VERSION` is raised and the old layout is still read
+/// or refused on purpose.
+#[test]
+fn the_state_format_is_versioned_and_pinned() {
+    use writ_api::format::{self, FormatError, STATE_FORMAT_VERSION};
+    use writ_api::state::LedgerState;
+    let state = sample_state();
+    assert!(state.revision > 10, "the sample state holds events: {}", state.revision);
+    let versioned = state.encode_versioned();
+    check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
+    assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);
+    // The layout written before versions existed (no header) still decodes.
+    assert_eq!(LedgerState::decode_versioned(&state.encode()).expect("pre-version layout"), state);
+    // A newer version is refused with a clear error, never misread.
+    let mut newer = versioned.clone();
+    newer[8..12].copy_from_slice(&(STATE_FORMAT_VERSION + 1).to_le_bytes());
+    let refused = LedgerState::decode_versioned(&newer).expect_err("a newer format is refused");
+    assert!(refused.contains("newer than this build reads"), "{refused}");
+    assert_eq!(
+        format::unwrap(format::SNAPSHOT_MAGIC, &format::wrap(format::SNAPSHOT_MAGIC, b"x")[..8]),
+        Err(FormatError::Truncated),
+        "a truncated header is refused"
+    );
+    assert!(matches!(
+        format::unwrap(format::STATE_MAGIC, &newer),
+        Err(FormatError::Newer { found, newest }) if found == STATE_FORMAT_VERSION + 1 && newest == STATE_FORMAT_VERSION
+    ));
+}

@@ -121,6 +121,10 @@ fn start(id: &str, fencing_token: u64) -> Command {
     }
 }
 
+fn cancel(id: &str) -> Command {
+    Command::CancelOperation { tenant_id: T.into(), operation_id: id.into(), by_principal_id: "agent".into() }
+}
+
 fn report(id: &str, fencing_token: u64, outcome: AttemptOutcome) -> Command {
     let evidence =
         EvidenceV1 { content_hash: "ab".repeat(32), evidence_return_ref: "s3://ev/1".into(), summary: "moved".into() };
@@ -380,11 +384,6 @@ fn only_an_independent_observation_lets_an_effect_be_accepted() {
 #[test]
 fn cancel_is_immediate_before_the_attempt_and_asked_of_the_executor_during_it() {
     let mut l = Ledger::new();
-    let cancel = |id: &str| Command::CancelOperation {
-        tenant_id: T.into(),
-        operation_id: id.into(),
-        by_principal_id: "agent".into(),
-    };
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
     l.ok(cancel("op-1"));
     assert_eq!(l.op("op-1").state, OperationState::Cancelled);
@@ -480,7 +479,8 @@ fn an_operation_waiting_for_input_is_verified_only_when_every_answer_accepts() {
     assert_eq!(l.op("op-3").state, OperationState::Expired);
 }
 
-/// One step of a random workload.
+/// One step of a random workload. Three operation keys over two devices, so that the steps of
+/// one operation's life (submit, dispatch, start, cancel, report) often meet in a sequence.
 #[derive(Debug, Clone)]
 enum Step {
     Submit { key: u8, payload: u8, device: u8, ttl_ms: u64 },
@@ -494,92 +494,220 @@ enum Step {
     Refuse(u8),
 }
 
+const KEYS: u8 = 3;
+
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        (0u8..6, 0u8..2, 0u8..3, 1u64..20_000).prop_map(|(key, payload, device, ttl_ms)| Step::Submit {
+        3 => (0u8..KEYS, 0u8..2, 0u8..3, 1u64..20_000).prop_map(|(key, payload, device, ttl_ms)| Step::Submit {
             key,
             payload,
             device,
             ttl_ms
         }),
-        (0u8..6).prop_map(Step::Dispatch),
-        (0u8..6, any::<bool>()).prop_map(|(k, f)| Step::Start(k, f)),
-        (0u8..6, any::<bool>()).prop_map(|(k, e)| Step::Report(k, e)),
-        (1u64..3_000).prop_map(Step::Advance),
-        Just(Step::Expire),
-        (0u8..6).prop_map(Step::Resolve),
-        (0u8..6).prop_map(Step::Cancel),
-        (0u8..6).prop_map(Step::Refuse),
+        3 => (0u8..KEYS).prop_map(Step::Dispatch),
+        3 => (0u8..KEYS, prop::bool::weighted(0.8)).prop_map(|(k, f)| Step::Start(k, f)),
+        3 => (0u8..KEYS, any::<bool>()).prop_map(|(k, e)| Step::Report(k, e)),
+        1 => (1u64..3_000).prop_map(Step::Advance),
+        1 => Just(Step::Expire),
+        1 => (0u8..KEYS).prop_map(Step::Resolve),
+        2 => (0u8..KEYS).prop_map(Step::Cancel),
+        1 => (0u8..KEYS).prop_map(Step::Refuse),
     ]
+}
+
+/// The life of one operation, in order: submitted, dispatched, started, cancelled during its
+/// attempt, reported. A workload interleaves prefixes of such lives with random steps, so the
+/// late transitions (cancel or report during an attempt, a lease running out) are reached
+/// often, not only when chance lines five steps up.
+fn life(key: u8, device: u8, effect: bool) -> Vec<Step> {
+    vec![
+        Step::Submit { key, payload: 0, device, ttl_ms: 20_000 },
+        Step::Dispatch(key),
+        Step::Start(key, true),
+        Step::Cancel(key),
+        Step::Report(key, effect),
+    ]
+}
+
+/// Random steps and prefixes of operation lives, up to about 60 steps.
+fn workload() -> impl Strategy<Value = Vec<Step>> {
+    let piece = prop_oneof![
+        4 => step().prop_map(|s| vec![s]),
+        1 => (0u8..KEYS, 0u8..3, any::<bool>(), 1usize..=5).prop_map(|(key, device, effect, len)| {
+            let mut steps = life(key, device, effect);
+            steps.truncate(len);
+            steps
+        }),
+    ];
+    proptest::collection::vec(piece, 1..30).prop_map(|pieces| pieces.concat())
+}
+
+/// What a run of steps reached, beyond the invariants holding.
+#[derive(Debug, Default)]
+struct Reached {
+    /// Operations cancelled while their attempt ran (and reported no effect).
+    cancelled_during_attempt: usize,
+}
+
+/// The operation invariants over a state; each violation as a sentence.
+fn invariant_violations(state: &LedgerState) -> Vec<String> {
+    let mut violations = Vec::new();
+    for op in state.operations.get(T).into_iter().flat_map(|m| m.values()) {
+        if op.attempts > 1 {
+            violations.push(format!("attempted {} times: {op:?}", op.attempts));
+        }
+        if op.state == OperationState::Expired && op.attempts != 0 {
+            violations.push(format!("expired after an attempt: {op:?}"));
+        }
+        // A cancelled operation was never attempted, unless the cancellation was asked for
+        // during the attempt and the executor then reported no effect.
+        if op.state == OperationState::Cancelled && op.attempts != 0 && !op.cancel_requested {
+            violations.push(format!("cancelled after an attempt nobody asked to cancel: {op:?}"));
+        }
+        let live = op.state.is_waiting() || op.state == OperationState::Attempting;
+        let indexed = state.live_operations.get(T).is_some_and(|s| s.contains(&op.spec.operation_id));
+        if live != indexed {
+            violations.push(format!("live index out of step: {op:?}"));
+        }
+    }
+    for (device, lease) in state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
+        match state.operations.get(T).and_then(|m| m.get(&lease.operation_id)) {
+            Some(holder) if holder.state.is_terminal() => {
+                violations.push(format!("{device} held by finished {holder:?}"))
+            }
+            Some(_) => {}
+            None => violations.push(format!("{device} held by unknown operation {}", lease.operation_id)),
+        }
+    }
+    violations
+}
+
+/// Runs `steps` against a fresh ledger, checking the invariants after every command and, at
+/// the end, that a replica folding the events equals the live state.
+fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
+    let mut l = Ledger::new();
+    let mut log = Vec::new();
+    let base = l.state.clone();
+    let id = |k: u8| format!("op-{k}");
+    let mut last_token: BTreeMap<String, u64> = BTreeMap::new();
+    let token_of = |l: &Ledger, k: u8| {
+        l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0)
+    };
+    for s in steps {
+        let command = match s {
+            Step::Submit { key, payload, device, ttl_ms } => {
+                let device = ["press", "arm"].get(device as usize).copied();
+                submit(spec(&id(key), &format!("k-{key}"), json!({"p": payload}), device, l.now + ttl_ms))
+            }
+            Step::Dispatch(k) => dispatch(&id(k)),
+            Step::Start(k, fresh) => {
+                let token = token_of(&l, k);
+                start(&id(k), if fresh { token } else { token + 1 })
+            }
+            Step::Report(k, effect) => {
+                let outcome = if effect { AttemptOutcome::Effect } else { AttemptOutcome::NoEffect };
+                report(&id(k), token_of(&l, k), outcome)
+            }
+            Step::Advance(ms) => {
+                l.now += ms;
+                continue;
+            }
+            Step::Expire => Command::ExpireDue { tenant_id: T.into() },
+            Step::Resolve(k) => Command::ResolveUnknownEffect {
+                tenant_id: T.into(),
+                operation_id: id(k),
+                by_principal_id: "observer".into(),
+                outcome: AttemptOutcome::NoEffect,
+                note: "".into(),
+            },
+            Step::Cancel(k) => cancel(&id(k)),
+            Step::Refuse(k) => Command::RefuseDispatch {
+                tenant_id: T.into(),
+                operation_id: id(k),
+                executor_id: "x-1".into(),
+                fencing_token: token_of(&l, k),
+                reason: "stale".into(),
+            },
+        };
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
+        let (_, events) = l.state.execute(&req);
+        log.extend(events);
+        let violations = invariant_violations(&l.state);
+        prop_assert!(violations.is_empty(), "{}", violations.join("\n"));
+        for (device, lease) in l.state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
+            let last = last_token.entry(device.clone()).or_insert(0);
+            prop_assert!(lease.fencing_token >= *last, "fencing tokens of {} went back", device);
+            *last = lease.fencing_token;
+        }
+    }
+    let mut replica = base;
+    for env in &log {
+        replica.apply_event(env);
+    }
+    // Ledger time also advances on entries that append no event (a replay); every replica
+    // executes every entry, so only a fold of the events alone lags on the clock.
+    replica.clock_ms = l.state.clock_ms;
+    prop_assert_eq!(&replica, &l.state);
+    let cancelled_during_attempt = l
+        .state
+        .operations
+        .get(T)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter(|op| op.state == OperationState::Cancelled && op.attempts == 1)
+        .count();
+    Ok(Reached { cancelled_during_attempt })
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Whatever happens: an operation is attempted at most once, a device is held by at most one
-    /// live operation and its fencing tokens only grow, nothing expired was ever attempted, and a
-    /// replica that folds the events equals the live state.
+    /// live operation and its fencing tokens only grow, nothing expired was ever attempted,
+    /// nothing attempted is cancelled unless asked to during the attempt, and a replica that
+    /// folds the events equals the live state.
     #[test]
-    fn invariants_hold_and_replay_is_exact(steps in proptest::collection::vec(step(), 1..60)) {
-        let mut l = Ledger::new();
-        let mut log = Vec::new();
-        let base = l.state.clone();
-        let id = |k: u8| format!("op-{k}");
-        let mut last_token: BTreeMap<String, u64> = BTreeMap::new();
-        for s in steps {
-            let command = match s {
-                Step::Submit { key, payload, device, ttl_ms } => {
-                    let device = ["press", "arm"].get(device as usize).copied();
-                    submit(spec(&id(key), &format!("k-{key}"), json!({"p": payload}), device, l.now + ttl_ms))
-                }
-                Step::Dispatch(k) => dispatch(&id(k)),
-                Step::Start(k, fresh) => {
-                    let token = l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0);
-                    start(&id(k), if fresh { token } else { token + 1 })
-                }
-                Step::Report(k, effect) => {
-                    let token = l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0);
-                    report(&id(k), token, if effect { AttemptOutcome::Effect } else { AttemptOutcome::NoEffect })
-                }
-                Step::Advance(ms) => { l.now += ms; continue; }
-                Step::Expire => Command::ExpireDue { tenant_id: T.into() },
-                Step::Resolve(k) => Command::ResolveUnknownEffect {
-                    tenant_id: T.into(), operation_id: id(k), by_principal_id: "observer".into(),
-                    outcome: AttemptOutcome::NoEffect, note: "".into(),
-                },
-                Step::Cancel(k) => Command::CancelOperation { tenant_id: T.into(), operation_id: id(k), by_principal_id: "agent".into() },
-                Step::Refuse(k) => {
-                    let token = l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0);
-                    Command::RefuseDispatch { tenant_id: T.into(), operation_id: id(k), executor_id: "x-1".into(), fencing_token: token, reason: "stale".into() }
-                }
-            };
-            let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
-            let (_, events) = l.state.execute(&req);
-            log.extend(events);
-            for op in l.state.operations.get(T).into_iter().flat_map(|m| m.values()) {
-                prop_assert!(op.attempts <= 1, "{op:?}");
-                if op.state == OperationState::Expired || op.state == OperationState::Cancelled {
-                    prop_assert_eq!(op.attempts, 0);
-                }
-                let live = op.state.is_waiting() || op.state == OperationState::Attempting;
-                let indexed = l.state.live_operations.get(T).is_some_and(|s| s.contains(&op.spec.operation_id));
-                prop_assert_eq!(live, indexed, "live index out of step for {:?}", op);
-            }
-            for (device, lease) in l.state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
-                let holder = &l.state.operations[T][&lease.operation_id];
-                prop_assert!(!holder.state.is_terminal(), "{device} held by finished {holder:?}");
-                let last = last_token.entry(device.clone()).or_insert(0);
-                prop_assert!(lease.fencing_token >= *last);
-                *last = lease.fencing_token;
-            }
-        }
-        let mut replica = base;
-        for env in &log {
-            replica.apply_event(env);
-        }
-        // Ledger time also advances on entries that append no event (a replay); every replica
-        // executes every entry, so only a fold of the events alone lags on the clock.
-        replica.clock_ms = l.state.clock_ms;
-        prop_assert_eq!(replica, l.state);
+    fn invariants_hold_and_replay_is_exact(steps in workload()) {
+        run_steps(steps)?;
     }
+}
+
+/// The generator is only as good as the cases it reaches: with a fixed seed, a run of the same
+/// size as the property test must reach a cancellation during an attempt (the case the old
+/// invariant "cancelled ⇒ never attempted" got wrong).
+#[test]
+fn the_generator_reaches_cancel_during_attempt() {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    let mut runner = TestRunner::new_with_rng(Config { cases: 64, ..Config::default() }, rng);
+    let reached = std::cell::Cell::new(0);
+    runner
+        .run(&workload(), |steps| {
+            reached.set(reached.get() + run_steps(steps)?.cancelled_during_attempt);
+            Ok(())
+        })
+        .expect("the invariants hold");
+    assert!(reached.get() > 0, "no generated case cancelled an operation during its attempt");
+}
+
+/// The invariant check is not vacuous: each mutation of a reached state is caught.
+#[test]
+fn a_mutated_state_breaks_the_invariants() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    l.ok(dispatch("op-1"));
+    l.ok(start("op-1", 1));
+    l.ok(cancel("op-1"));
+    l.ok(report("op-1", 1, AttemptOutcome::NoEffect));
+    assert_eq!((l.op("op-1").state, l.op("op-1").attempts), (OperationState::Cancelled, 1));
+    assert!(invariant_violations(&l.state).is_empty(), "cancelled during its attempt is allowed");
+    let mutate = |f: &dyn Fn(&mut Operation)| {
+        let mut state = l.state.clone();
+        f(state.operations.get_mut(T).and_then(|m| m.get_mut("op-1")).expect("op-1"));
+        invariant_violations(&state)
+    };
+    assert!(!mutate(&|op| op.cancel_requested = false).is_empty(), "a cancel nobody asked for during the attempt");
+    assert!(!mutate(&|op| op.attempts = 2).is_empty(), "a second attempt");
+    assert!(!mutate(&|op| op.state = OperationState::Expired).is_empty(), "an attempted operation expired");
+    assert!(!mutate(&|op| op.state = OperationState::Attempting).is_empty(), "the live index out of step");
 }

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use writ_api::auth::Authority;
-use writ_api::client::Ledger;
 use writ_api::dto::{SubmitRequest, SubmitResponse};
 use writ_api::ledger::{Command, Event, Outcome};
 use writ_api::quota::slice_size;
-use writ_api::verifier::Verifier;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::verifier::Verifier;
+use writ_client::Ledger;
 
 /// Slices kept before expired ones are dropped.
 const SLICES_MAX: usize = 10_000;

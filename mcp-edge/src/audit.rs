@@ -8,15 +8,18 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use writ_api::audit::{RequestDecisionV1, DECISIONS_PER_COMMAND_MAX};
-use writ_api::client::Ledger;
 use writ_api::dto::{SubmitRequest, SubmitResponse};
 use writ_api::ledger::{Command, Outcome};
 use writ_api::Rejection;
+use writ_client::Ledger;
 
 /// Longest an allowed read's decision waits before it is committed.
 pub const FLUSH_WINDOW: Duration = Duration::from_millis(100);
 /// Decisions buffered before senders wait.
 pub const BUFFER_DECISIONS: usize = 4096;
+/// Longest a shutdown waits for buffered decisions to be committed: a ledger that is gone
+/// must not keep an edge from exiting on SIGTERM.
+pub const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(5);
 
 enum Queued {
     Decision(String, RequestDecisionV1),
@@ -51,11 +54,20 @@ impl AuditSink {
         }
     }
 
-    /// Returns once every decision buffered before the call is committed (shutdown).
-    pub async fn flush(&self) {
+    /// Returns once every decision buffered before the call is committed, or after `limit`
+    /// (true when everything was committed). Used at shutdown with [`SHUTDOWN_FLUSH_MAX`].
+    pub async fn flush(&self, limit: Duration) -> bool {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.buffered.send(Queued::Flush(tx)).await.is_ok() {
-            let _ = rx.await;
+        let flushed = async { self.buffered.send(Queued::Flush(tx)).await.is_ok() && rx.await.is_ok() };
+        match tokio::time::timeout(limit, flushed).await {
+            Ok(done) => done,
+            Err(_) => {
+                tracing::error!(
+                    limit_s = limit.as_secs(),
+                    "buffered audit decisions not committed: the ledger did not answer in time"
+                );
+                false
+            }
         }
     }
 }

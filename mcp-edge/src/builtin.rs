@@ -4,8 +4,8 @@
 //! the caller's tenant from the edge's replica of the ledger.
 
 use serde_json::{json, Map, Value};
-use writ_api::verifier::Verifier;
 use writ_api::ReasonCode;
+use writ_client::verifier::Verifier;
 
 use crate::fixtures::{PNG_BASE64, WAV_BASE64};
 use crate::jsonrpc::{RpcError, MISSING_CLIENT_CAPABILITY};

@@ -22,7 +22,6 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
 use writ_api::audit::RequestDecisionV1;
-use writ_api::client::Ledger;
 use writ_api::dto::{ErrorBody, SubmitRequest};
 use writ_api::executor::{
     AttemptRequest, Dispatch, DispatchFrame, OperationStatus, RefuseRequest, ReportRequest, DISPATCH_PATH,
@@ -31,8 +30,9 @@ use writ_api::executor::{
 use writ_api::ledger::{Command, Outcome, TenantState};
 use writ_api::operation::{Operation, OperationState};
 use writ_api::state::LedgerState;
-use writ_api::verifier::{now_ms, Verifier};
 use writ_api::{ReasonCode, Rejection};
+use writ_client::Ledger;
+use writ_client::{now_ms, Verifier};
 
 use crate::audit::AuditSink;
 
@@ -73,7 +73,7 @@ struct Refusal {
 /// `response` with the trace id of its audit record, so an executor's operator can find it.
 fn traced(mut response: Response, trace_id: &str) -> Response {
     if let Ok(v) = axum::http::HeaderValue::from_str(trace_id) {
-        response.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
+        response.headers_mut().insert(writ_client::TRACE_HEADER, v);
     }
     response
 }
@@ -128,6 +128,18 @@ fn identify(state: &LedgerState, cert_der: &[u8], now: u64) -> Result<Identity, 
         site_id: executor.site_id.clone(),
         device_ids: executor.device_ids.clone(),
     })
+}
+
+/// The trace id an operation was submitted under (a fresh one for an unknown operation). Every
+/// command about the operation carries it — its claim, start and report, and their audit
+/// records and answers — so one id follows it from the agent's call to the executor's report.
+fn operation_trace(s: &LedgerState, tenant_id: &str, operation_id: &str) -> String {
+    s.operations
+        .get(tenant_id)
+        .and_then(|m| m.get(operation_id))
+        .map(|op| op.spec.trace_id.clone())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
 fn decision(principal_id: String, method: &str, name: Option<String>, reason: Option<ReasonCode>) -> RequestDecisionV1 {
@@ -212,7 +224,7 @@ impl ExecutorGate {
     /// Maps the peer to an executor; a refusal is audited (committed before the answer).
     async fn identify(&self, peer: &ExecutorPeer, method: &str) -> Result<Identity, Response> {
         if !self.inner.verifier.is_current() {
-            return Err(error_response(&writ_api::client::unavailable("the edge's ledger replica is not current")));
+            return Err(error_response(&writ_client::unavailable("the edge's ledger replica is not current")));
         }
         let found = self.inner.verifier.with_state(|s| identify(s, &peer.0, now_ms()));
         found.map_err(|refusal| {
@@ -235,12 +247,12 @@ impl ExecutorGate {
     /// Submits an attempt command of `who` for `operation_id` (dispatched to it), audits it and
     /// answers with the operation's status.
     async fn act(&self, who: &Identity, operation_id: &str, method: &str, command: Command) -> Response {
-        let dispatched_to_me = self.inner.verifier.with_state(|s| {
-            s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id)).map(|op| op.executor_id.clone())
+        let (dispatched_to_me, trace_id) = self.inner.verifier.with_state(|s| {
+            let executor =
+                s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id)).map(|op| op.executor_id.clone());
+            (executor, operation_trace(s, &who.tenant_id, operation_id))
         });
         let principal = format!("executor:{}", who.executor_id);
-        // One trace id for the command, its audit record and the answer's header.
-        let trace_id = uuid::Uuid::new_v4().to_string();
         let outcome = match dispatched_to_me {
             // Another tenant's operation, or one never dispatched to this executor, does not exist
             // for it.
@@ -434,7 +446,7 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
         revisions.borrow_and_update();
         let checked = verifier.with_state(|s| identify(s, &peer.0, now_ms()).map(|_| scan(s, &who)));
         let end = match (&checked, verifier.is_current()) {
-            (_, false) => Some(writ_api::client::unavailable("the edge lost the ledger; reconnect")),
+            (_, false) => Some(writ_client::unavailable("the edge lost the ledger; reconnect")),
             (Err(refusal), _) => Some(refusal.rejection.clone()),
             (Ok(_), true) => None,
         };
@@ -457,7 +469,7 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
                     operation_id: operation_id.clone(),
                     executor_id: who.executor_id.clone(),
                 };
-                let trace_id = uuid::Uuid::new_v4().to_string();
+                let trace_id = g.inner.verifier.with_state(|s| operation_trace(s, &who.tenant_id, &operation_id));
                 let lost = match g.inner.ledger.submit(SubmitRequest { trace_id, command }).await {
                     Ok(r) => matches!(r.outcome, Outcome::Rejected { .. }),
                     Err(e) => e.reason != ReasonCode::LEDGER_UNAVAILABLE,

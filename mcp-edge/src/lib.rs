@@ -40,8 +40,8 @@ use serde_json::{json, Value};
 use writ_api::audit::RequestDecisionV1;
 use writ_api::auth::Authority;
 use writ_api::settings::AuditMode;
-use writ_api::verifier::Verifier;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::verifier::Verifier;
 
 use crate::audit::AuditSink;
 use crate::jsonrpc::{
@@ -185,7 +185,7 @@ pub fn is_literal_loopback(host: &str) -> bool {
 pub(crate) struct Edge {
     config: EdgeConfig,
     /// The ledger, for what the replica does not hold (audit record bodies).
-    ledger: Arc<dyn writ_api::client::Ledger>,
+    ledger: Arc<dyn writ_client::Ledger>,
     verifier: Verifier,
     audit: AuditSink,
     admission: admission::Admission,
@@ -199,7 +199,7 @@ pub(crate) struct Edge {
 /// shutdown); `verifier` follows the ledger for tokens, catalogs and limits. Fails when the
 /// configuration breaks a start-up rule ([`EdgeConfig::check`]).
 pub fn router(
-    ledger: Arc<dyn writ_api::client::Ledger>,
+    ledger: Arc<dyn writ_client::Ledger>,
     verifier: Verifier,
     audit: AuditSink,
     config: EdgeConfig,
@@ -532,7 +532,14 @@ async fn mcp_post(
             Ok(Some(req)) => {
                 method = req.method.clone();
                 id = req.id.clone();
-                serve::handle(serve::Call { edge: &edge, req: &req, headers: &headers, authority: &authority }).await
+                let call = serve::Call {
+                    edge: &edge,
+                    req: &req,
+                    headers: &headers,
+                    authority: &authority,
+                    trace_id: &trace_id,
+                };
+                serve::handle(call).await
             }
         },
     };
@@ -566,7 +573,7 @@ async fn mcp_post(
     }
     let mut response = handled.response;
     if let Ok(v) = HeaderValue::from_str(&trace_id) {
-        response.headers_mut().insert(writ_api::client::TRACE_HEADER, v);
+        response.headers_mut().insert(writ_client::TRACE_HEADER, v);
     }
     response
 }

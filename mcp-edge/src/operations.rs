@@ -321,7 +321,7 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     });
     // Nothing that could authorize a commit is minted for a caller who may not commit.
     let allowed = p.denied.is_empty();
-    let expires_at_ms = allowed.then(|| writ_api::verifier::now_ms() + PROPOSAL_TTL_MS);
+    let expires_at_ms = allowed.then(|| writ_client::now_ms() + PROPOSAL_TTL_MS);
     let proposal = expires_at_ms
         .map(|until| seal(&c.edge.config.seal_key, &proposal_binding(c, &p.payload_hash), until, json!({})));
     let mut checks = vec![format!("scope {}", p.action.scope), "input schema".to_string()];
@@ -368,7 +368,7 @@ fn settled(state: OperationState) -> bool {
 /// it reaches as progress; answers with the operation as it then is. The edge keeps nothing: a
 /// client that gives up reads it back (or executes again with the same key) anywhere.
 pub async fn follow(
-    verifier: writ_api::verifier::Verifier,
+    verifier: writ_client::verifier::Verifier,
     op: Operation,
     replayed: bool,
     wait: std::time::Duration,
@@ -433,7 +433,7 @@ async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<(Operat
             ))));
         };
         let binding = proposal_binding(c, &p.payload_hash);
-        if let Err(why) = open(&c.edge.config.seal_key, &binding, writ_api::verifier::now_ms(), proposal) {
+        if let Err(why) = open(&c.edge.config.seal_key, &binding, writ_client::now_ms(), proposal) {
             tracing::info!(?why, "proposal refused");
             return Ok(Err(refused(&Rejection::new(
                 ReasonCode::PROPOSAL_INVALID,
@@ -476,13 +476,13 @@ async fn record(
         payload_hash,
         input: canonical_json(&input),
         idempotency_key: key.to_string(),
-        deadline_ms: writ_api::verifier::now_ms() + deadline_s * 1000,
+        deadline_ms: writ_client::now_ms() + deadline_s * 1000,
         cost_units: action.cost_units,
         cost_ceiling,
         device_id: device.map(|d| d.id),
         work_ref,
         preconditions,
-        trace_id: uuid::Uuid::new_v4().to_string(),
+        trace_id: c.trace_id.to_string(),
         input_requests: input_requests.iter().map(|(k, v)| (k.clone(), canonical_json(v))).collect(),
     };
     let command = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
@@ -721,7 +721,7 @@ pub async fn readback(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
 
 /// Submits `command` and answers with the operation's new state (ledger refusals as tool errors).
 async fn act(c: &Call<'_>, operation_id: &str, command: Command) -> Result<Value, RpcError> {
-    let trace_id = uuid::Uuid::new_v4().to_string();
+    let trace_id = c.trace_id.to_string();
     let submitted =
         c.edge.ledger.submit(SubmitRequest { trace_id, command }).await.map_err(|e| RpcError::rejected(&e))?;
     if let Outcome::Rejected { reason, message, .. } = submitted.outcome {

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use writ_api::auth::Authority;
 use writ_api::catalog::{CatalogActionV1, Execution};
-use writ_api::verifier::now_ms;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::now_ms;
 
 use crate::builtin::{self, ToolAnswer, ToolCall};
 use crate::fixtures;
@@ -45,6 +45,9 @@ pub struct Call<'a> {
     pub req: &'a Request,
     pub headers: &'a HeaderMap,
     pub authority: &'a Authority,
+    /// The request's trace id: on its audit record, every ledger command it submits (and so
+    /// their events), and the response's `x-writ-trace-id`.
+    pub trace_id: &'a str,
 }
 
 /// The answer and what the audit records about it.

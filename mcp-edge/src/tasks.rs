@@ -161,7 +161,7 @@ async fn find(c: &Call<'_>) -> Result<Operation, RpcError> {
 }
 
 async fn submit(c: &Call<'_>, command: Command) -> Result<Result<(), Rejection>, RpcError> {
-    let trace_id = uuid::Uuid::new_v4().to_string();
+    let trace_id = c.trace_id.to_string();
     let submitted =
         c.edge.ledger.submit(SubmitRequest { trace_id, command }).await.map_err(|e| RpcError::rejected(&e))?;
     Ok(match submitted.outcome {

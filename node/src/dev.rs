@@ -201,7 +201,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     });
     options.admin_urls = vec![running.url.clone()];
     let edge =
-        crate::edge::start_edge(options, running.node.clone() as std::sync::Arc<dyn writ_api::client::Ledger>).await?;
+        crate::edge::start_edge(options, running.node.clone() as std::sync::Arc<dyn writ_client::Ledger>).await?;
     // The node elects itself within a second; provisioning waits for it.
     let mut demo = Err(String::new());
     for _ in 0..50 {
@@ -280,9 +280,14 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         data = args.data_dir.display(),
         env = env_path.display(),
     );
-    crate::wait_for_shutdown_signal().await;
+    let node = running.node.clone();
+    let fatal = tokio::select! {
+        _ = crate::wait_for_shutdown_signal() => None,
+        cause = node.stopped() => Some(cause),
+    };
     executors.iter().for_each(|x| x.abort());
     edge.shutdown().await;
     running.shutdown().await;
-    Ok(())
+    // A node that stopped on a fatal error must not look like a clean exit (SPEC L7).
+    fatal.map_or(Ok(()), |cause| Err(std::io::Error::other(format!("the ledger stopped: {cause}"))))
 }

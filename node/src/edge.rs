@@ -1,6 +1,6 @@
 //! `writ edge --config edge.toml`: a stateless MCP edge replica in front of a ledger cluster,
 //! and the embedded edge of `writ dev`. Any number of edges can serve the same cluster; each
-//! follows the ledger through its watch stream (see `writ_api::verifier`).
+//! follows the ledger through its watch stream (see `writ_client::verifier`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use tokio::net::TcpListener;
-use writ_api::client::{HttpLedger, Ledger};
-use writ_api::verifier::Verifier;
+use writ_client::verifier::Verifier;
+use writ_client::{HttpLedger, Ledger};
 use writ_mcp_edge::audit::AuditSink;
 use writ_mcp_edge::seal::SealKey;
 use writ_mcp_edge::{AnonymousAccess, EdgeConfig};
@@ -162,7 +162,7 @@ impl RunningEdge {
         if let Some(x) = self.executor_server {
             x.abort();
         }
-        self.audit.flush().await;
+        self.audit.flush(writ_mcp_edge::audit::SHUTDOWN_FLUSH_MAX).await;
     }
 }
 
@@ -249,7 +249,7 @@ async fn forward_enrollment(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let unavailable = |msg: String| {
-        let r = writ_api::client::unavailable(msg);
+        let r = writ_client::unavailable(msg);
         let body = writ_api::dto::ErrorBody {
             reason: r.reason,
             code: r.reason.number(),

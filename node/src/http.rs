@@ -17,8 +17,8 @@ use openraft::errors::RaftError;
 use openraft::Snapshot;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use writ_api::client::FORWARDED_HEADER;
 use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter};
+use writ_client::FORWARDED_HEADER;
 use writ_raft_store::TypeConfig;
 use writ_tenant_admin::error::{ApiError, ValidJson, ValidQuery};
 
@@ -164,20 +164,23 @@ async fn client_watch(
     Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
-/// `GET /client/snapshot`: the ledger state at a linearizable point, bincode-encoded.
+/// `GET /client/snapshot`: the ledger state at a linearizable point, versioned and
+/// bincode-encoded ([`LedgerState::encode_versioned`](writ_api::state::LedgerState::encode_versioned)).
 async fn client_snapshot(State(st): State<NodeState>) -> Result<Response, ApiError> {
     let state = st.node.linearized_state().await?;
-    Ok(([(axum::http::header::CONTENT_TYPE, "application/octet-stream")], state.encode()).into_response())
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/octet-stream")], state.encode_versioned()).into_response())
 }
 
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready when the node is part of a cluster with a known leader and applied state.
+/// Ready when the node is healthy and part of a cluster with a known leader and applied state.
 async fn readyz(State(st): State<NodeState>) -> Response {
     let m = st.node.raft.metrics().borrow_watched().clone();
-    if m.current_leader.is_some() && m.last_applied.is_some() && m.running_state.is_ok() {
+    if !st.node.is_healthy() {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: the node stopped on a fatal storage error\n").into_response()
+    } else if m.current_leader.is_some() && m.last_applied.is_some() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader or nothing applied yet\n").into_response()

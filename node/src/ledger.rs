@@ -17,7 +17,6 @@ use openraft::network::RaftNetworkFactory;
 use openraft::raft::linearizable_read::{Linearizer, ReadLogId};
 use openraft::{BasicNode, ReadPolicy, ServerState};
 use serde::{Deserialize, Serialize};
-use writ_api::client::{unavailable, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
 use writ_api::dto::{
     ClusterChange, ClusterStatus, MemberStatus, NodeStatus, Query, QueryRequest, QueryResult, Role, SubmitRequest,
     SubmitResponse, WatchFilter, WatchLine, PAGE_LIMIT_MAX, WATCH_HEARTBEAT,
@@ -25,6 +24,7 @@ use writ_api::dto::{
 use writ_api::ledger::{Command, LedgerRequest};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::{unavailable, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
 use writ_raft_store::{Raft, StateMachine, TypeConfig};
 
 /// Events read from the store per catch-up page of a watch.
@@ -136,6 +136,32 @@ impl LedgerNode {
         let (log, sm) = writ_raft_store::open(dir)?;
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
         Ok(Arc::new(LedgerNode { id, addr, raft, sm, clock, peers }))
+    }
+
+    /// Resolves when this node must stop serving, with the cause: its Raft core stopped on a
+    /// fatal error (a storage error, corruption found by openraft's reads, a panic in apply),
+    /// or a read of the store found a corrupt record. Never resolves on a healthy node;
+    /// resolves with "shut down" once the Raft core is shut down.
+    pub async fn stopped(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        let mut corruption = self.sm.corruption();
+        loop {
+            if let Err(fatal) = &metrics.borrow_watched().running_state {
+                return format!("the Raft core stopped: {fatal}");
+            }
+            if let Some(cause) = corruption.borrow().clone() {
+                return format!("storage is corrupt: {cause}");
+            }
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return "shut down".into() },
+                changed = corruption.changed() => if changed.is_err() { return "shut down".into() },
+            }
+        }
+    }
+
+    /// Whether the node may serve: no fatal Raft error and no corruption found.
+    pub fn is_healthy(&self) -> bool {
+        self.raft.metrics().borrow_watched().running_state.is_ok() && self.sm.corruption().borrow().is_none()
     }
 
     /// Initializes a new cluster with these members (id → address) if this node's log is empty.

@@ -22,11 +22,16 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
-use writ_api::client::Ledger;
+use writ_client::Ledger;
 
 use crate::config::NodeConfig;
 use crate::ledger::{LedgerNode, SystemClock};
 use crate::network::{HttpPeers, HttpRaftNetwork};
+
+/// Exit status of a node that stopped on a fatal error (corrupt storage, a failed fsync, a
+/// panic while applying): a supervisor must not restart it blindly (systemd:
+/// `RestartPreventExitStatus=3`); an operator restores the node from its peers (wipe, rejoin).
+pub const EXIT_FATAL: u8 = 3;
 
 /// Connect timeout for node-to-node HTTP.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -64,7 +69,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let mut http = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(PEER_CONNECT_TIMEOUT)
-        .timeout(writ_api::client::LEDGER_CALL_TIMEOUT)
+        .timeout(writ_client::LEDGER_CALL_TIMEOUT)
         .pool_idle_timeout(Duration::from_secs(30));
     // Raft RPCs and client calls share one connection per peer over HTTP/2: negotiated by ALPN
     // under TLS, prior knowledge (h2c) on loopback. Heartbeats never queue behind a snapshot.

@@ -94,9 +94,19 @@ fn main() -> ExitCode {
                 };
                 match writ_node::start_node(&cfg).await {
                     Ok(running) => {
-                        writ_node::wait_for_shutdown_signal().await;
-                        running.shutdown().await;
-                        ExitCode::SUCCESS
+                        let node = running.node.clone();
+                        tokio::select! {
+                            _ = writ_node::wait_for_shutdown_signal() => {
+                                running.shutdown().await;
+                                ExitCode::SUCCESS
+                            }
+                            cause = node.stopped() => {
+                                // Fatal path (SPEC L7): never serve or apply past corruption.
+                                tracing::error!(%cause, "node stops");
+                                eprintln!("fatal: node {}: {cause}", cfg.node_id);
+                                ExitCode::from(writ_node::EXIT_FATAL)
+                            }
+                        }
                     }
                     Err(e) => {
                         eprintln!("error: node {}: {e}", cfg.node_id);

@@ -16,9 +16,9 @@ use openraft::raft::{
 use openraft::{BasicNode, OptionalSend, RPCTypes};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use writ_api::client::NodeHttp;
 use writ_api::dto::{ClusterChange, NodeStatus, SubmitRequest, SubmitResponse};
 use writ_api::Rejection;
+use writ_client::NodeHttp;
 use writ_raft_store::TypeConfig;
 
 use crate::ledger::{Peers, ReadIndex};
@@ -156,21 +156,21 @@ impl HttpPeers {
 impl Peers for HttpPeers {
     fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.post(&addr, "/client/submit", &req, true).await })
+        Box::pin(async move { self.http.post(&addr, "/client/submit", &req, true).await.map_err(Rejection::from) })
     }
 
     fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.get(&addr, "/client/read-index").await })
+        Box::pin(async move { self.http.get(&addr, "/client/read-index").await.map_err(Rejection::from) })
     }
 
     fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.get(&addr, "/client/status").await })
+        Box::pin(async move { self.http.get(&addr, "/client/status").await.map_err(Rejection::from) })
     }
 
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.post(&addr, "/client/cluster", &change, true).await })
+        Box::pin(async move { self.http.post(&addr, "/client/cluster", &change, true).await.map_err(Rejection::from) })
     }
 }

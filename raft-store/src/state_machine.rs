@@ -22,6 +22,7 @@ use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use writ_api::audit::{record_key, AuditFilter, AuditRecordV1};
+use writ_api::format;
 use writ_api::ledger::{EventEnvelope, Outcome};
 use writ_api::state::LedgerState;
 
@@ -48,6 +49,10 @@ struct Inner {
     snapshot_dir: PathBuf,
     applied: RwLock<Applied>,
     events: broadcast::Sender<EventEnvelope>,
+    /// Set once, with the cause, when a read outside openraft (watch, audit) finds a corrupt
+    /// record. openraft's own reads stop its core instead (a `Fatal`); either way the node
+    /// must stop serving (see `writ_node::LedgerNode::stopped`).
+    corruption: tokio::sync::watch::Sender<Option<String>>,
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -61,7 +66,8 @@ pub struct StateMachine {
 struct SnapshotFile {
     last_applied: Option<LogIdOf<TypeConfig>>,
     membership: StoredMembershipOf<TypeConfig>,
-    /// `checked_encode(SnapshotPayload)`; also the bytes streamed to followers.
+    /// `format::wrap(SNAPSHOT_MAGIC, checked_encode(SnapshotPayload))`; also the bytes streamed
+    /// to followers (see `writ_api::format` for the version rules).
     state: Vec<u8>,
 }
 
@@ -81,7 +87,13 @@ impl StateMachine {
         std::fs::create_dir_all(&snapshot_dir)?;
         let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
         let sm = StateMachine {
-            inner: Arc::new(Inner { db, snapshot_dir, applied: RwLock::new(Applied::default()), events }),
+            inner: Arc::new(Inner {
+                db,
+                snapshot_dir,
+                applied: RwLock::new(Applied::default()),
+                events,
+                corruption: tokio::sync::watch::channel(None).0,
+            }),
         };
         let floor = sm.first_stored_revision()?.unwrap_or(1);
         sm.write_applied().event_floor = floor;
@@ -98,6 +110,29 @@ impl StateMachine {
         self.inner.applied.write().expect("state machine lock poisoned")
     }
 
+    /// Follows the corruption latch: `Some(cause)` once a read found a corrupt record.
+    pub fn corruption(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.corruption.subscribe()
+    }
+
+    /// Passes a read's result through, latching the cause when it is corruption
+    /// (`InvalidData`, what `checked_decode` reports).
+    fn latch<T>(&self, read: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &read {
+            if e.kind() == io::ErrorKind::InvalidData {
+                tracing::error!(error = %e, "corrupt record in the store: the node stops");
+                self.inner.corruption.send_if_modified(|cause| {
+                    let first = cause.is_none();
+                    if first {
+                        *cause = Some(e.to_string());
+                    }
+                    first
+                });
+            }
+        }
+        read
+    }
+
     /// Live events, in revision order, from the moment of subscription.
     pub fn subscribe(&self) -> broadcast::Receiver<EventEnvelope> {
         self.inner.events.subscribe()
@@ -105,6 +140,10 @@ impl StateMachine {
 
     /// Stored events with `revision >= from`, at most `limit`.
     pub fn events_from(&self, from: u64, limit: usize) -> io::Result<Vec<EventEnvelope>> {
+        self.latch(self.read_events_from(from, limit))
+    }
+
+    fn read_events_from(&self, from: u64, limit: usize) -> io::Result<Vec<EventEnvelope>> {
         let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
         let start = from.to_be_bytes();
         let mut out = Vec::new();
@@ -120,6 +159,16 @@ impl StateMachine {
     /// continue from (`None` at the end). Cursors are sequences, so they stay valid while
     /// records are appended or retention drops old ones.
     pub fn audit_page(
+        &self,
+        tenant_id: &str,
+        after: u64,
+        limit: usize,
+        filter: &AuditFilter,
+    ) -> io::Result<(Vec<AuditRecordV1>, Option<u64>)> {
+        self.latch(self.read_audit_page(tenant_id, after, limit, filter))
+    }
+
+    fn read_audit_page(
         &self,
         tenant_id: &str,
         after: u64,
@@ -233,6 +282,18 @@ fn retained_audit(db: &DB, view: &rocksdb::Snapshot<'_>, state: &LedgerState) ->
     Ok(out)
 }
 
+fn encode_payload(payload: &SnapshotPayload) -> io::Result<Vec<u8>> {
+    Ok(format::wrap(format::SNAPSHOT_MAGIC, &checked_encode(payload)?))
+}
+
+/// Reads a snapshot payload of this version or the pre-version layout; a newer version is
+/// refused (`InvalidData`, which stops the node: it cannot follow this cluster until upgraded).
+fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
+    let body = format::unwrap(format::SNAPSHOT_MAGIC, bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
+    checked_decode(body, "snapshot state")
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -253,7 +314,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 (a.last_applied, a.membership.clone(), a.state.clone(), audit)
             };
             let file =
-                SnapshotFile { last_applied, membership, state: checked_encode(&SnapshotPayload { state, audit })? };
+                SnapshotFile { last_applied, membership, state: encode_payload(&SnapshotPayload { state, audit })? };
             this.persist_snapshot(&file)?;
             Ok(file)
         })
@@ -348,7 +409,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let SnapshotPayload { state, audit } = checked_decode(&bytes, "snapshot state")?;
+        let SnapshotPayload { state, audit } = decode_payload(&bytes)?;
         let file =
             SnapshotFile { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), state: bytes };
         let this = self.clone();

@@ -20,6 +20,34 @@ use writ_api::ledger::Tenant;
 use writ_api::principal::Principal;
 use writ_api::token::{TenantIssuer, Token};
 
+/// Prints a line on stdout. A reader that went away (`writ admin … | head`) ends the command
+/// quietly with success, as Unix filters do, instead of panicking on the closed pipe.
+macro_rules! say {
+    () => {
+        $crate::cli::write_stdout(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
+pub(crate) fn write_stdout(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        write_failed(e);
+    }
+}
+
+/// A failed write to the output: a closed pipe ends the process quietly (exit 0); anything
+/// else is the command's failure.
+fn write_failed(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    Failure { exit: EXIT_UNAVAILABLE, message: format!("write failed: {e}") }
+}
+
 pub const EXIT_REJECTED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_UNAVAILABLE: i32 = 3;
@@ -212,11 +240,13 @@ async fn executor_cmd(c: &Client, out: Output, cmd: &ExecutorCmd) -> Result<(), 
             let body = serde_json::json!({"site": site, "devices": devices, "ttl_s": ttl});
             let v = c.call(Method::POST, &format!("{}/enrollments", base(tenant)), Some(body)).await?;
             print_as::<CreatedEnrollment>(out, v, |e| {
-                println!(
+                say!(
                     "enrollment {} for site {} expires at {} ms",
-                    e.enrollment.id, e.enrollment.site_id, e.enrollment.expires_at_ms
+                    e.enrollment.id,
+                    e.enrollment.site_id,
+                    e.enrollment.expires_at_ms
                 );
-                println!("\ntoken (shown once; give it to the executor):\n{}", e.token);
+                say!("\ntoken (shown once; give it to the executor):\n{}", e.token);
             })
         }
         ExecutorCmd::List { tenant } => {
@@ -318,7 +348,7 @@ async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failur
                     .collect();
                 print_table(&["SEQ", "AT_MS", "DOMAIN", "OPERATION", "OUTCOME", "REASON", "PRINCIPAL", "TOKEN"], rows);
                 if let Some(next) = p.next_cursor {
-                    println!("(more: --after {next})");
+                    say!("(more: --after {next})");
                 }
             })
         }
@@ -357,14 +387,14 @@ async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failur
                         failed = Some(String::from_utf8_lossy(&line).trim().to_string());
                         continue;
                     }
-                    sink.write_all(&line).map_err(|e| unavailable(format!("write failed: {e}")))?;
+                    sink.write_all(&line).map_err(write_failed)?;
                     progress.tick();
                 }
             }
             if !pending.is_empty() {
                 failed = Some("the stream ended mid-record".into());
             }
-            sink.flush().map_err(|e| unavailable(format!("write failed: {e}")))?;
+            sink.flush().map_err(write_failed)?;
             progress.done();
             match failed {
                 Some(line) => Err(unavailable(format!("export ended early: {line}"))),
@@ -457,7 +487,7 @@ async fn catalog_cmd(c: &Client, out: Output, cmd: &CatalogCmd) -> Result<(), Fa
                 v.revision.to_string(),
             ]],
         );
-        println!();
+        say!();
         let rows = v
             .catalog
             .actions
@@ -1000,7 +1030,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                     return print_as::<PrincipalList>(out, v, |l| {
                         print_principals(&l.principals);
                         if let Some(next) = &l.next_cursor {
-                            println!("(more: --after {next})");
+                            say!("(more: --after {next})");
                         }
                     });
                 }
@@ -1093,7 +1123,7 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                 print_as::<TenantList>(out, v, |l| {
                     print_tenants(&l.tenants);
                     if let Some(next) = &l.next_cursor {
-                        println!("(more: --after {next})");
+                        say!("(more: --after {next})");
                     }
                 })
             }
@@ -1140,9 +1170,9 @@ async fn token_cmd(c: &Client, out: Output, cmd: &TokenCmd) -> Result<(), Failur
             let path = format!("{}/{}/revoke", tokens(tenant), urlencode(jti));
             let v = c.call(Method::POST, &path, None).await?;
             print_as::<RevokedToken>(out, v, |r| {
-                println!("revoked {}", r.jti);
+                say!("revoked {}", r.jti);
                 for j in &r.cascade {
-                    println!("revoked {j} (delegated from it)");
+                    say!("revoked {j} (delegated from it)");
                 }
             })
         }
@@ -1187,7 +1217,7 @@ async fn token_cmd(c: &Client, out: Output, cmd: &TokenCmd) -> Result<(), Failur
                         ];
                         print_table(&["VALID", "yes"], rows);
                     }
-                    None => println!(
+                    None => say!(
                         "invalid: {}: {}",
                         verdict.reason.map(|r| r.to_string()).unwrap_or_default(),
                         verdict.message.clone().unwrap_or_default()
@@ -1228,7 +1258,7 @@ async fn issuer_cmd(c: &Client, out: Output, cmd: &IssuerCmd) -> Result<(), Fail
         IssuerCmd::Remove { tenant, issuer } => {
             let body = serde_json::json!({"issuer": issuer});
             c.call(Method::POST, &format!("{}/remove", issuers(tenant)), Some(body)).await?;
-            println!("removed issuer {issuer}");
+            say!("removed issuer {issuer}");
             Ok(())
         }
     }
@@ -1243,7 +1273,7 @@ fn print_issued(t: &IssuedToken) {
         t.scopes.join(" "),
     ]];
     print_table(&["JTI", "PRINCIPAL", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
-    println!("\ntoken (shown once):\n{}", t.token);
+    say!("\ntoken (shown once):\n{}", t.token);
 }
 
 fn urlencode(s: &str) -> String {
@@ -1257,7 +1287,7 @@ fn urlencode(s: &str) -> String {
 
 fn print_json<T: Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => say!("{s}"),
         Err(e) => eprintln!("error: {e}"),
     }
 }
@@ -1284,7 +1314,7 @@ fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
     }
     let line = |cells: Vec<String>| {
         let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", padded.join("  ").trim_end());
+        say!("{}", padded.join("  ").trim_end());
     };
     line(header.iter().map(|h| h.to_string()).collect());
     for r in rows {
@@ -1352,7 +1382,7 @@ fn print_settings(t: &Tenant) {
         vec!["cost_units_per_day".into(), opt(s.quotas.cost_units_per_day)],
         vec!["concurrent_operations".into(), opt(s.quotas.concurrent_operations)],
     ];
-    println!();
+    say!();
     print_table(&["SETTING", "VALUE"], rows);
 }
 

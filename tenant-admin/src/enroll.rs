@@ -141,7 +141,7 @@ async fn enroll(
     if enrollment.used_at_ms.is_some() {
         return Err(ApiError::new(ReasonCode::ENROLLMENT_TOKEN_USED, "this enrollment token was already used"));
     }
-    if enrollment.expires_at_ms <= writ_api::verifier::now_ms() {
+    if enrollment.expires_at_ms <= writ_client::now_ms() {
         return Err(ApiError::new(ReasonCode::ENROLLMENT_TOKEN_EXPIRED, "this enrollment token has expired"));
     }
     let csr = Csr::from_pem(&b.csr)?;
@@ -150,7 +150,7 @@ async fn enroll(
     submit(&st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
     let executor_id = format!("x-{}", uuid::Uuid::new_v4().simple());
     let serial = rand_bytes::<16>();
-    let now = writ_api::verifier::now_ms();
+    let now = writ_client::now_ms();
     let not_after_ms = now + EXECUTOR_CERT_TTL_S * 1000;
     let cert = ca.issue(&csr, &tenant.id, &enrollment.site_id, &executor_id, &serial, now, not_after_ms)?;
     let record = ExecutorCertV1 {

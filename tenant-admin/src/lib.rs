@@ -2,7 +2,7 @@
 //! Writ's admin API service (`/v1`) and the `writ admin` CLI client.
 //!
 //! Architecture invariant: this crate talks to the ledger only through
-//! `writ_api::client::Ledger`; it never touches Raft or RocksDB.
+//! `writ_client::Ledger`; it never touches Raft or RocksDB.
 
 mod audit;
 mod catalogs;

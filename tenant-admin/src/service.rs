@@ -12,7 +12,6 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use writ_api::auth::Signer;
-use writ_api::client::{Ledger, TRACE_HEADER};
 use writ_api::device::{Device, Site};
 use writ_api::dto::PrincipalQuotasView;
 use writ_api::dto::{
@@ -25,8 +24,9 @@ use writ_api::ledger::{Command, Outcome, Tenant};
 use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::quota::PrincipalQuotasV2;
 use writ_api::settings::TenantSettingsPatch;
-use writ_api::verifier::Verifier;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::verifier::Verifier;
+use writ_client::{Ledger, TRACE_HEADER};
 
 use crate::error::{method_not_allowed, not_found, ApiError, ValidJson, ValidQuery};
 
@@ -117,12 +117,36 @@ async fn require_operator(State(st): State<Shared>, req: Request, next: Next) ->
     if diff != 0 {
         return unauthorized(ReasonCode::AUTH_TOKEN_INVALID, "the operator token is not valid");
     }
-    let trace = uuid::Uuid::new_v4().to_string();
-    let mut resp = next.run(req).await;
+    let trace = request_trace(req.headers());
+    let mut resp = TRACE.scope(trace.clone(), next.run(req)).await;
     if let Ok(v) = HeaderValue::from_str(&trace) {
         resp.headers_mut().insert(TRACE_HEADER, v);
     }
     resp
+}
+
+tokio::task_local! {
+    /// The trace id of the admin request being served: every ledger command it submits carries
+    /// it, and the response's `x-writ-trace-id` names it.
+    static TRACE: String;
+}
+
+/// Longest trace id taken from a caller.
+const TRACE_ID_BYTES_MAX: usize = 64;
+
+/// The caller's `x-writ-trace-id` when it is a plain id (at most [`TRACE_ID_BYTES_MAX`] bytes
+/// of letters, digits, `-` and `_`: it is echoed and stored), else a new one.
+fn request_trace(headers: &axum::http::HeaderMap) -> String {
+    headers
+        .get(TRACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| {
+            !t.is_empty()
+                && t.len() <= TRACE_ID_BYTES_MAX
+                && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
 fn unauthorized(reason: ReasonCode, message: &str) -> Response {
@@ -131,8 +155,9 @@ fn unauthorized(reason: ReasonCode, message: &str) -> Response {
     resp
 }
 
+/// The trace id of the admin request being served (a new one outside a request).
 pub(crate) fn trace_id() -> String {
-    uuid::Uuid::new_v4().to_string()
+    TRACE.try_with(Clone::clone).unwrap_or_else(|_| uuid::Uuid::new_v4().to_string())
 }
 
 async fn cluster_status(State(st): State<Shared>) -> Result<Json<ClusterStatus>, ApiError> {
@@ -195,7 +220,7 @@ async fn create_tenant(
     ValidJson(b): ValidJson<CreateTenantRequest>,
 ) -> Result<(StatusCode, Json<Tenant>), ApiError> {
     // Fail fast with the same rule the ledger applies (the ledger stays authoritative).
-    writ_api::ledger::validate_tenant_name(&b.name)?;
+    writ_api::rejection::validate_tenant_name(&b.name)?;
     let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
     submit(&st, Command::CreateTenant { tenant_id: tenant_id.clone(), name: b.name, display_name: b.display_name })
         .await?;

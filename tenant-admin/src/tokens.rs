@@ -15,8 +15,8 @@ use writ_api::dto::{
 };
 use writ_api::ledger::{Command, Event};
 use writ_api::token::{TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
-use writ_api::verifier::now_ms;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::now_ms;
 
 use crate::error::{ApiError, ValidJson};
 use crate::service::{find_principal, find_tenant, optional_json, query, submit, unexpected, AdminState, Shared};
@@ -171,7 +171,7 @@ async fn inspect_token(
         Some(aud) => {
             let bearer = b.token.clone();
             if let Some(rev) = writ_api::auth::recorded_revision(&bearer) {
-                st.verifier.wait_for(rev, writ_api::verifier::CATCH_UP_WAIT).await;
+                st.verifier.wait_for(rev, writ_client::verifier::CATCH_UP_WAIT).await;
             }
             st.verifier.with_state(|s| writ_api::auth::verify(s, &bearer, aud, now_ms()))
         }

@@ -1,5 +1,6 @@
 //! Real `writ node` processes on loopback for cluster and fault tests.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -41,6 +42,56 @@ pub fn three_free_ports() -> u16 {
         }
     }
     panic!("no three consecutive free ports");
+}
+
+/// A `deploy/local-cluster.sh` cluster in a temp dir, taken down on drop (also when the test
+/// fails), so no node or edge outlives its test.
+pub struct ScriptCluster {
+    pub dir: tempfile::TempDir,
+    /// Base ports of the nodes, the edges and the edges' executor endpoints.
+    pub ports: [u16; 3],
+}
+
+impl ScriptCluster {
+    pub fn run(&self, verb: &str) -> std::process::Output {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-cluster.sh");
+        Command::new("bash")
+            .arg(script)
+            .arg(verb)
+            .env("WRIT_CLUSTER_DIR", self.dir.path())
+            .env("WRIT_CLUSTER_BASE_PORT", self.ports[0].to_string())
+            .env("WRIT_CLUSTER_EDGE_BASE_PORT", self.ports[1].to_string())
+            .env("WRIT_CLUSTER_EXECUTOR_BASE_PORT", self.ports[2].to_string())
+            .env("WRIT_BIN", writ_bin())
+            .output()
+            .expect("run local-cluster.sh")
+    }
+
+    pub fn up() -> ScriptCluster {
+        let c = ScriptCluster {
+            dir: tempfile::tempdir().expect("tempdir"),
+            ports: [three_free_ports(), three_free_ports(), three_free_ports()],
+        };
+        let up = c.run("up");
+        assert!(up.status.success(), "up failed: {}", String::from_utf8_lossy(&up.stderr));
+        c
+    }
+
+    /// The variables the script wrote to its env file.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        std::fs::read_to_string(self.dir.path().join("env"))
+            .expect("env file")
+            .lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+            .collect()
+    }
+}
+
+impl Drop for ScriptCluster {
+    fn drop(&mut self) {
+        self.run("down");
+    }
 }
 
 /// One `writ node` process.
@@ -104,6 +155,18 @@ impl NodeProc {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// The exit status once the process has exited on its own (without being killed).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
+
+    /// What the process wrote to its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
     }
 }
 
@@ -356,7 +419,7 @@ pub fn run_cli_with_token(url: &str, token: &str, args: &[&str]) -> (i32, String
 pub struct DevProcess {
     child: Child,
     /// The variables of its env file (`WRIT_MCP_URL`, `WRIT_DEMO_TOKEN`, `WRIT_ADMIN_URL`, …).
-    pub env: std::collections::BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
     _dir: tempfile::TempDir,
 }
 

@@ -23,9 +23,9 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotRespon
 use openraft::{BasicNode, OptionalSend, Snapshot};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use writ_api::client::unavailable;
 use writ_api::dto::{ClusterChange, NodeStatus, SubmitRequest, SubmitResponse};
 use writ_api::Rejection;
+use writ_client::unavailable;
 use writ_node::ledger::{Clock, LedgerNode, Peers, RaftSettings, ReadIndex};
 use writ_raft_store::TypeConfig;
 

@@ -410,3 +410,69 @@ async fn sites_and_devices_through_api_and_cli() {
     assert_eq!(sites["sites"].as_array().map(Vec::len), Some(2));
     node.shutdown().await;
 }
+
+/// `writ admin … | head`: a reader that closes the pipe before the command writes ends the
+/// command quietly with success, as a Unix filter would, instead of panicking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_ends_quietly_when_its_reader_goes_away() {
+    let (node, _dir) = single_node().await;
+    let url = node.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(writ_bin())
+            .args(["admin", "tenant", "list"])
+            .env("WRIT_ADMIN_URL", &url)
+            .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run writ admin");
+        // The reader is gone before the command has its answer to print.
+        drop(child.stdout.take());
+        child.wait_with_output().expect("wait for writ admin")
+    })
+    .await
+    .expect("join");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    node.shutdown().await;
+}
+
+/// The admin API's `x-writ-trace-id` is the trace the ledger records: the same id on the
+/// response and on the events (audit records) the request produced; a caller's plain trace id
+/// is kept, anything else replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_trace_id_is_the_ledgers() {
+    let (node, _dir) = single_node().await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let create = |name: &'static str, trace: Option<&'static str>| {
+        let mut rb = http
+            .post(format!("{}/v1/tenants", node.url))
+            .bearer_auth(TEST_OPERATOR_TOKEN)
+            .json(&serde_json::json!({"name": name}));
+        if let Some(t) = trace {
+            rb = rb.header("x-writ-trace-id", t);
+        }
+        async move {
+            let r = rb.send().await.expect("admin API");
+            assert_eq!(r.status(), 201);
+            r.headers()["x-writ-trace-id"].to_str().expect("ascii").to_string()
+        }
+    };
+    let minted = create("traced-a", None).await;
+    let kept = create("traced-b", Some("caller-trace_42")).await;
+    assert_eq!(kept, "caller-trace_42");
+    let replaced = create("traced-c", Some("not a plain id!")).await;
+    assert_ne!(replaced, "not a plain id!");
+    let admin = Admin::new();
+    for (tenant, trace) in [("traced-a", &minted), ("traced-b", &kept), ("traced-c", &replaced)] {
+        let page = admin.get(&node.url, &format!("/v1/tenants/{tenant}/audit")).await.expect("audit");
+        let created = page["records"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["operation"] == "tenant_created"))
+            .unwrap_or_else(|| panic!("no tenant_created record: {page}"))
+            .clone();
+        assert_eq!(created["trace_id"], trace.as_str(), "{created}");
+    }
+    node.shutdown().await;
+}

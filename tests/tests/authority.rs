@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Value};
-use writ_api::client::{HttpLedger, Ledger};
-use writ_api::verifier::{now_ms, Verifier};
 use writ_api::ReasonCode;
+use writ_client::{now_ms, Verifier};
+use writ_client::{HttpLedger, Ledger};
 use writ_tests::procs::{run_cli, single_node, Admin, Cluster};
 
 const AUD: &str = "urn:writ:mcp";

@@ -1,42 +1,22 @@
-//! `deploy/local-cluster.sh` brings up a working 3-node cluster and takes it down again.
+//! `deploy/local-cluster.sh` brings up a working 3-node cluster and takes it down again: every
+//! process it started has exited when `down` returns (edges first, each within its SIGTERM
+//! grace period).
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use writ_tests::procs::{three_free_ports, writ_bin};
+use writ_tests::procs::{writ_bin, ScriptCluster};
 
-fn script() -> PathBuf {
-    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("../deploy/local-cluster.sh")
+fn pid_alive(pid: &str) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_cluster_script_up_status_down() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let base = three_free_ports();
-    let edge_base = three_free_ports();
-    let executor_base = three_free_ports();
-    let run = |verb: &str| {
-        Command::new("bash")
-            .arg(script())
-            .arg(verb)
-            .env("WRIT_CLUSTER_DIR", dir.path())
-            .env("WRIT_CLUSTER_BASE_PORT", base.to_string())
-            .env("WRIT_CLUSTER_EDGE_BASE_PORT", edge_base.to_string())
-            .env("WRIT_CLUSTER_EXECUTOR_BASE_PORT", executor_base.to_string())
-            .env("WRIT_BIN", writ_bin())
-            .output()
-            .expect("run local-cluster.sh")
-    };
-    let up = run("up");
-    assert!(up.status.success(), "up failed: {}", String::from_utf8_lossy(&up.stderr));
-    let env = std::fs::read_to_string(dir.path().join("env")).expect("env file");
-    let var = |name: &str| {
-        env.lines()
-            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
-            .map(|v| v.trim_matches('"').to_string())
-            .unwrap_or_else(|| panic!("{name} missing from env file:\n{env}"))
-    };
+    let cluster = ScriptCluster::up();
+    let env = cluster.env();
+    let var = |name: &str| env.get(name).cloned().unwrap_or_else(|| panic!("{name} missing from env file: {env:?}"));
     let (url, token) = (var("WRIT_ADMIN_URL"), var("WRIT_ADMIN_TOKEN"));
     assert_eq!(var("WRIT_NODE_URLS").split(' ').count(), 3);
     assert_eq!(var("WRIT_NODE_PIDS").split(' ').count(), 3);
@@ -60,7 +40,7 @@ async fn local_cluster_script_up_status_down() {
     // Both edges follow the cluster; the canonical URL (token audience) is edge 1's.
     let mcp_urls = var("WRIT_MCP_URLS");
     assert_eq!(mcp_urls.split(' ').count(), 2);
-    assert_eq!(var("WRIT_MCP_URL"), format!("http://127.0.0.1:{edge_base}/mcp"));
+    assert_eq!(var("WRIT_MCP_URL"), format!("http://127.0.0.1:{}/mcp", cluster.ports[1]));
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     for mcp in mcp_urls.split(' ') {
         let readyz = mcp.replace("/mcp", "/readyz");
@@ -70,12 +50,17 @@ async fn local_cluster_script_up_status_down() {
         .await;
     }
 
-    let down = run("down");
+    let down = cluster.run("down");
+    let said = String::from_utf8_lossy(&down.stdout);
     assert!(down.status.success(), "down failed: {}", String::from_utf8_lossy(&down.stderr));
+    assert!(!said.contains("killed"), "every process exits on SIGTERM:\n{said}");
+    for pid in var("WRIT_NODE_PIDS").split(' ').chain(var("WRIT_EDGE_PIDS").split(' ')) {
+        assert!(!pid_alive(pid), "process {pid} outlived `down`:\n{said}");
+    }
     for id in 1..=3 {
-        assert!(!dir.path().join(format!("n{id}/pid")).exists());
+        assert!(!cluster.dir.path().join(format!("n{id}/pid")).exists());
     }
     for e in 1..=2 {
-        assert!(!dir.path().join(format!("e{e}/pid")).exists());
+        assert!(!cluster.dir.path().join(format!("e{e}/pid")).exists());
     }
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use writ_api::client::{HttpLedger, Ledger};
 use writ_api::dto::SubmitRequest;
 use writ_api::ledger::Command;
-use writ_api::verifier::Verifier;
+use writ_client::verifier::Verifier;
+use writ_client::{HttpLedger, Ledger};
 use writ_mcp_edge::EdgeConfig;
 use writ_tests::procs::{single_node, Admin};
 
@@ -215,11 +215,11 @@ async fn edge_checks_protocol_and_auth_and_filters_tools_by_scope() {
     assert_eq!(edge.http.get(&edge_url).send().await.unwrap().status().as_u16(), 405);
 
     // A flush (as at shutdown) commits what is buffered: the next allowed read is listed at once.
-    audit.flush().await;
+    assert!(audit.flush(std::time::Duration::from_secs(10)).await, "buffered decisions committed");
     let before = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=allowed").await.unwrap();
     let before = before["records"].as_array().unwrap().len();
     edge.call(Some(&reader), "server/discover").await;
-    audit.flush().await;
+    assert!(audit.flush(std::time::Duration::from_secs(10)).await, "buffered decisions committed");
     let after = admin.get(&url, "/v1/tenants/edge-co/audit?domain=request&outcome=allowed").await.unwrap();
     assert_eq!(after["records"].as_array().unwrap().len(), before + 1, "{after}");
 

@@ -122,7 +122,7 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
     assert_eq!(code, 200, "{body}");
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
     header.kid = Some("k1".into());
-    let now = writ_api::verifier::now_ms() / 1000;
+    let now = writ_client::now_ms() / 1000;
     let claims = json!({"iss": "https://idp.alpha.example", "sub": "agent", "aud": canonical, "exp": now - 60, "scope": "tools:list"});
     let signing = jsonwebtoken::EncodingKey::from_ed_pem(key.serialize_pem().as_bytes()).unwrap();
     let expired = jsonwebtoken::encode(&header, &claims, &signing).unwrap();

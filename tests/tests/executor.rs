@@ -712,3 +712,34 @@ async fn execute_waits_for_the_outcome_and_streams_progress() {
     let waited = w.execute(&agent, args("w-3", "press-idle", 1)).await;
     assert_eq!(waited["structuredContent"]["state"], "reserved", "{waited}");
 }
+
+/// One trace id follows an operation from the agent's MCP request through every ledger event
+/// of the operation to the executor's start and report (and their audit records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_id_from_the_agent_call_to_the_executor_report() {
+    let w = World::start().await;
+    let token = w.principal("tracer", &[]).await;
+    let executed = w.execute(&token, press("demo-press", "traced")).await;
+    let id = op_id(&executed);
+    w.wait_state(&token, &id, "effect_reported").await;
+    let records = w.audit().await;
+    let about: Vec<&Value> =
+        records.iter().filter(|r| r["detail"].as_str().is_some_and(|d| d.contains(id.as_str()))).collect();
+    let submitted = about.iter().find(|r| r["operation"] == "operation_submitted").expect("submitted record");
+    let trace = submitted["trace_id"].as_str().expect("trace id").to_string();
+    let request = records
+        .iter()
+        .rev()
+        .find(|r| r["domain"] == "request" && r["detail"].as_str().is_some_and(|d| d.contains("operation.execute")))
+        .expect("the agent's request decision");
+    assert_eq!(request["trace_id"], trace.as_str(), "the agent's request and its operation share a trace: {request}");
+    for kind in ["operation_submitted", "operation_dispatched", "operation_transitioned", "evidence_reported"] {
+        assert!(about.iter().any(|r| r["operation"] == kind), "no {kind} record about {id}: {about:#?}");
+    }
+    let from_executor: Vec<&&Value> =
+        about.iter().filter(|r| r["principal_id"].as_str().is_some_and(|p| p.starts_with("executor:"))).collect();
+    assert!(from_executor.len() >= 2, "the executor's start and report are audited: {about:#?}");
+    for r in &about {
+        assert_eq!(r["trace_id"], trace.as_str(), "every record about {id} carries the request's trace: {r}");
+    }
+}

@@ -7,57 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use writ_tests::procs::{free_port, three_free_ports, writ_bin};
+use writ_tests::procs::{free_port, writ_bin, ScriptCluster};
 
 fn loadtest_bin() -> PathBuf {
     writ_bin().with_file_name("writ-loadtest")
-}
-
-/// The local cluster script's cluster, taken down on drop.
-struct ScriptCluster {
-    dir: tempfile::TempDir,
-    ports: [u16; 3],
-}
-
-impl ScriptCluster {
-    fn run(&self, verb: &str) -> std::process::Output {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-cluster.sh");
-        Command::new("bash")
-            .arg(script)
-            .arg(verb)
-            .env("WRIT_CLUSTER_DIR", self.dir.path())
-            .env("WRIT_CLUSTER_BASE_PORT", self.ports[0].to_string())
-            .env("WRIT_CLUSTER_EDGE_BASE_PORT", self.ports[1].to_string())
-            .env("WRIT_CLUSTER_EXECUTOR_BASE_PORT", self.ports[2].to_string())
-            .env("WRIT_BIN", writ_bin())
-            .output()
-            .expect("run local-cluster.sh")
-    }
-
-    fn up() -> ScriptCluster {
-        let c = ScriptCluster {
-            dir: tempfile::tempdir().expect("tempdir"),
-            ports: [three_free_ports(), three_free_ports(), three_free_ports()],
-        };
-        let up = c.run("up");
-        assert!(up.status.success(), "up failed: {}", String::from_utf8_lossy(&up.stderr));
-        c
-    }
-
-    fn env(&self) -> BTreeMap<String, String> {
-        std::fs::read_to_string(self.dir.path().join("env"))
-            .expect("env file")
-            .lines()
-            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
-            .collect()
-    }
-}
-
-impl Drop for ScriptCluster {
-    fn drop(&mut self) {
-        self.run("down");
-    }
 }
 
 fn run_loadtest(envs: &BTreeMap<String, String>, args: &[&str], json: &Path) -> (i32, Value, String) {

@@ -1,6 +1,10 @@
 //! The typed client of the ledger's client API, and the [`Ledger`] trait that the admin
-//! service and (later) the edge are written against. A node implements [`Ledger`] in-process;
+//! service and the edge are written against. A node implements [`Ledger`] in-process;
 //! [`HttpLedger`] implements it over HTTP for processes that are not nodes.
+//!
+//! Every call to one node ends in a [`CallError`] when it fails, which says whether the request
+//! may have executed: only a request that was [`CallError::NotSent`] may be retried on another
+//! node without an idempotency key.
 
 use std::time::Duration;
 
@@ -10,13 +14,13 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::dto::{
+use writ_api::dto::{
     ClusterChange, ClusterStatus, ErrorBody, NodeStatus, QueryRequest, QueryResult, SubmitRequest, SubmitResponse,
     WatchFilter, WatchLine,
 };
-use crate::ledger::Rejection;
-use crate::reason::ReasonCode;
-use crate::state::LedgerState;
+use writ_api::reason::ReasonCode;
+use writ_api::state::LedgerState;
+use writ_api::Rejection;
 
 /// A live feed of watch lines; it ends when the connection does.
 pub type WatchStream = BoxStream<'static, WatchLine>;
@@ -48,6 +52,43 @@ pub fn unavailable(message: impl Into<String>) -> Rejection {
     Rejection::new(ReasonCode::LEDGER_UNAVAILABLE, message)
 }
 
+/// How one call to one node failed, and so whether the request may have executed there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// No connection was made: the node cannot have executed the request, so another node may
+    /// be asked.
+    NotSent(String),
+    /// The request may have reached the node but its outcome is unknown (timeout, connection
+    /// lost mid-exchange, an error page that is not Writ's): it may have executed.
+    Uncertain(String),
+    /// The node answered with a rejection (its reason says what happened).
+    Rejected(Rejection),
+}
+
+impl CallError {
+    /// Whether the node may have executed the request (fail-close: only `NotSent` is "no").
+    pub fn may_have_executed(&self) -> bool {
+        !matches!(self, CallError::NotSent(_))
+    }
+
+    fn from_transport(e: reqwest::Error) -> CallError {
+        if e.is_connect() {
+            CallError::NotSent(format!("ledger node not reached: {e}"))
+        } else {
+            CallError::Uncertain(format!("ledger unreachable: {e}"))
+        }
+    }
+}
+
+impl From<CallError> for Rejection {
+    fn from(e: CallError) -> Rejection {
+        match e {
+            CallError::NotSent(message) | CallError::Uncertain(message) => unavailable(message),
+            CallError::Rejected(rejection) => rejection,
+        }
+    }
+}
+
 /// Minimal JSON-over-HTTP client for the client API of one node at a time.
 #[derive(Clone)]
 pub struct NodeHttp {
@@ -75,15 +116,14 @@ impl NodeHttp {
         NodeHttp { http, watch_http }
     }
 
-    /// `POST {base}{path}` with a JSON body; maps transport failures to LEDGER_UNAVAILABLE and
-    /// error bodies to their rejection.
+    /// `POST {base}{path}` with a JSON body; error bodies become their rejection.
     pub async fn post<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         base: &str,
         path: &str,
         body: &Req,
         forwarded: bool,
-    ) -> Result<Resp, Rejection> {
+    ) -> Result<Resp, CallError> {
         let mut rb = self.http.post(format!("{}{}", base.trim_end_matches('/'), path)).json(body);
         if forwarded {
             rb = rb.header(FORWARDED_HEADER, "1");
@@ -92,21 +132,20 @@ impl NodeHttp {
     }
 
     /// `GET {base}{path}`.
-    pub async fn get<Resp: DeserializeOwned>(&self, base: &str, path: &str) -> Result<Resp, Rejection> {
+    pub async fn get<Resp: DeserializeOwned>(&self, base: &str, path: &str) -> Result<Resp, CallError> {
         decode(self.http.get(format!("{}{}", base.trim_end_matches('/'), path)).send().await).await
     }
 
     /// `GET {base}/client/snapshot`: the bincode-encoded ledger state.
-    pub async fn snapshot(&self, base: &str) -> Result<LedgerState, Rejection> {
-        let resp =
-            self.ok(self.http.get(format!("{}/client/snapshot", base.trim_end_matches('/'))).send().await).await?;
-        let bytes = resp.bytes().await.map_err(|e| unavailable(format!("ledger response lost: {e}")))?;
-        crate::decode(&bytes).map_err(|e| Rejection::new(ReasonCode::INTERNAL, format!("undecodable snapshot: {e}")))
+    pub async fn snapshot(&self, base: &str) -> Result<LedgerState, CallError> {
+        let resp = ok(self.http.get(format!("{}/client/snapshot", base.trim_end_matches('/'))).send().await).await?;
+        let bytes = resp.bytes().await.map_err(lost)?;
+        LedgerState::decode_versioned(&bytes).map_err(|e| CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, e)))
     }
 
     /// `GET {base}/client/watch`: NDJSON lines as a stream. The stream has no overall
     /// deadline (only the connect is bounded); it ends when the connection does.
-    pub async fn watch(&self, base: &str, filter: &WatchFilter) -> Result<WatchStream, Rejection> {
+    pub async fn watch(&self, base: &str, filter: &WatchFilter) -> Result<WatchStream, CallError> {
         let mut query = Vec::new();
         if let Some(from) = filter.from {
             query.push(("from", from.to_string()));
@@ -118,8 +157,10 @@ impl NodeHttp {
             query.push(("kind", kind.clone()));
         }
         let url = reqwest::Url::parse_with_params(&format!("{}/client/watch", base.trim_end_matches('/')), &query)
-            .map_err(|e| Rejection::new(ReasonCode::INPUT_INVALID, format!("bad node URL '{base}': {e}")))?;
-        let resp = self.ok(self.watch_http.get(url).send().await).await?;
+            .map_err(|e| {
+                CallError::Rejected(Rejection::new(ReasonCode::INPUT_INVALID, format!("bad node URL '{base}': {e}")))
+            })?;
+        let resp = ok(self.watch_http.get(url).send().await).await?;
         let mut body = resp.bytes_stream();
         let lines = async_stream_lines(move |tx| async move {
             let mut buf: Vec<u8> = Vec::new();
@@ -143,20 +184,6 @@ impl NodeHttp {
         });
         Ok(lines)
     }
-
-    /// Passes a success response through; maps transport errors and error bodies.
-    async fn ok(&self, sent: reqwest::Result<reqwest::Response>) -> Result<reqwest::Response, Rejection> {
-        let resp = sent.map_err(|e| unavailable(format!("ledger unreachable: {e}")))?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| unavailable(format!("ledger response lost: {e}")))?;
-        match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(err) => Err(Rejection::new(err.reason, err.message)),
-            Err(_) => Err(unavailable(format!("ledger answered HTTP {status}"))),
-        }
-    }
 }
 
 /// Runs `produce` on its own task and exposes what it sends as a stream; dropping the stream
@@ -171,28 +198,29 @@ where
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|l| (l, rx)) }).boxed()
 }
 
-/// How a transport failure before anything was sent begins (no connection: the request cannot
-/// have been executed, so it may go to another node).
-const NOT_REACHED: &str = "ledger node not reached";
-
-async fn decode<Resp: DeserializeOwned>(sent: reqwest::Result<reqwest::Response>) -> Result<Resp, Rejection> {
-    let resp = sent.map_err(|e| {
-        if e.is_connect() {
-            unavailable(format!("{NOT_REACHED}: {e}"))
-        } else {
-            unavailable(format!("ledger unreachable: {e}"))
-        }
-    })?;
+/// Passes a success response through; maps transport errors and error bodies.
+async fn ok(sent: reqwest::Result<reqwest::Response>) -> Result<reqwest::Response, CallError> {
+    let resp = sent.map_err(CallError::from_transport)?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
     let status = resp.status();
-    let bytes = resp.bytes().await.map_err(|e| unavailable(format!("ledger response lost: {e}")))?;
-    if status.is_success() {
-        return serde_json::from_slice(&bytes)
-            .map_err(|e| Rejection::new(ReasonCode::INTERNAL, format!("undecodable ledger response: {e}")));
-    }
+    let bytes = resp.bytes().await.map_err(lost)?;
     match serde_json::from_slice::<ErrorBody>(&bytes) {
-        Ok(err) => Err(Rejection::new(err.reason, err.message)),
-        Err(_) => Err(unavailable(format!("ledger answered HTTP {status}"))),
+        Ok(err) => Err(CallError::Rejected(Rejection::new(err.reason, err.message))),
+        Err(_) => Err(CallError::Uncertain(format!("ledger answered HTTP {status}"))),
     }
+}
+
+fn lost(e: reqwest::Error) -> CallError {
+    CallError::Uncertain(format!("ledger response lost: {e}"))
+}
+
+async fn decode<Resp: DeserializeOwned>(sent: reqwest::Result<reqwest::Response>) -> Result<Resp, CallError> {
+    let bytes = ok(sent).await?.bytes().await.map_err(lost)?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, format!("undecodable ledger response: {e}")))
+    })
 }
 
 /// [`Ledger`] over HTTP against a set of node base URLs; tries them in turn.
@@ -208,16 +236,19 @@ impl HttpLedger {
         HttpLedger { nodes, http: NodeHttp::new(), preferred: Default::default() }
     }
 
+    /// A read (or an idempotent call) on the first node that answers it: one that was not
+    /// reached, lost the exchange or has no leader is passed over.
     async fn first_ok<T, F, Fut>(&self, call: F) -> Result<T, Rejection>
     where
         F: Fn(String) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Rejection>>,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
     {
         let mut last = unavailable("no ledger node configured");
         for node in &self.nodes {
             match call(node.clone()).await {
-                Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE => last = e,
-                other => return other,
+                Err(CallError::Rejected(r)) if r.reason != ReasonCode::LEDGER_UNAVAILABLE => return Err(r),
+                Err(e) => last = e.into(),
+                Ok(v) => return Ok(v),
             }
         }
         Err(last)
@@ -238,12 +269,10 @@ impl Ledger for HttpLedger {
             for i in 0..n {
                 let at = (start + i) % n;
                 match self.http.post(&self.nodes[at], "/client/submit", &req, false).await {
-                    Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE && e.message.starts_with(NOT_REACHED) => {
-                        last = e
-                    }
+                    Err(e) if !e.may_have_executed() => last = e.into(),
                     other => {
                         self.preferred.store(at, Ordering::Relaxed);
-                        return other;
+                        return other.map_err(Rejection::from);
                     }
                 }
             }
@@ -272,7 +301,7 @@ impl Ledger for HttpLedger {
     fn cluster_change(&self, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         Box::pin(async move {
             let node = self.nodes.first().ok_or_else(|| unavailable("no ledger node configured"))?;
-            self.http.post(node, "/client/cluster", &change, false).await
+            Ok(self.http.post(node, "/client/cluster", &change, false).await?)
         })
     }
 

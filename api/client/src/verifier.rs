@@ -5,19 +5,25 @@
 //! The replica starts from a linearizable snapshot, then applies events in revision order. A
 //! gap, an end line or a lost connection sends it back to a fresh snapshot. The verifier fails
 //! closed: with no contact with the ledger for longer than the staleness bound (heartbeats
-//! arrive every [`crate::dto::WATCH_HEARTBEAT`]) every verification answers LEDGER_UNAVAILABLE,
+//! arrive every [`writ_api::dto::WATCH_HEARTBEAT`]) every verification answers LEDGER_UNAVAILABLE,
 //! because a revocation might be missing.
+//!
+//! An event the replica cannot fold (it does not fit the state: a corrupt feed) stops the feed
+//! loudly: the replica is marked not current, so every verification fails closed with
+//! LEDGER_UNAVAILABLE, and the feed starts over from a fresh snapshot after a backoff. No lock
+//! is held across anything that can panic, and a poisoned lock also counts as not current.
 
-use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use writ_api::auth::{self, Authority};
+use writ_api::dto::{WatchFilter, WatchLine};
+use writ_api::state::LedgerState;
+use writ_api::Rejection;
 
-use crate::auth::{self, Authority};
-use crate::client::{unavailable, Ledger};
-use crate::dto::{WatchFilter, WatchLine};
-use crate::ledger::Rejection;
-use crate::state::LedgerState;
+use crate::ledger::{unavailable, Ledger};
+use crate::now_ms;
 
 /// Default bound on how old the replica may be before verifications fail closed.
 pub const STALENESS_MAX_DEFAULT: Duration = Duration::from_secs(5);
@@ -91,15 +97,14 @@ impl Verifier {
                 self.wait_for(rev, CATCH_UP_WAIT).await;
             }
         }
-        let state = self.inner.state.read().expect("state lock");
-        auth::verify(&state, bearer, &self.inner.audience, now_ms)
+        auth::verify(&self.inner.read_state(), bearer, &self.inner.audience, now_ms)
     }
 
     /// The authority of an anonymous loopback request (see [`auth::anonymous`]), from a current
     /// replica.
     pub async fn anonymous(&self, tenant: &str, principal: &str) -> Result<Authority, Rejection> {
         self.current().await?;
-        auth::anonymous(&self.inner.state.read().expect("state lock"), tenant, principal)
+        auth::anonymous(&self.inner.read_state(), tenant, principal)
     }
 
     /// Waits briefly for the replica to be current (starting, or the feed reconnecting), then
@@ -115,19 +120,41 @@ impl Verifier {
         Ok(())
     }
 
-    /// Whether the replica heard from the ledger within the staleness bound.
+    /// Whether the replica heard from the ledger within the staleness bound (and is whole).
     pub fn is_current(&self) -> bool {
-        self.inner.contact.lock().expect("contact lock").is_some_and(|t| t.elapsed() <= self.inner.staleness_max)
+        !self.inner.state.is_poisoned() && self.inner.contact().is_some_and(|t| t.elapsed() <= self.inner.staleness_max)
     }
 
     /// Runs `f` on the replica (e.g. to read principals or catalogs at the same revision).
+    /// Callers decide on a current replica first ([`Verifier::verify`] fails closed otherwise).
     pub fn with_state<T>(&self, f: impl FnOnce(&LedgerState) -> T) -> T {
-        f(&self.inner.state.read().expect("state lock"))
+        f(&self.inner.read_state())
     }
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+impl Inner {
+    /// The replica for reading. A poisoned lock is read as it is: [`Verifier::is_current`]
+    /// reports it, so verifications refuse before anything is decided on it.
+    fn read_state(&self) -> RwLockReadGuard<'_, LedgerState> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn contact_slot(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.contact.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn contact(&self) -> Option<Instant> {
+        *self.contact_slot()
+    }
+
+    /// Replaces the replica with a snapshot (which also heals a poisoned lock).
+    fn load(&self, snapshot: LedgerState) {
+        let revision = snapshot.revision;
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
+        self.state.clear_poison();
+        self.revision.send_replace(revision);
+        *self.contact_slot() = Some(Instant::now());
+    }
 }
 
 /// Snapshot, then watch; on any break, start over after a bounded backoff. Ends when every
@@ -140,7 +167,7 @@ async fn feed(inner: Weak<Inner>, ledger: Arc<dyn Ledger>) {
             Err(e) => {
                 // Before the first snapshot (e.g. while the cluster elects a leader at start-up)
                 // a failed attempt is expected; later it means lost contact.
-                let started = inner.upgrade().is_some_and(|i| i.contact.lock().expect("contact lock").is_some());
+                let started = inner.upgrade().is_some_and(|i| i.contact().is_some());
                 if started {
                     tracing::warn!(reason = %e.reason, message = %e.message, "verifier feed interrupted");
                 } else {
@@ -162,30 +189,34 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
     let from = snapshot.revision + 1;
     {
         let Some(inner) = weak.upgrade() else { return Ok(()) };
-        *inner.state.write().expect("state lock") = snapshot;
-        inner.revision.send_replace(from - 1);
-        *inner.contact.lock().expect("contact lock") = Some(Instant::now());
+        inner.load(snapshot);
     }
     let mut lines = ledger.watch(WatchFilter { from: Some(from), ..Default::default() }).await?;
     while let Some(line) = lines.next().await {
         let Some(inner) = weak.upgrade() else { return Ok(()) };
         match line {
             WatchLine::Event(e) => {
-                let mut state = inner.state.write().expect("state lock");
+                let mut state = inner.state.write().unwrap_or_else(PoisonError::into_inner);
                 if e.revision <= state.revision {
                     continue;
                 }
                 if e.revision != state.revision + 1 {
                     return Err(unavailable(format!("watch skipped from {} to {}", state.revision, e.revision)));
                 }
-                state.apply_event(&e);
+                if let Err(corrupt) = state.fold_event(&e) {
+                    // The replica is partly folded: refuse everything until a fresh snapshot.
+                    drop(state);
+                    *inner.contact_slot() = None;
+                    tracing::error!(error = %corrupt, "the ledger feed carried an event this replica cannot fold; failing closed and reloading");
+                    return Err(unavailable(format!("the ledger replica stopped: {corrupt}")));
+                }
                 drop(state);
                 inner.revision.send_replace(e.revision);
             }
             WatchLine::Heartbeat { .. } => {}
             WatchLine::End { end, message, .. } => return Err(Rejection::new(end, message)),
         }
-        *inner.contact.lock().expect("contact lock") = Some(Instant::now());
+        *inner.contact_slot() = Some(Instant::now());
     }
     Err(unavailable("the watch stream ended"))
 }

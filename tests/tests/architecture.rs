@@ -1,0 +1,120 @@
+//! Architecture invariants, checked on the resolved dependency graph (`cargo metadata`):
+//! - `writ-api` (the pure core) depends on no async runtime, HTTP stack, storage engine or Raft;
+//! - `writ-raft-store` depends on no network code;
+//! - `writ-loadtest` (a client of public interfaces) never links the node or the store.
+//!
+//! Only normal (non-dev, non-build) dependencies count, transitively. The checker itself is
+//! tested on a small graph so that a forbidden edge is seen to fail it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+/// package name → names of its normal dependencies, from `cargo metadata`'s resolve graph.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn workspace_graph() -> Graph {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    // The graph as built here: only this host's platform (other platforms' crates are neither
+    // built nor downloaded).
+    let host = host_triple();
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path", manifest])
+        .args(["--filter-platform", &host])
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    graph_from_metadata(&meta)
+}
+
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = std::process::Command::new(rustc).arg("-vV").output().expect("rustc -vV runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}
+
+fn graph_from_metadata(meta: &Value) -> Graph {
+    let names: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| (p["id"].as_str().expect("id"), p["name"].as_str().expect("name")))
+        .collect();
+    let mut graph = Graph::new();
+    for node in meta["resolve"]["nodes"].as_array().expect("resolve.nodes") {
+        let name = names[node["id"].as_str().expect("id")].to_string();
+        let deps = graph.entry(name).or_default();
+        for dep in node["deps"].as_array().expect("deps") {
+            let normal = dep["dep_kinds"].as_array().expect("dep_kinds").iter().any(|k| k["kind"].is_null());
+            if normal {
+                deps.insert(names[dep["pkg"].as_str().expect("pkg")].to_string());
+            }
+        }
+    }
+    graph
+}
+
+/// Every path from `root` to a package in `forbidden`, as "a → b → c".
+fn forbidden_paths(graph: &Graph, root: &str, forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![vec![root.to_string()]];
+    while let Some(path) = stack.pop() {
+        let last = path.last().expect("non-empty path").clone();
+        if forbidden.contains(&last.as_str()) {
+            found.push(path.join(" → "));
+            continue;
+        }
+        if !seen.insert(last.clone()) {
+            continue;
+        }
+        for dep in graph.get(&last).into_iter().flatten() {
+            let mut next = path.clone();
+            next.push(dep.clone());
+            stack.push(next);
+        }
+    }
+    found
+}
+
+/// The runtime, network, storage and consensus crates the pure core must never reach (and the
+/// `rand` crate; JSON Schema's hasher seeds itself from the OS, which changes no result).
+const NOT_IN_THE_CORE: &[&str] =
+    &["tokio", "hyper", "axum", "reqwest", "rocksdb", "librocksdb-sys", "openraft", "rand"];
+/// Network crates the storage layer must never reach.
+const NO_NETWORK: &[&str] =
+    &["hyper", "hyper-util", "axum", "reqwest", "h2", "tower", "tonic", "rustls", "writ-client"];
+
+#[test]
+fn the_pure_core_does_no_io() {
+    let paths = forbidden_paths(&workspace_graph(), "writ-api", NOT_IN_THE_CORE);
+    assert!(paths.is_empty(), "writ-api must stay pure, but depends on:\n{}", paths.join("\n"));
+}
+
+#[test]
+fn the_store_has_no_network_code() {
+    let paths = forbidden_paths(&workspace_graph(), "writ-raft-store", NO_NETWORK);
+    assert!(paths.is_empty(), "writ-raft-store must not reach network code, but depends on:\n{}", paths.join("\n"));
+}
+
+#[test]
+fn the_load_tester_is_a_client_of_public_interfaces() {
+    let paths = forbidden_paths(&workspace_graph(), "writ-loadtest", &["writ-node", "writ-raft-store", "rocksdb"]);
+    assert!(paths.is_empty(), "writ-loadtest must not link the node or the store:\n{}", paths.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_a_forbidden_dependency_added_anywhere_below() {
+    let mut graph = Graph::new();
+    graph.insert("writ-api".into(), ["serde".to_string(), "jsonschema".to_string()].into());
+    graph.insert("jsonschema".into(), ["regex".to_string()].into());
+    assert!(forbidden_paths(&graph, "writ-api", NOT_IN_THE_CORE).is_empty());
+    graph.get_mut("jsonschema").expect("node").insert("reqwest".into());
+    assert_eq!(forbidden_paths(&graph, "writ-api", NOT_IN_THE_CORE), ["writ-api → jsonschema → reqwest"]);
+}
