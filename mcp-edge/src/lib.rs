@@ -223,14 +223,20 @@ pub fn router(
     Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge))
 }
 
+/// Header of `/readyz` naming the ledger revision the edge's replica has applied (a deploy or
+/// a test can wait for an edge to have seen a change).
+pub const REVISION_HEADER: &str = "x-writ-revision";
+
 /// Ready when the edge's replica of the ledger is current (else every request would fail
 /// closed with LEDGER_UNAVAILABLE).
 async fn readyz(State(edge): State<Arc<Edge>>) -> Response {
-    if edge.verifier.is_current() {
+    let mut response = if edge.verifier.is_current() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready: no current replica of the ledger\n").into_response()
-    }
+    };
+    response.headers_mut().insert(REVISION_HEADER, HeaderValue::from(edge.verifier.revision()));
+    response
 }
 
 /// 2026-07-28 has no GET stream and no sessions to delete.

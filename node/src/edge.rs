@@ -390,7 +390,12 @@ pub async fn run(config: &Path) -> Result<(), String> {
         admin_urls: cfg.ledger.clone(),
     };
     let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;
+    // What a supervisor or test reads to learn the bound addresses (the config may say port 0).
+    println!("Writ edge listening on http://{}", edge.local_addr);
     println!("Writ edge serving MCP at {}", edge.url);
+    if let Some((executor_url, _)) = &edge.executor_endpoint {
+        println!("Writ edge serving executors at {executor_url}");
+    }
     crate::wait_for_shutdown_signal().await;
     edge.shutdown().await;
     Ok(())

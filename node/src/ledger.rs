@@ -2,6 +2,22 @@
 //! (submit with leader forwarding and leader stamping, read-index linearizable queries, status,
 //! membership). The clock and the peer transport are injected, so the same code runs in
 //! production (system clock, HTTP) and in the seeded simulation harness.
+//!
+//! **Watch (SPEC L6).** `watch` streams events in revision order from a revision (optionally one
+//! stream or kind): first from the `events` column family, then live from the state machine's
+//! broadcast; a watcher that falls more than `WATCH_BUFFER_EVENTS` behind is re-read from the
+//! store instead of skipping. A revision below the node's event floor (before an installed
+//! snapshot) is REVISION_COMPACTED: the follower reloads `GET /client/snapshot` and watches from
+//! its revision + 1. An idle stream sends a heartbeat every 500 ms, and only while this node's
+//! Raft runs and knows a leader (a heartbeat says "you are current"); otherwise it ends with
+//! LEDGER_UNAVAILABLE and the follower reconnects elsewhere.
+//!
+//! **Ledger time.** The leader's reaper (`start_reaper`, every [`REAPER_PERIOD`]) submits
+//! `ExpireDue` for each tenant with a deadline or attempt lease run out, so expiries and
+//! unknown effects do not wait for the next command; the ledger decides at the entry's stamp.
+//!
+//! **Fatal path (SPEC L7).** [`LedgerNode::stopped`] resolves when the node must stop serving:
+//! openraft's core stopped on a fatal error, or a store reader found a corrupt record.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;

@@ -94,6 +94,9 @@ fn main() -> ExitCode {
                 };
                 match writ_node::start_node(&cfg).await {
                     Ok(running) => {
+                        // What a supervisor or test reads to learn the bound address (the
+                        // config may say port 0).
+                        println!("Writ node {} serving at {}", cfg.node_id, running.url);
                         let node = running.node.clone();
                         tokio::select! {
                             _ = writ_node::wait_for_shutdown_signal() => {

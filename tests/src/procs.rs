@@ -28,7 +28,34 @@ pub fn writ_bin() -> PathBuf {
     bin
 }
 
-/// A free loopback port (bound then released; the node binds it right after).
+/// Waits (bounded) until `file` holds a line starting with `prefix`, and returns the rest of the
+/// newest such line: how a test learns the address a process bound (its config said port 0).
+/// Panics with the file's text if `child` exits first.
+pub fn reported(file: &Path, prefix: &str, child: &mut Child) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if let Some(rest) = text.lines().rev().find_map(|l| l.strip_prefix(prefix)) {
+            return rest.trim().to_string();
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{} exited ({status}) before reporting '{prefix}':\n{text}", file.display());
+        }
+        assert!(std::time::Instant::now() < deadline, "no '{prefix}' in {} after 30 s:\n{text}", file.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The port of a reported `http(s)://host:port[/path]` URL.
+fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no port in reported URL {url}"))
+}
+
+/// A free loopback port (bound then released). Only for configurations that must name their
+/// ports before anything starts (static memberships, `local-cluster.sh`); processes the tests
+/// start bind port 0 and report their address instead.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
@@ -94,9 +121,24 @@ impl Drop for ScriptCluster {
     }
 }
 
-/// One `writ node` process.
+/// Waits until the edge serving `mcp_url` has applied ledger revision `revision` (its `/readyz`
+/// names the revision of its replica).
+pub async fn edge_at_revision(mcp_url: &str, revision: u64) {
+    let http = reqwest::Client::builder().no_proxy().build().expect("http");
+    let ready = mcp_url.replace("/mcp", "/readyz");
+    eventually(&format!("{mcp_url} at revision {revision}"), Duration::from_secs(30), || async {
+        let r = http.get(&ready).send().await.ok()?;
+        let at: u64 = r.headers().get("x-writ-revision")?.to_str().ok()?.parse().ok()?;
+        (at >= revision).then_some(())
+    })
+    .await;
+}
+
+/// One `writ node` process. It binds port 0 on its first start and reports its address; a
+/// restart reuses that port (its peers know the member by it).
 pub struct NodeProc {
     pub id: u64,
+    /// 0 until the first start has reported the bound port.
     pub port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
@@ -126,7 +168,7 @@ impl NodeProc {
         let cfg = self.dir.join("node.toml");
         std::fs::write(&cfg, self.config_text(bootstrap)).expect("write config");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("node.log")).expect("log");
-        let child = Command::new(writ_bin())
+        let mut child = Command::new(writ_bin())
             .args(["node", "--config"])
             .arg(&cfg)
             .env("WRIT_LOG", "info,openraft=warn")
@@ -136,6 +178,10 @@ impl NodeProc {
             .stderr(log)
             .spawn()
             .expect("spawn writ node");
+        if self.port == 0 {
+            let url = reported(&self.dir.join("node.log"), &format!("Writ node {} serving at ", self.id), &mut child);
+            self.port = port_of(&url);
+        }
         self.child = Some(child);
     }
 
@@ -189,9 +235,8 @@ impl Cluster {
     pub async fn start(n: u64) -> Cluster {
         crate::init_test_log();
         let root = tempfile::tempdir().expect("tempdir");
-        let mut nodes: Vec<NodeProc> = (1..=n)
-            .map(|id| NodeProc { id, port: free_port(), dir: root.path().join(format!("n{id}")), child: None })
-            .collect();
+        let mut nodes: Vec<NodeProc> =
+            (1..=n).map(|id| NodeProc { id, port: 0, dir: root.path().join(format!("n{id}")), child: None }).collect();
         nodes[0].start(true);
         for node in nodes.iter_mut().skip(1) {
             node.start(false);
@@ -215,6 +260,18 @@ impl Cluster {
         let voters: Vec<u64> = c.nodes.iter().map(|n| n.id).collect();
         c.admin.post_ok(&first, "/v1/cluster/membership", json!({"voters": voters})).await;
         c
+    }
+
+    /// The newest event revision any running node has applied (every acknowledged write is
+    /// at or below it).
+    pub async fn revision(&self) -> u64 {
+        let mut newest = 0;
+        for url in self.running_urls() {
+            if let Ok(s) = self.admin.get(&url, "/client/status").await {
+                newest = newest.max(s["revision"].as_u64().unwrap_or(0));
+            }
+        }
+        newest
     }
 
     pub fn all_urls(&self) -> Vec<String> {
@@ -481,29 +538,34 @@ pub struct EdgeProc {
 }
 
 impl EdgeProc {
-    /// Starts an edge on a free port; `canonical_url` defaults to its own `/mcp` URL.
+    /// Starts an edge on port 0 (and its executor endpoint on port 0) and waits until it is
+    /// ready; `canonical_url` defaults to its own `/mcp` URL.
     pub async fn start(dir: &Path, ledger: &[String], canonical_url: Option<&str>) -> EdgeProc {
-        let port = free_port();
-        let executor_port = free_port();
-        let canonical = canonical_url.map_or_else(|| format!("http://127.0.0.1:{port}/mcp"), str::to_string);
-        let config = dir.join(format!("edge-{port}.toml"));
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let config = dir.join(format!("edge-{n}.toml"));
         let ledger: Vec<String> = ledger.iter().map(|u| format!("\"{u}\"")).collect();
+        let canonical = canonical_url.map(|c| format!("canonical_url = \"{c}\"\n")).unwrap_or_default();
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\ncanonical_url = \"{canonical}\"\nledger = [{}]\nseal_key_file = \"{}\"\n\
-             [executor]\nlisten = \"127.0.0.1:{executor_port}\"\ntls_secret_file = \"{}\"\n",
+            "listen = \"127.0.0.1:0\"\n{canonical}ledger = [{}]\nseal_key_file = \"{}\"\n\
+             [executor]\nlisten = \"127.0.0.1:0\"\ntls_secret_file = \"{}\"\n",
             ledger.join(", "),
             dir.join("edge-seal-key").display(),
             dir.join("edge-executor-secret").display()
         );
         std::fs::write(&config, text).expect("edge config");
-        let log = std::fs::File::create(dir.join(format!("edge-{port}.log"))).expect("edge log");
-        let child = Command::new(writ_bin())
+        let out = dir.join(format!("edge-{n}.out"));
+        let log = std::fs::File::create(dir.join(format!("edge-{n}.log"))).expect("edge log");
+        let mut child = Command::new(writ_bin())
             .args(["edge", "--config"])
             .arg(&config)
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("edge stdout"))
             .stderr(log)
             .spawn()
             .expect("start writ edge");
+        // The listener's own address (the canonical URL may name another edge).
+        let port = port_of(&reported(&out, "Writ edge listening on ", &mut child));
+        let executor_port = port_of(&reported(&out, "Writ edge serving executors at ", &mut child));
         let edge = EdgeProc { port, executor_port, child };
         let http = reqwest::Client::builder().no_proxy().build().expect("http");
         let ready = format!("http://127.0.0.1:{port}/readyz");

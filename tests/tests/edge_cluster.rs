@@ -316,7 +316,10 @@ async fn request_quotas_hold_across_edges() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains('3'), "{out}");
     // Both edges see the limits (watch-fed) before the burst.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let revision = cluster.revision().await;
+    for edge in &edges {
+        writ_tests::procs::edge_at_revision(edge, revision).await;
+    }
 
     // `slow`: 3 per window of its own while its tenant still has plenty.
     let (admitted, refused) = burst(&edges, &slow, 10).await;

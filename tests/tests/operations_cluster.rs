@@ -135,8 +135,19 @@ async fn retries_across_edges_are_one_operation_and_one_attempt() {
     }
     let replay = execute(&edges[1], &s.token, &args, Duration::from_secs(30)).await.unwrap();
     assert_eq!(replay["structuredContent"]["operation_id"], id.as_str(), "the original stands: {replay}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(s.executor.attempts(), vec![id], "no attempt for a refused or replayed request");
+    // A barrier instead of a pause: a fresh operation for the same device through the same
+    // executor. Dispatches reach the executor in order, so had the refused or replayed requests
+    // caused an attempt, it would stand before the barrier's in the attempt log.
+    let barrier =
+        json!({"action": "home_press", "input": {"speed": "slow"}, "device": "press-1", "idempotency_key": "barrier"});
+    let barrier = execute(&edges[0], &s.token, &barrier, Duration::from_secs(30)).await.unwrap();
+    let barrier = barrier["structuredContent"]["operation_id"].as_str().expect("barrier operation").to_string();
+    eventually("the barrier's effect", Duration::from_secs(20), || async {
+        let op = operation(&admin, &urls, &barrier).await?;
+        (op["state"] == "effect_reported").then_some(())
+    })
+    .await;
+    assert_eq!(s.executor.attempts(), vec![id, barrier], "no attempt for a refused or replayed request");
 }
 
 /// Must-show 6: `kill -9` of the leader and of one edge during a stream of executes: every
@@ -177,13 +188,20 @@ async fn killing_the_leader_and_an_edge_loses_nothing_and_repeats_nothing() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = acked.lock().unwrap().len();
-    assert!(before > 0, "executes are being acknowledged");
+    let acknowledged = || acked.lock().unwrap().len();
+    eventually("executes being acknowledged", Duration::from_secs(30), || async {
+        (acknowledged() >= 5).then_some(())
+    })
+    .await;
+    let before = acknowledged();
     let leader = s.cluster.leader(Duration::from_secs(10)).await;
     s.cluster.node_mut(leader).kill();
     s.e1.kill();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Load goes on until the survivors have acknowledged a good number of executes.
+    eventually("executes acknowledged after the kills", Duration::from_secs(60), || async {
+        (acknowledged() >= before + 20).then_some(())
+    })
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for a in agents {
         a.await.unwrap();
