@@ -1,7 +1,7 @@
 //! Bearer tokens (SPEC D2, D3): Writ-issued JWTs signed with a node's Ed25519 key, tenant-issued
 //! JWTs checked against the tenant's inline JWKS, and [`verify`], the one routine that turns a
 //! bearer token into a bounded [`Authority`] — used by the admin API and by every edge through
-//! [`crate::verifier::Verifier`].
+//! `writ_client::Verifier`.
 //!
 //! Order of the checks (each failure has its own reason code): token shape → issuer and key →
 //! signature, issuer, audience → expiry, not-before → tenant state (the domain gate, before any

@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod auth;
 pub mod catalog;
+pub mod decide;
 pub mod device;
 pub mod dto;
 pub mod executor;
@@ -18,6 +19,7 @@ pub mod rejection;
 pub mod settings;
 pub mod state;
 pub mod token;
+pub mod trail;
 
 pub use reason::ReasonCode;
 pub use rejection::Rejection;

@@ -228,7 +228,7 @@ impl LedgerNode {
                     let st = &applied.state;
                     st.live_operations
                         .keys()
-                        .filter(|t| !writ_api::operation::due(st, t, now).is_empty())
+                        .filter(|t| !writ_api::decide::operation::due(st, t, now).is_empty())
                         .cloned()
                         .collect()
                 };

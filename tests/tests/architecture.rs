@@ -118,3 +118,81 @@ fn the_checker_finds_a_forbidden_dependency_added_anywhere_below() {
     graph.get_mut("jsonschema").expect("node").insert("reqwest".into());
     assert_eq!(forbidden_paths(&graph, "writ-api", NOT_IN_THE_CORE), ["writ-api → jsonschema → reqwest"]);
 }
+
+/// Top-level modules of the pure core and the crate modules each one uses (`crate::x`), from
+/// the source with comments and test modules left out.
+fn core_module_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../api/src");
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut files = vec![src.clone()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).expect("read api/src").map(|e| e.expect("entry").path()));
+            continue;
+        }
+        let rel = path.strip_prefix(&src).expect("under api/src");
+        let top = rel.iter().next().and_then(|c| c.to_str()).expect("name").trim_end_matches(".rs").to_string();
+        if top == "lib" || rel.ends_with("tests.rs") || path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read source");
+        let code = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or_default();
+        let uses = imports.entry(top.clone()).or_default();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (at, _) in line.match_indices("crate::") {
+                let name: String =
+                    line[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let is_module = name.chars().next().is_some_and(|c| c.is_ascii_lowercase());
+                if is_module
+                    && name != top
+                    && !["encode", "decode", "decode_unbounded", "sha256_hex"].contains(&name.as_str())
+                {
+                    uses.insert(name);
+                }
+            }
+        }
+    }
+    imports
+}
+
+/// A cycle in `graph`, if any, as "a → b → a".
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
+    fn visit(
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        node: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle.join(" → "));
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(graph, next, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|start| visit(graph, start, &mut Vec::new(), &mut done))
+}
+
+/// The core's modules depend one way: rejection and reasons at the bottom, domain types, then
+/// commands and events, the state and its fold, and the rules (`decide`) on top.
+#[test]
+fn the_core_has_no_import_circle() {
+    let imports = core_module_imports();
+    assert!(imports.contains_key("decide") && imports["decide"].contains("state"), "{imports:?}");
+    assert_eq!(find_cycle(&imports), None, "modules of writ-api import each other: {imports:#?}");
+    let mut circular = imports.clone();
+    circular.get_mut("rejection").expect("rejection module").insert("decide".into());
+    assert!(find_cycle(&circular).is_some(), "the cycle finder sees an added circle");
+}

@@ -1,0 +1,96 @@
+//! Executor enrollment (SPEC X1): one-time expiring enrollments, their atomic completion with a certificate record, revocation, and tenant executor CAs.
+
+use super::prelude::*;
+
+pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    match cmd {
+        Command::CreateEnrollment { tenant_id, enrollment: e } => {
+            active(state, tenant_id)?;
+            let site = state
+                .site(tenant_id, &e.site_id)
+                .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{}'", e.site_id)))?;
+            for d in &e.device_ids {
+                match state.devices.get(tenant_id).and_then(|m| m.get(d)) {
+                    Some(dev) if dev.site_id == site.id => {}
+                    Some(_) => {
+                        return Err(Rejection::new(
+                            ReasonCode::INPUT_INVALID,
+                            format!("device '{d}' is not at site '{}'", site.name),
+                        ))
+                    }
+                    None => return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{d}'"))),
+                }
+            }
+            let taken = state.enrollments.get(tenant_id).is_some_and(|m| m.contains_key(&e.enrollment_id));
+            if e.enrollment_id.is_empty() || e.enrollment_id.len() > 64 || taken || e.token_sha256.len() != 64 {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    "enrollment id must be new and 1..=64 bytes, token hash sha256 hex",
+                ));
+            }
+            if e.ttl_s == 0 || e.ttl_s > ENROLLMENT_TTL_MAX_S {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("enrollment ttl must be 1..={ENROLLMENT_TTL_MAX_S} s"),
+                ));
+            }
+            Ok(vec![Event::EnrollmentCreatedV1 { tenant_id: tenant_id.clone(), enrollment: e.clone() }])
+        }
+        Command::CompleteEnrollment { tenant_id, enrollment_id, token_sha256, cert } => {
+            active(state, tenant_id)?;
+            let e = state
+                .enrollments
+                .get(tenant_id)
+                .and_then(|m| m.get(enrollment_id))
+                .filter(|e| e.token_sha256 == *token_sha256)
+                .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token"))?;
+            if e.used_at_ms.is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::ENROLLMENT_TOKEN_USED,
+                    "this enrollment token was already used",
+                ));
+            }
+            if e.expires_at_ms <= now {
+                return Err(Rejection::new(ReasonCode::ENROLLMENT_TOKEN_EXPIRED, "this enrollment token has expired"));
+            }
+            let known_ca = state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&cert.ca_fingerprint));
+            let fresh = !state.executor_certs.contains_key(&cert.fingerprint)
+                && !state.executors.get(tenant_id).is_some_and(|m| m.contains_key(&cert.executor_id));
+            if !known_ca || !fresh || cert.fingerprint.len() != 64 {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    "certificate record is not new or names an unknown CA",
+                ));
+            }
+            Ok(vec![Event::ExecutorEnrolledV1 {
+                tenant_id: tenant_id.clone(),
+                enrollment_id: enrollment_id.clone(),
+                cert: cert.clone(),
+            }])
+        }
+        Command::RevokeExecutor { tenant_id, executor_id } => {
+            existing(state, tenant_id)?;
+            match state.executors.get(tenant_id).and_then(|m| m.get(executor_id)) {
+                None => Err(Rejection::new(ReasonCode::EXECUTOR_NOT_FOUND, format!("no executor '{executor_id}'"))),
+                Some(x) if x.revoked_at_ms.is_some() => {
+                    Err(Rejection::new(ReasonCode::EXECUTOR_STATE_CONFLICT, "the executor is already revoked"))
+                }
+                Some(_) => Ok(vec![Event::ExecutorRevokedV1 {
+                    tenant_id: tenant_id.clone(),
+                    executor_id: executor_id.clone(),
+                }]),
+            }
+        }
+        Command::RegisterExecutorCa { tenant_id, ca } => {
+            existing(state, tenant_id)?;
+            if ca.fingerprint != crate::sha256_hex(&ca.cert_der) {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "CA fingerprint does not match its certificate"));
+            }
+            if state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&ca.fingerprint)) {
+                return Ok(vec![]);
+            }
+            Ok(vec![Event::ExecutorCaRegisteredV1 { tenant_id: tenant_id.clone(), ca: ca.clone() }])
+        }
+        other => Err(misrouted(other)),
+    }
+}

@@ -1,0 +1,179 @@
+//! `decide`: what a command does to the state at ledger time `now`, without changing it —
+//! events to append, or a [`Rejection`] (which becomes a rejection event; a business-rule
+//! failure never panics). One function per domain; the dispatcher below is an exhaustive match,
+//! so a new command forces a decision about where its rules live.
+//!
+//! Also `LedgerState::execute`, which runs one log entry: advance ledger time, append the
+//! transitions that time made due, decide, and fold the events (`state.rs`).
+
+mod audit;
+mod catalog;
+mod executor;
+pub mod operation;
+mod principal;
+mod quota;
+mod site;
+mod tenant;
+mod token;
+
+#[cfg(test)]
+mod tests;
+
+use crate::audit::AuditRecordV1;
+use crate::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM};
+use crate::principal::{Principal, PrincipalState};
+use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
+use crate::state::LedgerState;
+
+/// What every domain's rules use.
+mod prelude {
+    pub(super) use super::{active, active_principal, existing, misrouted};
+    pub(super) use crate::catalog::check_stored;
+    pub(super) use crate::device::{validate_device, validate_site, ENROLLMENT_TTL_MAX_S};
+    pub(super) use crate::ledger::{Command, Event, TenantState, CLUSTER_STREAM};
+    pub(super) use crate::principal::{scope_covers, validate_scope};
+    pub(super) use crate::reason::ReasonCode;
+    pub(super) use crate::rejection::{
+        validate_tenant_name, validate_text, Rejection, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
+    };
+    pub(super) use crate::state::LedgerState;
+    pub(super) use crate::token::{TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
+}
+
+/// Decides what `cmd` does to `state` at ledger time `now`.
+pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    match cmd {
+        Command::CreateTenant { .. }
+        | Command::SuspendTenant { .. }
+        | Command::ResumeTenant { .. }
+        | Command::SetTenantSettings { .. } => tenant::decide(state, cmd, now),
+        Command::CreatePrincipal { .. } | Command::RevokePrincipal { .. } | Command::RevokeScope { .. } => {
+            principal::decide(state, cmd, now)
+        }
+        Command::IssueToken { .. }
+        | Command::RevokeToken { .. }
+        | Command::RegisterSigningKey { .. }
+        | Command::SetTenantIssuer { .. }
+        | Command::RemoveTenantIssuer { .. } => token::decide(state, cmd, now),
+        Command::CreateSite { .. } | Command::CreateDevice { .. } => site::decide(state, cmd, now),
+        Command::PublishCatalog { .. } => catalog::decide(state, cmd, now),
+        Command::CreateEnrollment { .. }
+        | Command::CompleteEnrollment { .. }
+        | Command::RevokeExecutor { .. }
+        | Command::RegisterExecutorCa { .. } => executor::decide(state, cmd, now),
+        Command::RecordDecisions { .. } => audit::decide(state, cmd, now),
+        Command::SetPrincipalQuotas { .. }
+        | Command::SetPrincipalQuotasV2 { .. }
+        | Command::LeaseRequestQuota { .. } => quota::decide(state, cmd, now),
+        Command::SubmitOperation { .. }
+        | Command::DispatchOperation { .. }
+        | Command::StartAttempt { .. }
+        | Command::RenewAttemptLease { .. }
+        | Command::ReportAttempt { .. }
+        | Command::RecordObservation { .. }
+        | Command::DecideOperation { .. }
+        | Command::ResolveUnknownEffect { .. }
+        | Command::CancelOperation { .. }
+        | Command::ExpireDue { .. }
+        | Command::RefuseDispatch { .. }
+        | Command::AnswerInputs { .. } => operation::decide(state, cmd, now),
+    }
+}
+
+/// A command routed to a domain that does not decide it (a bug in [`decide`], not bad input).
+fn misrouted(cmd: &Command) -> Rejection {
+    Rejection::new(ReasonCode::INTERNAL, format!("{} is not decided by this domain", cmd.kind()))
+}
+
+impl LedgerState {
+    /// Executes one log entry's request: advance the clock, decide, and apply what was decided.
+    /// A rejection is itself an event, so every command leaves a trace. Returns the outcome
+    /// for the proposer and every event appended (to store and publish).
+    pub fn execute(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>) {
+        let (outcome, events, _) = self.execute_audited(req);
+        (outcome, events)
+    }
+
+    /// [`LedgerState::execute`], also returning the audit records the events produced (for
+    /// the node to store).
+    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditRecordV1>) {
+        self.clock_ms = self.clock_ms.max(req.stamp_ms);
+        let now = self.clock_ms;
+        let mut audit = Vec::new();
+        // Time-driven transitions of the tenant come first, so the command is decided on a
+        // state that is current at ledger time `now` (they stand even if the command fails).
+        let mut due = Vec::new();
+        if req.command.is_operation() && self.tenants.contains_key(req.command.stream()) {
+            let tenant = req.command.stream().to_string();
+            for event in operation::due(self, &tenant, now) {
+                due.push(self.append(&tenant, &req.trace_id, event, &mut audit));
+            }
+        }
+        match decide(self, &req.command, now) {
+            Ok(events) => {
+                let stream = req.command.stream().to_string();
+                let mut envelopes = due;
+                envelopes
+                    .extend(events.into_iter().map(|event| self.append(&stream, &req.trace_id, event, &mut audit)));
+                (Outcome::Applied { events: envelopes.clone() }, envelopes, audit)
+            }
+            Err(rejection) => {
+                // Rejections of commands for tenants that do not exist go to the cluster
+                // stream, so bad input never creates a tenant stream.
+                let stream = if self.tenants.contains_key(req.command.stream()) {
+                    req.command.stream().to_string()
+                } else {
+                    CLUSTER_STREAM.to_string()
+                };
+                let event = Event::CommandRejectedV2 {
+                    command: req.command.kind().to_string(),
+                    reason: rejection.reason,
+                    message: rejection.message.clone(),
+                    subject: req.command.subject(),
+                };
+                let env = self.append(&stream, &req.trace_id, event, &mut audit);
+                let outcome =
+                    Outcome::Rejected { reason: rejection.reason, message: rejection.message, revision: env.revision };
+                due.push(env);
+                (outcome, due, audit)
+            }
+        }
+    }
+}
+
+pub(crate) fn active_principal<'a>(
+    state: &'a LedgerState,
+    tenant_id: &str,
+    principal_id: &str,
+) -> Result<&'a Principal, Rejection> {
+    existing(state, tenant_id)?;
+    let p = state
+        .principals
+        .get(tenant_id)
+        .and_then(|m| m.get(principal_id))
+        .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal_id}'")))?;
+    match p.state {
+        PrincipalState::Active => Ok(p),
+        PrincipalState::Revoked => Err(Rejection::new(
+            ReasonCode::PRINCIPAL_STATE_CONFLICT,
+            format!("principal '{}' is already revoked", p.name),
+        )),
+    }
+}
+
+/// The tenant, which must not be suspended.
+pub(crate) fn active<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
+    let tenant = existing(state, tenant_id)?;
+    if tenant.state == TenantState::Suspended {
+        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
+    }
+    Ok(tenant)
+}
+
+pub(crate) fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
+    state
+        .tenants
+        .get(tenant_id)
+        .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")))
+}

@@ -1,0 +1,467 @@
+//! Operations (SPEC D6–D8, X3): what each operation command does, including the transitions
+//! that ledger time makes due (see `crate::operation` for the contract and the types).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::prelude::*;
+use crate::operation::*;
+use crate::principal::PrincipalState;
+use crate::state::idempotency_slot;
+
+/// An operation transition event.
+pub fn transition(op: &Operation, to: OperationState, cause: impl Into<String>) -> Event {
+    Event::OperationTransitionedV1 {
+        tenant_id: op.tenant_id.clone(),
+        operation_id: op.spec.operation_id.clone(),
+        from: op.state,
+        to,
+        cause: cause.into(),
+    }
+}
+
+/// The release of the device `op` holds (if it holds one).
+pub fn release(op: &Operation) -> Option<Event> {
+    op.spec.device_id.as_ref().map(|d| Event::DeviceReleasedV1 {
+        tenant_id: op.tenant_id.clone(),
+        device_id: d.clone(),
+        operation_id: op.spec.operation_id.clone(),
+    })
+}
+
+/// The events that bring the operations of a tenant up to ledger time `now`: waiting ones past
+/// their deadline expire (and free their device); attempted ones whose lease ran out become
+/// `unknown_effect` (their device stays held until reconciled). Only the tenant's live
+/// operations (waiting or attempting, [`LedgerState::live_operations`]) are looked at.
+pub fn due(state: &LedgerState, tenant_id: &str, now: u64) -> Vec<Event> {
+    let mut events = Vec::new();
+    let (Some(ops), Some(live)) = (state.operations.get(tenant_id), state.live_operations.get(tenant_id)) else {
+        return events;
+    };
+    for op in live.iter().filter_map(|id| ops.get(id)) {
+        if op.state.is_waiting() && op.spec.deadline_ms <= now {
+            events.push(transition(op, OperationState::Expired, "the deadline passed before an attempt started"));
+            events.extend(release(op));
+        } else if op.state == OperationState::Dispatched && op.lease_expires_at_ms.is_some_and(|at| at <= now) {
+            let to = op.executor_id.as_deref().unwrap_or("?");
+            events.push(transition(
+                op,
+                OperationState::Reserved,
+                format!("executor '{to}' did not start an attempt within {DISPATCH_START_MS} ms: offered again"),
+            ));
+        } else if op.state == OperationState::Attempting && op.lease_expires_at_ms.is_some_and(|at| at <= now) {
+            events.push(transition(
+                op,
+                OperationState::UnknownEffect,
+                "the attempt's lease expired without an outcome",
+            ));
+        }
+    }
+    events
+}
+
+fn not_found(operation_id: &str) -> Rejection {
+    Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
+}
+
+fn conflict(op: &Operation, what: &str) -> Rejection {
+    Rejection::new(
+        ReasonCode::OPERATION_STATE_CONFLICT,
+        format!("operation '{}' is {:?}: {what}", op.spec.operation_id, op.state).replace('"', ""),
+    )
+}
+
+fn stale(op: &Operation, presented: u64) -> Rejection {
+    Rejection::new(
+        ReasonCode::FENCING_TOKEN_STALE,
+        format!(
+            "fencing token {presented} is not operation '{}''s current token {:?}",
+            op.spec.operation_id, op.fencing_token
+        ),
+    )
+}
+
+fn find<'a>(state: &'a LedgerState, tenant_id: &str, operation_id: &str) -> Result<&'a Operation, Rejection> {
+    state.operations.get(tenant_id).and_then(|m| m.get(operation_id)).ok_or_else(|| not_found(operation_id))
+}
+
+/// The operation quotas (SPEC D9) of the tenant, then of the principal, consumed by the
+/// submission itself: operations per minute and cost units per day (ledger time), and
+/// operations waiting or attempting at once.
+fn quotas_allow(
+    state: &LedgerState,
+    tenant: &crate::ledger::Tenant,
+    spec: &OperationSpecV1,
+    now: u64,
+) -> Result<(), Rejection> {
+    let q = &tenant.settings.quotas;
+    let usage = state.operation_windows.get(&tenant.id).map_or((0, 0), |w| w.usage(now));
+    let live = state.live_operations.get(&tenant.id).map_or(0, |l| l.len() as u64);
+    let limits = (q.operations_per_minute, q.cost_units_per_day, q.concurrent_operations);
+    within("the tenant's", limits, usage, live, spec.cost_units, now)?;
+    let Some(own) = state.principal_quotas.get(&tenant.id).and_then(|m| m.get(&spec.principal_id)) else {
+        return Ok(());
+    };
+    let usage = state
+        .principal_operation_windows
+        .get(&tenant.id)
+        .and_then(|m| m.get(&spec.principal_id))
+        .map_or((0, 0), |w| w.usage(now));
+    let ops = state.operations.get(&tenant.id);
+    let live = state.live_operations.get(&tenant.id).map_or(0, |l| {
+        l.iter().filter_map(|id| ops?.get(id)).filter(|o| o.spec.principal_id == spec.principal_id).count() as u64
+    });
+    let limits = (own.operations_per_minute, own.cost_units_per_day, own.concurrent_operations);
+    within("the principal's", limits, usage, live, spec.cost_units, now)
+}
+
+/// One set of operation limits (per minute, cost per day, concurrent) against its usage.
+fn within(
+    whose: &str,
+    (per_minute, cost_per_day, concurrent): (Option<u64>, Option<u64>, Option<u64>),
+    (ops, cost): (u64, u64),
+    live: u64,
+    asked: u64,
+    now: u64,
+) -> Result<(), Rejection> {
+    let exceeded = |what: String| Rejection::new(ReasonCode::QUOTA_EXCEEDED, format!("{whose} {what}"));
+    if let Some(limit) = per_minute.filter(|l| ops >= *l) {
+        let retry = crate::quota::WINDOW_MS - now % crate::quota::WINDOW_MS;
+        return Err(exceeded(format!("operations_per_minute ({limit}) reached; retry after {retry} ms")));
+    }
+    if let Some(limit) = cost_per_day.filter(|l| cost + asked > *l) {
+        let retry = crate::quota::DAY_MS - now % crate::quota::DAY_MS;
+        return Err(exceeded(format!(
+            "cost_units_per_day ({limit}) would be exceeded ({cost} used, {asked} asked); retry after {retry} ms"
+        )));
+    }
+    if let Some(limit) = concurrent.filter(|l| live >= *l) {
+        return Err(exceeded(format!(
+            "concurrent_operations ({limit}) reached: {live} operations are waiting or attempting; retry when one ends"
+        )));
+    }
+    Ok(())
+}
+
+/// The reservation that verifies `spec` for an attempt: its device's next fencing token (the
+/// device must be free), or straight to `reserved` when it drives none.
+fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Result<Event, Rejection> {
+    let t = tenant_id.to_string();
+    Ok(match &spec.device_id {
+        Some(device_id) => {
+            if state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(device_id)) {
+                return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device_id}'")));
+            }
+            if let Some(held) = state.device_leases.get(tenant_id).and_then(|m| m.get(device_id)) {
+                return Err(Rejection::new(
+                    ReasonCode::DEVICE_RESERVED,
+                    format!(
+                        "device '{device_id}' is held by operation '{}'; retry after {} (ledger ms)",
+                        held.operation_id, held.expires_at_ms
+                    ),
+                ));
+            }
+            let last = state.fencing.get(tenant_id).and_then(|m| m.get(device_id)).copied().unwrap_or(0);
+            Event::DeviceReservedV1 {
+                tenant_id: t,
+                device_id: device_id.clone(),
+                operation_id: spec.operation_id.clone(),
+                fencing_token: last + 1,
+                expires_at_ms: spec.deadline_ms,
+            }
+        }
+        None => Event::OperationTransitionedV1 {
+            tenant_id: t,
+            operation_id: spec.operation_id.clone(),
+            from: OperationState::Verified,
+            to: OperationState::Reserved,
+            cause: "no device to reserve".into(),
+        },
+    })
+}
+
+fn validate_reason(reason: &str) -> Result<(), Rejection> {
+    if reason.is_empty() || reason.len() > KEY_BYTES_MAX {
+        return Err(invalid(format!("reason must be 1..={KEY_BYTES_MAX} bytes")));
+    }
+    Ok(())
+}
+
+fn lease_ms_ok(lease_ms: u64) -> Result<(), Rejection> {
+    if (1..=LEASE_MS_MAX).contains(&lease_ms) {
+        Ok(())
+    } else {
+        Err(invalid(format!("lease_ms must be 1..={LEASE_MS_MAX}")))
+    }
+}
+
+/// Decides an operation command at ledger time `now` (the tenant's due transitions were
+/// applied just before, see `LedgerState::execute_audited`).
+pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let tenant_id = cmd.stream();
+    let tenant = existing(state, tenant_id)?;
+    let t = tenant_id.to_string();
+    match cmd {
+        Command::SubmitOperation { spec, .. } => {
+            if tenant.state == TenantState::Suspended {
+                return Err(Rejection::new(
+                    ReasonCode::TENANT_SUSPENDED,
+                    format!("tenant '{}' is suspended", tenant.name),
+                ));
+            }
+            spec.validate()?;
+            let principal = state
+                .principals
+                .get(tenant_id)
+                .and_then(|m| m.get(&spec.principal_id))
+                .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
+            if principal.state != PrincipalState::Active {
+                return Err(Rejection::new(
+                    ReasonCode::AUTH_TOKEN_REVOKED,
+                    format!("principal '{}' was revoked", principal.name),
+                ));
+            }
+            let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
+            if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
+                let prior = find(state, tenant_id, prior)?;
+                if prior.spec.payload_hash == spec.payload_hash {
+                    return Ok(vec![]); // a replay: the prior operation stands, whatever its state
+                }
+                return Err(Rejection::new(
+                    ReasonCode::IDEMPOTENCY_KEY_REUSED,
+                    format!("idempotency key '{}' was used for another payload", spec.idempotency_key),
+                ));
+            }
+            if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
+                return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
+            }
+            if spec.deadline_ms <= now {
+                return Err(Rejection::new(ReasonCode::DEADLINE_EXCEEDED, "the deadline has already passed"));
+            }
+            quotas_allow(state, tenant, spec, now)?;
+            if let Some(ceiling) = spec.cost_ceiling.filter(|c| spec.cost_units > *c) {
+                return Err(Rejection::new(
+                    ReasonCode::COST_CEILING_EXCEEDED,
+                    format!("the action costs {} units, over the ceiling of {ceiling}", spec.cost_units),
+                ));
+            }
+            let mut events = vec![Event::OperationSubmittedV1 { tenant_id: t.clone(), spec: spec.clone() }];
+            // Waiting for its requester's input: neither verified nor reserved yet.
+            if spec.input_requests.is_empty() {
+                events.push(reserve(state, tenant_id, spec)?);
+            } else if let Some(d) =
+                spec.device_id.as_ref().filter(|d| state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(*d)))
+            {
+                return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{d}'")));
+            }
+            Ok(events)
+        }
+        Command::AnswerInputs { operation_id, by_principal_id, answers, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if &op.spec.principal_id != by_principal_id {
+                return Err(not_found(operation_id)); // only its requester answers
+            }
+            if op.state != Proposed {
+                return Err(conflict(op, "only an operation waiting for input takes answers"));
+            }
+            let mut fresh: BTreeMap<String, String> = BTreeMap::new();
+            for (id, answer) in answers {
+                if op.spec.input_requests.contains_key(id) && !op.answers.contains_key(id) {
+                    json_text_ok("an answer", id, answer)?;
+                    fresh.insert(id.clone(), answer.clone());
+                }
+            }
+            if fresh.is_empty() {
+                return Ok(vec![]);
+            }
+            let all: BTreeMap<&String, &String> = op.answers.iter().chain(fresh.iter()).collect();
+            let complete = all.len() == op.spec.input_requests.len();
+            let accepted = |a: &str| serde_json::from_str::<Value>(a).is_ok_and(|v| v["action"] == "accept");
+            let declined = all.iter().find(|(_, a)| !accepted(a)).map(|(id, _)| id.to_string());
+            let mut events = vec![Event::OperationInputsAnsweredV1 {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                answers: fresh.clone(),
+            }];
+            match (complete, declined) {
+                (false, _) => {}
+                (true, Some(id)) => events.push(transition(op, Cancelled, format!("input '{id}' was declined"))),
+                (true, None) => {
+                    events.push(transition(op, Verified, "every input was answered"));
+                    events.push(reserve(state, tenant_id, &op.spec)?);
+                }
+            }
+            Ok(events)
+        }
+        Command::DispatchOperation { operation_id, executor_id, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            match (op.state, &op.executor_id) {
+                (Dispatched, Some(e)) if e == executor_id => Ok(vec![]),
+                (Reserved, _) => Ok(vec![Event::OperationDispatchedV1 {
+                    tenant_id: t,
+                    operation_id: operation_id.clone(),
+                    executor_id: executor_id.clone(),
+                }]),
+                _ => Err(conflict(op, "only a reserved operation is dispatched")),
+            }
+        }
+        Command::StartAttempt { operation_id, executor_id, fencing_token, lease_ms, .. } => {
+            lease_ms_ok(*lease_ms)?;
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != Dispatched || op.executor_id.as_deref() != Some(executor_id.as_str()) {
+                return Err(conflict(op, "an attempt starts only on a dispatched operation, by its executor"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            let mut events = vec![transition(
+                op,
+                Attempting,
+                format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
+            )];
+            events.push(Event::AttemptLeaseExtendedV1 {
+                tenant_id: t,
+                device_id: op.spec.device_id.clone(),
+                operation_id: operation_id.clone(),
+                expires_at_ms: now + lease_ms,
+            });
+            Ok(events)
+        }
+        Command::RefuseDispatch { operation_id, executor_id, fencing_token, reason, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != Dispatched || op.executor_id.as_deref() != Some(executor_id.as_str()) {
+                return Err(conflict(op, "only the executor a dispatch went to refuses it, before attempting"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            validate_reason(reason)?;
+            let mut events = vec![transition(
+                op,
+                Failed,
+                format!("refused by executor '{executor_id}' before any attempt: {reason}"),
+            )];
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
+            lease_ms_ok(*lease_ms)?;
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != Attempting {
+                return Err(conflict(op, "only an attempt's lease is renewed"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            Ok(vec![Event::AttemptLeaseExtendedV1 {
+                tenant_id: t,
+                device_id: op.spec.device_id.clone(),
+                operation_id: operation_id.clone(),
+                expires_at_ms: now + lease_ms,
+            }])
+        }
+        Command::ReportAttempt { operation_id, fencing_token, outcome, evidence, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if !matches!(op.state, Attempting | UnknownEffect) {
+                return Err(conflict(op, "only an attempted operation reports an outcome"));
+            }
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            let late = if op.state == UnknownEffect { " (late: after the lease expired)" } else { "" };
+            let mut events: Vec<Event> = evidence
+                .iter()
+                .map(|e| Event::EvidenceReportedV1 {
+                    tenant_id: t.clone(),
+                    operation_id: operation_id.clone(),
+                    evidence: e.clone(),
+                })
+                .collect();
+            events.push(match outcome {
+                AttemptOutcome::Effect => {
+                    transition(op, EffectReported, format!("the executor reported the effect{late}"))
+                }
+                AttemptOutcome::NoEffect if op.cancel_requested => transition(
+                    op,
+                    Cancelled,
+                    format!("cancelled during the attempt; the executor reported no effect{late}"),
+                ),
+                AttemptOutcome::NoEffect => transition(op, Failed, format!("the executor reported no effect{late}")),
+            });
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::RecordObservation { operation_id, observer_id, evidence, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if !matches!(op.state, Attempting | EffectReported | UnknownEffect) {
+                return Err(conflict(op, "observations are recorded for attempted operations"));
+            }
+            if observer_id == &op.spec.principal_id {
+                return Err(invalid(
+                    "the observer must be another principal than the one that asked for the operation",
+                ));
+            }
+            if state.principals.get(tenant_id).is_none_or(|m| !m.contains_key(observer_id)) {
+                return Err(Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such observer"));
+            }
+            let observation =
+                ObservationV1 { observer_id: observer_id.clone(), evidence: evidence.clone(), at_ms: now };
+            Ok(vec![Event::ObservationRecordedV1 { tenant_id: t, operation_id: operation_id.clone(), observation }])
+        }
+        Command::DecideOperation { operation_id, by_principal_id, verdict, note, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != EffectReported {
+                return Err(conflict(op, "only a reported effect is accepted or rejected"));
+            }
+            match verdict {
+                Verdict::Accept if op.observations.is_empty() => Err(Rejection::new(
+                    ReasonCode::OBSERVATION_REQUIRED,
+                    "no independent observation is linked to this operation; the executor's evidence alone cannot accept it",
+                )),
+                Verdict::Accept => Ok(vec![transition(op, Accepted, format!("accepted by '{by_principal_id}': {note}"))]),
+                Verdict::Reject => Ok(vec![transition(op, Rejected, format!("rejected by '{by_principal_id}': {note}"))]),
+            }
+        }
+        Command::ResolveUnknownEffect { operation_id, by_principal_id, outcome, note, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state != UnknownEffect {
+                return Err(conflict(op, "only an unknown effect is resolved"));
+            }
+            let mut events = vec![match outcome {
+                AttemptOutcome::Effect => {
+                    transition(op, EffectReported, format!("resolved by '{by_principal_id}': effect happened: {note}"))
+                }
+                AttemptOutcome::NoEffect => {
+                    transition(op, Failed, format!("resolved by '{by_principal_id}': no effect: {note}"))
+                }
+            }];
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::CancelOperation { operation_id, by_principal_id, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            if op.state == Attempting {
+                // The executor is told (lease renewals) and reports the true outcome.
+                return Ok(if op.cancel_requested {
+                    vec![]
+                } else {
+                    vec![Event::OperationCancelRequestedV1 {
+                        tenant_id: t,
+                        operation_id: operation_id.clone(),
+                        by_principal_id: by_principal_id.clone(),
+                    }]
+                });
+            }
+            if !op.state.is_waiting() {
+                return Err(conflict(op, "an operation is cancelled only before or during its attempt"));
+            }
+            let mut events = vec![transition(op, Cancelled, format!("cancelled by '{by_principal_id}'"))];
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::ExpireDue { .. } => Ok(vec![]),
+        other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{} is not an operation command", other.kind()))),
+    }
+}

@@ -1,0 +1,46 @@
+//! Principals (SPEC D2): creation with a name unique in the tenant, revocation, and taking one scope away.
+
+use super::prelude::*;
+
+pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    match cmd {
+        Command::CreatePrincipal { tenant_id, spec } => {
+            existing(state, tenant_id)?;
+            spec.validate()?;
+            if state.principal(tenant_id, &spec.name).is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::PRINCIPAL_ALREADY_EXISTS,
+                    format!("a principal named '{}' already exists in this tenant", spec.name),
+                ));
+            }
+            if state.principal(tenant_id, &spec.principal_id).is_some() {
+                return Err(Rejection::new(ReasonCode::PRINCIPAL_ALREADY_EXISTS, "principal id is taken"));
+            }
+            Ok(vec![Event::PrincipalCreatedV1 { tenant_id: tenant_id.clone(), spec: spec.clone() }])
+        }
+        Command::RevokePrincipal { tenant_id, principal_id, note } => {
+            validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
+            active_principal(state, tenant_id, principal_id)?;
+            Ok(vec![Event::PrincipalRevokedV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: principal_id.clone(),
+                note: note.clone(),
+            }])
+        }
+        Command::RevokeScope { tenant_id, principal_id, scope } => {
+            let p = active_principal(state, tenant_id, principal_id)?;
+            if !p.scopes.contains(scope) {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("principal '{}' does not hold scope '{scope}'", p.name),
+                ));
+            }
+            Ok(vec![Event::ScopeRevokedV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: principal_id.clone(),
+                scope: scope.clone(),
+            }])
+        }
+        other => Err(misrouted(other)),
+    }
+}

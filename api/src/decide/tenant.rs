@@ -1,0 +1,55 @@
+//! Tenants (SPEC D1): creation with a unique name, suspension and resumption, settings patched and validated as a whole (the event carries the complete result).
+
+use super::prelude::*;
+
+pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    match cmd {
+        Command::CreateTenant { tenant_id, name, display_name } => {
+            validate_tenant_name(name)?;
+            validate_text("display_name", display_name.as_deref(), DISPLAY_NAME_BYTES_MAX)?;
+            if tenant_id.is_empty() || tenant_id == CLUSTER_STREAM || tenant_id.len() > 64 {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "tenant id must be 1..=64 bytes"));
+            }
+            if state.tenant_names.contains_key(name) {
+                return Err(Rejection::new(
+                    ReasonCode::TENANT_ALREADY_EXISTS,
+                    format!("a tenant named '{name}' already exists"),
+                ));
+            }
+            if state.tenants.contains_key(tenant_id) {
+                return Err(Rejection::new(
+                    ReasonCode::TENANT_ALREADY_EXISTS,
+                    format!("tenant id '{tenant_id}' is taken"),
+                ));
+            }
+            Ok(vec![Event::TenantCreatedV1 {
+                tenant_id: tenant_id.clone(),
+                name: name.clone(),
+                display_name: display_name.clone(),
+            }])
+        }
+        Command::SuspendTenant { tenant_id, note } => {
+            validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
+            match existing(state, tenant_id)?.state {
+                TenantState::Active => {
+                    Ok(vec![Event::TenantSuspendedV1 { tenant_id: tenant_id.clone(), note: note.clone() }])
+                }
+                TenantState::Suspended => Err(Rejection::new(
+                    ReasonCode::TENANT_STATE_CONFLICT,
+                    format!("tenant '{tenant_id}' is already suspended"),
+                )),
+            }
+        }
+        Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
+            TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
+            TenantState::Active => {
+                Err(Rejection::new(ReasonCode::TENANT_STATE_CONFLICT, format!("tenant '{tenant_id}' is not suspended")))
+            }
+        },
+        Command::SetTenantSettings { tenant_id, patch } => {
+            let settings = existing(state, tenant_id)?.settings.patched(patch)?;
+            Ok(vec![Event::TenantSettingsChangedV1 { tenant_id: tenant_id.clone(), settings }])
+        }
+        other => Err(misrouted(other)),
+    }
+}

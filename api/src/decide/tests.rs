@@ -1,0 +1,277 @@
+//! Decide tables: each domain's rules, command by command, on the pure state.
+
+use super::*;
+use crate::principal::*;
+use crate::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+use crate::settings::TenantSettingsPatch;
+use crate::state::*;
+use crate::token::TokenRequestV1;
+
+fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
+    LedgerRequest { stamp_ms, trace_id: "t".into(), command }
+}
+
+fn create(id: &str, name: &str) -> Command {
+    Command::CreateTenant { tenant_id: id.into(), name: name.into(), display_name: None }
+}
+
+#[test]
+fn decide_table() {
+    let mut st = LedgerState::default();
+    assert!(matches!(st.execute(&req(10, create("a", "acme"))).0, Outcome::Applied { .. }));
+    let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+        (create("b", "acme"), Some(ReasonCode::TENANT_ALREADY_EXISTS)),
+        (create("a", "other"), Some(ReasonCode::TENANT_ALREADY_EXISTS)),
+        (create("c", "Bad Name"), Some(ReasonCode::INPUT_INVALID)),
+        (create("c", ""), Some(ReasonCode::INPUT_INVALID)),
+        (create("c", "-x"), Some(ReasonCode::INPUT_INVALID)),
+        (create(CLUSTER_STREAM, "x"), Some(ReasonCode::INPUT_INVALID)),
+        (Command::ResumeTenant { tenant_id: "a".into() }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
+        (Command::SuspendTenant { tenant_id: "zz".into(), note: None }, Some(ReasonCode::TENANT_NOT_FOUND)),
+        (
+            Command::SuspendTenant { tenant_id: "a".into(), note: Some("x".repeat(501)) },
+            Some(ReasonCode::INPUT_INVALID),
+        ),
+        (Command::SuspendTenant { tenant_id: "a".into(), note: None }, None),
+        (Command::SuspendTenant { tenant_id: "a".into(), note: None }, Some(ReasonCode::TENANT_STATE_CONFLICT)),
+        (Command::ResumeTenant { tenant_id: "a".into() }, None),
+        (
+            Command::SetTenantSettings {
+                tenant_id: "a".into(),
+                patch: TenantSettingsPatch { idempotency_retention_s: Some(60), ..Default::default() },
+            },
+            Some(ReasonCode::INPUT_INVALID),
+        ),
+        (
+            Command::SetTenantSettings { tenant_id: "zz".into(), patch: TenantSettingsPatch::default() },
+            Some(ReasonCode::TENANT_NOT_FOUND),
+        ),
+        (
+            Command::SetTenantSettings {
+                tenant_id: "a".into(),
+                patch: TenantSettingsPatch { audit_max_events: Some(500), ..Default::default() },
+            },
+            None,
+        ),
+    ];
+    for (cmd, want) in cases {
+        let got = decide(&st, &cmd, 0).err().map(|r| r.reason);
+        assert_eq!(got, want, "{cmd:?}");
+        st.execute(&req(11, cmd));
+    }
+}
+
+fn spec(id: &str, name: &str, scopes: &[&str]) -> PrincipalSpecV1 {
+    PrincipalSpecV1 {
+        principal_id: id.into(),
+        name: name.into(),
+        kind: PrincipalKind::Agent,
+        preset: Some(RolePreset::ReadOnly),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        metadata: Default::default(),
+    }
+}
+
+#[test]
+fn principal_rules() {
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    let cp = |tenant: &str, s: PrincipalSpecV1| Command::CreatePrincipal { tenant_id: tenant.into(), spec: s };
+    let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+        (cp("zz", spec("p1", "bot", &[])), Some(ReasonCode::TENANT_NOT_FOUND)),
+        (cp("a", spec("p1", "bot", &["admin:everything"])), Some(ReasonCode::INPUT_INVALID)),
+        (cp("a", spec("p1", "Bad Name", &[])), Some(ReasonCode::INPUT_INVALID)),
+        (cp("a", spec("p1", "bot", &["tools:call:move_arm"])), None),
+        (cp("a", spec("p2", "bot", &[])), Some(ReasonCode::PRINCIPAL_ALREADY_EXISTS)),
+        (cp("a", spec("p1", "other", &[])), Some(ReasonCode::PRINCIPAL_ALREADY_EXISTS)),
+        (
+            Command::RevokeScope { tenant_id: "a".into(), principal_id: "p1".into(), scope: "ops:execute".into() },
+            Some(ReasonCode::INPUT_INVALID),
+        ),
+        (
+            Command::RevokeScope {
+                tenant_id: "a".into(),
+                principal_id: "p1".into(),
+                scope: "tools:call:move_arm".into(),
+            },
+            None,
+        ),
+        (
+            Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "nope".into(), note: None },
+            Some(ReasonCode::PRINCIPAL_NOT_FOUND),
+        ),
+        (Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "p1".into(), note: None }, None),
+        (
+            Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "p1".into(), note: None },
+            Some(ReasonCode::PRINCIPAL_STATE_CONFLICT),
+        ),
+    ];
+    for (cmd, want) in cases {
+        assert_eq!(decide(&st, &cmd, 0).err().map(|r| r.reason), want, "{cmd:?}");
+        st.execute(&req(2, cmd));
+    }
+    let p = st.principal("a", "bot").expect("principal by name");
+    assert_eq!(p.state, PrincipalState::Revoked);
+    assert!(p.scopes.contains("ops:read"), "preset scopes are granted");
+    assert!(!p.scopes.contains("tools:call:move_arm") && p.revoked_scopes.contains("tools:call:move_arm"));
+    assert!(st.principal("zz", "bot").is_none(), "principals never leak across tenants");
+}
+
+fn issue(jti: &str, principal: &str, scopes: &[&str], ttl_s: u64, parent: Option<&str>) -> Command {
+    Command::IssueToken {
+        tenant_id: "a".into(),
+        request: TokenRequestV1 {
+            jti: jti.into(),
+            principal_id: principal.into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            ttl_s,
+            parent_jti: parent.map(str::to_string),
+        },
+    }
+}
+
+/// The Nimi authority cases that live in the ledger: TTL clamping, scope subsets, revoked
+/// scopes, delegation depth, cascade revocation, and the domain gate before the scope gate.
+#[test]
+fn token_rules() {
+    let mut st = LedgerState::default();
+    let t0 = 1_000_000;
+    st.execute(&req(t0, create("a", "acme")));
+    let mut delegate = spec("p-del", "planner", &[]);
+    delegate.preset = Some(RolePreset::Delegate);
+    st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: delegate }));
+    st.execute(&req(
+        t0,
+        Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-ro", "viewer", &["tools:call:scan"]) },
+    ));
+    st.execute(&req(
+        t0,
+        Command::RevokeScope { tenant_id: "a".into(), principal_id: "p-ro".into(), scope: "tools:call:scan".into() },
+    ));
+    let revoke = |jti: &str| Command::RevokeToken { tenant_id: "a".into(), jti: jti.into() };
+    let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+        (issue("root", "p-del", &[], 10, None), None),
+        (issue("root", "p-del", &[], 600, None), Some(ReasonCode::INPUT_INVALID)),
+        (issue("x1", "p-ro", &["ops:execute"], 600, None), Some(ReasonCode::APP_SCOPE_FORBIDDEN)),
+        (issue("x2", "p-ro", &["tools:call:scan"], 600, None), Some(ReasonCode::APP_SCOPE_REVOKED)),
+        (issue("x3", "p-ro", &["nope:x"], 600, None), Some(ReasonCode::INPUT_INVALID)),
+        (issue("x4", "ghost", &[], 600, None), Some(ReasonCode::PRINCIPAL_NOT_FOUND)),
+        (issue("ro", "p-ro", &[], 600, None), None),
+        (issue("child", "p-ro", &["ops:read", "tools:call:move"], 600, Some("root")), None),
+        (issue("grandchild", "p-ro", &["ops:read"], 600, Some("child")), Some(ReasonCode::DELEGATION_DEPTH_EXCEEDED)),
+        (issue("c2", "p-ro", &["audit:read"], 600, Some("root")), Some(ReasonCode::APP_SCOPE_FORBIDDEN)),
+        (issue("c3", "p-ro", &["ops:read"], 600, Some("ro")), Some(ReasonCode::APP_SCOPE_FORBIDDEN)),
+        (issue("c4", "p-ro", &["ops:read"], 600, Some("missing")), Some(ReasonCode::AUTH_TOKEN_INVALID)),
+        (revoke("root"), None),
+        (revoke("child"), Some(ReasonCode::TOKEN_ALREADY_REVOKED)),
+        (revoke("nope"), Some(ReasonCode::TOKEN_NOT_FOUND)),
+        (issue("c5", "p-ro", &["ops:read"], 600, Some("root")), Some(ReasonCode::AUTH_TOKEN_REVOKED)),
+    ];
+    for (cmd, want) in cases {
+        assert_eq!(decide(&st, &cmd, t0).err().map(|r| r.reason), want, "{cmd:?}");
+        st.execute(&req(t0, cmd));
+    }
+    // TTL clamped up to the tenant minimum (60 s); the child never outlives its parent.
+    let root = st.token("a", "root").expect("root");
+    assert_eq!(root.record.expires_at_ms, t0 + 60_000);
+    let child = st.token("a", "child").expect("child");
+    assert_eq!(child.record.depth, 1);
+    assert_eq!(child.record.expires_at_ms, root.record.expires_at_ms);
+    // Revoking the parent revoked the child with it.
+    assert_eq!(child.revoked_via.as_deref(), Some("root"));
+    assert!(st.token("a", "ro").is_some_and(|t| t.revoked_at_ms.is_none()));
+    // A depth violation left a rejection event in the tenant's stream (audit evidence).
+    let (outcome, events) = st.execute(&req(t0, issue("g2", "p-ro", &["ops:read"], 600, Some("child"))));
+    assert!(matches!(outcome, Outcome::Rejected { .. }));
+    assert_eq!(events[0].stream, "a");
+
+    // Expired parent: ledger time has passed its expiry.
+    st.execute(&req(t0, issue("short", "p-del", &[], 60, None)));
+    let later = t0 + 61_000;
+    let cmd = issue("late", "p-ro", &["ops:read"], 600, Some("short"));
+    assert_eq!(decide(&st, &cmd, later).err().map(|r| r.reason), Some(ReasonCode::AUTH_TOKEN_EXPIRED));
+
+    // Domain gate first: a suspended tenant answers TENANT_SUSPENDED even for a bad request.
+    st.execute(&req(later, Command::SuspendTenant { tenant_id: "a".into(), note: None }));
+    let bad = issue("s1", "ghost", &["nope:x"], 600, None);
+    assert_eq!(decide(&st, &bad, later).err().map(|r| r.reason), Some(ReasonCode::TENANT_SUSPENDED));
+}
+
+#[test]
+fn site_and_device_rules() {
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    st.execute(&req(1, create("b", "beta")));
+    let site = |t: &str, id: &str, name: &str| Command::CreateSite {
+        tenant_id: t.into(),
+        site_id: id.into(),
+        name: name.into(),
+        display_name: None,
+    };
+    let device = |t: &str, id: &str, site: &str, name: &str, class: &str| Command::CreateDevice {
+        tenant_id: t.into(),
+        device_id: id.into(),
+        site_id: site.into(),
+        name: name.into(),
+        device_class: class.into(),
+    };
+    let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+        (site("zz", "s1", "plant"), Some(ReasonCode::TENANT_NOT_FOUND)),
+        (site("a", "s1", "Plant 1"), Some(ReasonCode::INPUT_INVALID)),
+        (site("a", "s1", "plant"), None),
+        (site("a", "s2", "plant"), Some(ReasonCode::SITE_ALREADY_EXISTS)),
+        (site("b", "s9", "plant"), None),
+        (device("a", "d1", "s9", "press", "press.v1"), Some(ReasonCode::SITE_NOT_FOUND)),
+        (device("a", "d1", "s1", "press", "bad class!"), Some(ReasonCode::INPUT_INVALID)),
+        (device("a", "d1", "s1", "press", "press.v1"), None),
+        (device("a", "d2", "s1", "press", "press.v1"), Some(ReasonCode::DEVICE_ALREADY_EXISTS)),
+        (device("a", "d3", "s1", "arm", "robot-arm.v2"), None),
+    ];
+    for (cmd, want) in cases {
+        assert_eq!(decide(&st, &cmd, 0).err().map(|r| r.reason), want, "{cmd:?}");
+        st.execute(&req(2, cmd));
+    }
+    assert_eq!(st.device("a", "press").map(|d| d.site_id.as_str()), Some("s1"));
+    let (devices, _) = st.list_devices("a", Some("s1"), None, 10);
+    assert_eq!(devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["arm", "press"]);
+    assert!(st.list_devices("a", Some("s9"), None, 10).0.is_empty(), "another tenant's site shows nothing");
+    assert!(st.site("b", "s1").is_none(), "sites never leak across tenants");
+}
+
+#[test]
+fn settings_change_is_applied() {
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    assert_eq!(st.tenant("a").map(|t| t.settings.audit_max_events), Some(20_000));
+    let patch = TenantSettingsPatch { audit_max_events: Some(7), ..Default::default() };
+    st.execute(&req(2, Command::SetTenantSettings { tenant_id: "a".into(), patch }));
+    assert_eq!(st.tenant("a").map(|t| t.settings.audit_max_events), Some(7));
+}
+
+#[test]
+fn clock_is_monotonic_and_streams_are_gap_free() {
+    let mut st = LedgerState::default();
+    st.execute(&req(100, create("a", "acme")));
+    // A leader with a slower clock cannot move ledger time backwards.
+    st.execute(&req(50, Command::SuspendTenant { tenant_id: "a".into(), note: None }));
+    assert_eq!(st.clock_ms, 100);
+    st.execute(&req(200, Command::ResumeTenant { tenant_id: "zz".into() }));
+    assert_eq!(st.revision, 3);
+    assert_eq!(st.stream_seq.get("a"), Some(&2));
+    assert_eq!(st.stream_seq.get(CLUSTER_STREAM), Some(&1));
+    assert_eq!(st.tenant("acme").map(|t| t.state), Some(TenantState::Suspended));
+    assert_eq!(st.tenant("acme").map(|t| t.updated_at_ms), Some(100));
+}
+
+#[test]
+fn list_pages_by_name() {
+    let mut st = LedgerState::default();
+    for (i, n) in ["c", "a", "b", "d"].iter().enumerate() {
+        st.execute(&req(1, create(&i.to_string(), n)));
+    }
+    let (p1, next) = st.list_tenants(None, 3);
+    assert_eq!(p1.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+    let (p2, next2) = st.list_tenants(next.as_deref(), 3);
+    assert_eq!(p2.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["d"]);
+    assert_eq!(next2, None);
+}

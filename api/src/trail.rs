@@ -1,0 +1,140 @@
+//! The audit trail (SPEC D10): the one record each event of a tenant's stream produces —
+//! [`record_for`], a pure function, so every replica writes byte-identical records, and the only
+//! place records are built, so nothing unredacted is ever stored. (The record types, redaction
+//! and retention index are `crate::audit`; this module sits above `crate::ledger`.)
+
+use serde_json::Value;
+
+use crate::audit::{redact, AuditRecordV1};
+use crate::ledger::{Event, EventEnvelope};
+
+/// The record an event of a tenant stream produces, at sequence `seq`. Redaction happens
+/// here, so no unredacted secret is ever stored or listed.
+pub fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
+    if let Event::RequestDecidedV1 { decision: d, .. } = &env.event {
+        let mut detail = serde_json::json!({"method": d.method, "name": d.name});
+        redact(&mut detail);
+        return AuditRecordV1 {
+            seq,
+            at_ms: env.at_ms,
+            revision: env.revision,
+            trace_id: d.trace_id.clone(),
+            tenant_id: tenant_id.to_string(),
+            domain: "request".into(),
+            operation: d.method.clone(),
+            outcome: d.outcome.clone(),
+            reason_code: d.reason,
+            principal_id: Some(d.principal_id.clone()),
+            token_id: d.token_id.clone(),
+            parent_token_id: d.parent_token_id.clone(),
+            detail: detail.to_string(),
+        };
+    }
+    let (domain, principal_id, token_id, parent_token_id) = subject(&env.event);
+    let (operation, outcome, reason_code) = match &env.event {
+        Event::CommandRejectedV1 { command, reason, .. } | Event::CommandRejectedV2 { command, reason, .. } => {
+            (command.clone(), "rejected", Some(*reason))
+        }
+        e => (e.kind().to_string(), "applied", None),
+    };
+    // The variant's fields, without the enum tag.
+    let mut detail = match serde_json::to_value(&env.event) {
+        Ok(Value::Object(mut tagged)) if tagged.len() == 1 => {
+            tagged.values_mut().next().map(Value::take).unwrap_or_default()
+        }
+        Ok(other) => other,
+        Err(_) => Value::Null,
+    };
+    redact(&mut detail);
+    AuditRecordV1 {
+        seq,
+        at_ms: env.at_ms,
+        revision: env.revision,
+        trace_id: env.trace_id.clone(),
+        tenant_id: tenant_id.to_string(),
+        domain: domain.to_string(),
+        operation,
+        outcome: outcome.to_string(),
+        reason_code,
+        principal_id,
+        token_id,
+        parent_token_id,
+        detail: detail.to_string(),
+    }
+}
+
+type Subject = (&'static str, Option<String>, Option<String>, Option<String>);
+
+fn subject(event: &Event) -> Subject {
+    match event {
+        Event::TenantCreatedV1 { .. }
+        | Event::TenantSuspendedV1 { .. }
+        | Event::TenantResumedV1 { .. }
+        | Event::TenantSettingsChangedV1 { .. } => ("tenant", None, None, None),
+        Event::CommandRejectedV1 { command, .. } => (domain_of_command(command), None, None, None),
+        Event::CommandRejectedV2 { command, subject: s, .. } => {
+            (domain_of_command(command), s.principal_id.clone(), s.token_id.clone(), s.parent_token_id.clone())
+        }
+        Event::PrincipalCreatedV1 { spec, .. } => ("principal", Some(spec.principal_id.clone()), None, None),
+        Event::PrincipalRevokedV1 { principal_id, .. } | Event::ScopeRevokedV1 { principal_id, .. } => {
+            ("principal", Some(principal_id.clone()), None, None)
+        }
+        Event::TokenIssuedV1 { token, .. } => {
+            ("token", Some(token.principal_id.clone()), Some(token.jti.clone()), token.parent_jti.clone())
+        }
+        Event::TokenRevokedV1 { jti, .. } => ("token", None, Some(jti.clone()), None),
+        Event::SiteCreatedV1 { .. } => ("site", None, None, None),
+        Event::DeviceCreatedV1 { .. } => ("device", None, None, None),
+        Event::SigningKeyRegisteredV1 { .. } => ("signing_key", None, None, None),
+        Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } => ("issuer", None, None, None),
+        Event::CatalogPublishedV1 { .. } => ("catalog", None, None, None),
+        Event::EnrollmentCreatedV1 { .. }
+        | Event::ExecutorEnrolledV1 { .. }
+        | Event::ExecutorRevokedV1 { .. }
+        | Event::ExecutorCaRegisteredV1 { .. } => ("executor", None, None, None),
+        Event::RequestDecidedV1 { .. } => ("request", None, None, None),
+        Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
+            ("principal", Some(principal_id.clone()), None, None)
+        }
+        Event::RequestQuotaLeasedV1 { principal_id, .. } => ("quota", Some(principal_id.clone()), None, None),
+        Event::OperationSubmittedV1 { spec, .. } => {
+            ("operation", Some(spec.principal_id.clone()), Some(spec.authority_ref.clone()), None)
+        }
+        Event::DeviceReservedV1 { .. }
+        | Event::DeviceReleasedV1 { .. }
+        | Event::OperationDispatchedV1 { .. }
+        | Event::OperationTransitionedV1 { .. }
+        | Event::AttemptLeaseExtendedV1 { .. }
+        | Event::EvidenceReportedV1 { .. } => ("operation", None, None, None),
+        Event::OperationInputsAnsweredV1 { .. } => ("operation", None, None, None),
+        Event::OperationCancelRequestedV1 { by_principal_id, .. } => {
+            ("operation", Some(by_principal_id.clone()), None, None)
+        }
+        Event::ObservationRecordedV1 { observation, .. } => {
+            ("operation", Some(observation.observer_id.clone()), None, None)
+        }
+    }
+}
+
+fn domain_of_command(command: &str) -> &'static str {
+    const DOMAINS: &[(&str, &str)] = &[
+        ("quota", "quota"),
+        ("operation", "operation"),
+        ("attempt", "operation"),
+        ("observation", "operation"),
+        ("unknown_effect", "operation"),
+        ("expire_due", "operation"),
+        ("tenant", "tenant"),
+        ("principal", "principal"),
+        ("scope", "principal"),
+        ("token", "token"),
+        ("site", "site"),
+        ("device", "device"),
+        ("issuer", "issuer"),
+        ("catalog", "catalog"),
+        ("signing_key", "signing_key"),
+        ("enrollment", "executor"),
+        ("executor", "executor"),
+    ];
+    DOMAINS.iter().find(|(needle, _)| command.contains(needle)).map_or("ledger", |(_, d)| d)
+}
