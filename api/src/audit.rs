@@ -164,6 +164,36 @@ pub fn redact(value: &mut Value) {
     }
 }
 
+/// Records scanned per list call at most (a filtered page may come back short; the cursor
+/// still moves on).
+pub const AUDIT_SCAN_MAX: usize = 10_000;
+
+/// One page of a tenant's audit list: from `records` (in sequence order, the first after the
+/// cursor `after`), at most `limit` records matching `filter`, scanning at most
+/// [`AUDIT_SCAN_MAX`]. Returns the page and the cursor to continue from (`None` at the end).
+/// Cursors are sequences, so they stay valid while records are appended or retention drops
+/// old ones.
+pub fn page<E>(
+    records: impl Iterator<Item = Result<AuditRecordV1, E>>,
+    after: u64,
+    limit: usize,
+    filter: &AuditFilter,
+) -> Result<(Vec<AuditRecordV1>, Option<u64>), E> {
+    let mut out = Vec::new();
+    let mut last = after;
+    for (scanned, record) in records.enumerate() {
+        if out.len() >= limit || scanned >= AUDIT_SCAN_MAX {
+            return Ok((out, Some(last)));
+        }
+        let record = record?;
+        last = record.seq;
+        if filter.matches(&record) {
+            out.push(record);
+        }
+    }
+    Ok((out, None))
+}
+
 /// Filters of audit list and export; all given ones must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

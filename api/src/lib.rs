@@ -13,6 +13,7 @@ pub mod executor;
 pub mod ledger;
 pub mod operation;
 pub mod principal;
+pub mod query;
 pub mod quota;
 pub mod reason;
 pub mod rejection;

@@ -21,7 +21,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
-use writ_api::audit::{record_key, AuditFilter, AuditRecordV1};
+use writ_api::audit::{self, record_key, AuditFilter, AuditRecordV1};
 use writ_api::format;
 use writ_api::ledger::{EventEnvelope, Outcome};
 use writ_api::state::LedgerState;
@@ -77,10 +77,6 @@ struct SnapshotPayload {
     state: LedgerState,
     audit: Vec<AuditRecordV1>,
 }
-
-/// Audit records scanned per list call at most (a filtered page may come back short; the
-/// cursor still moves on).
-pub const AUDIT_SCAN_MAX: usize = 10_000;
 
 impl StateMachine {
     pub(crate) fn new(db: Arc<DB>, snapshot_dir: PathBuf) -> io::Result<Self> {
@@ -155,7 +151,7 @@ impl StateMachine {
     }
 
     /// A tenant's audit records after sequence `after`, matching `filter`: at most `limit`
-    /// records, scanning at most [`AUDIT_SCAN_MAX`]. Returns the records and the cursor to
+    /// records, scanning at most [`audit::AUDIT_SCAN_MAX`]. Returns the records and the cursor to
     /// continue from (`None` at the end). Cursors are sequences, so they stay valid while
     /// records are appended or retention drops old ones.
     pub fn audit_page(
@@ -183,22 +179,13 @@ impl StateMachine {
         let mut opts = rocksdb::ReadOptions::default();
         opts.set_iterate_upper_bound(record_key(tenant_id, next));
         let start = record_key(tenant_id, after.saturating_add(1).max(first));
-        let mut out = Vec::new();
-        let mut last = after;
-        for (scanned, item) in
-            self.inner.db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).enumerate()
-        {
-            if out.len() >= limit || scanned >= AUDIT_SCAN_MAX {
-                return Ok((out, Some(last)));
-            }
-            let (_, value) = item.map_err(io::Error::other)?;
-            let record: AuditRecordV1 = checked_decode(&value, "audit record")?;
-            last = record.seq;
-            if filter.matches(&record) {
-                out.push(record);
-            }
-        }
-        Ok((out, None))
+        let records = self.inner.db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).map(
+            |item| -> io::Result<AuditRecordV1> {
+                let (_, value) = item.map_err(io::Error::other)?;
+                checked_decode(&value, "audit record")
+            },
+        );
+        audit::page(records, after, limit, filter)
     }
 
     fn first_stored_revision(&self) -> io::Result<Option<u64>> {

@@ -1,8 +1,9 @@
 //! Shared helpers for the cross-crate tests: a harness that runs real `writ node` processes,
-//! an admin API client, and bounded polling.
+//! an admin API client, the routers on an in-memory ledger, and bounded polling.
 
 pub mod mcp;
 pub mod procs;
+pub mod routers;
 pub mod sim;
 
 use std::time::{Duration, Instant};

@@ -162,7 +162,7 @@ impl NodeHttp {
             })?;
         let resp = ok(self.watch_http.get(url).send().await).await?;
         let mut body = resp.bytes_stream();
-        let lines = async_stream_lines(move |tx| async move {
+        let lines = lines_from(move |tx| async move {
             let mut buf: Vec<u8> = Vec::new();
             while let Some(Ok(chunk)) = body.next().await {
                 buf.extend_from_slice(&chunk);
@@ -188,7 +188,7 @@ impl NodeHttp {
 
 /// Runs `produce` on its own task and exposes what it sends as a stream; dropping the stream
 /// stops the producer at its next send.
-fn async_stream_lines<F, Fut>(produce: F) -> WatchStream
+pub(crate) fn lines_from<F, Fut>(produce: F) -> WatchStream
 where
     F: FnOnce(tokio::sync::mpsc::Sender<WatchLine>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,

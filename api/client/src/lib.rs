@@ -4,16 +4,20 @@
 //!   [`HttpLedger`], its implementation over a node's client API, whose [`CallError`] says
 //!   whether a failed request may have executed.
 //! - [`verifier`]: token verification against a watch-fed replica of the ledger state.
+//! - [`memory`]: [`MemoryLedger`], the ledger in one process (no Raft, no RocksDB) for router
+//!   tests of whatever is written against [`Ledger`].
 //!
 //! The pure core (`writ-api`) stays free of IO; this crate is where IO meets it.
 
 pub mod ledger;
+pub mod memory;
 pub mod verifier;
 
 pub use ledger::{
     unavailable, CallError, HttpLedger, Ledger, NodeHttp, WatchStream, FORWARDED_HEADER, LEDGER_CALL_TIMEOUT,
     TRACE_HEADER,
 };
+pub use memory::MemoryLedger;
 pub use verifier::Verifier;
 
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it). The ledger never

@@ -1,0 +1,116 @@
+//! Queries (the ledger client API's reads) answered from a [`LedgerState`]: one place for the
+//! node and the in-memory ledger alike. Audit pages are the exception: their bodies live in the
+//! node's store (`ListAudit` is answered there).
+
+use crate::dto::{PrincipalQuotasView, Query, QueryResult, PAGE_LIMIT_MAX};
+use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
+use crate::state::{idempotency_slot, LedgerState};
+
+/// A page size within `1..=PAGE_LIMIT_MAX`.
+pub fn page_limit(limit: u32) -> Result<usize, Rejection> {
+    if limit == 0 || limit > PAGE_LIMIT_MAX {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("limit must be 1..={PAGE_LIMIT_MAX}")));
+    }
+    Ok(limit as usize)
+}
+
+/// Answers `query` from `state`.
+pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejection> {
+    match query {
+        // Audit bodies are not in the state: the node reads them from its store.
+        Query::ListAudit { .. } => Err(Rejection::new(ReasonCode::INTERNAL, "audit pages are answered from the store")),
+        Query::ListTenants { after, limit } => {
+            let (tenants, next_cursor) = state.list_tenants(after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Tenants { tenants, next_cursor })
+        }
+        Query::ListPrincipals { tenant_id, after, limit } => {
+            let (principals, next_cursor) = state.list_principals(&tenant_id, after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Principals { principals, next_cursor })
+        }
+        Query::GetPrincipal { tenant_id, principal } => state
+            .principal(&tenant_id, &principal)
+            .cloned()
+            .map(|principal| QueryResult::Principal { principal })
+            .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))),
+        Query::ListSites { tenant_id, after, limit } => {
+            let (sites, next_cursor) = state.list_sites(&tenant_id, after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Sites { sites, next_cursor })
+        }
+        Query::GetSite { tenant_id, site } => state
+            .site(&tenant_id, &site)
+            .cloned()
+            .map(|site| QueryResult::Site { site })
+            .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{site}'"))),
+        Query::ListDevices { tenant_id, site_id, after, limit } => {
+            let (devices, next_cursor) =
+                state.list_devices(&tenant_id, site_id.as_deref(), after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Devices { devices, next_cursor })
+        }
+        Query::GetDevice { tenant_id, device } => state
+            .device(&tenant_id, &device)
+            .cloned()
+            .map(|device| QueryResult::Device { device })
+            .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device}'"))),
+        Query::GetToken { tenant_id, jti } => state
+            .token(&tenant_id, &jti)
+            .cloned()
+            .map(|token| QueryResult::Token { token })
+            .ok_or_else(|| Rejection::new(ReasonCode::TOKEN_NOT_FOUND, format!("no token '{jti}'"))),
+        Query::ListIssuers { tenant_id } => Ok(QueryResult::Issuers {
+            issuers: state.issuers.values().filter(|i| i.tenant_id == tenant_id).cloned().collect(),
+        }),
+        Query::ListCatalogs { tenant_id } => Ok(QueryResult::Catalogs {
+            catalogs: state
+                .catalogs
+                .get(&tenant_id)
+                .map(|v| v.values().rev().map(|c| c.summary()).collect())
+                .unwrap_or_default(),
+        }),
+        Query::GetCatalog { tenant_id, version } => state
+            .catalog(&tenant_id, version)
+            .cloned()
+            .map(|catalog| QueryResult::Catalog { catalog })
+            .ok_or_else(|| Rejection::new(ReasonCode::CATALOG_NOT_FOUND, "no such catalog version")),
+        Query::ListExecutors { tenant_id } => Ok(QueryResult::Executors {
+            executors: state.executors.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
+        }),
+        Query::GetEnrollment { tenant_id, enrollment_id } => state
+            .enrollments
+            .get(&tenant_id)
+            .and_then(|m| m.get(&enrollment_id))
+            .cloned()
+            .map(|enrollment| QueryResult::Enrollment { enrollment })
+            .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")),
+        Query::GetOperation { tenant_id, operation_id } => state
+            .operations
+            .get(&tenant_id)
+            .and_then(|m| m.get(&operation_id))
+            .cloned()
+            .map(|op| QueryResult::Operation(Box::new(op)))
+            .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))),
+        Query::GetOperationByKey { tenant_id, principal_id, idempotency_key } => state
+            .idempotency
+            .get(&tenant_id)
+            .and_then(|m| m.get(&idempotency_slot(&principal_id, &idempotency_key)))
+            .and_then(|id| state.operations.get(&tenant_id)?.get(id))
+            .cloned()
+            .map(|op| QueryResult::Operation(Box::new(op)))
+            .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no operation under this idempotency key")),
+        Query::GetPrincipalQuotas { tenant_id, principal } => {
+            let p = state.principal(&tenant_id, &principal).ok_or_else(|| {
+                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))
+            })?;
+            let quotas = state.principal_quotas.get(&tenant_id).and_then(|m| m.get(&p.id)).cloned().unwrap_or_default();
+            Ok(QueryResult::PrincipalQuotas(PrincipalQuotasView { principal_id: p.id.clone(), quotas }))
+        }
+        Query::ListExecutorCas { tenant_id } => Ok(QueryResult::ExecutorCas {
+            cas: state.executor_cas.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
+        }),
+        Query::GetTenant { tenant } => state
+            .tenant(&tenant)
+            .cloned()
+            .map(|tenant| QueryResult::Tenant { tenant })
+            .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}'"))),
+    }
+}
