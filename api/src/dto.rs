@@ -549,3 +549,35 @@ pub struct EnrollResponse {
 pub struct ExecutorList {
     pub executors: Vec<Executor>,
 }
+
+/// `POST /v1/cluster/learners`: add (or re-add) a non-voting member and wait for its catch-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddLearnerRequest {
+    pub node_id: u64,
+    pub addr: String,
+}
+
+/// `POST /v1/cluster/membership`: the new voter set (members not listed are removed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MembershipRequest {
+    pub voters: Vec<u64>,
+}
+
+/// `POST …/operations/{id}/accept|reject`: the operator's verdict and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    #[serde(default)]
+    pub note: String,
+}
+
+/// `POST …/operations/{id}/resolve`: how the operator reconciled an unknown effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    pub outcome: crate::operation::AttemptOutcome,
+    #[serde(default)]
+    pub note: String,
+}

@@ -15,16 +15,21 @@ use crate::engine::{Outcome, Workload};
 use crate::mcp;
 
 /// The admin API of a cluster: every node serves it; requests go to the first node that
-/// answers (a killed node is skipped).
+/// answers (a killed node is skipped). Each node is spoken to through
+/// [`writ_client::AdminClient`].
 pub struct Admin {
-    http: reqwest::Client,
-    urls: Vec<String>,
-    token: String,
+    nodes: Vec<writ_client::AdminClient>,
 }
 
 impl Admin {
     pub fn new(urls: Vec<String>, token: String) -> Admin {
-        Admin { http: mcp::http_client(Duration::from_secs(60), 64), urls, token }
+        let http = mcp::http_client(Duration::from_secs(60), 64);
+        Admin {
+            nodes: urls
+                .into_iter()
+                .map(|u| writ_client::AdminClient::with_http(u, token.clone(), http.clone()))
+                .collect(),
+        }
     }
 
     /// `(status, body)` from the first node that answers without a transport error or a 5xx.
@@ -36,12 +41,9 @@ impl Admin {
     ) -> Result<(u16, Value), String> {
         let mut last = String::from("no admin URL");
         for _round in 0..3 {
-            for url in &self.urls {
-                let mut rb = self.http.request(method.clone(), format!("{url}{path}")).bearer_auth(&self.token);
-                if let Some(b) = body {
-                    rb = rb.json(b);
-                }
-                match rb.send().await {
+            for node in &self.nodes {
+                let url = node.base();
+                match node.send(method.clone(), path, body).await {
                     Ok(r) if r.status().is_server_error() => last = format!("{url}{path}: HTTP {}", r.status()),
                     Ok(r) => {
                         let status = r.status().as_u16();
@@ -85,8 +87,8 @@ impl Admin {
     pub async fn audit(&self, tenant: &str, query: &str) -> Result<Vec<writ_api::audit::AuditRecordV1>, String> {
         let path = format!("/v1/tenants/{tenant}/audit/export?{query}");
         let mut last = String::new();
-        for url in &self.urls {
-            let r = match self.http.get(format!("{url}{path}")).bearer_auth(&self.token).send().await {
+        for node in &self.nodes {
+            let r = match node.send(reqwest::Method::GET, &path, None).await {
                 Ok(r) if r.status().is_success() => r,
                 Ok(r) => {
                     last = format!("{path}: HTTP {}", r.status());

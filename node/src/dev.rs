@@ -5,6 +5,13 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use writ_api::dto::{
+    CreateDeviceRequest, CreateEnrollmentRequest, CreatePrincipalRequest, CreateSiteRequest, CreateTenantRequest,
+    IssueTokenRequest,
+};
+use writ_api::principal::{PrincipalKind, RolePreset};
+use writ_client::{AdminClient, AdminError};
+
 use crate::config::NodeConfig;
 use crate::ledger::RaftSettings;
 
@@ -50,58 +57,47 @@ const DEMO_CATALOG: &str = r#"{"actions": [
    "risk": "high", "execution": "operation", "dry_run": true, "device_class": "press.v1", "cost_units": 1}
 ]}"#;
 
-/// The admin API as `writ dev` provisions through it (the operator token).
-struct Admin {
-    http: reqwest::Client,
-    url: String,
-    token: String,
+/// Provisioning is idempotent: what already exists (409) is kept.
+fn kept<T>(created: Result<T, AdminError>) -> Result<(), String> {
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if e.status() == Some(409) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
-impl Admin {
-    fn new(url: &str, token: &str) -> Result<Admin, String> {
-        let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-        Ok(Admin { http, url: url.to_string(), token: token.to_string() })
-    }
-
-    /// POSTs `body`; the answer's JSON on success. `exists_ok`: 409 (already there) is fine too.
-    async fn post(&self, path: &str, body: serde_json::Value, exists_ok: bool) -> Result<serde_json::Value, String> {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = r.status();
-        if status.is_success() || (exists_ok && status == reqwest::StatusCode::CONFLICT) {
-            return Ok(r.json().await.unwrap_or(serde_json::Value::Null));
-        }
-        Err(format!("{path}: HTTP {status} {}", r.text().await.unwrap_or_default()))
+/// A principal of the full preset, as the demo and fixture tenants have.
+fn full_agent(name: &str) -> CreatePrincipalRequest {
+    CreatePrincipalRequest {
+        name: name.into(),
+        kind: PrincipalKind::Agent,
+        preset: Some(RolePreset::Full),
+        scopes: Vec::new(),
+        metadata: Default::default(),
     }
 }
 
 /// Provisions the demo tenant (idempotent: what exists is kept) and issues a fresh demo token
 /// for the edge's audience.
 async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -> Result<String, String> {
-    let admin = Admin::new(admin_url, operator_token)?;
-    let steps = [
-        ("/v1/tenants", serde_json::json!({"name": "demo", "display_name": "Writ demo"})),
-        ("/v1/tenants/demo/principals", serde_json::json!({"name": "demo-agent", "kind": "agent", "preset": "full"})),
-        ("/v1/tenants/demo/sites", serde_json::json!({"name": "demo-site"})),
-        (
-            "/v1/tenants/demo/devices",
-            serde_json::json!({"name": "demo-press", "site": "demo-site", "device_class": "press.v1"}),
-        ),
-    ];
-    for (path, body) in steps {
-        admin.post(path, body, true).await?;
-    }
+    let admin = AdminClient::new(admin_url, operator_token);
+    let tenant = CreateTenantRequest { name: "demo".into(), display_name: Some("Writ demo".into()) };
+    kept(admin.create_tenant(&tenant).await)?;
+    kept(admin.create_principal("demo", &full_agent("demo-agent")).await)?;
+    kept(admin.create_site("demo", &CreateSiteRequest { name: "demo-site".into(), display_name: None }).await)?;
+    let press =
+        CreateDeviceRequest { name: "demo-press".into(), site: "demo-site".into(), device_class: "press.v1".into() };
+    kept(admin.create_device("demo", &press).await)?;
     let catalog: serde_json::Value = serde_json::from_str(DEMO_CATALOG).map_err(|e| e.to_string())?;
-    admin.post("/v1/tenants/demo/catalogs", catalog, false).await?;
-    let body = serde_json::json!({"principal": "demo-agent", "audience": audience, "ttl_s": 24 * 3600});
-    let issued = admin.post("/v1/tenants/demo/tokens", body, false).await?;
-    issued["token"].as_str().map(str::to_string).ok_or_else(|| format!("demo token: {issued}"))
+    admin.publish_catalog("demo", &catalog).await.map_err(|e| format!("demo catalog: {e}"))?;
+    let token = IssueTokenRequest {
+        principal: "demo-agent".into(),
+        scopes: Vec::new(),
+        ttl_s: Some(24 * 3600),
+        audience: Some(audience.into()),
+    };
+    let issued = admin.issue_token("demo", &token).await.map_err(|e| format!("demo token: {e}"))?;
+    Ok(issued.token)
 }
 
 /// Enrolls an executor of `tenant` at `site` for `devices` (once: its directory is kept) and
@@ -115,11 +111,14 @@ async fn site_executor(
 ) -> Result<crate::executor::ExecutorConfig, String> {
     let config = dir.join("executor.toml");
     if !config.exists() {
-        let body = serde_json::json!({"site": site, "devices": devices, "ttl_s": 600});
-        let path = format!("/v1/tenants/{tenant}/executors/enrollments");
-        let created = Admin::new(admin_url, operator_token)?.post(&path, body, false).await?;
-        let token = created["token"].as_str().ok_or_else(|| format!("enrollment: {created}"))?;
-        crate::executor::enroll(edge_url, token, dir).await?;
+        let request = CreateEnrollmentRequest {
+            site: site.into(),
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+            ttl_s: Some(600),
+        };
+        let admin = AdminClient::new(admin_url, operator_token);
+        let created = admin.create_enrollment(tenant, &request).await.map_err(|e| format!("enrollment: {e}"))?;
+        crate::executor::enroll(edge_url, &created.token, dir).await?;
     }
     crate::executor::ExecutorConfig::load(&config)
 }
@@ -127,22 +126,14 @@ async fn site_executor(
 /// Provisions the conformance fixture tenant: its anonymous principal, its site and the fixture
 /// catalog (published through the admin API like any catalog).
 async fn provision_fixtures(admin_url: &str, operator_token: &str) -> Result<(), String> {
-    let admin = Admin::new(admin_url, operator_token)?;
-    let steps = [
-        (
-            "/v1/tenants".to_string(),
-            serde_json::json!({"name": FIXTURE_TENANT, "display_name": "MCP conformance fixtures"}),
-        ),
-        (
-            format!("/v1/tenants/{FIXTURE_TENANT}/principals"),
-            serde_json::json!({"name": FIXTURE_PRINCIPAL, "kind": "agent", "preset": "full"}),
-        ),
-        (format!("/v1/tenants/{FIXTURE_TENANT}/sites"), serde_json::json!({"name": FIXTURE_SITE})),
-        (format!("/v1/tenants/{FIXTURE_TENANT}/catalogs"), writ_mcp_edge::fixtures::conformance_catalog()),
-    ];
-    for (path, body) in steps {
-        admin.post(&path, body, true).await?;
-    }
+    let admin = AdminClient::new(admin_url, operator_token);
+    let tenant =
+        CreateTenantRequest { name: FIXTURE_TENANT.into(), display_name: Some("MCP conformance fixtures".into()) };
+    kept(admin.create_tenant(&tenant).await)?;
+    kept(admin.create_principal(FIXTURE_TENANT, &full_agent(FIXTURE_PRINCIPAL)).await)?;
+    let site = CreateSiteRequest { name: FIXTURE_SITE.into(), display_name: None };
+    kept(admin.create_site(FIXTURE_TENANT, &site).await)?;
+    kept(admin.publish_catalog(FIXTURE_TENANT, &writ_mcp_edge::fixtures::conformance_catalog()).await)?;
     Ok(())
 }
 

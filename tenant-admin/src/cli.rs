@@ -8,17 +8,22 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use serde_json::Value;
+use writ_api::audit::AuditFilter;
 use writ_api::catalog::CatalogVersion;
 use writ_api::device::{Device, Site};
 use writ_api::dto::{
-    AuditPage, CatalogList, DeviceList, IssuedToken, IssuerList, RevokedToken, SiteList, TokenInspection,
-};
-use writ_api::dto::{
-    ClusterStatus, CreatedEnrollment, ErrorBody, ExecutorList, PrincipalList, PrincipalQuotasView, TenantList,
+    AddLearnerRequest, ClusterStatus, CreateDeviceRequest, CreateEnrollmentRequest, CreatePrincipalRequest,
+    CreateSiteRequest, CreateTenantRequest, DecisionRequest, DelegateTokenRequest, ExecutorList, InspectTokenRequest,
+    IssueTokenRequest, IssuedToken, MembershipRequest, RemoveIssuerRequest, ResolveRequest, RevokePrincipalRequest,
+    RevokeScopeRequest, RevokedToken, SuspendTenantRequest, TenantList,
 };
 use writ_api::ledger::Tenant;
-use writ_api::principal::Principal;
-use writ_api::token::{TenantIssuer, Token};
+use writ_api::principal::{Principal, PrincipalKind, RolePreset};
+use writ_api::quota::PrincipalQuotasV2;
+use writ_api::settings::TenantSettingsPatch;
+use writ_api::token::{TenantIssuer, TenantIssuerV1, Token};
+use writ_client::admin::Page;
+use writ_client::{AdminClient, AdminError};
 
 /// Prints a line on stdout. A reader that went away (`writ admin … | head`) ends the command
 /// quietly with success, as Unix filters do, instead of panicking on the closed pipe.
@@ -156,25 +161,23 @@ pub enum OperationCmd {
     },
 }
 
-async fn operation_cmd(c: &Client, out: Output, cmd: &OperationCmd) -> Result<(), Failure> {
-    use reqwest::Method;
-    let one = |tenant: &str, op: &str| format!("/v1/tenants/{}/operations/{}", urlencode(tenant), urlencode(op));
-    let v = match cmd {
-        OperationCmd::Show { tenant, operation } => c.call(Method::GET, &one(tenant, operation), None).await?,
-        OperationCmd::Cancel { tenant, operation } => {
-            c.call(Method::POST, &format!("{}/cancel", one(tenant, operation)), Some(serde_json::json!({}))).await?
+async fn operation_cmd(c: &AdminClient, out: Output, cmd: &OperationCmd) -> Result<(), Failure> {
+    let op = match cmd {
+        OperationCmd::Show { tenant, operation } => c.operation(tenant, operation).await,
+        OperationCmd::Cancel { tenant, operation } => c.cancel_operation(tenant, operation).await,
+        OperationCmd::Accept { tenant, operation, note } => {
+            c.accept_operation(tenant, operation, &DecisionRequest { note: note.clone() }).await
         }
-        OperationCmd::Accept { tenant, operation, note } | OperationCmd::Reject { tenant, operation, note } => {
-            let verb = if matches!(cmd, OperationCmd::Accept { .. }) { "accept" } else { "reject" };
-            let body = serde_json::json!({"note": note});
-            c.call(Method::POST, &format!("{}/{verb}", one(tenant, operation)), Some(body)).await?
+        OperationCmd::Reject { tenant, operation, note } => {
+            c.reject_operation(tenant, operation, &DecisionRequest { note: note.clone() }).await
         }
         OperationCmd::Resolve { tenant, operation, outcome, note } => {
-            let body = serde_json::json!({"outcome": outcome.replace('-', "_"), "note": note});
-            c.call(Method::POST, &format!("{}/resolve", one(tenant, operation)), Some(body)).await?
+            let outcome = parsed("outcome", Value::from(outcome.replace('-', "_")))?;
+            c.resolve_operation(tenant, operation, &ResolveRequest { outcome, note: note.clone() }).await
         }
-    };
-    print_as::<writ_api::operation::Operation>(out, v, |op| {
+    }
+    .map_err(failed)?;
+    show(out, &op, |op| {
         let row = vec![
             op.spec.operation_id.clone(),
             serde_json::to_value(op.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
@@ -215,9 +218,7 @@ pub enum ExecutorCmd {
     },
 }
 
-async fn executor_cmd(c: &Client, out: Output, cmd: &ExecutorCmd) -> Result<(), Failure> {
-    use reqwest::Method;
-    let base = |tenant: &str| format!("/v1/tenants/{}/executors", urlencode(tenant));
+async fn executor_cmd(c: &AdminClient, out: Output, cmd: &ExecutorCmd) -> Result<(), Failure> {
     let print_executors = |l: &ExecutorList| {
         let rows = l
             .executors
@@ -237,9 +238,9 @@ async fn executor_cmd(c: &Client, out: Output, cmd: &ExecutorCmd) -> Result<(), 
     };
     match cmd {
         ExecutorCmd::EnrollToken { tenant, site, devices, ttl } => {
-            let body = serde_json::json!({"site": site, "devices": devices, "ttl_s": ttl});
-            let v = c.call(Method::POST, &format!("{}/enrollments", base(tenant)), Some(body)).await?;
-            print_as::<CreatedEnrollment>(out, v, |e| {
+            let request = CreateEnrollmentRequest { site: site.clone(), devices: devices.clone(), ttl_s: *ttl };
+            let created = c.create_enrollment(tenant, &request).await.map_err(failed)?;
+            show(out, &created, |e| {
                 say!(
                     "enrollment {} for site {} expires at {} ms",
                     e.enrollment.id,
@@ -249,13 +250,9 @@ async fn executor_cmd(c: &Client, out: Output, cmd: &ExecutorCmd) -> Result<(), 
                 say!("\ntoken (shown once; give it to the executor):\n{}", e.token);
             })
         }
-        ExecutorCmd::List { tenant } => {
-            let v = c.call(Method::GET, &base(tenant), None).await?;
-            print_as::<ExecutorList>(out, v, print_executors)
-        }
+        ExecutorCmd::List { tenant } => show(out, &c.list_executors(tenant).await.map_err(failed)?, print_executors),
         ExecutorCmd::Revoke { tenant, executor } => {
-            let v = c.call(Method::POST, &format!("{}/{}/revoke", base(tenant), urlencode(executor)), None).await?;
-            print_as::<ExecutorList>(out, v, print_executors)
+            show(out, &c.revoke_executor(tenant, executor).await.map_err(failed)?, print_executors)
         }
     }
 }
@@ -283,25 +280,15 @@ pub struct AuditFilterArgs {
 }
 
 impl AuditFilterArgs {
-    fn query(&self, limit: Option<u32>) -> String {
-        let mut q: Vec<String> = Vec::new();
-        let mut put = |k: &str, v: &Option<String>| {
-            if let Some(v) = v {
-                q.push(format!("{k}={}", urlencode(v)));
-            }
-        };
-        put("after", &self.after.map(|a| a.to_string()));
-        put("limit", &limit.map(|l| l.to_string()));
-        put("domain", &self.domain);
-        put("operation", &self.operation);
-        put("outcome", &self.outcome);
-        put("principal", &self.principal);
-        put("reason", &self.reason);
-        if q.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", q.join("&"))
-        }
+    fn filter(&self) -> Result<AuditFilter, Failure> {
+        Ok(AuditFilter {
+            domain: self.domain.clone(),
+            operation: self.operation.clone(),
+            outcome: self.outcome.clone(),
+            principal_id: self.principal.clone(),
+            reason_code: self.reason.as_ref().map(|r| parsed("reason", Value::from(r.as_str()))).transpose()?,
+            since_ms: None,
+        })
     }
 }
 
@@ -323,13 +310,11 @@ pub enum AuditCmd {
     },
 }
 
-async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failure> {
-    use reqwest::Method;
-    let base = |f: &AuditFilterArgs| format!("/v1/tenants/{}/audit", urlencode(&f.tenant));
+async fn audit_cmd(c: &AdminClient, out: Output, cmd: &AuditCmd) -> Result<(), Failure> {
     match cmd {
         AuditCmd::List { filter, limit } => {
-            let v = c.call(Method::GET, &format!("{}{}", base(filter), filter.query(Some(*limit))), None).await?;
-            print_as::<AuditPage>(out, v, |p| {
+            let page = c.audit(&filter.tenant, &filter.filter()?, filter.after, Some(*limit)).await.map_err(failed)?;
+            show(out, &page, |p| {
                 let rows = p
                     .records
                     .iter()
@@ -353,19 +338,8 @@ async fn audit_cmd(c: &Client, out: Output, cmd: &AuditCmd) -> Result<(), Failur
             })
         }
         AuditCmd::Export { filter, out: path } => {
-            let url = format!("{}{}/export{}", c.base.trim_end_matches('/'), base(filter), filter.query(None));
             let unavailable = |e: String| Failure { exit: EXIT_UNAVAILABLE, message: e };
-            let resp = c
-                .http
-                .get(&url)
-                .bearer_auth(&c.token)
-                .send()
-                .await
-                .map_err(|e| unavailable(format!("cannot reach {url}: {e}")))?;
-            if !resp.status().is_success() {
-                let status = resp.status();
-                return Err(rejected(status, &resp.bytes().await.unwrap_or_default()));
-            }
+            let resp = c.audit_export(&filter.tenant, &filter.filter()?, filter.after).await.map_err(failed)?;
             let mut sink: Box<dyn std::io::Write> = match path {
                 Some(p) => Box::new(std::io::BufWriter::new(
                     std::fs::File::create(p)
@@ -474,9 +448,7 @@ fn read_catalog_file(path: &std::path::Path) -> Result<Value, Failure> {
     }
 }
 
-async fn catalog_cmd(c: &Client, out: Output, cmd: &CatalogCmd) -> Result<(), Failure> {
-    use reqwest::Method;
-    let catalogs = |tenant: &str| format!("/v1/tenants/{}/catalogs", urlencode(tenant));
+async fn catalog_cmd(c: &AdminClient, out: Output, cmd: &CatalogCmd) -> Result<(), Failure> {
     let print_version = |v: &CatalogVersion| {
         print_table(
             &["VERSION", "DIGEST", "ACTIONS", "REVISION"],
@@ -507,25 +479,22 @@ async fn catalog_cmd(c: &Client, out: Output, cmd: &CatalogCmd) -> Result<(), Fa
     match cmd {
         CatalogCmd::Publish { tenant, file } => {
             let doc = read_catalog_file(file)?;
-            let v = c.call(Method::POST, &catalogs(tenant), Some(doc)).await?;
-            print_as::<CatalogVersion>(out, v, print_version)
+            show(out, &c.publish_catalog(tenant, &doc).await.map_err(failed)?, print_version)
         }
-        CatalogCmd::List { tenant } => {
-            let v = c.call(Method::GET, &catalogs(tenant), None).await?;
-            print_as::<CatalogList>(out, v, |l| {
-                let rows = l
-                    .catalogs
-                    .iter()
-                    .map(|c| {
-                        vec![c.version.to_string(), c.digest.clone(), c.actions.to_string(), c.revision.to_string()]
-                    })
-                    .collect();
-                print_table(&["VERSION", "DIGEST", "ACTIONS", "REVISION"], rows);
-            })
-        }
+        CatalogCmd::List { tenant } => show(out, &c.list_catalogs(tenant).await.map_err(failed)?, |l| {
+            let rows = l
+                .catalogs
+                .iter()
+                .map(|c| vec![c.version.to_string(), c.digest.clone(), c.actions.to_string(), c.revision.to_string()])
+                .collect();
+            print_table(&["VERSION", "DIGEST", "ACTIONS", "REVISION"], rows);
+        }),
         CatalogCmd::Show { tenant, version } => {
-            let v = c.call(Method::GET, &format!("{}/{}", catalogs(tenant), urlencode(version)), None).await?;
-            print_as::<CatalogVersion>(out, v, print_version)
+            let version = match version.as_str() {
+                "latest" => None,
+                v => Some(v.parse().map_err(|_| usage(format!("version must be a number or 'latest', not '{v}'")))?),
+            };
+            show(out, &c.catalog(tenant, version).await.map_err(failed)?, print_version)
         }
     }
 }
@@ -654,18 +623,6 @@ pub enum DeviceCmd {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
-}
-
-/// `?limit=N[&after=A][&site=S]` for list calls.
-fn list_query(limit: u32, after: &Option<String>, site: &Option<String>) -> String {
-    let mut q = format!("?limit={limit}");
-    if let Some(a) = after {
-        q.push_str(&format!("&after={}", urlencode(a)));
-    }
-    if let Some(s) = site {
-        q.push_str(&format!("&site={}", urlencode(s)));
-    }
-    q
 }
 
 #[derive(Debug, Subcommand)]
@@ -911,54 +868,31 @@ pub struct CreateArgs {
     pub display_name: Option<String>,
 }
 
-struct Client {
-    base: String,
-    token: String,
-    http: reqwest::Client,
-}
-
 /// A failed call, already mapped to an exit code and a message.
 struct Failure {
     exit: i32,
     message: String,
 }
 
-impl Client {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
-        let url = format!("{}{}", self.base.trim_end_matches('/'), path);
-        let mut rb = self.http.request(method, &url).bearer_auth(&self.token);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("cannot reach {url}: {e}") })?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: e.to_string() })?;
-        if status.is_success() {
-            if bytes.is_empty() {
-                return Ok(Value::Null);
-            }
-            return serde_json::from_slice(&bytes)
-                .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("undecodable response: {e}") });
-        }
-        Err(rejected(status, &bytes))
-    }
-}
-
-/// A non-success response as a failure: its reason code and message, and the exit code.
-fn rejected(status: reqwest::StatusCode, body: &[u8]) -> Failure {
-    let exit = match status.as_u16() {
-        401 | 403 => EXIT_AUTH,
-        500.. => EXIT_UNAVAILABLE,
+/// A failed admin call as the command's failure: its exit code (4 authentication, 3 nothing
+/// could answer, 1 a rejection) and message (the reason code first).
+fn failed(e: AdminError) -> Failure {
+    let exit = match e.status() {
+        Some(401 | 403) => EXIT_AUTH,
+        _ if e.is_unavailable() => EXIT_UNAVAILABLE,
         _ => EXIT_REJECTED,
     };
-    let message = match serde_json::from_slice::<ErrorBody>(body) {
-        Ok(e) => format!("{}: {}", e.reason, e.message),
-        Err(_) => format!("HTTP {status}"),
-    };
-    Failure { exit, message }
+    Failure { exit, message: e.to_string() }
+}
+
+/// A usage error.
+fn usage(message: impl Into<String>) -> Failure {
+    Failure { exit: EXIT_USAGE, message: message.into() }
+}
+
+/// A flag's value as the wire type `T` (e.g. a reason code or an outcome), or a usage error.
+fn parsed<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, Failure> {
+    serde_json::from_value(value.clone()).map_err(|_| usage(format!("{what}: {value} is not a valid value")))
 }
 
 /// Runs one admin command and returns the process exit code.
@@ -967,14 +901,7 @@ pub async fn run(args: AdminArgs) -> i32 {
         eprintln!("error: no admin endpoint: pass --url and --token, or set WRIT_ADMIN_URL and WRIT_ADMIN_TOKEN (e.g. `source .writ/dev/env`)");
         return EXIT_USAGE;
     };
-    let http = match reqwest::Client::builder().no_proxy().timeout(std::time::Duration::from_secs(30)).build() {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_UNAVAILABLE;
-        }
-    };
-    let client = Client { base, token, http };
+    let client = AdminClient::new(base, token);
     match execute(&client, &args).await {
         Ok(()) => 0,
         Err(f) => {
@@ -984,64 +911,61 @@ pub async fn run(args: AdminArgs) -> i32 {
     }
 }
 
-async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
-    use reqwest::Method;
+async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
     let out = args.output;
     match &args.noun {
         Noun::Cluster(cmd) => {
-            let (method, path, body) = match cmd {
-                ClusterCmd::Status => (Method::GET, "/v1/cluster/status", None),
+            let node = match cmd {
+                ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),
                 ClusterCmd::AddLearner { node_id, addr } => {
-                    (Method::POST, "/v1/cluster/learners", Some(serde_json::json!({"node_id": node_id, "addr": addr})))
+                    c.add_learner(&AddLearnerRequest { node_id: *node_id, addr: addr.clone() }).await
                 }
                 ClusterCmd::Membership { voters } => {
-                    (Method::POST, "/v1/cluster/membership", Some(serde_json::json!({"voters": voters})))
+                    c.change_membership(&MembershipRequest { voters: voters.clone() }).await
                 }
-                ClusterCmd::Snapshot => (Method::POST, "/v1/cluster/snapshot", None),
-                ClusterCmd::Purge => (Method::POST, "/v1/cluster/purge", None),
+                ClusterCmd::Snapshot => c.snapshot().await,
+                ClusterCmd::Purge => c.purge_log().await,
             };
-            let v = c.call(method.clone(), path, body).await?;
-            if matches!(cmd, ClusterCmd::Status) {
-                print_as::<ClusterStatus>(out, v, print_cluster)
-            } else {
-                print_json(&v);
-                Ok(())
-            }
+            print_json(&node.map_err(failed)?);
+            Ok(())
         }
         Noun::Principal(cmd) => {
-            let base = |tenant: &str| format!("/v1/tenants/{}/principals", urlencode(tenant));
-            let one = |tenant: &str, p: &str| format!("{}/{}", base(tenant), urlencode(p));
-            let v = match cmd {
+            let principal = match cmd {
                 PrincipalCmd::Create { tenant, name, kind, preset, scopes, metadata } => {
-                    let kind = format!("{kind:?}").to_lowercase();
-                    let preset = preset.map(|p| match p {
-                        PresetArg::ReadOnly => "readOnly",
-                        PresetArg::Full => "full",
-                        PresetArg::Delegate => "delegate",
-                    });
-                    let metadata: serde_json::Map<String, Value> =
-                        metadata.iter().map(|(k, v)| (k.clone(), Value::from(v.clone()))).collect();
-                    let body = serde_json::json!({"name": name, "kind": kind, "preset": preset, "scopes": scopes, "metadata": metadata});
-                    c.call(Method::POST, &base(tenant), Some(body)).await?
+                    let request = CreatePrincipalRequest {
+                        name: name.clone(),
+                        kind: match kind {
+                            KindArg::Human => PrincipalKind::Human,
+                            KindArg::Agent => PrincipalKind::Agent,
+                            KindArg::Device => PrincipalKind::Device,
+                            KindArg::Service => PrincipalKind::Service,
+                        },
+                        preset: preset.map(|p| match p {
+                            PresetArg::ReadOnly => RolePreset::ReadOnly,
+                            PresetArg::Full => RolePreset::Full,
+                            PresetArg::Delegate => RolePreset::Delegate,
+                        }),
+                        scopes: scopes.clone(),
+                        metadata: metadata.iter().cloned().collect(),
+                    };
+                    c.create_principal(tenant, &request).await
                 }
                 PrincipalCmd::List { tenant, after, limit } => {
-                    let path = format!("{}{}", base(tenant), list_query(*limit, after, &None));
-                    let v = c.call(Method::GET, &path, None).await?;
-                    return print_as::<PrincipalList>(out, v, |l| {
+                    let page = Page { after: after.clone(), limit: Some(*limit) };
+                    let list = c.list_principals(tenant, &page).await.map_err(failed)?;
+                    return show(out, &list, |l| {
                         print_principals(&l.principals);
                         if let Some(next) = &l.next_cursor {
                             say!("(more: --after {next})");
                         }
                     });
                 }
-                PrincipalCmd::Show { tenant, principal } => c.call(Method::GET, &one(tenant, principal), None).await?,
+                PrincipalCmd::Show { tenant, principal } => c.principal(tenant, principal).await,
                 PrincipalCmd::Revoke { tenant, principal, note } => {
-                    let body = serde_json::json!({"note": note});
-                    c.call(Method::POST, &format!("{}/revoke", one(tenant, principal)), Some(body)).await?
+                    c.revoke_principal(tenant, principal, &RevokePrincipalRequest { note: note.clone() }).await
                 }
                 PrincipalCmd::RevokeScope { tenant, principal, scope } => {
-                    let body = serde_json::json!({"scope": scope});
-                    c.call(Method::POST, &format!("{}/scopes/revoke", one(tenant, principal)), Some(body)).await?
+                    c.revoke_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
                 }
                 PrincipalCmd::Quotas {
                     tenant,
@@ -1052,18 +976,20 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                     concurrent_operations,
                     clear,
                 } => {
-                    let path = format!("{}/quotas", one(tenant, principal));
                     let given = [requests_per_minute, operations_per_minute, cost_units_per_day, concurrent_operations];
                     // A change replaces the principal's limits: the flags given are the new set.
-                    let v = if *clear || given.iter().any(|g| g.is_some()) {
-                        let body = serde_json::json!({"requests_per_minute": requests_per_minute,
-                            "operations_per_minute": operations_per_minute, "cost_units_per_day": cost_units_per_day,
-                            "concurrent_operations": concurrent_operations});
-                        c.call(Method::PUT, &path, Some(body)).await?
+                    let view = if *clear || given.iter().any(|g| g.is_some()) {
+                        let quotas = PrincipalQuotasV2 {
+                            requests_per_minute: *requests_per_minute,
+                            operations_per_minute: *operations_per_minute,
+                            cost_units_per_day: *cost_units_per_day,
+                            concurrent_operations: *concurrent_operations,
+                        };
+                        c.set_principal_quotas(tenant, principal, &quotas).await
                     } else {
-                        c.call(Method::GET, &path, None).await?
+                        c.principal_quotas(tenant, principal).await
                     };
-                    return print_as::<PrincipalQuotasView>(out, v, |q| {
+                    return show(out, &view.map_err(failed)?, |q| {
                         let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
                         let quotas = &q.quotas;
                         print_table(
@@ -1079,30 +1005,32 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
                     });
                 }
             };
-            print_as::<Principal>(out, v, |p| print_principals(std::slice::from_ref(p)))
+            show(out, &principal.map_err(failed)?, |p| print_principals(std::slice::from_ref(p)))
         }
         Noun::Site(cmd) => match cmd {
             SiteCmd::Create { tenant, name, display_name } => {
-                let body = serde_json::json!({"name": name, "display_name": display_name});
-                let v = c.call(Method::POST, &format!("/v1/tenants/{}/sites", urlencode(tenant)), Some(body)).await?;
-                print_as::<Site>(out, v, |s| print_sites(std::slice::from_ref(s)))
+                let request = CreateSiteRequest { name: name.clone(), display_name: display_name.clone() };
+                show(out, &c.create_site(tenant, &request).await.map_err(failed)?, |s| {
+                    print_sites(std::slice::from_ref(s))
+                })
             }
             SiteCmd::List { tenant, after, limit } => {
-                let path = format!("/v1/tenants/{}/sites{}", urlencode(tenant), list_query(*limit, after, &None));
-                let v = c.call(Method::GET, &path, None).await?;
-                print_as::<SiteList>(out, v, |l| print_sites(&l.sites))
+                let page = Page { after: after.clone(), limit: Some(*limit) };
+                show(out, &c.list_sites(tenant, &page).await.map_err(failed)?, |l| print_sites(&l.sites))
             }
         },
         Noun::Device(cmd) => match cmd {
             DeviceCmd::Create { tenant, site, name, class } => {
-                let body = serde_json::json!({"name": name, "site": site, "device_class": class});
-                let v = c.call(Method::POST, &format!("/v1/tenants/{}/devices", urlencode(tenant)), Some(body)).await?;
-                print_as::<Device>(out, v, |d| print_devices(std::slice::from_ref(d)))
+                let request =
+                    CreateDeviceRequest { name: name.clone(), site: site.clone(), device_class: class.clone() };
+                show(out, &c.create_device(tenant, &request).await.map_err(failed)?, |d| {
+                    print_devices(std::slice::from_ref(d))
+                })
             }
             DeviceCmd::List { tenant, site, after, limit } => {
-                let path = format!("/v1/tenants/{}/devices{}", urlencode(tenant), list_query(*limit, after, site));
-                let v = c.call(Method::GET, &path, None).await?;
-                print_as::<DeviceList>(out, v, |l| print_devices(&l.devices))
+                let page = Page { after: after.clone(), limit: Some(*limit) };
+                let list = c.list_devices(tenant, site.as_deref(), &page).await.map_err(failed)?;
+                show(out, &list, |l| print_devices(&l.devices))
             }
         },
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
@@ -1113,97 +1041,85 @@ async fn execute(c: &Client, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Operation(cmd) => operation_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
-                let body = serde_json::json!({"name": a.name, "display_name": a.display_name});
-                let v = c.call(Method::POST, "/v1/tenants", Some(body)).await?;
-                print_as::<Tenant>(out, v, |t| print_tenants(std::slice::from_ref(t)))
+                let request = CreateTenantRequest { name: a.name.clone(), display_name: a.display_name.clone() };
+                show(out, &c.create_tenant(&request).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
             }
             TenantCmd::List { after, limit } => {
-                let path = format!("/v1/tenants{}", list_query(*limit, after, &None));
-                let v = c.call(Method::GET, &path, None).await?;
-                print_as::<TenantList>(out, v, |l| {
+                let page = Page { after: after.clone(), limit: Some(*limit) };
+                show(out, &c.list_tenants(&page).await.map_err(failed)?, |l: &TenantList| {
                     print_tenants(&l.tenants);
                     if let Some(next) = &l.next_cursor {
                         say!("(more: --after {next})");
                     }
                 })
             }
-            TenantCmd::Show { tenant } => {
-                let v = c.call(Method::GET, &format!("/v1/tenants/{}", urlencode(tenant)), None).await?;
-                print_as::<Tenant>(out, v, print_settings)
-            }
+            TenantCmd::Show { tenant } => show(out, &c.tenant(tenant).await.map_err(failed)?, print_settings),
             TenantCmd::Suspend { tenant, note } => {
-                let body = serde_json::json!({"note": note});
-                let v = c.call(Method::POST, &format!("/v1/tenants/{}/suspend", urlencode(tenant)), Some(body)).await?;
-                print_as::<Tenant>(out, v, |t| print_tenants(std::slice::from_ref(t)))
+                let suspended = c.suspend_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
+                show(out, &suspended.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
             }
             TenantCmd::Set(a) => {
-                let path = format!("/v1/tenants/{}/settings", urlencode(&a.tenant));
-                let v = c.call(Method::PATCH, &path, Some(a.patch())).await?;
-                print_as::<Tenant>(out, v, print_settings)
+                let patch: TenantSettingsPatch = parsed("settings", a.patch())?;
+                show(out, &c.set_tenant_settings(&a.tenant, &patch).await.map_err(failed)?, print_settings)
             }
             TenantCmd::Resume { tenant } => {
-                let v = c.call(Method::POST, &format!("/v1/tenants/{}/resume", urlencode(tenant)), None).await?;
-                print_as::<Tenant>(out, v, |t| print_tenants(std::slice::from_ref(t)))
+                show(out, &c.resume_tenant(tenant).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
             }
         },
     }
 }
 
-async fn token_cmd(c: &Client, out: Output, cmd: &TokenCmd) -> Result<(), Failure> {
-    use reqwest::Method;
-    let tokens = |tenant: &str| format!("/v1/tenants/{}/tokens", urlencode(tenant));
+async fn token_cmd(c: &AdminClient, out: Output, cmd: &TokenCmd) -> Result<(), Failure> {
     match cmd {
         TokenCmd::Issue { tenant, principal, scopes, ttl, audience } => {
-            let body =
-                serde_json::json!({"principal": principal, "scopes": scopes, "ttl_s": ttl, "audience": audience});
-            let v = c.call(Method::POST, &tokens(tenant), Some(body)).await?;
-            print_as::<IssuedToken>(out, v, print_issued)
+            let request = IssueTokenRequest {
+                principal: principal.clone(),
+                scopes: scopes.clone(),
+                ttl_s: *ttl,
+                audience: audience.clone(),
+            };
+            show(out, &c.issue_token(tenant, &request).await.map_err(failed)?, print_issued)
         }
         TokenCmd::Delegate { tenant, parent, principal, scopes, ttl, audience } => {
-            let body =
-                serde_json::json!({"principal": principal, "scopes": scopes, "ttl_s": ttl, "audience": audience});
-            let path = format!("{}/{}/delegate", tokens(tenant), urlencode(parent));
-            let v = c.call(Method::POST, &path, Some(body)).await?;
-            print_as::<IssuedToken>(out, v, print_issued)
+            let request = DelegateTokenRequest {
+                principal: principal.clone(),
+                scopes: scopes.clone(),
+                ttl_s: *ttl,
+                audience: audience.clone(),
+            };
+            show(out, &c.delegate_token(tenant, parent, &request).await.map_err(failed)?, print_issued)
         }
         TokenCmd::Revoke { tenant, jti } => {
-            let path = format!("{}/{}/revoke", tokens(tenant), urlencode(jti));
-            let v = c.call(Method::POST, &path, None).await?;
-            print_as::<RevokedToken>(out, v, |r| {
+            show(out, &c.revoke_token(tenant, jti).await.map_err(failed)?, |r: &RevokedToken| {
                 say!("revoked {}", r.jti);
                 for j in &r.cascade {
                     say!("revoked {j} (delegated from it)");
                 }
             })
         }
-        TokenCmd::Show { tenant, jti } => {
-            let v = c.call(Method::GET, &format!("{}/{}", tokens(tenant), urlencode(jti)), None).await?;
-            print_as::<Token>(out, v, |t| {
-                let r = &t.record;
-                let state = match (&t.revoked_at_ms, &t.revoked_via) {
-                    (Some(_), Some(via)) if *via != r.jti => format!("revoked (via {via})"),
-                    (Some(_), _) => "revoked".to_string(),
-                    (None, _) => "active".to_string(),
-                };
-                let rows = vec![vec![
-                    r.jti.clone(),
-                    r.principal_id.clone(),
-                    state,
-                    r.depth.to_string(),
-                    r.parent_jti.clone().unwrap_or_default(),
-                    r.expires_at_ms.to_string(),
-                    r.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
-                ]];
-                print_table(&["JTI", "PRINCIPAL", "STATE", "DEPTH", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
-            })
-        }
+        TokenCmd::Show { tenant, jti } => show(out, &c.token(tenant, jti).await.map_err(failed)?, |t: &Token| {
+            let r = &t.record;
+            let state = match (&t.revoked_at_ms, &t.revoked_via) {
+                (Some(_), Some(via)) if *via != r.jti => format!("revoked (via {via})"),
+                (Some(_), _) => "revoked".to_string(),
+                (None, _) => "active".to_string(),
+            };
+            let rows = vec![vec![
+                r.jti.clone(),
+                r.principal_id.clone(),
+                state,
+                r.depth.to_string(),
+                r.parent_jti.clone().unwrap_or_default(),
+                r.expires_at_ms.to_string(),
+                r.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
+            ]];
+            print_table(&["JTI", "PRINCIPAL", "STATE", "DEPTH", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
+        }),
         TokenCmd::Inspect { bearer, audience } => {
-            let body = serde_json::json!({"token": bearer, "audience": audience});
-            let v = c.call(Method::POST, "/v1/tokens/inspect", Some(body)).await?;
-            let verdict: TokenInspection = serde_json::from_value(v.clone())
-                .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("unexpected response: {e}") })?;
+            let request = InspectTokenRequest { token: bearer.clone(), audience: audience.clone() };
+            let verdict = c.inspect_token(&request).await.map_err(failed)?;
             match out {
-                Output::Json => print_json(&v),
+                Output::Json => print_json(&verdict),
                 Output::Table => match &verdict.authority {
                     Some(a) => {
                         let rows = vec![
@@ -1233,9 +1149,7 @@ async fn token_cmd(c: &Client, out: Output, cmd: &TokenCmd) -> Result<(), Failur
     }
 }
 
-async fn issuer_cmd(c: &Client, out: Output, cmd: &IssuerCmd) -> Result<(), Failure> {
-    use reqwest::Method;
-    let issuers = |tenant: &str| format!("/v1/tenants/{}/issuers", urlencode(tenant));
+async fn issuer_cmd(c: &AdminClient, out: Output, cmd: &IssuerCmd) -> Result<(), Failure> {
     let print_issuers = |list: &[TenantIssuer]| {
         let rows =
             list.iter().map(|i| vec![i.spec.issuer.clone(), i.spec.audience.clone(), i.revision.to_string()]).collect();
@@ -1247,17 +1161,15 @@ async fn issuer_cmd(c: &Client, out: Output, cmd: &IssuerCmd) -> Result<(), Fail
                 exit: EXIT_USAGE,
                 message: format!("cannot read {}: {e}", jwks_file.display()),
             })?;
-            let body = serde_json::json!({"issuer": issuer, "audience": audience, "jwks": jwks});
-            let v = c.call(Method::PUT, &issuers(tenant), Some(body)).await?;
-            print_as::<TenantIssuer>(out, v, |i| print_issuers(std::slice::from_ref(i)))
+            let spec = TenantIssuerV1 { issuer: issuer.clone(), audience: audience.clone(), jwks };
+            let set = c.set_issuer(tenant, &spec).await.map_err(failed)?;
+            show(out, &set, |i| print_issuers(std::slice::from_ref(i)))
         }
         IssuerCmd::List { tenant } => {
-            let v = c.call(Method::GET, &issuers(tenant), None).await?;
-            print_as::<IssuerList>(out, v, |l| print_issuers(&l.issuers))
+            show(out, &c.list_issuers(tenant).await.map_err(failed)?, |l| print_issuers(&l.issuers))
         }
         IssuerCmd::Remove { tenant, issuer } => {
-            let body = serde_json::json!({"issuer": issuer});
-            c.call(Method::POST, &format!("{}/remove", issuers(tenant)), Some(body)).await?;
+            c.remove_issuer(tenant, &RemoveIssuerRequest { issuer: issuer.clone() }).await.map_err(failed)?;
             say!("removed issuer {issuer}");
             Ok(())
         }
@@ -1276,15 +1188,6 @@ fn print_issued(t: &IssuedToken) {
     say!("\ntoken (shown once):\n{}", t.token);
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn print_json<T: Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
         Ok(s) => say!("{s}"),
@@ -1292,14 +1195,11 @@ fn print_json<T: Serialize>(v: &T) {
     }
 }
 
-fn print_as<T: serde::de::DeserializeOwned>(out: Output, v: Value, table: impl Fn(&T)) -> Result<(), Failure> {
+/// Prints `v` as JSON or, as a table, with `table`.
+fn show<T: Serialize>(out: Output, v: &T, table: impl Fn(&T)) -> Result<(), Failure> {
     match out {
-        Output::Json => print_json(&v),
-        Output::Table => {
-            let typed: T = serde_json::from_value(v)
-                .map_err(|e| Failure { exit: EXIT_UNAVAILABLE, message: format!("unexpected response: {e}") })?;
-            table(&typed);
-        }
+        Output::Json => print_json(v),
+        Output::Table => table(v),
     }
     Ok(())
 }

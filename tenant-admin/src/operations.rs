@@ -6,10 +6,9 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
-use writ_api::dto::{Query as LedgerQuery, QueryResult};
+use writ_api::dto::{DecisionRequest, Query as LedgerQuery, QueryResult, ResolveRequest};
 use writ_api::ledger::Command;
-use writ_api::operation::{AttemptOutcome, Operation, Verdict};
+use writ_api::operation::{Operation, Verdict};
 
 use crate::error::{ApiError, ValidJson};
 use crate::service::{find_tenant, query, submit, unexpected, AdminState, Shared};
@@ -24,23 +23,6 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/v1/tenants/{tenant}/operations/{operation}/accept", post(accept))
         .route("/v1/tenants/{tenant}/operations/{operation}/reject", post(reject))
         .route("/v1/tenants/{tenant}/operations/{operation}/resolve", post(resolve))
-}
-
-/// `note` for accept / reject.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DecisionRequest {
-    #[serde(default)]
-    pub note: String,
-}
-
-/// How the operator reconciled an unknown effect.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResolveRequest {
-    pub outcome: AttemptOutcome,
-    #[serde(default)]
-    pub note: String,
 }
 
 async fn find(st: &AdminState, tenant_id: String, operation_id: String) -> Result<Operation, ApiError> {

@@ -164,16 +164,9 @@ async fn cluster_status(State(st): State<Shared>) -> Result<Json<ClusterStatus>,
     Ok(Json(st.ledger.cluster_status().await?))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AddLearnerBody {
-    node_id: u64,
-    addr: String,
-}
-
 async fn add_learner(
     State(st): State<Shared>,
-    ValidJson(b): ValidJson<AddLearnerBody>,
+    ValidJson(b): ValidJson<writ_api::dto::AddLearnerRequest>,
 ) -> Result<Json<NodeStatus>, ApiError> {
     if b.node_id == 0 || !(b.addr.starts_with("http://") || b.addr.starts_with("https://")) {
         return Err(ApiError::new(ReasonCode::INPUT_INVALID, "node_id must be > 0 and addr an http(s) URL"));
@@ -181,15 +174,9 @@ async fn add_learner(
     Ok(Json(st.ledger.cluster_change(ClusterChange::AddLearner { node_id: b.node_id, addr: b.addr }).await?))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MembershipBody {
-    voters: Vec<u64>,
-}
-
 async fn change_membership(
     State(st): State<Shared>,
-    ValidJson(b): ValidJson<MembershipBody>,
+    ValidJson(b): ValidJson<writ_api::dto::MembershipRequest>,
 ) -> Result<Json<NodeStatus>, ApiError> {
     Ok(Json(st.ledger.cluster_change(ClusterChange::ChangeMembership { voters: b.voters }).await?))
 }

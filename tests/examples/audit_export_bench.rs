@@ -17,31 +17,22 @@ async fn main() {
     let (url, token) = (args[1].clone(), args[2].clone());
     let count: usize = args[3].parse().expect("COUNT");
     let concurrency: usize = args[4].parse().expect("CONCURRENCY");
-    let http = reqwest::Client::builder().no_proxy().build().expect("client");
+    let admin = writ_client::AdminClient::new(url.clone(), token.clone());
     let name = format!("audit-bench-{}", std::process::id());
-    let t: serde_json::Value = http
-        .post(format!("{url}/v1/tenants"))
-        .bearer_auth(&token)
-        .json(&serde_json::json!({"name": name}))
-        .send()
-        .await
-        .expect("create tenant")
-        .json()
-        .await
-        .expect("tenant");
-    let tenant = t["id"].as_str().expect("tenant id").to_string();
-    let settings = serde_json::json!({"audit_max_events": count as u64 + 100});
-    let r = http.patch(format!("{url}/v1/tenants/{tenant}/settings")).bearer_auth(&token).json(&settings).send().await;
-    assert!(r.expect("settings").status().is_success());
+    let request = writ_api::dto::CreateTenantRequest { name, display_name: None };
+    let tenant = admin.create_tenant(&request).await.expect("create tenant").id;
+    let settings: writ_api::settings::TenantSettingsPatch =
+        serde_json::from_value(serde_json::json!({"audit_max_events": count as u64 + 100})).expect("patch");
+    admin.set_tenant_settings(&tenant, &settings).await.expect("settings");
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (http, url, token, tenant, next) = (http.clone(), url.clone(), token.clone(), tenant.clone(), next.clone());
+        let (admin, tenant, next) = (admin.clone(), tenant.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < count {
                 // Suspend of an already suspended tenant is rejected — and audited.
-                let _ = http.post(format!("{url}/v1/tenants/{tenant}/suspend")).bearer_auth(&token).send().await;
+                let _ = admin.suspend_tenant(&tenant, &Default::default()).await;
             }
         }));
     }
@@ -55,8 +46,7 @@ async fn main() {
         count as f64 / fill.as_secs_f64()
     );
     let started = Instant::now();
-    let mut resp =
-        http.get(format!("{url}/v1/tenants/{tenant}/audit/export")).bearer_auth(&token).send().await.expect("export");
+    let mut resp = admin.audit_export(&tenant, &Default::default(), None).await.expect("export");
     let (mut lines, mut bytes) = (0usize, 0usize);
     while let Some(chunk) = resp.chunk().await.expect("chunk") {
         bytes += chunk.len();

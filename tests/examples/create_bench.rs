@@ -17,11 +17,12 @@ async fn main() {
     let concurrency: usize = args[4].parse().expect("CONCURRENCY");
     let run = format!("b{}", std::process::id());
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let http = reqwest::Client::builder().no_proxy().build().expect("client");
+    let clients: Vec<writ_client::AdminClient> =
+        urls.iter().map(|u| writ_client::AdminClient::new(u.clone(), token.clone())).collect();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let (http, urls, token, next, run) = (http.clone(), urls.clone(), token.clone(), next.clone(), run.clone());
+        let (clients, next, run) = (clients.clone(), next.clone(), run.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             loop {
@@ -29,16 +30,10 @@ async fn main() {
                 if i >= count {
                     return lat;
                 }
-                let url = &urls[(w + i) % urls.len()];
+                let client = &clients[(w + i) % clients.len()];
                 let t = Instant::now();
-                let r = http
-                    .post(format!("{url}/v1/tenants"))
-                    .bearer_auth(&token)
-                    .json(&serde_json::json!({"name": format!("{run}-{i}")}))
-                    .send()
-                    .await
-                    .expect("send");
-                assert_eq!(r.status().as_u16(), 201, "create failed: {:?}", r.text().await);
+                let request = writ_api::dto::CreateTenantRequest { name: format!("{run}-{i}"), display_name: None };
+                client.create_tenant(&request).await.expect("create");
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
             }
         }));

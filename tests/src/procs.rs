@@ -335,7 +335,8 @@ impl Drop for Cluster {
     }
 }
 
-/// A small admin/client API client for tests.
+/// The tests' admin client: [`writ_client::AdminClient`] for any node, plus raw requests (with
+/// untyped bodies, as tests of bad input need) through the same client.
 #[derive(Clone)]
 pub struct Admin {
     http: reqwest::Client,
@@ -348,6 +349,13 @@ impl Default for Admin {
     }
 }
 
+/// `scheme://host:port` and the rest of a URL.
+fn split_url(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let at = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+    url.split_at(at)
+}
+
 impl Admin {
     pub fn new() -> Admin {
         Admin {
@@ -356,13 +364,15 @@ impl Admin {
         }
     }
 
+    /// The typed client of the admin API at `base`.
+    pub fn client(&self, base: &str) -> writ_client::AdminClient {
+        writ_client::AdminClient::with_http(base, self.token.clone(), self.http.clone())
+    }
+
     /// Sends a request and returns (status, JSON body or Null).
     pub async fn send(&self, method: reqwest::Method, url: &str, body: Option<Value>) -> Result<(u16, Value), String> {
-        let mut rb = self.http.request(method, url).bearer_auth(&self.token);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let resp = rb.send().await.map_err(|e| e.to_string())?;
+        let (base, path) = split_url(url);
+        let resp = self.client(base).send(method, path, body.as_ref()).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
         Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
@@ -388,28 +398,24 @@ impl Admin {
 
     /// Creates a tenant; Ok(true) when acknowledged, Ok(false) when it already existed.
     pub async fn create_tenant(&self, base: &str, name: &str) -> Result<bool, String> {
-        match self.post(base, "/v1/tenants", json!({"name": name})).await? {
-            (201, _) => Ok(true),
-            (409, v) if v["reason"] == "TENANT_ALREADY_EXISTS" => Ok(false),
-            (s, v) => Err(format!("HTTP {s}: {v}")),
+        let request = writ_api::dto::CreateTenantRequest { name: name.into(), display_name: None };
+        match self.client(base).create_tenant(&request).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.reason() == writ_api::ReasonCode::TENANT_ALREADY_EXISTS => Ok(false),
+            Err(e) => Err(e.to_string()),
         }
     }
 
     /// Every tenant name, through linearizable paged reads.
     pub async fn all_tenant_names(&self, base: &str) -> Result<Vec<String>, String> {
+        let client = self.client(base);
         let mut names = Vec::new();
-        let mut after: Option<String> = None;
+        let mut page = writ_client::admin::Page { after: None, limit: Some(writ_api::dto::PAGE_LIMIT_MAX) };
         loop {
-            let path = match &after {
-                Some(a) => format!("/v1/tenants?limit=1000&after={a}"),
-                None => "/v1/tenants?limit=1000".to_string(),
-            };
-            let page = self.get(base, &path).await?;
-            for t in page["tenants"].as_array().cloned().unwrap_or_default() {
-                names.push(t["name"].as_str().unwrap_or_default().to_string());
-            }
-            match page["next_cursor"].as_str() {
-                Some(c) => after = Some(c.to_string()),
+            let list = client.list_tenants(&page).await.map_err(|e| e.to_string())?;
+            names.extend(list.tenants.into_iter().map(|t| t.name));
+            match list.next_cursor {
+                Some(next) => page.after = Some(next),
                 None => return Ok(names),
             }
         }
@@ -623,16 +629,14 @@ impl ExecutorProc {
         dir: &Path,
         handler: &str,
     ) -> ExecutorProc {
-        let mut admin = Admin::new();
-        admin.token = operator_token.to_string();
-        let created = admin
-            .post_ok(
-                admin_url,
-                &format!("/v1/tenants/{tenant}/executors/enrollments"),
-                json!({"site": site, "devices": devices}),
-            )
-            .await;
-        let token = created["token"].as_str().expect("enrollment token");
+        let request = writ_api::dto::CreateEnrollmentRequest {
+            site: site.into(),
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+            ttl_s: None,
+        };
+        let admin = writ_client::AdminClient::new(admin_url, operator_token);
+        let created = admin.create_enrollment(tenant, &request).await.expect("enrollment");
+        let token = created.token.as_str();
         let out = Command::new(writ_bin())
             .args(["executor", "enroll", "--edge", edge_url, "--token", token, "--out"])
             .arg(dir)

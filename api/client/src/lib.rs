@@ -4,15 +4,18 @@
 //!   [`HttpLedger`], its implementation over a node's client API, whose [`CallError`] says
 //!   whether a failed request may have executed.
 //! - [`verifier`]: token verification against a watch-fed replica of the ledger state.
+//! - [`admin`]: [`AdminClient`], the one typed client of the admin API.
 //! - [`memory`]: [`MemoryLedger`], the ledger in one process (no Raft, no RocksDB) for router
 //!   tests of whatever is written against [`Ledger`].
 //!
 //! The pure core (`writ-api`) stays free of IO; this crate is where IO meets it.
 
+pub mod admin;
 pub mod ledger;
 pub mod memory;
 pub mod verifier;
 
+pub use admin::{AdminClient, AdminError};
 pub use ledger::{
     unavailable, CallError, HttpLedger, Ledger, NodeHttp, WatchStream, FORWARDED_HEADER, LEDGER_CALL_TIMEOUT,
     TRACE_HEADER,
