@@ -243,24 +243,65 @@ pub enum Command {
     },
 }
 
+/// The domain whose rules decide a command (`crate::decide` dispatches on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    Tenant,
+    Principal,
+    Token,
+    Site,
+    Catalog,
+    Executor,
+    Audit,
+    Quota,
+    Operation,
+}
+
 impl Command {
+    /// The domain of this command: an exhaustive match, so a new command forces a decision
+    /// about where its rules live.
+    pub fn domain(&self) -> Domain {
+        match self {
+            Command::CreateTenant { .. }
+            | Command::SuspendTenant { .. }
+            | Command::ResumeTenant { .. }
+            | Command::SetTenantSettings { .. } => Domain::Tenant,
+            Command::CreatePrincipal { .. } | Command::RevokePrincipal { .. } | Command::RevokeScope { .. } => {
+                Domain::Principal
+            }
+            Command::IssueToken { .. }
+            | Command::RevokeToken { .. }
+            | Command::RegisterSigningKey { .. }
+            | Command::SetTenantIssuer { .. }
+            | Command::RemoveTenantIssuer { .. } => Domain::Token,
+            Command::CreateSite { .. } | Command::CreateDevice { .. } => Domain::Site,
+            Command::PublishCatalog { .. } => Domain::Catalog,
+            Command::CreateEnrollment { .. }
+            | Command::CompleteEnrollment { .. }
+            | Command::RevokeExecutor { .. }
+            | Command::RegisterExecutorCa { .. } => Domain::Executor,
+            Command::RecordDecisions { .. } => Domain::Audit,
+            Command::SetPrincipalQuotas { .. }
+            | Command::SetPrincipalQuotasV2 { .. }
+            | Command::LeaseRequestQuota { .. } => Domain::Quota,
+            Command::SubmitOperation { .. }
+            | Command::DispatchOperation { .. }
+            | Command::StartAttempt { .. }
+            | Command::RenewAttemptLease { .. }
+            | Command::ReportAttempt { .. }
+            | Command::RecordObservation { .. }
+            | Command::DecideOperation { .. }
+            | Command::ResolveUnknownEffect { .. }
+            | Command::CancelOperation { .. }
+            | Command::ExpireDue { .. }
+            | Command::RefuseDispatch { .. }
+            | Command::AnswerInputs { .. } => Domain::Operation,
+        }
+    }
+
     /// Operation commands first apply their tenant's due transitions (see `operation::due`).
     pub fn is_operation(&self) -> bool {
-        matches!(
-            self,
-            Command::SubmitOperation { .. }
-                | Command::DispatchOperation { .. }
-                | Command::StartAttempt { .. }
-                | Command::RenewAttemptLease { .. }
-                | Command::ReportAttempt { .. }
-                | Command::RecordObservation { .. }
-                | Command::DecideOperation { .. }
-                | Command::ResolveUnknownEffect { .. }
-                | Command::CancelOperation { .. }
-                | Command::ExpireDue { .. }
-                | Command::RefuseDispatch { .. }
-                | Command::AnswerInputs { .. }
-        )
+        self.domain() == Domain::Operation
     }
 }
 

@@ -107,7 +107,8 @@ fn main() -> ExitCode {
                                 // Fatal path (SPEC L7): never serve or apply past corruption.
                                 tracing::error!(%cause, "node stops");
                                 eprintln!("fatal: node {}: {cause}", cfg.node_id);
-                                ExitCode::from(writ_node::EXIT_FATAL)
+                                // At once: no orderly teardown of a store found corrupt.
+                                std::process::exit(i32::from(writ_node::EXIT_FATAL))
                             }
                         }
                     }

@@ -97,14 +97,23 @@ impl Verifier {
                 self.wait_for(rev, CATCH_UP_WAIT).await;
             }
         }
-        auth::verify(&self.inner.read_state(), bearer, &self.inner.audience, now_ms)
+        let state = self.inner.read_state();
+        // Checked again under the lock: the feed marks a broken replica before releasing it.
+        if !self.is_current() {
+            return Err(unavailable("token state is not current: the ledger feed stopped; retry shortly"));
+        }
+        auth::verify(&state, bearer, &self.inner.audience, now_ms)
     }
 
     /// The authority of an anonymous loopback request (see [`auth::anonymous`]), from a current
     /// replica.
     pub async fn anonymous(&self, tenant: &str, principal: &str) -> Result<Authority, Rejection> {
         self.current().await?;
-        auth::anonymous(&self.inner.read_state(), tenant, principal)
+        let state = self.inner.read_state();
+        if !self.is_current() {
+            return Err(unavailable("token state is not current: the ledger feed stopped; retry shortly"));
+        }
+        auth::anonymous(&state, tenant, principal)
     }
 
     /// Waits briefly for the replica to be current (starting, or the feed reconnecting), then
@@ -204,9 +213,10 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                     return Err(unavailable(format!("watch skipped from {} to {}", state.revision, e.revision)));
                 }
                 if let Err(corrupt) = state.fold_event(&e) {
-                    // The replica is partly folded: refuse everything until a fresh snapshot.
-                    drop(state);
+                    // The replica is partly folded: refuse everything until a fresh snapshot
+                    // (marked before the lock is released, so no reader decides on it).
                     *inner.contact_slot() = None;
+                    drop(state);
                     tracing::error!(error = %corrupt, "the ledger feed carried an event this replica cannot fold; failing closed and reloading");
                     return Err(unavailable(format!("the ledger replica stopped: {corrupt}")));
                 }

@@ -1,7 +1,7 @@
 //! `decide`: what a command does to the state at ledger time `now`, without changing it —
 //! events to append, or a [`Rejection`] (which becomes a rejection event; a business-rule
-//! failure never panics). One function per domain; the dispatcher below is an exhaustive match,
-//! so a new command forces a decision about where its rules live.
+//! failure never panics). One function per domain, chosen by `Command::domain` (an exhaustive
+//! match, so a new command forces a decision about where its rules live).
 //!
 //! Also `LedgerState::execute`, which runs one log entry: advance ledger time, append the
 //! transitions that time made due, decide, and fold the events (`state.rs`).
@@ -20,7 +20,9 @@ mod token;
 mod tests;
 
 use crate::audit::AuditRecordV1;
-use crate::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM};
+use crate::ledger::{
+    Command, Domain, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM,
+};
 use crate::principal::{Principal, PrincipalState};
 use crate::reason::ReasonCode;
 use crate::rejection::Rejection;
@@ -43,41 +45,16 @@ mod prelude {
 
 /// Decides what `cmd` does to `state` at ledger time `now`.
 pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
-    match cmd {
-        Command::CreateTenant { .. }
-        | Command::SuspendTenant { .. }
-        | Command::ResumeTenant { .. }
-        | Command::SetTenantSettings { .. } => tenant::decide(state, cmd, now),
-        Command::CreatePrincipal { .. } | Command::RevokePrincipal { .. } | Command::RevokeScope { .. } => {
-            principal::decide(state, cmd, now)
-        }
-        Command::IssueToken { .. }
-        | Command::RevokeToken { .. }
-        | Command::RegisterSigningKey { .. }
-        | Command::SetTenantIssuer { .. }
-        | Command::RemoveTenantIssuer { .. } => token::decide(state, cmd, now),
-        Command::CreateSite { .. } | Command::CreateDevice { .. } => site::decide(state, cmd, now),
-        Command::PublishCatalog { .. } => catalog::decide(state, cmd, now),
-        Command::CreateEnrollment { .. }
-        | Command::CompleteEnrollment { .. }
-        | Command::RevokeExecutor { .. }
-        | Command::RegisterExecutorCa { .. } => executor::decide(state, cmd, now),
-        Command::RecordDecisions { .. } => audit::decide(state, cmd, now),
-        Command::SetPrincipalQuotas { .. }
-        | Command::SetPrincipalQuotasV2 { .. }
-        | Command::LeaseRequestQuota { .. } => quota::decide(state, cmd, now),
-        Command::SubmitOperation { .. }
-        | Command::DispatchOperation { .. }
-        | Command::StartAttempt { .. }
-        | Command::RenewAttemptLease { .. }
-        | Command::ReportAttempt { .. }
-        | Command::RecordObservation { .. }
-        | Command::DecideOperation { .. }
-        | Command::ResolveUnknownEffect { .. }
-        | Command::CancelOperation { .. }
-        | Command::ExpireDue { .. }
-        | Command::RefuseDispatch { .. }
-        | Command::AnswerInputs { .. } => operation::decide(state, cmd, now),
+    match cmd.domain() {
+        Domain::Tenant => tenant::decide(state, cmd, now),
+        Domain::Principal => principal::decide(state, cmd, now),
+        Domain::Token => token::decide(state, cmd, now),
+        Domain::Site => site::decide(state, cmd, now),
+        Domain::Catalog => catalog::decide(state, cmd, now),
+        Domain::Executor => executor::decide(state, cmd, now),
+        Domain::Audit => audit::decide(state, cmd, now),
+        Domain::Quota => quota::decide(state, cmd, now),
+        Domain::Operation => operation::decide(state, cmd, now),
     }
 }
 
