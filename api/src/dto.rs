@@ -228,6 +228,47 @@ pub enum QueryResult {
     Operation(Box<crate::operation::Operation>),
 }
 
+/// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
+/// asks for the type it expects and a different shape is one error in one place
+/// (`writ_client::query_as`), not a fallback arm at every call.
+pub trait Answer: Sized {
+    fn from_result(result: QueryResult) -> Option<Self>;
+}
+
+macro_rules! answer {
+    ($($ty:ty: $pattern:pat => $value:expr;)*) => {$(
+        impl Answer for $ty {
+            fn from_result(result: QueryResult) -> Option<Self> {
+                match result {
+                    $pattern => Some($value),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+answer! {
+    TenantList: QueryResult::Tenants { tenants, next_cursor } => TenantList { tenants, next_cursor };
+    Tenant: QueryResult::Tenant { tenant } => tenant;
+    PrincipalList: QueryResult::Principals { principals, next_cursor } => PrincipalList { principals, next_cursor };
+    Principal: QueryResult::Principal { principal } => principal;
+    SiteList: QueryResult::Sites { sites, next_cursor } => SiteList { sites, next_cursor };
+    Site: QueryResult::Site { site } => site;
+    DeviceList: QueryResult::Devices { devices, next_cursor } => DeviceList { devices, next_cursor };
+    Device: QueryResult::Device { device } => device;
+    Token: QueryResult::Token { token } => token;
+    IssuerList: QueryResult::Issuers { issuers } => IssuerList { issuers };
+    CatalogList: QueryResult::Catalogs { catalogs } => CatalogList { catalogs };
+    CatalogVersion: QueryResult::Catalog { catalog } => catalog;
+    AuditPage: QueryResult::Audit { records, next_cursor } => AuditPage { records, next_cursor };
+    ExecutorList: QueryResult::Executors { executors } => ExecutorList { executors };
+    Enrollment: QueryResult::Enrollment { enrollment } => enrollment;
+    Vec<ExecutorCaV1>: QueryResult::ExecutorCas { cas } => cas;
+    PrincipalQuotasView: QueryResult::PrincipalQuotas(view) => view;
+    crate::operation::Operation: QueryResult::Operation(op) => *op;
+}
+
 /// A principal's own quotas (its tenant's limits apply on top).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrincipalQuotasView {

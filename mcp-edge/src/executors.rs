@@ -289,11 +289,7 @@ impl ExecutorGate {
             return Err(Rejection::new(reason, message));
         }
         let q = writ_api::dto::Query::GetOperation { tenant_id, operation_id };
-        match self.inner.ledger.query(writ_api::dto::QueryRequest { query: q, consistency: Default::default() }).await?
-        {
-            writ_api::dto::QueryResult::Operation(op) => Ok(*op),
-            _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected operation answer")),
-        }
+        writ_client::query_as(self.inner.ledger.as_ref(), q, Default::default()).await
     }
 }
 

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Map, Value};
 use writ_api::catalog::Execution;
-use writ_api::dto::{Query, QueryRequest, QueryResult, SubmitRequest};
+use writ_api::dto::{Query, SubmitRequest};
 use writ_api::ledger::{Command, Event, Outcome};
 use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::{ReasonCode, Rejection};
@@ -201,10 +201,11 @@ fn view(op: &Operation, replayed: bool) -> Value {
 }
 
 pub(crate) async fn query(c: &Call<'_>, query: Query) -> Result<Result<Operation, Rejection>, RpcError> {
-    match c.edge.ledger.query(QueryRequest { query, consistency: Default::default() }).await {
-        Ok(QueryResult::Operation(op)) => Ok(Ok(*op)),
-        Ok(_) => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected operation answer")),
-        Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE => Err(RpcError::rejected(&e)),
+    match writ_client::query_as(c.edge.ledger.as_ref(), query, Default::default()).await {
+        Ok(op) => Ok(Ok(op)),
+        Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE || e.reason == ReasonCode::INTERNAL => {
+            Err(RpcError::rejected(&e))
+        }
         Err(e) => Ok(Err(e)),
     }
 }

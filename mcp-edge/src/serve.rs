@@ -472,11 +472,10 @@ async fn read_audit(c: &Call<'_>) -> Result<Value, RpcError> {
     let after = next.checked_sub(AUDIT_RECENT + 1);
     let query =
         writ_api::dto::Query::ListAudit { tenant_id, after, limit: AUDIT_RECENT as u32, filter: Default::default() };
-    let request = writ_api::dto::QueryRequest { query, consistency: Default::default() };
-    let records = match c.edge.ledger.query(request).await.map_err(|e| RpcError::rejected(&e))? {
-        writ_api::dto::QueryResult::Audit { records, .. } => records,
-        _ => return Err(internal("unexpected audit answer")),
-    };
+    let page: writ_api::dto::AuditPage = writ_client::query_as(c.edge.ledger.as_ref(), query, Default::default())
+        .await
+        .map_err(|e| RpcError::rejected(&e))?;
+    let records = page.records;
     let text = serde_json::to_string(&records).map_err(|_| internal("audit records do not serialize"))?;
     Ok(listed(json!({"contents": [{"uri": AUDIT_URI, "mimeType": "application/json", "text": text}]}), None, 0))
 }

@@ -8,11 +8,11 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use writ_api::audit::AuditFilter;
-use writ_api::dto::{AuditPage, Query as LedgerQuery, QueryResult, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+use writ_api::dto::{AuditPage, Query as LedgerQuery, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 use writ_api::ReasonCode;
 
 use crate::error::{ApiError, ValidQuery};
-use crate::service::{find_tenant, query, unexpected, AdminState, Shared};
+use crate::service::{find_tenant, query, AdminState, Shared};
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
@@ -55,10 +55,7 @@ async fn page(
     filter: &AuditFilter,
 ) -> Result<AuditPage, ApiError> {
     let q = LedgerQuery::ListAudit { tenant_id: tenant_id.to_string(), after, limit, filter: filter.clone() };
-    match query(st, q, false).await? {
-        QueryResult::Audit { records, next_cursor } => Ok(AuditPage { records, next_cursor }),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, q, false).await?)
 }
 
 async fn list_audit(

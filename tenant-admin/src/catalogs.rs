@@ -6,12 +6,12 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use writ_api::catalog::{CatalogVersion, CATALOG_BYTES_MAX};
-use writ_api::dto::{CatalogList, Query as LedgerQuery, QueryResult};
+use writ_api::dto::{CatalogList, Query as LedgerQuery};
 use writ_api::ledger::Command;
 use writ_api::ReasonCode;
 
 use crate::error::ApiError;
-use crate::service::{find_tenant, query, submit, unexpected, AdminState, Shared};
+use crate::service::{find_tenant, query, submit, AdminState, Shared};
 
 /// Bodies up to this size reach the catalog checks (which answer CATALOG_TOO_LARGE above the
 /// ceiling); larger ones are cut off as PAYLOAD_TOO_LARGE.
@@ -27,10 +27,7 @@ pub(crate) fn routes() -> Router<Shared> {
 }
 
 async fn find_catalog(st: &AdminState, tenant_id: String, version: Option<u64>) -> Result<CatalogVersion, ApiError> {
-    match query(st, LedgerQuery::GetCatalog { tenant_id, version }, false).await? {
-        QueryResult::Catalog { catalog } => Ok(catalog),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, LedgerQuery::GetCatalog { tenant_id, version }, false).await?)
 }
 
 async fn publish_catalog(
@@ -55,10 +52,7 @@ async fn publish_catalog(
 
 async fn list_catalogs(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<CatalogList>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
-    match query(&st, LedgerQuery::ListCatalogs { tenant_id: t.id }, false).await? {
-        QueryResult::Catalogs { catalogs } => Ok(Json(CatalogList { catalogs })),
-        _ => Err(unexpected()),
-    }
+    Ok(Json(query(&st, LedgerQuery::ListCatalogs { tenant_id: t.id }, false).await?))
 }
 
 async fn show_catalog(

@@ -22,13 +22,12 @@ use sha2::{Digest, Sha256};
 use writ_api::device::{Enrollment, EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use writ_api::dto::{
     CreateEnrollmentRequest, CreatedEnrollment, EnrollRequest, EnrollResponse, ExecutorList, Query as LedgerQuery,
-    QueryResult,
 };
 use writ_api::ledger::{Command, Tenant};
 use writ_api::{ReasonCode, Rejection};
 
 use crate::error::{ApiError, ValidJson};
-use crate::service::{find_tenant, query, submit, unexpected, AdminState, Shared};
+use crate::service::{find_tenant, query, submit, AdminState, Shared};
 
 /// Default lifetime of an enrollment token.
 pub const ENROLLMENT_TTL_DEFAULT_S: u64 = 3600;
@@ -59,16 +58,13 @@ async fn create_enrollment(
     ValidJson(b): ValidJson<CreateEnrollmentRequest>,
 ) -> Result<(StatusCode, Json<CreatedEnrollment>), ApiError> {
     let t = find_tenant(&st, tenant).await?;
-    let site = match query(&st, LedgerQuery::GetSite { tenant_id: t.id.clone(), site: b.site }, false).await? {
-        QueryResult::Site { site } => site,
-        _ => return Err(unexpected()),
-    };
+    let site: writ_api::device::Site =
+        query(&st, LedgerQuery::GetSite { tenant_id: t.id.clone(), site: b.site }, false).await?;
     let mut device_ids = std::collections::BTreeSet::new();
     for d in b.devices {
-        match query(&st, LedgerQuery::GetDevice { tenant_id: t.id.clone(), device: d }, false).await? {
-            QueryResult::Device { device } => device_ids.insert(device.id),
-            _ => return Err(unexpected()),
-        };
+        let device: writ_api::device::Device =
+            query(&st, LedgerQuery::GetDevice { tenant_id: t.id.clone(), device: d }, false).await?;
+        device_ids.insert(device.id);
     }
     let enrollment_id = format!("e-{}", uuid::Uuid::new_v4().simple());
     let secret = hex::encode(rand_bytes::<32>());
@@ -97,18 +93,12 @@ fn rand_bytes<const N: usize>() -> [u8; N] {
 
 async fn find_enrollment(st: &AdminState, tenant_id: &str, enrollment_id: &str) -> Result<Enrollment, Rejection> {
     let q = LedgerQuery::GetEnrollment { tenant_id: tenant_id.into(), enrollment_id: enrollment_id.into() };
-    match query(st, q, false).await? {
-        QueryResult::Enrollment { enrollment } => Ok(enrollment),
-        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
-    }
+    query(st, q, false).await
 }
 
 async fn list_executors(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<ExecutorList>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
-    match query(&st, LedgerQuery::ListExecutors { tenant_id: t.id }, false).await? {
-        QueryResult::Executors { executors } => Ok(Json(ExecutorList { executors })),
-        _ => Err(unexpected()),
-    }
+    Ok(Json(query(&st, LedgerQuery::ListExecutors { tenant_id: t.id }, false).await?))
 }
 
 async fn revoke_executor(

@@ -6,12 +6,12 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use writ_api::dto::{DecisionRequest, Query as LedgerQuery, QueryResult, ResolveRequest};
+use writ_api::dto::{DecisionRequest, Query as LedgerQuery, ResolveRequest};
 use writ_api::ledger::Command;
 use writ_api::operation::{Operation, Verdict};
 
 use crate::error::{ApiError, ValidJson};
-use crate::service::{find_tenant, query, submit, unexpected, AdminState, Shared};
+use crate::service::{find_tenant, query, submit, AdminState, Shared};
 
 /// Who the operation history names when the operator acts.
 pub const OPERATOR: &str = "operator";
@@ -26,10 +26,7 @@ pub(crate) fn routes() -> Router<Shared> {
 }
 
 async fn find(st: &AdminState, tenant_id: String, operation_id: String) -> Result<Operation, ApiError> {
-    match query(st, LedgerQuery::GetOperation { tenant_id, operation_id }, false).await? {
-        QueryResult::Operation(op) => Ok(*op),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, LedgerQuery::GetOperation { tenant_id, operation_id }, false).await?)
 }
 
 /// Runs `command` for the operation and answers with its new state.

@@ -16,8 +16,8 @@ use writ_api::device::{Device, Site};
 use writ_api::dto::PrincipalQuotasView;
 use writ_api::dto::{
     ClusterChange, ClusterStatus, Consistency, CreatePrincipalRequest, CreateTenantRequest, NodeStatus, PrincipalList,
-    Query as LedgerQuery, QueryRequest, QueryResult, RevokePrincipalRequest, RevokeScopeRequest, SubmitRequest,
-    SuspendTenantRequest, TenantList, PAGE_LIMIT_DEFAULT,
+    Query as LedgerQuery, RevokePrincipalRequest, RevokeScopeRequest, SubmitRequest, SuspendTenantRequest, TenantList,
+    PAGE_LIMIT_DEFAULT,
 };
 use writ_api::dto::{CreateDeviceRequest, CreateSiteRequest, DeviceList, SiteList};
 use writ_api::ledger::{Command, Outcome, Tenant};
@@ -237,18 +237,11 @@ async fn list_tenants(
     ValidQuery(p): ValidQuery<ListParams>,
 ) -> Result<Json<TenantList>, ApiError> {
     let query = LedgerQuery::ListTenants { after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
-    match st.ledger.query(QueryRequest { query, consistency: consistency(p.stale) }).await? {
-        QueryResult::Tenants { tenants, next_cursor } => Ok(Json(TenantList { tenants, next_cursor })),
-        _ => Err(ApiError::new(ReasonCode::INTERNAL, "unexpected query result")),
-    }
+    Ok(Json(self::query(&st, query, p.stale).await?))
 }
 
 pub(crate) async fn find_tenant(st: &AdminState, tenant: String) -> Result<Tenant, Rejection> {
-    let q = QueryRequest { query: LedgerQuery::GetTenant { tenant }, consistency: Consistency::Linearizable };
-    match st.ledger.query(q).await? {
-        QueryResult::Tenant { tenant } => Ok(tenant),
-        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
-    }
+    query(st, LedgerQuery::GetTenant { tenant }, false).await
 }
 
 async fn show_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<Tenant>, ApiError> {
@@ -305,14 +298,7 @@ pub(crate) async fn find_principal(
     tenant_id: String,
     principal: String,
 ) -> Result<Principal, Rejection> {
-    let q = QueryRequest {
-        query: LedgerQuery::GetPrincipal { tenant_id, principal },
-        consistency: Consistency::Linearizable,
-    };
-    match st.ledger.query(q).await? {
-        QueryResult::Principal { principal } => Ok(principal),
-        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected query result")),
-    }
+    query(st, LedgerQuery::GetPrincipal { tenant_id, principal }, false).await
 }
 
 async fn create_principal(
@@ -344,10 +330,7 @@ async fn list_principals(
     let t = find_tenant(&st, tenant).await?;
     let query =
         LedgerQuery::ListPrincipals { tenant_id: t.id, after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
-    match st.ledger.query(QueryRequest { query, consistency: consistency(p.stale) }).await? {
-        QueryResult::Principals { principals, next_cursor } => Ok(Json(PrincipalList { principals, next_cursor })),
-        _ => Err(ApiError::new(ReasonCode::INTERNAL, "unexpected query result")),
-    }
+    Ok(Json(self::query(&st, query, p.stale).await?))
 }
 
 async fn show_principal(
@@ -382,10 +365,7 @@ async fn revoke_scope(
 }
 
 async fn find_quotas(st: &AdminState, tenant_id: String, principal: String) -> Result<PrincipalQuotasView, ApiError> {
-    match query(st, LedgerQuery::GetPrincipalQuotas { tenant_id, principal }, false).await? {
-        QueryResult::PrincipalQuotas(view) => Ok(view),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, LedgerQuery::GetPrincipalQuotas { tenant_id, principal }, false).await?)
 }
 
 /// `GET …/principals/{p}/quotas`: the principal's own limits (its tenant's apply on top).
@@ -410,26 +390,21 @@ async fn set_quotas(
     Ok(Json(find_quotas(&st, t.id, p.id).await?))
 }
 
-pub(crate) async fn query(st: &AdminState, query: LedgerQuery, stale: bool) -> Result<QueryResult, Rejection> {
-    st.ledger.query(QueryRequest { query, consistency: consistency(stale) }).await
-}
-
-pub(crate) fn unexpected() -> ApiError {
-    ApiError::new(ReasonCode::INTERNAL, "unexpected query result")
+/// Runs `query` (stale reads only when asked) and takes out the answer of type `T`.
+pub(crate) async fn query<T: writ_api::dto::Answer>(
+    st: &AdminState,
+    query: LedgerQuery,
+    stale: bool,
+) -> Result<T, Rejection> {
+    writ_client::query_as(st.ledger.as_ref(), query, consistency(stale)).await
 }
 
 async fn find_site(st: &AdminState, tenant_id: String, site: String) -> Result<Site, ApiError> {
-    match query(st, LedgerQuery::GetSite { tenant_id, site }, false).await? {
-        QueryResult::Site { site } => Ok(site),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, LedgerQuery::GetSite { tenant_id, site }, false).await?)
 }
 
 async fn find_device(st: &AdminState, tenant_id: String, device: String) -> Result<Device, ApiError> {
-    match query(st, LedgerQuery::GetDevice { tenant_id, device }, false).await? {
-        QueryResult::Device { device } => Ok(device),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, LedgerQuery::GetDevice { tenant_id, device }, false).await?)
 }
 
 async fn create_site(
@@ -457,10 +432,7 @@ async fn list_sites(
 ) -> Result<Json<SiteList>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
     let q = LedgerQuery::ListSites { tenant_id: t.id, after: p.after, limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT) };
-    match query(&st, q, p.stale).await? {
-        QueryResult::Sites { sites, next_cursor } => Ok(Json(SiteList { sites, next_cursor })),
-        _ => Err(unexpected()),
-    }
+    Ok(Json(query(&st, q, p.stale).await?))
 }
 
 async fn show_site(
@@ -517,10 +489,7 @@ async fn list_devices(
         after: p.after,
         limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT),
     };
-    match query(&st, q, p.stale).await? {
-        QueryResult::Devices { devices, next_cursor } => Ok(Json(DeviceList { devices, next_cursor })),
-        _ => Err(unexpected()),
-    }
+    Ok(Json(query(&st, q, p.stale).await?))
 }
 
 async fn show_device(

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use writ_api::auth::WritClaims;
 use writ_api::dto::{
     DelegateTokenRequest, InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, Query as LedgerQuery,
-    QueryResult, RemoveIssuerRequest, RevokedToken, TokenInspection,
+    RemoveIssuerRequest, RevokedToken, TokenInspection,
 };
 use writ_api::ledger::{Command, Event};
 use writ_api::token::{TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
@@ -19,7 +19,7 @@ use writ_api::{ReasonCode, Rejection};
 use writ_client::now_ms;
 
 use crate::error::{ApiError, ValidJson};
-use crate::service::{find_principal, find_tenant, optional_json, query, submit, unexpected, AdminState, Shared};
+use crate::service::{find_principal, find_tenant, optional_json, query, submit, AdminState, Shared};
 
 /// Lifetime asked for when a request names none (the tenant's bounds still apply).
 pub const TOKEN_TTL_DEFAULT_S: u64 = 3600;
@@ -111,10 +111,7 @@ async fn issue_token(
 }
 
 async fn find_token(st: &AdminState, tenant_id: String, jti: String) -> Result<Token, ApiError> {
-    match query(st, LedgerQuery::GetToken { tenant_id, jti }, false).await? {
-        QueryResult::Token { token } => Ok(token),
-        _ => Err(unexpected()),
-    }
+    Ok(query(st, LedgerQuery::GetToken { tenant_id, jti }, false).await?)
 }
 
 async fn show_token(
@@ -156,9 +153,9 @@ async fn revoke_token(
     match events.into_iter().next() {
         Some(e) => match e.event {
             Event::TokenRevokedV1 { jti, cascade, .. } => Ok(Json(RevokedToken { jti, cascade, revision: e.revision })),
-            _ => Err(unexpected()),
+            _ => Err(unexpected_events()),
         },
-        None => Err(unexpected()),
+        None => Err(unexpected_events()),
     }
 }
 
@@ -193,10 +190,7 @@ async fn inspect_token(
 
 async fn list_issuers(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<IssuerList>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
-    match query(&st, LedgerQuery::ListIssuers { tenant_id: t.id }, false).await? {
-        QueryResult::Issuers { issuers } => Ok(Json(IssuerList { issuers })),
-        _ => Err(unexpected()),
-    }
+    Ok(Json(query(&st, LedgerQuery::ListIssuers { tenant_id: t.id }, false).await?))
 }
 
 async fn set_issuer(
@@ -220,4 +214,9 @@ async fn remove_issuer(
     let t = find_tenant(&st, tenant).await?;
     submit(&st, Command::RemoveTenantIssuer { tenant_id: t.id, issuer: b.issuer }).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The ledger applied the revocation but reported other events (a bug, not bad input).
+fn unexpected_events() -> ApiError {
+    ApiError::new(ReasonCode::INTERNAL, "the ledger reported unexpected events for a revocation")
 }

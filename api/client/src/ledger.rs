@@ -47,6 +47,17 @@ pub trait Ledger: Send + Sync + 'static {
     fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<WatchStream, Rejection>>;
 }
 
+/// Runs `query` and takes out the answer of the type the caller expects; another shape is an
+/// INTERNAL rejection (the ledger answered a different query).
+pub async fn query_as<T: writ_api::dto::Answer>(
+    ledger: &dyn Ledger,
+    query: writ_api::dto::Query,
+    consistency: writ_api::dto::Consistency,
+) -> Result<T, Rejection> {
+    let result = ledger.query(QueryRequest { query, consistency }).await?;
+    T::from_result(result).ok_or_else(|| Rejection::new(ReasonCode::INTERNAL, "the ledger answered another query"))
+}
+
 /// A rejection meaning "the ledger could not be reached or the outcome is unknown".
 pub fn unavailable(message: impl Into<String>) -> Rejection {
     Rejection::new(ReasonCode::LEDGER_UNAVAILABLE, message)

@@ -17,7 +17,7 @@ pub mod verifier;
 
 pub use admin::{AdminClient, AdminError};
 pub use ledger::{
-    unavailable, CallError, HttpLedger, Ledger, NodeHttp, WatchStream, FORWARDED_HEADER, LEDGER_CALL_TIMEOUT,
+    query_as, unavailable, CallError, HttpLedger, Ledger, NodeHttp, WatchStream, FORWARDED_HEADER, LEDGER_CALL_TIMEOUT,
     TRACE_HEADER,
 };
 pub use memory::MemoryLedger;
