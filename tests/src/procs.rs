@@ -28,21 +28,43 @@ pub fn writ_bin() -> PathBuf {
     bin
 }
 
-/// Waits (bounded) until `file` holds a line starting with `prefix`, and returns the rest of the
-/// newest such line: how a test learns the address a process bound (its config said port 0).
-/// Panics with the file's text if `child` exits first.
-pub fn reported(file: &Path, prefix: &str, child: &mut Child) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        if let Some(rest) = text.lines().rev().find_map(|l| l.strip_prefix(prefix)) {
-            return rest.trim().to_string();
+/// The stdout of a child process, copied line by line to `log` by a thread and announced on
+/// a channel: how a test learns what the process reports (e.g. the address it bound when its
+/// config said port 0) by waiting for the line itself.
+pub struct Reports {
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Reports {
+    /// Takes over `child`'s piped stdout; every line goes on to `log` for as long as it runs.
+    pub fn follow(child: &mut Child, mut log: std::fs::File) -> Reports {
+        use std::io::{BufRead, Write};
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = writeln!(log, "{line}");
+                let _ = tx.send(line);
+            }
+        });
+        Reports { lines }
+    }
+
+    /// The rest of the first line (from now on) that starts with `prefix`. Panics when the
+    /// process closes its stdout (it exited) first, or after 30 s.
+    pub fn wait_for(&self, prefix: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        return rest.trim().to_string();
+                    }
+                }
+                Err(e) => panic!("no '{prefix}' line from the process ({e}); see its log"),
+            }
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{} exited ({status}) before reporting '{prefix}':\n{text}", file.display());
-        }
-        assert!(std::time::Instant::now() < deadline, "no '{prefix}' in {} after 30 s:\n{text}", file.display());
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -174,13 +196,13 @@ impl NodeProc {
             .env("WRIT_LOG", "info,openraft=warn")
             .env("RUST_BACKTRACE", "0")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone().expect("log"))
             .spawn()
             .expect("spawn writ node");
+        let reports = Reports::follow(&mut child, log);
         if self.port == 0 {
-            let url = reported(&self.dir.join("node.log"), &format!("Writ node {} serving at ", self.id), &mut child);
-            self.port = port_of(&url);
+            self.port = port_of(&reports.wait_for(&format!("Writ node {} serving at ", self.id)));
         }
         self.child = Some(child);
     }
@@ -560,18 +582,19 @@ impl EdgeProc {
             dir.join("edge-executor-secret").display()
         );
         std::fs::write(&config, text).expect("edge config");
-        let out = dir.join(format!("edge-{n}.out"));
         let log = std::fs::File::create(dir.join(format!("edge-{n}.log"))).expect("edge log");
         let mut child = Command::new(writ_bin())
             .args(["edge", "--config"])
             .arg(&config)
-            .stdout(std::fs::File::create(&out).expect("edge stdout"))
-            .stderr(log)
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone().expect("edge log"))
             .spawn()
             .expect("start writ edge");
-        // The listener's own address (the canonical URL may name another edge).
-        let port = port_of(&reported(&out, "Writ edge listening on ", &mut child));
-        let executor_port = port_of(&reported(&out, "Writ edge serving executors at ", &mut child));
+        let reports = Reports::follow(&mut child, log);
+        // The listener's own address (the canonical URL may name another edge); the edge
+        // prints it before the executor endpoint's.
+        let port = port_of(&reports.wait_for("Writ edge listening on "));
+        let executor_port = port_of(&reports.wait_for("Writ edge serving executors at "));
         let edge = EdgeProc { port, executor_port, child };
         let http = reqwest::Client::builder().no_proxy().build().expect("http");
         let ready = format!("http://127.0.0.1:{port}/readyz");
