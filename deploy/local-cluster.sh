@@ -3,7 +3,9 @@
 #   deploy/local-cluster.sh up      start nodes 1..3 (node 1 bootstraps all three), then edges 1..2
 #   deploy/local-cluster.sh status  cluster status through the admin API
 #   deploy/local-cluster.sh down    stop edges and nodes (data is kept under .writ/cluster)
-# Writes .writ/cluster/env with WRIT_ADMIN_URL, WRIT_ADMIN_TOKEN, WRIT_NODE_URLS, WRIT_MCP_URL
+# Every node serves TLS with a credential from the cluster's own CA (.writ/cluster/pki, made
+# with `writ pki`); edges reach the nodes' client API with an edge credential from it.
+# Writes .writ/cluster/env with WRIT_ADMIN_URL, WRIT_ADMIN_TOKEN, WRIT_CA_FILE, WRIT_NODE_URLS, WRIT_MCP_URL
 # (the edges' shared canonical URL: the token audience), WRIT_MCP_URLS, WRIT_EXECUTOR_URLS (the
 # edges' executor endpoints) and PIDs. Both edges share one seal key file, as replicas behind
 # one load balancer must.
@@ -17,7 +19,7 @@ EXECUTOR_BASE_PORT=${WRIT_CLUSTER_EXECUTOR_BASE_PORT:-9101}
 N=3
 EDGES=2
 
-url() { echo "http://127.0.0.1:$((BASE_PORT + $1 - 1))"; }
+url() { echo "https://127.0.0.1:$((BASE_PORT + $1 - 1))"; }
 edge_url() { echo "http://127.0.0.1:$((EDGE_BASE_PORT + $1 - 1))/mcp"; }
 
 up() {
@@ -25,12 +27,17 @@ up() {
   mkdir -p "$ROOT"
   [ -s "$ROOT/operator-token" ] || { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/writ-op-/' > "$ROOT/operator-token"; chmod 600 "$ROOT/operator-token"; }
   token=$(cat "$ROOT/operator-token")
+  PKI="$ROOT/pki"
+  [ -s "$PKI/ca.pem" ] || "$BIN" pki init --dir "$PKI" >/dev/null
+  CA=$(cd "$PKI" && pwd)/ca.pem
+  issue() { [ -s "$PKI/$1-$2.pem" ] || "$BIN" pki issue "$1" "$2" --dir "$PKI" --host 127.0.0.1 --host localhost >/dev/null; }
   pids=()
   for id in $(seq 1 $N); do
     dir="$ROOT/n$id"; mkdir -p "$dir"
     if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
       echo "node $id already running (pid $(cat "$dir/pid"))"; pids+=("$(cat "$dir/pid")"); continue
     fi
+    issue node "$id"
     {
       echo "node_id = $id"
       echo "listen = \"127.0.0.1:$((BASE_PORT + id - 1))\""
@@ -38,13 +45,14 @@ up() {
       echo "operator_token_file = \"$ROOT/operator-token\""
       [ "$id" = 1 ] && echo "bootstrap = true" || echo "bootstrap = false"
       for m in $(seq 1 $N); do printf '[[members]]\nid = %s\naddr = "%s"\n' "$m" "$(url "$m")"; done
+      printf '[tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n' "$PKI/node-$id.pem" "$PKI/node-$id-key.pem" "$CA"
     } > "$dir/node.toml"
     nohup "$BIN" node --config "$dir/node.toml" >> "$dir/node.log" 2>&1 &
     echo $! > "$dir/pid"; pids+=("$!")
     echo "node $id: $(url "$id") (pid $!, log $dir/node.log)"
   done
   for _ in $(seq 1 100); do
-    curl -sf "$(url 1)/readyz" >/dev/null 2>&1 && break; sleep 0.2
+    curl -sf --cacert "$CA" "$(url 1)/readyz" >/dev/null 2>&1 && break; sleep 0.2
   done
   urls=$(for id in $(seq 1 $N); do printf '%s ' "$(url "$id")"; done)
   ledger=$(for id in $(seq 1 $N); do printf '"%s", ' "$(url "$id")"; done)
@@ -54,6 +62,7 @@ up() {
     if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
       echo "edge $e already running (pid $(cat "$dir/pid"))"; edge_pids+=("$(cat "$dir/pid")"); continue
     fi
+    issue edge "e$e"
     {
       echo "listen = \"127.0.0.1:$((EDGE_BASE_PORT + e - 1))\""
       echo "canonical_url = \"$(edge_url 1)\""
@@ -62,6 +71,7 @@ up() {
       echo "[executor]"
       echo "listen = \"127.0.0.1:$((EXECUTOR_BASE_PORT + e - 1))\""
       echo "tls_secret_file = \"$ROOT/edge-executor-secret\""
+      printf '[ledger_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n' "$PKI/edge-e$e.pem" "$PKI/edge-e$e-key.pem" "$CA"
     } > "$dir/edge.toml"
     nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
     echo $! > "$dir/pid"; edge_pids+=("$!")
@@ -71,9 +81,12 @@ up() {
   done
   mcp_urls=$(for e in $(seq 1 $EDGES); do printf '%s ' "$(edge_url "$e")"; done)
   executor_urls=$(for e in $(seq 1 $EDGES); do printf 'https://127.0.0.1:%s ' "$((EXECUTOR_BASE_PORT + e - 1))"; done)
+  # The env file holds the operator token: readable by its owner only.
+  (umask 077; : > "$ROOT/env")
   cat > "$ROOT/env" <<ENV
 export WRIT_ADMIN_URL=$(url 1)
 export WRIT_ADMIN_TOKEN=$token
+export WRIT_CA_FILE=$CA
 export WRIT_NODE_URLS="${urls% }"
 export WRIT_NODE_PIDS="${pids[*]}"
 export WRIT_MCP_URL=$(edge_url 1)

@@ -38,6 +38,34 @@ pub struct RequestDecisionV1 {
 /// What replaces a redacted value.
 pub const REDACTED: &str = "[REDACTED]";
 
+/// Longest text field of a request decision (method, name, ids), bytes. An edge truncates
+/// longer text with [`TRUNCATED`]; the ledger refuses a decision that is still longer.
+pub const DECISION_FIELD_BYTES_MAX: usize = 256;
+/// What ends a truncated audit text field.
+pub const TRUNCATED: &str = "…[truncated]";
+
+/// `text` cut (at a character boundary) so that, with the [`TRUNCATED`] marker, it fits in
+/// `max` bytes; unchanged when it already fits.
+pub fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub(TRUNCATED.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{TRUNCATED}", &text[..end])
+}
+
+impl RequestDecisionV1 {
+    /// Every text field within [`DECISION_FIELD_BYTES_MAX`].
+    pub fn is_bounded(&self) -> bool {
+        let fields = [Some(&self.trace_id), Some(&self.principal_id), Some(&self.method), Some(&self.outcome)];
+        let optional = [self.token_id.as_ref(), self.parent_token_id.as_ref(), self.name.as_ref()];
+        fields.into_iter().chain(optional).flatten().all(|f| f.len() <= DECISION_FIELD_BYTES_MAX)
+    }
+}
+
 /// One audit record. Every field is always present (null when it does not apply).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecordV1 {

@@ -156,6 +156,7 @@ struct TenantClaims {
     sub: String,
     exp: u64,
     nbf: Option<u64>,
+    iat: Option<u64>,
     jti: Option<String>,
     /// OAuth-style space-separated scopes.
     scope: Option<String>,
@@ -323,6 +324,9 @@ fn verify_writ(
     })
 }
 
+/// How far in the future a tenant token's `iat` may lie (clock skew between its issuer and Writ).
+pub const CLOCK_SKEW_MS: u64 = 60_000;
+
 fn verify_tenant_issued(
     state: &LedgerState,
     bearer: &str,
@@ -349,6 +353,19 @@ fn verify_tenant_issued(
     if claims.nbf.unwrap_or(0).saturating_mul(1000) > now_ms {
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_NOT_YET_VALID, "the token is not valid yet"));
     }
+    if claims.iat.unwrap_or(0).saturating_mul(1000) > now_ms.saturating_add(CLOCK_SKEW_MS) {
+        return Err(invalid("the token claims to be issued in the future"));
+    }
+    // A tenant's issuer mints tokens no longer-lived than the tenant allows its own.
+    let ttl_max_ms =
+        state.tenants.get(&issuer.tenant_id).map_or(0, |t| t.settings.token_ttl_max_s.saturating_mul(1000));
+    let from_ms = claims.iat.or(claims.nbf).map_or(now_ms, |t| t.saturating_mul(1000).min(now_ms));
+    if claims.exp.saturating_mul(1000).saturating_sub(from_ms) > ttl_max_ms {
+        return Err(invalid(format!(
+            "the token lives longer than the tenant's token_ttl_max_s ({} s)",
+            ttl_max_ms / 1000
+        )));
+    }
     domain_gate(state, &issuer.tenant_id)?;
     let p = state
         .principal(&issuer.tenant_id, &claims.sub)
@@ -361,7 +378,8 @@ fn verify_tenant_issued(
         (None, Some(list)) => Some(list.iter().cloned().collect()),
         (None, None) => None,
     };
-    let mut scopes = asked.unwrap_or_else(|| p.scopes.clone());
+    // No scope claim grants no scope (never "everything the principal holds").
+    let mut scopes = asked.unwrap_or_default();
     scopes.retain(|s| p.scopes.iter().any(|g| scope_covers(g, s)));
     Ok(Authority {
         tenant_id: issuer.tenant_id.clone(),

@@ -17,6 +17,7 @@ pub mod query;
 pub mod quota;
 pub mod reason;
 pub mod rejection;
+pub mod role;
 pub mod settings;
 pub mod state;
 pub mod token;

@@ -49,6 +49,25 @@ pub const DISPATCH_START_MS: u64 = 30_000;
 /// Most input requests an operation may wait for, and the largest request or answer (bytes).
 pub const INPUT_REQUESTS_MAX: usize = 8;
 pub const INPUT_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Most local-state preconditions one operation may carry, and the longest name or expected
+/// value (bytes): they are stored in the ledger state until the operation is purged.
+pub const PRECONDITIONS_MAX: usize = 16;
+pub const PRECONDITION_BYTES_MAX: usize = 256;
+
+/// Preconditions within [`PRECONDITIONS_MAX`] and [`PRECONDITION_BYTES_MAX`] (INPUT_INVALID
+/// otherwise); the edge checks before anything else, the ledger again.
+pub fn validate_preconditions(preconditions: &BTreeMap<String, String>) -> Result<(), Rejection> {
+    if preconditions.len() > PRECONDITIONS_MAX {
+        return Err(invalid(format!("at most {PRECONDITIONS_MAX} preconditions")));
+    }
+    if preconditions
+        .iter()
+        .any(|(k, v)| k.is_empty() || k.len() > PRECONDITION_BYTES_MAX || v.len() > PRECONDITION_BYTES_MAX)
+    {
+        return Err(invalid(format!("a precondition's name must be 1..={PRECONDITION_BYTES_MAX} bytes and its value at most {PRECONDITION_BYTES_MAX}")));
+    }
+    Ok(())
+}
 
 /// Where an operation is in its life (SPEC D6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -248,6 +267,15 @@ impl OperationSpecV1 {
         }
         if self.input_requests.len() > INPUT_REQUESTS_MAX {
             return Err(invalid(format!("at most {INPUT_REQUESTS_MAX} input requests")));
+        }
+        validate_preconditions(&self.preconditions)?;
+        let free_text = [Some(&self.authority_ref), Some(&self.trace_id), self.device_id.as_ref()];
+        if free_text.into_iter().flatten().any(|t| t.len() > KEY_BYTES_MAX)
+            || self.work_ref.as_ref().is_some_and(|w| w.id.is_empty() || w.id.len() > KEY_BYTES_MAX)
+        {
+            return Err(invalid(format!(
+                "authority_ref, trace_id, device_id and work_ref.id are at most {KEY_BYTES_MAX} bytes"
+            )));
         }
         for (id, request) in &self.input_requests {
             json_text_ok("an input request", id, request)?;

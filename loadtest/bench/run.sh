@@ -92,7 +92,7 @@ writ_up() {
   # shellcheck disable=SC1091
   source "$WORK/writ/env"
   for _ in $(seq 1 150); do
-    [ "$(curl -sf -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+    [ "$(curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
       python3 -c 'import json,sys; s=json.load(sys.stdin); print(sum(1 for m in s["members"] if s["leader"] and (m["status"] or {}).get("leader") == s["leader"]))' 2>/dev/null)" = 3 ] && return
     sleep 0.2
   done
@@ -143,7 +143,7 @@ done
 # --- P3 failover (each killed member is restarted afterwards) -----------------------------
 leader_pid() {
   local id
-  id=$(curl -sf -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+  id=$(curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
   echo "$WRIT_NODE_PIDS" | cut -d' ' -f"$id"
 }

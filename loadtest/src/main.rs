@@ -78,6 +78,9 @@ struct WritArgs {
     admin_urls: String,
     #[arg(long, env = "WRIT_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: String,
+    /// The cluster CA (PEM) the admin API's certificate chains to.
+    #[arg(long, env = "WRIT_CA_FILE")]
+    ca: Option<std::path::PathBuf>,
     /// MCP edge URLs; requests are spread over all of them.
     #[arg(long, env = "WRIT_MCP_URLS")]
     edges: String,
@@ -237,7 +240,8 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         Some(b) => b,
         None => std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("writ"),
     };
-    let admin = Admin::new(list(&a.admin_urls), a.admin_token.clone());
+    let tls = a.ca.as_deref().map(writ_client::ClientTls::trusting).transpose()?;
+    let admin = Admin::new(list(&a.admin_urls), a.admin_token.clone(), tls.as_ref());
     let setup = Setup {
         tenants: a.tenants.max(1),
         idle_tenants: a.idle_tenants,

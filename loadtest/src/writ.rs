@@ -22,8 +22,13 @@ pub struct Admin {
 }
 
 impl Admin {
-    pub fn new(urls: Vec<String>, token: String) -> Admin {
-        let http = mcp::http_client(Duration::from_secs(60), 64);
+    /// Admin clients of `urls`, trusting `tls`'s CA (nodes serve TLS from the cluster CA).
+    pub fn new(urls: Vec<String>, token: String, tls: Option<&writ_client::ClientTls>) -> Admin {
+        let mut b = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).pool_max_idle_per_host(64);
+        if let Some(t) = tls {
+            b = t.apply(b);
+        }
+        let http = b.build().expect("HTTP client builds");
         Admin {
             nodes: urls
                 .into_iter()

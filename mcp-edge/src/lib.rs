@@ -213,7 +213,10 @@ pub fn router(
     let validators = Default::default();
     let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes });
     let mut r = Router::new()
-        .route(&mcp, get(not_allowed).delete(not_allowed).post(mcp_post))
+        .route(
+            &mcp,
+            get(not_allowed).delete(not_allowed).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)),
+        )
         .route(&prm, get(resource_metadata))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz));
@@ -221,6 +224,47 @@ pub fn router(
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }
     Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge))
+}
+
+/// Longest value of an `Mcp-*` request header (bytes): a method, a tool or prompt name or a
+/// resource URI, base64-encoded or not. Longer ones are refused before the body is read.
+pub const MCP_HEADER_BYTES_MAX: usize = 4096;
+
+/// Refuses a request with an oversized `Mcp-*` header (431 HEADER_TOO_LARGE): nothing of it
+/// reaches a metric label or the audit trail.
+async fn bound_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let oversized =
+        req.headers().iter().find(|(n, v)| n.as_str().starts_with("mcp-") && v.len() > MCP_HEADER_BYTES_MAX);
+    if let Some((name, _)) = oversized {
+        metrics::counter!("writ_edge_requests_refused_total", "reason" => ReasonCode::HEADER_TOO_LARGE.as_str())
+            .increment(1);
+        let message = format!("the {name} header exceeds {MCP_HEADER_BYTES_MAX} bytes");
+        return RpcError::reason(ReasonCode::HEADER_TOO_LARGE, message).into_response();
+    }
+    next.run(req).await
+}
+
+/// The `method` label of a request's metrics: a method this edge knows, else `other` (a label
+/// never takes client text verbatim).
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "initialize",
+        "ping",
+    ];
+    KNOWN.iter().find(|k| **k == method).copied().unwrap_or("other")
 }
 
 /// Header of `/readyz` naming the ledger revision the edge's replica has applied (a deploy or
@@ -460,7 +504,10 @@ async fn audit_suspended(edge: &Edge, headers: &HeaderMap, token: &str, e: &Reje
         principal_id,
         token_id: claims["jti"].as_str().map(str::to_string),
         parent_token_id: None,
-        method: header_value(headers, "mcp-method").unwrap_or_default(),
+        method: writ_api::audit::truncated(
+            &header_value(headers, "mcp-method").unwrap_or_default(),
+            writ_api::audit::DECISION_FIELD_BYTES_MAX,
+        ),
         name: None,
         outcome: "denied".into(),
         reason: Some(e.reason),
@@ -550,16 +597,16 @@ async fn mcp_post(
         },
     };
     let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
-    metrics::counter!("writ_edge_requests_total", "method" => method.clone(), "outcome" => outcome).increment(1);
-    metrics::histogram!("writ_edge_request_seconds", "method" => method.clone())
-        .record(started.elapsed().as_secs_f64());
+    let label = method_label(&method);
+    metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
+    metrics::histogram!("writ_edge_request_seconds", "method" => label).record(started.elapsed().as_secs_f64());
     let decision = RequestDecisionV1 {
         trace_id: trace_id.clone(),
         principal_id: authority.principal_id.clone(),
         token_id: authority.token_id.clone(),
         parent_token_id: authority.parent_token_id.clone(),
-        method,
-        name: handled.name,
+        method: writ_api::audit::truncated(&method, writ_api::audit::DECISION_FIELD_BYTES_MAX),
+        name: handled.name.map(|n| writ_api::audit::truncated(&n, writ_api::audit::DECISION_FIELD_BYTES_MAX)),
         outcome: outcome.into(),
         reason: handled.denied.as_ref().map(|r| r.reason),
     };

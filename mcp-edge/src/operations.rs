@@ -66,7 +66,8 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "cost_ceiling": {"type": "integer", "minimum": 0},
                     "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
                                  "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
-                    "preconditions": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
+                                      "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}},
                     "wait_s": {"type": "integer", "minimum": 0, "maximum": WAIT_S_MAX,
                                "description": "wait up to this long for the operation to settle (effect reported, \
                                    failed, expired, unknown effect…), reporting each state it reaches as progress \
@@ -95,7 +96,8 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "device": {"type": "string", "description": "device name, for actions that drive one"},
                     "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
                                  "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
-                    "preconditions": {"type": "object", "additionalProperties": {"type": "string"}}
+                    "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
+                                      "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}}
                 }
             },
             "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
@@ -290,6 +292,9 @@ fn prepare(c: &Call<'_>, args: &Value, purpose: Purpose) -> Result<Result<Prepar
         .and_then(Value::as_object)
         .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
         .unwrap_or_default();
+    if let Err(r) = writ_api::operation::validate_preconditions(&preconditions) {
+        return Ok(Err(refused(&r)));
+    }
     // The payload the key binds: everything but the (relative) deadline.
     let payload = json!({"action": action_id, "input": input, "device": device.as_ref().map(|d| &d.id),
                          "work_ref": args.get("work_ref"), "preconditions": args.get("preconditions")});

@@ -94,7 +94,9 @@ pub struct NodeConfig {
     pub bootstrap: bool,
     pub members: BTreeMap<u64, String>,
     pub raft: RaftSettings,
-    pub tls: Option<TlsConfig>,
+    /// The node's credential (`urn:writ:node:<node_id>`) and the cluster CA: its listener
+    /// always speaks TLS, and peers are told apart by the role their certificate names.
+    pub tls: TlsConfig,
     pub authority: AuthorityConfig,
 }
 
@@ -112,6 +114,8 @@ pub enum ConfigError {
     NodeIdZero,
     #[error("listen address {listen} is not loopback: mutual TLS ([tls] cert, key, ca) is required outside loopback")]
     TlsRequiredOutsideLoopback { listen: SocketAddr },
+    #[error("[tls] cert, key and ca are required: a node always serves TLS and tells peers apart by their certificates (create them with `writ pki init` and `writ pki issue node <id>`)")]
+    TlsRequired,
     #[error("raft.election_min_ms ({election_min_ms}) must exceed 2 × raft.heartbeat_ms ({heartbeat_ms})")]
     ElectionTimeoutBelowHeartbeat { election_min_ms: u64, heartbeat_ms: u64 },
     #[error("raft.election_max_ms ({election_max_ms}) must exceed raft.election_min_ms ({election_min_ms})")]
@@ -167,9 +171,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     let listen: SocketAddr = listen_text
         .parse()
         .map_err(|_| ConfigError::Invalid { field: "listen", message: format!("'{listen_text}' is not ip:port") })?;
-    if !listen.ip().is_loopback() && raw.tls.is_none() {
-        return Err(ConfigError::TlsRequiredOutsideLoopback { listen });
-    }
+    let tls = raw.tls.ok_or(ConfigError::TlsRequired)?;
     let data_dir = raw.data_dir.ok_or(ConfigError::Missing("data_dir", "DATA_DIR"))?;
     let operator_token = match (raw.operator_token, raw.operator_token_file) {
         (Some(t), _) => t,
@@ -207,10 +209,10 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     }
     let mut members = BTreeMap::new();
     for m in raw.members {
-        if m.id == 0 || !(m.addr.starts_with("http://") || m.addr.starts_with("https://")) {
+        if m.id == 0 || !m.addr.starts_with("https://") {
             return Err(ConfigError::Invalid {
                 field: "members",
-                message: format!("member {} needs id > 0 and an http(s) addr", m.id),
+                message: format!("member {} needs id > 0 and an https addr", m.id),
             });
         }
         members.insert(m.id, m.addr);
@@ -239,7 +241,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         bootstrap: raw.bootstrap,
         members,
         raft,
-        tls: raw.tls,
+        tls,
     })
 }
 
@@ -251,8 +253,7 @@ mod tests {
         None
     }
 
-    const BASE: &str =
-        "node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"/tmp/x\"\noperator_token = \"0123456789abcdef\"\n";
+    const BASE: &str = "node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"/tmp/x\"\noperator_token = \"0123456789abcdef\"\n[tls]\ncert = \"n.pem\"\nkey = \"n-key.pem\"\nca = \"ca.pem\"\n";
 
     #[test]
     fn valid_config_parses_and_env_overrides() {
@@ -266,22 +267,19 @@ mod tests {
     fn errors_are_precise() {
         let cases: Vec<(String, ConfigError)> = vec![
             (BASE.replace("node_id = 1", "node_id = 0"), ConfigError::NodeIdZero),
+            (BASE.split("[tls]").next().unwrap().to_string(), ConfigError::TlsRequired),
             (
-                BASE.replace("127.0.0.1:7001", "0.0.0.0:7001"),
-                ConfigError::TlsRequiredOutsideLoopback { listen: "0.0.0.0:7001".parse().unwrap() },
-            ),
-            (
-                format!("{BASE}[raft]\nheartbeat_ms = 300\n"),
+                BASE.replace("[tls]", "[raft]\nheartbeat_ms = 300\n[tls]"),
                 ConfigError::ElectionTimeoutBelowHeartbeat { election_min_ms: 500, heartbeat_ms: 300 },
             ),
             (BASE.replace("0123456789abcdef", "short"), ConfigError::OperatorTokenTooShort),
-            (format!("{BASE}bootstrap = true\n"), ConfigError::BootstrapWithoutSelf { node_id: 1 }),
+            (BASE.replace("[tls]", "bootstrap = true\n[tls]"), ConfigError::BootstrapWithoutSelf { node_id: 1 }),
             (BASE.replace("node_id = 1\n", ""), ConfigError::Missing("node_id", "NODE_ID")),
         ];
         for (text, want) in cases {
             assert_eq!(NodeConfig::parse(&text, &no_env).unwrap_err(), want, "{text}");
         }
-        let unknown = NodeConfig::parse(&format!("{BASE}colour = \"blue\"\n"), &no_env).unwrap_err();
+        let unknown = NodeConfig::parse(&BASE.replace("[tls]", "colour = \"blue\"\n[tls]"), &no_env).unwrap_err();
         assert!(matches!(unknown, ConfigError::Parse(ref m) if m.contains("colour")), "{unknown}");
     }
 }

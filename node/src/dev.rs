@@ -12,6 +12,8 @@ use writ_api::dto::{
 use writ_api::principal::{PrincipalKind, RolePreset};
 use writ_client::{AdminClient, AdminError};
 
+use writ_api::role::{Identity, Role};
+
 use crate::config::NodeConfig;
 use crate::ledger::RaftSettings;
 
@@ -79,8 +81,7 @@ fn full_agent(name: &str) -> CreatePrincipalRequest {
 
 /// Provisions the demo tenant (idempotent: what exists is kept) and issues a fresh demo token
 /// for the edge's audience.
-async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -> Result<String, String> {
-    let admin = AdminClient::new(admin_url, operator_token);
+async fn provision_demo(admin: &AdminClient, audience: &str) -> Result<String, String> {
     let tenant = CreateTenantRequest { name: "demo".into(), display_name: Some("Writ demo".into()) };
     kept(admin.create_tenant(&tenant).await)?;
     kept(admin.create_principal("demo", &full_agent("demo-agent")).await)?;
@@ -103,8 +104,7 @@ async fn provision_demo(admin_url: &str, operator_token: &str, audience: &str) -
 /// Enrolls an executor of `tenant` at `site` for `devices` (once: its directory is kept) and
 /// returns its configuration (the simulated device as handler, unless changed after).
 async fn site_executor(
-    admin_url: &str,
-    operator_token: &str,
+    admin: &AdminClient,
     edge_url: &str,
     dir: &Path,
     (tenant, site, devices): (&str, &str, &[&str]),
@@ -116,7 +116,6 @@ async fn site_executor(
             devices: devices.iter().map(|d| d.to_string()).collect(),
             ttl_s: Some(600),
         };
-        let admin = AdminClient::new(admin_url, operator_token);
         let created = admin.create_enrollment(tenant, &request).await.map_err(|e| format!("enrollment: {e}"))?;
         crate::executor::enroll(edge_url, &created.token, dir).await?;
     }
@@ -125,8 +124,7 @@ async fn site_executor(
 
 /// Provisions the conformance fixture tenant: its anonymous principal, its site and the fixture
 /// catalog (published through the admin API like any catalog).
-async fn provision_fixtures(admin_url: &str, operator_token: &str) -> Result<(), String> {
-    let admin = AdminClient::new(admin_url, operator_token);
+async fn provision_fixtures(admin: &AdminClient) -> Result<(), String> {
     let tenant =
         CreateTenantRequest { name: FIXTURE_TENANT.into(), display_name: Some("MCP conformance fixtures".into()) };
     kept(admin.create_tenant(&tenant).await)?;
@@ -157,6 +155,12 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     }
     std::fs::create_dir_all(&args.data_dir)?;
     let token = operator_token(&args.data_dir)?;
+    // Loopback is not a trust boundary: the node serves TLS with a credential from the dev
+    // cluster CA, and its client API answers only node and edge certificates.
+    let pki = args.data_dir.join("pki");
+    let node_identity = Identity::new(Role::Node, "1").expect("node 1");
+    let hosts = vec![args.listen.ip().to_string(), "localhost".to_string()];
+    crate::pki::ensure(&pki, std::slice::from_ref(&node_identity), &hosts)?;
     let cfg = NodeConfig {
         node_id: 1,
         listen: args.listen,
@@ -166,7 +170,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         bootstrap: true,
         members: Default::default(),
         raft: RaftSettings { heartbeat_ms: 50, election_min_ms: 300, election_max_ms: 600, ..RaftSettings::default() },
-        tls: None,
+        tls: crate::pki::credential(&pki, &node_identity),
         authority: crate::config::AuthorityConfig {
             signing_key_file: args.data_dir.join("signing-key.pem"),
             token_audience: crate::config::TOKEN_AUDIENCE_DEFAULT.to_string(),
@@ -191,12 +195,16 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         url: None,
     });
     options.admin_urls = vec![running.url.clone()];
+    let ca_file = std::fs::canonicalize(pki.join(crate::pki::CA_CERT_FILE))?;
+    let trust = writ_client::ClientTls::trusting(&ca_file).map_err(std::io::Error::other)?;
+    options.admin_tls = Some(trust.clone());
+    let admin = AdminClient::with_tls(running.url.clone(), token.clone(), Some(&trust));
     let edge =
         crate::edge::start_edge(options, running.node.clone() as std::sync::Arc<dyn writ_client::Ledger>).await?;
     // The node elects itself within a second; provisioning waits for it.
     let mut demo = Err(String::new());
     for _ in 0..50 {
-        demo = provision_demo(&running.url, &token, &edge.url).await;
+        demo = provision_demo(&admin, &edge.url).await;
         if demo.is_ok() {
             break;
         }
@@ -204,7 +212,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     }
     let demo_token = demo.map_err(|e| std::io::Error::other(format!("demo tenant: {e}")))?;
     let demo_site = ("demo", "demo-site", &["demo-press"][..]);
-    let executor_cfg = site_executor(&running.url, &token, &edge.url, &args.data_dir.join("executor"), demo_site)
+    let executor_cfg = site_executor(&admin, &edge.url, &args.data_dir.join("executor"), demo_site)
         .await
         .map_err(|e| std::io::Error::other(format!("demo executor: {e}")))?;
     let mut executors = vec![tokio::spawn(async move {
@@ -213,12 +221,10 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         }
     })];
     if args.conformance_fixtures {
-        provision_fixtures(&running.url, &token)
-            .await
-            .map_err(|e| std::io::Error::other(format!("conformance fixtures: {e}")))?;
+        provision_fixtures(&admin).await.map_err(|e| std::io::Error::other(format!("conformance fixtures: {e}")))?;
         // The task fixtures are operations: an executor of the fixture tenant performs them.
         let dir = args.data_dir.join("fixture-executor");
-        let mut cfg = site_executor(&running.url, &token, &edge.url, &dir, (FIXTURE_TENANT, FIXTURE_SITE, &[]))
+        let mut cfg = site_executor(&admin, &edge.url, &dir, (FIXTURE_TENANT, FIXTURE_SITE, &[]))
             .await
             .map_err(|e| std::io::Error::other(format!("fixture executor: {e}")))?;
         cfg.handler = crate::executor::HandlerConfig::ConformanceFixtures;
@@ -233,8 +239,10 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     crate::keys::write_private(
         &env_path,
         &format!(
-            "export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\nexport WRIT_MCP_URL={}\nexport WRIT_DEMO_TOKEN={demo_token}\n",
-            running.url, edge.url
+            "export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\nexport WRIT_CA_FILE={}\nexport WRIT_MCP_URL={}\nexport WRIT_DEMO_TOKEN={demo_token}\n",
+            running.url,
+            ca_file.display(),
+            edge.url
         ),
     )?;
     let exe = std::env::current_exe().ok().and_then(|p| {
@@ -246,7 +254,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         "\nWrit dev is running: single-node ledger, admin API and MCP edge on loopback.\n\
          \n  MCP edge   {mcp}   (bearer: $WRIT_DEMO_TOKEN, tenant `demo`, principal `demo-agent`){fixtures}\
          \n  executors  {executor}   (mutual TLS; the simulated demo executor drives `demo-press`)\
-         \n  admin API  {url}/v1   (OpenAPI: {url}/v1/openapi.json)\
+         \n  admin API  {url}/v1   (OpenAPI: {url}/v1/openapi.json; TLS from the dev CA $WRIT_CA_FILE)\
          \n  health     {url}/healthz  {url}/readyz\
          \n  metrics    {url}/metrics\
          \n  data       {data}\

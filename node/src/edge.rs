@@ -22,9 +22,11 @@ struct RawEdgeConfig {
     listen: Option<String>,
     /// The canonical URI clients use (and tokens name as audience); default `http://<listen>/mcp`.
     canonical_url: Option<String>,
-    /// Ledger node URLs (client API).
+    /// Ledger node URLs (client API, https).
     #[serde(default)]
     ledger: Vec<String>,
+    /// This edge's credential toward the nodes (`writ pki issue edge NAME`) and the cluster CA.
+    ledger_tls: Option<crate::config::TlsConfig>,
     #[serde(default)]
     allowed_hosts: Vec<String>,
     #[serde(default)]
@@ -65,6 +67,7 @@ pub struct EdgeFileConfig {
     pub listen: SocketAddr,
     pub canonical_url: Option<String>,
     pub ledger: Vec<String>,
+    pub ledger_tls: crate::config::TlsConfig,
     pub allowed_hosts: Vec<String>,
     pub allowed_origins: Vec<String>,
     pub seal_key_file: PathBuf,
@@ -106,10 +109,13 @@ impl EdgeFileConfig {
             // edge only binds loopback (put a TLS proxy in front).
             return Err(ConfigError::TlsRequiredOutsideLoopback { listen });
         }
-        if raw.ledger.is_empty() || raw.ledger.iter().any(|u| !(u.starts_with("http://") || u.starts_with("https://")))
-        {
-            return Err(ConfigError::Invalid { field: "ledger", message: "list at least one http(s) node URL".into() });
+        if raw.ledger.is_empty() || raw.ledger.iter().any(|u| !u.starts_with("https://")) {
+            return Err(ConfigError::Invalid { field: "ledger", message: "list at least one https node URL".into() });
         }
+        let ledger_tls = raw.ledger_tls.ok_or_else(|| ConfigError::Invalid {
+            field: "ledger_tls",
+            message: "[ledger_tls] cert, key and ca are required: nodes serve their client API only to a certificate naming an edge (`writ pki issue edge NAME`)".into(),
+        })?;
         if let Some(u) = &raw.canonical_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 return Err(ConfigError::Invalid { field: "canonical_url", message: "must be an http(s) URL".into() });
@@ -135,6 +141,7 @@ impl EdgeFileConfig {
             listen,
             canonical_url: raw.canonical_url,
             ledger: raw.ledger,
+            ledger_tls,
             allowed_hosts: raw.allowed_hosts,
             allowed_origins: raw.allowed_origins,
             seal_key_file: PathBuf::from(seal_key_file),
@@ -180,6 +187,8 @@ pub struct EdgeOptions {
     pub executor: Option<ExecutorEndpointOptions>,
     /// Admin API base URLs of ledger nodes, where executor enrollments are forwarded.
     pub admin_urls: Vec<String>,
+    /// How the enrollment forwarder reaches them (the cluster CA; this edge's credential).
+    pub admin_tls: Option<writ_client::ClientTls>,
 }
 
 impl EdgeOptions {
@@ -194,6 +203,7 @@ impl EdgeOptions {
             fixtures_tenant: None,
             executor: None,
             admin_urls: Vec::new(),
+            admin_tls: None,
         }
     }
 }
@@ -239,11 +249,14 @@ pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
     load_or_create_secret(path).map(SealKey::new)
 }
 
+/// Deadline of one forwarded enrollment.
+const ENROLL_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `POST /executor/v1/enroll` on the MCP listener: forwards the enrollment (token + CSR; no key
 /// ever) to a ledger node's admin API and adds where the executor endpoint is and which CA its
 /// certificate chains to.
 async fn forward_enrollment(
-    admin_urls: Arc<Vec<String>>,
+    admin: Arc<(Vec<String>, reqwest::Client)>,
     endpoint: Option<(String, String)>,
     body: axum::body::Bytes,
 ) -> axum::response::Response {
@@ -267,10 +280,7 @@ async fn forward_enrollment(
         };
         return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     };
-    let http = match reqwest::Client::builder().no_proxy().timeout(std::time::Duration::from_secs(30)).build() {
-        Ok(h) => h,
-        Err(e) => return unavailable(e.to_string()),
-    };
+    let (admin_urls, http) = (&admin.0, &admin.1);
     let mut last = String::from("no ledger node is configured");
     for base in admin_urls.iter() {
         let sent = http
@@ -343,7 +353,11 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             (Some((executor_url, ca_pem)), Some(task))
         }
     };
-    let admin_urls = Arc::new(options.admin_urls);
+    let mut forwarder = reqwest::Client::builder().no_proxy().timeout(ENROLL_FORWARD_TIMEOUT);
+    if let Some(t) = &options.admin_tls {
+        forwarder = t.apply(forwarder);
+    }
+    let admin_urls = Arc::new((options.admin_urls, forwarder.build().map_err(std::io::Error::other)?));
     let endpoint = executor_endpoint.clone();
     let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
         .map_err(std::io::Error::other)?
@@ -377,7 +391,17 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
 pub async fn run(config: &Path) -> Result<(), String> {
     let cfg =
         EdgeFileConfig::load(config, &|k| std::env::var(k).ok()).map_err(|e| format!("{}: {e}", config.display()))?;
-    let ledger = Arc::new(HttpLedger::new(cfg.ledger.clone())) as Arc<dyn Ledger>;
+    let t = &cfg.ledger_tls;
+    let tls = writ_client::ClientTls::with_identity(&t.ca, &t.cert, &t.key)?;
+    let identity = crate::tls::TlsMaterial::load(t)
+        .map_err(|e| e.to_string())
+        .and_then(|m| m.identity())
+        .map_err(|e| format!("{}: {e}", t.cert.display()))?;
+    if identity.role != writ_api::role::Role::Edge {
+        return Err(format!("{}: names {identity}, not an edge (`writ pki issue edge NAME`)", t.cert.display()));
+    }
+    let ledger = Arc::new(HttpLedger::with_http(cfg.ledger.clone(), writ_client::NodeHttp::with_tls(Some(&tls))))
+        as Arc<dyn Ledger>;
     let options = EdgeOptions {
         listen: cfg.listen,
         canonical_url: cfg.canonical_url,
@@ -388,6 +412,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         fixtures_tenant: None,
         executor: cfg.executor,
         admin_urls: cfg.ledger.clone(),
+        admin_tls: Some(tls),
     };
     let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;
     // What a supervisor or test reads to learn the bound addresses (the config may say port 0).
@@ -411,14 +436,27 @@ mod tests {
 
     #[test]
     fn config_rules() {
+        let tls = "[ledger_tls]\ncert = \"e.pem\"\nkey = \"e-key.pem\"\nca = \"ca.pem\"\n";
         let ok = EdgeFileConfig::parse(
-            "listen = \"127.0.0.1:8080\"\nledger = [\"http://127.0.0.1:7700\"]\nseal_key_file = \"k\"\n",
+            &format!(
+                "listen = \"127.0.0.1:8080\"\nledger = [\"https://127.0.0.1:7700\"]\nseal_key_file = \"k\"\n{tls}"
+            ),
             &no_env,
         )
         .unwrap();
         assert_eq!(ok.listen.port(), 8080);
-        let open = EdgeFileConfig::parse("listen = \"0.0.0.0:8080\"\nledger = [\"http://127.0.0.1:7700\"]\n", &no_env);
+        let open = EdgeFileConfig::parse("listen = \"0.0.0.0:8080\"\nledger = [\"https://127.0.0.1:7700\"]\n", &no_env);
         assert!(matches!(open, Err(ConfigError::TlsRequiredOutsideLoopback { .. })));
+        let plain = EdgeFileConfig::parse(
+            &format!("listen = \"127.0.0.1:8080\"\nledger = [\"http://127.0.0.1:7700\"]\nseal_key_file = \"k\"\n{tls}"),
+            &no_env,
+        );
+        assert!(matches!(plain, Err(ConfigError::Invalid { field: "ledger", .. })));
+        let anonymous = EdgeFileConfig::parse(
+            "listen = \"127.0.0.1:8080\"\nledger = [\"https://127.0.0.1:7700\"]\nseal_key_file = \"k\"\n",
+            &no_env,
+        );
+        assert!(matches!(anonymous, Err(ConfigError::Invalid { field: "ledger_tls", .. })));
         let none = EdgeFileConfig::parse("listen = \"127.0.0.1:8080\"\n", &no_env);
         assert!(matches!(none, Err(ConfigError::Invalid { field: "ledger", .. })));
         let unknown = EdgeFileConfig::parse("listen = \"127.0.0.1:1\"\nledger = [\"http://x\"]\ncolour = 1\n", &no_env);

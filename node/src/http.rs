@@ -1,12 +1,22 @@
 //! The node's HTTP surface: Raft RPCs (`/raft/*`, bincode), the ledger client API
 //! (`/client/*`, JSON), the watch stream, health, readiness and Prometheus metrics.
+//!
+//! Who may call what (SPEC S2), decided from the connection's [`PeerIdentity`] before any body
+//! is read, by the rules of [`writ_api::role::Role`]:
+//! - `/raft/*`: node identities only;
+//! - `/client/*`: node and edge identities; an edge only the commands and queries edges need,
+//!   and never a membership change (`POST /client/cluster`: nodes only; operators change
+//!   membership through the admin API);
+//! - `/healthz`, `/readyz`, `/metrics`: anyone (read-only);
+//! - the admin API (`extra`): its operator token.
 
 use std::io::Cursor;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -18,11 +28,14 @@ use openraft::Snapshot;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter};
+use writ_api::role::{Identity, Role};
+use writ_api::{ReasonCode, Rejection};
 use writ_client::FORWARDED_HEADER;
 use writ_raft_store::TypeConfig;
 use writ_tenant_admin::error::{ApiError, ValidJson, ValidQuery};
 
 use crate::ledger::LedgerNode;
+use crate::tls::PeerIdentity;
 
 /// Largest Raft RPC body (a snapshot travels in one request).
 pub const RAFT_BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -43,24 +56,66 @@ pub fn router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>, extra: R
         .route("/raft/vote", post(raft_vote))
         .route("/raft/snapshot", post(raft_snapshot))
         .route("/raft/transfer-leader", post(raft_transfer_leader))
-        .layer(DefaultBodyLimit::max(RAFT_BODY_BYTES_MAX));
+        .layer(DefaultBodyLimit::max(RAFT_BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn(|req, next| admit(req, next, "raft", Role::may_replicate)));
     let client = Router::new()
         .route("/client/submit", post(client_submit))
         .route("/client/query", post(client_query))
         .route("/client/read-index", get(client_read_index))
         .route("/client/status", get(client_status))
-        .route("/client/cluster", get(client_cluster).post(client_cluster_change))
+        .route("/client/cluster", get(client_cluster))
         .route("/client/watch", get(client_watch))
         .route("/client/snapshot", get(client_snapshot))
-        .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX));
+        .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn(|req, next| admit(req, next, "client", Role::may_follow)));
+    let membership = Router::new()
+        .route("/client/cluster", post(client_cluster_change))
+        .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn(|req, next| admit(req, next, "membership", Role::may_change_membership)));
     Router::new()
         .merge(raft)
         .merge(client)
+        .merge(membership)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(st)
         .merge(extra)
+}
+
+/// A refusal of the caller's identity, counted by route class and reason (never audited per
+/// request: an unauthenticated party cannot write to any tenant's trail).
+fn refused(class: &'static str, reason: ReasonCode, message: String) -> Response {
+    metrics::counter!("writ_node_peer_refused_total", "route" => class, "reason" => reason.as_str()).increment(1);
+    ApiError(Rejection::new(reason, message)).into_response()
+}
+
+/// Middleware: only callers whose role passes `allowed` reach the route (nothing is read first).
+async fn admit(mut req: Request, next: Next, class: &'static str, allowed: fn(Role) -> bool) -> Response {
+    let Some(identity) = req.extensions().get::<PeerIdentity>().and_then(|p| p.0.clone()) else {
+        let message =
+            format!("{} needs a client certificate from the cluster CA naming a node or edge", req.uri().path());
+        return refused(class, ReasonCode::PEER_UNAUTHENTICATED, message);
+    };
+    if !allowed(identity.role) {
+        let message = format!("{identity} may not call {} {}", req.method(), req.uri().path());
+        return refused(class, ReasonCode::PEER_FORBIDDEN, message);
+    }
+    req.extensions_mut().insert(identity);
+    next.run(req).await
+}
+
+/// The caller admitted by [`admit`] (an extension it set).
+fn admitted(identity: Option<axum::Extension<Identity>>) -> Result<Identity, ApiError> {
+    identity
+        .map(|axum::Extension(i)| i)
+        .ok_or_else(|| ApiError::new(ReasonCode::PEER_UNAUTHENTICATED, "no admitted caller"))
+}
+
+fn forbidden(identity: &Identity, what: String) -> ApiError {
+    metrics::counter!("writ_node_peer_refused_total", "route" => "client", "reason" => ReasonCode::PEER_FORBIDDEN.as_str())
+        .increment(1);
+    ApiError::new(ReasonCode::PEER_FORBIDDEN, format!("{identity} may not {what}"))
 }
 
 fn bincode_response<T: Serialize>(value: &T) -> Response {
@@ -116,16 +171,26 @@ fn forwarded(headers: &HeaderMap) -> bool {
 
 async fn client_submit(
     State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
     headers: HeaderMap,
     ValidJson(req): ValidJson<SubmitRequest>,
 ) -> Result<Response, ApiError> {
+    let identity = admitted(identity)?;
+    if !identity.role.may_submit(&req.command) {
+        return Err(forbidden(&identity, format!("submit {}", req.command.kind())));
+    }
     Ok(Json(st.node.submit_request(req, forwarded(&headers)).await?).into_response())
 }
 
 async fn client_query(
     State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
     ValidJson(req): ValidJson<QueryRequest>,
 ) -> Result<Response, ApiError> {
+    let identity = admitted(identity)?;
+    if !identity.role.may_query(&req.query) {
+        return Err(forbidden(&identity, "run this query".into()));
+    }
     Ok(Json(st.node.query_request(req).await?).into_response())
 }
 

@@ -14,6 +14,7 @@ pub mod http;
 pub mod keys;
 pub mod ledger;
 pub mod network;
+pub mod pki;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -58,26 +59,33 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     HANDLE.get_or_init(|| metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok()).clone()
 }
 
-/// Binds, starts the Raft member and serves Raft, client and admin APIs on one listener.
+/// Binds, starts the Raft member and serves Raft, client and admin APIs on one TLS listener.
 pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let listener = TcpListener::bind(cfg.listen).await?;
     let local_addr = listener.local_addr()?;
-    let tls = cfg.tls.as_ref().map(tls::TlsMaterial::load).transpose()?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{local_addr}"));
-    // Every peer call has a deadline: this default, or the one set per Raft RPC.
-    let mut http = reqwest::Client::builder()
+    let tls = tls::TlsMaterial::load(&cfg.tls)?;
+    let own = tls.identity().map_err(|e| std::io::Error::other(format!("{}: {e}", cfg.tls.cert.display())))?;
+    if own != writ_api::role::Identity::new(writ_api::role::Role::Node, &cfg.node_id.to_string()).expect("node id ≥ 1")
+    {
+        return Err(std::io::Error::other(format!(
+            "{} names {own}, not node:{} (issue it with `writ pki issue node {}`)",
+            cfg.tls.cert.display(),
+            cfg.node_id,
+            cfg.node_id
+        )));
+    }
+    let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("https://{local_addr}"));
+    // Every peer call has a deadline: this default, or the one set per Raft RPC. Raft RPCs and
+    // client calls share one connection per peer over HTTP/2 (ALPN), presenting this node's
+    // credential; heartbeats never queue behind a snapshot.
+    let http = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .timeout(writ_client::LEDGER_CALL_TIMEOUT)
-        .pool_idle_timeout(Duration::from_secs(30));
-    // Raft RPCs and client calls share one connection per peer over HTTP/2: negotiated by ALPN
-    // under TLS, prior knowledge (h2c) on loopback. Heartbeats never queue behind a snapshot.
-    http = match &tls {
-        Some(t) => http.use_preconfigured_tls(t.client_config()?),
-        None => http.http2_prior_knowledge(),
-    };
-    let http = http.build().map_err(std::io::Error::other)?;
+        .pool_idle_timeout(Duration::from_secs(30))
+        .use_preconfigured_tls(tls.client_config()?)
+        .build()
+        .map_err(std::io::Error::other)?;
     std::fs::create_dir_all(&cfg.data_dir)?;
     let node = LedgerNode::start(
         cfg.node_id,
@@ -101,19 +109,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         },
     );
     let app = http::router(node.clone(), install_metrics(), admin);
-    let server = match tls {
-        None => tokio::spawn(async move {
-            use axum::serve::ListenerExt;
-            // Small request/response frames: disable Nagle or they wait for delayed ACKs.
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "node server stopped");
-            }
-        }),
-        Some(t) => tokio::spawn(tls::serve(listener, app, t.server_config()?)),
-    };
+    let server = tokio::spawn(tls::serve(listener, app, tls.server_config()?));
     if cfg.bootstrap {
         let mut members = cfg.members.clone();
         // A member listed with port 0 (tests, dev) is this node at its bound URL.

@@ -33,6 +33,61 @@ enum Cmd {
     Admin(writ_tenant_admin::cli::AdminArgs),
     /// A site executor: enroll with a token, then serve dispatched operations.
     Executor(writ_node::executor::ExecutorArgs),
+    /// The cluster PKI, offline: create the CA, issue node, edge and operator credentials.
+    #[command(subcommand)]
+    Pki(PkiCmd),
+}
+
+#[derive(Subcommand)]
+enum PkiCmd {
+    /// Create the cluster CA (`ca.pem`, `ca-key.pem` 0600) in DIR.
+    Init {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Issue a credential `<role>-<id>.pem` + `<role>-<id>-key.pem` (0600) naming
+    /// `urn:writ:<role>:<id>`, signed by DIR's CA.
+    Issue {
+        /// node, edge or operator.
+        role: String,
+        /// A node's id (a number), or an edge's or operator's name.
+        id: String,
+        #[arg(long)]
+        dir: PathBuf,
+        /// A host name or IP address the credential serves under (repeatable).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// Validity in days.
+        #[arg(long, default_value_t = writ_node::pki::LEAF_VALIDITY_DAYS_DEFAULT)]
+        days: u32,
+    },
+}
+
+fn pki(cmd: PkiCmd) -> ExitCode {
+    let done = match cmd {
+        PkiCmd::Init { dir } => writ_node::pki::init(&dir).map(|p| format!("created the cluster CA {}", p.display())),
+        PkiCmd::Issue { role, id, dir, hosts, days } => {
+            let Some(identity) = writ_api::role::Role::parse(&role).and_then(|r| writ_api::role::Identity::new(r, &id))
+            else {
+                eprintln!(
+                    "error: '{role} {id}' is not an identity: the role is node, edge or operator; the id is 1-64 of [A-Za-z0-9._-] (a number for a node)"
+                );
+                return ExitCode::from(2);
+            };
+            writ_node::pki::issue(&dir, &identity, &hosts, days)
+                .map(|t| format!("issued {} for {identity} (key {})", t.cert.display(), t.key.display()))
+        }
+    };
+    match done {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn init_tracing() {
@@ -58,6 +113,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.cmd {
+            Cmd::Pki(cmd) => pki(cmd),
             Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(args).await as u8),
             Cmd::Executor(args) => {
                 init_tracing();

@@ -1,5 +1,8 @@
-//! Mutual TLS for node-to-node and client-API traffic (rustls): both sides present a
-//! certificate chaining to the configured CA. Required outside loopback (see `config`).
+//! TLS on a node's listener (rustls), always: the server presents its certificate from the
+//! cluster CA; a client certificate is optional at the handshake (the admin API authenticates
+//! operators by token, probes are open) but, when presented, must chain to the CA. The role
+//! identity it names ([`crate::pki::identity_of`]) travels with every request of the
+//! connection as a [`PeerIdentity`], which `http` checks before reading any body.
 
 use std::io::{self, BufReader};
 use std::sync::Arc;
@@ -18,6 +21,11 @@ use crate::config::TlsConfig;
 
 /// Deadline for a TLS handshake on an accepted connection.
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The role identity of the connection's client certificate (`None`: no certificate, or one
+/// naming no Writ role).
+#[derive(Debug, Clone)]
+pub struct PeerIdentity(pub Option<writ_api::role::Identity>);
 
 /// Loaded certificate chain, key and CA roots.
 pub struct TlsMaterial {
@@ -54,9 +62,15 @@ impl TlsMaterial {
         Ok(TlsMaterial { certs, key, roots: Arc::new(roots) })
     }
 
-    /// Server side: requires and verifies a client certificate.
+    /// The role identity this material's certificate names.
+    pub fn identity(&self) -> Result<writ_api::role::Identity, String> {
+        crate::pki::identity_of(&self.certs[0])
+    }
+
+    /// Server side: verifies a client certificate when one is presented.
     pub fn server_config(&self) -> io::Result<Arc<ServerConfig>> {
         let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())
+            .allow_unauthenticated()
             .build()
             .map_err(io::Error::other)?;
         let mut cfg = ServerConfig::builder_with_provider(provider())
@@ -105,7 +119,17 @@ pub async fn serve(listener: TcpListener, app: Router, cfg: Arc<ServerConfig>) {
                 }
                 Err(_) => return,
             };
-            let service = TowerToHyperService::new(app);
+            let identity =
+                tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| crate::pki::identity_of(c));
+            let identity = match identity {
+                None => None,
+                Some(Ok(id)) => Some(id),
+                Some(Err(e)) => {
+                    tracing::info!(%peer, error = %e, "client certificate names no Writ role");
+                    None
+                }
+            };
+            let service = TowerToHyperService::new(app.layer(axum::Extension(PeerIdentity(identity))));
             if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tls), service)
                 .await

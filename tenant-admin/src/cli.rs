@@ -1,7 +1,7 @@
 //! `writ admin <noun> <verb>`: the operator CLI over the admin API.
 //!
-//! Endpoint and token come from flags, then the environment (`WRIT_ADMIN_URL`,
-//! `WRIT_ADMIN_TOKEN`, e.g. from `source .writ/dev/env`). Exit codes scripts can trust:
+//! Endpoint, token and CA come from flags, then the environment (`WRIT_ADMIN_URL`,
+//! `WRIT_ADMIN_TOKEN`, `WRIT_CA_FILE`, e.g. from `source .writ/dev/env`). Exit codes scripts can trust:
 //! 0 success, 1 rejected by the server (the reason code is printed), 2 usage error,
 //! 3 cluster unreachable or unavailable, 4 authentication failed.
 
@@ -74,6 +74,9 @@ pub struct AdminArgs {
     /// Operator bearer token.
     #[arg(long, env = "WRIT_ADMIN_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// The cluster CA (PEM) the admin API's certificate must chain to; nodes always serve TLS.
+    #[arg(long, env = "WRIT_CA_FILE", global = true)]
+    pub ca: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
@@ -901,7 +904,14 @@ pub async fn run(args: AdminArgs) -> i32 {
         eprintln!("error: no admin endpoint: pass --url and --token, or set WRIT_ADMIN_URL and WRIT_ADMIN_TOKEN (e.g. `source .writ/dev/env`)");
         return EXIT_USAGE;
     };
-    let client = AdminClient::new(base, token);
+    let tls = match args.ca.as_deref().map(writ_client::ClientTls::trusting).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: --ca: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let client = AdminClient::with_tls(base, token, tls.as_ref());
     match execute(&client, &args).await {
         Ok(()) => 0,
         Err(f) => {

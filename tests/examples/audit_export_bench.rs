@@ -9,6 +9,9 @@ use std::time::Instant;
 
 #[tokio::main]
 async fn main() {
+    // Nodes serve TLS from the cluster CA: WRIT_CA_FILE (as the cluster env file sets it).
+    let ca =
+        std::env::var_os("WRIT_CA_FILE").map(|p| writ_client::ClientTls::trusting(p.as_ref()).expect("WRIT_CA_FILE"));
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
         eprintln!("usage: audit_export_bench URL TOKEN COUNT CONCURRENCY");
@@ -17,7 +20,7 @@ async fn main() {
     let (url, token) = (args[1].clone(), args[2].clone());
     let count: usize = args[3].parse().expect("COUNT");
     let concurrency: usize = args[4].parse().expect("CONCURRENCY");
-    let admin = writ_client::AdminClient::new(url.clone(), token.clone());
+    let admin = writ_client::AdminClient::with_tls(url.clone(), token.clone(), ca.as_ref());
     let name = format!("audit-bench-{}", std::process::id());
     let request = writ_api::dto::CreateTenantRequest { name, display_name: None };
     let tenant = admin.create_tenant(&request).await.expect("create tenant").id;

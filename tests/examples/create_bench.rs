@@ -6,6 +6,9 @@ use std::time::Instant;
 
 #[tokio::main]
 async fn main() {
+    // Nodes serve TLS from the cluster CA: WRIT_CA_FILE (as the cluster env file sets it).
+    let ca =
+        std::env::var_os("WRIT_CA_FILE").map(|p| writ_client::ClientTls::trusting(p.as_ref()).expect("WRIT_CA_FILE"));
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
         eprintln!("usage: create_bench URL[,URL...] TOKEN COUNT CONCURRENCY");
@@ -18,7 +21,7 @@ async fn main() {
     let run = format!("b{}", std::process::id());
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients: Vec<writ_client::AdminClient> =
-        urls.iter().map(|u| writ_client::AdminClient::new(u.clone(), token.clone())).collect();
+        urls.iter().map(|u| writ_client::AdminClient::with_tls(u.clone(), token.clone(), ca.as_ref())).collect();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..concurrency {

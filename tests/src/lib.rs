@@ -2,6 +2,7 @@
 //! an admin API client, the routers on an in-memory ledger, and bounded polling.
 
 pub mod mcp;
+pub mod pki;
 pub mod procs;
 pub mod routers;
 pub mod sim;

@@ -168,18 +168,22 @@ pub struct NodeProc {
 
 impl NodeProc {
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("https://127.0.0.1:{}", self.port)
     }
 
     fn config_text(&self, bootstrap: bool) -> String {
+        let tls = crate::pki::credential(writ_api::role::Role::Node, &self.id.to_string());
         format!(
             "node_id = {id}\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{dir}\"\noperator_token = \"{TEST_OPERATOR_TOKEN}\"\n\
-             bootstrap = {bootstrap}\n[[members]]\nid = {id}\naddr = \"http://127.0.0.1:{port}\"\n\
+             bootstrap = {bootstrap}\n[[members]]\nid = {id}\naddr = \"https://127.0.0.1:{port}\"\n\
              [raft]\nheartbeat_ms = 100\nelection_min_ms = 800\nelection_max_ms = 1600\nsnapshot_every_entries = 100000\n\
-             keep_entries_behind_snapshot = 0\n",
+             keep_entries_behind_snapshot = 0\n[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\nca = \"{ca}\"\n",
             id = self.id,
             port = self.port,
             dir = self.dir.join("data").display(),
+            cert = tls.cert.display(),
+            key = tls.key.display(),
+            ca = tls.ca.display(),
         )
     }
 
@@ -358,7 +362,8 @@ impl Drop for Cluster {
 }
 
 /// The tests' admin client: [`writ_client::AdminClient`] for any node, plus raw requests (with
-/// untyped bodies, as tests of bad input need) through the same client.
+/// untyped bodies, as tests of bad input need) through the same client. It trusts the test CA
+/// and presents the harness's edge credential, so it may also read `/client/status`.
 #[derive(Clone)]
 pub struct Admin {
     http: reqwest::Client,
@@ -379,9 +384,17 @@ fn split_url(url: &str) -> (&str, &str) {
 }
 
 impl Admin {
+    /// An operator of another cluster (e.g. `writ dev`'s): trusts its CA file, presents no
+    /// certificate, uses its operator token.
+    pub fn trusting(ca: &Path, token: &str) -> Admin {
+        let tls = writ_client::ClientTls::trusting(ca).expect("CA file");
+        let http = tls.apply(reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20))).build();
+        Admin { http: http.expect("client"), token: token.into() }
+    }
+
     pub fn new() -> Admin {
         Admin {
-            http: reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().expect("client"),
+            http: crate::pki::http(Some((writ_api::role::Role::Edge, crate::pki::HARNESS_EDGE))),
             token: TEST_OPERATOR_TOKEN.into(),
         }
     }
@@ -462,7 +475,7 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
             election_max_ms: 400,
             ..Default::default()
         },
-        tls: None,
+        tls: crate::pki::credential(writ_api::role::Role::Node, "1"),
         authority: writ_node::config::AuthorityConfig {
             signing_key_file: dir.path().join("signing-key.pem"),
             token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
@@ -473,8 +486,7 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
     crate::eventually("node ready", Duration::from_secs(20), || {
         let url = url.clone();
         async move {
-            let http = reqwest::Client::builder().no_proxy().build().ok()?;
-            let r = http.get(format!("{url}/readyz")).send().await.ok()?;
+            let r = crate::pki::http(None).get(format!("{url}/readyz")).send().await.ok()?;
             r.status().is_success().then_some(())
         }
     })
@@ -484,16 +496,17 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
 
 /// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).
 pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    run_cli_with_token(url, TEST_OPERATOR_TOKEN, args)
+    run_cli_as(url, TEST_OPERATOR_TOKEN, &crate::pki::ca_file(), args)
 }
 
-/// `writ admin <args>` with an operator token.
-pub fn run_cli_with_token(url: &str, token: &str, args: &[&str]) -> (i32, String, String) {
+/// `writ admin <args>` with an operator token, trusting the CA in `ca`.
+pub fn run_cli_as(url: &str, token: &str, ca: &Path, args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(writ_bin())
         .arg("admin")
         .args(args)
         .env("WRIT_ADMIN_URL", url)
         .env("WRIT_ADMIN_TOKEN", token)
+        .env("WRIT_CA_FILE", ca)
         .output()
         .expect("run writ admin");
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
@@ -547,6 +560,12 @@ impl DevProcess {
     pub fn var(&self, key: &str) -> &str {
         self.env.get(key).unwrap_or_else(|| panic!("{key} is not in the dev env file"))
     }
+
+    /// `writ admin ARGS` as its env file sets it up (URL, operator token, dev CA).
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let ca = Path::new(self.var("WRIT_CA_FILE"));
+        run_cli_as(self.var("WRIT_ADMIN_URL"), self.var("WRIT_ADMIN_TOKEN"), ca, args)
+    }
 }
 
 impl Drop for DevProcess {
@@ -574,12 +593,17 @@ impl EdgeProc {
         let config = dir.join(format!("edge-{n}.toml"));
         let ledger: Vec<String> = ledger.iter().map(|u| format!("\"{u}\"")).collect();
         let canonical = canonical_url.map(|c| format!("canonical_url = \"{c}\"\n")).unwrap_or_default();
+        let tls = crate::pki::credential(writ_api::role::Role::Edge, &format!("e{n}"));
         let text = format!(
             "listen = \"127.0.0.1:0\"\n{canonical}ledger = [{}]\nseal_key_file = \"{}\"\n\
-             [executor]\nlisten = \"127.0.0.1:0\"\ntls_secret_file = \"{}\"\n",
+             [executor]\nlisten = \"127.0.0.1:0\"\ntls_secret_file = \"{}\"\n\
+             [ledger_tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
             ledger.join(", "),
             dir.join("edge-seal-key").display(),
-            dir.join("edge-executor-secret").display()
+            dir.join("edge-executor-secret").display(),
+            tls.cert.display(),
+            tls.key.display(),
+            tls.ca.display(),
         );
         std::fs::write(&config, text).expect("edge config");
         let log = std::fs::File::create(dir.join(format!("edge-{n}.log"))).expect("edge log");
@@ -638,13 +662,12 @@ pub struct ExecutorProc {
 }
 
 impl ExecutorProc {
-    /// Creates an enrollment for (tenant, site, devices) with the operator token, enrolls with
+    /// Creates an enrollment for (tenant, site, devices) through `admin`, enrolls with
     /// `writ executor enroll --edge`, and sets the handler (TOML after `[handler]`), the lease
     /// and the edges to use (default: the one enrolled through).
     #[allow(clippy::too_many_arguments)]
     pub async fn enroll(
-        admin_url: &str,
-        operator_token: &str,
+        admin: &writ_client::AdminClient,
         tenant: &str,
         site: &str,
         devices: &[&str],
@@ -657,7 +680,6 @@ impl ExecutorProc {
             devices: devices.iter().map(|d| d.to_string()).collect(),
             ttl_s: None,
         };
-        let admin = writ_client::AdminClient::new(admin_url, operator_token);
         let created = admin.create_enrollment(tenant, &request).await.expect("enrollment");
         let token = created.token.as_str();
         let out = Command::new(writ_bin())

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use writ_tests::procs::{run_cli, single_node, writ_bin, Admin, TEST_OPERATOR_TOKEN};
 
 async fn raw(url: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
-    let client = reqwest::Client::builder().no_proxy().build().expect("client");
+    let client = writ_tests::pki::http(None);
     let mut rb = client.request(method.parse().expect("method"), format!("{url}{path}"));
     if let Some(t) = token {
         rb = rb.bearer_auth(t);
@@ -91,7 +91,7 @@ async fn bad_input_and_auth_get_reason_codes() {
     let (_, e) = raw(url, "PATCH", "/v1/tenants/acme/settings", tok, Some(r#"{"idempotency_retention_s":60}"#)).await;
     assert!(e["message"].as_str().unwrap_or("").contains("24 h"), "{e}");
     // Health, readiness and Prometheus metrics are served by the node.
-    let http = reqwest::Client::builder().no_proxy().build().expect("client");
+    let http = writ_tests::pki::http(None);
     for path in ["/healthz", "/readyz"] {
         assert_eq!(http.get(format!("{url}{path}")).send().await.expect(path).status().as_u16(), 200, "{path}");
     }
@@ -163,6 +163,7 @@ async fn cli_drives_tenants_with_trustworthy_exit_codes() {
     // Wrong token → 4; unreachable → 3; no endpoint → 2.
     let out = std::process::Command::new(writ_bin())
         .args(["admin", "tenant", "list", "--url", &node.url, "--token", "not-the-operator-token"])
+        .env("WRIT_CA_FILE", writ_tests::pki::ca_file())
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(4));
@@ -190,7 +191,7 @@ async fn watch_streams_events_from_a_revision_with_filters() {
     }
     admin.post_ok(&node.url, "/v1/tenants/w-b/suspend", json!({})).await;
     // From revision 1, only tenant_created events: the three creates, in order, then live ones.
-    let http = reqwest::Client::builder().no_proxy().build().expect("client");
+    let http = writ_tests::pki::http(Some((writ_api::role::Role::Edge, "watcher")));
     let resp = http.get(format!("{}/client/watch?from=1&kind=tenant_created", node.url)).send().await.expect("watch");
     assert_eq!(resp.status().as_u16(), 200);
     let mut stream = resp.bytes_stream();
@@ -421,6 +422,7 @@ async fn cli_ends_quietly_when_its_reader_goes_away() {
         let mut child = std::process::Command::new(writ_bin())
             .args(["admin", "tenant", "list"])
             .env("WRIT_ADMIN_URL", &url)
+            .env("WRIT_CA_FILE", writ_tests::pki::ca_file())
             .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -444,7 +446,7 @@ async fn cli_ends_quietly_when_its_reader_goes_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_trace_id_is_the_ledgers() {
     let (node, _dir) = single_node().await;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = writ_tests::pki::http(None);
     let create = |name: &'static str, trace: Option<&'static str>| {
         let mut rb = http
             .post(format!("{}/v1/tenants", node.url))

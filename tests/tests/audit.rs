@@ -98,6 +98,7 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     // The streamed export (through the CLI) holds the same records, redacted.
     let out = std::process::Command::new(writ_bin())
         .args(["admin", "audit", "export", "--tenant", "audited"])
+        .env("WRIT_CA_FILE", writ_tests::pki::ca_file())
         .env("WRIT_ADMIN_URL", &urls[(leader % 3) as usize])
         .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
         .output()

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{json, Value};
 use writ_api::ReasonCode;
+use writ_client::Ledger;
 use writ_client::{now_ms, Verifier};
-use writ_client::{HttpLedger, Ledger};
 use writ_tests::procs::{run_cli, single_node, Admin, Cluster};
 
 const AUD: &str = "urn:writ:mcp";
@@ -32,7 +32,7 @@ async fn issue(admin: &Admin, url: &str, tenant: &str, body: Value) -> (u16, Val
 }
 
 fn verifier_on(url: &str) -> Verifier {
-    Verifier::follow(Arc::new(HttpLedger::new(vec![url.to_string()])) as Arc<dyn Ledger>, AUD)
+    Verifier::follow(Arc::new(writ_tests::pki::edge_ledger(vec![url.to_string()], "verifier")) as Arc<dyn Ledger>, AUD)
 }
 
 async fn ready(v: &Verifier) {
@@ -44,9 +44,7 @@ async fn ready(v: &Verifier) {
 
 /// Reads a watch stream until its first heartbeat (everything stored has been delivered).
 async fn watch_until_idle(url: &str, path: &str) -> Vec<Value> {
-    let Ok(client) = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build() else {
-        return Vec::new();
-    };
+    let client = writ_tests::pki::http(Some((writ_api::role::Role::Edge, "watcher")));
     let Ok(mut resp) = client.get(format!("{url}{path}")).send().await else { return Vec::new() };
     let mut buf = Vec::new();
     let mut lines = Vec::new();

@@ -36,7 +36,7 @@ async fn a_corrupt_record_found_at_run_time_stops_the_node() {
     node.kill();
     damage_event(&node.dir.join("data/db"), 2);
     node.start(false);
-    let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build().expect("client");
+    let http = writ_tests::pki::http(Some((writ_api::role::Role::Node, "2")));
     eventually("the restarted node to serve", Duration::from_secs(30), || async {
         http.get(format!("{url}/readyz")).send().await.ok()?.status().is_success().then_some(())
     })

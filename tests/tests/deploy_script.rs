@@ -17,15 +17,21 @@ async fn local_cluster_script_up_status_down() {
     let cluster = ScriptCluster::up();
     let env = cluster.env();
     let var = |name: &str| env.get(name).cloned().unwrap_or_else(|| panic!("{name} missing from env file: {env:?}"));
-    let (url, token) = (var("WRIT_ADMIN_URL"), var("WRIT_ADMIN_TOKEN"));
+    let (url, token, ca) = (var("WRIT_ADMIN_URL"), var("WRIT_ADMIN_TOKEN"), var("WRIT_CA_FILE"));
     assert_eq!(var("WRIT_NODE_URLS").split(' ').count(), 3);
+    // It holds the operator token: owner-only, like every key file the script makes.
+    use std::os::unix::fs::PermissionsExt;
+    for secret in ["env", "operator-token", "pki/ca-key.pem", "pki/node-1-key.pem", "pki/edge-e1-key.pem"] {
+        let mode = std::fs::metadata(cluster.dir.path().join(secret)).expect(secret).permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{secret} is readable by others");
+    }
     assert_eq!(var("WRIT_NODE_PIDS").split(' ').count(), 3);
 
     let status = writ_tests::eventually("3 members agreeing on a leader", Duration::from_secs(30), || {
-        let (url, token) = (url.clone(), token.clone());
+        let (url, token, ca) = (url.clone(), token.clone(), ca.clone());
         async move {
             let out = Command::new(writ_bin())
-                .args(["admin", "cluster", "status", "--output", "json", "--url", &url, "--token", &token])
+                .args(["admin", "cluster", "status", "--output", "json", "--url", &url, "--token", &token, "--ca", &ca])
                 .output()
                 .ok()?;
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use writ_api::dto::SubmitRequest;
 use writ_api::ledger::Command;
 use writ_client::verifier::Verifier;
-use writ_client::{HttpLedger, Ledger};
+use writ_client::Ledger;
 use writ_mcp_edge::EdgeConfig;
 use writ_tests::procs::{single_node, Admin};
 
@@ -63,7 +63,7 @@ fn names(list: &Value) -> Vec<String> {
 async fn serve_edge(url: &str) -> (Edge, writ_mcp_edge::audit::AuditSink, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let edge_url = format!("http://127.0.0.1:{}/mcp", listener.local_addr().unwrap().port());
-    let ledger = Arc::new(HttpLedger::new(vec![url.to_string()])) as Arc<dyn Ledger>;
+    let ledger = Arc::new(writ_tests::pki::edge_ledger(vec![url.to_string()], "in-process")) as Arc<dyn Ledger>;
     let verifier = Verifier::follow(ledger.clone(), edge_url.clone());
     let config = EdgeConfig::for_url(&edge_url, writ_mcp_edge::seal::SealKey::random());
     let prm_url = config.resource_metadata_url();
@@ -275,7 +275,7 @@ async fn operation_execute_records_one_durable_operation_per_key() {
     // Independent acceptance (X3). The executor's part is played here by ledger commands (the
     // executor endpoint is not served yet): dispatch, one attempt, effect reported with evidence.
     let id = after["result"]["structuredContent"]["operation_id"].as_str().unwrap().to_string();
-    let ledger = HttpLedger::new(vec![url.clone()]);
+    let ledger = writ_tests::pki::edge_ledger(vec![url.clone()], "in-process");
     let tenant_id = admin.get(&url, "/v1/tenants/ops").await.unwrap()["id"].as_str().unwrap().to_string();
     let evidence = writ_api::operation::EvidenceV1 {
         content_hash: "ab".repeat(32),

@@ -11,7 +11,7 @@ use writ_tests::procs::{run_cli, single_node, Admin};
 
 async fn enroll(url: &str, body: Value) -> (u16, Value) {
     // No operator token: the enrollment token is the only credential.
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let client = writ_tests::pki::http(None);
     let resp = client.post(format!("{url}/v1/enroll")).json(&body).send().await.unwrap();
     let code = resp.status().as_u16();
     (code, resp.json().await.unwrap_or(Value::Null))

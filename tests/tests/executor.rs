@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::rpc;
-use writ_tests::procs::{mtls_client, run_cli_with_token, Admin, DevProcess, ExecutorProc};
+use writ_tests::procs::{mtls_client, Admin, DevProcess, ExecutorProc};
 
 /// The dev process plus what the tests provision in its demo tenant.
 struct World {
@@ -20,8 +20,8 @@ struct World {
 impl World {
     async fn start() -> World {
         let dev = DevProcess::start(&[]).await;
-        let mut admin = Admin::new();
-        admin.token = dev.var("WRIT_ADMIN_TOKEN").to_string();
+        let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
+        let admin = Admin::trusting(ca, dev.var("WRIT_ADMIN_TOKEN"));
         World { dev, admin, dir: tempfile::tempdir().unwrap() }
     }
 
@@ -56,8 +56,7 @@ impl World {
     /// Enrolls an executor for `devices` (not started).
     async fn executor(&self, name: &str, devices: &[&str], handler: &str) -> ExecutorProc {
         ExecutorProc::enroll(
-            self.admin_url(),
-            &self.admin.token,
+            &self.admin.client(self.admin_url()),
             "demo",
             "demo-site",
             devices,
@@ -166,7 +165,7 @@ async fn reservations_fencing_deadlines_and_refusals() {
     let frame = next_frame(&mut body, &mut buf, |f| f["type"] == "dispatch").await;
     assert_eq!(frame["dispatch"]["operation_id"], first.as_str(), "{frame}");
     assert_eq!(frame["dispatch"]["fencing_token"], 1);
-    run_cli_with_token(w.admin_url(), &w.admin.token, &["operation", "cancel", "--tenant", "demo", &first]);
+    w.dev.cli(&["operation", "cancel", "--tenant", "demo", &first]);
     let second = op_id(&w.execute(&rival, press("press-a", "race-3")).await);
     let frame = next_frame(&mut body, &mut buf, |f| f["type"] == "dispatch").await;
     assert_eq!(
@@ -278,11 +277,17 @@ async fn unknown_effect_reconciliation_and_independent_acceptance() {
     x.set_handler("kind = \"simulated\"\nattempts_file = \"attempts.log\"", None);
     x.start();
 
-    let (code, out, err) = run_cli_with_token(
-        w.admin_url(),
-        &w.admin.token,
-        &["operation", "resolve", "--tenant", "demo", &id, "--outcome", "no-effect", "--note", "press found at home"],
-    );
+    let (code, out, err) = w.dev.cli(&[
+        "operation",
+        "resolve",
+        "--tenant",
+        "demo",
+        &id,
+        "--outcome",
+        "no-effect",
+        "--note",
+        "press found at home",
+    ]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(w.readback(&agent, &id).await["state"], "failed");
     let next = op_id(&w.execute(&agent, press("press-e", "e-3")).await);
@@ -339,8 +344,7 @@ async fn executor_certificates_are_checked_and_refusals_audited() {
     let dev = json!({"name": "o-press", "site": "o-site", "device_class": "press.v1"});
     w.admin.post_ok(w.admin_url(), "/v1/tenants/other/devices", dev).await;
     let foreign = ExecutorProc::enroll(
-        w.admin_url(),
-        &w.admin.token,
+        &w.admin.client(w.admin_url()),
         "other",
         "o-site",
         &["o-press"],
@@ -541,8 +545,7 @@ async fn direct_calls_run_low_risk_actions_and_confirm_high_risk_ones() {
 async fn operation_quotas_hold_at_the_edge() {
     let w = World::start().await;
     let agent = w.principal("agent-1", &[]).await;
-    let (code, out, err) =
-        run_cli_with_token(w.admin_url(), &w.admin.token, &["tenant", "set", "demo", "--cost-units-per-day", "2"]);
+    let (code, out, err) = w.dev.cli(&["tenant", "set", "demo", "--cost-units-per-day", "2"]);
     assert_eq!(code, 0, "{out}{err}");
     for key in ["q-1", "q-2"] {
         let id = op_id(&w.execute(&agent, press("demo-press", key)).await);
@@ -555,12 +558,11 @@ async fn operation_quotas_hold_at_the_edge() {
     assert_eq!(replay["structuredContent"]["replayed"], true, "{replay}");
 
     // A principal's own limit, set by an operator with the CLI, on top of the tenant's.
-    let (code, out, err) =
-        run_cli_with_token(w.admin_url(), &w.admin.token, &["tenant", "set", "demo", "--cost-units-per-day", "100"]);
+    let (code, out, err) = w.dev.cli(&["tenant", "set", "demo", "--cost-units-per-day", "100"]);
     assert_eq!(code, 0, "{out}{err}");
     let other = w.principal("agent-2", &[]).await;
     let args = ["principal", "quotas", "--tenant", "demo", "agent-2", "--cost-units-per-day", "1", "-o", "json"];
-    let (code, out, err) = run_cli_with_token(w.admin_url(), &w.admin.token, &args);
+    let (code, out, err) = w.dev.cli(&args);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("\"cost_units_per_day\": 1"), "{out}");
     let first = op_id(&w.execute(&other, press("demo-press", "p-1")).await);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::rpc;
-use writ_tests::procs::{run_cli_with_token, Admin, DevProcess, ExecutorProc};
+use writ_tests::procs::{Admin, DevProcess, ExecutorProc};
 
 struct Dev {
     dev: DevProcess,
@@ -21,8 +21,8 @@ struct Dev {
 impl Dev {
     async fn start() -> Dev {
         let dev = DevProcess::start(&[]).await;
-        let mut admin = Admin::new();
-        admin.token = dev.var("WRIT_ADMIN_TOKEN").to_string();
+        let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
+        let admin = Admin::trusting(ca, dev.var("WRIT_ADMIN_TOKEN"));
         Dev { dev, admin, dir: tempfile::tempdir().unwrap() }
     }
 
@@ -236,8 +236,7 @@ async fn case_04_scope_overreach_is_refused_with_a_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_05_expired_token_fails_authentication_and_a_new_one_works() {
     let d = Dev::start().await;
-    let (code, out, err) =
-        run_cli_with_token(d.admin_url(), &d.admin.token, &["tenant", "set", "demo", "--token-ttl-min", "1"]);
+    let (code, out, err) = d.dev.cli(&["tenant", "set", "demo", "--token-ttl-min", "1"]);
     assert_eq!(code, 0, "{out}{err}");
     d.principal("brief", Some("full"), &[]).await;
     let issued = d.issue("brief", Some(1)).await;
@@ -368,8 +367,9 @@ async fn case_08_audit_records_have_the_minimum_fields_and_redact_secrets() {
         let detail: Value = serde_json::from_str(r["detail"].as_str().unwrap()).unwrap();
         assert_eq!(detail["token"], "[REDACTED]", "{r}");
     }
-    let export = reqwest::Client::builder()
-        .no_proxy()
+    let ca = writ_client::ClientTls::trusting(std::path::Path::new(d.dev.var("WRIT_CA_FILE"))).unwrap();
+    let export = ca
+        .apply(reqwest::Client::builder().no_proxy())
         .build()
         .unwrap()
         .get(format!("{}/v1/tenants/demo/audit/export", d.admin_url()))
@@ -400,8 +400,7 @@ async fn case_10_out_of_capability_calls_are_sandboxed_and_traceable() {
         )
         .await;
     let intruder = ExecutorProc::enroll(
-        d.admin_url(),
-        &d.admin.token,
+        &d.admin.client(d.admin_url()),
         "demo",
         "demo-site",
         &["press-9"],

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::try_rpc;
-use writ_tests::procs::{Admin, Cluster, EdgeProc, ExecutorProc, TEST_OPERATOR_TOKEN};
+use writ_tests::procs::{Admin, Cluster, EdgeProc, ExecutorProc};
 
 struct Setup {
     cluster: Cluster,
@@ -46,8 +46,7 @@ async fn setup() -> Setup {
         admin.post_ok(url, "/v1/tenants/ops/tokens", json!({"principal": "agent", "audience": e1.url()})).await;
     let token = issued["token"].as_str().unwrap().to_string();
     let mut executor = ExecutorProc::enroll(
-        url,
-        TEST_OPERATOR_TOKEN,
+        &admin.client(url),
         "ops",
         "plant",
         &["press-1"],

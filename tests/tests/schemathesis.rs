@@ -29,10 +29,14 @@ async fn admin_api_conforms_to_its_openapi_document() {
     let schema = format!("{url}/v1/openapi.json");
     // Schemathesis keeps a cache in its working directory: keep it out of the checkout.
     let workdir = dir.path().to_path_buf();
+    // The node serves TLS from the test CA.
+    let ca = writ_tests::pki::ca_file();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(&bin)
             .current_dir(&workdir)
             .args(["run", &schema, "--header", &format!("Authorization: Bearer {TEST_OPERATOR_TOKEN}")])
+            .arg("--tls-verify")
+            .arg(&ca)
             .args(["--checks", "not_a_server_error,response_schema_conformance"])
             // One worker: with two threads, CPython 3.11.7's `ast.parse` (hypothesis describing a
             // filter lambda) intermittently raises "AST constructor recursion depth mismatch".

@@ -99,8 +99,16 @@ pub struct AdminClient {
 
 impl AdminClient {
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> AdminClient {
-        let http = reqwest::Client::builder().no_proxy().timeout(ADMIN_CALL_TIMEOUT).build().unwrap_or_default();
-        AdminClient::with_http(base, token, http)
+        AdminClient::with_tls(base, token, None)
+    }
+
+    /// Over HTTPS trusting `tls`'s CA (and presenting its credential, if any).
+    pub fn with_tls(base: impl Into<String>, token: impl Into<String>, tls: Option<&crate::ClientTls>) -> AdminClient {
+        let mut b = reqwest::Client::builder().no_proxy().timeout(ADMIN_CALL_TIMEOUT);
+        if let Some(t) = tls {
+            b = t.apply(b);
+        }
+        AdminClient::with_http(base, token, b.build().unwrap_or_default())
     }
 
     /// With a configured HTTP client (TLS roots, client certificate, timeouts).

@@ -116,15 +116,24 @@ impl Default for NodeHttp {
 
 impl NodeHttp {
     pub fn new() -> Self {
-        Self::with_client(
-            reqwest::Client::builder().no_proxy().timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default(),
-        )
+        Self::with_tls(None)
     }
 
-    pub fn with_client(http: reqwest::Client) -> Self {
-        let watch_http =
-            reqwest::Client::builder().no_proxy().connect_timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default();
+    /// Over HTTPS when `tls` is given: trusting its CA and presenting its credential (an edge's
+    /// or a node's: the client API refuses callers without one).
+    pub fn with_tls(tls: Option<&crate::ClientTls>) -> Self {
+        let base = || match tls {
+            Some(t) => t.apply(reqwest::Client::builder().no_proxy()),
+            None => reqwest::Client::builder().no_proxy(),
+        };
+        let http = base().timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default();
+        let watch_http = base().connect_timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default();
         NodeHttp { http, watch_http }
+    }
+
+    /// Over a configured client (a node's, with its TLS); watches are not made through it.
+    pub fn with_client(http: reqwest::Client) -> Self {
+        NodeHttp { watch_http: http.clone(), http }
     }
 
     /// `POST {base}{path}` with a JSON body; error bodies become their rejection.
@@ -244,7 +253,12 @@ pub struct HttpLedger {
 
 impl HttpLedger {
     pub fn new(nodes: Vec<String>) -> Self {
-        HttpLedger { nodes, http: NodeHttp::new(), preferred: Default::default() }
+        Self::with_http(nodes, NodeHttp::new())
+    }
+
+    /// Over `http` (e.g. [`NodeHttp::with_tls`] with the caller's role credential).
+    pub fn with_http(nodes: Vec<String>, http: NodeHttp) -> Self {
+        HttpLedger { nodes, http, preferred: Default::default() }
     }
 
     /// A read (or an idempotent call) on the first node that answers it: one that was not

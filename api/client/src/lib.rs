@@ -5,6 +5,7 @@
 //!   whether a failed request may have executed.
 //! - [`verifier`]: token verification against a watch-fed replica of the ledger state.
 //! - [`admin`]: [`AdminClient`], the one typed client of the admin API.
+//! - [`tls`]: [`ClientTls`], the CA a client trusts and the role credential it presents.
 //! - [`memory`]: [`MemoryLedger`], the ledger in one process (no Raft, no RocksDB) for router
 //!   tests of whatever is written against [`Ledger`].
 //!
@@ -13,6 +14,7 @@
 pub mod admin;
 pub mod ledger;
 pub mod memory;
+pub mod tls;
 pub mod verifier;
 
 pub use admin::{AdminClient, AdminError};
@@ -21,6 +23,7 @@ pub use ledger::{
     TRACE_HEADER,
 };
 pub use memory::MemoryLedger;
+pub use tls::ClientTls;
 pub use verifier::Verifier;
 
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it). The ledger never

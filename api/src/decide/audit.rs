@@ -12,6 +12,13 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
             if decisions.iter().any(|d| !matches!(d.outcome.as_str(), "allowed" | "denied")) {
                 return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a decision's outcome is allowed or denied"));
             }
+            if !decisions.iter().all(crate::audit::RequestDecisionV1::is_bounded) {
+                let max = crate::audit::DECISION_FIELD_BYTES_MAX;
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("a decision's text field exceeds {max} bytes"),
+                ));
+            }
             Ok(decisions
                 .iter()
                 .map(|d| Event::RequestDecidedV1 { tenant_id: tenant_id.clone(), decision: d.clone() })

@@ -1,0 +1,169 @@
+//! Who may call the ledger's client API, by the role its certificate names (SPEC S1, S2).
+//!
+//! A peer's mutual-TLS certificate carries one SAN URI `urn:writ:<role>:<id>` issued by the
+//! cluster CA (`writ pki issue`). This module is the one place that says what each role may
+//! submit and read; the node's listener asks it before it reads a request body.
+
+use crate::dto::Query;
+use crate::ledger::Command;
+
+/// Prefix of the SAN URI naming a role identity.
+pub const IDENTITY_URI_PREFIX: &str = "urn:writ:";
+/// Longest id a role identity may carry (node ids are numbers; edge and operator names).
+pub const IDENTITY_ID_MAX: usize = 64;
+
+/// A role of the cluster's PKI (executors have their own, per-tenant CAs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// A ledger node: Raft, and every client-API call (a node forwards its admin API's commands
+    /// to the leader through it).
+    Node,
+    /// An MCP edge: the commands and reads serving agents and executors needs, nothing else.
+    Edge,
+    /// An operator (admin CLI, automation): the admin API only.
+    Operator,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Node, Role::Edge, Role::Operator];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Node => "node",
+            Role::Edge => "edge",
+            Role::Operator => "operator",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+
+    /// Whether this role may call the Raft RPCs (`/raft/*`).
+    pub fn may_replicate(self) -> bool {
+        self == Role::Node
+    }
+
+    /// Whether this role may follow the ledger (snapshot, watch, status, read index).
+    pub fn may_follow(self) -> bool {
+        matches!(self, Role::Node | Role::Edge)
+    }
+
+    /// Whether this role may change membership through the client API (`POST /client/cluster`):
+    /// only a node forwarding an operator-authenticated admin request.
+    pub fn may_change_membership(self) -> bool {
+        self == Role::Node
+    }
+
+    /// Whether this role may submit `command`. Edges submit only what serving agents and
+    /// executors needs: never tenancy, principals, tokens, issuers, signing keys, catalogs,
+    /// enrollment or membership.
+    pub fn may_submit(self, command: &Command) -> bool {
+        match self {
+            Role::Node => true,
+            Role::Operator => false,
+            Role::Edge => matches!(
+                command,
+                Command::RecordDecisions { .. }
+                    | Command::LeaseRequestQuota { .. }
+                    | Command::SubmitOperation { .. }
+                    | Command::DispatchOperation { .. }
+                    | Command::StartAttempt { .. }
+                    | Command::RenewAttemptLease { .. }
+                    | Command::ReportAttempt { .. }
+                    | Command::RefuseDispatch { .. }
+                    | Command::AnswerInputs { .. }
+                    | Command::CancelOperation { .. }
+                    | Command::RecordObservation { .. }
+                    | Command::DecideOperation { .. }
+            ),
+        }
+    }
+
+    /// Whether this role may run `query`. Edges read operations and a tenant's recent audit
+    /// (`audit/recent` resource); everything else they need comes from their replica.
+    pub fn may_query(self, query: &Query) -> bool {
+        match self {
+            Role::Node => true,
+            Role::Operator => false,
+            Role::Edge => {
+                matches!(query, Query::GetOperation { .. } | Query::GetOperationByKey { .. } | Query::ListAudit { .. })
+            }
+        }
+    }
+}
+
+/// A role identity as a certificate names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Identity {
+    pub role: Role,
+    pub id: String,
+}
+
+impl Identity {
+    /// The SAN URI that names this identity.
+    pub fn uri(&self) -> String {
+        format!("{IDENTITY_URI_PREFIX}{}:{}", self.role.as_str(), self.id)
+    }
+
+    /// Parses `urn:writ:<role>:<id>`; `None` for any other URI (an executor's
+    /// `urn:writ:executor:…` included: executors are not cluster roles).
+    pub fn from_uri(uri: &str) -> Option<Identity> {
+        let rest = uri.strip_prefix(IDENTITY_URI_PREFIX)?;
+        let (role, id) = rest.split_once(':')?;
+        let role = Role::parse(role)?;
+        Identity::new(role, id)
+    }
+
+    /// An identity with a valid id: 1–64 of `[A-Za-z0-9._-]`; a node's id is a number ≥ 1.
+    pub fn new(role: Role, id: &str) -> Option<Identity> {
+        let valid = !id.is_empty()
+            && id.len() <= IDENTITY_ID_MAX
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        let node_ok = role != Role::Node || id.parse::<u64>().is_ok_and(|n| n >= 1);
+        (valid && node_ok).then(|| Identity { role, id: id.to_string() })
+    }
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.role.as_str(), self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_uris_round_trip_and_reject_everything_else() {
+        let edge = Identity::new(Role::Edge, "e-1").unwrap();
+        assert_eq!(Identity::from_uri(&edge.uri()), Some(edge));
+        assert_eq!(Identity::from_uri("urn:writ:node:3").map(|i| i.role), Some(Role::Node));
+        for bad in [
+            "urn:writ:node:0",
+            "urn:writ:node:x",
+            "urn:writ:executor:t:e",
+            "urn:writ:edge:",
+            "urn:writ:edge:a/b",
+            "urn:other:edge:a",
+            "urn:writ:edge",
+        ] {
+            assert_eq!(Identity::from_uri(bad), None, "{bad}");
+        }
+        assert_eq!(Identity::new(Role::Operator, &"a".repeat(IDENTITY_ID_MAX + 1)), None);
+    }
+
+    #[test]
+    fn edges_submit_only_serving_commands() {
+        let issuer = Command::RemoveTenantIssuer { tenant_id: "t".into(), issuer: "i".into() };
+        let lease = Command::LeaseRequestQuota { tenant_id: "t".into(), principal_id: "p".into(), wanted: 1 };
+        assert!(Role::Node.may_submit(&issuer));
+        assert!(!Role::Edge.may_submit(&issuer));
+        assert!(Role::Edge.may_submit(&lease));
+        assert!(!Role::Operator.may_submit(&lease));
+        assert!(!Role::Edge.may_replicate() && !Role::Edge.may_change_membership() && Role::Edge.may_follow());
+        let tenants = Query::ListTenants { after: None, limit: 1 };
+        assert!(!Role::Edge.may_query(&tenants) && Role::Node.may_query(&tenants));
+    }
+}

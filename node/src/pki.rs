@@ -1,0 +1,193 @@
+//! The cluster's PKI (SPEC S1): one CA, and a certificate per node, edge and operator whose SAN
+//! URI `urn:writ:<role>:<id>` names its role. Offline: `writ pki init` creates the CA,
+//! `writ pki issue ROLE ID` a credential; `writ dev` and `deploy/local-cluster.sh` do the same.
+//!
+//! Layout of a PKI directory: `ca.pem`, `ca-key.pem` (0600), and per identity
+//! `<role>-<id>.pem` and `<role>-<id>-key.pem` (0600). Keys are ECDSA P-256; serial numbers
+//! are random; the CA key never leaves the directory it was created in.
+
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use writ_api::role::{Identity, IDENTITY_URI_PREFIX};
+
+use crate::config::TlsConfig;
+
+pub const CA_CERT_FILE: &str = "ca.pem";
+pub const CA_KEY_FILE: &str = "ca-key.pem";
+/// How long the cluster CA is valid.
+pub const CA_VALIDITY_DAYS: i64 = 3650;
+/// Default validity of an issued credential.
+pub const LEAF_VALIDITY_DAYS_DEFAULT: u32 = 365;
+/// Longest validity `writ pki issue --days` accepts.
+pub const LEAF_VALIDITY_DAYS_MAX: u32 = 825;
+/// Most host names and addresses one credential may name.
+pub const HOSTS_MAX: usize = 32;
+
+fn other(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+/// A random, positive 16-byte serial number.
+fn serial() -> rcgen::SerialNumber {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01;
+    rcgen::SerialNumber::from_slice(&bytes)
+}
+
+/// Writes a new file; `private` ones are created 0600. Never overwrites.
+fn create(path: &Path, text: &str, private: bool) -> io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if private { 0o600 } else { 0o644 })
+        .open(path)
+        .map_err(|e| other(&path.display().to_string(), e))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()
+}
+
+fn validity(params: &mut rcgen::CertificateParams, days: i64) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + time::Duration::days(days);
+}
+
+/// Creates the CA in `dir` (made if missing); refuses when one is there already.
+pub fn init(dir: &Path) -> io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let (cert_path, key_path) = (dir.join(CA_CERT_FILE), dir.join(CA_KEY_FILE));
+    if cert_path.exists() || key_path.exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} already holds a CA; a CA is never replaced in place", dir.display()),
+        ));
+    }
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| other("CA key", e))?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "Writ cluster CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    params.serial_number = Some(serial());
+    validity(&mut params, CA_VALIDITY_DAYS);
+    let cert = params.self_signed(&key).map_err(|e| other("CA certificate", e))?;
+    create(&key_path, &key.serialize_pem(), true)?;
+    create(&cert_path, &cert.pem(), false)?;
+    Ok(cert_path)
+}
+
+/// The file names of an identity's credential in a PKI directory.
+pub fn credential(dir: &Path, identity: &Identity) -> TlsConfig {
+    let stem = format!("{}-{}", identity.role.as_str(), identity.id);
+    TlsConfig {
+        cert: dir.join(format!("{stem}.pem")),
+        key: dir.join(format!("{stem}-key.pem")),
+        ca: dir.join(CA_CERT_FILE),
+    }
+}
+
+/// Issues a credential for `identity`, valid `days`, naming `hosts` (DNS names or IPs) for
+/// server use. Refuses to overwrite an existing one (retire it first by moving it away).
+pub fn issue(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io::Result<TlsConfig> {
+    if days == 0 || days > LEAF_VALIDITY_DAYS_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--days must be 1..={LEAF_VALIDITY_DAYS_MAX}"),
+        ));
+    }
+    if hosts.len() > HOSTS_MAX {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("at most {HOSTS_MAX} hosts")));
+    }
+    let ca_pem = std::fs::read_to_string(dir.join(CA_CERT_FILE))
+        .map_err(|e| other(&format!("{} (run `writ pki init` first)", dir.join(CA_CERT_FILE).display()), e))?;
+    let ca_key_pem = std::fs::read_to_string(dir.join(CA_KEY_FILE))
+        .map_err(|e| other(&dir.join(CA_KEY_FILE).display().to_string(), e))?;
+    let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(|e| other("CA key", e))?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(|e| other("CA certificate", e))?;
+    let files = credential(dir, identity);
+    if files.cert.exists() || files.key.exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} already exists; move it away to re-issue", files.cert.display()),
+        ));
+    }
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| other("key", e))?;
+    let mut params = rcgen::CertificateParams::new(hosts.to_vec()).map_err(|e| other("hosts", e))?;
+    let uri = rcgen::string::Ia5String::try_from(identity.uri()).map_err(|e| other("identity", e))?;
+    params.subject_alt_names.push(rcgen::SanType::URI(uri));
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("writ {identity}"));
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages =
+        vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(serial());
+    validity(&mut params, i64::from(days));
+    let cert = params.signed_by(&key, &issuer).map_err(|e| other("certificate", e))?;
+    create(&files.key, &key.serialize_pem(), true)?;
+    create(&files.cert, &cert.pem(), false)?;
+    Ok(files)
+}
+
+/// Creates what is missing of a PKI directory for one process's own use (`writ dev`, tests):
+/// the CA, then each identity's credential for `hosts`.
+pub fn ensure(dir: &Path, identities: &[Identity], hosts: &[String]) -> io::Result<()> {
+    if !dir.join(CA_CERT_FILE).exists() {
+        init(dir)?;
+    }
+    for identity in identities {
+        if !credential(dir, identity).cert.exists() {
+            issue(dir, identity, hosts, LEAF_VALIDITY_DAYS_DEFAULT)?;
+        }
+    }
+    Ok(())
+}
+
+/// The role identity a (verified) certificate names: exactly one `urn:writ:<role>:<id>` SAN URI.
+pub fn identity_of(cert_der: &[u8]) -> Result<Identity, String> {
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(cert_der).map_err(|e| format!("unreadable certificate: {e}"))?;
+    let sans = cert
+        .subject_alternative_name()
+        .map_err(|e| format!("bad subjectAltName: {e}"))?
+        .map(|ext| ext.value.general_names.clone())
+        .unwrap_or_default();
+    let mut found = sans.iter().filter_map(|n| match n {
+        x509_parser::extensions::GeneralName::URI(u) if u.starts_with(IDENTITY_URI_PREFIX) => Some(*u),
+        _ => None,
+    });
+    let (Some(uri), None) = (found.next(), found.next()) else {
+        return Err("the certificate must name exactly one urn:writ:<role>:<id> identity".into());
+    };
+    Identity::from_uri(uri).ok_or_else(|| format!("'{uri}' is not a Writ role identity"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use writ_api::role::Role;
+
+    #[test]
+    fn issued_credentials_name_their_role_and_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        init(dir.path()).unwrap();
+        assert!(init(dir.path()).is_err(), "a CA is never replaced");
+        let edge = Identity::new(Role::Edge, "e1").unwrap();
+        let files = issue(dir.path(), &edge, &["127.0.0.1".into(), "localhost".into()], 30).unwrap();
+        assert!(issue(dir.path(), &edge, &[], 30).is_err(), "never overwritten");
+        let pem = std::fs::read(&files.cert).unwrap();
+        let der = rustls_pemfile::certs(&mut &pem[..]).next().unwrap().unwrap();
+        assert_eq!(identity_of(&der), Ok(edge));
+        for key in [&files.key, &dir.path().join(CA_KEY_FILE)] {
+            assert_eq!(std::fs::metadata(key).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        let other = Identity::new(Role::Node, "1").unwrap();
+        let again = issue(dir.path(), &other, &[], 30).unwrap();
+        let der2 = rustls_pemfile::certs(&mut &std::fs::read(&again.cert).unwrap()[..]).next().unwrap().unwrap();
+        let serial = |d: &[u8]| x509_parser::parse_x509_certificate(d).unwrap().1.raw_serial().to_vec();
+        assert_ne!(serial(&der), serial(&der2), "serials are random");
+        assert!(issue(dir.path(), &Identity::new(Role::Node, "2").unwrap(), &[], LEAF_VALIDITY_DAYS_MAX + 1).is_err());
+    }
+}

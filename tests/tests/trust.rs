@@ -1,0 +1,140 @@
+//! Trust boundaries between Writ's parts (SPEC S1, S2), through real `writ node` processes:
+//! every listener speaks TLS from the cluster CA, and who may call what is decided by the role
+//! the caller's certificate names, before any body is read.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use writ_api::dto::{ClusterChange, Query, QueryRequest, SubmitRequest};
+use writ_api::ledger::Command;
+use writ_api::role::Role;
+use writ_api::token::TenantIssuerV1;
+use writ_tests::pki;
+use writ_tests::procs::{writ_bin, Cluster};
+
+/// (status, reason) of a POST of `body` to `url`.
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> (StatusCode, String) {
+    let r = http.post(url).json(body).send().await.expect("request");
+    let status = r.status();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    (status, v["reason"].as_str().unwrap_or_default().to_string())
+}
+
+fn submit(command: Command) -> Value {
+    serde_json::to_value(SubmitRequest { trace_id: "trust-test".into(), command }).expect("json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader(Duration::from_secs(30)).await;
+    let url = cluster.nodes[leader as usize - 1].url();
+    // A write through the admin API lands everywhere: nodes forward and replicate over mutual
+    // TLS with their node credentials.
+    assert!(cluster.admin.create_tenant(&cluster.nodes[0].url(), "secure").await.expect("create"));
+    let tenant_id =
+        cluster.admin.get(&url, "/v1/tenants/secure").await.expect("tenant")["id"].as_str().expect("id").to_string();
+
+    // No credential: every /client/* and /raft/* call is refused with a reason, unread.
+    let anonymous = pki::http(None);
+    for path in ["/client/status", "/client/cluster", "/client/read-index", "/client/snapshot", "/client/watch?from=1"]
+    {
+        let r = anonymous.get(format!("{url}{path}")).send().await.expect("get");
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(r.json::<Value>().await.expect("body")["reason"], "PEER_UNAUTHENTICATED", "{path}");
+    }
+    let lease = Command::LeaseRequestQuota { tenant_id: tenant_id.clone(), principal_id: "p".into(), wanted: 1 };
+    for path in ["/client/submit", "/client/query", "/client/cluster", "/raft/append", "/raft/vote", "/raft/snapshot"] {
+        let (status, reason) = post(&anonymous, &format!("{url}{path}"), &submit(lease.clone())).await;
+        assert_eq!((status, reason.as_str()), (StatusCode::UNAUTHORIZED, "PEER_UNAUTHENTICATED"), "{path}");
+    }
+    // Probes stay open (read-only).
+    assert!(anonymous.get(format!("{url}/healthz")).send().await.expect("healthz").status().is_success());
+
+    // An edge identity: only what edges need.
+    let edge = pki::http(Some((Role::Edge, "intruder")));
+    let issuer = TenantIssuerV1 {
+        issuer: "https://attacker.example".into(),
+        audience: "urn:writ:mcp".into(),
+        jwks: "{\"keys\":[]}".into(),
+    };
+    let refused = [
+        ("/client/submit", submit(Command::SetTenantIssuer { tenant_id: tenant_id.clone(), issuer })),
+        ("/client/submit", submit(Command::SuspendTenant { tenant_id: tenant_id.clone(), note: None })),
+        (
+            "/client/query",
+            serde_json::to_value(QueryRequest {
+                query: Query::ListTenants { after: None, limit: 10 },
+                consistency: Default::default(),
+            })
+            .expect("json"),
+        ),
+        (
+            "/client/cluster",
+            serde_json::to_value(ClusterChange::AddLearner { node_id: 9, addr: "https://127.0.0.1:1".into() })
+                .expect("json"),
+        ),
+        ("/raft/vote", json!({})),
+        ("/raft/append", json!({})),
+    ];
+    for (path, body) in &refused {
+        let (status, reason) = post(&edge, &format!("{url}{path}"), body).await;
+        assert_eq!((status, reason.as_str()), (StatusCode::FORBIDDEN, "PEER_FORBIDDEN"), "{path} {body}");
+    }
+    // What an edge needs passes the role gate (and meets the ledger's own rules).
+    let (status, reason) = post(&edge, &format!("{url}/client/submit"), &submit(lease)).await;
+    assert_ne!(reason, "PEER_FORBIDDEN", "{status}");
+    assert!(edge.get(format!("{url}/client/status")).send().await.expect("status").status().is_success());
+    // An operator credential is for the admin API, not the client API.
+    let operator = pki::http(Some((Role::Operator, "alice")));
+    let r = operator.get(format!("{url}/client/status")).send().await.expect("status");
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+
+    // The tenant was not changed by any of it.
+    let tenant = cluster.admin.get(&url, "/v1/tenants/secure").await.expect("tenant");
+    assert_eq!(tenant["state"], "active", "{tenant}");
+    let issuers = cluster.admin.get(&url, "/v1/tenants/secure/issuers").await.expect("issuers");
+    assert!(!issuers.to_string().contains("attacker"), "{issuers}");
+    let status = cluster.admin.get(&url, "/v1/cluster/status").await.expect("cluster");
+    assert!(!status.to_string().contains("127.0.0.1:1\""), "{status}");
+
+    // A certificate from another CA is refused at the handshake.
+    let foreign = tempfile::tempdir().expect("dir");
+    writ_node::pki::init(foreign.path()).expect("foreign CA");
+    let id = writ_api::role::Identity::new(Role::Node, "1").expect("id");
+    let creds = writ_node::pki::issue(foreign.path(), &id, &["127.0.0.1".into()], 1).expect("foreign cert");
+    let forged = writ_client::ClientTls::with_identity(&pki::ca_file(), &creds.cert, &creds.key).expect("tls");
+    let forged = forged.apply(reqwest::Client::builder().no_proxy()).build().expect("client");
+    assert!(forged.get(format!("{url}/client/status")).send().await.is_err(), "a foreign certificate was accepted");
+}
+
+#[test]
+fn writ_pki_creates_a_ca_and_role_credentials() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let pki_dir = dir.path().join("pki");
+    let run = |args: &[&str]| std::process::Command::new(writ_bin()).args(args).output().expect("writ pki");
+    let d = pki_dir.to_str().expect("utf-8");
+    assert!(run(&["pki", "init", "--dir", d]).status.success());
+    let again = run(&["pki", "init", "--dir", d]);
+    assert_eq!(again.status.code(), Some(1), "a CA is never replaced");
+    let issued = run(&["pki", "issue", "edge", "e1", "--dir", d, "--host", "127.0.0.1"]);
+    assert!(issued.status.success(), "{}", String::from_utf8_lossy(&issued.stderr));
+    let pem = std::fs::read(pki_dir.join("edge-e1.pem")).expect("cert");
+    let der = pem_der(&pem);
+    assert_eq!(writ_node::pki::identity_of(&der).expect("identity").to_string(), "edge:e1");
+    let mode = std::fs::metadata(pki_dir.join("edge-e1-key.pem")).expect("key").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    for bad in [["pki", "issue", "root", "x"], ["pki", "issue", "node", "zero"]] {
+        let out = run(&[bad[0], bad[1], bad[2], bad[3], "--dir", d]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}
+
+fn pem_der(pem: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(pem);
+    let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD.decode(body).expect("base64")
+}
