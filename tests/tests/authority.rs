@@ -276,6 +276,22 @@ async fn tenant_issuer_tokens_verify_with_the_inline_jwks() {
         reason(verifier.verify(&sign(claims("writ-prod", now + 300), "nope")).await),
         ReasonCode::AUTH_TOKEN_INVALID
     );
+    // A token expiring in 2100 outlives the tenant's token_ttl_max_s: refused.
+    let year_2100 = 4_102_444_800;
+    assert_eq!(
+        reason(verifier.verify(&sign(claims("writ-prod", year_2100), "idp-1")).await),
+        ReasonCode::AUTH_TOKEN_INVALID
+    );
+    // So is one claiming to be issued an hour from now.
+    let mut future = claims("writ-prod", now + 3900);
+    future["iat"] = json!(now + 3600);
+    assert_eq!(reason(verifier.verify(&sign(future, "idp-1")).await), ReasonCode::AUTH_TOKEN_INVALID);
+    // Without a scope claim the token grants no scope (not the principal's).
+    let mut bare = claims("writ-prod", now + 300);
+    bare.as_object_mut().expect("claims").remove("scope");
+    let none = verifier.verify(&sign(bare, "idp-1")).await.expect("a scope-less token verifies");
+    assert!(none.scopes.is_empty(), "{:?}", none.scopes);
+    assert_eq!(none.require("tools:list").map_err(|r| r.reason), Err(ReasonCode::APP_SCOPE_FORBIDDEN));
 
     // The CLI inspects a token with the same verdict.
     let (code, out, err) =

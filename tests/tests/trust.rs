@@ -138,3 +138,58 @@ fn pem_der(pem: &[u8]) -> Vec<u8> {
     let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
     base64::engine::general_purpose::STANDARD.decode(body).expect("base64")
 }
+
+/// SPEC S4 at the edge of `writ dev`: oversized transport headers are refused before anything
+/// is read, client text never becomes a metric label, and a huge `preconditions` map is
+/// INPUT_INVALID instead of ledger state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_at_the_edge_is_bounded() {
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let (mcp, token) = (dev.var("WRIT_MCP_URL").to_string(), dev.var("WRIT_DEMO_TOKEN").to_string());
+    let http = reqwest::Client::builder().no_proxy().build().expect("client");
+    let metrics_url = mcp.replace("/mcp", "/metrics");
+    let metrics = || async { http.get(&metrics_url).send().await.expect("metrics").text().await.expect("text") };
+    let series = |text: &str| text.lines().filter(|l| l.starts_with("writ_edge_requests_total{")).count();
+    // One ordinary request first, so that the request series exist.
+    let (status, _, _) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/list", json!({})).await;
+    assert_eq!(status, 200);
+    let before = metrics().await;
+
+    let send = |method: String| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": writ_tests::mcp::meta()}});
+        http.post(&mcp)
+            .bearer_auth(&token)
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method)
+            .json(&body)
+            .send()
+    };
+    // 5 KB: over MCP_HEADER_BYTES_MAX, refused by the edge with its reason; 400 KB likewise 431.
+    let r = send("m".repeat(5 * 1024)).await.expect("send");
+    assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(r.json::<Value>().await.expect("json")["error"]["data"]["reason"], "HEADER_TOO_LARGE");
+    if let Ok(r) = send("m".repeat(400 * 1024)).await {
+        assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+    // Under the limit but unknown: refused as a mismatch, counted under `other`, never verbatim.
+    for i in 0..20 {
+        let junk = format!("junk-{i}-{}", "x".repeat(3000));
+        let r = send(junk).await.expect("send");
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    }
+    let after = metrics().await;
+    assert!(!after.contains("junk-"), "client text became a metric label");
+    assert!(series(&after) <= series(&before) + 2, "request series grew with client text:\n{after}");
+
+    // 900 KB of preconditions: INPUT_INVALID, nothing recorded.
+    let args = json!({"action": "home_press", "input": {}, "device": "demo-press", "idempotency_key": "huge",
+                      "preconditions": {"position": "p".repeat(900 * 1024)}});
+    let (status, _, answer) =
+        writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", json!({"name": "operation.execute", "arguments": args}))
+            .await;
+    let reason = answer["result"]["_meta"]["writ/reason"].as_str().or(answer["error"]["data"]["reason"].as_str());
+    assert_eq!(reason, Some("INPUT_INVALID"), "{status} {answer}");
+    let read = json!({"name": "operation.readback", "arguments": {"idempotency_key": "huge"}});
+    let (_, _, found) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", read).await;
+    assert_eq!(found["result"]["_meta"]["writ/reason"], "OPERATION_NOT_FOUND", "{found}");
+}
