@@ -1,6 +1,8 @@
 //! Token verification cost (issue 3 "measure"): `api::auth::verify` over a ledger state with a
 //! Writ-issued token (EdDSA, delegation depth 0 and 1) and a tenant-issuer token (EdDSA via
-//! inline JWKS). Run with `make bench-verify` (or `cargo bench -p writ-api --bench verify`).
+//! inline JWKS); and what the ledger's re-check of an operation's authority adds to each
+//! `SubmitOperation` (SPEC S3): re-deriving the authority from the records, and compiling and
+//! running the action's input schema. Run with `cargo bench -p writ-api --bench verify`.
 
 use base64::Engine;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -93,5 +95,25 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// The parts of `decide`'s re-check of a `SubmitOperation` (`recheck_authority`).
+fn recheck(c: &mut Criterion) {
+    let (st, ..) = setup();
+    let of_ref = writ_api::auth::authority_of_ref;
+    of_ref(&st, "t-1", "p-2", "j-2", NOW + 1).unwrap();
+    c.bench_function("recheck: authority of a delegated token", |b| {
+        b.iter(|| of_ref(&st, "t-1", "p-2", "j-2", NOW + 1).unwrap())
+    });
+    c.bench_function("recheck: authority of a tenant issuer", |b| {
+        b.iter(|| of_ref(&st, "t-1", "p-2", "https://idp.example", NOW + 1).unwrap())
+    });
+    // The demo catalog's move_press schema, compiled and applied per operation.
+    let schema = serde_json::json!({"type": "object", "required": ["position_mm"],
+        "properties": {"position_mm": {"type": "number", "minimum": 0, "maximum": 500}}});
+    let input = serde_json::json!({"position_mm": 120});
+    c.bench_function("recheck: compile and run an input schema", |b| {
+        b.iter(|| writ_api::catalog::validator(&schema).unwrap().is_valid(&input))
+    });
+}
+
+criterion_group!(benches, bench, recheck);
 criterion_main!(benches);

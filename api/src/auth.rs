@@ -258,17 +258,30 @@ fn verify_writ(
     )
     .map_err(map_jwt_error)?
     .claims;
-    let token = state.token(&claims.tid, &claims.jti).ok_or_else(|| invalid("unknown token id"))?;
-    if token.record.principal_id != claims.sub {
+    if claims.nbf.saturating_mul(1000) > now_ms {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_NOT_YET_VALID, "the token is not valid yet"));
+    }
+    recorded_authority(state, &claims.tid, &claims.jti, &claims.sub, now_ms)
+}
+
+/// The authority of the Writ token `jti` of `tenant_id` held by `principal_id`, from the
+/// ledger's records alone at `now_ms`: the record exists and names that principal, and every
+/// link of its delegation chain is unrevoked, unexpired and held by an active principal.
+pub fn recorded_authority(
+    state: &LedgerState,
+    tenant_id: &str,
+    jti: &str,
+    principal_id: &str,
+    now_ms: u64,
+) -> Result<Authority, Rejection> {
+    let token = state.token(tenant_id, jti).ok_or_else(|| invalid("unknown token id"))?;
+    if token.record.principal_id != principal_id {
         return Err(invalid("the token's subject does not match its record"));
     }
     if token.record.expires_at_ms <= now_ms {
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the token has expired"));
     }
-    if claims.nbf.saturating_mul(1000) > now_ms {
-        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_NOT_YET_VALID, "the token is not valid yet"));
-    }
-    domain_gate(state, &claims.tid)?;
+    domain_gate(state, tenant_id)?;
     // Walk the chain up to the root: every link unrevoked, unexpired, its principal active;
     // the effective scopes narrow to what every link's principal still holds.
     let mut scopes = token.record.scopes.clone();
@@ -294,7 +307,7 @@ fn verify_writ(
         }
         let p = state
             .principals
-            .get(&claims.tid)
+            .get(tenant_id)
             .and_then(|m| m.get(&t.record.principal_id))
             .ok_or_else(|| invalid("the token's principal does not exist"))?;
         if p.state != PrincipalState::Active {
@@ -303,15 +316,15 @@ fn verify_writ(
         scopes.retain(|s| p.scopes.iter().any(|g| scope_covers(g, s)));
         scopes.retain(|s| t.record.scopes.iter().any(|g| scope_covers(g, s)));
         revoked_scopes.extend(p.revoked_scopes.iter().cloned());
-        link = t.record.parent_jti.as_ref().and_then(|pj| state.token(&claims.tid, pj));
+        link = t.record.parent_jti.as_ref().and_then(|pj| state.token(tenant_id, pj));
         if link.is_none() && t.record.parent_jti.is_some() {
             return Err(invalid("a parent token of the chain is unknown"));
         }
     }
     chain.reverse();
-    let principal = &state.principals[&claims.tid][&token.record.principal_id];
+    let principal = &state.principals[tenant_id][&token.record.principal_id];
     Ok(Authority {
-        tenant_id: claims.tid.clone(),
+        tenant_id: tenant_id.to_string(),
         principal_id: principal.id.clone(),
         principal_name: principal.name.clone(),
         issuer: WRIT_ISSUER.into(),
@@ -321,6 +334,48 @@ fn verify_writ(
         scopes,
         revoked_scopes,
         expires_at_ms: token.record.expires_at_ms,
+    })
+}
+
+/// The authority an operation names (`authority_ref`), re-derived by the ledger (SPEC S3): a
+/// Writ token's `jti` gets [`recorded_authority`]; a tenant issuer registered for this tenant,
+/// or the loopback anonymous mode, stands for the principal itself (its current scopes: the
+/// ledger never sees those tokens). Anything else names no authority of this tenant.
+pub fn authority_of_ref(
+    state: &LedgerState,
+    tenant_id: &str,
+    principal_id: &str,
+    authority_ref: &str,
+    now_ms: u64,
+) -> Result<Authority, Rejection> {
+    if state.token(tenant_id, authority_ref).is_some() {
+        return recorded_authority(state, tenant_id, authority_ref, principal_id, now_ms);
+    }
+    let grant =
+        authority_ref == ANONYMOUS_ISSUER || state.issuers.get(authority_ref).is_some_and(|i| i.tenant_id == tenant_id);
+    if !grant {
+        return Err(invalid(format!("'{authority_ref}' is no token or issuer of this tenant")));
+    }
+    domain_gate(state, tenant_id)?;
+    let p = state
+        .principals
+        .get(tenant_id)
+        .and_then(|m| m.get(principal_id))
+        .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
+    if p.state != PrincipalState::Active {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
+    }
+    Ok(Authority {
+        tenant_id: tenant_id.to_string(),
+        principal_id: p.id.clone(),
+        principal_name: p.name.clone(),
+        issuer: authority_ref.to_string(),
+        token_id: None,
+        parent_token_id: None,
+        chain: Vec::new(),
+        scopes: p.scopes.clone(),
+        revoked_scopes: p.revoked_scopes.clone(),
+        expires_at_ms: u64::MAX,
     })
 }
 

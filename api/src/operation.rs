@@ -269,13 +269,15 @@ impl OperationSpecV1 {
             return Err(invalid(format!("at most {INPUT_REQUESTS_MAX} input requests")));
         }
         validate_preconditions(&self.preconditions)?;
-        let free_text = [Some(&self.authority_ref), Some(&self.trace_id), self.device_id.as_ref()];
+        if self.authority_ref.is_empty() || self.authority_ref.len() > crate::token::ISSUER_BYTES_MAX {
+            let max = crate::token::ISSUER_BYTES_MAX;
+            return Err(invalid(format!("authority_ref must be 1..={max} bytes (a token id or an issuer)")));
+        }
+        let free_text = [Some(&self.trace_id), self.device_id.as_ref()];
         if free_text.into_iter().flatten().any(|t| t.len() > KEY_BYTES_MAX)
             || self.work_ref.as_ref().is_some_and(|w| w.id.is_empty() || w.id.len() > KEY_BYTES_MAX)
         {
-            return Err(invalid(format!(
-                "authority_ref, trace_id, device_id and work_ref.id are at most {KEY_BYTES_MAX} bytes"
-            )));
+            return Err(invalid(format!("trace_id, device_id and work_ref.id are at most {KEY_BYTES_MAX} bytes")));
         }
         for (id, request) in &self.input_requests {
             json_text_ok("an input request", id, request)?;

@@ -15,6 +15,7 @@ use writ_api::operation::{
 };
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::state::LedgerState;
+use writ_api::token::TokenRequestV1;
 use writ_api::ReasonCode;
 
 const T: &str = "t-1";
@@ -56,6 +57,19 @@ impl Ledger {
                 device_class: "press.v1".into(),
             });
         }
+        let catalog = writ_api::catalog::compile(CATALOG.as_bytes()).expect("catalog");
+        l.ok(Command::PublishCatalog { tenant_id: T.into(), catalog });
+        // Every principal acts through a token the ledger issued (the re-check of SPEC S3).
+        for p in ["agent", "other-agent", "observer"] {
+            let request = TokenRequestV1 {
+                jti: format!("jti-{p}"),
+                principal_id: p.into(),
+                scopes: Default::default(),
+                ttl_s: 24 * 3600,
+                parent_jti: None,
+            };
+            l.ok(Command::IssueToken { tenant_id: T.into(), request });
+        }
         l
     }
 
@@ -83,12 +97,22 @@ impl Ledger {
     }
 }
 
+/// The test tenant's catalog: a device action, a deviceless one and a dear one.
+const CATALOG: &str = r#"{"actions": [
+  {"id": "move_press", "title": "Move", "description": "Moves a press.", "input_schema": {"type": "object"},
+   "risk": "low", "execution": "operation", "device_class": "press.v1", "cost_units": 1},
+  {"id": "note", "title": "Note", "description": "Writes a note.", "input_schema": {"type": "object"},
+   "risk": "low", "execution": "operation", "cost_units": 1},
+  {"id": "dear_note", "title": "Dear note", "description": "Writes an expensive note.",
+   "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 9}
+]}"#;
+
 fn spec(id: &str, key: &str, payload: serde_json::Value, device: Option<&str>, deadline_ms: u64) -> OperationSpecV1 {
     OperationSpecV1 {
         operation_id: id.into(),
         principal_id: "agent".into(),
-        authority_ref: "jti-1".into(),
-        action: "move_press".into(),
+        authority_ref: "jti-agent".into(),
+        action: if device.is_some() { "move_press" } else { "note" }.into(),
         payload_hash: payload_hash(&payload),
         input: payload.to_string(),
         idempotency_key: key.into(),
@@ -103,7 +127,9 @@ fn spec(id: &str, key: &str, payload: serde_json::Value, device: Option<&str>, d
     }
 }
 
-fn submit(s: OperationSpecV1) -> Command {
+/// Submits `s` under its principal's token.
+fn submit(mut s: OperationSpecV1) -> Command {
+    s.authority_ref = format!("jti-{}", s.principal_id);
     Command::SubmitOperation { tenant_id: T.into(), spec: s }
 }
 
@@ -318,8 +344,10 @@ fn a_deadline_that_passes_while_queued_expires_the_operation() {
     assert!(!l.state.device_leases[T].contains_key("press"), "an expired operation frees its device");
     let past = spec("op-2", "k-2", json!({"p": 2}), None, l.now);
     assert_eq!(l.refused(submit(past)), ReasonCode::DEADLINE_EXCEEDED);
+    // The cost is the catalog's (9), not what the submitter says (1).
     let mut dear = spec("op-3", "k-3", json!({"p": 3}), None, l.now + 1);
-    dear.cost_units = 9;
+    dear.action = "dear_note".into();
+    assert_eq!(dear.cost_units, 1);
     assert_eq!(l.refused(submit(dear)), ReasonCode::COST_CEILING_EXCEEDED);
 }
 
@@ -710,4 +738,50 @@ fn a_mutated_state_breaks_the_invariants() {
     assert!(!mutate(&|op| op.attempts = 2).is_empty(), "a second attempt");
     assert!(!mutate(&|op| op.state = OperationState::Expired).is_empty(), "an attempted operation expired");
     assert!(!mutate(&|op| op.state = OperationState::Attempting).is_empty(), "the live index out of step");
+}
+
+/// SPEC S3: whoever submits, the ledger re-derives the authority an operation names and checks
+/// it covers the action, the device and the input; the cost is the catalog's.
+#[test]
+fn the_ledger_rechecks_the_authority_behind_an_operation() {
+    let mut l = Ledger::new();
+    let as_ref = |s: &OperationSpecV1, authority: &str| {
+        let mut s = s.clone();
+        s.authority_ref = authority.into();
+        Command::SubmitOperation { tenant_id: T.into(), spec: s }
+    };
+    let base = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000);
+    // A token the ledger never issued, or another principal's.
+    assert_eq!(l.refused(as_ref(&base, "jti-forged")), ReasonCode::AUTH_TOKEN_INVALID);
+    assert_eq!(l.refused(as_ref(&base, "jti-observer")), ReasonCode::AUTH_TOKEN_INVALID);
+    // A token scoped below the action: refused although the principal holds the scope.
+    let narrow = TokenRequestV1 {
+        jti: "jti-narrow".into(),
+        principal_id: "agent".into(),
+        scopes: ["ops:read".to_string()].into(),
+        ttl_s: 3600,
+        parent_jti: None,
+    };
+    l.ok(Command::IssueToken { tenant_id: T.into(), request: narrow });
+    assert_eq!(l.refused(as_ref(&base, "jti-narrow")), ReasonCode::APP_SCOPE_FORBIDDEN);
+    // An action missing from the catalog, a device of no such class, input its schema forbids.
+    let mut unknown = base.clone();
+    unknown.action = "launch_rocket".into();
+    assert_eq!(l.refused(submit(unknown)), ReasonCode::TOOL_NOT_FOUND);
+    let mut deviceless = base.clone();
+    deviceless.device_id = Some("no-such-device".into());
+    assert_eq!(l.refused(submit(deviceless)), ReasonCode::DEVICE_NOT_FOUND);
+    let mut bad_input = base.clone();
+    bad_input.input = "[1, 2]".into();
+    assert_eq!(l.refused(submit(bad_input)), ReasonCode::INPUT_INVALID);
+    // A revoked token stops working at the ledger too, and so does an expired one.
+    l.ok(Command::RevokeToken { tenant_id: T.into(), jti: "jti-agent".into() });
+    assert_eq!(l.refused(submit(base.clone())), ReasonCode::AUTH_TOKEN_REVOKED);
+    l.now += 24 * 3_600_000;
+    assert_eq!(l.refused(as_ref(&base, "jti-other-agent")), ReasonCode::AUTH_TOKEN_INVALID);
+    let mut theirs = base.clone();
+    theirs.principal_id = "other-agent".into();
+    theirs.deadline_ms = l.now + 60_000;
+    assert_eq!(l.refused(submit(theirs)), ReasonCode::AUTH_TOKEN_EXPIRED);
+    assert!(l.state.operations.get(T).is_none_or(|m| m.is_empty()), "nothing was recorded");
 }

@@ -477,7 +477,12 @@ async fn record(
     let spec = OperationSpecV1 {
         operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
         principal_id: a.principal_id.clone(),
-        authority_ref: a.token_id.clone().unwrap_or_else(|| a.issuer.clone()),
+        // What the ledger re-derives the authority from (`writ_api::auth::authority_of_ref`): a
+        // Writ token's jti, else the tenant issuer (or anonymous mode) the request came through.
+        authority_ref: match &a.token_id {
+            Some(jti) if a.issuer == writ_api::token::WRIT_ISSUER => jti.clone(),
+            _ => a.issuer.clone(),
+        },
         action: action.id.clone(),
         payload_hash,
         input: canonical_json(&input),

@@ -156,7 +156,8 @@ async fn hostile_input_at_the_edge_is_bounded() {
     let before = metrics().await;
 
     let send = |method: String| {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": writ_tests::mcp::meta()}});
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": writ_tests::mcp::meta()}});
         http.post(&mcp)
             .bearer_auth(&token)
             .header("MCP-Protocol-Version", "2026-07-28")

@@ -181,6 +181,57 @@ fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Resu
     })
 }
 
+/// SPEC S3, defence in depth behind the edge: the ledger re-derives the authority an operation
+/// names ([`crate::auth::authority_of_ref`]) at ledger time and checks that it covers the
+/// action's scope and the device's `devices:use:<name>`, that the action is an operation of the
+/// tenant's current catalog, that the device is one of its class, and that the input satisfies
+/// the action's input schema. The cost is the catalog's, whatever the submitter said: a
+/// compromised edge can act only through tokens the ledger issued (or the tenant's own
+/// issuers), within their scopes.
+fn recheck_authority(
+    state: &LedgerState,
+    tenant_id: &str,
+    spec: &OperationSpecV1,
+    now: u64,
+) -> Result<OperationSpecV1, Rejection> {
+    let authority = crate::auth::authority_of_ref(state, tenant_id, &spec.principal_id, &spec.authority_ref, now)?;
+    let action = state
+        .catalog(tenant_id, None)
+        .and_then(|c| c.catalog.actions.iter().find(|a| a.id == spec.action))
+        .filter(|a| a.execution.is_operation())
+        .ok_or_else(|| {
+            let msg = format!("'{}' is no operation action of the tenant's current catalog", spec.action);
+            Rejection::new(ReasonCode::TOOL_NOT_FOUND, msg)
+        })?;
+    authority.require(&action.scope)?;
+    match (&action.device_class, &spec.device_id) {
+        (Some(class), Some(id)) => {
+            let device = state
+                .devices
+                .get(tenant_id)
+                .and_then(|m| m.get(id))
+                .filter(|d| &d.device_class == class)
+                .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no {class} device '{id}'")))?;
+            authority.require(&format!("devices:use:{}", device.name))?;
+        }
+        (Some(class), None) => return Err(invalid(format!("'{}' drives a {class} device: name it", action.id))),
+        (None, Some(_)) => return Err(invalid(format!("'{}' drives no device", action.id))),
+        (None, None) => {}
+    }
+    let schema: Value = serde_json::from_str(&action.input_schema)
+        .map_err(|_| Rejection::new(ReasonCode::INTERNAL, "a stored input schema is not JSON"))?;
+    let input: Value = serde_json::from_str(&spec.input).map_err(|_| invalid("the input is not JSON"))?;
+    let validator = crate::catalog::validator(&schema)?;
+    let errors: Vec<String> =
+        validator.iter_errors(&input).map(|e| format!("{}: {e}", e.instance_path())).take(5).collect();
+    if !errors.is_empty() {
+        return Err(invalid(format!("the input fails the action's schema: {}", errors.join("; "))));
+    }
+    let mut checked = spec.clone();
+    checked.cost_units = action.cost_units;
+    Ok(checked)
+}
+
 fn validate_reason(reason: &str) -> Result<(), Rejection> {
     if reason.is_empty() || reason.len() > KEY_BYTES_MAX {
         return Err(invalid(format!("reason must be 1..={KEY_BYTES_MAX} bytes")));
@@ -224,6 +275,16 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 ));
             }
             let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
+            let replay = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)).is_some();
+            // A replay answers with the prior operation whatever changed since; anything new
+            // passes the re-check, and its cost is the catalog's.
+            let checked;
+            let spec = if replay {
+                spec
+            } else {
+                checked = recheck_authority(state, tenant_id, spec, now)?;
+                &checked
+            };
             if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
                 let prior = find(state, tenant_id, prior)?;
                 if prior.spec.payload_hash == spec.payload_hash {
