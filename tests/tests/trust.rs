@@ -13,12 +13,14 @@ use writ_api::token::TenantIssuerV1;
 use writ_tests::pki;
 use writ_tests::procs::{writ_bin, Cluster};
 
-/// (status, reason) of a POST of `body` to `url`.
+/// (status, reason) of a POST of `body` to `url`: the refusal's reason, or the reason of a
+/// command the ledger committed as rejected (empty when it was applied).
 async fn post(http: &reqwest::Client, url: &str, body: &Value) -> (StatusCode, String) {
     let r = http.post(url).json(body).send().await.expect("request");
     let status = r.status();
     let v: Value = r.json().await.unwrap_or(Value::Null);
-    (status, v["reason"].as_str().unwrap_or_default().to_string())
+    let reason = v["reason"].as_str().or(v["outcome"]["Rejected"]["reason"].as_str());
+    (status, reason.unwrap_or_default().to_string())
 }
 
 fn submit(command: Command) -> Value {
@@ -86,6 +88,64 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
     let (status, reason) = post(&edge, &format!("{url}/client/submit"), &submit(lease)).await;
     assert_ne!(reason, "PEER_FORBIDDEN", "{status}");
     assert!(edge.get(format!("{url}/client/status")).send().await.expect("status").status().is_success());
+    // An edge may submit operations, but the ledger re-derives their authority: a token it
+    // never issued, or an input the action's schema forbids, is refused; nothing is recorded.
+    let admin = &cluster.admin;
+    let catalog = json!({"actions": [
+        {"id": "move_press", "title": "Move the press", "risk": "low", "execution": "operation",
+         "device_class": "press.v1", "cost_units": 1,
+         "input_schema": {"type": "object", "required": ["position_mm"],
+                          "properties": {"position_mm": {"type": "number", "maximum": 500}}}}
+    ]});
+    admin.post_ok(&url, "/v1/tenants/secure/catalogs", catalog).await;
+    let agent = admin
+        .post_ok(&url, "/v1/tenants/secure/principals", json!({"name": "agent", "kind": "agent", "preset": "full"}))
+        .await;
+    admin.post_ok(&url, "/v1/tenants/secure/sites", json!({"name": "plant"})).await;
+    let device = admin
+        .post_ok(
+            &url,
+            "/v1/tenants/secure/devices",
+            json!({"name": "press-1", "site": "plant", "device_class": "press.v1"}),
+        )
+        .await;
+    let issued = admin.post_ok(&url, "/v1/tenants/secure/tokens", json!({"principal": "agent"})).await;
+    let operation = |authority: &str, input: Value| {
+        let spec = writ_api::operation::OperationSpecV1 {
+            operation_id: format!("op-{authority}-{}", input["position_mm"]),
+            principal_id: agent["id"].as_str().expect("principal id").into(),
+            authority_ref: authority.into(),
+            action: "move_press".into(),
+            payload_hash: writ_api::operation::payload_hash(&input),
+            input: input.to_string(),
+            idempotency_key: format!("k-{authority}-{}", input["position_mm"]),
+            deadline_ms: writ_client::now_ms() + 600_000,
+            cost_units: 0,
+            cost_ceiling: None,
+            device_id: device["id"].as_str().map(str::to_string),
+            work_ref: None,
+            preconditions: Default::default(),
+            trace_id: "trust-test".into(),
+            input_requests: Default::default(),
+        };
+        submit(Command::SubmitOperation { tenant_id: tenant_id.clone(), spec })
+    };
+    let jti = issued["jti"].as_str().expect("jti");
+    let cases = [
+        ("jti-it-never-issued", json!({"position_mm": 10}), "AUTH_TOKEN_INVALID"),
+        (jti, json!({"position_mm": 9000}), "INPUT_INVALID"),
+    ];
+    for (authority, input, want) in cases {
+        let (status, reason) = post(&edge, &format!("{url}/client/submit"), &operation(authority, input)).await;
+        assert_eq!(reason, want, "{status}");
+    }
+    let (status, reason) =
+        post(&edge, &format!("{url}/client/submit"), &operation(jti, json!({"position_mm": 10}))).await;
+    assert!(
+        status.is_success() && reason.is_empty(),
+        "a valid operation under a real token is taken: {status} {reason}"
+    );
+
     // An operator credential is for the admin API, not the client API.
     let operator = pki::http(Some((Role::Operator, "alice")));
     let r = operator.get(format!("{url}/client/status")).send().await.expect("status");
