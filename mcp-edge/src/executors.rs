@@ -56,6 +56,33 @@ struct Gate {
     ledger: Arc<dyn Ledger>,
     verifier: Verifier,
     audit: AuditSink,
+    /// Handshakes refused at the TLS layer in the current window, by the (existing) tenant the
+    /// certificate claimed.
+    tls_refusals: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+/// Default window over which handshakes refused at the TLS layer are audited: one aggregate record per
+/// claimed tenant and window, never one per handshake (SPEC S4: an unauthenticated party
+/// cannot flood a tenant's trail; each refusal is still counted in
+/// `writ_edge_executor_refused_total{stage="tls"}`).
+pub const TLS_REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every `window` ([`TLS_REFUSAL_WINDOW`] by default), records each claimed tenant's refused handshakes as one
+/// aggregate decision; ends with the gate.
+async fn aggregate_tls_refusals(gate: std::sync::Weak<Gate>, window: std::time::Duration) {
+    let mut tick = tokio::time::interval(window);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(gate) = gate.upgrade() else { return };
+        let counts = std::mem::take(&mut *gate.tls_refusals.lock().unwrap_or_else(|e| e.into_inner()));
+        for (tenant_id, n) in counts {
+            let what = Some(format!("{n} handshakes refused at TLS in {} s", window.as_secs()));
+            let d =
+                decision("unauthenticated".into(), "executor/connect", what, Some(ReasonCode::EXECUTOR_CERT_REFUSED));
+            gate.audit.buffer(&tenant_id, d).await;
+        }
+    }
 }
 
 /// The executor endpoint of one edge.
@@ -179,8 +206,17 @@ fn scan(state: &LedgerState, who: &Identity) -> (Vec<String>, Vec<Dispatch>) {
 }
 
 impl ExecutorGate {
-    pub fn new(ledger: Arc<dyn Ledger>, verifier: Verifier, audit: AuditSink) -> ExecutorGate {
-        ExecutorGate { inner: Arc::new(Gate { ledger, verifier, audit }) }
+    /// A gate whose TLS refusals are audited once per claimed tenant and `refusal_window`.
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        verifier: Verifier,
+        audit: AuditSink,
+        refusal_window: std::time::Duration,
+    ) -> ExecutorGate {
+        let inner = Arc::new(Gate { ledger, verifier, audit, tls_refusals: Default::default() });
+        let window = refusal_window.max(std::time::Duration::from_secs(1));
+        tokio::spawn(aggregate_tls_refusals(Arc::downgrade(&inner), window));
+        ExecutorGate { inner }
     }
 
     /// DER certificates of every tenant's executor CAs: the roots client certificates must
@@ -191,21 +227,14 @@ impl ExecutorGate {
             .with_state(|s| s.executor_cas.values().flat_map(|m| m.values()).map(|ca| ca.cert_der.clone()).collect())
     }
 
-    /// A client certificate refused by the TLS layer (`error` says why): audited to the tenant
-    /// it claims, when that tenant exists.
+    /// A client certificate refused by the TLS layer (`error` says why): counted, and audited
+    /// to the tenant it claims (when that tenant exists) only as that window's aggregate.
     pub fn refused_at_tls(&self, cert_der: &[u8], error: &str) {
         let tenant = claimed_tenant(cert_der).filter(|t| self.inner.verifier.with_state(|s| s.tenants.contains_key(t)));
-        tracing::warn!(tenant = ?tenant, %error, "executor certificate refused at the TLS layer");
+        tracing::debug!(tenant = ?tenant, %error, "executor certificate refused at the TLS layer");
         metrics::counter!("writ_edge_executor_refused_total", "stage" => "tls").increment(1);
         if let Some(tenant_id) = tenant {
-            let d = decision(
-                format!("executor-cert:{}", &writ_api::sha256_hex(cert_der)[..16]),
-                "executor/connect",
-                None,
-                Some(ReasonCode::EXECUTOR_CERT_REFUSED),
-            );
-            let audit = self.inner.audit.clone();
-            tokio::spawn(async move { audit.buffer(&tenant_id, d).await });
+            *self.inner.tls_refusals.lock().unwrap_or_else(|e| e.into_inner()).entry(tenant_id).or_default() += 1;
         }
     }
 

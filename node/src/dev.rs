@@ -37,6 +37,10 @@ pub struct DevArgs {
     /// `conformance` — loopback only.
     #[arg(long)]
     pub conformance_fixtures: bool,
+    /// Seconds over which the executor endpoint audits refused handshakes as one aggregate per
+    /// claimed tenant.
+    #[arg(long, default_value_t = writ_mcp_edge::executors::TLS_REFUSAL_WINDOW.as_secs())]
+    pub executor_refusal_window_s: u64,
 }
 
 /// The tenant and principal of `--conformance-fixtures`.
@@ -193,6 +197,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         tls_secret_file: args.data_dir.join("edge-executor-secret"),
         hosts: Vec::new(),
         url: None,
+        refusal_window: std::time::Duration::from_secs(args.executor_refusal_window_s),
     });
     options.admin_urls = vec![running.url.clone()];
     let ca_file = std::fs::canonicalize(pki.join(crate::pki::CA_CERT_FILE))?;

@@ -52,6 +52,9 @@ struct RawExecutorEndpoint {
     hosts: Vec<String>,
     /// The URL executors use (default `https://<listen>`).
     url: Option<String>,
+    /// Seconds over which handshakes refused at TLS are audited as one aggregate per claimed
+    /// tenant (default 60).
+    refusal_window_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,6 +85,8 @@ pub struct ExecutorEndpointOptions {
     pub tls_secret_file: PathBuf,
     pub hosts: Vec<String>,
     pub url: Option<String>,
+    /// Audit window of TLS refusals ([`writ_mcp_edge::executors::TLS_REFUSAL_WINDOW`] by default).
+    pub refusal_window: std::time::Duration,
 }
 
 impl EdgeFileConfig {
@@ -135,6 +140,9 @@ impl EdgeFileConfig {
                 tls_secret_file: PathBuf::from(x.tls_secret_file),
                 hosts: x.hosts,
                 url: x.url,
+                refusal_window: x
+                    .refusal_window_s
+                    .map_or(writ_mcp_edge::executors::TLS_REFUSAL_WINDOW, std::time::Duration::from_secs),
             }),
         };
         Ok(EdgeFileConfig {
@@ -346,7 +354,12 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             let listener = TcpListener::bind(x.listen).await?;
             let addr = listener.local_addr()?;
             let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
-            let gate = writ_mcp_edge::executors::ExecutorGate::new(ledger.clone(), verifier.clone(), audit.clone());
+            let gate = writ_mcp_edge::executors::ExecutorGate::new(
+                ledger.clone(),
+                verifier.clone(),
+                audit.clone(),
+                x.refusal_window,
+            );
             let ca_pem = tls.ca_pem.clone();
             let task = tokio::spawn(crate::executor_tls::serve(listener, Arc::new(tls), gate));
             tracing::info!(url = %executor_url, "executor endpoint serving (mutual TLS)");

@@ -561,6 +561,11 @@ impl DevProcess {
         self.env.get(key).unwrap_or_else(|| panic!("{key} is not in the dev env file"))
     }
 
+    /// Its `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.path().join("dev")
+    }
+
     /// `writ admin ARGS` as its env file sets it up (URL, operator token, dev CA).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
         let ca = Path::new(self.var("WRIT_CA_FILE"));

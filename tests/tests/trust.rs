@@ -254,3 +254,77 @@ async fn hostile_input_at_the_edge_is_bounded() {
     let (_, _, found) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", read).await;
     assert_eq!(found["result"]["_meta"]["writ/reason"], "OPERATION_NOT_FOUND", "{found}");
 }
+
+/// SPEC S4 at the executor endpoint: a flood of handshakes with self-signed certificates that
+/// claim a tenant is counted, never written to that tenant's trail one record per handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_handshake_flood_leaves_the_tenants_audit_alone() {
+    const HANDSHAKES: usize = 10_000;
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let admin =
+        writ_tests::procs::Admin::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE")), dev.var("WRIT_ADMIN_TOKEN"));
+    let admin_url = dev.var("WRIT_ADMIN_URL");
+    let tenant_id =
+        admin.get(admin_url, "/v1/tenants/demo").await.expect("tenant")["id"].as_str().expect("id").to_string();
+    let audit = || async {
+        let page = admin.get(admin_url, "/v1/tenants/demo/audit?limit=1000").await.expect("audit");
+        page["records"].as_array().cloned().unwrap_or_default()
+    };
+    let before = audit().await;
+    // The executor endpoint's address: the demo executor's configuration names it.
+    let config = std::fs::read_to_string(dev.data_dir().join("executor/executor.toml")).expect("executor config");
+    let endpoint = config
+        .lines()
+        .find_map(|l| l.split('"').find(|p| p.starts_with("https://")))
+        .expect("an executor endpoint")
+        .to_string();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    let san = format!("urn:writ:executor:{tenant_id}:s-x:x-flood");
+    params.subject_alt_names = vec![rcgen::SanType::URI(san.try_into().expect("uri"))];
+    let cert = params.self_signed(&key).expect("self-signed");
+    let identity =
+        reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes()).expect("id");
+    let flood = reqwest::Client::builder()
+        .no_proxy()
+        .identity(identity)
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (flood, next, url) = (flood.clone(), next.clone(), format!("{endpoint}/executor/v1/dispatch"));
+            tokio::spawn(async move {
+                let mut refused = 0;
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < HANDSHAKES {
+                    match flood.get(&url).send().await {
+                        Ok(r) => assert!(!r.status().is_success(), "a self-signed certificate was served"),
+                        Err(_) => refused += 1,
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for w in workers {
+        refused += w.await.expect("worker");
+    }
+    assert_eq!(refused, HANDSHAKES, "every handshake is refused");
+    // Every refusal is counted...
+    let metrics_url = dev.var("WRIT_MCP_URL").replace("/mcp", "/metrics");
+    let plain = reqwest::Client::builder().no_proxy().build().expect("client");
+    let metrics = plain.get(&metrics_url).send().await.expect("metrics").text().await.expect("text");
+    let counted: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("writ_edge_executor_refused_total{stage=\"tls\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("the TLS refusal counter");
+    assert!(counted >= HANDSHAKES as f64, "{counted}");
+    // ...and the trail kept every record it had, with at most the window's one aggregate added.
+    let after = audit().await;
+    assert!(after.len() <= before.len() + 1, "{} records before, {} after", before.len(), after.len());
+    assert_eq!(after.first().map(|r| r["seq"].clone()), before.first().map(|r| r["seq"].clone()));
+}
