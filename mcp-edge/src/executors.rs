@@ -59,6 +59,8 @@ struct Gate {
     /// Handshakes refused at the TLS layer in the current window, by the (existing) tenant the
     /// certificate claimed.
     tls_refusals: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Open dispatch streams per executor.
+    streams: crate::caps::StreamCaps,
 }
 
 /// Default window over which handshakes refused at the TLS layer are audited: one aggregate record per
@@ -213,7 +215,8 @@ impl ExecutorGate {
         audit: AuditSink,
         refusal_window: std::time::Duration,
     ) -> ExecutorGate {
-        let inner = Arc::new(Gate { ledger, verifier, audit, tls_refusals: Default::default() });
+        let inner =
+            Arc::new(Gate { ledger, verifier, audit, tls_refusals: Default::default(), streams: Default::default() });
         let window = refusal_window.max(std::time::Duration::from_secs(1));
         tokio::spawn(aggregate_tls_refusals(Arc::downgrade(&inner), window));
         ExecutorGate { inner }
@@ -431,10 +434,22 @@ async fn dispatch_stream(State(g): State<ExecutorGate>, Extension(peer): Extensi
         Ok(w) => w,
         Err(r) => return r,
     };
+    let key = format!("{}/{}", who.tenant_id, who.executor_id);
+    let max = crate::caps::DISPATCH_STREAMS_PER_EXECUTOR;
+    let Some(permit) = g.inner.streams.try_acquire(key, max) else {
+        let r = Rejection::new(ReasonCode::QUOTA_EXCEEDED, format!("at most {max} open dispatch streams per executor"));
+        let d = decision(format!("executor:{}", who.executor_id), "executor/dispatch", None, Some(r.reason));
+        g.inner.audit.buffer(&who.tenant_id, d).await;
+        return error_response(&r);
+    };
     let d = decision(format!("executor:{}", who.executor_id), "executor/dispatch", None, None);
     g.inner.audit.buffer(&who.tenant_id, d).await;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
-    tokio::spawn(feed(g, peer, who, tx));
+    tokio::spawn(async move {
+        // The executor's slot is held as long as the stream is fed.
+        let _permit = permit;
+        feed(g, peer, who, tx).await
+    });
     let body =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx)) });
     Response::builder()

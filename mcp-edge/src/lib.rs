@@ -17,6 +17,7 @@
 pub mod admission;
 pub mod audit;
 mod builtin;
+pub mod caps;
 pub mod executors;
 pub mod fixtures;
 pub mod jsonrpc;
@@ -192,6 +193,8 @@ pub(crate) struct Edge {
     validators: serve::Validators,
     /// List changes announced on this edge, for its `subscriptions/listen` streams.
     changes: tokio::sync::broadcast::Sender<builtin::ListChange>,
+    /// Open `subscriptions/listen` streams per principal.
+    listens: caps::StreamCaps,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
@@ -211,7 +214,8 @@ pub fn router(
     let admission = admission::Admission::new(ledger.clone());
     let changes = tokio::sync::broadcast::channel(256).0;
     let validators = Default::default();
-    let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes });
+    let listens = Default::default();
+    let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes, listens });
     let mut r = Router::new()
         .route(
             &mcp,

@@ -134,7 +134,10 @@ pub async fn handle(call: Call<'_>) -> Handled {
             guarded(c, PROMPTS_SCOPE, name, |c| done(get_prompt(c)))
         }
         "completion/complete" => guarded(c, PROMPTS_SCOPE, None, |c| done(complete(c))),
-        "subscriptions/listen" => guarded(c, LIST_SCOPE, None, listen),
+        "subscriptions/listen" => match c.authority.require(LIST_SCOPE) {
+            Err(e) => scope_refused(c, LIST_SCOPE, None, e),
+            Ok(()) => capped_listen(c),
+        },
         "tasks/get" | "tasks/update" | "tasks/cancel" => task_method(c).await,
         other => Handled::allowed(
             RpcError::new(StatusCode::NOT_FOUND, jsonrpc::METHOD_NOT_FOUND, format!("{other} is not served"))
@@ -181,11 +184,27 @@ async fn task_method(c: &Call<'_>) -> Handled {
 fn guarded(c: &Call<'_>, scope: &str, name: Option<String>, f: impl FnOnce(&Call<'_>) -> Response) -> Handled {
     match c.authority.require(scope) {
         Ok(()) => Handled::allowed(f(c), name),
-        Err(e) => Handled::refused(
-            crate::challenge(&c.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, scope),
-            name,
-            e,
-        ),
+        Err(e) => scope_refused(c, scope, name, e),
+    }
+}
+
+/// A caller without `scope`: 403 with the challenge naming it.
+fn scope_refused(c: &Call<'_>, scope: &str, name: Option<String>, e: Rejection) -> Handled {
+    Handled::refused(crate::challenge(&c.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, scope), name, e)
+}
+
+/// `subscriptions/listen` within the principal's cap of open streams on this edge
+/// ([`crate::caps::LISTEN_STREAMS_PER_PRINCIPAL`]); one more is QUOTA_EXCEEDED.
+fn capped_listen(c: &Call<'_>) -> Handled {
+    let key = format!("{}/{}", c.authority.tenant_id, c.authority.principal_id);
+    let max = crate::caps::LISTEN_STREAMS_PER_PRINCIPAL;
+    match c.edge.listens.try_acquire(key, max) {
+        Some(permit) => Handled::allowed(listen(c, permit), None),
+        None => {
+            let message = format!("at most {max} open subscriptions/listen streams per principal on this edge");
+            let r = Rejection::new(ReasonCode::QUOTA_EXCEEDED, message);
+            Handled::refused(RpcError::rejected(&r).with_id(&c.req.id).into_response(), None, r)
+        }
     }
 }
 
@@ -662,7 +681,7 @@ pub const LISTEN_MAX: std::time::Duration = std::time::Duration::from_secs(3600)
 /// kinds the client asked for, each tagged with the subscription id (the request id). The
 /// stream ends when the caller's authority lapses (revoked, expired, suspended) or after
 /// [`LISTEN_MAX`].
-fn listen(c: &Call<'_>) -> Response {
+fn listen(c: &Call<'_>, permit: crate::caps::StreamPermit) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use builtin::ChangedList;
     let asked = &c.req.params()["notifications"];
@@ -692,6 +711,8 @@ fn listen(c: &Call<'_>) -> Response {
     let deadline = tokio::time::Instant::now() + LISTEN_MAX;
     let (tx, rx) = tokio::sync::mpsc::channel::<Value>(16);
     tokio::spawn(async move {
+        // The principal's slot is held as long as the stream runs.
+        let _permit = permit;
         if tx.send(ack).await.is_err() {
             return;
         }

@@ -253,6 +253,34 @@ async fn hostile_input_at_the_edge_is_bounded() {
     let read = json!({"name": "operation.readback", "arguments": {"idempotency_key": "huge"}});
     let (_, _, found) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", read).await;
     assert_eq!(found["result"]["_meta"]["writ/reason"], "OPERATION_NOT_FOUND", "{found}");
+
+    // subscriptions/listen: a principal holds at most LISTEN_STREAMS_PER_PRINCIPAL open streams
+    // on an edge; one more is QUOTA_EXCEEDED until one of them ends.
+    let listen = |id: usize| {
+        let params = json!({"notifications": {"toolsListChanged": true}, "_meta": writ_tests::mcp::meta()});
+        http.post(&mcp)
+            .bearer_auth(&token)
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "subscriptions/listen")
+            .json(&json!({"jsonrpc": "2.0", "id": format!("sub-{id}"), "method": "subscriptions/listen", "params": params}))
+            .send()
+    };
+    let max = writ_mcp_edge::caps::LISTEN_STREAMS_PER_PRINCIPAL;
+    let mut open = Vec::new();
+    for i in 0..max {
+        let r = listen(i).await.expect("listen");
+        assert_eq!(r.headers()["content-type"], "text/event-stream", "stream {i}");
+        open.push(r);
+    }
+    let over = listen(max).await.expect("listen");
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(over.json::<Value>().await.expect("json")["error"]["data"]["reason"], "QUOTA_EXCEEDED");
+    drop(open.pop());
+    writ_tests::eventually("a slot freed by a closed stream", std::time::Duration::from_secs(60), || async {
+        let r = listen(max + 1).await.ok()?;
+        (r.headers().get("content-type")? == "text/event-stream").then_some(())
+    })
+    .await;
 }
 
 /// SPEC S4 at the executor endpoint: a flood of handshakes with self-signed certificates that
