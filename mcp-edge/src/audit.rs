@@ -1,6 +1,9 @@
-//! Request-decision audit at the edge (SPEC D10, E2): denials are committed before the
+//! Request-decision audit at the edge (SPEC D10, E2, S4): denials are committed before the
 //! response; allowed reads are group-committed within [`FLUSH_WINDOW`] through a bounded
 //! buffer that applies backpressure (never drops), unless the tenant's audit mode is `strict`.
+//! Repeats of one denial (same principal, method, name and reason) within [`DENIAL_WINDOW`]
+//! after the first one's commit are counted and recorded as one aggregate decision when the
+//! window closes, so a client hammering a refusal does not cost one Raft entry per request.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +18,14 @@ use writ_client::Ledger;
 
 /// Longest an allowed read's decision waits before it is committed.
 pub const FLUSH_WINDOW: Duration = Duration::from_millis(100);
+/// How long repeats of a committed denial are counted before their aggregate is recorded.
+pub const DENIAL_WINDOW: Duration = Duration::from_secs(10);
+/// Most distinct denials counted per window; beyond it each denial is committed on its own.
+pub const DENIAL_KEYS_MAX: usize = 10_000;
+
+/// What makes two denials the same: tenant, principal, method, name, reason.
+type DenialKey = (String, String, String, Option<String>, Option<writ_api::ReasonCode>);
+
 /// Decisions buffered before senders wait.
 pub const BUFFER_DECISIONS: usize = 4096;
 /// Longest a shutdown waits for buffered decisions to be committed: a ledger that is gone
@@ -32,6 +43,8 @@ enum Queued {
 pub struct AuditSink {
     ledger: Arc<dyn Ledger>,
     buffered: mpsc::Sender<Queued>,
+    /// Denials committed in this window, with how often each repeated since.
+    repeats: Arc<std::sync::Mutex<BTreeMap<DenialKey, u64>>>,
 }
 
 impl AuditSink {
@@ -39,7 +52,71 @@ impl AuditSink {
     pub fn start(ledger: Arc<dyn Ledger>) -> AuditSink {
         let (tx, rx) = mpsc::channel(BUFFER_DECISIONS);
         tokio::spawn(flusher(ledger.clone(), rx));
-        AuditSink { ledger, buffered: tx }
+        let sink = AuditSink { ledger, buffered: tx, repeats: Default::default() };
+        let weak = sink.downgrade();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DENIAL_WINDOW);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(sink) = weak.upgrade() else { return };
+                sink.record_repeats().await;
+            }
+        });
+        sink
+    }
+
+    fn downgrade(&self) -> WeakSink {
+        WeakSink {
+            ledger: Arc::downgrade(&self.ledger),
+            buffered: self.buffered.downgrade(),
+            repeats: Arc::downgrade(&self.repeats),
+        }
+    }
+
+    /// Commits a denial before the response, unless the same denial was committed in this
+    /// window: then it is only counted, for the window's aggregate.
+    pub async fn commit_denial(&self, tenant_id: &str, decision: RequestDecisionV1) -> Result<(), Rejection> {
+        let key = (
+            tenant_id.to_string(),
+            decision.principal_id.clone(),
+            decision.method.clone(),
+            decision.name.clone(),
+            decision.reason,
+        );
+        if let Some(n) = self.repeats.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key) {
+            *n += 1;
+            return Ok(());
+        }
+        self.commit(tenant_id, decision).await?;
+        let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
+        if repeats.len() < DENIAL_KEYS_MAX {
+            repeats.entry(key).or_insert(0);
+        }
+        Ok(())
+    }
+
+    /// Closes the window: one aggregate decision for each denial that repeated in it.
+    async fn record_repeats(&self) {
+        let window = std::mem::take(&mut *self.repeats.lock().unwrap_or_else(|e| e.into_inner()));
+        for ((tenant_id, principal_id, method, name, reason), n) in window {
+            if n == 0 {
+                continue;
+            }
+            let what =
+                format!("{} repeated {n}× within {} s", name.as_deref().unwrap_or(&method), DENIAL_WINDOW.as_secs());
+            let decision = RequestDecisionV1 {
+                trace_id: format!("repeats-{}", writ_client::now_ms()),
+                principal_id,
+                token_id: None,
+                parent_token_id: None,
+                method,
+                name: Some(writ_api::audit::truncated(&what, writ_api::audit::DECISION_FIELD_BYTES_MAX)),
+                outcome: "denied".into(),
+                reason,
+            };
+            self.buffer(&tenant_id, decision).await;
+        }
     }
 
     /// Commits one decision now (denials, effectful calls, strict tenants).
@@ -57,6 +134,7 @@ impl AuditSink {
     /// Returns once every decision buffered before the call is committed, or after `limit`
     /// (true when everything was committed). Used at shutdown with [`SHUTDOWN_FLUSH_MAX`].
     pub async fn flush(&self, limit: Duration) -> bool {
+        self.record_repeats().await;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let flushed = async { self.buffered.send(Queued::Flush(tx)).await.is_ok() && rx.await.is_ok() };
         match tokio::time::timeout(limit, flushed).await {
@@ -69,6 +147,23 @@ impl AuditSink {
                 false
             }
         }
+    }
+}
+
+/// An [`AuditSink`] that does not keep its flusher alive.
+struct WeakSink {
+    ledger: std::sync::Weak<dyn Ledger>,
+    buffered: mpsc::WeakSender<Queued>,
+    repeats: std::sync::Weak<std::sync::Mutex<BTreeMap<DenialKey, u64>>>,
+}
+
+impl WeakSink {
+    fn upgrade(&self) -> Option<AuditSink> {
+        Some(AuditSink {
+            ledger: self.ledger.upgrade()?,
+            buffered: self.buffered.upgrade()?,
+            repeats: self.repeats.upgrade()?,
+        })
     }
 }
 

@@ -622,7 +622,12 @@ async fn mcp_post(
             s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
         });
     if strict {
-        if let Err(fail) = edge.audit.commit(&authority.tenant_id, decision).await {
+        let committed = if handled.denied.is_some() {
+            edge.audit.commit_denial(&authority.tenant_id, decision).await
+        } else {
+            edge.audit.commit(&authority.tenant_id, decision).await
+        };
+        if let Err(fail) = committed {
             return RpcError::rejected(&fail).with_id(&id).into_response();
         }
     } else {

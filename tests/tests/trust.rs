@@ -356,3 +356,44 @@ async fn a_self_signed_handshake_flood_leaves_the_tenants_audit_alone() {
     assert!(after.len() <= before.len() + 1, "{} records before, {} after", before.len(), after.len());
     assert_eq!(after.first().map(|r| r["seq"].clone()), before.first().map(|r| r["seq"].clone()));
 }
+
+/// SPEC S4: a principal hammering a refusal (here its request quota) is audited as the first
+/// denial, committed before its response, and then counted: 1,000 refusals add a handful of
+/// Raft entries, not 1,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_quota_refusals_cost_a_handful_of_raft_entries() {
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let (mcp, token) = (dev.var("WRIT_MCP_URL").to_string(), dev.var("WRIT_DEMO_TOKEN").to_string());
+    let (code, out, err) =
+        dev.cli(&["principal", "quotas", "--tenant", "demo", "demo-agent", "--requests-per-minute", "1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let ca = writ_client::ClientTls::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE"))).expect("ca");
+    let node = ca.apply(reqwest::Client::builder().no_proxy()).build().expect("client");
+    let metrics_url = format!("{}/metrics", dev.var("WRIT_ADMIN_URL"));
+    let log_index = || async {
+        let text = node.get(&metrics_url).send().await.expect("metrics").text().await.expect("text");
+        text.lines()
+            .find(|l| l.starts_with("writ_raft_last_log_index"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .expect("writ_raft_last_log_index") as u64
+    };
+    // Use up the minute's one request, then wait until the edge refuses.
+    writ_tests::eventually("the quota to refuse", std::time::Duration::from_secs(20), || async {
+        let (status, _, _) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/list", json!({})).await;
+        (status == 429).then_some(())
+    })
+    .await;
+    let before = log_index().await;
+    let mut refused = 0;
+    for _ in 0..1000 {
+        let (status, _, body) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/list", json!({})).await;
+        if status == 429 {
+            assert_eq!(body["error"]["data"]["reason"], "QUOTA_EXCEEDED", "{body}");
+            refused += 1;
+        }
+    }
+    let after = log_index().await;
+    assert!(refused >= 990, "{refused} of 1000 refused");
+    println!("1,000 refusals took {} Raft entries", after - before);
+    assert!(after - before <= 8, "1,000 refusals took {} Raft entries", after - before);
+}
