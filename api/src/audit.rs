@@ -175,20 +175,39 @@ pub fn is_secret_name(name: &str) -> bool {
     .any(|s| n.contains(s))
 }
 
-/// Replaces the value of every secret-like field, at any depth, with [`REDACTED`].
+/// Replaces the value of every secret-like field, at any depth, with [`REDACTED`] — also inside
+/// strings that hold JSON documents (an operation's input, input requests and answers are
+/// stored as JSON text), which are written back as text only when something was redacted (so
+/// records without secrets keep their exact bytes).
 pub fn redact(value: &mut Value) {
+    redacted(value);
+}
+
+/// [`redact`], saying whether anything was replaced.
+fn redacted(value: &mut Value) -> bool {
     match value {
         Value::Object(map) => {
+            let mut any = false;
             for (k, v) in map.iter_mut() {
                 if is_secret_name(k) {
                     *v = Value::String(REDACTED.into());
+                    any = true;
                 } else {
-                    redact(v);
+                    any |= redacted(v);
                 }
             }
+            any
         }
-        Value::Array(items) => items.iter_mut().for_each(redact),
-        _ => {}
+        Value::Array(items) => items.iter_mut().fold(false, |any, v| redacted(v) | any),
+        Value::String(text) if text.starts_with(['{', '[']) => {
+            let Ok(mut inner) = serde_json::from_str::<Value>(text) else { return false };
+            let any = redacted(&mut inner);
+            if any {
+                *text = inner.to_string();
+            }
+            any
+        }
+        _ => false,
     }
 }
 
@@ -261,6 +280,13 @@ mod tests {
             assert!(!text.contains(secret), "{secret} leaked: {text}");
         }
         assert!(text.contains("\"team\":\"ops\"") && text.contains("\"name\":\"ok\""), "{text}");
+        // Inside JSON held as text (an operation's input, an elicitation answer).
+        let mut op = json!({"input": "{\"position_mm\":1,\"password\":\"hunter2\"}",
+            "answers": {"confirm": "{\"action\":\"accept\",\"content\":{\"api_key\":\"k-123\"}}"}});
+        redact(&mut op);
+        let text = op.to_string();
+        assert!(!text.contains("hunter2") && !text.contains("k-123"), "{text}");
+        assert!(text.contains("position_mm") && text.contains("accept"), "{text}");
     }
 
     #[test]

@@ -36,6 +36,7 @@ struct RawNodeConfig {
 #[serde(deny_unknown_fields)]
 struct RawAuthority {
     signing_key_file: Option<PathBuf>,
+    executor_ca_secret_file: Option<PathBuf>,
     token_audience: Option<String>,
 }
 
@@ -48,6 +49,10 @@ pub struct AuthorityConfig {
     /// Ed25519 PKCS#8 PEM private key; created (mode 0600) on first start when missing.
     /// Default: `<data_dir>/signing-key.pem`.
     pub signing_key_file: PathBuf,
+    /// The secret this node derives its per-tenant executor CA keys from (32 random bytes, hex,
+    /// created 0600 when missing): independent of the token-signing key.
+    /// Default: `<data_dir>/executor-ca-secret`.
+    pub executor_ca_secret_file: PathBuf,
     pub token_audience: String,
 }
 
@@ -229,6 +234,10 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     }
     let authority = AuthorityConfig {
         signing_key_file: raw.authority.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
+        executor_ca_secret_file: raw
+            .authority
+            .executor_ca_secret_file
+            .unwrap_or_else(|| data_dir.join("executor-ca-secret")),
         token_audience,
     };
     Ok(NodeConfig {

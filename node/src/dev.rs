@@ -177,6 +177,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         tls: crate::pki::credential(&pki, &node_identity),
         authority: crate::config::AuthorityConfig {
             signing_key_file: args.data_dir.join("signing-key.pem"),
+            executor_ca_secret_file: args.data_dir.join("executor-ca-secret"),
             token_audience: crate::config::TOKEN_AUDIENCE_DEFAULT.to_string(),
         },
     };

@@ -9,11 +9,9 @@ use std::path::Path;
 
 use writ_api::auth::Signer;
 
-/// A node's key material, all from its one key file.
+/// A node's token signer.
 pub struct NodeKeys {
     pub signer: Signer,
-    /// Secret from which the node derives its per-tenant executor CA keys.
-    pub ca_secret: [u8; 32],
 }
 
 /// Loads the signing key at `path`, generating it first if the file does not exist.
@@ -47,10 +45,7 @@ pub fn load_or_create_signer(path: &Path) -> io::Result<NodeKeys> {
         return Err(bad("not an Ed25519 key".into()));
     }
     let signer = Signer::new(pem.as_bytes(), key.public_key_raw().to_vec()).map_err(bad)?;
-    use sha2::Digest;
-    let ca_secret =
-        sha2::Sha256::new().chain_update(b"writ/ca-secret/v1\0").chain_update(key.serialized_der()).finalize().into();
-    Ok(NodeKeys { signer, ca_secret })
+    Ok(NodeKeys { signer })
 }
 
 #[cfg(test)]
@@ -64,7 +59,6 @@ mod tests {
         let a = load_or_create_signer(&path).unwrap();
         let b = load_or_create_signer(&path).unwrap();
         assert_eq!(a.signer.public_key(), b.signer.public_key());
-        assert_eq!(a.ca_secret, b.ca_secret);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         std::fs::write(&path, "not a key").unwrap();

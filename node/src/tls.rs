@@ -114,10 +114,15 @@ pub async fn serve(listener: TcpListener, app: Router, cfg: Arc<ServerConfig>) {
             let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    tracing::info!(%peer, error = %e, "TLS handshake refused");
+                    // Counted, never audited: an unauthenticated party writes to no trail.
+                    metrics::counter!("writ_node_tls_refused_total").increment(1);
+                    tracing::debug!(%peer, error = %e, "TLS handshake refused");
                     return;
                 }
-                Err(_) => return,
+                Err(_) => {
+                    metrics::counter!("writ_node_tls_refused_total").increment(1);
+                    return;
+                }
             };
             let identity =
                 tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| crate::pki::identity_of(c));

@@ -226,7 +226,12 @@ impl DerivedCa {
             vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.not_before = rcgen::date_time_ymd(2024, 1, 1);
         params.not_after = rcgen::date_time_ymd(2100, 1, 1);
-        params.serial_number = Some(SerialNumber::from_slice(&seed[..16]));
+        // Deterministic (every holder of the secret builds the same certificate) but never
+        // key material: the serial is a separate hash of the seed.
+        let serial: [u8; 32] = Sha256::new().chain_update(b"writ/ca-serial/v1\0").chain_update(seed).finalize().into();
+        let mut serial: [u8; 16] = serial[..16].try_into().expect("16 bytes");
+        serial[0] &= 0x7f;
+        params.serial_number = Some(SerialNumber::from_slice(&serial));
         let der = params.self_signed(&key).map_err(|e| e.to_string())?.der().to_vec();
         Ok(DerivedCa { key, params, der })
     }
@@ -436,6 +441,24 @@ fn spki_alg_matches(alg: &'static SignatureAlgorithm, key_alg: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CA's serial is public: it must not be (a part of) its private key's seed.
+    #[test]
+    fn a_derived_ca_serial_reveals_nothing_of_its_key() {
+        let secret = [7u8; 32];
+        let ca = DerivedCa::derive("writ/test-ca/v1", &secret, "t-1", "test").unwrap();
+        let again = DerivedCa::derive("writ/test-ca/v1", &secret, "t-1", "test").unwrap();
+        assert_eq!(ca.der, again.der, "every holder of the secret builds the same CA");
+        let seed = Sha256::new()
+            .chain_update(b"writ/test-ca/v1")
+            .chain_update([0u8])
+            .chain_update(secret)
+            .chain_update(b"t-1")
+            .finalize();
+        let serial = ca.params.serial_number.as_ref().unwrap().to_bytes();
+        assert!(!seed.windows(8).any(|w| serial.windows(8).any(|s| s == w)), "the serial carries key bytes");
+        assert!(!ca.key.serialize_der().windows(8).any(|w| serial.windows(8).any(|s| s == w)));
+    }
 
     fn tenant() -> Tenant {
         Tenant {

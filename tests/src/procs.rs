@@ -478,6 +478,7 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
         tls: crate::pki::credential(writ_api::role::Role::Node, "1"),
         authority: writ_node::config::AuthorityConfig {
             signing_key_file: dir.path().join("signing-key.pem"),
+            executor_ca_secret_file: dir.path().join("executor-ca-secret"),
             token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
         },
     };
