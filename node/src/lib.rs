@@ -100,7 +100,8 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     node.start_reaper();
     let keys = keys::load_or_create_signer(&cfg.authority.signing_key_file)?;
     // Executor CA keys come from their own secret, never from the token-signing key.
-    let ca_secret = edge::load_or_create_secret(&cfg.authority.executor_ca_secret_file).map_err(std::io::Error::other)?;
+    let ca_secret =
+        edge::load_or_create_secret(&cfg.authority.executor_ca_secret_file).map_err(std::io::Error::other)?;
     let admin = writ_tenant_admin::router(
         node.clone() as Arc<dyn Ledger>,
         writ_tenant_admin::AdminConfig {
