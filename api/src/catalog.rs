@@ -34,6 +34,10 @@ pub enum Risk {
     Low,
     Medium,
     High,
+    /// Runs only once another principal than its requester, holding
+    /// [`crate::operation::APPROVE_SCOPE`], approves the exact call (SPEC S3): the ledger adds
+    /// the approval request to every such operation, so no edge can skip it.
+    Critical,
 }
 
 /// How a call runs: `read` answers directly and changes nothing; `operation` goes through the

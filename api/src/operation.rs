@@ -49,6 +49,20 @@ pub const DISPATCH_START_MS: u64 = 30_000;
 /// Most input requests an operation may wait for, and the largest request or answer (bytes).
 pub const INPUT_REQUESTS_MAX: usize = 8;
 pub const INPUT_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// The input request of an operation whose action is [`crate::catalog::Risk::Critical`]: only
+/// another principal holding [`APPROVE_SCOPE`] answers it, for the operation's payload digest.
+pub const APPROVAL_REQUEST: &str = "approval";
+/// The scope a principal needs to approve another principal's critical operation.
+pub const APPROVE_SCOPE: &str = "ops:approve";
+
+/// The approval request (JSON text) the ledger adds to a critical operation.
+pub fn approval_request(payload_hash: &str) -> String {
+    serde_json::json!({"method": "writ/approval", "params": {
+        "message": "Another principal holding ops:approve must approve this call.",
+        "scope": APPROVE_SCOPE, "payload_hash": payload_hash}})
+    .to_string()
+}
+
 /// Most local-state preconditions one operation may carry, and the longest name or expected
 /// value (bytes): they are stored in the ledger state until the operation is purged.
 pub const PRECONDITIONS_MAX: usize = 16;

@@ -47,6 +47,7 @@ const EXACT_SCOPES: &[&str] = &[
     "ops:execute",
     "ops:cancel",
     "ops:accept",
+    "ops:approve",
     "observe:capture",
     "audit:read",
     "tokens:delegate",

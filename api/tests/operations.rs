@@ -104,7 +104,10 @@ const CATALOG: &str = r#"{"actions": [
   {"id": "note", "title": "Note", "description": "Writes a note.", "input_schema": {"type": "object"},
    "risk": "low", "execution": "operation", "cost_units": 1},
   {"id": "dear_note", "title": "Dear note", "description": "Writes an expensive note.",
-   "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 9}
+   "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 9},
+  {"id": "crush", "title": "Crush", "description": "Crushes with a press; needs another principal's approval.",
+   "input_schema": {"type": "object"}, "risk": "critical", "execution": "operation", "device_class": "press.v1",
+   "cost_units": 1}
 ]}"#;
 
 fn spec(id: &str, key: &str, payload: serde_json::Value, device: Option<&str>, deadline_ms: u64) -> OperationSpecV1 {
@@ -784,4 +787,53 @@ fn the_ledger_rechecks_the_authority_behind_an_operation() {
     theirs.deadline_ms = l.now + 60_000;
     assert_eq!(l.refused(submit(theirs)), ReasonCode::AUTH_TOKEN_EXPIRED);
     assert!(l.state.operations.get(T).is_none_or(|m| m.is_empty()), "nothing was recorded");
+}
+
+/// SPEC S3: a critical action runs only with the approval of another principal holding
+/// ops:approve, for exactly that call; the ledger adds the approval request itself.
+#[test]
+fn an_agent_cannot_approve_its_own_critical_call() {
+    use writ_api::operation::{APPROVAL_REQUEST, APPROVE_SCOPE};
+    let mut l = Ledger::new();
+    let approver = PrincipalSpecV1 {
+        principal_id: "approver".into(),
+        name: "approver".into(),
+        kind: PrincipalKind::Agent,
+        preset: None,
+        scopes: [APPROVE_SCOPE.to_string()].into(),
+        metadata: Default::default(),
+    };
+    l.ok(Command::CreatePrincipal { tenant_id: T.into(), spec: approver });
+    let mut s = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 600_000);
+    s.action = "crush".into();
+    l.ok(submit(s.clone()));
+    let op = l.op("op-1");
+    assert_eq!(op.state, OperationState::Proposed, "it waits for the approval the ledger asked for");
+    assert!(op.spec.input_requests.contains_key(APPROVAL_REQUEST));
+    assert!(!l.state.device_leases.get(T).is_some_and(|m| m.contains_key("press")), "nothing is reserved yet");
+    let approve = |by: &str, hash: &str| Command::AnswerInputs {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: by.into(),
+        answers: [(
+            APPROVAL_REQUEST.to_string(),
+            json!({"action": "accept", "content": {"payload_hash": hash}}).to_string(),
+        )]
+        .into(),
+    };
+    let hash = s.payload_hash.clone();
+    // Its requester cannot, nor a principal without ops:approve, nor an approval of another call.
+    assert_eq!(l.refused(approve("agent", &hash)), ReasonCode::APP_SCOPE_FORBIDDEN);
+    assert_eq!(l.refused(approve("observer", &hash)), ReasonCode::APP_SCOPE_FORBIDDEN);
+    assert_eq!(l.refused(approve("approver", &"0".repeat(64))), ReasonCode::INPUT_INVALID);
+    // An edge cannot smuggle its own "approval" request in either.
+    let mut sneaky = spec("op-2", "k-2", json!({"p": 2}), Some("arm"), l.now + 600_000);
+    sneaky.input_requests.insert(APPROVAL_REQUEST.into(), json!({"method": "x"}).to_string());
+    assert_eq!(l.refused(submit(sneaky)), ReasonCode::INPUT_INVALID);
+    // The approver's approval: verified and reserved, with the approver on the record.
+    l.ok(approve("approver", &hash));
+    let op = l.op("op-1");
+    assert_eq!(op.state, OperationState::Reserved);
+    assert!(op.answers[APPROVAL_REQUEST].contains("\"approver\":\"approver\""), "{:?}", op.answers);
+    assert!(l.state.device_leases[T].contains_key("press"));
 }

@@ -26,6 +26,7 @@ pub const EXECUTE: &str = "operation.execute";
 pub const READBACK: &str = "operation.readback";
 pub const OBSERVE: &str = "observation.capture";
 pub const DECIDE: &str = "operation.decide";
+pub const APPROVE: &str = "operation.approve";
 pub const EXECUTE_SCOPE: &str = "ops:execute";
 pub const OBSERVE_SCOPE: &str = "observe:capture";
 pub const DECIDE_SCOPE: &str = "ops:accept";
@@ -119,6 +120,17 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "summary": {"type": "string", "maxLength": 2000}
                 }},
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+        }));
+    }
+    if authority.require(writ_api::operation::APPROVE_SCOPE).is_ok() {
+        tools.push(json!({
+            "name": APPROVE,
+            "title": "Approve or refuse another principal's critical call",
+            "description": "A critical-risk operation runs only once a principal other than its requester, holding \
+                ops:approve, approves exactly that call. Read it with operation.readback first.",
+            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["operation_id", "approve"],
+                "properties": {"operation_id": {"type": "string"}, "approve": {"type": "boolean"}}},
+            "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false},
         }));
     }
     if authority.require(DECIDE_SCOPE).is_ok() {
@@ -591,7 +603,7 @@ pub async fn direct(
         Ok(p) => p,
         Err(refusal) => return Ok(Direct::Complete(refusal)),
     };
-    let confirm = action.risk == writ_api::catalog::Risk::High || action.dry_run;
+    let confirm = action.risk >= writ_api::catalog::Risk::High || action.dry_run;
     let key = || {
         c.req
             .params()
@@ -758,6 +770,26 @@ pub async fn observe(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         operation_id: operation_id.to_string(),
         observer_id: c.authority.principal_id.clone(),
         evidence,
+    };
+    act(c, operation_id, command).await
+}
+
+/// `operation.approve`: the caller's approval (or refusal) of another principal's critical
+/// operation, bound to its payload digest; the ledger checks who may give it.
+pub async fn approve(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
+    let operation_id = args["operation_id"].as_str().unwrap_or_default();
+    let q = Query::GetOperation { tenant_id: c.authority.tenant_id.clone(), operation_id: operation_id.to_string() };
+    let op = match query(c, q).await? {
+        Ok(op) => op,
+        Err(e) => return Ok(refused(&e)),
+    };
+    let verdict = if args["approve"] == true { "accept" } else { "decline" };
+    let answer = json!({"action": verdict, "content": {"payload_hash": op.spec.payload_hash}});
+    let command = Command::AnswerInputs {
+        tenant_id: c.authority.tenant_id.clone(),
+        operation_id: operation_id.to_string(),
+        by_principal_id: c.authority.principal_id.clone(),
+        answers: [(writ_api::operation::APPROVAL_REQUEST.to_string(), answer.to_string())].into(),
     };
     act(c, operation_id, command).await
 }

@@ -362,6 +362,7 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         operations::READBACK,
         operations::OBSERVE,
         operations::DECIDE,
+        operations::APPROVE,
     ]
     .contains(&name.as_str())
     {
@@ -510,6 +511,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
             operations::SEARCH | operations::PROPOSE => operations::SEARCH_SCOPE,
             operations::OBSERVE => operations::OBSERVE_SCOPE,
             operations::DECIDE => operations::DECIDE_SCOPE,
+            operations::APPROVE => writ_api::operation::APPROVE_SCOPE,
             _ => operations::READ_SCOPE,
         };
         let denied = c.authority.require(scope).err();
@@ -544,6 +546,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
             operations::SEARCH => Ok(operations::search(c, &args)),
             operations::OBSERVE => operations::observe(c, &args).await,
             operations::DECIDE => operations::decide(c, &args).await,
+            operations::APPROVE => operations::approve(c, &args).await,
             _ => operations::readback(c, &args).await,
         },
         Err(e) => Err(RpcError::rejected(&e)),

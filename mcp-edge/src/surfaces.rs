@@ -55,7 +55,7 @@ pub fn tools_for(state: &LedgerState, authority: &Authority) -> Vec<Value> {
                         "inputSchema": serde_json::from_str::<Value>(&a.input_schema).unwrap_or(json!({"type": "object"})),
                         "annotations": {
                             "readOnlyHint": !a.execution.is_operation(),
-                            "destructiveHint": a.risk == Risk::High,
+                            "destructiveHint": a.risk >= Risk::High,
                             "idempotentHint": a.idempotent,
                         },
                     });

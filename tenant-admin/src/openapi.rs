@@ -203,7 +203,7 @@ fn schemas() -> Value {
             "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"},
             "kind": {"enum": ["human", "agent", "device", "service"]},
             "preset": {"enum": ["readOnly", "full", "delegate"]},
-            "scopes": {"type": "array", "items": {"type": "string"}, "description": "tools:list, context:read, resources:read, ops:read, ops:execute, ops:cancel, ops:accept, observe:capture, audit:read, tokens:delegate, tools:call:<action|*>, devices:use:<device|*>"},
+            "scopes": {"type": "array", "items": {"type": "string"}, "description": "tools:list, context:read, resources:read, ops:read, ops:execute, ops:cancel, ops:accept, ops:approve, observe:capture, audit:read, tokens:delegate, tools:call:<action|*>, devices:use:<device|*>"},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}},
         "PrincipalQuotasSpec": {"type": "object", "additionalProperties": false, "properties": {
             "requests_per_minute": {"type": ["integer", "null"], "minimum": 1, "description": "requests per minute across all edges"},

@@ -414,3 +414,60 @@ async fn a_thousand_quota_refusals_cost_a_handful_of_raft_entries() {
     println!("1,000 refusals in {elapsed} s took {entries} Raft entries");
     assert!(entries <= 2 * windows + 2 * minutes, "1,000 refusals in {elapsed} s took {entries} Raft entries");
 }
+
+/// SPEC S3 through `writ dev` and MCP: a critical action waits for an approval its own agent
+/// cannot give; another principal holding ops:approve gives it, and the operation runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_critical_call_runs_only_with_another_principals_approval() {
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let admin =
+        writ_tests::procs::Admin::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE")), dev.var("WRIT_ADMIN_TOKEN"));
+    let (url, mcp, agent) = (dev.var("WRIT_ADMIN_URL"), dev.var("WRIT_MCP_URL"), dev.var("WRIT_DEMO_TOKEN"));
+    let catalog = json!({"actions": [
+        {"id": "crush", "title": "Crush", "description": "Crushes with the press.", "input_schema": {"type": "object"},
+         "risk": "critical", "execution": "operation", "device_class": "press.v1", "cost_units": 1}]});
+    admin.post_ok(url, "/v1/tenants/demo/catalogs", catalog).await;
+    let scopes = json!(["ops:approve", "tools:list", "ops:read"]);
+    admin
+        .post_ok(url, "/v1/tenants/demo/principals", json!({"name": "approver", "kind": "human", "scopes": scopes}))
+        .await;
+    let issued = admin.post_ok(url, "/v1/tenants/demo/tokens", json!({"principal": "approver", "audience": mcp})).await;
+    let approver = issued["token"].as_str().expect("token").to_string();
+    let tool = |token: String, name: &'static str, arguments: Value| {
+        let mcp = mcp.to_string();
+        async move {
+            let (_, _, r) =
+                writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", json!({"name": name, "arguments": arguments}))
+                    .await;
+            // A tool result, or the JSON-RPC error (e.g. an unknown tool).
+            if r["result"].is_null() {
+                r
+            } else {
+                r["result"].clone()
+            }
+        }
+    };
+    // Wait until the edge serves the new catalog, then call it.
+    let args = json!({"action": "crush", "input": {}, "device": "demo-press", "idempotency_key": "crush-1", "deadline_s": 600});
+    let called = writ_tests::eventually("the critical call recorded", std::time::Duration::from_secs(20), || async {
+        let r = tool(agent.to_string(), "operation.execute", args.clone()).await;
+        r["structuredContent"]["operation_id"].is_string().then_some(r)
+    })
+    .await;
+    assert_eq!(called["structuredContent"]["state"], "proposed", "{called}");
+    let id = called["structuredContent"]["operation_id"].as_str().expect("id").to_string();
+    // The agent has no approve tool, and cannot approve anyway.
+    let own = tool(agent.to_string(), "operation.approve", json!({"operation_id": id, "approve": true})).await;
+    assert_eq!(own["error"]["data"]["reason"], "TOOL_NOT_FOUND", "{own}");
+    // The approver approves exactly this call; the demo executor then performs it.
+    let approved = tool(approver, "operation.approve", json!({"operation_id": id, "approve": true})).await;
+    assert_ne!(approved["isError"], true, "{approved}");
+    let read = json!({"operation_id": id});
+    let done =
+        writ_tests::eventually("the approved operation's effect", std::time::Duration::from_secs(30), || async {
+            let r = tool(agent.to_string(), "operation.readback", read.clone()).await;
+            (r["structuredContent"]["state"] == "effect_reported").then_some(r)
+        })
+        .await;
+    assert_eq!(done["structuredContent"]["attempts"], 1, "{done}");
+}

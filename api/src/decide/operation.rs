@@ -227,9 +227,57 @@ fn recheck_authority(
     if !errors.is_empty() {
         return Err(invalid(format!("the input fails the action's schema: {}", errors.join("; "))));
     }
+    if spec.input_requests.contains_key(APPROVAL_REQUEST) {
+        return Err(invalid(format!("input request id '{APPROVAL_REQUEST}' is reserved for approvals")));
+    }
     let mut checked = spec.clone();
     checked.cost_units = action.cost_units;
+    if action.risk == crate::catalog::Risk::Critical {
+        checked.input_requests.insert(APPROVAL_REQUEST.into(), approval_request(&spec.payload_hash));
+        if checked.input_requests.len() > INPUT_REQUESTS_MAX {
+            return Err(invalid(format!("at most {INPUT_REQUESTS_MAX} input requests, the approval included")));
+        }
+    }
     Ok(checked)
+}
+
+/// An approval (SPEC S3): never by the operation's requester, only by an active principal
+/// holding [`APPROVE_SCOPE`], answering nothing else, and — when it accepts — naming the
+/// operation's payload digest (it approves exactly this call).
+fn approver_may_approve(
+    state: &LedgerState,
+    tenant_id: &str,
+    op: &Operation,
+    approver_id: &str,
+    answers: &BTreeMap<String, String>,
+) -> Result<(), Rejection> {
+    if op.spec.principal_id == approver_id {
+        let msg = "a requester cannot approve its own call: another principal holding ops:approve must";
+        return Err(Rejection::new(ReasonCode::APP_SCOPE_FORBIDDEN, msg));
+    }
+    if answers.len() != 1 {
+        return Err(invalid("an approver answers only the approval"));
+    }
+    let approver = state
+        .principals
+        .get(tenant_id)
+        .and_then(|m| m.get(approver_id))
+        .filter(|p| p.state == PrincipalState::Active)
+        .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such active principal"))?;
+    let holds = approver.scopes.iter().any(|g| crate::principal::scope_covers(g, APPROVE_SCOPE))
+        && !approver.revoked_scopes.iter().any(|r| crate::principal::scope_covers(r, APPROVE_SCOPE));
+    if !holds {
+        let msg = format!("principal '{}' does not hold {APPROVE_SCOPE}", approver.name);
+        return Err(Rejection::new(ReasonCode::APP_SCOPE_FORBIDDEN, msg));
+    }
+    let answer: Value = answers
+        .get(APPROVAL_REQUEST)
+        .and_then(|a| serde_json::from_str(a).ok())
+        .ok_or_else(|| invalid("the approval is not JSON"))?;
+    if answer["action"] == "accept" && answer["content"]["payload_hash"] != op.spec.payload_hash.as_str() {
+        return Err(invalid("the approval names another call (payload digest): read the operation again"));
+    }
+    Ok(())
 }
 
 fn validate_reason(reason: &str) -> Result<(), Rejection> {
@@ -321,17 +369,31 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         }
         Command::AnswerInputs { operation_id, by_principal_id, answers, .. } => {
             let op = find(state, tenant_id, operation_id)?;
-            if &op.spec.principal_id != by_principal_id {
+            let requester = &op.spec.principal_id == by_principal_id;
+            let approving = answers.contains_key(APPROVAL_REQUEST);
+            if !requester && !approving {
                 return Err(not_found(operation_id)); // only its requester answers
             }
             if op.state != Proposed {
                 return Err(conflict(op, "only an operation waiting for input takes answers"));
             }
+            if approving {
+                approver_may_approve(state, tenant_id, op, by_principal_id, answers)?;
+            }
             let mut fresh: BTreeMap<String, String> = BTreeMap::new();
             for (id, answer) in answers {
                 if op.spec.input_requests.contains_key(id) && !op.answers.contains_key(id) {
                     json_text_ok("an answer", id, answer)?;
-                    fresh.insert(id.clone(), answer.clone());
+                    // The approval records who gave it.
+                    let answer = if id == APPROVAL_REQUEST {
+                        let mut v: Value =
+                            serde_json::from_str(answer).map_err(|_| invalid("the approval is not JSON"))?;
+                        v["approver"] = Value::String(by_principal_id.clone());
+                        v.to_string()
+                    } else {
+                        answer.clone()
+                    };
+                    fresh.insert(id.clone(), answer);
                 }
             }
             if fresh.is_empty() {
