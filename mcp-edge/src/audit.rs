@@ -134,9 +134,12 @@ impl AuditSink {
     /// Returns once every decision buffered before the call is committed, or after `limit`
     /// (true when everything was committed). Used at shutdown with [`SHUTDOWN_FLUSH_MAX`].
     pub async fn flush(&self, limit: Duration) -> bool {
-        self.record_repeats().await;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let flushed = async { self.buffered.send(Queued::Flush(tx)).await.is_ok() && rx.await.is_ok() };
+        // The window's counted repeats first, within the same limit (a full buffer waits).
+        let flushed = async {
+            self.record_repeats().await;
+            self.buffered.send(Queued::Flush(tx)).await.is_ok() && rx.await.is_ok()
+        };
         match tokio::time::timeout(limit, flushed).await {
             Ok(done) => done,
             Err(_) => {

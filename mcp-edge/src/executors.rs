@@ -63,14 +63,14 @@ struct Gate {
     streams: crate::caps::StreamCaps,
 }
 
-/// Default window over which handshakes refused at the TLS layer are audited: one aggregate record per
-/// claimed tenant and window, never one per handshake (SPEC S4: an unauthenticated party
-/// cannot flood a tenant's trail; each refusal is still counted in
+/// Default window over which handshakes refused at the TLS layer are audited: one aggregate
+/// record per claimed tenant and window, never one per handshake (SPEC S4: an unauthenticated
+/// party cannot flood a tenant's trail; each refusal is still counted in
 /// `writ_edge_executor_refused_total{stage="tls"}`).
 pub const TLS_REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Every `window` ([`TLS_REFUSAL_WINDOW`] by default), records each claimed tenant's refused handshakes as one
-/// aggregate decision; ends with the gate.
+/// Every `window` ([`TLS_REFUSAL_WINDOW`] by default), records each claimed tenant's refused
+/// handshakes as one aggregate decision; ends with the gate.
 async fn aggregate_tls_refusals(gate: std::sync::Weak<Gate>, window: std::time::Duration) {
     let mut tick = tokio::time::interval(window);
     tick.tick().await;
