@@ -214,14 +214,20 @@ pub fn anonymous(state: &LedgerState, tenant: &str, principal: &str) -> Result<A
     let p = state
         .principal(&t.id, principal)
         .ok_or_else(|| invalid(format!("the anonymous principal '{principal}' does not exist")))?;
+    principal_itself(p, ANONYMOUS_ISSUER)
+}
+
+/// The authority of an active principal acting as itself (no token the ledger holds): its
+/// current scopes, recorded as coming through `issuer`.
+fn principal_itself(p: &crate::principal::Principal, issuer: &str) -> Result<Authority, Rejection> {
     if p.state != PrincipalState::Active {
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
     }
     Ok(Authority {
-        tenant_id: t.id.clone(),
+        tenant_id: p.tenant_id.clone(),
         principal_id: p.id.clone(),
         principal_name: p.name.clone(),
-        issuer: ANONYMOUS_ISSUER.into(),
+        issuer: issuer.into(),
         token_id: None,
         parent_token_id: None,
         chain: Vec::new(),
@@ -362,21 +368,7 @@ pub fn authority_of_ref(
         .get(tenant_id)
         .and_then(|m| m.get(principal_id))
         .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
-    if p.state != PrincipalState::Active {
-        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
-    }
-    Ok(Authority {
-        tenant_id: tenant_id.to_string(),
-        principal_id: p.id.clone(),
-        principal_name: p.name.clone(),
-        issuer: authority_ref.to_string(),
-        token_id: None,
-        parent_token_id: None,
-        chain: Vec::new(),
-        scopes: p.scopes.clone(),
-        revoked_scopes: p.revoked_scopes.clone(),
-        expires_at_ms: u64::MAX,
-    })
+    principal_itself(p, authority_ref)
 }
 
 /// How far in the future a tenant token's `iat` may lie (clock skew between its issuer and Writ).

@@ -85,9 +85,9 @@ pub fn router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>, extra: R
 
 /// A refusal of the caller's identity, counted by route class and reason (never audited per
 /// request: an unauthenticated party cannot write to any tenant's trail).
-fn refused(class: &'static str, reason: ReasonCode, message: String) -> Response {
+fn refused(class: &'static str, reason: ReasonCode, message: String) -> ApiError {
     metrics::counter!("writ_node_peer_refused_total", "route" => class, "reason" => reason.as_str()).increment(1);
-    ApiError(Rejection::new(reason, message)).into_response()
+    ApiError(Rejection::new(reason, message))
 }
 
 /// Middleware: only callers whose role passes `allowed` reach the route (nothing is read first).
@@ -95,11 +95,11 @@ async fn admit(mut req: Request, next: Next, class: &'static str, allowed: fn(Ro
     let Some(identity) = req.extensions().get::<PeerIdentity>().and_then(|p| p.0.clone()) else {
         let message =
             format!("{} needs a client certificate from the cluster CA naming a node or edge", req.uri().path());
-        return refused(class, ReasonCode::PEER_UNAUTHENTICATED, message);
+        return refused(class, ReasonCode::PEER_UNAUTHENTICATED, message).into_response();
     };
     if !allowed(identity.role) {
         let message = format!("{identity} may not call {} {}", req.method(), req.uri().path());
-        return refused(class, ReasonCode::PEER_FORBIDDEN, message);
+        return refused(class, ReasonCode::PEER_FORBIDDEN, message).into_response();
     }
     req.extensions_mut().insert(identity);
     next.run(req).await
@@ -113,9 +113,7 @@ fn admitted(identity: Option<axum::Extension<Identity>>) -> Result<Identity, Api
 }
 
 fn forbidden(identity: &Identity, what: String) -> ApiError {
-    metrics::counter!("writ_node_peer_refused_total", "route" => "client", "reason" => ReasonCode::PEER_FORBIDDEN.as_str())
-        .increment(1);
-    ApiError::new(ReasonCode::PEER_FORBIDDEN, format!("{identity} may not {what}"))
+    refused("client", ReasonCode::PEER_FORBIDDEN, format!("{identity} may not {what}"))
 }
 
 fn bincode_response<T: Serialize>(value: &T) -> Response {
