@@ -221,13 +221,18 @@ pub fn router(
             &mcp,
             get(not_allowed).delete(not_allowed).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)),
         )
-        .route(&prm, get(resource_metadata))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz));
+        .route(&prm, get(resource_metadata));
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }
-    Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge))
+    let probes = probes(edge.verifier.clone());
+    Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge).merge(probes))
+}
+
+/// `/healthz` and `/readyz` (ready while the edge's replica of the ledger is current): served
+/// on the MCP listener and, where configured, on the edge's own probe listener.
+pub fn probes(verifier: Verifier) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state(verifier)
 }
 
 /// Longest value of an `Mcp-*` request header (bytes): a method, a tool or prompt name or a
@@ -277,13 +282,13 @@ pub const REVISION_HEADER: &str = "x-writ-revision";
 
 /// Ready when the edge's replica of the ledger is current (else every request would fail
 /// closed with LEDGER_UNAVAILABLE).
-async fn readyz(State(edge): State<Arc<Edge>>) -> Response {
-    let mut response = if edge.verifier.is_current() {
+async fn readyz(State(verifier): State<Verifier>) -> Response {
+    let mut response = if verifier.is_current() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready: no current replica of the ledger\n").into_response()
     };
-    response.headers_mut().insert(REVISION_HEADER, HeaderValue::from(edge.verifier.revision()));
+    response.headers_mut().insert(REVISION_HEADER, HeaderValue::from(verifier.revision()));
     response
 }
 

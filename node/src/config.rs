@@ -17,6 +17,8 @@ pub const OPERATOR_TOKEN_BYTES_MIN: usize = 16;
 struct RawNodeConfig {
     node_id: Option<u64>,
     listen: Option<String>,
+    admin_listen: Option<String>,
+    probe_listen: Option<String>,
     advertise_url: Option<String>,
     data_dir: Option<PathBuf>,
     operator_token: Option<String>,
@@ -90,7 +92,13 @@ type RawTls = TlsConfig;
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: u64,
+    /// The peer listener: Raft and the ledger client API, mutual TLS with role identities.
     pub listen: SocketAddr,
+    /// The admin API (`/v1`, HTTPS, operator token); `None`: served on `listen` (one-port mode).
+    pub admin_listen: Option<SocketAddr>,
+    /// `/healthz`, `/readyz`, `/metrics` over plain HTTP, read-only; `None`: served on `listen`.
+    /// With both set, the peer listener requires a client certificate at the handshake.
+    pub probe_listen: Option<SocketAddr>,
     /// URL peers and clients use to reach this node; `None` means derive it from the bound address.
     pub advertise_url: Option<String>,
     pub data_dir: PathBuf,
@@ -117,7 +125,7 @@ pub enum ConfigError {
     Invalid { field: &'static str, message: String },
     #[error("node_id must be at least 1")]
     NodeIdZero,
-    #[error("listen address {listen} is not loopback: mutual TLS ([tls] cert, key, ca) is required outside loopback")]
+    #[error("listen address {listen} is not loopback: serve HTTPS ([tls] cert, key from `writ pki issue edge NAME --host …`) or name the TLS-terminating proxies allowed to connect (trusted_proxies)")]
     TlsRequiredOutsideLoopback { listen: SocketAddr },
     #[error("[tls] cert, key and ca are required: a node always serves TLS and tells peers apart by their certificates (create them with `writ pki init` and `writ pki issue node <id>`)")]
     TlsRequired,
@@ -151,6 +159,12 @@ impl NodeConfig {
         if let Some(v) = env("WRIT_LISTEN") {
             raw.listen = Some(v);
         }
+        if let Some(v) = env("WRIT_ADMIN_LISTEN") {
+            raw.admin_listen = Some(v);
+        }
+        if let Some(v) = env("WRIT_PROBE_LISTEN") {
+            raw.probe_listen = Some(v);
+        }
         if let Some(v) = env("WRIT_ADVERTISE_URL") {
             raw.advertise_url = Some(v);
         }
@@ -167,15 +181,20 @@ impl NodeConfig {
     }
 }
 
+/// Parses an `ip:port` setting.
+pub fn socket_addr(field: &'static str, text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse().map_err(|_| ConfigError::Invalid { field, message: format!("'{text}' is not ip:port") })
+}
+
 fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     let node_id = raw.node_id.ok_or(ConfigError::Missing("node_id", "NODE_ID"))?;
     if node_id == 0 {
         return Err(ConfigError::NodeIdZero);
     }
     let listen_text = raw.listen.ok_or(ConfigError::Missing("listen", "LISTEN"))?;
-    let listen: SocketAddr = listen_text
-        .parse()
-        .map_err(|_| ConfigError::Invalid { field: "listen", message: format!("'{listen_text}' is not ip:port") })?;
+    let listen = socket_addr("listen", &listen_text)?;
+    let admin_listen = raw.admin_listen.map(|a| socket_addr("admin_listen", &a)).transpose()?;
+    let probe_listen = raw.probe_listen.map(|a| socket_addr("probe_listen", &a)).transpose()?;
     let tls = raw.tls.ok_or(ConfigError::TlsRequired)?;
     let data_dir = raw.data_dir.ok_or(ConfigError::Missing("data_dir", "DATA_DIR"))?;
     let operator_token = match (raw.operator_token, raw.operator_token_file) {
@@ -243,6 +262,8 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     Ok(NodeConfig {
         node_id,
         listen,
+        admin_listen,
+        probe_listen,
         advertise_url: raw.advertise_url,
         authority,
         data_dir,

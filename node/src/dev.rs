@@ -168,6 +168,9 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     let cfg = NodeConfig {
         node_id: 1,
         listen: args.listen,
+        // One port: the dev node serves its admin API and probes on its TLS listener.
+        admin_listen: None,
+        probe_listen: None,
         advertise_url: None,
         data_dir: args.data_dir.join("node"),
         operator_token: token.clone(),

@@ -20,8 +20,17 @@ use crate::config::ConfigError;
 #[serde(deny_unknown_fields)]
 struct RawEdgeConfig {
     listen: Option<String>,
-    /// The canonical URI clients use (and tokens name as audience); default `http://<listen>/mcp`.
+    /// `/healthz`, `/readyz`, `/metrics` over plain HTTP on their own address (optional).
+    probe_listen: Option<String>,
+    /// The canonical URI clients use (and tokens name as audience); default
+    /// `https://<listen>/mcp` with `[tls]`, `http://<listen>/mcp` without.
     canonical_url: Option<String>,
+    /// The MCP listener's certificate (`writ pki issue edge NAME --host …`): `/mcp` over HTTPS.
+    tls: Option<RawCertKey>,
+    /// Plain HTTP off loopback, behind a TLS-terminating proxy: only these addresses may
+    /// connect, and only their `X-Forwarded-Host` is honoured.
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
     /// Ledger node URLs (client API, https).
     #[serde(default)]
     ledger: Vec<String>,
@@ -57,6 +66,13 @@ struct RawExecutorEndpoint {
     refusal_window_s: Option<u64>,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertKey {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAnonymous {
@@ -68,6 +84,9 @@ struct RawAnonymous {
 #[derive(Debug, Clone)]
 pub struct EdgeFileConfig {
     pub listen: SocketAddr,
+    pub probe_listen: Option<SocketAddr>,
+    pub tls: Option<RawCertKey>,
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     pub canonical_url: Option<String>,
     pub ledger: Vec<String>,
     pub ledger_tls: crate::config::TlsConfig,
@@ -104,14 +123,20 @@ impl EdgeFileConfig {
         if let Some(v) = env("WRIT_EDGE_URL") {
             raw.canonical_url = Some(v);
         }
+        if let Some(v) = env("WRIT_EDGE_PROBE_LISTEN") {
+            raw.probe_listen = Some(v);
+        }
         let listen_text = raw.listen.ok_or(ConfigError::Missing("listen", "EDGE_LISTEN"))?;
-        let listen: SocketAddr = listen_text.parse().map_err(|_| ConfigError::Invalid {
-            field: "listen",
-            message: format!("'{listen_text}' is not ip:port"),
-        })?;
-        if !listen.ip().is_loopback() {
-            // TLS termination for edges lands with the executor endpoint (mTLS); until then an
-            // edge only binds loopback (put a TLS proxy in front).
+        let listen = crate::config::socket_addr("listen", &listen_text)?;
+        let probe_listen = raw.probe_listen.map(|a| crate::config::socket_addr("probe_listen", &a)).transpose()?;
+        let mut trusted_proxies = Vec::new();
+        for p in &raw.trusted_proxies {
+            trusted_proxies.push(p.parse().map_err(|_| ConfigError::Invalid {
+                field: "trusted_proxies",
+                message: format!("'{p}' is not an IP address"),
+            })?);
+        }
+        if !listen.ip().is_loopback() && raw.tls.is_none() && trusted_proxies.is_empty() {
             return Err(ConfigError::TlsRequiredOutsideLoopback { listen });
         }
         if raw.ledger.is_empty() || raw.ledger.iter().any(|u| !u.starts_with("https://")) {
@@ -147,6 +172,9 @@ impl EdgeFileConfig {
         };
         Ok(EdgeFileConfig {
             listen,
+            probe_listen,
+            tls: raw.tls,
+            trusted_proxies,
             canonical_url: raw.canonical_url,
             ledger: raw.ledger,
             ledger_tls,
@@ -163,19 +191,22 @@ impl EdgeFileConfig {
 pub struct RunningEdge {
     pub url: String,
     pub local_addr: SocketAddr,
+    /// Where `/healthz`, `/readyz`, `/metrics` are served on their own listener, if configured.
+    pub probe_url: Option<String>,
     /// The executor endpoint's URL and the CA its certificate chains to (PEM), when served.
     pub executor_endpoint: Option<(String, String)>,
-    server: tokio::task::JoinHandle<()>,
-    executor_server: Option<tokio::task::JoinHandle<()>>,
+    drain: crate::tls::Drain,
+    servers: Vec<tokio::task::JoinHandle<()>>,
     audit: AuditSink,
 }
 
 impl RunningEdge {
-    /// Stops serving, then commits the request decisions still buffered.
+    /// An orderly stop: no new connections, in-flight requests finish (up to
+    /// [`crate::DRAIN_DEADLINE`]), then the request decisions still buffered are committed.
     pub async fn shutdown(self) {
-        self.server.abort();
-        if let Some(x) = self.executor_server {
-            x.abort();
+        self.drain.start();
+        for s in self.servers {
+            let _ = s.await;
         }
         self.audit.flush(writ_mcp_edge::audit::SHUTDOWN_FLUSH_MAX).await;
     }
@@ -185,6 +216,13 @@ impl RunningEdge {
 #[derive(Debug, Clone)]
 pub struct EdgeOptions {
     pub listen: SocketAddr,
+    pub probe_listen: Option<SocketAddr>,
+    /// `/mcp` over HTTPS with this credential (also the executor endpoint's certificate);
+    /// `cluster_ca_pem` is what executors are told to trust then.
+    pub tls: Option<Arc<writ_client::tls::CredentialFiles>>,
+    pub cluster_ca_pem: Option<String>,
+    /// Plain HTTP behind these TLS-terminating proxies only.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     pub canonical_url: Option<String>,
     pub allowed_hosts: Vec<String>,
     pub allowed_origins: Vec<String>,
@@ -203,6 +241,10 @@ impl EdgeOptions {
     pub fn new(listen: SocketAddr, seal_key: SealKey) -> EdgeOptions {
         EdgeOptions {
             listen,
+            probe_listen: None,
+            tls: None,
+            cluster_ca_pem: None,
+            trusted_proxies: Vec::new(),
             canonical_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -329,9 +371,15 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     if options.anonymous.is_some() && !options.listen.ip().is_loopback() {
         return Err(std::io::Error::other("anonymous mode binds only loopback addresses"));
     }
+    if !options.listen.ip().is_loopback() && options.tls.is_none() && options.trusted_proxies.is_empty() {
+        return Err(std::io::Error::other(
+            "off loopback an edge serves HTTPS, or plain HTTP only behind trusted proxies",
+        ));
+    }
     let listener = TcpListener::bind(options.listen).await?;
     let local_addr = listener.local_addr()?;
-    let url = options.canonical_url.unwrap_or_else(|| format!("http://{local_addr}/mcp"));
+    let scheme = if options.tls.is_some() { "https" } else { "http" };
+    let url = options.canonical_url.unwrap_or_else(|| format!("{scheme}://{local_addr}/mcp"));
     let mut config = EdgeConfig::for_url(&url, options.seal_key);
     config.allowed_hosts.extend(options.allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()));
     config.allowed_origins = options.allowed_origins;
@@ -342,15 +390,21 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     let verifier = Verifier::follow(ledger.clone(), url.clone());
     let audit = AuditSink::start(ledger.clone());
     let metrics = crate::install_metrics();
-    let (executor_endpoint, executor_server) = match options.executor {
-        None => (None, None),
+    let drain = crate::tls::Drain::default();
+    let mut servers = Vec::new();
+    let executor_endpoint = match options.executor {
+        None => None,
         Some(x) => {
-            let mut hosts = x.hosts.clone();
-            if hosts.is_empty() {
-                hosts = vec![x.listen.ip().to_string(), "localhost".to_string()];
-            }
-            let tls = crate::executor_tls::EdgeTls::load_or_create(&x.tls_secret_file, &hosts)
-                .map_err(std::io::Error::other)?;
+            let tls = match (&options.tls, &options.cluster_ca_pem) {
+                (Some(credential), Some(ca)) => crate::executor_tls::EdgeTls::cluster(credential.clone(), ca.clone()),
+                _ => {
+                    let mut hosts = x.hosts.clone();
+                    if hosts.is_empty() {
+                        hosts = vec![x.listen.ip().to_string(), "localhost".to_string()];
+                    }
+                    crate::executor_tls::EdgeTls::derived(&x.tls_secret_file, &hosts).map_err(std::io::Error::other)?
+                }
+            };
             let listener = TcpListener::bind(x.listen).await?;
             let addr = listener.local_addr()?;
             let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
@@ -361,9 +415,9 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
                 x.refusal_window,
             );
             let ca_pem = tls.ca_pem.clone();
-            let task = tokio::spawn(crate::executor_tls::serve(listener, Arc::new(tls), gate));
+            servers.push(tokio::spawn(crate::executor_tls::serve(listener, tls, gate, drain.clone())));
             tracing::info!(url = %executor_url, "executor endpoint serving (mutual TLS)");
-            (Some((executor_url, ca_pem)), Some(task))
+            Some((executor_url, ca_pem))
         }
     };
     let mut forwarder = reqwest::Client::builder().no_proxy().timeout(ENROLL_FORWARD_TIMEOUT);
@@ -372,32 +426,43 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     }
     let admin_urls = Arc::new((options.admin_urls, forwarder.build().map_err(std::io::Error::other)?));
     let endpoint = executor_endpoint.clone();
+    let metrics_route = axum::routing::get(move || {
+        let metrics = metrics.clone();
+        async move { metrics.map(|h| h.render()).unwrap_or_default() }
+    });
+    let probe_url = match options.probe_listen {
+        None => None,
+        Some(addr) => {
+            let probes = writ_mcp_edge::probes(verifier.clone()).route("/metrics", metrics_route.clone());
+            let accept = crate::tls::Accept::plain("edge-probe");
+            let (bound, task) = crate::tls::spawn(addr, probes, accept, &drain, crate::DRAIN_DEADLINE).await?;
+            servers.push(task);
+            Some(format!("http://{bound}"))
+        }
+    };
     let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
         .map_err(std::io::Error::other)?
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let metrics = metrics.clone();
-                async move { metrics.map(|h| h.render()).unwrap_or_default() }
-            }),
-        )
+        .route("/metrics", metrics_route)
         .route(
             writ_api::executor::ENROLL_PATH,
             axum::routing::post(move |body: axum::body::Bytes| {
                 forward_enrollment(admin_urls.clone(), endpoint.clone(), body)
             }),
         );
-    let server = tokio::spawn(async move {
-        use axum::serve::ListenerExt;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "edge server stopped");
-        }
-    });
+    let accept = crate::tls::Accept {
+        tls: match options.tls {
+            Some(credential) => Some(
+                crate::tls::ServerTls::new(credential, None, crate::tls::ClientAuth::None)
+                    .map_err(std::io::Error::other)?,
+            ),
+            None => None,
+        },
+        trusted_proxies: (!options.trusted_proxies.is_empty()).then(|| Arc::new(options.trusted_proxies)),
+        name: "mcp",
+    };
+    servers.push(tokio::spawn(crate::tls::serve(listener, app, accept, drain.clone(), crate::DRAIN_DEADLINE)));
     tracing::info!(%url, "edge serving");
-    Ok(RunningEdge { url, local_addr, executor_endpoint, server, executor_server, audit })
+    Ok(RunningEdge { url, local_addr, probe_url, executor_endpoint, drain, servers, audit })
 }
 
 /// `writ edge --config FILE`.
@@ -406,17 +471,25 @@ pub async fn run(config: &Path) -> Result<(), String> {
         EdgeFileConfig::load(config, &|k| std::env::var(k).ok()).map_err(|e| format!("{}: {e}", config.display()))?;
     let t = &cfg.ledger_tls;
     let tls = writ_client::ClientTls::with_identity(&t.ca, &t.cert, &t.key)?;
-    let identity = crate::tls::TlsMaterial::load(t)
-        .map_err(|e| e.to_string())
-        .and_then(|m| m.identity())
+    let identity = writ_client::tls::read_certs(&t.cert)
+        .and_then(|c| crate::pki::identity_of(&c[0]))
         .map_err(|e| format!("{}: {e}", t.cert.display()))?;
     if identity.role != writ_api::role::Role::Edge {
         return Err(format!("{}: names {identity}, not an edge (`writ pki issue edge NAME`)", t.cert.display()));
     }
     let ledger = Arc::new(HttpLedger::with_http(cfg.ledger.clone(), writ_client::NodeHttp::with_tls(Some(&tls))))
         as Arc<dyn Ledger>;
+    let server_tls = match &cfg.tls {
+        Some(c) => Some(writ_client::tls::CredentialFiles::load(&c.cert, &c.key, None)?),
+        None => None,
+    };
+    let cluster_ca_pem = std::fs::read_to_string(&t.ca).map_err(|e| format!("{}: {e}", t.ca.display()))?;
     let options = EdgeOptions {
         listen: cfg.listen,
+        probe_listen: cfg.probe_listen,
+        tls: server_tls,
+        cluster_ca_pem: Some(cluster_ca_pem),
+        trusted_proxies: cfg.trusted_proxies,
         canonical_url: cfg.canonical_url,
         allowed_hosts: cfg.allowed_hosts,
         allowed_origins: cfg.allowed_origins,
@@ -429,7 +502,11 @@ pub async fn run(config: &Path) -> Result<(), String> {
     };
     let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;
     // What a supervisor or test reads to learn the bound addresses (the config may say port 0).
-    println!("Writ edge listening on http://{}", edge.local_addr);
+    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+    println!("Writ edge listening on {scheme}://{}", edge.local_addr);
+    if let Some(p) = &edge.probe_url {
+        println!("Writ edge probes at {p}");
+    }
     println!("Writ edge serving MCP at {}", edge.url);
     if let Some((executor_url, _)) = &edge.executor_endpoint {
         println!("Writ edge serving executors at {executor_url}");
@@ -460,6 +537,24 @@ mod tests {
         assert_eq!(ok.listen.port(), 8080);
         let open = EdgeFileConfig::parse("listen = \"0.0.0.0:8080\"\nledger = [\"https://127.0.0.1:7700\"]\n", &no_env);
         assert!(matches!(open, Err(ConfigError::TlsRequiredOutsideLoopback { .. })));
+        let base = "ledger = [\"https://10.0.0.1:7700\"]\nseal_key_file = \"k\"\n";
+        let https = EdgeFileConfig::parse(
+            &format!("listen = \"0.0.0.0:8443\"\n{base}[tls]\ncert = \"e.pem\"\nkey = \"e-key.pem\"\n{tls}"),
+            &no_env,
+        )
+        .unwrap();
+        assert!(https.tls.is_some() && https.trusted_proxies.is_empty());
+        let proxied = EdgeFileConfig::parse(
+            &format!("listen = \"0.0.0.0:8080\"\ntrusted_proxies = [\"10.0.0.5\"]\n{base}{tls}"),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(proxied.trusted_proxies, vec!["10.0.0.5".parse::<std::net::IpAddr>().unwrap()]);
+        let bad_proxy = EdgeFileConfig::parse(
+            &format!("listen = \"0.0.0.0:8080\"\ntrusted_proxies = [\"proxy\"]\n{base}{tls}"),
+            &no_env,
+        );
+        assert!(matches!(bad_proxy, Err(ConfigError::Invalid { field: "trusted_proxies", .. })));
         let plain = EdgeFileConfig::parse(
             &format!("listen = \"127.0.0.1:8080\"\nledger = [\"http://127.0.0.1:7700\"]\nseal_key_file = \"k\"\n{tls}"),
             &no_env,

@@ -1,64 +1,63 @@
 //! The edge's executor listener (SPEC E7): mutual TLS in front of
 //! [`writ_mcp_edge::executors::ExecutorGate`].
 //!
-//! - Server side: every edge of a deployment derives the same "edge CA" from a shared secret
-//!   file (like the seal key) and issues itself a fresh leaf certificate for its host names at
-//!   start; executors trust that CA (handed to them at enrollment).
+//! - Server side: the edge's own certificate from the cluster PKI (followed on disk), and
+//!   executors trust the cluster CA; or, without one (dev, loopback), every edge of a deployment
+//!   derives the same "edge CA" from a shared secret file and issues itself a leaf for its host
+//!   names, re-issued at ⅔ of its lifetime. Either CA is handed to executors at enrollment.
 //! - Client side: a certificate must chain to one of the tenants' executor CAs the ledger holds
 //!   (read from the edge's replica at each handshake, so a CA registered a moment ago counts);
 //!   refusals at this layer are audited through the gate. The mapping to an executor
 //!   (recorded fingerprint, not revoked, not expired) happens in the gate, per request.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::Extension;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 use tokio::net::TcpListener;
-use writ_mcp_edge::executors::{ExecutorGate, ExecutorPeer};
+use writ_client::tls::provider;
+use writ_mcp_edge::executors::ExecutorGate;
 use writ_tenant_admin::enroll::DerivedCa;
 
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const EDGE_CA_LABEL: &str = "writ/edge-executor-ca/v1";
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
+/// Lifetime of a leaf the edge issues itself from the derived CA (dev and loopback setups).
+const DERIVED_LEAF_LIFETIME: time::Duration = time::Duration::days(30);
+/// A derived leaf is re-issued once it is this old (⅔ of its lifetime): a long-running edge
+/// never serves an expired certificate.
+const DERIVED_LEAF_RENEW_AFTER: std::time::Duration = std::time::Duration::from_secs(20 * 24 * 3600);
 
-/// The edges' CA (derived from the shared secret) and this edge's leaf certificate.
+/// The executor endpoint's server side: the CA executors are told to trust and where the
+/// certificate comes from.
 pub struct EdgeTls {
+    /// PEM of the CA the endpoint's certificate chains to (handed to executors at enrollment).
     pub ca_pem: String,
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    cert: Arc<dyn ResolvesServerCert>,
 }
 
 impl EdgeTls {
-    /// Reads (or creates, 0600) the shared secret and issues a leaf for `hosts` (IPs or names).
-    pub fn load_or_create(secret_file: &Path, hosts: &[String]) -> Result<EdgeTls, String> {
+    /// The edge's own credential from the cluster PKI (`writ pki issue edge NAME --host …`),
+    /// followed on disk; executors trust the cluster CA `ca_pem`.
+    pub fn cluster(credential: Arc<writ_client::tls::CredentialFiles>, ca_pem: String) -> EdgeTls {
+        EdgeTls { ca_pem, cert: credential }
+    }
+
+    /// Without a cluster credential (dev, loopback): every edge of a deployment derives the same
+    /// CA from the shared secret file (created 0600 when missing) and issues itself a leaf for
+    /// `hosts` (IPs or names), re-issued before it expires.
+    pub fn derived(secret_file: &Path, hosts: &[String]) -> Result<EdgeTls, String> {
         let secret = crate::edge::load_or_create_secret(secret_file)?;
         let ca = DerivedCa::derive(EDGE_CA_LABEL, &secret, "", "Writ edge executor-endpoint CA")?;
-        let leaf_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
-        let mut params = rcgen::CertificateParams::new(hosts.to_vec()).map_err(|e| e.to_string())?;
-        params.distinguished_name.push(rcgen::DnType::CommonName, "Writ edge executor endpoint");
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-        params.use_authority_key_identifier_extension = true;
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + time::Duration::days(30);
-        let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
-        let leaf = params.signed_by(&leaf_key, &issuer).map_err(|e| e.to_string())?;
+        let leaf = DerivedLeaf::issue(&ca, hosts)?;
         Ok(EdgeTls {
             ca_pem: ca.pem(),
-            chain: vec![leaf.der().clone(), CertificateDer::from(ca.der.clone())],
-            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+            cert: Arc::new(DerivedLeaf { ca, hosts: hosts.to_vec(), current: std::sync::Mutex::new(leaf) }),
         })
     }
 
@@ -68,10 +67,54 @@ impl EdgeTls {
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| e.to_string())?;
-        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            .with_cert_resolver(self.cert.clone());
+        cfg.alpn_protocols = writ_client::tls::alpn();
         Ok(Arc::new(cfg))
+    }
+}
+
+/// A leaf issued from the derived CA, re-issued when [`DERIVED_LEAF_RENEW_AFTER`] old.
+struct DerivedLeaf {
+    ca: DerivedCa,
+    hosts: Vec<String>,
+    current: std::sync::Mutex<(std::time::Instant, Arc<CertifiedKey>)>,
+}
+
+impl std::fmt::Debug for DerivedLeaf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DerivedLeaf").field("hosts", &self.hosts).finish()
+    }
+}
+
+impl DerivedLeaf {
+    fn issue(ca: &DerivedCa, hosts: &[String]) -> Result<(std::time::Instant, Arc<CertifiedKey>), String> {
+        let leaf_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
+        let mut params = rcgen::CertificateParams::new(hosts.to_vec()).map_err(|e| e.to_string())?;
+        params.distinguished_name.push(rcgen::DnType::CommonName, "Writ edge executor endpoint");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(5);
+        params.not_after = now + DERIVED_LEAF_LIFETIME;
+        let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
+        let leaf = params.signed_by(&leaf_key, &issuer).map_err(|e| e.to_string())?;
+        let chain = vec![leaf.der().clone(), CertificateDer::from(ca.der.clone())];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+        let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| e.to_string())?;
+        Ok((std::time::Instant::now(), Arc::new(certified)))
+    }
+}
+
+impl ResolvesServerCert for DerivedLeaf {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.0.elapsed() >= DERIVED_LEAF_RENEW_AFTER {
+            match Self::issue(&self.ca, &self.hosts) {
+                Ok(fresh) => *current = fresh,
+                Err(e) => tracing::error!(error = %e, "executor endpoint: re-issuing its certificate failed"),
+            }
+        }
+        Some(current.1.clone())
     }
 }
 
@@ -145,47 +188,23 @@ impl ClientCertVerifier for ExecutorCertVerifier {
     }
 }
 
-/// Serves the gate's router over mutual TLS until the task is aborted.
-pub async fn serve(listener: TcpListener, tls: Arc<EdgeTls>, gate: ExecutorGate) {
-    let app = gate.router();
-    loop {
-        let (tcp, peer): (_, SocketAddr) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "executor endpoint: accept failed");
-                continue;
-            }
-        };
-        let _ = tcp.set_nodelay(true);
-        let (tls, gate, app) = (tls.clone(), gate.clone(), app.clone());
-        tokio::spawn(async move {
-            let cfg = match tls.server_config(&gate) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(error = %e, "executor endpoint: TLS configuration");
-                    return;
-                }
-            };
-            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::info!(%peer, error = %e, "executor endpoint: TLS handshake refused");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let Some(cert) = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()) else {
-                return;
-            };
-            let app = app.layer(Extension(ExecutorPeer(Arc::new(cert))));
-            let service = TowerToHyperService::new(app);
-            if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "executor connection ended");
-            }
-        });
+/// The endpoint's TLS for one handshake: the server certificate and the executor CAs the
+/// ledger holds as of now.
+struct EndpointTls {
+    tls: EdgeTls,
+    gate: ExecutorGate,
+}
+
+impl crate::tls::ServerConfigSource for EndpointTls {
+    fn config(&self) -> Result<Arc<ServerConfig>, String> {
+        self.tls.server_config(&self.gate)
     }
+}
+
+/// Serves the gate's router over mutual TLS on `listener` until `drain` starts.
+pub async fn serve(listener: TcpListener, tls: EdgeTls, gate: ExecutorGate, drain: crate::tls::Drain) {
+    let app = gate.router();
+    let accept =
+        crate::tls::Accept { tls: Some(Arc::new(EndpointTls { tls, gate })), trusted_proxies: None, name: "executor" };
+    crate::tls::serve(listener, app, accept, drain, crate::DRAIN_DEADLINE).await
 }

@@ -8,7 +8,9 @@
 //!   and never a membership change (`POST /client/cluster`: nodes only; operators change
 //!   membership through the admin API);
 //! - `/healthz`, `/readyz`, `/metrics`: anyone (read-only);
-//! - the admin API (`extra`): its operator token.
+//! - the admin API: its operator token.
+//!
+//! Which listener serves which routes is decided in `start_node` (peer, admin, probes).
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -46,11 +48,13 @@ pub const CLIENT_BODY_BYTES_MAX: usize = 1024 * 1024;
 struct NodeState {
     node: Arc<LedgerNode>,
     metrics: Option<PrometheusHandle>,
+    /// Watch streams end when the node drains (their followers resume at another node).
+    drain: crate::tls::Drain,
 }
 
-/// The whole node router; `extra` (e.g. the admin API) is merged in.
-pub fn router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>, extra: Router) -> Router {
-    let st = NodeState { node, metrics };
+/// The peer listener's routes: Raft RPCs and the ledger client API, each admitted by role.
+pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
+    let st = NodeState { node, metrics: None, drain };
     let raft = Router::new()
         .route("/raft/append", post(raft_append))
         .route("/raft/vote", post(raft_vote))
@@ -72,15 +76,16 @@ pub fn router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>, extra: R
         .route("/client/cluster", post(client_cluster_change))
         .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn(|req, next| admit(req, next, "membership", Role::may_change_membership)));
+    Router::new().merge(raft).merge(client).merge(membership).with_state(st)
+}
+
+/// The probe routes: `/healthz`, `/readyz`, `/metrics` — read-only, for anyone.
+pub fn probe_router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>) -> Router {
     Router::new()
-        .merge(raft)
-        .merge(client)
-        .merge(membership)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(st)
-        .merge(extra)
+        .with_state(NodeState { node, metrics, drain: crate::tls::Drain::default() })
 }
 
 /// A refusal of the caller's identity, counted by route class and reason (never audited per
@@ -218,7 +223,7 @@ async fn client_watch(
     State(st): State<NodeState>,
     ValidQuery(filter): ValidQuery<WatchFilter>,
 ) -> Result<Response, ApiError> {
-    let lines = st.node.watch(filter)?;
+    let lines = st.node.watch(filter)?.take_until(st.drain.started());
     let body = Body::from_stream(lines.map(|l| {
         let mut v = serde_json::to_vec(&l).unwrap_or_default();
         v.push(b'\n');

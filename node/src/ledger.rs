@@ -175,6 +175,33 @@ impl LedgerNode {
         }
     }
 
+    /// On a leader: asks the voter with the most replicated log to take over at once and waits
+    /// (up to `limit`) until another node leads, so a planned stop costs no election timeout.
+    /// Anywhere else, or in a one-voter cluster, returns at once.
+    pub async fn hand_off_leadership(&self, limit: std::time::Duration) {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.current_leader != Some(self.id) {
+            return;
+        }
+        let voters: Vec<u64> = m.membership_config.membership().voter_ids().filter(|v| *v != self.id).collect();
+        let matched = |v: &u64| m.replication.as_ref().and_then(|r| r.get(v).cloned().flatten()).map(|l| l.index());
+        let Some(successor) = voters.iter().max_by_key(|v| matched(v)).copied() else {
+            return;
+        };
+        tracing::info!(successor, "handing leadership over before stopping");
+        if self.raft.trigger().transfer_leader(successor).await.is_err() {
+            return;
+        }
+        let waited = self
+            .raft
+            .wait(Some(limit))
+            .metrics(|m| m.current_leader.is_some_and(|l| l != self.id), "another node leads")
+            .await;
+        if waited.is_err() {
+            tracing::warn!(successor, "no successor took over in time; stopping anyway");
+        }
+    }
+
     /// Whether the node may serve: no fatal Raft error and no corruption found.
     pub fn is_healthy(&self) -> bool {
         self.raft.metrics().borrow_watched().running_state.is_ok() && self.sm.corruption().borrow().is_none()

@@ -61,22 +61,64 @@ enum PkiCmd {
         #[arg(long, default_value_t = writ_node::pki::LEAF_VALIDITY_DAYS_DEFAULT)]
         days: u32,
     },
+    /// Replace an issued credential with a new key and certificate, atomically: running
+    /// processes pick it up from their next handshake, no restart.
+    Renew {
+        role: String,
+        id: String,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        #[arg(long, default_value_t = writ_node::pki::LEAF_VALIDITY_DAYS_DEFAULT)]
+        days: u32,
+    },
+    /// Every certificate in DIR with its identity, serial and expiry (soonest first).
+    List {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+fn identity_arg(role: &str, id: &str) -> Option<writ_api::role::Identity> {
+    let identity = writ_api::role::Role::parse(role).and_then(|r| writ_api::role::Identity::new(r, id));
+    if identity.is_none() {
+        eprintln!(
+            "error: '{role} {id}' is not an identity: the role is node, edge or operator; the id is 1-64 of [A-Za-z0-9._-] (a number for a node)"
+        );
+    }
+    identity
+}
+
+fn pki_list(dir: &std::path::Path) -> Result<String, std::io::Error> {
+    let mut rows = writ_node::pki::list(dir)?;
+    rows.sort_by_key(|r| r.not_after);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let mut out = format!("{:<28} {:<32} {:<12} {}", "FILE", "IDENTITY", "EXPIRES IN", "SERIAL");
+    for r in rows {
+        let left = r.not_after - now;
+        let expires =
+            if left <= 0 { "EXPIRED".to_string() } else { format!("{}d {}h", left / 86_400, left % 86_400 / 3600) };
+        let who = r.identity.map_or_else(|| "(cluster CA)".to_string(), |i| i.to_string());
+        out.push_str(&format!("\n{:<28} {:<32} {:<12} {}", r.file, who, expires, r.serial));
+    }
+    Ok(out)
 }
 
 fn pki(cmd: PkiCmd) -> ExitCode {
     let done = match cmd {
         PkiCmd::Init { dir } => writ_node::pki::init(&dir).map(|p| format!("created the cluster CA {}", p.display())),
         PkiCmd::Issue { role, id, dir, hosts, days } => {
-            let Some(identity) = writ_api::role::Role::parse(&role).and_then(|r| writ_api::role::Identity::new(r, &id))
-            else {
-                eprintln!(
-                    "error: '{role} {id}' is not an identity: the role is node, edge or operator; the id is 1-64 of [A-Za-z0-9._-] (a number for a node)"
-                );
-                return ExitCode::from(2);
-            };
+            let Some(identity) = identity_arg(&role, &id) else { return ExitCode::from(2) };
             writ_node::pki::issue(&dir, &identity, &hosts, days)
                 .map(|t| format!("issued {} for {identity} (key {})", t.cert.display(), t.key.display()))
         }
+        PkiCmd::Renew { role, id, dir, hosts, days } => {
+            let Some(identity) = identity_arg(&role, &id) else { return ExitCode::from(2) };
+            writ_node::pki::renew(&dir, &identity, &hosts, days)
+                .map(|t| format!("renewed {} for {identity} (valid {days} days)", t.cert.display()))
+        }
+        PkiCmd::List { dir } => pki_list(&dir),
     };
     match done {
         Ok(line) => {
@@ -153,6 +195,8 @@ fn main() -> ExitCode {
                         // What a supervisor or test reads to learn the bound address (the
                         // config may say port 0).
                         println!("Writ node {} serving at {}", cfg.node_id, running.url);
+                        println!("Writ node {} admin API at {}", cfg.node_id, running.admin_url);
+                        println!("Writ node {} probes at {}", cfg.node_id, running.probe_url);
                         let node = running.node.clone();
                         tokio::select! {
                             _ = writ_node::wait_for_shutdown_signal() => {

@@ -89,8 +89,45 @@ pub fn credential(dir: &Path, identity: &Identity) -> TlsConfig {
 }
 
 /// Issues a credential for `identity`, valid `days`, naming `hosts` (DNS names or IPs) for
-/// server use. Refuses to overwrite an existing one (retire it first by moving it away).
+/// server use. Refuses to overwrite an existing one (`renew` replaces one).
 pub fn issue(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io::Result<TlsConfig> {
+    let files = credential(dir, identity);
+    if files.cert.exists() || files.key.exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} already exists; `writ pki renew` replaces it", files.cert.display()),
+        ));
+    }
+    let (cert, key) = sign(dir, identity, hosts, days)?;
+    create(&files.key, &key, true)?;
+    create(&files.cert, &cert, false)?;
+    Ok(files)
+}
+
+/// Replaces `identity`'s credential with a new key and certificate (new serial, `days` from
+/// now). Each file is replaced atomically (written beside it, then renamed), the key first: a
+/// process following the files (`writ_client::tls::CredentialFiles`) keeps its previous pair
+/// until both match, then uses the new one from its next handshake.
+pub fn renew(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io::Result<TlsConfig> {
+    let files = credential(dir, identity);
+    if !files.cert.exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} does not exist; `writ pki issue` creates it", files.cert.display()),
+        ));
+    }
+    let (cert, key) = sign(dir, identity, hosts, days)?;
+    for (path, text, private) in [(&files.key, &key, true), (&files.cert, &cert, false)] {
+        let next = path.with_extension("pem.next");
+        let _ = std::fs::remove_file(&next);
+        create(&next, text, private)?;
+        std::fs::rename(&next, path)?;
+    }
+    Ok(files)
+}
+
+/// A new key and a certificate for it signed by `dir`'s CA: (certificate PEM, key PEM).
+fn sign(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io::Result<(String, String)> {
     if days == 0 || days > LEAF_VALIDITY_DAYS_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -106,13 +143,6 @@ pub fn issue(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io
         .map_err(|e| other(&dir.join(CA_KEY_FILE).display().to_string(), e))?;
     let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(|e| other("CA key", e))?;
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(|e| other("CA certificate", e))?;
-    let files = credential(dir, identity);
-    if files.cert.exists() || files.key.exists() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} already exists; move it away to re-issue", files.cert.display()),
-        ));
-    }
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| other("key", e))?;
     let mut params = rcgen::CertificateParams::new(hosts.to_vec()).map_err(|e| other("hosts", e))?;
     let uri = rcgen::string::Ia5String::try_from(identity.uri()).map_err(|e| other("identity", e))?;
@@ -125,9 +155,40 @@ pub fn issue(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io
     params.serial_number = Some(serial());
     validity(&mut params, i64::from(days));
     let cert = params.signed_by(&key, &issuer).map_err(|e| other("certificate", e))?;
-    create(&files.key, &key.serialize_pem(), true)?;
-    create(&files.cert, &cert.pem(), false)?;
-    Ok(files)
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// One certificate of a PKI directory, as `writ pki list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub file: String,
+    /// The role identity it names (`None` for the CA).
+    pub identity: Option<Identity>,
+    pub serial: String,
+    /// Unix seconds.
+    pub not_after: i64,
+}
+
+/// Every certificate in `dir` (the CA first), with what it names and when it expires.
+pub fn list(dir: &Path) -> io::Result<Vec<Listed>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pem") && !n.ends_with("-key.pem"))
+        .collect();
+    names.sort_by_key(|n| (n != CA_CERT_FILE, n.clone()));
+    let mut out = Vec::new();
+    for name in names {
+        let pem = std::fs::read(dir.join(&name))?;
+        let Some(Ok(der)) = rustls_pemfile::certs(&mut &pem[..]).next() else { continue };
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| other(&name, e))?;
+        out.push(Listed {
+            identity: identity_of(&der).ok(),
+            serial: hex::encode(cert.raw_serial()),
+            not_after: cert.validity().not_after.timestamp(),
+            file: name,
+        });
+    }
+    Ok(out)
 }
 
 /// Creates what is missing of a PKI directory for one process's own use (`writ dev`, tests):
@@ -177,6 +238,16 @@ mod tests {
         let edge = Identity::new(Role::Edge, "e1").unwrap();
         let files = issue(dir.path(), &edge, &["127.0.0.1".into(), "localhost".into()], 30).unwrap();
         assert!(issue(dir.path(), &edge, &[], 30).is_err(), "never overwritten");
+        let before = list(dir.path()).unwrap();
+        renew(dir.path(), &edge, &["127.0.0.1".into()], 2).unwrap();
+        let after = list(dir.path()).unwrap();
+        assert_eq!(after.len(), 2, "{after:?}");
+        assert_eq!(after[0].file, CA_CERT_FILE);
+        assert_eq!(after[1].identity.as_ref(), Some(&edge));
+        assert_ne!(after[1].serial, before[1].serial, "renewed with a new serial");
+        assert!(after[1].not_after < before[1].not_after, "renewed for 2 days instead of 30");
+        assert_eq!(std::fs::metadata(&files.key).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(renew(dir.path(), &Identity::new(Role::Edge, "nobody").unwrap(), &[], 2).is_err());
         let pem = std::fs::read(&files.cert).unwrap();
         let der = rustls_pemfile::certs(&mut &pem[..]).next().unwrap().unwrap();
         assert_eq!(identity_of(&der), Ok(edge));

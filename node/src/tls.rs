@@ -1,146 +1,315 @@
-//! TLS on a node's listener (rustls), always: the server presents its certificate from the
-//! cluster CA; a client certificate is optional at the handshake (the admin API authenticates
-//! operators by token, probes are open) but, when presented, must chain to the CA. The role
-//! identity it names ([`crate::pki::identity_of`]) travels with every request of the
-//! connection as a [`PeerIdentity`], which `http` checks before reading any body.
+//! Serving Writ's HTTP listeners (one place for all of them): HTTPS with rustls or plain HTTP,
+//! a per-listener client-certificate rule, certificates that follow their files on disk, an
+//! address allowlist for plain listeners behind a TLS-terminating proxy, and a graceful drain.
+//!
+//! With TLS, a client certificate (when the listener takes one) must chain to the cluster CA;
+//! the role identity it names ([`crate::pki::identity_of`]) travels with every request of the
+//! connection as a [`PeerIdentity`], which `http` checks before reading any body, and the
+//! certificate itself as an [`ExecutorPeer`] (the executor gate maps it to an executor).
 
-use std::io::{self, BufReader};
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
-
-use crate::config::TlsConfig;
+use writ_client::tls::{alpn, provider, read_roots, CredentialFiles, FileStamp, RELOAD_CHECK_PERIOD};
+use writ_mcp_edge::executors::ExecutorPeer;
 
 /// Deadline for a TLS handshake on an accepted connection.
-const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The role identity of the connection's client certificate (`None`: no certificate, or one
 /// naming no Writ role).
 #[derive(Debug, Clone)]
 pub struct PeerIdentity(pub Option<writ_api::role::Identity>);
 
-/// Loaded certificate chain, key and CA roots.
-pub struct TlsMaterial {
-    certs: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    roots: Arc<RootCertStore>,
+/// Whether a TLS listener asks its clients for a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificates (the edge's MCP listener: agents authenticate by token).
+    None,
+    /// Optional at the handshake, verified when presented (a node's single listener in
+    /// one-port mode, which also carries probes and the admin API).
+    Optional,
+    /// Required at the handshake (a node's peer listener once admin and probes have their own).
+    Required,
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+struct Cached {
+    ca_stamp: FileStamp,
+    checked: Instant,
+    config: Arc<ServerConfig>,
 }
 
-fn bad(path: &std::path::Path, what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("{}: {what}", path.display()))
+/// A TLS server's configuration, rebuilt when its CA bundle changes on disk; its certificate
+/// comes from a [`CredentialFiles`], which follows its own files.
+pub struct ServerTls {
+    credential: Arc<CredentialFiles>,
+    ca: Option<PathBuf>,
+    auth: ClientAuth,
+    cached: Mutex<Cached>,
 }
 
-impl TlsMaterial {
-    pub fn load(cfg: &TlsConfig) -> io::Result<TlsMaterial> {
-        let read = |p: &std::path::Path| std::fs::File::open(p).map(BufReader::new);
-        let certs: Vec<CertificateDer<'static>> =
-            rustls_pemfile::certs(&mut read(&cfg.cert)?).collect::<Result<_, _>>()?;
-        if certs.is_empty() {
-            return Err(bad(&cfg.cert, "no PEM certificate found"));
-        }
-        let key = rustls_pemfile::private_key(&mut read(&cfg.key)?)?
-            .ok_or_else(|| bad(&cfg.key, "no PEM private key found"))?;
-        let mut roots = RootCertStore::empty();
-        for ca in rustls_pemfile::certs(&mut read(&cfg.ca)?) {
-            roots.add(ca?).map_err(|e| bad(&cfg.ca, &e.to_string()))?;
-        }
-        if roots.is_empty() {
-            return Err(bad(&cfg.ca, "no CA certificate found"));
-        }
-        Ok(TlsMaterial { certs, key, roots: Arc::new(roots) })
+impl ServerTls {
+    /// `ca` is required unless `auth` is [`ClientAuth::None`].
+    pub fn new(
+        credential: Arc<CredentialFiles>,
+        ca: Option<&Path>,
+        auth: ClientAuth,
+    ) -> Result<Arc<ServerTls>, String> {
+        let ca = ca.map(Path::to_path_buf);
+        let config = Self::build(&credential, ca.as_deref(), auth)?;
+        let ca_stamp = ca.as_deref().map(FileStamp::of).unwrap_or(FileStamp::of(Path::new("")));
+        Ok(Arc::new(ServerTls {
+            credential,
+            ca,
+            auth,
+            cached: Mutex::new(Cached { ca_stamp, checked: Instant::now(), config }),
+        }))
     }
 
-    /// The role identity this material's certificate names.
-    pub fn identity(&self) -> Result<writ_api::role::Identity, String> {
-        crate::pki::identity_of(&self.certs[0])
-    }
-
-    /// Server side: verifies a client certificate when one is presented.
-    pub fn server_config(&self) -> io::Result<Arc<ServerConfig>> {
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())
-            .allow_unauthenticated()
-            .build()
-            .map_err(io::Error::other)?;
-        let mut cfg = ServerConfig::builder_with_provider(provider())
+    fn build(
+        credential: &Arc<CredentialFiles>,
+        ca: Option<&Path>,
+        auth: ClientAuth,
+    ) -> Result<Arc<ServerConfig>, String> {
+        let builder = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(io::Error::other)?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(self.certs.clone(), self.key.clone_key())
-            .map_err(io::Error::other)?;
-        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            .map_err(|e| e.to_string())?;
+        let builder = match (auth, ca) {
+            (ClientAuth::None, _) => builder.with_no_client_auth(),
+            (_, None) => return Err("a listener that verifies client certificates needs the CA bundle".into()),
+            (auth, Some(ca)) => {
+                let verifier = WebPkiClientVerifier::builder_with_provider(read_roots(ca)?, provider());
+                let verifier = if auth == ClientAuth::Optional { verifier.allow_unauthenticated() } else { verifier };
+                builder.with_client_cert_verifier(verifier.build().map_err(|e| e.to_string())?)
+            }
+        };
+        let mut cfg = builder.with_cert_resolver(credential.clone());
+        cfg.alpn_protocols = alpn();
         Ok(Arc::new(cfg))
     }
 
-    /// Client side: trusts only the CA and presents this node's certificate.
-    pub fn client_config(&self) -> io::Result<ClientConfig> {
-        let mut cfg = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(io::Error::other)?
-            .with_root_certificates(self.roots.clone())
-            .with_client_auth_cert(self.certs.clone(), self.key.clone_key())
-            .map_err(io::Error::other)?;
-        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(cfg)
+    /// The configuration for the next handshake.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ca) = self.ca.as_deref().filter(|_| cached.checked.elapsed() >= RELOAD_CHECK_PERIOD) {
+            cached.checked = Instant::now();
+            let stamp = FileStamp::of(ca);
+            if stamp != cached.ca_stamp {
+                match Self::build(&self.credential, Some(ca), self.auth) {
+                    Ok(c) => {
+                        cached.config = c;
+                        cached.ca_stamp = stamp;
+                        tracing::info!(ca = %ca.display(), "CA bundle reloaded");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "changed CA bundle not usable; the previous one stays"),
+                }
+            }
+        }
+        cached.config.clone()
     }
 }
 
-/// Serves `app` over TLS (HTTP/1.1 or HTTP/2 by ALPN) until the task is aborted.
-pub async fn serve(listener: TcpListener, app: Router, cfg: Arc<ServerConfig>) {
-    let acceptor = TlsAcceptor::from(cfg);
+/// Where a TLS listener gets the configuration for each handshake.
+pub trait ServerConfigSource: Send + Sync {
+    fn config(&self) -> Result<Arc<ServerConfig>, String>;
+}
+
+impl ServerConfigSource for ServerTls {
+    fn config(&self) -> Result<Arc<ServerConfig>, String> {
+        Ok(ServerTls::config(self))
+    }
+}
+
+/// How a listener accepts connections.
+#[derive(Clone)]
+pub struct Accept {
+    /// HTTPS when set; plain HTTP otherwise.
+    pub tls: Option<Arc<dyn ServerConfigSource>>,
+    /// Plain listeners behind a TLS-terminating proxy: only these peer addresses may connect,
+    /// and only their `X-Forwarded-Host` is honoured. Everywhere else `X-Forwarded-*` headers
+    /// are removed before routing.
+    pub trusted_proxies: Option<Arc<Vec<IpAddr>>>,
+    /// Counter label of refusals at this listener.
+    pub name: &'static str,
+}
+
+impl Accept {
+    pub fn tls(tls: Arc<dyn ServerConfigSource>, name: &'static str) -> Accept {
+        Accept { tls: Some(tls), trusted_proxies: None, name }
+    }
+
+    pub fn plain(name: &'static str) -> Accept {
+        Accept { tls: None, trusted_proxies: None, name }
+    }
+}
+
+/// Tells listeners to drain: stop accepting, let in-flight requests finish.
+#[derive(Clone)]
+pub struct Drain(watch::Sender<bool>);
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain(watch::channel(false).0)
+    }
+}
+
+impl Drain {
+    pub fn start(&self) {
+        let _ = self.0.send(true);
+    }
+
+    fn watch(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
+    }
+
+    /// Resolves once the drain has started (for streams that must end so their connection can).
+    pub fn started(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        drained(self.watch())
+    }
+}
+
+async fn drained(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|d| *d).await;
+}
+
+/// `X-Forwarded-*` handling: honoured (Host only) from trusted proxies, removed elsewhere.
+async fn forwarded_headers(
+    trusted: bool,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::header::HOST;
+    let host = req.headers().get("x-forwarded-host").cloned();
+    let names: Vec<_> = req.headers().keys().filter(|k| k.as_str().starts_with("x-forwarded-")).cloned().collect();
+    for k in names {
+        req.headers_mut().remove(k);
+    }
+    if let (true, Some(h)) = (trusted, host) {
+        req.headers_mut().insert(HOST, h);
+    }
+    next.run(req).await
+}
+
+/// Serves `app` on `listener` until `drain` starts; then stops accepting and returns once every
+/// open connection has finished its in-flight requests (HTTP/1.1 keep-alive and HTTP/2 are
+/// closed gracefully), or at `deadline` after the drain began, whichever is first.
+pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Drain, deadline: Duration) {
+    let trusted = accept.trusted_proxies.is_some();
+    let app = app.layer(axum::middleware::from_fn(move |req, next| forwarded_headers(trusted, req, next)));
+    let mut connections = tokio::task::JoinSet::new();
+    let stop = drain.watch();
     loop {
-        let (tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = drained(stop.clone()) => break,
+            // Reap finished connections as we go (the set holds only live ones).
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (tcp, peer) = match accepted {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 continue;
             }
         };
+        if let Some(proxies) = &accept.trusted_proxies {
+            if !proxies.contains(&peer.ip()) {
+                metrics::counter!("writ_listener_refused_total", "listener" => accept.name, "reason" => "untrusted_proxy")
+                    .increment(1);
+                continue;
+            }
+        }
         let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    // Counted, never audited: an unauthenticated party writes to no trail.
-                    metrics::counter!("writ_node_tls_refused_total").increment(1);
-                    tracing::debug!(%peer, error = %e, "TLS handshake refused");
-                    return;
+        let (accept, app, stop) = (accept.clone(), app.clone(), stop.clone());
+        connections.spawn(async move {
+            match accept.tls {
+                None => connection(tcp, peer, app.layer(axum::Extension(PeerIdentity(None))), stop).await,
+                Some(tls) => {
+                    let acceptor = match tls.config() {
+                        Ok(c) => TlsAcceptor::from(c),
+                        Err(e) => {
+                            tracing::error!(listener = accept.name, error = %e, "TLS configuration");
+                            return;
+                        }
+                    };
+                    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            // Counted, never audited: an unauthenticated party writes to no trail.
+                            metrics::counter!("writ_node_tls_refused_total", "listener" => accept.name).increment(1);
+                            tracing::debug!(%peer, error = %e, "TLS handshake refused");
+                            return;
+                        }
+                        Err(_) => {
+                            metrics::counter!("writ_node_tls_refused_total", "listener" => accept.name).increment(1);
+                            return;
+                        }
+                    };
+                    let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
+                    let identity = match cert.as_ref().map(|c| crate::pki::identity_of(c)) {
+                        None => None,
+                        Some(Ok(id)) => Some(id),
+                        Some(Err(e)) => {
+                            tracing::info!(%peer, error = %e, "client certificate names no Writ role");
+                            None
+                        }
+                    };
+                    let mut app = app.layer(axum::Extension(PeerIdentity(identity)));
+                    if let Some(cert) = cert {
+                        app = app.layer(axum::Extension(ExecutorPeer(Arc::new(cert.to_vec()))));
+                    }
+                    connection(stream, peer, app, stop).await
                 }
-                Err(_) => {
-                    metrics::counter!("writ_node_tls_refused_total").increment(1);
-                    return;
-                }
-            };
-            let identity =
-                tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| crate::pki::identity_of(c));
-            let identity = match identity {
-                None => None,
-                Some(Ok(id)) => Some(id),
-                Some(Err(e)) => {
-                    tracing::info!(%peer, error = %e, "client certificate names no Writ role");
-                    None
-                }
-            };
-            let service = TowerToHyperService::new(app.layer(axum::Extension(PeerIdentity(identity))));
-            if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended");
             }
         });
     }
+    drop(listener);
+    let _ = tokio::time::timeout(deadline, async { while connections.join_next().await.is_some() {} }).await;
+    connections.abort_all();
+}
+
+/// One HTTP/1.1 or HTTP/2 connection, closed gracefully when the drain starts.
+async fn connection<S>(io: S, peer: SocketAddr, app: Router, stop: watch::Receiver<bool>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+            return;
+        }
+        _ = drained(stop) => conn.as_mut().graceful_shutdown(),
+    }
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "connection ended while draining");
+    }
+}
+
+/// Binds `addr` and serves `app` in a task; returns the bound address and the task.
+pub async fn spawn(
+    addr: SocketAddr,
+    app: Router,
+    accept: Accept,
+    drain: &Drain,
+    deadline: Duration,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    Ok((local, tokio::spawn(serve(listener, app, accept, drain.clone(), deadline))))
 }

@@ -457,15 +457,16 @@ impl Admin {
     }
 }
 
-/// An in-process single-node ledger (bootstrapped, ready) on a loopback port, in a temp dir.
-pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
-    crate::init_test_log();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = writ_node::config::NodeConfig {
-        node_id: 1,
+/// The configuration of an in-process single-node ledger `id` (bootstrapping itself) with its
+/// data under `dir` and the credential `tls`, on loopback port 0, one-port mode.
+pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> writ_node::config::NodeConfig {
+    writ_node::config::NodeConfig {
+        node_id: id,
         listen: "127.0.0.1:0".parse().expect("addr"),
+        admin_listen: None,
+        probe_listen: None,
         advertise_url: None,
-        data_dir: dir.path().join("data"),
+        data_dir: dir.join("data"),
         operator_token: TEST_OPERATOR_TOKEN.into(),
         bootstrap: true,
         members: Default::default(),
@@ -475,24 +476,38 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
             election_max_ms: 400,
             ..Default::default()
         },
-        tls: crate::pki::credential(writ_api::role::Role::Node, "1"),
+        tls,
         authority: writ_node::config::AuthorityConfig {
-            signing_key_file: dir.path().join("signing-key.pem"),
-            executor_ca_secret_file: dir.path().join("executor-ca-secret"),
+            signing_key_file: dir.join("signing-key.pem"),
+            executor_ca_secret_file: dir.join("executor-ca-secret"),
             token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
         },
-    };
-    let node = writ_node::start_node(&cfg).await.expect("start node");
-    let url = node.url.clone();
+    }
+}
+
+/// Starts the node of `cfg` and waits until it is ready (its probes answer at `probe_url`).
+pub async fn start_ready(cfg: &writ_node::config::NodeConfig) -> writ_node::RunningNode {
+    let node = writ_node::start_node(cfg).await.expect("start node");
+    let url = node.probe_url.clone();
+    let trust = writ_client::ClientTls::trusting(&cfg.tls.ca).expect("the node's CA");
+    let http = trust.apply(reqwest::Client::builder().no_proxy()).build().expect("client");
     crate::eventually("node ready", Duration::from_secs(20), || {
-        let url = url.clone();
+        let (url, http) = (url.clone(), http.clone());
         async move {
-            let r = crate::pki::http(None).get(format!("{url}/readyz")).send().await.ok()?;
+            let r = http.get(format!("{url}/readyz")).send().await.ok()?;
             r.status().is_success().then_some(())
         }
     })
     .await;
-    (node, dir)
+    node
+}
+
+/// An in-process single-node ledger (bootstrapped, ready) on a loopback port, in a temp dir.
+pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
+    crate::init_test_log();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = node_config(dir.path(), 1, crate::pki::credential(writ_api::role::Role::Node, "1"));
+    (start_ready(&cfg).await, dir)
 }
 
 /// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).

@@ -1,55 +1,231 @@
-//! TLS for Writ's HTTP clients: trust only the cluster CA, and present a role credential
-//! (`writ pki issue`) where the server asks for one (SPEC S1).
+//! TLS for Writ's processes (rustls, one place): the clients trust only the cluster CA and
+//! present a role credential (`writ pki issue`) where the server asks for one (SPEC S1); and
+//! every certificate + key pair is a [`CredentialFiles`] that follows its files on disk, so a
+//! rotated certificate is used by the next handshake without a restart while open connections
+//! keep working (H2).
 
-use std::path::Path;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use rustls::client::ResolvesClientCert;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, SignatureScheme};
+
+/// How often a credential's files are looked at again (one `stat` per file per period).
+pub const RELOAD_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// The crypto provider of every Writ TLS endpoint.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// ALPN of every Writ HTTPS endpoint and client: HTTP/2 first.
+pub fn alpn() -> Vec<Vec<u8>> {
+    vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+}
+
+fn open(path: &Path) -> Result<BufReader<std::fs::File>, String> {
+    std::fs::File::open(path).map(BufReader::new).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Every PEM certificate in `path` (at least one).
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut open(path)?)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate found", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The CA bundle in `path` as trust roots (at least one).
+pub fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, String> {
+    let mut roots = RootCertStore::empty();
+    for ca in read_certs(path)? {
+        roots.add(ca).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    rustls_pemfile::private_key(&mut open(path)?)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .ok_or_else(|| format!("{}: no PEM private key found", path.display()))
+}
+
+/// What identifies one version of a file: modification time, length and inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp(Option<(SystemTime, u64, u64)>);
+
+impl FileStamp {
+    pub fn of(path: &Path) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp(std::fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino()))))
+    }
+}
+
+/// Checks a certificate a credential is about to use (e.g. that it still names this node).
+pub type CertCheck = Arc<dyn Fn(&CertificateDer<'_>) -> Result<(), String> + Send + Sync>;
+
+struct Loaded {
+    stamps: (FileStamp, FileStamp),
+    /// The version last refused (not tried again until the files change once more).
+    refused: Option<(FileStamp, FileStamp)>,
+    checked: Instant,
+    key: Arc<CertifiedKey>,
+}
+
+/// A certificate chain and its private key, read from two PEM files and read again when either
+/// changes (looked at no more than once per [`RELOAD_CHECK_PERIOD`]). A new pair is used only
+/// when it parses, the key matches the certificate and the check passes; until then (e.g.
+/// between the writes of the certificate and the key) the previous pair stays in use.
+pub struct CredentialFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    check: Option<CertCheck>,
+    loaded: Mutex<Loaded>,
+}
+
+impl std::fmt::Debug for CredentialFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialFiles").field("cert", &self.cert).field("key", &self.key).finish()
+    }
+}
+
+impl CredentialFiles {
+    /// Loads `cert` and `key`; `check` vets every certificate before it is used.
+    pub fn load(cert: &Path, key: &Path, check: Option<CertCheck>) -> Result<Arc<CredentialFiles>, String> {
+        let stamps = (FileStamp::of(cert), FileStamp::of(key));
+        let certified = Self::read(cert, key, check.as_ref()).map_err(|(_, e)| e)?;
+        Ok(Arc::new(CredentialFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            check,
+            loaded: Mutex::new(Loaded { stamps, refused: None, checked: Instant::now(), key: Arc::new(certified) }),
+        }))
+    }
+
+    /// The pair in the files, or why it cannot be used: ("identity", …) when the check refuses
+    /// the certificate, ("unusable", …) when the files do not parse or do not match.
+    fn read(cert: &Path, key: &Path, check: Option<&CertCheck>) -> Result<CertifiedKey, (&'static str, String)> {
+        let chain = read_certs(cert).map_err(|e| ("unusable", e))?;
+        if let Some(check) = check {
+            check(&chain[0]).map_err(|e| ("identity", format!("{}: {e}", cert.display())))?;
+        }
+        let key_der = read_key(key).map_err(|e| ("unusable", e))?;
+        CertifiedKey::from_der(chain, key_der, &provider())
+            .map_err(|e| ("unusable", format!("{} / {}: {e}", cert.display(), key.display())))
+    }
+
+    /// The pair in use now, after looking at the files if the period has passed.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if loaded.checked.elapsed() >= RELOAD_CHECK_PERIOD {
+            loaded.checked = Instant::now();
+            let stamps = (FileStamp::of(&self.cert), FileStamp::of(&self.key));
+            if stamps != loaded.stamps && loaded.refused.as_ref() != Some(&stamps) {
+                match Self::read(&self.cert, &self.key, self.check.as_ref()) {
+                    Ok(k) => {
+                        loaded.key = Arc::new(k);
+                        loaded.stamps = stamps;
+                        loaded.refused = None;
+                        metrics::counter!("writ_tls_credential_reloads_total").increment(1);
+                        tracing::info!(cert = %self.cert.display(), "certificate reloaded");
+                    }
+                    // The previous pair stays; the next change of either file is tried (the key
+                    // may be on its way).
+                    Err((reason, e)) => {
+                        loaded.refused = Some(stamps);
+                        metrics::counter!("writ_tls_credential_reload_refused_total", "reason" => reason).increment(1);
+                        tracing::warn!(error = %e, reason, "changed certificate files not used; the previous pair stays");
+                    }
+                }
+            }
+        }
+        loaded.key.clone()
+    }
+
+    /// The end-entity certificate in use now.
+    pub fn leaf(&self) -> CertificateDer<'static> {
+        self.current().cert[0].clone()
+    }
+}
+
+impl ResolvesServerCert for CredentialFiles {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl ResolvesClientCert for CredentialFiles {
+    fn resolve(&self, _hints: &[&[u8]], _schemes: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
 
 /// What a client trusts and, optionally, the credential it presents.
 #[derive(Clone)]
 pub struct ClientTls {
-    ca_pem: Vec<u8>,
-    /// Certificate chain followed by its private key, PEM.
-    identity_pem: Option<Vec<u8>>,
+    roots: Arc<RootCertStore>,
+    identity: Option<Arc<CredentialFiles>>,
 }
 
 impl std::fmt::Debug for ClientTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientTls").field("identity", &self.identity_pem.is_some()).finish()
+        f.debug_struct("ClientTls").field("identity", &self.identity).finish()
     }
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl ClientTls {
     /// Trusts the CA in `ca` (PEM); presents no certificate.
     pub fn trusting(ca: &Path) -> Result<ClientTls, String> {
-        let ca_pem = read(ca)?;
-        reqwest::Certificate::from_pem(&ca_pem).map_err(|e| format!("{}: {e}", ca.display()))?;
-        Ok(ClientTls { ca_pem, identity_pem: None })
+        Ok(ClientTls { roots: read_roots(ca)?, identity: None })
     }
 
-    /// Trusts `ca` and presents the certificate `cert` with its key `key` (PEM files).
+    /// Trusts `ca` and presents the certificate `cert` with its key `key` (PEM files, followed
+    /// on disk: a renewed certificate is presented from the next connection on).
     pub fn with_identity(ca: &Path, cert: &Path, key: &Path) -> Result<ClientTls, String> {
-        let mut tls = ClientTls::trusting(ca)?;
-        let mut pem = read(cert)?;
-        pem.push(b'\n');
-        pem.extend(read(key)?);
-        reqwest::Identity::from_pem(&pem).map_err(|e| format!("{} / {}: {e}", cert.display(), key.display()))?;
-        tls.identity_pem = Some(pem);
-        Ok(tls)
+        Self::with_credential(ca, CredentialFiles::load(cert, key, None)?)
+    }
+
+    /// Trusts `ca` and presents `credential`.
+    pub fn with_credential(ca: &Path, credential: Arc<CredentialFiles>) -> Result<ClientTls, String> {
+        Ok(ClientTls { roots: read_roots(ca)?, identity: Some(credential) })
+    }
+
+    /// The rustls client configuration: only the CA's certificates are trusted.
+    pub fn config(&self) -> Result<ClientConfig, String> {
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(self.roots.clone());
+        let mut cfg = match &self.identity {
+            Some(c) => builder.with_client_cert_resolver(c.clone()),
+            None => builder.with_no_client_auth(),
+        };
+        cfg.alpn_protocols = alpn();
+        Ok(cfg)
     }
 
     /// Configures `builder` to trust only the CA and to present the credential, if any.
     pub fn apply(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
-        // Both parsed in the constructors, so these cannot fail here.
-        let mut b = match reqwest::Certificate::from_pem(&self.ca_pem) {
-            Ok(ca) => builder.tls_certs_only([ca]),
-            Err(_) => builder,
-        };
-        if let Some(id) = self.identity_pem.as_ref().and_then(|p| reqwest::Identity::from_pem(p).ok()) {
-            b = b.identity(id);
+        match self.config() {
+            Ok(cfg) => builder.use_preconfigured_tls(cfg),
+            // Only a provider without safe protocol versions fails here: trust nothing then.
+            Err(e) => {
+                tracing::error!(error = %e, "TLS client configuration");
+                builder.tls_certs_only([])
+            }
         }
-        b
     }
 }

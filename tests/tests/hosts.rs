@@ -1,0 +1,190 @@
+//! Writ across hosts (SPEC H1, H2): a node's listeners by purpose, the edge over HTTPS, and
+//! certificates rotated on disk while requests keep flowing.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_rustls::TlsConnector;
+use writ_api::role::{Identity, Role};
+use writ_client::tls::{read_certs, ClientTls, CredentialFiles};
+use writ_client::{HttpLedger, Ledger, NodeHttp};
+use writ_tests::procs::{node_config, start_ready, TEST_OPERATOR_TOKEN};
+use writ_tests::{eventually, pki};
+
+fn client(tls: &ClientTls) -> reqwest::Client {
+    // No pooled connections: every request makes a new handshake, so it sees the certificate
+    // served right now.
+    tls.apply(reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(10)))
+        .build()
+        .expect("client")
+}
+
+/// The leaf certificate the server at `addr` presents in a handshake (trusting `ca`).
+async fn served_leaf(addr: std::net::SocketAddr, ca: &Path) -> Vec<u8> {
+    let config = ClientTls::trusting(ca).expect("ca").config().expect("config");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("handshake");
+    tls.get_ref().1.peer_certificates().expect("server certificate")[0].to_vec()
+}
+
+fn leaf_in(file: &Path) -> Vec<u8> {
+    read_certs(file).expect("cert")[0].to_vec()
+}
+
+/// Must show 2: probes and metrics need no client certificate (plain HTTP, their own address);
+/// the peer listener refuses any handshake without a node or edge certificate; the admin
+/// listener refuses a request without operator credentials; each serves only its routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_serves_peers_operators_and_probes_on_separate_listeners() {
+    writ_tests::init_test_log();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut cfg = node_config(dir.path(), 1, pki::credential(Role::Node, "1"));
+    cfg.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg.probe_listen = Some("127.0.0.1:0".parse().unwrap());
+    let node = start_ready(&cfg).await;
+    assert!(node.probe_url.starts_with("http://") && node.admin_url.starts_with("https://"));
+    assert!(node.admin_url != node.url && node.probe_url != node.url);
+
+    // Probes: plain HTTP, no certificate, read-only.
+    let plain = reqwest::Client::builder().no_proxy().build().unwrap();
+    for path in ["/healthz", "/readyz"] {
+        let r = plain.get(format!("{}{path}", node.probe_url)).send().await.expect("probe");
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+    }
+    let metrics = plain.get(format!("{}/metrics", node.probe_url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("writ_raft_term"), "{metrics}");
+    let r = plain.get(format!("{}/client/status", node.probe_url)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "the probe listener serves no ledger API");
+    let r = plain.post(format!("{}/v1/tenants", node.probe_url)).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 404, "nor the admin API");
+
+    // Peer listener: no certificate → no handshake; an operator certificate → refused by role.
+    let anonymous = pki::http(None).get(format!("{}/client/status", node.url)).send().await;
+    assert!(anonymous.is_err(), "a client without a certificate is refused at the handshake: {anonymous:?}");
+    let healthz = pki::http(None).get(format!("{}/healthz", node.url)).send().await;
+    assert!(healthz.is_err(), "probes are not on the peer listener once they have their own");
+    let edge = pki::http(Some((Role::Edge, pki::HARNESS_EDGE)));
+    let r = edge.get(format!("{}/client/status", node.url)).send().await.expect("edge status");
+    assert!(r.status().is_success(), "{}", r.status());
+    let r = pki::http(Some((Role::Operator, "ops"))).get(format!("{}/client/status", node.url)).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["reason"], "PEER_FORBIDDEN");
+    let r = edge.get(format!("{}/v1/tenants", node.url)).bearer_auth(TEST_OPERATOR_TOKEN).send().await.unwrap();
+    assert!([403, 404].contains(&r.status().as_u16()), "the admin API is not on the peer listener: {}", r.status());
+
+    // Admin listener: HTTPS; the operator token is required; no ledger client API.
+    let admin = pki::http(None);
+    let r = admin.get(format!("{}/v1/tenants", node.admin_url)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["reason"].as_str().is_some_and(|r| !r.is_empty()), "{body}");
+    let r = admin.get(format!("{}/v1/tenants", node.admin_url)).bearer_auth(TEST_OPERATOR_TOKEN).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let r = edge.get(format!("{}/client/status", node.admin_url)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "the ledger client API is not on the admin listener");
+    let r = plain.get(format!("http://{}/v1/tenants", node.admin_url.trim_start_matches("https://"))).send().await;
+    assert!(r.map(|r| !r.status().is_success()).unwrap_or(true), "no plain HTTP on the admin listener");
+    node.shutdown().await;
+}
+
+/// Must show 3 (files part): the node's and the edge's certificates are renewed on disk
+/// (`writ pki renew`) while a client keeps making fresh connections to both; each serves its
+/// new certificate from the next handshake, the edge's ledger client presents its own renewed
+/// certificate, and no request fails in that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_on_disk_without_a_failed_request() {
+    writ_tests::init_test_log();
+    let dir = tempfile::tempdir().expect("dir");
+    let pki_dir = dir.path().join("pki");
+    writ_node::pki::init(&pki_dir).unwrap();
+    let hosts = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let node_id = Identity::new(Role::Node, "7").unwrap();
+    let edge_id = Identity::new(Role::Edge, "rotating").unwrap();
+    let node_files = writ_node::pki::issue(&pki_dir, &node_id, &hosts, 30).unwrap();
+    let edge_files = writ_node::pki::issue(&pki_dir, &edge_id, &hosts, 30).unwrap();
+    let ca = node_files.ca.clone();
+
+    let node = start_ready(&node_config(dir.path(), 7, node_files.clone())).await;
+    let edge_tls = ClientTls::with_identity(&ca, &edge_files.cert, &edge_files.key).unwrap();
+    let ledger = Arc::new(HttpLedger::with_http(vec![node.url.clone()], NodeHttp::with_tls(Some(&edge_tls))));
+    let seal = writ_mcp_edge::seal::SealKey::random();
+    let mut options = writ_node::edge::EdgeOptions::new("127.0.0.1:0".parse().unwrap(), seal);
+    options.tls = Some(CredentialFiles::load(&edge_files.cert, &edge_files.key, None).unwrap());
+    options.cluster_ca_pem = Some(std::fs::read_to_string(&ca).unwrap());
+    let edge = writ_node::edge::start_edge(options, ledger.clone() as Arc<dyn Ledger>).await.expect("edge");
+    assert!(edge.url.starts_with("https://"), "{}", edge.url);
+    let edge_ready = edge.url.replace("/mcp", "/readyz");
+    let http = client(&edge_tls);
+    eventually("the HTTPS edge to be ready", Duration::from_secs(20), || async {
+        http.get(&edge_ready).send().await.ok()?.status().is_success().then_some(())
+    })
+    .await;
+
+    // Fresh connections to both, all the time, until told to stop.
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let (ok, failed, stop, http) = (ok.clone(), failed.clone(), stop.clone(), http.clone());
+        let urls = [format!("{}/client/status", node.url), edge_ready.clone()];
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for url in &urls {
+                    match http.get(url).send().await {
+                        Ok(r) if r.status().is_success() => ok.fetch_add(1, Ordering::Relaxed),
+                        other => {
+                            eprintln!("failed during rotation: {url}: {other:?}");
+                            failed.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            }
+        })
+    };
+    let edge_addr = edge.local_addr;
+    assert_eq!(served_leaf(node.local_addr, &ca).await, leaf_in(&node_files.cert));
+    assert_eq!(served_leaf(edge_addr, &ca).await, leaf_in(&edge_files.cert));
+    let before = ok.load(Ordering::Relaxed);
+
+    writ_node::pki::renew(&pki_dir, &node_id, &hosts, 2).unwrap();
+    writ_node::pki::renew(&pki_dir, &edge_id, &hosts, 2).unwrap();
+    let (new_node, new_edge) = (leaf_in(&node_files.cert), leaf_in(&edge_files.cert));
+    eventually("both listeners to serve their renewed certificates", Duration::from_secs(20), || async {
+        (served_leaf(node.local_addr, &ca).await == new_node && served_leaf(edge_addr, &ca).await == new_edge)
+            .then_some(())
+    })
+    .await;
+    // The node sees the edge's renewed client certificate on a fresh connection: its identity
+    // still names the edge, so the client API keeps answering (counted by the traffic loop).
+    let after_rotation = ok.load(Ordering::Relaxed);
+    eventually("traffic after the rotation", Duration::from_secs(20), || async {
+        (ok.load(Ordering::Relaxed) > after_rotation + 20).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    traffic.await.unwrap();
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no request failed while the certificates rotated");
+    assert!(ok.load(Ordering::Relaxed) > before + 20);
+
+    // A certificate naming another node is never taken up: the node keeps its own. (Key first:
+    // the pair in between does not match; the final one names node:8, refused as "identity".)
+    let other = Identity::new(Role::Node, "8").unwrap();
+    let stranger = writ_node::pki::issue(&pki_dir, &other, &hosts, 30).unwrap();
+    std::fs::copy(&stranger.key, &node_files.key).unwrap();
+    std::fs::copy(&stranger.cert, &node_files.cert).unwrap();
+    let metrics_url = format!("{}/metrics", node.probe_url);
+    let probe = client(&ClientTls::trusting(&ca).unwrap());
+    eventually("the node to refuse a certificate naming node:8", Duration::from_secs(20), || async {
+        let text = probe.get(&metrics_url).send().await.ok()?.text().await.ok()?;
+        text.lines()
+            .any(|l| l.starts_with("writ_tls_credential_reload_refused_total{reason=\"identity\"}"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(served_leaf(node.local_addr, &ca).await, new_node, "node 7 still serves its own certificate");
+    edge.shutdown().await;
+    node.shutdown().await;
+}
