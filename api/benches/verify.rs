@@ -85,13 +85,15 @@ fn setup() -> (LedgerState, String, String, String) {
 
 fn bench(c: &mut Criterion) {
     let (st, root, child, tenant_token) = setup();
-    verify(&st, &root, AUD, NOW + 1).unwrap();
-    verify(&st, &child, AUD, NOW + 1).unwrap();
-    verify(&st, &tenant_token, "ignored", NOW + 1).unwrap();
-    c.bench_function("verify writ token (depth 0)", |b| b.iter(|| verify(&st, &root, AUD, NOW + 1).unwrap()));
-    c.bench_function("verify writ token (depth 1)", |b| b.iter(|| verify(&st, &child, AUD, NOW + 1).unwrap()));
+    let aud = [AUD.to_string()];
+    let ignored = ["ignored".to_string()];
+    verify(&st, &root, &aud, NOW + 1).unwrap();
+    verify(&st, &child, &aud, NOW + 1).unwrap();
+    verify(&st, &tenant_token, &ignored, NOW + 1).unwrap();
+    c.bench_function("verify writ token (depth 0)", |b| b.iter(|| verify(&st, &root, &aud, NOW + 1).unwrap()));
+    c.bench_function("verify writ token (depth 1)", |b| b.iter(|| verify(&st, &child, &aud, NOW + 1).unwrap()));
     c.bench_function("verify tenant-issuer token", |b| {
-        b.iter(|| verify(&st, &tenant_token, "ignored", NOW + 1).unwrap())
+        b.iter(|| verify(&st, &tenant_token, &ignored, NOW + 1).unwrap())
     });
 }
 

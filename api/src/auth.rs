@@ -177,26 +177,27 @@ fn map_jwt_error(e: jsonwebtoken::errors::Error) -> Rejection {
     }
 }
 
-fn validation(alg: Algorithm, issuer: &str, audience: &str) -> Validation {
+fn validation(alg: Algorithm, issuer: &str, audiences: &[String]) -> Validation {
     let mut v = Validation::new(alg);
     // Times are checked against the caller's clock below, with their own reason codes.
     v.validate_exp = false;
     v.validate_nbf = false;
     v.leeway = 0;
     v.set_issuer(&[issuer]);
-    v.set_audience(&[audience]);
+    v.set_audience(audiences);
     v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
     v
 }
 
-/// Verifies `bearer` against the ledger `state` at `now_ms`. `audience` is the audience Writ
-/// tokens must carry (the edge's canonical URI); tenant tokens carry their issuer's audience.
-pub fn verify(state: &LedgerState, bearer: &str, audience: &str, now_ms: u64) -> Result<Authority, Rejection> {
+/// Verifies `bearer` against the ledger `state` at `now_ms`. `audiences`: the audiences a Writ
+/// token may carry (the edge's canonical URI, the cluster's audience); tenant tokens carry their
+/// issuer's audience.
+pub fn verify(state: &LedgerState, bearer: &str, audiences: &[String], now_ms: u64) -> Result<Authority, Rejection> {
     let header = jsonwebtoken::decode_header(bearer).map_err(|_| invalid("the token is not a JWT"))?;
     let iss = peek(bearer)?.iss.ok_or_else(|| invalid("the token lacks claim 'iss'"))?;
     let kid = header.kid.clone().ok_or_else(|| invalid("the token header lacks 'kid'"))?;
     if iss == WRIT_ISSUER {
-        verify_writ(state, bearer, &header, &kid, audience, now_ms)
+        verify_writ(state, bearer, &header, &kid, audiences, now_ms)
     } else {
         verify_tenant_issued(state, bearer, &header, &iss, &kid, now_ms)
     }
@@ -250,7 +251,7 @@ fn verify_writ(
     bearer: &str,
     header: &Header,
     kid: &str,
-    audience: &str,
+    audiences: &[String],
     now_ms: u64,
 ) -> Result<Authority, Rejection> {
     if header.alg != Algorithm::EdDSA {
@@ -260,7 +261,7 @@ fn verify_writ(
     let claims = jsonwebtoken::decode::<WritClaims>(
         bearer,
         &DecodingKey::from_ed_der(&key.public_key),
-        &validation(Algorithm::EdDSA, WRIT_ISSUER, audience),
+        &validation(Algorithm::EdDSA, WRIT_ISSUER, audiences),
     )
     .map_err(map_jwt_error)?
     .claims;
@@ -391,7 +392,7 @@ fn verify_tenant_issued(
         serde_json::from_str(&issuer.spec.jwks).map_err(|_| invalid("the issuer's JWKS is unusable"))?;
     let jwk = set.find(kid).ok_or_else(|| invalid(format!("issuer '{iss}' has no key '{kid}'")))?;
     let key = DecodingKey::from_jwk(jwk).map_err(|_| invalid(format!("issuer key '{kid}' is unusable")))?;
-    let mut v = validation(header.alg, iss, &issuer.spec.audience);
+    let mut v = validation(header.alg, iss, std::slice::from_ref(&issuer.spec.audience));
     v.algorithms = vec![header.alg];
     let claims = jsonwebtoken::decode::<TenantClaims>(bearer, &key, &v).map_err(map_jwt_error)?.claims;
     if claims.exp.saturating_mul(1000) <= now_ms {

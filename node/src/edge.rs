@@ -27,6 +27,9 @@ struct RawEdgeConfig {
     canonical_url: Option<String>,
     /// The MCP listener's certificate (`writ pki issue edge NAME --host …`): `/mcp` over HTTPS.
     tls: Option<RawCertKey>,
+    /// The audiences Writ tokens may name here (default: the canonical URL and the cluster's
+    /// audience `urn:writ:mcp`, so a token issued without `--audience` works at every edge).
+    token_audiences: Option<Vec<String>>,
     /// Plain HTTP off loopback, behind a TLS-terminating proxy: only these addresses may
     /// connect, and only their `X-Forwarded-Host` is honoured.
     #[serde(default)]
@@ -84,6 +87,7 @@ struct RawAnonymous {
 #[derive(Debug, Clone)]
 pub struct EdgeFileConfig {
     pub listen: SocketAddr,
+    pub token_audiences: Option<Vec<String>>,
     pub probe_listen: Option<SocketAddr>,
     pub tls: Option<RawCertKey>,
     pub trusted_proxies: Vec<std::net::IpAddr>,
@@ -170,8 +174,17 @@ impl EdgeFileConfig {
                     .map_or(writ_mcp_edge::executors::TLS_REFUSAL_WINDOW, std::time::Duration::from_secs),
             }),
         };
+        if let Some(a) = &raw.token_audiences {
+            if a.is_empty() || a.iter().any(|a| a.is_empty() || a.len() > writ_api::token::ISSUER_BYTES_MAX) {
+                return Err(ConfigError::Invalid {
+                    field: "token_audiences",
+                    message: "list 1 or more audiences of 1..=512 bytes".into(),
+                });
+            }
+        }
         Ok(EdgeFileConfig {
             listen,
+            token_audiences: raw.token_audiences,
             probe_listen,
             tls: raw.tls,
             trusted_proxies,
@@ -216,6 +229,9 @@ impl RunningEdge {
 #[derive(Debug, Clone)]
 pub struct EdgeOptions {
     pub listen: SocketAddr,
+    /// Audiences Writ tokens may name; `None`: the canonical URL and
+    /// [`crate::config::TOKEN_AUDIENCE_DEFAULT`].
+    pub token_audiences: Option<Vec<String>>,
     pub probe_listen: Option<SocketAddr>,
     /// `/mcp` over HTTPS with this credential (also the executor endpoint's certificate);
     /// `cluster_ca_pem` is what executors are told to trust then.
@@ -241,6 +257,7 @@ impl EdgeOptions {
     pub fn new(listen: SocketAddr, seal_key: SealKey) -> EdgeOptions {
         EdgeOptions {
             listen,
+            token_audiences: None,
             probe_listen: None,
             tls: None,
             cluster_ca_pem: None,
@@ -387,7 +404,9 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         config = config.with_anonymous(anon);
     }
     config.fixtures_tenant = options.fixtures_tenant;
-    let verifier = Verifier::follow(ledger.clone(), url.clone());
+    let audiences =
+        options.token_audiences.unwrap_or_else(|| vec![url.clone(), crate::config::TOKEN_AUDIENCE_DEFAULT.to_string()]);
+    let verifier = Verifier::follow_with(ledger.clone(), audiences, writ_client::verifier::STALENESS_MAX_DEFAULT);
     let audit = AuditSink::start(ledger.clone());
     let metrics = crate::install_metrics();
     let drain = crate::tls::Drain::default();
@@ -486,6 +505,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
     let cluster_ca_pem = std::fs::read_to_string(&t.ca).map_err(|e| format!("{}: {e}", t.ca.display()))?;
     let options = EdgeOptions {
         listen: cfg.listen,
+        token_audiences: cfg.token_audiences,
         probe_listen: cfg.probe_listen,
         tls: server_tls,
         cluster_ca_pem: Some(cluster_ca_pem),

@@ -170,7 +170,7 @@ async fn inspect_token(
             if let Some(rev) = writ_api::auth::recorded_revision(&bearer) {
                 st.verifier.wait_for(rev, writ_client::verifier::CATCH_UP_WAIT).await;
             }
-            st.verifier.with_state(|s| writ_api::auth::verify(s, &bearer, aud, now_ms()))
+            st.verifier.with_state(|s| writ_api::auth::verify(s, &bearer, std::slice::from_ref(aud), now_ms()))
         }
         None => st.verifier.verify(&b.token).await,
     };

@@ -188,3 +188,43 @@ async fn certificates_rotate_on_disk_without_a_failed_request() {
     edge.shutdown().await;
     node.shutdown().await;
 }
+
+/// A token issued by `writ admin token issue` without `--audience` carries the cluster's
+/// audience (`urn:writ:mcp`), which every edge accepts beside its canonical URL; so does a child
+/// delegated from a token issued for the edge's URL. Another audience is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_issued_by_the_cli_work_at_the_edge_by_default() {
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let mcp = dev.var("WRIT_MCP_URL").to_string();
+    let (code, _, err) =
+        dev.cli(&["principal", "create", "--tenant", "demo", "lead-agent", "--kind", "agent", "--preset", "delegate"]);
+    assert_eq!(code, 0, "{err}");
+    let issue = |extra: &[&str]| {
+        let mut args = vec!["token", "issue", "--tenant", "demo", "lead-agent", "-o", "json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = dev.cli(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("issued token JSON")
+    };
+    let list = |token: String| {
+        let mcp = mcp.clone();
+        async move { writ_tests::mcp::rpc(&mcp, Some(&token), "tools/list", serde_json::json!({})).await }
+    };
+    let plain = issue(&[]);
+    assert_eq!(plain["audience"], "urn:writ:mcp");
+    let (status, _, body) = list(plain["token"].as_str().unwrap().to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["result"]["tools"].is_array(), "{body}");
+
+    let for_edge = issue(&["--audience", &mcp]);
+    let (code, out, err) =
+        dev.cli(&["token", "delegate", "--tenant", "demo", for_edge["jti"].as_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let child: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (status, _, body) = list(child["token"].as_str().unwrap().to_string()).await;
+    assert_eq!(status, 200, "a delegated child works at the edge its parent was issued for: {body}");
+
+    let elsewhere = issue(&["--audience", "https://other.example/mcp"]);
+    let (status, _, body) = list(elsewhere["token"].as_str().unwrap().to_string()).await;
+    assert_eq!(status, 401, "{body}");
+}

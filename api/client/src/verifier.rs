@@ -38,7 +38,7 @@ struct Inner {
     revision: tokio::sync::watch::Sender<u64>,
     /// Last time the feed proved the replica current (snapshot, event or heartbeat).
     contact: Mutex<Option<Instant>>,
-    audience: String,
+    audiences: Vec<String>,
     staleness_max: Duration,
 }
 
@@ -52,15 +52,16 @@ pub struct Verifier {
 impl Verifier {
     /// Starts following `ledger`. `audience` is what Writ tokens must be issued for.
     pub fn follow(ledger: Arc<dyn Ledger>, audience: impl Into<String>) -> Verifier {
-        Self::follow_with(ledger, audience, STALENESS_MAX_DEFAULT)
+        Self::follow_with(ledger, vec![audience.into()], STALENESS_MAX_DEFAULT)
     }
 
-    pub fn follow_with(ledger: Arc<dyn Ledger>, audience: impl Into<String>, staleness_max: Duration) -> Verifier {
+    /// Starts following `ledger`, accepting Writ tokens issued for any of `audiences`.
+    pub fn follow_with(ledger: Arc<dyn Ledger>, audiences: Vec<String>, staleness_max: Duration) -> Verifier {
         let inner = Arc::new(Inner {
             state: RwLock::new(LedgerState::default()),
             revision: tokio::sync::watch::channel(0).0,
             contact: Mutex::new(None),
-            audience: audience.into(),
+            audiences,
             staleness_max,
         });
         tokio::spawn(feed(Arc::downgrade(&inner), ledger));
@@ -102,7 +103,7 @@ impl Verifier {
         if !self.is_current() {
             return Err(unavailable("token state is not current: the ledger feed stopped; retry shortly"));
         }
-        auth::verify(&state, bearer, &self.inner.audience, now_ms)
+        auth::verify(&state, bearer, &self.inner.audiences, now_ms)
     }
 
     /// The authority of an anonymous loopback request (see [`auth::anonymous`]), from a current
