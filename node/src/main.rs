@@ -22,12 +22,18 @@ enum Cmd {
         /// TOML configuration (WRIT_* environment variables override it).
         #[arg(long)]
         config: PathBuf,
+        /// Only validate the configuration (with the environment applied) and exit.
+        #[arg(long)]
+        check: bool,
     },
     /// A stateless MCP edge replica in front of a ledger cluster.
     Edge {
         /// TOML configuration (WRIT_EDGE_* environment variables override it).
         #[arg(long)]
         config: PathBuf,
+        /// Only validate the configuration (with the environment applied) and exit.
+        #[arg(long)]
+        check: bool,
     },
     /// Operate a cluster through its admin API.
     Admin(writ_tenant_admin::cli::AdminArgs),
@@ -171,7 +177,19 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Cmd::Edge { config } => {
+            Cmd::Edge { config, check: true } => {
+                match writ_node::edge::EdgeFileConfig::load(&config, &|k| std::env::var(k).ok()) {
+                    Ok(_) => {
+                        println!("{}: valid edge configuration", config.display());
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", config.display());
+                        ExitCode::from(2)
+                    }
+                }
+            }
+            Cmd::Edge { config, check: false } => {
                 init_tracing();
                 match writ_node::edge::run(&config).await {
                     Ok(()) => ExitCode::SUCCESS,
@@ -181,7 +199,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Cmd::Node { config } => {
+            Cmd::Node { config, check } => {
                 init_tracing();
                 let cfg = match NodeConfig::load(&config, &|k| std::env::var(k).ok()) {
                     Ok(c) => c,
@@ -190,6 +208,10 @@ fn main() -> ExitCode {
                         return ExitCode::from(2);
                     }
                 };
+                if check {
+                    println!("{}: valid configuration of node {}", config.display(), cfg.node_id);
+                    return ExitCode::SUCCESS;
+                }
                 match writ_node::start_node(&cfg).await {
                     Ok(running) => {
                         // What a supervisor or test reads to learn the bound address (the
