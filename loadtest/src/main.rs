@@ -84,7 +84,7 @@ struct WritArgs {
     /// MCP edge URLs; requests are spread over all of them.
     #[arg(long, env = "WRIT_MCP_URLS")]
     edges: String,
-    /// The edges' canonical URL (token audience).
+    /// The agents' token audience: the edges' canonical URL, or `urn:writ:mcp` (every edge).
     #[arg(long, env = "WRIT_MCP_URL")]
     audience: String,
     /// Executor endpoints for the simulated executors (default: what enrollment answers).
@@ -189,8 +189,8 @@ impl LoadArgs {
         }
     }
 
-    fn http(&self) -> reqwest::Client {
-        mcp::http_client(Duration::from_secs_f64(self.timeout), self.concurrency.max(64))
+    fn http(&self, tls: Option<&writ_client::ClientTls>) -> reqwest::Client {
+        mcp::http_client(Duration::from_secs_f64(self.timeout), self.concurrency.max(64), tls)
     }
 
     fn fault(&self) -> Option<Fault> {
@@ -251,9 +251,11 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         concurrent_operations: a.concurrent_operations,
         audit_max_events: a.audit_max_events,
         audience: a.audience.trim_end_matches('/').to_string(),
+        enroll_edge: edges[0].clone(),
         executor_urls: list(&a.executor_urls),
         writ_bin: writ_bin.clone(),
         work_dir: a.work_dir.clone(),
+        ca: a.ca.clone(),
     };
     let provisioning = std::time::Instant::now();
     let tenants = writ::provision(&admin, &setup).await?;
@@ -264,7 +266,7 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let run_id = run_id();
     let load = Arc::new(WritLoad {
-        http: a.load.http(),
+        http: a.load.http(tls.as_ref()),
         edges,
         tenants: tenants.clone(),
         mix,
@@ -297,7 +299,7 @@ async fn etcd_run(a: EtcdArgs) -> Result<ExitCode, String> {
         return Err("no etcd endpoint (--endpoints or WRIT_ETCD_URLS)".into());
     }
     let load = Arc::new(etcd::EtcdLoad {
-        http: a.load.http(),
+        http: a.load.http(None),
         endpoints,
         run_id: run_id(),
         value: "x".repeat(a.payload_bytes),
@@ -312,7 +314,7 @@ async fn etcd_run(a: EtcdArgs) -> Result<ExitCode, String> {
 }
 
 async fn mcp_run(a: McpArgs) -> Result<ExitCode, String> {
-    let load = Arc::new(mcp::BareMcpLoad { http: a.load.http(), url: a.url.clone(), mix: Mix::parse(&a.mix)? });
+    let load = Arc::new(mcp::BareMcpLoad { http: a.load.http(None), url: a.url.clone(), mix: Mix::parse(&a.mix)? });
     let mut summary = a.load.measure("mcp", load).await?;
     summary.setup = json!({"mix": a.mix});
     a.load.finish(&summary)

@@ -10,9 +10,15 @@ use crate::engine::{Outcome, Workload};
 /// The protocol version every request declares.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
-/// An HTTP client for load (connection pool per host sized for the run).
-pub fn http_client(timeout: Duration, pool: usize) -> reqwest::Client {
-    reqwest::Client::builder()
+/// An HTTP client for load (connection pool per host sized for the run); `tls`: trust only that
+/// CA (edges serving HTTPS with a cluster certificate).
+pub fn http_client(timeout: Duration, pool: usize, tls: Option<&writ_client::ClientTls>) -> reqwest::Client {
+    let builder = reqwest::Client::builder();
+    let builder = match tls {
+        Some(t) => t.apply(builder),
+        None => builder,
+    };
+    builder
         .no_proxy()
         .timeout(timeout)
         .connect_timeout(Duration::from_secs(5))

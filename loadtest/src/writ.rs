@@ -139,14 +139,19 @@ pub struct Setup {
     pub concurrent_operations: Option<u64>,
     /// Audit events each loaded tenant retains.
     pub audit_max_events: u64,
-    /// The edges' canonical URL (the token audience).
+    /// The audience of the agents' tokens: the edges' canonical URL, or the cluster's
+    /// `urn:writ:mcp` that every edge accepts.
     pub audience: String,
+    /// The edge executors enroll through (its MCP URL).
+    pub enroll_edge: String,
     /// Executor endpoints written into each executor's config (empty: what enrollment says).
     pub executor_urls: Vec<String>,
     /// The `writ` binary (for `writ executor enroll|run`).
     pub writ_bin: PathBuf,
     /// Executor state (keys, configs, logs), reused by later runs.
     pub work_dir: PathBuf,
+    /// The cluster CA (edges serving HTTPS), passed to `writ executor enroll --ca`.
+    pub ca: Option<PathBuf>,
 }
 
 /// A loaded tenant.
@@ -255,8 +260,9 @@ async fn enroll(
         .and_then(|v| v["token"].as_str().map(str::to_string))
         .ok_or("the enrollment answer has no token")?;
     let out = tokio::process::Command::new(&s.writ_bin)
-        .args(["executor", "enroll", "--edge", &s.audience, "--token", &token, "--out"])
+        .args(["executor", "enroll", "--edge", &s.enroll_edge, "--token", &token, "--out"])
         .arg(dir)
+        .args(s.ca.iter().flat_map(|ca| [std::ffi::OsStr::new("--ca"), ca.as_os_str()]))
         .output()
         .await
         .map_err(|e| format!("{}: {e}", s.writ_bin.display()))?;

@@ -121,7 +121,7 @@ async fn site_executor(
             ttl_s: Some(600),
         };
         let created = admin.create_enrollment(tenant, &request).await.map_err(|e| format!("enrollment: {e}"))?;
-        crate::executor::enroll(edge_url, &created.token, dir).await?;
+        crate::executor::enroll(edge_url, &created.token, dir, None).await?;
     }
     crate::executor::ExecutorConfig::load(&config)
 }

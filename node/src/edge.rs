@@ -37,6 +37,9 @@ struct RawEdgeConfig {
     /// Ledger node URLs (client API, https).
     #[serde(default)]
     ledger: Vec<String>,
+    /// Node admin API URLs, where executor enrollments are forwarded (default: `ledger`, for
+    /// nodes serving `/v1` on their peer listener).
+    admin: Option<Vec<String>>,
     /// This edge's credential toward the nodes (`writ pki issue edge NAME`) and the cluster CA.
     ledger_tls: Option<crate::config::TlsConfig>,
     #[serde(default)]
@@ -93,6 +96,7 @@ pub struct EdgeFileConfig {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     pub canonical_url: Option<String>,
     pub ledger: Vec<String>,
+    pub admin: Vec<String>,
     pub ledger_tls: crate::config::TlsConfig,
     pub allowed_hosts: Vec<String>,
     pub allowed_origins: Vec<String>,
@@ -146,6 +150,10 @@ impl EdgeFileConfig {
         if raw.ledger.is_empty() || raw.ledger.iter().any(|u| !u.starts_with("https://")) {
             return Err(ConfigError::Invalid { field: "ledger", message: "list at least one https node URL".into() });
         }
+        let admin = raw.admin.unwrap_or_else(|| raw.ledger.clone());
+        if admin.is_empty() || admin.iter().any(|u| !u.starts_with("https://")) {
+            return Err(ConfigError::Invalid { field: "admin", message: "list at least one https admin URL".into() });
+        }
         let ledger_tls = raw.ledger_tls.ok_or_else(|| ConfigError::Invalid {
             field: "ledger_tls",
             message: "[ledger_tls] cert, key and ca are required: nodes serve their client API only to a certificate naming an edge (`writ pki issue edge NAME`)".into(),
@@ -190,6 +198,7 @@ impl EdgeFileConfig {
             trusted_proxies,
             canonical_url: raw.canonical_url,
             ledger: raw.ledger,
+            admin,
             ledger_tls,
             allowed_hosts: raw.allowed_hosts,
             allowed_origins: raw.allowed_origins,
@@ -517,7 +526,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         anonymous: cfg.anonymous,
         fixtures_tenant: None,
         executor: cfg.executor,
-        admin_urls: cfg.ledger.clone(),
+        admin_urls: cfg.admin.clone(),
         admin_tls: Some(tls),
     };
     let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;

@@ -72,6 +72,9 @@ pub enum ExecutorCmd {
         /// Where to write the key, certificates and configuration.
         #[arg(long)]
         out: PathBuf,
+        /// The CA an HTTPS edge's certificate chains to (the cluster CA); default: the system's.
+        #[arg(long, env = "WRIT_CA_FILE")]
+        ca: Option<PathBuf>,
     },
     /// Serve dispatches with the configured handler until interrupted.
     Run {
@@ -187,7 +190,7 @@ impl ExecutorConfig {
 /// `writ executor …`; returns the process exit code.
 pub async fn run_cli(args: ExecutorArgs) -> u8 {
     let result = match args.cmd {
-        ExecutorCmd::Enroll { edge, token, out } => enroll(&edge, &token, &out).await.map(|e| {
+        ExecutorCmd::Enroll { edge, token, out, ca } => enroll(&edge, &token, &out, ca.as_deref()).await.map(|e| {
             println!(
                 "Enrolled executor {} (tenant {}, site {}, devices {}).\nWrote {}/executor.toml; start it with:\n  writ executor run --config {}/executor.toml",
                 e.enrolled.executor_id,
@@ -224,14 +227,17 @@ fn origin(url: &str) -> Result<String, String> {
 }
 
 /// Enrolls: key generated here, CSR + token to the edge, files written into `out`.
-pub async fn enroll(edge: &str, token: &str, out: &Path) -> Result<ExecutorEnrollment, String> {
+pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> Result<ExecutorEnrollment, String> {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
     let csr = rcgen::CertificateParams::default()
         .serialize_request(&key)
         .and_then(|r| r.pem())
         .map_err(|e| format!("CSR: {e}"))?;
-    let http =
-        reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
+    let mut builder = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30));
+    if let Some(ca) = ca {
+        builder = writ_client::ClientTls::trusting(ca)?.apply(builder);
+    }
+    let http = builder.build().map_err(|e| e.to_string())?;
     let url = format!("{}{ENROLL_PATH}", origin(edge)?);
     let r = http
         .post(&url)

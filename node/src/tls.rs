@@ -183,13 +183,21 @@ async fn drained(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
 }
 
-/// `X-Forwarded-*` handling: honoured (Host only) from trusted proxies, removed elsewhere.
+/// `X-Forwarded-*` handling: honoured (Host only) from trusted proxies, removed elsewhere. An
+/// HTTP/2 request names its host in `:authority` (the URI), not `Host`: it becomes the `Host`
+/// header here, so every route checks one header whatever the protocol.
 async fn forwarded_headers(
     trusted: bool,
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::header::HOST;
+    if !req.headers().contains_key(HOST) {
+        let authority = req.uri().authority().and_then(|a| axum::http::HeaderValue::from_str(a.as_str()).ok());
+        if let Some(authority) = authority {
+            req.headers_mut().insert(HOST, authority);
+        }
+    }
     let host = req.headers().get("x-forwarded-host").cloned();
     let names: Vec<_> = req.headers().keys().filter(|k| k.as_str().starts_with("x-forwarded-")).cloned().collect();
     for k in names {
