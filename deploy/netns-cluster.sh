@@ -8,6 +8,8 @@
 #   deploy/netns-cluster.sh partition edge N         # cut edge eN from every node
 #   deploy/netns-cluster.sh partition asym A B       # host A can no longer send to host B
 #   deploy/netns-cluster.sh heal                     # remove every partition
+#   deploy/netns-cluster.sh restart HOST             # SIGTERM one node or edge, start it again
+#   deploy/netns-cluster.sh rolling                  # restart n1 n2 n3 e1 e2 one after another
 #
 # Settings (environment): WRIT_NETNS_PREFIX (default "writ"; at most 9 characters: names of
 # the namespaces, veths and bridge start with it), WRIT_NETNS_SUBNET (default "10.77.0": the
@@ -72,9 +74,9 @@ pki_up() {
   (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/operator-token")
 }
 
-start() { # host, log file, command...
+start() { # host, log file, command... (the pid file holds the process itself: ip execs it)
   local h="$1" log="$2"; shift 2
-  in_ns "$h" setsid "$@" >"$log" 2>&1 < /dev/null &
+  ip netns exec "$(ns "$h")" setsid "$@" >"$log" 2>&1 < /dev/null &
   echo $! > "$DIR/$h.pid"
 }
 
@@ -219,6 +221,42 @@ status() {
   done
 }
 
+# The command line of a host's process.
+command_of() {
+  case "$1" in
+    n?) echo "$WRIT node --config $DIR/$1/node.toml" ;;
+    e?) echo "$WRIT edge --config $DIR/$1/edge.toml" ;;
+    *) die "restart nodes and edges only" ;;
+  esac
+}
+
+probe_of() {
+  case "$1" in
+    n?) echo "http://$(addr "$1"):9100/readyz" ;;
+    e?) echo "http://$(addr "$1"):9101/readyz" ;;
+  esac
+}
+
+# An orderly restart: SIGTERM (a leader hands over, listeners drain), wait for the exit, start
+# again with the same configuration and data, wait until it is ready.
+restart() {
+  local h="$1" pid log
+  pid="$(cat "$DIR/$h.pid")"
+  kill -TERM "$pid"
+  for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  kill -0 "$pid" 2>/dev/null && die "$h did not stop within 30 s of SIGTERM"
+  case "$h" in n?) log="$DIR/$h/node.log" ;; *) log="$DIR/$h/edge.log" ;; esac
+  # shellcheck disable=SC2046
+  start "$h" "$log.restarted" $(command_of "$h")
+  await "$h ready after its restart" 120 curl -sf "$(probe_of "$h")"
+  kill -0 "$(cat "$DIR/$h.pid")" 2>/dev/null || die "$h exited after its restart: $(tail -3 "$log.restarted")"
+  echo "restarted $h"
+}
+
+rolling() {
+  for h in n1 n2 n3 e1 e2; do restart "$h"; done
+}
+
 # host A drops everything it would send to host B's address.
 cut() { in_ns "$1" ip route replace blackhole "$(addr "$2")/32"; }
 
@@ -262,5 +300,7 @@ case "${1:-}" in
   status) status ;;
   partition) shift; partition "$@" ;;
   heal) heal ;;
+  restart) restart "${2:?host}" ;;
+  rolling) rolling ;;
   *) die "usage: $0 up|down|status|partition …|heal" ;;
 esac

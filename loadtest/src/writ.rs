@@ -411,9 +411,24 @@ impl WritLoad {
         Some(seen.acked[mine[((x * mine.len() as f64) as usize).min(mine.len() - 1)]].clone())
     }
 
+    /// One MCP request to the edge request `n` is spread to; a request that reached no edge
+    /// (connection refused: the edge is restarting) goes to the next one, as a load balancer
+    /// would send it. Nothing reached an edge, so nothing is sent twice.
+    async fn call(&self, n: u64, token: &str, method: &str, params: Value) -> Result<Value, String> {
+        let first = (n as usize / self.tenants.len().max(1)) % self.edges.len();
+        let mut result = Err(String::new());
+        for i in 0..self.edges.len() {
+            let edge = &self.edges[(first + i) % self.edges.len()];
+            result = mcp::call(&self.http, edge, Some(token), method, params.clone()).await;
+            if !matches!(&result, Err(reason) if reason == "CONNECT") {
+                break;
+            }
+        }
+        result
+    }
+
     async fn tool(&self, n: u64, tenant: &Tenant, name: &str, args: Value) -> Result<Value, String> {
-        let edge = &self.edges[(n as usize / self.tenants.len().max(1)) % self.edges.len()];
-        mcp::call(&self.http, edge, Some(&tenant.token), "tools/call", json!({"name": name, "arguments": args})).await
+        self.call(n, &tenant.token, "tools/call", json!({"name": name, "arguments": args})).await
     }
 
     async fn execute(&self, n: u64, ti: usize) -> Outcome {
@@ -505,14 +520,11 @@ impl Workload for WritLoad {
         let t = &self.tenants[ti];
         let x = rand::rng().random::<f64>();
         match self.mix.pick(x) {
-            Kind::Discover => {
-                let edge = &self.edges[(n as usize / self.tenants.len()) % self.edges.len()];
-                match mcp::call(&self.http, edge, Some(&t.token), "tools/list", json!({})).await {
-                    Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => Outcome::ok("discover"),
-                    Ok(_) => Outcome::err("discover", "NO_TOOLS"),
-                    Err(reason) => Outcome::err("discover", reason),
-                }
-            }
+            Kind::Discover => match self.call(n, &t.token, "tools/list", json!({})).await {
+                Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => Outcome::ok("discover"),
+                Ok(_) => Outcome::err("discover", "NO_TOOLS"),
+                Err(reason) => Outcome::err("discover", reason),
+            },
             Kind::Read => match self.tool(n, t, "greet", json!({"name": "load"})).await {
                 Ok(_) => Outcome::ok("read"),
                 Err(reason) => Outcome::err("read", reason),
@@ -531,7 +543,7 @@ impl Workload for WritLoad {
                     Err(reason) => Outcome::err("readback", reason),
                 },
                 // Nothing to read back yet: a discovery instead keeps the request count honest.
-                None => match mcp::call(&self.http, &self.edges[0], Some(&t.token), "tools/list", json!({})).await {
+                None => match self.call(0, &t.token, "tools/list", json!({})).await {
                     Ok(_) => Outcome::ok("discover"),
                     Err(reason) => Outcome::err("discover", reason),
                 },

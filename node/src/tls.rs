@@ -269,7 +269,8 @@ pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Dr
                         None => None,
                         Some(Ok(id)) => Some(id),
                         Some(Err(e)) => {
-                            tracing::info!(%peer, error = %e, "client certificate names no Writ role");
+                            // An executor's certificate (executor endpoint) names no cluster role.
+                            tracing::debug!(%peer, error = %e, "client certificate names no Writ role");
                             None
                         }
                     };

@@ -58,7 +58,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_UNAVAILABLE: i32 = 3;
 pub const EXIT_AUTH: i32 = 4;
 
-#[derive(Debug, Clone, Copy, ValueEnum, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
     #[default]
     Table,
@@ -68,7 +68,11 @@ pub enum Output {
 #[derive(Debug, Parser)]
 #[command(about = "Operate a Writ cluster through its admin API")]
 pub struct AdminArgs {
-    /// Admin API base URL.
+    /// The context to use (`writ admin context list`); default: the config file's current one.
+    #[arg(long, env = "WRIT_CONTEXT", global = true)]
+    pub context: Option<String>,
+    /// Admin API base URL; several separated by commas are tried in turn when one cannot be
+    /// reached. Overrides the context's.
     #[arg(long, env = "WRIT_ADMIN_URL", global = true)]
     pub url: Option<String>,
     /// Operator bearer token.
@@ -86,6 +90,9 @@ pub struct AdminArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Noun {
+    /// Named clusters in the CLI's config file (`$WRIT_CONFIG` or ~/.config/writ/config.toml).
+    #[command(subcommand)]
+    Context(ContextCmd),
     /// Cluster membership and health.
     #[command(subcommand)]
     Cluster(ClusterCmd),
@@ -503,6 +510,79 @@ async fn catalog_cmd(c: &AdminClient, out: Output, cmd: &CatalogCmd) -> Result<(
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ContextCmd {
+    /// Every context, the current one marked.
+    List,
+    /// Make NAME the current context.
+    Use { name: String },
+    /// Create or replace a context.
+    Set {
+        name: String,
+        /// An admin API endpoint (repeatable; tried in turn).
+        #[arg(long = "endpoint", required = true)]
+        endpoints: Vec<String>,
+        /// The cluster CA file.
+        #[arg(long = "ca-file")]
+        ca_file: Option<std::path::PathBuf>,
+        /// A file holding the operator token (keep it 0600).
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// Remove a context.
+    Remove { name: String },
+}
+
+fn context_cmd(cmd: &ContextCmd, out: Output) -> Result<(), Failure> {
+    use crate::context::{path, Context, ContextFile};
+    let file_path =
+        path(&|k| std::env::var(k).ok()).ok_or_else(|| usage("no config file location: set WRIT_CONFIG or HOME"))?;
+    let mut file = ContextFile::load(&file_path).map_err(usage)?;
+    match cmd {
+        ContextCmd::List => {
+            if out == Output::Json {
+                print_json(&file);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = file
+                .contexts
+                .iter()
+                .map(|(name, c)| {
+                    let current = if file.current.as_deref() == Some(name) { "*" } else { "" };
+                    let ca = c.ca.as_ref().map_or(String::new(), |p| p.display().to_string());
+                    vec![current.to_string(), name.clone(), c.urls.join(","), ca]
+                })
+                .collect();
+            print_table(&["CURRENT", "NAME", "ENDPOINTS", "CA"], rows);
+            return Ok(());
+        }
+        ContextCmd::Use { name } => {
+            if !file.contexts.contains_key(name) {
+                return Err(usage(format!("no context named '{name}'")));
+            }
+            file.current = Some(name.clone());
+        }
+        ContextCmd::Set { name, endpoints, ca_file, token_file } => {
+            let context = Context { urls: endpoints.clone(), ca: ca_file.clone(), token_file: token_file.clone() };
+            file.contexts.insert(name.clone(), context);
+            if file.current.is_none() {
+                file.current = Some(name.clone());
+            }
+        }
+        ContextCmd::Remove { name } => {
+            if file.contexts.remove(name).is_none() {
+                return Err(usage(format!("no context named '{name}'")));
+            }
+            if file.current.as_deref() == Some(name) {
+                file.current = None;
+            }
+        }
+    }
+    file.save(&file_path).map_err(usage)?;
+    println!("{}", file_path.display());
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
 pub enum TokenCmd {
     /// Issue a token to a principal; the token is printed once and not stored by Writ.
     Issue {
@@ -899,12 +979,46 @@ fn parsed<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T,
 }
 
 /// Runs one admin command and returns the process exit code.
-pub async fn run(args: AdminArgs) -> i32 {
-    let (Some(base), Some(token)) = (args.url.clone(), args.token.clone()) else {
-        eprintln!("error: no admin endpoint: pass --url and --token, or set WRIT_ADMIN_URL and WRIT_ADMIN_TOKEN (e.g. `source .writ/dev/env`)");
-        return EXIT_USAGE;
+/// The endpoint, token and CA of a command: flags and their environment variables first, then
+/// the chosen (or current) context.
+fn endpoint(args: &AdminArgs) -> Result<(String, String, Option<std::path::PathBuf>), String> {
+    use crate::context::{path, ContextFile};
+    let file = match path(&|k| std::env::var(k).ok()) {
+        Some(p) => ContextFile::load(&p)?,
+        None => ContextFile::default(),
     };
-    let tls = match args.ca.as_deref().map(writ_client::ClientTls::trusting).transpose() {
+    let context = file.pick(args.context.as_deref())?.map(|(_, c)| c);
+    let url = args.url.clone().or_else(|| context.map(|c| c.urls.join(",")));
+    let token = match (&args.token, context) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(c)) => c.token()?,
+        (None, None) => None,
+    };
+    let ca = args.ca.clone().or_else(|| context.and_then(|c| c.ca.clone()));
+    match (url, token) {
+        (Some(url), Some(token)) => Ok((url, token, ca)),
+        _ => Err("no admin endpoint: pass --url and --token, set WRIT_ADMIN_URL and WRIT_ADMIN_TOKEN (e.g. `source .writ/dev/env`), or use a context (`writ admin context set`)".into()),
+    }
+}
+
+pub async fn run(args: AdminArgs) -> i32 {
+    if let Noun::Context(cmd) = &args.noun {
+        return match context_cmd(cmd, args.output) {
+            Ok(()) => 0,
+            Err(f) => {
+                eprintln!("error: {}", f.message);
+                f.exit
+            }
+        };
+    }
+    let (base, token, ca) = match endpoint(&args) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let tls = match ca.as_deref().map(writ_client::ClientTls::trusting).transpose() {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: --ca: {e}");
@@ -924,6 +1038,8 @@ pub async fn run(args: AdminArgs) -> i32 {
 async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
     let out = args.output;
     match &args.noun {
+        // Handled in `run`: contexts need no endpoint.
+        Noun::Context(cmd) => context_cmd(cmd, out),
         Noun::Cluster(cmd) => {
             let node = match cmd {
                 ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),

@@ -7,6 +7,7 @@
 mod audit;
 mod catalogs;
 pub mod cli;
+pub mod context;
 pub mod enroll;
 pub mod error;
 mod openapi;

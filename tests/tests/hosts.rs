@@ -228,3 +228,69 @@ async fn tokens_issued_by_the_cli_work_at_the_edge_by_default() {
     let (status, _, body) = list(elsewhere["token"].as_str().unwrap().to_string()).await;
     assert_eq!(status, 401, "{body}");
 }
+
+/// `writ admin` contexts: a config file names a cluster's endpoints, CA and token file; the CLI
+/// uses the current (or `--context`) one, tries endpoints in turn when one cannot be reached
+/// (as `etcdctl --endpoints` does), and flags or their environment variables override it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_contexts_fail_over_between_endpoints() {
+    let (node, dir) = writ_tests::procs::single_node().await;
+    let config = dir.path().join("writ-config.toml");
+    let token_file = dir.path().join("operator-token");
+    std::fs::write(&token_file, TEST_OPERATOR_TOKEN).unwrap();
+    let cli = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(writ_tests::procs::writ_bin());
+        cmd.arg("admin").args(args).env("WRIT_CONFIG", &config);
+        for k in ["WRIT_ADMIN_URL", "WRIT_ADMIN_TOKEN", "WRIT_CA_FILE", "WRIT_CONTEXT"] {
+            cmd.env_remove(k);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, _, err) = cli(&["tenant", "list"], &[]);
+    assert_eq!(code, 2, "no context, no endpoint: a usage error: {err}");
+    assert!(err.contains("context"), "{err}");
+
+    // The first endpoint is dead (nothing listens there): the CLI goes on to the node.
+    let ca = pki::ca_file();
+    let (ca, token_file) = (ca.to_str().unwrap(), token_file.to_str().unwrap());
+    let set = ["context", "set", "lab", "--endpoint", "https://127.0.0.1:1", "--endpoint", &node.admin_url];
+    let (code, _, err) = cli(&[&set[..], &["--ca-file", ca, "--token-file", token_file]].concat(), &[]);
+    assert_eq!(code, 0, "{err}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&config).unwrap().permissions().mode() & 0o777, 0o600);
+    let (code, out, err) = cli(&["context", "list"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().any(|l| l.starts_with('*') && l.contains("lab")), "the first context becomes current: {out}");
+    let (code, out, err) = cli(&["tenant", "create", "ctx-tenant", "-o", "json"], &[]);
+    assert_eq!(code, 0, "through the second endpoint: {err}");
+    assert!(out.contains("ctx-tenant"), "{out}");
+
+    // A second context; --context picks it, `context use` makes it current.
+    let (code, _, err) = cli(
+        &["context", "set", "dead", "--endpoint", "https://127.0.0.1:1", "--ca-file", ca, "--token-file", token_file],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(&["--context", "dead", "tenant", "list"], &[]);
+    assert_ne!(code, 0, "an unreachable cluster fails: {err}");
+    assert!(err.contains("cannot reach"), "{err}");
+    let (code, _, _) = cli(&["context", "use", "dead"], &[]);
+    assert_eq!(code, 0);
+    let (code, _, _) = cli(&["tenant", "list"], &[]);
+    assert_ne!(code, 0, "the current context is now the dead one");
+    // The environment overrides the context.
+    let (code, out, err) = cli(&["tenant", "list", "-o", "json"], &[("WRIT_ADMIN_URL", &node.admin_url)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ctx-tenant"), "{out}");
+    let (code, _, err) = cli(&["--context", "nope", "tenant", "list"], &[]);
+    assert_eq!(code, 2, "{err}");
+    node.shutdown().await;
+}

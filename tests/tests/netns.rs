@@ -268,6 +268,12 @@ async fn a_cluster_across_network_namespaces_survives_partitions() {
         &format!("{script} partition asym n{leader_id} n{follower} && sleep 4 && {script} heal"),
     );
     eprintln!("asymmetric cut: failover {}", asym["failover"]);
+    cluster.converged().await;
+
+    // 4. A rolling restart of all three nodes and both edges (SIGTERM: a leader hands over,
+    // listeners drain; then the same process starts again), one after another, under load.
+    let rolling = cluster.load_with_fault("rolling", &format!("{script} rolling"));
+    eprintln!("rolling restart: {} ok, {} errors {}", rolling["ok"], rolling["errors"], rolling["kinds"]);
     let (index, digest) = cluster.converged().await;
     eprintln!("converged at index {index}, digest {digest}");
 

@@ -89,10 +89,13 @@ pub struct Page {
     pub limit: Option<u32>,
 }
 
-/// The admin API of one endpoint, as the operator token `token`.
+/// The admin API of a cluster, as the operator token `token`. It has one or more endpoints
+/// (every node serves the admin API): a request goes to the endpoint that answered last, and
+/// to the next one only when it reached none (no connection: nothing can have been executed).
 #[derive(Clone)]
 pub struct AdminClient {
-    base: String,
+    bases: std::sync::Arc<Vec<String>>,
+    preferred: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     token: String,
     http: reqwest::Client,
 }
@@ -111,14 +114,28 @@ impl AdminClient {
         AdminClient::with_http(base, token, b.build().unwrap_or_default())
     }
 
-    /// With a configured HTTP client (TLS roots, client certificate, timeouts).
+    /// With a configured HTTP client (TLS roots, client certificate, timeouts). `base` may list
+    /// several endpoints separated by commas.
     pub fn with_http(base: impl Into<String>, token: impl Into<String>, http: reqwest::Client) -> AdminClient {
-        AdminClient { base: base.into().trim_end_matches('/').to_string(), token: token.into(), http }
+        let base = base.into();
+        let bases: Vec<String> =
+            base.split(',').map(|b| b.trim().trim_end_matches('/').to_string()).filter(|b| !b.is_empty()).collect();
+        AdminClient {
+            bases: std::sync::Arc::new(if bases.is_empty() { vec![base] } else { bases }),
+            preferred: Default::default(),
+            token: token.into(),
+            http,
+        }
     }
 
-    /// The endpoint's base URL.
+    /// The base URL of the endpoint requests go to first.
     pub fn base(&self) -> &str {
-        &self.base
+        &self.bases[self.preferred.load(std::sync::atomic::Ordering::Relaxed) % self.bases.len()]
+    }
+
+    /// Every endpoint, in the order given.
+    pub fn endpoints(&self) -> &[String] {
+        &self.bases
     }
 
     /// `method path` with an optional JSON body, as the operator; the raw answer. For tests of
@@ -129,17 +146,28 @@ impl AdminClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<reqwest::Response, AdminError> {
-        let mut rb = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
-        if let Some(b) = body {
-            rb = rb.json(b);
-        }
-        rb.send().await.map_err(|e| {
-            if e.is_connect() {
-                AdminError::NotReached(format!("cannot reach {}: {e}", self.base))
-            } else {
-                AdminError::Lost(format!("no answer from {}: {e}", self.base))
+        use std::sync::atomic::Ordering;
+        let n = self.bases.len();
+        let start = self.preferred.load(Ordering::Relaxed);
+        let mut not_reached = Vec::new();
+        for i in 0..n {
+            let at = (start + i) % n;
+            let base = &self.bases[at];
+            let mut rb = self.http.request(method.clone(), format!("{base}{path}")).bearer_auth(&self.token);
+            if let Some(b) = body {
+                rb = rb.json(b);
             }
-        })
+            match rb.send().await {
+                Ok(r) => {
+                    self.preferred.store(at, Ordering::Relaxed);
+                    return Ok(r);
+                }
+                // Not connected: nothing was sent, so the next endpoint may be asked.
+                Err(e) if e.is_connect() => not_reached.push(format!("cannot reach {base}: {e}")),
+                Err(e) => return Err(AdminError::Lost(format!("no answer from {base}: {e}"))),
+            }
+        }
+        Err(AdminError::NotReached(not_reached.join("; ")))
     }
 
     /// `method path` with a typed body; a success is decoded as `Resp`, an error body becomes
