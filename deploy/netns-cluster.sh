@@ -237,8 +237,24 @@ probe_of() {
   esac
 }
 
+# Whether every node has applied within 20 entries of the most advanced one (asked through the
+# admin API of any node that answers).
+caught_up() {
+  local url
+  for url in $(for i in 1 2 3; do echo "https://$(addr "n$i"):7443"; done); do
+    "$WRIT" admin --url "$url" --token "$(cat "$DIR/operator-token")" --ca "$DIR/pki/ca.pem" cluster status -o json 2>/dev/null \
+      | python3 -c 'import json,sys
+m = json.load(sys.stdin)["members"]
+a = [x["status"]["last_applied_index"] for x in m if x.get("status")]
+sys.exit(0 if len(a) == len(m) and max(a) - min(a) <= 20 else 1)' && return 0
+  done
+  return 1
+}
+
 # An orderly restart: SIGTERM (a leader hands over, listeners drain), wait for the exit, start
-# again with the same configuration and data, wait until it is ready.
+# again with the same configuration and data, wait until it is ready and — for a node — until it
+# has caught up with the others: restarting the next node before that would leave a majority
+# that cannot acknowledge new entries (the one still catching up), and writes would stall.
 restart() {
   local h="$1" pid log
   pid="$(cat "$DIR/$h.pid")"
@@ -250,6 +266,7 @@ restart() {
   start "$h" "$log.restarted" $(command_of "$h")
   await "$h ready after its restart" 120 curl -sf "$(probe_of "$h")"
   kill -0 "$(cat "$DIR/$h.pid")" 2>/dev/null || die "$h exited after its restart: $(tail -3 "$log.restarted")"
+  case "$h" in n?) await "$h caught up with the other nodes" 240 caught_up ;; esac
   echo "restarted $h"
 }
 

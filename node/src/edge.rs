@@ -325,6 +325,9 @@ pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
     load_or_create_secret(path).map(SealKey::new)
 }
 
+/// Longest an edge holds its first connections while its replica of the ledger loads.
+const REPLICA_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Deadline of one forwarded enrollment.
 const ENROLL_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -419,6 +422,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     let audit = AuditSink::start(ledger.clone());
     let metrics = crate::install_metrics();
     let drain = crate::tls::Drain::default();
+    let drain_handle = drain.clone();
     let mut servers = Vec::new();
     let executor_endpoint = match options.executor {
         None => None,
@@ -468,6 +472,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             Some(format!("http://{bound}"))
         }
     };
+    let replica = verifier.clone();
     let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
         .map_err(std::io::Error::other)?
         .route("/metrics", metrics_route)
@@ -488,9 +493,15 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         trusted_proxies: (!options.trusted_proxies.is_empty()).then(|| Arc::new(options.trusted_proxies)),
         name: "mcp",
     };
-    servers.push(tokio::spawn(crate::tls::serve(listener, app, accept, drain.clone(), crate::DRAIN_DEADLINE)));
+    // Connections are accepted once the replica of the ledger has loaded (up to
+    // REPLICA_WAIT_MAX; they wait in the listen backlog meanwhile), so a restarted edge answers
+    // its first requests instead of refusing them as not current.
+    servers.push(tokio::spawn(async move {
+        let _ = tokio::time::timeout(REPLICA_WAIT_MAX, replica.revisions().wait_for(|r| *r > 0)).await;
+        crate::tls::serve(listener, app, accept, drain, crate::DRAIN_DEADLINE).await
+    }));
     tracing::info!(%url, "edge serving");
-    Ok(RunningEdge { url, local_addr, probe_url, executor_endpoint, drain, servers, audit })
+    Ok(RunningEdge { url, local_addr, probe_url, executor_endpoint, drain: drain_handle, servers, audit })
 }
 
 /// `writ edge --config FILE`.
