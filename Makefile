@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench image cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -84,6 +84,11 @@ bench: deps etcddeps
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
 docs:
 	WRIT_BLESS=1 $(CARGO) test -p writ-api
+
+## image: the OCI image of the release binary (deploy/image/build.sh; no base image, no engine).
+image: deps
+	$(CARGO) build --release --workspace --bins
+	deploy/image/build.sh $(TARGET_DIR)/release/writ .writ/image
 
 cluster-up: build
 	deploy/local-cluster.sh up

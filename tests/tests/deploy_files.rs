@@ -140,3 +140,47 @@ for f in sys.argv[2:]:
         run(Command::new(writ_bin()).args(["edge", "--check", "--config"]).arg(dir.path().join("edge.toml")));
     assert!(ok, "{out}{err}");
 }
+
+/// `deploy/image/build.sh` makes an OCI image without any base image: the layout's digests and
+/// sizes agree with its blobs, the manifest names an OCI config and one gzip layer, and the
+/// layer's files are complete — the binary runs chrooted into them (`writ --version`).
+#[test]
+fn the_oci_image_is_well_formed_and_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("image");
+    let (ok, stdout, err) =
+        run(Command::new(deploy_dir().join("image/build.sh")).arg(writ_bin()).arg(&out).env("WRIT_IMAGE_TAG", "test"));
+    assert!(ok, "{stdout}{err}");
+    let layout = out.join("layout");
+    let blob = |digest: &str| {
+        let hex = digest.strip_prefix("sha256:").expect("sha256 digest");
+        let path = layout.join("blobs/sha256").join(hex);
+        let (ok, sum, _) = run(Command::new("sha256sum").arg(&path));
+        assert!(ok && sum.starts_with(hex), "{digest}: the blob's content does not hash to its name");
+        std::fs::read(&path).unwrap()
+    };
+    let json = |bytes: Vec<u8>| serde_json::from_slice::<serde_json::Value>(&bytes).unwrap();
+    assert_eq!(json(std::fs::read(layout.join("oci-layout")).unwrap())["imageLayoutVersion"], "1.0.0");
+    let index = json(std::fs::read(layout.join("index.json")).unwrap());
+    let entry = &index["manifests"][0];
+    assert_eq!(entry["annotations"]["org.opencontainers.image.ref.name"], "test");
+    let manifest_bytes = blob(entry["digest"].as_str().unwrap());
+    assert_eq!(entry["size"].as_u64(), Some(manifest_bytes.len() as u64));
+    let manifest = json(manifest_bytes);
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.oci.image.config.v1+json");
+    let config_bytes = blob(manifest["config"]["digest"].as_str().unwrap());
+    assert_eq!(manifest["config"]["size"].as_u64(), Some(config_bytes.len() as u64));
+    let config = json(config_bytes);
+    assert_eq!(config["config"]["User"], "10001:10001", "the image runs unprivileged");
+    assert_eq!(config["config"]["Entrypoint"][0], "/usr/local/bin/writ");
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1);
+    assert_eq!(layers[0]["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip");
+    let layer = blob(layers[0]["digest"].as_str().unwrap());
+    assert_eq!(layers[0]["size"].as_u64(), Some(layer.len() as u64));
+    assert!(config["rootfs"]["diff_ids"][0].as_str().unwrap().starts_with("sha256:"));
+    // Everything the binary links is in the layer: it runs with the rootfs as its whole world.
+    let (ok, version, err) =
+        run(Command::new("chroot").arg(out.join("rootfs")).args(["/usr/local/bin/writ", "--version"]));
+    assert!(ok && version.starts_with("writ "), "{version}{err}");
+}
