@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench image cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -84,6 +84,11 @@ bench: deps etcddeps
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
 docs:
 	WRIT_BLESS=1 $(CARGO) test -p writ-api
+
+## client: the slim `writ` (admin, executor, pki; no RocksDB or openraft) in its own target
+## dir, so its feature set never changes the workspace build's.
+client:
+	CARGO_TARGET_DIR=$(CURDIR)/target/client $(CARGO) build --release -p writ-node --no-default-features --bin writ
 
 ## image: the OCI image of the release binary (deploy/image/build.sh; no base image, no engine).
 image: deps

@@ -78,16 +78,7 @@ struct RawRaft {
     keep_entries_behind_snapshot: Option<u64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain of this node.
-    pub cert: PathBuf,
-    /// PEM private key of this node.
-    pub key: PathBuf,
-    /// PEM CA bundle that peer (client and server) certificates must chain to.
-    pub ca: PathBuf,
-}
+pub use crate::pki::TlsConfig;
 
 type RawTls = TlsConfig;
 

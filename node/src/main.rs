@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+#[cfg(feature = "server")]
 use writ_node::config::NodeConfig;
 
 #[derive(Parser)]
@@ -16,8 +17,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// One process: single-node ledger + admin API on loopback (the embedded default).
+    #[cfg(feature = "server")]
     Dev(writ_node::dev::DevArgs),
     /// A ledger node of a cluster.
+    #[cfg(feature = "server")]
     Node {
         /// TOML configuration (WRIT_* environment variables override it).
         #[arg(long)]
@@ -27,6 +30,7 @@ enum Cmd {
         check: bool,
     },
     /// A stateless MCP edge replica in front of a ledger cluster.
+    #[cfg(feature = "server")]
     Edge {
         /// TOML configuration (WRIT_EDGE_* environment variables override it).
         #[arg(long)]
@@ -167,6 +171,7 @@ fn main() -> ExitCode {
                 init_tracing();
                 ExitCode::from(writ_node::executor::run_cli(args).await)
             }
+            #[cfg(feature = "server")]
             Cmd::Dev(args) => {
                 init_tracing();
                 match writ_node::dev::run(args).await {
@@ -177,6 +182,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            #[cfg(feature = "server")]
             Cmd::Edge { config, check: true } => {
                 match writ_node::edge::EdgeFileConfig::load(&config, &|k| std::env::var(k).ok()) {
                     Ok(_) => {
@@ -189,6 +195,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            #[cfg(feature = "server")]
             Cmd::Edge { config, check: false } => {
                 init_tracing();
                 match writ_node::edge::run(&config).await {
@@ -199,6 +206,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            #[cfg(feature = "server")]
             Cmd::Node { config, check } => {
                 init_tracing();
                 let cfg = match NodeConfig::load(&config, &|k| std::env::var(k).ok()) {

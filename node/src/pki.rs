@@ -12,7 +12,17 @@ use std::path::{Path, PathBuf};
 
 use writ_api::role::{Identity, IDENTITY_URI_PREFIX};
 
-use crate::config::TlsConfig;
+/// A credential and the CA it chains to: the `[tls]` of a node, the `[ledger_tls]` of an edge.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle that peer (client and server) certificates must chain to.
+    pub ca: PathBuf,
+}
 
 pub const CA_CERT_FILE: &str = "ca.pem";
 pub const CA_KEY_FILE: &str = "ca-key.pem";

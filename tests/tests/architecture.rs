@@ -196,3 +196,29 @@ fn the_core_has_no_import_circle() {
     circular.get_mut("rejection").expect("rejection module").insert("decide".into());
     assert!(find_cycle(&circular).is_some(), "the cycle finder sees an added circle");
 }
+
+/// The slim client binary (`writ` without the `server` feature: `writ admin`, `writ executor`,
+/// `writ pki` for operators' laptops and site PCs) links no storage, consensus or edge code.
+#[test]
+fn the_slim_client_binary_links_no_storage_or_consensus() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let tree = |extra: &[&str]| {
+        let out = std::process::Command::new(&cargo)
+            .args(["tree", "--locked", "--offline", "--manifest-path", manifest, "-p", "writ-node", "-e", "normal"])
+            .args(["--prefix", "none", "--format", "{p}", "--target", &host_triple()])
+            .args(extra)
+            .output()
+            .expect("cargo tree runs");
+        assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect::<BTreeSet<String>>()
+    };
+    let slim = tree(&["--no-default-features"]);
+    for heavy in ["rocksdb", "librocksdb-sys", "openraft", "writ-raft-store", "writ-mcp-edge"] {
+        assert!(!slim.contains(heavy), "the slim client links {heavy}");
+    }
+    assert!(slim.contains("writ-tenant-admin") && slim.contains("rcgen"), "it still has the admin CLI and the PKI");
+    // The check can fail: the full binary does link them.
+    assert!(tree(&[]).contains("rocksdb"));
+}

@@ -1,0 +1,172 @@
+//! Serving a ledger node: its Raft member and its listeners by purpose (feature `server`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use writ_client::Ledger;
+
+use crate::config::NodeConfig;
+use crate::ledger::{LedgerNode, SystemClock};
+use crate::network::{HttpPeers, HttpRaftNetwork};
+use crate::{edge, http, keys, pki, tls};
+
+/// Exit status of a node that stopped on a fatal error (corrupt storage, a failed fsync, a
+/// panic while applying): a supervisor must not restart it blindly (systemd:
+/// `RestartPreventExitStatus=3`); an operator restores the node from its peers (wipe, rejoin).
+pub const EXIT_FATAL: u8 = 3;
+
+/// Connect timeout for node-to-node HTTP.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a stopping process lets in-flight requests finish.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a stopping leader waits for a successor to take over.
+const HANDOFF_DEADLINE: Duration = Duration::from_secs(3);
+
+/// A node serving on its listeners.
+pub struct RunningNode {
+    pub node: Arc<LedgerNode>,
+    /// The peer listener's bound address.
+    pub local_addr: SocketAddr,
+    /// The peer listener's URL (advertised to peers).
+    pub url: String,
+    /// Where `/v1` is served (the peer listener's URL in one-port mode).
+    pub admin_url: String,
+    /// Where `/healthz`, `/readyz`, `/metrics` are served.
+    pub probe_url: String,
+    drain: tls::Drain,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// An orderly stop: a leader hands leadership to the most caught-up voter first (no
+    /// election timeout for the others to sit out), then the listeners drain their in-flight
+    /// requests, then Raft stops.
+    pub async fn shutdown(self) {
+        self.node.hand_off_leadership(HANDOFF_DEADLINE).await;
+        self.drain.start();
+        for s in self.servers {
+            let _ = s.await;
+        }
+        let _ = self.node.raft.shutdown().await;
+    }
+}
+
+/// Installs the Prometheus recorder once per process and returns its handle.
+pub fn install_metrics() -> Option<PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
+    HANDLE.get_or_init(|| metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok()).clone()
+}
+
+/// Binds, starts the Raft member and serves its listeners by purpose: the peer listener (Raft
+/// and the ledger client API, mutual TLS), the admin API (HTTPS) and the probes (plain HTTP),
+/// the last two on the peer listener unless they have their own addresses.
+pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
+    let check_own =
+        writ_api::role::Identity::new(writ_api::role::Role::Node, &cfg.node_id.to_string()).expect("node id ≥ 1");
+    let cfg_node_id = cfg.node_id;
+    // The node's credential, followed on disk: a rotated certificate must still name this node.
+    let credential = writ_client::tls::CredentialFiles::load(
+        &cfg.tls.cert,
+        &cfg.tls.key,
+        Some(Arc::new(move |cert| match pki::identity_of(cert) {
+            Ok(id) if id == check_own => Ok(()),
+            Ok(id) => Err(format!("names {id}, not {check_own} (issue it with `writ pki issue node {}`)", cfg_node_id)),
+            Err(e) => Err(e),
+        })),
+    )
+    .map_err(std::io::Error::other)?;
+    let split = cfg.admin_listen.is_some() && cfg.probe_listen.is_some();
+    let auth = if split { tls::ClientAuth::Required } else { tls::ClientAuth::Optional };
+    let peer_tls = tls::ServerTls::new(credential.clone(), Some(&cfg.tls.ca), auth).map_err(std::io::Error::other)?;
+    let listener = TcpListener::bind(cfg.listen).await?;
+    let local_addr = listener.local_addr()?;
+    let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("https://{local_addr}"));
+    // Every peer call has a deadline: this default, or the one set per Raft RPC. Raft RPCs and
+    // client calls share one connection per peer over HTTP/2 (ALPN), presenting this node's
+    // credential; heartbeats never queue behind a snapshot.
+    let client_tls =
+        writ_client::ClientTls::with_credential(&cfg.tls.ca, credential.clone()).map_err(std::io::Error::other)?;
+    let http = client_tls
+        .apply(reqwest::Client::builder())
+        .no_proxy()
+        .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .timeout(writ_client::LEDGER_CALL_TIMEOUT)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(std::io::Error::other)?;
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let node = LedgerNode::start(
+        cfg.node_id,
+        url.clone(),
+        &cfg.data_dir,
+        &cfg.raft,
+        HttpRaftNetwork::new(cfg.node_id, http.clone()),
+        Arc::new(SystemClock),
+        Arc::new(HttpPeers::new(http)),
+    )
+    .await?;
+    node.start_reaper();
+    let keys = keys::load_or_create_signer(&cfg.authority.signing_key_file)?;
+    // Executor CA keys come from their own secret, never from the token-signing key.
+    let ca_secret =
+        edge::load_or_create_secret(&cfg.authority.executor_ca_secret_file).map_err(std::io::Error::other)?;
+    let admin = writ_tenant_admin::router(
+        node.clone() as Arc<dyn Ledger>,
+        writ_tenant_admin::AdminConfig {
+            operator_token: cfg.operator_token.clone(),
+            signer: Arc::new(keys.signer),
+            token_audience: cfg.authority.token_audience.clone(),
+            ca_secret,
+        },
+    );
+    let probes = http::probe_router(node.clone(), install_metrics());
+    let drain = tls::Drain::default();
+    let mut servers = Vec::new();
+    let mut peer_app = http::peer_router(node.clone(), drain.clone());
+    let admin_url = match cfg.admin_listen {
+        Some(addr) => {
+            let admin_tls = tls::ServerTls::new(credential.clone(), Some(&cfg.tls.ca), tls::ClientAuth::Optional)
+                .map_err(std::io::Error::other)?;
+            let (bound, task) =
+                tls::spawn(addr, admin, tls::Accept::tls(admin_tls, "admin"), &drain, DRAIN_DEADLINE).await?;
+            servers.push(task);
+            format!("https://{bound}")
+        }
+        None => {
+            peer_app = peer_app.merge(admin);
+            url.clone()
+        }
+    };
+    let probe_url = match cfg.probe_listen {
+        Some(addr) => {
+            let (bound, task) = tls::spawn(addr, probes, tls::Accept::plain("probe"), &drain, DRAIN_DEADLINE).await?;
+            servers.push(task);
+            format!("http://{bound}")
+        }
+        None => {
+            peer_app = peer_app.merge(probes);
+            url.clone()
+        }
+    };
+    servers.push(tokio::spawn(tls::serve(
+        listener,
+        peer_app,
+        tls::Accept::tls(peer_tls, "peer"),
+        drain.clone(),
+        DRAIN_DEADLINE,
+    )));
+    if cfg.bootstrap {
+        let mut members = cfg.members.clone();
+        // A member listed with port 0 (tests, dev) is this node at its bound URL.
+        members.insert(cfg.node_id, url.clone());
+        if let Err(e) = node.initialize(&members).await {
+            tracing::warn!(error = %e, "cluster initialization failed");
+        }
+    }
+    tracing::info!(node_id = cfg.node_id, %url, %admin_url, %probe_url, "node serving");
+    Ok(RunningNode { node, local_addr, url, admin_url, probe_url, drain, servers })
+}
