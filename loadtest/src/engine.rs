@@ -69,8 +69,10 @@ pub struct Recorded {
     pub successes: Vec<(u64, u64)>,
     /// End of every failed request, in ms since the run started.
     pub failures: Vec<u64>,
-    /// When the `--kill-after` command ran, in ms since the run started.
+    /// When the `--kill-after` command returned, in ms since the run started.
     pub killed_at_ms: Option<u64>,
+    /// When it started (a partition-and-heal or rolling-restart command runs for a while).
+    pub fault_started_ms: Option<u64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -106,6 +108,7 @@ impl Recorder {
                     successes: Vec::new(),
                     failures: Vec::new(),
                     killed_at_ms: None,
+                    fault_started_ms: None,
                 },
                 window: histogram(),
                 window_ok: 0,
@@ -180,6 +183,7 @@ pub async fn run<W: Workload>(plan: &Plan, workload: Arc<W>, fault: Option<Fault
         let rec = rec.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until((start + f.after).into()).await;
+            rec.inner.lock().expect("recorder lock").rec.fault_started_ms = Some(rec.ms(Instant::now()));
             let status = tokio::process::Command::new("sh").arg("-c").arg(&f.command).status().await;
             // The fault counts from when its command returned (`kill -9` has then been delivered):
             // a request sent while the shell was still starting is not "after" it.
@@ -287,6 +291,35 @@ pub struct Recovery {
     /// Failures that ended after the fault, and after that first success.
     pub errors_after_fault: u64,
     pub errors_after_recovery: u64,
+    /// Longest error window from the fault's start on: from the last success before a run of
+    /// failures (or the fault's start) to the first success after it (or the run's end).
+    pub longest_error_window_ms: u64,
+}
+
+/// The longest error window at or after `from` ms (see [`Recovery::longest_error_window_ms`]).
+pub fn longest_error_window(rec: &Recorded, from: u64) -> u64 {
+    // Request ends in time order: true = success.
+    let mut ends: Vec<(u64, bool)> =
+        rec.successes.iter().map(|(_, e)| (*e, true)).filter(|(e, _)| *e >= from).collect();
+    ends.extend(rec.failures.iter().filter(|e| **e >= from).map(|e| (*e, false)));
+    ends.sort_unstable();
+    let run_end = rec.elapsed.as_millis() as u64;
+    let (mut longest, mut last_success, mut failing) = (0, from, false);
+    for (t, ok) in ends {
+        if ok {
+            if failing {
+                longest = longest.max(t - last_success);
+                failing = false;
+            }
+            last_success = t;
+        } else {
+            failing = true;
+        }
+    }
+    if failing {
+        longest = longest.max(run_end.saturating_sub(last_success));
+    }
+    longest
 }
 
 /// How the run recovered from its `--kill-after` fault, if it had one.
@@ -307,6 +340,7 @@ pub fn recovery(rec: &Recorded) -> Option<Recovery> {
         longest_gap_ms: gap,
         errors_after_fault: after(killed),
         errors_after_recovery: first.map_or(0, |f| after(killed + f)),
+        longest_error_window_ms: longest_error_window(rec, rec.fault_started_ms.unwrap_or(killed)),
     })
 }
 
@@ -375,10 +409,17 @@ mod tests {
             successes: vec![(0, 10), (900, 1_010), (1_200, 3_500), (3_600, 3_700)],
             failures: vec![500, 1_100, 2_000, 3_600],
             killed_at_ms: Some(1_000),
+            fault_started_ms: Some(800),
         };
         // Sent before the kill but answered after it does not count as recovered.
         let r = recovery(&rec).unwrap();
         assert_eq!((r.first_success_ms, r.longest_gap_ms), (Some(2_500), 2_490));
         assert_eq!((r.errors_after_fault, r.errors_after_recovery), (3, 1));
+        // From the fault's start (800): failures at 1,100 and 2,000 lie between the successes
+        // ending at 1,010 and 3,500; the failure at 3,600 is followed by the success at 3,700.
+        assert_eq!(r.longest_error_window_ms, 3_500 - 1_010);
+        assert_eq!(longest_error_window(&rec, 3_550), 3_700 - 3_550);
+        let never = Recorded { successes: vec![(0, 10)], failures: vec![20, 30], ..rec };
+        assert_eq!(longest_error_window(&never, 0), 10_000 - 10, "failing until the end of the run");
     }
 }

@@ -61,6 +61,9 @@ pub struct Machine {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Failover {
+    /// When the fault command started and when it returned (a partition command may heal
+    /// before it returns).
+    pub fault_started_at_ms: Option<u64>,
     pub killed_at_ms: u64,
     /// From the kill to the first success of a request sent after it.
     pub first_success_after_kill_ms: Option<u64>,
@@ -69,6 +72,9 @@ pub struct Failover {
     /// Requests that failed after the kill, and after the first success following it.
     pub errors_after_kill: u64,
     pub errors_after_recovery: u64,
+    /// Longest stretch, from the fault's start on, in which requests failed (last success
+    /// before to first success after).
+    pub longest_error_window_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -125,6 +131,8 @@ impl Summary {
             machine: Machine { cpus: cpus(), loadavg: loadavg(), loadtest_cpu_s: cpu_seconds(None).unwrap_or(0.0) },
             servers: None,
             failover: recovery(rec).map(|r| Failover {
+                fault_started_at_ms: rec.fault_started_ms,
+                longest_error_window_ms: r.longest_error_window_ms,
                 killed_at_ms: rec.killed_at_ms.unwrap_or_default(),
                 first_success_after_kill_ms: r.first_success_ms,
                 longest_gap_ms: r.longest_gap_ms,
@@ -170,9 +178,11 @@ impl Summary {
         }
         if let Some(f) = &self.failover {
             out += &format!(
-                "  failover: killed at {} ms; first success of a request sent after it {}; longest gap {} ms; \
-                 {} errors after the kill, {} after that first success\n",
+                "  failover: fault from {} ms to {} ms; longest error window {} ms; first success of a request sent \
+                 after it {}; longest gap {} ms; {} errors after the kill, {} after that first success\n",
+                f.fault_started_at_ms.unwrap_or(f.killed_at_ms),
                 f.killed_at_ms,
+                f.longest_error_window_ms,
                 f.first_success_after_kill_ms.map_or("never".into(), |m| format!("after {m} ms")),
                 f.longest_gap_ms,
                 f.errors_after_kill,

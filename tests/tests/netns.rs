@@ -273,7 +273,8 @@ async fn a_cluster_across_network_namespaces_survives_partitions() {
     // 4. A rolling restart of all three nodes and both edges (SIGTERM: a leader hands over,
     // listeners drain; then the same process starts again), one after another, under load.
     let rolling = cluster.load_with_fault("rolling", &format!("{script} rolling"));
-    eprintln!("rolling restart: {} ok, {} errors {}", rolling["ok"], rolling["errors"], rolling["kinds"]);
+    eprintln!("rolling restart: {} ok, {} errors, failover {}", rolling["ok"], rolling["errors"], rolling["failover"]);
+    assert!(rolling["failover"]["longest_error_window_ms"].is_u64(), "{}", rolling["failover"]);
     let (index, digest) = cluster.converged().await;
     eprintln!("converged at index {index}, digest {digest}");
 
