@@ -148,7 +148,7 @@ fn operator_token(dir: &Path) -> std::io::Result<String> {
         }
     }
     let token = format!("writ-dev-{}", hex::encode(rand::random::<[u8; 24]>()));
-    crate::keys::write_private(&path, &format!("{token}\n"))?;
+    writ_client::files::replace(&path, &format!("{token}\n"), true)?;
     Ok(token)
 }
 
@@ -245,7 +245,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         }));
     }
     let env_path = args.data_dir.join("env");
-    crate::keys::write_private(
+    writ_client::files::replace(
         &env_path,
         &format!(
             "export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\nexport WRIT_CA_FILE={}\nexport WRIT_MCP_URL={}\nexport WRIT_DEMO_TOKEN={demo_token}\n",
@@ -253,6 +253,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             ca_file.display(),
             edge.url
         ),
+        true,
     )?;
     let exe = std::env::current_exe().ok().and_then(|p| {
         let cwd = std::env::current_dir().ok()?;

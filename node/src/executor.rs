@@ -255,7 +255,7 @@ pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> R
     }
     let e: ExecutorEnrollment = r.json().await.map_err(|e| format!("enrollment answer: {e}"))?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    crate::keys::write_private(&out.join("executor.key"), &key.serialize_pem())
+    writ_client::files::replace(&out.join("executor.key"), &key.serialize_pem(), true)
         .map_err(|e| format!("executor.key: {e}"))?;
     let write = |name: &str, text: &str| std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"));
     write("executor.crt", &format!("{}{}", e.enrolled.certificate, e.enrolled.ca_certificate))?;

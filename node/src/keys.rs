@@ -15,12 +15,6 @@ pub struct NodeKeys {
 }
 
 /// Loads the signing key at `path`, generating it first if the file does not exist.
-/// Writes `text` to `path`, readable by the owner only (0600).
-pub fn write_private(path: &Path, text: &str) -> io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(path)?;
-    f.write_all(text.as_bytes())
-}
-
 pub fn load_or_create_signer(path: &Path) -> io::Result<NodeKeys> {
     let pem = match std::fs::read_to_string(path) {
         Ok(pem) => pem,

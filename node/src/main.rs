@@ -57,37 +57,32 @@ enum PkiCmd {
     },
     /// Issue a credential `<role>-<id>.pem` + `<role>-<id>-key.pem` (0600) naming
     /// `urn:writ:<role>:<id>`, signed by DIR's CA.
-    Issue {
-        /// node, edge or operator.
-        role: String,
-        /// A node's id (a number), or an edge's or operator's name.
-        id: String,
-        #[arg(long)]
-        dir: PathBuf,
-        /// A host name or IP address the credential serves under (repeatable).
-        #[arg(long = "host")]
-        hosts: Vec<String>,
-        /// Validity in days.
-        #[arg(long, default_value_t = writ_node::pki::LEAF_VALIDITY_DAYS_DEFAULT)]
-        days: u32,
-    },
+    Issue(CredentialArgs),
     /// Replace an issued credential with a new key and certificate, atomically: running
     /// processes pick it up from their next handshake, no restart.
-    Renew {
-        role: String,
-        id: String,
-        #[arg(long)]
-        dir: PathBuf,
-        #[arg(long = "host")]
-        hosts: Vec<String>,
-        #[arg(long, default_value_t = writ_node::pki::LEAF_VALIDITY_DAYS_DEFAULT)]
-        days: u32,
-    },
+    Renew(CredentialArgs),
     /// Every certificate in DIR with its identity, serial and expiry (soonest first).
     List {
         #[arg(long)]
         dir: PathBuf,
     },
+}
+
+/// What `writ pki issue` and `writ pki renew` take.
+#[derive(clap::Args)]
+struct CredentialArgs {
+    /// node, edge or operator.
+    role: String,
+    /// A node's id (a number), or an edge's or operator's name.
+    id: String,
+    #[arg(long)]
+    dir: PathBuf,
+    /// A host name or IP address the credential serves under (repeatable).
+    #[arg(long = "host")]
+    hosts: Vec<String>,
+    /// Validity in days.
+    #[arg(long, default_value_t = writ_node::pki::LEAF_VALIDITY_DAYS_DEFAULT)]
+    days: u32,
 }
 
 fn identity_arg(role: &str, id: &str) -> Option<writ_api::role::Identity> {
@@ -118,15 +113,15 @@ fn pki_list(dir: &std::path::Path) -> Result<String, std::io::Error> {
 fn pki(cmd: PkiCmd) -> ExitCode {
     let done = match cmd {
         PkiCmd::Init { dir } => writ_node::pki::init(&dir).map(|p| format!("created the cluster CA {}", p.display())),
-        PkiCmd::Issue { role, id, dir, hosts, days } => {
-            let Some(identity) = identity_arg(&role, &id) else { return ExitCode::from(2) };
-            writ_node::pki::issue(&dir, &identity, &hosts, days)
+        PkiCmd::Issue(a) => {
+            let Some(identity) = identity_arg(&a.role, &a.id) else { return ExitCode::from(2) };
+            writ_node::pki::issue(&a.dir, &identity, &a.hosts, a.days)
                 .map(|t| format!("issued {} for {identity} (key {})", t.cert.display(), t.key.display()))
         }
-        PkiCmd::Renew { role, id, dir, hosts, days } => {
-            let Some(identity) = identity_arg(&role, &id) else { return ExitCode::from(2) };
-            writ_node::pki::renew(&dir, &identity, &hosts, days)
-                .map(|t| format!("renewed {} for {identity} (valid {days} days)", t.cert.display()))
+        PkiCmd::Renew(a) => {
+            let Some(identity) = identity_arg(&a.role, &a.id) else { return ExitCode::from(2) };
+            writ_node::pki::renew(&a.dir, &identity, &a.hosts, a.days)
+                .map(|t| format!("renewed {} for {identity} (valid {} days)", t.cert.display(), a.days))
         }
         PkiCmd::List { dir } => pki_list(&dir),
     };

@@ -127,12 +127,8 @@ pub fn renew(dir: &Path, identity: &Identity, hosts: &[String], days: u32) -> io
         ));
     }
     let (cert, key) = sign(dir, identity, hosts, days)?;
-    for (path, text, private) in [(&files.key, &key, true), (&files.cert, &cert, false)] {
-        let next = path.with_extension("pem.next");
-        let _ = std::fs::remove_file(&next);
-        create(&next, text, private)?;
-        std::fs::rename(&next, path)?;
-    }
+    writ_client::files::replace(&files.key, &key, true)?;
+    writ_client::files::replace(&files.cert, &cert, false)?;
     Ok(files)
 }
 

@@ -45,7 +45,8 @@ pub enum ClientAuth {
 }
 
 struct Cached {
-    ca_stamp: FileStamp,
+    /// The CA bundle's version in use (`None`: no bundle, nothing to follow).
+    ca_stamp: Option<FileStamp>,
     checked: Instant,
     config: Arc<ServerConfig>,
 }
@@ -68,7 +69,7 @@ impl ServerTls {
     ) -> Result<Arc<ServerTls>, String> {
         let ca = ca.map(Path::to_path_buf);
         let config = Self::build(&credential, ca.as_deref(), auth)?;
-        let ca_stamp = ca.as_deref().map(FileStamp::of).unwrap_or(FileStamp::of(Path::new("")));
+        let ca_stamp = ca.as_deref().map(FileStamp::of);
         Ok(Arc::new(ServerTls {
             credential,
             ca,
@@ -104,7 +105,7 @@ impl ServerTls {
         let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ca) = self.ca.as_deref().filter(|_| cached.checked.elapsed() >= RELOAD_CHECK_PERIOD) {
             cached.checked = Instant::now();
-            let stamp = FileStamp::of(ca);
+            let stamp = Some(FileStamp::of(ca));
             if stamp != cached.ca_stamp {
                 match Self::build(&self.credential, Some(ca), self.auth) {
                     Ok(c) => {

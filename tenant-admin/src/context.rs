@@ -87,23 +87,12 @@ impl ContextFile {
 
     /// Writes the file (0600, created with its directory when missing), atomically.
     pub fn save(&self, path: &Path) -> Result<(), String> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         self.check()?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         let text = toml::to_string(self).map_err(|e| e.to_string())?;
-        let next = path.with_extension("toml.next");
-        let _ = std::fs::remove_file(&next);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&next)
-            .map_err(|e| format!("{}: {e}", next.display()))?;
-        f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", next.display()))?;
-        std::fs::rename(&next, path).map_err(|e| format!("{}: {e}", path.display()))
+        writ_client::files::replace(path, &text, true).map_err(|e| e.to_string())
     }
 
     /// The context named `name`, else the current one.

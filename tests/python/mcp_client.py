@@ -14,8 +14,8 @@ import sys
 
 import httpx2
 from mcp import types
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
+
+from writ_mcp import session, tool_names
 
 
 class RoundRobin(httpx2.AsyncBaseTransport):
@@ -46,20 +46,8 @@ async def main():
         return types.ElicitResult(action="accept", content={"name": "Ada"})
 
     report = {}
-    async with Client(
-        streamable_http_client(url, http_client=http, terminate_on_close=False),
-        mode="2026-07-28",
-        elicitation_callback=elicit,
-        cache=None,
-    ) as client:
-        names, cursor = [], None
-        while True:
-            page = await client.list_tools(cursor=cursor)
-            names += [t.name for t in page.tools]
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        report["tools"] = names
+    async with session(url, http, elicitation_callback=elicit) as client:
+        report["tools"] = await tool_names(client)
         read = await client.call_tool(read_tool, {})
         report["read"] = {"is_error": read.is_error, "structured": read.structured_content}
         greeted = await client.call_tool(mrtr_tool, {})

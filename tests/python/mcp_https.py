@@ -13,26 +13,16 @@ import ssl
 import sys
 
 import httpx2
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
+
+from writ_mcp import session, tool_names
 
 
 async def main():
     url, token, ca_file = sys.argv[1:4]
     verify = ssl.create_default_context(cafile=ca_file)
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=30)
-    async with Client(
-        streamable_http_client(url, http_client=http, terminate_on_close=False),
-        mode="2026-07-28",
-        cache=None,
-    ) as client:
-        names, cursor = [], None
-        while True:
-            page = await client.list_tools(cursor=cursor)
-            names += [t.name for t in page.tools]
-            cursor = page.next_cursor
-            if not cursor:
-                break
+    async with session(url, http) as client:
+        names = await tool_names(client)
     print(json.dumps({"tools": names}))
 
 

@@ -22,14 +22,19 @@ fn run(cmd: &mut Command) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
-fn units() -> Vec<PathBuf> {
-    let mut units: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join("systemd"))
-        .expect("deploy/systemd")
+/// The files of `deploy/<sub>` ending in `.<ext>`, sorted.
+fn files_in(sub: &str, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join(sub))
+        .unwrap_or_else(|e| panic!("deploy/{sub}: {e}"))
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "service"))
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect();
-    units.sort();
-    units
+    files.sort();
+    files
+}
+
+fn units() -> Vec<PathBuf> {
+    files_in("systemd", "service")
 }
 
 #[test]
@@ -66,13 +71,7 @@ fn systemd_units_verify_and_are_hardened() {
 }
 
 fn manifests() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join("kubernetes"))
-        .expect("deploy/kubernetes")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
+    files_in("kubernetes", "yaml")
 }
 
 #[test]

@@ -124,23 +124,14 @@ impl NetnsCluster {
         .await
     }
 
-    /// `writ-loadtest writ --verify` from the root namespace through both HTTPS edges, running
-    /// `fault` (a shell command) 3 s in; returns its JSON summary.
-    fn load_with_fault(&self, label: &str, fault: &str) -> Value {
+    /// `writ-loadtest writ --verify` for `duration_s` from the root namespace through both HTTPS
+    /// edges, running `fault` (a shell command) 3 s in; returns its JSON summary.
+    fn load_with_fault(&self, label: &str, duration_s: u32, fault: &str) -> Value {
         let env = self.env();
         let json = self.dir.path().join(format!("{label}.json"));
         let out = Command::new(writ_bin().with_file_name("writ-loadtest"))
-            .args([
-                "writ",
-                "--duration",
-                "12",
-                "--concurrency",
-                "6",
-                "--verify",
-                "--quiet",
-                "--audience",
-                "urn:writ:mcp",
-            ])
+            .args(["writ", "--duration", &duration_s.to_string()])
+            .args(["--concurrency", "6", "--verify", "--quiet", "--audience", "urn:writ:mcp"])
             .args(["--admin-urls", &env["WRIT_NODE_URLS"], "--edges", &env["WRIT_MCP_URLS"]])
             .args(["--executor-urls", &env["WRIT_EXECUTOR_URLS"], "--prefix", label, "--kill-after", "3"])
             .args(["--kill-cmd", fault, "--writ-bin"])
@@ -234,7 +225,8 @@ async fn a_cluster_across_network_namespaces_survives_partitions() {
 
     // 1. The leader isolated from every host for 4 s: a new leader, nothing acknowledged lost.
     let script = root().join("deploy/netns-cluster.sh").display().to_string();
-    let leader = cluster.load_with_fault("leader", &format!("{script} partition leader && sleep 4 && {script} heal"));
+    let leader =
+        cluster.load_with_fault("leader", 12, &format!("{script} partition leader && sleep 4 && {script} heal"));
     eprintln!("leader isolated: failover {}", leader["failover"]);
     let after_leader = cluster.converged().await;
     assert!(after_leader.0 > before.0);
@@ -249,7 +241,7 @@ async fn a_cluster_across_network_namespaces_survives_partitions() {
          {script} heal",
         closed = closed.display()
     );
-    let edge = cluster.load_with_fault("edge", &fault);
+    let edge = cluster.load_with_fault("edge", 12, &fault);
     assert!(closed.exists(), "edge 1 did not fail closed while cut from the nodes: {}", edge["errors"]);
     cluster.converged().await;
     eventually("edge 1 ready again after the heal", Duration::from_secs(30), || async {
@@ -265,6 +257,7 @@ async fn a_cluster_across_network_namespaces_survives_partitions() {
     let follower = (1..=3).find(|i| *i != leader_id).unwrap();
     let asym = cluster.load_with_fault(
         "asym",
+        12,
         &format!("{script} partition asym n{leader_id} n{follower} && sleep 4 && {script} heal"),
     );
     eprintln!("asymmetric cut: failover {}", asym["failover"]);
@@ -272,7 +265,7 @@ async fn a_cluster_across_network_namespaces_survives_partitions() {
 
     // 4. A rolling restart of all three nodes and both edges (SIGTERM: a leader hands over,
     // listeners drain; then the same process starts again), one after another, under load.
-    let rolling = cluster.load_with_fault("rolling", &format!("{script} rolling"));
+    let rolling = cluster.load_with_fault("rolling", 45, &format!("{script} rolling"));
     eprintln!("rolling restart: {} ok, {} errors, failover {}", rolling["ok"], rolling["errors"], rolling["failover"]);
     assert!(rolling["failover"]["longest_error_window_ms"].is_u64(), "{}", rolling["failover"]);
     let (index, digest) = cluster.converged().await;
