@@ -9,6 +9,8 @@ SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
 KUBERNETES_VALIDATE_VERSION := 1.37.0
+# Generates and checks api/workspace-hack (feature unification; see `lint`).
+HAKARI_VERSION := 0.9.39
 # The MCP conformance runner (pinned; 0.2.x has the 2026-07-28 requirements) and the Node it needs.
 CONFORMANCE_VERSION := 0.2.0-alpha.12
 NODE_MAJOR := 22
@@ -32,8 +34,10 @@ deps:
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup.rs)"; exit 1; }
 
-# Every build selects the whole workspace: a narrower selection (e.g. `-p writ-node`) unifies
-# features differently and would rebuild RocksDB's C++ from scratch (~30 min on 2 cores).
+# A narrower selection (`cargo build -p writ-node`, `cargo test -p writ-raft-store`) reuses the
+# workspace build's RocksDB: every member that builds it depends on api/workspace-hack, which
+# carries the workspace's union of features (kept current by cargo-hakari; checked by `lint` and
+# by tests/tests/architecture.rs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 build: deps
@@ -47,6 +51,10 @@ dev: build
 # that keeps its separate librocksdb-sys build unit from compiling RocksDB's C++ again.
 lint: deps
 	$(CARGO) fmt --all -- --check
+	@cargo-hakari --version 2>/dev/null | grep -qx "cargo-hakari $(HAKARI_VERSION)" || \
+	  $(CARGO) install --quiet --locked cargo-hakari --version $(HAKARI_VERSION)
+	$(CARGO) hakari generate --diff --quiet
+	$(CARGO) hakari verify --quiet
 	ROCKSDB_LIB_DIR=$(CURDIR)/target/clippy-no-link $(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;

@@ -5,6 +5,10 @@
 //!
 //! Only normal (non-dev, non-build) dependencies count, transitively. The checker itself is
 //! tested on a small graph so that a forbidden edge is seen to fail it.
+//!
+//! And one build invariant: building one crate alone (`cargo build -p writ-node`, `cargo test
+//! -p writ-raft-store`) resolves RocksDB's build inputs exactly as the workspace build does, so
+//! it reuses the compiled C++ instead of spending minutes on it again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,13 +56,19 @@ fn graph_from_metadata(meta: &Value) -> Graph {
         let deps = graph.entry(name).or_default();
         for dep in node["deps"].as_array().expect("deps") {
             let normal = dep["dep_kinds"].as_array().expect("dep_kinds").iter().any(|k| k["kind"].is_null());
-            if normal {
-                deps.insert(names[dep["pkg"].as_str().expect("pkg")].to_string());
+            let name = names[dep["pkg"].as_str().expect("pkg")];
+            // The workspace-hack only unifies features (see `one_crate_alone_builds_rocksdb_as_the_workspace_does`);
+            // it exports nothing, so a crate can use only what it names itself.
+            if normal && name != WORKSPACE_HACK {
+                deps.insert(name.to_string());
             }
         }
     }
     graph
 }
+
+/// The feature-unification crate every member but the pure core depends on (api/workspace-hack).
+const WORKSPACE_HACK: &str = "writ-workspace-hack";
 
 /// Every path from `root` to a package in `forbidden`, as "a → b → c".
 fn forbidden_paths(graph: &Graph, root: &str, forbidden: &[&str]) -> Vec<String> {
@@ -221,4 +231,76 @@ fn the_slim_client_binary_links_no_storage_or_consensus() {
     assert!(slim.contains("writ-tenant-admin") && slim.contains("rcgen"), "it still has the admin CLI and the PKI");
     // The check can fail: the full binary does link them.
     assert!(tree(&[]).contains("rocksdb"));
+}
+
+/// The packages (with their resolved features) that `librocksdb-sys` is built from, in a
+/// `cargo tree` of `selection`: anything that differs between two selections makes cargo build
+/// RocksDB's C++ a second time.
+fn rocksdb_build_inputs(selection: &[&str]) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--locked", "--offline", "--manifest-path", manifest, "--target", &host_triple()])
+        .args(["--prefix", "depth", "--format", "{p} [{f}]"])
+        .args(selection)
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    // The tree as edges between "name version [features]" nodes; "(*)" marks a node whose
+    // dependencies were printed where it first appeared.
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut parents: Vec<String> = Vec::new();
+    let mut roots: BTreeSet<String> = BTreeSet::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let digits = line.chars().take_while(char::is_ascii_digit).count();
+        let Ok(depth) = line[..digits].parse::<usize>() else { continue };
+        let node = line[digits..].trim_end_matches(" (*)").to_string();
+        parents.truncate(depth);
+        if let Some(parent) = parents.last() {
+            edges.entry(parent.clone()).or_default().insert(node.clone());
+        }
+        if node.starts_with("librocksdb-sys ") {
+            roots.insert(node.clone());
+        }
+        parents.push(node);
+    }
+    let mut inputs = BTreeSet::new();
+    let mut stack: Vec<String> = roots.into_iter().collect();
+    while let Some(node) = stack.pop() {
+        if inputs.insert(node.clone()) {
+            stack.extend(edges.get(&node).into_iter().flatten().cloned());
+        }
+    }
+    inputs
+}
+
+/// `cargo build -p X` resolves features for X alone, so without the workspace-hack a build
+/// dependency of RocksDB's (bindgen's `syn`, `regex`…) gets other features than in the
+/// workspace build and cargo compiles RocksDB's C++ again (about 12 minutes). Every member
+/// that builds RocksDB depends on the hack, which carries the workspace's union of features.
+#[test]
+fn one_crate_alone_builds_rocksdb_as_the_workspace_does() {
+    // The dependency rules above skip the hack's edges; that is sound only while it exports nothing.
+    let hack = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../api/workspace-hack/src/lib.rs"))
+        .expect("read the hack's lib.rs");
+    assert!(hack.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with("//")), "{hack}");
+    let workspace = rocksdb_build_inputs(&["--workspace", "-e", "normal,build,dev"]);
+    assert!(workspace.iter().any(|n| n.starts_with("bindgen ")), "RocksDB is built with bindgen: {workspace:#?}");
+    assert_eq!(rocksdb_build_inputs(&["--workspace", "-e", "normal,build"]), workspace, "cargo build vs cargo test");
+    let graph = workspace_graph();
+    let builds_rocksdb: Vec<&String> = graph
+        .keys()
+        .filter(|p| p.starts_with("writ-") && !forbidden_paths(&graph, p, &["librocksdb-sys"]).is_empty())
+        .collect();
+    assert!(builds_rocksdb.len() >= 3, "the store, the node and the tests build RocksDB: {builds_rocksdb:?}");
+    for member in builds_rocksdb {
+        for edges in ["normal,build", "normal,build,dev"] {
+            let alone = rocksdb_build_inputs(&["-p", member, "-e", edges]);
+            let differs: Vec<&String> = alone.symmetric_difference(&workspace).collect();
+            assert!(
+                differs.is_empty(),
+                "cargo build -p {member} ({edges}) would rebuild RocksDB; it differs in {differs:#?}"
+            );
+        }
+    }
 }
