@@ -233,50 +233,65 @@ fn the_slim_client_binary_links_no_storage_or_consensus() {
     assert!(tree(&[]).contains("rocksdb"));
 }
 
-/// The packages (with their resolved features) that `librocksdb-sys` is built from, in a
-/// `cargo tree` of `selection`: anything that differs between two selections makes cargo build
-/// RocksDB's C++ a second time.
-fn rocksdb_build_inputs(selection: &[&str]) -> BTreeSet<String> {
+/// What cargo would build RocksDB's C++ from under `selection` (e.g. `build -p writ-node`): the
+/// unit that runs librocksdb-sys's build script, with every unit below it — package, target,
+/// mode, features, profile (its name aside: `test` and `dev` share artifacts) and platform — from
+/// cargo's unit graph. Two selections with different answers compile the C++ twice. The unit
+/// graph is the only faithful view: `cargo tree` shows features but not, say, that a build
+/// dependency shared with a normal one is built with the normal one's debuginfo.
+fn rocksdb_build_unit(selection: &[&str]) -> BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
     let out = std::process::Command::new(cargo)
-        .args(["tree", "--locked", "--offline", "--manifest-path", manifest, "--target", &host_triple()])
-        .args(["--prefix", "depth", "--format", "{p} [{f}]"])
         .args(selection)
+        .args(["--locked", "--offline", "--manifest-path", manifest, "--unit-graph", "-Z", "unstable-options"])
+        // `--unit-graph` is unstable; it only prints cargo's build plan and compiles nothing.
+        .env("RUSTC_BOOTSTRAP", "1")
         .output()
-        .expect("cargo tree runs");
-    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
-    // The tree as edges between "name version [features]" nodes; "(*)" marks a node whose
-    // dependencies were printed where it first appeared.
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut parents: Vec<String> = Vec::new();
-    let mut roots: BTreeSet<String> = BTreeSet::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let digits = line.chars().take_while(char::is_ascii_digit).count();
-        let Ok(depth) = line[..digits].parse::<usize>() else { continue };
-        let node = line[digits..].trim_end_matches(" (*)").to_string();
-        parents.truncate(depth);
-        if let Some(parent) = parents.last() {
-            edges.entry(parent.clone()).or_default().insert(node.clone());
+        .expect("cargo runs");
+    assert!(out.status.success(), "cargo --unit-graph failed: {}", String::from_utf8_lossy(&out.stderr));
+    let graph: Value = serde_json::from_slice(&out.stdout).expect("the unit graph is JSON");
+    let units = graph["units"].as_array().expect("units");
+    let describe = |u: &Value| {
+        let mut profile = u["profile"].clone();
+        profile.as_object_mut().expect("profile").remove("name");
+        let id = u["pkg_id"].as_str().expect("pkg_id");
+        let package = id.rsplit('#').next().unwrap_or(id);
+        format!("{package} {} {} {} {profile} {}", u["target"]["kind"], u["mode"], u["features"], u["platform"])
+    };
+    let root = units
+        .iter()
+        .position(|u| {
+            u["pkg_id"].as_str().is_some_and(|id| id.contains("librocksdb-sys")) && u["mode"] == "run-custom-build"
+        })
+        .unwrap_or_else(|| panic!("{selection:?} builds RocksDB"));
+    let mut below = BTreeSet::new();
+    let mut stack = vec![root];
+    while let Some(at) = stack.pop() {
+        if below.insert(at) {
+            stack.extend(
+                units[at]["dependencies"]
+                    .as_array()
+                    .expect("deps")
+                    .iter()
+                    .map(|d| d["index"].as_u64().expect("index") as usize),
+            );
         }
-        if node.starts_with("librocksdb-sys ") {
-            roots.insert(node.clone());
-        }
-        parents.push(node);
     }
-    let mut inputs = BTreeSet::new();
-    let mut stack: Vec<String> = roots.into_iter().collect();
-    while let Some(node) = stack.pop() {
-        if inputs.insert(node.clone()) {
-            stack.extend(edges.get(&node).into_iter().flatten().cloned());
+    // Every unit and every edge between them (the same units wired differently differ too).
+    let mut plan: BTreeSet<String> = below.iter().map(|&at| describe(&units[at])).collect();
+    for &at in &below {
+        for dep in units[at]["dependencies"].as_array().expect("deps") {
+            let to = &units[dep["index"].as_u64().expect("index") as usize];
+            plan.insert(format!("{} → {}", describe(&units[at]), describe(to)));
         }
     }
-    inputs
+    plan
 }
 
-/// `cargo build -p X` resolves features for X alone, so without the workspace-hack a build
-/// dependency of RocksDB's (bindgen's `syn`, `regex`…) gets other features than in the
-/// workspace build and cargo compiles RocksDB's C++ again (about 12 minutes). Every member
+/// `cargo build -p X` resolves features for X alone, so without the workspace-hack the build
+/// tools of RocksDB's (bindgen, its `syn`, `regex`, `bitflags`…) are built differently than in
+/// the workspace build and cargo compiles RocksDB's C++ again (about 12 minutes). Every member
 /// that builds RocksDB depends on the hack, which carries the workspace's union of features.
 #[test]
 fn one_crate_alone_builds_rocksdb_as_the_workspace_does() {
@@ -284,23 +299,23 @@ fn one_crate_alone_builds_rocksdb_as_the_workspace_does() {
     let hack = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../api/workspace-hack/src/lib.rs"))
         .expect("read the hack's lib.rs");
     assert!(hack.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with("//")), "{hack}");
-    let workspace = rocksdb_build_inputs(&["--workspace", "-e", "normal,build,dev"]);
-    assert!(workspace.iter().any(|n| n.starts_with("bindgen ")), "RocksDB is built with bindgen: {workspace:#?}");
-    assert_eq!(rocksdb_build_inputs(&["--workspace", "-e", "normal,build"]), workspace, "cargo build vs cargo test");
+
+    let workspace = rocksdb_build_unit(&["build", "--workspace"]);
+    assert!(workspace.iter().any(|u| u.contains("bindgen@")), "RocksDB is built with bindgen: {workspace:#?}");
     let graph = workspace_graph();
     let builds_rocksdb: Vec<&String> = graph
         .keys()
         .filter(|p| p.starts_with("writ-") && !forbidden_paths(&graph, p, &["librocksdb-sys"]).is_empty())
         .collect();
     assert!(builds_rocksdb.len() >= 3, "the store, the node and the tests build RocksDB: {builds_rocksdb:?}");
-    for member in builds_rocksdb {
-        for edges in ["normal,build", "normal,build,dev"] {
-            let alone = rocksdb_build_inputs(&["-p", member, "-e", edges]);
-            let differs: Vec<&String> = alone.symmetric_difference(&workspace).collect();
-            assert!(
-                differs.is_empty(),
-                "cargo build -p {member} ({edges}) would rebuild RocksDB; it differs in {differs:#?}"
-            );
-        }
+    let mut selections = vec![vec!["test", "--workspace", "--no-run"]];
+    for member in &builds_rocksdb {
+        selections.push(vec!["build", "-p", member]);
+        selections.push(vec!["test", "-p", member, "--no-run"]);
+    }
+    for selection in selections {
+        let alone = rocksdb_build_unit(&selection);
+        let differs: Vec<&String> = alone.symmetric_difference(&workspace).collect();
+        assert!(differs.is_empty(), "cargo {selection:?} would compile RocksDB again; units that differ: {differs:#?}");
     }
 }
