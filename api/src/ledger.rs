@@ -241,6 +241,15 @@ pub enum Command {
         principal: String,
         quotas: PrincipalQuotasV2,
     },
+    /// A principal's act on an operation (answer, cancel, observe, decide) submitted by an edge
+    /// on the principal's behalf: `authority_ref` names the token (or tenant issuer) the edge
+    /// admitted the request under, and the ledger re-derives that authority and checks the
+    /// scope the act needs before deciding `command` (SPEC S3; see
+    /// `decide::operation::on_behalf_of`). Edges may submit those acts only this way.
+    OnBehalfOf {
+        authority_ref: String,
+        command: Box<Command>,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -296,6 +305,25 @@ impl Command {
             | Command::ExpireDue { .. }
             | Command::RefuseDispatch { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
+            Command::OnBehalfOf { command, .. } => command.domain(),
+        }
+    }
+
+    /// A principal's act on an operation — answer, cancel, observe, decide: the principal it
+    /// is by and the scope it needs. Edges submit these only inside [`Command::OnBehalfOf`].
+    pub fn principal_act(&self) -> Option<(&str, &'static str)> {
+        use crate::operation::{
+            APPROVAL_REQUEST, APPROVE_SCOPE, CANCEL_SCOPE, DECIDE_SCOPE, EXECUTE_SCOPE, OBSERVE_SCOPE,
+        };
+        match self {
+            Command::AnswerInputs { by_principal_id, answers, .. } if answers.contains_key(APPROVAL_REQUEST) => {
+                Some((by_principal_id, APPROVE_SCOPE))
+            }
+            Command::AnswerInputs { by_principal_id, .. } => Some((by_principal_id, EXECUTE_SCOPE)),
+            Command::CancelOperation { by_principal_id, .. } => Some((by_principal_id, CANCEL_SCOPE)),
+            Command::RecordObservation { observer_id, .. } => Some((observer_id, OBSERVE_SCOPE)),
+            Command::DecideOperation { by_principal_id, .. } => Some((by_principal_id, DECIDE_SCOPE)),
+            _ => None,
         }
     }
 
@@ -335,6 +363,11 @@ impl Command {
             Command::SubmitOperation { spec, .. } => RejectionSubject {
                 principal_id: Some(spec.principal_id.clone()),
                 token_id: Some(spec.authority_ref.clone()),
+                parent_token_id: None,
+            },
+            Command::OnBehalfOf { authority_ref, command } => RejectionSubject {
+                principal_id: command.principal_act().map(|(p, _)| p.to_string()),
+                token_id: Some(authority_ref.clone()),
                 parent_token_id: None,
             },
             _ => RejectionSubject::default(),
@@ -379,6 +412,7 @@ impl Command {
             Command::RefuseDispatch { .. } => "refuse_dispatch",
             Command::AnswerInputs { .. } => "answer_inputs",
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
+            Command::OnBehalfOf { command, .. } => command.kind(),
         }
     }
 
@@ -420,6 +454,7 @@ impl Command {
             | Command::AnswerInputs { tenant_id, .. }
             | Command::SetPrincipalQuotasV2 { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
+            Command::OnBehalfOf { command, .. } => command.stream(),
         }
     }
 }

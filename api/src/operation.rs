@@ -54,6 +54,14 @@ pub const INPUT_REQUEST_BYTES_MAX: usize = 8 * 1024;
 pub const APPROVAL_REQUEST: &str = "approval";
 /// The scope a principal needs to approve another principal's critical operation.
 pub const APPROVE_SCOPE: &str = "ops:approve";
+/// The scopes of a principal's acts on operations, checked by the edge and again by the ledger
+/// (`Command::OnBehalfOf`): submit one and answer its inputs, cancel one, observe an effect,
+/// accept or reject a reported effect, read operations.
+pub const EXECUTE_SCOPE: &str = "ops:execute";
+pub const CANCEL_SCOPE: &str = "ops:cancel";
+pub const OBSERVE_SCOPE: &str = "observe:capture";
+pub const DECIDE_SCOPE: &str = "ops:accept";
+pub const READ_SCOPE: &str = "ops:read";
 
 /// The approval request (JSON text) the ledger adds to a critical operation.
 pub fn approval_request(payload_hash: &str) -> String {

@@ -62,21 +62,24 @@ impl Role {
         match self {
             Role::Node => true,
             Role::Operator => false,
-            Role::Edge => matches!(
-                command,
-                Command::RecordDecisions { .. }
-                    | Command::LeaseRequestQuota { .. }
-                    | Command::SubmitOperation { .. }
-                    | Command::DispatchOperation { .. }
-                    | Command::StartAttempt { .. }
-                    | Command::RenewAttemptLease { .. }
-                    | Command::ReportAttempt { .. }
-                    | Command::RefuseDispatch { .. }
-                    | Command::AnswerInputs { .. }
-                    | Command::CancelOperation { .. }
-                    | Command::RecordObservation { .. }
-                    | Command::DecideOperation { .. }
-            ),
+            Role::Edge => {
+                matches!(
+                    command,
+                    Command::RecordDecisions { .. }
+                        | Command::LeaseRequestQuota { .. }
+                        | Command::SubmitOperation { .. }
+                        | Command::DispatchOperation { .. }
+                        | Command::StartAttempt { .. }
+                        | Command::RenewAttemptLease { .. }
+                        | Command::ReportAttempt { .. }
+                        | Command::RefuseDispatch { .. }
+                ) || matches!(
+                    // A principal's act only with the authority it was admitted under (the ledger
+                    // re-checks it), never bare.
+                    command,
+                    Command::OnBehalfOf { command, .. } if command.principal_act().is_some()
+                )
+            }
         }
     }
 
@@ -163,6 +166,13 @@ mod tests {
         assert!(Role::Edge.may_submit(&lease));
         assert!(!Role::Operator.may_submit(&lease));
         assert!(!Role::Edge.may_replicate() && !Role::Edge.may_change_membership() && Role::Edge.may_follow());
+        // A principal's act: only wrapped in the authority it was admitted under.
+        let cancel =
+            Command::CancelOperation { tenant_id: "t".into(), operation_id: "o".into(), by_principal_id: "p".into() };
+        assert!(!Role::Edge.may_submit(&cancel) && Role::Node.may_submit(&cancel));
+        let wrapped = |command: Command| Command::OnBehalfOf { authority_ref: "j".into(), command: Box::new(command) };
+        assert!(Role::Edge.may_submit(&wrapped(cancel)));
+        assert!(!Role::Edge.may_submit(&wrapped(issuer.clone())), "only acts on operations are wrapped");
         let tenants = Query::ListTenants { after: None, limit: 1 };
         assert!(!Role::Edge.may_query(&tenants) && Role::Node.may_query(&tenants));
     }

@@ -524,6 +524,18 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "on_behalf_of",
+            req(Command::OnBehalfOf {
+                authority_ref: "j-1".into(),
+                command: Box::new(Command::CancelOperation {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    by_principal_id: "p-1".into(),
+                }),
+            }),
+            None,
+        ),
     ]
 }
 
@@ -690,9 +702,14 @@ fn trailing_bytes_are_rejected() {
 }
 
 /// A state built by every sample command (applied or rejected): it touches most views.
+/// Samples added after the state sample (`ledger_state_v1`) was pinned: they pin their own
+/// encoding and leave the state sample — and so the check that its old bytes still decode — as
+/// it was.
+const LATER_THAN_THE_STATE_SAMPLE: &[&str] = &["on_behalf_of"];
+
 fn sample_state() -> writ_api::state::LedgerState {
     let mut state = writ_api::state::LedgerState::default();
-    for (_, req, _) in samples() {
+    for (_, req, _) in samples().into_iter().filter(|(name, ..)| !LATER_THAN_THE_STATE_SAMPLE.contains(name)) {
         state.execute(&req);
     }
     state

@@ -837,3 +837,52 @@ fn an_agent_cannot_approve_its_own_critical_call() {
     assert!(op.answers[APPROVAL_REQUEST].contains("\"approver\":\"approver\""), "{:?}", op.answers);
     assert!(l.state.device_leases[T].contains_key("press"));
 }
+
+/// SPEC S3: an edge submits a principal's act on an operation only inside `OnBehalfOf`, and
+/// the ledger re-derives the authority it names: a live token of that very principal that
+/// grants the act's scope.
+#[test]
+fn acts_on_behalf_of_a_principal_need_its_live_token_and_the_acts_scope() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    let narrow = TokenRequestV1 {
+        jti: "jti-agent-read".into(),
+        principal_id: "agent".into(),
+        scopes: ["ops:read".to_string()].into(),
+        ttl_s: 3600,
+        parent_jti: None,
+    };
+    l.ok(Command::IssueToken { tenant_id: T.into(), request: narrow });
+    let on_behalf = |authority_ref: &str, command: Command| Command::OnBehalfOf {
+        authority_ref: authority_ref.into(),
+        command: Box::new(command),
+    };
+    assert_eq!(
+        l.refused(on_behalf("jti-other-agent", cancel("op-1"))),
+        ReasonCode::AUTH_TOKEN_INVALID,
+        "another's token"
+    );
+    assert_eq!(
+        l.refused(on_behalf("jti-agent-read", cancel("op-1"))),
+        ReasonCode::APP_SCOPE_FORBIDDEN,
+        "no ops:cancel"
+    );
+    assert_eq!(l.refused(on_behalf("jti-nobody", cancel("op-1"))), ReasonCode::AUTH_TOKEN_INVALID, "an unknown token");
+    let not_an_act = on_behalf("jti-agent", submit(spec("op-2", "k-2", json!({"p": 2}), None, l.now + 60_000)));
+    assert_eq!(l.refused(not_an_act), ReasonCode::INPUT_INVALID, "only acts on operations are wrapped");
+    assert_eq!(l.op("op-1").state, OperationState::Reserved, "nothing above touched it");
+    l.ok(Command::RevokeToken { tenant_id: T.into(), jti: "jti-agent".into() });
+    assert_eq!(l.refused(on_behalf("jti-agent", cancel("op-1"))), ReasonCode::AUTH_TOKEN_REVOKED, "a revoked token");
+    l.ok(Command::IssueToken {
+        tenant_id: T.into(),
+        request: TokenRequestV1 {
+            jti: "jti-agent-2".into(),
+            principal_id: "agent".into(),
+            scopes: Default::default(),
+            ttl_s: 3600,
+            parent_jti: None,
+        },
+    });
+    l.ok(on_behalf("jti-agent-2", cancel("op-1")));
+    assert_eq!(l.op("op-1").state, OperationState::Cancelled);
+}

@@ -27,11 +27,7 @@ pub const READBACK: &str = "operation.readback";
 pub const OBSERVE: &str = "observation.capture";
 pub const DECIDE: &str = "operation.decide";
 pub const APPROVE: &str = "operation.approve";
-pub const EXECUTE_SCOPE: &str = "ops:execute";
-pub const OBSERVE_SCOPE: &str = "observe:capture";
-pub const DECIDE_SCOPE: &str = "ops:accept";
-pub const READ_SCOPE: &str = "ops:read";
-pub const CANCEL_SCOPE: &str = "ops:cancel";
+pub use writ_api::operation::{CANCEL_SCOPE, DECIDE_SCOPE, EXECUTE_SCOPE, OBSERVE_SCOPE, READ_SCOPE};
 /// How long a proposal stays valid.
 pub const PROPOSAL_TTL_MS: u64 = 5 * 60 * 1000;
 /// Default and longest deadline an agent may give (seconds from now).
@@ -489,12 +485,7 @@ async fn record(
     let spec = OperationSpecV1 {
         operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
         principal_id: a.principal_id.clone(),
-        // What the ledger re-derives the authority from (`writ_api::auth::authority_of_ref`): a
-        // Writ token's jti, else the tenant issuer (or anonymous mode) the request came through.
-        authority_ref: match &a.token_id {
-            Some(jti) if a.issuer == writ_api::token::WRIT_ISSUER => jti.clone(),
-            _ => a.issuer.clone(),
-        },
+        authority_ref: a.reference(),
         action: action.id.clone(),
         payload_hash,
         input: canonical_json(&input),
@@ -742,13 +733,26 @@ pub async fn readback(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     })
 }
 
-/// Submits `command` and answers with the operation's new state (ledger refusals as tool errors).
-async fn act(c: &Call<'_>, operation_id: &str, command: Command) -> Result<Value, RpcError> {
+/// Submits the caller's act on an operation (answer, cancel, observe, decide) wrapped in the
+/// authority the request was admitted under, which the ledger re-checks
+/// (`Command::OnBehalfOf`). The inner result is the ledger's refusal, if any.
+pub async fn submit_act(c: &Call<'_>, act: Command) -> Result<Result<(), Rejection>, RpcError> {
+    let command = Command::OnBehalfOf { authority_ref: c.authority.reference(), command: Box::new(act) };
     let trace_id = c.trace_id.to_string();
     let submitted =
         c.edge.ledger.submit(SubmitRequest { trace_id, command }).await.map_err(|e| RpcError::rejected(&e))?;
-    if let Outcome::Rejected { reason, message, .. } = submitted.outcome {
-        return Ok(refused(&Rejection::new(reason, message)));
+    Ok(match submitted.outcome {
+        Outcome::Applied { .. } => Ok(()),
+        Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
+        Outcome::Internal => return Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+    })
+}
+
+/// Submits the caller's act and answers with the operation's new state (ledger refusals as
+/// tool errors).
+async fn act(c: &Call<'_>, operation_id: &str, command: Command) -> Result<Value, RpcError> {
+    if let Err(refusal) = submit_act(c, command).await? {
+        return Ok(refused(&refusal));
     }
     let q = Query::GetOperation { tenant_id: c.authority.tenant_id.clone(), operation_id: operation_id.to_string() };
     Ok(match query(c, q).await? {

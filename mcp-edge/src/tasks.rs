@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
-use writ_api::dto::{Query, SubmitRequest};
-use writ_api::ledger::{Command, Outcome};
+use writ_api::dto::Query;
+use writ_api::ledger::Command;
 use writ_api::operation::{Operation, OperationState};
 use writ_api::{ReasonCode, Rejection};
 
@@ -160,17 +160,6 @@ async fn find(c: &Call<'_>) -> Result<Operation, RpcError> {
     }
 }
 
-async fn submit(c: &Call<'_>, command: Command) -> Result<Result<(), Rejection>, RpcError> {
-    let trace_id = c.trace_id.to_string();
-    let submitted =
-        c.edge.ledger.submit(SubmitRequest { trace_id, command }).await.map_err(|e| RpcError::rejected(&e))?;
-    Ok(match submitted.outcome {
-        Outcome::Applied { .. } => Ok(()),
-        Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
-        Outcome::Internal => return Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
-    })
-}
-
 fn ack() -> Value {
     json!({"resultType": "complete"})
 }
@@ -213,7 +202,7 @@ pub async fn update(c: &Call<'_>) -> Result<Value, RpcError> {
         by_principal_id: c.authority.principal_id.clone(),
         answers,
     };
-    match submit(c, command).await? {
+    match crate::operations::submit_act(c, command).await? {
         Ok(()) => Ok(ack()),
         Err(e) => Err(RpcError::rejected(&e).in_band()),
     }
@@ -231,7 +220,7 @@ pub async fn cancel(c: &Call<'_>) -> Result<Value, RpcError> {
         operation_id: op.spec.operation_id.clone(),
         by_principal_id: c.authority.principal_id.clone(),
     };
-    match submit(c, command).await? {
+    match crate::operations::submit_act(c, command).await? {
         // It moved on meanwhile (e.g. settled): the next tasks/get shows the true state.
         Ok(()) | Err(Rejection { reason: ReasonCode::OPERATION_STATE_CONFLICT, .. }) => Ok(ack()),
         Err(e) => Err(RpcError::rejected(&e).in_band()),

@@ -145,6 +145,38 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         status.is_success() && reason.is_empty(),
         "a valid operation under a real token is taken: {status} {reason}"
     );
+    // A principal's acts on that operation (cancel here; answer, observe and decide alike): an
+    // edge may submit them only wrapped in the authority it admitted them under, and the ledger
+    // re-derives it — another principal's token, or one without the act's scope, is refused.
+    let op_id = format!("op-{jti}-10");
+    let cancel = Command::CancelOperation {
+        tenant_id: tenant_id.clone(),
+        operation_id: op_id.clone(),
+        by_principal_id: agent["id"].as_str().expect("principal id").into(),
+    };
+    let (status, reason) = post(&edge, &format!("{url}/client/submit"), &submit(cancel.clone())).await;
+    assert_eq!((status, reason.as_str()), (StatusCode::FORBIDDEN, "PEER_FORBIDDEN"), "a bare act");
+    admin
+        .post_ok(&url, "/v1/tenants/secure/principals", json!({"name": "other", "kind": "agent", "preset": "full"}))
+        .await;
+    let others = admin.post_ok(&url, "/v1/tenants/secure/tokens", json!({"principal": "other"})).await;
+    let reader =
+        admin.post_ok(&url, "/v1/tenants/secure/tokens", json!({"principal": "agent", "scopes": ["ops:read"]})).await;
+    let on_behalf = |authority: &Value| {
+        let authority_ref = authority["jti"].as_str().expect("jti").to_string();
+        submit(Command::OnBehalfOf { authority_ref, command: Box::new(cancel.clone()) })
+    };
+    for (authority, want) in [(&others, "AUTH_TOKEN_INVALID"), (&reader, "APP_SCOPE_FORBIDDEN")] {
+        let (status, reason) = post(&edge, &format!("{url}/client/submit"), &on_behalf(authority)).await;
+        assert_eq!(reason, want, "{status} {authority}");
+    }
+    let path = format!("/v1/tenants/secure/operations/{op_id}");
+    let op = admin.get(&url, &path).await.expect("operation");
+    assert_eq!(op["state"], "reserved", "the refused acts changed nothing: {op}");
+    let (status, reason) = post(&edge, &format!("{url}/client/submit"), &on_behalf(&issued)).await;
+    assert!(status.is_success() && reason.is_empty(), "the requester's own token cancels: {status} {reason}");
+    let op = admin.get(&url, &path).await.expect("operation");
+    assert_eq!(op["state"], "cancelled", "{op}");
 
     // An operator credential is for the admin API, not the client API.
     let operator = pki::http(Some((Role::Operator, "alice")));
