@@ -83,6 +83,17 @@ impl Role {
         }
     }
 
+    /// Whether this role may call the admin API route `path` on a listener that requires client
+    /// certificates: operators every route, edges only `/v1/enroll` (the enrollments they
+    /// forward); the operator token (or enrollment token) is checked after this, as everywhere.
+    pub fn may_administer(self, path: &str) -> bool {
+        match self {
+            Role::Operator => true,
+            Role::Edge => path == "/v1/enroll",
+            Role::Node => false,
+        }
+    }
+
     /// Whether this role may run `query`. Edges read operations and a tenant's recent audit
     /// (`audit/recent` resource); everything else they need comes from their replica.
     pub fn may_query(self, query: &Query) -> bool {

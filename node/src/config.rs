@@ -21,6 +21,8 @@ struct RawNodeConfig {
     node_id: Option<u64>,
     listen: Option<String>,
     admin_listen: Option<String>,
+    #[serde(default)]
+    admin_require_client_certificate: bool,
     probe_listen: Option<String>,
     advertise_url: Option<String>,
     data_dir: Option<PathBuf>,
@@ -90,6 +92,10 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// The admin API (`/v1`, HTTPS, operator token); `None`: served on `listen` (one-port mode).
     pub admin_listen: Option<SocketAddr>,
+    /// The admin listener requires a client certificate from the cluster CA at the handshake:
+    /// an operator's for every route (the operator token is still required too), an edge's for
+    /// `/v1/enroll` only (the enrollments edges forward). Needs `admin_listen`.
+    pub admin_require_client_certificate: bool,
     /// `/healthz`, `/readyz`, `/metrics` over plain HTTP, read-only; `None`: served on `listen`.
     /// With both set, the peer listener requires a client certificate at the handshake.
     pub probe_listen: Option<SocketAddr>,
@@ -188,6 +194,13 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     let listen_text = raw.listen.ok_or(ConfigError::Missing("listen", "LISTEN"))?;
     let listen = socket_addr("listen", &listen_text)?;
     let admin_listen = raw.admin_listen.map(|a| socket_addr("admin_listen", &a)).transpose()?;
+    if raw.admin_require_client_certificate && admin_listen.is_none() {
+        return Err(ConfigError::Invalid {
+            field: "admin_require_client_certificate",
+            message: "needs admin_listen: the admin API must have its own listener to require operator certificates"
+                .into(),
+        });
+    }
     let probe_listen = raw.probe_listen.map(|a| socket_addr("probe_listen", &a)).transpose()?;
     // One config for every member of a StatefulSet: `{node_id}` in these settings is this
     // node's id (from WRIT_NODE_ID, e.g. the pod's ordinal).
@@ -263,6 +276,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         node_id,
         listen,
         admin_listen,
+        admin_require_client_certificate: raw.admin_require_client_certificate,
         probe_listen,
         advertise_url,
         authority,

@@ -170,6 +170,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         listen: args.listen,
         // One port: the dev node serves its admin API and probes on its TLS listener.
         admin_listen: None,
+        admin_require_client_certificate: false,
         probe_listen: None,
         advertise_url: None,
         data_dir: args.data_dir.join("node"),
@@ -198,7 +199,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     }
     options.executor = Some(crate::edge::ExecutorEndpointOptions {
         listen: args.executor_listen,
-        tls_secret_file: args.data_dir.join("edge-executor-secret"),
+        tls_secret_file: Some(args.data_dir.join("edge-executor-secret")),
         hosts: Vec::new(),
         url: None,
         refusal_window: std::time::Duration::from_secs(args.executor_refusal_window_s),

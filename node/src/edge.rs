@@ -60,8 +60,9 @@ struct RawEdgeConfig {
 struct RawExecutorEndpoint {
     listen: String,
     /// The secret every edge derives the endpoint's CA from (hex, created 0600 when missing):
-    /// every edge replica of a deployment must use the same file.
-    tls_secret_file: String,
+    /// every edge replica of a deployment must use the same file. Only without `[tls]`: an edge
+    /// with its cluster credential serves executors with it (they trust the cluster CA).
+    tls_secret_file: Option<String>,
     /// Host names and IPs in the endpoint's certificate (default: the listen IP, `localhost`).
     #[serde(default)]
     hosts: Vec<String>,
@@ -109,7 +110,8 @@ pub struct EdgeFileConfig {
 #[derive(Debug, Clone)]
 pub struct ExecutorEndpointOptions {
     pub listen: SocketAddr,
-    pub tls_secret_file: PathBuf,
+    /// See `RawExecutorEndpoint::tls_secret_file`; `None` with the edge's cluster credential.
+    pub tls_secret_file: Option<PathBuf>,
     pub hosts: Vec<String>,
     pub url: Option<String>,
     /// Audit window of TLS refusals ([`writ_mcp_edge::executors::TLS_REFUSAL_WINDOW`] by default).
@@ -169,12 +171,18 @@ impl EdgeFileConfig {
         let seal_key_file = raw.seal_key_file.ok_or(ConfigError::Missing("seal_key_file", "EDGE_SEAL_KEY_FILE"))?;
         let executor = match raw.executor {
             None => None,
+            Some(x) if x.tls_secret_file.is_none() && raw.tls.is_none() => {
+                return Err(ConfigError::Invalid {
+                    field: "executor.tls_secret_file",
+                    message: "required without [tls]: the endpoint's CA is derived from it".into(),
+                })
+            }
             Some(x) => Some(ExecutorEndpointOptions {
                 listen: x.listen.parse().map_err(|_| ConfigError::Invalid {
                     field: "executor.listen",
                     message: format!("'{}' is not ip:port", x.listen),
                 })?,
-                tls_secret_file: PathBuf::from(x.tls_secret_file),
+                tls_secret_file: x.tls_secret_file.map(PathBuf::from),
                 hosts: x.hosts,
                 url: x.url,
                 refusal_window: x
@@ -434,7 +442,12 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
                     if hosts.is_empty() {
                         hosts = vec![x.listen.ip().to_string(), "localhost".to_string()];
                     }
-                    crate::executor_tls::EdgeTls::derived(&x.tls_secret_file, &hosts).map_err(std::io::Error::other)?
+                    let secret = x.tls_secret_file.as_ref().ok_or_else(|| {
+                        std::io::Error::other(
+                            "executor.tls_secret_file is required without the edge's cluster credential",
+                        )
+                    })?;
+                    crate::executor_tls::EdgeTls::derived(secret, &hosts).map_err(std::io::Error::other)?
                 }
             };
             let listener = TcpListener::bind(x.listen).await?;
@@ -584,6 +597,17 @@ mod tests {
         )
         .unwrap();
         assert!(https.tls.is_some() && https.trusted_proxies.is_empty());
+        // Executors are served with the cluster credential when there is one; without it the
+        // endpoint's CA is derived from the shared secret, which must then be named.
+        let endpoint = "[executor]\nlisten = \"127.0.0.1:9444\"\n";
+        let served = EdgeFileConfig::parse(
+            &format!("listen = \"0.0.0.0:8443\"\n{base}[tls]\ncert = \"e.pem\"\nkey = \"e-key.pem\"\n{tls}{endpoint}"),
+            &no_env,
+        )
+        .unwrap();
+        assert!(served.executor.is_some_and(|x| x.tls_secret_file.is_none()));
+        let derived = EdgeFileConfig::parse(&format!("listen = \"127.0.0.1:8080\"\n{base}{tls}{endpoint}"), &no_env);
+        assert!(matches!(derived, Err(ConfigError::Invalid { field: "executor.tls_secret_file", .. })));
         let proxied = EdgeFileConfig::parse(
             &format!("listen = \"0.0.0.0:8080\"\ntrusted_proxies = [\"10.0.0.5\"]\n{base}{tls}"),
             &no_env,

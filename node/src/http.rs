@@ -95,11 +95,19 @@ fn refused(class: &'static str, reason: ReasonCode, message: String) -> ApiError
     ApiError(Rejection::new(reason, message))
 }
 
+/// The admin API on a listener that requires client certificates
+/// (`admin_require_client_certificate`): each route admitted by [`Role::may_administer`].
+pub fn with_operator_certificates(admin: Router) -> Router {
+    admin.layer(axum::middleware::from_fn(|req: Request, next: Next| {
+        let path = req.uri().path().to_string();
+        admit(req, next, "admin", move |role| role.may_administer(&path))
+    }))
+}
+
 /// Middleware: only callers whose role passes `allowed` reach the route (nothing is read first).
-async fn admit(mut req: Request, next: Next, class: &'static str, allowed: fn(Role) -> bool) -> Response {
+async fn admit(mut req: Request, next: Next, class: &'static str, allowed: impl Fn(Role) -> bool) -> Response {
     let Some(identity) = req.extensions().get::<PeerIdentity>().and_then(|p| p.0.clone()) else {
-        let message =
-            format!("{} needs a client certificate from the cluster CA naming a node or edge", req.uri().path());
+        let message = format!("{} needs a client certificate from the cluster CA", req.uri().path());
         return refused(class, ReasonCode::PEER_UNAUTHENTICATED, message).into_response();
     };
     if !allowed(identity.role) {
@@ -243,15 +251,44 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready when the node is healthy and part of a cluster with a known leader and applied state.
+/// Most committed entries a node may still have to apply and call itself ready: a follower
+/// that restarted (or a new one) reports "catching up" until it is within this many entries of
+/// the commit index its leader last reported, so a rolling update waits for it before taking
+/// the next node down. Under steady load a caught-up follower trails by a few in-flight entries.
+pub const READY_APPLY_LAG_MAX: u64 = 64;
+
+/// Whether a node serves (`/readyz`): healthy, a known leader, and its state applied up to
+/// within [`READY_APPLY_LAG_MAX`] of the cluster's commit index. `Err` says why not.
+pub fn readiness(
+    healthy: bool,
+    leader: Option<u64>,
+    applied: Option<u64>,
+    committed: Option<u64>,
+) -> Result<(), String> {
+    if !healthy {
+        return Err("the node stopped on a fatal storage error".into());
+    }
+    let (Some(_), Some(applied)) = (leader, applied) else {
+        return Err("no leader or nothing applied yet".into());
+    };
+    let behind = committed.unwrap_or(0).saturating_sub(applied);
+    if behind > READY_APPLY_LAG_MAX {
+        return Err(format!("catching up: {behind} committed entries not applied yet"));
+    }
+    Ok(())
+}
+
+/// The commit index this node knows the cluster reached (the leader's report), else its own.
+fn cluster_committed(m: &openraft::RaftMetrics<writ_raft_store::TypeConfig>) -> Option<u64> {
+    m.cluster_committed.as_ref().or(m.local_committed.as_ref()).map(|l| l.index())
+}
+
 async fn readyz(State(st): State<NodeState>) -> Response {
     let m = st.node.raft.metrics().borrow_watched().clone();
-    if !st.node.is_healthy() {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: the node stopped on a fatal storage error\n").into_response()
-    } else if m.current_leader.is_some() && m.last_applied.is_some() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader or nothing applied yet\n").into_response()
+    let applied = m.last_applied.as_ref().map(|l| l.index());
+    match readiness(st.node.is_healthy(), m.current_leader, applied, cluster_committed(&m)) {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }
 }
 
@@ -259,10 +296,30 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     let m = st.node.raft.metrics().borrow_watched().clone();
     metrics::gauge!("writ_raft_term").set(m.current_term as f64);
     metrics::gauge!("writ_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
-    metrics::gauge!("writ_raft_last_applied_index").set(m.last_applied.as_ref().map_or(0, |l| l.index()) as f64);
+    let applied = m.last_applied.as_ref().map_or(0, |l| l.index());
+    metrics::gauge!("writ_raft_last_applied_index").set(applied as f64);
+    let lag = cluster_committed(&m).unwrap_or(0).saturating_sub(applied);
+    metrics::gauge!("writ_raft_apply_lag_entries").set(lag as f64);
     metrics::gauge!("writ_raft_is_leader").set(if m.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
     match &st.metrics {
         Some(h) => h.render().into_response(),
         None => (StatusCode::NOT_FOUND, "metrics recorder not installed\n").into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_ready_only_once_caught_up_with_the_clusters_commits() {
+        assert!(readiness(true, Some(1), Some(1_000), Some(1_000)).is_ok());
+        assert!(readiness(true, Some(1), Some(1_000), Some(1_000 + READY_APPLY_LAG_MAX)).is_ok(), "in-flight entries");
+        let behind = readiness(true, Some(1), Some(10), Some(5_000)).expect_err("a restarted follower");
+        assert!(behind.contains("catching up: 4990"), "{behind}");
+        assert!(readiness(true, None, Some(10), Some(10)).is_err(), "no leader");
+        assert!(readiness(true, Some(1), None, None).is_err(), "nothing applied");
+        assert!(readiness(false, Some(1), Some(10), Some(10)).is_err(), "stopped on a fatal error");
+        assert!(readiness(true, Some(1), Some(10), None).is_ok(), "no commit reported yet: its own");
     }
 }

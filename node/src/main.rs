@@ -40,7 +40,7 @@ enum Cmd {
         check: bool,
     },
     /// Operate a cluster through its admin API.
-    Admin(writ_tenant_admin::cli::AdminArgs),
+    Admin(Box<writ_tenant_admin::cli::AdminArgs>),
     /// A site executor: enroll with a token, then serve dispatched operations.
     Executor(writ_node::executor::ExecutorArgs),
     /// The cluster PKI, offline: create the CA, issue node, edge and operator credentials.
@@ -161,7 +161,7 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.cmd {
             Cmd::Pki(cmd) => pki(cmd),
-            Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(args).await as u8),
+            Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(*args).await as u8),
             Cmd::Executor(args) => {
                 init_tracing();
                 ExitCode::from(writ_node::executor::run_cli(args).await)

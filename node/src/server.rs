@@ -129,8 +129,13 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let mut peer_app = http::peer_router(node.clone(), drain.clone());
     let admin_url = match cfg.admin_listen {
         Some(addr) => {
-            let admin_tls = tls::ServerTls::new(credential.clone(), Some(&cfg.tls.ca), tls::ClientAuth::Optional)
-                .map_err(std::io::Error::other)?;
+            let (auth, admin) = if cfg.admin_require_client_certificate {
+                (tls::ClientAuth::Required, http::with_operator_certificates(admin))
+            } else {
+                (tls::ClientAuth::Optional, admin)
+            };
+            let admin_tls =
+                tls::ServerTls::new(credential.clone(), Some(&cfg.tls.ca), auth).map_err(std::io::Error::other)?;
             let (bound, task) =
                 tls::spawn(addr, admin, tls::Accept::tls(admin_tls, "admin"), &drain, DRAIN_DEADLINE).await?;
             servers.push(task);

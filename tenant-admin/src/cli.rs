@@ -81,6 +81,13 @@ pub struct AdminArgs {
     /// The cluster CA (PEM) the admin API's certificate must chain to; nodes always serve TLS.
     #[arg(long, env = "WRIT_CA_FILE", global = true)]
     pub ca: Option<std::path::PathBuf>,
+    /// The operator's certificate (PEM, `writ pki issue operator NAME`), for admin listeners
+    /// that require one; with --key. Overrides the context's.
+    #[arg(long, env = "WRIT_CERT_FILE", global = true, requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The operator certificate's private key (PEM).
+    #[arg(long, env = "WRIT_KEY_FILE", global = true, requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
@@ -527,6 +534,12 @@ pub enum ContextCmd {
         /// A file holding the operator token (keep it 0600).
         #[arg(long)]
         token_file: Option<std::path::PathBuf>,
+        /// The operator's certificate, for admin listeners that require one (with --key-file).
+        #[arg(long, requires = "key_file")]
+        cert_file: Option<std::path::PathBuf>,
+        /// The operator certificate's private key.
+        #[arg(long, requires = "cert_file")]
+        key_file: Option<std::path::PathBuf>,
     },
     /// Remove a context.
     Remove { name: String },
@@ -561,8 +574,14 @@ fn context_cmd(cmd: &ContextCmd, out: Output) -> Result<(), Failure> {
             }
             file.current = Some(name.clone());
         }
-        ContextCmd::Set { name, endpoints, ca_file, token_file } => {
-            let context = Context { urls: endpoints.clone(), ca: ca_file.clone(), token_file: token_file.clone() };
+        ContextCmd::Set { name, endpoints, ca_file, token_file, cert_file, key_file } => {
+            let context = Context {
+                urls: endpoints.clone(),
+                ca: ca_file.clone(),
+                token_file: token_file.clone(),
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            };
             file.contexts.insert(name.clone(), context);
             if file.current.is_none() {
                 file.current = Some(name.clone());
@@ -979,9 +998,18 @@ fn parsed<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T,
 }
 
 /// Runs one admin command and returns the process exit code.
-/// The endpoint, token and CA of a command: flags and their environment variables first, then
-/// the chosen (or current) context.
-fn endpoint(args: &AdminArgs) -> Result<(String, String, Option<std::path::PathBuf>), String> {
+/// Where and as whom a command calls the admin API.
+struct Endpoint {
+    url: String,
+    token: String,
+    ca: Option<std::path::PathBuf>,
+    /// The operator's certificate and key, if one is presented.
+    identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+/// The endpoint, token, CA and certificate of a command: flags and their environment variables
+/// first, then the chosen (or current) context.
+fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
     use crate::context::{path, ContextFile};
     let file = match path(&|k| std::env::var(k).ok()) {
         Some(p) => ContextFile::load(&p)?,
@@ -995,8 +1023,12 @@ fn endpoint(args: &AdminArgs) -> Result<(String, String, Option<std::path::PathB
         (None, None) => None,
     };
     let ca = args.ca.clone().or_else(|| context.and_then(|c| c.ca.clone()));
+    let identity = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        _ => context.and_then(|c| c.cert_file.clone().zip(c.key_file.clone())),
+    };
     match (url, token) {
-        (Some(url), Some(token)) => Ok((url, token, ca)),
+        (Some(url), Some(token)) => Ok(Endpoint { url, token, ca, identity }),
         _ => Err("no admin endpoint: pass --url and --token, set WRIT_ADMIN_URL and WRIT_ADMIN_TOKEN (e.g. `source .writ/dev/env`), or use a context (`writ admin context set`)".into()),
     }
 }
@@ -1011,21 +1043,27 @@ pub async fn run(args: AdminArgs) -> i32 {
             }
         };
     }
-    let (base, token, ca) = match endpoint(&args) {
+    let e = match endpoint(&args) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_USAGE;
         }
     };
-    let tls = match ca.as_deref().map(writ_client::ClientTls::trusting).transpose() {
+    let tls = match (&e.ca, &e.identity) {
+        (Some(ca), Some((cert, key))) => writ_client::ClientTls::with_identity(ca, cert, key).map(Some),
+        (Some(ca), None) => writ_client::ClientTls::trusting(ca).map(Some),
+        (None, Some(_)) => Err("an operator certificate needs the cluster CA (--ca)".to_string()),
+        (None, None) => Ok(None),
+    };
+    let tls = match tls {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: --ca: {e}");
+        Err(err) => {
+            eprintln!("error: --ca/--cert/--key: {err}");
             return EXIT_USAGE;
         }
     };
-    let client = AdminClient::with_tls(base, token, tls.as_ref());
+    let client = AdminClient::with_tls(e.url, e.token, tls.as_ref());
     match execute(&client, &args).await {
         Ok(()) => 0,
         Err(f) => {

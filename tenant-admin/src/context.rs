@@ -39,6 +39,12 @@ pub struct Context {
     pub ca: Option<PathBuf>,
     /// A file holding the operator token (read at each use).
     pub token_file: Option<PathBuf>,
+    /// The operator's certificate and key (`writ pki issue operator NAME`), presented to admin
+    /// listeners that require one (`admin_require_client_certificate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
 }
 
 /// Where the context file is.
@@ -133,7 +139,13 @@ mod tests {
         let mut file = ContextFile::default();
         file.contexts.insert(
             "prod".into(),
-            Context { urls: vec!["https://10.0.0.1:7443".into()], ca: Some("ca.pem".into()), token_file: None },
+            Context {
+                urls: vec!["https://10.0.0.1:7443".into()],
+                ca: Some("ca.pem".into()),
+                token_file: None,
+                cert_file: Some("alice.pem".into()),
+                key_file: Some("alice-key.pem".into()),
+            },
         );
         file.current = Some("prod".into());
         file.save(&path).unwrap();

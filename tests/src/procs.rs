@@ -464,6 +464,7 @@ pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> wr
         node_id: id,
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: None,
+        admin_require_client_certificate: false,
         probe_listen: None,
         advertise_url: None,
         data_dir: dir.join("data"),

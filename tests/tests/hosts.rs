@@ -294,3 +294,57 @@ async fn cli_contexts_fail_over_between_endpoints() {
     assert_eq!(code, 2, "{err}");
     node.shutdown().await;
 }
+
+/// Operator certificates (SPEC S1, H1): with `admin_require_client_certificate` the admin
+/// listener refuses any handshake without a certificate from the cluster CA, admits an
+/// operator's to every route (its token still required) and an edge's only to `/v1/enroll`;
+/// `writ admin` presents the operator's certificate from `--cert`/`--key` or its context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_can_require_operator_certificates() {
+    writ_tests::init_test_log();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut cfg = node_config(dir.path(), 1, pki::credential(Role::Node, "1"));
+    cfg.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg.probe_listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg.admin_require_client_certificate = true;
+    let node = start_ready(&cfg).await;
+    let tenants = format!("{}/v1/tenants", node.admin_url);
+
+    let anonymous = pki::http(None).get(&tenants).bearer_auth(TEST_OPERATOR_TOKEN).send().await;
+    assert!(anonymous.is_err(), "no certificate: no handshake: {anonymous:?}");
+    let operator = pki::http(Some((Role::Operator, "alice")));
+    let r = operator.get(&tenants).bearer_auth(TEST_OPERATOR_TOKEN).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let r = operator.get(&tenants).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the certificate does not replace the operator token");
+    let edge = pki::http(Some((Role::Edge, pki::HARNESS_EDGE)));
+    let r = edge.get(&tenants).bearer_auth(TEST_OPERATOR_TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 403, "an edge is no operator, whatever token it holds");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["reason"], "PEER_FORBIDDEN", "{body}");
+    // Edges forward enrollments: that route passes the role gate (and meets its own rules).
+    let r = edge.post(format!("{}/v1/enroll", node.admin_url)).json(&serde_json::json!({})).send().await.unwrap();
+    assert_ne!(r.status(), 403, "an edge may forward an enrollment");
+    let node_cert = pki::http(Some((Role::Node, "2")));
+    let r = node_cert.post(format!("{}/v1/enroll", node.admin_url)).json(&serde_json::json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 403, "nor may a node");
+
+    // The CLI: without the operator's certificate it cannot connect; with it, it works.
+    let alice = pki::credential(Role::Operator, "alice");
+    let cli = |extra: &[&str]| {
+        let out = std::process::Command::new(writ_tests::procs::writ_bin())
+            .args(["admin", "--url", &node.admin_url, "--token", TEST_OPERATOR_TOKEN])
+            .args(["--ca", pki::ca_file().to_str().unwrap()])
+            .args(extra)
+            .args(["tenant", "list", "-o", "json"])
+            .env("WRIT_CONFIG", dir.path().join("no-config.toml"))
+            .output()
+            .unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, err) = cli(&[]);
+    assert_eq!(code, 3, "unreachable without a certificate: {err}");
+    let (code, err) = cli(&["--cert", alice.cert.to_str().unwrap(), "--key", alice.key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    node.shutdown().await;
+}
