@@ -348,3 +348,41 @@ async fn the_admin_listener_can_require_operator_certificates() {
     assert_eq!(code, 0, "{err}");
     node.shutdown().await;
 }
+
+/// A CA rotation reaches running clients (SPEC H2): a client's CA bundle file gains the new CA
+/// and the same client object trusts a server whose certificate comes from it within a reload
+/// period, with no restart; a changed bundle that does not parse leaves the previous roots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_follow_their_ca_bundle_through_a_rotation() {
+    writ_tests::init_test_log();
+    let dir = tempfile::tempdir().expect("dir");
+    let (old, new) = (dir.path().join("old-ca"), dir.path().join("new-ca"));
+    writ_node::pki::init(&old).unwrap();
+    writ_node::pki::init(&new).unwrap();
+    let hosts = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let node_id = Identity::new(Role::Node, "1").unwrap();
+    let node_files = writ_node::pki::issue(&new, &node_id, &hosts, 30).unwrap();
+    let node = start_ready(&node_config(&dir.path().join("n1"), 1, node_files)).await;
+
+    // The client trusts only the old CA: the node's certificate is refused.
+    let bundle = dir.path().join("bundle.pem");
+    let old_ca = std::fs::read_to_string(old.join("ca.pem")).unwrap();
+    let new_ca = std::fs::read_to_string(new.join("ca.pem")).unwrap();
+    writ_client::files::replace(&bundle, &old_ca, false).unwrap();
+    let http = client(&ClientTls::trusting(&bundle).unwrap());
+    let healthz = format!("{}/healthz", node.url);
+    assert!(http.get(&healthz).send().await.is_err(), "a certificate from an untrusted CA");
+
+    // The bundle gains the new CA: the same client trusts the node from the next handshake on.
+    writ_client::files::replace(&bundle, &format!("{old_ca}{new_ca}"), false).unwrap();
+    eventually("the client to trust the new CA", Duration::from_secs(10), || async {
+        http.get(&healthz).send().await.ok().filter(|r| r.status().is_success())
+    })
+    .await;
+    // A broken bundle is refused once; the previous roots stay in use.
+    writ_client::files::replace(&bundle, "not a certificate", false).unwrap();
+    tokio::time::sleep(writ_client::tls::RELOAD_CHECK_PERIOD * 2).await;
+    let r = http.get(&healthz).send().await.expect("still trusted");
+    assert!(r.status().is_success());
+    node.shutdown().await;
+}

@@ -2,19 +2,20 @@
 //! present a role credential (`writ pki issue`) where the server asks for one (SPEC S1); and
 //! every certificate + key pair is a [`CredentialFiles`] that follows its files on disk, so a
 //! rotated certificate is used by the next handshake without a restart while open connections
-//! keep working (H2).
+//! keep working (H2). A client's CA bundle follows its file the same way ([`CaBundle`]).
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls::client::ResolvesClientCert;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// How often a credential's files are looked at again (one `stat` per file per period).
 pub const RELOAD_CHECK_PERIOD: Duration = Duration::from_secs(1);
@@ -173,10 +174,108 @@ impl ResolvesClientCert for CredentialFiles {
     }
 }
 
+/// A client's trust: the CA bundle in a file, read again when it changes (looked at no more
+/// than once per [`RELOAD_CHECK_PERIOD`]), so a CA rotation — the bundle first gains the new CA,
+/// later loses the old one — reaches running clients as it reaches servers. A changed bundle
+/// that does not parse is refused once and the previous roots stay.
+pub struct CaBundle {
+    path: PathBuf,
+    loaded: Mutex<LoadedCa>,
+}
+
+struct LoadedCa {
+    stamp: FileStamp,
+    refused: Option<FileStamp>,
+    checked: Instant,
+    verifier: Arc<WebPkiServerVerifier>,
+}
+
+impl std::fmt::Debug for CaBundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaBundle").field("path", &self.path).finish()
+    }
+}
+
+impl CaBundle {
+    pub fn load(path: &Path) -> Result<Arc<CaBundle>, String> {
+        let stamp = FileStamp::of(path);
+        let verifier = Self::read(path)?;
+        let loaded = LoadedCa { stamp, refused: None, checked: Instant::now(), verifier };
+        Ok(Arc::new(CaBundle { path: path.to_path_buf(), loaded: Mutex::new(loaded) }))
+    }
+
+    fn read(path: &Path) -> Result<Arc<WebPkiServerVerifier>, String> {
+        WebPkiServerVerifier::builder_with_provider(read_roots(path)?, provider())
+            .build()
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The verifier for the bundle in use now, after looking at the file if the period passed.
+    fn current(&self) -> Arc<WebPkiServerVerifier> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if loaded.checked.elapsed() >= RELOAD_CHECK_PERIOD {
+            loaded.checked = Instant::now();
+            let stamp = FileStamp::of(&self.path);
+            if stamp != loaded.stamp && loaded.refused.as_ref() != Some(&stamp) {
+                match Self::read(&self.path) {
+                    Ok(v) => {
+                        loaded.verifier = v;
+                        loaded.stamp = stamp;
+                        loaded.refused = None;
+                        tracing::info!(ca = %self.path.display(), "CA bundle reloaded");
+                    }
+                    Err(e) => {
+                        loaded.refused = Some(stamp);
+                        metrics::counter!("writ_tls_credential_reload_refused_total", "reason" => "unusable")
+                            .increment(1);
+                        tracing::warn!(error = %e, "changed CA bundle not usable; the previous one stays");
+                    }
+                }
+            }
+        }
+        loaded.verifier.clone()
+    }
+}
+
+impl ServerCertVerifier for CaBundle {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.current().verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
 /// What a client trusts and, optionally, the credential it presents.
 #[derive(Clone)]
 pub struct ClientTls {
-    roots: Arc<RootCertStore>,
+    ca: Arc<CaBundle>,
     identity: Option<Arc<CredentialFiles>>,
 }
 
@@ -189,7 +288,7 @@ impl std::fmt::Debug for ClientTls {
 impl ClientTls {
     /// Trusts the CA in `ca` (PEM); presents no certificate.
     pub fn trusting(ca: &Path) -> Result<ClientTls, String> {
-        Ok(ClientTls { roots: read_roots(ca)?, identity: None })
+        Ok(ClientTls { ca: CaBundle::load(ca)?, identity: None })
     }
 
     /// Trusts `ca` and presents the certificate `cert` with its key `key` (PEM files, followed
@@ -200,15 +299,17 @@ impl ClientTls {
 
     /// Trusts `ca` and presents `credential`.
     pub fn with_credential(ca: &Path, credential: Arc<CredentialFiles>) -> Result<ClientTls, String> {
-        Ok(ClientTls { roots: read_roots(ca)?, identity: Some(credential) })
+        Ok(ClientTls { ca: CaBundle::load(ca)?, identity: Some(credential) })
     }
 
-    /// The rustls client configuration: only the CA's certificates are trusted.
+    /// The rustls client configuration: only the CA bundle's certificates are trusted (the
+    /// bundle as it is on disk now, [`CaBundle`]).
     pub fn config(&self) -> Result<ClientConfig, String> {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
-            .with_root_certificates(self.roots.clone());
+            .dangerous()
+            .with_custom_certificate_verifier(self.ca.clone());
         let mut cfg = match &self.identity {
             Some(c) => builder.with_client_cert_resolver(c.clone()),
             None => builder.with_no_client_auth(),
