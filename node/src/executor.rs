@@ -279,28 +279,11 @@ pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> R
     Ok(e)
 }
 
+/// The executor's client of its edges: it trusts the edges' CA bundle and presents its own
+/// certificate, both followed on disk (`writ_client::ClientTls`).
 fn http_client(cfg: &ExecutorConfig) -> Result<reqwest::Client, String> {
-    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-    let certs: Vec<_> = rustls_pemfile::certs(&mut read(&cfg.cert)?.as_slice())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", cfg.cert.display()))?;
-    let key = rustls_pemfile::private_key(&mut read(&cfg.key)?.as_slice())
-        .map_err(|e| format!("{}: {e}", cfg.key.display()))?
-        .ok_or_else(|| format!("{}: no private key", cfg.key.display()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in rustls_pemfile::certs(&mut read(&cfg.edge_ca)?.as_slice()) {
-        roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| format!("{}: {e}", cfg.edge_ca.display()))?;
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .map_err(|e| format!("client certificate: {e}"))?;
-    reqwest::Client::builder()
-        .no_proxy()
-        .use_preconfigured_tls(tls)
-        .connect_timeout(Duration::from_secs(5))
+    let tls = writ_client::ClientTls::with_identity(&cfg.edge_ca, &cfg.cert, &cfg.key)?;
+    tls.apply(reqwest::Client::builder().no_proxy().connect_timeout(Duration::from_secs(5)))
         .build()
         .map_err(|e| e.to_string())
 }
