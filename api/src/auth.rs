@@ -66,8 +66,6 @@ pub struct Authority {
 }
 
 impl Authority {
-    /// Whether the authority covers `scope`: APP_SCOPE_REVOKED when a revocation took it away,
-    /// APP_SCOPE_FORBIDDEN when it was never granted.
     /// What the ledger re-derives this authority from (`authority_of_ref`): a Writ token's
     /// jti, else the tenant issuer (or anonymous mode) the request came through.
     pub fn reference(&self) -> String {
@@ -77,6 +75,8 @@ impl Authority {
         }
     }
 
+    /// Whether the authority covers `scope`: APP_SCOPE_REVOKED when a revocation took it away,
+    /// APP_SCOPE_FORBIDDEN when it was never granted.
     pub fn require(&self, scope: &str) -> Result<(), Rejection> {
         if self.scopes.iter().any(|g| scope_covers(g, scope)) {
             return Ok(());
