@@ -61,16 +61,21 @@ impl Ledger {
         l.ok(Command::PublishCatalog { tenant_id: T.into(), catalog });
         // Every principal acts through a token the ledger issued (the re-check of SPEC S3).
         for p in ["agent", "other-agent", "observer"] {
-            let request = TokenRequestV1 {
-                jti: format!("jti-{p}"),
-                principal_id: p.into(),
-                scopes: Default::default(),
-                ttl_s: 24 * 3600,
-                parent_jti: None,
-            };
-            l.ok(Command::IssueToken { tenant_id: T.into(), request });
+            l.issue_token(&format!("jti-{p}"), p, &[]);
         }
         l
+    }
+
+    /// Issues a day-long token `jti` to `principal`, with `scopes` (none: the principal's own).
+    fn issue_token(&mut self, jti: &str, principal: &str, scopes: &[&str]) {
+        let request = TokenRequestV1 {
+            jti: jti.into(),
+            principal_id: principal.into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            ttl_s: 24 * 3600,
+            parent_jti: None,
+        };
+        self.ok(Command::IssueToken { tenant_id: T.into(), request });
     }
 
     fn run(&mut self, command: Command) -> Outcome {
@@ -758,14 +763,7 @@ fn the_ledger_rechecks_the_authority_behind_an_operation() {
     assert_eq!(l.refused(as_ref(&base, "jti-forged")), ReasonCode::AUTH_TOKEN_INVALID);
     assert_eq!(l.refused(as_ref(&base, "jti-observer")), ReasonCode::AUTH_TOKEN_INVALID);
     // A token scoped below the action: refused although the principal holds the scope.
-    let narrow = TokenRequestV1 {
-        jti: "jti-narrow".into(),
-        principal_id: "agent".into(),
-        scopes: ["ops:read".to_string()].into(),
-        ttl_s: 3600,
-        parent_jti: None,
-    };
-    l.ok(Command::IssueToken { tenant_id: T.into(), request: narrow });
+    l.issue_token("jti-narrow", "agent", &["ops:read"]);
     assert_eq!(l.refused(as_ref(&base, "jti-narrow")), ReasonCode::APP_SCOPE_FORBIDDEN);
     // An action missing from the catalog, a device of no such class, input its schema forbids.
     let mut unknown = base.clone();
@@ -845,14 +843,7 @@ fn an_agent_cannot_approve_its_own_critical_call() {
 fn acts_on_behalf_of_a_principal_need_its_live_token_and_the_acts_scope() {
     let mut l = Ledger::new();
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
-    let narrow = TokenRequestV1 {
-        jti: "jti-agent-read".into(),
-        principal_id: "agent".into(),
-        scopes: ["ops:read".to_string()].into(),
-        ttl_s: 3600,
-        parent_jti: None,
-    };
-    l.ok(Command::IssueToken { tenant_id: T.into(), request: narrow });
+    l.issue_token("jti-agent-read", "agent", &["ops:read"]);
     let on_behalf = |authority_ref: &str, command: Command| Command::OnBehalfOf {
         authority_ref: authority_ref.into(),
         command: Box::new(command),
@@ -873,16 +864,7 @@ fn acts_on_behalf_of_a_principal_need_its_live_token_and_the_acts_scope() {
     assert_eq!(l.op("op-1").state, OperationState::Reserved, "nothing above touched it");
     l.ok(Command::RevokeToken { tenant_id: T.into(), jti: "jti-agent".into() });
     assert_eq!(l.refused(on_behalf("jti-agent", cancel("op-1"))), ReasonCode::AUTH_TOKEN_REVOKED, "a revoked token");
-    l.ok(Command::IssueToken {
-        tenant_id: T.into(),
-        request: TokenRequestV1 {
-            jti: "jti-agent-2".into(),
-            principal_id: "agent".into(),
-            scopes: Default::default(),
-            ttl_s: 3600,
-            parent_jti: None,
-        },
-    });
+    l.issue_token("jti-agent-2", "agent", &[]);
     l.ok(on_behalf("jti-agent-2", cancel("op-1")));
     assert_eq!(l.op("op-1").state, OperationState::Cancelled);
 }

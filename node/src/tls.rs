@@ -8,9 +8,9 @@
 //! certificate itself as an [`ExecutorPeer`] (the executor gate maps it to an executor).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
-use writ_client::tls::{alpn, provider, read_roots, CredentialFiles, FileStamp, RELOAD_CHECK_PERIOD};
+use writ_client::tls::{alpn, provider, read_roots, CredentialFiles, Followed};
 use writ_mcp_edge::executors::ExecutorPeer;
 
 /// Deadline for a TLS handshake on an accepted connection.
@@ -44,20 +44,10 @@ pub enum ClientAuth {
     Required,
 }
 
-struct Cached {
-    /// The CA bundle's version in use (`None`: no bundle, nothing to follow).
-    ca_stamp: Option<FileStamp>,
-    checked: Instant,
-    config: Arc<ServerConfig>,
-}
-
 /// A TLS server's configuration, rebuilt when its CA bundle changes on disk; its certificate
 /// comes from a [`CredentialFiles`], which follows its own files.
 pub struct ServerTls {
-    credential: Arc<CredentialFiles>,
-    ca: Option<PathBuf>,
-    auth: ClientAuth,
-    cached: Mutex<Cached>,
+    config: Followed<Arc<ServerConfig>>,
 }
 
 impl ServerTls {
@@ -68,14 +58,11 @@ impl ServerTls {
         auth: ClientAuth,
     ) -> Result<Arc<ServerTls>, String> {
         let ca = ca.map(Path::to_path_buf);
-        let config = Self::build(&credential, ca.as_deref(), auth)?;
-        let ca_stamp = ca.as_deref().map(FileStamp::of);
-        Ok(Arc::new(ServerTls {
-            credential,
-            ca,
-            auth,
-            cached: Mutex::new(Cached { ca_stamp, checked: Instant::now(), config }),
-        }))
+        let paths = ca.iter().cloned().collect();
+        let config = Followed::new("CA bundle", paths, move || {
+            Self::build(&credential, ca.as_deref(), auth).map_err(|e| ("unusable", e))
+        })?;
+        Ok(Arc::new(ServerTls { config }))
     }
 
     fn build(
@@ -102,22 +89,7 @@ impl ServerTls {
 
     /// The configuration for the next handshake.
     pub fn config(&self) -> Arc<ServerConfig> {
-        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ca) = self.ca.as_deref().filter(|_| cached.checked.elapsed() >= RELOAD_CHECK_PERIOD) {
-            cached.checked = Instant::now();
-            let stamp = Some(FileStamp::of(ca));
-            if stamp != cached.ca_stamp {
-                match Self::build(&self.credential, Some(ca), self.auth) {
-                    Ok(c) => {
-                        cached.config = c;
-                        cached.ca_stamp = stamp;
-                        tracing::info!(ca = %ca.display(), "CA bundle reloaded");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "changed CA bundle not usable; the previous one stays"),
-                }
-            }
-        }
-        cached.config.clone()
+        self.config.current()
     }
 }
 

@@ -17,19 +17,26 @@ use serde_json::Value;
 /// package name → names of its normal dependencies, from `cargo metadata`'s resolve graph.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-fn workspace_graph() -> Graph {
+/// Runs `cargo <args> --locked --offline` on this workspace (with `env` set) and returns what it
+/// prints; a failure fails the test with cargo's message.
+fn cargo(args: &[&str], env: &[(&str, &str)]) -> Vec<u8> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let out = std::process::Command::new(cargo)
+        .args(args)
+        .args(["--locked", "--offline", "--manifest-path", manifest])
+        .envs(env.iter().copied())
+        .output()
+        .expect("cargo runs");
+    assert!(out.status.success(), "cargo {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+fn workspace_graph() -> Graph {
     // The graph as built here: only this host's platform (other platforms' crates are neither
     // built nor downloaded).
-    let host = host_triple();
-    let out = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path", manifest])
-        .args(["--filter-platform", &host])
-        .output()
-        .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let out = cargo(&["metadata", "--format-version", "1", "--filter-platform", &host_triple()], &[]);
+    let meta: Value = serde_json::from_slice(&out).expect("cargo metadata prints JSON");
     graph_from_metadata(&meta)
 }
 
@@ -211,17 +218,12 @@ fn the_core_has_no_import_circle() {
 /// `writ pki` for operators' laptops and site PCs) links no storage, consensus or edge code.
 #[test]
 fn the_slim_client_binary_links_no_storage_or_consensus() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let host = host_triple();
     let tree = |extra: &[&str]| {
-        let out = std::process::Command::new(&cargo)
-            .args(["tree", "--locked", "--offline", "--manifest-path", manifest, "-p", "writ-node", "-e", "normal"])
-            .args(["--prefix", "none", "--format", "{p}", "--target", &host_triple()])
-            .args(extra)
-            .output()
-            .expect("cargo tree runs");
-        assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let args =
+            ["tree", "-p", "writ-node", "-e", "normal", "--prefix", "none", "--format", "{p}", "--target", &host];
+        let out = cargo(&[&args[..], extra].concat(), &[]);
+        let text = String::from_utf8_lossy(&out).to_string();
         text.lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect::<BTreeSet<String>>()
     };
     let slim = tree(&["--no-default-features"]);
@@ -240,17 +242,10 @@ fn the_slim_client_binary_links_no_storage_or_consensus() {
 /// graph is the only faithful view: `cargo tree` shows features but not, say, that a build
 /// dependency shared with a normal one is built with the normal one's debuginfo.
 fn rocksdb_build_unit(selection: &[&str]) -> BTreeSet<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
-    let out = std::process::Command::new(cargo)
-        .args(selection)
-        .args(["--locked", "--offline", "--manifest-path", manifest, "--unit-graph", "-Z", "unstable-options"])
-        // `--unit-graph` is unstable; it only prints cargo's build plan and compiles nothing.
-        .env("RUSTC_BOOTSTRAP", "1")
-        .output()
-        .expect("cargo runs");
-    assert!(out.status.success(), "cargo --unit-graph failed: {}", String::from_utf8_lossy(&out.stderr));
-    let graph: Value = serde_json::from_slice(&out.stdout).expect("the unit graph is JSON");
+    // `--unit-graph` is unstable; it only prints cargo's build plan and compiles nothing.
+    let args = [selection, &["--unit-graph", "-Z", "unstable-options"]].concat();
+    let out = cargo(&args, &[("RUSTC_BOOTSTRAP", "1")]);
+    let graph: Value = serde_json::from_slice(&out).expect("the unit graph is JSON");
     let units = graph["units"].as_array().expect("units");
     let describe = |u: &Value| {
         let mut profile = u["profile"].clone();

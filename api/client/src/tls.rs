@@ -74,12 +74,73 @@ impl FileStamp {
 /// Checks a certificate a credential is about to use (e.g. that it still names this node).
 pub type CertCheck = Arc<dyn Fn(&CertificateDer<'_>) -> Result<(), String> + Send + Sync>;
 
-struct Loaded {
-    stamps: (FileStamp, FileStamp),
+/// A value read from files and read again when any of them changes (looked at no more than
+/// once per [`RELOAD_CHECK_PERIOD`]: one `stat` per file). A changed version that cannot be used
+/// is refused once — counted in `writ_tls_credential_reload_refused_total{reason}` — and the
+/// previous value stays until the files change again. The one mechanism behind credentials, CA
+/// bundles and servers' configurations.
+pub struct Followed<T> {
+    what: &'static str,
+    paths: Vec<PathBuf>,
+    read: Box<dyn Fn() -> Result<T, (&'static str, String)> + Send + Sync>,
+    state: Mutex<FollowedState<T>>,
+}
+
+struct FollowedState<T> {
+    stamps: Vec<FileStamp>,
     /// The version last refused (not tried again until the files change once more).
-    refused: Option<(FileStamp, FileStamp)>,
+    refused: Option<Vec<FileStamp>>,
+    refusals: u64,
     checked: Instant,
-    key: Arc<CertifiedKey>,
+    value: T,
+}
+
+impl<T: Clone> Followed<T> {
+    /// Reads the value now (`what` names it in logs); `read` says why a version cannot be used
+    /// as (reason label, message).
+    pub fn new(
+        what: &'static str,
+        paths: Vec<PathBuf>,
+        read: impl Fn() -> Result<T, (&'static str, String)> + Send + Sync + 'static,
+    ) -> Result<Followed<T>, String> {
+        let stamps = paths.iter().map(|p| FileStamp::of(p)).collect();
+        let value = read().map_err(|(_, e)| e)?;
+        let state = FollowedState { stamps, refused: None, refusals: 0, checked: Instant::now(), value };
+        Ok(Followed { what, paths, read: Box::new(read), state: Mutex::new(state) })
+    }
+
+    /// The value in use now, after looking at the files if the period has passed.
+    pub fn current(&self) -> T {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.checked.elapsed() >= RELOAD_CHECK_PERIOD {
+            state.checked = Instant::now();
+            let stamps: Vec<FileStamp> = self.paths.iter().map(|p| FileStamp::of(p)).collect();
+            if stamps != state.stamps && state.refused.as_ref() != Some(&stamps) {
+                match (self.read)() {
+                    Ok(v) => {
+                        state.value = v;
+                        state.stamps = stamps;
+                        state.refused = None;
+                        metrics::counter!("writ_tls_credential_reloads_total").increment(1);
+                        tracing::info!(path = %self.paths[0].display(), "{} reloaded", self.what);
+                    }
+                    // The previous value stays; the next change is tried (e.g. a key on its way).
+                    Err((reason, e)) => {
+                        state.refused = Some(stamps);
+                        state.refusals += 1;
+                        metrics::counter!("writ_tls_credential_reload_refused_total", "reason" => reason).increment(1);
+                        tracing::warn!(error = %e, reason, "changed {} not used; the previous one stays", self.what);
+                    }
+                }
+            }
+        }
+        state.value.clone()
+    }
+
+    /// How many changed versions of the files were refused.
+    pub fn refusals(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).refusals
+    }
 }
 
 /// A certificate chain and its private key, read from two PEM files and read again when either
@@ -89,8 +150,7 @@ struct Loaded {
 pub struct CredentialFiles {
     cert: PathBuf,
     key: PathBuf,
-    check: Option<CertCheck>,
-    loaded: Mutex<Loaded>,
+    pair: Followed<Arc<CertifiedKey>>,
 }
 
 impl std::fmt::Debug for CredentialFiles {
@@ -102,14 +162,11 @@ impl std::fmt::Debug for CredentialFiles {
 impl CredentialFiles {
     /// Loads `cert` and `key`; `check` vets every certificate before it is used.
     pub fn load(cert: &Path, key: &Path, check: Option<CertCheck>) -> Result<Arc<CredentialFiles>, String> {
-        let stamps = (FileStamp::of(cert), FileStamp::of(key));
-        let certified = Self::read(cert, key, check.as_ref()).map_err(|(_, e)| e)?;
-        Ok(Arc::new(CredentialFiles {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-            check,
-            loaded: Mutex::new(Loaded { stamps, refused: None, checked: Instant::now(), key: Arc::new(certified) }),
-        }))
+        let (c, k) = (cert.to_path_buf(), key.to_path_buf());
+        let pair = Followed::new("certificate", vec![c.clone(), k.clone()], move || {
+            Self::read(&c, &k, check.as_ref()).map(Arc::new)
+        })?;
+        Ok(Arc::new(CredentialFiles { cert: cert.to_path_buf(), key: key.to_path_buf(), pair }))
     }
 
     /// The pair in the files, or why it cannot be used: ("identity", …) when the check refuses
@@ -126,30 +183,7 @@ impl CredentialFiles {
 
     /// The pair in use now, after looking at the files if the period has passed.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        if loaded.checked.elapsed() >= RELOAD_CHECK_PERIOD {
-            loaded.checked = Instant::now();
-            let stamps = (FileStamp::of(&self.cert), FileStamp::of(&self.key));
-            if stamps != loaded.stamps && loaded.refused.as_ref() != Some(&stamps) {
-                match Self::read(&self.cert, &self.key, self.check.as_ref()) {
-                    Ok(k) => {
-                        loaded.key = Arc::new(k);
-                        loaded.stamps = stamps;
-                        loaded.refused = None;
-                        metrics::counter!("writ_tls_credential_reloads_total").increment(1);
-                        tracing::info!(cert = %self.cert.display(), "certificate reloaded");
-                    }
-                    // The previous pair stays; the next change of either file is tried (the key
-                    // may be on its way).
-                    Err((reason, e)) => {
-                        loaded.refused = Some(stamps);
-                        metrics::counter!("writ_tls_credential_reload_refused_total", "reason" => reason).increment(1);
-                        tracing::warn!(error = %e, reason, "changed certificate files not used; the previous pair stays");
-                    }
-                }
-            }
-        }
-        loaded.key.clone()
+        self.pair.current()
     }
 
     /// The end-entity certificate in use now.
@@ -180,14 +214,7 @@ impl ResolvesClientCert for CredentialFiles {
 /// that does not parse is refused once and the previous roots stay.
 pub struct CaBundle {
     path: PathBuf,
-    loaded: Mutex<LoadedCa>,
-}
-
-struct LoadedCa {
-    stamp: FileStamp,
-    refused: Option<FileStamp>,
-    checked: Instant,
-    verifier: Arc<WebPkiServerVerifier>,
+    verifier: Followed<Arc<WebPkiServerVerifier>>,
 }
 
 impl std::fmt::Debug for CaBundle {
@@ -198,42 +225,23 @@ impl std::fmt::Debug for CaBundle {
 
 impl CaBundle {
     pub fn load(path: &Path) -> Result<Arc<CaBundle>, String> {
-        let stamp = FileStamp::of(path);
-        let verifier = Self::read(path)?;
-        let loaded = LoadedCa { stamp, refused: None, checked: Instant::now(), verifier };
-        Ok(Arc::new(CaBundle { path: path.to_path_buf(), loaded: Mutex::new(loaded) }))
+        let p = path.to_path_buf();
+        let verifier = Followed::new("CA bundle", vec![p.clone()], move || {
+            let roots = read_roots(&p).map_err(|e| ("unusable", e))?;
+            WebPkiServerVerifier::builder_with_provider(roots, provider())
+                .build()
+                .map_err(|e| ("unusable", format!("{}: {e}", p.display())))
+        })?;
+        Ok(Arc::new(CaBundle { path: path.to_path_buf(), verifier }))
     }
 
-    fn read(path: &Path) -> Result<Arc<WebPkiServerVerifier>, String> {
-        WebPkiServerVerifier::builder_with_provider(read_roots(path)?, provider())
-            .build()
-            .map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// The verifier for the bundle in use now, after looking at the file if the period passed.
     fn current(&self) -> Arc<WebPkiServerVerifier> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        if loaded.checked.elapsed() >= RELOAD_CHECK_PERIOD {
-            loaded.checked = Instant::now();
-            let stamp = FileStamp::of(&self.path);
-            if stamp != loaded.stamp && loaded.refused.as_ref() != Some(&stamp) {
-                match Self::read(&self.path) {
-                    Ok(v) => {
-                        loaded.verifier = v;
-                        loaded.stamp = stamp;
-                        loaded.refused = None;
-                        tracing::info!(ca = %self.path.display(), "CA bundle reloaded");
-                    }
-                    Err(e) => {
-                        loaded.refused = Some(stamp);
-                        metrics::counter!("writ_tls_credential_reload_refused_total", "reason" => "unusable")
-                            .increment(1);
-                        tracing::warn!(error = %e, "changed CA bundle not usable; the previous one stays");
-                    }
-                }
-            }
-        }
-        loaded.verifier.clone()
+        self.verifier.current()
+    }
+
+    /// How many changed versions of the file were refused (they did not parse).
+    pub fn refusals(&self) -> u64 {
+        self.verifier.refusals()
     }
 }
 
@@ -300,6 +308,11 @@ impl ClientTls {
     /// Trusts `ca` and presents `credential`.
     pub fn with_credential(ca: &Path, credential: Arc<CredentialFiles>) -> Result<ClientTls, String> {
         Ok(ClientTls { ca: CaBundle::load(ca)?, identity: Some(credential) })
+    }
+
+    /// The CA bundle this client trusts.
+    pub fn ca(&self) -> &CaBundle {
+        &self.ca
     }
 
     /// The rustls client configuration: only the CA bundle's certificates are trusted (the
