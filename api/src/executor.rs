@@ -8,6 +8,8 @@
 //! - `GET  /executor/v1/operations/{id}` — the operation's [`OperationStatus`].
 //! - `POST /executor/v1/enroll` (on the MCP listener, no client certificate) — `EnrollRequest`
 //!   → [`ExecutorEnrollment`].
+//! - `POST /executor/v1/renew` — [`RenewRequest`] → `EnrollResponse`: a new certificate for a
+//!   new key, proven with the current one (see [`renewal_message`]).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,18 @@ use crate::operation::{AttemptOutcome, EvidenceV1, Operation, OperationState};
 pub const DISPATCH_PATH: &str = "/executor/v1/dispatch";
 pub const OPERATIONS_PATH: &str = "/executor/v1/operations";
 pub const ENROLL_PATH: &str = "/executor/v1/enroll";
+pub const RENEW_PATH: &str = "/executor/v1/renew";
+/// The admin API routes edges forward enrollments and renewals to (self-authenticating: by the
+/// enrollment token, by the proof of the current key).
+pub const ADMIN_ENROLL_PATH: &str = "/v1/enroll";
+pub const ADMIN_RENEW_PATH: &str = "/v1/renew";
+/// How far a renewal's `issued_at_ms` may be from the issuing node's clock.
+pub const RENEW_PROOF_SKEW_MS: u64 = 5 * 60 * 1000;
+/// How far before its issue an executor certificate's `notBefore` lies (clock skew between the
+/// issuing node and the edges); its lifetime is counted from the issue.
+pub const CERT_BACKDATE_MS: u64 = 5 * 60 * 1000;
+/// Longest PEM CSR (or certificate) a renewal carries.
+pub const RENEW_PEM_MAX_BYTES: usize = 8 * 1024;
 /// A dispatch stream sends a heartbeat at least this often.
 pub const HEARTBEAT_MS: u64 = 2_000;
 
@@ -153,4 +167,36 @@ pub struct ExecutorEnrollment {
     pub executor_urls: Vec<String>,
     /// PEM CA certificate of the edges' executor endpoints.
     pub edge_ca_certificate: String,
+}
+
+/// `renew`: a CSR for the executor's new key, and `proof`, the signature (base64) of the
+/// executor's *current* key over [`renewal_message`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// PEM `CERTIFICATE REQUEST` of the new key.
+    pub csr: String,
+    /// When the executor signed (ms since the epoch): a proof is good for
+    /// [`RENEW_PROOF_SKEW_MS`] either way.
+    pub issued_at_ms: u64,
+    pub proof: String,
+}
+
+/// What the current key signs to renew: the domain, the current certificate's fingerprint, the
+/// time and the new CSR's hash — so a proof renews only that certificate, for that key, once
+/// in a while (a replayed proof yields a certificate for a key the replayer does not hold).
+pub fn renewal_message(current_fingerprint: &str, issued_at_ms: u64, csr_der: &[u8]) -> Vec<u8> {
+    format!("writ/executor-renew/v1\0{current_fingerprint}\0{issued_at_ms}\0{}", crate::sha256_hex(csr_der))
+        .into_bytes()
+}
+
+/// `POST /v1/renew` on a node's admin API, as an edge forwards a renewal: the certificate the
+/// executor presented (PEM) and its request. The node trusts neither the edge nor the
+/// certificate's claims: it checks the certificate is an executor's current one in the ledger
+/// and the proof against its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardedRenewal {
+    pub certificate: String,
+    pub renewal: RenewRequest,
 }

@@ -250,6 +250,17 @@ pub enum Command {
         authority_ref: String,
         command: Box<Command>,
     },
+    /// Make `cert` an executor's current certificate: issued for a new key the executor proved
+    /// with the key of its certificate `from_fingerprint` (SPEC X1; the admin API checks the
+    /// proof and that certificate's validity). `from_fingerprint` must be one of the executor's
+    /// certificates (current, or the one a renewal whose answer was lost replaced); refused for
+    /// a revoked executor.
+    RenewExecutorCertificate {
+        tenant_id: String,
+        executor_id: String,
+        from_fingerprint: String,
+        cert: ExecutorCertV1,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -288,7 +299,8 @@ impl Command {
             Command::CreateEnrollment { .. }
             | Command::CompleteEnrollment { .. }
             | Command::RevokeExecutor { .. }
-            | Command::RegisterExecutorCa { .. } => Domain::Executor,
+            | Command::RegisterExecutorCa { .. }
+            | Command::RenewExecutorCertificate { .. } => Domain::Executor,
             Command::RecordDecisions { .. } => Domain::Audit,
             Command::SetPrincipalQuotas { .. }
             | Command::SetPrincipalQuotasV2 { .. }
@@ -413,6 +425,7 @@ impl Command {
             Command::AnswerInputs { .. } => "answer_inputs",
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
             Command::OnBehalfOf { command, .. } => command.kind(),
+            Command::RenewExecutorCertificate { .. } => "renew_executor_certificate",
         }
     }
 
@@ -452,7 +465,8 @@ impl Command {
             | Command::ExpireDue { tenant_id }
             | Command::RefuseDispatch { tenant_id, .. }
             | Command::AnswerInputs { tenant_id, .. }
-            | Command::SetPrincipalQuotasV2 { tenant_id, .. } => tenant_id,
+            | Command::SetPrincipalQuotasV2 { tenant_id, .. }
+            | Command::RenewExecutorCertificate { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. } => command.stream(),
         }
@@ -652,6 +666,15 @@ pub enum Event {
         principal_id: String,
         quotas: PrincipalQuotasV2,
     },
+    /// An executor's new current certificate. The certificate it was renewed from stays
+    /// accepted until it expires; any other certificate of the executor is forgotten (at most
+    /// two per executor).
+    ExecutorCertRenewedV1 {
+        tenant_id: String,
+        executor_id: String,
+        from_fingerprint: String,
+        cert: ExecutorCertV1,
+    },
 }
 
 impl Event {
@@ -692,6 +715,7 @@ impl Event {
             Event::OperationInputsAnsweredV1 { .. } => "operation_inputs_answered",
             Event::OperationCancelRequestedV1 { .. } => "operation_cancel_requested",
             Event::PrincipalQuotasSetV2 { .. } => "principal_quotas_set",
+            Event::ExecutorCertRenewedV1 { .. } => "executor_cert_renewed",
         }
     }
 }

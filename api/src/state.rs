@@ -339,6 +339,21 @@ impl LedgerState {
                 x.revoked_at_ms = Some(env.at_ms);
                 x.revision = env.revision;
             }
+            Event::ExecutorCertRenewedV1 { tenant_id, executor_id, from_fingerprint, cert } => {
+                let x = self
+                    .executors
+                    .get_mut(tenant_id)
+                    .and_then(|m| m.get_mut(executor_id))
+                    .ok_or_else(|| unknown(env, "executor", executor_id))?;
+                x.cert = cert.clone();
+                x.revision = env.revision;
+                // The certificate renewed from stays mapped (valid until it expires); any other
+                // of this executor is forgotten.
+                self.executor_certs.retain(|fingerprint, (t, x)| {
+                    fingerprint == from_fingerprint || !(t == tenant_id && x == executor_id)
+                });
+                self.executor_certs.insert(cert.fingerprint.clone(), (tenant_id.clone(), executor_id.clone()));
+            }
             Event::ExecutorCaRegisteredV1 { tenant_id, ca } => {
                 self.executor_cas.entry(tenant_id.clone()).or_default().insert(ca.fingerprint.clone(), ca.clone());
             }

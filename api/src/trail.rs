@@ -91,7 +91,8 @@ fn subject(event: &Event) -> Subject {
         Event::EnrollmentCreatedV1 { .. }
         | Event::ExecutorEnrolledV1 { .. }
         | Event::ExecutorRevokedV1 { .. }
-        | Event::ExecutorCaRegisteredV1 { .. } => ("executor", None, None, None),
+        | Event::ExecutorCaRegisteredV1 { .. }
+        | Event::ExecutorCertRenewedV1 { .. } => ("executor", None, None, None),
         Event::RequestDecidedV1 { .. } => ("request", None, None, None),
         Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
             ("principal", Some(principal_id.clone()), None, None)

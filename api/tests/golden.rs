@@ -536,6 +536,25 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "executor_cert_renewed_v1",
+            req(Command::RenewExecutorCertificate {
+                tenant_id: "t-1".into(),
+                executor_id: "x-1".into(),
+                from_fingerprint: "cd".repeat(32),
+                cert: ExecutorCertV1 { fingerprint: "ce".repeat(32), serial: "0b".into(), ..executor_cert() },
+            }),
+            Some(env(
+                36,
+                34,
+                Event::ExecutorCertRenewedV1 {
+                    tenant_id: "t-1".into(),
+                    executor_id: "x-1".into(),
+                    from_fingerprint: "cd".repeat(32),
+                    cert: ExecutorCertV1 { fingerprint: "ce".repeat(32), serial: "0b".into(), ..executor_cert() },
+                },
+            )),
+        ),
     ]
 }
 
@@ -705,7 +724,7 @@ fn trailing_bytes_are_rejected() {
 /// Samples added after the state sample (`ledger_state_v1`) was pinned: they pin their own
 /// encoding and leave the state sample — and so the check that its old bytes still decode — as
 /// it was.
-const LATER_THAN_THE_STATE_SAMPLE: &[&str] = &["on_behalf_of"];
+const LATER_THAN_THE_STATE_SAMPLE: &[&str] = &["on_behalf_of", "executor_cert_renewed_v1"];
 
 fn sample_state() -> writ_api::state::LedgerState {
     let mut state = writ_api::state::LedgerState::default();

@@ -4,6 +4,9 @@
 //! to this router as an [`ExecutorPeer`]; here the certificate's fingerprint maps it to
 //! (tenant, site, executor) through the edge's replica of the ledger — unknown, revoked or
 //! expired certificates are refused, and every refusal is audited to the tenant concerned.
+//! An executor renews its certificate here too (`/executor/v1/renew`): the gate checks who it
+//! is and forwards the request to a node's admin API, which checks the proof of the current key
+//! and issues (the edge is trusted with nothing in that exchange).
 //!
 //! Any edge replica serves any executor: the dispatch stream is fed by the replica (operations
 //! reserved for the executor's devices are claimed with `DispatchOperation`, which the ledger
@@ -24,8 +27,8 @@ use serde::de::DeserializeOwned;
 use writ_api::audit::RequestDecisionV1;
 use writ_api::dto::{ErrorBody, SubmitRequest};
 use writ_api::executor::{
-    AttemptRequest, Dispatch, DispatchFrame, OperationStatus, RefuseRequest, ReportRequest, DISPATCH_PATH,
-    HEARTBEAT_MS, OPERATIONS_PATH,
+    AttemptRequest, Dispatch, DispatchFrame, ForwardedRenewal, OperationStatus, RefuseRequest, RenewRequest,
+    ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
 };
 use writ_api::ledger::{Command, Outcome, TenantState};
 use writ_api::operation::{Operation, OperationState};
@@ -52,6 +55,10 @@ struct Identity {
     device_ids: BTreeSet<String>,
 }
 
+/// Forwards a request to a node's admin API: `(path, JSON body)` → the node's answer (or a
+/// reason-coded refusal when no node answers).
+pub type AdminForward = Arc<dyn Fn(&'static str, Bytes) -> futures::future::BoxFuture<'static, Response> + Send + Sync>;
+
 struct Gate {
     ledger: Arc<dyn Ledger>,
     verifier: Verifier,
@@ -61,6 +68,8 @@ struct Gate {
     tls_refusals: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Open dispatch streams per executor.
     streams: crate::caps::StreamCaps,
+    /// Where certificate renewals go (none: this edge does not renew).
+    admin: Option<AdminForward>,
 }
 
 /// Default window over which handshakes refused at the TLS layer are audited: one aggregate
@@ -139,13 +148,20 @@ fn identify(state: &LedgerState, cert_der: &[u8], now: u64) -> Result<Identity, 
         ));
     };
     let executor = state.executors.get(tenant_id).and_then(|m| m.get(executor_id));
-    let Some(executor) = executor.filter(|e| e.cert.fingerprint == fingerprint) else {
+    let Some(executor) = executor else {
         return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_CERT_REFUSED, "unknown executor"));
     };
+    // Revocation ends every certificate of the executor: the current one and a replaced one.
     if executor.revoked_at_ms.is_some() {
         return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_REVOKED, "this executor was revoked"));
     }
-    if executor.cert.not_after_ms <= now {
+    // A replaced certificate (renewal keeps it mapped) is good until it expires.
+    let not_after_ms = if executor.cert.fingerprint == fingerprint {
+        executor.cert.not_after_ms
+    } else {
+        certificate_not_after_ms(cert_der).unwrap_or(0)
+    };
+    if not_after_ms <= now {
         return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_CERT_REFUSED, "the certificate has expired"));
     }
     if state.tenants.get(tenant_id).is_some_and(|t| t.state == TenantState::Suspended) {
@@ -157,6 +173,20 @@ fn identify(state: &LedgerState, cert_der: &[u8], now: u64) -> Result<Identity, 
         site_id: executor.site_id.clone(),
         device_ids: executor.device_ids.clone(),
     })
+}
+
+/// The `notAfter` of a DER certificate, in ms since the epoch.
+fn certificate_not_after_ms(cert_der: &[u8]) -> Option<u64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    u64::try_from(cert.validity().not_after.timestamp()).ok().map(|s| s.saturating_mul(1000))
+}
+
+/// PEM armour of a DER certificate.
+fn certificate_pem(der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|l| std::str::from_utf8(l).unwrap_or_default()).collect();
+    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
 }
 
 /// The trace id an operation was submitted under (a fresh one for an unknown operation). Every
@@ -208,15 +238,23 @@ fn scan(state: &LedgerState, who: &Identity) -> (Vec<String>, Vec<Dispatch>) {
 }
 
 impl ExecutorGate {
-    /// A gate whose TLS refusals are audited once per claimed tenant and `refusal_window`.
+    /// A gate whose TLS refusals are audited once per claimed tenant and `refusal_window`, and
+    /// which forwards certificate renewals through `admin` (none: it does not renew).
     pub fn new(
         ledger: Arc<dyn Ledger>,
         verifier: Verifier,
         audit: AuditSink,
         refusal_window: std::time::Duration,
+        admin: Option<AdminForward>,
     ) -> ExecutorGate {
-        let inner =
-            Arc::new(Gate { ledger, verifier, audit, tls_refusals: Default::default(), streams: Default::default() });
+        let inner = Arc::new(Gate {
+            ledger,
+            verifier,
+            audit,
+            tls_refusals: Default::default(),
+            streams: Default::default(),
+            admin,
+        });
         let window = refusal_window.max(std::time::Duration::from_secs(1));
         tokio::spawn(aggregate_tls_refusals(Arc::downgrade(&inner), window));
         ExecutorGate { inner }
@@ -244,6 +282,7 @@ impl ExecutorGate {
     /// The executor API (requests carry an [`ExecutorPeer`] extension).
     pub fn router(&self) -> Router {
         Router::new()
+            .route(RENEW_PATH, post(renew_certificate))
             .route(DISPATCH_PATH, get(dispatch_stream))
             .route(&format!("{OPERATIONS_PATH}/{{id}}"), get(status))
             .route(&format!("{OPERATIONS_PATH}/{{id}}/start"), post(start))
@@ -425,6 +464,51 @@ async fn refuse(
         reason: b.reason,
     })
     .await
+}
+
+/// `POST /executor/v1/renew`: the executor's current certificate (this connection's) and its
+/// request go to a node's admin API, which checks the proof and issues; the answer comes back
+/// as the node gave it, and the decision is audited.
+async fn renew_certificate(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    body: Bytes,
+) -> Response {
+    const METHOD: &str = "executor/renew_certificate";
+    let who = match g.identify(&peer, METHOD).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let principal = format!("executor:{}", who.executor_id);
+    let forwarded = match serde_json::from_slice::<RenewRequest>(&body) {
+        Err(e) => Err(Rejection::new(ReasonCode::INPUT_INVALID, e.to_string())),
+        Ok(renewal) => match &g.inner.admin {
+            None => Err(Rejection::new(ReasonCode::EXECUTOR_UNAVAILABLE, "this edge does not renew certificates")),
+            Some(admin) => {
+                let request = ForwardedRenewal { certificate: certificate_pem(&peer.0), renewal };
+                match serde_json::to_vec(&request) {
+                    Ok(bytes) => Ok(admin(ADMIN_RENEW_PATH, Bytes::from(bytes)).await),
+                    Err(e) => Err(Rejection::new(ReasonCode::INTERNAL, e.to_string())),
+                }
+            }
+        },
+    };
+    let (response, reason) = match forwarded {
+        Err(r) => (error_response(&r), Some(r.reason)),
+        Ok(r) if r.status().is_success() => (r, None),
+        Ok(r) => {
+            // The node's refusal goes back as it is; its reason is audited.
+            let status = r.status();
+            let bytes = axum::body::to_bytes(r.into_body(), 64 * 1024).await.unwrap_or_default();
+            let reason = serde_json::from_slice::<ErrorBody>(&bytes).map(|b| b.reason).unwrap_or(ReasonCode::INTERNAL);
+            ((status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(), Some(reason))
+        }
+    };
+    let d = decision(principal, METHOD, None, reason);
+    match g.inner.audit.commit(&who.tenant_id, d).await {
+        Ok(()) => response,
+        Err(e) => error_response(&e),
+    }
 }
 
 /// `GET /executor/v1/dispatch`: NDJSON frames until the executor leaves, its authority lapses

@@ -45,6 +45,7 @@ struct RawAuthority {
     signing_key_file: Option<PathBuf>,
     executor_ca_secret_file: Option<PathBuf>,
     token_audience: Option<String>,
+    executor_cert_ttl_s: Option<u64>,
 }
 
 /// Default `aud` of Writ-issued tokens when the config names none.
@@ -61,6 +62,9 @@ pub struct AuthorityConfig {
     /// Default: `<data_dir>/executor-ca-secret`.
     pub executor_ca_secret_file: PathBuf,
     pub token_audience: String,
+    /// Lifetime of the executor certificates this node issues (default 90 days; executors
+    /// renew at about two thirds of it).
+    pub executor_cert_ttl_s: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -264,6 +268,16 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             message: "must be 1..=512 bytes".into(),
         });
     }
+    let executor_cert_ttl_s =
+        raw.authority.executor_cert_ttl_s.unwrap_or(writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S);
+    let ttl_bounds =
+        writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MIN_S..=writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MAX_S;
+    if !ttl_bounds.contains(&executor_cert_ttl_s) {
+        return Err(ConfigError::Invalid {
+            field: "authority.executor_cert_ttl_s",
+            message: format!("must be {}..={} s", ttl_bounds.start(), ttl_bounds.end()),
+        });
+    }
     let authority = AuthorityConfig {
         signing_key_file: raw.authority.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
         executor_ca_secret_file: raw
@@ -271,6 +285,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .executor_ca_secret_file
             .unwrap_or_else(|| data_dir.join("executor-ca-secret")),
         token_audience,
+        executor_cert_ttl_s,
     };
     Ok(NodeConfig {
         node_id,
@@ -330,6 +345,16 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(NodeConfig::parse(&text, &no_env).unwrap_err(), want, "{text}");
+        }
+        let ttl = |s: u64| NodeConfig::parse(&format!("{BASE}[authority]\nexecutor_cert_ttl_s = {s}\n"), &no_env);
+        assert_eq!(ttl(3600).unwrap().authority.executor_cert_ttl_s, 3600);
+        assert_eq!(
+            NodeConfig::parse(BASE, &no_env).unwrap().authority.executor_cert_ttl_s,
+            writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S
+        );
+        for bad in [1, 400 * 24 * 3600] {
+            let e = ttl(bad).unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid { field: "authority.executor_cert_ttl_s", .. }), "{e}");
         }
         let unknown = NodeConfig::parse(&BASE.replace("[tls]", "colour = \"blue\"\n[tls]"), &no_env).unwrap_err();
         assert!(matches!(unknown, ConfigError::Parse(ref m) if m.contains("colour")), "{unknown}");

@@ -41,6 +41,11 @@ pub struct DevArgs {
     /// claimed tenant.
     #[arg(long, default_value_t = writ_mcp_edge::executors::TLS_REFUSAL_WINDOW.as_secs())]
     pub executor_refusal_window_s: u64,
+    /// Lifetime of the executor certificates it issues (executors renew at about ⅔ of it).
+    #[arg(long, default_value_t = writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
+          value_parser = clap::value_parser!(u64).range(
+              writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MIN_S..=writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MAX_S))]
+    pub executor_cert_ttl_s: u64,
 }
 
 /// The tenant and principal of `--conformance-fixtures`.
@@ -183,6 +188,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             signing_key_file: args.data_dir.join("signing-key.pem"),
             executor_ca_secret_file: args.data_dir.join("executor-ca-secret"),
             token_audience: crate::config::TOKEN_AUDIENCE_DEFAULT.to_string(),
+            executor_cert_ttl_s: args.executor_cert_ttl_s,
         },
     };
     if !args.edge_listen.ip().is_loopback() {

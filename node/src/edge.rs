@@ -336,28 +336,66 @@ pub fn load_or_create_seal_key(path: &Path) -> Result<SealKey, String> {
 /// Longest an edge holds its first connections while its replica of the ledger loads.
 const REPLICA_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Deadline of one forwarded enrollment.
-const ENROLL_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Deadline of one forwarded enrollment or renewal.
+const ADMIN_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Ledger nodes' admin API base URLs and the client that reaches them (the cluster CA; this
+/// edge's credential): where executor enrollments and renewals are forwarded.
+struct AdminForwarder {
+    urls: Vec<String>,
+    http: reqwest::Client,
+}
+
+fn unavailable_response(msg: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let r = writ_client::unavailable(msg);
+    let body =
+        writ_api::dto::ErrorBody { reason: r.reason, code: r.reason.number(), message: r.message, leader_hint: None };
+    (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}
+
+impl AdminForwarder {
+    /// POSTs `body` to `path` of the first node that answers: its answer (a reason-coded
+    /// refusal goes back as it is), or `LEDGER_UNAVAILABLE` when none does.
+    async fn post(&self, path: &str, body: axum::body::Bytes) -> Result<axum::body::Bytes, axum::response::Response> {
+        use axum::response::IntoResponse;
+        let mut last = String::from("no ledger node is configured");
+        for base in &self.urls {
+            let sent = self
+                .http
+                .post(format!("{base}{path}"))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            let r = match sent {
+                Ok(r) => r,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            let status =
+                axum::http::StatusCode::from_u16(r.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+            let bytes = r.bytes().await.unwrap_or_default();
+            if !status.is_success() {
+                return Err((status, [(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response());
+            }
+            return Ok(bytes);
+        }
+        Err(unavailable_response(format!("no ledger node answered: {last}")))
+    }
+}
 
 /// `POST /executor/v1/enroll` on the MCP listener: forwards the enrollment (token + CSR; no key
 /// ever) to a ledger node's admin API and adds where the executor endpoint is and which CA its
 /// certificate chains to.
 async fn forward_enrollment(
-    admin: Arc<(Vec<String>, reqwest::Client)>,
+    admin: Arc<AdminForwarder>,
     endpoint: Option<(String, String)>,
     body: axum::body::Bytes,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let unavailable = |msg: String| {
-        let r = writ_client::unavailable(msg);
-        let body = writ_api::dto::ErrorBody {
-            reason: r.reason,
-            code: r.reason.number(),
-            message: r.message,
-            leader_hint: None,
-        };
-        (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-    };
     let Some((executor_url, edge_ca)) = endpoint else {
         let body = writ_api::dto::ErrorBody {
             reason: writ_api::ReasonCode::EXECUTOR_UNAVAILABLE,
@@ -367,40 +405,19 @@ async fn forward_enrollment(
         };
         return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     };
-    let (admin_urls, http) = (&admin.0, &admin.1);
-    let mut last = String::from("no ledger node is configured");
-    for base in admin_urls.iter() {
-        let sent = http
-            .post(format!("{base}/v1/enroll"))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
-            .send()
-            .await;
-        let r = match sent {
-            Ok(r) => r,
-            Err(e) => {
-                last = e.to_string();
-                continue;
-            }
-        };
-        let status =
-            axum::http::StatusCode::from_u16(r.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
-        let bytes = r.bytes().await.unwrap_or_default();
-        if !status.is_success() {
-            // The node's reason-coded refusal goes back as it is.
-            return (status, [(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response();
-        }
-        return match serde_json::from_slice::<writ_api::dto::EnrollResponse>(&bytes) {
-            Ok(enrolled) => axum::Json(writ_api::executor::ExecutorEnrollment {
-                enrolled,
-                executor_urls: vec![executor_url],
-                edge_ca_certificate: edge_ca,
-            })
-            .into_response(),
-            Err(e) => unavailable(format!("unexpected enrollment answer: {e}")),
-        };
+    let bytes = match admin.post(writ_api::executor::ADMIN_ENROLL_PATH, body).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return refused,
+    };
+    match serde_json::from_slice::<writ_api::dto::EnrollResponse>(&bytes) {
+        Ok(enrolled) => axum::Json(writ_api::executor::ExecutorEnrollment {
+            enrolled,
+            executor_urls: vec![executor_url],
+            edge_ca_certificate: edge_ca,
+        })
+        .into_response(),
+        Err(e) => unavailable_response(format!("unexpected enrollment answer: {e}")),
     }
-    unavailable(format!("no ledger node took the enrollment: {last}"))
 }
 
 /// Binds and serves an edge following `ledger`.
@@ -432,6 +449,12 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     let drain = crate::tls::Drain::default();
     let drain_handle = drain.clone();
     let mut servers = Vec::new();
+    let mut http = reqwest::Client::builder().no_proxy().timeout(ADMIN_FORWARD_TIMEOUT);
+    if let Some(t) = &options.admin_tls {
+        http = t.apply(http);
+    }
+    let admin =
+        Arc::new(AdminForwarder { urls: options.admin_urls, http: http.build().map_err(std::io::Error::other)? });
     let executor_endpoint = match options.executor {
         None => None,
         Some(x) => {
@@ -453,11 +476,26 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             let listener = TcpListener::bind(x.listen).await?;
             let addr = listener.local_addr()?;
             let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
+            let forwarder = admin.clone();
+            let renewals: writ_mcp_edge::executors::AdminForward =
+                Arc::new(move |path: &'static str, body: axum::body::Bytes| {
+                    let forwarder = forwarder.clone();
+                    Box::pin(async move {
+                        use axum::response::IntoResponse;
+                        match forwarder.post(path, body).await {
+                            Ok(bytes) => {
+                                ([(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
+                            }
+                            Err(refused) => refused,
+                        }
+                    })
+                });
             let gate = writ_mcp_edge::executors::ExecutorGate::new(
                 ledger.clone(),
                 verifier.clone(),
                 audit.clone(),
                 x.refusal_window,
+                Some(renewals),
             );
             let ca_pem = tls.ca_pem.clone();
             servers.push(tokio::spawn(crate::executor_tls::serve(listener, tls, gate, drain.clone())));
@@ -465,11 +503,6 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             Some((executor_url, ca_pem))
         }
     };
-    let mut forwarder = reqwest::Client::builder().no_proxy().timeout(ENROLL_FORWARD_TIMEOUT);
-    if let Some(t) = &options.admin_tls {
-        forwarder = t.apply(forwarder);
-    }
-    let admin_urls = Arc::new((options.admin_urls, forwarder.build().map_err(std::io::Error::other)?));
     let endpoint = executor_endpoint.clone();
     let metrics_route = axum::routing::get(move || {
         let metrics = metrics.clone();
@@ -492,7 +525,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         .route(
             writ_api::executor::ENROLL_PATH,
             axum::routing::post(move |body: axum::body::Bytes| {
-                forward_enrollment(admin_urls.clone(), endpoint.clone(), body)
+                forward_enrollment(admin.clone(), endpoint.clone(), body)
             }),
         );
     let accept = crate::tls::Accept {

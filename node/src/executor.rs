@@ -15,6 +15,12 @@
 //! A cancellation asked for during the attempt reaches the executor on its lease renewals: the
 //! simulated device stops before its effect and reports no effect (the operation ends
 //! `cancelled`); the command handler runs to its end (a real site decides what it can abort).
+//!
+//! Its certificate is renewed through an edge at about two thirds of its lifetime (or by
+//! `writ executor renew`): a new key is generated here, kept as `<key>.renewing` until the new
+//! certificate is written (so a crash in between is finished or undone at the next start), and
+//! its CSR is signed for with the current key. After a renewal the executor reconnects with the
+//! new certificate; calls in flight finish with the old one, which stays valid until it expires.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -76,8 +82,14 @@ pub enum ExecutorCmd {
         #[arg(long, env = "WRIT_CA_FILE")]
         ca: Option<PathBuf>,
     },
-    /// Serve dispatches with the configured handler until interrupted.
+    /// Serve dispatches with the configured handler until interrupted (renewing the
+    /// certificate at about ⅔ of its lifetime).
     Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Renew the certificate now: a new key, a new certificate through an edge.
+    Renew {
         #[arg(long)]
         config: PathBuf,
     },
@@ -201,6 +213,18 @@ pub async fn run_cli(args: ExecutorArgs) -> u8 {
                 out.display()
             );
         }),
+        ExecutorCmd::Renew { config } => match ExecutorConfig::load(&config) {
+            Ok(cfg) => match http_client(&cfg) {
+                Ok(http) => renew(&cfg, &http).await.map(|r| {
+                    println!(
+                        "Renewed the certificate of executor {}: fingerprint {}, valid until {} (ms since the epoch).",
+                        r.executor_id, r.fingerprint, r.not_after_ms
+                    )
+                }),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        },
         ExecutorCmd::Run { config } => match ExecutorConfig::load(&config) {
             Ok(cfg) => {
                 let shutdown = crate::wait_for_shutdown_signal();
@@ -279,6 +303,105 @@ pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> R
     Ok(e)
 }
 
+/// `<key>.renewing`: the key of a renewal in progress.
+fn pending_key_path(cfg: &ExecutorConfig) -> PathBuf {
+    let mut p = cfg.key.as_os_str().to_owned();
+    p.push(".renewing");
+    PathBuf::from(p)
+}
+
+/// The DER of the first certificate (the leaf) in the PEM file `path`.
+fn leaf_der(path: &Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(text.as_bytes())
+        .map_err(|e| format!("{}: no PEM certificate: {e}", path.display()))?;
+    Ok(pem.contents)
+}
+
+/// `(not_before_ms, not_after_ms, public key bits)` of a DER certificate.
+fn certificate_facts(der: &[u8]) -> Result<(u64, u64, Vec<u8>), String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("certificate: {e}"))?;
+    let ms = |t: x509_parser::time::ASN1Time| u64::try_from(t.timestamp()).unwrap_or(0).saturating_mul(1000);
+    let v = cert.validity();
+    Ok((ms(v.not_before), ms(v.not_after), cert.public_key().subject_public_key.data.to_vec()))
+}
+
+/// Finishes or undoes a renewal a crash interrupted: a pending key whose certificate was
+/// written becomes the key; one whose certificate never came is dropped.
+fn recover_renewal(cfg: &ExecutorConfig) -> Result<(), String> {
+    let pending = pending_key_path(cfg);
+    let Ok(text) = std::fs::read_to_string(&pending) else { return Ok(()) };
+    let key = rcgen::KeyPair::from_pem(&text).map_err(|e| format!("{}: {e}", pending.display()))?;
+    let (_, _, cert_key) = certificate_facts(&leaf_der(&cfg.cert)?)?;
+    if cert_key == key.public_key_raw() {
+        std::fs::rename(&pending, &cfg.key).map_err(|e| format!("{}: {e}", cfg.key.display()))?;
+        tracing::info!("finished an interrupted certificate renewal");
+    } else {
+        let _ = std::fs::remove_file(&pending);
+    }
+    Ok(())
+}
+
+/// When the certificate in `cfg.cert` should be renewed: at two thirds of its lifetime
+/// (counted from its issue, not from its back-dated `notBefore`).
+fn renewal_due_ms(cfg: &ExecutorConfig) -> Result<u64, String> {
+    let (not_before, not_after, _) = certificate_facts(&leaf_der(&cfg.cert)?)?;
+    let issued = (not_before + writ_api::executor::CERT_BACKDATE_MS).min(not_after);
+    Ok(issued + (not_after - issued) * 2 / 3)
+}
+
+/// Renews the certificate through the first edge that answers: a new key (kept as
+/// `<key>.renewing` until the new certificate is on disk), a CSR for it and the current key's
+/// signature over [`writ_api::executor::renewal_message`].
+pub async fn renew(cfg: &ExecutorConfig, http: &reqwest::Client) -> Result<writ_api::dto::EnrollResponse, String> {
+    use base64::Engine;
+    use rcgen::SigningKey;
+    recover_renewal(cfg)?;
+    let current_der = leaf_der(&cfg.cert)?;
+    let current_key = std::fs::read_to_string(&cfg.key)
+        .map_err(|e| format!("{}: {e}", cfg.key.display()))
+        .and_then(|t| rcgen::KeyPair::from_pem(&t).map_err(|e| format!("{}: {e}", cfg.key.display())))?;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
+    let csr = rcgen::CertificateParams::default().serialize_request(&key).map_err(|e| format!("CSR: {e}"))?;
+    let issued_at_ms = writ_client::now_ms();
+    let message = writ_api::executor::renewal_message(&writ_api::sha256_hex(&current_der), issued_at_ms, csr.der());
+    let proof = current_key.sign(&message).map_err(|e| format!("signing the renewal: {e}"))?;
+    let request = writ_api::executor::RenewRequest {
+        csr: csr.pem().map_err(|e| format!("CSR: {e}"))?,
+        issued_at_ms,
+        proof: base64::engine::general_purpose::STANDARD.encode(proof),
+    };
+    let pending = pending_key_path(cfg);
+    writ_client::files::replace(&pending, &key.serialize_pem(), true).map_err(|e| e.to_string())?;
+    let mut last = String::from("no edge is configured");
+    for edge in &cfg.edges {
+        let url = format!("{edge}{}", writ_api::executor::RENEW_PATH);
+        let r = match http.post(&url).json(&request).timeout(Duration::from_secs(30)).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = format!("{url}: {e}");
+                continue;
+            }
+        };
+        if !r.status().is_success() {
+            let _ = std::fs::remove_file(&pending);
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            return Err(match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(b) => format!("renewal refused: {} ({}): {}", b.reason, status.as_u16(), b.message),
+                Err(_) => format!("renewal refused: HTTP {status}: {text}"),
+            });
+        }
+        let renewed: writ_api::dto::EnrollResponse = r.json().await.map_err(|e| format!("renewal answer: {e}"))?;
+        let chain = format!("{}{}", renewed.certificate, renewed.ca_certificate);
+        writ_client::files::replace(&cfg.cert, &chain, false).map_err(|e| e.to_string())?;
+        recover_renewal(cfg)?;
+        return Ok(renewed);
+    }
+    let _ = std::fs::remove_file(&pending);
+    Err(format!("{UNREACHABLE}: {last}"))
+}
+
 /// The executor's client of its edges: it trusts the edges' CA bundle and presents its own
 /// certificate, both followed on disk (`writ_client::ClientTls`).
 fn http_client(cfg: &ExecutorConfig) -> Result<reqwest::Client, String> {
@@ -297,7 +420,11 @@ struct Memory {
 
 struct Executor {
     cfg: ExecutorConfig,
-    http: reqwest::Client,
+    /// The client of the current certificate: replaced after a renewal (so no pooled
+    /// connection outlives the old certificate), while calls in flight finish on the old one.
+    http: Mutex<reqwest::Client>,
+    /// Bumped by each renewal: the dispatch stream reconnects with the new certificate.
+    renewed: tokio::sync::watch::Sender<u64>,
     memory: Mutex<Memory>,
     /// Index into `cfg.edges` of the edge currently streaming.
     edge: Mutex<usize>,
@@ -306,8 +433,11 @@ struct Executor {
 /// Runs until the process is stopped: a dispatch stream (rotating edges on failure) and one
 /// task per dispatch.
 pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
-    let http = http_client(&cfg)?;
-    let x = Arc::new(Executor { cfg, http, memory: Mutex::default(), edge: Mutex::new(0) });
+    recover_renewal(&cfg)?;
+    let http = Mutex::new(http_client(&cfg)?);
+    let renewed = tokio::sync::watch::Sender::new(0);
+    let x = Arc::new(Executor { cfg, http, renewed, memory: Mutex::default(), edge: Mutex::new(0) });
+    tokio::spawn(x.clone().renew_when_due());
     let mut failures = 0u32;
     loop {
         let edge = x.cfg.edges[*x.edge.lock().expect("edge lock") % x.cfg.edges.len()].clone();
@@ -324,10 +454,55 @@ pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
     }
 }
 
+/// Longest wait between looks at the certificate's renewal time (a certificate replaced on
+/// disk by hand is noticed within it).
+const RENEWAL_LOOK_MAX: Duration = Duration::from_secs(3600);
+
 impl Executor {
-    /// One dispatch stream; returns when it ends.
+    fn http(&self) -> reqwest::Client {
+        self.http.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Renews the certificate at about two thirds of its lifetime; a failed renewal is tried
+    /// again after a tenth of the time left (1 s to 5 min).
+    async fn renew_when_due(self: Arc<Self>) {
+        loop {
+            let now = writ_client::now_ms();
+            let wait = match renewal_due_ms(&self.cfg) {
+                Ok(due) if due > now => Duration::from_millis(due - now).min(RENEWAL_LOOK_MAX),
+                Ok(_) => match renew(&self.cfg, &self.http()).await {
+                    Ok(r) => {
+                        match http_client(&self.cfg) {
+                            Ok(client) => *self.http.lock().unwrap_or_else(|e| e.into_inner()) = client,
+                            Err(e) => tracing::error!(error = %e, "the renewed certificate does not load"),
+                        }
+                        self.renewed.send_modify(|n| *n += 1);
+                        tracing::info!(fingerprint = %r.fingerprint, not_after_ms = r.not_after_ms, "certificate renewed");
+                        continue;
+                    }
+                    Err(e) => {
+                        let left = certificate_facts(&leaf_der(&self.cfg.cert).unwrap_or_default())
+                            .map(|(_, not_after, _)| not_after.saturating_sub(now))
+                            .unwrap_or(0);
+                        tracing::warn!(error = %e, left_ms = left, "certificate renewal failed; trying again");
+                        Duration::from_millis(left / 10).clamp(Duration::from_secs(1), Duration::from_secs(300))
+                    }
+                },
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the certificate's lifetime");
+                    Duration::from_secs(60)
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// One dispatch stream; returns when it ends (or the certificate was renewed: the caller
+    /// reconnects with the new one).
     async fn stream(self: Arc<Self>, edge: &str) -> Result<(), String> {
-        let r = self.http.get(format!("{edge}{DISPATCH_PATH}")).send().await.map_err(|e| e.to_string())?;
+        let mut renewed = self.renewed.subscribe();
+        renewed.mark_unchanged();
+        let r = self.http().get(format!("{edge}{DISPATCH_PATH}")).send().await.map_err(|e| e.to_string())?;
         if !r.status().is_success() {
             let status = r.status();
             return Err(format!("HTTP {status}: {}", r.text().await.unwrap_or_default()));
@@ -336,7 +511,11 @@ impl Executor {
         let mut buf: Vec<u8> = Vec::new();
         let silence = Duration::from_millis(3 * HEARTBEAT_MS);
         loop {
-            let chunk = match tokio::time::timeout(silence, body.next()).await {
+            let next = tokio::select! {
+                next = tokio::time::timeout(silence, body.next()) => next,
+                _ = renewed.changed() => return Ok(()),
+            };
+            let chunk = match next {
                 Err(_) => return Err("no heartbeat from the edge".into()),
                 Ok(None) => return Ok(()),
                 Ok(Some(Err(e))) => return Err(e.to_string()),
@@ -445,7 +624,8 @@ impl Executor {
         use writ_api::operation::OperationState::{Attempting, UnknownEffect};
         for round in 0..STATUS_TRIES {
             let e = order[round % order.len()];
-            let sent = self.http.get(format!("{e}{OPERATIONS_PATH}/{id}")).timeout(Duration::from_secs(5)).send().await;
+            let sent =
+                self.http().get(format!("{e}{OPERATIONS_PATH}/{id}")).timeout(Duration::from_secs(5)).send().await;
             if let Ok(r) = sent {
                 if r.status() == reqwest::StatusCode::NOT_FOUND {
                     return None; // not (or no longer) dispatched to this executor
@@ -493,7 +673,7 @@ impl Executor {
         body: &T,
     ) -> Result<OperationStatus, String> {
         let url = format!("{edge}{OPERATIONS_PATH}/{id}/{verb}");
-        let sent = self.http.post(&url).json(body).timeout(Duration::from_secs(15)).send().await;
+        let sent = self.http().post(&url).json(body).timeout(Duration::from_secs(15)).send().await;
         let r = sent.map_err(|e| format!("{UNREACHABLE}: {e}"))?;
         if r.status().is_success() {
             return r.json().await.map_err(|e| e.to_string());

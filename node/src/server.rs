@@ -121,6 +121,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
             signer: Arc::new(keys.signer),
             token_audience: cfg.authority.token_audience.clone(),
             ca_secret,
+            executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
         },
     );
     let probes = http::probe_router(node.clone(), install_metrics());

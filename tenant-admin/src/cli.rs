@@ -235,6 +235,22 @@ pub enum ExecutorCmd {
     },
 }
 
+/// `ms` since the epoch as an RFC 3339 UTC time (to the second).
+fn utc(ms: u64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64) {
+        Ok(t) => format!(
+            "{}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            t.year(),
+            t.month() as u8,
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        Err(_) => format!("{ms} ms"),
+    }
+}
+
 async fn executor_cmd(c: &AdminClient, out: Output, cmd: &ExecutorCmd) -> Result<(), Failure> {
     let print_executors = |l: &ExecutorList| {
         let rows = l
@@ -247,11 +263,12 @@ async fn executor_cmd(c: &AdminClient, out: Output, cmd: &ExecutorCmd) -> Result
                     if x.revoked_at_ms.is_some() { "revoked" } else { "active" }.to_string(),
                     x.cert.serial.clone(),
                     x.cert.fingerprint.chars().take(16).collect(),
+                    utc(x.cert.not_after_ms),
                     x.device_ids.iter().cloned().collect::<Vec<_>>().join(" "),
                 ]
             })
             .collect();
-        print_table(&["EXECUTOR", "SITE", "STATE", "SERIAL", "FINGERPRINT", "DEVICES"], rows);
+        print_table(&["EXECUTOR", "SITE", "STATE", "SERIAL", "FINGERPRINT", "EXPIRES", "DEVICES"], rows);
     };
     match cmd {
         ExecutorCmd::EnrollToken { tenant, site, devices, ttl } => {
@@ -1493,5 +1510,11 @@ mod tests {
         assert_eq!(parse_duration_s("30d"), Ok(2_592_000));
         assert!(parse_duration_s("3w").is_err());
         assert!(parse_duration_s("h").is_err());
+    }
+
+    #[test]
+    fn expiry_times_print_as_utc() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(1_700_000_000_999), "2023-11-14T22:13:20Z");
     }
 }

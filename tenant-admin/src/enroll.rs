@@ -31,8 +31,11 @@ use crate::service::{find_tenant, query, submit, AdminState, Shared};
 
 /// Default lifetime of an enrollment token.
 pub const ENROLLMENT_TTL_DEFAULT_S: u64 = 3600;
-/// Lifetime of an executor certificate.
+/// Default lifetime of an executor certificate (`[authority] executor_cert_ttl_s`).
 pub const EXECUTOR_CERT_TTL_S: u64 = 90 * 24 * 3600;
+/// Shortest and longest configurable lifetimes (the shortest is for tests of renewal).
+pub const EXECUTOR_CERT_TTL_MIN_S: u64 = 10;
+pub const EXECUTOR_CERT_TTL_MAX_S: u64 = 397 * 24 * 3600;
 const TOKEN_PREFIX: &str = "wen1";
 
 /// Routes that need the operator token.
@@ -43,9 +46,12 @@ pub(crate) fn operator_routes() -> Router<Shared> {
         .route("/v1/tenants/{tenant}/executors/{executor}/revoke", post(revoke_executor))
 }
 
-/// `POST /v1/enroll`: authenticated by the enrollment token alone.
+/// `POST /v1/enroll`, authenticated by the enrollment token alone, and `POST /v1/renew`, by
+/// the proof of the current certificate's key alone.
 pub(crate) fn public_routes() -> Router<Shared> {
-    Router::new().route("/v1/enroll", post(enroll))
+    Router::new()
+        .route(writ_api::executor::ADMIN_ENROLL_PATH, post(enroll))
+        .route(writ_api::executor::ADMIN_RENEW_PATH, post(renew))
 }
 
 fn token_hash(secret: &str) -> String {
@@ -141,7 +147,7 @@ async fn enroll(
     let executor_id = format!("x-{}", uuid::Uuid::new_v4().simple());
     let serial = rand_bytes::<16>();
     let now = writ_client::now_ms();
-    let not_after_ms = now + EXECUTOR_CERT_TTL_S * 1000;
+    let not_after_ms = now + st.executor_cert_ttl_s * 1000;
     let cert = ca.issue(&csr, &tenant.id, &enrollment.site_id, &executor_id, &serial, now, not_after_ms)?;
     let record = ExecutorCertV1 {
         executor_id: executor_id.clone(),
@@ -171,6 +177,145 @@ async fn enroll(
         serial: record.serial,
         not_after_ms,
     }))
+}
+
+fn renewal_refused(message: impl Into<String>) -> Rejection {
+    Rejection::new(ReasonCode::EXECUTOR_CERT_REFUSED, message)
+}
+
+/// `POST /v1/renew` (SPEC X1): a new certificate for an executor's new key. The request is
+/// trusted for nothing: the certificate must be one the ledger maps to an executor and within
+/// its validity, the proof must verify under that certificate's key over
+/// [`writ_api::executor::renewal_message`] and be fresh, and the ledger re-checks the executor
+/// (not revoked, the certificate still its own) when it records the new one.
+async fn renew(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<writ_api::executor::ForwardedRenewal>,
+) -> Result<Json<EnrollResponse>, ApiError> {
+    use writ_api::executor::{renewal_message, RENEW_PEM_MAX_BYTES, RENEW_PROOF_SKEW_MS};
+    if b.certificate.len() > RENEW_PEM_MAX_BYTES || b.renewal.csr.len() > RENEW_PEM_MAX_BYTES {
+        return Err(ApiError::new(
+            ReasonCode::INPUT_INVALID,
+            format!("certificate and CSR are at most {RENEW_PEM_MAX_BYTES} bytes of PEM"),
+        ));
+    }
+    let current = pem_body(&b.certificate, "CERTIFICATE")
+        .ok_or_else(|| renewal_refused("expected the current certificate as PEM"))?;
+    let fingerprint = writ_api::sha256_hex(&current);
+    let now = writ_client::now_ms();
+    if b.renewal.issued_at_ms.abs_diff(now) > RENEW_PROOF_SKEW_MS {
+        return Err(renewal_refused(format!(
+            "the proof's time is more than {} s from this node's clock",
+            RENEW_PROOF_SKEW_MS / 1000
+        ))
+        .into());
+    }
+    let found = st.verifier.with_state(|s| s.executor_certs.get(&fingerprint).cloned());
+    let (tenant_id, executor_id) =
+        found.ok_or_else(|| renewal_refused("this certificate was not issued by a Writ enrollment"))?;
+    let listed: ExecutorList = query(&st, LedgerQuery::ListExecutors { tenant_id: tenant_id.clone() }, false).await?;
+    let executor = listed
+        .executors
+        .into_iter()
+        .find(|x| x.id == executor_id)
+        .ok_or_else(|| renewal_refused("unknown executor"))?;
+    if executor.revoked_at_ms.is_some() {
+        return Err(ApiError::new(ReasonCode::EXECUTOR_REVOKED, "a revoked executor cannot renew"));
+    }
+    let (_, parsed) = x509_parser::parse_x509_certificate(&current)
+        .map_err(|_| renewal_refused("the certificate is not valid DER"))?;
+    let validity = parsed.validity();
+    let second = |t: x509_parser::time::ASN1Time| u64::try_from(t.timestamp()).unwrap_or(0).saturating_mul(1000);
+    if !(second(validity.not_before) <= now && now < second(validity.not_after)) {
+        return Err(renewal_refused("the certificate is outside its validity").into());
+    }
+    let csr_der = pem_body(&b.renewal.csr, "CERTIFICATE REQUEST")
+        .ok_or_else(|| csr_error("expected a PEM CERTIFICATE REQUEST"))?;
+    let proof = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(b.renewal.proof.trim())
+            .map_err(|_| renewal_refused("the proof is not base64"))?
+    };
+    let message = renewal_message(&fingerprint, b.renewal.issued_at_ms, &csr_der);
+    if !signed_by_key(parsed.tbs_certificate.subject_pki.raw, &message, &proof)? {
+        return Err(renewal_refused("the proof does not verify under the current certificate's key").into());
+    }
+    let csr = Csr::from_der(&csr_der)?;
+    let tenant = find_tenant(&st, tenant_id.clone()).await?;
+    let ca = TenantCa::derive(&st.ca_secret, &tenant)?;
+    submit(&st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
+    let serial = rand_bytes::<16>();
+    let not_after_ms = now + st.executor_cert_ttl_s * 1000;
+    let cert = ca.issue(&csr, &tenant.id, &executor.site_id, &executor_id, &serial, now, not_after_ms)?;
+    let record = ExecutorCertV1 {
+        executor_id: executor_id.clone(),
+        fingerprint: writ_api::sha256_hex(cert.der()),
+        serial: hex::encode(serial),
+        not_after_ms,
+        ca_fingerprint: ca.fingerprint.clone(),
+    };
+    submit(
+        &st,
+        Command::RenewExecutorCertificate {
+            tenant_id: tenant.id.clone(),
+            executor_id: executor_id.clone(),
+            from_fingerprint: fingerprint,
+            cert: record.clone(),
+        },
+    )
+    .await?;
+    Ok(Json(EnrollResponse {
+        executor_id,
+        tenant_id: tenant.id,
+        site_id: executor.site_id,
+        device_ids: executor.device_ids.into_iter().collect(),
+        certificate: cert.pem(),
+        ca_certificate: ca.pem(),
+        fingerprint: record.fingerprint,
+        serial: record.serial,
+        not_after_ms,
+    }))
+}
+
+/// The DER of the first PEM block labelled `label` in `pem`.
+fn pem_body(pem: &str, label: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let start = pem.find(&begin)? + begin.len();
+    let stop = start + pem[start..].find(&end)?;
+    let compact: String = pem[start..stop].chars().filter(|c| !c.is_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(compact).ok()
+}
+
+/// `(algorithm identifier content, key bits)` of the SubjectPublicKeyInfo at the start of
+/// `input`.
+fn spki(input: &[u8]) -> Result<(&[u8], &[u8]), Rejection> {
+    let (spki, _) = expect(input, 0x30)?;
+    let (key_alg, rest) = expect(spki.content, 0x30)?;
+    let (key_bits, _) = expect(rest, 0x03)?;
+    Ok((key_alg.content, bit_string(key_bits.content)?))
+}
+
+fn bit_string(b: &[u8]) -> Result<&[u8], Rejection> {
+    match b.split_first() {
+        Some((0, rest)) => Ok(rest),
+        _ => Err(csr_error("unexpected unused bits in a BIT STRING")),
+    }
+}
+
+/// Whether `signature` over `message` verifies under the key of the SubjectPublicKeyInfo
+/// `spki_der` with any algorithm rustls accepts for that key type (Ed25519, ECDSA P-256/P-384
+/// with their hashes).
+fn signed_by_key(spki_der: &[u8], message: &[u8], signature: &[u8]) -> Result<bool, Rejection> {
+    let (key_alg, key) = spki(spki_der).map_err(|_| renewal_refused("the certificate's key is not valid DER"))?;
+    Ok(rustls::crypto::aws_lc_rs::default_provider()
+        .signature_verification_algorithms
+        .all
+        .iter()
+        .filter(|a| a.public_key_alg_id().as_ref() == key_alg)
+        .any(|a| a.verify_signature(key, message, signature).is_ok()))
 }
 
 /// A node's executor CA for one tenant: an Ed25519 key derived from the node's CA secret and
@@ -283,7 +428,7 @@ impl TenantCa {
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(SerialNumber::from_slice(serial));
         let at = |ms: u64| time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64).map_err(internal);
-        params.not_before = at(now_ms.saturating_sub(5 * 60 * 1000))?;
+        params.not_before = at(now_ms.saturating_sub(writ_api::executor::CERT_BACKDATE_MS))?;
         params.not_after = at(not_after_ms)?;
         let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
         params.signed_by(csr, &issuer).map_err(internal)
@@ -388,19 +533,9 @@ impl Csr {
         // info ::= SEQUENCE { version INTEGER, subject Name, subjectPKInfo, [0] attributes }
         let (_, rest) = expect(info.content, 0x02)?;
         let (_, rest) = expect(rest, 0x30)?;
-        let (spki, _) = expect(rest, 0x30)?;
-        let (key_alg, rest) = expect(spki.content, 0x30)?;
-        let (key_bits, _) = expect(rest, 0x03)?;
-        let (key_alg, sig_alg, info_der) = (key_alg.content, sig_alg.content, info.whole);
-        let (key_bits, sig_bits) = (key_bits.content, sig_bits.content);
-        let bits = |b: &[u8]| -> Result<Vec<u8>, Rejection> {
-            match b.split_first() {
-                Some((0, rest)) => Ok(rest.to_vec()),
-                _ => Err(csr_error("unexpected unused bits in a BIT STRING")),
-            }
-        };
-        let public_key = bits(key_bits)?;
-        let signature = bits(sig_bits)?;
+        let (key_alg, public_key) = spki(rest)?;
+        let (sig_alg, info_der) = (sig_alg.content, info.whole);
+        let signature = bit_string(sig_bits.content)?;
         let verifier = rustls::crypto::aws_lc_rs::default_provider()
             .signature_verification_algorithms
             .all
@@ -409,13 +544,13 @@ impl Csr {
             .copied()
             .ok_or_else(|| csr_error("unsupported key or signature algorithm; use Ed25519 or ECDSA P-256/P-384"))?;
         verifier
-            .verify_signature(&public_key, info_der, &signature)
+            .verify_signature(public_key, info_der, signature)
             .map_err(|_| csr_error("the CSR's signature does not verify: it was not signed by its own key"))?;
         let alg = [&rcgen::PKCS_ED25519, &rcgen::PKCS_ECDSA_P256_SHA256, &rcgen::PKCS_ECDSA_P384_SHA384]
             .into_iter()
             .find(|a| spki_alg_matches(a, key_alg))
             .ok_or_else(|| csr_error("unsupported key type; use Ed25519 or ECDSA P-256/P-384"))?;
-        Ok(Csr { public_key, alg })
+        Ok(Csr { public_key: public_key.to_vec(), alg })
     }
 }
 
@@ -480,6 +615,24 @@ mod tests {
         let c = TenantCa::derive(&[2; 32], &tenant()).unwrap();
         assert_eq!(a.der, b.der);
         assert_ne!(a.fingerprint, c.fingerprint);
+    }
+
+    /// A renewal proof verifies under the certificate's own key only, for Ed25519 and ECDSA.
+    #[test]
+    fn renewal_proofs_verify_under_the_certificate_key_only() {
+        use rcgen::SigningKey;
+        for alg in [&rcgen::PKCS_ED25519, &rcgen::PKCS_ECDSA_P256_SHA256, &rcgen::PKCS_ECDSA_P384_SHA384] {
+            let key = KeyPair::generate_for(alg).unwrap();
+            let cert = CertificateParams::new(vec!["x".into()]).unwrap().self_signed(&key).unwrap();
+            let (_, parsed) = x509_parser::parse_x509_certificate(cert.der()).unwrap();
+            let spki_der = parsed.tbs_certificate.subject_pki.raw;
+            let message = writ_api::executor::renewal_message("ab", 1, b"csr");
+            assert!(signed_by_key(spki_der, &message, &key.sign(&message).unwrap()).unwrap());
+            let other = KeyPair::generate_for(alg).unwrap();
+            assert!(!signed_by_key(spki_der, &message, &other.sign(&message).unwrap()).unwrap());
+            let changed = writ_api::executor::renewal_message("ab", 2, b"csr");
+            assert!(!signed_by_key(spki_der, &changed, &key.sign(&message).unwrap()).unwrap());
+        }
     }
 
     #[test]

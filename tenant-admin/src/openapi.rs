@@ -164,6 +164,9 @@ fn paths() -> Value {
             "/v1/enroll": {"post": {"summary": "Enroll an executor: token + CSR → certificate (no operator token)", "security": [],
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Enroll"}}}},
                 "responses": ok_or_errors("EnrollResponse")}},
+            "/v1/renew": {"post": {"summary": "Renew an executor certificate: the current certificate, a CSR for a new key and the current key's signature → certificate (no operator token)", "security": [],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Renew"}}}},
+                "responses": ok_or_errors("EnrollResponse")}},
             "/v1/tenants/{tenant}/issuers/remove": {"parameters": tenant_param, "post": {"summary": "Remove a tenant token issuer",
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RemoveIssuer"}}}},
                 "responses": {"204": {"description": "Removed"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}}
@@ -253,6 +256,12 @@ fn schemas() -> Value {
         "CreatedEnrollment": {"type": "object", "required": ["token", "enrollment"], "properties": {"token": {"type": "string"}, "enrollment": {"type": "object"}}},
         "Enroll": {"type": "object", "additionalProperties": false, "required": ["token", "csr"], "properties": {
             "token": {"type": "string"}, "csr": {"type": "string", "description": "PEM CERTIFICATE REQUEST"}}},
+        "Renew": {"type": "object", "additionalProperties": false, "required": ["certificate", "renewal"], "properties": {
+            "certificate": {"type": "string", "maxLength": 8192, "description": "PEM: the executor's current certificate"},
+            "renewal": {"type": "object", "additionalProperties": false, "required": ["csr", "issued_at_ms", "proof"], "properties": {
+                "csr": {"type": "string", "maxLength": 8192, "description": "PEM CERTIFICATE REQUEST of the new key"},
+                "issued_at_ms": {"type": "integer", "minimum": 0},
+                "proof": {"type": "string", "description": "base64 signature of the current key over writ/executor-renew/v1\\0<fingerprint>\\0<issued_at_ms>\\0<sha256 of the CSR DER, hex>"}}}}},
         "EnrollResponse": {"type": "object", "required": ["executor_id", "certificate", "ca_certificate", "fingerprint", "serial"], "properties": {
             "executor_id": {"type": "string"}, "tenant_id": {"type": "string"}, "site_id": {"type": "string"},
             "device_ids": {"type": "array", "items": {"type": "string"}}, "certificate": {"type": "string"},

@@ -43,6 +43,8 @@ pub struct AdminConfig {
     pub token_audience: String,
     /// This node's secret for deriving its per-tenant executor CA keys.
     pub ca_secret: [u8; 32],
+    /// Lifetime of the executor certificates this node issues (enrollment and renewal).
+    pub executor_cert_ttl_s: u64,
 }
 
 pub(crate) struct AdminState {
@@ -56,6 +58,7 @@ pub(crate) struct AdminState {
     /// Set once this node's signing key is known to be registered in the ledger.
     pub(crate) key_registered: std::sync::atomic::AtomicBool,
     pub(crate) ca_secret: [u8; 32],
+    pub(crate) executor_cert_ttl_s: u64,
 }
 
 pub(crate) type Shared = Arc<AdminState>;
@@ -70,6 +73,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         token_audience: config.token_audience,
         key_registered: Default::default(),
         ca_secret: config.ca_secret,
+        executor_cert_ttl_s: config.executor_cert_ttl_s,
     });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))

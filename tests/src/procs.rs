@@ -482,6 +482,7 @@ pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> wr
             signing_key_file: dir.join("signing-key.pem"),
             executor_ca_secret_file: dir.join("executor-ca-secret"),
             token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
+            executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
         },
     }
 }
@@ -829,7 +830,8 @@ fn pem_der(pem: &[u8], label: &str) -> Vec<u8> {
     pem_blocks(pem, label).into_iter().next().unwrap_or_else(|| panic!("no {label} block"))
 }
 
-fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
+/// The DER contents of every PEM block labelled `label`, in order.
+pub fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
     use base64::Engine;
     let text = String::from_utf8_lossy(pem);
     let (begin, end) = (format!("-----BEGIN {label}-----"), format!("-----END {label}-----"));

@@ -50,6 +50,7 @@ impl Routers {
                 signer: Arc::new(signer),
                 token_audience: EDGE_URL.into(),
                 ca_secret: [7; 32],
+                executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
             },
         );
         let mut config = EdgeConfig::for_url(EDGE_URL, writ_mcp_edge::seal::SealKey::random());

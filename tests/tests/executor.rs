@@ -19,8 +19,13 @@ struct World {
 
 impl World {
     async fn start() -> World {
+        World::start_with(&[]).await
+    }
+
+    async fn start_with(extra: &[&str]) -> World {
         // Refused handshakes are audited as one aggregate per second here (60 s by default).
-        let dev = DevProcess::start(&["--executor-refusal-window-s", "1"]).await;
+        let args: Vec<&str> = ["--executor-refusal-window-s", "1"].iter().chain(extra).copied().collect();
+        let dev = DevProcess::start(&args).await;
         let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
         let admin = Admin::trusting(ca, dev.var("WRIT_ADMIN_TOKEN"));
         World { dev, admin, dir: tempfile::tempdir().unwrap() }
@@ -749,4 +754,94 @@ async fn one_trace_id_from_the_agent_call_to_the_executor_report() {
     for r in &about {
         assert_eq!(r["trace_id"], trace.as_str(), "every record about {id} carries the request's trace: {r}");
     }
+}
+
+/// The executor's certificate as the ledger records it now.
+async fn recorded_cert(w: &World, executor_id: &str) -> Value {
+    let list = w.admin.get(w.admin_url(), "/v1/tenants/demo/executors").await.unwrap();
+    let x = list["executors"].as_array().unwrap().iter().find(|x| x["id"] == executor_id).cloned();
+    x.expect("the executor is listed")["cert"].clone()
+}
+
+/// Issue 16, must-show 3 (executor part): a running executor renews its short-lived
+/// certificate through the edge at about two thirds of its lifetime, with a new key proven by
+/// the current one, and serves every operation across the renewal and past the old
+/// certificate's expiry. The replaced certificate works until it expires; a proof by another
+/// key is refused; a revoked executor cannot renew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_renews_its_certificate_while_serving() {
+    const TTL_S: u64 = 15;
+    let w = World::start_with(&["--executor-cert-ttl-s", &TTL_S.to_string()]).await;
+    w.device("press-r").await;
+    let agent = w.principal("agent-r", &[]).await;
+    let mut x = w.executor("renewing", &["press-r"], "kind = \"simulated\"").await;
+    let first = recorded_cert(&w, &x.executor_id).await;
+    let old = w.dir.path().join("old");
+    std::fs::create_dir_all(&old).unwrap();
+    for f in ["executor.crt", "executor.key", "edge-ca.crt"] {
+        std::fs::copy(x.dir.join(f), old.join(f)).unwrap();
+    }
+    let old_client = mtls_client(&old.join("executor.crt"), &old.join("executor.key"), &old.join("edge-ca.crt"));
+    let endpoint = std::fs::read_to_string(x.dir.join("executor.toml")).unwrap();
+    let endpoint = endpoint.split('"').find(|s| s.starts_with("https://")).expect("edge url").to_string();
+
+    // A proof made with another key than the certificate's is refused.
+    let other = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let csr = rcgen::CertificateParams::default().serialize_request(&other).unwrap();
+    let fingerprint = first["fingerprint"].as_str().unwrap();
+    let now = writ_client::now_ms();
+    let message = writ_api::executor::renewal_message(fingerprint, now, csr.der());
+    let forged = json!({"csr": csr.pem().unwrap(), "issued_at_ms": now,
+        "proof": base64::Engine::encode(&base64::engine::general_purpose::STANDARD,
+                                        rcgen::SigningKey::sign(&other, &message).unwrap())});
+    let r = old_client.post(format!("{endpoint}/executor/v1/renew")).json(&forged).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["reason"], "EXECUTOR_CERT_REFUSED");
+    assert_eq!(recorded_cert(&w, &x.executor_id).await, first, "nothing was renewed");
+
+    x.start();
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    let mut renewed_at = None;
+    // Operations one after another until the old certificate has expired (with a margin).
+    while started.elapsed() < Duration::from_secs(TTL_S + 3) || renewed_at.is_none() {
+        assert!(started.elapsed() < Duration::from_secs(TTL_S * 3), "no renewal: {}", x.log());
+        n += 1;
+        let args =
+            json!({"action": "home_press", "device": "press-r", "idempotency_key": format!("r-{n}"), "wait_s": 10});
+        let done = w.execute(&agent, args).await;
+        assert_eq!(done["structuredContent"]["state"], "effect_reported", "operation {n}: {done}\n{}", x.log());
+        if renewed_at.is_none() && recorded_cert(&w, &x.executor_id).await["fingerprint"] != first["fingerprint"] {
+            renewed_at = Some(started.elapsed());
+            // The replaced certificate is still good until it expires.
+            if writ_client::now_ms() + 1_000 < first["not_after_ms"].as_u64().unwrap() {
+                let r = old_client.get(format!("{endpoint}/executor/v1/dispatch")).send().await.unwrap();
+                assert_eq!(r.status(), 200, "the replaced certificate until it expires");
+            }
+        }
+    }
+    let renewed_at = renewed_at.unwrap();
+    assert!(renewed_at < Duration::from_secs(TTL_S), "renewed before expiry: {renewed_at:?}");
+    assert!(n >= 5, "operations across the renewal: {n}");
+    let now = recorded_cert(&w, &x.executor_id).await;
+    let on_disk = std::fs::read_to_string(x.dir.join("executor.crt")).unwrap();
+    let leaf = writ_api::sha256_hex(&writ_tests::procs::pem_blocks(on_disk.as_bytes(), "CERTIFICATE")[0]);
+    assert_eq!(now["fingerprint"].as_str().unwrap(), leaf, "the executor uses what the ledger recorded");
+    assert!(!x.dir.join("executor.key.renewing").exists(), "no renewal left half-done");
+    assert!(x.log().contains("certificate renewed"), "{}", x.log());
+    // Past its expiry, the replaced certificate is refused.
+    let r = old_client.get(format!("{endpoint}/executor/v1/dispatch")).send().await;
+    assert!(r.is_err() || r.is_ok_and(|r| !r.status().is_success()));
+
+    // A revoked executor cannot renew.
+    x.kill();
+    w.admin.post_ok(w.admin_url(), &format!("/v1/tenants/demo/executors/{}/revoke", x.executor_id), json!({})).await;
+    let out = std::process::Command::new(writ_tests::procs::writ_bin())
+        .args(["executor", "renew", "--config"])
+        .arg(x.dir.join("executor.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("EXECUTOR_REVOKED"), "{stderr}");
+    assert!(!x.dir.join("executor.key.renewing").exists());
 }

@@ -303,7 +303,8 @@ async fn cli_contexts_fail_over_between_endpoints() {
 
 /// Operator certificates (SPEC S1, H1): with `admin_require_client_certificate` the admin
 /// listener refuses any handshake without a certificate from the cluster CA, admits an
-/// operator's to every route (its token still required) and an edge's only to `/v1/enroll`;
+/// operator's to every route (its token still required) and an edge's only to `/v1/enroll`
+/// and `/v1/renew`;
 /// `writ admin` presents the operator's certificate from `--cert`/`--key` or its context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_can_require_operator_certificates() {
@@ -327,8 +328,11 @@ async fn the_admin_listener_can_require_operator_certificates() {
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["reason"], "PEER_FORBIDDEN", "{body}");
     // Edges forward enrollments: that route passes the role gate (and meets its own rules).
-    let r = edge.post(format!("{}/v1/enroll", node.admin_url)).json(&serde_json::json!({})).send().await.unwrap();
-    assert_ne!(r.status(), 403, "an edge may forward an enrollment");
+    for forwarded in ["enroll", "renew"] {
+        let url = format!("{}/v1/{forwarded}", node.admin_url);
+        let r = edge.post(url).json(&serde_json::json!({})).send().await.unwrap();
+        assert_ne!(r.status(), 403, "an edge may forward an executor's {forwarded}");
+    }
     let node_cert = pki::http(Some((Role::Node, "2")));
     let r = node_cert.post(format!("{}/v1/enroll", node.admin_url)).json(&serde_json::json!({})).send().await.unwrap();
     assert_eq!(r.status(), 403, "nor may a node");

@@ -91,6 +91,36 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             }
             Ok(vec![Event::ExecutorCaRegisteredV1 { tenant_id: tenant_id.clone(), ca: ca.clone() }])
         }
+        Command::RenewExecutorCertificate { tenant_id, executor_id, from_fingerprint, cert } => {
+            active(state, tenant_id)?;
+            let x = state.executors.get(tenant_id).and_then(|m| m.get(executor_id)).ok_or_else(|| {
+                Rejection::new(ReasonCode::EXECUTOR_NOT_FOUND, format!("no executor '{executor_id}'"))
+            })?;
+            if x.revoked_at_ms.is_some() {
+                return Err(Rejection::new(ReasonCode::EXECUTOR_REVOKED, "a revoked executor cannot renew"));
+            }
+            let mapped = state.executor_certs.get(from_fingerprint);
+            if mapped.is_none_or(|(t, x)| t != tenant_id || x != executor_id) {
+                return Err(Rejection::new(
+                    ReasonCode::EXECUTOR_CERT_REFUSED,
+                    "only a certificate of this executor the ledger still accepts renews it",
+                ));
+            }
+            let known_ca = state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&cert.ca_fingerprint));
+            let fresh = !state.executor_certs.contains_key(&cert.fingerprint) && cert.fingerprint.len() == 64;
+            if !known_ca || !fresh || cert.executor_id != *executor_id || cert.not_after_ms <= now {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    "the certificate record must be new, this executor's, unexpired and from a known CA",
+                ));
+            }
+            Ok(vec![Event::ExecutorCertRenewedV1 {
+                tenant_id: tenant_id.clone(),
+                executor_id: executor_id.clone(),
+                from_fingerprint: from_fingerprint.clone(),
+                cert: cert.clone(),
+            }])
+        }
         other => Err(misrouted(other)),
     }
 }

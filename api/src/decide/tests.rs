@@ -275,3 +275,71 @@ fn list_pages_by_name() {
     assert_eq!(p2.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["d"]);
     assert_eq!(next2, None);
 }
+
+/// Certificate renewal (SPEC X1): a renewal makes the new certificate current and keeps the one
+/// it was renewed from until it expires; older ones are forgotten (two per executor at most);
+/// only a certificate the ledger still maps to the executor renews it, never after revocation.
+#[test]
+fn executor_certificates_renew_from_a_mapped_certificate_until_revoked() {
+    use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
+    let mut st = LedgerState::default();
+    let ok = |st: &mut LedgerState, cmd: Command| {
+        let outcome = st.execute(&req(1_000, cmd)).0;
+        assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    };
+    ok(&mut st, create("a", "acme"));
+    ok(
+        &mut st,
+        Command::CreateSite { tenant_id: "a".into(), site_id: "s".into(), name: "plant".into(), display_name: None },
+    );
+    let ca = ExecutorCaV1 { fingerprint: crate::sha256_hex(b"ca"), cert_der: b"ca".to_vec() };
+    ok(&mut st, Command::RegisterExecutorCa { tenant_id: "a".into(), ca: ca.clone() });
+    let enrollment = EnrollmentV1 {
+        enrollment_id: "e".into(),
+        site_id: "s".into(),
+        device_ids: Default::default(),
+        token_sha256: "00".repeat(32),
+        ttl_s: 60,
+    };
+    ok(&mut st, Command::CreateEnrollment { tenant_id: "a".into(), enrollment });
+    let cert = |n: u8| ExecutorCertV1 {
+        executor_id: "x".into(),
+        fingerprint: format!("{n:02x}").repeat(32),
+        serial: format!("{n:02x}"),
+        not_after_ms: 1_000_000,
+        ca_fingerprint: ca.fingerprint.clone(),
+    };
+    ok(
+        &mut st,
+        Command::CompleteEnrollment {
+            tenant_id: "a".into(),
+            enrollment_id: "e".into(),
+            token_sha256: "00".repeat(32),
+            cert: cert(1),
+        },
+    );
+    let renew = |from: u8, to: ExecutorCertV1| Command::RenewExecutorCertificate {
+        tenant_id: "a".into(),
+        executor_id: "x".into(),
+        from_fingerprint: format!("{from:02x}").repeat(32),
+        cert: to,
+    };
+    let mapped = |st: &LedgerState| -> Vec<String> { st.executor_certs.keys().map(|k| k[..2].to_string()).collect() };
+    ok(&mut st, renew(1, cert(2)));
+    assert_eq!(st.executors["a"]["x"].cert, cert(2));
+    assert_eq!(mapped(&st), ["01", "02"], "the certificate renewed from stays until it expires");
+    ok(&mut st, renew(2, cert(3)));
+    assert_eq!(mapped(&st), ["02", "03"], "older ones are forgotten");
+    let refused = |st: &LedgerState, cmd: Command| decide(st, &cmd, 1_000).err().map(|r| r.reason);
+    assert_eq!(refused(&st, renew(1, cert(4))), Some(ReasonCode::EXECUTOR_CERT_REFUSED), "a forgotten certificate");
+    // A renewal whose answer was lost: the executor still holds 2 and renews from it again.
+    ok(&mut st, renew(2, cert(4)));
+    assert_eq!(mapped(&st), ["02", "04"]);
+    assert_eq!(refused(&st, renew(4, cert(2))), Some(ReasonCode::INPUT_INVALID), "a certificate is never reused");
+    let expired = ExecutorCertV1 { not_after_ms: 1_000, ..cert(5) };
+    assert_eq!(refused(&st, renew(4, expired)), Some(ReasonCode::INPUT_INVALID));
+    let foreign_ca = ExecutorCertV1 { ca_fingerprint: "ff".repeat(32), ..cert(5) };
+    assert_eq!(refused(&st, renew(4, foreign_ca)), Some(ReasonCode::INPUT_INVALID));
+    ok(&mut st, Command::RevokeExecutor { tenant_id: "a".into(), executor_id: "x".into() });
+    assert_eq!(refused(&st, renew(4, cert(5))), Some(ReasonCode::EXECUTOR_REVOKED));
+}
