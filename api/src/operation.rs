@@ -236,6 +236,26 @@ pub struct Operation {
     pub revision: u64,
 }
 
+impl Operation {
+    /// Waiting or attempting: it holds a place in its tenant's (and principal's) concurrency.
+    pub fn is_live(&self) -> bool {
+        self.state.is_waiting() || self.state == OperationState::Attempting
+    }
+
+    /// The ledger time at which time alone changes it (`decide::operation::due`): its deadline
+    /// while waiting, its attempt lease while dispatched or attempting, whichever comes first.
+    pub fn due_at(&self) -> Option<u64> {
+        let deadline = self.state.is_waiting().then_some(self.spec.deadline_ms);
+        let lease = matches!(self.state, OperationState::Dispatched | OperationState::Attempting)
+            .then_some(self.lease_expires_at_ms)
+            .flatten();
+        match (deadline, lease) {
+            (Some(d), Some(l)) => Some(d.min(l)),
+            (d, l) => d.or(l),
+        }
+    }
+}
+
 /// A device held by an operation until `expires_at_ms` (ledger time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceLease {

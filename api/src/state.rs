@@ -81,6 +81,102 @@ pub struct LedgerState {
     pub operation_windows: BTreeMap<String, crate::quota::OperationWindow>,
     /// The same per principal (tenant id → principal id), for principals' own quotas.
     pub principal_operation_windows: BTreeMap<String, BTreeMap<String, crate::quota::OperationWindow>>,
+    /// Indexes over the live operations, derived from the views above: never encoded (so not
+    /// in snapshots, the digest or the state format), kept by every fold and rebuilt by
+    /// [`LedgerState::rebuild_index`] after a decode.
+    #[serde(skip)]
+    pub index: OperationIndex,
+}
+
+/// Indexes that let operation commands, the reaper and dispatchers find their work without
+/// scanning a tenant's live operations (so a command costs the same with 10 or 100,000 of them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperationIndex {
+    /// (ledger time it falls due, operation id) by tenant: deadlines of waiting operations and
+    /// attempt leases of dispatched and attempting ones ([`Operation::due_at`]).
+    pub due: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// Live operations per principal, by tenant (a principal's `concurrent_operations`).
+    pub live_by_principal: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Reserved operations (offered to executors), by tenant.
+    pub reserved: BTreeMap<String, BTreeSet<String>>,
+    /// Operations dispatched to an executor and not yet started, by tenant, then executor id.
+    pub dispatched: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+}
+
+impl OperationIndex {
+    /// Moves `operation_id` of `tenant_id` from what `old` indexed to what `new` does.
+    fn update(&mut self, old: Option<&Operation>, new: Option<&Operation>) {
+        let Some(any) = new.or(old) else { return };
+        let (tenant, id) = (&any.tenant_id, &any.spec.operation_id);
+        if let Some(old) = old {
+            if let Some(at) = old.due_at() {
+                remove_from(&mut self.due, tenant, &(at, id.clone()));
+            }
+            if old.is_live() {
+                if let Some(by_principal) = self.live_by_principal.get_mut(tenant) {
+                    let principal = &old.spec.principal_id;
+                    match by_principal.get_mut(principal) {
+                        Some(n) if *n > 1 => *n -= 1,
+                        _ => {
+                            by_principal.remove(principal);
+                        }
+                    }
+                    if by_principal.is_empty() {
+                        self.live_by_principal.remove(tenant);
+                    }
+                }
+            }
+            match (old.state, &old.executor_id) {
+                (OperationState::Reserved, _) => remove_from(&mut self.reserved, tenant, id),
+                (OperationState::Dispatched, Some(x)) => {
+                    if let Some(by_executor) = self.dispatched.get_mut(tenant) {
+                        remove_from(by_executor, x, id);
+                        if by_executor.is_empty() {
+                            self.dispatched.remove(tenant);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(new) = new {
+            if let Some(at) = new.due_at() {
+                self.due.entry(tenant.clone()).or_default().insert((at, id.clone()));
+            }
+            if new.is_live() {
+                *self
+                    .live_by_principal
+                    .entry(tenant.clone())
+                    .or_default()
+                    .entry(new.spec.principal_id.clone())
+                    .or_default() += 1;
+            }
+            match (new.state, &new.executor_id) {
+                (OperationState::Reserved, _) => {
+                    self.reserved.entry(tenant.clone()).or_default().insert(id.clone());
+                }
+                (OperationState::Dispatched, Some(x)) => {
+                    self.dispatched.entry(tenant.clone()).or_default().entry(x.clone()).or_default().insert(id.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The earliest time an operation of `tenant_id` falls due.
+    pub fn next_due(&self, tenant_id: &str) -> Option<u64> {
+        self.due.get(tenant_id)?.first().map(|(at, _)| *at)
+    }
+}
+
+/// Removes `item` from the set of `key`, dropping the set when it empties.
+fn remove_from<K: Ord, T: Ord>(map: &mut BTreeMap<K, BTreeSet<T>>, key: &K, item: &T) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(item);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
 }
 
 /// The idempotency map's key for `(principal, key)`.
@@ -530,6 +626,15 @@ impl LedgerState {
         crate::encode(self).expect("ledger state is always encodable")
     }
 
+    /// Rebuilds [`LedgerState::index`] from the operations (after a decode: it is not encoded).
+    pub fn rebuild_index(&mut self) {
+        let mut index = OperationIndex::default();
+        for op in self.operations.values().flat_map(|m| m.values()) {
+            index.update(None, Some(op));
+        }
+        self.index = index;
+    }
+
     /// The state as a node serves it to followers: versioned (see [`crate::format`]).
     pub fn encode_versioned(&self) -> Vec<u8> {
         crate::format::wrap(crate::format::STATE_MAGIC, &self.encode())
@@ -539,7 +644,9 @@ impl LedgerState {
     /// like a message ([`crate::decode`]).
     pub fn decode_versioned(bytes: &[u8]) -> Result<LedgerState, String> {
         let body = crate::format::unwrap(crate::format::STATE_MAGIC, bytes).map_err(|e| e.to_string())?;
-        crate::decode(body).map_err(|e| format!("undecodable ledger state: {e}"))
+        let mut state: LedgerState = crate::decode(body).map_err(|e| format!("undecodable ledger state: {e}"))?;
+        state.rebuild_index();
+        Ok(state)
     }
 
     /// sha256 over the canonical encoding: equal on every replica at the same applied index.
@@ -586,23 +693,27 @@ fn page_by_name<T>(
 /// Folds an operation event into the state; an event naming an operation the state does not
 /// hold is [`CorruptEvent`].
 fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
+    // An operation is taken out of the map (no copy), changed, and stored back with its
+    // indexes moved from what it was to what it is.
     let op_mut = |state: &mut LedgerState, tenant_id: &str, operation_id: &str| -> Result<Operation, CorruptEvent> {
-        state
+        let op = state
             .operations
-            .get(tenant_id)
-            .and_then(|m| m.get(operation_id))
-            .cloned()
-            .ok_or_else(|| CorruptEvent::new(env, format!("unknown operation '{operation_id}'")))
+            .get_mut(tenant_id)
+            .and_then(|m| m.remove(operation_id))
+            .ok_or_else(|| CorruptEvent::new(env, format!("unknown operation '{operation_id}'")))?;
+        state.index.update(Some(&op), None);
+        Ok(op)
     };
     let store = |state: &mut LedgerState, mut op: Operation| {
         op.updated_at_ms = env.at_ms;
         op.revision = env.revision;
         let live = state.live_operations.entry(op.tenant_id.clone()).or_default();
-        if op.state.is_waiting() || op.state == OperationState::Attempting {
+        if op.is_live() {
             live.insert(op.spec.operation_id.clone());
         } else {
             live.remove(&op.spec.operation_id);
         }
+        state.index.update(None, Some(&op));
         state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
     };
     match &env.event {

@@ -606,6 +606,38 @@ fn invariant_violations(state: &LedgerState) -> Vec<String> {
             violations.push(format!("live index out of step: {op:?}"));
         }
     }
+    // The indexes kept by every fold are the ones a rebuild from the operations makes (what a
+    // node decoding a snapshot does), and the due index finds exactly what a scan would.
+    let mut rebuilt = state.clone();
+    rebuilt.rebuild_index();
+    if rebuilt.index != state.index {
+        violations.push(format!("indexes out of step: kept {:?}, rebuilt {:?}", state.index, rebuilt.index));
+    }
+    let due_by_scan: std::collections::BTreeSet<&String> = state
+        .operations
+        .get(T)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter(|op| {
+            let now = state.clock_ms;
+            let timed = matches!(op.state, OperationState::Dispatched | OperationState::Attempting);
+            (op.state.is_waiting() && op.spec.deadline_ms <= now)
+                || (timed && op.lease_expires_at_ms.is_some_and(|at| at <= now))
+        })
+        .map(|op| &op.spec.operation_id)
+        .collect();
+    let due_by_index: std::collections::BTreeSet<&String> = state
+        .index
+        .due
+        .get(T)
+        .into_iter()
+        .flatten()
+        .filter(|(at, _)| *at <= state.clock_ms)
+        .map(|(_, id)| id)
+        .collect();
+    if due_by_scan != due_by_index {
+        violations.push(format!("due index {due_by_index:?} is not the scan's {due_by_scan:?}"));
+    }
     for (device, lease) in state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
         match state.operations.get(T).and_then(|m| m.get(&lease.operation_id)) {
             Some(holder) if holder.state.is_terminal() => {
@@ -746,6 +778,15 @@ fn a_mutated_state_breaks_the_invariants() {
     assert!(!mutate(&|op| op.attempts = 2).is_empty(), "a second attempt");
     assert!(!mutate(&|op| op.state = OperationState::Expired).is_empty(), "an attempted operation expired");
     assert!(!mutate(&|op| op.state = OperationState::Attempting).is_empty(), "the live index out of step");
+    // The derived indexes: one left out of step with the operations is caught.
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000)));
+    assert!(invariant_violations(&l.state).is_empty());
+    let mut state = l.state.clone();
+    state.index.due.clear();
+    assert!(!invariant_violations(&state).is_empty(), "a live operation missing from the due index");
+    let mut state = l.state.clone();
+    state.index.live_by_principal.clear();
+    assert!(!invariant_violations(&state).is_empty(), "a principal's live count lost");
 }
 
 /// SPEC S3: whoever submits, the ledger re-derives the authority an operation names and checks

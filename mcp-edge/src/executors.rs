@@ -31,7 +31,7 @@ use writ_api::executor::{
     ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
 };
 use writ_api::ledger::{Command, Outcome, TenantState};
-use writ_api::operation::{Operation, OperationState};
+use writ_api::operation::Operation;
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 use writ_client::Ledger;
@@ -216,23 +216,21 @@ fn decision(principal_id: String, method: &str, name: Option<String>, reason: Op
 
 /// What the dispatch stream of `who` should do now: operations to claim, and operations
 /// dispatched to it (with their device names).
+/// Both come from the state's indexes (reserved operations of the tenant, operations
+/// dispatched to this executor), never from a scan of every live operation.
 fn scan(state: &LedgerState, who: &Identity) -> (Vec<String>, Vec<Dispatch>) {
     let (mut claim, mut mine) = (Vec::new(), Vec::new());
-    let (Some(ops), Some(live)) = (state.operations.get(&who.tenant_id), state.live_operations.get(&who.tenant_id))
-    else {
-        return (claim, mine);
-    };
-    for op in live.iter().filter_map(|id| ops.get(id)) {
-        let serves = op.spec.device_id.as_ref().is_none_or(|d| who.device_ids.contains(d));
-        match op.state {
-            OperationState::Reserved if serves => claim.push(op.spec.operation_id.clone()),
-            OperationState::Dispatched if op.executor_id.as_deref() == Some(who.executor_id.as_str()) => {
-                let name =
-                    op.spec.device_id.as_ref().and_then(|d| state.device(&who.tenant_id, d)).map(|d| d.name.clone());
-                mine.push(Dispatch::of(op, name));
-            }
-            _ => {}
+    let Some(ops) = state.operations.get(&who.tenant_id) else { return (claim, mine) };
+    let reserved = state.index.reserved.get(&who.tenant_id).into_iter().flatten();
+    for op in reserved.filter_map(|id| ops.get(id)) {
+        if op.spec.device_id.as_ref().is_none_or(|d| who.device_ids.contains(d)) {
+            claim.push(op.spec.operation_id.clone());
         }
+    }
+    let dispatched = state.index.dispatched.get(&who.tenant_id).and_then(|m| m.get(&who.executor_id));
+    for op in dispatched.into_iter().flatten().filter_map(|id| ops.get(id)) {
+        let name = op.spec.device_id.as_ref().and_then(|d| state.device(&who.tenant_id, d)).map(|d| d.name.clone());
+        mine.push(Dispatch::of(op, name));
     }
     (claim, mine)
 }

@@ -253,11 +253,7 @@ impl LedgerNode {
                 let tenants: Vec<String> = {
                     let applied = node.sm.read();
                     let st = &applied.state;
-                    st.live_operations
-                        .keys()
-                        .filter(|t| !writ_api::decide::operation::due(st, t, now).is_empty())
-                        .cloned()
-                        .collect()
+                    st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now)).cloned().collect()
                 };
                 for tenant_id in tenants {
                     let req =

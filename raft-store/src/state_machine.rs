@@ -275,10 +275,13 @@ fn encode_payload(payload: &SnapshotPayload) -> io::Result<Vec<u8>> {
 
 /// Reads a snapshot payload of this version or the pre-version layout; a newer version is
 /// refused (`InvalidData`, which stops the node: it cannot follow this cluster until upgraded).
+/// The state's indexes are rebuilt (they are not encoded).
 fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
     let body = format::unwrap(format::SNAPSHOT_MAGIC, bytes)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
-    checked_decode(body, "snapshot state")
+    let mut payload: SnapshotPayload = checked_decode(body, "snapshot state")?;
+    payload.state.rebuild_index();
+    Ok(payload)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -1,7 +1,7 @@
 //! Operations (SPEC D6–D8, X3): what each operation command does, including the transitions
 //! that ledger time makes due (see `crate::operation` for the contract and the types).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -32,14 +32,17 @@ pub fn release(op: &Operation) -> Option<Event> {
 
 /// The events that bring the operations of a tenant up to ledger time `now`: waiting ones past
 /// their deadline expire (and free their device); attempted ones whose lease ran out become
-/// `unknown_effect` (their device stays held until reconciled). Only the tenant's live
-/// operations (waiting or attempting, [`LedgerState::live_operations`]) are looked at.
+/// `unknown_effect` (their device stays held until reconciled). Only the operations that have
+/// fallen due are looked at (the due index, `OperationIndex::due`), never the whole backlog.
 pub fn due(state: &LedgerState, tenant_id: &str, now: u64) -> Vec<Event> {
     let mut events = Vec::new();
-    let (Some(ops), Some(live)) = (state.operations.get(tenant_id), state.live_operations.get(tenant_id)) else {
+    let (Some(ops), Some(index)) = (state.operations.get(tenant_id), state.index.due.get(tenant_id)) else {
         return events;
     };
-    for op in live.iter().filter_map(|id| ops.get(id)) {
+    // What has fallen due, in operation-id order (the order of the events is part of the
+    // replicated history).
+    let due: BTreeSet<&String> = index.iter().take_while(|(at, _)| *at <= now).map(|(_, id)| id).collect();
+    for op in due.into_iter().filter_map(|id| ops.get(id)) {
         if op.state.is_waiting() && op.spec.deadline_ms <= now {
             events.push(transition(op, OperationState::Expired, "the deadline passed before an attempt started"));
             events.extend(release(op));
@@ -108,10 +111,8 @@ fn quotas_allow(
         .get(&tenant.id)
         .and_then(|m| m.get(&spec.principal_id))
         .map_or((0, 0), |w| w.usage(now));
-    let ops = state.operations.get(&tenant.id);
-    let live = state.live_operations.get(&tenant.id).map_or(0, |l| {
-        l.iter().filter_map(|id| ops?.get(id)).filter(|o| o.spec.principal_id == spec.principal_id).count() as u64
-    });
+    let live = state.index.live_by_principal.get(&tenant.id).and_then(|m| m.get(&spec.principal_id)).copied();
+    let live = live.unwrap_or(0);
     let limits = (own.operations_per_minute, own.cost_units_per_day, own.concurrent_operations);
     within("the principal's", limits, usage, live, spec.cost_units, now)
 }

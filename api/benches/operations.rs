@@ -1,0 +1,129 @@
+//! What one operation command costs as the tenant's backlog grows (issue 17, step 1): the
+//! ledger's execute of an attempt-lease renewal and the reaper's look for due work, with 10 and
+//! with 100,000 live operations in the tenant. With indexes instead of scans both stay flat.
+//! Run with `cargo bench -p writ-api --bench operations`.
+
+use std::collections::BTreeMap;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use writ_api::ledger::{Command, LedgerRequest, Outcome};
+use writ_api::operation::{payload_hash, OperationSpecV1};
+use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+use writ_api::state::LedgerState;
+use writ_api::token::TokenRequestV1;
+
+const T: &str = "t-1";
+const NOW: u64 = 1_900_000_000_000;
+const CATALOG: &str = r#"{"actions": [
+  {"id": "move_press", "title": "Move", "description": "Moves a press.", "input_schema": {"type": "object"},
+   "risk": "low", "execution": "operation", "device_class": "press.v1", "cost_units": 1},
+  {"id": "note", "title": "Note", "description": "Writes a note.", "input_schema": {"type": "object"},
+   "risk": "low", "execution": "operation", "cost_units": 1}
+]}"#;
+
+fn run(st: &mut LedgerState, command: Command) {
+    let (outcome, _) = st.execute(&LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command });
+    assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+}
+
+fn spec(id: &str, action: &str, device: Option<&str>) -> OperationSpecV1 {
+    let input = serde_json::json!({});
+    OperationSpecV1 {
+        operation_id: id.into(),
+        principal_id: "agent".into(),
+        authority_ref: "jti-agent".into(),
+        action: action.into(),
+        payload_hash: payload_hash(&input),
+        input: input.to_string(),
+        idempotency_key: id.into(),
+        deadline_ms: NOW + 3_600_000,
+        cost_units: 1,
+        cost_ceiling: None,
+        device_id: device.map(str::to_string),
+        work_ref: None,
+        preconditions: BTreeMap::new(),
+        trace_id: "b".into(),
+        input_requests: BTreeMap::new(),
+    }
+}
+
+/// A tenant with `backlog` reserved (deviceless) operations waiting, and one operation
+/// attempting on device `press` with fencing token 1.
+fn setup(backlog: usize) -> LedgerState {
+    let mut st = LedgerState::default();
+    run(&mut st, Command::CreateTenant { tenant_id: T.into(), name: "bench".into(), display_name: None });
+    let spec_p = PrincipalSpecV1 {
+        principal_id: "agent".into(),
+        name: "agent".into(),
+        kind: PrincipalKind::Agent,
+        preset: Some(RolePreset::Full),
+        scopes: Default::default(),
+        metadata: Default::default(),
+    };
+    run(&mut st, Command::CreatePrincipal { tenant_id: T.into(), spec: spec_p });
+    let request = TokenRequestV1 {
+        jti: "jti-agent".into(),
+        principal_id: "agent".into(),
+        scopes: Default::default(),
+        ttl_s: 24 * 3600,
+        parent_jti: None,
+    };
+    run(&mut st, Command::IssueToken { tenant_id: T.into(), request });
+    run(
+        &mut st,
+        Command::CreateSite { tenant_id: T.into(), site_id: "s".into(), name: "plant".into(), display_name: None },
+    );
+    run(
+        &mut st,
+        Command::CreateDevice {
+            tenant_id: T.into(),
+            device_id: "press".into(),
+            site_id: "s".into(),
+            name: "press".into(),
+            device_class: "press.v1".into(),
+        },
+    );
+    let catalog = writ_api::catalog::compile(CATALOG.as_bytes()).expect("catalog");
+    run(&mut st, Command::PublishCatalog { tenant_id: T.into(), catalog });
+    for i in 0..backlog {
+        run(&mut st, Command::SubmitOperation { tenant_id: T.into(), spec: spec(&format!("n-{i:06}"), "note", None) });
+    }
+    run(&mut st, Command::SubmitOperation { tenant_id: T.into(), spec: spec("m", "move_press", Some("press")) });
+    run(&mut st, Command::DispatchOperation { tenant_id: T.into(), operation_id: "m".into(), executor_id: "x".into() });
+    let start = Command::StartAttempt {
+        tenant_id: T.into(),
+        operation_id: "m".into(),
+        executor_id: "x".into(),
+        fencing_token: 1,
+        lease_ms: 60_000,
+    };
+    run(&mut st, start);
+    assert_eq!(st.live_operations[T].len(), backlog + 1);
+    st
+}
+
+fn backlog(c: &mut Criterion) {
+    let mut group = c.benchmark_group("operation command by live backlog");
+    // WRIT_BENCH_BACKLOG="10,10000" measures other sizes (building 100,000 live operations
+    // through the ledger takes minutes where each command still scans them).
+    let sizes = std::env::var("WRIT_BENCH_BACKLOG").unwrap_or_else(|_| "10,100000".into());
+    for n in sizes.split(',').filter_map(|n| n.trim().parse::<usize>().ok()) {
+        let mut st = setup(n);
+        let renew = Command::RenewAttemptLease {
+            tenant_id: T.into(),
+            operation_id: "m".into(),
+            fencing_token: 1,
+            lease_ms: 60_000,
+        };
+        group.bench_with_input(BenchmarkId::new("execute renew_attempt_lease", n), &n, |b, _| {
+            b.iter(|| run(&mut st, renew.clone()))
+        });
+        group.bench_with_input(BenchmarkId::new("reaper: due work of the tenant", n), &n, |b, _| {
+            b.iter(|| writ_api::decide::operation::due(&st, T, NOW).len())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, backlog);
+criterion_main!(benches);
