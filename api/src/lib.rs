@@ -12,6 +12,7 @@ pub mod dto;
 pub mod executor;
 pub mod ledger;
 pub mod operation;
+pub mod pem;
 pub mod principal;
 pub mod query;
 pub mod quota;

@@ -181,14 +181,6 @@ fn certificate_not_after_ms(cert_der: &[u8]) -> Option<u64> {
     u64::try_from(cert.validity().not_after.timestamp()).ok().map(|s| s.saturating_mul(1000))
 }
 
-/// PEM armour of a DER certificate.
-fn certificate_pem(der: &[u8]) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|l| std::str::from_utf8(l).unwrap_or_default()).collect();
-    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
-}
-
 /// The trace id an operation was submitted under (a fresh one for an unknown operation). Every
 /// command about the operation carries it — its claim, start and report, and their audit
 /// records and answers — so one id follows it from the agent's call to the executor's report.
@@ -215,8 +207,7 @@ fn decision(principal_id: String, method: &str, name: Option<String>, reason: Op
 }
 
 /// What the dispatch stream of `who` should do now: operations to claim, and operations
-/// dispatched to it (with their device names).
-/// Both come from the state's indexes (reserved operations of the tenant, operations
+/// dispatched to it (with their device names). Both come from the state's indexes (reserved operations of the tenant, operations
 /// dispatched to this executor), never from a scan of every live operation.
 fn scan(state: &LedgerState, who: &Identity) -> (Vec<String>, Vec<Dispatch>) {
     let (mut claim, mut mine) = (Vec::new(), Vec::new());
@@ -478,12 +469,19 @@ async fn renew_certificate(
         Err(r) => return r,
     };
     let principal = format!("executor:{}", who.executor_id);
-    let forwarded = match serde_json::from_slice::<RenewRequest>(&body) {
-        Err(e) => Err(Rejection::new(ReasonCode::INPUT_INVALID, e.to_string())),
+    // A CSR, a time and a signature: the node bounds the PEM, the edge the whole body.
+    let bound = 2 * writ_api::executor::RENEW_PEM_MAX_BYTES;
+    let parsed = if body.len() > bound {
+        Err(format!("a renewal is at most {bound} bytes"))
+    } else {
+        serde_json::from_slice::<RenewRequest>(&body).map_err(|e| e.to_string())
+    };
+    let forwarded = match parsed {
+        Err(e) => Err(Rejection::new(ReasonCode::INPUT_INVALID, e)),
         Ok(renewal) => match &g.inner.admin {
             None => Err(Rejection::new(ReasonCode::EXECUTOR_UNAVAILABLE, "this edge does not renew certificates")),
             Some(admin) => {
-                let request = ForwardedRenewal { certificate: certificate_pem(&peer.0), renewal };
+                let request = ForwardedRenewal { certificate: writ_api::pem::encode("CERTIFICATE", &peer.0), renewal };
                 match serde_json::to_vec(&request) {
                     Ok(bytes) => Ok(admin(ADMIN_RENEW_PATH, Bytes::from(bytes)).await),
                     Err(e) => Err(Rejection::new(ReasonCode::INTERNAL, e.to_string())),

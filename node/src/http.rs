@@ -80,12 +80,12 @@ pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
 }
 
 /// The probe routes: `/healthz`, `/readyz`, `/metrics` — read-only, for anyone.
-pub fn probe_router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>) -> Router {
+pub fn probe_router(node: Arc<LedgerNode>, metrics: Option<PrometheusHandle>, drain: crate::tls::Drain) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(NodeState { node, metrics, drain: crate::tls::Drain::default() })
+        .with_state(NodeState { node, metrics, drain })
 }
 
 /// A refusal of the caller's identity, counted by route class and reason (never audited per
@@ -257,16 +257,21 @@ async fn healthz() -> &'static str {
 /// the next node down. Under steady load a caught-up follower trails by a few in-flight entries.
 pub const READY_APPLY_LAG_MAX: u64 = 64;
 
-/// Whether a node serves (`/readyz`): healthy, a known leader, and its state applied up to
-/// within [`READY_APPLY_LAG_MAX`] of the cluster's commit index. `Err` says why not.
+/// Whether a node serves (`/readyz`): healthy, not draining for a shutdown, a known leader, and
+/// its state applied up to within [`READY_APPLY_LAG_MAX`] of the cluster's commit index. `Err`
+/// says why not.
 pub fn readiness(
     healthy: bool,
+    draining: bool,
     leader: Option<u64>,
     applied: Option<u64>,
     committed: Option<u64>,
 ) -> Result<(), String> {
     if !healthy {
         return Err("the node stopped on a fatal storage error".into());
+    }
+    if draining {
+        return Err("draining for a shutdown".into());
     }
     let (Some(_), Some(applied)) = (leader, applied) else {
         return Err("no leader or nothing applied yet".into());
@@ -286,7 +291,7 @@ fn cluster_committed(m: &openraft::RaftMetrics<writ_raft_store::TypeConfig>) -> 
 async fn readyz(State(st): State<NodeState>) -> Response {
     let m = st.node.raft.metrics().borrow_watched().clone();
     let applied = m.last_applied.as_ref().map(|l| l.index());
-    match readiness(st.node.is_healthy(), m.current_leader, applied, cluster_committed(&m)) {
+    match readiness(st.node.is_healthy(), st.drain.is_started(), m.current_leader, applied, cluster_committed(&m)) {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }
@@ -313,13 +318,18 @@ mod tests {
 
     #[test]
     fn a_node_is_ready_only_once_caught_up_with_the_clusters_commits() {
-        assert!(readiness(true, Some(1), Some(1_000), Some(1_000)).is_ok());
-        assert!(readiness(true, Some(1), Some(1_000), Some(1_000 + READY_APPLY_LAG_MAX)).is_ok(), "in-flight entries");
-        let behind = readiness(true, Some(1), Some(10), Some(5_000)).expect_err("a restarted follower");
+        assert!(readiness(true, false, Some(1), Some(1_000), Some(1_000)).is_ok());
+        assert!(
+            readiness(true, false, Some(1), Some(1_000), Some(1_000 + READY_APPLY_LAG_MAX)).is_ok(),
+            "in-flight entries"
+        );
+        let behind = readiness(true, false, Some(1), Some(10), Some(5_000)).expect_err("a restarted follower");
         assert!(behind.contains("catching up: 4990"), "{behind}");
-        assert!(readiness(true, None, Some(10), Some(10)).is_err(), "no leader");
-        assert!(readiness(true, Some(1), None, None).is_err(), "nothing applied");
-        assert!(readiness(false, Some(1), Some(10), Some(10)).is_err(), "stopped on a fatal error");
-        assert!(readiness(true, Some(1), Some(10), None).is_ok(), "no commit reported yet: its own");
+        assert!(readiness(true, false, None, Some(10), Some(10)).is_err(), "no leader");
+        assert!(readiness(true, false, Some(1), None, None).is_err(), "nothing applied");
+        assert!(readiness(false, false, Some(1), Some(10), Some(10)).is_err(), "stopped on a fatal error");
+        assert!(readiness(true, false, Some(1), Some(10), None).is_ok(), "no commit reported yet: its own");
+        let draining = readiness(true, true, Some(1), Some(10), Some(10)).expect_err("a node shutting down");
+        assert!(draining.contains("draining"), "{draining}");
     }
 }

@@ -124,8 +124,8 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
             executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
         },
     );
-    let probes = http::probe_router(node.clone(), install_metrics());
     let drain = tls::Drain::default();
+    let probes = http::probe_router(node.clone(), install_metrics(), drain.clone());
     let mut servers = Vec::new();
     let mut peer_app = http::peer_router(node.clone(), drain.clone());
     let admin_url = match cfg.admin_listen {

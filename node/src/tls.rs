@@ -146,6 +146,11 @@ impl Drain {
         self.0.subscribe()
     }
 
+    /// Whether the drain has started.
+    pub fn is_started(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Resolves once the drain has started (for streams that must end so their connection can).
     pub fn started(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         drained(self.watch())

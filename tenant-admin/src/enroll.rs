@@ -199,7 +199,7 @@ async fn renew(
             format!("certificate and CSR are at most {RENEW_PEM_MAX_BYTES} bytes of PEM"),
         ));
     }
-    let current = pem_body(&b.certificate, "CERTIFICATE")
+    let current = writ_api::pem::first(&b.certificate, "CERTIFICATE")
         .ok_or_else(|| renewal_refused("expected the current certificate as PEM"))?;
     let fingerprint = writ_api::sha256_hex(&current);
     let now = writ_client::now_ms();
@@ -229,7 +229,7 @@ async fn renew(
     if !(second(validity.not_before) <= now && now < second(validity.not_after)) {
         return Err(renewal_refused("the certificate is outside its validity").into());
     }
-    let csr_der = pem_body(&b.renewal.csr, "CERTIFICATE REQUEST")
+    let csr_der = writ_api::pem::first(&b.renewal.csr, "CERTIFICATE REQUEST")
         .ok_or_else(|| csr_error("expected a PEM CERTIFICATE REQUEST"))?;
     let proof = {
         use base64::Engine;
@@ -276,17 +276,6 @@ async fn renew(
         serial: record.serial,
         not_after_ms,
     }))
-}
-
-/// The DER of the first PEM block labelled `label` in `pem`.
-fn pem_body(pem: &str, label: &str) -> Option<Vec<u8>> {
-    use base64::Engine;
-    let begin = format!("-----BEGIN {label}-----");
-    let end = format!("-----END {label}-----");
-    let start = pem.find(&begin)? + begin.len();
-    let stop = start + pem[start..].find(&end)?;
-    let compact: String = pem[start..stop].chars().filter(|c| !c.is_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD.decode(compact).ok()
 }
 
 /// `(algorithm identifier content, key bits)` of the SubjectPublicKeyInfo at the start of
@@ -383,7 +372,7 @@ impl DerivedCa {
 
     /// The CA certificate as PEM.
     pub fn pem(&self) -> String {
-        pem_block("CERTIFICATE", &self.der)
+        writ_api::pem::encode("CERTIFICATE", &self.der)
     }
 }
 
@@ -401,7 +390,7 @@ impl TenantCa {
     }
 
     fn pem(&self) -> String {
-        pem_block("CERTIFICATE", &self.der)
+        writ_api::pem::encode("CERTIFICATE", &self.der)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -433,19 +422,6 @@ impl TenantCa {
         let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
         params.signed_by(csr, &issuer).map_err(internal)
     }
-}
-
-/// PEM armour of DER bytes.
-pub fn pem_block(label: &str, der: &[u8]) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("base64 is ascii"));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
 }
 
 /// A parsed, signature-checked PKCS#10 request: only its public key is used (the identity in
@@ -508,16 +484,8 @@ impl Csr {
                 "that is a private key: send only a CERTIFICATE REQUEST; keys never leave the executor",
             ));
         }
-        let body = pem
-            .trim()
-            .strip_prefix("-----BEGIN CERTIFICATE REQUEST-----")
-            .and_then(|r| r.strip_suffix("-----END CERTIFICATE REQUEST-----"))
-            .ok_or_else(|| csr_error("expected a PEM CERTIFICATE REQUEST"))?;
-        use base64::Engine;
-        let compact: String = body.chars().filter(|c| !c.is_whitespace()).collect();
-        let der = base64::engine::general_purpose::STANDARD
-            .decode(compact)
-            .map_err(|_| csr_error("the CSR's base64 is malformed"))?;
+        let der = writ_api::pem::first(pem, "CERTIFICATE REQUEST")
+            .ok_or_else(|| csr_error("expected a PEM CERTIFICATE REQUEST (with valid base64)"))?;
         Self::from_der(&der)
     }
 

@@ -832,17 +832,7 @@ fn pem_der(pem: &[u8], label: &str) -> Vec<u8> {
 
 /// The DER contents of every PEM block labelled `label`, in order.
 pub fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
-    use base64::Engine;
-    let text = String::from_utf8_lossy(pem);
-    let (begin, end) = (format!("-----BEGIN {label}-----"), format!("-----END {label}-----"));
-    text.split(&begin)
-        .skip(1)
-        .filter_map(|rest| rest.split(&end).next())
-        .map(|b64| {
-            let clean: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
-            base64::engine::general_purpose::STANDARD.decode(clean).expect("PEM base64")
-        })
-        .collect()
+    writ_api::pem::blocks(&String::from_utf8_lossy(pem), label)
 }
 
 fn rustls_pem_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {

@@ -798,6 +798,11 @@ async fn an_executor_renews_its_certificate_while_serving() {
     assert_eq!(r.status(), 401);
     assert_eq!(r.json::<Value>().await.unwrap()["reason"], "EXECUTOR_CERT_REFUSED");
     assert_eq!(recorded_cert(&w, &x.executor_id).await, first, "nothing was renewed");
+    // Input has a named bound at the edge (and the node bounds each PEM).
+    let huge = json!({"csr": "x".repeat(20_000), "issued_at_ms": now, "proof": ""});
+    let r = old_client.post(format!("{endpoint}/executor/v1/renew")).json(&huge).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["reason"], "INPUT_INVALID");
 
     x.start();
     let started = std::time::Instant::now();
