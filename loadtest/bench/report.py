@@ -74,6 +74,11 @@ seed = runs.get("p4-audit-seed")
 if seed:
     out["p4"]["audit_seed"] = {"requests": seed["ok"], "seconds": seed["duration_s"], "per_s": seed["throughput_per_s"],
                                "errors": seed["errors"]}
+terms = os.path.join(a.raw, "p1-terms.txt")
+if os.path.exists(terms):
+    with open(terms) as fh:
+        t = json.load(fh)
+    out["p1_leader_elections"] = t["term_after"] - t["term_before"]
 out["runs"] = runs
 os.makedirs(a.out, exist_ok=True)
 with open(os.path.join(a.out, "latest.json"), "w") as fh:
@@ -92,6 +97,8 @@ for p in out["p1"]:
     md.append(f"| {p['clients']} | {f(w.get('ops_per_s'))} | {f(w.get('p50_ms'),2)} | {f(w.get('p99_ms'),2)} | "
               f"{f(e.get('ops_per_s'))} | {f(e.get('p50_ms'),2)} | {f(e.get('p99_ms'),2)} | {f(p['ratio_throughput'],3)} | "
               f"{f(p['ratio_p99'],3)} | {'passed' if w.get('verify_passed') else 'FAILED'} |")
+if "p1_leader_elections" in out:
+    md += ["", f"Writ leader elections while P1 ran (Raft term increase): {out['p1_leader_elections']}."]
 md += ["", "## P2 read path: one Writ edge (bearer token, audited) vs the bare rmcp server (no auth)", "",
        "| request | connections | Writ req/s | Writ p99 ms | Writ edge CPU s/1000 | rmcp req/s | rmcp p99 ms | rmcp CPU s/1000 | req/s Writ/rmcp | p99 Writ/rmcp | CPU/req Writ/rmcp |",
        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -119,6 +126,20 @@ for name, p in out["p4"].items():
 if seed:
     s = out["p4"]["audit_seed"]
     md.append(f"\nAudit seeding: {s['requests']} audited reads through the edges in {s['seconds']} s ({s['per_s']}/s).")
+
+def without_empty_tables(lines):
+    # A scenario left out (BENCH_SCENARIOS) leaves a heading and a table head with no rows.
+    out, section = [], []
+    for line in lines + ["## end"]:
+        if line.startswith("## "):
+            rows = [l for l in section if l.startswith("|")]
+            if not rows or len(rows) > 2:
+                out += section
+            section = []
+        section.append(line)
+    return out
+
+md = without_empty_tables(md)
 with open(os.path.join(a.out, "latest.md"), "w") as fh:
     fh.write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -8,7 +8,7 @@
 # Knobs (environment): BENCH_SECONDS per point (8), BENCH_CLIENTS P1 levels ("1 16 64 256"),
 # BENCH_CONNECTIONS P2 levels ("1 16 64"), BENCH_IDLE_TENANTS (10000), BENCH_AUDIT_EVENTS
 # (1000000), BENCH_OUT (loadtest/bench/results), BENCH_BUILD=0 (use the release binaries
-# already built).
+# already built), BENCH_SCENARIOS ("p1 p2 p3 p4": which to run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -20,10 +20,12 @@ CONNECTIONS=${BENCH_CONNECTIONS:-"1 16 64"}
 IDLE_TENANTS=${BENCH_IDLE_TENANTS:-10000}
 AUDIT_EVENTS=${BENCH_AUDIT_EVENTS:-1000000}
 OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
+SCENARIOS=" ${BENCH_SCENARIOS:-p1 p2 p3 p4} "
+runs() { [[ $SCENARIOS == *" $1 "* ]]; }
 WORK=$(mktemp -d /tmp/writ-bench.XXXXXX)
 RAW=$OUT/raw
 mkdir -p "$RAW"
-rm -f "$RAW"/*.json
+rm -f "$RAW"/*.json "$RAW"/*.txt
 LT=$BIN/writ-loadtest
 ETCD_PIDS=()
 BASE_PID=
@@ -121,16 +123,25 @@ point() {
   }
 }
 
+# writ_term: the Raft term of the Writ cluster's leader (each election raises it).
+writ_term() {
+  curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get("term", 0) for m in s["members"]))'
+}
+
 # --- P1 durable ------------------------------------------------------------------------------
-for c in $CLIENTS; do
+runs p1 && TERM_BEFORE=$(writ_term)
+runs p1 && for c in $CLIENTS; do
   log "P1 $c clients: writ operation.execute, then etcd txn put-if-absent"
   point "p1-writ-c$c" writ "${common[@]}" --prefix p1 --concurrency "$c" --mix execute=1 --verify --drain 60 \
     --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS"
   point "p1-etcd-c$c" etcd "${common[@]}" --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"
 done
+# Leader changes while P1 ran (a tuning that causes spurious elections under load shows here).
+runs p1 && echo "{\"term_before\": $TERM_BEFORE, \"term_after\": $(writ_term)}" > "$RAW/p1-terms.txt"
 
 # --- P2 read path ----------------------------------------------------------------------------
-for c in $CONNECTIONS; do
+runs p2 && for c in $CONNECTIONS; do
   for kind in discover read; do
     log "P2 $c connections: $kind on one writ edge, then on the bare rmcp server"
     point "p2-writ-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
@@ -156,6 +167,7 @@ etcd_leader() { # the member number (1..3) of the etcd leader
     fi
   done
 }
+if runs p3; then
 log "P3 failover: 16 clients of execute, kill -9 of the writ leader after 5 s"
 LEADER=$(leader_pid)
 point p3-writ writ --duration 20 --quiet --prefix p3 --concurrency 16 --mix execute=1 --verify --drain 90 \
@@ -169,6 +181,7 @@ log "P3: restarting the killed members"
 writ_up
 start_etcd "$ETCD_KILLED"
 etcd_healthy
+fi
 
 # --- P4 growth ------------------------------------------------------------------------------
 p4() { # label extra-args...
@@ -176,6 +189,7 @@ p4() { # label extra-args...
   point "$label" writ "${common[@]}" --concurrency 64 --mix execute=1 --verify --drain 60 \
     --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS" "$@"
 }
+if runs p4; then
 log "P4 tenants: 64 clients with 1 tenant, then with $IDLE_TENANTS more"
 p4 p4-tenants-1 --prefix p4t
 p4 "p4-tenants-$IDLE_TENANTS" --prefix p4t --idle-tenants "$IDLE_TENANTS"
@@ -184,6 +198,7 @@ p4 p4-audit-0 --prefix p4a
 point p4-audit-seed writ --quiet --prefix p4a --concurrency 64 --mix read=1 --requests "$AUDIT_EVENTS" \
   --duration 3600
 p4 "p4-audit-$AUDIT_EVENTS" --prefix p4a
+fi
 
 run_s=$(( $(date +%s) - started ))
 log "report"

@@ -337,7 +337,7 @@ mod tests {
             (BASE.split("[tls]").next().unwrap().to_string(), ConfigError::TlsRequired),
             (
                 BASE.replace("[tls]", "[raft]\nheartbeat_ms = 300\n[tls]"),
-                ConfigError::ElectionTimeoutBelowHeartbeat { election_min_ms: 500, heartbeat_ms: 300 },
+                ConfigError::ElectionTimeoutBelowHeartbeat { election_min_ms: 120, heartbeat_ms: 300 },
             ),
             (BASE.replace("0123456789abcdef", "short"), ConfigError::OperatorTokenTooShort),
             (BASE.replace("[tls]", "bootstrap = true\n[tls]"), ConfigError::BootstrapWithoutSelf { node_id: 1 }),

@@ -78,7 +78,11 @@ pub trait Peers: Send + Sync + 'static {
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
 }
 
-/// Raft timing and snapshot settings of a node.
+/// Raft timing and snapshot settings of a node. The default timing fails a dead leader over in
+/// a few hundred milliseconds: openraft's leader lease is `election_max_ms` (a follower that
+/// heard a leader votes for no one else within it), so a new leader is elected about
+/// `election_max_ms` after the last heartbeat; pre-vote keeps a node that cannot win (one that
+/// was partitioned or restarted) from raising the term and deposing a healthy leader.
 #[derive(Debug, Clone)]
 pub struct RaftSettings {
     pub heartbeat_ms: u64,
@@ -93,9 +97,9 @@ pub struct RaftSettings {
 impl Default for RaftSettings {
     fn default() -> Self {
         RaftSettings {
-            heartbeat_ms: 100,
-            election_min_ms: 500,
-            election_max_ms: 1000,
+            heartbeat_ms: 40,
+            election_min_ms: 120,
+            election_max_ms: 240,
             snapshot_every_entries: 10_000,
             keep_entries_behind_snapshot: 1_000,
         }
@@ -111,6 +115,7 @@ impl RaftSettings {
             election_timeout_max: self.election_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
             max_in_snapshot_log_to_keep: self.keep_entries_behind_snapshot,
+            enable_pre_vote: Some(true),
             ..Default::default()
         };
         cfg.validate().map_err(|e| e.to_string())
