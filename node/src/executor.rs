@@ -313,9 +313,7 @@ fn pending_key_path(cfg: &ExecutorConfig) -> PathBuf {
 /// The DER of the first certificate (the leaf) in the PEM file `path`.
 fn leaf_der(path: &Path) -> Result<Vec<u8>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (_, pem) = x509_parser::pem::parse_x509_pem(text.as_bytes())
-        .map_err(|e| format!("{}: no PEM certificate: {e}", path.display()))?;
-    Ok(pem.contents)
+    writ_api::pem::first(&text, "CERTIFICATE").ok_or_else(|| format!("{}: no PEM certificate", path.display()))
 }
 
 /// `(not_before_ms, not_after_ms, public key bits)` of a DER certificate.
