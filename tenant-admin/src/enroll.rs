@@ -142,41 +142,73 @@ async fn enroll(
     }
     let csr = Csr::from_pem(&b.csr)?;
     let tenant = find_tenant(&st, tenant_id.to_string()).await?;
-    let ca = TenantCa::derive(&st.ca_secret, &tenant)?;
-    submit(&st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
     let executor_id = format!("x-{}", uuid::Uuid::new_v4().simple());
-    let serial = rand_bytes::<16>();
-    let now = writ_client::now_ms();
-    let not_after_ms = now + st.executor_cert_ttl_s * 1000;
-    let cert = ca.issue(&csr, &tenant.id, &enrollment.site_id, &executor_id, &serial, now, not_after_ms)?;
-    let record = ExecutorCertV1 {
-        executor_id: executor_id.clone(),
-        fingerprint: writ_api::sha256_hex(cert.der()),
-        serial: hex::encode(serial),
-        not_after_ms,
-        ca_fingerprint: ca.fingerprint.clone(),
-    };
+    let issued = issue_certificate(&st, &csr, &tenant, &enrollment.site_id, &executor_id).await?;
     submit(
         &st,
         Command::CompleteEnrollment {
             tenant_id: tenant.id.clone(),
             enrollment_id: enrollment.id.clone(),
             token_sha256,
-            cert: record.clone(),
+            cert: issued.record.clone(),
         },
     )
     .await?;
-    Ok(Json(EnrollResponse {
-        executor_id,
-        tenant_id: tenant.id,
-        site_id: enrollment.site_id,
-        device_ids: enrollment.device_ids.into_iter().collect(),
-        certificate: cert.pem(),
-        ca_certificate: ca.pem(),
-        fingerprint: record.fingerprint,
-        serial: record.serial,
+    Ok(Json(issued.answer(tenant.id, enrollment.site_id, enrollment.device_ids)))
+}
+
+/// An executor certificate this node issued, before or after the ledger recorded it.
+struct Issued {
+    record: ExecutorCertV1,
+    certificate: String,
+    ca_certificate: String,
+}
+
+/// Issues the certificate of `executor_id` at `site_id` for the key of `csr`, from this node's
+/// CA for `tenant` (registered in the ledger first), valid for the configured lifetime.
+async fn issue_certificate(
+    st: &AdminState,
+    csr: &Csr,
+    tenant: &Tenant,
+    site_id: &str,
+    executor_id: &str,
+) -> Result<Issued, Rejection> {
+    let ca = TenantCa::derive(&st.ca_secret, tenant)?;
+    submit(st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
+    let serial = rand_bytes::<16>();
+    let now = writ_client::now_ms();
+    let not_after_ms = now + st.executor_cert_ttl_s * 1000;
+    let cert = ca.issue(csr, &tenant.id, site_id, executor_id, &serial, now, not_after_ms)?;
+    let record = ExecutorCertV1 {
+        executor_id: executor_id.to_string(),
+        fingerprint: writ_api::sha256_hex(cert.der()),
+        serial: hex::encode(serial),
         not_after_ms,
-    }))
+        ca_fingerprint: ca.fingerprint.clone(),
+    };
+    Ok(Issued { record, certificate: cert.pem(), ca_certificate: ca.pem() })
+}
+
+impl Issued {
+    /// The answer to the executor (enrollment or renewal).
+    fn answer(
+        self,
+        tenant_id: String,
+        site_id: String,
+        device_ids: std::collections::BTreeSet<String>,
+    ) -> EnrollResponse {
+        EnrollResponse {
+            executor_id: self.record.executor_id,
+            tenant_id,
+            site_id,
+            device_ids: device_ids.into_iter().collect(),
+            certificate: self.certificate,
+            ca_certificate: self.ca_certificate,
+            fingerprint: self.record.fingerprint,
+            serial: self.record.serial,
+            not_after_ms: self.record.not_after_ms,
+        }
+    }
 }
 
 fn renewal_refused(message: impl Into<String>) -> Rejection {
@@ -243,39 +275,18 @@ async fn renew(
     }
     let csr = Csr::from_der(&csr_der)?;
     let tenant = find_tenant(&st, tenant_id.clone()).await?;
-    let ca = TenantCa::derive(&st.ca_secret, &tenant)?;
-    submit(&st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
-    let serial = rand_bytes::<16>();
-    let not_after_ms = now + st.executor_cert_ttl_s * 1000;
-    let cert = ca.issue(&csr, &tenant.id, &executor.site_id, &executor_id, &serial, now, not_after_ms)?;
-    let record = ExecutorCertV1 {
-        executor_id: executor_id.clone(),
-        fingerprint: writ_api::sha256_hex(cert.der()),
-        serial: hex::encode(serial),
-        not_after_ms,
-        ca_fingerprint: ca.fingerprint.clone(),
-    };
+    let issued = issue_certificate(&st, &csr, &tenant, &executor.site_id, &executor_id).await?;
     submit(
         &st,
         Command::RenewExecutorCertificate {
             tenant_id: tenant.id.clone(),
-            executor_id: executor_id.clone(),
+            executor_id,
             from_fingerprint: fingerprint,
-            cert: record.clone(),
+            cert: issued.record.clone(),
         },
     )
     .await?;
-    Ok(Json(EnrollResponse {
-        executor_id,
-        tenant_id: tenant.id,
-        site_id: executor.site_id,
-        device_ids: executor.device_ids.into_iter().collect(),
-        certificate: cert.pem(),
-        ca_certificate: ca.pem(),
-        fingerprint: record.fingerprint,
-        serial: record.serial,
-        not_after_ms,
-    }))
+    Ok(Json(issued.answer(tenant.id, executor.site_id, executor.device_ids)))
 }
 
 /// `(algorithm identifier content, key bits)` of the SubjectPublicKeyInfo at the start of

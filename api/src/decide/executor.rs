@@ -53,10 +53,8 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             if e.expires_at_ms <= now {
                 return Err(Rejection::new(ReasonCode::ENROLLMENT_TOKEN_EXPIRED, "this enrollment token has expired"));
             }
-            let known_ca = state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&cert.ca_fingerprint));
-            let fresh = !state.executor_certs.contains_key(&cert.fingerprint)
-                && !state.executors.get(tenant_id).is_some_and(|m| m.contains_key(&cert.executor_id));
-            if !known_ca || !fresh || cert.fingerprint.len() != 64 {
+            let new_executor = !state.executors.get(tenant_id).is_some_and(|m| m.contains_key(&cert.executor_id));
+            if !new_certificate(state, tenant_id, cert) || !new_executor {
                 return Err(Rejection::new(
                     ReasonCode::INPUT_INVALID,
                     "certificate record is not new or names an unknown CA",
@@ -106,9 +104,8 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                     "only a certificate of this executor the ledger still accepts renews it",
                 ));
             }
-            let known_ca = state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&cert.ca_fingerprint));
-            let fresh = !state.executor_certs.contains_key(&cert.fingerprint) && cert.fingerprint.len() == 64;
-            if !known_ca || !fresh || cert.executor_id != *executor_id || cert.not_after_ms <= now {
+            if !new_certificate(state, tenant_id, cert) || cert.executor_id != *executor_id || cert.not_after_ms <= now
+            {
                 return Err(Rejection::new(
                     ReasonCode::INPUT_INVALID,
                     "the certificate record must be new, this executor's, unexpired and from a known CA",
@@ -123,4 +120,12 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         }
         other => Err(misrouted(other)),
     }
+}
+
+/// Whether `cert` records a certificate the ledger has never mapped (a sha256 fingerprint),
+/// signed by one of the tenant's executor CAs.
+fn new_certificate(state: &LedgerState, tenant_id: &str, cert: &crate::device::ExecutorCertV1) -> bool {
+    state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&cert.ca_fingerprint))
+        && !state.executor_certs.contains_key(&cert.fingerprint)
+        && cert.fingerprint.len() == 64
 }
