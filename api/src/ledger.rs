@@ -261,6 +261,15 @@ pub enum Command {
         from_fingerprint: String,
         cert: ExecutorCertV1,
     },
+    /// `command` together with the decision of the request that made it (SPEC D10): one log
+    /// entry records both, so an effectful call costs no separate audit commit. The ledger
+    /// writes the decision's outcome: `allowed` when `command` applies, `denied` with the
+    /// rejection's reason when it is refused (the decision is recorded either way, after the
+    /// command's events). `command` is neither `Audited` nor `RecordDecisions`.
+    Audited {
+        decision: RequestDecisionV1,
+        command: Box<Command>,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -317,7 +326,7 @@ impl Command {
             | Command::ExpireDue { .. }
             | Command::RefuseDispatch { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
-            Command::OnBehalfOf { command, .. } => command.domain(),
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
         }
     }
 
@@ -335,6 +344,25 @@ impl Command {
             Command::CancelOperation { by_principal_id, .. } => Some((by_principal_id, CANCEL_SCOPE)),
             Command::RecordObservation { observer_id, .. } => Some((observer_id, OBSERVE_SCOPE)),
             Command::DecideOperation { by_principal_id, .. } => Some((by_principal_id, DECIDE_SCOPE)),
+            _ => None,
+        }
+    }
+
+    /// The operation a command is about (by id; a submission names the one it would create).
+    pub fn operation_id(&self) -> Option<&str> {
+        match self {
+            Command::SubmitOperation { spec, .. } => Some(&spec.operation_id),
+            Command::DispatchOperation { operation_id, .. }
+            | Command::StartAttempt { operation_id, .. }
+            | Command::RenewAttemptLease { operation_id, .. }
+            | Command::ReportAttempt { operation_id, .. }
+            | Command::RecordObservation { operation_id, .. }
+            | Command::DecideOperation { operation_id, .. }
+            | Command::ResolveUnknownEffect { operation_id, .. }
+            | Command::CancelOperation { operation_id, .. }
+            | Command::RefuseDispatch { operation_id, .. }
+            | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.operation_id(),
             _ => None,
         }
     }
@@ -382,6 +410,7 @@ impl Command {
                 token_id: Some(authority_ref.clone()),
                 parent_token_id: None,
             },
+            Command::Audited { command, .. } => command.subject(),
             _ => RejectionSubject::default(),
         }
     }
@@ -424,7 +453,7 @@ impl Command {
             Command::RefuseDispatch { .. } => "refuse_dispatch",
             Command::AnswerInputs { .. } => "answer_inputs",
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
-            Command::OnBehalfOf { command, .. } => command.kind(),
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.kind(),
             Command::RenewExecutorCertificate { .. } => "renew_executor_certificate",
         }
     }
@@ -468,7 +497,7 @@ impl Command {
             | Command::SetPrincipalQuotasV2 { tenant_id, .. }
             | Command::RenewExecutorCertificate { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
-            Command::OnBehalfOf { command, .. } => command.stream(),
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stream(),
         }
     }
 }
@@ -735,8 +764,15 @@ pub struct EventEnvelope {
 /// What applying one log entry produced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    /// The command was accepted; these events were appended.
-    Applied { events: Vec<EventEnvelope> },
+    /// The command was accepted; these events were appended. For a command about one
+    /// operation, `operation` is that operation as the command left it (for a submission that
+    /// was a replay, the prior operation), so the proposer needs no read after the write. Not
+    /// persisted: the answer to one proposal.
+    Applied {
+        events: Vec<EventEnvelope>,
+        #[serde(default)]
+        operation: Option<Box<crate::operation::Operation>>,
+    },
     /// The command broke a business rule; a rejection event was appended.
     Rejected { reason: ReasonCode, message: String, revision: u64 },
     /// A Raft-internal entry (blank or membership) with no domain effect.

@@ -68,7 +68,6 @@ impl Role {
                     Command::RecordDecisions { .. }
                         | Command::LeaseRequestQuota { .. }
                         | Command::SubmitOperation { .. }
-                        | Command::DispatchOperation { .. }
                         | Command::StartAttempt { .. }
                         | Command::RenewAttemptLease { .. }
                         | Command::ReportAttempt { .. }
@@ -78,6 +77,11 @@ impl Role {
                     // re-checks it), never bare.
                     command,
                     Command::OnBehalfOf { command, .. } if command.principal_act().is_some()
+                ) || matches!(
+                    // What an edge may submit, with the decision of the request that made it.
+                    command,
+                    Command::Audited { command, .. }
+                        if !matches!(**command, Command::Audited { .. }) && self.may_submit(command)
                 )
             }
         }
@@ -185,6 +189,29 @@ mod tests {
         let wrapped = |command: Command| Command::OnBehalfOf { authority_ref: "j".into(), command: Box::new(command) };
         assert!(Role::Edge.may_submit(&wrapped(cancel)));
         assert!(!Role::Edge.may_submit(&wrapped(issuer.clone())), "only acts on operations are wrapped");
+        // A command with its request's decision: only what the edge may submit bare (or wrapped).
+        let decision = crate::audit::RequestDecisionV1 {
+            trace_id: "t".into(),
+            principal_id: "p".into(),
+            token_id: None,
+            parent_token_id: None,
+            method: "tools/call".into(),
+            name: None,
+            outcome: "allowed".into(),
+            reason: None,
+        };
+        let audited = |command: Command| Command::Audited { decision: decision.clone(), command: Box::new(command) };
+        assert!(Role::Edge.may_submit(&audited(lease.clone())));
+        assert!(Role::Edge.may_submit(&audited(wrapped(Command::CancelOperation {
+            tenant_id: "t".into(),
+            operation_id: "o".into(),
+            by_principal_id: "p".into(),
+        }))));
+        assert!(!Role::Edge.may_submit(&audited(issuer.clone())), "a decision does not widen what an edge submits");
+        assert!(!Role::Edge.may_submit(&audited(audited(lease.clone()))));
+        let dispatch =
+            Command::DispatchOperation { tenant_id: "t".into(), operation_id: "o".into(), executor_id: "x".into() };
+        assert!(!Role::Edge.may_submit(&dispatch), "an executor's start claims; edges no longer dispatch");
         let tenants = Query::ListTenants { after: None, limit: 1 };
         assert!(!Role::Edge.may_query(&tenants) && Role::Node.may_query(&tenants));
     }

@@ -555,6 +555,20 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "audited",
+            req(Command::Audited {
+                decision: decision(),
+                command: Box::new(Command::StartAttempt {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    executor_id: "x-1".into(),
+                    fencing_token: 1,
+                    lease_ms: 30_000,
+                }),
+            }),
+            None,
+        ),
     ]
 }
 
@@ -724,7 +738,7 @@ fn trailing_bytes_are_rejected() {
 /// Samples added after the state sample (`ledger_state_v1`) was pinned: they pin their own
 /// encoding and leave the state sample — and so the check that its old bytes still decode — as
 /// it was.
-const LATER_THAN_THE_STATE_SAMPLE: &[&str] = &["on_behalf_of", "executor_cert_renewed_v1"];
+const LATER_THAN_THE_STATE_SAMPLE: &[&str] = &["on_behalf_of", "executor_cert_renewed_v1", "audited"];
 
 fn sample_state() -> writ_api::state::LedgerState {
     let mut state = writ_api::state::LedgerState::default();

@@ -63,6 +63,32 @@ impl Ledger {
         for p in ["agent", "other-agent", "observer"] {
             l.issue_token(&format!("jti-{p}"), p, &[]);
         }
+        // Executors: x-1 drives both devices, x-press only the press.
+        let ca = writ_api::device::ExecutorCaV1 { fingerprint: writ_api::sha256_hex(b"ca"), cert_der: b"ca".to_vec() };
+        l.ok(Command::RegisterExecutorCa { tenant_id: T.into(), ca: ca.clone() });
+        for (x, devices) in [("x-1", &["press", "arm"][..]), ("x-press", &["press"][..])] {
+            let enrollment = writ_api::device::EnrollmentV1 {
+                enrollment_id: format!("e-{x}"),
+                site_id: "s-1".into(),
+                device_ids: devices.iter().map(|d| d.to_string()).collect(),
+                token_sha256: writ_api::sha256_hex(x.as_bytes()),
+                ttl_s: 60,
+            };
+            l.ok(Command::CreateEnrollment { tenant_id: T.into(), enrollment });
+            let cert = writ_api::device::ExecutorCertV1 {
+                executor_id: x.into(),
+                fingerprint: writ_api::sha256_hex(format!("cert-{x}").as_bytes()),
+                serial: "01".into(),
+                not_after_ms: l.now + 86_400_000,
+                ca_fingerprint: ca.fingerprint.clone(),
+            };
+            l.ok(Command::CompleteEnrollment {
+                tenant_id: T.into(),
+                enrollment_id: format!("e-{x}"),
+                token_sha256: writ_api::sha256_hex(x.as_bytes()),
+                cert,
+            });
+        }
         l
     }
 
@@ -85,7 +111,7 @@ impl Ledger {
 
     fn ok(&mut self, command: Command) -> usize {
         match self.run(command) {
-            Outcome::Applied { events } => events.len(),
+            Outcome::Applied { events, .. } => events.len(),
             other => panic!("expected success, got {other:?}"),
         }
     }
@@ -150,6 +176,17 @@ fn start(id: &str, fencing_token: u64) -> Command {
         tenant_id: T.into(),
         operation_id: id.into(),
         executor_id: "x-1".into(),
+        fencing_token,
+        lease_ms: LEASE,
+    }
+}
+
+/// `executor`'s start of `id` (its claim, when the operation waits in `reserved`).
+fn start_by(executor: &str, id: &str, fencing_token: u64) -> Command {
+    Command::StartAttempt {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        executor_id: executor.into(),
         fencing_token,
         lease_ms: LEASE,
     }
@@ -329,7 +366,7 @@ fn an_executor_refuses_a_dispatch_before_attempting() {
         fencing_token: token,
         reason: "precondition door=closed not met".into(),
     };
-    assert_eq!(l.refused(refuse("x-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "not dispatched yet");
+    assert_eq!(l.refused(refuse("x-9", 1)), ReasonCode::EXECUTOR_NOT_FOUND, "no such executor");
     l.ok(dispatch("op-1"));
     assert_eq!(l.refused(refuse("x-2", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "only its executor");
     assert_eq!(l.refused(refuse("x-1", 9)), ReasonCode::FENCING_TOKEN_STALE);
@@ -449,21 +486,113 @@ fn a_dispatch_not_started_in_time_is_offered_again_and_the_late_start_refused() 
     let mut l = Ledger::new();
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 120_000)));
     l.ok(dispatch("op-1"));
+    assert_eq!(l.refused(start_by("x-press", "op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "x-1's dispatch");
     l.now += writ_api::operation::DISPATCH_START_MS;
     l.ok(Command::ExpireDue { tenant_id: T.into() });
     let op = l.op("op-1");
     assert_eq!((op.state, op.executor_id.as_deref(), op.fencing_token), (OperationState::Reserved, None, Some(1)));
+    // Offered again: another executor's start claims it, and x-1's late start is refused.
+    l.ok(start_by("x-press", "op-1", 1));
     assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "the late start is refused");
-    l.ok(Command::DispatchOperation { tenant_id: T.into(), operation_id: "op-1".into(), executor_id: "x-2".into() });
-    assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "x-1 is not its executor");
-    l.ok(Command::StartAttempt {
+    let op = l.op("op-1");
+    assert_eq!((op.attempts, op.state, op.executor_id.as_deref()), (1, OperationState::Attempting, Some("x-press")));
+}
+
+/// Issue 17 step 2: the executor's start is the claim — a reserved operation goes to the first
+/// eligible executor that starts it, in one entry (no separate dispatch), exactly once.
+#[test]
+fn the_first_eligible_executor_to_start_claims_a_reserved_operation() {
+    let mut l = Ledger::new();
+    let deadline = l.now + 60_000;
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("arm"), deadline)));
+    assert_eq!(l.refused(start_by("x-press", "op-1", 1)), ReasonCode::OPERATION_NOT_FOUND, "not its device");
+    assert_eq!(l.refused(start_by("x-9", "op-1", 1)), ReasonCode::EXECUTOR_NOT_FOUND);
+    assert_eq!(l.refused(start_by("x-1", "op-1", 2)), ReasonCode::FENCING_TOKEN_STALE);
+    assert_eq!(l.op("op-1").state, OperationState::Reserved, "refusals claim nothing");
+    assert_eq!(l.ok(start_by("x-1", "op-1", 1)), 3, "dispatched, attempting and the lease, in one entry");
+    let op = l.op("op-1");
+    assert_eq!((op.state, op.attempts, op.executor_id.as_deref()), (OperationState::Attempting, 1, Some("x-1")));
+    assert_eq!(l.refused(start_by("x-1", "op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "one attempt");
+    // Two executors race for a press operation: the ledger decides once.
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("press"), deadline)));
+    l.ok(start_by("x-press", "op-2", 1));
+    assert_eq!(l.refused(start_by("x-1", "op-2", 1)), ReasonCode::OPERATION_STATE_CONFLICT);
+    assert_eq!(l.op("op-2").executor_id.as_deref(), Some("x-press"));
+    // A deviceless operation is any executor's of the tenant; a revoked one claims nothing.
+    l.ok(submit(spec("op-3", "k-3", json!({"p": 3}), None, deadline)));
+    l.ok(Command::RevokeExecutor { tenant_id: T.into(), executor_id: "x-press".into() });
+    assert_eq!(l.refused(start_by("x-press", "op-3", 0)), ReasonCode::EXECUTOR_REVOKED);
+    // The refusal before attempting claims the same way.
+    let refuse = Command::RefuseDispatch {
         tenant_id: T.into(),
-        operation_id: "op-1".into(),
-        executor_id: "x-2".into(),
-        fencing_token: 1,
-        lease_ms: LEASE,
-    });
-    assert_eq!((l.op("op-1").attempts, l.op("op-1").state), (1, OperationState::Attempting));
+        operation_id: "op-3".into(),
+        executor_id: "x-1".into(),
+        fencing_token: 0,
+        reason: "precondition door=closed not met".into(),
+    };
+    l.ok(refuse);
+    let op = l.op("op-3");
+    assert_eq!((op.state, op.attempts, op.executor_id.as_deref()), (OperationState::Failed, 0, Some("x-1")));
+}
+
+/// Issue 17 step 2: a command carries the decision of the request that made it; the ledger
+/// records it after the command's events — allowed, or denied with the command's rejection —
+/// and answers with the operation as the command left it (a replay: the prior one).
+#[test]
+fn a_command_carries_its_requests_decision_and_answers_with_the_operation() {
+    use writ_api::audit::RequestDecisionV1;
+    use writ_api::ledger::Event;
+    let mut l = Ledger::new();
+    let decision = RequestDecisionV1 {
+        trace_id: "tr-1".into(),
+        principal_id: "agent".into(),
+        token_id: Some("jti-agent".into()),
+        parent_token_id: None,
+        method: "tools/call".into(),
+        name: Some("operation.execute".into()),
+        outcome: "allowed".into(),
+        reason: None,
+    };
+    let audited = |command: Command| Command::Audited { decision: decision.clone(), command: Box::new(command) };
+    let recorded = |events: &[writ_api::ledger::EventEnvelope]| match &events.last().expect("events").event {
+        Event::RequestDecidedV1 { decision, .. } => decision.clone(),
+        other => panic!("the decision comes last, got {other:?}"),
+    };
+    let s = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000);
+    let Outcome::Applied { events, operation: Some(op) } = l.run(audited(submit(s.clone()))) else {
+        panic!("applied with the operation")
+    };
+    assert_eq!(events.len(), 3, "submitted, reserved, the decision: {events:?}");
+    assert_eq!((recorded(&events).outcome.as_str(), recorded(&events).reason), ("allowed", None));
+    assert_eq!((op.spec.operation_id.as_str(), op.state), ("op-1", OperationState::Reserved));
+    // A replay under a new operation id answers with the prior operation, and is recorded.
+    let mut again = s.clone();
+    again.operation_id = "op-retry".into();
+    let Outcome::Applied { events, operation: Some(op) } = l.run(audited(submit(again))) else { panic!("replay") };
+    assert_eq!((events.len(), op.spec.operation_id.as_str()), (1, "op-1"));
+    // Refused: the rejection, then the decision as denied with its reason.
+    let mut other = spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000);
+    other.principal_id = "other-agent".into();
+    let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: audited(submit(other)) };
+    let (outcome, events, trail) = l.state.execute_audited(&req);
+    assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::DEVICE_RESERVED, .. }), "{outcome:?}");
+    assert!(matches!(events[0].event, Event::CommandRejectedV2 { .. }), "{events:?}");
+    let denied = recorded(&events);
+    assert_eq!((denied.outcome.as_str(), denied.reason), ("denied", Some(ReasonCode::DEVICE_RESERVED)));
+    assert_eq!(trail.len(), 2, "both on the tenant's trail: {trail:#?}");
+    // The executor's start carries its call's decision too, and answers with the attempt.
+    let Outcome::Applied { operation: Some(op), .. } = l.run(audited(start_by("x-1", "op-1", 1))) else {
+        panic!("started")
+    };
+    assert_eq!((op.state, op.attempts), (OperationState::Attempting, 1));
+    // A decision travels with one plain command only, and within its bounds.
+    let nested = audited(audited(cancel("op-1")));
+    assert_eq!(l.refused(nested), ReasonCode::INPUT_INVALID);
+    let mut long = decision.clone();
+    long.method = "m".repeat(writ_api::audit::DECISION_FIELD_BYTES_MAX + 1);
+    let unbounded = Command::Audited { decision: long, command: Box::new(cancel("op-1")) };
+    assert_eq!(l.refused(unbounded), ReasonCode::INPUT_INVALID);
+    assert_eq!(l.op("op-1").state, OperationState::Attempting, "a refused wrapper runs nothing");
 }
 
 fn asking(id: &str, key: &str, requests: &[&str]) -> OperationSpecV1 {
@@ -519,9 +648,16 @@ fn an_operation_waiting_for_input_is_verified_only_when_every_answer_accepts() {
 /// one operation's life (submit, dispatch, start, cancel, report) often meet in a sequence.
 #[derive(Debug, Clone)]
 enum Step {
-    Submit { key: u8, payload: u8, device: u8, ttl_ms: u64 },
+    Submit {
+        key: u8,
+        payload: u8,
+        device: u8,
+        ttl_ms: u64,
+    },
     Dispatch(u8),
     Start(u8, bool),
+    /// The start of the press-only executor: a rival claim.
+    Claim(u8),
     Report(u8, bool),
     Advance(u64),
     Expire,
@@ -542,6 +678,7 @@ fn step() -> impl Strategy<Value = Step> {
         }),
         3 => (0u8..KEYS).prop_map(Step::Dispatch),
         3 => (0u8..KEYS, prop::bool::weighted(0.8)).prop_map(|(k, f)| Step::Start(k, f)),
+        1 => (0u8..KEYS).prop_map(Step::Claim),
         3 => (0u8..KEYS, any::<bool>()).prop_map(|(k, e)| Step::Report(k, e)),
         1 => (1u64..3_000).prop_map(Step::Advance),
         1 => Just(Step::Expire),
@@ -672,6 +809,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
                 let token = token_of(&l, k);
                 start(&id(k), if fresh { token } else { token + 1 })
             }
+            Step::Claim(k) => start_by("x-press", &id(k), token_of(&l, k)),
             Step::Report(k, effect) => {
                 let outcome = if effect { AttemptOutcome::Effect } else { AttemptOutcome::NoEffect };
                 report(&id(k), token_of(&l, k), outcome)

@@ -79,6 +79,9 @@ if os.path.exists(terms):
     with open(terms) as fh:
         t = json.load(fh)
     out["p1_leader_elections"] = t["term_after"] - t["term_before"]
+    writ_ops = sum(s["ok"] for l, s in runs.items() if l.startswith("p1-writ-"))
+    if "log_after" in t and writ_ops:
+        out["p1_raft_entries_per_op"] = (t["log_after"] - t["log_before"]) / writ_ops
 out["runs"] = runs
 os.makedirs(a.out, exist_ok=True)
 with open(os.path.join(a.out, "latest.json"), "w") as fh:
@@ -99,6 +102,9 @@ for p in out["p1"]:
               f"{f(p['ratio_p99'],3)} | {'passed' if w.get('verify_passed') else 'FAILED'} |")
 if "p1_leader_elections" in out:
     md += ["", f"Writ leader elections while P1 ran (Raft term increase): {out['p1_leader_elections']}."]
+if "p1_raft_entries_per_op" in out:
+    md += ["", f"Writ Raft log entries per operation while P1 ran (everything included: quota leases, audit "
+               f"flushes, verification): {out['p1_raft_entries_per_op']:.2f}."]
 md += ["", "## P2 read path: one Writ edge (bearer token, audited) vs the bare rmcp server (no auth)", "",
        "| request | connections | Writ req/s | Writ p99 ms | Writ edge CPU s/1000 | rmcp req/s | rmcp p99 ms | rmcp CPU s/1000 | req/s Writ/rmcp | p99 Writ/rmcp | CPU/req Writ/rmcp |",
        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

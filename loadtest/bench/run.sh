@@ -123,14 +123,15 @@ point() {
   }
 }
 
-# writ_term: the Raft term of the Writ cluster's leader (each election raises it).
-writ_term() {
+# writ_raft FIELD: the highest FIELD (term: each election raises it; last_log_index: Raft
+# entries written) over the Writ cluster's members.
+writ_raft() {
   curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
-    python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get("term", 0) for m in s["members"]))'
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get(sys.argv[1]) or 0 for m in s["members"]))' "$1"
 }
 
 # --- P1 durable ------------------------------------------------------------------------------
-runs p1 && TERM_BEFORE=$(writ_term)
+runs p1 && TERM_BEFORE=$(writ_raft term) && LOG_BEFORE=$(writ_raft last_log_index)
 runs p1 && for c in $CLIENTS; do
   log "P1 $c clients: writ operation.execute, then etcd txn put-if-absent"
   point "p1-writ-c$c" writ "${common[@]}" --prefix p1 --concurrency "$c" --mix execute=1 --verify --drain 60 \
@@ -138,7 +139,8 @@ runs p1 && for c in $CLIENTS; do
   point "p1-etcd-c$c" etcd "${common[@]}" --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"
 done
 # Leader changes while P1 ran (a tuning that causes spurious elections under load shows here).
-runs p1 && echo "{\"term_before\": $TERM_BEFORE, \"term_after\": $(writ_term)}" > "$RAW/p1-terms.txt"
+# Raft entries written while P1 ran (with its verification and drain), per operation.
+runs p1 && echo "{\"term_before\": $TERM_BEFORE, \"term_after\": $(writ_raft term), \"log_before\": $LOG_BEFORE, \"log_after\": $(writ_raft last_log_index)}" > "$RAW/p1-terms.txt"
 
 # --- P2 read path ----------------------------------------------------------------------------
 runs p2 && for c in $CONNECTIONS; do

@@ -96,7 +96,7 @@ impl Admission {
         };
         let response = self.ledger.submit(SubmitRequest { trace_id: trace_id.to_string(), command }).await?;
         let lease = match response {
-            SubmitResponse { outcome: Outcome::Applied { events }, .. } => {
+            SubmitResponse { outcome: Outcome::Applied { events, .. }, .. } => {
                 events.into_iter().find_map(|env| match env.event {
                     Event::RequestQuotaLeasedV1 { granted, window_ends_at_ms, .. } => {
                         Some((granted, window_ends_at_ms.saturating_sub(env.at_ms)))

@@ -26,6 +26,34 @@ pub const DENIAL_KEYS_MAX: usize = 10_000;
 /// What makes two denials the same: tenant, principal, method, name, reason.
 type DenialKey = (String, String, String, Option<String>, Option<writ_api::ReasonCode>);
 
+/// The decision about an authenticated request of `authority` (SPEC D10): `method` and the
+/// `name` it named (both truncated to the ledger's bound), refused with `reason` if any.
+pub fn request_decision(
+    trace_id: &str,
+    authority: &writ_api::auth::Authority,
+    method: &str,
+    name: Option<&str>,
+    reason: Option<writ_api::ReasonCode>,
+) -> RequestDecisionV1 {
+    let bounded = |t: &str| writ_api::audit::truncated(t, writ_api::audit::DECISION_FIELD_BYTES_MAX);
+    RequestDecisionV1 {
+        trace_id: trace_id.to_string(),
+        principal_id: authority.principal_id.clone(),
+        token_id: authority.token_id.clone(),
+        parent_token_id: authority.parent_token_id.clone(),
+        method: bounded(method),
+        name: name.map(bounded),
+        outcome: if reason.is_some() { "denied" } else { "allowed" }.into(),
+        reason,
+    }
+}
+
+/// `command` carrying `decision` (`Command::Audited`): one log entry records both, and the
+/// ledger writes whether the command was allowed or refused.
+pub fn with_decision(decision: RequestDecisionV1, command: Command) -> Command {
+    Command::Audited { decision, command: Box::new(command) }
+}
+
 /// Decisions buffered before senders wait.
 pub const BUFFER_DECISIONS: usize = 4096;
 /// Longest a shutdown waits for buffered decisions to be committed: a ledger that is gone

@@ -8,14 +8,17 @@
 //! is and forwards the request to a node's admin API, which checks the proof of the current key
 //! and issues (the edge is trusted with nothing in that exchange).
 //!
-//! Any edge replica serves any executor: the dispatch stream is fed by the replica (operations
-//! reserved for the executor's devices are claimed with `DispatchOperation`, which the ledger
-//! decides once), and the attempt calls are ledger commands carrying the fencing token.
+//! Any edge replica serves any executor: the dispatch stream is fed by the replica (it offers
+//! the operations reserved for the executor's devices), the executor's start claims the
+//! operation (the ledger gives it to the first eligible executor that starts it: no separate
+//! dispatch entry), and the attempt calls are ledger commands carrying the fencing token and the
+//! call's audit decision, answered with the operation as the command left it (no read after the
+//! write).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -31,7 +34,7 @@ use writ_api::executor::{
     ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
 };
 use writ_api::ledger::{Command, Outcome, TenantState};
-use writ_api::operation::Operation;
+use writ_api::operation::{Operation, OperationState};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 use writ_client::Ledger;
@@ -39,8 +42,9 @@ use writ_client::{now_ms, Verifier};
 
 use crate::audit::AuditSink;
 
-/// Dispatch claims one stream has in flight at once.
-const CLAIMS_IN_FLIGHT: usize = 32;
+/// After how long an operation still waiting in `reserved` is offered again on a stream that
+/// offered it (the executor may have dropped it: a start that could not reach the ledger).
+const REOFFER_AFTER: Duration = Duration::from_millis(writ_api::operation::DISPATCH_START_MS);
 
 /// The client certificate (DER) of the TLS connection a request arrived on.
 #[derive(Debug, Clone)]
@@ -206,24 +210,26 @@ fn decision(principal_id: String, method: &str, name: Option<String>, reason: Op
     }
 }
 
-/// What the dispatch stream of `who` should do now: operations to claim, and operations
-/// dispatched to it (with their device names). Both come from the state's indexes (reserved operations of the tenant, operations
-/// dispatched to this executor), never from a scan of every live operation.
-fn scan(state: &LedgerState, who: &Identity) -> (Vec<String>, Vec<Dispatch>) {
-    let (mut claim, mut mine) = (Vec::new(), Vec::new());
-    let Some(ops) = state.operations.get(&who.tenant_id) else { return (claim, mine) };
+/// Whether `op` is the executor's to act on: dispatched to it, or waiting in `reserved` for one
+/// of its devices (any executor of the tenant, when it drives none) — its start claims it.
+fn offered_to(op: &Operation, who: &Identity) -> bool {
+    op.executor_id.as_deref() == Some(who.executor_id.as_str())
+        || (op.state == OperationState::Reserved
+            && op.spec.device_id.as_ref().is_none_or(|d| who.device_ids.contains(d)))
+}
+
+/// The operations the dispatch stream of `who` offers now: those reserved for its devices and
+/// those dispatched to it. Both come from the state's indexes (reserved operations of the
+/// tenant, operations dispatched to this executor), never from a scan of every live operation.
+fn offers<'a>(state: &'a LedgerState, who: &Identity) -> Vec<&'a Operation> {
+    let Some(ops) = state.operations.get(&who.tenant_id) else { return Vec::new() };
     let reserved = state.index.reserved.get(&who.tenant_id).into_iter().flatten();
-    for op in reserved.filter_map(|id| ops.get(id)) {
-        if op.spec.device_id.as_ref().is_none_or(|d| who.device_ids.contains(d)) {
-            claim.push(op.spec.operation_id.clone());
-        }
-    }
     let dispatched = state.index.dispatched.get(&who.tenant_id).and_then(|m| m.get(&who.executor_id));
-    for op in dispatched.into_iter().flatten().filter_map(|id| ops.get(id)) {
-        let name = op.spec.device_id.as_ref().and_then(|d| state.device(&who.tenant_id, d)).map(|d| d.name.clone());
-        mine.push(Dispatch::of(op, name));
-    }
-    (claim, mine)
+    reserved
+        .chain(dispatched.into_iter().flatten())
+        .filter_map(|id| ops.get(id))
+        .filter(|op| offered_to(op, who))
+        .collect()
 }
 
 impl ExecutorGate {
@@ -304,52 +310,48 @@ impl ExecutorGate {
         })
     }
 
-    /// Submits an attempt command of `who` for `operation_id` (dispatched to it), audits it and
-    /// answers with the operation's status.
+    /// Submits an attempt command of `who` for `operation_id` (offered to it) with the call's
+    /// audit decision, and answers with the operation's status as the command left it.
     async fn act(&self, who: &Identity, operation_id: &str, method: &str, command: Command) -> Response {
-        let (dispatched_to_me, trace_id) = self.inner.verifier.with_state(|s| {
-            let executor =
-                s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id)).map(|op| op.executor_id.clone());
-            (executor, operation_trace(s, &who.tenant_id, operation_id))
+        let (offered, trace_id) = self.inner.verifier.with_state(|s| {
+            let op = s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id));
+            (op.is_some_and(|op| offered_to(op, who)), operation_trace(s, &who.tenant_id, operation_id))
         });
         let principal = format!("executor:{}", who.executor_id);
-        let outcome = match dispatched_to_me {
-            // Another tenant's operation, or one never dispatched to this executor, does not exist
-            // for it.
-            None | Some(None) => Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you")),
-            Some(Some(x)) if x != who.executor_id => {
-                Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"))
-            }
-            Some(Some(_)) => self.submit(command, &trace_id).await,
-        };
-        let mut d =
-            decision(principal, method, Some(operation_id.to_string()), outcome.as_ref().err().map(|e| e.reason));
+        let mut d = decision(principal, method, Some(operation_id.to_string()), None);
         d.trace_id = trace_id.clone();
-        let response = match self.inner.audit.commit(&who.tenant_id, d).await {
-            Err(e) => error_response(&e),
-            Ok(()) => match outcome {
-                Ok(op) => Json(OperationStatus::from(&op)).into_response(),
-                Err(e) => error_response(&e),
-            },
+        let submitted = if offered {
+            self.submit(crate::audit::with_decision(d.clone(), command), &trace_id).await
+        } else {
+            // Another tenant's operation, or one not offered to this executor, does not exist
+            // for it.
+            Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"))
+        };
+        let response = match submitted {
+            // The ledger recorded the decision with the command, allowed or refused.
+            Ok(Ok(op)) => Json(OperationStatus::from(&op)).into_response(),
+            Ok(Err(refused)) => error_response(&refused),
+            Err(e) => {
+                d.outcome = "denied".into();
+                d.reason = Some(e.reason);
+                match self.inner.audit.commit(&who.tenant_id, d).await {
+                    Ok(()) => error_response(&e),
+                    Err(fail) => error_response(&fail),
+                }
+            }
         };
         traced(response, &trace_id)
     }
 
-    async fn submit(&self, command: Command, trace_id: &str) -> Result<Operation, Rejection> {
-        let (tenant_id, operation_id) = match &command {
-            Command::StartAttempt { tenant_id, operation_id, .. }
-            | Command::RenewAttemptLease { tenant_id, operation_id, .. }
-            | Command::ReportAttempt { tenant_id, operation_id, .. }
-            | Command::RefuseDispatch { tenant_id, operation_id, .. }
-            | Command::DispatchOperation { tenant_id, operation_id, .. } => (tenant_id.clone(), operation_id.clone()),
-            _ => return Err(Rejection::new(ReasonCode::INTERNAL, "not an executor command")),
-        };
+    /// Submits `command`: the ledger's answer (the operation, or its refusal), or why there is
+    /// none.
+    async fn submit(&self, command: Command, trace_id: &str) -> Result<Result<Operation, Rejection>, Rejection> {
         let submitted = self.inner.ledger.submit(SubmitRequest { trace_id: trace_id.to_string(), command }).await?;
-        if let Outcome::Rejected { reason, message, .. } = submitted.outcome {
-            return Err(Rejection::new(reason, message));
-        }
-        let q = writ_api::dto::Query::GetOperation { tenant_id, operation_id };
-        writ_client::query_as(self.inner.ledger.as_ref(), q, Default::default()).await
+        Ok(match submitted.outcome {
+            Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
+            Outcome::Applied { operation: Some(op), .. } => Ok(*op),
+            _ => Err(Rejection::new(ReasonCode::INTERNAL, "the ledger answered without the operation")),
+        })
     }
 }
 
@@ -384,7 +386,7 @@ async fn status(
         Err(r) => return r,
     };
     let op = g.inner.verifier.with_state(|s| s.operations.get(&who.tenant_id).and_then(|m| m.get(&id)).cloned());
-    match op.filter(|op| op.executor_id.as_deref() == Some(who.executor_id.as_str())) {
+    match op.filter(|op| offered_to(op, &who)) {
         Some(op) => Json(OperationStatus::from(&op)).into_response(),
         None => error_response(&Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you")),
     }
@@ -545,9 +547,10 @@ fn line(frame: &DispatchFrame) -> Bytes {
     Bytes::from(text)
 }
 
-/// The dispatch loop of one stream: claim what the executor can take, send what is dispatched
-/// to it (once per stream; a reconnect resends what is still waiting), heartbeat, and end when
-/// the executor's certificate stops being accepted or the replica goes stale.
+/// The dispatch loop of one stream: offer what the executor can take (once per stream, again
+/// after [`REOFFER_AFTER`] while it still waits; a reconnect offers everything still waiting),
+/// heartbeat, and end when the executor's certificate stops being accepted or the replica goes
+/// stale. Offering writes nothing: the executor's start claims.
 async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::sync::mpsc::Sender<Bytes>) {
     let verifier = &g.inner.verifier;
     let mut revisions = verifier.revisions();
@@ -560,11 +563,27 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
     if tx.send(line(&hello)).await.is_err() {
         return;
     }
-    let mut sent: BTreeSet<String> = BTreeSet::new();
-    let mut lost: BTreeSet<String> = BTreeSet::new();
+    // Offered on this stream, and when.
+    let mut offered: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
         revisions.borrow_and_update();
-        let checked = verifier.with_state(|s| identify(s, &peer.0, now_ms()).map(|_| scan(s, &who)));
+        let checked = verifier.with_state(|s| {
+            identify(s, &peer.0, now_ms())?;
+            let now = Instant::now();
+            let ops = offers(s, &who);
+            let live: BTreeSet<&str> = ops.iter().map(|op| op.spec.operation_id.as_str()).collect();
+            offered.retain(|id, _| live.contains(id.as_str()));
+            let mut due = Vec::new();
+            for op in ops {
+                let id = &op.spec.operation_id;
+                if offered.get(id).is_none_or(|at| now.duration_since(*at) >= REOFFER_AFTER) {
+                    offered.insert(id.clone(), now);
+                    let name = op.spec.device_id.as_ref().and_then(|d| s.device(&who.tenant_id, d));
+                    due.push(Dispatch::of(op, name.map(|d| d.name.clone())));
+                }
+            }
+            Ok::<_, Refusal>(due)
+        });
         let end = match (&checked, verifier.is_current()) {
             (_, false) => Some(writ_client::unavailable("the edge lost the ledger; reconnect")),
             (Err(refusal), _) => Some(refusal.rejection.clone()),
@@ -574,41 +593,11 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
             let _ = tx.send(line(&DispatchFrame::End { reason: r.reason.to_string(), message: r.message })).await;
             return;
         }
-        let Ok((claim, mine)) = checked else { return };
-        let live: BTreeSet<String> = claim.iter().chain(mine.iter().map(|d| &d.operation_id)).cloned().collect();
-        sent.retain(|id| live.contains(id));
-        lost.retain(|id| live.contains(id));
-        let untried: Vec<String> = claim.into_iter().filter(|id| !lost.contains(id)).collect();
-        // Claims go out concurrently (bounded): one Raft write each, and another executor may
-        // win a claim — the ledger decides once.
-        let claims = untried.into_iter().map(|operation_id| {
-            let (g, who) = (&g, &who);
-            async move {
-                let command = Command::DispatchOperation {
-                    tenant_id: who.tenant_id.clone(),
-                    operation_id: operation_id.clone(),
-                    executor_id: who.executor_id.clone(),
-                };
-                let trace_id = g.inner.verifier.with_state(|s| operation_trace(s, &who.tenant_id, &operation_id));
-                let lost = match g.inner.ledger.submit(SubmitRequest { trace_id, command }).await {
-                    Ok(r) => matches!(r.outcome, Outcome::Rejected { .. }),
-                    Err(e) => e.reason != ReasonCode::LEDGER_UNAVAILABLE,
-                };
-                (operation_id, lost)
-            }
-        });
-        let claimed: Vec<(String, bool)> = futures::StreamExt::collect(futures::StreamExt::buffer_unordered(
-            futures::stream::iter(claims),
-            CLAIMS_IN_FLIGHT,
-        ))
-        .await;
-        lost.extend(claimed.into_iter().filter(|(_, l)| *l).map(|(id, _)| id));
-        for dispatch in mine {
-            if sent.insert(dispatch.operation_id.clone()) {
-                let frame = DispatchFrame::Dispatch { dispatch, now_ms: now_ms() };
-                if tx.send(line(&frame)).await.is_err() {
-                    return;
-                }
+        let Ok(due) = checked else { return };
+        for dispatch in due {
+            let frame = DispatchFrame::Dispatch { dispatch, now_ms: now_ms() };
+            if tx.send(line(&frame)).await.is_err() {
+                return;
             }
         }
         tokio::select! {

@@ -583,6 +583,7 @@ async fn mcp_post(
     // Until the body is decoded, the method is what the transport header says.
     let mut method = header_value(&headers, "mcp-method").unwrap_or_default();
     let mut id = None;
+    let recorded = std::sync::atomic::AtomicBool::new(false);
     let handled = match edge.admission.admit(&edge.verifier, &authority, &trace_id).await {
         Err(refused) => serve::Handled::refused(refused_response(&None, &refused), None, refused.rejection),
         Ok(()) => match decode(&edge.config, &body, &headers) {
@@ -600,6 +601,7 @@ async fn mcp_post(
                     headers: &headers,
                     authority: &authority,
                     trace_id: &trace_id,
+                    recorded: &recorded,
                 };
                 serve::handle(call).await
             }
@@ -609,24 +611,19 @@ async fn mcp_post(
     let label = method_label(&method);
     metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
     metrics::histogram!("writ_edge_request_seconds", "method" => label).record(started.elapsed().as_secs_f64());
-    let decision = RequestDecisionV1 {
-        trace_id: trace_id.clone(),
-        principal_id: authority.principal_id.clone(),
-        token_id: authority.token_id.clone(),
-        parent_token_id: authority.parent_token_id.clone(),
-        method: writ_api::audit::truncated(&method, writ_api::audit::DECISION_FIELD_BYTES_MAX),
-        name: handled.name.map(|n| writ_api::audit::truncated(&n, writ_api::audit::DECISION_FIELD_BYTES_MAX)),
-        outcome: outcome.into(),
-        reason: handled.denied.as_ref().map(|r| r.reason),
-    };
+    let reason = handled.denied.as_ref().map(|r| r.reason);
+    let decision = audit::request_decision(&trace_id, &authority, &method, handled.name.as_deref(), reason);
     // Denials (and strict tenants' decisions) are on the record before the client hears of
-    // them; allowed reads are group-committed within the flush window.
+    // them; allowed reads are group-committed within the flush window. A decision that went
+    // to the ledger with the command the request made is on the record already.
     let strict = handled.denied.is_some()
         || handled.effectful
         || edge.verifier.with_state(|s| {
             s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
         });
-    if strict {
+    if recorded.load(std::sync::atomic::Ordering::Acquire) {
+        // Recorded with the request's command (`Command::Audited`).
+    } else if strict {
         let committed = if handled.denied.is_some() {
             edge.audit.commit_denial(&authority.tenant_id, decision).await
         } else {

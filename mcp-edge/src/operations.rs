@@ -9,7 +9,7 @@
 use serde_json::{json, Map, Value};
 use writ_api::catalog::Execution;
 use writ_api::dto::{Query, SubmitRequest};
-use writ_api::ledger::{Command, Event, Outcome};
+use writ_api::ledger::{Command, Outcome};
 use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::{ReasonCode, Rejection};
 
@@ -499,32 +499,26 @@ async fn record(
         trace_id: c.trace_id.to_string(),
         input_requests: input_requests.iter().map(|(k, v)| (k.clone(), canonical_json(v))).collect(),
     };
-    let command = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
+    // The request's decision travels with the submission: one log entry for both.
+    let name = c.req.params()["name"].as_str();
+    let decision = crate::audit::request_decision(c.trace_id, a, &c.req.method, name, None);
+    let submit = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
+    let command = crate::audit::with_decision(decision, submit);
     let submitted = c
         .edge
         .ledger
         .submit(SubmitRequest { trace_id: spec.trace_id.clone(), command })
         .await
         .map_err(|e| RpcError::rejected(&e))?;
+    c.recorded.store(true, std::sync::atomic::Ordering::Release);
     match submitted.outcome {
         Outcome::Rejected { reason, message, .. } => Ok(Err(refused(&Rejection::new(reason, message)))),
-        Outcome::Applied { events } => {
-            let fresh = events.iter().any(|e| matches!(&e.event, Event::OperationSubmittedV1 { spec: s, .. } if s.operation_id == spec.operation_id));
-            let q = if fresh {
-                Query::GetOperation { tenant_id: a.tenant_id.clone(), operation_id: spec.operation_id.clone() }
-            } else {
-                Query::GetOperationByKey {
-                    tenant_id: a.tenant_id.clone(),
-                    principal_id: a.principal_id.clone(),
-                    idempotency_key: key.to_string(),
-                }
-            };
-            Ok(match query(c, q).await? {
-                Ok(op) => Ok((op, !fresh)),
-                Err(e) => Err(refused(&e)),
-            })
+        // The operation as the submission left it (the prior one, for a replay).
+        Outcome::Applied { operation: Some(op), .. } => {
+            let replayed = op.spec.operation_id != spec.operation_id;
+            Ok(Ok((*op, replayed)))
         }
-        Outcome::Internal => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+        _ => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     }
 }
 

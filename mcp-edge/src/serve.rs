@@ -48,6 +48,9 @@ pub struct Call<'a> {
     /// The request's trace id: on its audit record, every ledger command it submits (and so
     /// their events), and the response's `x-writ-trace-id`.
     pub trace_id: &'a str,
+    /// Set once the request's decision went to the ledger with the command it made
+    /// (`Command::Audited`): the request path then records nothing more.
+    pub recorded: &'a std::sync::atomic::AtomicBool,
 }
 
 /// The answer and what the audit records about it.

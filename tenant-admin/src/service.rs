@@ -200,7 +200,7 @@ pub(crate) async fn submit(
 ) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {
     let resp = st.ledger.submit(SubmitRequest { trace_id: trace_id(), command }).await?;
     match resp.outcome {
-        Outcome::Applied { events } => Ok(events),
+        Outcome::Applied { events, .. } => Ok(events),
         Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
         Outcome::Internal => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected internal outcome")),
     }

@@ -272,10 +272,15 @@ async fn operation_execute_records_one_durable_operation_per_key() {
     let after = edge.tool(&agent, "operation.execute", execute("k-7", "move_press", 10, 60)).await;
     assert_eq!(after["result"]["structuredContent"]["fencing_token"], 3, "{after}");
 
-    // Independent acceptance (X3). The executor's part is played here by ledger commands (the
-    // executor endpoint is not served yet): dispatch, one attempt, effect reported with evidence.
+    // Independent acceptance (X3). The executor's part is played here by ledger commands as a
+    // node submits them, the legacy way a log written before starts claimed has them: an
+    // explicit dispatch, one attempt, effect reported with evidence. (Edges may no longer
+    // dispatch: `writ_api::role`.)
     let id = after["result"]["structuredContent"]["operation_id"].as_str().unwrap().to_string();
-    let ledger = writ_tests::pki::edge_ledger(vec![url.clone()], "in-process");
+    let ledger = writ_client::HttpLedger::with_http(
+        vec![url.clone()],
+        writ_client::NodeHttp::with_tls(Some(&writ_tests::pki::client_tls(writ_api::role::Role::Node, "1"))),
+    );
     let tenant_id = admin.get(&url, "/v1/tenants/ops").await.unwrap()["id"].as_str().unwrap().to_string();
     let evidence = writ_api::operation::EvidenceV1 {
         content_hash: "ab".repeat(32),

@@ -1,6 +1,7 @@
 //! Request decisions (SPEC D10) recorded by edges, in bounded batches.
 
 use super::prelude::*;
+use crate::audit::RequestDecisionV1;
 
 pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
@@ -25,5 +26,28 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                 .collect())
         }
         other => Err(misrouted(other)),
+    }
+}
+
+/// Whether `decision` may travel with `command` (`Command::Audited`): a bounded decision, with
+/// a command that is neither another audited command nor a batch of decisions.
+pub(super) fn audited(decision: &RequestDecisionV1, command: &Command) -> Result<(), Rejection> {
+    if matches!(command, Command::Audited { .. } | Command::RecordDecisions { .. }) {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a decision travels with one plain command"));
+    }
+    if !decision.is_bounded() {
+        let max = crate::audit::DECISION_FIELD_BYTES_MAX;
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("a decision's text field exceeds {max} bytes")));
+    }
+    Ok(())
+}
+
+/// The decision as the ledger records it: allowed when its command applied, else denied with
+/// the command's rejection reason.
+pub(super) fn decided(decision: &RequestDecisionV1, refusal: Option<ReasonCode>) -> RequestDecisionV1 {
+    RequestDecisionV1 {
+        outcome: if refusal.is_some() { "denied" } else { "allowed" }.into(),
+        reason: refusal,
+        ..decision.clone()
     }
 }

@@ -78,44 +78,77 @@ impl LedgerState {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let now = self.clock_ms;
         let mut audit = Vec::new();
+        // A request's decision travelling with the command it made is recorded after it.
+        let (command, decision) = match &req.command {
+            Command::Audited { decision, command } => (command.as_ref(), Some(decision)),
+            other => (other, None),
+        };
         // Time-driven transitions of the tenant come first, so the command is decided on a
         // state that is current at ledger time `now` (they stand even if the command fails).
-        let mut due = Vec::new();
-        if req.command.is_operation() && self.tenants.contains_key(req.command.stream()) {
-            let tenant = req.command.stream().to_string();
+        let mut envelopes = Vec::new();
+        if command.is_operation() && self.tenants.contains_key(command.stream()) {
+            let tenant = command.stream().to_string();
             for event in operation::due(self, &tenant, now) {
-                due.push(self.append(&tenant, &req.trace_id, event, &mut audit));
+                envelopes.push(self.append(&tenant, &req.trace_id, event, &mut audit));
             }
         }
-        match decide(self, &req.command, now) {
+        let decided = match decision {
+            Some(d) => audit::audited(d, command).and_then(|()| decide(self, command, now)),
+            None => decide(self, command, now),
+        };
+        let stream = command.stream().to_string();
+        let (outcome, refusal) = match decided {
             Ok(events) => {
-                let stream = req.command.stream().to_string();
-                let mut envelopes = due;
-                envelopes
-                    .extend(events.into_iter().map(|event| self.append(&stream, &req.trace_id, event, &mut audit)));
-                (Outcome::Applied { events: envelopes.clone() }, envelopes, audit)
+                for event in events {
+                    envelopes.push(self.append(&stream, &req.trace_id, event, &mut audit));
+                }
+                (None, None)
             }
             Err(rejection) => {
                 // Rejections of commands for tenants that do not exist go to the cluster
                 // stream, so bad input never creates a tenant stream.
-                let stream = if self.tenants.contains_key(req.command.stream()) {
-                    req.command.stream().to_string()
-                } else {
-                    CLUSTER_STREAM.to_string()
-                };
+                let to = if self.tenants.contains_key(&stream) { stream.as_str() } else { CLUSTER_STREAM };
                 let event = Event::CommandRejectedV2 {
-                    command: req.command.kind().to_string(),
+                    command: command.kind().to_string(),
                     reason: rejection.reason,
                     message: rejection.message.clone(),
-                    subject: req.command.subject(),
+                    subject: command.subject(),
                 };
-                let env = self.append(&stream, &req.trace_id, event, &mut audit);
+                let env = self.append(to, &req.trace_id, event, &mut audit);
                 let outcome =
                     Outcome::Rejected { reason: rejection.reason, message: rejection.message, revision: env.revision };
-                due.push(env);
-                (outcome, due, audit)
+                envelopes.push(env);
+                (Some(outcome), Some(rejection.reason))
             }
+        };
+        if let Some(d) = decision.filter(|_| self.tenants.contains_key(&stream)) {
+            let decision = audit::decided(d, refusal);
+            let event = Event::RequestDecidedV1 { tenant_id: stream.clone(), decision };
+            envelopes.push(self.append(&stream, &req.trace_id, event, &mut audit));
         }
+        let outcome = outcome.unwrap_or_else(|| Outcome::Applied {
+            events: envelopes.clone(),
+            operation: self.operation_view(command).map(Box::new),
+        });
+        (outcome, envelopes, audit)
+    }
+
+    /// The operation `command` is about, as it stands now (a submission that was a replay:
+    /// the prior operation its idempotency key is bound to).
+    fn operation_view(&self, command: &Command) -> Option<crate::operation::Operation> {
+        let tenant_id = command.stream();
+        let ops = self.operations.get(tenant_id)?;
+        let id = match command {
+            Command::SubmitOperation { spec, .. } => {
+                let slot = crate::state::idempotency_slot(&spec.principal_id, &spec.idempotency_key);
+                self.idempotency.get(tenant_id)?.get(&slot)?.as_str()
+            }
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => {
+                return self.operation_view(command);
+            }
+            other => other.operation_id()?,
+        };
+        ops.get(id).cloned()
     }
 }
 

@@ -281,6 +281,37 @@ fn approver_may_approve(
     Ok(())
 }
 
+/// The claim an executor's start (or refusal) makes on `op` (SPEC D6, X2): the start *is* the
+/// claim — an operation waiting in `reserved` goes to the first eligible executor that starts
+/// it (an active executor of the tenant enrolled for the operation's device; any of its
+/// executors when it drives none), recorded as its dispatch in the same entry. An operation
+/// already dispatched (a log written before starts claimed) is the executor's it went to.
+fn claim(state: &LedgerState, op: &Operation, executor_id: &str, what: &str) -> Result<Vec<Event>, Rejection> {
+    match (op.state, op.executor_id.as_deref()) {
+        (OperationState::Dispatched, Some(e)) if e == executor_id => Ok(vec![]),
+        (OperationState::Reserved, _) => {
+            let executor = state.executors.get(&op.tenant_id).and_then(|m| m.get(executor_id)).ok_or_else(|| {
+                Rejection::new(ReasonCode::EXECUTOR_NOT_FOUND, format!("no executor '{executor_id}'"))
+            })?;
+            if executor.revoked_at_ms.is_some() {
+                return Err(Rejection::new(
+                    ReasonCode::EXECUTOR_REVOKED,
+                    format!("executor '{executor_id}' was revoked"),
+                ));
+            }
+            if op.spec.device_id.as_ref().is_some_and(|d| !executor.device_ids.contains(d)) {
+                return Err(not_found(&op.spec.operation_id)); // not its device: not its operation
+            }
+            Ok(vec![Event::OperationDispatchedV1 {
+                tenant_id: op.tenant_id.clone(),
+                operation_id: op.spec.operation_id.clone(),
+                executor_id: executor_id.to_string(),
+            }])
+        }
+        _ => Err(conflict(op, &format!("{what} only on a reserved operation (or one dispatched to it)"))),
+    }
+}
+
 fn validate_reason(reason: &str) -> Result<(), Rejection> {
     if reason.is_empty() || reason.len() > KEY_BYTES_MAX {
         return Err(invalid(format!("reason must be 1..={KEY_BYTES_MAX} bytes")));
@@ -447,17 +478,17 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::StartAttempt { operation_id, executor_id, fencing_token, lease_ms, .. } => {
             lease_ms_ok(*lease_ms)?;
             let op = find(state, tenant_id, operation_id)?;
-            if op.state != Dispatched || op.executor_id.as_deref() != Some(executor_id.as_str()) {
-                return Err(conflict(op, "an attempt starts only on a dispatched operation, by its executor"));
-            }
+            let mut events = claim(state, op, executor_id, "an attempt starts")?;
             if op.fencing_token.is_some_and(|f| f != *fencing_token) {
                 return Err(stale(op, *fencing_token));
             }
-            let mut events = vec![transition(
-                op,
-                Attempting,
-                format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
-            )];
+            events.push(Event::OperationTransitionedV1 {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                from: Dispatched,
+                to: Attempting,
+                cause: format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
+            });
             events.push(Event::AttemptLeaseExtendedV1 {
                 tenant_id: t,
                 device_id: op.spec.device_id.clone(),
@@ -468,18 +499,18 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         }
         Command::RefuseDispatch { operation_id, executor_id, fencing_token, reason, .. } => {
             let op = find(state, tenant_id, operation_id)?;
-            if op.state != Dispatched || op.executor_id.as_deref() != Some(executor_id.as_str()) {
-                return Err(conflict(op, "only the executor a dispatch went to refuses it, before attempting"));
-            }
+            let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
             if op.fencing_token.is_some_and(|f| f != *fencing_token) {
                 return Err(stale(op, *fencing_token));
             }
             validate_reason(reason)?;
-            let mut events = vec![transition(
-                op,
-                Failed,
-                format!("refused by executor '{executor_id}' before any attempt: {reason}"),
-            )];
+            events.push(Event::OperationTransitionedV1 {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                from: Dispatched,
+                to: Failed,
+                cause: format!("refused by executor '{executor_id}' before any attempt: {reason}"),
+            });
             events.extend(release(op));
             Ok(events)
         }
