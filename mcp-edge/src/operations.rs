@@ -8,7 +8,7 @@
 
 use serde_json::{json, Map, Value};
 use writ_api::catalog::Execution;
-use writ_api::dto::{Query, SubmitRequest};
+use writ_api::dto::{Query, SubmitRequest, SubmitResponse};
 use writ_api::ledger::{Command, Outcome};
 use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::{ReasonCode, Rejection};
@@ -504,12 +504,10 @@ async fn record(
     let decision = crate::audit::request_decision(c.trace_id, a, &c.req.method, name, None);
     let submit = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
     let command = crate::audit::with_decision(decision, submit);
-    let submitted = c
-        .edge
-        .ledger
-        .submit(SubmitRequest { trace_id: spec.trace_id.clone(), command })
-        .await
-        .map_err(|e| RpcError::rejected(&e))?;
+    let submitted =
+        submit_replayable(c.edge.ledger.as_ref(), SubmitRequest { trace_id: spec.trace_id.clone(), command })
+            .await
+            .map_err(|e| RpcError::rejected(&e))?;
     c.recorded.store(true, std::sync::atomic::Ordering::Release);
     match submitted.outcome {
         Outcome::Rejected { reason, message, .. } => Ok(Err(refused(&Rejection::new(reason, message)))),
@@ -519,6 +517,29 @@ async fn record(
             Ok(Ok((*op, replayed)))
         }
         _ => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+    }
+}
+
+/// Pauses before each resubmission of a submission whose outcome was uncertain.
+const RESUBMIT_BACKOFF_MS: [u64; 3] = [100, 250, 500];
+
+/// Submits an operation, resubmitting it while the outcome is uncertain (LEDGER_UNAVAILABLE:
+/// no leader during a failover, or a commit whose answer was lost) — safe because the
+/// submission carries the operation's own idempotency key and id: one that landed is answered
+/// as itself (not as a replay), one that did not lands now. Bounded by [`RESUBMIT_BACKOFF_MS`].
+async fn submit_replayable(ledger: &dyn writ_client::Ledger, req: SubmitRequest) -> Result<SubmitResponse, Rejection> {
+    let mut pauses = RESUBMIT_BACKOFF_MS.iter();
+    loop {
+        match ledger.submit(req.clone()).await {
+            Err(e) if e.reason == ReasonCode::LEDGER_UNAVAILABLE => match pauses.next() {
+                Some(ms) => {
+                    tracing::debug!(message = %e.message, "submission outcome uncertain; resubmitting");
+                    tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
+                }
+                None => return Err(e),
+            },
+            other => return other,
+        }
     }
 }
 

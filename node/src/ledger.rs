@@ -40,7 +40,7 @@ use writ_api::dto::{
 use writ_api::ledger::{Command, LedgerRequest};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
-use writ_client::{unavailable, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
+use writ_client::{unavailable, CallError, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
 use writ_raft_store::{Raft, StateMachine, TypeConfig};
 
 /// Events read from the store per catch-up page of a watch.
@@ -72,7 +72,9 @@ pub struct ReadIndex {
 
 /// Node-to-node client-API calls (not Raft RPCs): leader forwarding and read-index.
 pub trait Peers: Send + Sync + 'static {
-    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>>;
+    /// A forwarded submit; [`CallError::NotSent`] when the peer was not reached at all (so
+    /// the request may go to another leader).
+    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, CallError>>;
     fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>>;
     fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
@@ -130,10 +132,22 @@ pub struct LedgerNode {
     pub sm: StateMachine,
     clock: Arc<dyn Clock>,
     peers: Arc<dyn Peers>,
+    /// [`LEADER_WAIT_ELECTIONS`] maximum election timeouts.
+    leader_wait: Duration,
 }
 
 /// How often the leader looks for operations whose deadline or attempt lease ran out.
 pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
+
+/// Longest a submit waits for a leader it can reach (none known, the known one not reached, or
+/// this node just lost leadership), in maximum election timeouts, before answering
+/// LEDGER_UNAVAILABLE: a new leader is elected about one to two of them after the old one's
+/// last heartbeat, so a submit made during a failover lands on the new leader instead of
+/// failing (960 ms with the default timings).
+pub const LEADER_WAIT_ELECTIONS: u32 = 8;
+
+/// Pause before a leader that could not take a write (see `submit_inner`) looks again.
+const LEADER_RECHECK: Duration = Duration::from_millis(10);
 
 /// How long a follower waits for its state machine to reach a read index.
 const READ_INDEX_WAIT: Duration = Duration::from_secs(5);
@@ -156,7 +170,8 @@ impl LedgerNode {
         let config = Arc::new(settings.to_openraft().map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
-        Ok(Arc::new(LedgerNode { id, addr, raft, sm, clock, peers }))
+        let leader_wait = Duration::from_millis(settings.election_max_ms) * LEADER_WAIT_ELECTIONS;
+        Ok(Arc::new(LedgerNode { id, addr, raft, sm, clock, peers, leader_wait }))
     }
 
     /// Resolves when this node must stop serving, with the cause: its Raft core stopped on a
@@ -282,32 +297,72 @@ impl LedgerNode {
         result
     }
 
+    /// The leader proposes; a follower forwards once to the leader. With no leader it can
+    /// reach, it waits for one (up to [`LEADER_WAIT_ELECTIONS`] election timeouts) — an election
+    /// under way — and only a
+    /// request that cannot have been appended anywhere is routed again: one this node lost
+    /// leadership for before appending it, or one the leader it forwarded to never received.
     async fn submit_inner(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
-        if !self.is_leader() {
-            return self.forward(req, forwarded).await;
-        }
-        let request = LedgerRequest {
-            stamp_ms: self.clock.now_ms(),
-            trace_id: req.trace_id.clone(),
-            command: req.command.clone(),
-        };
-        match self.raft.client_write(request).await {
-            Ok(resp) => Ok(SubmitResponse { log_index: resp.log_id.index(), outcome: resp.data }),
-            Err(e) => match e.forward_to_leader() {
-                // Lost leadership before the entry was appended: safe to route elsewhere.
-                Some(_) => self.forward(req, forwarded).await,
-                None => Err(unavailable(format!("commit outcome unknown: {e}"))),
-            },
+        let deadline = tokio::time::Instant::now() + self.leader_wait;
+        let mut unreached = None;
+        loop {
+            let (leader, addr) = self.await_leader(unreached, deadline).await?;
+            if leader == self.id {
+                let request = LedgerRequest {
+                    stamp_ms: self.clock.now_ms(),
+                    trace_id: req.trace_id.clone(),
+                    command: req.command.clone(),
+                };
+                match self.raft.client_write(request).await {
+                    Ok(resp) => return Ok(SubmitResponse { log_index: resp.log_id.index(), outcome: resp.data }),
+                    // Lost leadership before the entry was appended: safe to route elsewhere.
+                    // Nothing was appended: leadership was lost, or a new leader has no quorum's
+                    // ack yet (openraft's lease). Look again shortly, within the deadline.
+                    Err(e) if e.forward_to_leader().is_some() => {
+                        if tokio::time::Instant::now() >= deadline {
+                            return Err(unavailable(format!("this node cannot take writes yet: {e}")));
+                        }
+                        tokio::time::sleep(LEADER_RECHECK).await;
+                    }
+                    Err(e) => return Err(unavailable(format!("commit outcome unknown: {e}"))),
+                }
+                continue;
+            }
+            if forwarded {
+                return Err(unavailable("this node is not the leader (forwarded request is not forwarded again)"));
+            }
+            metrics::counter!("writ_ledger_forwards_total").increment(1);
+            match self.peers.submit(&addr, req.clone()).await {
+                Err(CallError::NotSent(why)) => {
+                    tracing::debug!(leader, %why, "leader not reached; waiting for another");
+                    unreached = Some(leader);
+                }
+                other => return other.map_err(Rejection::from),
+            }
         }
     }
 
-    async fn forward(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
-        if forwarded {
-            return Err(unavailable("this node is not the leader (forwarded request is not forwarded again)"));
+    /// The leader (id, address), waiting until `deadline` for one other than `unreached`.
+    async fn await_leader(
+        &self,
+        unreached: Option<u64>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(u64, String), Rejection> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Some(found) = self.leader().filter(|(id, _)| Some(*id) != unreached) {
+                return Ok(found);
+            }
+            // Metrics change all the time (a ready change would win over an elapsed timeout).
+            if tokio::time::Instant::now() >= deadline {
+                return Err(unavailable("no leader is known; retry shortly"));
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(unavailable("this node stopped")),
+                Err(_) => return Err(unavailable("no leader is known; retry shortly")),
+            }
         }
-        let (_, addr) = self.leader().ok_or_else(|| unavailable("no leader is known; retry shortly"))?;
-        metrics::counter!("writ_ledger_forwards_total").increment(1);
-        self.peers.submit(&addr, req).await
     }
 
     /// Leader side of read-index: confirms leadership with a quorum and returns the index a

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use writ_api::dto::{ClusterChange, NodeStatus, SubmitRequest, SubmitResponse};
 use writ_api::Rejection;
-use writ_client::NodeHttp;
+use writ_client::{CallError, NodeHttp};
 use writ_raft_store::TypeConfig;
 
 use crate::ledger::{Peers, ReadIndex};
@@ -154,9 +154,9 @@ impl HttpPeers {
 }
 
 impl Peers for HttpPeers {
-    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
+    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, CallError>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.post(&addr, "/client/submit", &req, true).await.map_err(Rejection::from) })
+        Box::pin(async move { self.http.post(&addr, "/client/submit", &req, true).await })
     }
 
     fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>> {

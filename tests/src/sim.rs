@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use writ_api::dto::{ClusterChange, NodeStatus, SubmitRequest, SubmitResponse};
 use writ_api::Rejection;
-use writ_client::unavailable;
+use writ_client::{unavailable, CallError};
 use writ_node::ledger::{Clock, LedgerNode, Peers, RaftSettings, ReadIndex};
 use writ_raft_store::TypeConfig;
 
@@ -146,9 +146,10 @@ impl SimPeers {
 }
 
 impl Peers for SimPeers {
-    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
-        let target = self.target(addr);
-        Box::pin(async move { target?.submit_request(req, true).await })
+    fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, CallError>> {
+        // A cut link or a node that is down: the request never left (as a refused connection).
+        let target = self.board.route(self.from, addr_id(addr)).map_err(CallError::NotSent);
+        Box::pin(async move { target?.submit_request(req, true).await.map_err(CallError::Rejected) })
     }
     fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>> {
         let target = self.target(addr);

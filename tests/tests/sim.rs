@@ -1,5 +1,6 @@
 //! Seeded fault simulation on the in-process harness: partition the leader into a minority,
-//! check it commits nothing while the majority elects and goes on, heal, and check that every
+//! check that a submit through a follower waits for the election and lands, that the old
+//! leader commits nothing while the majority elects and goes on, heal, and check that every
 //! replica converges to one digest.
 //!
 //! Reproduce a failing seed: `WRIT_SIM_SEED=<seed> cargo test -p writ-tests --test sim`.
@@ -45,6 +46,18 @@ async fn run_seed(seed: u64) {
     // Phase 2: cut the leader off. It must commit nothing; the majority elects and goes on.
     let applied_before = c.nodes[&leader].status().last_applied_index;
     c.board.isolate(leader);
+    // A submit through a follower right after the cut waits for the election and lands on the
+    // new leader, instead of failing with LEDGER_UNAVAILABLE (issue 17, step 5).
+    let follower = *c.nodes.keys().find(|id| **id != leader).expect("a follower");
+    let during = SubmitRequest {
+        trace_id: format!("s{seed}-during"),
+        command: Command::CreateTenant { tenant_id: "t-during".into(), name: "during".into(), display_name: None },
+    };
+    let resp = c.nodes[&follower].submit_request(during, false).await;
+    assert!(
+        matches!(resp, Ok(ref r) if matches!(r.outcome, Outcome::Applied { .. })),
+        "seed {seed}: a submit during the election failed: {resp:?}"
+    );
     let orphan = SubmitRequest {
         trace_id: format!("s{seed}-orphan"),
         command: Command::CreateTenant { tenant_id: "t-orphan".into(), name: "orphan".into(), display_name: None },
@@ -60,7 +73,7 @@ async fn run_seed(seed: u64) {
     let new_leader =
         eventually("majority leader", Duration::from_secs(20), || async { c.leader().filter(|id| *id != leader) })
             .await;
-    let mut acked = Vec::new();
+    let mut acked = vec!["during".to_string()];
     for i in 0..rng.random_range(10..30) {
         let name = format!("p{i}");
         let req = SubmitRequest {
