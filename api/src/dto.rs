@@ -81,6 +81,10 @@ pub struct SubmitResponse {
     /// Raft log index the command was committed at.
     pub log_index: u64,
     pub outcome: Outcome,
+    /// The node that answered was not the leader and forwarded the submit to it: a client
+    /// sends its next submit to another node, and so finds the leader (no forward hop).
+    #[serde(default)]
+    pub forwarded: bool,
 }
 
 /// How fresh a read must be.

@@ -314,7 +314,10 @@ impl LedgerNode {
                     command: req.command.clone(),
                 };
                 match self.raft.client_write(request).await {
-                    Ok(resp) => return Ok(SubmitResponse { log_index: resp.log_id.index(), outcome: resp.data }),
+                    Ok(resp) => {
+                        let (log_index, outcome) = (resp.log_id.index(), resp.data);
+                        return Ok(SubmitResponse { log_index, outcome, forwarded: false });
+                    }
                     // Lost leadership before the entry was appended: safe to route elsewhere.
                     // Nothing was appended: leadership was lost, or a new leader has no quorum's
                     // ack yet (openraft's lease). Look again shortly, within the deadline.
@@ -337,7 +340,7 @@ impl LedgerNode {
                     tracing::debug!(leader, %why, "leader not reached; waiting for another");
                     unreached = Some(leader);
                 }
-                other => return other.map_err(Rejection::from),
+                other => return other.map(|r| SubmitResponse { forwarded: true, ..r }).map_err(Rejection::from),
             }
         }
     }

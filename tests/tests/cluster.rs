@@ -57,6 +57,31 @@ async fn assert_all_readable(c: &Cluster, url: &str, acked: &[String]) {
     assert!(missing.is_empty(), "acknowledged creates missing after failover: {missing:?}");
 }
 
+/// Leader-aware routing (issue 17): a client whose node list has the leader last learns from
+/// the `forwarded` answers — two followers forward, then every submit goes straight to the
+/// leader.
+async fn settles_on_the_leader(c: &Cluster, leader: u64) {
+    use writ_client::Ledger;
+    let leader_url = c.nodes.iter().find(|n| n.id == leader).map(|n| n.url()).expect("leader");
+    let mut urls: Vec<String> = c.all_urls().into_iter().filter(|u| *u != leader_url).collect();
+    urls.push(leader_url);
+    let ledger = writ_client::HttpLedger::with_http(
+        urls,
+        writ_client::NodeHttp::with_tls(Some(&writ_tests::pki::client_tls(writ_api::role::Role::Node, "9"))),
+    );
+    let mut forwarded = Vec::new();
+    for i in 0..6 {
+        let command = writ_api::ledger::Command::CreateTenant {
+            tenant_id: format!("t-routed-{i}"),
+            name: format!("routed-{i}"),
+            display_name: None,
+        };
+        let r = ledger.submit(writ_api::dto::SubmitRequest { trace_id: format!("routed-{i}"), command }).await;
+        forwarded.push(r.expect("routed submit").forwarded);
+    }
+    assert_eq!(forwarded, [true, true, false, false, false, false], "submits settle on the leader");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kill_failover_restart_and_convergence() {
     let mut c = Cluster::start(3).await;
@@ -65,6 +90,7 @@ async fn leader_kill_failover_restart_and_convergence() {
     assert_eq!(acked.len(), 500);
 
     let old = c.leader(Duration::from_secs(10)).await;
+    settles_on_the_leader(&c, old).await;
     c.node_mut(old).kill();
     let new = c.leader(Duration::from_secs(20)).await;
     assert_ne!(new, old, "a surviving node must take over");

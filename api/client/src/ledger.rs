@@ -296,7 +296,11 @@ impl Ledger for HttpLedger {
                 match self.http.post(&self.nodes[at], "/client/submit", &req, false).await {
                     Err(e) if !e.may_have_executed() => last = e.into(),
                     other => {
-                        self.preferred.store(at, Ordering::Relaxed);
+                        // Leader-aware routing: a node that had to forward is not preferred
+                        // next time, so submits settle on the leader (and move on after an
+                        // election) without knowing node ids.
+                        let forwarded = other.as_ref().is_ok_and(|r: &SubmitResponse| r.forwarded);
+                        self.preferred.store(if forwarded { (at + 1) % n } else { at }, Ordering::Relaxed);
                         return other.map_err(Rejection::from);
                     }
                 }

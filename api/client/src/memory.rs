@@ -114,7 +114,7 @@ impl MemoryLedger {
         for env in events {
             let _ = self.live.send(env);
         }
-        SubmitResponse { log_index, outcome }
+        SubmitResponse { log_index, outcome, forwarded: false }
     }
 
     fn answer(&self, query: Query) -> Result<QueryResult, Rejection> {
