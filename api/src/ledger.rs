@@ -707,6 +707,25 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether folding this event may change what executors' dispatch streams offer (an
+    /// operation entering or leaving `reserved`, a dispatch) or whether an executor is still
+    /// accepted (enrollment, renewal, revocation, a tenant suspended or resumed). Edges wake
+    /// their dispatch feeds on these, not on every revision.
+    pub fn concerns_dispatch(&self) -> bool {
+        matches!(
+            self,
+            Event::OperationTransitionedV1 { .. }
+                | Event::DeviceReservedV1 { .. }
+                | Event::OperationDispatchedV1 { .. }
+                | Event::OperationInputsAnsweredV1 { .. }
+                | Event::ExecutorEnrolledV1 { .. }
+                | Event::ExecutorRevokedV1 { .. }
+                | Event::ExecutorCertRenewedV1 { .. }
+                | Event::TenantSuspendedV1 { .. }
+                | Event::TenantResumedV1 { .. }
+        )
+    }
+
     /// Kind name used by watch filters.
     pub fn kind(&self) -> &'static str {
         match self {

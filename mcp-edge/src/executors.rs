@@ -553,7 +553,8 @@ fn line(frame: &DispatchFrame) -> Bytes {
 /// stale. Offering writes nothing: the executor's start claims.
 async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::sync::mpsc::Sender<Bytes>) {
     let verifier = &g.inner.verifier;
-    let mut revisions = verifier.revisions();
+    // Woken by what concerns dispatch (and the heartbeat), not by every revision.
+    let mut changes = verifier.dispatch_changes();
     let hello = DispatchFrame::Hello {
         executor_id: who.executor_id.clone(),
         tenant_id: who.tenant_id.clone(),
@@ -566,7 +567,7 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
     // Offered on this stream, and when.
     let mut offered: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
-        revisions.borrow_and_update();
+        changes.borrow_and_update();
         let checked = verifier.with_state(|s| {
             identify(s, &peer.0, now_ms())?;
             let now = Instant::now();
@@ -601,7 +602,7 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
             }
         }
         tokio::select! {
-            changed = revisions.changed() => if changed.is_err() { return },
+            changed = changes.changed() => if changed.is_err() { return },
             _ = tokio::time::sleep(Duration::from_millis(HEARTBEAT_MS)) => {
                 if tx.send(line(&DispatchFrame::Heartbeat { now_ms: now_ms() })).await.is_err() {
                     return;

@@ -36,6 +36,9 @@ struct Inner {
     state: RwLock<LedgerState>,
     /// Revision of the replica; verifications waiting for a token's revision watch it.
     revision: tokio::sync::watch::Sender<u64>,
+    /// Counts the folded events that concern dispatch ([`writ_api::ledger::Event::concerns_dispatch`])
+    /// and snapshot loads: executors' dispatch feeds wake on it, not on every revision.
+    dispatch: tokio::sync::watch::Sender<u64>,
     /// Last time the feed proved the replica current (snapshot, event or heartbeat).
     contact: Mutex<Option<Instant>>,
     audiences: Vec<String>,
@@ -60,6 +63,7 @@ impl Verifier {
         let inner = Arc::new(Inner {
             state: RwLock::new(LedgerState::default()),
             revision: tokio::sync::watch::channel(0).0,
+            dispatch: tokio::sync::watch::channel(0).0,
             contact: Mutex::new(None),
             audiences,
             staleness_max,
@@ -77,6 +81,13 @@ impl Verifier {
     /// loaded).
     pub fn revisions(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.revision.subscribe()
+    }
+
+    /// Changes when the replica folds an event that may change what executors are offered, or
+    /// whether they are accepted ([`writ_api::ledger::Event::concerns_dispatch`]), or loads a
+    /// snapshot.
+    pub fn dispatch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.dispatch.subscribe()
     }
 
     /// Waits until the replica has reached `revision` (true) or `timeout` passed (false).
@@ -163,6 +174,7 @@ impl Inner {
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
         self.state.clear_poison();
         self.revision.send_replace(revision);
+        self.dispatch.send_modify(|n| *n += 1);
         *self.contact_slot() = Some(Instant::now());
     }
 }
@@ -223,6 +235,9 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                 }
                 drop(state);
                 inner.revision.send_replace(e.revision);
+                if e.event.concerns_dispatch() {
+                    inner.dispatch.send_modify(|n| *n += 1);
+                }
             }
             WatchLine::Heartbeat { .. } => {}
             WatchLine::End { end, message, .. } => return Err(Rejection::new(end, message)),
