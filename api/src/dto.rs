@@ -64,6 +64,58 @@ pub enum WatchLine {
     },
 }
 
+/// Media type of the client API's binary encoding (`crate::encode`, bincode): a submit's
+/// request and answer, and the watch stream's frames ([`WatchLine::frame`]). Asked for with
+/// `Accept` (and, for a request body, `Content-Type`); without it the API speaks JSON.
+pub const BINARY_MEDIA_TYPE: &str = "application/x-writ-bincode";
+
+/// Largest binary watch frame a reader accepts (the bound of [`crate::decode`]).
+pub const WATCH_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+impl WatchLine {
+    /// The line as one binary frame: its length (u32, little-endian, of what follows), a kind
+    /// byte (0 event, 1 heartbeat, 2 end) and the bincode payload.
+    pub fn frame(&self) -> Result<Vec<u8>, String> {
+        let (kind, payload) = match self {
+            WatchLine::Event(e) => (0u8, crate::encode(e.as_ref())),
+            WatchLine::Heartbeat { heartbeat } => (1, crate::encode(heartbeat)),
+            WatchLine::End { end, message, next } => (2, crate::encode(&(end, message, next))),
+        };
+        let payload = payload.map_err(|e| e.to_string())?;
+        let len = u32::try_from(payload.len() + 1).map_err(|_| "a watch frame over 4 GiB".to_string())?;
+        let mut out = Vec::with_capacity(5 + payload.len());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.push(kind);
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    /// Takes the first complete frame off `buf`: `Ok(None)` until one is complete; an error for
+    /// a frame that is too long, of an unknown kind or undecodable (the stream is then broken).
+    pub fn unframe(buf: &mut Vec<u8>) -> Result<Option<WatchLine>, String> {
+        let Some(head) = buf.get(..4) else { return Ok(None) };
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if len == 0 || len > WATCH_FRAME_BYTES_MAX {
+            return Err(format!("a watch frame of {len} bytes (1..={WATCH_FRAME_BYTES_MAX})"));
+        }
+        if buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let frame: Vec<u8> = buf.drain(..4 + len).skip(4).collect();
+        let payload = &frame[1..];
+        let bad = |e: bincode::error::DecodeError| format!("an undecodable watch frame: {e}");
+        Ok(Some(match frame[0] {
+            0 => WatchLine::Event(Box::new(crate::decode(payload).map_err(bad)?)),
+            1 => WatchLine::Heartbeat { heartbeat: crate::decode(payload).map_err(bad)? },
+            2 => {
+                let (end, message, next) = crate::decode(payload).map_err(bad)?;
+                WatchLine::End { end, message, next }
+            }
+            other => return Err(format!("a watch frame of unknown kind {other}")),
+        }))
+    }
+}
+
 /// How often an idle watch stream proves it is alive.
 pub const WATCH_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -625,4 +677,47 @@ pub struct ResolveRequest {
     pub outcome: crate::operation::AttemptOutcome,
     #[serde(default)]
     pub note: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Binary watch frames round-trip, split anywhere across reads, and a broken frame ends
+    /// the stream with a reason instead of being misread.
+    #[test]
+    fn watch_frames_round_trip_across_any_split() {
+        let event = EventEnvelope {
+            revision: 7,
+            stream: "t-1".into(),
+            seq: 3,
+            at_ms: 1_000,
+            trace_id: "tr".into(),
+            event: crate::ledger::Event::TenantResumedV1 { tenant_id: "t-1".into() },
+        };
+        let lines = vec![
+            WatchLine::Event(Box::new(event)),
+            WatchLine::Heartbeat { heartbeat: 7 },
+            WatchLine::End { end: ReasonCode::LEDGER_UNAVAILABLE, message: "draining".into(), next: 8 },
+        ];
+        let bytes: Vec<u8> = lines.iter().flat_map(|l| l.frame().expect("frame")).collect();
+        for split in 0..=bytes.len() {
+            let (mut buf, mut out) = (bytes[..split].to_vec(), Vec::new());
+            while let Some(l) = WatchLine::unframe(&mut buf).expect("frames") {
+                out.push(l);
+            }
+            buf.extend_from_slice(&bytes[split..]);
+            while let Some(l) = WatchLine::unframe(&mut buf).expect("frames") {
+                out.push(l);
+            }
+            assert_eq!(out, lines, "split at {split}");
+            assert!(buf.is_empty());
+        }
+        let mut unknown = vec![1, 0, 0, 0, 9];
+        assert!(WatchLine::unframe(&mut unknown).unwrap_err().contains("unknown kind 9"));
+        let mut huge = (u32::MAX).to_le_bytes().to_vec();
+        assert!(WatchLine::unframe(&mut huge).is_err(), "a frame over the bound is refused before it is read");
+        let mut garbage = vec![3, 0, 0, 0, 0, 0xff, 0xff];
+        assert!(WatchLine::unframe(&mut garbage).unwrap_err().contains("undecodable"));
+    }
 }

@@ -1,5 +1,6 @@
 //! The node's HTTP surface: Raft RPCs (`/raft/*`, bincode), the ledger client API
-//! (`/client/*`, JSON), the watch stream, health, readiness and Prometheus metrics.
+//! (`/client/*`, JSON; submits and the watch stream also in bincode for a caller that asks
+//! with [`BINARY_MEDIA_TYPE`]), the watch stream, health, readiness and Prometheus metrics.
 //!
 //! Who may call what (SPEC S2), decided from the connection's [`PeerIdentity`] before any body
 //! is read, by the rules of [`writ_api::role::Role`]:
@@ -29,7 +30,7 @@ use openraft::errors::RaftError;
 use openraft::Snapshot;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter};
+use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter, BINARY_MEDIA_TYPE};
 use writ_api::role::{Identity, Role};
 use writ_api::{ReasonCode, Rejection};
 use writ_client::FORWARDED_HEADER;
@@ -180,17 +181,49 @@ fn forwarded(headers: &HeaderMap) -> bool {
     headers.contains_key(FORWARDED_HEADER)
 }
 
+/// Whether `headers` name [`BINARY_MEDIA_TYPE`] under `name` (`Content-Type`, `Accept`).
+fn binary(headers: &HeaderMap, name: axum::http::header::HeaderName) -> bool {
+    headers.get(name).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(BINARY_MEDIA_TYPE))
+}
+
+/// A client-API body: bincode when its `Content-Type` says so, else JSON; a body that does not
+/// decode is INPUT_INVALID.
+fn wire_body<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, ApiError> {
+    let invalid = |e: String| ApiError::new(ReasonCode::INPUT_INVALID, e);
+    if binary(headers, axum::http::header::CONTENT_TYPE) {
+        writ_api::decode(body).map_err(|e| invalid(format!("undecodable binary body: {e}")))
+    } else {
+        serde_json::from_slice(body).map_err(|e| invalid(format!("invalid JSON body: {e}")))
+    }
+}
+
+/// `value` in the encoding the caller's `Accept` asks for: bincode, else JSON.
+fn wire_answer<T: Serialize>(headers: &HeaderMap, value: &T) -> Result<Response, ApiError> {
+    if !binary(headers, axum::http::header::ACCEPT) {
+        return Ok(Json(value).into_response());
+    }
+    let bytes = writ_api::encode(value).map_err(|e| ApiError::new(ReasonCode::INTERNAL, e.to_string()))?;
+    Ok(([(axum::http::header::CONTENT_TYPE, BINARY_MEDIA_TYPE)], bytes).into_response())
+}
+
 async fn client_submit(
     State(st): State<NodeState>,
     identity: Option<axum::Extension<Identity>>,
     headers: HeaderMap,
-    ValidJson(req): ValidJson<SubmitRequest>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
     let identity = admitted(identity)?;
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(ReasonCode::PAYLOAD_TOO_LARGE, "request body exceeds the size limit")
+        }
+        _ => ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()),
+    })?;
+    let req: SubmitRequest = wire_body(&headers, &body)?;
     if !identity.role.may_submit(&req.command) {
         return Err(forbidden(&identity, format!("submit {}", req.command.kind())));
     }
-    Ok(Json(st.node.submit_request(req, forwarded(&headers)).await?).into_response())
+    wire_answer(&headers, &st.node.submit_request(req, forwarded(&headers)).await?)
 }
 
 async fn client_query(
@@ -226,12 +259,18 @@ async fn client_cluster_change(
 }
 
 /// `GET /client/watch?from=REV&stream=T&kind=K`: the watch stream ([`LedgerNode::watch`]) as
-/// NDJSON, one [`WatchLine`] per line.
+/// NDJSON, one [`WatchLine`](writ_api::dto::WatchLine) per line — or, for a caller that accepts
+/// [`BINARY_MEDIA_TYPE`], as binary frames ([`WatchLine::frame`](writ_api::dto::WatchLine::frame)).
 async fn client_watch(
     State(st): State<NodeState>,
+    headers: HeaderMap,
     ValidQuery(filter): ValidQuery<WatchFilter>,
 ) -> Result<Response, ApiError> {
     let lines = st.node.watch(filter)?.take_until(st.drain.started());
+    if binary(&headers, axum::http::header::ACCEPT) {
+        let body = Body::from_stream(lines.map(|l| l.frame().map(Bytes::from).map_err(std::io::Error::other)));
+        return Ok(([(axum::http::header::CONTENT_TYPE, BINARY_MEDIA_TYPE)], body).into_response());
+    }
     let body = Body::from_stream(lines.map(|l| {
         let mut v = serde_json::to_vec(&l).unwrap_or_default();
         v.push(b'\n');

@@ -156,7 +156,7 @@ impl HttpPeers {
 impl Peers for HttpPeers {
     fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, CallError>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.post(&addr, "/client/submit", &req, true).await })
+        Box::pin(async move { self.http.submit(&addr, &req, true).await })
     }
 
     fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>> {

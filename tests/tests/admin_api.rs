@@ -217,6 +217,37 @@ async fn watch_streams_events_from_a_revision_with_filters() {
     assert!(revs.windows(2).all(|w| w[0] < w[1]), "{revs:?}");
     // Each tenant stream is gap-free from 1.
     assert!(events.iter().all(|e| e["seq"] == 1));
+
+    // The binary encoding edges use (`BINARY_MEDIA_TYPE`): the same watch as frames, and a
+    // submit answered in bincode.
+    let tls = writ_tests::pki::client_tls(writ_api::role::Role::Edge, "watcher");
+    let wire = writ_client::NodeHttp::with_tls(Some(&tls));
+    let raw = http
+        .get(format!("{}/client/watch?from=1", node.url))
+        .header("accept", writ_api::dto::BINARY_MEDIA_TYPE)
+        .send()
+        .await
+        .expect("binary watch");
+    assert_eq!(raw.headers()["content-type"], writ_api::dto::BINARY_MEDIA_TYPE);
+    drop(raw);
+    let filter =
+        writ_api::dto::WatchFilter { from: Some(1), kind: Some("tenant_created".into()), ..Default::default() };
+    let mut frames = wire.watch(&node.url, &filter).await.expect("watch frames");
+    let mut binary_names = Vec::new();
+    while binary_names.len() < 4 {
+        let line = tokio::time::timeout_at(deadline, frames.next()).await.expect("frames in time").expect("open");
+        if let writ_api::dto::WatchLine::Event(e) = line {
+            if let writ_api::ledger::Event::TenantCreatedV1 { name, .. } = e.event {
+                binary_names.push(name);
+            }
+        }
+    }
+    assert_eq!(binary_names, ["w-a", "w-b", "w-c", "w-d"]);
+    let tenant_id = admin.get(&node.url, "/v1/tenants/w-a").await.expect("tenant")["id"].as_str().unwrap().to_string();
+    let lease = writ_api::ledger::Command::LeaseRequestQuota { tenant_id, principal_id: "nobody".into(), wanted: 1 };
+    let req = writ_api::dto::SubmitRequest { trace_id: "binary".into(), command: lease };
+    let answer = wire.submit(&node.url, &req, false).await.expect("binary submit");
+    assert!(matches!(answer.outcome, writ_api::ledger::Outcome::Rejected { .. }), "{:?}", answer.outcome);
     node.shutdown().await;
 }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use writ_api::dto::{
     ClusterChange, ClusterStatus, ErrorBody, NodeStatus, QueryRequest, QueryResult, SubmitRequest, SubmitResponse,
-    WatchFilter, WatchLine,
+    WatchFilter, WatchLine, BINARY_MEDIA_TYPE,
 };
 use writ_api::reason::ReasonCode;
 use writ_api::state::LedgerState;
@@ -151,6 +151,39 @@ impl NodeHttp {
         decode(rb.send().await).await
     }
 
+    /// `POST {base}/client/submit` in the binary encoding (`BINARY_MEDIA_TYPE`): no JSON on
+    /// the write path between edges and nodes. An answer in JSON (a node that does not speak
+    /// it) is read too; error bodies are JSON.
+    pub async fn submit(&self, base: &str, req: &SubmitRequest, forwarded: bool) -> Result<SubmitResponse, CallError> {
+        let body = writ_api::encode(req).map_err(|e| {
+            CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, format!("unencodable submit: {e}")))
+        })?;
+        let mut rb = self
+            .http
+            .post(format!("{}/client/submit", base.trim_end_matches('/')))
+            .header(reqwest::header::CONTENT_TYPE, BINARY_MEDIA_TYPE)
+            .header(reqwest::header::ACCEPT, BINARY_MEDIA_TYPE)
+            .body(body);
+        if forwarded {
+            rb = rb.header(FORWARDED_HEADER, "1");
+        }
+        let resp = ok(rb.send().await).await?;
+        let binary = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains(BINARY_MEDIA_TYPE));
+        let bytes = resp.bytes().await.map_err(lost)?;
+        let undecodable = |e: String| {
+            CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, format!("undecodable ledger response: {e}")))
+        };
+        if binary {
+            writ_api::decode(&bytes).map_err(|e| undecodable(e.to_string()))
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| undecodable(e.to_string()))
+        }
+    }
+
     /// `GET {base}{path}`.
     pub async fn get<Resp: DeserializeOwned>(&self, base: &str, path: &str) -> Result<Resp, CallError> {
         decode(self.http.get(format!("{}{}", base.trim_end_matches('/'), path)).send().await).await
@@ -163,8 +196,10 @@ impl NodeHttp {
         LedgerState::decode_versioned(&bytes).map_err(|e| CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, e)))
     }
 
-    /// `GET {base}/client/watch`: NDJSON lines as a stream. The stream has no overall
-    /// deadline (only the connect is bounded); it ends when the connection does.
+    /// `GET {base}/client/watch`: its lines as a stream — binary frames
+    /// ([`WatchLine::unframe`]) when the node answers in `BINARY_MEDIA_TYPE`, which this asks
+    /// for, else NDJSON. The stream has no overall deadline (only the connect is bounded); it
+    /// ends when the connection does.
     pub async fn watch(&self, base: &str, filter: &WatchFilter) -> Result<WatchStream, CallError> {
         let mut query = Vec::new();
         if let Some(from) = filter.from {
@@ -180,12 +215,34 @@ impl NodeHttp {
             .map_err(|e| {
                 CallError::Rejected(Rejection::new(ReasonCode::INPUT_INVALID, format!("bad node URL '{base}': {e}")))
             })?;
-        let resp = ok(self.watch_http.get(url).send().await).await?;
+        let resp = ok(self.watch_http.get(url).header(reqwest::header::ACCEPT, BINARY_MEDIA_TYPE).send().await).await?;
+        let binary = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains(BINARY_MEDIA_TYPE));
         let mut body = resp.bytes_stream();
         let lines = lines_from(move |tx| async move {
             let mut buf: Vec<u8> = Vec::new();
             while let Some(Ok(chunk)) = body.next().await {
                 buf.extend_from_slice(&chunk);
+                if binary {
+                    loop {
+                        match WatchLine::unframe(&mut buf) {
+                            Ok(Some(l)) => {
+                                if tx.send(l).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "undecodable watch frame; ending the stream");
+                                return;
+                            }
+                        }
+                    }
+                    continue;
+                }
                 while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = buf.drain(..=nl).collect();
                     match serde_json::from_slice::<WatchLine>(&line) {
@@ -293,7 +350,7 @@ impl Ledger for HttpLedger {
             let mut last = unavailable("no ledger node configured");
             for i in 0..n {
                 let at = (start + i) % n;
-                match self.http.post(&self.nodes[at], "/client/submit", &req, false).await {
+                match self.http.submit(&self.nodes[at], &req, false).await {
                     Err(e) if !e.may_have_executed() => last = e.into(),
                     other => {
                         // Leader-aware routing: a node that had to forward is not preferred
