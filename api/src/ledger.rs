@@ -502,6 +502,17 @@ impl Command {
     }
 }
 
+/// What an event changes for executors' dispatch streams ([`Event::dispatch_change`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DispatchChange {
+    /// This operation may have entered or left what some executor is offered.
+    Operation { tenant_id: String, operation_id: String },
+    /// The tenant's executors may have been accepted or refused anew: look at everything.
+    Tenant { tenant_id: String },
+    /// The whole replica was replaced (a snapshot): look at everything.
+    All,
+}
+
 /// A domain event. Versioned forever: never edit a variant, add `...V2`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
@@ -707,23 +718,25 @@ pub enum Event {
 }
 
 impl Event {
-    /// Whether folding this event may change what executors' dispatch streams offer (an
-    /// operation entering or leaving `reserved`, a dispatch) or whether an executor is still
-    /// accepted (enrollment, renewal, revocation, a tenant suspended or resumed). Edges wake
-    /// their dispatch feeds on these, not on every revision.
-    pub fn concerns_dispatch(&self) -> bool {
-        matches!(
-            self,
-            Event::OperationTransitionedV1 { .. }
-                | Event::DeviceReservedV1 { .. }
-                | Event::OperationDispatchedV1 { .. }
-                | Event::OperationInputsAnsweredV1 { .. }
-                | Event::ExecutorEnrolledV1 { .. }
-                | Event::ExecutorRevokedV1 { .. }
-                | Event::ExecutorCertRenewedV1 { .. }
-                | Event::TenantSuspendedV1 { .. }
-                | Event::TenantResumedV1 { .. }
-        )
+    /// What folding this event may change for executors' dispatch streams: one operation's
+    /// place in them (it enters or leaves `reserved`, is dispatched or started), or — an
+    /// enrollment, renewal or revocation, a tenant suspended or resumed — whether an executor is
+    /// still accepted at all. Edges feed their dispatch streams from this, not from rescans.
+    pub fn dispatch_change(&self) -> Option<DispatchChange> {
+        let one = |tenant_id: &String, operation_id: &String| {
+            Some(DispatchChange::Operation { tenant_id: tenant_id.clone(), operation_id: operation_id.clone() })
+        };
+        match self {
+            Event::OperationTransitionedV1 { tenant_id, operation_id, .. }
+            | Event::DeviceReservedV1 { tenant_id, operation_id, .. }
+            | Event::OperationDispatchedV1 { tenant_id, operation_id, .. } => one(tenant_id, operation_id),
+            Event::ExecutorEnrolledV1 { tenant_id, .. }
+            | Event::ExecutorRevokedV1 { tenant_id, .. }
+            | Event::ExecutorCertRenewedV1 { tenant_id, .. }
+            | Event::TenantSuspendedV1 { tenant_id, .. }
+            | Event::TenantResumedV1 { tenant_id } => Some(DispatchChange::Tenant { tenant_id: tenant_id.clone() }),
+            _ => None,
+        }
     }
 
     /// Kind name used by watch filters.

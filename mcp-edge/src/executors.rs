@@ -27,13 +27,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
+use tokio::sync::broadcast::error::RecvError;
 use writ_api::audit::RequestDecisionV1;
 use writ_api::dto::{ErrorBody, SubmitRequest};
 use writ_api::executor::{
     AttemptRequest, Dispatch, DispatchFrame, ForwardedRenewal, OperationStatus, RefuseRequest, RenewRequest,
     ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
 };
-use writ_api::ledger::{Command, Outcome, TenantState};
+use writ_api::ledger::{Command, DispatchChange, Outcome, TenantState};
 use writ_api::operation::{Operation, OperationState};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
@@ -218,9 +219,15 @@ fn offered_to(op: &Operation, who: &Identity) -> bool {
             && op.spec.device_id.as_ref().is_none_or(|d| who.device_ids.contains(d)))
 }
 
-/// The operations the dispatch stream of `who` offers now: those reserved for its devices and
-/// those dispatched to it. Both come from the state's indexes (reserved operations of the
-/// tenant, operations dispatched to this executor), never from a scan of every live operation.
+/// Whether `op` waits for the executor: reserved for one of its devices, or dispatched to it
+/// (a log written before starts claimed) and not started.
+fn waits_for(op: &Operation, who: &Identity) -> bool {
+    matches!(op.state, OperationState::Reserved | OperationState::Dispatched) && offered_to(op, who)
+}
+
+/// Everything that waits for `who` ([`waits_for`]), from the state's indexes (reserved
+/// operations of the tenant, operations dispatched to this executor), never from a scan of
+/// every live operation.
 fn offers<'a>(state: &'a LedgerState, who: &Identity) -> Vec<&'a Operation> {
     let Some(ops) = state.operations.get(&who.tenant_id) else { return Vec::new() };
     let reserved = state.index.reserved.get(&who.tenant_id).into_iter().flatten();
@@ -228,7 +235,7 @@ fn offers<'a>(state: &'a LedgerState, who: &Identity) -> Vec<&'a Operation> {
     reserved
         .chain(dispatched.into_iter().flatten())
         .filter_map(|id| ops.get(id))
-        .filter(|op| offered_to(op, who))
+        .filter(|op| waits_for(op, who))
         .collect()
 }
 
@@ -385,10 +392,19 @@ async fn status(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let op = g.inner.verifier.with_state(|s| s.operations.get(&who.tenant_id).and_then(|m| m.get(&id)).cloned());
-    match op.filter(|op| offered_to(op, &who)) {
-        Some(op) => Json(OperationStatus::from(&op)).into_response(),
-        None => error_response(&Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you")),
+    // Read from the ledger (linearizable), not the replica: an executor asks after an uncertain
+    // start, and a replica that has not yet seen the start would answer "not started" — the
+    // executor would then never attempt (nor report) what the ledger recorded as started.
+    let known = g.inner.verifier.with_state(|s| s.operations.get(&who.tenant_id).is_some_and(|m| m.contains_key(&id)));
+    let not_found = || error_response(&Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"));
+    if !known {
+        return not_found();
+    }
+    let q = writ_api::dto::Query::GetOperation { tenant_id: who.tenant_id.clone(), operation_id: id };
+    match writ_client::query_as::<Operation>(g.inner.ledger.as_ref(), q, Default::default()).await {
+        Ok(op) if offered_to(&op, &who) => Json(OperationStatus::from(&op)).into_response(),
+        Ok(_) => not_found(),
+        Err(e) => error_response(&e),
     }
 }
 
@@ -550,10 +566,13 @@ fn line(frame: &DispatchFrame) -> Bytes {
 /// The dispatch loop of one stream: offer what the executor can take (once per stream, again
 /// after [`REOFFER_AFTER`] while it still waits; a reconnect offers everything still waiting),
 /// heartbeat, and end when the executor's certificate stops being accepted or the replica goes
-/// stale. Offering writes nothing: the executor's start claims.
+/// stale. Offering writes nothing: the executor's start claims. Driven by the replica's
+/// dispatch changes: an event about one operation looks at that operation only; everything is
+/// looked at when the stream opens, on each heartbeat, after a change to the tenant's executors
+/// or a snapshot, and when the stream fell behind the changes.
 async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::sync::mpsc::Sender<Bytes>) {
     let verifier = &g.inner.verifier;
-    // Woken by what concerns dispatch (and the heartbeat), not by every revision.
+    // Subscribed before the first look, so no change falls between the two.
     let mut changes = verifier.dispatch_changes();
     let hello = DispatchFrame::Hello {
         executor_id: who.executor_id.clone(),
@@ -566,51 +585,120 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
     }
     // Offered on this stream, and when.
     let mut offered: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut look = Look { everything: true, touched: BTreeSet::new() };
+    let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is now
     loop {
-        changes.borrow_and_update();
-        let checked = verifier.with_state(|s| {
-            identify(s, &peer.0, now_ms())?;
-            let now = Instant::now();
-            let ops = offers(s, &who);
-            let live: BTreeSet<&str> = ops.iter().map(|op| op.spec.operation_id.as_str()).collect();
-            offered.retain(|id, _| live.contains(id.as_str()));
-            let mut due = Vec::new();
-            for op in ops {
-                let id = &op.spec.operation_id;
-                if offered.get(id).is_none_or(|at| now.duration_since(*at) >= REOFFER_AFTER) {
-                    offered.insert(id.clone(), now);
-                    let name = op.spec.device_id.as_ref().and_then(|d| s.device(&who.tenant_id, d));
-                    due.push(Dispatch::of(op, name.map(|d| d.name.clone())));
-                }
-            }
-            Ok::<_, Refusal>(due)
-        });
-        let end = match (&checked, verifier.is_current()) {
-            (_, false) => Some(writ_client::unavailable("the edge lost the ledger; reconnect")),
-            (Err(refusal), _) => Some(refusal.rejection.clone()),
-            (Ok(_), true) => None,
-        };
-        if let Some(r) = end {
-            let _ = tx.send(line(&DispatchFrame::End { reason: r.reason.to_string(), message: r.message })).await;
-            return;
-        }
-        let Ok(due) = checked else { return };
-        for dispatch in due {
-            let frame = DispatchFrame::Dispatch { dispatch, now_ms: now_ms() };
-            if tx.send(line(&frame)).await.is_err() {
+        if look.everything || !look.touched.is_empty() {
+            let checked = verifier.with_state(|s| {
+                identify(s, &peer.0, now_ms())?;
+                Ok::<_, Refusal>(look.offers(s, &who, &mut offered))
+            });
+            look = Look { everything: false, touched: BTreeSet::new() };
+            let end = match (&checked, verifier.is_current()) {
+                (_, false) => Some(writ_client::unavailable("the edge lost the ledger; reconnect")),
+                (Err(refusal), _) => Some(refusal.rejection.clone()),
+                (Ok(_), true) => None,
+            };
+            if let Some(r) = end {
+                let _ = tx.send(line(&DispatchFrame::End { reason: r.reason.to_string(), message: r.message })).await;
                 return;
+            }
+            let Ok(due) = checked else { return };
+            for dispatch in due {
+                let frame = DispatchFrame::Dispatch { dispatch, now_ms: now_ms() };
+                if tx.send(line(&frame)).await.is_err() {
+                    return;
+                }
             }
         }
         tokio::select! {
-            changed = changes.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(Duration::from_millis(HEARTBEAT_MS)) => {
+            change = changes.recv() => if !look.take(&who, change) { return },
+            _ = tick.tick() => {
+                look.everything = true;
                 if tx.send(line(&DispatchFrame::Heartbeat { now_ms: now_ms() })).await.is_err() {
                     return;
                 }
             }
             _ = tx.closed() => return,
         }
+        // A burst of changes is one look.
+        loop {
+            match changes.try_recv() {
+                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::broadcast::error::TryRecvError::Closed) => return,
+                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => look.everything = true,
+                Ok(change) => {
+                    look.take(&who, Ok(change));
+                }
+            }
+        }
     }
+}
+
+/// What a dispatch feed looks at next.
+struct Look {
+    everything: bool,
+    /// Operations of the executor's tenant that folded events touched.
+    touched: BTreeSet<String>,
+}
+
+impl Look {
+    /// Notes a dispatch change; false when the changes ended (the replica is gone).
+    fn take(&mut self, who: &Identity, change: Result<DispatchChange, RecvError>) -> bool {
+        match change {
+            Ok(DispatchChange::Operation { tenant_id, operation_id }) => {
+                if tenant_id == who.tenant_id {
+                    self.touched.insert(operation_id);
+                }
+            }
+            Ok(DispatchChange::Tenant { tenant_id }) => self.everything |= tenant_id == who.tenant_id,
+            Ok(DispatchChange::All) | Err(RecvError::Lagged(_)) => self.everything = true,
+            Err(RecvError::Closed) => return false,
+        }
+        true
+    }
+
+    /// What to offer now, and what `offered` forgets: everything that waits for the executor,
+    /// or only the touched operations.
+    fn offers(&self, s: &LedgerState, who: &Identity, offered: &mut BTreeMap<String, Instant>) -> Vec<Dispatch> {
+        let now = Instant::now();
+        if self.everything {
+            let ops = offers(s, who);
+            let live: BTreeSet<&str> = ops.iter().map(|op| op.spec.operation_id.as_str()).collect();
+            offered.retain(|id, _| live.contains(id.as_str()));
+            return ops.into_iter().filter_map(|op| offer(s, who, op, offered, now)).collect();
+        }
+        let ops = s.operations.get(&who.tenant_id);
+        let mut due = Vec::new();
+        for id in &self.touched {
+            match ops.and_then(|m| m.get(id)).filter(|op| waits_for(op, who)) {
+                Some(op) => due.extend(offer(s, who, op, offered, now)),
+                None => {
+                    offered.remove(id);
+                }
+            }
+        }
+        due
+    }
+}
+
+/// `op`'s dispatch frame, unless this stream offered it less than [`REOFFER_AFTER`] ago.
+fn offer(
+    s: &LedgerState,
+    who: &Identity,
+    op: &Operation,
+    offered: &mut BTreeMap<String, Instant>,
+    now: Instant,
+) -> Option<Dispatch> {
+    let id = &op.spec.operation_id;
+    if offered.get(id).is_some_and(|at| now.duration_since(*at) < REOFFER_AFTER) {
+        return None;
+    }
+    offered.insert(id.clone(), now);
+    let name = op.spec.device_id.as_ref().and_then(|d| s.device(&who.tenant_id, d)).map(|d| d.name.clone());
+    Some(Dispatch::of(op, name))
 }
 
 #[cfg(test)]

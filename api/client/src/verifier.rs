@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use writ_api::auth::{self, Authority};
 use writ_api::dto::{WatchFilter, WatchLine};
+use writ_api::ledger::DispatchChange;
 use writ_api::state::LedgerState;
 use writ_api::Rejection;
 
@@ -29,6 +30,8 @@ use crate::now_ms;
 pub const STALENESS_MAX_DEFAULT: Duration = Duration::from_secs(5);
 /// How long a verification waits for the replica to reach the revision a token was issued at.
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
+/// Dispatch changes a slow receiver may fall behind by before it is told it lagged.
+pub const DISPATCH_CHANGES_BUFFERED: usize = 4096;
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -36,9 +39,9 @@ struct Inner {
     state: RwLock<LedgerState>,
     /// Revision of the replica; verifications waiting for a token's revision watch it.
     revision: tokio::sync::watch::Sender<u64>,
-    /// Counts the folded events that concern dispatch ([`writ_api::ledger::Event::concerns_dispatch`])
-    /// and snapshot loads: executors' dispatch feeds wake on it, not on every revision.
-    dispatch: tokio::sync::watch::Sender<u64>,
+    /// What each folded event changes for dispatch ([`writ_api::ledger::Event::dispatch_change`])
+    /// and snapshot loads: executors' dispatch feeds follow it instead of rescanning.
+    dispatch: tokio::sync::broadcast::Sender<DispatchChange>,
     /// Last time the feed proved the replica current (snapshot, event or heartbeat).
     contact: Mutex<Option<Instant>>,
     audiences: Vec<String>,
@@ -63,7 +66,7 @@ impl Verifier {
         let inner = Arc::new(Inner {
             state: RwLock::new(LedgerState::default()),
             revision: tokio::sync::watch::channel(0).0,
-            dispatch: tokio::sync::watch::channel(0).0,
+            dispatch: tokio::sync::broadcast::channel(DISPATCH_CHANGES_BUFFERED).0,
             contact: Mutex::new(None),
             audiences,
             staleness_max,
@@ -83,10 +86,12 @@ impl Verifier {
         self.inner.revision.subscribe()
     }
 
-    /// Changes when the replica folds an event that may change what executors are offered, or
-    /// whether they are accepted ([`writ_api::ledger::Event::concerns_dispatch`]), or loads a
-    /// snapshot.
-    pub fn dispatch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+    /// What the replica's folds change for executors' dispatch streams, in order: an operation
+    /// that may have entered or left what an executor is offered, a tenant whose executors may
+    /// be accepted or refused anew, or everything (a snapshot loaded). A receiver that falls
+    /// more than [`DISPATCH_CHANGES_BUFFERED`] behind is told it lagged (then: look at
+    /// everything).
+    pub fn dispatch_changes(&self) -> tokio::sync::broadcast::Receiver<DispatchChange> {
         self.inner.dispatch.subscribe()
     }
 
@@ -174,7 +179,7 @@ impl Inner {
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
         self.state.clear_poison();
         self.revision.send_replace(revision);
-        self.dispatch.send_modify(|n| *n += 1);
+        let _ = self.dispatch.send(DispatchChange::All);
         *self.contact_slot() = Some(Instant::now());
     }
 }
@@ -235,8 +240,9 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                 }
                 drop(state);
                 inner.revision.send_replace(e.revision);
-                if e.event.concerns_dispatch() {
-                    inner.dispatch.send_modify(|n| *n += 1);
+                if let Some(change) = e.event.dispatch_change() {
+                    // No receiver is no error: no dispatch stream is open.
+                    let _ = inner.dispatch.send(change);
                 }
             }
             WatchLine::Heartbeat { .. } => {}
