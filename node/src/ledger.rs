@@ -143,7 +143,7 @@ pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
 /// this node just lost leadership), in maximum election timeouts, before answering
 /// LEDGER_UNAVAILABLE: a new leader is elected about one to two of them after the old one's
 /// last heartbeat, so a submit made during a failover lands on the new leader instead of
-/// failing (960 ms with the default timings).
+/// failing (1.92 s with the default timings; the caller's own deadline still bounds it).
 pub const LEADER_WAIT_ELECTIONS: u32 = 8;
 
 /// Pause before a leader that could not take a write (see `submit_inner`) looks again.
@@ -298,10 +298,10 @@ impl LedgerNode {
     }
 
     /// The leader proposes; a follower forwards once to the leader. With no leader it can
-    /// reach, it waits for one (up to [`LEADER_WAIT_ELECTIONS`] election timeouts) — an election
-    /// under way — and only a
-    /// request that cannot have been appended anywhere is routed again: one this node lost
-    /// leadership for before appending it, or one the leader it forwarded to never received.
+    /// reach, it waits for one (up to [`LEADER_WAIT_ELECTIONS`] election timeouts: an election
+    /// under way), and only a request that cannot have been appended anywhere is routed again:
+    /// one this node could not append as leader, or one the leader it forwarded to never
+    /// received.
     async fn submit_inner(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
         let deadline = tokio::time::Instant::now() + self.leader_wait;
         let mut unreached = None;
@@ -318,9 +318,9 @@ impl LedgerNode {
                         let (log_index, outcome) = (resp.log_id.index(), resp.data);
                         return Ok(SubmitResponse { log_index, outcome, forwarded: false });
                     }
-                    // Lost leadership before the entry was appended: safe to route elsewhere.
-                    // Nothing was appended: leadership was lost, or a new leader has no quorum's
-                    // ack yet (openraft's lease). Look again shortly, within the deadline.
+                    // Nothing was appended: leadership was lost (then another node leads), or a
+                    // new leader has no quorum's ack yet (openraft's lease). Look again shortly,
+                    // within the deadline.
                     Err(e) if e.forward_to_leader().is_some() => {
                         if tokio::time::Instant::now() >= deadline {
                             return Err(unavailable(format!("this node cannot take writes yet: {e}")));
