@@ -615,9 +615,9 @@ impl Executor {
     }
 
     /// After uncertain starts: whether one of them landed — the operation's first attempt is
-    /// recorded (only this task handles the operation in this process, and the status answers
-    /// only for operations dispatched to this executor). Asks the edges in turn for a while (a
-    /// leader election may be under way).
+    /// recorded (only this task handles the operation in this process, and the status, read
+    /// from the ledger, answers only for operations offered or dispatched to this executor).
+    /// Asks the edges in turn for a while (a leader election may be under way).
     async fn own_start(&self, id: &str, order: &[&str]) -> Option<Started> {
         use writ_api::operation::OperationState::{Attempting, UnknownEffect};
         for round in 0..STATUS_TRIES {
@@ -626,7 +626,7 @@ impl Executor {
                 self.http().get(format!("{e}{OPERATIONS_PATH}/{id}")).timeout(Duration::from_secs(5)).send().await;
             if let Ok(r) = sent {
                 if r.status() == reqwest::StatusCode::NOT_FOUND {
-                    return None; // not (or no longer) dispatched to this executor
+                    return None; // not (or no longer) this executor's
                 }
                 if r.status().is_success() {
                     if let Ok(s) = r.json::<OperationStatus>().await {

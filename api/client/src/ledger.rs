@@ -168,11 +168,7 @@ impl NodeHttp {
             rb = rb.header(FORWARDED_HEADER, "1");
         }
         let resp = ok(rb.send().await).await?;
-        let binary = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains(BINARY_MEDIA_TYPE));
+        let binary = is_binary(&resp);
         let bytes = resp.bytes().await.map_err(lost)?;
         let undecodable = |e: String| {
             CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, format!("undecodable ledger response: {e}")))
@@ -216,11 +212,7 @@ impl NodeHttp {
                 CallError::Rejected(Rejection::new(ReasonCode::INPUT_INVALID, format!("bad node URL '{base}': {e}")))
             })?;
         let resp = ok(self.watch_http.get(url).header(reqwest::header::ACCEPT, BINARY_MEDIA_TYPE).send().await).await?;
-        let binary = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains(BINARY_MEDIA_TYPE));
+        let binary = is_binary(&resp);
         let mut body = resp.bytes_stream();
         let lines = lines_from(move |tx| async move {
             let mut buf: Vec<u8> = Vec::new();
@@ -261,6 +253,12 @@ impl NodeHttp {
         });
         Ok(lines)
     }
+}
+
+/// Whether a node answered in the binary encoding (`BINARY_MEDIA_TYPE`).
+fn is_binary(resp: &reqwest::Response) -> bool {
+    let content_type = resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    content_type.is_some_and(|v| v.contains(BINARY_MEDIA_TYPE))
 }
 
 /// Runs `produce` on its own task and exposes what it sends as a stream; dropping the stream
