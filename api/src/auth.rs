@@ -266,6 +266,12 @@ fn verify_writ(
     if header.alg != Algorithm::EdDSA {
         return Err(invalid("Writ tokens are EdDSA-signed"));
     }
+    if state.revocations.signing_keys.contains_key(kid) {
+        return Err(Rejection::new(
+            ReasonCode::AUTH_TOKEN_REVOKED,
+            format!("the token's signing key '{kid}' was retired"),
+        ));
+    }
     let key = state.signing_keys.get(kid).ok_or_else(|| invalid(format!("unknown signing key '{kid}'")))?;
     let claims = jsonwebtoken::decode::<WritClaims>(
         bearer,
@@ -422,6 +428,9 @@ fn verify_tenant_issued(
             "the token lives longer than the tenant's token_ttl_max_s ({} s)",
             ttl_max_ms / 1000
         )));
+    }
+    if claims.jti.as_deref().is_some_and(|jti| state.revocations.issuer_token_revoked(iss, jti)) {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, "the issuer's token id was revoked"));
     }
     domain_gate(state, &issuer.tenant_id)?;
     let p = state

@@ -227,6 +227,11 @@ pub enum Query {
     ListExecutorCas {
         tenant_id: String,
     },
+    /// The cluster's signing keys and revocations, and with a tenant its executor CAs and
+    /// revoked issuer token ids.
+    Credentials {
+        tenant_id: Option<String>,
+    },
     /// An operation by id.
     GetOperation {
         tenant_id: String,
@@ -282,6 +287,7 @@ pub enum QueryResult {
     ExecutorCas { cas: Vec<ExecutorCaV1> },
     PrincipalQuotas(PrincipalQuotasView),
     Operation(Box<crate::operation::Operation>),
+    Credentials(Box<CredentialsView>),
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -323,6 +329,60 @@ answer! {
     Vec<ExecutorCaV1>: QueryResult::ExecutorCas { cas } => cas;
     PrincipalQuotasView: QueryResult::PrincipalQuotas(view) => view;
     crate::operation::Operation: QueryResult::Operation(op) => *op;
+    CredentialsView: QueryResult::Credentials(view) => *view;
+}
+
+/// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialsView {
+    /// `kid`s of the registered (not retired) token-signing keys.
+    pub signing_keys: Vec<String>,
+    /// Retired signing keys: `kid` → ledger time of retirement.
+    pub retired_signing_keys: BTreeMap<String, u64>,
+    /// Revoked role certificates (each kept until its `notAfter`).
+    pub revoked_certificates: Vec<crate::revocation::RevokedRoleCertificateV1>,
+    /// With `?tenant=`: that tenant's executor CAs and issuer revocations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<TenantCredentials>,
+}
+
+/// A tenant's part of [`CredentialsView`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantCredentials {
+    pub tenant_id: String,
+    /// Fingerprints of the executor CAs certificates may chain to.
+    pub executor_cas: Vec<String>,
+    /// Retired executor CAs: fingerprint → ledger time of retirement.
+    pub retired_executor_cas: BTreeMap<String, u64>,
+    /// Revoked token ids of the tenant's issuers: issuer → `jti` → kept until (ledger ms).
+    pub revoked_issuer_tokens: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// `POST /v1/cluster/certificates/revoke`: a role certificate by serial (any hex spelling), the
+/// identity it names and its `notAfter` (`writ admin credential revoke-cert --cert FILE` reads
+/// them from the certificate).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeCertificateRequest {
+    pub serial: String,
+    pub identity: String,
+    pub not_after_ms: u64,
+}
+
+/// `POST /v1/tenants/{tenant}/issuers/revoke-token`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeIssuerTokenRequest {
+    pub issuer: String,
+    pub jti: String,
+}
+
+/// The answer to [`RevokeIssuerTokenRequest`]: tokens with the id are refused until `until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuerTokenRevocation {
+    pub issuer: String,
+    pub jti: String,
+    pub until_ms: u64,
 }
 
 /// A principal's own quotas (its tenant's limits apply on top).

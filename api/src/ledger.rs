@@ -15,6 +15,7 @@ use crate::operation::{AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV
 use crate::principal::PrincipalSpecV1;
 use crate::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
 use crate::reason::ReasonCode;
+use crate::revocation::RevokedRoleCertificateV1;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
 use crate::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 
@@ -270,6 +271,30 @@ pub enum Command {
         decision: RequestDecisionV1,
         command: Box<Command>,
     },
+    /// Revoke the token id `jti` of the tenant's issuer `issuer` (SPEC S4): its tokens are
+    /// refused until the tenant's longest token lifetime has passed (any token carrying it has
+    /// expired by then).
+    RevokeIssuerToken {
+        tenant_id: String,
+        issuer: String,
+        jti: String,
+    },
+    /// Retire the Writ token-signing key `kid` (cluster stream): every token it signed is
+    /// refused, and the key id can never be registered again (its node signs with a new key).
+    RetireSigningKey {
+        kid: String,
+    },
+    /// Retire the tenant's executor CA `fingerprint`: certificates it signed are refused at once
+    /// and the nodes issue from the next CA they derive; it can never be registered again.
+    RetireExecutorCa {
+        tenant_id: String,
+        fingerprint: String,
+    },
+    /// Revoke a role certificate of the cluster PKI (cluster stream): every node refuses it
+    /// from the moment its state holds the revocation.
+    RevokeRoleCertificate {
+        certificate: RevokedRoleCertificateV1,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -302,14 +327,18 @@ impl Command {
             | Command::RevokeToken { .. }
             | Command::RegisterSigningKey { .. }
             | Command::SetTenantIssuer { .. }
-            | Command::RemoveTenantIssuer { .. } => Domain::Token,
+            | Command::RemoveTenantIssuer { .. }
+            | Command::RevokeIssuerToken { .. }
+            | Command::RetireSigningKey { .. }
+            | Command::RevokeRoleCertificate { .. } => Domain::Token,
             Command::CreateSite { .. } | Command::CreateDevice { .. } => Domain::Site,
             Command::PublishCatalog { .. } => Domain::Catalog,
             Command::CreateEnrollment { .. }
             | Command::CompleteEnrollment { .. }
             | Command::RevokeExecutor { .. }
             | Command::RegisterExecutorCa { .. }
-            | Command::RenewExecutorCertificate { .. } => Domain::Executor,
+            | Command::RenewExecutorCertificate { .. }
+            | Command::RetireExecutorCa { .. } => Domain::Executor,
             Command::RecordDecisions { .. } => Domain::Audit,
             Command::SetPrincipalQuotas { .. }
             | Command::SetPrincipalQuotasV2 { .. }
@@ -455,6 +484,10 @@ impl Command {
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.kind(),
             Command::RenewExecutorCertificate { .. } => "renew_executor_certificate",
+            Command::RevokeIssuerToken { .. } => "revoke_issuer_token",
+            Command::RetireSigningKey { .. } => "retire_signing_key",
+            Command::RetireExecutorCa { .. } => "retire_executor_ca",
+            Command::RevokeRoleCertificate { .. } => "revoke_role_certificate",
         }
     }
 
@@ -495,8 +528,12 @@ impl Command {
             | Command::RefuseDispatch { tenant_id, .. }
             | Command::AnswerInputs { tenant_id, .. }
             | Command::SetPrincipalQuotasV2 { tenant_id, .. }
-            | Command::RenewExecutorCertificate { tenant_id, .. } => tenant_id,
-            Command::RegisterSigningKey { .. } => CLUSTER_STREAM,
+            | Command::RenewExecutorCertificate { tenant_id, .. }
+            | Command::RevokeIssuerToken { tenant_id, .. }
+            | Command::RetireExecutorCa { tenant_id, .. } => tenant_id,
+            Command::RegisterSigningKey { .. }
+            | Command::RetireSigningKey { .. }
+            | Command::RevokeRoleCertificate { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stream(),
         }
     }
@@ -715,6 +752,25 @@ pub enum Event {
         from_fingerprint: String,
         cert: ExecutorCertV1,
     },
+    /// Tokens of `issuer` with id `jti` are refused until ledger time `until_ms`.
+    IssuerTokenRevokedV1 {
+        tenant_id: String,
+        issuer: String,
+        jti: String,
+        until_ms: u64,
+    },
+    SigningKeyRetiredV1 {
+        kid: String,
+    },
+    /// The CA is no longer one of the tenant's executor CAs; executors it certified are
+    /// forgotten (they enroll again).
+    ExecutorCaRetiredV1 {
+        tenant_id: String,
+        fingerprint: String,
+    },
+    RoleCertificateRevokedV1 {
+        certificate: RevokedRoleCertificateV1,
+    },
 }
 
 impl Event {
@@ -733,6 +789,7 @@ impl Event {
             Event::ExecutorEnrolledV1 { tenant_id, .. }
             | Event::ExecutorRevokedV1 { tenant_id, .. }
             | Event::ExecutorCertRenewedV1 { tenant_id, .. }
+            | Event::ExecutorCaRetiredV1 { tenant_id, .. }
             | Event::TenantSuspendedV1 { tenant_id, .. }
             | Event::TenantResumedV1 { tenant_id } => Some(DispatchChange::Tenant { tenant_id: tenant_id.clone() }),
             _ => None,
@@ -777,6 +834,10 @@ impl Event {
             Event::OperationCancelRequestedV1 { .. } => "operation_cancel_requested",
             Event::PrincipalQuotasSetV2 { .. } => "principal_quotas_set",
             Event::ExecutorCertRenewedV1 { .. } => "executor_cert_renewed",
+            Event::IssuerTokenRevokedV1 { .. } => "issuer_token_revoked",
+            Event::SigningKeyRetiredV1 { .. } => "signing_key_retired",
+            Event::ExecutorCaRetiredV1 { .. } => "executor_ca_retired",
+            Event::RoleCertificateRevokedV1 { .. } => "role_certificate_revoked",
         }
     }
 }

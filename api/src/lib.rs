@@ -18,6 +18,7 @@ pub mod query;
 pub mod quota;
 pub mod reason;
 pub mod rejection;
+pub mod revocation;
 pub mod role;
 pub mod settings;
 pub mod state;
@@ -85,7 +86,8 @@ pub mod format {
     /// Magic of a ledger state as a node serves it to followers (edges).
     pub const STATE_MAGIC: [u8; 8] = *b"WRITSTAT";
     /// The version this build writes, and the newest it reads.
-    pub const STATE_FORMAT_VERSION: u32 = 1;
+    /// 2: the state is followed by its revocations (`LedgerState::encode`).
+    pub const STATE_FORMAT_VERSION: u32 = 2;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.
@@ -120,15 +122,15 @@ pub mod format {
         out
     }
 
-    /// The version-1 body of `bytes` (headerless bytes are the pre-version layout, which is
+    /// The version and body of `bytes` (headerless bytes are the pre-version layout, which is
     /// version 1's).
-    pub fn unwrap(magic: [u8; 8], bytes: &[u8]) -> Result<&[u8], FormatError> {
-        let Some(rest) = bytes.strip_prefix(&magic) else { return Ok(bytes) };
+    pub fn unwrap(magic: [u8; 8], bytes: &[u8]) -> Result<(u32, &[u8]), FormatError> {
+        let Some(rest) = bytes.strip_prefix(&magic) else { return Ok((1, bytes)) };
         let (Some(version), Some(body)) = (rest.get(..4), rest.get(4..)) else { return Err(FormatError::Truncated) };
         let version = u32::from_le_bytes([version[0], version[1], version[2], version[3]]);
         if version > STATE_FORMAT_VERSION {
             return Err(FormatError::Newer { found: version, newest: STATE_FORMAT_VERSION });
         }
-        Ok(body)
+        Ok((version, body))
     }
 }

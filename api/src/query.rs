@@ -107,6 +107,38 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
         Query::ListExecutorCas { tenant_id } => Ok(QueryResult::ExecutorCas {
             cas: state.executor_cas.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
         }),
+        Query::Credentials { tenant_id } => {
+            let r = &state.revocations;
+            let tenant = match tenant_id {
+                None => None,
+                Some(id) => {
+                    let t = state
+                        .tenant(&id)
+                        .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{id}'")))?;
+                    let issuers: Vec<&String> =
+                        state.issuers.iter().filter(|(_, i)| i.tenant_id == t.id).map(|(iss, _)| iss).collect();
+                    Some(crate::dto::TenantCredentials {
+                        executor_cas: state
+                            .executor_cas
+                            .get(&t.id)
+                            .map(|m| m.keys().cloned().collect())
+                            .unwrap_or_default(),
+                        retired_executor_cas: r.executor_cas.get(&t.id).cloned().unwrap_or_default(),
+                        revoked_issuer_tokens: issuers
+                            .into_iter()
+                            .filter_map(|iss| Some((iss.clone(), r.issuer_tokens.get(iss)?.clone())))
+                            .collect(),
+                        tenant_id: t.id.clone(),
+                    })
+                }
+            };
+            Ok(QueryResult::Credentials(Box::new(crate::dto::CredentialsView {
+                signing_keys: state.signing_keys.keys().cloned().collect(),
+                retired_signing_keys: r.signing_keys.clone(),
+                revoked_certificates: r.role_certificates.values().cloned().collect(),
+                tenant,
+            })))
+        }
         Query::GetTenant { tenant } => state
             .tenant(&tenant)
             .cloned()

@@ -128,10 +128,13 @@ impl Identity {
     /// Parses `urn:writ:<role>:<id>`; `None` for any other URI (an executor's
     /// `urn:writ:executor:…` included: executors are not cluster roles).
     pub fn from_uri(uri: &str) -> Option<Identity> {
-        let rest = uri.strip_prefix(IDENTITY_URI_PREFIX)?;
-        let (role, id) = rest.split_once(':')?;
-        let role = Role::parse(role)?;
-        Identity::new(role, id)
+        Identity::parse(uri.strip_prefix(IDENTITY_URI_PREFIX)?)
+    }
+
+    /// Parses the display form `<role>:<id>` (e.g. `edge:a`).
+    pub fn parse(text: &str) -> Option<Identity> {
+        let (role, id) = text.split_once(':')?;
+        Identity::new(Role::parse(role)?, id)
     }
 
     /// An identity with a valid id: 1–64 of `[A-Za-z0-9._-]`; a node's id is a number ≥ 1.

@@ -86,6 +86,11 @@ pub struct LedgerState {
     /// [`LedgerState::rebuild_index`] after a decode.
     #[serde(skip)]
     pub index: OperationIndex,
+    /// Revoked and retired credentials. Encoded after the fields above by
+    /// [`LedgerState::encode`] (state format 2): the serde layout of this struct stays format
+    /// 1's, so format-1 bytes still decode (with no revocations).
+    #[serde(skip)]
+    pub revocations: crate::revocation::Revocations,
 }
 
 /// Indexes that let operation commands, the reaper and dispatchers find their work without
@@ -453,6 +458,44 @@ impl LedgerState {
             Event::ExecutorCaRegisteredV1 { tenant_id, ca } => {
                 self.executor_cas.entry(tenant_id.clone()).or_default().insert(ca.fingerprint.clone(), ca.clone());
             }
+            Event::ExecutorCaRetiredV1 { tenant_id, fingerprint } => {
+                if let Some(cas) = self.executor_cas.get_mut(tenant_id) {
+                    cas.remove(fingerprint);
+                    if cas.is_empty() {
+                        self.executor_cas.remove(tenant_id);
+                    }
+                }
+                self.revocations
+                    .executor_cas
+                    .entry(tenant_id.clone())
+                    .or_default()
+                    .insert(fingerprint.clone(), env.at_ms);
+                // Executors whose current certificate the CA signed lose every certificate
+                // mapping: they enroll again.
+                let cut_off: BTreeSet<&String> = self
+                    .executors
+                    .get(tenant_id)
+                    .into_iter()
+                    .flat_map(|m| m.values())
+                    .filter(|x| x.cert.ca_fingerprint == *fingerprint)
+                    .map(|x| &x.id)
+                    .collect();
+                self.executor_certs.retain(|_, (t, x)| !(t == tenant_id && cut_off.contains(x)));
+            }
+            Event::IssuerTokenRevokedV1 { issuer, jti, until_ms, .. } => {
+                let revoked = self.revocations.issuer_tokens.entry(issuer.clone()).or_default();
+                revoked.retain(|_, until| *until > env.at_ms);
+                revoked.insert(jti.clone(), *until_ms);
+            }
+            Event::SigningKeyRetiredV1 { kid } => {
+                self.signing_keys.remove(kid);
+                self.revocations.signing_keys.insert(kid.clone(), env.at_ms);
+            }
+            Event::RoleCertificateRevokedV1 { certificate } => {
+                let revoked = &mut self.revocations.role_certificates;
+                revoked.retain(|_, r| r.not_after_ms > env.at_ms);
+                revoked.insert(certificate.serial.clone(), certificate.clone());
+            }
             // Only an audit record (below).
             Event::RequestDecidedV1 { .. } => {}
             Event::PrincipalQuotasSetV1 { tenant_id, principal_id, quotas } => {
@@ -622,8 +665,25 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
+    /// The canonical encoding (state format 2): format 1's layout, then the revocations.
     pub fn encode(&self) -> Vec<u8> {
-        crate::encode(self).expect("ledger state is always encodable")
+        crate::encode(&(self, &self.revocations)).expect("ledger state is always encodable")
+    }
+
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 2, the bare
+    /// struct for 1), bounded like a message ([`crate::decode`]); the indexes are rebuilt.
+    pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
+        let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
+        let mut state = if version == 1 {
+            crate::decode::<LedgerState>(body).map_err(undecodable)?
+        } else {
+            let (mut state, revocations): (LedgerState, crate::revocation::Revocations) =
+                crate::decode(body).map_err(undecodable)?;
+            state.revocations = revocations;
+            state
+        };
+        state.rebuild_index();
+        Ok(state)
     }
 
     /// Rebuilds [`LedgerState::index`] from the operations (after a decode: it is not encoded).
@@ -643,10 +703,8 @@ impl LedgerState {
     /// Reads [`LedgerState::encode_versioned`] (or the headerless pre-version layout), bounded
     /// like a message ([`crate::decode`]).
     pub fn decode_versioned(bytes: &[u8]) -> Result<LedgerState, String> {
-        let body = crate::format::unwrap(crate::format::STATE_MAGIC, bytes).map_err(|e| e.to_string())?;
-        let mut state: LedgerState = crate::decode(body).map_err(|e| format!("undecodable ledger state: {e}"))?;
-        state.rebuild_index();
-        Ok(state)
+        let (version, body) = crate::format::unwrap(crate::format::STATE_MAGIC, bytes).map_err(|e| e.to_string())?;
+        LedgerState::decode_body(version, body)
     }
 
     /// sha256 over the canonical encoding: equal on every replica at the same applied index.

@@ -82,17 +82,21 @@ fn subject(event: &Event) -> Subject {
         Event::TokenIssuedV1 { token, .. } => {
             ("token", Some(token.principal_id.clone()), Some(token.jti.clone()), token.parent_jti.clone())
         }
-        Event::TokenRevokedV1 { jti, .. } => ("token", None, Some(jti.clone()), None),
+        Event::TokenRevokedV1 { jti, .. } | Event::IssuerTokenRevokedV1 { jti, .. } => {
+            ("token", None, Some(jti.clone()), None)
+        }
         Event::SiteCreatedV1 { .. } => ("site", None, None, None),
         Event::DeviceCreatedV1 { .. } => ("device", None, None, None),
-        Event::SigningKeyRegisteredV1 { .. } => ("signing_key", None, None, None),
+        Event::SigningKeyRegisteredV1 { .. } | Event::SigningKeyRetiredV1 { .. } => ("signing_key", None, None, None),
+        Event::RoleCertificateRevokedV1 { .. } => ("certificate", None, None, None),
         Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } => ("issuer", None, None, None),
         Event::CatalogPublishedV1 { .. } => ("catalog", None, None, None),
         Event::EnrollmentCreatedV1 { .. }
         | Event::ExecutorEnrolledV1 { .. }
         | Event::ExecutorRevokedV1 { .. }
         | Event::ExecutorCaRegisteredV1 { .. }
-        | Event::ExecutorCertRenewedV1 { .. } => ("executor", None, None, None),
+        | Event::ExecutorCertRenewedV1 { .. }
+        | Event::ExecutorCaRetiredV1 { .. } => ("executor", None, None, None),
         Event::RequestDecidedV1 { .. } => ("request", None, None, None),
         Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
             ("principal", Some(principal_id.clone()), None, None)
@@ -134,6 +138,7 @@ fn domain_of_command(command: &str) -> &'static str {
         ("issuer", "issuer"),
         ("catalog", "catalog"),
         ("signing_key", "signing_key"),
+        ("role_certificate", "certificate"),
         ("enrollment", "executor"),
         ("executor", "executor"),
     ];

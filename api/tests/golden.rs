@@ -10,6 +10,7 @@ use writ_api::operation::{
 };
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
+use writ_api::revocation::RevokedRoleCertificateV1;
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
 use writ_api::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 use writ_api::ReasonCode;
@@ -569,7 +570,48 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "issuer_token_revoked_v1",
+            req(Command::RevokeIssuerToken {
+                tenant_id: "t-1".into(),
+                issuer: "https://idp.example".into(),
+                jti: "tok-7".into(),
+            }),
+            Some(env(
+                40,
+                38,
+                Event::IssuerTokenRevokedV1 {
+                    tenant_id: "t-1".into(),
+                    issuer: "https://idp.example".into(),
+                    jti: "tok-7".into(),
+                    until_ms: 1_700_003_660_000,
+                },
+            )),
+        ),
+        (
+            "signing_key_retired_v1",
+            req(Command::RetireSigningKey { kid: signing_key().kid }),
+            Some(env(41, 2, Event::SigningKeyRetiredV1 { kid: signing_key().kid })),
+        ),
+        (
+            "executor_ca_retired_v1",
+            req(Command::RetireExecutorCa { tenant_id: "t-1".into(), fingerprint: executor_ca().fingerprint }),
+            Some(env(
+                42,
+                39,
+                Event::ExecutorCaRetiredV1 { tenant_id: "t-1".into(), fingerprint: executor_ca().fingerprint },
+            )),
+        ),
+        (
+            "role_certificate_revoked_v1",
+            req(Command::RevokeRoleCertificate { certificate: revoked_role_certificate() }),
+            Some(env(43, 3, Event::RoleCertificateRevokedV1 { certificate: revoked_role_certificate() })),
+        ),
     ]
+}
+
+fn revoked_role_certificate() -> RevokedRoleCertificateV1 {
+    RevokedRoleCertificateV1 { serial: "7f01".into(), identity: "edge:a".into(), not_after_ms: 1_800_000_000_000 }
 }
 
 fn operation_spec() -> OperationSpecV1 {
@@ -735,14 +777,30 @@ fn trailing_bytes_are_rejected() {
 }
 
 /// A state built by every sample command (applied or rejected): it touches most views.
-/// Samples added after the state sample (`ledger_state_v1`) was pinned: they pin their own
-/// encoding and leave the state sample — and so the check that its old bytes still decode — as
-/// it was.
-const LATER_THAN_THE_STATE_SAMPLE: &[&str] = &["on_behalf_of", "executor_cert_renewed_v1", "audited"];
+/// Samples added after the state sample of a format was pinned (`ledger_state_v<N>`), by
+/// format: they pin their own encoding and leave that format's state sample — and so the check
+/// that its old bytes still decode — as it was.
+const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
+    (
+        1,
+        &[
+            "on_behalf_of",
+            "executor_cert_renewed_v1",
+            "audited",
+            "issuer_token_revoked_v1",
+            "signing_key_retired_v1",
+            "executor_ca_retired_v1",
+            "role_certificate_revoked_v1",
+        ],
+    ),
+    (2, &[]),
+];
 
-fn sample_state() -> writ_api::state::LedgerState {
+/// The state every sample command of state format `format` builds (applied or rejected).
+fn sample_state(format: u32) -> writ_api::state::LedgerState {
+    let later = LATER_THAN_THE_STATE_SAMPLE.iter().find(|(f, _)| *f == format).map_or(&[][..], |(_, l)| *l);
     let mut state = writ_api::state::LedgerState::default();
-    for (_, req, _) in samples().into_iter().filter(|(name, ..)| !LATER_THAN_THE_STATE_SAMPLE.contains(name)) {
+    for (_, req, _) in samples().into_iter().filter(|(name, ..)| !later.contains(name)) {
         state.execute(&req);
     }
     state
@@ -755,13 +813,28 @@ fn sample_state() -> writ_api::state::LedgerState {
 fn the_state_format_is_versioned_and_pinned() {
     use writ_api::format::{self, FormatError, STATE_FORMAT_VERSION};
     use writ_api::state::LedgerState;
-    let state = sample_state();
+    let state = sample_state(STATE_FORMAT_VERSION);
     assert!(state.revision > 10, "the sample state holds events: {}", state.revision);
+    assert!(
+        !state.revocations.signing_keys.is_empty() && !state.revocations.role_certificates.is_empty(),
+        "the sample state holds revocations"
+    );
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
     assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);
-    // The layout written before versions existed (no header) still decodes.
-    assert_eq!(LedgerState::decode_versioned(&state.encode()).expect("pre-version layout"), state);
+    // Every older format's pinned bytes still decode, to the state its samples built.
+    for format in 1..STATE_FORMAT_VERSION {
+        let path = format!("{}/tests/golden/ledger_state_v{format}.hex", env!("CARGO_MANIFEST_DIR"));
+        let old = hex::decode(std::fs::read_to_string(&path).expect("pinned state").trim()).expect("hex");
+        assert_eq!(
+            LedgerState::decode_versioned(&old).expect("an older format"),
+            sample_state(format),
+            "format {format}"
+        );
+    }
+    // The layout written before versions existed (no header) is format 1's, and still decodes.
+    let v1 = sample_state(1);
+    assert_eq!(LedgerState::decode_versioned(&writ_api::encode(&v1).unwrap()).expect("pre-version layout"), v1);
     // A newer version is refused with a clear error, never misread.
     let mut newer = versioned.clone();
     newer[8..12].copy_from_slice(&(STATE_FORMAT_VERSION + 1).to_le_bytes());

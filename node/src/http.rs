@@ -55,14 +55,16 @@ struct NodeState {
 
 /// The peer listener's routes: Raft RPCs and the ledger client API, each admitted by role.
 pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
-    let st = NodeState { node, metrics: None, drain };
+    let st = NodeState { node: node.clone(), metrics: None, drain };
     let raft = Router::new()
         .route("/raft/append", post(raft_append))
         .route("/raft/vote", post(raft_vote))
         .route("/raft/snapshot", post(raft_snapshot))
         .route("/raft/transfer-leader", post(raft_transfer_leader))
         .layer(DefaultBodyLimit::max(RAFT_BODY_BYTES_MAX))
-        .layer(axum::middleware::from_fn(|req, next| admit(req, next, "raft", Role::may_replicate)));
+        .layer(axum::middleware::from_fn_with_state(node.clone(), |State(n), req, next| {
+            admit(n, req, next, "raft", Role::may_replicate)
+        }));
     let client = Router::new()
         .route("/client/submit", post(client_submit))
         .route("/client/query", post(client_query))
@@ -72,11 +74,15 @@ pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
         .route("/client/watch", get(client_watch))
         .route("/client/snapshot", get(client_snapshot))
         .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX))
-        .layer(axum::middleware::from_fn(|req, next| admit(req, next, "client", Role::may_follow)));
+        .layer(axum::middleware::from_fn_with_state(node.clone(), |State(n), req, next| {
+            admit(n, req, next, "client", Role::may_follow)
+        }));
     let membership = Router::new()
         .route("/client/cluster", post(client_cluster_change))
         .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX))
-        .layer(axum::middleware::from_fn(|req, next| admit(req, next, "membership", Role::may_change_membership)));
+        .layer(axum::middleware::from_fn_with_state(node.clone(), |State(n), req, next| {
+            admit(n, req, next, "membership", Role::may_change_membership)
+        }));
     Router::new().merge(raft).merge(client).merge(membership).with_state(st)
 }
 
@@ -98,19 +104,34 @@ fn refused(class: &'static str, reason: ReasonCode, message: String) -> ApiError
 
 /// The admin API on a listener that requires client certificates
 /// (`admin_require_client_certificate`): each route admitted by [`Role::may_administer`].
-pub fn with_operator_certificates(admin: Router) -> Router {
-    admin.layer(axum::middleware::from_fn(|req: Request, next: Next| {
-        let path = req.uri().path().to_string();
-        admit(req, next, "admin", move |role| role.may_administer(&path))
-    }))
+pub fn with_operator_certificates(admin: Router, node: Arc<LedgerNode>) -> Router {
+    admin.layer(axum::middleware::from_fn_with_state(
+        node,
+        |State(n): State<Arc<LedgerNode>>, req: Request, next: Next| {
+            let path = req.uri().path().to_string();
+            admit(n, req, next, "admin", move |role| role.may_administer(&path))
+        },
+    ))
 }
 
-/// Middleware: only callers whose role passes `allowed` reach the route (nothing is read first).
-async fn admit(mut req: Request, next: Next, class: &'static str, allowed: impl Fn(Role) -> bool) -> Response {
-    let Some(identity) = req.extensions().get::<PeerIdentity>().and_then(|p| p.0.clone()) else {
+/// Middleware: only callers whose certificate is not revoked and whose role passes `allowed`
+/// reach the route (nothing is read first). Revocation is checked on every request, so a
+/// connection opened before its certificate was revoked is refused too.
+async fn admit(
+    node: Arc<LedgerNode>,
+    mut req: Request,
+    next: Next,
+    class: &'static str,
+    allowed: impl Fn(Role) -> bool,
+) -> Response {
+    let Some((identity, serial)) = req.extensions().get::<PeerIdentity>().and_then(|p| p.0.clone()) else {
         let message = format!("{} needs a client certificate from the cluster CA", req.uri().path());
         return refused(class, ReasonCode::PEER_UNAUTHENTICATED, message).into_response();
     };
+    if node.role_certificate_revoked(&serial) {
+        let message = format!("the certificate {serial} of {identity} was revoked");
+        return refused(class, ReasonCode::CREDENTIAL_RETIRED, message).into_response();
+    }
     if !allowed(identity.role) {
         let message = format!("{identity} may not call {} {}", req.method(), req.uri().path());
         return refused(class, ReasonCode::PEER_FORBIDDEN, message).into_response();

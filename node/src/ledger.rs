@@ -509,6 +509,12 @@ impl LedgerNode {
         Ok(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|l| (l, rx)) }).boxed())
     }
 
+    /// Whether the role certificate with (normalized) serial `serial` is revoked in this
+    /// node's applied state.
+    pub fn role_certificate_revoked(&self, serial: &str) -> bool {
+        self.sm.read().state.revocations.role_certificate_revoked(serial)
+    }
+
     /// This node's own view: Raft position, membership and state digest.
     pub fn status(&self) -> NodeStatus {
         let m = self.raft.metrics().borrow_watched().clone();

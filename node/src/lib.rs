@@ -19,7 +19,6 @@ pub mod executor;
 pub mod executor_tls;
 #[cfg(feature = "server")]
 pub mod http;
-pub mod keys;
 #[cfg(feature = "server")]
 pub mod ledger;
 #[cfg(feature = "server")]

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use writ_api::role::{Identity, IDENTITY_URI_PREFIX};
+use writ_api::role::Identity;
 
 /// A credential and the CA it chains to: the `[tls]` of a node, the `[ledger_tls]` of an edge.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -213,21 +213,7 @@ pub fn ensure(dir: &Path, identities: &[Identity], hosts: &[String]) -> io::Resu
 
 /// The role identity a (verified) certificate names: exactly one `urn:writ:<role>:<id>` SAN URI.
 pub fn identity_of(cert_der: &[u8]) -> Result<Identity, String> {
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(cert_der).map_err(|e| format!("unreadable certificate: {e}"))?;
-    let sans = cert
-        .subject_alternative_name()
-        .map_err(|e| format!("bad subjectAltName: {e}"))?
-        .map(|ext| ext.value.general_names.clone())
-        .unwrap_or_default();
-    let mut found = sans.iter().filter_map(|n| match n {
-        x509_parser::extensions::GeneralName::URI(u) if u.starts_with(IDENTITY_URI_PREFIX) => Some(*u),
-        _ => None,
-    });
-    let (Some(uri), None) = (found.next(), found.next()) else {
-        return Err("the certificate must name exactly one urn:writ:<role>:<id> identity".into());
-    };
-    Identity::from_uri(uri).ok_or_else(|| format!("'{uri}' is not a Writ role identity"))
+    writ_client::tls::role_certificate(cert_der).map(|(identity, _)| identity)
 }
 
 #[cfg(test)]

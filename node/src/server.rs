@@ -11,7 +11,7 @@ use writ_client::Ledger;
 use crate::config::NodeConfig;
 use crate::ledger::{LedgerNode, SystemClock};
 use crate::network::{HttpPeers, HttpRaftNetwork};
-use crate::{edge, http, keys, pki, tls};
+use crate::{edge, http, pki, tls};
 
 /// Exit status of a node that stopped on a fatal error (corrupt storage, a failed fsync, a
 /// panic while applying): a supervisor must not restart it blindly (systemd:
@@ -110,7 +110,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     )
     .await?;
     node.start_reaper();
-    let keys = keys::load_or_create_signer(&cfg.authority.signing_key_file)?;
+    let signing_keys = writ_tenant_admin::signing::SigningKeys::load_or_create(&cfg.authority.signing_key_file)?;
     // Executor CA keys come from their own secret, never from the token-signing key.
     let ca_secret =
         edge::load_or_create_secret(&cfg.authority.executor_ca_secret_file).map_err(std::io::Error::other)?;
@@ -118,7 +118,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         node.clone() as Arc<dyn Ledger>,
         writ_tenant_admin::AdminConfig {
             operator_token: cfg.operator_token.clone(),
-            signer: Arc::new(keys.signer),
+            signing_keys,
             token_audience: cfg.authority.token_audience.clone(),
             ca_secret,
             executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
@@ -131,7 +131,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let admin_url = match cfg.admin_listen {
         Some(addr) => {
             let (auth, admin) = if cfg.admin_require_client_certificate {
-                (tls::ClientAuth::Required, http::with_operator_certificates(admin))
+                (tls::ClientAuth::Required, http::with_operator_certificates(admin, node.clone()))
             } else {
                 (tls::ClientAuth::Optional, admin)
             };

@@ -27,10 +27,11 @@ use writ_mcp_edge::executors::ExecutorPeer;
 /// Deadline for a TLS handshake on an accepted connection.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The role identity of the connection's client certificate (`None`: no certificate, or one
-/// naming no Writ role).
+/// The role identity of the connection's client certificate and the certificate's serial
+/// (normalized, for the revocation check), or `None`: no certificate, or one naming no Writ
+/// role.
 #[derive(Debug, Clone)]
-pub struct PeerIdentity(pub Option<writ_api::role::Identity>);
+pub struct PeerIdentity(pub Option<(writ_api::role::Identity, String)>);
 
 /// Whether a TLS listener asks its clients for a certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,7 +244,7 @@ pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Dr
                         }
                     };
                     let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
-                    let identity = match cert.as_ref().map(|c| crate::pki::identity_of(c)) {
+                    let identity = match cert.as_ref().map(|c| writ_client::tls::role_certificate(c)) {
                         None => None,
                         Some(Ok(id)) => Some(id),
                         Some(Err(e)) => {

@@ -24,6 +24,7 @@ use tokio::sync::broadcast;
 use writ_api::audit::{self, record_key, AuditFilter, AuditRecordV1};
 use writ_api::format;
 use writ_api::ledger::{EventEnvelope, Outcome};
+use writ_api::revocation::Revocations;
 use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
@@ -71,9 +72,19 @@ struct SnapshotFile {
     state: Vec<u8>,
 }
 
-/// What a snapshot holds: the state and the audit records it retains, in key order.
+/// What a snapshot holds: the state and the audit records it retains, in key order. Format 2
+/// appends the state's revocations (the state's own serde layout is format 1's; see
+/// `LedgerState::encode`).
 #[derive(Serialize, Deserialize)]
 struct SnapshotPayload {
+    state: LedgerState,
+    audit: Vec<AuditRecordV1>,
+    revocations: Revocations,
+}
+
+/// A snapshot of state format 1 (no revocations).
+#[derive(Deserialize)]
+struct SnapshotPayloadV1 {
     state: LedgerState,
     audit: Vec<AuditRecordV1>,
 }
@@ -277,9 +288,15 @@ fn encode_payload(payload: &SnapshotPayload) -> io::Result<Vec<u8>> {
 /// refused (`InvalidData`, which stops the node: it cannot follow this cluster until upgraded).
 /// The state's indexes are rebuilt (they are not encoded).
 fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
-    let body = format::unwrap(format::SNAPSHOT_MAGIC, bytes)
+    let (version, body) = format::unwrap(format::SNAPSHOT_MAGIC, bytes)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
-    let mut payload: SnapshotPayload = checked_decode(body, "snapshot state")?;
+    let mut payload = if version == 1 {
+        let SnapshotPayloadV1 { state, audit } = checked_decode(body, "snapshot state")?;
+        SnapshotPayload { state, audit, revocations: Revocations::default() }
+    } else {
+        checked_decode::<SnapshotPayload>(body, "snapshot state")?
+    };
+    payload.state.revocations = std::mem::take(&mut payload.revocations);
     payload.state.rebuild_index();
     Ok(payload)
 }
@@ -303,8 +320,11 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 let audit = retained_audit(db, &view, &a.state)?;
                 (a.last_applied, a.membership.clone(), a.state.clone(), audit)
             };
-            let file =
-                SnapshotFile { last_applied, membership, state: encode_payload(&SnapshotPayload { state, audit })? };
+            let file = SnapshotFile {
+                last_applied,
+                membership,
+                state: encode_payload(&SnapshotPayload { revocations: state.revocations.clone(), state, audit })?,
+            };
             this.persist_snapshot(&file)?;
             Ok(file)
         })
@@ -399,7 +419,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let SnapshotPayload { state, audit } = decode_payload(&bytes)?;
+        let SnapshotPayload { state, audit, .. } = decode_payload(&bytes)?;
         let file =
             SnapshotFile { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), state: bytes };
         let this = self.clone();
@@ -442,5 +462,39 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: SnapshotMetaOf::<TypeConfig> { last_log_id: f.last_applied, last_membership: f.membership },
             snapshot: Cursor::new(f.state),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot written before revocations existed (state format 1: the payload is the state
+    /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them.
+    #[test]
+    fn snapshots_of_every_format_read() {
+        let mut state = LedgerState { clock_ms: 7, ..Default::default() };
+        #[derive(Serialize)]
+        struct V1<'a> {
+            state: &'a LedgerState,
+            audit: Vec<AuditRecordV1>,
+        }
+        let mut v1 = format::SNAPSHOT_MAGIC.to_vec();
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&checked_encode(&V1 { state: &state, audit: Vec::new() }).unwrap());
+        assert_eq!(decode_payload(&v1).unwrap().state, state);
+
+        state.revocations.signing_keys.insert("k".into(), 5);
+        let v2 = encode_payload(&SnapshotPayload {
+            revocations: state.revocations.clone(),
+            state: state.clone(),
+            audit: Vec::new(),
+        })
+        .unwrap();
+        assert_eq!(decode_payload(&v2).unwrap().state, state);
+        // Read as format 1, format-2 bytes are refused, never misread.
+        let mut as_v1 = v2.clone();
+        as_v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        assert!(decode_payload(&as_v1).is_err());
     }
 }

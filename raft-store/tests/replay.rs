@@ -64,6 +64,19 @@ fn command() -> impl Strategy<Value = Command> {
             name: format!("dev-{d}"),
             device_class: "press.v1".into()
         }),
+        // Revocations: dropped by later ones once expired, so replays must agree on when.
+        (0u8..4, 0u64..6_000).prop_map(|(s, not_after_ms)| Command::RevokeRoleCertificate {
+            certificate: writ_api::revocation::RevokedRoleCertificateV1 {
+                serial: format!("{:02x}", s + 1),
+                identity: "edge:e".into(),
+                not_after_ms,
+            },
+        }),
+        (id.clone(), 0u8..4).prop_map(|(tenant_id, j)| Command::RevokeIssuerToken {
+            tenant_id,
+            issuer: "https://idp".into(),
+            jti: format!("j-{j}"),
+        }),
         (id, proptest::option::of(0u64..50_000), proptest::option::of(0u64..200_000)).prop_map(
             |(tenant_id, audit_max_events, idempotency_retention_s)| Command::SetTenantSettings {
                 tenant_id,
@@ -95,15 +108,14 @@ proptest! {
         let mut snapshot = None;
         for (i, r) in reqs.iter().enumerate() {
             if i == split {
-                snapshot = Some(live.encode());
+                snapshot = Some(live.encode_versioned());
             }
             events.extend(live.execute(r).1);
         }
-        let snapshot = snapshot.unwrap_or_else(|| live.encode());
+        let snapshot = snapshot.unwrap_or_else(|| live.encode_versioned());
 
         // Snapshot + the rest of the log.
-        let mut restored: LedgerState = writ_api::decode(&snapshot).unwrap();
-        restored.rebuild_index();
+        let mut restored = LedgerState::decode_versioned(&snapshot).unwrap();
         for r in &reqs[split..] {
             restored.execute(r);
         }

@@ -13,9 +13,10 @@ use writ_api::catalog::CatalogVersion;
 use writ_api::device::{Device, Site};
 use writ_api::dto::{
     AddLearnerRequest, ClusterStatus, CreateDeviceRequest, CreateEnrollmentRequest, CreatePrincipalRequest,
-    CreateSiteRequest, CreateTenantRequest, DecisionRequest, DelegateTokenRequest, ExecutorList, InspectTokenRequest,
-    IssueTokenRequest, IssuedToken, MembershipRequest, RemoveIssuerRequest, ResolveRequest, RevokePrincipalRequest,
-    RevokeScopeRequest, RevokedToken, SuspendTenantRequest, TenantList,
+    CreateSiteRequest, CreateTenantRequest, CredentialsView, DecisionRequest, DelegateTokenRequest, ExecutorList,
+    InspectTokenRequest, IssueTokenRequest, IssuedToken, MembershipRequest, RemoveIssuerRequest, ResolveRequest,
+    RevokeCertificateRequest, RevokeIssuerTokenRequest, RevokePrincipalRequest, RevokeScopeRequest, RevokedToken,
+    SuspendTenantRequest, TenantList,
 };
 use writ_api::ledger::Tenant;
 use writ_api::principal::{Principal, PrincipalKind, RolePreset};
@@ -121,6 +122,9 @@ pub enum Noun {
     /// A tenant's own token issuers (issuer + audience + inline JWKS).
     #[command(subcommand)]
     Issuer(IssuerCmd),
+    /// Signing keys, role certificates and executor CAs: show, retire, revoke.
+    #[command(subcommand)]
+    Credential(CredentialCmd),
     /// Versioned action catalogs of a tenant.
     #[command(subcommand)]
     Catalog(CatalogCmd),
@@ -697,6 +701,49 @@ pub enum IssuerCmd {
         tenant: String,
         issuer: String,
     },
+    /// Revoke one token id (`jti`) of the issuer: its tokens are refused until every token
+    /// carrying it has expired.
+    RevokeToken {
+        #[arg(long)]
+        tenant: String,
+        issuer: String,
+        #[arg(long)]
+        jti: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CredentialCmd {
+    /// Registered and retired signing keys, revoked role certificates; with --tenant, its
+    /// executor CAs and revoked issuer token ids.
+    Show {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Retire a token-signing key: every token it signed is refused; its node makes a new key.
+    RetireKey { kid: String },
+    /// Revoke a role certificate of the cluster PKI: every node refuses it at once.
+    RevokeCert {
+        /// The certificate (PEM) to revoke.
+        #[arg(long, conflicts_with_all = ["serial", "identity", "not_after_ms"])]
+        cert: Option<std::path::PathBuf>,
+        /// Or its serial (hex, as `writ pki list` prints it) ...
+        #[arg(long, requires_all = ["identity", "not_after_ms"])]
+        serial: Option<String>,
+        /// ... the identity it names (`edge:a`) ...
+        #[arg(long)]
+        identity: Option<String>,
+        /// ... and its notAfter (ms since the epoch).
+        #[arg(long)]
+        not_after_ms: Option<u64>,
+    },
+    /// Retire an executor CA of a tenant: executors it certified are refused and enroll again;
+    /// the nodes issue from a new CA.
+    RetireCa {
+        #[arg(long)]
+        tenant: String,
+        fingerprint: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -1216,6 +1263,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         },
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
+        Noun::Credential(cmd) => credential_cmd(c, out, cmd).await,
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
         Noun::Audit(cmd) => audit_cmd(c, out, cmd).await,
         Noun::Executor(cmd) => executor_cmd(c, out, cmd).await,
@@ -1354,7 +1402,72 @@ async fn issuer_cmd(c: &AdminClient, out: Output, cmd: &IssuerCmd) -> Result<(),
             say!("removed issuer {issuer}");
             Ok(())
         }
+        IssuerCmd::RevokeToken { tenant, issuer, jti } => {
+            let request = RevokeIssuerTokenRequest { issuer: issuer.clone(), jti: jti.clone() };
+            show(out, &c.revoke_issuer_token(tenant, &request).await.map_err(failed)?, |r| {
+                say!("revoked token id {} of {} (kept until {} ms)", r.jti, r.issuer, r.until_ms)
+            })
+        }
     }
+}
+
+async fn credential_cmd(c: &AdminClient, out: Output, cmd: &CredentialCmd) -> Result<(), Failure> {
+    let view = match cmd {
+        CredentialCmd::Show { tenant } => c.credentials(tenant.as_deref()).await,
+        CredentialCmd::RetireKey { kid } => c.retire_signing_key(kid).await,
+        CredentialCmd::RevokeCert { cert, serial, identity, not_after_ms } => {
+            let request = match (cert, serial, identity, not_after_ms) {
+                (Some(path), ..) => {
+                    let pem = std::fs::read(path).map_err(|e| Failure {
+                        exit: EXIT_USAGE,
+                        message: format!("cannot read {}: {e}", path.display()),
+                    })?;
+                    let r = writ_client::tls::revocation_of(&pem)
+                        .map_err(|e| Failure { exit: EXIT_USAGE, message: format!("{}: {e}", path.display()) })?;
+                    RevokeCertificateRequest { serial: r.serial, identity: r.identity, not_after_ms: r.not_after_ms }
+                }
+                (None, Some(serial), Some(identity), Some(not_after_ms)) => RevokeCertificateRequest {
+                    serial: serial.clone(),
+                    identity: identity.clone(),
+                    not_after_ms: *not_after_ms,
+                },
+                _ => {
+                    return Err(Failure {
+                        exit: EXIT_USAGE,
+                        message: "name the certificate: --cert FILE, or --serial, --identity and --not-after-ms".into(),
+                    })
+                }
+            };
+            c.revoke_certificate(&request).await
+        }
+        CredentialCmd::RetireCa { tenant, fingerprint } => c.retire_executor_ca(tenant, fingerprint).await,
+    };
+    show(out, &view.map_err(failed)?, print_credentials)
+}
+
+fn print_credentials(v: &CredentialsView) {
+    let mut rows: Vec<Vec<String>> =
+        v.signing_keys.iter().map(|k| vec!["signing key".into(), k.clone(), "active".into()]).collect();
+    rows.extend(
+        v.retired_signing_keys.iter().map(|(k, at)| vec!["signing key".into(), k.clone(), format!("retired at {at}")]),
+    );
+    rows.extend(v.revoked_certificates.iter().map(|r| {
+        vec![format!("certificate {}", r.identity), r.serial.clone(), format!("revoked until {}", r.not_after_ms)]
+    }));
+    if let Some(t) = &v.tenant {
+        rows.extend(t.executor_cas.iter().map(|f| vec!["executor CA".into(), f.clone(), "active".into()]));
+        rows.extend(
+            t.retired_executor_cas
+                .iter()
+                .map(|(f, at)| vec!["executor CA".into(), f.clone(), format!("retired at {at}")]),
+        );
+        for (issuer, jtis) in &t.revoked_issuer_tokens {
+            rows.extend(jtis.iter().map(|(jti, until)| {
+                vec![format!("token id of {issuer}"), jti.clone(), format!("revoked until {until}")]
+            }));
+        }
+    }
+    print_table(&["KIND", "ID", "STATE"], rows);
 }
 
 fn print_issued(t: &IssuedToken) {

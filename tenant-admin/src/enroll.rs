@@ -24,6 +24,7 @@ use writ_api::dto::{
     CreateEnrollmentRequest, CreatedEnrollment, EnrollRequest, EnrollResponse, ExecutorList, Query as LedgerQuery,
 };
 use writ_api::ledger::{Command, Tenant};
+use writ_api::revocation::EXECUTOR_CA_RETIREMENTS_MAX;
 use writ_api::{ReasonCode, Rejection};
 
 use crate::error::{ApiError, ValidJson};
@@ -165,7 +166,7 @@ struct Issued {
 }
 
 /// Issues the certificate of `executor_id` at `site_id` for the key of `csr`, from this node's
-/// CA for `tenant` (registered in the ledger first), valid for the configured lifetime.
+/// current CA for `tenant` (registered in the ledger first), valid for the configured lifetime.
 async fn issue_certificate(
     st: &AdminState,
     csr: &Csr,
@@ -173,8 +174,7 @@ async fn issue_certificate(
     site_id: &str,
     executor_id: &str,
 ) -> Result<Issued, Rejection> {
-    let ca = TenantCa::derive(&st.ca_secret, tenant)?;
-    submit(st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await?;
+    let ca = current_ca(st, tenant).await?;
     let serial = rand_bytes::<16>();
     let now = writ_client::now_ms();
     let not_after_ms = now + st.executor_cert_ttl_s * 1000;
@@ -387,10 +387,35 @@ impl DerivedCa {
     }
 }
 
+/// This node's CA for `tenant`, registered in the ledger: the first of its derived CAs the
+/// ledger has not retired (`writ admin credential retire-ca`). Retirements are bounded
+/// ([`EXECUTOR_CA_RETIREMENTS_MAX`]), so the search is.
+async fn current_ca(st: &AdminState, tenant: &Tenant) -> Result<TenantCa, Rejection> {
+    for generation in 0..=EXECUTOR_CA_RETIREMENTS_MAX as u32 {
+        let ca = TenantCa::derive(&st.ca_secret, tenant, generation)?;
+        if st.verifier.with_state(|s| s.revocations.executor_ca_retired(&tenant.id, &ca.fingerprint)) {
+            continue;
+        }
+        match submit(st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await {
+            Ok(_) => return Ok(ca),
+            // Retired, and this node's replica did not know yet.
+            Err(r) if r.reason == ReasonCode::CREDENTIAL_RETIRED => continue,
+            Err(r) => return Err(r),
+        }
+    }
+    Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, "every executor CA this node can derive for the tenant is retired"))
+}
+
 impl TenantCa {
-    fn derive(secret: &[u8; 32], tenant: &Tenant) -> Result<TenantCa, Rejection> {
+    /// Generation 0 is the CA nodes derived before retirement existed (same bytes); each
+    /// retirement moves a node to the next generation.
+    fn derive(secret: &[u8; 32], tenant: &Tenant, generation: u32) -> Result<TenantCa, Rejection> {
+        let context = match generation {
+            0 => tenant.id.clone(),
+            n => format!("{}#{n}", tenant.id),
+        };
         let DerivedCa { key, params, der } =
-            DerivedCa::derive("writ/executor-ca/v1", secret, &tenant.id, &format!("Writ executor CA {}", tenant.id))
+            DerivedCa::derive("writ/executor-ca/v1", secret, &context, &format!("Writ executor CA {}", tenant.id))
                 .map_err(internal)?;
         let fingerprint = writ_api::sha256_hex(&der);
         Ok(TenantCa { key, params, der, fingerprint })
@@ -588,12 +613,14 @@ mod tests {
     }
 
     #[test]
-    fn ca_is_deterministic_per_secret_and_tenant() {
-        let a = TenantCa::derive(&[1; 32], &tenant()).unwrap();
-        let b = TenantCa::derive(&[1; 32], &tenant()).unwrap();
-        let c = TenantCa::derive(&[2; 32], &tenant()).unwrap();
+    fn ca_is_deterministic_per_secret_tenant_and_generation() {
+        let a = TenantCa::derive(&[1; 32], &tenant(), 0).unwrap();
+        let b = TenantCa::derive(&[1; 32], &tenant(), 0).unwrap();
+        let c = TenantCa::derive(&[2; 32], &tenant(), 0).unwrap();
+        let next = TenantCa::derive(&[1; 32], &tenant(), 1).unwrap();
         assert_eq!(a.der, b.der);
         assert_ne!(a.fingerprint, c.fingerprint);
+        assert_ne!(a.fingerprint, next.fingerprint, "a retired CA is followed by a new one");
     }
 
     /// A renewal proof verifies under the certificate's own key only, for Ed25519 and ECDSA.

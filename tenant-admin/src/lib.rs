@@ -8,11 +8,13 @@ mod audit;
 mod catalogs;
 pub mod cli;
 pub mod context;
+mod credentials;
 pub mod enroll;
 pub mod error;
 mod openapi;
 mod operations;
 pub mod service;
+pub mod signing;
 mod tokens;
 
 pub use service::{router, AdminConfig};

@@ -156,6 +156,12 @@ fn paths() -> Value {
             "/v1/tenants/{tenant}/executors": {"parameters": tenant_param, "get": op("Enrolled executors", None, "ExecutorList")},
             "/v1/tenants/{tenant}/executors/enrollments": {"parameters": tenant_param, "post": created("Create a one-time executor enrollment token", Some("CreateEnrollment"), "CreatedEnrollment")},
             "/v1/tenants/{tenant}/executors/{executor}/revoke": {"parameters": params(&["tenant", "executor"]), "post": op("Revoke an executor", None, "ExecutorList")},
+            "/v1/cluster/credentials": {"get": {"summary": "Signing keys and revocations (with ?tenant=, its executor CAs and revoked issuer token ids)",
+                "parameters": [{"name": "tenant", "in": "query", "schema": {"type": "string"}}], "responses": ok_or_errors("Credentials")}},
+            "/v1/cluster/signing-keys/{kid}/retire": {"parameters": params(&["kid"]), "post": op("Retire a token-signing key: its tokens are refused, its node makes a new key", None, "Credentials")},
+            "/v1/cluster/certificates/revoke": {"post": op("Revoke a role certificate of the cluster PKI: every node refuses it", Some("RevokeCertificate"), "Credentials")},
+            "/v1/tenants/{tenant}/executor-cas/{fingerprint}/retire": {"parameters": params(&["tenant", "fingerprint"]), "post": op("Retire an executor CA: executors it certified enroll again", None, "Credentials")},
+            "/v1/tenants/{tenant}/issuers/revoke-token": {"parameters": tenant_param, "post": op("Revoke a token id of a tenant issuer", Some("RevokeIssuerToken"), "IssuerTokenRevocation")},
             "/v1/tenants/{tenant}/operations/{operation}": {"parameters": params(&["tenant", "operation"]), "get": op("Show an operation", None, "Operation")},
             "/v1/tenants/{tenant}/operations/{operation}/cancel": {"parameters": params(&["tenant", "operation"]), "post": op("Cancel an operation no attempt has started for", None, "Operation")},
             "/v1/tenants/{tenant}/operations/{operation}/accept": {"parameters": params(&["tenant", "operation"]), "post": op("Accept a reported effect (needs an independent observation)", Some("OperationDecision"), "Operation")},
@@ -287,6 +293,16 @@ fn schemas() -> Value {
             "issuer": {"type": "string"}, "audience": {"type": "string"}, "jwks": {"type": "string", "description": "JWKS JSON text"}}},
         "IssuerList": {"type": "object", "properties": {"issuers": {"type": "array", "items": {"type": "object"}}}},
         "RemoveIssuer": {"type": "object", "additionalProperties": false, "required": ["issuer"], "properties": {"issuer": {"type": "string"}}},
+        "RevokeIssuerToken": {"type": "object", "additionalProperties": false, "required": ["issuer", "jti"], "properties": {
+            "issuer": {"type": "string"}, "jti": {"type": "string", "minLength": 1, "maxLength": 256}}},
+        "IssuerTokenRevocation": {"type": "object", "required": ["issuer", "jti", "until_ms"], "properties": {
+            "issuer": {"type": "string"}, "jti": {"type": "string"}, "until_ms": {"type": "integer"}}},
+        "RevokeCertificate": {"type": "object", "additionalProperties": false, "required": ["serial", "identity", "not_after_ms"], "properties": {
+            "serial": {"type": "string", "description": "hex, as `writ pki list` prints it"}, "identity": {"type": "string", "description": "role:id, e.g. edge:a"},
+            "not_after_ms": {"type": "integer", "minimum": 0}}},
+        "Credentials": {"type": "object", "required": ["signing_keys", "retired_signing_keys", "revoked_certificates"], "properties": {
+            "signing_keys": {"type": "array", "items": {"type": "string"}}, "retired_signing_keys": {"type": "object"},
+            "revoked_certificates": {"type": "array", "items": {"type": "object"}}, "tenant": {"type": "object"}}},
         "ClusterStatus": {"type": "object"}
     })
 }

@@ -11,7 +11,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use writ_api::auth::Signer;
 use writ_api::device::{Device, Site};
 use writ_api::dto::PrincipalQuotasView;
 use writ_api::dto::{
@@ -37,8 +36,8 @@ pub const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
 pub struct AdminConfig {
     /// The operator bearer token (non-empty; checked by config).
     pub operator_token: String,
-    /// This node's token-signing key.
-    pub signer: Arc<Signer>,
+    /// This node's token-signing key (replaced when the ledger retires it).
+    pub signing_keys: crate::signing::SigningKeys,
     /// Default `aud` of issued tokens (the edge's canonical URI).
     pub token_audience: String,
     /// This node's secret for deriving its per-tenant executor CA keys.
@@ -51,12 +50,11 @@ pub(crate) struct AdminState {
     pub(crate) ledger: Arc<dyn Ledger>,
     /// sha256 of the operator token: compared in constant time, never kept in clear.
     operator_token_sha256: [u8; 32],
-    pub(crate) signer: Arc<Signer>,
+    pub(crate) signing_keys: crate::signing::SigningKeys,
     pub(crate) token_audience: String,
-    /// Follows the ledger to answer `token inspect` exactly as an edge would.
+    /// Follows the ledger to answer `token inspect` exactly as an edge would (and to see
+    /// whether this node's signing key is registered or retired).
     pub(crate) verifier: Verifier,
-    /// Set once this node's signing key is known to be registered in the ledger.
-    pub(crate) key_registered: std::sync::atomic::AtomicBool,
     pub(crate) ca_secret: [u8; 32],
     pub(crate) executor_cert_ttl_s: u64,
 }
@@ -69,9 +67,8 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         verifier: Verifier::follow(ledger.clone(), config.token_audience.clone()),
         ledger,
         operator_token_sha256: Sha256::digest(config.operator_token.as_bytes()).into(),
-        signer: config.signer,
+        signing_keys: config.signing_keys,
         token_audience: config.token_audience,
-        key_registered: Default::default(),
         ca_secret: config.ca_secret,
         executor_cert_ttl_s: config.executor_cert_ttl_s,
     });
@@ -96,6 +93,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}/principals/{principal}/scopes/revoke", post(revoke_scope))
         .route("/v1/tenants/{tenant}/principals/{principal}/quotas", get(get_quotas).put(set_quotas))
         .merge(crate::tokens::routes())
+        .merge(crate::credentials::routes())
         .merge(crate::catalogs::routes())
         .merge(crate::audit::routes())
         .merge(crate::enroll::operator_routes())

@@ -2,12 +2,13 @@
 //! tenant-owned token issuers. The ledger records and checks every token (scopes ⊆ grant, TTL
 //! bounds, delegation depth); this module signs what the ledger accepted.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use writ_api::auth::Signer;
 use writ_api::auth::WritClaims;
 use writ_api::dto::{
     DelegateTokenRequest, InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, Query as LedgerQuery,
@@ -35,14 +36,35 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/v1/tenants/{tenant}/issuers/remove", post(remove_issuer))
 }
 
-/// Publishes this node's public key in the ledger once per process (idempotent there).
-async fn ensure_key_registered(st: &AdminState) -> Result<(), Rejection> {
-    if st.key_registered.load(Ordering::Acquire) {
-        return Ok(());
+/// The signer to sign with: this node's key, registered in the ledger and not retired. A key
+/// the ledger retired is replaced by a new one first, which is then registered. (A token signed
+/// within the replica's lag after a retirement is refused by every verifier: ask again.)
+async fn registered_signer(st: &AdminState) -> Result<Arc<Signer>, Rejection> {
+    let mut signer = st.signing_keys.current();
+    let replace = |signer: &Signer| {
+        st.signing_keys
+            .replace(signer)
+            .map_err(|e| Rejection::new(ReasonCode::INTERNAL, format!("a new signing key could not be stored: {e}")))
+    };
+    for _ in 0..3 {
+        let key = signer.public_key();
+        let (registered, retired) = st.verifier.with_state(|s| {
+            (s.signing_keys.get(&key.kid) == Some(key), s.revocations.signing_keys.contains_key(&key.kid))
+        });
+        if retired {
+            signer = replace(&signer)?;
+            continue;
+        }
+        if registered {
+            return Ok(signer);
+        }
+        match submit(st, Command::RegisterSigningKey { key: key.clone() }).await {
+            Ok(_) => return Ok(signer),
+            Err(r) if r.reason == ReasonCode::CREDENTIAL_RETIRED => signer = replace(&signer)?,
+            Err(r) => return Err(r),
+        }
     }
-    submit(st, Command::RegisterSigningKey { key: st.signer.public_key().clone() }).await?;
-    st.key_registered.store(true, Ordering::Release);
-    Ok(())
+    Err(Rejection::new(ReasonCode::INTERNAL, "no signing key of this node could be registered"))
 }
 
 /// Records the token in the ledger, then signs what the ledger recorded.
@@ -56,7 +78,7 @@ async fn issue(
     if audience.is_empty() || audience.len() > writ_api::token::ISSUER_BYTES_MAX {
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, "audience must be 1..=512 bytes"));
     }
-    ensure_key_registered(st).await?;
+    let signer = registered_signer(st).await?;
     let events = submit(st, Command::IssueToken { tenant_id: tenant_id.clone(), request }).await?;
     let Some((revision, Event::TokenIssuedV1 { token, .. })) = events.into_iter().next().map(|e| (e.revision, e.event))
     else {
@@ -76,7 +98,7 @@ async fn issue(
         rev: revision,
     };
     Ok(IssuedToken {
-        token: st.signer.sign(&claims)?,
+        token: signer.sign(&claims)?,
         jti: token.jti,
         tenant_id,
         principal_id: token.principal_id,

@@ -40,14 +40,11 @@ impl Routers {
     pub fn with_config(adjust: impl FnOnce(&mut EdgeConfig)) -> Routers {
         crate::init_test_log();
         let ledger = Arc::new(MemoryLedger::new());
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).expect("key");
-        let signer =
-            writ_api::auth::Signer::new(key.serialize_pem().as_bytes(), key.public_key_raw().to_vec()).expect("signer");
         let admin = writ_tenant_admin::router(
             ledger.clone() as Arc<dyn Ledger>,
             writ_tenant_admin::AdminConfig {
                 operator_token: TEST_OPERATOR_TOKEN.into(),
-                signer: Arc::new(signer),
+                signing_keys: writ_tenant_admin::signing::SigningKeys::ephemeral().expect("signing key"),
                 token_audience: EDGE_URL.into(),
                 ca_secret: [7; 32],
                 executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,

@@ -299,5 +299,80 @@ async fn tenant_issuer_tokens_verify_with_the_inline_jwks() {
     assert_eq!(code, 1, "{out}{err}");
     let v: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["reason"], "AUTH_TOKEN_EXPIRED");
+
+    // Revoking one token id (`jti`) of the issuer: its tokens are refused, the others are not.
+    let with_jti = |jti: &str| {
+        let mut c = claims("writ-prod", now + 300);
+        c["jti"] = json!(jti);
+        sign(c, "idp-1")
+    };
+    let (doomed, kept) = (with_jti("idp-tok-1"), with_jti("idp-tok-2"));
+    verifier.verify(&doomed).await.expect("verifies before the revocation");
+    let (code, out, err) = run_cli(
+        &url,
+        &["issuer", "revoke-token", "--tenant", "own-idp", "https://idp.example", "--jti", "idp-tok-1", "-o", "json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let revocation: Value = serde_json::from_str(&out).expect("json");
+    assert!(revocation["until_ms"].as_u64().expect("until") > now_ms() + 3_600_000, "{revocation}");
+    writ_tests::eventually("the revoked token id refused", Duration::from_secs(10), || async {
+        verifier.verify(&doomed).await.err().filter(|e| e.reason == ReasonCode::AUTH_TOKEN_REVOKED)
+    })
+    .await;
+    verifier.verify(&kept).await.expect("another token id still verifies");
+    let (code, out, err) =
+        run_cli(&url, &["issuer", "revoke-token", "--tenant", "own-idp", "https://idp.example", "--jti", "idp-tok-1"]);
+    assert_ne!(code, 0, "revoked twice: {out}");
+    assert!(err.contains("TOKEN_ALREADY_REVOKED"), "{err}");
+    let (code, out, _) = run_cli(&url, &["credential", "show", "--tenant", "own-idp", "-o", "json"]);
+    assert_eq!(code, 0);
+    let shown: Value = serde_json::from_str(&out).expect("json");
+    assert!(shown["tenant"]["revoked_issuer_tokens"]["https://idp.example"]["idp-tok-1"].is_u64(), "{shown}");
+    node.shutdown().await;
+}
+
+/// Retiring a node's token-signing key (SPEC S4): every token it signed is refused at once, the
+/// key can never come back, and the node signs the next token with a new key it stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_signing_key_refuses_its_tokens_and_its_node_moves_to_a_new_key() {
+    let (node, dir) = single_node().await;
+    let url = node.url.clone();
+    let admin = Admin::new();
+    let tenant = setup_tenant(&admin, &url, "key-rotation").await;
+    principal(&admin, &url, &tenant, "agent", "readOnly").await;
+    let (code, old) = issue(&admin, &url, &tenant, json!({"principal": "agent", "audience": AUD})).await;
+    assert_eq!(code, 201, "{old}");
+    let old_token = old["token"].as_str().expect("token").to_string();
+    let kid_of =
+        |token: &str| writ_api::auth::segment(token, 0).expect("header")["kid"].as_str().expect("kid").to_string();
+    let old_kid = kid_of(&old_token);
+    let key_file = dir.path().join("signing-key.pem");
+    let old_pem = std::fs::read_to_string(&key_file).expect("key file");
+    let verifier = verifier_on(&url);
+    ready(&verifier).await;
+    verifier.verify(&old_token).await.expect("verifies before the retirement");
+
+    let (code, out, err) = run_cli(&url, &["credential", "retire-key", &old_kid, "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let shown: Value = serde_json::from_str(&out).expect("json");
+    assert!(shown["retired_signing_keys"][&old_kid].is_u64(), "{shown}");
+    writ_tests::eventually("the retired key's token refused", Duration::from_secs(10), || async {
+        verifier.verify(&old_token).await.err().filter(|e| e.reason == ReasonCode::AUTH_TOKEN_REVOKED)
+    })
+    .await;
+    let (code, out, err) = run_cli(&url, &["credential", "retire-key", &old_kid]);
+    assert_ne!(code, 0, "retired twice: {out}");
+    assert!(err.contains("CREDENTIAL_RETIRED"), "{err}");
+
+    // The next token comes from a new key, registered and stored in the node's key file.
+    let (code, new) = issue(&admin, &url, &tenant, json!({"principal": "agent", "audience": AUD})).await;
+    assert_eq!(code, 201, "{new}");
+    let new_token = new["token"].as_str().expect("token");
+    assert_ne!(kid_of(new_token), old_kid);
+    verifier.verify(new_token).await.expect("a token of the new key verifies");
+    assert_ne!(std::fs::read_to_string(&key_file).expect("key file"), old_pem, "the key file holds the new key");
+    let (_, out, _) = run_cli(&url, &["credential", "show", "-o", "json"]);
+    let shown: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(shown["signing_keys"], json!([kid_of(new_token)]), "{shown}");
     node.shutdown().await;
 }

@@ -850,3 +850,43 @@ async fn an_executor_renews_its_certificate_while_serving() {
     assert!(!out.status.success() && stderr.contains("EXECUTOR_REVOKED"), "{stderr}");
     assert!(!x.dir.join("executor.key.renewing").exists());
 }
+
+/// Retiring a tenant's executor CA (SPEC S4): executors it certified are refused at once (their
+/// next handshake or request), the CA can never come back, and the next enrollment gets a
+/// certificate from a new CA that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_executor_ca_cuts_off_its_executors_and_enrollment_moves_to_a_new_ca() {
+    let w = World::start().await;
+    w.device("press-ca").await;
+    let before = w.executor("before", &["press-ca"], "kind = \"simulated\"").await;
+    let endpoint = std::fs::read_to_string(before.dir.join("executor.toml")).unwrap();
+    let endpoint = endpoint.split('"').find(|s| s.starts_with("https://")).expect("edge url").to_string();
+    let dispatch = format!("{endpoint}/executor/v1/dispatch");
+    let connects = |x: &ExecutorProc| {
+        let request = x.mtls_client().get(&dispatch);
+        async move { request.send().await.is_ok_and(|r| r.status() == 200) }
+    };
+    assert!(connects(&before).await, "an enrolled executor connects");
+    let old_ca = recorded_cert(&w, &before.executor_id).await["ca_fingerprint"].as_str().unwrap().to_string();
+
+    let (code, out, err) = w.dev.cli(&["credential", "retire-ca", "--tenant", "demo", &old_ca, "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert!(shown["tenant"]["retired_executor_cas"][&old_ca].is_u64(), "{shown}");
+    eventually("the retired CA's executor refused", Duration::from_secs(10), || async {
+        (!connects(&before).await).then_some(())
+    })
+    .await;
+    let (code, _, err) = w.dev.cli(&["credential", "retire-ca", "--tenant", "demo", &old_ca]);
+    assert_ne!(code, 0);
+    assert!(err.contains("CREDENTIAL_RETIRED"), "{err}");
+
+    let after = w.executor("after", &["press-ca"], "kind = \"simulated\"").await;
+    let new_ca = recorded_cert(&w, &after.executor_id).await["ca_fingerprint"].as_str().unwrap().to_string();
+    assert_ne!(new_ca, old_ca, "enrollment moved to a new CA");
+    eventually("the new CA's executor connects", Duration::from_secs(10), || async {
+        connects(&after).await.then_some(())
+    })
+    .await;
+    assert!(!connects(&before).await, "the old executor stays refused");
+}

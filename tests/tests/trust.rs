@@ -503,3 +503,38 @@ async fn a_critical_call_runs_only_with_another_principals_approval() {
         .await;
     assert_eq!(done["structuredContent"]["attempts"], 1, "{done}");
 }
+
+/// A revoked role certificate (SPEC S4) is refused by a node from the moment it applied the
+/// revocation — also on a connection opened before — while another certificate of the same role
+/// keeps working; revoking it again is a clear conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_role_certificate_is_refused_even_on_an_open_connection() {
+    let (node, _dir) = writ_tests::procs::single_node().await;
+    let url = node.url.clone();
+    let doomed = pki::http(Some((Role::Edge, "doomed")));
+    let bystander = pki::http(Some((Role::Edge, "bystander")));
+    let read_index = |client: &reqwest::Client| {
+        let request = client.get(format!("{url}/client/read-index"));
+        async move { request.send().await.expect("read-index") }
+    };
+    // Opens the connection the client keeps for the next request.
+    assert_eq!(read_index(&doomed).await.status(), StatusCode::OK);
+
+    let cert = pki::credential(Role::Edge, "doomed").cert;
+    let args = ["credential", "revoke-cert", "--cert", cert.to_str().expect("path"), "-o", "json"];
+    let (code, out, err) = writ_tests::procs::run_cli(&url, &args);
+    assert_eq!(code, 0, "{out}{err}");
+    let shown: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(shown["revoked_certificates"][0]["identity"], "edge:doomed", "{shown}");
+    let refused = writ_tests::eventually("the revoked certificate refused", Duration::from_secs(10), || async {
+        let r = read_index(&doomed).await;
+        (r.status() == StatusCode::FORBIDDEN).then_some(r)
+    })
+    .await;
+    assert_eq!(refused.json::<Value>().await.expect("body")["reason"], "CREDENTIAL_RETIRED");
+    assert_eq!(read_index(&bystander).await.status(), StatusCode::OK, "another edge certificate still works");
+    let (code, out, err) = writ_tests::procs::run_cli(&url, &args[..4]);
+    assert_ne!(code, 0, "revoked twice: {out}");
+    assert!(err.contains("CREDENTIAL_RETIRED"), "{err}");
+    node.shutdown().await;
+}

@@ -15,11 +15,12 @@ use writ_api::catalog::CatalogVersion;
 use writ_api::device::{Device, Site};
 use writ_api::dto::{
     AddLearnerRequest, AuditPage, CatalogList, ClusterStatus, CreateDeviceRequest, CreateEnrollmentRequest,
-    CreatePrincipalRequest, CreateSiteRequest, CreateTenantRequest, CreatedEnrollment, DecisionRequest,
-    DelegateTokenRequest, DeviceList, EnrollRequest, EnrollResponse, ErrorBody, ExecutorList, InspectTokenRequest,
-    IssueTokenRequest, IssuedToken, IssuerList, MembershipRequest, NodeStatus, PrincipalList, PrincipalQuotasView,
-    RemoveIssuerRequest, ResolveRequest, RevokePrincipalRequest, RevokeScopeRequest, RevokedToken, SiteList,
-    SuspendTenantRequest, TenantList, TokenInspection,
+    CreatePrincipalRequest, CreateSiteRequest, CreateTenantRequest, CreatedEnrollment, CredentialsView,
+    DecisionRequest, DelegateTokenRequest, DeviceList, EnrollRequest, EnrollResponse, ErrorBody, ExecutorList,
+    InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, IssuerTokenRevocation, MembershipRequest,
+    NodeStatus, PrincipalList, PrincipalQuotasView, RemoveIssuerRequest, ResolveRequest, RevokeCertificateRequest,
+    RevokeIssuerTokenRequest, RevokePrincipalRequest, RevokeScopeRequest, RevokedToken, SiteList, SuspendTenantRequest,
+    TenantList, TokenInspection,
 };
 use writ_api::ledger::Tenant;
 use writ_api::operation::Operation;
@@ -360,6 +361,37 @@ impl AdminClient {
 
     pub async fn remove_issuer(&self, tenant: &str, request: &RemoveIssuerRequest) -> Result<(), AdminError> {
         self.post(&tenant_path(tenant, "/issuers/remove"), request).await
+    }
+
+    /// Revokes a token id of a tenant issuer: its tokens are refused until `until_ms`.
+    pub async fn revoke_issuer_token(
+        &self,
+        tenant: &str,
+        request: &RevokeIssuerTokenRequest,
+    ) -> Result<IssuerTokenRevocation, AdminError> {
+        self.post(&tenant_path(tenant, "/issuers/revoke-token"), request).await
+    }
+
+    // Credentials: signing keys, role certificates, executor CAs.
+
+    /// The cluster's signing keys and revocations (and with `tenant`, its executor CAs and
+    /// revoked issuer token ids).
+    pub async fn credentials(&self, tenant: Option<&str>) -> Result<CredentialsView, AdminError> {
+        let params: Vec<(&str, String)> = tenant.map(|t| ("tenant", t.to_string())).into_iter().collect();
+        self.get(&format!("/v1/cluster/credentials{}", query(&params))).await
+    }
+
+    pub async fn retire_signing_key(&self, kid: &str) -> Result<CredentialsView, AdminError> {
+        self.post(&format!("/v1/cluster/signing-keys/{}/retire", encode(kid)), &serde_json::json!({})).await
+    }
+
+    pub async fn revoke_certificate(&self, request: &RevokeCertificateRequest) -> Result<CredentialsView, AdminError> {
+        self.post("/v1/cluster/certificates/revoke", request).await
+    }
+
+    pub async fn retire_executor_ca(&self, tenant: &str, fingerprint: &str) -> Result<CredentialsView, AdminError> {
+        let path = tenant_path(tenant, &format!("/executor-cas/{}/retire", encode(fingerprint)));
+        self.post(&path, &serde_json::json!({})).await
     }
 
     // Catalogs.

@@ -16,6 +16,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use writ_api::revocation::RevokedRoleCertificateV1;
+use writ_api::role::{Identity, IDENTITY_URI_PREFIX};
 
 /// How often a credential's files are looked at again (one `stat` per file per period).
 pub const RELOAD_CHECK_PERIOD: Duration = Duration::from_secs(1);
@@ -342,4 +344,41 @@ impl ClientTls {
             }
         }
     }
+}
+
+/// The role identity a (verified) cluster certificate names — exactly one
+/// `urn:writ:<role>:<id>` SAN URI — and its serial as revocations name it
+/// ([`writ_api::revocation::normalize_serial`]).
+pub fn role_certificate(cert_der: &[u8]) -> Result<(Identity, String), String> {
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(cert_der).map_err(|e| format!("unreadable certificate: {e}"))?;
+    let serial = writ_api::revocation::normalize_serial(&hex::encode(cert.raw_serial()))
+        .ok_or_else(|| "the certificate's serial is longer than 20 octets".to_string())?;
+    let sans = cert
+        .subject_alternative_name()
+        .map_err(|e| format!("bad subjectAltName: {e}"))?
+        .map(|ext| ext.value.general_names.clone())
+        .unwrap_or_default();
+    let mut found = sans.iter().filter_map(|n| match n {
+        x509_parser::extensions::GeneralName::URI(u) if u.starts_with(IDENTITY_URI_PREFIX) => Some(*u),
+        _ => None,
+    });
+    let (Some(uri), None) = (found.next(), found.next()) else {
+        return Err("the certificate must name exactly one urn:writ:<role>:<id> identity".into());
+    };
+    let identity = Identity::from_uri(uri).ok_or_else(|| format!("'{uri}' is not a Writ role identity"))?;
+    Ok((identity, serial))
+}
+
+/// What revoking the role certificate in `pem` records: its serial, the identity it names and
+/// its `notAfter` (`writ admin credential revoke-cert --cert FILE`).
+pub fn revocation_of(pem: &[u8]) -> Result<RevokedRoleCertificateV1, String> {
+    let der = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .ok_or("no CERTIFICATE block")?
+        .map_err(|e| format!("unreadable PEM: {e}"))?;
+    let (identity, serial) = role_certificate(&der)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| format!("unreadable certificate: {e}"))?;
+    let not_after_ms = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0).saturating_mul(1000);
+    Ok(RevokedRoleCertificateV1 { serial, identity: identity.to_string(), not_after_ms })
 }

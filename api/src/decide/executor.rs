@@ -1,6 +1,7 @@
 //! Executor enrollment (SPEC X1): one-time expiring enrollments, their atomic completion with a certificate record, revocation, and tenant executor CAs.
 
 use super::prelude::*;
+use crate::revocation::EXECUTOR_CA_RETIREMENTS_MAX;
 
 pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
@@ -84,6 +85,12 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             if ca.fingerprint != crate::sha256_hex(&ca.cert_der) {
                 return Err(Rejection::new(ReasonCode::INPUT_INVALID, "CA fingerprint does not match its certificate"));
             }
+            if state.revocations.executor_ca_retired(tenant_id, &ca.fingerprint) {
+                return Err(Rejection::new(
+                    ReasonCode::CREDENTIAL_RETIRED,
+                    format!("executor CA {} of this tenant was retired", ca.fingerprint),
+                ));
+            }
             if state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(&ca.fingerprint)) {
                 return Ok(vec![]);
             }
@@ -117,6 +124,29 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                 from_fingerprint: from_fingerprint.clone(),
                 cert: cert.clone(),
             }])
+        }
+        Command::RetireExecutorCa { tenant_id, fingerprint } => {
+            existing(state, tenant_id)?;
+            if state.revocations.executor_ca_retired(tenant_id, fingerprint) {
+                return Err(Rejection::new(
+                    ReasonCode::CREDENTIAL_RETIRED,
+                    format!("executor CA {fingerprint} is already retired"),
+                ));
+            }
+            if !state.executor_cas.get(tenant_id).is_some_and(|m| m.contains_key(fingerprint)) {
+                return Err(Rejection::new(
+                    ReasonCode::NOT_FOUND,
+                    format!("no executor CA {fingerprint} in this tenant"),
+                ));
+            }
+            let retired = state.revocations.executor_cas.get(tenant_id).map_or(0, |m| m.len());
+            if retired >= EXECUTOR_CA_RETIREMENTS_MAX {
+                return Err(Rejection::new(
+                    ReasonCode::QUOTA_EXCEEDED,
+                    format!("this tenant retired {EXECUTOR_CA_RETIREMENTS_MAX} executor CAs already"),
+                ));
+            }
+            Ok(vec![Event::ExecutorCaRetiredV1 { tenant_id: tenant_id.clone(), fingerprint: fingerprint.clone() }])
         }
         other => Err(misrouted(other)),
     }

@@ -343,3 +343,138 @@ fn executor_certificates_renew_from_a_mapped_certificate_until_revoked() {
     ok(&mut st, Command::RevokeExecutor { tenant_id: "a".into(), executor_id: "x".into() });
     assert_eq!(refused(&st, renew(4, cert(5))), Some(ReasonCode::EXECUTOR_REVOKED));
 }
+
+/// Revocations and retirements (SPEC S4): each refused twice with its reason, bounded, dropped
+/// once what it names has expired; a retired key or CA never comes back, and retiring a CA cuts
+/// off the executors it certified.
+#[test]
+fn credentials_are_revoked_and_retired_for_good() {
+    use crate::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
+    use crate::revocation::{RevokedRoleCertificateV1, ISSUER_REVOCATIONS_MAX};
+    use crate::token::{SigningKeyV1, TenantIssuerV1};
+    let mut st = LedgerState::default();
+    let at = |st: &mut LedgerState, now: u64, cmd: Command| -> Option<ReasonCode> {
+        match st.execute(&req(now, cmd)).0 {
+            Outcome::Applied { .. } => None,
+            Outcome::Rejected { reason, .. } => Some(reason),
+            Outcome::Internal => panic!("internal outcome"),
+        }
+    };
+    assert_eq!(at(&mut st, 1_000, create("a", "acme")), None);
+
+    // A signing key: retired once, never registered again.
+    let key = SigningKeyV1 { kid: "k".into(), alg: "EdDSA".into(), public_key: vec![7; 32] };
+    assert_eq!(at(&mut st, 3_000, Command::RetireSigningKey { kid: "k".into() }), Some(ReasonCode::NOT_FOUND));
+    assert_eq!(at(&mut st, 3_000, Command::RegisterSigningKey { key: key.clone() }), None);
+    assert_eq!(at(&mut st, 3_000, Command::RetireSigningKey { kid: "k".into() }), None);
+    assert!(!st.signing_keys.contains_key("k") && st.revocations.signing_keys.contains_key("k"));
+    assert_eq!(at(&mut st, 3_000, Command::RetireSigningKey { kid: "k".into() }), Some(ReasonCode::CREDENTIAL_RETIRED));
+    assert_eq!(at(&mut st, 3_000, Command::RegisterSigningKey { key }), Some(ReasonCode::CREDENTIAL_RETIRED));
+
+    // A role certificate: the serial in its one spelling, a live certificate, dropped after it expires.
+    let cert = |serial: &str, not_after_ms: u64| Command::RevokeRoleCertificate {
+        certificate: RevokedRoleCertificateV1 { serial: serial.into(), identity: "edge:a".into(), not_after_ms },
+    };
+    assert_eq!(at(&mut st, 4_000, cert("00ab", 10_000)), Some(ReasonCode::INPUT_INVALID), "not normalized");
+    assert_eq!(at(&mut st, 4_000, cert("ab", 4_000)), Some(ReasonCode::INPUT_INVALID), "expired already");
+    let bad_identity = Command::RevokeRoleCertificate {
+        certificate: RevokedRoleCertificateV1 {
+            serial: "ab".into(),
+            identity: "executor:x".into(),
+            not_after_ms: 10_000,
+        },
+    };
+    assert_eq!(at(&mut st, 4_000, bad_identity), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(at(&mut st, 4_000, cert("ab", 10_000)), None);
+    assert!(st.revocations.role_certificate_revoked("ab"));
+    assert_eq!(at(&mut st, 4_000, cert("ab", 10_000)), Some(ReasonCode::CREDENTIAL_RETIRED));
+    assert_eq!(at(&mut st, 10_001, cert("cd", 20_000)), None);
+    assert!(!st.revocations.role_certificate_revoked("ab"), "dropped after its notAfter");
+
+    // An executor CA: its executors lose their certificates; it cannot come back.
+    assert_eq!(
+        at(
+            &mut st,
+            5_000,
+            Command::CreateSite {
+                tenant_id: "a".into(),
+                site_id: "s".into(),
+                name: "plant".into(),
+                display_name: None
+            }
+        ),
+        None
+    );
+    let ca = ExecutorCaV1 { fingerprint: crate::sha256_hex(b"ca"), cert_der: b"ca".to_vec() };
+    let other = ExecutorCaV1 { fingerprint: crate::sha256_hex(b"ca2"), cert_der: b"ca2".to_vec() };
+    for c in [&ca, &other] {
+        assert_eq!(at(&mut st, 5_000, Command::RegisterExecutorCa { tenant_id: "a".into(), ca: c.clone() }), None);
+    }
+    for (n, c) in [(1u8, &ca), (2u8, &other)] {
+        let enrollment = EnrollmentV1 {
+            enrollment_id: format!("e{n}"),
+            site_id: "s".into(),
+            device_ids: Default::default(),
+            token_sha256: "00".repeat(32),
+            ttl_s: 60,
+        };
+        assert_eq!(at(&mut st, 5_000, Command::CreateEnrollment { tenant_id: "a".into(), enrollment }), None);
+        let cert = ExecutorCertV1 {
+            executor_id: format!("x{n}"),
+            fingerprint: format!("{n:02x}").repeat(32),
+            serial: format!("{n:02x}"),
+            not_after_ms: 1_000_000,
+            ca_fingerprint: c.fingerprint.clone(),
+        };
+        let complete = Command::CompleteEnrollment {
+            tenant_id: "a".into(),
+            enrollment_id: format!("e{n}"),
+            token_sha256: "00".repeat(32),
+            cert,
+        };
+        assert_eq!(at(&mut st, 5_000, complete), None);
+    }
+    let retire =
+        |fingerprint: &str| Command::RetireExecutorCa { tenant_id: "a".into(), fingerprint: fingerprint.into() };
+    assert_eq!(at(&mut st, 6_000, retire(&"ee".repeat(32))), Some(ReasonCode::NOT_FOUND));
+    assert_eq!(at(&mut st, 6_000, retire(&ca.fingerprint)), None);
+    let mapped: Vec<&str> = st.executor_certs.values().map(|(_, x)| x.as_str()).collect();
+    assert_eq!(mapped, ["x2"], "only the executor of the other CA keeps its certificate");
+    assert!(!st.executor_cas["a"].contains_key(&ca.fingerprint));
+    assert_eq!(at(&mut st, 6_000, retire(&ca.fingerprint)), Some(ReasonCode::CREDENTIAL_RETIRED));
+    let again = Command::RegisterExecutorCa { tenant_id: "a".into(), ca: ca.clone() };
+    assert_eq!(at(&mut st, 6_000, again), Some(ReasonCode::CREDENTIAL_RETIRED));
+
+    // A tenant issuer's token id: kept for the tenant's longest token lifetime (+ skew).
+    let jwks = r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"k1","alg":"EdDSA"}]}"#;
+    let issuer = TenantIssuerV1 { issuer: "https://idp".into(), audience: "writ".into(), jwks: jwks.into() };
+    assert_eq!(at(&mut st, 1_000, Command::SetTenantIssuer { tenant_id: "a".into(), issuer }), None);
+    let revoke =
+        |jti: &str| Command::RevokeIssuerToken { tenant_id: "a".into(), issuer: "https://idp".into(), jti: jti.into() };
+    assert_eq!(at(&mut st, 20_000, revoke("j1")), None);
+    let until = st.revocations.issuer_tokens["https://idp"]["j1"];
+    let ttl_max_ms = st.tenants["a"].settings.token_ttl_max_s * 1000;
+    assert_eq!(until, 20_000 + ttl_max_ms + crate::auth::CLOCK_SKEW_MS);
+    assert!(st.revocations.issuer_token_revoked("https://idp", "j1"));
+    assert_eq!(at(&mut st, 20_000, revoke("j1")), Some(ReasonCode::TOKEN_ALREADY_REVOKED));
+    assert_eq!(at(&mut st, 20_000, revoke("")), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(at(&mut st, 20_000, revoke(&"j".repeat(257))), Some(ReasonCode::INPUT_INVALID));
+    let foreign = Command::RevokeIssuerToken { tenant_id: "a".into(), issuer: "https://other".into(), jti: "j".into() };
+    assert_eq!(at(&mut st, 20_000, foreign), Some(ReasonCode::ISSUER_NOT_FOUND));
+    // The next revocation after `until` drops the expired one.
+    assert_eq!(at(&mut st, until + 1, revoke("j2")), None);
+    assert!(!st.revocations.issuer_token_revoked("https://idp", "j1"), "dropped once its tokens expired");
+    // Bounded: a full set refuses more until entries expire.
+    let full: std::collections::BTreeMap<String, u64> =
+        (0..ISSUER_REVOCATIONS_MAX).map(|i| (format!("f{i}"), u64::MAX)).collect();
+    st.revocations.issuer_tokens.insert("https://idp".into(), full);
+    assert_eq!(at(&mut st, until + 2, revoke("one-more")), Some(ReasonCode::QUOTA_EXCEEDED));
+    st.revocations.issuer_tokens.clear();
+
+    // All of it survives the state's encoding (format 2) and is in the digest.
+    let decoded = LedgerState::decode_versioned(&st.encode_versioned()).expect("decodes");
+    assert_eq!(decoded, st);
+    let mut without = st.clone();
+    without.revocations = Default::default();
+    assert_ne!(without.digest(), st.digest(), "revocations are part of the digest");
+}

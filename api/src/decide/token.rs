@@ -1,6 +1,9 @@
 //! Tokens and issuers (SPEC D2, D3): recording a token (domain gate, lifetime bounds, delegation subset and depth), cascading revocation, node signing keys and tenant issuers.
 
 use super::prelude::*;
+use crate::revocation::{
+    normalize_serial, ISSUER_REVOCATIONS_MAX, JTI_BYTES_MAX, ROLE_REVOCATIONS_MAX, SERIAL_HEX_MAX,
+};
 
 pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
@@ -24,6 +27,9 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         }
         Command::RegisterSigningKey { key } => {
             key.validate()?;
+            if state.revocations.signing_keys.contains_key(&key.kid) {
+                return Err(retired(format!("signing key '{}' was retired", key.kid)));
+            }
             match state.signing_keys.get(&key.kid) {
                 Some(known) if known == key => Ok(vec![]),
                 Some(_) => Err(Rejection::new(
@@ -53,8 +59,88 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                 _ => Err(Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' in this tenant"))),
             }
         }
+        Command::RevokeIssuerToken { tenant_id, issuer, jti } => {
+            let tenant = existing(state, tenant_id)?;
+            if state.issuers.get(issuer).is_none_or(|i| i.tenant_id != *tenant_id) {
+                return Err(Rejection::new(
+                    ReasonCode::ISSUER_NOT_FOUND,
+                    format!("no issuer '{issuer}' in this tenant"),
+                ));
+            }
+            if jti.is_empty() || jti.len() > JTI_BYTES_MAX {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("jti must be 1..={JTI_BYTES_MAX} bytes"),
+                ));
+            }
+            let revoked = state.revocations.issuer_tokens.get(issuer);
+            if revoked.and_then(|m| m.get(jti)).is_some_and(|until| *until > now) {
+                return Err(Rejection::new(
+                    ReasonCode::TOKEN_ALREADY_REVOKED,
+                    format!("token id '{jti}' of '{issuer}' is already revoked"),
+                ));
+            }
+            if revoked.map_or(0, |m| m.values().filter(|until| **until > now).count()) >= ISSUER_REVOCATIONS_MAX {
+                return Err(Rejection::new(
+                    ReasonCode::QUOTA_EXCEEDED,
+                    format!(
+                        "issuer '{issuer}' holds {ISSUER_REVOCATIONS_MAX} revoked token ids; each is dropped when                          the tokens carrying it have expired"
+                    ),
+                ));
+            }
+            // Kept until every token that carried the id has expired: the issuer's tokens live at
+            // most the tenant's token_ttl_max_s from their iat, which may run ahead by the skew.
+            let until_ms = now
+                .saturating_add(tenant.settings.token_ttl_max_s.saturating_mul(1000))
+                .saturating_add(crate::auth::CLOCK_SKEW_MS);
+            Ok(vec![Event::IssuerTokenRevokedV1 {
+                tenant_id: tenant_id.clone(),
+                issuer: issuer.clone(),
+                jti: jti.clone(),
+                until_ms,
+            }])
+        }
+        Command::RetireSigningKey { kid } => {
+            if state.revocations.signing_keys.contains_key(kid) {
+                return Err(retired(format!("signing key '{kid}' is already retired")));
+            }
+            if !state.signing_keys.contains_key(kid) {
+                return Err(Rejection::new(ReasonCode::NOT_FOUND, format!("no signing key '{kid}'")));
+            }
+            Ok(vec![Event::SigningKeyRetiredV1 { kid: kid.clone() }])
+        }
+        Command::RevokeRoleCertificate { certificate } => {
+            let c = certificate;
+            if normalize_serial(&c.serial).as_deref() != Some(c.serial.as_str()) {
+                return Err(Rejection::new(
+                    ReasonCode::INPUT_INVALID,
+                    format!("serial must be 1..={SERIAL_HEX_MAX} lowercase hex digits without leading zero octets"),
+                ));
+            }
+            if crate::role::Identity::parse(&c.identity).is_none() {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "identity must be <role>:<id>, e.g. edge:a"));
+            }
+            if c.not_after_ms <= now {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "the certificate has expired already"));
+            }
+            if state.revocations.role_certificate_revoked(&c.serial) {
+                return Err(retired(format!("certificate {} is already revoked", c.serial)));
+            }
+            let live = state.revocations.role_certificates.values().filter(|r| r.not_after_ms > now).count();
+            if live >= ROLE_REVOCATIONS_MAX {
+                return Err(Rejection::new(
+                    ReasonCode::QUOTA_EXCEEDED,
+                    format!("{ROLE_REVOCATIONS_MAX} revoked certificates are retained; each until it expires"),
+                ));
+            }
+            Ok(vec![Event::RoleCertificateRevokedV1 { certificate: c.clone() }])
+        }
         other => Err(misrouted(other)),
     }
+}
+
+fn retired(message: String) -> Rejection {
+    Rejection::new(ReasonCode::CREDENTIAL_RETIRED, message)
 }
 
 /// The rules of issuing a token: domain gate (tenant active) before scope gate; lifetime clamped
