@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench image client cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -84,6 +84,17 @@ etcddeps:
 ## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
 test: lint build pydeps nodedeps etcddeps
 	$(CARGO) test --workspace
+	$(MAKE) sim-mutants
+
+## sim: the deterministic simulation of operations over SEEDS seeds (api/tests/sim.rs; `make
+## test` runs 200). One seed: WRIT_SIM_SEED=N cargo test -p writ-api --test sim -- --nocapture.
+SEEDS ?= 2000
+sim:
+	WRIT_SIM_SEEDS=$(SEEDS) $(CARGO) test -p writ-api --release --test sim -- --nocapture
+
+## sim-mutants: shows the simulation catches two deliberately reintroduced bugs (writ_api::mutants).
+sim-mutants:
+	$(CARGO) test -p writ-api --features sim-mutants --test sim reintroduced_bugs_are_caught -- --nocapture
 
 ## bench: P1–P4 against a release 3-node cluster + 2 edges, etcd and the bare rmcp server
 ## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Not part of `test`.

@@ -19,6 +19,28 @@ pub mod quota;
 pub mod reason;
 pub mod rejection;
 pub mod revocation;
+
+/// Bugs the operation simulation must catch (`make sim-mutants`), off unless a test thread
+/// switches one on; compiled only with the `sim-mutants` feature, never into Writ.
+#[cfg(feature = "sim-mutants")]
+pub mod mutants {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Mutant {
+        /// A rival executor's start of a running attempt goes through (a second attempt).
+        SecondStart,
+        /// A device whose lease's time is over counts as free, although its operation still
+        /// holds it (an attempt whose effect is unknown).
+        ExpiredLeaseIsFree,
+    }
+
+    thread_local! {
+        pub static ACTIVE: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
+    }
+
+    pub fn active(m: Mutant) -> bool {
+        ACTIVE.with(|a| a.get() == Some(m))
+    }
+}
 pub mod role;
 pub mod settings;
 pub mod state;

@@ -154,7 +154,13 @@ fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Resu
             if state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(device_id)) {
                 return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device_id}'")));
             }
-            if let Some(held) = state.device_leases.get(tenant_id).and_then(|m| m.get(device_id)) {
+            let held = state.device_leases.get(tenant_id).and_then(|m| m.get(device_id));
+            #[cfg(feature = "sim-mutants")]
+            let held = held.filter(|h| {
+                !(crate::mutants::active(crate::mutants::Mutant::ExpiredLeaseIsFree)
+                    && h.expires_at_ms <= state.clock_ms)
+            });
+            if let Some(held) = held {
                 return Err(Rejection::new(
                     ReasonCode::DEVICE_RESERVED,
                     format!(
@@ -302,6 +308,16 @@ fn claim(state: &LedgerState, op: &Operation, executor_id: &str, what: &str) -> 
             if op.spec.device_id.as_ref().is_some_and(|d| !executor.device_ids.contains(d)) {
                 return Err(not_found(&op.spec.operation_id)); // not its device: not its operation
             }
+            Ok(vec![Event::OperationDispatchedV1 {
+                tenant_id: op.tenant_id.clone(),
+                operation_id: op.spec.operation_id.clone(),
+                executor_id: executor_id.to_string(),
+            }])
+        }
+        #[cfg(feature = "sim-mutants")]
+        (OperationState::Attempting, Some(e))
+            if e != executor_id && crate::mutants::active(crate::mutants::Mutant::SecondStart) =>
+        {
             Ok(vec![Event::OperationDispatchedV1 {
                 tenant_id: op.tenant_id.clone(),
                 operation_id: op.spec.operation_id.clone(),
