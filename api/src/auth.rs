@@ -403,8 +403,7 @@ fn verify_tenant_issued(
     if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
         return Err(invalid("symmetric token algorithms are not accepted"));
     }
-    let set: jsonwebtoken::jwk::JwkSet =
-        serde_json::from_str(&issuer.spec.jwks).map_err(|_| invalid("the issuer's JWKS is unusable"))?;
+    let set = issuer.keys().ok_or_else(|| invalid("the issuer's JWKS is unusable"))?;
     let jwk = set.find(kid).ok_or_else(|| invalid(format!("issuer '{iss}' has no key '{kid}'")))?;
     let key = DecodingKey::from_jwk(jwk).map_err(|_| invalid(format!("issuer key '{kid}' is unusable")))?;
     let mut v = validation(header.alg, iss, std::slice::from_ref(&issuer.spec.audience));

@@ -373,7 +373,7 @@ impl LedgerState {
                 self.signing_keys.insert(key.kid.clone(), key.clone());
             }
             Event::TenantIssuerSetV1 { tenant_id, issuer } => {
-                let view = TenantIssuer { tenant_id: tenant_id.clone(), spec: issuer.clone(), revision: env.revision };
+                let view = TenantIssuer::new(tenant_id.clone(), issuer.clone(), env.revision);
                 self.issuers.insert(issuer.issuer.clone(), view);
             }
             Event::TenantIssuerRemovedV1 { issuer, .. } => {

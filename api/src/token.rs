@@ -133,4 +133,38 @@ pub struct TenantIssuer {
     pub tenant_id: String,
     pub spec: TenantIssuerV1,
     pub revision: u64,
+    /// `spec.jwks` parsed at its first use (never encoded).
+    #[serde(skip)]
+    pub parsed: ParsedJwks,
+}
+
+impl TenantIssuer {
+    pub fn new(tenant_id: String, spec: TenantIssuerV1, revision: u64) -> TenantIssuer {
+        TenantIssuer { tenant_id, spec, revision, parsed: ParsedJwks::default() }
+    }
+
+    /// The issuer's key set, parsed once per registration (a changed issuer is a new view), not
+    /// per verification; `None` when it does not parse (the ledger checked it did).
+    pub fn keys(&self) -> Option<&jsonwebtoken::jwk::JwkSet> {
+        self.parsed.0.get_or_init(|| serde_json::from_str(&self.spec.jwks).ok()).as_ref()
+    }
+}
+
+/// A cache derived from the view it sits in: shared by its clones, and every two are equal (it
+/// holds nothing the view does not already say).
+#[derive(Clone, Default)]
+pub struct ParsedJwks(std::sync::Arc<std::sync::OnceLock<Option<jsonwebtoken::jwk::JwkSet>>>);
+
+impl PartialEq for ParsedJwks {
+    fn eq(&self, _: &ParsedJwks) -> bool {
+        true
+    }
+}
+
+impl Eq for ParsedJwks {}
+
+impl std::fmt::Debug for ParsedJwks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ParsedJwks")
+    }
 }

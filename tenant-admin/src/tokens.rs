@@ -225,7 +225,7 @@ async fn set_issuer(
     b.validate()?;
     let events = submit(&st, Command::SetTenantIssuer { tenant_id: t.id.clone(), issuer: b.clone() }).await?;
     let revision = events.first().map(|e| e.revision).unwrap_or_default();
-    Ok(Json(TenantIssuer { tenant_id: t.id, spec: b, revision }))
+    Ok(Json(TenantIssuer::new(t.id, b, revision)))
 }
 
 async fn remove_issuer(
