@@ -4,13 +4,18 @@
 //! flusher thread. The flusher drains every callback queued so far, issues a single WAL sync
 //! (`flush_wal(true)`) that covers all of their writes, and only then reports them flushed:
 //! an append is never acknowledged before it is durable, and one fsync serves a whole batch.
+//!
+//! The newest entries also stay in memory ([`EntryCache`], at most [`ENTRY_CACHE_BYTES`]): a
+//! leader reads each entry again for every follower's replication and for its own apply, and
+//! those reads come from the cache instead of a RocksDB read, a checksum and a decode each.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::entry::RaftEntry;
@@ -25,12 +30,76 @@ const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
 
+/// Encoded bytes of the newest entries kept in memory for re-reads (replication, apply).
+pub const ENTRY_CACHE_BYTES: usize = 32 * 1024 * 1024;
+
+/// The newest appended entries by index — a contiguous run ending at the last appended one —
+/// with their encoded sizes, at most [`ENTRY_CACHE_BYTES`] in all.
+#[derive(Default)]
+struct EntryCache {
+    entries: BTreeMap<u64, (EntryOf<TypeConfig>, usize)>,
+    bytes: usize,
+}
+
+impl EntryCache {
+    fn insert(&mut self, entry: EntryOf<TypeConfig>, size: usize) {
+        let index = entry.index();
+        // An append follows the last entry, or replaces a truncated tail: keep it contiguous.
+        if self.entries.last_key_value().is_some_and(|(last, _)| *last + 1 != index) {
+            self.clear_from(index);
+            if self.entries.last_key_value().is_some_and(|(last, _)| *last + 1 != index) {
+                self.clear_from(0);
+            }
+        }
+        self.bytes += size;
+        self.entries.insert(index, (entry, size));
+        while self.bytes > ENTRY_CACHE_BYTES {
+            let Some((_, (_, size))) = self.entries.pop_first() else { break };
+            self.bytes -= size;
+        }
+    }
+
+    /// Forgets the entries at `from` and after.
+    fn clear_from(&mut self, from: u64) {
+        for (_, (_, size)) in self.entries.split_off(&from) {
+            self.bytes -= size;
+        }
+    }
+
+    /// Forgets the entries up to `upto`.
+    fn clear_upto(&mut self, upto: u64) {
+        let kept = self.entries.split_off(&upto.saturating_add(1));
+        for (_, (_, size)) in std::mem::replace(&mut self.entries, kept) {
+            self.bytes -= size;
+        }
+    }
+
+    /// The entries of `range` when the cache holds all of it up to its end (or to the last
+    /// entry, for an open range), else `None`.
+    fn get(&self, start: u64, range: &impl RangeBounds<u64>) -> Option<Vec<EntryOf<TypeConfig>>> {
+        let (first, last) = (*self.entries.first_key_value()?.0, *self.entries.last_key_value()?.0);
+        let end = match range.end_bound() {
+            Bound::Included(x) => *x,
+            Bound::Excluded(x) => x.checked_sub(1)?,
+            Bound::Unbounded => last,
+        };
+        if start > end {
+            return Some(Vec::new());
+        }
+        if start < first || end > last {
+            return None;
+        }
+        Some(self.entries.range(start..=end).map(|(_, (e, _))| e.clone()).collect())
+    }
+}
+
 /// The log store handed to openraft. Cheap to clone; all clones share the DB and flusher.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
     flusher: Arc<Flusher>,
     stats: Arc<FlushStats>,
+    cache: Arc<Mutex<EntryCache>>,
 }
 
 /// The flusher thread's handle. When the last `LogStore` clone goes, the channel closes and the
@@ -66,12 +135,21 @@ impl LogStore {
         let thread = std::thread::Builder::new()
             .name("writ-log-flusher".into())
             .spawn(move || group_commit_loop(&flush_db, rx, &flush_stats))?;
-        Ok(LogStore { db, flusher: Arc::new(Flusher { tx: Some(tx), thread: Some(thread) }), stats })
+        Ok(LogStore {
+            db,
+            flusher: Arc::new(Flusher { tx: Some(tx), thread: Some(thread) }),
+            stats,
+            cache: Default::default(),
+        })
     }
 
     /// Group-commit counters since open.
     pub fn flush_stats(&self) -> (u64, u64) {
         (self.stats.appends.load(Ordering::Relaxed), self.stats.syncs.load(Ordering::Relaxed))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, EntryCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
@@ -127,6 +205,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(x) => x.saturating_add(1),
             Bound::Unbounded => 0,
         };
+        if let Some(cached) = self.cache().get(start, &range) {
+            return Ok(cached);
+        }
         let mut out = Vec::new();
         let from = index_key(start);
         for item in self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::From(&from, Direction::Forward)) {
@@ -191,23 +272,74 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
     {
         let mut batch = WriteBatch::default();
+        let mut appended = Vec::new();
         for entry in entries {
-            batch.put_cf(self.cf(CF_LOGS), index_key(entry.index()), checked_encode(&entry)?);
+            let bytes = checked_encode(&entry)?;
+            batch.put_cf(self.cf(CF_LOGS), index_key(entry.index()), &bytes);
+            appended.push((entry, bytes.len()));
         }
         // Written (readable) now, durable when the flusher's next WAL sync completes.
         self.db.write(batch).map_err(io::Error::other)?;
+        let mut cache = self.cache();
+        for (entry, size) in appended {
+            cache.insert(entry, size);
+        }
+        drop(cache);
         let tx = self.flusher.tx.as_ref().ok_or_else(|| io::Error::other("log flusher is shut down"))?;
         tx.send(callback).map_err(|_| io::Error::other("log flusher thread is gone"))
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
+        self.cache().clear_from(from);
         self.db.delete_range_cf(self.cf(CF_LOGS), index_key(from), index_key(u64::MAX)).map_err(io::Error::other)
     }
 
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
         // Record the purge point first: entries at or below it are ignored from then on.
         self.put_meta(KEY_LAST_PURGED, &log_id, false)?;
+        self.cache().clear_upto(log_id.index());
         self.db.delete_range_cf(self.cf(CF_LOGS), index_key(0), index_key(log_id.index() + 1)).map_err(io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64) -> EntryOf<TypeConfig> {
+        openraft::testing::blank_ent::<TypeConfig>(1, 1, index)
+    }
+
+    fn indexes(v: Option<Vec<EntryOf<TypeConfig>>>) -> Option<Vec<u64>> {
+        v.map(|v| v.iter().map(|e| e.index()).collect())
+    }
+
+    #[test]
+    fn the_cache_answers_only_ranges_it_holds_whole_and_stays_bounded() {
+        let mut c = EntryCache::default();
+        for i in 5..=9 {
+            c.insert(entry(i), 10);
+        }
+        assert_eq!(indexes(c.get(6, &(6..=8))), Some(vec![6, 7, 8]));
+        assert_eq!(indexes(c.get(7, &(7..))), Some(vec![7, 8, 9]), "an open range ends at the last entry");
+        assert_eq!(indexes(c.get(4, &(4..=6))), None, "index 4 is not cached: read it from RocksDB");
+        assert_eq!(indexes(c.get(8, &(8..=10))), None);
+        assert_eq!(indexes(c.get(8, &(8..8))), Some(vec![]));
+        // A truncated tail is replaced; a gap (a snapshot installed) starts over.
+        c.clear_from(8);
+        c.insert(entry(8), 10);
+        assert_eq!(indexes(c.get(5, &(5..))), Some(vec![5, 6, 7, 8]));
+        c.insert(entry(20), 10);
+        assert_eq!(indexes(c.get(20, &(20..))), Some(vec![20]));
+        assert_eq!(c.bytes, 10);
+        c.clear_upto(20);
+        assert_eq!((c.entries.len(), c.bytes), (0, 0));
+        // Bounded by bytes: the oldest go first.
+        for i in 1..=5 {
+            c.insert(entry(i), ENTRY_CACHE_BYTES / 2);
+        }
+        assert_eq!(c.entries.keys().copied().collect::<Vec<_>>(), vec![4, 5]);
+        assert!(c.bytes <= ENTRY_CACHE_BYTES);
     }
 }
