@@ -656,3 +656,30 @@ impl Ledger for LedgerNode {
         Box::pin(async move { LedgerNode::watch(self, filter) })
     }
 }
+
+/// The node's applied state is what its admin API decides on (token inspection, its signing
+/// key, executor CAs): no second replica following the node's own watch.
+impl writ_client::verifier::StateView for LedgerNode {
+    fn read(&self, f: &mut dyn FnMut(&LedgerState)) {
+        f(&self.sm.read().state)
+    }
+
+    fn is_current(&self) -> bool {
+        self.is_healthy()
+    }
+
+    fn wait_for(&self, revision: u64, timeout: std::time::Duration) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                if self.sm.read().state.revision >= revision {
+                    return true;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return false;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+    }
+}

@@ -122,6 +122,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
             token_audience: cfg.authority.token_audience.clone(),
             ca_secret,
             executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
+            state: Some(node.clone() as Arc<dyn writ_client::verifier::StateView>),
         },
     );
     let drain = tls::Drain::default();

@@ -242,7 +242,7 @@ async fn renew(
         ))
         .into());
     }
-    let found = st.verifier.with_state(|s| s.executor_certs.get(&fingerprint).cloned());
+    let found = st.view.with_state(|s| s.executor_certs.get(&fingerprint).cloned());
     let (tenant_id, executor_id) =
         found.ok_or_else(|| renewal_refused("this certificate was not issued by a Writ enrollment"))?;
     let listed: ExecutorList = query(&st, LedgerQuery::ListExecutors { tenant_id: tenant_id.clone() }, false).await?;
@@ -393,7 +393,7 @@ impl DerivedCa {
 async fn current_ca(st: &AdminState, tenant: &Tenant) -> Result<TenantCa, Rejection> {
     for generation in 0..=EXECUTOR_CA_RETIREMENTS_MAX as u32 {
         let ca = TenantCa::derive(&st.ca_secret, tenant, generation)?;
-        if st.verifier.with_state(|s| s.revocations.executor_ca_retired(&tenant.id, &ca.fingerprint)) {
+        if st.view.with_state(|s| s.revocations.executor_ca_retired(&tenant.id, &ca.fingerprint)) {
             continue;
         }
         match submit(st, Command::RegisterExecutorCa { tenant_id: tenant.id.clone(), ca: ca.record() }).await {

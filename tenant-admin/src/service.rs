@@ -24,7 +24,7 @@ use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::quota::PrincipalQuotasV2;
 use writ_api::settings::TenantSettingsPatch;
 use writ_api::{ReasonCode, Rejection};
-use writ_client::verifier::Verifier;
+use writ_client::verifier::{StateView, Verifier};
 use writ_client::{Ledger, TRACE_HEADER};
 
 use crate::error::{method_not_allowed, not_found, ApiError, ValidJson, ValidQuery};
@@ -44,6 +44,9 @@ pub struct AdminConfig {
     pub ca_secret: [u8; 32],
     /// Lifetime of the executor certificates this node issues (enrollment and renewal).
     pub executor_cert_ttl_s: u64,
+    /// The ledger state the admin API reads (token inspection, keys, CAs, certificates): the
+    /// node's own applied state. `None`: a verifier that follows `ledger` (a second copy).
+    pub state: Option<Arc<dyn StateView>>,
 }
 
 pub(crate) struct AdminState {
@@ -52,9 +55,9 @@ pub(crate) struct AdminState {
     operator_token_sha256: [u8; 32],
     pub(crate) signing_keys: crate::signing::SigningKeys,
     pub(crate) token_audience: String,
-    /// Follows the ledger to answer `token inspect` exactly as an edge would (and to see
-    /// whether this node's signing key is registered or retired).
-    pub(crate) verifier: Verifier,
+    /// The ledger state `token inspect` is answered from exactly as an edge would (and where
+    /// this node's signing key, executor CAs and certificates are looked up).
+    pub(crate) view: Arc<dyn StateView>,
     pub(crate) ca_secret: [u8; 32],
     pub(crate) executor_cert_ttl_s: u64,
 }
@@ -64,7 +67,7 @@ pub(crate) type Shared = Arc<AdminState>;
 /// Builds the `/v1` router. Must be called inside a Tokio runtime (it starts the verifier feed).
 pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
     let state = Arc::new(AdminState {
-        verifier: Verifier::follow(ledger.clone(), config.token_audience.clone()),
+        view: config.state.unwrap_or_else(|| Arc::new(Verifier::follow(ledger.clone(), config.token_audience.clone()))),
         ledger,
         operator_token_sha256: Sha256::digest(config.operator_token.as_bytes()).into(),
         signing_keys: config.signing_keys,

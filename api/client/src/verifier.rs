@@ -16,6 +16,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use writ_api::auth::{self, Authority};
 use writ_api::dto::{WatchFilter, WatchLine};
@@ -34,6 +35,69 @@ pub const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 pub const DISPATCH_CHANGES_BUFFERED: usize = 4096;
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// A ledger state to decide on: an edge's [`Verifier`] replica, or — inside a node — the node's
+/// own applied state (its admin API needs no second copy and no second fold of every event).
+pub trait StateView: Send + Sync {
+    /// Runs `f` on the state (under its read lock).
+    fn read(&self, f: &mut dyn FnMut(&LedgerState));
+    /// Whether the state may be decided on; verifications fail closed otherwise.
+    fn is_current(&self) -> bool;
+    /// Waits until the state has reached `revision` (true) or `timeout` passed (false).
+    fn wait_for(&self, revision: u64, timeout: Duration) -> BoxFuture<'_, bool>;
+}
+
+impl dyn StateView {
+    /// Runs `f` on the state and returns what it returns.
+    pub fn with_state<T>(&self, f: impl FnOnce(&LedgerState) -> T) -> T {
+        let (mut f, mut out) = (Some(f), None);
+        self.read(&mut |s| out = f.take().map(|f| f(s)));
+        out.expect("read runs its closure")
+    }
+
+    /// Verifies `bearer` for `audiences` at `now_ms`: waits briefly for a current state and for
+    /// the revision a Writ token was recorded at, then decides under the state's lock (checking
+    /// again there that it is current, so nothing is decided on a replica its feed just broke).
+    pub async fn verify(&self, bearer: &str, audiences: &[String], now_ms: u64) -> Result<Authority, Rejection> {
+        self.current().await?;
+        if let Some(rev) = auth::recorded_revision(bearer) {
+            self.wait_for(rev, CATCH_UP_WAIT).await;
+        }
+        self.with_state(|state| {
+            if !self.is_current() {
+                return Err(unavailable("token state is not current: the ledger feed stopped; retry shortly"));
+            }
+            auth::verify(state, bearer, audiences, now_ms)
+        })
+    }
+
+    /// Waits briefly for the state to be current (starting, or a feed reconnecting), then
+    /// fails closed.
+    pub async fn current(&self) -> Result<(), Rejection> {
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        while !self.is_current() {
+            if Instant::now() >= deadline {
+                return Err(unavailable("token state is not current: the ledger feed is down; retry shortly"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+}
+
+impl StateView for Verifier {
+    fn read(&self, f: &mut dyn FnMut(&LedgerState)) {
+        f(&self.inner.read_state())
+    }
+
+    fn is_current(&self) -> bool {
+        Verifier::is_current(self)
+    }
+
+    fn wait_for(&self, revision: u64, timeout: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(Verifier::wait_for(self, revision, timeout))
+    }
+}
 
 struct Inner {
     state: RwLock<LedgerState>,
@@ -108,42 +172,18 @@ impl Verifier {
 
     /// Verifies a bearer token at `now_ms` (ms since the epoch).
     pub async fn verify_at(&self, bearer: &str, now_ms: u64) -> Result<Authority, Rejection> {
-        self.current().await?;
-        if let Some(rev) = auth::recorded_revision(bearer) {
-            if self.revision() < rev {
-                self.wait_for(rev, CATCH_UP_WAIT).await;
-            }
-        }
-        let state = self.inner.read_state();
-        // Checked again under the lock: the feed marks a broken replica before releasing it.
-        if !self.is_current() {
-            return Err(unavailable("token state is not current: the ledger feed stopped; retry shortly"));
-        }
-        auth::verify(&state, bearer, &self.inner.audiences, now_ms)
+        (self as &dyn StateView).verify(bearer, &self.inner.audiences, now_ms).await
     }
 
     /// The authority of an anonymous loopback request (see [`auth::anonymous`]), from a current
     /// replica.
     pub async fn anonymous(&self, tenant: &str, principal: &str) -> Result<Authority, Rejection> {
-        self.current().await?;
+        (self as &dyn StateView).current().await?;
         let state = self.inner.read_state();
         if !self.is_current() {
             return Err(unavailable("token state is not current: the ledger feed stopped; retry shortly"));
         }
         auth::anonymous(&state, tenant, principal)
-    }
-
-    /// Waits briefly for the replica to be current (starting, or the feed reconnecting), then
-    /// fails closed.
-    async fn current(&self) -> Result<(), Rejection> {
-        let deadline = Instant::now() + CATCH_UP_WAIT;
-        while !self.is_current() {
-            if Instant::now() >= deadline {
-                return Err(unavailable("token state is not current: the ledger feed is down; retry shortly"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
     }
 
     /// Whether the replica heard from the ledger within the staleness bound (and is whole).
