@@ -512,7 +512,7 @@ impl LedgerNode {
     /// Whether the role certificate with (normalized) serial `serial` is revoked in this
     /// node's applied state.
     pub fn role_certificate_revoked(&self, serial: &str) -> bool {
-        self.sm.read().state.revocations.role_certificate_revoked(serial)
+        self.sm.role_certificate_revoked(serial)
     }
 
     /// This node's own view: Raft position, membership and state digest.

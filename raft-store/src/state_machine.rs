@@ -54,6 +54,10 @@ struct Inner {
     /// record. openraft's own reads stop its core instead (a `Fatal`); either way the node
     /// must stop serving (see `writ_node::LedgerNode::stopped`).
     corruption: tokio::sync::watch::Sender<Option<String>>,
+    /// Serials of the revoked role certificates, copied out of the state whenever they change:
+    /// every request to the node checks them, and must never wait for the state's lock (a
+    /// snapshot build holds it long enough to delay Raft heartbeats into elections).
+    role_revocations: RwLock<Arc<std::collections::BTreeSet<String>>>,
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -100,6 +104,7 @@ impl StateMachine {
                 applied: RwLock::new(Applied::default()),
                 events,
                 corruption: tokio::sync::watch::channel(None).0,
+                role_revocations: Default::default(),
             }),
         };
         let floor = sm.first_stored_revision()?.unwrap_or(1);
@@ -115,6 +120,17 @@ impl StateMachine {
 
     fn write_applied(&self) -> std::sync::RwLockWriteGuard<'_, Applied> {
         self.inner.applied.write().expect("state machine lock poisoned")
+    }
+
+    /// Whether the role certificate with (normalized) serial `serial` is revoked, without
+    /// taking the state's lock.
+    pub fn role_certificate_revoked(&self, serial: &str) -> bool {
+        self.inner.role_revocations.read().unwrap_or_else(|e| e.into_inner()).contains(serial)
+    }
+
+    fn refresh_role_revocations(&self, state: &LedgerState) {
+        let serials = Arc::new(state.revocations.role_certificates.keys().cloned().collect());
+        *self.inner.role_revocations.write().unwrap_or_else(|e| e.into_inner()) = serials;
     }
 
     /// Follows the corruption latch: `Some(cause)` once a read found a corrupt record.
@@ -397,6 +413,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         // Not synced: the log is durable, and replay rewrites identical bytes.
         self.inner.db.write(batch).map_err(io::Error::other)?;
+        if produced.iter().any(|e| matches!(e.event, writ_api::ledger::Event::RoleCertificateRevokedV1 { .. })) {
+            self.refresh_role_revocations(&a.state);
+        }
         drop(a);
         metrics::counter!("writ_events_applied_total").increment(produced.len() as u64);
         for env in produced {
@@ -448,6 +467,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             a.event_floor = state.revision + 1;
         }
         a.state = state;
+        self.refresh_role_revocations(&a.state);
         a.last_applied = file.last_applied;
         a.membership = file.membership;
         metrics::counter!("writ_snapshots_installed_total").increment(1);
