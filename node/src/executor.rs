@@ -416,6 +416,78 @@ struct Memory {
     fencing: HashMap<String, u64>,
 }
 
+/// File name of the start journal, next to the executor's key.
+pub const START_JOURNAL_FILE: &str = "starts.journal";
+/// Appended lines after which a running executor rewrites its journal without what it may forget.
+const START_JOURNAL_COMPACT_AFTER: usize = 10_000;
+
+/// The operations this executor sent a start for, on disk (`starts.journal` next to its key):
+/// one line `<operation id> <forget after, ms>`, appended and synced before the start is sent.
+/// A restarted executor never starts what an earlier process may have started: after an
+/// uncertain start the ledger's status ("attempting, attempt 1, this executor") cannot tell an
+/// earlier process's start from its own, so retrying could act on the device twice. Such an
+/// operation ends as an unknown effect, which an operator reconciles. An entry is forgotten
+/// once the operation's deadline and the longest lease have passed (no start can land then).
+struct StartJournal {
+    path: PathBuf,
+    /// Started by an earlier process: never started again.
+    earlier: BTreeSet<String>,
+    live: Mutex<JournalFile>,
+}
+
+struct JournalFile {
+    file: std::fs::File,
+    entries: BTreeMap<String, u64>,
+    appended: usize,
+}
+
+impl StartJournal {
+    fn open(path: PathBuf, now_ms: u64) -> Result<StartJournal, String> {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let entries: BTreeMap<String, u64> = text
+            .lines()
+            .filter_map(|l| {
+                let (id, until) = l.split_once(' ')?;
+                Some((id.to_string(), until.parse().ok()?))
+            })
+            .filter(|(_, until)| *until > now_ms)
+            .collect();
+        let earlier = entries.keys().cloned().collect();
+        let file = Self::rewrite(&path, &entries)?;
+        Ok(StartJournal { path, earlier, live: Mutex::new(JournalFile { file, entries, appended: 0 }) })
+    }
+
+    /// Replaces the journal with `entries` and opens it for appending.
+    fn rewrite(path: &Path, entries: &BTreeMap<String, u64>) -> Result<std::fs::File, String> {
+        let text: String = entries.iter().map(|(id, until)| format!("{id} {until}\n")).collect();
+        writ_client::files::replace(path, &text, true).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn started_before(&self, id: &str) -> bool {
+        self.earlier.contains(id)
+    }
+
+    /// Records, durably, that a start of `id` is about to be sent.
+    fn record(&self, id: &str, forget_after_ms: u64, now_ms: u64) -> Result<(), String> {
+        let mut j = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        j.entries.insert(id.to_string(), forget_after_ms);
+        j.appended += 1;
+        if j.appended >= START_JOURNAL_COMPACT_AFTER {
+            j.entries.retain(|_, until| *until > now_ms);
+            j.file = Self::rewrite(&self.path, &j.entries)?;
+            j.appended = 0;
+            return Ok(());
+        }
+        let written = j.file.write_all(format!("{id} {forget_after_ms}\n").as_bytes()).and_then(|_| j.file.sync_data());
+        written.map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}
+
 struct Executor {
     cfg: ExecutorConfig,
     /// The client of the current certificate: replaced after a renewal (so no pooled
@@ -424,6 +496,7 @@ struct Executor {
     /// Bumped by each renewal: the dispatch stream reconnects with the new certificate.
     renewed: tokio::sync::watch::Sender<u64>,
     memory: Mutex<Memory>,
+    journal: StartJournal,
     /// Index into `cfg.edges` of the edge currently streaming.
     edge: Mutex<usize>,
 }
@@ -434,7 +507,8 @@ pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
     recover_renewal(&cfg)?;
     let http = Mutex::new(http_client(&cfg)?);
     let renewed = tokio::sync::watch::Sender::new(0);
-    let x = Arc::new(Executor { cfg, http, renewed, memory: Mutex::default(), edge: Mutex::new(0) });
+    let journal = StartJournal::open(cfg.key.with_file_name(START_JOURNAL_FILE), writ_client::now_ms())?;
+    let x = Arc::new(Executor { cfg, http, renewed, memory: Mutex::default(), journal, edge: Mutex::new(0) });
     tokio::spawn(x.clone().renew_when_due());
     let mut failures = 0u32;
     loop {
@@ -700,6 +774,17 @@ impl Executor {
             let seen = memory.fencing.entry(dev.clone()).or_insert(0);
             *seen = (*seen).max(d.fencing_token);
         }
+        if self.journal.started_before(&id) {
+            // An earlier process sent a start for it: it may have acted. Never twice.
+            tracing::warn!(operation = %id, "an earlier run of this executor started this operation: not attempted again");
+            return;
+        }
+        let forget_after = d.deadline_ms.saturating_add(writ_api::operation::LEASE_MS_MAX);
+        if let Err(e) = self.journal.record(&id, forget_after, writ_client::now_ms()) {
+            tracing::error!(operation = %id, error = %e, "the start journal cannot be written: not attempted");
+            self.memory.lock().expect("memory lock").taken.remove(&id);
+            return;
+        }
         let lease_ms = self.cfg.lease_ms;
         match self.start(edge, &id, d.fencing_token, lease_ms).await {
             Ok(Started::Now) => {}
@@ -888,5 +973,27 @@ async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatc
             tracing::warn!(%program, timeout_s, "handler timed out");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_journal_survives_a_restart_and_forgets_what_can_no_longer_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(START_JOURNAL_FILE);
+        let j = StartJournal::open(path.clone(), 1_000).unwrap();
+        assert!(!j.started_before("op-1"), "a new executor started nothing");
+        j.record("op-1", 5_000, 1_000).unwrap();
+        j.record("op-2", 9_000, 1_000).unwrap();
+        assert!(!j.started_before("op-1"), "this run's own starts are its tasks' business");
+        // The next run, at a time when op-1 can no longer start.
+        let next = StartJournal::open(path.clone(), 6_000).unwrap();
+        assert!(next.started_before("op-2") && !next.started_before("op-1"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "op-2 9000\n", "rewritten without op-1");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }
 }

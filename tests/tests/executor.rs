@@ -890,3 +890,32 @@ async fn a_retired_executor_ca_cuts_off_its_executors_and_enrollment_moves_to_a_
     .await;
     assert!(!connects(&before).await, "the old executor stays refused");
 }
+
+/// The start journal (found by the operation simulation): an executor never starts what an
+/// earlier run of it may have started. After a crash, an unanswered start's status ("attempting,
+/// attempt 1, this executor") cannot tell the earlier run's start from the new one, so a retry
+/// could act on the device twice; such an operation is left to end as an unknown effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_executor_never_starts_what_an_earlier_run_started() {
+    let w = World::start().await;
+    w.device("press-j").await;
+    w.device("press-k").await;
+    let agent = w.principal("agent-j", &[]).await;
+    let mut x = w.executor("journal", &["press-j", "press-k"], "kind = \"simulated\"").await;
+    let earlier = op_id(&w.execute(&agent, press("press-j", "j-1")).await);
+    // An earlier run sent a start for it (its journal says so), then died.
+    std::fs::write(x.dir.join("starts.journal"), format!("{earlier} {}\n", u64::MAX)).unwrap();
+    x.start();
+    eventually("the executor to pass over the operation", Duration::from_secs(20), || async {
+        x.log().contains("an earlier run of this executor started this operation").then_some(())
+    })
+    .await;
+    // The same executor still attempts what it never started.
+    let fresh = op_id(&w.execute(&agent, press("press-k", "k-1")).await);
+    w.wait_state(&agent, &fresh, "effect_reported").await;
+    let attempts = x.attempts();
+    assert!(attempts.iter().all(|a| !a.contains(&earlier)), "{attempts:?}");
+    assert_eq!(w.readback(&agent, &earlier).await["state"], "reserved", "never started");
+    let journal = std::fs::read_to_string(x.dir.join("starts.journal")).unwrap();
+    assert!(journal.contains(&earlier) && journal.contains(&fresh), "{journal}");
+}
