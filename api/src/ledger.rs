@@ -271,7 +271,7 @@ pub enum Command {
         decision: RequestDecisionV1,
         command: Box<Command>,
     },
-    /// Revoke the token id `jti` of the tenant's issuer `issuer` (SPEC S4): its tokens are
+    /// Revoke the token id `jti` of the tenant's issuer `issuer` (SPEC S1): its tokens are
     /// refused until the tenant's longest token lifetime has passed (any token carrying it has
     /// expired by then).
     RevokeIssuerToken {

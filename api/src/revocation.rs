@@ -1,4 +1,4 @@
-//! What the cluster has revoked or retired among its credentials (SPEC S4): tenant-issuer token
+//! What the cluster has revoked or retired among its credentials (SPEC S1): tenant-issuer token
 //! ids, Writ token-signing keys, tenant executor CAs and role certificates of the cluster PKI.
 //!
 //! Everything here is bounded: an entry that names something with a lifetime (an issuer's

@@ -1,4 +1,4 @@
-//! Admin routes for revoking and retiring credentials (SPEC S4): a tenant issuer's token ids,
+//! Admin routes for revoking and retiring credentials (SPEC S1): a tenant issuer's token ids,
 //! the nodes' token-signing keys, a tenant's executor CAs and role certificates of the cluster
 //! PKI. The ledger decides each (bounded, reason-coded); every node and edge applies it from its
 //! replica.

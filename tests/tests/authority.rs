@@ -331,7 +331,7 @@ async fn tenant_issuer_tokens_verify_with_the_inline_jwks() {
     node.shutdown().await;
 }
 
-/// Retiring a node's token-signing key (SPEC S4): every token it signed is refused at once, the
+/// Retiring a node's token-signing key (SPEC S1): every token it signed is refused at once, the
 /// key can never come back, and the node signs the next token with a new key it stores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retired_signing_key_refuses_its_tokens_and_its_node_moves_to_a_new_key() {

@@ -851,7 +851,7 @@ async fn an_executor_renews_its_certificate_while_serving() {
     assert!(!x.dir.join("executor.key.renewing").exists());
 }
 
-/// Retiring a tenant's executor CA (SPEC S4): executors it certified are refused at once (their
+/// Retiring a tenant's executor CA (SPEC S1): executors it certified are refused at once (their
 /// next handshake or request), the CA can never come back, and the next enrollment gets a
 /// certificate from a new CA that works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -504,7 +504,7 @@ async fn a_critical_call_runs_only_with_another_principals_approval() {
     assert_eq!(done["structuredContent"]["attempts"], 1, "{done}");
 }
 
-/// A revoked role certificate (SPEC S4) is refused by a node from the moment it applied the
+/// A revoked role certificate (SPEC S1) is refused by a node from the moment it applied the
 /// revocation — also on a connection opened before — while another certificate of the same role
 /// keeps working; revoking it again is a clear conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

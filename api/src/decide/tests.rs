@@ -344,7 +344,7 @@ fn executor_certificates_renew_from_a_mapped_certificate_until_revoked() {
     assert_eq!(refused(&st, renew(4, cert(5))), Some(ReasonCode::EXECUTOR_REVOKED));
 }
 
-/// Revocations and retirements (SPEC S4): each refused twice with its reason, bounded, dropped
+/// Revocations and retirements (SPEC S1): each refused twice with its reason, bounded, dropped
 /// once what it names has expired; a retired key or CA never comes back, and retiring a CA cuts
 /// off the executors it certified.
 #[test]
