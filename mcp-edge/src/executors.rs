@@ -713,4 +713,108 @@ mod tests {
         assert_eq!(claimed_tenant(b"no san here"), None);
         assert_eq!(claimed_tenant(b"urn:writ:executor::s:x"), None);
     }
+
+    fn op(id: &str, state: OperationState, device: Option<&str>, executor: Option<&str>) -> Operation {
+        Operation {
+            tenant_id: "t".into(),
+            spec: writ_api::operation::OperationSpecV1 {
+                operation_id: id.into(),
+                principal_id: "p".into(),
+                authority_ref: "j".into(),
+                action: "move".into(),
+                payload_hash: "00".repeat(32),
+                input: "{}".into(),
+                idempotency_key: id.into(),
+                deadline_ms: 10_000,
+                cost_units: 1,
+                cost_ceiling: None,
+                device_id: device.map(str::to_string),
+                work_ref: None,
+                preconditions: Default::default(),
+                trace_id: "tr".into(),
+                input_requests: Default::default(),
+            },
+            state,
+            executor_id: executor.map(str::to_string),
+            fencing_token: device.map(|_| 1),
+            attempts: 0,
+            lease_expires_at_ms: None,
+            evidence: Vec::new(),
+            observations: Vec::new(),
+            answers: Default::default(),
+            cancel_requested: false,
+            cause: String::new(),
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            revision: 1,
+        }
+    }
+
+    fn state_of(ops: Vec<Operation>) -> LedgerState {
+        let mut s = LedgerState::default();
+        for o in ops {
+            s.operations.entry("t".into()).or_default().insert(o.spec.operation_id.clone(), o);
+        }
+        s.rebuild_index();
+        s
+    }
+
+    fn ids(d: Vec<Dispatch>) -> Vec<String> {
+        d.into_iter().map(|d| d.operation_id).collect()
+    }
+
+    /// A dispatch feed's look (issue 17, the incremental feeds): everything offers exactly what
+    /// waits for the executor, from the indexes; a touched operation is offered when it waits
+    /// and forgotten when it stops waiting; nothing is offered twice within `REOFFER_AFTER`;
+    /// other tenants' changes are ignored, and a tenant change, a snapshot or a lag looks at
+    /// everything again.
+    #[test]
+    fn a_feed_offers_what_waits_for_its_executor_and_only_that() {
+        use OperationState::*;
+        let who = Identity {
+            tenant_id: "t".into(),
+            executor_id: "x".into(),
+            site_id: "s".into(),
+            device_ids: ["press".to_string()].into(),
+        };
+        let mut s = state_of(vec![
+            op("mine", Reserved, Some("press"), None),
+            op("deviceless", Reserved, None, None),
+            op("other-device", Reserved, Some("arm"), None),
+            op("dispatched-to-me", Dispatched, None, Some("x")),
+            op("dispatched-elsewhere", Dispatched, None, Some("y")),
+            op("running", Attempting, None, Some("x")),
+        ]);
+        let mut offered = BTreeMap::new();
+        let everything = Look { everything: true, touched: BTreeSet::new() };
+        assert_eq!(ids(everything.offers(&s, &who, &mut offered)), ["deviceless", "mine", "dispatched-to-me"]);
+        assert!(everything.offers(&s, &who, &mut offered).is_empty(), "not offered again within REOFFER_AFTER");
+
+        // Incremental: only what was touched; one that stopped waiting is forgotten.
+        s.operations.get_mut("t").unwrap().get_mut("mine").unwrap().state = Attempting;
+        s.operations.get_mut("t").unwrap().insert("new".into(), op("new", Reserved, Some("press"), None));
+        s.rebuild_index();
+        let mut look = Look { everything: false, touched: BTreeSet::new() };
+        for id in ["mine", "new", "other-device"] {
+            let change = DispatchChange::Operation { tenant_id: "t".into(), operation_id: id.into() };
+            assert!(look.take(&who, Ok(change)));
+        }
+        let other_tenant = DispatchChange::Operation { tenant_id: "u".into(), operation_id: "theirs".into() };
+        assert!(look.take(&who, Ok(other_tenant)));
+        assert!(!look.touched.contains("theirs") && !look.everything, "another tenant's change is not ours");
+        assert_eq!(ids(look.offers(&s, &who, &mut offered)), ["new"]);
+        assert!(!offered.contains_key("mine"), "a started operation is forgotten");
+
+        // What makes a feed look at everything again; a closed feed ends.
+        for change in
+            [Ok(DispatchChange::Tenant { tenant_id: "t".into() }), Ok(DispatchChange::All), Err(RecvError::Lagged(3))]
+        {
+            let mut look = Look { everything: false, touched: BTreeSet::new() };
+            assert!(look.take(&who, change) && look.everything);
+        }
+        let mut look = Look { everything: false, touched: BTreeSet::new() };
+        assert!(!look.take(&who, Err(RecvError::Closed)));
+        let mut look = Look { everything: false, touched: BTreeSet::new() };
+        assert!(look.take(&who, Ok(DispatchChange::Tenant { tenant_id: "u".into() })) && !look.everything);
+    }
 }
