@@ -350,8 +350,14 @@ impl ClientTls {
 /// `urn:writ:<role>:<id>` SAN URI — and its serial as revocations name it
 /// ([`writ_api::revocation::normalize_serial`]).
 pub fn role_certificate(cert_der: &[u8]) -> Result<(Identity, String), String> {
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(cert_der).map_err(|e| format!("unreadable certificate: {e}"))?;
+    role_of(&parse_certificate(cert_der)?)
+}
+
+fn parse_certificate(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>, String> {
+    x509_parser::parse_x509_certificate(der).map(|(_, c)| c).map_err(|e| format!("unreadable certificate: {e}"))
+}
+
+fn role_of(cert: &x509_parser::certificate::X509Certificate<'_>) -> Result<(Identity, String), String> {
     let serial = writ_api::revocation::normalize_serial(&hex::encode(cert.raw_serial()))
         .ok_or_else(|| "the certificate's serial is longer than 20 octets".to_string())?;
     let sans = cert
@@ -377,8 +383,8 @@ pub fn revocation_of(pem: &[u8]) -> Result<RevokedRoleCertificateV1, String> {
         .next()
         .ok_or("no CERTIFICATE block")?
         .map_err(|e| format!("unreadable PEM: {e}"))?;
-    let (identity, serial) = role_certificate(&der)?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| format!("unreadable certificate: {e}"))?;
+    let cert = parse_certificate(&der)?;
+    let (identity, serial) = role_of(&cert)?;
     let not_after_ms = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0).saturating_mul(1000);
     Ok(RevokedRoleCertificateV1 { serial, identity: identity.to_string(), not_after_ms })
 }
