@@ -115,6 +115,25 @@ fn recheck(c: &mut Criterion) {
     c.bench_function("recheck: compile and run an input schema", |b| {
         b.iter(|| writ_api::catalog::validator(&schema).unwrap().is_valid(&input))
     });
+    // The verification rule's own work for a proposed call: the digest the proposal binds.
+    let spec = writ_api::operation::OperationSpecV1 {
+        operation_id: "op-1".into(),
+        principal_id: "p-2".into(),
+        authority_ref: "j-2".into(),
+        action: "move_press".into(),
+        payload_hash: "ab".repeat(32),
+        input: input.to_string(),
+        idempotency_key: "k-1".into(),
+        deadline_ms: NOW + 60_000,
+        cost_units: 1,
+        cost_ceiling: None,
+        device_id: Some("d-1".into()),
+        work_ref: None,
+        preconditions: Default::default(),
+        trace_id: "tr".into(),
+        input_requests: Default::default(),
+    };
+    c.bench_function("recheck: call digest of a proposed call", |b| b.iter(|| spec.call_digest()));
 }
 
 criterion_group!(benches, bench, recheck);

@@ -150,6 +150,16 @@ pub struct CatalogActionV1 {
     pub scope: String,
 }
 
+impl CatalogActionV1 {
+    /// Whether an operation of this action is recorded only after its requester verified it
+    /// (SPEC E5): a dry run it asked for (`dry_run`), or — for high and critical risk — its
+    /// confirmation. The ledger holds every submission to this (`decide`): a recorded proposal
+    /// of the same call, or a confirmation request its requester must accept first.
+    pub fn demands_verification(&self) -> bool {
+        self.dry_run || self.risk >= Risk::High
+    }
+}
+
 /// A checked catalog: actions sorted by id, plus the sha256 of its canonical JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatalogV1 {

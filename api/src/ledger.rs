@@ -295,6 +295,22 @@ pub enum Command {
     RevokeRoleCertificate {
         certificate: RevokedRoleCertificateV1,
     },
+    /// Record a principal's dry run of a call (SPEC E5): the same checks as a submission, no
+    /// operation, no reservation; the proposal lets exactly this call be submitted once
+    /// ([`Command::SubmitProposed`]) within [`crate::operation::PROPOSAL_TTL_MS`]. `spec` is the
+    /// call as it would be submitted: its `operation_id` is the proposal id; its idempotency
+    /// key, deadline and input requests are not used.
+    ProposeOperation {
+        tenant_id: String,
+        spec: OperationSpecV1,
+    },
+    /// [`Command::SubmitOperation`] of a call its principal proposed: the proposal must be the
+    /// principal's own, unexpired, unused and for exactly this call; it is used up.
+    SubmitProposed {
+        tenant_id: String,
+        proposal_id: String,
+        spec: OperationSpecV1,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -344,6 +360,8 @@ impl Command {
             | Command::SetPrincipalQuotasV2 { .. }
             | Command::LeaseRequestQuota { .. } => Domain::Quota,
             Command::SubmitOperation { .. }
+            | Command::ProposeOperation { .. }
+            | Command::SubmitProposed { .. }
             | Command::DispatchOperation { .. }
             | Command::StartAttempt { .. }
             | Command::RenewAttemptLease { .. }
@@ -380,7 +398,7 @@ impl Command {
     /// The operation a command is about (by id; a submission names the one it would create).
     pub fn operation_id(&self) -> Option<&str> {
         match self {
-            Command::SubmitOperation { spec, .. } => Some(&spec.operation_id),
+            Command::SubmitOperation { spec, .. } | Command::SubmitProposed { spec, .. } => Some(&spec.operation_id),
             Command::DispatchOperation { operation_id, .. }
             | Command::StartAttempt { operation_id, .. }
             | Command::RenewAttemptLease { operation_id, .. }
@@ -429,7 +447,9 @@ impl Command {
             Command::SetPrincipalQuotas { principal: p, .. } | Command::SetPrincipalQuotasV2 { principal: p, .. } => {
                 principal(p)
             }
-            Command::SubmitOperation { spec, .. } => RejectionSubject {
+            Command::SubmitOperation { spec, .. }
+            | Command::ProposeOperation { spec, .. }
+            | Command::SubmitProposed { spec, .. } => RejectionSubject {
                 principal_id: Some(spec.principal_id.clone()),
                 token_id: Some(spec.authority_ref.clone()),
                 parent_token_id: None,
@@ -488,6 +508,8 @@ impl Command {
             Command::RetireSigningKey { .. } => "retire_signing_key",
             Command::RetireExecutorCa { .. } => "retire_executor_ca",
             Command::RevokeRoleCertificate { .. } => "revoke_role_certificate",
+            Command::ProposeOperation { .. } => "propose_operation",
+            Command::SubmitProposed { .. } => "submit_operation",
         }
     }
 
@@ -516,6 +538,8 @@ impl Command {
             | Command::SetPrincipalQuotas { tenant_id, .. }
             | Command::LeaseRequestQuota { tenant_id, .. }
             | Command::SubmitOperation { tenant_id, .. }
+            | Command::ProposeOperation { tenant_id, .. }
+            | Command::SubmitProposed { tenant_id, .. }
             | Command::DispatchOperation { tenant_id, .. }
             | Command::StartAttempt { tenant_id, .. }
             | Command::RenewAttemptLease { tenant_id, .. }
@@ -771,6 +795,17 @@ pub enum Event {
     RoleCertificateRevokedV1 {
         certificate: RevokedRoleCertificateV1,
     },
+    /// A principal recorded a dry run ([`Command::ProposeOperation`]).
+    OperationProposedV1 {
+        tenant_id: String,
+        proposal: crate::operation::ProposalV1,
+    },
+    /// A proposal was used by the operation it let in: gone.
+    ProposalUsedV1 {
+        tenant_id: String,
+        proposal_id: String,
+        operation_id: String,
+    },
 }
 
 impl Event {
@@ -838,6 +873,8 @@ impl Event {
             Event::SigningKeyRetiredV1 { .. } => "signing_key_retired",
             Event::ExecutorCaRetiredV1 { .. } => "executor_ca_retired",
             Event::RoleCertificateRevokedV1 { .. } => "role_certificate_revoked",
+            Event::OperationProposedV1 { .. } => "operation_proposed",
+            Event::ProposalUsedV1 { .. } => "proposal_used",
         }
     }
 }

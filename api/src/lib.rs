@@ -109,7 +109,8 @@ pub mod format {
     pub const STATE_MAGIC: [u8; 8] = *b"WRITSTAT";
     /// The version this build writes, and the newest it reads.
     /// 2: the state is followed by its revocations (`LedgerState::encode`).
-    pub const STATE_FORMAT_VERSION: u32 = 2;
+    /// 3: then by its live proposals.
+    pub const STATE_FORMAT_VERSION: u32 = 3;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

@@ -71,6 +71,31 @@ pub fn approval_request(payload_hash: &str) -> String {
     .to_string()
 }
 
+/// The input request of an operation whose action demands verification
+/// ([`crate::catalog::CatalogActionV1::demands_verification`]) submitted without a proposal:
+/// only its requester answers it, and the operation is reserved only once it is accepted.
+pub const CONFIRM_REQUEST: &str = "confirm";
+/// How long (ledger time) a recorded proposal may be executed.
+pub const PROPOSAL_TTL_MS: u64 = 5 * 60 * 1000;
+/// Live (unexpired, unused) proposals a principal may hold, and a tenant: each is a Raft entry
+/// and a state entry until it is used or expires (QUOTA_EXCEEDED beyond).
+pub const PROPOSALS_PER_PRINCIPAL_MAX: usize = 32;
+pub const PROPOSALS_PER_TENANT_MAX: usize = 10_000;
+
+/// A dry run a principal recorded (`operation.propose`, or the first round of a confirmed
+/// direct call): it lets exactly this call — same principal, action and [`OperationSpecV1::call_digest`]
+/// — be executed once before `expires_at_ms` (SPEC E5, S3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProposalV1 {
+    pub proposal_id: String,
+    pub principal_id: String,
+    pub action: String,
+    pub call_digest: String,
+    pub payload_hash: String,
+    /// Ledger time after which it is PROPOSAL_EXPIRED.
+    pub expires_at_ms: u64,
+}
+
 /// Most local-state preconditions one operation may carry, and the longest name or expected
 /// value (bytes): they are stored in the ledger state until the operation is purged.
 pub const PRECONDITIONS_MAX: usize = 16;
@@ -289,6 +314,14 @@ pub(crate) fn invalid(message: impl Into<String>) -> Rejection {
 }
 
 impl OperationSpecV1 {
+    /// sha256 (hex) of what the call does — action, input, device, work reference and
+    /// preconditions — computed by the ledger itself (unlike [`OperationSpecV1::payload_hash`],
+    /// which the edge computes): what a proposal binds.
+    pub fn call_digest(&self) -> String {
+        let call = (&self.action, &self.input, &self.device_id, &self.work_ref, &self.preconditions);
+        crate::sha256_hex(&crate::encode(&call).expect("a call is always encodable"))
+    }
+
     /// Field rules (the ledger's business checks come on top).
     pub fn validate(&self) -> Result<(), Rejection> {
         for (name, v) in [

@@ -120,7 +120,7 @@ reason_catalog! {
     OBSERVATION_REQUIRED = 68, 409, -32009, "Acceptance needs an observation by another principal than the requester.";
     EXECUTOR_CERT_REFUSED = 69, 401, -32001, "The executor certificate is unknown, self-signed, expired or not issued by a Writ executor CA.";
     EXECUTOR_REVOKED = 70, 403, -32003, "The executor was revoked; its certificate is no longer accepted.";
-    PROPOSAL_INVALID = 71, 400, -32602, "The proposal is expired, tampered, or was made for another payload or principal.";
+    PROPOSAL_INVALID = 71, 400, -32602, "The proposal was used, never made, or made for another call or principal.";
     PEER_UNAUTHENTICATED = 72, 401, -32001, "The route needs a client certificate from the cluster CA naming a Writ role (node or edge); none was presented.";
     PEER_FORBIDDEN = 73, 403, -32003, "The caller's role (from its certificate) may not call this route, submit this command or run this query.";
     HEADER_TOO_LARGE = 74, 431, -32600, "A request header (Mcp-Method, Mcp-Name, …) exceeds its size limit.";

@@ -68,6 +68,8 @@ impl Role {
                     Command::RecordDecisions { .. }
                         | Command::LeaseRequestQuota { .. }
                         | Command::SubmitOperation { .. }
+                        | Command::ProposeOperation { .. }
+                        | Command::SubmitProposed { .. }
                         | Command::StartAttempt { .. }
                         | Command::RenewAttemptLease { .. }
                         | Command::ReportAttempt { .. }

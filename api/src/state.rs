@@ -91,6 +91,11 @@ pub struct LedgerState {
     /// 1's, so format-1 bytes still decode (with no revocations).
     #[serde(skip)]
     pub revocations: crate::revocation::Revocations,
+    /// Live proposals (recorded dry runs) by tenant id, then proposal id. Encoded after the
+    /// revocations (state format 3); used ones leave at once, expired ones when the tenant
+    /// records its next proposal (by ledger time, so on every replica alike).
+    #[serde(skip)]
+    pub proposals: BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>,
 }
 
 /// Indexes that let operation commands, the reaper and dispatchers find their work without
@@ -496,6 +501,21 @@ impl LedgerState {
                 revoked.retain(|_, r| r.not_after_ms > env.at_ms);
                 revoked.insert(certificate.serial.clone(), certificate.clone());
             }
+            Event::OperationProposedV1 { tenant_id, proposal } => {
+                let live = self.proposals.entry(tenant_id.clone()).or_default();
+                live.retain(|_, p| p.expires_at_ms > env.at_ms);
+                live.insert(proposal.proposal_id.clone(), proposal.clone());
+            }
+            Event::ProposalUsedV1 { tenant_id, proposal_id, .. } => {
+                let live = self.proposals.get_mut(tenant_id).and_then(|m| m.remove(proposal_id).map(|_| m.is_empty()));
+                match live {
+                    Some(true) => {
+                        self.proposals.remove(tenant_id);
+                    }
+                    Some(false) => {}
+                    None => return Err(CorruptEvent::new(env, format!("unknown proposal '{proposal_id}'"))),
+                }
+            }
             // Only an audit record (below).
             Event::RequestDecidedV1 { .. } => {}
             Event::PrincipalQuotasSetV1 { tenant_id, principal_id, quotas } => {
@@ -665,22 +685,33 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 2): format 1's layout, then the revocations.
+    /// The canonical encoding (state format 3): format 1's layout, then the revocations (format
+    /// 2), then the proposals.
     pub fn encode(&self) -> Vec<u8> {
-        crate::encode(&(self, &self.revocations)).expect("ledger state is always encodable")
+        crate::encode(&(self, &self.revocations, &self.proposals)).expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 2, the bare
-    /// struct for 1), bounded like a message ([`crate::decode`]); the indexes are rebuilt.
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 3, without the
+    /// proposals for 2, the bare struct for 1), bounded like a message ([`crate::decode`]); the
+    /// indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
-        let mut state = if version == 1 {
-            crate::decode::<LedgerState>(body).map_err(undecodable)?
-        } else {
-            let (mut state, revocations): (LedgerState, crate::revocation::Revocations) =
-                crate::decode(body).map_err(undecodable)?;
-            state.revocations = revocations;
-            state
+        type Proposals = BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>;
+        let mut state = match version {
+            1 => crate::decode::<LedgerState>(body).map_err(undecodable)?,
+            2 => {
+                let (mut state, revocations): (LedgerState, crate::revocation::Revocations) =
+                    crate::decode(body).map_err(undecodable)?;
+                state.revocations = revocations;
+                state
+            }
+            _ => {
+                let (mut state, revocations, proposals): (LedgerState, crate::revocation::Revocations, Proposals) =
+                    crate::decode(body).map_err(undecodable)?;
+                state.revocations = revocations;
+                state.proposals = proposals;
+                state
+            }
         };
         state.rebuild_index();
         Ok(state)

@@ -111,7 +111,8 @@ fn subject(event: &Event) -> Subject {
         | Event::OperationTransitionedV1 { .. }
         | Event::AttemptLeaseExtendedV1 { .. }
         | Event::EvidenceReportedV1 { .. } => ("operation", None, None, None),
-        Event::OperationInputsAnsweredV1 { .. } => ("operation", None, None, None),
+        Event::OperationInputsAnsweredV1 { .. } | Event::ProposalUsedV1 { .. } => ("operation", None, None, None),
+        Event::OperationProposedV1 { proposal, .. } => ("operation", Some(proposal.principal_id.clone()), None, None),
         Event::OperationCancelRequestedV1 { by_principal_id, .. } => {
             ("operation", Some(by_principal_id.clone()), None, None)
         }

@@ -6,7 +6,7 @@ use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, RejectionSubject};
 use writ_api::operation::{
-    AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, Verdict, WorkRef,
+    AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, ProposalV1, Verdict, WorkRef,
 };
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
 use writ_api::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
@@ -607,6 +607,42 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::RevokeRoleCertificate { certificate: revoked_role_certificate() }),
             Some(env(43, 3, Event::RoleCertificateRevokedV1 { certificate: revoked_role_certificate() })),
         ),
+        (
+            "operation_proposed_v1",
+            req(Command::ProposeOperation { tenant_id: "t-1".into(), spec: operation_spec() }),
+            Some(env(
+                44,
+                40,
+                Event::OperationProposedV1 {
+                    tenant_id: "t-1".into(),
+                    proposal: ProposalV1 {
+                        proposal_id: "prop-1".into(),
+                        principal_id: "p-1".into(),
+                        action: "move_press".into(),
+                        call_digest: "ab".repeat(32),
+                        payload_hash: "ef".repeat(32),
+                        expires_at_ms: 1_700_000_300_000,
+                    },
+                },
+            )),
+        ),
+        (
+            "proposal_used_v1",
+            req(Command::SubmitProposed {
+                tenant_id: "t-1".into(),
+                proposal_id: "prop-1".into(),
+                spec: operation_spec(),
+            }),
+            Some(env(
+                45,
+                41,
+                Event::ProposalUsedV1 {
+                    tenant_id: "t-1".into(),
+                    proposal_id: "prop-1".into(),
+                    operation_id: "op-1".into(),
+                },
+            )),
+        ),
     ]
 }
 
@@ -791,9 +827,12 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "signing_key_retired_v1",
             "executor_ca_retired_v1",
             "role_certificate_revoked_v1",
+            "operation_proposed_v1",
+            "proposal_used_v1",
         ],
     ),
-    (2, &[]),
+    (2, &["operation_proposed_v1", "proposal_used_v1"]),
+    (3, &[]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

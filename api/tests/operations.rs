@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use serde_json::json;
-use writ_api::ledger::{Command, LedgerRequest, Outcome};
+use writ_api::ledger::{Command, Event, LedgerRequest, Outcome};
 use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationSpecV1, OperationState, Verdict};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1};
 use writ_api::ReasonCode;
@@ -474,6 +474,9 @@ enum Step {
     Resolve(u8),
     Cancel(u8),
     Refuse(u8),
+    /// A dry run of the careful (proposed-first) action as proposal `prop-<k>`, and its use.
+    Propose(u8, u8),
+    SubmitProposed(u8, u8),
 }
 
 const KEYS: u8 = 3;
@@ -495,6 +498,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..KEYS).prop_map(Step::Resolve),
         2 => (0u8..KEYS).prop_map(Step::Cancel),
         1 => (0u8..KEYS).prop_map(Step::Refuse),
+        1 => (0u8..KEYS, 0u8..2).prop_map(|(k, p)| Step::Propose(k, p)),
+        1 => (0u8..KEYS, 0u8..2).prop_map(|(k, p)| Step::SubmitProposed(k, p)),
     ]
 }
 
@@ -572,6 +577,15 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
                 note: "".into(),
             },
             Step::Cancel(k) => cancel(&id(k)),
+            Step::Propose(k, p) | Step::SubmitProposed(k, p) => {
+                let mut call = spec(&id(k), &format!("k-{k}"), json!({"p": p}), None, l.now + 20_000);
+                call.action = "careful_note".into();
+                if matches!(s, Step::Propose(..)) {
+                    propose(&format!("prop-{k}"), call)
+                } else {
+                    submit_proposed(&format!("prop-{k}"), call)
+                }
+            }
             Step::Refuse(k) => Command::RefuseDispatch {
                 tenant_id: T.into(),
                 operation_id: id(k),
@@ -599,6 +613,20 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     // executes every entry, so only a fold of the events alone lags on the clock.
     replica.clock_ms = l.state.clock_ms;
     prop_assert_eq!(&replica, &l.state);
+    // Every operation of an action that demands verification used up a proposal of its own.
+    let used: Vec<&String> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ProposalUsedV1 { operation_id, .. } => Some(operation_id),
+            _ => None,
+        })
+        .collect();
+    for env in &log {
+        if let Event::OperationSubmittedV1 { spec, .. } = &env.event {
+            let verified = spec.action != "careful_note" || used.contains(&&spec.operation_id);
+            prop_assert!(verified, "{} was recorded without a proposal", spec.operation_id);
+        }
+    }
     let cancelled_during_attempt = l
         .state
         .operations
@@ -715,7 +743,7 @@ fn the_ledger_rechecks_the_authority_behind_an_operation() {
 /// ops:approve, for exactly that call; the ledger adds the approval request itself.
 #[test]
 fn an_agent_cannot_approve_its_own_critical_call() {
-    use writ_api::operation::{APPROVAL_REQUEST, APPROVE_SCOPE};
+    use writ_api::operation::{APPROVAL_REQUEST, APPROVE_SCOPE, CONFIRM_REQUEST};
     let mut l = Ledger::new();
     let approver = PrincipalSpecV1 {
         principal_id: "approver".into(),
@@ -728,7 +756,9 @@ fn an_agent_cannot_approve_its_own_critical_call() {
     l.ok(Command::CreatePrincipal { tenant_id: T.into(), spec: approver });
     let mut s = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 600_000);
     s.action = "crush".into();
-    l.ok(submit(s.clone()));
+    assert_eq!(l.refused(submit(s.clone())), ReasonCode::VERIFY_REQUIRED, "critical: verified by its requester first");
+    l.ok(propose("prop-1", s.clone()));
+    l.ok(submit_proposed("prop-1", s.clone()));
     let op = l.op("op-1");
     assert_eq!(op.state, OperationState::Proposed, "it waits for the approval the ledger asked for");
     assert!(op.spec.input_requests.contains_key(APPROVAL_REQUEST));
@@ -750,6 +780,8 @@ fn an_agent_cannot_approve_its_own_critical_call() {
     assert_eq!(l.refused(approve("approver", &"0".repeat(64))), ReasonCode::INPUT_INVALID);
     // An edge cannot smuggle its own "approval" request in either.
     let mut sneaky = spec("op-2", "k-2", json!({"p": 2}), Some("arm"), l.now + 600_000);
+    sneaky.action = "crush".into();
+    sneaky.input_requests.insert(CONFIRM_REQUEST.into(), json!({"method": "x"}).to_string());
     sneaky.input_requests.insert(APPROVAL_REQUEST.into(), json!({"method": "x"}).to_string());
     assert_eq!(l.refused(submit(sneaky)), ReasonCode::INPUT_INVALID);
     // The approver's approval: verified and reserved, with the approver on the record.
@@ -758,6 +790,87 @@ fn an_agent_cannot_approve_its_own_critical_call() {
     assert_eq!(op.state, OperationState::Reserved);
     assert!(op.answers[APPROVAL_REQUEST].contains("\"approver\":\"approver\""), "{:?}", op.answers);
     assert!(l.state.device_leases[T].contains_key("press"));
+}
+
+/// SPEC E5, S3: the ledger holds the verification rule whatever an edge does — an action that
+/// demands verification (dry run, high or critical risk) is recorded only with its principal's
+/// own, unexpired, unused proposal of exactly that call, or waiting for a confirmation that only
+/// its requester answers; proposals are bounded per principal and leave the state when used or
+/// expired.
+#[test]
+fn the_ledger_holds_the_verification_rule() {
+    use writ_api::operation::{CONFIRM_REQUEST, PROPOSALS_PER_PRINCIPAL_MAX, PROPOSAL_TTL_MS};
+    let mut l = Ledger::new();
+    let careful = |id: &str, key: &str, p: i64, l: &Ledger| {
+        let mut s = spec(id, key, json!({"p": p}), None, l.now + 600_000);
+        s.action = "careful_note".into();
+        s.input = json!({"p": p}).to_string();
+        s
+    };
+    let s = careful("op-1", "k-1", 1, &l);
+    assert_eq!(l.refused(submit(s.clone())), ReasonCode::VERIFY_REQUIRED, "neither a proposal nor a confirmation");
+    // A proposal passes the same re-check as a submission.
+    let mut bad = careful("op-x", "k-x", 1, &l);
+    bad.input = json!({"p": "one"}).to_string();
+    assert_eq!(l.refused(propose("prop-bad", bad)), ReasonCode::INPUT_INVALID, "the schema applies");
+    let mut foreign = s.clone();
+    foreign.authority_ref = "jti-other-agent".into();
+    assert_eq!(
+        l.refused(Command::ProposeOperation { tenant_id: T.into(), spec: foreign }),
+        ReasonCode::AUTH_TOKEN_INVALID,
+        "another principal's token"
+    );
+    assert_eq!(l.ok(propose("prop-1", s.clone())), 1, "recorded");
+    assert_eq!(l.ok(propose("prop-1", s.clone())), 0, "a resubmission of the same proposal records nothing");
+    assert_eq!(l.state.proposals[T]["prop-1"].expires_at_ms, l.now + PROPOSAL_TTL_MS);
+    // Only exactly that call, by that principal.
+    let other_input = careful("op-1", "k-1", 2, &l);
+    assert_eq!(l.refused(submit_proposed("prop-1", other_input)), ReasonCode::PROPOSAL_INVALID, "another input");
+    let mut theirs = s.clone();
+    theirs.principal_id = "other-agent".into();
+    assert_eq!(l.refused(submit_proposed("prop-1", theirs)), ReasonCode::PROPOSAL_INVALID, "another principal");
+    assert_eq!(l.refused(submit_proposed("prop-none", s.clone())), ReasonCode::PROPOSAL_INVALID, "never made");
+    assert_eq!(l.refused(submit_proposed(&"p".repeat(201), s.clone())), ReasonCode::INPUT_INVALID, "bounded id");
+    assert_eq!(l.ok(submit_proposed("prop-1", s.clone())), 3, "submitted, proposal used, reserved");
+    assert_eq!(l.op("op-1").state, OperationState::Reserved);
+    assert!(!l.state.proposals.contains_key(T), "a used proposal is gone");
+    assert_eq!(l.ok(submit_proposed("prop-1", s.clone())), 0, "a retry of the call is a replay");
+    let again = careful("op-2", "k-2", 1, &l);
+    assert_eq!(l.refused(submit_proposed("prop-1", again.clone())), ReasonCode::PROPOSAL_INVALID, "used once");
+    // After its time: PROPOSAL_EXPIRED.
+    l.ok(propose("prop-2", again.clone()));
+    l.now += PROPOSAL_TTL_MS;
+    let mut late = again.clone();
+    late.deadline_ms = l.now + 60_000;
+    assert_eq!(l.refused(submit_proposed("prop-2", late.clone())), ReasonCode::PROPOSAL_EXPIRED);
+    // Or a confirmation only its requester answers.
+    late.input_requests.insert(CONFIRM_REQUEST.into(), json!({"method": "elicitation/create"}).to_string());
+    l.ok(submit(late));
+    assert_eq!(l.op("op-2").state, OperationState::Proposed, "waits for the confirmation");
+    let confirm = |by: &str| Command::AnswerInputs {
+        tenant_id: T.into(),
+        operation_id: "op-2".into(),
+        by_principal_id: by.into(),
+        answers: [(CONFIRM_REQUEST.to_string(), json!({"action": "accept", "content": {"confirm": true}}).to_string())]
+            .into(),
+    };
+    assert_eq!(l.refused(confirm("other-agent")), ReasonCode::OPERATION_NOT_FOUND, "not by another principal");
+    l.ok(confirm("agent"));
+    assert_eq!(l.op("op-2").state, OperationState::Reserved);
+    // Bounded: at most PROPOSALS_PER_PRINCIPAL_MAX live ones; expired ones make room and leave.
+    for i in 0..PROPOSALS_PER_PRINCIPAL_MAX {
+        l.ok(propose(&format!("prop-b{i}"), careful("x", "x", i as i64, &l)));
+    }
+    assert_eq!(l.refused(propose("prop-over", careful("x", "x", 99, &l))), ReasonCode::QUOTA_EXCEEDED);
+    let mut theirs = careful("x", "x", 99, &l);
+    theirs.principal_id = "other-agent".into();
+    l.ok(propose("prop-theirs", theirs));
+    l.now += PROPOSAL_TTL_MS;
+    l.ok(propose("prop-later", careful("x", "x", 99, &l)));
+    assert_eq!(l.state.proposals[T].len(), 1, "expired proposals were dropped: {:?}", l.state.proposals[T].keys());
+    // The proposals are part of the state's encoding (format 3).
+    let decoded = writ_api::state::LedgerState::decode_versioned(&l.state.encode_versioned()).unwrap();
+    assert_eq!(decoded, l.state);
 }
 
 /// SPEC S3: an edge submits a principal's act on an operation only inside `OnBehalfOf`, and

@@ -1,20 +1,22 @@
 //! The operation tools of the edge (SPEC E5, first part): `operation.execute` records a durable
 //! operation in the ledger — idempotency binding, deadline, cost ceiling and device reservation
 //! are decided there, before anything is dispatched — and `operation.readback` reads one back.
-//! `operation.propose` is the dry run: the same checks, a preview, and a short-lived proposal
-//! sealed to the principal and the exact payload; actions that demand a dry run
-//! (`dry_run: true`) execute only with such a proposal (VERIFY_REQUIRED without,
-//! PROPOSAL_INVALID for a tampered, expired or foreign one).
+//! `operation.propose` is the dry run: the same checks, a preview, and a short-lived proposal the
+//! ledger records for the principal and the exact call; actions that demand verification
+//! (`dry_run: true`, or high and critical risk) execute only with such a proposal
+//! (VERIFY_REQUIRED without; PROPOSAL_INVALID for a used, foreign or mismatched one,
+//! PROPOSAL_EXPIRED after its time) — the ledger holds the rule, the edge only answers early.
 
 use serde_json::{json, Map, Value};
 use writ_api::catalog::Execution;
 use writ_api::dto::{Query, SubmitRequest, SubmitResponse};
 use writ_api::ledger::{Command, Outcome};
-use writ_api::operation::{canonical_json, payload_hash, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
+use writ_api::operation::{
+    canonical_json, payload_hash, Operation, OperationSpecV1, OperationState, Verdict, WorkRef, CONFIRM_REQUEST,
+};
 use writ_api::{ReasonCode, Rejection};
 
 use crate::jsonrpc::RpcError;
-use crate::seal::{open, seal, Binding};
 use crate::serve::Call;
 
 pub const SEARCH: &str = "context.search";
@@ -27,9 +29,8 @@ pub const READBACK: &str = "operation.readback";
 pub const OBSERVE: &str = "observation.capture";
 pub const DECIDE: &str = "operation.decide";
 pub const APPROVE: &str = "operation.approve";
+pub use writ_api::operation::PROPOSAL_TTL_MS;
 pub use writ_api::operation::{CANCEL_SCOPE, DECIDE_SCOPE, EXECUTE_SCOPE, OBSERVE_SCOPE, READ_SCOPE};
-/// How long a proposal stays valid.
-pub const PROPOSAL_TTL_MS: u64 = 5 * 60 * 1000;
 /// Default and longest deadline an agent may give (seconds from now).
 pub const DEADLINE_S_DEFAULT: u64 = 60;
 pub const DEADLINE_S_MAX: u64 = 24 * 3600;
@@ -69,7 +70,8 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                                "description": "wait up to this long for the operation to settle (effect reported, \
                                    failed, expired, unknown effect…), reporting each state it reaches as progress \
                                    (with the request's progressToken); 0, the default, answers at once"},
-                    "proposal": {"type": "string", "description": "from operation.propose, for actions that demand a dry run"}
+                    "proposal": {"type": "string", "maxLength": 200,
+                                 "description": "from operation.propose: needed for dry-run, high and critical risk actions"}
                 }
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
@@ -312,18 +314,10 @@ fn prepare(c: &Call<'_>, args: &Value, purpose: Purpose) -> Result<Result<Prepar
     Ok(Ok(Prepared { payload_hash: payload_hash(&payload), action, input, device, work_ref, preconditions, denied }))
 }
 
-fn proposal_binding(c: &Call<'_>, payload_hash: &str) -> Binding {
-    Binding {
-        tenant_id: c.authority.tenant_id.clone(),
-        principal_id: c.authority.principal_id.clone(),
-        purpose: format!("{PROPOSE} {payload_hash}"),
-    }
-}
-
 /// `operation.propose`: the dry run. Every check `operation.execute` makes before the ledger,
-/// a preview of what would happen (device holder, cost, deadline rules), and a proposal sealed
-/// to this principal and this exact payload for [`PROPOSAL_TTL_MS`]. It records nothing and
-/// can execute nothing.
+/// a preview of what would happen (device holder, cost, deadline rules), and — for a caller
+/// who may commit it — a proposal the ledger records (after its own checks) for this principal
+/// and exactly this call, usable once within [`PROPOSAL_TTL_MS`]. It executes nothing.
 pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     let p = match prepare(c, args, Purpose::Preview)? {
         Ok(p) => p,
@@ -333,11 +327,16 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     let holder = p.device.as_ref().and_then(|d| {
         c.edge.verifier.with_state(|s| s.device_leases.get(&a.tenant_id).and_then(|m| m.get(&d.id)).cloned())
     });
-    // Nothing that could authorize a commit is minted for a caller who may not commit.
+    // Nothing that could authorize a commit is recorded for a caller who may not commit.
     let allowed = p.denied.is_empty();
-    let expires_at_ms = allowed.then(|| writ_client::now_ms() + PROPOSAL_TTL_MS);
-    let proposal = expires_at_ms
-        .map(|until| seal(&c.edge.config.seal_key, &proposal_binding(c, &p.payload_hash), until, json!({})));
+    let (proposal, expires_at_ms) = if allowed {
+        match record_proposal(c, &p).await? {
+            Ok((id, until)) => (Some(id), Some(until)),
+            Err(refusal) => return Ok(refusal),
+        }
+    } else {
+        (None, None)
+    };
     let mut checks = vec![format!("scope {}", p.action.scope), "input schema".to_string()];
     if let Some(d) = &p.device {
         checks.push(format!("devices:use:{} (class {})", d.name, d.device_class));
@@ -439,24 +438,17 @@ async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<(Operat
         Ok(p) => p,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    if p.action.dry_run {
-        let Some(proposal) = args["proposal"].as_str() else {
-            return Ok(Err(refused(&Rejection::new(
-                ReasonCode::VERIFY_REQUIRED,
-                format!("'{action_id}' must be proposed first: call operation.propose and pass its proposal"),
-            ))));
-        };
-        let binding = proposal_binding(c, &p.payload_hash);
-        if let Err(why) = open(&c.edge.config.seal_key, &binding, writ_client::now_ms(), proposal) {
-            tracing::info!(?why, "proposal refused");
-            return Ok(Err(refused(&Rejection::new(
-                ReasonCode::PROPOSAL_INVALID,
-                "the proposal is expired, tampered, or was made for another payload or principal: propose again",
-            ))));
-        }
+    // The ledger holds the verification rule; refusing here only saves the round trip.
+    let proposal = args["proposal"].as_str();
+    if p.action.demands_verification() && proposal.is_none() {
+        return Ok(Err(refused(&Rejection::new(
+            ReasonCode::VERIFY_REQUIRED,
+            format!("'{action_id}' must be proposed first: call operation.propose and pass its proposal"),
+        ))));
     }
     let deadline_s = args["deadline_s"].as_u64().unwrap_or(DEADLINE_S_DEFAULT).clamp(1, DEADLINE_S_MAX);
-    Ok(Ok(record(c, p, key, deadline_s, args["cost_ceiling"].as_u64(), Map::new()).await?))
+    let cost_ceiling = args["cost_ceiling"].as_u64();
+    Ok(Ok(record(c, p, key, deadline_s, cost_ceiling, Map::new(), proposal).await?))
 }
 
 /// What a recorded call answers: the operation as a task for clients declaring the tasks
@@ -469,9 +461,71 @@ fn answer(c: &Call<'_>, recorded: Result<(Operation, bool), Value>) -> Result<Va
     })
 }
 
+/// The operation spec of a prepared call (a proposal's: its id as the operation id and key).
+fn spec_of(
+    c: &Call<'_>,
+    p: &Prepared,
+    (operation_id, key): (String, &str),
+    deadline_ms: u64,
+    cost_ceiling: Option<u64>,
+    input_requests: &Map<String, Value>,
+) -> OperationSpecV1 {
+    let a = c.authority;
+    OperationSpecV1 {
+        operation_id,
+        principal_id: a.principal_id.clone(),
+        authority_ref: a.reference(),
+        action: p.action.id.clone(),
+        payload_hash: p.payload_hash.clone(),
+        input: canonical_json(&p.input),
+        idempotency_key: key.to_string(),
+        deadline_ms,
+        cost_units: p.action.cost_units,
+        cost_ceiling,
+        device_id: p.device.as_ref().map(|d| d.id.clone()),
+        work_ref: p.work_ref.clone(),
+        preconditions: p.preconditions.clone(),
+        trace_id: c.trace_id.to_string(),
+        input_requests: input_requests.iter().map(|(k, v)| (k.clone(), canonical_json(v))).collect(),
+    }
+}
+
+/// Submits `command` — a submission or proposal of the call being served — carrying the
+/// request's decision (one log entry for both), resubmitting while the outcome is uncertain.
+async fn submit_call(c: &Call<'_>, command: Command) -> Result<Outcome, RpcError> {
+    let name = c.req.params()["name"].as_str();
+    let decision = crate::audit::request_decision(c.trace_id, c.authority, &c.req.method, name, None);
+    let command = crate::audit::with_decision(decision, command);
+    let req = SubmitRequest { trace_id: c.trace_id.to_string(), command };
+    let submitted = submit_replayable(c.edge.ledger.as_ref(), req).await.map_err(|e| RpcError::rejected(&e))?;
+    c.recorded.store(true, std::sync::atomic::Ordering::Release);
+    Ok(submitted.outcome)
+}
+
+/// Records a proposal of the prepared call in the ledger: its id and expiry (ledger time), or
+/// the ledger's refusal as a tool error.
+async fn record_proposal(c: &Call<'_>, p: &Prepared) -> Result<Result<(String, u64), Value>, RpcError> {
+    let id = format!("prop-{}", uuid::Uuid::new_v4().simple());
+    let until = writ_client::now_ms() + PROPOSAL_TTL_MS;
+    let spec = spec_of(c, p, (id.clone(), &id), until, None, &Map::new());
+    let command = Command::ProposeOperation { tenant_id: c.authority.tenant_id.clone(), spec };
+    match submit_call(c, command).await? {
+        Outcome::Rejected { reason, message, .. } => Ok(Err(refused(&Rejection::new(reason, message)))),
+        Outcome::Applied { events, .. } => {
+            // The ledger's expiry; a resubmission that had landed applies nothing new.
+            let recorded = events.iter().find_map(|e| match &e.event {
+                writ_api::ledger::Event::OperationProposedV1 { proposal, .. } => Some(proposal.expires_at_ms),
+                _ => None,
+            });
+            Ok(Ok((id, recorded.unwrap_or(until))))
+        }
+        _ => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+    }
+}
+
 /// Submits a prepared call as an operation under `key` (waiting for `input_requests` first, if
-/// any) and reads it back: the operation and whether it was a replay of the prior one, or the
-/// ledger's refusal as a tool error.
+/// any; using the proposal `proposal`, if named) and reads it back: the operation and whether
+/// it was a replay of the prior one, or the ledger's refusal as a tool error.
 async fn record(
     c: &Call<'_>,
     p: Prepared,
@@ -479,37 +533,19 @@ async fn record(
     deadline_s: u64,
     cost_ceiling: Option<u64>,
     input_requests: Map<String, Value>,
+    proposal: Option<&str>,
 ) -> Result<Result<(Operation, bool), Value>, RpcError> {
-    let a = c.authority;
-    let Prepared { action, input, device, work_ref, preconditions, payload_hash, .. } = p;
-    let spec = OperationSpecV1 {
-        operation_id: format!("op-{}", uuid::Uuid::new_v4().simple()),
-        principal_id: a.principal_id.clone(),
-        authority_ref: a.reference(),
-        action: action.id.clone(),
-        payload_hash,
-        input: canonical_json(&input),
-        idempotency_key: key.to_string(),
-        deadline_ms: writ_client::now_ms() + deadline_s * 1000,
-        cost_units: action.cost_units,
-        cost_ceiling,
-        device_id: device.map(|d| d.id),
-        work_ref,
-        preconditions,
-        trace_id: c.trace_id.to_string(),
-        input_requests: input_requests.iter().map(|(k, v)| (k.clone(), canonical_json(v))).collect(),
+    let id = format!("op-{}", uuid::Uuid::new_v4().simple());
+    let deadline_ms = writ_client::now_ms() + deadline_s * 1000;
+    let spec = spec_of(c, &p, (id, key), deadline_ms, cost_ceiling, &input_requests);
+    let tenant_id = c.authority.tenant_id.clone();
+    let command = match proposal {
+        Some(proposal_id) => {
+            Command::SubmitProposed { tenant_id, proposal_id: proposal_id.to_string(), spec: spec.clone() }
+        }
+        None => Command::SubmitOperation { tenant_id, spec: spec.clone() },
     };
-    // The request's decision travels with the submission: one log entry for both.
-    let name = c.req.params()["name"].as_str();
-    let decision = crate::audit::request_decision(c.trace_id, a, &c.req.method, name, None);
-    let submit = Command::SubmitOperation { tenant_id: a.tenant_id.clone(), spec: spec.clone() };
-    let command = crate::audit::with_decision(decision, submit);
-    let submitted =
-        submit_replayable(c.edge.ledger.as_ref(), SubmitRequest { trace_id: spec.trace_id.clone(), command })
-            .await
-            .map_err(|e| RpcError::rejected(&e))?;
-    c.recorded.store(true, std::sync::atomic::Ordering::Release);
-    match submitted.outcome {
+    match submit_call(c, command).await? {
         Outcome::Rejected { reason, message, .. } => Ok(Err(refused(&Rejection::new(reason, message)))),
         // The operation as the submission left it (the prior one, for a replay).
         Outcome::Applied { operation: Some(op), .. } => {
@@ -620,13 +656,14 @@ pub async fn direct(
     };
     if as_task {
         if confirm {
-            asks.insert("confirm".into(), confirmation(action, &p));
+            asks.insert(CONFIRM_REQUEST.into(), confirmation(action, &p));
         }
         let deadline_s = if asks.is_empty() { DEADLINE_S_DEFAULT } else { TASK_INPUT_DEADLINE_S };
-        return answer(c, record(c, p, &key(), deadline_s, None, asks).await?).map(Direct::Complete);
+        return answer(c, record(c, p, &key(), deadline_s, None, asks, None).await?).map(Direct::Complete);
     }
     if !confirm {
-        return answer(c, record(c, p, &key(), DEADLINE_S_DEFAULT, None, Map::new()).await?).map(Direct::Complete);
+        let recorded = record(c, p, &key(), DEADLINE_S_DEFAULT, None, Map::new(), None).await?;
+        return answer(c, recorded).map(Direct::Complete);
     }
     let Some(state) = state else {
         let caps = c.req.meta(crate::jsonrpc::META_CLIENT_CAPABILITIES);
@@ -637,8 +674,15 @@ pub async fn direct(
             )
             .with_data(json!({"reason": ReasonCode::CLIENT_CAPABILITY_MISSING, "requiredCapabilities": {"elicitation": {}}})));
         }
-        let requests = json!({"confirm": confirmation(action, &p)});
-        let state = json!({"key": format!("direct-{}", uuid::Uuid::new_v4().simple()), "payload_hash": p.payload_hash});
+        // The preview the person confirms is recorded as a proposal: the confirmation round
+        // submits the call with it, so the ledger holds the rule here too.
+        let proposal = match record_proposal(c, &p).await? {
+            Ok((id, _)) => id,
+            Err(refusal) => return Ok(Direct::Complete(refusal)),
+        };
+        let requests = json!({CONFIRM_REQUEST: confirmation(action, &p)});
+        let key = format!("direct-{}", uuid::Uuid::new_v4().simple());
+        let state = json!({"key": key, "payload_hash": p.payload_hash, "proposal": proposal});
         return Ok(Direct::Confirm { requests, state });
     };
     if state["payload_hash"] != p.payload_hash.as_str() {
@@ -647,7 +691,7 @@ pub async fn direct(
             "the call changed since it was confirmed (device or catalog): call it again",
         ))));
     }
-    let reply = inputs.get("confirm");
+    let reply = inputs.get(CONFIRM_REQUEST);
     let confirmed = reply.is_some_and(|r| r["action"] == "accept" && r["content"]["confirm"] == true);
     if !confirmed {
         return Ok(Direct::Complete(json!({"resultType": "complete",
@@ -655,7 +699,8 @@ pub async fn direct(
             "structuredContent": {"confirmed": false}})));
     }
     let key = state["key"].as_str().unwrap_or_default().to_string();
-    answer(c, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new()).await?).map(Direct::Complete)
+    let proposal = state["proposal"].as_str();
+    answer(c, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new(), proposal).await?).map(Direct::Complete)
 }
 
 /// The elicitation asking the caller to confirm a high-risk (or dry-run) call, with its preview.

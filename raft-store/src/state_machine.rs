@@ -24,6 +24,7 @@ use tokio::sync::broadcast;
 use writ_api::audit::{self, record_key, AuditFilter, AuditRecordV1};
 use writ_api::format;
 use writ_api::ledger::{EventEnvelope, Outcome};
+use writ_api::operation::ProposalV1;
 use writ_api::revocation::Revocations;
 use writ_api::state::LedgerState;
 
@@ -77,10 +78,27 @@ struct SnapshotFile {
 }
 
 /// What a snapshot holds: the state and the audit records it retains, in key order. Format 2
-/// appends the state's revocations (the state's own serde layout is format 1's; see
-/// `LedgerState::encode`).
+/// appends the state's revocations, format 3 its proposals (the state's own serde layout is
+/// format 1's; see `LedgerState::encode`).
 #[derive(Serialize, Deserialize)]
 struct SnapshotPayload {
+    state: LedgerState,
+    audit: Vec<AuditRecordV1>,
+    revocations: Revocations,
+    proposals: Proposals,
+}
+
+type Proposals = std::collections::BTreeMap<String, std::collections::BTreeMap<String, ProposalV1>>;
+
+impl SnapshotPayload {
+    fn of(state: LedgerState, audit: Vec<AuditRecordV1>) -> SnapshotPayload {
+        SnapshotPayload { revocations: state.revocations.clone(), proposals: state.proposals.clone(), state, audit }
+    }
+}
+
+/// A snapshot of state format 2 (no proposals).
+#[derive(Deserialize)]
+struct SnapshotPayloadV2 {
     state: LedgerState,
     audit: Vec<AuditRecordV1>,
     revocations: Revocations,
@@ -306,13 +324,19 @@ fn encode_payload(payload: &SnapshotPayload) -> io::Result<Vec<u8>> {
 fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
     let (version, body) = format::unwrap(format::SNAPSHOT_MAGIC, bytes)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
-    let mut payload = if version == 1 {
-        let SnapshotPayloadV1 { state, audit } = checked_decode(body, "snapshot state")?;
-        SnapshotPayload { state, audit, revocations: Revocations::default() }
-    } else {
-        checked_decode::<SnapshotPayload>(body, "snapshot state")?
+    let mut payload = match version {
+        1 => {
+            let SnapshotPayloadV1 { state, audit } = checked_decode(body, "snapshot state")?;
+            SnapshotPayload { state, audit, revocations: Revocations::default(), proposals: Proposals::default() }
+        }
+        2 => {
+            let SnapshotPayloadV2 { state, audit, revocations } = checked_decode(body, "snapshot state")?;
+            SnapshotPayload { state, audit, revocations, proposals: Proposals::default() }
+        }
+        _ => checked_decode::<SnapshotPayload>(body, "snapshot state")?,
     };
     payload.state.revocations = std::mem::take(&mut payload.revocations);
+    payload.state.proposals = std::mem::take(&mut payload.proposals);
     payload.state.rebuild_index();
     Ok(payload)
 }
@@ -336,11 +360,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 let audit = retained_audit(db, &view, &a.state)?;
                 (a.last_applied, a.membership.clone(), a.state.clone(), audit)
             };
-            let file = SnapshotFile {
-                last_applied,
-                membership,
-                state: encode_payload(&SnapshotPayload { revocations: state.revocations.clone(), state, audit })?,
-            };
+            let file =
+                SnapshotFile { last_applied, membership, state: encode_payload(&SnapshotPayload::of(state, audit))? };
             this.persist_snapshot(&file)?;
             Ok(file)
         })
@@ -490,7 +511,8 @@ mod tests {
     use super::*;
 
     /// A snapshot written before revocations existed (state format 1: the payload is the state
-    /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them.
+    /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them,
+    /// with no proposals; a format-3 snapshot keeps both.
     #[test]
     fn snapshots_of_every_format_read() {
         let mut state = LedgerState { clock_ms: 7, ..Default::default() };
@@ -505,16 +527,34 @@ mod tests {
         assert_eq!(decode_payload(&v1).unwrap().state, state);
 
         state.revocations.signing_keys.insert("k".into(), 5);
-        let v2 = encode_payload(&SnapshotPayload {
-            revocations: state.revocations.clone(),
-            state: state.clone(),
-            audit: Vec::new(),
-        })
-        .unwrap();
+        #[derive(Serialize)]
+        struct V2<'a> {
+            state: &'a LedgerState,
+            audit: Vec<AuditRecordV1>,
+            revocations: &'a Revocations,
+        }
+        let mut v2 = format::SNAPSHOT_MAGIC.to_vec();
+        v2.extend_from_slice(&2u32.to_le_bytes());
+        let body = V2 { state: &state, audit: Vec::new(), revocations: &state.revocations };
+        v2.extend_from_slice(&checked_encode(&body).unwrap());
         assert_eq!(decode_payload(&v2).unwrap().state, state);
-        // Read as format 1, format-2 bytes are refused, never misread.
-        let mut as_v1 = v2.clone();
-        as_v1[8..12].copy_from_slice(&1u32.to_le_bytes());
-        assert!(decode_payload(&as_v1).is_err());
+
+        let proposal = ProposalV1 {
+            proposal_id: "prop-1".into(),
+            principal_id: "p".into(),
+            action: "a".into(),
+            call_digest: "0".repeat(64),
+            payload_hash: "1".repeat(64),
+            expires_at_ms: 9,
+        };
+        state.proposals.entry("t".into()).or_default().insert("prop-1".into(), proposal);
+        let v3 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new())).unwrap();
+        assert_eq!(decode_payload(&v3).unwrap().state, state);
+        // Read as an older format, newer bytes are refused, never misread.
+        for older in [1u32, 2] {
+            let mut as_older = v3.clone();
+            as_older[8..12].copy_from_slice(&older.to_le_bytes());
+            assert!(decode_payload(&as_older).is_err(), "format {older}");
+        }
     }
 }

@@ -187,7 +187,8 @@ async fn operation_execute_records_one_durable_operation_per_key() {
     let press = json!({"name": "press-1", "site": "plant", "device_class": "press.v1"});
     admin.post_ok(&url, "/v1/tenants/ops/devices", press).await;
     let action = |id: &str, dry_run: bool| {
-        json!({"id": id, "title": id, "risk": "high", "execution": "operation", "device_class": "press.v1",
+        let risk = if dry_run { "high" } else { "medium" };
+        json!({"id": id, "title": id, "risk": risk, "execution": "operation", "device_class": "press.v1",
                "dry_run": dry_run, "cost_units": 1,
                "input_schema": {"type": "object", "required": ["position_mm"],
                                 "properties": {"position_mm": {"type": "number", "minimum": 0, "maximum": 500}}}})

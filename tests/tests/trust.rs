@@ -95,7 +95,9 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         {"id": "move_press", "title": "Move the press", "risk": "low", "execution": "operation",
          "device_class": "press.v1", "cost_units": 1,
          "input_schema": {"type": "object", "required": ["position_mm"],
-                          "properties": {"position_mm": {"type": "number", "maximum": 500}}}}
+                          "properties": {"position_mm": {"type": "number", "maximum": 500}}}},
+        {"id": "slam_press", "title": "Slam the press", "risk": "high", "execution": "operation",
+         "device_class": "press.v1", "cost_units": 1, "input_schema": {"type": "object"}}
     ]});
     admin.post_ok(&url, "/v1/tenants/secure/catalogs", catalog).await;
     let agent = admin
@@ -110,25 +112,25 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         )
         .await;
     let issued = admin.post_ok(&url, "/v1/tenants/secure/tokens", json!({"principal": "agent"})).await;
+    let spec_of = |authority: &str, input: Value| writ_api::operation::OperationSpecV1 {
+        operation_id: format!("op-{authority}-{}", input["position_mm"]),
+        principal_id: agent["id"].as_str().expect("principal id").into(),
+        authority_ref: authority.into(),
+        action: "move_press".into(),
+        payload_hash: writ_api::operation::payload_hash(&input),
+        input: input.to_string(),
+        idempotency_key: format!("k-{authority}-{}", input["position_mm"]),
+        deadline_ms: writ_client::now_ms() + 600_000,
+        cost_units: 0,
+        cost_ceiling: None,
+        device_id: device["id"].as_str().map(str::to_string),
+        work_ref: None,
+        preconditions: Default::default(),
+        trace_id: "trust-test".into(),
+        input_requests: Default::default(),
+    };
     let operation = |authority: &str, input: Value| {
-        let spec = writ_api::operation::OperationSpecV1 {
-            operation_id: format!("op-{authority}-{}", input["position_mm"]),
-            principal_id: agent["id"].as_str().expect("principal id").into(),
-            authority_ref: authority.into(),
-            action: "move_press".into(),
-            payload_hash: writ_api::operation::payload_hash(&input),
-            input: input.to_string(),
-            idempotency_key: format!("k-{authority}-{}", input["position_mm"]),
-            deadline_ms: writ_client::now_ms() + 600_000,
-            cost_units: 0,
-            cost_ceiling: None,
-            device_id: device["id"].as_str().map(str::to_string),
-            work_ref: None,
-            preconditions: Default::default(),
-            trace_id: "trust-test".into(),
-            input_requests: Default::default(),
-        };
-        submit(Command::SubmitOperation { tenant_id: tenant_id.clone(), spec })
+        submit(Command::SubmitOperation { tenant_id: tenant_id.clone(), spec: spec_of(authority, input) })
     };
     let jti = issued["jti"].as_str().expect("jti");
     let cases = [
@@ -145,6 +147,32 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         status.is_success() && reason.is_empty(),
         "a valid operation under a real token is taken: {status} {reason}"
     );
+    // A high-risk call is recorded only verified: with a proposal its principal recorded for
+    // exactly that call (used once), never on an edge's word.
+    let slam = |position: i64| {
+        let mut spec = spec_of(jti, json!({"position_mm": position}));
+        spec.action = "slam_press".into();
+        spec
+    };
+    let submit_with = |proposal: Option<&str>, spec: writ_api::operation::OperationSpecV1| {
+        let tenant_id = tenant_id.clone();
+        submit(match proposal {
+            Some(p) => Command::SubmitProposed { tenant_id, proposal_id: p.into(), spec },
+            None => Command::SubmitOperation { tenant_id, spec },
+        })
+    };
+    let client_submit = format!("{url}/client/submit");
+    let (_, reason) = post(&edge, &client_submit, &submit_with(None, slam(1))).await;
+    assert_eq!(reason, "VERIFY_REQUIRED", "no proposal, no confirmation");
+    let (_, reason) = post(&edge, &client_submit, &submit_with(Some("prop-made-up"), slam(1))).await;
+    assert_eq!(reason, "PROPOSAL_INVALID", "a proposal the ledger never recorded");
+    let mut proposal = slam(1);
+    proposal.operation_id = "prop-slam".into();
+    let propose = submit(Command::ProposeOperation { tenant_id: tenant_id.clone(), spec: proposal });
+    let (status, reason) = post(&edge, &client_submit, &propose).await;
+    assert!(status.is_success() && reason.is_empty(), "{status} {reason}");
+    let (_, reason) = post(&edge, &client_submit, &submit_with(Some("prop-slam"), slam(2))).await;
+    assert_eq!(reason, "PROPOSAL_INVALID", "the proposal names another input");
     // A principal's acts on that operation (cancel here; answer, observe and decide alike): an
     // edge may submit them only wrapped in the authority it admitted them under, and the ledger
     // re-derives it — another principal's token, or one without the act's scope, is refused.
@@ -479,13 +507,20 @@ async fn a_critical_call_runs_only_with_another_principals_approval() {
             }
         }
     };
-    // Wait until the edge serves the new catalog, then call it.
-    let args = json!({"action": "crush", "input": {}, "device": "demo-press", "idempotency_key": "crush-1", "deadline_s": 600});
-    let called = writ_tests::eventually("the critical call recorded", std::time::Duration::from_secs(20), || async {
-        let r = tool(agent.to_string(), "operation.execute", args.clone()).await;
-        r["structuredContent"]["operation_id"].is_string().then_some(r)
+    // Wait until the edge serves the new catalog; the call is verified (proposed) first.
+    let call = json!({"action": "crush", "input": {}, "device": "demo-press"});
+    let proposed = writ_tests::eventually("the critical call proposed", std::time::Duration::from_secs(20), || async {
+        let r = tool(agent.to_string(), "operation.propose", call.clone()).await;
+        r["structuredContent"]["proposal"].is_string().then_some(r)
     })
     .await;
+    let mut args = call.clone();
+    args["idempotency_key"] = json!("crush-1");
+    args["deadline_s"] = json!(600);
+    let unverified = tool(agent.to_string(), "operation.execute", args.clone()).await;
+    assert_eq!(unverified["_meta"]["writ/reason"], "VERIFY_REQUIRED", "{unverified}");
+    args["proposal"] = proposed["structuredContent"]["proposal"].clone();
+    let called = tool(agent.to_string(), "operation.execute", args.clone()).await;
     assert_eq!(called["structuredContent"]["state"], "proposed", "{called}");
     let id = called["structuredContent"]["operation_id"].as_str().expect("id").to_string();
     // The agent has no approve tool, and cannot approve anyway.

@@ -139,7 +139,7 @@ impl LedgerState {
         let tenant_id = command.stream();
         let ops = self.operations.get(tenant_id)?;
         let id = match command {
-            Command::SubmitOperation { spec, .. } => {
+            Command::SubmitOperation { spec, .. } | Command::SubmitProposed { spec, .. } => {
                 let slot = crate::state::idempotency_slot(&spec.principal_id, &spec.idempotency_key);
                 self.idempotency.get(tenant_id)?.get(&slot)?.as_str()
             }

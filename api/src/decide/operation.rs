@@ -194,13 +194,14 @@ fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Resu
 /// tenant's current catalog, that the device is one of its class, and that the input satisfies
 /// the action's input schema. The cost is the catalog's, whatever the submitter said: a
 /// compromised edge can act only through tokens the ledger issued (or the tenant's own
-/// issuers), within their scopes.
+/// issuers), within their scopes. Answers the spec as the ledger records it and whether its
+/// action demands verification (a proposal or a confirmation, see [`verified`]).
 fn recheck_authority(
     state: &LedgerState,
     tenant_id: &str,
     spec: &OperationSpecV1,
     now: u64,
-) -> Result<OperationSpecV1, Rejection> {
+) -> Result<(OperationSpecV1, bool), Rejection> {
     let authority = crate::auth::authority_of_ref(state, tenant_id, &spec.principal_id, &spec.authority_ref, now)?;
     let action = state
         .catalog(tenant_id, None)
@@ -245,7 +246,122 @@ fn recheck_authority(
             return Err(invalid(format!("at most {INPUT_REQUESTS_MAX} input requests, the approval included")));
         }
     }
-    Ok(checked)
+    Ok((checked, action.demands_verification()))
+}
+
+/// The verification rule (SPEC E5, S3), held by the ledger whatever the edge did: a call of an
+/// action that demands verification is recorded only with a proposal its principal recorded
+/// for exactly this call (used up: the answer is its [`Event::ProposalUsedV1`]), or waiting
+/// for a confirmation ([`CONFIRM_REQUEST`]) that only its requester answers. A proposal named
+/// for any other call is checked the same way.
+fn verified(
+    state: &LedgerState,
+    tenant_id: &str,
+    spec: &OperationSpecV1,
+    proposal_id: Option<&str>,
+    demands: bool,
+    now: u64,
+) -> Result<Option<Event>, Rejection> {
+    let Some(proposal_id) = proposal_id else {
+        if demands && !spec.input_requests.contains_key(CONFIRM_REQUEST) {
+            let msg = format!(
+                "'{}' must be verified first: call operation.propose and pass its proposal (or confirm the call)",
+                spec.action
+            );
+            return Err(Rejection::new(ReasonCode::VERIFY_REQUIRED, msg));
+        }
+        return Ok(None);
+    };
+    if proposal_id.is_empty() || proposal_id.len() > KEY_BYTES_MAX {
+        return Err(invalid(format!("a proposal id is 1..={KEY_BYTES_MAX} bytes")));
+    }
+    let proposal = state
+        .proposals
+        .get(tenant_id)
+        .and_then(|m| m.get(proposal_id))
+        .filter(|p| p.principal_id == spec.principal_id)
+        .ok_or_else(|| {
+            let msg =
+                format!("no proposal '{proposal_id}' of yours: it was used, expired or never made; propose again");
+            Rejection::new(ReasonCode::PROPOSAL_INVALID, msg)
+        })?;
+    if proposal.expires_at_ms <= now {
+        let msg = format!("proposal '{proposal_id}' expired {} ms ago: propose again", now - proposal.expires_at_ms);
+        return Err(Rejection::new(ReasonCode::PROPOSAL_EXPIRED, msg));
+    }
+    if proposal.action != spec.action
+        || proposal.call_digest != spec.call_digest()
+        || proposal.payload_hash != spec.payload_hash
+    {
+        let msg =
+            format!("proposal '{proposal_id}' was made for another call (action, input, device or preconditions)");
+        return Err(Rejection::new(ReasonCode::PROPOSAL_INVALID, msg));
+    }
+    Ok(Some(Event::ProposalUsedV1 {
+        tenant_id: tenant_id.to_string(),
+        proposal_id: proposal_id.to_string(),
+        operation_id: spec.operation_id.clone(),
+    }))
+}
+
+/// The tenant may take submissions and `spec`'s principal is active.
+fn may_submit(state: &LedgerState, tenant: &crate::ledger::Tenant, spec: &OperationSpecV1) -> Result<(), Rejection> {
+    if tenant.state == TenantState::Suspended {
+        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
+    }
+    spec.validate()?;
+    let principal = state
+        .principals
+        .get(&tenant.id)
+        .and_then(|m| m.get(&spec.principal_id))
+        .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
+    if principal.state != PrincipalState::Active {
+        let msg = format!("principal '{}' was revoked", principal.name);
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, msg));
+    }
+    Ok(())
+}
+
+/// [`Command::ProposeOperation`]: every check of a submission but the idempotency key, the
+/// deadline, quotas and the device's holder; recorded for [`PROPOSAL_TTL_MS`] of ledger time,
+/// within [`PROPOSALS_PER_PRINCIPAL_MAX`] and [`PROPOSALS_PER_TENANT_MAX`] live ones.
+fn propose(
+    state: &LedgerState,
+    tenant: &crate::ledger::Tenant,
+    spec: &OperationSpecV1,
+    now: u64,
+) -> Result<Vec<Event>, Rejection> {
+    may_submit(state, tenant, spec)?;
+    let live = state.proposals.get(&tenant.id);
+    let id = &spec.operation_id;
+    if let Some(p) = live.and_then(|m| m.get(id)) {
+        if p.principal_id == spec.principal_id && p.call_digest == spec.call_digest() {
+            return Ok(vec![]); // the same proposal again (a resubmission whose answer was lost)
+        }
+        return Err(invalid(format!("proposal id '{id}' is taken")));
+    }
+    let (checked, _) = recheck_authority(state, &tenant.id, spec, now)?;
+    let live: Vec<_> = live.into_iter().flat_map(|m| m.values()).filter(|p| p.expires_at_ms > now).collect();
+    let own = live.iter().filter(|p| p.principal_id == spec.principal_id).count();
+    if own >= PROPOSALS_PER_PRINCIPAL_MAX || live.len() >= PROPOSALS_PER_TENANT_MAX {
+        let msg = format!(
+            "at most {PROPOSALS_PER_PRINCIPAL_MAX} live proposals per principal and {PROPOSALS_PER_TENANT_MAX} per \
+             tenant: execute or let some expire ({} ms each)",
+            PROPOSAL_TTL_MS
+        );
+        return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
+    }
+    Ok(vec![Event::OperationProposedV1 {
+        tenant_id: tenant.id.clone(),
+        proposal: ProposalV1 {
+            proposal_id: id.clone(),
+            principal_id: checked.principal_id.clone(),
+            action: checked.action.clone(),
+            call_digest: checked.call_digest(),
+            payload_hash: checked.payload_hash.clone(),
+            expires_at_ms: now + PROPOSAL_TTL_MS,
+        },
+    }])
 }
 
 /// An approval (SPEC S3): never by the operation's requester, only by an active principal
@@ -358,76 +474,68 @@ fn on_behalf_of(state: &LedgerState, authority_ref: &str, act: &Command, now: u6
 
 /// Decides an operation command at ledger time `now` (the tenant's due transitions were
 /// applied just before, see `LedgerState::execute_audited`).
+/// [`Command::SubmitOperation`] and [`Command::SubmitProposed`] (the proposal it names, if any).
+fn submit(
+    state: &LedgerState,
+    tenant: &crate::ledger::Tenant,
+    spec: &OperationSpecV1,
+    proposal_id: Option<&str>,
+    now: u64,
+) -> Result<Vec<Event>, Rejection> {
+    let tenant_id = tenant.id.as_str();
+    may_submit(state, tenant, spec)?;
+    let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
+    if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
+        // A replay answers with the prior operation whatever changed since (its proposal was
+        // used by the first submission).
+        let prior = find(state, tenant_id, prior)?;
+        if prior.spec.payload_hash == spec.payload_hash {
+            return Ok(vec![]); // a replay: the prior operation stands, whatever its state
+        }
+        return Err(Rejection::new(
+            ReasonCode::IDEMPOTENCY_KEY_REUSED,
+            format!("idempotency key '{}' was used for another payload", spec.idempotency_key),
+        ));
+    }
+    // Anything new passes the re-check and the verification rule; its cost is the catalog's.
+    let (spec, demands) = recheck_authority(state, tenant_id, spec, now)?;
+    let spec = &spec;
+    if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
+        return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
+    }
+    let used = verified(state, tenant_id, spec, proposal_id, demands, now)?;
+    if spec.deadline_ms <= now {
+        return Err(Rejection::new(ReasonCode::DEADLINE_EXCEEDED, "the deadline has already passed"));
+    }
+    quotas_allow(state, tenant, spec, now)?;
+    if let Some(ceiling) = spec.cost_ceiling.filter(|c| spec.cost_units > *c) {
+        return Err(Rejection::new(
+            ReasonCode::COST_CEILING_EXCEEDED,
+            format!("the action costs {} units, over the ceiling of {ceiling}", spec.cost_units),
+        ));
+    }
+    let mut events = vec![Event::OperationSubmittedV1 { tenant_id: tenant_id.to_string(), spec: spec.clone() }];
+    events.extend(used);
+    // Waiting for its requester's input: neither verified nor reserved yet.
+    if spec.input_requests.is_empty() {
+        events.push(reserve(state, tenant_id, spec)?);
+    } else if let Some(d) =
+        spec.device_id.as_ref().filter(|d| state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(*d)))
+    {
+        return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{d}'")));
+    }
+    Ok(events)
+}
+
 pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     use OperationState::*;
     let tenant_id = cmd.stream();
     let tenant = existing(state, tenant_id)?;
     let t = tenant_id.to_string();
     match cmd {
-        Command::SubmitOperation { spec, .. } => {
-            if tenant.state == TenantState::Suspended {
-                return Err(Rejection::new(
-                    ReasonCode::TENANT_SUSPENDED,
-                    format!("tenant '{}' is suspended", tenant.name),
-                ));
-            }
-            spec.validate()?;
-            let principal = state
-                .principals
-                .get(tenant_id)
-                .and_then(|m| m.get(&spec.principal_id))
-                .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
-            if principal.state != PrincipalState::Active {
-                return Err(Rejection::new(
-                    ReasonCode::AUTH_TOKEN_REVOKED,
-                    format!("principal '{}' was revoked", principal.name),
-                ));
-            }
-            let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
-            let replay = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)).is_some();
-            // A replay answers with the prior operation whatever changed since; anything new
-            // passes the re-check, and its cost is the catalog's.
-            let checked;
-            let spec = if replay {
-                spec
-            } else {
-                checked = recheck_authority(state, tenant_id, spec, now)?;
-                &checked
-            };
-            if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
-                let prior = find(state, tenant_id, prior)?;
-                if prior.spec.payload_hash == spec.payload_hash {
-                    return Ok(vec![]); // a replay: the prior operation stands, whatever its state
-                }
-                return Err(Rejection::new(
-                    ReasonCode::IDEMPOTENCY_KEY_REUSED,
-                    format!("idempotency key '{}' was used for another payload", spec.idempotency_key),
-                ));
-            }
-            if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
-                return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
-            }
-            if spec.deadline_ms <= now {
-                return Err(Rejection::new(ReasonCode::DEADLINE_EXCEEDED, "the deadline has already passed"));
-            }
-            quotas_allow(state, tenant, spec, now)?;
-            if let Some(ceiling) = spec.cost_ceiling.filter(|c| spec.cost_units > *c) {
-                return Err(Rejection::new(
-                    ReasonCode::COST_CEILING_EXCEEDED,
-                    format!("the action costs {} units, over the ceiling of {ceiling}", spec.cost_units),
-                ));
-            }
-            let mut events = vec![Event::OperationSubmittedV1 { tenant_id: t.clone(), spec: spec.clone() }];
-            // Waiting for its requester's input: neither verified nor reserved yet.
-            if spec.input_requests.is_empty() {
-                events.push(reserve(state, tenant_id, spec)?);
-            } else if let Some(d) =
-                spec.device_id.as_ref().filter(|d| state.devices.get(tenant_id).is_none_or(|m| !m.contains_key(*d)))
-            {
-                return Err(Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{d}'")));
-            }
-            Ok(events)
-        }
+        Command::SubmitOperation { spec, .. } => submit(state, tenant, spec, None, now),
+        Command::SubmitProposed { spec, proposal_id, .. } => submit(state, tenant, spec, Some(proposal_id), now),
+        Command::ProposeOperation { spec, .. } => propose(state, tenant, spec, now),
         Command::AnswerInputs { operation_id, by_principal_id, answers, .. } => {
             let op = find(state, tenant_id, operation_id)?;
             let requester = &op.spec.principal_id == by_principal_id;

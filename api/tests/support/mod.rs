@@ -122,7 +122,8 @@ impl Ledger {
     }
 }
 
-/// The test tenant's catalog: a device action, a deviceless one and a dear one.
+/// The test tenant's catalog: a device action, a deviceless one, a dear one, one proposed first
+/// (dry run) and a critical one.
 pub const CATALOG: &str = r#"{"actions": [
   {"id": "move_press", "title": "Move", "description": "Moves a press.", "input_schema": {"type": "object"},
    "risk": "low", "execution": "operation", "device_class": "press.v1", "cost_units": 1},
@@ -130,6 +131,9 @@ pub const CATALOG: &str = r#"{"actions": [
    "risk": "low", "execution": "operation", "cost_units": 1},
   {"id": "dear_note", "title": "Dear note", "description": "Writes an expensive note.",
    "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 9},
+  {"id": "careful_note", "title": "Careful note", "description": "A note that is proposed first.",
+   "input_schema": {"type": "object", "properties": {"p": {"type": "integer"}}}, "risk": "low",
+   "execution": "operation", "dry_run": true, "cost_units": 1},
   {"id": "crush", "title": "Crush", "description": "Crushes with a press; needs another principal's approval.",
    "input_schema": {"type": "object"}, "risk": "critical", "execution": "operation", "device_class": "press.v1",
    "cost_units": 1}
@@ -165,6 +169,19 @@ pub fn spec(
 pub fn submit(mut s: OperationSpecV1) -> Command {
     s.authority_ref = format!("jti-{}", s.principal_id);
     Command::SubmitOperation { tenant_id: T.into(), spec: s }
+}
+
+/// Proposes `s` (a dry run) as proposal `proposal_id`, under its principal's token.
+pub fn propose(proposal_id: &str, mut s: OperationSpecV1) -> Command {
+    s.authority_ref = format!("jti-{}", s.principal_id);
+    s.operation_id = proposal_id.into();
+    Command::ProposeOperation { tenant_id: T.into(), spec: s }
+}
+
+/// Submits `s` with the proposal `proposal_id`, under its principal's token.
+pub fn submit_proposed(proposal_id: &str, mut s: OperationSpecV1) -> Command {
+    s.authority_ref = format!("jti-{}", s.principal_id);
+    Command::SubmitProposed { tenant_id: T.into(), proposal_id: proposal_id.into(), spec: s }
 }
 
 pub fn dispatch(id: &str) -> Command {
@@ -211,6 +228,14 @@ pub fn report(id: &str, fencing_token: u64, outcome: AttemptOutcome) -> Command 
 /// The operation invariants over a state; each violation as a sentence.
 pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     let mut violations = Vec::new();
+    let proposals = state.proposals.get(T).into_iter().flat_map(|m| m.values());
+    let mut by_principal: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in proposals {
+        *by_principal.entry(&p.principal_id).or_default() += 1;
+    }
+    if let Some((p, n)) = by_principal.iter().find(|(_, n)| **n > writ_api::operation::PROPOSALS_PER_PRINCIPAL_MAX) {
+        violations.push(format!("{p} holds {n} proposals"));
+    }
     for op in state.operations.get(T).into_iter().flat_map(|m| m.values()) {
         if op.attempts > 1 {
             violations.push(format!("attempted {} times: {op:?}", op.attempts));
