@@ -49,12 +49,20 @@ command -v etcd >/dev/null || {
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq etcd-server >/dev/null
 }
+command -v protoc >/dev/null || { # etcd-client (the gRPC baseline) compiles etcd's protos
+  log "installing protobuf-compiler"
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq protobuf-compiler >/dev/null
+}
 if [ "${BENCH_BUILD:-1}" = 1 ]; then
   log "release build"
   cargo build --release --workspace --bins
-  cargo build --release --manifest-path loadtest/baselines/rmcp-greet/Cargo.toml --target-dir "$TARGET/baselines"
+  for baseline in rmcp-greet etcd-grpc; do
+    cargo build --release --manifest-path "loadtest/baselines/$baseline/Cargo.toml" --target-dir "$TARGET/baselines"
+  done
 fi
 BASELINE=$TARGET/baselines/release/rmcp-greet
+ETCD_GRPC=$TARGET/baselines/release/etcd-grpc-load
 build_s=$(( $(date +%s) - started ))
 started=$(date +%s)
 
@@ -115,9 +123,10 @@ failed=()
 # point LABEL SYSTEM ARGS...: one measured run; a failed one (e.g. --verify) is reported, not fatal.
 point() {
   local label=$1 system=$2; shift 2
-  local extra=()
+  local extra=() run=("$LT" "$system")
   [ "$system" = writ ] && extra=(--work-dir "$WORK/executors")
-  "$LT" "$system" "${extra[@]}" --label "$label" --json "$RAW/$label.json" "$@" || {
+  [ "$system" = etcd-grpc ] && run=("$ETCD_GRPC")
+  "${run[@]}" "${extra[@]}" --label "$label" --json "$RAW/$label.json" "$@" || {
     echo "!! $label exited with status $?" >&2
     failed+=("$label")
   }
@@ -133,9 +142,10 @@ writ_raft() {
 # --- P1 durable ------------------------------------------------------------------------------
 runs p1 && TERM_BEFORE=$(writ_raft term) && LOG_BEFORE=$(writ_raft last_log_index)
 runs p1 && for c in $CLIENTS; do
-  log "P1 $c clients: writ operation.execute, then etcd txn put-if-absent"
+  log "P1 $c clients: writ operation.execute, then etcd txn put-if-absent over gRPC and over the gateway"
   point "p1-writ-c$c" writ "${common[@]}" --prefix p1 --concurrency "$c" --mix execute=1 --verify --drain 60 \
     --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS"
+  point "p1-etcdgrpc-c$c" etcd-grpc "${common[@]}" --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"
   point "p1-etcd-c$c" etcd "${common[@]}" --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"
 done
 # Leader changes while P1 ran (a tuning that causes spurious elections under load shows here).

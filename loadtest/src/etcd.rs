@@ -70,15 +70,32 @@ impl Workload for EtcdLoad {
 /// Every acknowledged key is readable (linearizable range) from the cluster.
 pub async fn verify(load: &EtcdLoad) -> Verification {
     let keys = load.acked.lock().expect("acked lock").clone();
+    verify_keys(keys, |i, key| async move {
+        let body = json!({"key": B64.encode(&key), "count_only": true});
+        load.post_any(i, "/v3/kv/range", body).await.ok().map(|v| v["count"] == json!("1"))
+    })
+    .await
+}
+
+/// Reads every acknowledged key back with `present(attempt, key)` — `Some(found)`, or `None`
+/// when the read itself failed (tried 5 times, 500 ms apart, moving to the next member) — and
+/// reports the keys that are missing or unreadable as acknowledged and lost. Shared by every
+/// etcd driver (this gateway one and the gRPC baseline).
+pub async fn verify_keys<F, Fut>(keys: Vec<String>, present: F) -> Verification
+where
+    F: Fn(usize, String) -> Fut,
+    Fut: std::future::Future<Output = Option<bool>>,
+{
     let started = std::time::Instant::now();
+    let present = &present;
     let missing: Vec<String> = futures::stream::iter(keys.iter().enumerate())
         .map(|(i, key)| async move {
-            let body = json!({"key": B64.encode(key), "count_only": true});
             for attempt in 0..5 {
-                if let Ok(v) = load.post_any(i + attempt, "/v3/kv/range", body.clone()).await {
-                    return (v["count"] != json!("1")).then(|| key.clone());
+                match present(i + attempt, key.clone()).await {
+                    Some(true) => return None,
+                    Some(false) => return Some(key.clone()),
+                    None => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             }
             Some(format!("{key} (unreadable)"))
         })

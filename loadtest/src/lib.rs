@@ -2,6 +2,7 @@
 //! interfaces — the MCP edges with real bearer tokens, the admin API for setup and `--verify`
 //! — and, with the same generator, etcd's v3 gateway and a bare MCP server for comparison.
 
+pub mod cli;
 pub mod engine;
 pub mod etcd;
 pub mod mcp;

@@ -7,8 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
-use writ_loadtest::engine::{self, Fault, Plan, Workload};
-use writ_loadtest::report::{self, Summary};
+use writ_loadtest::cli::{list, LoadArgs};
 use writ_loadtest::writ::{self, Admin, Mix, Setup, WritLoad};
 use writ_loadtest::{etcd, mcp, verify};
 
@@ -27,46 +26,6 @@ enum System {
     Etcd(EtcdArgs),
     /// A bare MCP server without auth (the rmcp baseline): tools/list and its `greet` tool.
     Mcp(McpArgs),
-}
-
-#[derive(Args, Clone)]
-struct LoadArgs {
-    /// Closed loop: concurrent clients.
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
-    /// Open loop: requests per second (latency from each request's intended start).
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Stop after this many requests.
-    #[arg(long)]
-    requests: Option<u64>,
-    /// Open loop: most requests in flight.
-    #[arg(long, default_value_t = 4096)]
-    max_in_flight: usize,
-    /// Per-request timeout in seconds.
-    #[arg(long, default_value_t = 30.0)]
-    timeout: f64,
-    /// Write the summary as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Name of this run in the summary.
-    #[arg(long, default_value = "run")]
-    label: String,
-    /// Run `--kill-cmd` this many seconds into the run and report the recovery (P3).
-    #[arg(long, requires = "kill_cmd")]
-    kill_after: Option<f64>,
-    /// Shell command for `--kill-after` (e.g. `kill -9 <leader pid>`).
-    #[arg(long)]
-    kill_cmd: Option<String>,
-    /// Server processes whose CPU time and memory to report (comma or space separated).
-    #[arg(long, default_value = "")]
-    watch_pids: String,
-    /// No progress line.
-    #[arg(long)]
-    quiet: bool,
 }
 
 #[derive(Args)]
@@ -165,69 +124,12 @@ struct McpArgs {
     mix: String,
 }
 
-fn list(s: &str) -> Vec<String> {
-    s.split([',', ' ']).filter(|x| !x.is_empty()).map(|x| x.trim_end_matches('/').to_string()).collect()
-}
-
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn run_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
-}
-
-impl LoadArgs {
-    fn plan(&self) -> Plan {
-        Plan {
-            concurrency: self.concurrency,
-            rate: self.rate,
-            duration: Duration::from_secs_f64(self.duration),
-            requests: self.requests,
-            max_in_flight: self.max_in_flight,
-            progress: !self.quiet,
-        }
-    }
-
-    fn http(&self, tls: Option<&writ_client::ClientTls>) -> reqwest::Client {
-        mcp::http_client(Duration::from_secs_f64(self.timeout), self.concurrency.max(64), tls)
-    }
-
-    fn fault(&self) -> Option<Fault> {
-        Some(Fault { after: Duration::from_secs_f64(self.kill_after?), command: self.kill_cmd.clone()? })
-    }
-
-    fn pids(&self) -> Result<Vec<u32>, String> {
-        list(&self.watch_pids).iter().map(|p| p.parse().map_err(|_| format!("'{p}' is not a process id"))).collect()
-    }
-
-    /// Runs the load and returns its summary (servers' usage included).
-    async fn measure<W: Workload>(&self, system: &str, w: Arc<W>) -> Result<Summary, String> {
-        let pids = self.pids()?;
-        let before = report::cpu_snapshot(&pids);
-        let plan = self.plan();
-        let rec = engine::run(&plan, w, self.fault()).await;
-        let mut s = Summary::new(self.label.clone(), system, &plan, &rec);
-        s.servers = report::servers(&pids, &before, s.requests);
-        Ok(s)
-    }
-
-    fn finish(&self, s: &Summary) -> Result<ExitCode, String> {
-        print!("{}", s.table());
-        if let Some(path) = &self.json {
-            let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
-            std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-        if s.verify.as_ref().is_some_and(|v| !v.passed()) {
-            eprintln!("verify FAILED");
-            return Ok(ExitCode::from(1));
-        }
-        if s.ok == 0 {
-            eprintln!("no request succeeded");
-            return Ok(ExitCode::from(3));
-        }
-        Ok(ExitCode::SUCCESS)
-    }
 }
 
 async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
