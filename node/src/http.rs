@@ -174,7 +174,7 @@ where
 }
 
 async fn raft_append(State(st): State<NodeState>, body: Bytes) -> Response {
-    raft_call(body, |req| async move { st.node.raft.append_entries(req).await }).await
+    raft_call(body, |req| async move { st.node.append_entries(req).await }).await
 }
 
 async fn raft_vote(State(st): State<NodeState>, body: Bytes) -> Response {

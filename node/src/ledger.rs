@@ -134,7 +134,16 @@ pub struct LedgerNode {
     peers: Arc<dyn Peers>,
     /// [`LEADER_WAIT_ELECTIONS`] maximum election timeouts.
     leader_wait: Duration,
+    /// When a leader's append (or heartbeat) last reached this node, in ms since `started`
+    /// (0: never): what [`LedgerNode::start_failure_detector`] watches.
+    leader_contact_ms: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
+    /// The Raft timings (the failure detector waits out the leader lease).
+    election_max: Duration,
 }
+
+/// How often a follower's failure detector looks at the leader's silence.
+const FAILURE_DETECTOR_TICK: Duration = Duration::from_millis(15);
 
 /// How often the leader looks for operations whose deadline or attempt lease ran out.
 pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
@@ -170,8 +179,20 @@ impl LedgerNode {
         let config = Arc::new(settings.to_openraft().map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
-        let leader_wait = Duration::from_millis(settings.election_max_ms) * LEADER_WAIT_ELECTIONS;
-        Ok(Arc::new(LedgerNode { id, addr, raft, sm, clock, peers, leader_wait }))
+        let election_max = Duration::from_millis(settings.election_max_ms);
+        let leader_wait = election_max * LEADER_WAIT_ELECTIONS;
+        Ok(Arc::new(LedgerNode {
+            id,
+            addr,
+            raft,
+            sm,
+            clock,
+            peers,
+            leader_wait,
+            leader_contact_ms: Default::default(),
+            started: std::time::Instant::now(),
+            election_max,
+        }))
     }
 
     /// Resolves when this node must stop serving, with the cause: its Raft core stopped on a
@@ -220,6 +241,51 @@ impl LedgerNode {
         if waited.is_err() {
             tracing::warn!(successor, "no successor took over in time; stopping anyway");
         }
+    }
+
+    /// Hands a leader's append (or heartbeat) to Raft, noting the contact for the failure
+    /// detector when Raft took it.
+    pub async fn append_entries(
+        &self,
+        req: openraft::raft::AppendEntriesRequest<TypeConfig>,
+    ) -> Result<openraft::raft::AppendEntriesResponse<TypeConfig>, openraft::errors::RaftError<TypeConfig>> {
+        let answer = self.raft.append_entries(req).await;
+        if answer.is_ok() {
+            let since = self.started.elapsed().as_millis() as u64;
+            self.leader_contact_ms.store(since.max(1), std::sync::atomic::Ordering::Relaxed);
+        }
+        answer
+    }
+
+    /// A follower's failure detector (SPEC P3: a new leader as soon as the old one's lease is
+    /// over). openraft's leader lease (the maximum election timeout) makes voters refuse any
+    /// candidate while it lasts, so an election timer that fires earlier is wasted and the next
+    /// one comes a whole timeout later: a new leader 2–4 minimum timeouts after the last
+    /// heartbeat. Here a follower that has heard from a leader and then nothing for the lease
+    /// asks for a pre-vote every [`FAILURE_DETECTOR_TICK`] until there is a leader again, so the
+    /// election starts right after the lease. Pre-vote keeps it harmless: while this node's own
+    /// lease lasts nothing is sent, and a leader a quorum still acknowledges refuses it without
+    /// any term change. Stops with the node.
+    pub fn start_failure_detector(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FAILURE_DETECTOR_TICK).await;
+                let Some(node) = node.upgrade() else { return };
+                let m = node.raft.metrics().borrow_watched().clone();
+                if m.running_state.is_err() {
+                    return;
+                }
+                let contact = node.leader_contact_ms.load(std::sync::atomic::Ordering::Relaxed);
+                let silent = node.started.elapsed().saturating_sub(Duration::from_millis(contact));
+                let voter = m.membership_config.membership().voter_ids().any(|v| v == node.id);
+                if m.state == ServerState::Follower && voter && contact > 0 && silent > node.election_max {
+                    tracing::debug!(silent_ms = silent.as_millis() as u64, "leader silent past its lease: pre-vote");
+                    metrics::counter!("writ_node_failure_detector_prevotes_total").increment(1);
+                    let _ = node.raft.trigger().elect(true).await;
+                }
+            }
+        });
     }
 
     /// Whether the node may serve: no fatal Raft error and no corruption found.
