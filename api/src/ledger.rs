@@ -809,6 +809,59 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether folding this event may make a bearer token verified before it verify
+    /// differently now (a revocation, a suspension, a key or issuer change): caches of verified
+    /// tokens (`writ_client::verifier`) forget everything when one is folded. An exhaustive
+    /// match, so a new event forces the decision. Events that only make tokens verify that
+    /// failed before (a token issued) need not, since failures are never cached; a principal
+    /// created (it may make an issuer's `sub` ambiguous) or a tenant resumed count anyway.
+    pub fn affects_authentication(&self) -> bool {
+        match self {
+            Event::TenantSuspendedV1 { .. }
+            | Event::TenantResumedV1 { .. }
+            | Event::TenantSettingsChangedV1 { .. }
+            | Event::PrincipalCreatedV1 { .. }
+            | Event::PrincipalRevokedV1 { .. }
+            | Event::ScopeRevokedV1 { .. }
+            | Event::TokenRevokedV1 { .. }
+            | Event::SigningKeyRegisteredV1 { .. }
+            | Event::SigningKeyRetiredV1 { .. }
+            | Event::TenantIssuerSetV1 { .. }
+            | Event::TenantIssuerRemovedV1 { .. }
+            | Event::IssuerTokenRevokedV1 { .. } => true,
+            Event::TenantCreatedV1 { .. }
+            | Event::CommandRejectedV1 { .. }
+            | Event::CommandRejectedV2 { .. }
+            | Event::TokenIssuedV1 { .. }
+            | Event::SiteCreatedV1 { .. }
+            | Event::DeviceCreatedV1 { .. }
+            | Event::CatalogPublishedV1 { .. }
+            | Event::EnrollmentCreatedV1 { .. }
+            | Event::ExecutorEnrolledV1 { .. }
+            | Event::ExecutorRevokedV1 { .. }
+            | Event::ExecutorCaRegisteredV1 { .. }
+            | Event::ExecutorCertRenewedV1 { .. }
+            | Event::ExecutorCaRetiredV1 { .. }
+            | Event::RoleCertificateRevokedV1 { .. }
+            | Event::RequestDecidedV1 { .. }
+            | Event::PrincipalQuotasSetV1 { .. }
+            | Event::PrincipalQuotasSetV2 { .. }
+            | Event::RequestQuotaLeasedV1 { .. }
+            | Event::OperationSubmittedV1 { .. }
+            | Event::DeviceReservedV1 { .. }
+            | Event::DeviceReleasedV1 { .. }
+            | Event::OperationDispatchedV1 { .. }
+            | Event::OperationTransitionedV1 { .. }
+            | Event::AttemptLeaseExtendedV1 { .. }
+            | Event::EvidenceReportedV1 { .. }
+            | Event::ObservationRecordedV1 { .. }
+            | Event::OperationInputsAnsweredV1 { .. }
+            | Event::OperationCancelRequestedV1 { .. }
+            | Event::OperationProposedV1 { .. }
+            | Event::ProposalUsedV1 { .. } => false,
+        }
+    }
+
     /// What folding this event may change for executors' dispatch streams: one operation's
     /// place in them (it enters or leaves `reserved`, is dispatched or started), or — an
     /// enrollment, renewal or revocation, a tenant suspended or resumed — whether an executor is

@@ -83,9 +83,9 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
             "name": PROPOSE,
             "title": "Propose an operation (dry run)",
             "description": "Checks an action call as operation.execute would (scopes, input schema, device) and previews \
-                what would happen, without recording or executing anything. Returns a proposal bound to you and to this \
-                exact payload for 5 minutes; actions that demand a dry run execute only with it. Without the scopes to \
-                commit (e.g. a readOnly principal) the preview lists what is missing and carries no proposal.",
+                what would happen, executing nothing. The ledger records a proposal bound to you and to this exact call \
+                for 5 minutes, usable once: dry-run, high- and critical-risk actions execute only with one. Without the \
+                scopes to commit (e.g. a readOnly principal) the preview lists what is missing and carries no proposal.",
             "inputSchema": {
                 "type": "object", "additionalProperties": false,
                 "required": ["action"],

@@ -418,7 +418,8 @@ async fn executor_certificates_are_checked_and_refusals_audited() {
 }
 
 /// `operation.propose`: a dry-run action executes only with a proposal made by the same
-/// principal for the exact payload; the proposal previews the call and records nothing.
+/// principal for the exact payload, once; the proposal previews the call and is recorded as a
+/// proposal, never as an operation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_action_executes_only_with_its_proposal() {
     let w = World::start().await;
@@ -440,10 +441,9 @@ async fn a_dry_run_action_executes_only_with_its_proposal() {
     assert_eq!(p["preview"]["risk"], "high");
     let proposal = p["proposal"].as_str().unwrap().to_string();
     let ops = w.admin.get(w.admin_url(), "/v1/tenants/demo/audit?limit=1000").await.unwrap();
-    assert!(
-        !ops["records"].as_array().unwrap().iter().any(|r| r["operation"] == "operation_submitted"),
-        "a proposal records no operation"
-    );
+    let records = ops["records"].as_array().unwrap();
+    assert!(!records.iter().any(|r| r["operation"] == "operation_submitted"), "a proposal records no operation");
+    assert!(records.iter().any(|r| r["operation"] == "operation_proposed"), "it records the proposal");
 
     let mut changed = execute.clone();
     changed["input"] = json!({"position_mm": 300});
@@ -458,9 +458,11 @@ async fn a_dry_run_action_executes_only_with_its_proposal() {
     assert_eq!(reason(&w.execute(&agent, tampered).await), "PROPOSAL_INVALID");
 
     execute["proposal"] = json!(proposal);
-    let done = w.execute(&agent, execute).await;
+    let done = w.execute(&agent, execute.clone()).await;
     assert_eq!(done["isError"], Value::Null, "{done}");
     w.wait_state(&agent, &op_id(&done), "effect_reported").await;
+    execute["idempotency_key"] = json!("m-3");
+    assert_eq!(reason(&w.execute(&agent, execute).await), "PROPOSAL_INVALID", "a proposal is used once");
 }
 
 /// Direct calls of catalog actions (SPEC E5): a low-risk one runs the operation pipeline in one

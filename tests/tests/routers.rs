@@ -58,6 +58,34 @@ async fn the_edge_authenticates_before_anything_else() {
     assert_eq!((status, &body["error"]["data"]["reason"]), (401, &json!("AUTH_TOKEN_REVOKED")), "{body}");
 }
 
+/// The edge's cache of verified tokens (issue 19): a verified token is served from the cache, and
+/// the very next request after the replica folded a revocation, or a tenant's suspension, is
+/// refused — no window in which the cache still accepts it.
+#[tokio::test]
+async fn a_cached_token_is_refused_right_after_its_revocation() {
+    let r = Routers::new();
+    let tokens = r.tenant("acme", catalog(), &[("agent", Some("full"), &[]), ("other", Some("full"), &[])]).await;
+    for _ in 0..3 {
+        let (status, _, body) = r.call(Some(&tokens[0]), "tools/list", json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(r.verifier.token_cache_hits() >= 2, "repeated requests are answered from the cache");
+    let jti = writ_api::auth::segment(&tokens[0], 1).and_then(|c| c["jti"].as_str().map(str::to_string)).unwrap();
+    r.admin_ok("POST", &format!("/v1/tenants/acme/tokens/{jti}/revoke"), Some(json!({}))).await;
+    let revision = r.ledger.with_state(|s| s.revision);
+    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    let (status, _, body) = r.call(Some(&tokens[0]), "tools/list", json!({})).await;
+    assert_eq!((status, &body["error"]["data"]["reason"]), (401, &json!("AUTH_TOKEN_REVOKED")), "{body}");
+    // Another principal's cached token stops at its tenant's suspension the same way.
+    let (status, _, body) = r.call(Some(&tokens[1]), "tools/list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    r.admin_ok("POST", "/v1/tenants/acme/suspend", Some(json!({}))).await;
+    let revision = r.ledger.with_state(|s| s.revision);
+    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    let (status, _, body) = r.call(Some(&tokens[1]), "tools/list", json!({})).await;
+    assert_ne!(status, 200, "a suspended tenant's cached token is refused: {body}");
+}
+
 #[tokio::test]
 async fn hosts_and_body_size_are_checked_at_the_door() {
     let r = Routers::with_config(|c| c.body_bytes_max = 4096);

@@ -8,11 +8,20 @@
 //! arrive every [`writ_api::dto::WATCH_HEARTBEAT`]) every verification answers LEDGER_UNAVAILABLE,
 //! because a revocation might be missing.
 //!
+//! Verified tokens are cached (by sha256, at most [`VERIFIED_TOKENS_MAX`]): a hit skips the
+//! signature check. The cache forgets everything, under the replica's write lock, when the
+//! replica folds an event that may change a verification
+//! ([`writ_api::ledger::Event::affects_authentication`]: a revocation, a suspension, a key or
+//! issuer change) or loads a snapshot, so no request decided after the replica holds a revocation
+//! is served from the cache; an entry also ends with its token's expiry.
+//!
 //! An event the replica cannot fold (it does not fit the state: a corrupt feed) stops the feed
 //! loudly: the replica is marked not current, so every verification fails closed with
 //! LEDGER_UNAVAILABLE, and the feed starts over from a fresh snapshot after a backoff. No lock
 //! is held across anything that can panic, and a poisoned lock also counts as not current.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,6 +42,8 @@ pub const STALENESS_MAX_DEFAULT: Duration = Duration::from_secs(5);
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 /// Dispatch changes a slow receiver may fall behind by before it is told it lagged.
 pub const DISPATCH_CHANGES_BUFFERED: usize = 4096;
+/// Most verified tokens a verifier keeps (a full cache starts over).
+pub const VERIFIED_TOKENS_MAX: usize = 4096;
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -110,6 +121,50 @@ struct Inner {
     contact: Mutex<Option<Instant>>,
     audiences: Vec<String>,
     staleness_max: Duration,
+    tokens: TokenCache,
+}
+
+/// Verified tokens by the sha256 of the bearer, each with the epoch it was verified in; the
+/// epoch moves (and the entries go) whenever the replica may verify tokens differently.
+#[derive(Default)]
+struct TokenCache {
+    epoch: AtomicU64,
+    entries: Mutex<HashMap<String, (u64, Authority)>>,
+    hits: AtomicU64,
+}
+
+impl TokenCache {
+    fn entries(&self) -> MutexGuard<'_, HashMap<String, (u64, Authority)>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The authority `key` was verified to in the current epoch, if it has not expired.
+    fn get(&self, key: &str, now_ms: u64) -> Option<Authority> {
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let hit =
+            self.entries().get(key).filter(|(e, a)| *e == epoch && now_ms < a.expires_at_ms).map(|(_, a)| a.clone());
+        let result = if hit.is_some() { "hit" } else { "miss" };
+        metrics::counter!("writ_verifier_token_cache_total", "result" => result).increment(1);
+        if hit.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Keeps `authority`, verified in `epoch` (read before the verification began).
+    fn put(&self, key: String, epoch: u64, authority: Authority) {
+        let mut entries = self.entries();
+        if entries.len() >= VERIFIED_TOKENS_MAX {
+            entries.clear();
+        }
+        entries.insert(key, (epoch, authority));
+    }
+
+    /// Forgets every verification (called under the replica's write lock).
+    fn forget(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.entries().clear();
+    }
 }
 
 /// A token verifier following one ledger (any node; followers serve the watch as well).
@@ -134,6 +189,7 @@ impl Verifier {
             contact: Mutex::new(None),
             audiences,
             staleness_max,
+            tokens: TokenCache::default(),
         });
         tokio::spawn(feed(Arc::downgrade(&inner), ledger));
         Verifier { inner }
@@ -170,9 +226,27 @@ impl Verifier {
         self.verify_at(bearer, now_ms()).await
     }
 
-    /// Verifies a bearer token at `now_ms` (ms since the epoch).
+    /// Verifies a bearer token at `now_ms` (ms since the epoch): from the cache of verified
+    /// tokens when the replica is current and nothing that may change the answer was folded
+    /// since (see the module docs), else against the replica.
     pub async fn verify_at(&self, bearer: &str, now_ms: u64) -> Result<Authority, Rejection> {
-        (self as &dyn StateView).verify(bearer, &self.inner.audiences, now_ms).await
+        let key = writ_api::sha256_hex(bearer.as_bytes());
+        if self.is_current() {
+            if let Some(authority) = self.inner.tokens.get(&key, now_ms) {
+                return Ok(authority);
+            }
+        }
+        let epoch = self.inner.tokens.epoch.load(Ordering::SeqCst);
+        let verified = (self as &dyn StateView).verify(bearer, &self.inner.audiences, now_ms).await;
+        if let Ok(authority) = &verified {
+            self.inner.tokens.put(key, epoch, authority.clone());
+        }
+        verified
+    }
+
+    /// Verifications answered from the cache so far.
+    pub fn token_cache_hits(&self) -> u64 {
+        self.inner.tokens.hits.load(Ordering::Relaxed)
     }
 
     /// The authority of an anonymous loopback request (see [`auth::anonymous`]), from a current
@@ -216,7 +290,11 @@ impl Inner {
     /// Replaces the replica with a snapshot (which also heals a poisoned lock).
     fn load(&self, snapshot: LedgerState) {
         let revision = snapshot.revision;
-        *self.state.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
+        {
+            let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+            *state = snapshot;
+            self.tokens.forget();
+        }
         self.state.clear_poison();
         self.revision.send_replace(revision);
         let _ = self.dispatch.send(DispatchChange::All);
@@ -277,6 +355,9 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                     drop(state);
                     tracing::error!(error = %corrupt, "the ledger feed carried an event this replica cannot fold; failing closed and reloading");
                     return Err(unavailable(format!("the ledger replica stopped: {corrupt}")));
+                }
+                if e.event.affects_authentication() {
+                    inner.tokens.forget();
                 }
                 drop(state);
                 inner.revision.send_replace(e.revision);
