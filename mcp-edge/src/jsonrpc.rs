@@ -106,6 +106,14 @@ pub fn result(id: &Option<Value>, result: Value) -> Response {
     axum::Json(response(id, Ok(result))).into_response()
 }
 
+/// A success answer for request `id` whose result is already JSON text (rendered once, served
+/// many times: `tools/list`).
+pub fn raw_result(id: &Option<Value>, result_json: &str) -> Response {
+    let id = serde_json::to_string(id.as_ref().unwrap_or(&Value::Null)).unwrap_or_else(|_| "null".into());
+    let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result_json}}}");
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 /// The JSON-RPC response message for `id`.
 pub fn response(id: &Option<Value>, outcome: Result<Value, &RpcError>) -> Value {
     let id = id.clone().unwrap_or(Value::Null);

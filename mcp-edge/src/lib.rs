@@ -195,6 +195,8 @@ pub(crate) struct Edge {
     changes: tokio::sync::broadcast::Sender<builtin::ListChange>,
     /// Open `subscriptions/listen` streams per principal.
     listens: caps::StreamCaps,
+    /// `tools/list` entries rendered once per catalog and scope set.
+    tool_lists: serve::ToolLists,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
@@ -215,7 +217,8 @@ pub fn router(
     let changes = tokio::sync::broadcast::channel(256).0;
     let validators = Default::default();
     let listens = Default::default();
-    let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes, listens });
+    let tool_lists = Default::default();
+    let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes, listens, tool_lists });
     let mut r = Router::new()
         .route(
             &mcp,

@@ -116,7 +116,10 @@ pub async fn handle(call: Call<'_>) -> Handled {
     };
     match c.req.method.as_str() {
         "server/discover" => Handled::allowed(done(Ok(surfaces::discover(&c.edge.config))), None),
-        "tools/list" => guarded(c, LIST_SCOPE, None, |c| done(list_tools(c))),
+        "tools/list" => guarded(c, LIST_SCOPE, None, |c| match list_tools(c) {
+            Ok(result_json) => jsonrpc::raw_result(id, &result_json),
+            Err(e) => e.with_id(id).into_response(),
+        }),
         "tools/call" => call_tool(c).await,
         "resources/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(list_resources(c))),
         "resources/templates/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(Ok(resource_templates(c)))),
@@ -230,6 +233,14 @@ fn invalid(message: impl Into<String>) -> RpcError {
 /// One page of `items` (already in their deterministic order, each with a unique `key`) after
 /// the request's cursor; the cursor is sealed to the principal and the list.
 fn page(c: &Call<'_>, list: &str, items: Vec<Value>, key: &str) -> Result<(Vec<Value>, Option<String>), RpcError> {
+    let keys: Vec<&str> = items.iter().map(|i| i[key].as_str().unwrap_or_default()).collect();
+    let (range, next) = page_range(c, list, &keys)?;
+    Ok((items.into_iter().skip(range.start).take(range.len()).collect(), next))
+}
+
+/// The positions in `keys` (sorted, unique) of the page after the request's cursor, and the
+/// cursor of the next page (sealed to the principal and the list) when there is one.
+fn page_range(c: &Call<'_>, list: &str, keys: &[&str]) -> Result<(std::ops::Range<usize>, Option<String>), RpcError> {
     let bind = binding(c, format!("{list} cursor"));
     let after = match c.req.params().get("cursor") {
         None | Some(Value::Null) => None,
@@ -241,16 +252,13 @@ fn page(c: &Call<'_>, list: &str, items: Vec<Value>, key: &str) -> Result<(Vec<V
         }
         Some(_) => return Err(invalid("cursor must be a string")),
     };
-    let start =
-        after.map_or(0, |a| items.iter().take_while(|i| i[key].as_str().is_some_and(|k| k <= a.as_str())).count());
-    let rest: Vec<Value> = items.into_iter().skip(start).collect();
-    let more = rest.len() > PAGE_SIZE;
-    let page: Vec<Value> = rest.into_iter().take(PAGE_SIZE).collect();
-    let next = more.then(|| {
-        let last = page.last().and_then(|i| i[key].as_str()).unwrap_or_default();
+    let start = after.map_or(0, |a| keys.iter().take_while(|k| **k <= a.as_str()).count());
+    let end = keys.len().min(start + PAGE_SIZE);
+    let next = (keys.len() > end).then(|| {
+        let last = keys[end - 1];
         seal::seal(&c.edge.config.seal_key, &bind, now_ms() + CURSOR_TTL_MS, json!({"after": last}))
     });
-    Ok((page, next))
+    Ok((start..end, next))
 }
 
 fn listed(mut result: Value, next: Option<String>, ttl_ms: u64) -> Value {
@@ -263,12 +271,79 @@ fn listed(mut result: Value, next: Option<String>, ttl_ms: u64) -> Value {
     result
 }
 
-fn list_tools(c: &Call<'_>) -> Result<Value, RpcError> {
-    let mut tools = c.edge.verifier.with_state(|s| surfaces::tools_for(s, c.authority));
-    tools.extend(operations::tools(c.authority));
-    tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    let (tools, next) = page(c, "tools/list", tools, "name")?;
-    Ok(listed(json!({"tools": tools}), next, surfaces::TOOLS_TTL_MS))
+/// Most rendered `tools/list` sets an edge keeps (a full cache starts over).
+pub const TOOL_LISTS_MAX: usize = 1024;
+
+/// The `tools/list` entries of a catalog as a scope set sees them, sorted by name and rendered
+/// to JSON once ([`ToolLists`]): a request only pages and seals its cursor.
+struct ToolList {
+    names: Vec<String>,
+    rendered: Vec<String>,
+}
+
+/// Rendered tool lists by (tenant, catalog digest, scopes, revoked scopes): everything
+/// `surfaces::tools_for` and `operations::tools` decide on, so a principal's list is the same
+/// whichever entry it comes from; a new catalog is a new digest, a changed grant a new scope set.
+#[derive(Default)]
+pub(crate) struct ToolLists {
+    entries: std::sync::Mutex<HashMap<String, Arc<ToolList>>>,
+}
+
+impl ToolLists {
+    fn get_or_render(&self, key: String, render: impl FnOnce() -> Vec<Value>) -> Arc<ToolList> {
+        let lock = || self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = lock().get(&key) {
+            return found.clone();
+        }
+        let mut tools = render();
+        tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        let list = Arc::new(ToolList {
+            names: tools.iter().map(|t| t["name"].as_str().unwrap_or_default().to_string()).collect(),
+            rendered: tools.iter().map(Value::to_string).collect(),
+        });
+        let mut entries = lock();
+        if entries.len() >= TOOL_LISTS_MAX {
+            entries.clear();
+        }
+        entries.insert(key, list.clone());
+        list
+    }
+}
+
+/// `tools/list`: the page after the request's cursor, as the result's JSON text.
+fn list_tools(c: &Call<'_>) -> Result<String, RpcError> {
+    let a = c.authority;
+    let list = c.edge.verifier.with_state(|s| {
+        let digest = s.catalog(&a.tenant_id, None).map_or("", |v| v.catalog.digest.as_str());
+        let mut key = format!("{}\n{digest}\n", a.tenant_id);
+        for scope in &a.scopes {
+            key.push_str(scope);
+            key.push('\n');
+        }
+        key.push('\u{0}');
+        for scope in &a.revoked_scopes {
+            key.push_str(scope);
+            key.push('\n');
+        }
+        c.edge.tool_lists.get_or_render(key, || {
+            let mut tools = surfaces::tools_for(s, a);
+            tools.extend(operations::tools(a));
+            tools
+        })
+    });
+    let names: Vec<&str> = list.names.iter().map(String::as_str).collect();
+    let (range, next) = page_range(c, "tools/list", &names)?;
+    let mut out = String::from("{\"tools\":[");
+    out.push_str(&list.rendered[range].join(","));
+    out.push_str(&format!(
+        "],\"resultType\":\"complete\",\"ttlMs\":{},\"cacheScope\":\"private\"",
+        surfaces::TOOLS_TTL_MS
+    ));
+    if let Some(next) = next {
+        out.push_str(&format!(",\"nextCursor\":{}", Value::String(next)));
+    }
+    out.push('}');
+    Ok(out)
 }
 
 /// The tool `name` if it exists for this principal: `Err(None)` when it does not exist,

@@ -86,6 +86,47 @@ async fn a_cached_token_is_refused_right_after_its_revocation() {
     assert_ne!(status, 200, "a suspended tenant's cached token is refused: {body}");
 }
 
+/// `tools/list` is rendered once per catalog and scope set (issue 19) and served from that: its
+/// pages still hold every tool exactly once, and a newly published catalog is listed as soon as
+/// the replica has it.
+#[tokio::test]
+async fn rendered_tool_lists_page_fully_and_follow_the_catalog() {
+    let r = Routers::new();
+    let action = |i: usize| {
+        json!({"id": format!("tool_{i:03}"), "title": "t", "risk": "low", "execution": {"builtin": "writ.devices"},
+               "input_schema": {"type": "object"}})
+    };
+    let tokens = r
+        .tenant("acme", json!({"actions": (0..150).map(action).collect::<Vec<_>>()}), &[("agent", Some("full"), &[])])
+        .await;
+    let first = all(&r, tokens[0].clone()).await;
+    let unique: std::collections::BTreeSet<&String> = first.iter().collect();
+    assert_eq!(first.len(), unique.len(), "every tool once, over two pages");
+    assert_eq!(first.iter().filter(|n| n.starts_with("tool_")).count(), 150, "{first:?}");
+    assert_eq!(all(&r, tokens[0].clone()).await, first, "the same list again");
+    let catalog = json!({"actions": (0..151).map(action).collect::<Vec<_>>()});
+    r.admin_ok("POST", "/v1/tenants/acme/catalogs", Some(catalog)).await;
+    let revision = r.ledger.with_state(|s| s.revision);
+    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    let after = all(&r, tokens[0].clone()).await;
+    assert!(after.contains(&"tool_150".to_string()) && after.len() == first.len() + 1, "{after:?}");
+}
+
+/// Every tool name `token` is listed, page after page.
+async fn all(r: &Routers, token: String) -> Vec<String> {
+    let (mut names_seen, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let params = cursor.as_ref().map_or(json!({}), |c| json!({"cursor": c}));
+        let (status, _, page) = r.call(Some(&token), "tools/list", params).await;
+        assert_eq!(status, 200, "{page}");
+        names_seen.extend(names(&page).into_iter().map(str::to_string));
+        match page["result"]["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return names_seen,
+        }
+    }
+}
+
 #[tokio::test]
 async fn hosts_and_body_size_are_checked_at_the_door() {
     let r = Routers::with_config(|c| c.body_bytes_max = 4096);
