@@ -101,6 +101,11 @@ async fn bad_input_and_auth_get_reason_codes() {
     {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
+    // Histograms with buckets (seconds and counts), never summaries.
+    for name in ["writ_ledger_submit_seconds_bucket{le=\"0.0005\"}", "writ_log_group_commit_appends_bucket{le=\"1\"}"] {
+        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+    }
+    assert!(!metrics.contains("quantile="), "{metrics}");
     // OpenAPI is public and lists the tenant routes.
     let (s, doc) = raw(url, "GET", "/v1/openapi.json", None, None).await;
     assert_eq!(s, 200);

@@ -155,6 +155,8 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let metrics = http.get(edges[0].replace("/mcp", "/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("writ_edge_requests_total") && metrics.contains("writ_edge_request_seconds"), "{metrics}");
+    // Latencies are Prometheus histograms (buckets add up across edges), never summaries.
+    assert!(metrics.contains("writ_edge_request_seconds_bucket{") && !metrics.contains("quantile="), "{metrics}");
 
     // subscriptions/listen on edge 2: a catalog published through the admin API reaches the
     // stream as tools/list_changed; revoking the listener's token ends the stream.
