@@ -167,6 +167,11 @@ pub struct ExecutorConfig {
     /// needs time; starting one that cannot finish in time is a stale command).
     #[serde(default)]
     pub deadline_margin_ms: u64,
+    /// Where `/healthz`, `/readyz` (a dispatch stream is open) and `/metrics` are served over
+    /// plain HTTP, read-only, for the site's monitoring (port 0 picks one; the address is
+    /// logged as `probes listening`). Off when absent.
+    #[serde(default)]
+    pub probe_listen: Option<std::net::SocketAddr>,
     pub handler: HandlerConfig,
 }
 
@@ -497,6 +502,8 @@ struct Executor {
     renewed: tokio::sync::watch::Sender<u64>,
     memory: Mutex<Memory>,
     journal: StartJournal,
+    /// Whether a dispatch stream is open (what `/readyz` answers).
+    streaming: std::sync::atomic::AtomicBool,
     /// Index into `cfg.edges` of the edge currently streaming.
     edge: Mutex<usize>,
 }
@@ -508,12 +515,25 @@ pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
     let http = Mutex::new(http_client(&cfg)?);
     let renewed = tokio::sync::watch::Sender::new(0);
     let journal = StartJournal::open(cfg.key.with_file_name(START_JOURNAL_FILE), writ_client::now_ms())?;
-    let x = Arc::new(Executor { cfg, http, renewed, memory: Mutex::default(), journal, edge: Mutex::new(0) });
+    let streaming = Default::default();
+    let x =
+        Arc::new(Executor { cfg, http, renewed, memory: Mutex::default(), journal, streaming, edge: Mutex::new(0) });
+    if let Some(addr) = x.cfg.probe_listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("probe_listen {addr}: {e}"))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!(url = %format!("http://{bound}"), "probes listening");
+        let router = probe_router(x.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+    }
     tokio::spawn(x.clone().renew_when_due());
     let mut failures = 0u32;
     loop {
         let edge = x.cfg.edges[*x.edge.lock().expect("edge lock") % x.cfg.edges.len()].clone();
-        match x.clone().stream(&edge).await {
+        let ended = x.clone().stream(&edge).await;
+        x.streaming.store(false, std::sync::atomic::Ordering::Relaxed);
+        metrics::gauge!("writ_executor_dispatch_stream_open").set(0.0);
+        metrics::counter!("writ_executor_dispatch_stream_ends_total", "ok" => ended.is_ok().to_string()).increment(1);
+        match ended {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -524,6 +544,31 @@ pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
         let backoff = Duration::from_millis((100u64 << failures.min(5)).min(3_000));
         tokio::time::sleep(backoff).await;
     }
+}
+
+/// The executor's probe listener (`probe_listen`): `/healthz` while the process runs, `/readyz`
+/// while a dispatch stream is open (503 otherwise), `/metrics` in the Prometheus text format.
+/// Plain HTTP, read-only: it says nothing an executor's site monitoring may not see.
+fn probe_router(x: Arc<Executor>) -> axum::Router {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let metrics = crate::observe::install_metrics();
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let open = x.streaming.load(std::sync::atomic::Ordering::Relaxed);
+                async move {
+                    if open {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "no dispatch stream open")
+                    }
+                }
+            }),
+        )
+        .route("/metrics", get(move || async move { metrics.as_ref().map(|m| m.render()).unwrap_or_default() }))
 }
 
 /// Longest wait between looks at the certificate's renewal time (a certificate replaced on
@@ -600,10 +645,13 @@ impl Executor {
                 match frame {
                     DispatchFrame::Hello { executor_id, tenant_id, site_id, .. } => {
                         tracing::info!(%edge, %executor_id, %tenant_id, %site_id, "dispatch stream open");
+                        self.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+                        metrics::gauge!("writ_executor_dispatch_stream_open").set(1.0);
                     }
                     DispatchFrame::Heartbeat { .. } => {}
                     DispatchFrame::End { reason, message } => return Err(format!("{reason}: {message}")),
                     DispatchFrame::Dispatch { dispatch, now_ms } => {
+                        metrics::counter!("writ_executor_dispatches_total").increment(1);
                         let received = Instant::now();
                         let x = self.clone();
                         let edge = edge.to_string();
@@ -837,6 +885,8 @@ impl Executor {
             evidence_return_ref: format!("writ-executor:{id}/evidence"),
             summary: output.chars().take(200).collect(),
         };
+        let label = if outcome == AttemptOutcome::Effect { "effect" } else { "no_effect" };
+        metrics::counter!("writ_executor_reports_total", "outcome" => label).increment(1);
         let report = ReportRequest { fencing_token, outcome, evidence: Some(evidence) };
         // A report is retried for a while (through a leader election or an edge going away; a
         // repeat of one that landed is a state conflict). If it never lands, the lease runs out

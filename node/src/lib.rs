@@ -23,6 +23,7 @@ pub mod http;
 pub mod ledger;
 #[cfg(feature = "server")]
 pub mod network;
+pub mod observe;
 pub mod pki;
 #[cfg(feature = "server")]
 pub mod tls;
@@ -31,6 +32,8 @@ pub mod tls;
 mod server;
 #[cfg(feature = "server")]
 pub use server::*;
+
+pub use observe::install_metrics;
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn wait_for_shutdown_signal() {

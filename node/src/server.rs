@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use writ_client::Ledger;
 
@@ -53,30 +52,6 @@ impl RunningNode {
         }
         let _ = self.node.raft.shutdown().await;
     }
-}
-
-/// Buckets of every `*_seconds` histogram: 0.5 ms to 10 s.
-pub const SECONDS_BUCKETS: &[f64] =
-    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-/// Buckets of every other histogram (counts, e.g. a group commit's appends): 1 to 1,024.
-pub const COUNT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
-
-/// Installs the Prometheus recorder once per process and returns its handle. Histograms are
-/// exported as Prometheus histograms (buckets), never as summaries: bucket counts add up across
-/// replicas, quantiles do not.
-pub fn install_metrics() -> Option<PrometheusHandle> {
-    static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-            PrometheusBuilder::new()
-                .set_buckets(COUNT_BUCKETS)
-                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS))
-                .ok()?
-                .install_recorder()
-                .ok()
-        })
-        .clone()
 }
 
 /// Binds, starts the Raft member and serves its listeners by purpose: the peer listener (Raft
@@ -145,7 +120,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         },
     );
     let drain = tls::Drain::default();
-    let probes = http::probe_router(node.clone(), install_metrics(), drain.clone());
+    let probes = http::probe_router(node.clone(), crate::observe::install_metrics(), drain.clone());
     let mut servers = Vec::new();
     let mut peer_app = http::peer_router(node.clone(), drain.clone());
     let admin_url = match cfg.admin_listen {

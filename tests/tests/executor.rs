@@ -921,3 +921,50 @@ async fn a_restarted_executor_never_starts_what_an_earlier_run_started() {
     let journal = std::fs::read_to_string(x.dir.join("starts.journal")).unwrap();
     assert!(journal.contains(&earlier) && journal.contains(&fresh), "{journal}");
 }
+
+/// `writ executor run` with `probe_listen` (issue 19): `/healthz` at once, `/readyz` once its
+/// dispatch stream is open (503 before), and `/metrics` counting its dispatches and reports in
+/// the Prometheus text format — on port 0, the address read from its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_serves_health_readiness_and_metrics() {
+    let w = World::start().await;
+    let agent = w.principal("agent-1", &[]).await;
+    w.device("press-probed").await;
+    let mut x = w.executor("probed", &["press-probed"], "kind = \"simulated\"").await;
+    let config = x.dir.join("executor.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("probe_listen = \"127.0.0.1:0\"\n{text}")).unwrap();
+    x.start();
+    let url = eventually("the executor's probe address in its log", Duration::from_secs(20), || async {
+        let log = x.log();
+        let at = log.find("probes listening")?;
+        let url = log[at..].split("url=").nth(1)?.split_whitespace().next()?.trim_matches('"').to_string();
+        Some(url)
+    })
+    .await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let get = |path: &str| {
+        let request = http.get(format!("{url}{path}"));
+        async move {
+            let r = request.send().await.expect("probe");
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    assert_eq!(get("/healthz").await.0, 200);
+    eventually("the executor ready (dispatch stream open)", Duration::from_secs(20), || async {
+        (get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    let done = w.execute(&agent, press("press-probed", "probe-1")).await;
+    w.wait_state(&agent, &op_id(&done), "effect_reported").await;
+    let (status, metrics) = get("/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        "writ_executor_dispatch_stream_open 1",
+        "writ_executor_dispatches_total",
+        "writ_executor_reports_total{outcome=\"effect\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+    x.kill();
+}
