@@ -472,8 +472,6 @@ fn on_behalf_of(state: &LedgerState, authority_ref: &str, act: &Command, now: u6
     decide(state, act, now)
 }
 
-/// Decides an operation command at ledger time `now` (the tenant's due transitions were
-/// applied just before, see `LedgerState::execute_audited`).
 /// [`Command::SubmitOperation`] and [`Command::SubmitProposed`] (the proposal it names, if any).
 fn submit(
     state: &LedgerState,
@@ -527,6 +525,8 @@ fn submit(
     Ok(events)
 }
 
+/// Decides an operation command at ledger time `now` (the tenant's due transitions were
+/// applied just before, see `LedgerState::execute_audited`).
 pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     use OperationState::*;
     let tenant_id = cmd.stream();
