@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps etcddeps build lint docs bench sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps etcddeps promdeps build lint docs bench sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -81,8 +81,13 @@ nodedeps:
 etcddeps:
 	@command -v etcd >/dev/null || { echo "installing: etcd-server"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server; }
 
+## promdeps: Prometheus (Debian `prometheus`), the real server that scrapes `writ dev` in
+## tests/tests/prometheus.rs.
+promdeps:
+	@command -v prometheus >/dev/null || { echo "installing: prometheus"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
+
 ## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
-test: lint build pydeps nodedeps etcddeps
+test: lint build pydeps nodedeps etcddeps promdeps
 	$(CARGO) test --workspace
 	$(MAKE) sim-mutants
 
