@@ -135,6 +135,22 @@ pub enum OperationState {
 }
 
 impl OperationState {
+    /// Every state, in order.
+    pub const ALL: [OperationState; 12] = [
+        Self::Proposed,
+        Self::Verified,
+        Self::Reserved,
+        Self::Dispatched,
+        Self::Attempting,
+        Self::EffectReported,
+        Self::Accepted,
+        Self::Rejected,
+        Self::Expired,
+        Self::Failed,
+        Self::Cancelled,
+        Self::UnknownEffect,
+    ];
+
     /// No transition leaves these.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Accepted | Self::Rejected | Self::Expired | Self::Failed | Self::Cancelled)

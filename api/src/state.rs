@@ -111,6 +111,9 @@ pub struct OperationIndex {
     pub reserved: BTreeMap<String, BTreeSet<String>>,
     /// Operations dispatched to an executor and not yet started, by tenant, then executor id.
     pub dispatched: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// How many operations of every tenant are in each state (metrics: the `unknown_effect`
+    /// backlog, what waits for acceptance, what is in flight).
+    pub by_state: BTreeMap<OperationState, u64>,
 }
 
 impl OperationIndex {
@@ -119,6 +122,12 @@ impl OperationIndex {
         let Some(any) = new.or(old) else { return };
         let (tenant, id) = (&any.tenant_id, &any.spec.operation_id);
         if let Some(old) = old {
+            if let Some(n) = self.by_state.get_mut(&old.state) {
+                *n -= 1;
+                if *n == 0 {
+                    self.by_state.remove(&old.state);
+                }
+            }
             if let Some(at) = old.due_at() {
                 remove_from(&mut self.due, tenant, &(at, id.clone()));
             }
@@ -150,6 +159,7 @@ impl OperationIndex {
             }
         }
         if let Some(new) = new {
+            *self.by_state.entry(new.state).or_default() += 1;
             if let Some(at) = new.due_at() {
                 self.due.entry(tenant.clone()).or_default().insert((at, id.clone()));
             }

@@ -111,6 +111,8 @@ impl Admission {
         };
         let (granted, left_ms) =
             lease.ok_or_else(|| Rejection::new(ReasonCode::INTERNAL, "unexpected lease outcome"))?;
+        let outcome = if granted == 0 { "spent" } else { "granted" };
+        metrics::counter!("writ_edge_quota_leases_total", "outcome" => outcome).increment(1);
         let until = sent + Duration::from_millis(left_ms);
         slice.valid_until = Some(until);
         slice.exhausted = granted == 0;
@@ -123,6 +125,7 @@ impl Admission {
 }
 
 fn exceeded(retry_after: Duration) -> Refused {
+    metrics::counter!("writ_edge_quota_refusals_total").increment(1);
     Refused {
         rejection: Rejection::new(
             ReasonCode::QUOTA_EXCEEDED,

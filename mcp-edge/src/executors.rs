@@ -546,7 +546,9 @@ async fn dispatch_stream(State(g): State<ExecutorGate>, Extension(peer): Extensi
     tokio::spawn(async move {
         // The executor's slot is held as long as the stream is fed.
         let _permit = permit;
-        feed(g, peer, who, tx).await
+        metrics::gauge!("writ_edge_dispatch_streams_open").increment(1.0);
+        feed(g, peer, who, tx).await;
+        metrics::gauge!("writ_edge_dispatch_streams_open").decrement(1.0);
     });
     let body =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx)) });

@@ -504,8 +504,13 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         }
     };
     let endpoint = executor_endpoint.clone();
+    let lagging = verifier.clone();
     let metrics_route = axum::routing::get(move || {
         let metrics = metrics.clone();
+        crate::observe::build_info("edge");
+        metrics::gauge!("writ_verifier_revision").set(lagging.revision() as f64);
+        let staleness = lagging.staleness().map_or(f64::INFINITY, |d| d.as_secs_f64());
+        metrics::gauge!("writ_verifier_staleness_seconds").set(staleness);
         async move { metrics.map(|h| h.render()).unwrap_or_default() }
     });
     let probe_url = match options.probe_listen {

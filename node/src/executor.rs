@@ -553,6 +553,7 @@ fn probe_router(x: Arc<Executor>) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
     let metrics = crate::observe::install_metrics();
+    crate::observe::build_info("executor");
     axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(

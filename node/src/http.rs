@@ -366,6 +366,13 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     let lag = cluster_committed(&m).unwrap_or(0).saturating_sub(applied);
     metrics::gauge!("writ_raft_apply_lag_entries").set(lag as f64);
     metrics::gauge!("writ_raft_is_leader").set(if m.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
+    let by_state = st.node.sm.read().state.index.by_state.clone();
+    for state in writ_api::operation::OperationState::ALL {
+        let label = serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let n = by_state.get(&state).copied().unwrap_or(0);
+        metrics::gauge!("writ_operations_by_state", "state" => label).set(n as f64);
+    }
+    crate::observe::build_info("node");
     match &st.metrics {
         Some(h) => h.render().into_response(),
         None => (StatusCode::NOT_FOUND, "metrics recorder not installed\n").into_response(),

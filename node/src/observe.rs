@@ -25,3 +25,9 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         })
         .clone()
 }
+
+/// `writ_build_info{role, version} 1`: which build each process runs (set when its metrics are
+/// rendered).
+pub fn build_info(role: &'static str) {
+    metrics::gauge!("writ_build_info", "role" => role, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}

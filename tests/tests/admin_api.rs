@@ -106,6 +106,9 @@ async fn bad_input_and_auth_get_reason_codes() {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
     assert!(!metrics.contains("quantile="), "{metrics}");
+    for name in ["writ_operations_by_state{state=\"unknown_effect\"} 0", "writ_build_info{role=\"node\""] {
+        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+    }
     // OpenAPI is public and lists the tenant routes.
     let (s, doc) = raw(url, "GET", "/v1/openapi.json", None, None).await;
     assert_eq!(s, 200);

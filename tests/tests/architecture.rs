@@ -314,3 +314,43 @@ fn one_crate_alone_builds_rocksdb_as_the_workspace_does() {
         assert!(differs.is_empty(), "cargo {selection:?} would compile RocksDB again; units that differ: {differs:#?}");
     }
 }
+
+/// Every metric the code records (`metrics::counter!`/`gauge!`/`histogram!("writ_…"`) is listed
+/// in docs/metrics.md, and the list names nothing the code no longer records.
+#[test]
+fn every_metric_is_documented() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut recorded = BTreeSet::new();
+    let mut stack: Vec<std::path::PathBuf> =
+        ["api", "raft-store", "node", "mcp-edge", "tenant-admin"].iter().map(|d| root.join(d)).collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("source dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("source");
+                for kind in ["counter!(\"", "gauge!(\"", "histogram!(\""] {
+                    for part in text.split(kind).skip(1) {
+                        let name: String = part.chars().take_while(|c| *c != '"').collect();
+                        if name.starts_with("writ_") {
+                            recorded.insert(name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(recorded.len() > 20, "the scan finds the metrics: {recorded:?}");
+    let doc = std::fs::read_to_string(root.join("docs/metrics.md")).expect("docs/metrics.md");
+    let documented: BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|n| n.starts_with("writ_"))
+        .map(str::to_string)
+        .collect();
+    let missing: Vec<&String> = recorded.difference(&documented).collect();
+    let stale: Vec<&String> = documented.difference(&recorded).collect();
+    assert!(missing.is_empty() && stale.is_empty(), "undocumented: {missing:?}; documented but gone: {stale:?}");
+}

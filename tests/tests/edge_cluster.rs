@@ -157,6 +157,9 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
     assert!(metrics.contains("writ_edge_requests_total") && metrics.contains("writ_edge_request_seconds"), "{metrics}");
     // Latencies are Prometheus histograms (buckets add up across edges), never summaries.
     assert!(metrics.contains("writ_edge_request_seconds_bucket{") && !metrics.contains("quantile="), "{metrics}");
+    for name in ["writ_verifier_staleness_seconds", "writ_verifier_revision", "writ_build_info{role=\"edge\""] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
+    }
 
     // subscriptions/listen on edge 2: a catalog published through the admin API reaches the
     // stream as tools/list_changed; revoking the listener's token ends the stream.

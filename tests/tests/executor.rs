@@ -963,6 +963,7 @@ async fn an_executor_serves_health_readiness_and_metrics() {
         "writ_executor_dispatch_stream_open 1",
         "writ_executor_dispatches_total",
         "writ_executor_reports_total{outcome=\"effect\"} 1",
+        "writ_build_info{role=\"executor\"",
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }

@@ -244,6 +244,12 @@ impl Verifier {
         verified
     }
 
+    /// How long since the feed last proved the replica current (`None` before the first
+    /// snapshot): the verifier's lag behind the ledger, in time.
+    pub fn staleness(&self) -> Option<Duration> {
+        self.inner.contact().map(|t| t.elapsed())
+    }
+
     /// Verifications answered from the cache so far.
     pub fn token_cache_hits(&self) -> u64 {
         self.inner.tokens.hits.load(Ordering::Relaxed)
