@@ -36,6 +36,7 @@ log() { echo "== [$(( $(date +%s) - started ))s] $*" >&2; }
 cleanup() {
   set +e
   [ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
+  [ -n "$WIDE_PID" ] && kill "$WIDE_PID" 2>/dev/null
   for p in "${ETCD_PIDS[@]}"; do kill "$p" 2>/dev/null; done
   WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
   wait 2>/dev/null
@@ -153,6 +154,18 @@ done
 runs p1 && echo "{\"term_before\": $TERM_BEFORE, \"term_after\": $(writ_raft term), \"log_before\": $LOG_BEFORE, \"log_after\": $(writ_raft last_log_index)}" > "$RAW/p1-terms.txt"
 
 # --- P2 read path ----------------------------------------------------------------------------
+# A second rmcp baseline serving as many tools as the Writ edge lists (started after the first
+# Writ discovery point, which records how many that is): the fair tools/list comparison.
+WIDE_PID=
+start_wide_baseline() {
+  local n
+  n=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["setup"].get("tools_listed") or 1)' "$1")
+  "$BASELINE" 127.0.0.1:0 "$n" > "$WORK/wide.url" 2>"$WORK/wide.log" &
+  WIDE_PID=$!
+  for _ in $(seq 1 50); do [ -s "$WORK/wide.url" ] && break; sleep 0.1; done
+  WIDE_URL=$(head -1 "$WORK/wide.url")
+  log "rmcp baseline with $n tools (as many as the writ edge lists)"
+}
 runs p2 && for c in $CONNECTIONS; do
   for kind in discover read; do
     log "P2 $c connections: $kind on one writ edge, then on the bare rmcp server"
@@ -160,6 +173,11 @@ runs p2 && for c in $CONNECTIONS; do
       --mix "$kind=1" --watch-pids "$EDGE_PID"
     point "p2-mcp-$kind-c$c" mcp "${common[@]}" --url "$BASE_URL" --concurrency "$c" --mix "$kind=1" \
       --watch-pids "$BASE_PID"
+    if [ "$kind" = discover ]; then
+      [ -z "$WIDE_PID" ] && start_wide_baseline "$RAW/p2-writ-discover-c$c.json"
+      point "p2-mcpwide-discover-c$c" mcp "${common[@]}" --url "$WIDE_URL" --concurrency "$c" --mix discover=1 \
+        --watch-pids "$WIDE_PID"
+    fi
   done
 done
 

@@ -178,13 +178,15 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         pad: "x".repeat(a.payload_bytes.saturating_sub(30)),
         run_id: run_id.clone(),
         seen: Mutex::new(writ::Seen::default()),
+        tools_listed: Default::default(),
     });
     let since_ms = now_ms();
     let mut summary = a.load.measure("writ", load.clone()).await?;
     summary.setup = json!({"run_id": run_id, "tenants": setup.tenants, "idle_tenants": setup.idle_tenants,
                            "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
                            "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
-                           "device_share": a.device_share});
+                           "device_share": a.device_share,
+                           "tools_listed": load.tools_listed.load(std::sync::atomic::Ordering::Relaxed)});
     if a.verify {
         let seen = std::mem::take(&mut *load.seen.lock().expect("seen lock"));
         let drain = Duration::from_secs_f64(a.drain);

@@ -402,6 +402,9 @@ pub struct WritLoad {
     pub pad: String,
     pub run_id: String,
     pub seen: Mutex<Seen>,
+    /// Most tools one `tools/list` answered (the size of the list the edge renders; `make bench`
+    /// starts an rmcp baseline with as many).
+    pub tools_listed: std::sync::atomic::AtomicUsize,
 }
 
 impl WritLoad {
@@ -521,7 +524,11 @@ impl Workload for WritLoad {
         let x = rand::rng().random::<f64>();
         match self.mix.pick(x) {
             Kind::Discover => match self.call(n, &t.token, "tools/list", json!({})).await {
-                Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => Outcome::ok("discover"),
+                Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => {
+                    let listed = r["tools"].as_array().map_or(0, Vec::len);
+                    self.tools_listed.fetch_max(listed, std::sync::atomic::Ordering::Relaxed);
+                    Outcome::ok("discover")
+                }
                 Ok(_) => Outcome::err("discover", "NO_TOOLS"),
                 Err(reason) => Outcome::err("discover", reason),
             },

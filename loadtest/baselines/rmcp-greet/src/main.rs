@@ -1,5 +1,7 @@
-//! `rmcp-greet [ADDR]`: serves `greet` ("Hello, {name}!") at `http://ADDR/mcp`, statelessly,
-//! answering JSON. Prints the URL once it listens.
+//! `rmcp-greet [ADDR] [TOOLS]`: serves `greet` ("Hello, {name}!") at `http://ADDR/mcp`,
+//! statelessly, answering JSON, and — with TOOLS > 1 — `greet_2` … `greet_TOOLS`, the same tool
+//! under other names (so `tools/list` is as long as a Writ edge's). Prints the URL once it
+//! listens.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -15,7 +17,9 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::json;
 
 #[derive(Clone)]
-struct Greet;
+struct Greet {
+    tools: usize,
+}
 
 impl ServerHandler for Greet {
     fn get_info(&self) -> ServerConfig {
@@ -33,7 +37,9 @@ impl ServerHandler for Greet {
     ) -> Result<ListToolsResult, ErrorData> {
         let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
         let schema = schema.as_object().cloned().unwrap_or_default();
-        Ok(ListToolsResult::with_all_items(vec![Tool::new("greet", "Read-only: returns Hello, {name}!", schema)]))
+        let names = std::iter::once("greet".to_string()).chain((2..=self.tools).map(|i| format!("greet_{i}")));
+        let tools = names.map(|n| Tool::new(n, "Read-only: returns Hello, {name}!", schema.clone())).collect();
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -41,7 +47,7 @@ impl ServerHandler for Greet {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if request.name != "greet" {
+        if request.name != "greet" && !request.name.starts_with("greet_") {
             return Err(ErrorData::invalid_params(format!("unknown tool '{}'", request.name), None));
         }
         let name = request.arguments.as_ref().and_then(|a| a.get("name")).and_then(|n| n.as_str()).unwrap_or("World");
@@ -52,10 +58,12 @@ impl ServerHandler for Greet {
 #[tokio::main]
 async fn main() {
     let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:0".into());
+    let tools = std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(1usize).max(1);
     let mut config = StreamableHttpServerConfig::default().with_sse_keep_alive(None);
     config.legacy_session_mode = false;
     config.json_response = true;
-    let service = StreamableHttpService::new(|| Ok(Greet), Arc::new(LocalSessionManager::default()), config);
+    let service =
+        StreamableHttpService::new(move || Ok(Greet { tools }), Arc::new(LocalSessionManager::default()), config);
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind");
     println!("http://{}/mcp", listener.local_addr().expect("local address"));
