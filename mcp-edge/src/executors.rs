@@ -698,7 +698,11 @@ fn offer(
     if offered.get(id).is_some_and(|at| now.duration_since(*at) < REOFFER_AFTER) {
         return None;
     }
-    offered.insert(id.clone(), now);
+    if offered.insert(id.clone(), now).is_none() {
+        // First offered on this stream: how long it waited since it became offerable.
+        let waited_ms = now_ms().saturating_sub(op.updated_at_ms);
+        metrics::histogram!("writ_edge_dispatch_lag_seconds").record(waited_ms as f64 / 1000.0);
+    }
     let name = op.spec.device_id.as_ref().and_then(|d| s.device(&who.tenant_id, d)).map(|d| d.name.clone());
     Some(Dispatch::of(op, name))
 }

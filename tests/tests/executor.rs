@@ -967,5 +967,10 @@ async fn an_executor_serves_health_readiness_and_metrics() {
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }
+    // The edge side: how long the operation waited before it was offered.
+    let trusted = writ_client::ClientTls::trusting(std::path::Path::new(w.dev.var("WRIT_CA_FILE"))).unwrap();
+    let edge_metrics = trusted.apply(reqwest::Client::builder().no_proxy()).build().unwrap();
+    let text = edge_metrics.get(format!("{}/metrics", w.admin_url())).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("writ_edge_dispatch_lag_seconds_bucket{"), "{text}");
     x.kill();
 }
