@@ -274,14 +274,19 @@ impl LedgerNode {
             loop {
                 tokio::time::sleep(FAILURE_DETECTOR_TICK).await;
                 let Some(node) = node.upgrade() else { return };
-                let m = node.raft.metrics().borrow_watched().clone();
-                if m.running_state.is_err() {
+                // Read in place: no copy of the metrics every tick.
+                let (stopped, voting_follower) = {
+                    let m = node.raft.metrics();
+                    let m = m.borrow_watched();
+                    let voter = m.membership_config.membership().voter_ids().any(|v| v == node.id);
+                    (m.running_state.is_err(), m.state == ServerState::Follower && voter)
+                };
+                if stopped {
                     return;
                 }
                 let contact = node.leader_contact_ms.load(std::sync::atomic::Ordering::Relaxed);
                 let silent = node.started.elapsed().saturating_sub(Duration::from_millis(contact));
-                let voter = m.membership_config.membership().voter_ids().any(|v| v == node.id);
-                if m.state == ServerState::Follower && voter && contact > 0 && silent > node.election_max {
+                if voting_follower && contact > 0 && silent > node.election_max {
                     tracing::debug!(silent_ms = silent.as_millis() as u64, "leader silent past its lease: pre-vote");
                     metrics::counter!("writ_node_failure_detector_prevotes_total").increment(1);
                     let _ = node.raft.trigger().elect(true).await;

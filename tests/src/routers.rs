@@ -76,6 +76,12 @@ impl Routers {
     }
 
     /// An admin request that must succeed; its body.
+    /// Waits until the edge's replica has every event the ledger holds now.
+    pub async fn caught_up(&self) {
+        let revision = self.ledger.with_state(|s| s.revision);
+        assert!(self.verifier.wait_for(revision, std::time::Duration::from_secs(10)).await, "replica at {revision}");
+    }
+
     pub async fn admin_ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let (status, _, answer) = self.admin(method, path, body).await;
         assert!((200..300).contains(&status), "{method} {path}: {status} {answer}");

@@ -22,6 +22,12 @@ fn catalog() -> Value {
     ]})
 }
 
+/// Revokes `token` (of tenant `acme`) through the admin API.
+async fn revoke(r: &Routers, token: &str) {
+    let jti = writ_api::auth::segment(token, 1).and_then(|c| c["jti"].as_str().map(str::to_string)).unwrap();
+    r.admin_ok("POST", &format!("/v1/tenants/acme/tokens/{jti}/revoke"), Some(json!({}))).await;
+}
+
 /// The audit records of `tenant` with `query` (e.g. `domain=request&outcome=denied`).
 async fn audit(r: &Routers, tenant: &str, query: &str) -> Vec<Value> {
     let page = r.admin_ok("GET", &format!("/v1/tenants/{tenant}/audit?{query}"), None).await;
@@ -50,10 +56,8 @@ async fn the_edge_authenticates_before_anything_else() {
     let (status, _, _) = r.mcp(None, &[], Body::from("{not json")).await;
     assert_eq!(status, 401);
     // Revoked within the replica: refused at once.
-    let jti = writ_api::auth::segment(&tokens[0], 1).and_then(|c| c["jti"].as_str().map(str::to_string)).unwrap();
-    r.admin_ok("POST", &format!("/v1/tenants/acme/tokens/{jti}/revoke"), Some(json!({}))).await;
-    let revision = r.ledger.with_state(|s| s.revision);
-    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    revoke(&r, &tokens[0]).await;
+    r.caught_up().await;
     let (status, _, body) = r.call(Some(&tokens[0]), "tools/list", json!({})).await;
     assert_eq!((status, &body["error"]["data"]["reason"]), (401, &json!("AUTH_TOKEN_REVOKED")), "{body}");
 }
@@ -70,18 +74,15 @@ async fn a_cached_token_is_refused_right_after_its_revocation() {
         assert_eq!(status, 200, "{body}");
     }
     assert!(r.verifier.token_cache_hits() >= 2, "repeated requests are answered from the cache");
-    let jti = writ_api::auth::segment(&tokens[0], 1).and_then(|c| c["jti"].as_str().map(str::to_string)).unwrap();
-    r.admin_ok("POST", &format!("/v1/tenants/acme/tokens/{jti}/revoke"), Some(json!({}))).await;
-    let revision = r.ledger.with_state(|s| s.revision);
-    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    revoke(&r, &tokens[0]).await;
+    r.caught_up().await;
     let (status, _, body) = r.call(Some(&tokens[0]), "tools/list", json!({})).await;
     assert_eq!((status, &body["error"]["data"]["reason"]), (401, &json!("AUTH_TOKEN_REVOKED")), "{body}");
     // Another principal's cached token stops at its tenant's suspension the same way.
     let (status, _, body) = r.call(Some(&tokens[1]), "tools/list", json!({})).await;
     assert_eq!(status, 200, "{body}");
     r.admin_ok("POST", "/v1/tenants/acme/suspend", Some(json!({}))).await;
-    let revision = r.ledger.with_state(|s| s.revision);
-    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    r.caught_up().await;
     let (status, _, body) = r.call(Some(&tokens[1]), "tools/list", json!({})).await;
     assert_ne!(status, 200, "a suspended tenant's cached token is refused: {body}");
 }
@@ -106,8 +107,7 @@ async fn rendered_tool_lists_page_fully_and_follow_the_catalog() {
     assert_eq!(all(&r, tokens[0].clone()).await, first, "the same list again");
     let catalog = json!({"actions": (0..151).map(action).collect::<Vec<_>>()});
     r.admin_ok("POST", "/v1/tenants/acme/catalogs", Some(catalog)).await;
-    let revision = r.ledger.with_state(|s| s.revision);
-    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    r.caught_up().await;
     let after = all(&r, tokens[0].clone()).await;
     assert!(after.contains(&"tool_150".to_string()) && after.len() == first.len() + 1, "{after:?}");
 }
@@ -189,8 +189,7 @@ async fn admission_holds_the_tenants_request_quota() {
     let tokens = r.tenant("acme", catalog(), &[("agent", Some("full"), &[])]).await;
     let settings = json!({"quotas": {"requests_per_minute": 3}});
     r.admin_ok("PATCH", "/v1/tenants/acme/settings", Some(settings)).await;
-    let revision = r.ledger.with_state(|s| s.revision);
-    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    r.caught_up().await;
     let mut statuses = Vec::new();
     let mut refused = None;
     for _ in 0..6 {
@@ -240,8 +239,7 @@ async fn authorization_hides_what_a_principal_may_not_call() {
     assert!(headers["www-authenticate"].to_str().unwrap().contains("insufficient_scope"));
     // A suspended tenant's tokens stop working (the domain gate).
     r.admin_ok("POST", "/v1/tenants/acme/suspend", Some(json!({}))).await;
-    let revision = r.ledger.with_state(|s| s.revision);
-    assert!(r.verifier.wait_for(revision, Duration::from_secs(10)).await);
+    r.caught_up().await;
     let (status, _, body) = r.call(Some(agent), "tools/list", json!({})).await;
     assert_eq!((status, &body["error"]["data"]["reason"]), (403, &json!("TENANT_SUSPENDED")), "{body}");
 }
