@@ -3,7 +3,7 @@
 //! fields, secrets redacted where the record is written, deterministic per-tenant retention by
 //! count and age, and a hash chain over the retained history.
 //!
-//! Records are derived from events by [`record_for`] (a pure function), so every replica
+//! Records are derived from events by [`crate::trail::records_for`] (a pure function), so every replica
 //! writes byte-identical records. Bodies live outside the in-memory state (the node's `audit`
 //! column family); the state keeps only each tenant's [`AuditIndex`]: the retained sequence
 //! range, the timestamps retention needs, and the chain head, which the state digest covers.

@@ -806,6 +806,13 @@ pub enum Event {
         proposal_id: String,
         operation_id: String,
     },
+    /// A batch of request decisions ([`Command::RecordDecisions`]): one event, one audit record
+    /// per decision (in order). Replaces one `RequestDecidedV1` per decision, so a group commit
+    /// of allowed reads costs the log, the event store and every watcher one event.
+    RequestsDecidedV1 {
+        tenant_id: String,
+        decisions: Vec<RequestDecisionV1>,
+    },
 }
 
 impl Event {
@@ -844,6 +851,7 @@ impl Event {
             | Event::ExecutorCaRetiredV1 { .. }
             | Event::RoleCertificateRevokedV1 { .. }
             | Event::RequestDecidedV1 { .. }
+            | Event::RequestsDecidedV1 { .. }
             | Event::PrincipalQuotasSetV1 { .. }
             | Event::PrincipalQuotasSetV2 { .. }
             | Event::RequestQuotaLeasedV1 { .. }
@@ -908,6 +916,7 @@ impl Event {
             Event::ExecutorRevokedV1 { .. } => "executor_revoked",
             Event::ExecutorCaRegisteredV1 { .. } => "executor_ca_registered",
             Event::RequestDecidedV1 { .. } => "request_decided",
+            Event::RequestsDecidedV1 { .. } => "requests_decided",
             Event::PrincipalQuotasSetV1 { .. } => "principal_quotas_set",
             Event::RequestQuotaLeasedV1 { .. } => "request_quota_leased",
             Event::OperationSubmittedV1 { .. } => "operation_submitted",

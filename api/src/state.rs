@@ -12,7 +12,7 @@ use crate::ledger::{Event, EventEnvelope, Tenant, TenantState};
 use crate::principal::{Principal, PrincipalState};
 use crate::settings::TenantSettingsV1;
 use crate::token::{SigningKeyV1, TenantIssuer, Token};
-use crate::trail::record_for;
+use crate::trail::records_for;
 use serde::{Deserialize, Serialize};
 
 use crate::operation::{DeviceLease, Operation, OperationState, DISPATCH_START_MS};
@@ -269,14 +269,15 @@ impl LedgerState {
     }
 
     /// Folds one event into the views on a node (live, or rebuilding from its event log).
-    /// Returns the audit record the event produced (events of a tenant's stream do).
+    /// Returns the audit records the event produced (events of a tenant's stream do: one, or
+    /// one per decision of a batch).
     ///
     /// Events were validated by `decide` before they were appended; an event that does not fit
     /// the state means the node's event log is corrupt, which must stop the node, not be
     /// papered over: this panics (the node's fatal path, see `raft-store`).
-    pub fn apply_event(&mut self, env: &EventEnvelope) -> Option<AuditRecordV1> {
+    pub fn apply_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecordV1> {
         match self.fold_event(env) {
-            Ok(record) => record,
+            Ok(records) => records,
             Err(corrupt) => panic!("{corrupt}"),
         }
     }
@@ -284,7 +285,7 @@ impl LedgerState {
     /// Folds one event into the views, or says why it does not fit ([`CorruptEvent`]). A
     /// follower of the ledger (an edge's replica) uses this and fails closed on an error; the
     /// state is then partly folded and must be replaced by a fresh snapshot.
-    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Option<AuditRecordV1>, CorruptEvent> {
+    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<AuditRecordV1>, CorruptEvent> {
         if env.revision != self.revision + 1 {
             return Err(CorruptEvent::new(env, format!("revision gap after {}", self.revision)));
         }
@@ -527,7 +528,7 @@ impl LedgerState {
                 }
             }
             // Only an audit record (below).
-            Event::RequestDecidedV1 { .. } => {}
+            Event::RequestDecidedV1 { .. } | Event::RequestsDecidedV1 { .. } => {}
             Event::PrincipalQuotasSetV1 { tenant_id, principal_id, quotas } => {
                 self.set_principal_quotas(tenant_id, principal_id, quotas.clone().into())
             }
@@ -564,14 +565,16 @@ impl LedgerState {
     }
 
     /// Records an event of a tenant stream in the tenant's audit index and applies retention.
-    fn audit_event(&mut self, env: &EventEnvelope) -> Option<AuditRecordV1> {
-        let settings = &self.tenants.get(&env.stream)?.settings;
-        let (max_events, max_age_s) = (settings.audit_max_events, settings.audit_max_age_s);
+    fn audit_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecordV1> {
+        let Some(tenant) = self.tenants.get(&env.stream) else { return Vec::new() };
+        let (max_events, max_age_s) = (tenant.settings.audit_max_events, tenant.settings.audit_max_age_s);
         let index = self.audit.entry(env.stream.clone()).or_default();
-        let record = record_for(env, &env.stream, index.next_seq.max(1));
-        index.push(env.at_ms, &crate::encode(&record).expect("audit records encode"));
+        let records = records_for(env, &env.stream, index.next_seq.max(1));
+        for record in &records {
+            index.push(env.at_ms, &crate::encode(record).expect("audit records encode"));
+        }
         index.retain(max_events, max_age_s, env.at_ms);
-        Some(record)
+        records
     }
 
     fn set_tenant_state(

@@ -1,35 +1,50 @@
-//! The audit trail (SPEC D10): the one record each event of a tenant's stream produces —
-//! [`record_for`], a pure function, so every replica writes byte-identical records, and the only
-//! place records are built, so nothing unredacted is ever stored. (The record types, redaction
+//! The audit trail (SPEC D10): the records each event of a tenant's stream produces — one, or
+//! one per request decision of a batch — [`records_for`], a pure function, so every replica
+//! writes byte-identical records, and the only place records are built, so nothing unredacted
+//! is ever stored. (The record types, redaction
 //! and retention index are `crate::audit`; this module sits above `crate::ledger`.)
 
 use serde_json::Value;
 
-use crate::audit::{redact, AuditRecordV1};
+use crate::audit::{redact, AuditRecordV1, RequestDecisionV1};
 use crate::ledger::{Event, EventEnvelope};
 
-/// The record an event of a tenant stream produces, at sequence `seq`. Redaction happens
-/// here, so no unredacted secret is ever stored or listed.
-pub fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
-    if let Event::RequestDecidedV1 { decision: d, .. } = &env.event {
-        let mut detail = serde_json::json!({"method": d.method, "name": d.name});
-        redact(&mut detail);
-        return AuditRecordV1 {
-            seq,
-            at_ms: env.at_ms,
-            revision: env.revision,
-            trace_id: d.trace_id.clone(),
-            tenant_id: tenant_id.to_string(),
-            domain: "request".into(),
-            operation: d.method.clone(),
-            outcome: d.outcome.clone(),
-            reason_code: d.reason,
-            principal_id: Some(d.principal_id.clone()),
-            token_id: d.token_id.clone(),
-            parent_token_id: d.parent_token_id.clone(),
-            detail: detail.to_string(),
-        };
+/// The records an event of a tenant stream produces, from sequence `first_seq` on: one per
+/// decision of a batch of request decisions, else one. Redaction happens here, so no
+/// unredacted secret is ever stored or listed.
+pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<AuditRecordV1> {
+    match &env.event {
+        Event::RequestDecidedV1 { decision, .. } => vec![decision_record(env, decision, tenant_id, first_seq)],
+        Event::RequestsDecidedV1 { decisions, .. } => {
+            decisions.iter().zip(first_seq..).map(|(d, seq)| decision_record(env, d, tenant_id, seq)).collect()
+        }
+        _ => vec![record_for(env, tenant_id, first_seq)],
     }
+}
+
+/// The record of one request decision (its own trace id; the event's time and revision).
+fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, seq: u64) -> AuditRecordV1 {
+    let mut detail = serde_json::json!({"method": d.method, "name": d.name});
+    redact(&mut detail);
+    AuditRecordV1 {
+        seq,
+        at_ms: env.at_ms,
+        revision: env.revision,
+        trace_id: d.trace_id.clone(),
+        tenant_id: tenant_id.to_string(),
+        domain: "request".into(),
+        operation: d.method.clone(),
+        outcome: d.outcome.clone(),
+        reason_code: d.reason,
+        principal_id: Some(d.principal_id.clone()),
+        token_id: d.token_id.clone(),
+        parent_token_id: d.parent_token_id.clone(),
+        detail: detail.to_string(),
+    }
+}
+
+/// The record of any other event of a tenant stream, at sequence `seq`.
+fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
     let (domain, principal_id, token_id, parent_token_id) = subject(&env.event);
     let (operation, outcome, reason_code) = match &env.event {
         Event::CommandRejectedV1 { command, reason, .. } | Event::CommandRejectedV2 { command, reason, .. } => {
@@ -97,7 +112,7 @@ fn subject(event: &Event) -> Subject {
         | Event::ExecutorCaRegisteredV1 { .. }
         | Event::ExecutorCertRenewedV1 { .. }
         | Event::ExecutorCaRetiredV1 { .. } => ("executor", None, None, None),
-        Event::RequestDecidedV1 { .. } => ("request", None, None, None),
+        Event::RequestDecidedV1 { .. } | Event::RequestsDecidedV1 { .. } => ("request", None, None, None),
         Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
             ("principal", Some(principal_id.clone()), None, None)
         }

@@ -643,6 +643,21 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "requests_decided_v1",
+            req(Command::RecordDecisions {
+                tenant_id: "t-1".into(),
+                decisions: vec![decision(), RequestDecisionV1 { trace_id: "tr-2".into(), ..decision() }],
+            }),
+            Some(env(
+                46,
+                42,
+                Event::RequestsDecidedV1 {
+                    tenant_id: "t-1".into(),
+                    decisions: vec![decision(), RequestDecisionV1 { trace_id: "tr-2".into(), ..decision() }],
+                },
+            )),
+        ),
     ]
 }
 
@@ -829,10 +844,11 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "role_certificate_revoked_v1",
             "operation_proposed_v1",
             "proposal_used_v1",
+            "requests_decided_v1",
         ],
     ),
-    (2, &["operation_proposed_v1", "proposal_used_v1"]),
-    (3, &[]),
+    (2, &["operation_proposed_v1", "proposal_used_v1", "requests_decided_v1"]),
+    (3, &["requests_decided_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -20,10 +20,7 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                     format!("a decision's text field exceeds {max} bytes"),
                 ));
             }
-            Ok(decisions
-                .iter()
-                .map(|d| Event::RequestDecidedV1 { tenant_id: tenant_id.clone(), decision: d.clone() })
-                .collect())
+            Ok(vec![Event::RequestsDecidedV1 { tenant_id: tenant_id.clone(), decisions: decisions.clone() }])
         }
         other => Err(misrouted(other)),
     }

@@ -478,3 +478,33 @@ fn credentials_are_revoked_and_retired_for_good() {
     without.revocations = Default::default();
     assert_ne!(without.digest(), st.digest(), "revocations are part of the digest");
 }
+
+#[test]
+fn a_batch_of_decisions_is_one_event_and_one_audit_record_per_decision() {
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    let patch = TenantSettingsPatch { audit_max_events: Some(3), ..Default::default() };
+    st.execute(&req(2, Command::SetTenantSettings { tenant_id: "a".into(), patch }));
+    let decision = |n: u32| crate::audit::RequestDecisionV1 {
+        trace_id: format!("tr-{n}"),
+        principal_id: "p".into(),
+        token_id: None,
+        parent_token_id: None,
+        method: "tools/list".into(),
+        name: None,
+        outcome: "allowed".into(),
+        reason: None,
+    };
+    let command = Command::RecordDecisions { tenant_id: "a".into(), decisions: (1..=4).map(decision).collect() };
+    let (outcome, events, records) = st.execute_audited(&req(3, command));
+    assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    assert_eq!(events.len(), 1, "one event for the batch");
+    assert!(matches!(&events[0].event, Event::RequestsDecidedV1 { decisions, .. } if decisions.len() == 4));
+    // One record per decision, in order, each with its own trace id, on consecutive sequences.
+    let traces: Vec<(u64, &str)> = records.iter().map(|r| (r.seq, r.trace_id.as_str())).collect();
+    assert_eq!(traces, [(3, "tr-1"), (4, "tr-2"), (5, "tr-3"), (6, "tr-4")]);
+    assert!(records.iter().all(|r| r.domain == "request" && r.revision == events[0].revision));
+    // Retention counts records, not events: 3 kept of the 6 written.
+    let index = &st.audit["a"];
+    assert_eq!((index.first_seq, index.next_seq), (4, 7));
+}
