@@ -36,8 +36,21 @@ pub async fn call(
     url: &str,
     token: Option<&str>,
     method: &str,
-    mut params: Value,
+    params: Value,
 ) -> Result<Value, String> {
+    call_as(http, url, token, method, params).await
+}
+
+/// [`call`], with the result read as `T`: only what the generator checks is parsed (a
+/// `tools/list` page as a count of tools, a tool result as its error flag), so the
+/// generator's own CPU per request does not grow with the size of the answer it measures.
+pub async fn call_as<T: Answer>(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    method: &str,
+    mut params: Value,
+) -> Result<T, String> {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -58,22 +71,86 @@ pub async fn call(
     let status = r.status();
     let sse = r.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("event-stream"));
     let bytes = r.bytes().await.map_err(transport)?;
-    let reply: Value = if sse { last_sse_message(&bytes) } else { serde_json::from_slice(&bytes).ok() }
+    let reply: Reply<T> = if sse { last_sse_reply(&bytes) } else { serde_json::from_slice(&bytes).ok() }
         .ok_or_else(|| format!("HTTP_{}", status.as_u16()))?;
-    if let Some(e) = reply.get("error") {
-        return Err(match e.pointer("/data/reason").and_then(Value::as_str) {
-            Some(reason) => reason.to_string(),
-            None => format!("RPC_{}", e["code"]),
+    if let Some(e) = reply.error {
+        return Err(match e.data.and_then(|d| d.reason) {
+            Some(reason) => reason,
+            None => format!("RPC_{}", e.code),
         });
     }
-    let result = reply.get("result").cloned().ok_or_else(|| format!("HTTP_{}", status.as_u16()))?;
-    if result["isError"] == json!(true) {
-        return Err(result
-            .pointer("/_meta/writ~1reason")
-            .and_then(Value::as_str)
-            .map_or_else(|| "TOOL_ERROR".to_string(), str::to_string));
+    let result = reply.result.ok_or_else(|| format!("HTTP_{}", status.as_u16()))?;
+    match result.refusal() {
+        Some(reason) => Err(reason),
+        None => Ok(result),
     }
-    Ok(result)
+}
+
+/// A JSON-RPC result as the generator reads it.
+pub trait Answer: serde::de::DeserializeOwned {
+    /// The refusal a successful JSON-RPC result still carries: a tool result with `isError`,
+    /// as its Writ reason (`_meta["writ/reason"]`) or `TOOL_ERROR`.
+    fn refusal(&self) -> Option<String>;
+}
+
+impl Answer for Value {
+    fn refusal(&self) -> Option<String> {
+        (self["isError"] == json!(true))
+            .then(|| self.pointer("/_meta/writ~1reason").and_then(Value::as_str).unwrap_or("TOOL_ERROR").to_string())
+    }
+}
+
+/// A `tools/list` page, its tools unread.
+#[derive(serde::Deserialize)]
+pub struct Listed {
+    pub tools: Vec<serde::de::IgnoredAny>,
+}
+
+impl Answer for Listed {
+    fn refusal(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A tool result, its content unread.
+#[derive(serde::Deserialize)]
+pub struct Called {
+    #[serde(rename = "isError", default)]
+    is_error: bool,
+    #[serde(rename = "_meta", default)]
+    meta: Option<CalledMeta>,
+}
+
+#[derive(serde::Deserialize)]
+struct CalledMeta {
+    #[serde(rename = "writ/reason")]
+    reason: Option<String>,
+}
+
+impl Answer for Called {
+    fn refusal(&self) -> Option<String> {
+        self.is_error.then(|| self.meta.as_ref().and_then(|m| m.reason.clone()).unwrap_or_else(|| "TOOL_ERROR".into()))
+    }
+}
+
+/// A JSON-RPC response (or a notification: neither field).
+#[derive(serde::Deserialize)]
+#[serde(bound = "T: serde::de::DeserializeOwned")]
+struct Reply<T> {
+    result: Option<T>,
+    error: Option<RpcError>,
+}
+
+#[derive(serde::Deserialize)]
+struct RpcError {
+    #[serde(default)]
+    code: Value,
+    data: Option<RpcErrorData>,
+}
+
+#[derive(serde::Deserialize)]
+struct RpcErrorData {
+    reason: Option<String>,
 }
 
 /// A transport failure as a reason: `TIMEOUT`, `CONNECT` or `TRANSPORT`.
@@ -87,15 +164,15 @@ pub(crate) fn transport(e: reqwest::Error) -> String {
     }
 }
 
-/// The last JSON-RPC message of an SSE body (the response follows any notifications).
-fn last_sse_message(body: &[u8]) -> Option<Value> {
+/// The last JSON-RPC response of an SSE body (the response follows any notifications).
+fn last_sse_reply<T: Answer>(body: &[u8]) -> Option<Reply<T>> {
     let text = std::str::from_utf8(body).ok()?;
     text.split("\n\n")
         .filter_map(|event| {
             let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
-            serde_json::from_str::<Value>(&data.join("\n")).ok()
+            serde_json::from_str::<Reply<T>>(&data.join("\n")).ok()
         })
-        .filter(|m| m.get("result").is_some() || m.get("error").is_some())
+        .filter(|m| m.result.is_some() || m.error.is_some())
         .last()
 }
 
@@ -112,14 +189,14 @@ impl Workload for BareMcpLoad {
         use crate::writ::Kind;
         let x = rand::random::<f64>();
         match self.mix.pick(x) {
-            Kind::Discover => match call(&self.http, &self.url, None, "tools/list", json!({})).await {
-                Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => Outcome::ok("discover"),
+            Kind::Discover => match call_as::<Listed>(&self.http, &self.url, None, "tools/list", json!({})).await {
+                Ok(r) if !r.tools.is_empty() => Outcome::ok("discover"),
                 Ok(_) => Outcome::err("discover", "NO_TOOLS"),
                 Err(reason) => Outcome::err("discover", reason),
             },
             _ => {
                 let params = json!({"name": "greet", "arguments": {"name": "load"}});
-                match call(&self.http, &self.url, None, "tools/call", params).await {
+                match call_as::<Called>(&self.http, &self.url, None, "tools/call", params).await {
                     Ok(_) => Outcome::ok("read"),
                     Err(reason) => Outcome::err("read", reason),
                 }
@@ -136,7 +213,25 @@ mod tests {
     fn the_response_is_found_after_notifications_in_an_sse_body() {
         let body = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n\
                      event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"ok\":1}}\n\n";
-        assert_eq!(last_sse_message(body).unwrap()["result"]["ok"], 1);
-        assert!(last_sse_message(b"data: not json\n\n").is_none());
+        assert_eq!(last_sse_reply::<Value>(body).unwrap().result.unwrap()["ok"], 1);
+        assert!(last_sse_reply::<Value>(b"data: not json\n\n").is_none());
+    }
+
+    #[test]
+    fn answers_are_read_without_their_bodies() {
+        let listed: Reply<Listed> =
+            serde_json::from_str(r#"{"id":1,"result":{"tools":[{"name":"a","inputSchema":{}},{"name":"b"}]}}"#)
+                .unwrap();
+        assert_eq!(listed.result.unwrap().tools.len(), 2);
+        let refused: Reply<Called> = serde_json::from_str(
+            r#"{"id":1,"result":{"isError":true,"content":[],"_meta":{"writ/reason":"QUOTA_EXCEEDED"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(refused.result.unwrap().refusal().as_deref(), Some("QUOTA_EXCEEDED"));
+        let ok: Reply<Called> = serde_json::from_str(r#"{"id":1,"result":{"content":[{"type":"text"}]}}"#).unwrap();
+        assert_eq!(ok.result.unwrap().refusal(), None);
+        let error: Reply<Called> =
+            serde_json::from_str(r#"{"id":1,"error":{"code":-32602,"data":{"reason":"INPUT_INVALID"}}}"#).unwrap();
+        assert_eq!(error.error.unwrap().data.unwrap().reason.as_deref(), Some("INPUT_INVALID"));
     }
 }

@@ -418,11 +418,16 @@ impl WritLoad {
     /// (connection refused: the edge is restarting) goes to the next one, as a load balancer
     /// would send it. Nothing reached an edge, so nothing is sent twice.
     async fn call(&self, n: u64, token: &str, method: &str, params: Value) -> Result<Value, String> {
+        self.call_as(n, token, method, params).await
+    }
+
+    /// [`Self::call`] with the result read as `T` ([`mcp::call_as`]).
+    async fn call_as<T: mcp::Answer>(&self, n: u64, token: &str, method: &str, params: Value) -> Result<T, String> {
         let first = (n as usize / self.tenants.len().max(1)) % self.edges.len();
         let mut result = Err(String::new());
         for i in 0..self.edges.len() {
             let edge = &self.edges[(first + i) % self.edges.len()];
-            result = mcp::call(&self.http, edge, Some(token), method, params.clone()).await;
+            result = mcp::call_as(&self.http, edge, Some(token), method, params.clone()).await;
             if !matches!(&result, Err(reason) if reason == "CONNECT") {
                 break;
             }
@@ -523,16 +528,23 @@ impl Workload for WritLoad {
         let t = &self.tenants[ti];
         let x = rand::rng().random::<f64>();
         match self.mix.pick(x) {
-            Kind::Discover => match self.call(n, &t.token, "tools/list", json!({})).await {
-                Ok(r) if r["tools"].as_array().is_some_and(|t| !t.is_empty()) => {
-                    let listed = r["tools"].as_array().map_or(0, Vec::len);
-                    self.tools_listed.fetch_max(listed, std::sync::atomic::Ordering::Relaxed);
+            Kind::Discover => match self.call_as::<mcp::Listed>(n, &t.token, "tools/list", json!({})).await {
+                Ok(r) if !r.tools.is_empty() => {
+                    self.tools_listed.fetch_max(r.tools.len(), std::sync::atomic::Ordering::Relaxed);
                     Outcome::ok("discover")
                 }
                 Ok(_) => Outcome::err("discover", "NO_TOOLS"),
                 Err(reason) => Outcome::err("discover", reason),
             },
-            Kind::Read => match self.tool(n, t, "greet", json!({"name": "load"})).await {
+            Kind::Read => match self
+                .call_as::<mcp::Called>(
+                    n,
+                    &t.token,
+                    "tools/call",
+                    json!({"name": "greet", "arguments": {"name": "load"}}),
+                )
+                .await
+            {
                 Ok(_) => Outcome::ok("read"),
                 Err(reason) => Outcome::err("read", reason),
             },
