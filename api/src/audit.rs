@@ -103,6 +103,11 @@ pub struct AuditIndex {
 }
 
 impl AuditIndex {
+    /// The cursor after which the newest `limit` retained records follow.
+    pub fn recent_cursor(&self, limit: u64) -> u64 {
+        self.next_seq.saturating_sub(limit.saturating_add(1)).max(self.first_seq.saturating_sub(1))
+    }
+
     /// Records currently retained.
     pub fn len(&self) -> u64 {
         self.next_seq - self.first_seq

@@ -255,6 +255,12 @@ pub enum Query {
         limit: u32,
         filter: AuditFilter,
     },
+    /// A tenant's newest `limit` audit records, oldest first (the `writ://audit/recent`
+    /// resource: edges keep no audit index of their own).
+    RecentAudit {
+        tenant_id: String,
+        limit: u32,
+    },
 }
 
 /// `POST /client/query`.

@@ -108,7 +108,13 @@ impl Role {
             Role::Node => true,
             Role::Operator => false,
             Role::Edge => {
-                matches!(query, Query::GetOperation { .. } | Query::GetOperationByKey { .. } | Query::ListAudit { .. })
+                matches!(
+                    query,
+                    Query::GetOperation { .. }
+                        | Query::GetOperationByKey { .. }
+                        | Query::ListAudit { .. }
+                        | Query::RecentAudit { .. }
+                )
             }
         }
     }

@@ -111,9 +111,9 @@ pub struct OperationIndex {
     pub reserved: BTreeMap<String, BTreeSet<String>>,
     /// Operations dispatched to an executor and not yet started, by tenant, then executor id.
     pub dispatched: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
-    /// How many operations of every tenant are in each state (metrics: the `unknown_effect`
-    /// backlog, what waits for acceptance, what is in flight).
-    pub by_state: BTreeMap<OperationState, u64>,
+    /// How many operations of each tenant are in each state (metrics by tenant class: the
+    /// `unknown_effect` backlog, what waits for acceptance, what is in flight).
+    pub by_state: BTreeMap<String, BTreeMap<OperationState, u64>>,
 }
 
 impl OperationIndex {
@@ -122,10 +122,15 @@ impl OperationIndex {
         let Some(any) = new.or(old) else { return };
         let (tenant, id) = (&any.tenant_id, &any.spec.operation_id);
         if let Some(old) = old {
-            if let Some(n) = self.by_state.get_mut(&old.state) {
-                *n -= 1;
-                if *n == 0 {
-                    self.by_state.remove(&old.state);
+            if let Some(counts) = self.by_state.get_mut(tenant) {
+                if let Some(n) = counts.get_mut(&old.state) {
+                    *n -= 1;
+                    if *n == 0 {
+                        counts.remove(&old.state);
+                    }
+                }
+                if counts.is_empty() {
+                    self.by_state.remove(tenant);
                 }
             }
             if let Some(at) = old.due_at() {
@@ -159,7 +164,7 @@ impl OperationIndex {
             }
         }
         if let Some(new) = new {
-            *self.by_state.entry(new.state).or_default() += 1;
+            *self.by_state.entry(tenant.clone()).or_default().entry(new.state).or_default() += 1;
             if let Some(at) = new.due_at() {
                 self.due.entry(tenant.clone()).or_default().insert((at, id.clone()));
             }
@@ -286,6 +291,15 @@ impl LedgerState {
     /// follower of the ledger (an edge's replica) uses this and fails closed on an error; the
     /// state is then partly folded and must be replaced by a fresh snapshot.
     pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<AuditRecordV1>, CorruptEvent> {
+        self.fold_views(env)?;
+        Ok(self.audit_event(env))
+    }
+
+    /// [`Self::fold_event`] for a replica that keeps no audit trail (an edge's: the nodes keep
+    /// it and answer its pages): the views only, so a batch of request decisions costs a
+    /// replica its revision and nothing more. Its `audit` index stays as loaded (empty, for
+    /// an edge).
+    pub fn fold_views(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
         if env.revision != self.revision + 1 {
             return Err(CorruptEvent::new(env, format!("revision gap after {}", self.revision)));
         }
@@ -561,7 +575,7 @@ impl LedgerState {
                 p.revision = env.revision;
             }
         }
-        Ok(self.audit_event(env))
+        Ok(())
     }
 
     /// Records an event of a tenant stream in the tenant's audit index and applies retention.

@@ -24,8 +24,22 @@ pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<
 
 /// The record of one request decision (its own trace id; the event's time and revision).
 fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, seq: u64) -> AuditRecordV1 {
-    let mut detail = serde_json::json!({"method": d.method, "name": d.name});
-    redact(&mut detail);
+    #[derive(serde::Serialize)]
+    struct Detail<'a> {
+        method: &'a str,
+        name: Option<&'a str>,
+    }
+    let json_text = |t: &str| t.starts_with(['{', '[']);
+    let detail = if json_text(&d.method) || d.name.as_deref().is_some_and(json_text) {
+        // Text that may hold a JSON document goes through redaction.
+        let mut detail = serde_json::json!({"method": d.method, "name": d.name});
+        redact(&mut detail);
+        detail.to_string()
+    } else {
+        // Nothing to redact (the keys are not secret-like): the same bytes, without building
+        // a JSON value per decision.
+        serde_json::to_string(&Detail { method: &d.method, name: d.name.as_deref() }).unwrap_or_default()
+    };
     AuditRecordV1 {
         seq,
         at_ms: env.at_ms,
@@ -39,7 +53,7 @@ fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, 
         principal_id: Some(d.principal_id.clone()),
         token_id: d.token_id.clone(),
         parent_token_id: d.parent_token_id.clone(),
-        detail: detail.to_string(),
+        detail,
     }
 }
 
@@ -159,4 +173,38 @@ fn domain_of_command(command: &str) -> &'static str {
         ("executor", "executor"),
     ];
     DOMAINS.iter().find(|(needle, _)| command.contains(needle)).map_or("ledger", |(_, d)| d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decided(method: &str, name: Option<&str>) -> AuditRecordV1 {
+        let decision = RequestDecisionV1 {
+            trace_id: "tr".into(),
+            principal_id: "p".into(),
+            token_id: None,
+            parent_token_id: None,
+            method: method.into(),
+            name: name.map(str::to_string),
+            outcome: "allowed".into(),
+            reason: None,
+        };
+        let event = Event::RequestsDecidedV1 { tenant_id: "t".into(), decisions: vec![decision] };
+        let env = EventEnvelope { revision: 7, stream: "t".into(), seq: 3, at_ms: 5, trace_id: "x".into(), event };
+        records_for(&env, "t", 1).remove(0)
+    }
+
+    #[test]
+    fn decision_details_are_the_redacted_json_of_method_and_name() {
+        // The direct path writes exactly what the redacting one would.
+        for (method, name) in [("tools/list", None), ("tools/call", Some("gr\"eet\u{1F600}")), ("x", Some("a}"))] {
+            let mut expected = serde_json::json!({"method": method, "name": name});
+            redact(&mut expected);
+            assert_eq!(decided(method, name).detail, expected.to_string());
+        }
+        // A name holding a JSON document is redacted inside.
+        let detail = decided("tools/call", Some(r#"{"api_key":"s3cret","n":1}"#)).detail;
+        assert!(!detail.contains("s3cret") && detail.contains(crate::audit::REDACTED), "{detail}");
+    }
 }

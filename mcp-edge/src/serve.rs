@@ -563,13 +563,10 @@ fn resource_not_found(uri: &str) -> RpcError {
         .with_detail("uri", json!(uri))
 }
 
-/// `writ://audit/recent`: read from the ledger (record bodies are not in the replica).
+/// `writ://audit/recent`: read from the ledger (the replica keeps no audit trail).
 async fn read_audit(c: &Call<'_>) -> Result<Value, RpcError> {
     let tenant_id = c.authority.tenant_id.clone();
-    let next = c.edge.verifier.with_state(|s| s.audit.get(&tenant_id).map_or(0, |a| a.next_seq));
-    let after = next.checked_sub(AUDIT_RECENT + 1);
-    let query =
-        writ_api::dto::Query::ListAudit { tenant_id, after, limit: AUDIT_RECENT as u32, filter: Default::default() };
+    let query = writ_api::dto::Query::RecentAudit { tenant_id, limit: AUDIT_RECENT as u32 };
     let page: writ_api::dto::AuditPage = writ_client::query_as(c.edge.ledger.as_ref(), query, Default::default())
         .await
         .map_err(|e| RpcError::rejected(&e))?;

@@ -31,7 +31,9 @@ use openraft::Snapshot;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter, BINARY_MEDIA_TYPE};
+use writ_api::operation::OperationState;
 use writ_api::role::{Identity, Role};
+use writ_api::settings::AuditMode;
 use writ_api::{ReasonCode, Rejection};
 use writ_client::FORWARDED_HEADER;
 use writ_raft_store::TypeConfig;
@@ -357,6 +359,11 @@ async fn readyz(State(st): State<NodeState>) -> Response {
     }
 }
 
+/// The JSON name of a unit enum value (`unknown_effect`, `strict`), for a metric label.
+fn label_of<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 async fn metrics_text(State(st): State<NodeState>) -> Response {
     let m = st.node.raft.metrics().borrow_watched().clone();
     metrics::gauge!("writ_raft_term").set(m.current_term as f64);
@@ -366,11 +373,25 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     let lag = cluster_committed(&m).unwrap_or(0).saturating_sub(applied);
     metrics::gauge!("writ_raft_apply_lag_entries").set(lag as f64);
     metrics::gauge!("writ_raft_is_leader").set(if m.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
-    let by_state = st.node.sm.read().state.index.by_state.clone();
-    for state in writ_api::operation::OperationState::ALL {
-        let label = serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        let n = by_state.get(&state).copied().unwrap_or(0);
-        metrics::gauge!("writ_operations_by_state", "state" => label).set(n as f64);
+    // By tenant class: the tenant's audit mode, a bounded label (tenant ids are not).
+    let classes = [AuditMode::Standard, AuditMode::Strict];
+    let mut counts = std::collections::BTreeMap::<(usize, OperationState), u64>::new();
+    {
+        let a = st.node.sm.read();
+        for (tenant, by_state) in &a.state.index.by_state {
+            let mode = a.state.tenants.get(tenant).map_or(AuditMode::Standard, |t| t.settings.audit_mode);
+            let class = classes.iter().position(|c| *c == mode).unwrap_or(0);
+            for (state, n) in by_state {
+                *counts.entry((class, *state)).or_default() += n;
+            }
+        }
+    }
+    for (class, mode) in classes.iter().enumerate() {
+        for state in OperationState::ALL {
+            let n = counts.get(&(class, state)).copied().unwrap_or(0);
+            let labels = [("state", label_of(&state)), ("tenant_class", label_of(mode))];
+            metrics::gauge!("writ_operations_by_state", &labels).set(n as f64);
+        }
     }
     crate::observe::build_info("node");
     match &st.metrics {

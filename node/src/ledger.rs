@@ -474,11 +474,20 @@ impl LedgerNode {
             self.linearize().await?;
         }
         // Audit bodies are read from the store, not from the in-memory state.
-        if let Query::ListAudit { tenant_id, after, limit, filter } = &req.query {
-            let (records, next_cursor) = self
-                .sm
-                .audit_page(tenant_id, after.unwrap_or(0), writ_api::query::page_limit(*limit)?, filter)
-                .map_err(|e| internal(&e))?;
+        let page = match &req.query {
+            Query::ListAudit { tenant_id, after, limit, filter } => {
+                Some((tenant_id, after.unwrap_or(0), writ_api::query::page_limit(*limit)?, filter.clone()))
+            }
+            Query::RecentAudit { tenant_id, limit } => {
+                let limit = writ_api::query::page_limit(*limit)?;
+                let after = self.sm.read().state.audit.get(tenant_id).map_or(0, |i| i.recent_cursor(limit as u64));
+                Some((tenant_id, after, limit, Default::default()))
+            }
+            _ => None,
+        };
+        if let Some((tenant_id, after, limit, filter)) = page {
+            let (records, next_cursor) =
+                self.sm.audit_page(tenant_id, after, limit, &filter).map_err(|e| internal(&e))?;
             return Ok(QueryResult::Audit { records, next_cursor });
         }
         writ_api::query::answer(&self.sm.read().state, req.query)

@@ -106,7 +106,11 @@ async fn bad_input_and_auth_get_reason_codes() {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
     assert!(!metrics.contains("quantile="), "{metrics}");
-    for name in ["writ_operations_by_state{state=\"unknown_effect\"} 0", "writ_build_info{role=\"node\""] {
+    for name in [
+        "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"standard\"} 0",
+        "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"strict\"} 0",
+        "writ_build_info{role=\"node\"",
+    ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
     // OpenAPI is public and lists the tenant routes.

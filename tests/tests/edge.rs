@@ -147,13 +147,30 @@ async fn tools_call_validates_both_ways_and_binds_request_state() {
         admin.post_ok(&url, "/v1/tenants/calls/tokens", json!({"principal": "auditor", "audience": edge.url})).await;
     let auditor = issued["token"].as_str().unwrap();
     let audit_uri = json!({"uri": "writ://audit/recent"});
+    // 60 allowed reads: their decisions are the tenant's newest records once group-committed,
+    // and the resource shows the newest 50 of them (the edge keeps no audit index: the ledger
+    // finds them).
+    for _ in 0..60 {
+        let (code, _, _) = writ_tests::mcp::rpc(&edge.url, Some(token), "tools/list", json!({})).await;
+        assert_eq!(code, 200);
+    }
+    let newest = writ_tests::eventually("60 decisions in the trail", Duration::from_secs(5), || async {
+        let page = admin.get(&url, "/v1/tenants/calls/audit?limit=1000").await.ok()?;
+        let records = page["records"].as_array()?;
+        let lists = records.iter().filter(|r| r["operation"] == "tools/list").count();
+        (lists == 60).then(|| records.last().and_then(|r| r["seq"].as_u64()))?
+    })
+    .await;
     let read = writ_tests::eventually("the auditor at the edge", Duration::from_secs(5), || async {
         let (code, _, body) = writ_tests::mcp::rpc(&edge.url, Some(auditor), "resources/read", audit_uri.clone()).await;
         (code == 200).then_some(body)
     })
     .await;
-    let records: Value = serde_json::from_str(read["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
-    assert!(records.as_array().is_some_and(|r| !r.is_empty() && r.len() <= 50), "{read}");
+    let records: Vec<Value> = serde_json::from_str(read["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs.len(), 50, "{seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "consecutive, oldest first: {seqs:?}");
+    assert!(seqs[49] >= newest, "the newest records ({seqs:?}; the trail had {newest} before the read)");
     let (_, _, listed) = writ_tests::mcp::rpc(&edge.url, Some(auditor), "resources/list", json!({})).await;
     assert!(listed.to_string().contains("writ://audit/recent"), "{listed}");
     let (_, _, hidden) = writ_tests::mcp::rpc(&edge.url, Some(token), "resources/read", audit_uri).await;

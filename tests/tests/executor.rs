@@ -972,5 +972,12 @@ async fn an_executor_serves_health_readiness_and_metrics() {
     let edge_metrics = trusted.apply(reqwest::Client::builder().no_proxy()).build().unwrap();
     let text = edge_metrics.get(format!("{}/metrics", w.admin_url())).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("writ_edge_dispatch_lag_seconds_bucket{"), "{text}");
+    // The node side: the operation counted by state and tenant class (a standard tenant).
+    for line in [
+        "writ_operations_by_state{state=\"effect_reported\",tenant_class=\"standard\"} 1",
+        "writ_operations_by_state{state=\"effect_reported\",tenant_class=\"strict\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
     x.kill();
 }

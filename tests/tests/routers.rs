@@ -62,6 +62,28 @@ async fn the_edge_authenticates_before_anything_else() {
     assert_eq!((status, &body["error"]["data"]["reason"]), (401, &json!("AUTH_TOKEN_REVOKED")), "{body}");
 }
 
+/// Allowed reads' decisions are group-committed as one event per batch (issue 19's cheap
+/// audit): the ledger writes one audit record per decision, and the edge's replica follows the
+/// batch without rebuilding any of them (it keeps no audit trail; `writ://audit/recent` asks
+/// the ledger).
+#[tokio::test]
+async fn decision_batches_are_one_event_that_the_replica_does_not_fold_into_a_trail() {
+    let r = Routers::new();
+    let tokens = r.tenant("acme", catalog(), &[("agent", Some("full"), &[])]).await;
+    let tenant = r.ledger.with_state(|s| s.tenant("acme").map(|t| t.id.clone())).expect("tenant");
+    let before = r.ledger.with_state(|s| (s.revision, s.audit[&tenant].next_seq));
+    for _ in 0..20 {
+        let (status, _, body) = r.call(Some(&tokens[0]), "tools/list", json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(r.audit.flush(Duration::from_secs(10)).await, "buffered decisions committed");
+    let after = r.ledger.with_state(|s| (s.revision, s.audit[&tenant].next_seq));
+    assert_eq!(after.1 - before.1, 20, "one audit record per decision");
+    assert!(after.0 - before.0 < 20, "fewer events than decisions: {before:?} → {after:?}");
+    r.caught_up().await;
+    assert!(r.verifier.with_state(|s| s.audit.is_empty()), "the replica keeps no audit trail");
+}
+
 /// The edge's cache of verified tokens (issue 19): a verified token is served from the cache, and
 /// the very next request after the replica folded a revocation, or a tenant's suspension, is
 /// refused — no window in which the cache still accepts it.

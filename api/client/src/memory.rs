@@ -119,8 +119,17 @@ impl MemoryLedger {
 
     fn answer(&self, query: Query) -> Result<QueryResult, Rejection> {
         let inner = self.lock();
-        if let Query::ListAudit { tenant_id, after, limit, filter } = &query {
-            let limit = writ_api::query::page_limit(*limit)?;
+        let page = match &query {
+            Query::ListAudit { tenant_id, after, limit, filter } => Some((tenant_id, *after, *limit, filter.clone())),
+            Query::RecentAudit { tenant_id, limit } => {
+                let index = inner.state.audit.get(tenant_id);
+                Some((tenant_id, index.map(|i| i.recent_cursor(u64::from(*limit))), *limit, Default::default()))
+            }
+            _ => None,
+        };
+        if let Some((tenant_id, after, limit, filter)) = page {
+            let filter = &filter;
+            let limit = writ_api::query::page_limit(limit)?;
             let after = after.unwrap_or(0);
             let first = inner.state.audit.get(tenant_id).map_or(1, |index| index.first_seq);
             let from = (tenant_id.clone(), after.saturating_add(1).max(first));

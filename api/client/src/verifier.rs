@@ -293,8 +293,10 @@ impl Inner {
         *self.contact_slot()
     }
 
-    /// Replaces the replica with a snapshot (which also heals a poisoned lock).
-    fn load(&self, snapshot: LedgerState) {
+    /// Replaces the replica with a snapshot (which also heals a poisoned lock). The replica
+    /// keeps no audit trail ([`LedgerState::fold_views`]), so the snapshot's audit index goes.
+    fn load(&self, mut snapshot: LedgerState) {
+        snapshot.audit.clear();
         let revision = snapshot.revision;
         {
             let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
@@ -354,7 +356,7 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                 if e.revision != state.revision + 1 {
                     return Err(unavailable(format!("watch skipped from {} to {}", state.revision, e.revision)));
                 }
-                if let Err(corrupt) = state.fold_event(&e) {
+                if let Err(corrupt) = state.fold_views(&e) {
                     // The replica is partly folded: refuse everything until a fresh snapshot
                     // (marked before the lock is released, so no reader decides on it).
                     *inner.contact_slot() = None;

@@ -228,9 +228,9 @@ pub fn report(id: &str, fencing_token: u64, outcome: AttemptOutcome) -> Command 
 /// The operation invariants over a state; each violation as a sentence.
 pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     let mut violations = Vec::new();
-    let mut by_state: BTreeMap<OperationState, u64> = BTreeMap::new();
+    let mut by_state: BTreeMap<String, BTreeMap<OperationState, u64>> = BTreeMap::new();
     for op in state.operations.values().flat_map(|m| m.values()) {
-        *by_state.entry(op.state).or_default() += 1;
+        *by_state.entry(op.tenant_id.clone()).or_default().entry(op.state).or_default() += 1;
     }
     if by_state != state.index.by_state {
         violations.push(format!("operations by state {:?}, indexed {:?}", by_state, state.index.by_state));
