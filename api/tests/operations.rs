@@ -219,7 +219,11 @@ fn a_lost_outcome_is_an_unknown_effect_until_reconciled() {
     assert_eq!(l.ok(submit(s)), 0, "a retry replays the unknown effect; no attempt");
     assert_eq!(l.op("op-1").attempts, 1);
     let next = spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000);
-    assert_eq!(l.refused(submit(next.clone())), ReasonCode::DEVICE_RESERVED, "the device may still be moving");
+    assert_eq!(
+        l.refused(submit(next.clone())),
+        ReasonCode::UNKNOWN_EFFECT_UNRESOLVED,
+        "the device may still be moving: reconcile before another operation"
+    );
     l.ok(Command::ResolveUnknownEffect {
         tenant_id: T.into(),
         operation_id: "op-1".into(),

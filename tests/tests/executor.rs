@@ -279,7 +279,7 @@ async fn unknown_effect_reconciliation_and_independent_acceptance() {
         assert_eq!(again["structuredContent"]["replayed"], true);
     }
     let blocked = w.execute(&agent, press("press-e", "e-2")).await;
-    assert_eq!(reason(&blocked), "DEVICE_RESERVED", "the device may still be moving: {blocked}");
+    assert_eq!(reason(&blocked), "UNKNOWN_EFFECT_UNRESOLVED", "the device may still be moving: {blocked}");
     x.set_handler("kind = \"simulated\"\nattempts_file = \"attempts.log\"", None);
     x.start();
 

@@ -161,6 +161,19 @@ fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Resu
                     && h.expires_at_ms <= state.clock_ms)
             });
             if let Some(held) = held {
+                // An attempt whose effect is unknown holds its device until someone reconciles
+                // it (the device may still be moving): not a wait, a human's decision.
+                let holder = state.operations.get(tenant_id).and_then(|m| m.get(&held.operation_id));
+                if holder.is_some_and(|op| op.state == OperationState::UnknownEffect) {
+                    return Err(Rejection::new(
+                        ReasonCode::UNKNOWN_EFFECT_UNRESOLVED,
+                        format!(
+                            "device '{device_id}': the effect of operation '{}' is unknown; it must be resolved \
+                             (writ admin operation resolve) before another operation drives the device",
+                            held.operation_id
+                        ),
+                    ));
+                }
                 return Err(Rejection::new(
                     ReasonCode::DEVICE_RESERVED,
                     format!(
