@@ -261,7 +261,17 @@ pub enum Query {
         tenant_id: String,
         limit: u32,
     },
+    /// A tenant's operations matching `filter`, by operation id after the cursor `after` (the
+    /// operator's queue).
+    ListOperations {
+        tenant_id: String,
+        filter: OperationFilter,
+        after: Option<String>,
+        limit: u32,
+    },
 }
+
+pub use crate::operation::{OperationFilter, OPERATIONS_SCAN_MAX};
 
 /// `POST /client/query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -294,6 +304,7 @@ pub enum QueryResult {
     PrincipalQuotas(PrincipalQuotasView),
     Operation(Box<crate::operation::Operation>),
     Credentials(Box<CredentialsView>),
+    Operations { operations: Vec<crate::operation::Operation>, next_cursor: Option<String> },
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -336,6 +347,7 @@ answer! {
     PrincipalQuotasView: QueryResult::PrincipalQuotas(view) => view;
     crate::operation::Operation: QueryResult::Operation(op) => *op;
     CredentialsView: QueryResult::Credentials(view) => *view;
+    OperationList: QueryResult::Operations { operations, next_cursor } => OperationList { operations, next_cursor };
 }
 
 /// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.
@@ -551,6 +563,14 @@ pub struct SiteList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeviceList {
     pub devices: Vec<Device>,
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/tenants/{tenant}/operations`: the operator's queue. `next_cursor` continues after
+/// the last operation scanned (a filtered page may be short and still have more after it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperationList {
+    pub operations: Vec<crate::operation::Operation>,
     pub next_cursor: Option<String>,
 }
 

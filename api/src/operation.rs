@@ -388,6 +388,42 @@ pub(crate) fn json_text_ok(what: &str, id: &str, text: &str) -> Result<(), Rejec
     Ok(())
 }
 
+/// Which operations a list shows; every field given must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationFilter {
+    pub state: Option<OperationState>,
+    pub device_id: Option<String>,
+    pub principal_id: Option<String>,
+    /// The work item the operation names (`work_ref.id`).
+    pub work_id: Option<String>,
+    /// Recorded at or after this ledger time (ms).
+    pub since_ms: Option<u64>,
+    /// Recorded before this ledger time (ms).
+    pub until_ms: Option<u64>,
+    /// Only what waits for a human: an unknown effect to reconcile, or a reported effect to
+    /// accept or reject.
+    #[serde(default)]
+    pub needs_attention: bool,
+}
+
+impl OperationFilter {
+    pub fn matches(&self, op: &Operation) -> bool {
+        use OperationState::{EffectReported, UnknownEffect};
+        self.state.is_none_or(|s| op.state == s)
+            && self.device_id.as_ref().is_none_or(|d| op.spec.device_id.as_ref() == Some(d))
+            && self.principal_id.as_ref().is_none_or(|p| op.spec.principal_id == *p)
+            && self.work_id.as_ref().is_none_or(|w| op.spec.work_ref.as_ref().is_some_and(|r| r.id == *w))
+            && self.since_ms.is_none_or(|t| op.created_at_ms >= t)
+            && self.until_ms.is_none_or(|t| op.created_at_ms < t)
+            && (!self.needs_attention || matches!(op.state, UnknownEffect | EffectReported))
+    }
+}
+
+/// Operations scanned per list call at most (a filtered page may come back short; the cursor
+/// still moves on, as for audit pages).
+pub const OPERATIONS_SCAN_MAX: usize = 10_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

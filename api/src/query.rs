@@ -44,6 +44,11 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .cloned()
             .map(|site| QueryResult::Site { site })
             .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{site}'"))),
+        Query::ListOperations { tenant_id, filter, after, limit } => {
+            let (operations, next_cursor) =
+                state.list_operations(&tenant_id, &filter, after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Operations { operations, next_cursor })
+        }
         Query::ListDevices { tenant_id, site_id, after, limit } => {
             let (devices, next_cursor) =
                 state.list_devices(&tenant_id, site_id.as_deref(), after.as_deref(), page_limit(limit)?);

@@ -671,6 +671,33 @@ impl LedgerState {
         page_by_name(names, |id| by_id.get(id).filter(|d| in_site(d)).cloned(), after, limit)
     }
 
+    /// A page of a tenant's operations matching `filter`, by id after `after`: at most `limit`,
+    /// scanning at most [`crate::operation::OPERATIONS_SCAN_MAX`]; the cursor is the last id scanned
+    /// when more may follow.
+    pub fn list_operations(
+        &self,
+        tenant_id: &str,
+        filter: &crate::operation::OperationFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<Operation>, Option<String>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let Some(ops) = self.operations.get(tenant_id) else { return (Vec::new(), None) };
+        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+        let mut page = Vec::new();
+        let mut last = None;
+        for (scanned, (id, op)) in ops.range::<String, _>((lower, Unbounded)).enumerate() {
+            if page.len() == limit || scanned == crate::operation::OPERATIONS_SCAN_MAX {
+                return (page, last);
+            }
+            last = Some(id.clone());
+            if filter.matches(op) {
+                page.push(op.clone());
+            }
+        }
+        (page, None)
+    }
+
     /// A tenant's catalog: `version`, or the newest when `None`.
     pub fn catalog(&self, tenant_id: &str, version: Option<u64>) -> Option<&CatalogVersion> {
         let versions = self.catalogs.get(tenant_id)?;

@@ -909,3 +909,32 @@ fn acts_on_behalf_of_a_principal_need_its_live_token_and_the_acts_scope() {
     l.ok(on_behalf("jti-agent-2", cancel("op-1")));
     assert_eq!(l.op("op-1").state, OperationState::Cancelled);
 }
+
+/// The operator's queue (issue 21): pages by operation id with a cursor that moves on past what a
+/// filter skips, and `needs_attention` shows only what waits for a human.
+#[test]
+fn the_operators_queue_pages_filters_and_shows_what_needs_attention() {
+    use writ_api::dto::OperationFilter;
+    let mut l = Ledger::new();
+    for i in 0..5 {
+        let s = spec(&format!("op-{i}"), &format!("k-{i}"), json!({"p": i}), None, l.now + 60_000);
+        l.ok(submit(s));
+    }
+    let ids = |ops: &[Operation]| ops.iter().map(|o| o.spec.operation_id.clone()).collect::<Vec<_>>();
+    let all = OperationFilter::default();
+    let (page, next) = l.state.list_operations(T, &all, None, 2);
+    assert_eq!((ids(&page), next.as_deref()), (vec!["op-0".to_string(), "op-1".into()], Some("op-1")));
+    let (page, next) = l.state.list_operations(T, &all, next.as_deref(), 2);
+    assert_eq!((ids(&page), next.as_deref()), (vec!["op-2".to_string(), "op-3".into()], Some("op-3")));
+    let (page, next) = l.state.list_operations(T, &all, next.as_deref(), 2);
+    assert_eq!((ids(&page), next), (vec!["op-4".to_string()], None));
+    // One operation reports an effect: it waits for a verdict.
+    l.ok(start("op-3", 1));
+    l.ok(report("op-3", 1, AttemptOutcome::Effect));
+    let attention = OperationFilter { needs_attention: true, ..Default::default() };
+    assert_eq!(ids(&l.state.list_operations(T, &attention, None, 10).0), ["op-3"]);
+    let reserved = OperationFilter { state: Some(OperationState::Reserved), ..Default::default() };
+    assert_eq!(ids(&l.state.list_operations(T, &reserved, None, 10).0), ["op-0", "op-1", "op-2", "op-4"]);
+    let later = OperationFilter { since_ms: Some(l.now + 1), ..Default::default() };
+    assert_eq!(l.state.list_operations(T, &later, None, 10), (Vec::new(), None));
+}

@@ -134,14 +134,45 @@ pub enum Noun {
     /// Site executors: one-time enrollment tokens, enrolled executors, revocation.
     #[command(subcommand)]
     Executor(ExecutorCmd),
-    /// Operations: show, cancel before the attempt, accept/reject a reported effect, resolve an
-    /// unknown effect.
+    /// Operations: list (the queue), show, cancel before the attempt, accept/reject a reported
+    /// effect, resolve an unknown effect.
     #[command(subcommand)]
     Operation(OperationCmd),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum OperationCmd {
+    /// List a tenant's operations, filtered; `--needs-attention`: what waits for a human
+    /// (unknown effects to resolve, reported effects to accept or reject).
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// proposed, verified, reserved, dispatched, attempting, effect_reported, accepted,
+        /// rejected, expired, failed, cancelled, unknown_effect.
+        #[arg(long)]
+        state: Option<String>,
+        /// Device id or name.
+        #[arg(long)]
+        device: Option<String>,
+        /// Principal id or name.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Work item id.
+        #[arg(long)]
+        work: Option<String>,
+        /// Recorded at or after this ledger time (ms since the epoch).
+        #[arg(long)]
+        since_ms: Option<u64>,
+        /// Recorded before this ledger time (ms since the epoch).
+        #[arg(long)]
+        until_ms: Option<u64>,
+        #[arg(long)]
+        needs_attention: bool,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
     /// Show an operation.
     Show {
         #[arg(long)]
@@ -183,7 +214,38 @@ pub enum OperationCmd {
 }
 
 async fn operation_cmd(c: &AdminClient, out: Output, cmd: &OperationCmd) -> Result<(), Failure> {
+    if let OperationCmd::List {
+        tenant,
+        state,
+        device,
+        principal,
+        work,
+        since_ms,
+        until_ms,
+        needs_attention,
+        after,
+        limit,
+    } = cmd
+    {
+        let state = match state {
+            Some(s) => Some(parsed("state", Value::from(s.replace('-', "_")))?),
+            None => None,
+        };
+        let filter = writ_api::dto::OperationFilter {
+            state,
+            device_id: device.clone(),
+            principal_id: principal.clone(),
+            work_id: work.clone(),
+            since_ms: *since_ms,
+            until_ms: *until_ms,
+            needs_attention: *needs_attention,
+        };
+        let page = Page { after: after.clone(), limit: Some(*limit) };
+        let list = c.list_operations(tenant, &filter, &page).await.map_err(failed)?;
+        return show(out, &list, |l| print_operations(&l.operations));
+    }
     let op = match cmd {
+        OperationCmd::List { .. } => unreachable!("answered above"),
         OperationCmd::Show { tenant, operation } => c.operation(tenant, operation).await,
         OperationCmd::Cancel { tenant, operation } => c.cancel_operation(tenant, operation).await,
         OperationCmd::Accept { tenant, operation, note } => {
@@ -198,17 +260,24 @@ async fn operation_cmd(c: &AdminClient, out: Output, cmd: &OperationCmd) -> Resu
         }
     }
     .map_err(failed)?;
-    show(out, &op, |op| {
-        let row = vec![
-            op.spec.operation_id.clone(),
-            serde_json::to_value(op.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            op.spec.action.clone(),
-            op.spec.device_id.clone().unwrap_or_else(|| "-".into()),
-            op.attempts.to_string(),
-            op.observations.len().to_string(),
-        ];
-        print_table(&["OPERATION", "STATE", "ACTION", "DEVICE", "ATTEMPTS", "OBSERVATIONS"], vec![row]);
-    })
+    show(out, &op, |op| print_operations(std::slice::from_ref(op)))
+}
+
+fn print_operations(ops: &[writ_api::operation::Operation]) {
+    let rows = ops
+        .iter()
+        .map(|op| {
+            vec![
+                op.spec.operation_id.clone(),
+                serde_json::to_value(op.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                op.spec.action.clone(),
+                op.spec.device_id.clone().unwrap_or_else(|| "-".into()),
+                op.attempts.to_string(),
+                op.observations.len().to_string(),
+            ]
+        })
+        .collect();
+    print_table(&["OPERATION", "STATE", "ACTION", "DEVICE", "ATTEMPTS", "OBSERVATIONS"], rows);
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,4 +1,5 @@
-//! Operator actions on operations (SPEC D6, D7, X3): show one, cancel it before its attempt,
+//! Operator actions on operations (SPEC D6, D7, X3): the queue (a filtered list, with what needs
+//! a human: unknown effects and reported effects awaiting a verdict), show one, cancel it before its attempt,
 //! accept or reject a reported effect (acceptance still needs an independent observation, which
 //! the ledger checks), and resolve an `unknown_effect` after reconciling it. The operator acts
 //! as the principal `operator` in the operation's history.
@@ -6,18 +7,20 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use writ_api::dto::{DecisionRequest, Query as LedgerQuery, ResolveRequest};
+use serde::Deserialize;
+use writ_api::dto::{DecisionRequest, OperationFilter, OperationList, Query as LedgerQuery, ResolveRequest};
 use writ_api::ledger::Command;
-use writ_api::operation::{Operation, Verdict};
+use writ_api::operation::{Operation, OperationState, Verdict};
 
-use crate::error::{ApiError, ValidJson};
-use crate::service::{find_tenant, query, submit, AdminState, Shared};
+use crate::error::{ApiError, ValidJson, ValidQuery};
+use crate::service::{find_device, find_principal, find_tenant, query, submit, AdminState, Shared};
 
 /// Who the operation history names when the operator acts.
 pub const OPERATOR: &str = "operator";
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
+        .route("/v1/tenants/{tenant}/operations", get(list))
         .route("/v1/tenants/{tenant}/operations/{operation}", get(show))
         .route("/v1/tenants/{tenant}/operations/{operation}/cancel", post(cancel))
         .route("/v1/tenants/{tenant}/operations/{operation}/accept", post(accept))
@@ -40,6 +43,56 @@ async fn act(
     let op = find(st, t.id.clone(), operation).await?;
     submit(st, command(t.id.clone())).await?;
     Ok(Json(find(st, t.id, op.spec.operation_id).await?))
+}
+
+/// `GET /v1/tenants/{tenant}/operations`: devices and principals by id or name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    state: Option<OperationState>,
+    device: Option<String>,
+    principal: Option<String>,
+    work: Option<String>,
+    since_ms: Option<u64>,
+    until_ms: Option<u64>,
+    #[serde(default)]
+    needs_attention: bool,
+    after: Option<String>,
+    limit: Option<u32>,
+    #[serde(default)]
+    stale: bool,
+}
+
+async fn list(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidQuery(p): ValidQuery<ListParams>,
+) -> Result<Json<OperationList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let device_id = match p.device {
+        Some(d) => Some(find_device(&st, t.id.clone(), d).await?.id),
+        None => None,
+    };
+    let principal_id = match p.principal {
+        Some(name) => Some(find_principal(&st, t.id.clone(), name).await?.id),
+        None => None,
+    };
+    let filter = OperationFilter {
+        state: p.state,
+        device_id,
+        principal_id,
+        work_id: p.work,
+        since_ms: p.since_ms,
+        until_ms: p.until_ms,
+        needs_attention: p.needs_attention,
+    };
+    let q = LedgerQuery::ListOperations {
+        tenant_id: t.id,
+        filter,
+        after: p.after,
+        limit: p.limit.unwrap_or(writ_api::dto::PAGE_LIMIT_DEFAULT),
+    };
+    Ok(Json(query(&st, q, p.stale).await?))
 }
 
 async fn show(

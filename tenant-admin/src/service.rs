@@ -408,7 +408,7 @@ async fn find_site(st: &AdminState, tenant_id: String, site: String) -> Result<S
     Ok(query(st, LedgerQuery::GetSite { tenant_id, site }, false).await?)
 }
 
-async fn find_device(st: &AdminState, tenant_id: String, device: String) -> Result<Device, ApiError> {
+pub(crate) async fn find_device(st: &AdminState, tenant_id: String, device: String) -> Result<Device, ApiError> {
     Ok(query(st, LedgerQuery::GetDevice { tenant_id, device }, false).await?)
 }
 

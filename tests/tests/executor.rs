@@ -280,6 +280,23 @@ async fn unknown_effect_reconciliation_and_independent_acceptance() {
     }
     let blocked = w.execute(&agent, press("press-e", "e-2")).await;
     assert_eq!(reason(&blocked), "UNKNOWN_EFFECT_UNRESOLVED", "the device may still be moving: {blocked}");
+    // The operator's queue (issue 21) shows it as needing attention, by device name too.
+    let queue = |extra: &[&str]| {
+        let mut args = vec!["--output", "json", "operation", "list", "--tenant", "demo"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = w.dev.cli(&args);
+        assert_eq!(code, 0, "{out}{err}");
+        let list: Value = serde_json::from_str(&out).expect("json");
+        list["operations"]
+            .as_array()
+            .expect("operations")
+            .iter()
+            .map(|o| o["spec"]["operation_id"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(queue(&["--needs-attention"]), vec![json!(id)]);
+    assert_eq!(queue(&["--state", "unknown_effect", "--device", "press-e"]), vec![json!(id)]);
+    assert_eq!(queue(&["--state", "accepted"]), Vec::<Value>::new());
     x.set_handler("kind = \"simulated\"\nattempts_file = \"attempts.log\"", None);
     x.start();
 
@@ -296,6 +313,7 @@ async fn unknown_effect_reconciliation_and_independent_acceptance() {
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(w.readback(&agent, &id).await["state"], "failed");
+    assert_eq!(queue(&["--needs-attention"]), Vec::<Value>::new(), "resolved: nothing waits for a human");
     let next = op_id(&w.execute(&agent, press("press-e", "e-3")).await);
     let reported = w.wait_state(&agent, &next, "effect_reported").await;
     // The restarted executor did not retry the unknown effect: its attempt log holds the first

@@ -480,6 +480,30 @@ impl AdminClient {
 
     // Operations.
 
+    /// The operator's queue: `tenant`'s operations matching `filter` (device and principal by
+    /// id; the admin API also takes names).
+    pub async fn list_operations(
+        &self,
+        tenant: &str,
+        filter: &writ_api::dto::OperationFilter,
+        page: &Page,
+    ) -> Result<writ_api::dto::OperationList, AdminError> {
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        if let Some(state) = filter.state {
+            let state = serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string));
+            pairs.extend(state.map(|s| ("state", s)));
+        }
+        pairs.extend(filter.device_id.clone().map(|d| ("device", d)));
+        pairs.extend(filter.principal_id.clone().map(|p| ("principal", p)));
+        pairs.extend(filter.work_id.clone().map(|w| ("work", w)));
+        pairs.extend(filter.since_ms.map(|t| ("since_ms", t.to_string())));
+        pairs.extend(filter.until_ms.map(|t| ("until_ms", t.to_string())));
+        if filter.needs_attention {
+            pairs.push(("needs_attention", "true".into()));
+        }
+        self.get(&paged(&tenant_path(tenant, "/operations"), page, &pairs)).await
+    }
+
     pub async fn operation(&self, tenant: &str, operation: &str) -> Result<Operation, AdminError> {
         self.get(&tenant_path(tenant, &format!("/operations/{}", encode(operation)))).await
     }
