@@ -125,6 +125,7 @@ reason_catalog! {
     PEER_FORBIDDEN = 73, 403, -32003, "The caller's role (from its certificate) may not call this route, submit this command or run this query.";
     HEADER_TOO_LARGE = 74, 431, -32600, "A request header (Mcp-Method, Mcp-Name, …) exceeds its size limit.";
     CREDENTIAL_RETIRED = 75, 403, -32003, "The signing key, executor CA or certificate was retired or revoked: it is refused, and cannot be registered or retired again.";
+    ORIGIN_NOT_ALLOWED = 76, 403, -32003, "The request's Origin is not one of the tenant's allowed origins (settings.allowed_origins).";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -335,6 +335,29 @@ fn check_host_and_origin(config: &EdgeConfig, headers: &HeaderMap) -> Result<(),
     Ok(())
 }
 
+/// The tenant's own browser policy (`settings.allowed_origins`), after authentication told
+/// whose request it is: when the tenant lists origins, a request with an `Origin` must come from
+/// one of them (`ORIGIN_NOT_ALLOWED`, audited as a denial). An empty list leaves the edge's own
+/// Host/Origin check ([`check_host_and_origin`]) as the only one; requests without `Origin`
+/// (not from a browser) are not affected.
+fn tenant_origin(edge: &Edge, authority: &Authority, headers: &HeaderMap) -> Result<(), Rejection> {
+    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+    let origin = origin.to_str().unwrap_or_default();
+    let allowed = edge.verifier.with_state(|s| {
+        s.tenants.get(&authority.tenant_id).is_none_or(|t| {
+            t.settings.allowed_origins.is_empty() || t.settings.allowed_origins.iter().any(|o| o == origin)
+        })
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(Rejection::new(
+            ReasonCode::ORIGIN_NOT_ALLOWED,
+            format!("origin '{}' is not one of this tenant's allowed origins", writ_api::audit::truncated(origin, 256)),
+        ))
+    }
+}
+
 /// A header value with SEP-2243 encoding undone: `=?base64?…?=` is decoded strictly (padding
 /// and alphabet checked; `None` when it does not decode to UTF-8); other values are literal.
 fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -557,7 +580,8 @@ fn protocol_reason(e: &RpcError) -> ReasonCode {
     }
 }
 
-/// `POST /mcp`, in the order of SPEC E2: Host/Origin → body limit → authenticate → admission →
+/// `POST /mcp`, in the order of SPEC E2: Host/Origin → body limit → authenticate → the tenant's
+/// allowed origins → admission →
 /// decode and protocol checks → the method (`serve`: authorize, validate, execute, validate).
 /// Every authenticated request ends as an audit decision.
 async fn mcp_post(
@@ -587,7 +611,11 @@ async fn mcp_post(
     let mut method = header_value(&headers, "mcp-method").unwrap_or_default();
     let mut id = None;
     let recorded = std::sync::atomic::AtomicBool::new(false);
-    let handled = match edge.admission.admit(&edge.verifier, &authority, &trace_id).await {
+    let admitted = match tenant_origin(&edge, &authority, &headers) {
+        Err(refused) => Err(admission::Refused::from(refused)),
+        Ok(()) => edge.admission.admit(&edge.verifier, &authority, &trace_id).await,
+    };
+    let handled = match admitted {
         Err(refused) => serve::Handled::refused(refused_response(&None, &refused), None, refused.rejection),
         Ok(()) => match decode(&edge.config, &body, &headers) {
             Ok(None) => return StatusCode::ACCEPTED.into_response(),

@@ -436,3 +436,36 @@ async fn lists_discovery_read_audit_and_failing_closed() {
     .await;
     assert_eq!(r.edge_get("/readyz").await.0, 503);
 }
+
+/// A tenant's `settings.allowed_origins` (issue 21): once the tenant lists origins, a browser
+/// request (one with `Origin`) from anywhere else is refused with `ORIGIN_NOT_ALLOWED` and audited;
+/// requests without `Origin` and tenants without a list keep the edge's own check only.
+#[tokio::test]
+async fn a_tenants_allowed_origins_are_enforced_at_the_edge() {
+    let r = Routers::with_config(|c| {
+        c.allowed_origins.extend(["https://app.example".to_string(), "https://other.example".to_string()])
+    });
+    let acme = r.tenant("acme", catalog(), &[("agent", Some("full"), &[])]).await;
+    let open = r.tenant("open", catalog(), &[("agent", Some("full"), &[])]).await;
+    let patch = json!({"allowed_origins": ["https://app.example"]});
+    r.admin_ok("PATCH", "/v1/tenants/acme/settings", Some(patch)).await;
+    r.caught_up().await;
+    let list = |token: String, origin: Option<&'static str>| {
+        let r = &r;
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list",
+                              "params": {"_meta": writ_tests::routers::meta("2026-07-28")}});
+            let mut headers = vec![("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
+            headers.extend(origin.map(|o| ("origin", o)));
+            r.mcp(Some(&token), &headers, Body::from(body.to_string())).await
+        }
+    };
+    assert_eq!(list(acme[0].clone(), Some("https://app.example")).await.0, 200);
+    assert_eq!(list(acme[0].clone(), None).await.0, 200, "not a browser: the tenant's list does not apply");
+    let (status, headers, body) = list(acme[0].clone(), Some("https://other.example")).await;
+    assert_eq!((status, &body["error"]["data"]["reason"]), (403, &json!("ORIGIN_NOT_ALLOWED")), "{body}");
+    let denied = audit(&r, "acme", "domain=request&outcome=denied").await;
+    let trace = headers["x-writ-trace-id"].to_str().unwrap();
+    assert!(denied.iter().any(|d| d["trace_id"] == trace && d["reason_code"] == "ORIGIN_NOT_ALLOWED"), "{denied:#?}");
+    assert_eq!(list(open[0].clone(), Some("https://other.example")).await.0, 200, "a tenant without a list");
+}
