@@ -214,38 +214,36 @@ pub enum OperationCmd {
 }
 
 async fn operation_cmd(c: &AdminClient, out: Output, cmd: &OperationCmd) -> Result<(), Failure> {
-    if let OperationCmd::List {
-        tenant,
-        state,
-        device,
-        principal,
-        work,
-        since_ms,
-        until_ms,
-        needs_attention,
-        after,
-        limit,
-    } = cmd
-    {
-        let state = match state {
-            Some(s) => Some(parsed("state", Value::from(s.replace('-', "_")))?),
-            None => None,
-        };
-        let filter = writ_api::dto::OperationFilter {
-            state,
-            device_id: device.clone(),
-            principal_id: principal.clone(),
-            work_id: work.clone(),
-            since_ms: *since_ms,
-            until_ms: *until_ms,
-            needs_attention: *needs_attention,
-        };
-        let page = Page { after: after.clone(), limit: Some(*limit) };
-        let list = c.list_operations(tenant, &filter, &page).await.map_err(failed)?;
-        return show(out, &list, |l| print_operations(&l.operations));
-    }
     let op = match cmd {
-        OperationCmd::List { .. } => unreachable!("answered above"),
+        OperationCmd::List {
+            tenant,
+            state,
+            device,
+            principal,
+            work,
+            since_ms,
+            until_ms,
+            needs_attention,
+            after,
+            limit,
+        } => {
+            let state = match state {
+                Some(s) => Some(parsed("state", Value::from(s.replace('-', "_")))?),
+                None => None,
+            };
+            let filter = writ_api::dto::OperationFilter {
+                state,
+                device_id: device.clone(),
+                principal_id: principal.clone(),
+                work_id: work.clone(),
+                since_ms: *since_ms,
+                until_ms: *until_ms,
+                needs_attention: *needs_attention,
+            };
+            let page = Page { after: after.clone(), limit: Some(*limit) };
+            let list = c.list_operations(tenant, &filter, &page).await.map_err(failed)?;
+            return show(out, &list, |l| print_operations(&l.operations));
+        }
         OperationCmd::Show { tenant, operation } => c.operation(tenant, operation).await,
         OperationCmd::Cancel { tenant, operation } => c.cancel_operation(tenant, operation).await,
         OperationCmd::Accept { tenant, operation, note } => {
