@@ -261,6 +261,13 @@ pub enum Query {
         tenant_id: String,
         limit: u32,
     },
+    /// A tenant's token records (of one principal, if given), by `jti` after `after`.
+    ListTokens {
+        tenant_id: String,
+        principal_id: Option<String>,
+        after: Option<String>,
+        limit: u32,
+    },
     /// A tenant's operations matching `filter`, by operation id after the cursor `after` (the
     /// operator's queue).
     ListOperations {
@@ -305,6 +312,7 @@ pub enum QueryResult {
     Operation(Box<crate::operation::Operation>),
     Credentials(Box<CredentialsView>),
     Operations { operations: Vec<crate::operation::Operation>, next_cursor: Option<String> },
+    Tokens { tokens: Vec<Token>, next_cursor: Option<String> },
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -348,6 +356,7 @@ answer! {
     crate::operation::Operation: QueryResult::Operation(op) => *op;
     CredentialsView: QueryResult::Credentials(view) => *view;
     OperationList: QueryResult::Operations { operations, next_cursor } => OperationList { operations, next_cursor };
+    TokenList: QueryResult::Tokens { tokens, next_cursor } => TokenList { tokens, next_cursor };
 }
 
 /// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.
@@ -571,6 +580,14 @@ pub struct DeviceList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OperationList {
     pub operations: Vec<crate::operation::Operation>,
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/tenants/{tenant}/tokens`: token records (never the tokens themselves: Writ does not
+/// keep them). `next_cursor` continues after the last record scanned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenList {
+    pub tokens: Vec<Token>,
     pub next_cursor: Option<String>,
 }
 

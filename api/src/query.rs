@@ -44,6 +44,11 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .cloned()
             .map(|site| QueryResult::Site { site })
             .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{site}'"))),
+        Query::ListTokens { tenant_id, principal_id, after, limit } => {
+            let (tokens, next_cursor) =
+                state.list_tokens(&tenant_id, principal_id.as_deref(), after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Tokens { tokens, next_cursor })
+        }
         Query::ListOperations { tenant_id, filter, after, limit } => {
             let (operations, next_cursor) =
                 state.list_operations(&tenant_id, &filter, after.as_deref(), page_limit(limit)?);

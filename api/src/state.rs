@@ -681,21 +681,22 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<Operation>, Option<String>) {
-        use std::ops::Bound::{Excluded, Unbounded};
         let Some(ops) = self.operations.get(tenant_id) else { return (Vec::new(), None) };
-        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
-        let mut page = Vec::new();
-        let mut last = None;
-        for (scanned, (id, op)) in ops.range::<String, _>((lower, Unbounded)).enumerate() {
-            if page.len() == limit || scanned == crate::operation::OPERATIONS_SCAN_MAX {
-                return (page, last);
-            }
-            last = Some(id.clone());
-            if filter.matches(op) {
-                page.push(op.clone());
-            }
-        }
-        (page, None)
+        scan_page(ops, after, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op))
+    }
+
+    /// A page of a tenant's token records (of one principal, if given), by `jti` after `after`,
+    /// scanning at most [`crate::token::TOKENS_SCAN_MAX`]. Records hold no secret.
+    pub fn list_tokens(
+        &self,
+        tenant_id: &str,
+        principal_id: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<Token>, Option<String>) {
+        let Some(tokens) = self.tokens.get(tenant_id) else { return (Vec::new(), None) };
+        let of_principal = |t: &Token| principal_id.is_none_or(|p| t.record.principal_id == p);
+        scan_page(tokens, after, limit, crate::token::TOKENS_SCAN_MAX, of_principal)
     }
 
     /// A tenant's catalog: `version`, or the newest when `None`.
@@ -807,6 +808,32 @@ fn by_id_or_name<'a, T>(
 ) -> Option<&'a T> {
     let of_tenant = by_id.get(tenant_id)?;
     of_tenant.get(id_or_name).or_else(|| of_tenant.get(names.get(tenant_id)?.get(id_or_name)?))
+}
+
+/// One page of `map` after the key `after`: at most `limit` values that `matches`, scanning at most
+/// `scan_max` entries. The cursor is the last key scanned when more may follow (a filtered page
+/// may be short and still have more after it).
+fn scan_page<T: Clone>(
+    map: &BTreeMap<String, T>,
+    after: Option<&str>,
+    limit: usize,
+    scan_max: usize,
+    matches: impl Fn(&T) -> bool,
+) -> (Vec<T>, Option<String>) {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+    let mut page = Vec::new();
+    let mut last = None;
+    for (scanned, (key, value)) in map.range::<String, _>((lower, Unbounded)).enumerate() {
+        if page.len() == limit || scanned == scan_max {
+            return (page, last);
+        }
+        last = Some(key.clone());
+        if matches(value) {
+            page.push(value.clone());
+        }
+    }
+    (page, None)
 }
 
 /// One page of a name index (`name → id`) after the cursor `after` (a name), resolved through

@@ -46,6 +46,10 @@ pub struct TokenRecordV1 {
     pub depth: u32,
 }
 
+/// Token records scanned per list call at most (a principal's page may come back short; the
+/// cursor still moves on).
+pub const TOKENS_SCAN_MAX: usize = 10_000;
+
 /// The token view: the record plus whether (and why) it was revoked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Token {

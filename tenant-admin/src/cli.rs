@@ -261,6 +261,30 @@ async fn operation_cmd(c: &AdminClient, out: Output, cmd: &OperationCmd) -> Resu
     show(out, &op, |op| print_operations(std::slice::from_ref(op)))
 }
 
+fn print_tokens(tokens: &[Token]) {
+    let rows = tokens
+        .iter()
+        .map(|t| {
+            let r = &t.record;
+            let state = match (&t.revoked_at_ms, &t.revoked_via) {
+                (Some(_), Some(via)) if *via != r.jti => format!("revoked (via {via})"),
+                (Some(_), _) => "revoked".to_string(),
+                (None, _) => "active".to_string(),
+            };
+            vec![
+                r.jti.clone(),
+                r.principal_id.clone(),
+                state,
+                r.depth.to_string(),
+                r.parent_jti.clone().unwrap_or_default(),
+                r.expires_at_ms.to_string(),
+                r.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
+            ]
+        })
+        .collect();
+    print_table(&["JTI", "PRINCIPAL", "STATE", "DEPTH", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
+}
+
 fn print_operations(ops: &[writ_api::operation::Operation]) {
     let rows = ops
         .iter()
@@ -733,6 +757,18 @@ pub enum TokenCmd {
         #[arg(long)]
         tenant: String,
         jti: String,
+    },
+    /// The ledger's token records (never the tokens: Writ does not keep them), by `jti`.
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// Only this principal's (id or name).
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
     /// Verify a bearer token as an edge would; exit 1 when it does not verify.
     Inspect {
@@ -1393,24 +1429,14 @@ async fn token_cmd(c: &AdminClient, out: Output, cmd: &TokenCmd) -> Result<(), F
                 }
             })
         }
-        TokenCmd::Show { tenant, jti } => show(out, &c.token(tenant, jti).await.map_err(failed)?, |t: &Token| {
-            let r = &t.record;
-            let state = match (&t.revoked_at_ms, &t.revoked_via) {
-                (Some(_), Some(via)) if *via != r.jti => format!("revoked (via {via})"),
-                (Some(_), _) => "revoked".to_string(),
-                (None, _) => "active".to_string(),
-            };
-            let rows = vec![vec![
-                r.jti.clone(),
-                r.principal_id.clone(),
-                state,
-                r.depth.to_string(),
-                r.parent_jti.clone().unwrap_or_default(),
-                r.expires_at_ms.to_string(),
-                r.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
-            ]];
-            print_table(&["JTI", "PRINCIPAL", "STATE", "DEPTH", "PARENT", "EXPIRES_MS", "SCOPES"], rows);
-        }),
+        TokenCmd::Show { tenant, jti } => {
+            show(out, &c.token(tenant, jti).await.map_err(failed)?, |t: &Token| print_tokens(std::slice::from_ref(t)))
+        }
+        TokenCmd::List { tenant, principal, after, limit } => {
+            let page = Page { after: after.clone(), limit: Some(*limit) };
+            let list = c.list_tokens(tenant, principal.as_deref(), &page).await.map_err(failed)?;
+            show(out, &list, |l| print_tokens(&l.tokens))
+        }
         TokenCmd::Inspect { bearer, audience } => {
             let request = InspectTokenRequest { token: bearer.clone(), audience: audience.clone() };
             let verdict = c.inspect_token(&request).await.map_err(failed)?;

@@ -12,14 +12,14 @@ use writ_api::auth::Signer;
 use writ_api::auth::WritClaims;
 use writ_api::dto::{
     DelegateTokenRequest, InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, Query as LedgerQuery,
-    RemoveIssuerRequest, RevokedToken, TokenInspection,
+    RemoveIssuerRequest, RevokedToken, TokenInspection, TokenList, PAGE_LIMIT_DEFAULT,
 };
 use writ_api::ledger::{Command, Event};
 use writ_api::token::{TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
 use writ_api::{ReasonCode, Rejection};
 use writ_client::now_ms;
 
-use crate::error::{ApiError, ValidJson};
+use crate::error::{ApiError, ValidJson, ValidQuery};
 use crate::service::{find_principal, find_tenant, optional_json, query, submit, AdminState, Shared};
 
 /// Lifetime asked for when a request names none (the tenant's bounds still apply).
@@ -27,7 +27,7 @@ pub const TOKEN_TTL_DEFAULT_S: u64 = 3600;
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
-        .route("/v1/tenants/{tenant}/tokens", post(issue_token))
+        .route("/v1/tenants/{tenant}/tokens", post(issue_token).get(list_tokens))
         .route("/v1/tenants/{tenant}/tokens/{jti}", get(show_token))
         .route("/v1/tenants/{tenant}/tokens/{jti}/delegate", post(delegate_token))
         .route("/v1/tenants/{tenant}/tokens/{jti}/revoke", post(revoke_token))
@@ -134,6 +134,36 @@ async fn issue_token(
 
 async fn find_token(st: &AdminState, tenant_id: String, jti: String) -> Result<Token, ApiError> {
     Ok(query(st, LedgerQuery::GetToken { tenant_id, jti }, false).await?)
+}
+
+/// `GET /v1/tenants/{tenant}/tokens`: the principal by id or name.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenListParams {
+    principal: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+    #[serde(default)]
+    stale: bool,
+}
+
+async fn list_tokens(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidQuery(p): ValidQuery<TokenListParams>,
+) -> Result<Json<TokenList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let principal_id = match p.principal {
+        Some(name) => Some(find_principal(&st, t.id.clone(), name).await?.id),
+        None => None,
+    };
+    let q = LedgerQuery::ListTokens {
+        tenant_id: t.id,
+        principal_id,
+        after: p.after,
+        limit: p.limit.unwrap_or(PAGE_LIMIT_DEFAULT),
+    };
+    Ok(Json(query(&st, q, p.stale).await?))
 }
 
 async fn show_token(

@@ -233,6 +233,23 @@ async fn tokens_issued_by_the_cli_work_at_the_edge_by_default() {
     let elsewhere = issue(&["--audience", "https://other.example/mcp"]);
     let (status, _, body) = list(elsewhere["token"].as_str().unwrap().to_string()).await;
     assert_eq!(status, 401, "{body}");
+
+    // `writ admin token list` (issue 21): the principal's records, by name, without a secret.
+    let (code, out, err) = dev.cli(&["token", "list", "--tenant", "demo", "--principal", "lead-agent", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("token list JSON");
+    let mut jtis: Vec<&str> =
+        listed["tokens"].as_array().unwrap().iter().map(|t| t["record"]["jti"].as_str().unwrap()).collect();
+    jtis.sort_unstable();
+    let mut issued: Vec<&str> =
+        [&plain, &for_edge, &child, &elsewhere].iter().map(|t| t["jti"].as_str().unwrap()).collect();
+    issued.sort_unstable();
+    assert_eq!(jtis, issued, "{listed}");
+    for t in [&plain, &child] {
+        assert!(!out.contains(t["token"].as_str().unwrap()), "a listed record carries no token");
+    }
+    let (code, _, err) = dev.cli(&["token", "list", "--tenant", "demo", "--principal", "nobody"]);
+    assert_eq!(code, 1, "an unknown principal is refused: {err}");
 }
 
 /// `writ admin` contexts: a config file names a cluster's endpoints, CA and token file; the CLI

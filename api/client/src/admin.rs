@@ -330,6 +330,17 @@ impl AdminClient {
         self.post(&tenant_path(tenant, "/tokens"), request).await
     }
 
+    /// Token records of `tenant` (of one principal, by id or name, if given).
+    pub async fn list_tokens(
+        &self,
+        tenant: &str,
+        principal: Option<&str>,
+        page: &Page,
+    ) -> Result<writ_api::dto::TokenList, AdminError> {
+        let principal: Vec<(&str, String)> = principal.map(|p| ("principal", p.to_string())).into_iter().collect();
+        self.get(&paged(&tenant_path(tenant, "/tokens"), page, &principal)).await
+    }
+
     pub async fn token(&self, tenant: &str, jti: &str) -> Result<Token, AdminError> {
         self.get(&tenant_path(tenant, &format!("/tokens/{}", encode(jti)))).await
     }
