@@ -135,6 +135,25 @@ pub enum OperationState {
 }
 
 impl OperationState {
+    /// The state's name as it travels in JSON (`unknown_effect`): metric labels, query
+    /// parameters, tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proposed => "proposed",
+            Self::Verified => "verified",
+            Self::Reserved => "reserved",
+            Self::Dispatched => "dispatched",
+            Self::Attempting => "attempting",
+            Self::EffectReported => "effect_reported",
+            Self::Accepted => "accepted",
+            Self::Rejected => "rejected",
+            Self::Expired => "expired",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::UnknownEffect => "unknown_effect",
+        }
+    }
+
     /// Every state, in order.
     pub const ALL: [OperationState; 12] = [
         Self::Proposed,
@@ -463,6 +482,13 @@ mod tests {
         assert!(!EffectReported.allows(Attempting) && !UnknownEffect.allows(Attempting), "never attempted twice");
         assert!(UnknownEffect.allows(EffectReported) && UnknownEffect.allows(Failed));
         assert!(EffectReported.allows(Accepted) && !Attempting.allows(Accepted));
+    }
+
+    #[test]
+    fn state_names_are_their_json_names() {
+        for state in OperationState::ALL {
+            assert_eq!(serde_json::to_value(state).unwrap(), json!(state.as_str()));
+        }
     }
 
     #[test]

@@ -30,6 +30,19 @@ pub enum AuditMode {
     Strict,
 }
 
+impl AuditMode {
+    /// Every mode.
+    pub const ALL: [AuditMode; 2] = [AuditMode::Standard, AuditMode::Strict];
+
+    /// The mode's name as it travels in JSON (`strict`); also the tenant-class metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditMode::Standard => "standard",
+            AuditMode::Strict => "strict",
+        }
+    }
+}
+
 /// Per-tenant limits; `None` means unlimited.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -197,6 +210,13 @@ impl TenantSettingsV1 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audit_mode_names_are_their_json_names() {
+        for mode in AuditMode::ALL {
+            assert_eq!(serde_json::to_value(mode).unwrap(), serde_json::json!(mode.as_str()));
+        }
+    }
 
     #[test]
     fn patch_rules() {

@@ -359,11 +359,6 @@ async fn readyz(State(st): State<NodeState>) -> Response {
     }
 }
 
-/// The JSON name of a unit enum value (`unknown_effect`, `strict`), for a metric label.
-fn label_of<T: Serialize>(value: &T) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 async fn metrics_text(State(st): State<NodeState>) -> Response {
     let m = st.node.raft.metrics().borrow_watched().clone();
     metrics::gauge!("writ_raft_term").set(m.current_term as f64);
@@ -374,23 +369,21 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     metrics::gauge!("writ_raft_apply_lag_entries").set(lag as f64);
     metrics::gauge!("writ_raft_is_leader").set(if m.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
     // By tenant class: the tenant's audit mode, a bounded label (tenant ids are not).
-    let classes = [AuditMode::Standard, AuditMode::Strict];
-    let mut counts = std::collections::BTreeMap::<(usize, OperationState), u64>::new();
+    let mut counts = std::collections::BTreeMap::<(&str, OperationState), u64>::new();
     {
         let a = st.node.sm.read();
         for (tenant, by_state) in &a.state.index.by_state {
-            let mode = a.state.tenants.get(tenant).map_or(AuditMode::Standard, |t| t.settings.audit_mode);
-            let class = classes.iter().position(|c| *c == mode).unwrap_or(0);
+            let class = a.state.tenants.get(tenant).map_or(AuditMode::Standard, |t| t.settings.audit_mode).as_str();
             for (state, n) in by_state {
                 *counts.entry((class, *state)).or_default() += n;
             }
         }
     }
-    for (class, mode) in classes.iter().enumerate() {
+    for class in AuditMode::ALL.map(AuditMode::as_str) {
         for state in OperationState::ALL {
             let n = counts.get(&(class, state)).copied().unwrap_or(0);
-            let labels = [("state", label_of(&state)), ("tenant_class", label_of(mode))];
-            metrics::gauge!("writ_operations_by_state", &labels).set(n as f64);
+            metrics::gauge!("writ_operations_by_state", "state" => state.as_str(), "tenant_class" => class)
+                .set(n as f64);
         }
     }
     crate::observe::build_info("node");

@@ -291,7 +291,7 @@ fn print_operations(ops: &[writ_api::operation::Operation]) {
         .map(|op| {
             vec![
                 op.spec.operation_id.clone(),
-                serde_json::to_value(op.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                op.state.as_str().to_string(),
                 op.spec.action.clone(),
                 op.spec.device_id.clone().unwrap_or_else(|| "-".into()),
                 op.attempts.to_string(),

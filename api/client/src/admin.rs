@@ -500,10 +500,7 @@ impl AdminClient {
         page: &Page,
     ) -> Result<writ_api::dto::OperationList, AdminError> {
         let mut pairs: Vec<(&str, String)> = Vec::new();
-        if let Some(state) = filter.state {
-            let state = serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string));
-            pairs.extend(state.map(|s| ("state", s)));
-        }
+        pairs.extend(filter.state.map(|s| ("state", s.as_str().to_string())));
         pairs.extend(filter.device_id.clone().map(|d| ("device", d)));
         pairs.extend(filter.principal_id.clone().map(|p| ("principal", p)));
         pairs.extend(filter.work_id.clone().map(|w| ("work", w)));
