@@ -177,6 +177,61 @@ pub struct CatalogVersion {
     pub catalog: CatalogV1,
 }
 
+/// What changed from one catalog version to another (`writ admin catalog diff`): actions added,
+/// removed, and changed with the names of the fields that differ.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogDiff {
+    pub from: u64,
+    pub to: u64,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<ActionChange>,
+}
+
+/// One action present in both versions whose `fields` differ.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionChange {
+    pub id: String,
+    pub fields: Vec<String>,
+}
+
+impl CatalogDiff {
+    /// The difference from `from` to `to`, actions in id order.
+    pub fn between(from: &CatalogVersion, to: &CatalogVersion) -> CatalogDiff {
+        let by_id = |c: &CatalogV1| -> std::collections::BTreeMap<String, CatalogActionV1> {
+            c.actions.iter().map(|a| (a.id.clone(), a.clone())).collect()
+        };
+        let (old, new) = (by_id(&from.catalog), by_id(&to.catalog));
+        let added = new.keys().filter(|id| !old.contains_key(*id)).cloned().collect();
+        let removed = old.keys().filter(|id| !new.contains_key(*id)).cloned().collect();
+        let changed = old
+            .iter()
+            .filter_map(|(id, a)| {
+                let b = new.get(id)?;
+                let fields: Vec<String> = [
+                    ("title", a.title != b.title),
+                    ("description", a.description != b.description),
+                    ("input_schema", a.input_schema != b.input_schema),
+                    ("output_schema", a.output_schema != b.output_schema),
+                    ("risk", a.risk != b.risk),
+                    ("execution", a.execution != b.execution),
+                    ("dry_run", a.dry_run != b.dry_run),
+                    ("idempotent", a.idempotent != b.idempotent),
+                    ("device_class", a.device_class != b.device_class),
+                    ("cost_units", a.cost_units != b.cost_units),
+                    ("scope", a.scope != b.scope),
+                ]
+                .into_iter()
+                .filter(|(_, differs)| *differs)
+                .map(|(name, _)| name.to_string())
+                .collect();
+                (!fields.is_empty()).then(|| ActionChange { id: id.clone(), fields })
+            })
+            .collect();
+        CatalogDiff { from: from.version, to: to.version, added, removed, changed }
+    }
+}
+
 /// A version without its actions, for listings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatalogSummary {
@@ -429,6 +484,28 @@ fn percent_decode(s: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_diff_names_added_removed_and_changed_fields() {
+        let version = |v: u64, doc: Value| CatalogVersion {
+            tenant_id: "t".into(),
+            version: v,
+            published_at_ms: 0,
+            revision: v,
+            catalog: compile_value(doc).unwrap(),
+        };
+        let v1 = version(
+            1,
+            json!({"actions": [action("a", json!({"type": "object"})), action("b", json!({"type": "object"}))]}),
+        );
+        let mut changed = action("a", json!({"type": "object", "required": ["x"]}));
+        changed["risk"] = json!("high");
+        let v2 = version(2, json!({"actions": [changed, action("c", json!({"type": "object"}))]}));
+        let diff = CatalogDiff::between(&v1, &v2);
+        assert_eq!((diff.added, diff.removed), (vec!["c".to_string()], vec!["b".to_string()]));
+        assert_eq!(diff.changed, [ActionChange { id: "a".into(), fields: vec!["input_schema".into(), "risk".into()] }]);
+        assert_eq!(CatalogDiff::between(&v1, &v1).changed, []);
+    }
 
     fn action(id: &str, input: Value) -> Value {
         json!({"id": id, "title": "T", "input_schema": input, "risk": "low", "execution": "read"})

@@ -276,9 +276,71 @@ pub enum Query {
         after: Option<String>,
         limit: u32,
     },
+    /// A work item by id.
+    GetWork {
+        tenant_id: String,
+        work_id: String,
+    },
+    /// A tenant's work items (in one state, if given), by id after `after`.
+    ListWork {
+        tenant_id: String,
+        state: Option<crate::work::WorkState>,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// An operation with its transitions.
+    GetOperationHistory {
+        tenant_id: String,
+        operation_id: String,
+    },
 }
 
 pub use crate::operation::{OperationFilter, OPERATIONS_SCAN_MAX};
+
+/// `GET /v1/tenants/{tenant}/work`: work items by id after `next_cursor`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkList {
+    pub work: Vec<crate::work::WorkItem>,
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/tenants/{tenant}/work`: devices by id or name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWorkRequest {
+    pub id: String,
+    pub title: String,
+    pub owner: String,
+    pub scope: crate::work::WorkScopeV1,
+}
+
+/// `PATCH /v1/tenants/{tenant}/work/{id}`: the fields given change (devices of a scope by id
+/// or name); with `expected_revision`, refused with `STALE_REVISION` unless the item is still
+/// there; `state: completed|cancelled` closes it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviseWorkRequest {
+    #[serde(default)]
+    pub expected_revision: Option<u64>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub scope: Option<crate::work::WorkScopeV1>,
+    #[serde(default)]
+    pub state: Option<crate::work::WorkState>,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// `GET /v1/tenants/{tenant}/operations/{id}/history`: the operation and its transitions,
+/// oldest first (what `writ://operations/{id}` and `operation.readback` show agents).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperationHistory {
+    pub operation: crate::operation::Operation,
+    pub transitions: Vec<crate::operation::TransitionV1>,
+}
 
 /// `POST /client/query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -313,6 +375,9 @@ pub enum QueryResult {
     Credentials(Box<CredentialsView>),
     Operations { operations: Vec<crate::operation::Operation>, next_cursor: Option<String> },
     Tokens { tokens: Vec<Token>, next_cursor: Option<String> },
+    Work(Box<crate::work::WorkItem>),
+    Works { work: Vec<crate::work::WorkItem>, next_cursor: Option<String> },
+    History(Box<OperationHistory>),
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -357,6 +422,9 @@ answer! {
     CredentialsView: QueryResult::Credentials(view) => *view;
     OperationList: QueryResult::Operations { operations, next_cursor } => OperationList { operations, next_cursor };
     TokenList: QueryResult::Tokens { tokens, next_cursor } => TokenList { tokens, next_cursor };
+    crate::work::WorkItem: QueryResult::Work(work) => *work;
+    WorkList: QueryResult::Works { work, next_cursor } => WorkList { work, next_cursor };
+    OperationHistory: QueryResult::History(history) => *history;
 }
 
 /// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.

@@ -125,11 +125,16 @@ pub struct ReportRequest {
 }
 
 /// `refuse`: the executor will not attempt this dispatch (stale, precondition not met).
+/// `code`, when given, is the refusal's reason code (one of
+/// [`crate::operation::EXECUTOR_REFUSALS`], e.g. `PRECONDITION_FAILED`): the operation's
+/// history and the agent's answer carry it. Without it the refusal is recorded as before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RefuseRequest {
     pub fencing_token: u64,
     pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::reason::ReasonCode>,
 }
 
 /// An operation as its executor sees it.

@@ -311,6 +311,41 @@ pub enum Command {
         proposal_id: String,
         spec: OperationSpecV1,
     },
+    /// Create a work item (revision 1, open) with its approved scope.
+    CreateWork {
+        tenant_id: String,
+        work_id: String,
+        title: String,
+        owner: String,
+        scope: crate::work::WorkScopeV1,
+        by: String,
+    },
+    /// Change an open work item (its next revision), or close it. With `expected_revision`,
+    /// refused with `STALE_REVISION` unless the item is still at that revision.
+    ReviseWork {
+        tenant_id: String,
+        work_id: String,
+        expected_revision: Option<u64>,
+        change: crate::work::WorkChangeV1,
+        by: String,
+    },
+    /// [`Command::RefuseDispatch`] with the refusal's reason code (`PRECONDITION_FAILED`, …),
+    /// which the operation's history and the agent's answer carry.
+    RefuseDispatchV2 {
+        tenant_id: String,
+        operation_id: String,
+        executor_id: String,
+        fencing_token: u64,
+        reason: ReasonCode,
+        message: String,
+    },
+    /// Grant one more scope to an existing principal (its tokens carry what they were issued
+    /// with; new tokens may carry it). A grant of a scope revoked before lifts that revocation.
+    GrantScope {
+        tenant_id: String,
+        principal_id: String,
+        scope: String,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -325,6 +360,7 @@ pub enum Domain {
     Audit,
     Quota,
     Operation,
+    Work,
 }
 
 impl Command {
@@ -336,9 +372,10 @@ impl Command {
             | Command::SuspendTenant { .. }
             | Command::ResumeTenant { .. }
             | Command::SetTenantSettings { .. } => Domain::Tenant,
-            Command::CreatePrincipal { .. } | Command::RevokePrincipal { .. } | Command::RevokeScope { .. } => {
-                Domain::Principal
-            }
+            Command::CreatePrincipal { .. }
+            | Command::RevokePrincipal { .. }
+            | Command::RevokeScope { .. }
+            | Command::GrantScope { .. } => Domain::Principal,
             Command::IssueToken { .. }
             | Command::RevokeToken { .. }
             | Command::RegisterSigningKey { .. }
@@ -372,7 +409,9 @@ impl Command {
             | Command::CancelOperation { .. }
             | Command::ExpireDue { .. }
             | Command::RefuseDispatch { .. }
+            | Command::RefuseDispatchV2 { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
+            Command::CreateWork { .. } | Command::ReviseWork { .. } => Domain::Work,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
         }
     }
@@ -408,6 +447,7 @@ impl Command {
             | Command::ResolveUnknownEffect { operation_id, .. }
             | Command::CancelOperation { operation_id, .. }
             | Command::RefuseDispatch { operation_id, .. }
+            | Command::RefuseDispatchV2 { operation_id, .. }
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.operation_id(),
             _ => None,
@@ -442,6 +482,7 @@ impl Command {
             Command::CreatePrincipal { spec, .. } => principal(&spec.principal_id),
             Command::RevokePrincipal { principal_id, .. }
             | Command::RevokeScope { principal_id, .. }
+            | Command::GrantScope { principal_id, .. }
             | Command::LeaseRequestQuota { principal_id, .. } => principal(principal_id),
             Command::AnswerInputs { by_principal_id, .. } => principal(by_principal_id),
             Command::SetPrincipalQuotas { principal: p, .. } | Command::SetPrincipalQuotasV2 { principal: p, .. } => {
@@ -510,6 +551,10 @@ impl Command {
             Command::RevokeRoleCertificate { .. } => "revoke_role_certificate",
             Command::ProposeOperation { .. } => "propose_operation",
             Command::SubmitProposed { .. } => "submit_operation",
+            Command::CreateWork { .. } => "create_work",
+            Command::GrantScope { .. } => "grant_scope",
+            Command::ReviseWork { .. } => "revise_work",
+            Command::RefuseDispatchV2 { .. } => "refuse_dispatch",
         }
     }
 
@@ -554,7 +599,11 @@ impl Command {
             | Command::SetPrincipalQuotasV2 { tenant_id, .. }
             | Command::RenewExecutorCertificate { tenant_id, .. }
             | Command::RevokeIssuerToken { tenant_id, .. }
-            | Command::RetireExecutorCa { tenant_id, .. } => tenant_id,
+            | Command::RetireExecutorCa { tenant_id, .. }
+            | Command::CreateWork { tenant_id, .. }
+            | Command::GrantScope { tenant_id, .. }
+            | Command::ReviseWork { tenant_id, .. }
+            | Command::RefuseDispatchV2 { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. }
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. } => CLUSTER_STREAM,
@@ -813,6 +862,40 @@ pub enum Event {
         tenant_id: String,
         decisions: Vec<RequestDecisionV1>,
     },
+    /// A work item was created at revision 1, open.
+    WorkCreatedV1 {
+        tenant_id: String,
+        work_id: String,
+        title: String,
+        owner: String,
+        scope: crate::work::WorkScopeV1,
+        by: String,
+    },
+    /// A work item moved to `revision` with `change`; when it closes, `operations` lists its
+    /// operations as they stood.
+    WorkRevisedV1 {
+        tenant_id: String,
+        work_id: String,
+        revision: u64,
+        change: crate::work::WorkChangeV1,
+        by: String,
+        operations: Vec<crate::work::WorkOperationV1>,
+    },
+    /// The executor a dispatch went to refused it before attempting, for `reason`: the
+    /// operation fails (`dispatched → failed`) with that reason in its history.
+    OperationRefusedV1 {
+        tenant_id: String,
+        operation_id: String,
+        executor_id: String,
+        reason: ReasonCode,
+        cause: String,
+    },
+    /// A principal holds one more scope (and no longer has it revoked).
+    ScopeGrantedV1 {
+        tenant_id: String,
+        principal_id: String,
+        scope: String,
+    },
 }
 
 impl Event {
@@ -835,7 +918,8 @@ impl Event {
             | Event::SigningKeyRetiredV1 { .. }
             | Event::TenantIssuerSetV1 { .. }
             | Event::TenantIssuerRemovedV1 { .. }
-            | Event::IssuerTokenRevokedV1 { .. } => true,
+            | Event::IssuerTokenRevokedV1 { .. }
+            | Event::ScopeGrantedV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
             | Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
@@ -866,7 +950,10 @@ impl Event {
             | Event::OperationInputsAnsweredV1 { .. }
             | Event::OperationCancelRequestedV1 { .. }
             | Event::OperationProposedV1 { .. }
-            | Event::ProposalUsedV1 { .. } => false,
+            | Event::ProposalUsedV1 { .. }
+            | Event::WorkCreatedV1 { .. }
+            | Event::WorkRevisedV1 { .. }
+            | Event::OperationRefusedV1 { .. } => false,
         }
     }
 
@@ -881,7 +968,8 @@ impl Event {
         match self {
             Event::OperationTransitionedV1 { tenant_id, operation_id, .. }
             | Event::DeviceReservedV1 { tenant_id, operation_id, .. }
-            | Event::OperationDispatchedV1 { tenant_id, operation_id, .. } => one(tenant_id, operation_id),
+            | Event::OperationDispatchedV1 { tenant_id, operation_id, .. }
+            | Event::OperationRefusedV1 { tenant_id, operation_id, .. } => one(tenant_id, operation_id),
             Event::ExecutorEnrolledV1 { tenant_id, .. }
             | Event::ExecutorRevokedV1 { tenant_id, .. }
             | Event::ExecutorCertRenewedV1 { tenant_id, .. }
@@ -937,6 +1025,10 @@ impl Event {
             Event::RoleCertificateRevokedV1 { .. } => "role_certificate_revoked",
             Event::OperationProposedV1 { .. } => "operation_proposed",
             Event::ProposalUsedV1 { .. } => "proposal_used",
+            Event::WorkCreatedV1 { .. } => "work_created",
+            Event::ScopeGrantedV1 { .. } => "scope_granted",
+            Event::WorkRevisedV1 { .. } => "work_revised",
+            Event::OperationRefusedV1 { .. } => "operation_refused",
         }
     }
 }

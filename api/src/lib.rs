@@ -46,6 +46,7 @@ pub mod settings;
 pub mod state;
 pub mod token;
 pub mod trail;
+pub mod work;
 
 pub use reason::ReasonCode;
 pub use rejection::Rejection;
@@ -110,7 +111,8 @@ pub mod format {
     /// The version this build writes, and the newest it reads.
     /// 2: the state is followed by its revocations (`LedgerState::encode`).
     /// 3: then by its live proposals.
-    pub const STATE_FORMAT_VERSION: u32 = 3;
+    /// 4: then by its work items and operation histories.
+    pub const STATE_FORMAT_VERSION: u32 = 4;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

@@ -200,6 +200,35 @@ impl OperationState {
     }
 }
 
+/// One step of an operation's life as its history keeps it (`writ://operations/{id}`,
+/// `operation.readback`): from what state (none: the submission) to what, why, with the
+/// reason code of a refusal, at what ledger time and revision, under which trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionV1 {
+    pub from: Option<OperationState>,
+    pub to: OperationState,
+    pub cause: String,
+    pub reason: Option<crate::reason::ReasonCode>,
+    pub at_ms: u64,
+    pub revision: u64,
+    pub trace_id: String,
+}
+
+/// The reasons an executor may give for refusing a dispatch before attempting it: a local
+/// precondition that does not hold, a deadline too close or passed, a fencing token older
+/// than one it has seen, or a handler that cannot run.
+pub const EXECUTOR_REFUSALS: &[crate::reason::ReasonCode] = &[
+    crate::reason::ReasonCode::PRECONDITION_FAILED,
+    crate::reason::ReasonCode::DEADLINE_EXCEEDED,
+    crate::reason::ReasonCode::FENCING_TOKEN_STALE,
+    crate::reason::ReasonCode::EXECUTOR_UNAVAILABLE,
+];
+
+/// Transitions an operation's history keeps: the first (its submission) and the newest
+/// others (an operation offered again and again — each dispatch that times out — would grow
+/// it without bound).
+pub const HISTORY_KEPT: usize = 32;
+
 /// A work item an operation was proposed against, at a revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkRef {

@@ -44,6 +44,7 @@ const EXACT_SCOPES: &[&str] = &[
     "context:read",
     "resources:read",
     "ops:read",
+    "work:read",
     "ops:execute",
     "ops:cancel",
     "ops:accept",

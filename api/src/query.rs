@@ -54,6 +54,25 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
                 state.list_operations(&tenant_id, &filter, after.as_deref(), page_limit(limit)?);
             Ok(QueryResult::Operations { operations, next_cursor })
         }
+        Query::GetWork { tenant_id, work_id } => state
+            .works
+            .get(&tenant_id)
+            .and_then(|m| m.get(&work_id))
+            .cloned()
+            .map(|w| QueryResult::Work(Box::new(w)))
+            .ok_or_else(|| Rejection::new(ReasonCode::WORK_NOT_FOUND, format!("no work item '{work_id}'"))),
+        Query::ListWork { tenant_id, state: in_state, after, limit } => {
+            let (work, next_cursor) = state.list_work(&tenant_id, in_state, after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Works { work, next_cursor })
+        }
+        Query::GetOperationHistory { tenant_id, operation_id } => {
+            let operation =
+                state.operations.get(&tenant_id).and_then(|m| m.get(&operation_id)).cloned().ok_or_else(|| {
+                    Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
+                })?;
+            let transitions = state.operation_history(&tenant_id, &operation_id).to_vec();
+            Ok(QueryResult::History(Box::new(crate::dto::OperationHistory { operation, transitions })))
+        }
         Query::ListDevices { tenant_id, site_id, after, limit } => {
             let (devices, next_cursor) =
                 state.list_devices(&tenant_id, site_id.as_deref(), after.as_deref(), page_limit(limit)?);

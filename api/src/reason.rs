@@ -126,6 +126,10 @@ reason_catalog! {
     HEADER_TOO_LARGE = 74, 431, -32600, "A request header (Mcp-Method, Mcp-Name, …) exceeds its size limit.";
     CREDENTIAL_RETIRED = 75, 403, -32003, "The signing key, executor CA or certificate was retired or revoked: it is refused, and cannot be registered or retired again.";
     ORIGIN_NOT_ALLOWED = 76, 403, -32003, "The request's Origin is not one of the tenant's allowed origins (settings.allowed_origins).";
+    WORK_NOT_FOUND = 77, 404, -32602, "No such work item in this tenant.";
+    WORK_ALREADY_EXISTS = 78, 409, -32009, "A work item with this id already exists in the tenant.";
+    WORK_STATE_CONFLICT = 79, 409, -32009, "The work item is closed (completed or cancelled): it takes no operations or changes.";
+    WORK_SCOPE_EXCEEDED = 80, 403, -32003, "The action or device is outside the work item's approved scope.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -101,7 +101,7 @@ impl Role {
         }
     }
 
-    /// Whether this role may run `query`. Edges read operations and a tenant's recent audit
+    /// Whether this role may run `query`. Edges read operations (with their histories) and a tenant's recent audit
     /// (`audit/recent` resource); everything else they need comes from their replica.
     pub fn may_query(self, query: &Query) -> bool {
         match self {
@@ -112,6 +112,7 @@ impl Role {
                     query,
                     Query::GetOperation { .. }
                         | Query::GetOperationByKey { .. }
+                        | Query::GetOperationHistory { .. }
                         | Query::ListAudit { .. }
                         | Query::RecentAudit { .. }
                 )

@@ -96,6 +96,14 @@ pub struct LedgerState {
     /// records its next proposal (by ledger time, so on every replica alike).
     #[serde(skip)]
     pub proposals: BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>,
+    /// Work items by tenant id, then work id. Encoded after the proposals (state format 4).
+    #[serde(skip)]
+    pub works: BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>,
+    /// Each operation's transitions (at most [`crate::operation::HISTORY_KEPT`]), by tenant
+    /// id, then operation id. Encoded after the work items (state format 4); operations
+    /// recorded under an older format have the history since the upgrade.
+    #[serde(skip)]
+    pub history: BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>,
 }
 
 /// Indexes that let operation commands, the reaper and dispatchers find their work without
@@ -558,7 +566,9 @@ impl LedgerState {
             | Event::EvidenceReportedV1 { .. }
             | Event::ObservationRecordedV1 { .. }
             | Event::OperationInputsAnsweredV1 { .. }
-            | Event::OperationCancelRequestedV1 { .. } => fold_operation(self, env)?,
+            | Event::OperationCancelRequestedV1 { .. }
+            | Event::OperationRefusedV1 { .. } => fold_operation(self, env)?,
+            Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => crate::work::fold(self, env)?,
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -566,6 +576,13 @@ impl LedgerState {
                 }
                 w.tenant_granted += granted;
                 *w.principal_granted.entry(principal_id.clone()).or_default() += granted;
+            }
+            Event::ScopeGrantedV1 { tenant_id, principal_id, scope } => {
+                let p = self.principal_mut(tenant_id, principal_id, env)?;
+                p.scopes.insert(scope.clone());
+                p.revoked_scopes.remove(scope);
+                p.updated_at_ms = env.at_ms;
+                p.revision = env.revision;
             }
             Event::ScopeRevokedV1 { tenant_id, principal_id, scope } => {
                 let p = self.principal_mut(tenant_id, principal_id, env)?;
@@ -685,6 +702,25 @@ impl LedgerState {
         scan_page(ops, after, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op))
     }
 
+    /// A page of a tenant's work items (in `state`, if given), by id after `after`, scanning at
+    /// most [`crate::work::WORK_ITEMS_PER_TENANT_MAX`] (all of them).
+    pub fn list_work(
+        &self,
+        tenant_id: &str,
+        state: Option<crate::work::WorkState>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<crate::work::WorkItem>, Option<String>) {
+        let Some(works) = self.works.get(tenant_id) else { return (Vec::new(), None) };
+        let in_state = |w: &crate::work::WorkItem| state.is_none_or(|s| w.state == s);
+        scan_page(works, after, limit, crate::work::WORK_ITEMS_PER_TENANT_MAX, in_state)
+    }
+
+    /// An operation's transitions, oldest first (empty for one recorded before histories were).
+    pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> &[crate::operation::TransitionV1] {
+        self.history.get(tenant_id).and_then(|m| m.get(operation_id)).map_or(&[], Vec::as_slice)
+    }
+
     /// A page of a tenant's token records (of one principal, if given), by `jti` after `after`,
     /// scanning at most [`crate::token::TOKENS_SCAN_MAX`]. Records hold no secret.
     pub fn list_tokens(
@@ -740,15 +776,16 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 3): format 1's layout, then the revocations (format
-    /// 2), then the proposals.
+    /// The canonical encoding (state format 4): format 1's layout, then the revocations (format
+    /// 2), then the proposals (format 3), then the work items and operation histories.
     pub fn encode(&self) -> Vec<u8> {
-        crate::encode(&(self, &self.revocations, &self.proposals)).expect("ledger state is always encodable")
+        crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history))
+            .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 3, without the
-    /// proposals for 2, the bare struct for 1), bounded like a message ([`crate::decode`]); the
-    /// indexes are rebuilt.
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 4, without the
+    /// work items and histories for 3, without the proposals too for 2, the bare struct for
+    /// 1), bounded like a message ([`crate::decode`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
         type Proposals = BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>;
@@ -760,11 +797,27 @@ impl LedgerState {
                 state.revocations = revocations;
                 state
             }
-            _ => {
+            3 => {
                 let (mut state, revocations, proposals): (LedgerState, crate::revocation::Revocations, Proposals) =
                     crate::decode(body).map_err(undecodable)?;
                 state.revocations = revocations;
                 state.proposals = proposals;
+                state
+            }
+            _ => {
+                type Works = BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>;
+                type History = BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>;
+                let (mut state, revocations, proposals, works, history): (
+                    LedgerState,
+                    crate::revocation::Revocations,
+                    Proposals,
+                    Works,
+                    History,
+                ) = crate::decode(body).map_err(undecodable)?;
+                state.revocations = revocations;
+                state.proposals = proposals;
+                state.works = works;
+                state.history = history;
                 state
             }
         };
@@ -901,6 +954,11 @@ fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), Co
                 .entry(tenant_id.clone())
                 .or_default()
                 .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
+            // A work item it names carries it (decide checked the item's scope and bounds).
+            if let Some(w) = spec.work_ref.as_ref().and_then(|r| state.works.get_mut(tenant_id)?.get_mut(&r.id)) {
+                w.operations.push(spec.operation_id.clone());
+                w.cost_used += spec.cost_units;
+            }
             let waiting = !spec.input_requests.is_empty();
             let op = Operation {
                 tenant_id: tenant_id.clone(),
@@ -993,7 +1051,59 @@ fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), Co
             op.observations.push(observation.clone());
             store(state, op);
         }
+        Event::OperationRefusedV1 { tenant_id, operation_id, cause, .. } => {
+            let mut op = op_mut(state, tenant_id, operation_id)?;
+            op.state = OperationState::Failed;
+            op.cause = cause.clone();
+            store(state, op);
+        }
         _ => {}
     }
+    record_transition(state, env);
     Ok(())
+}
+
+/// Appends the transition `env` made (if it made one) to its operation's history, keeping the
+/// first and the newest ([`crate::operation::HISTORY_KEPT`] in all).
+fn record_transition(state: &mut LedgerState, env: &EventEnvelope) {
+    use crate::operation::{TransitionV1, HISTORY_KEPT};
+    use OperationState::*;
+    let (tenant_id, operation_id, from, to, cause, reason) = match &env.event {
+        Event::OperationSubmittedV1 { tenant_id, spec } => {
+            let (to, cause) = if spec.input_requests.is_empty() {
+                (Verified, "recorded")
+            } else {
+                (Proposed, "recorded; waiting for the requester's input")
+            };
+            (tenant_id, &spec.operation_id, None, to, cause.to_string(), None)
+        }
+        Event::DeviceReservedV1 { tenant_id, device_id, operation_id, fencing_token, .. } => {
+            let cause = format!("device '{device_id}' reserved with fencing token {fencing_token}");
+            (tenant_id, operation_id, Some(Verified), Reserved, cause, None)
+        }
+        Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } => {
+            let cause = format!("dispatched to executor '{executor_id}'");
+            (tenant_id, operation_id, Some(Reserved), Dispatched, cause, None)
+        }
+        Event::OperationTransitionedV1 { tenant_id, operation_id, from, to, cause } => {
+            (tenant_id, operation_id, Some(*from), *to, cause.clone(), None)
+        }
+        Event::OperationRefusedV1 { tenant_id, operation_id, reason, cause, .. } => {
+            (tenant_id, operation_id, Some(Dispatched), Failed, cause.clone(), Some(*reason))
+        }
+        _ => return,
+    };
+    let steps = state.history.entry(tenant_id.clone()).or_default().entry(operation_id.clone()).or_default();
+    if steps.len() >= HISTORY_KEPT {
+        steps.remove(1);
+    }
+    steps.push(TransitionV1 {
+        from,
+        to,
+        cause,
+        reason,
+        at_ms: env.at_ms,
+        revision: env.revision,
+        trace_id: env.trace_id.clone(),
+    });
 }

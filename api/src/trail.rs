@@ -64,6 +64,8 @@ fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
         Event::CommandRejectedV1 { command, reason, .. } | Event::CommandRejectedV2 { command, reason, .. } => {
             (command.clone(), "rejected", Some(*reason))
         }
+        // An executor's refusal is applied (the operation failed) and says why.
+        Event::OperationRefusedV1 { reason, .. } => (env.event.kind().to_string(), "applied", Some(*reason)),
         e => (e.kind().to_string(), "applied", None),
     };
     // The variant's fields, without the enum tag.
@@ -105,9 +107,9 @@ fn subject(event: &Event) -> Subject {
             (domain_of_command(command), s.principal_id.clone(), s.token_id.clone(), s.parent_token_id.clone())
         }
         Event::PrincipalCreatedV1 { spec, .. } => ("principal", Some(spec.principal_id.clone()), None, None),
-        Event::PrincipalRevokedV1 { principal_id, .. } | Event::ScopeRevokedV1 { principal_id, .. } => {
-            ("principal", Some(principal_id.clone()), None, None)
-        }
+        Event::PrincipalRevokedV1 { principal_id, .. }
+        | Event::ScopeRevokedV1 { principal_id, .. }
+        | Event::ScopeGrantedV1 { principal_id, .. } => ("principal", Some(principal_id.clone()), None, None),
         Event::TokenIssuedV1 { token, .. } => {
             ("token", Some(token.principal_id.clone()), Some(token.jti.clone()), token.parent_jti.clone())
         }
@@ -148,12 +150,15 @@ fn subject(event: &Event) -> Subject {
         Event::ObservationRecordedV1 { observation, .. } => {
             ("operation", Some(observation.observer_id.clone()), None, None)
         }
+        Event::OperationRefusedV1 { .. } => ("operation", None, None, None),
+        Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => ("work", None, None, None),
     }
 }
 
 fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
         ("quota", "quota"),
+        ("work", "work"),
         ("operation", "operation"),
         ("attempt", "operation"),
         ("observation", "operation"),

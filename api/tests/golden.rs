@@ -13,6 +13,7 @@ use writ_api::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
 use writ_api::revocation::RevokedRoleCertificateV1;
 use writ_api::settings::{AuditMode, QuotasV1, TenantSettingsPatch, TenantSettingsV1};
 use writ_api::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
+use writ_api::work::{WorkChangeV1, WorkOperationV1, WorkScopeV1, WorkState};
 use writ_api::ReasonCode;
 
 fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
@@ -658,7 +659,99 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "work_created_v1",
+            req(Command::CreateWork {
+                tenant_id: "t-1".into(),
+                work_id: "wo-9".into(),
+                title: "Replace the press tool".into(),
+                owner: "line 2 maintenance".into(),
+                scope: work_scope(),
+                by: "operator".into(),
+            }),
+            Some(env(
+                47,
+                43,
+                Event::WorkCreatedV1 {
+                    tenant_id: "t-1".into(),
+                    work_id: "wo-9".into(),
+                    title: "Replace the press tool".into(),
+                    owner: "line 2 maintenance".into(),
+                    scope: work_scope(),
+                    by: "operator".into(),
+                },
+            )),
+        ),
+        (
+            "work_revised_v1",
+            req(Command::ReviseWork {
+                tenant_id: "t-1".into(),
+                work_id: "wo-9".into(),
+                expected_revision: Some(1),
+                change: WorkChangeV1 {
+                    state: Some(WorkState::Completed),
+                    note: Some("done".into()),
+                    ..Default::default()
+                },
+                by: "operator".into(),
+            }),
+            Some(env(
+                48,
+                44,
+                Event::WorkRevisedV1 {
+                    tenant_id: "t-1".into(),
+                    work_id: "wo-9".into(),
+                    revision: 2,
+                    change: WorkChangeV1 {
+                        state: Some(WorkState::Completed),
+                        note: Some("done".into()),
+                        ..Default::default()
+                    },
+                    by: "operator".into(),
+                    operations: vec![WorkOperationV1 { operation_id: "op-1".into(), state: OperationState::Failed }],
+                },
+            )),
+        ),
+        (
+            "operation_refused_v1",
+            req(Command::RefuseDispatchV2 {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                executor_id: "x-1".into(),
+                fencing_token: 7,
+                reason: ReasonCode::PRECONDITION_FAILED,
+                message: "precondition door=closed not met".into(),
+            }),
+            Some(env(
+                49,
+                45,
+                Event::OperationRefusedV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    executor_id: "x-1".into(),
+                    reason: ReasonCode::PRECONDITION_FAILED,
+                    cause: "refused by executor 'x-1' before any attempt: PRECONDITION_FAILED: door".into(),
+                },
+            )),
+        ),
+        (
+            "scope_granted_v1",
+            req(Command::GrantScope { tenant_id: "t-1".into(), principal_id: "p-1".into(), scope: "work:read".into() }),
+            Some(env(
+                50,
+                46,
+                Event::ScopeGrantedV1 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    scope: "work:read".into(),
+                },
+            )),
+        ),
     ]
+}
+
+fn work_scope() -> WorkScopeV1 {
+    WorkScopeV1 { actions: vec!["move_press".into()], devices: vec!["d-1".into()], cost_ceiling: Some(10) }
 }
 
 fn revoked_role_certificate() -> RevokedRoleCertificateV1 {
@@ -845,10 +938,25 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "operation_proposed_v1",
             "proposal_used_v1",
             "requests_decided_v1",
+            "work_created_v1",
+            "work_revised_v1",
+            "operation_refused_v1",
+            "scope_granted_v1",
         ],
     ),
-    (2, &["operation_proposed_v1", "proposal_used_v1", "requests_decided_v1"]),
-    (3, &["requests_decided_v1"]),
+    (
+        2,
+        &[
+            "operation_proposed_v1",
+            "proposal_used_v1",
+            "requests_decided_v1",
+            "work_created_v1",
+            "work_revised_v1",
+            "operation_refused_v1",
+            "scope_granted_v1",
+        ],
+    ),
+    (3, &["requests_decided_v1", "work_created_v1", "work_revised_v1", "operation_refused_v1", "scope_granted_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -857,6 +965,20 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
     let mut state = writ_api::state::LedgerState::default();
     for (_, req, _) in samples().into_iter().filter(|(name, ..)| !later.contains(name)) {
         state.execute(&req);
+    }
+    if format >= 4 {
+        // The sample submissions are refused (their authority is no live token), so the
+        // history of one is pinned as written.
+        let step = writ_api::operation::TransitionV1 {
+            from: Some(OperationState::Dispatched),
+            to: OperationState::Failed,
+            cause: "refused".into(),
+            reason: Some(ReasonCode::PRECONDITION_FAILED),
+            at_ms: 1_700_000_000_000,
+            revision: 49,
+            trace_id: "trace-1".into(),
+        };
+        state.history.entry("t-1".into()).or_default().insert("op-1".into(), vec![step]);
     }
     state
 }
@@ -874,6 +996,7 @@ fn the_state_format_is_versioned_and_pinned() {
         !state.revocations.signing_keys.is_empty() && !state.revocations.role_certificates.is_empty(),
         "the sample state holds revocations"
     );
+    assert!(!state.works.is_empty() && !state.history.is_empty(), "the sample state holds work items and histories");
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
     assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);

@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use serde_json::json;
 use writ_api::ledger::{Command, Event, LedgerRequest, Outcome};
-use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationSpecV1, OperationState, Verdict};
+use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1};
+use writ_api::work::{WorkChangeV1, WorkScopeV1, WorkState};
 use writ_api::ReasonCode;
 
 mod support;
@@ -937,4 +938,116 @@ fn the_operators_queue_pages_filters_and_shows_what_needs_attention() {
     assert_eq!(ids(&l.state.list_operations(T, &reserved, None, 10).0), ["op-0", "op-1", "op-2", "op-4"]);
     let later = OperationFilter { since_ms: Some(l.now + 1), ..Default::default() };
     assert_eq!(l.state.list_operations(T, &later, None, 10), (Vec::new(), None));
+}
+
+fn work(id: &str, actions: &[&str], devices: &[&str], cost_ceiling: Option<u64>) -> Command {
+    Command::CreateWork {
+        tenant_id: T.into(),
+        work_id: id.into(),
+        title: "Replace the press tool".into(),
+        owner: "line 2".into(),
+        scope: WorkScopeV1 {
+            actions: actions.iter().map(|a| a.to_string()).collect(),
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+            cost_ceiling,
+        },
+        by: "operator".into(),
+    }
+}
+
+fn revise(id: &str, expected: Option<u64>, change: WorkChangeV1) -> Command {
+    Command::ReviseWork {
+        tenant_id: T.into(),
+        work_id: id.into(),
+        expected_revision: expected,
+        change,
+        by: "operator".into(),
+    }
+}
+
+fn against(mut s: OperationSpecV1, work: &str, revision: u64) -> OperationSpecV1 {
+    s.work_ref = Some(WorkRef { id: work.into(), revision });
+    s
+}
+
+#[test]
+fn work_items_admit_operations_only_at_their_revision_and_within_their_scope() {
+    let mut l = Ledger::new();
+    let dl = l.now + 60_000;
+    l.ok(work("wo-1", &["move_press", "note"], &["press"], Some(2)));
+    assert_eq!(l.refused(work("wo-1", &["note"], &[], None)), ReasonCode::WORK_ALREADY_EXISTS);
+    assert_eq!(l.refused(work("wo-2", &["note"], &["nope"], None)), ReasonCode::DEVICE_NOT_FOUND);
+    let at = |id: &str, key: &str, device: Option<&str>, rev: u64| {
+        submit(against(spec(id, key, json!({"n": key}), device, dl), "wo-1", rev))
+    };
+    assert_eq!(
+        l.refused(submit(against(spec("op-0", "k-0", json!({}), None, dl), "wo-9", 1))),
+        ReasonCode::WORK_NOT_FOUND
+    );
+    l.ok(at("op-1", "k-1", Some("press"), 1));
+    // The work moves on: what was decided on revision 1 is stale, revision 2 is accepted.
+    l.ok(revise("wo-1", Some(1), WorkChangeV1 { owner: Some("line 3".into()), ..Default::default() }));
+    assert_eq!(l.refused(at("op-2", "k-2", None, 1)), ReasonCode::STALE_REVISION);
+    assert_eq!(
+        l.refused(revise("wo-1", Some(1), WorkChangeV1 { title: Some("x".into()), ..Default::default() })),
+        ReasonCode::STALE_REVISION,
+        "a change made against an old revision is stale too"
+    );
+    l.ok(at("op-2", "k-2", None, 2));
+    // Outside the approved scope: another device, another action, beyond the cost ceiling.
+    assert_eq!(l.refused(at("op-3", "k-3", Some("arm"), 2)), ReasonCode::WORK_SCOPE_EXCEEDED);
+    let mut dear = against(spec("op-4", "k-4", json!({}), None, dl), "wo-1", 2);
+    dear.action = "dear_note".into();
+    assert_eq!(l.refused(submit(dear)), ReasonCode::WORK_SCOPE_EXCEEDED);
+    assert_eq!(l.refused(at("op-5", "k-5", None, 2)), ReasonCode::COST_CEILING_EXCEEDED, "2 units used of 2");
+    // A replay answers with its operation whatever the work did since.
+    l.ok(at("op-1", "k-1", Some("press"), 1));
+    let item = &l.state.works[T]["wo-1"];
+    assert_eq!((item.revision, item.cost_used, item.operations.clone()), (2, 2, vec!["op-1".into(), "op-2".into()]));
+    // Closing records its operations; a closed item takes nothing more.
+    let closed = l.run(revise("wo-1", None, WorkChangeV1 { state: Some(WorkState::Completed), ..Default::default() }));
+    let Outcome::Applied { events, .. } = closed else { panic!("{closed:?}") };
+    let Event::WorkRevisedV1 { revision: 3, operations, .. } = &events.last().unwrap().event else { panic!() };
+    assert_eq!(operations.iter().map(|o| o.operation_id.as_str()).collect::<Vec<_>>(), ["op-1", "op-2"]);
+    assert_eq!(l.refused(at("op-6", "k-6", None, 3)), ReasonCode::WORK_STATE_CONFLICT);
+    assert_eq!(
+        l.refused(revise("wo-1", None, WorkChangeV1 { owner: Some("x".into()), ..Default::default() })),
+        ReasonCode::WORK_STATE_CONFLICT
+    );
+    // A proposal is checked the same way.
+    l.ok(work("wo-2", &["careful_note"], &[], None));
+    let mut careful = against(spec("p-1", "kp", json!({"p": 1}), None, dl), "wo-2", 7);
+    careful.action = "careful_note".into();
+    assert_eq!(l.refused(propose("prop-1", careful)), ReasonCode::STALE_REVISION);
+}
+
+#[test]
+fn an_executors_coded_refusal_fails_the_operation_with_its_reason_in_the_history() {
+    let mut l = Ledger::new();
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    let refuse = |reason: ReasonCode| Command::RefuseDispatchV2 {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        executor_id: "x-1".into(),
+        fencing_token: 1,
+        reason,
+        message: "door=closed not met (door is open)".into(),
+    };
+    assert_eq!(l.refused(refuse(ReasonCode::TENANT_SUSPENDED)), ReasonCode::INPUT_INVALID, "not an executor's reason");
+    l.ok(refuse(ReasonCode::PRECONDITION_FAILED));
+    assert_eq!(l.op("op-1").state, OperationState::Failed);
+    assert!(!l.state.device_leases[T].contains_key("press"), "a refused operation frees its device");
+    let steps: Vec<_> = l.state.history[T]["op-1"].iter().map(|s| (s.from, s.to, s.reason)).collect();
+    use OperationState::*;
+    assert_eq!(
+        steps,
+        [
+            (None, Verified, None),
+            (Some(Verified), Reserved, None),
+            (Some(Reserved), Dispatched, None),
+            (Some(Dispatched), Failed, Some(ReasonCode::PRECONDITION_FAILED)),
+        ]
+    );
+    let revisions: Vec<u64> = l.state.history[T]["op-1"].iter().map(|s| s.revision).collect();
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "each step names the revision that made it: {revisions:?}");
 }

@@ -463,12 +463,22 @@ async fn refuse(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    attempt_call(g, peer, id, "executor/refuse", body, |who, operation_id, b: RefuseRequest| Command::RefuseDispatch {
-        tenant_id: who.tenant_id.clone(),
-        operation_id,
-        executor_id: who.executor_id.clone(),
-        fencing_token: b.fencing_token,
-        reason: b.reason,
+    attempt_call(g, peer, id, "executor/refuse", body, |who, operation_id, b: RefuseRequest| match b.code {
+        Some(reason) => Command::RefuseDispatchV2 {
+            tenant_id: who.tenant_id.clone(),
+            operation_id,
+            executor_id: who.executor_id.clone(),
+            fencing_token: b.fencing_token,
+            reason,
+            message: b.reason,
+        },
+        None => Command::RefuseDispatch {
+            tenant_id: who.tenant_id.clone(),
+            operation_id,
+            executor_id: who.executor_id.clone(),
+            fencing_token: b.fencing_token,
+            reason: b.reason,
+        },
     })
     .await
 }

@@ -39,6 +39,15 @@ pub const WAIT_S_MAX: u64 = 60;
 /// Deadline of a task that first waits for its requester's input (a person may take a while).
 pub const TASK_INPUT_DEADLINE_S: u64 = 3600;
 
+/// The work item a call is decided on (`writ://work/{id}`) and the revision read.
+fn work_ref_schema() -> Value {
+    json!({"type": "object", "required": ["id", "revision"], "additionalProperties": false,
+           "description": "the work item (writ://work/{id}) and the revision you decided on: refused with \
+               STALE_REVISION once the work has moved on, WORK_SCOPE_EXCEEDED outside its approved scope",
+           "properties": {"id": {"type": "string", "maxLength": writ_api::work::WORK_ID_BYTES_MAX},
+                          "revision": {"type": "integer", "minimum": 1}}})
+}
+
 /// The operation tools `authority` may call, as `tools/list` entries.
 pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
     let mut tools = Vec::new();
@@ -62,8 +71,7 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "deadline_s": {"type": "integer", "minimum": 1, "maximum": DEADLINE_S_MAX,
                                    "description": "no attempt starts after this many seconds (default 60)"},
                     "cost_ceiling": {"type": "integer", "minimum": 0},
-                    "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
-                                 "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
+                    "work_ref": work_ref_schema(),
                     "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
                                       "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}},
                     "wait_s": {"type": "integer", "minimum": 0, "maximum": WAIT_S_MAX,
@@ -93,8 +101,7 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                     "action": {"type": "string", "description": "the catalog action id"},
                     "input": {"type": "object", "description": "the action's input (its input schema applies)"},
                     "device": {"type": "string", "description": "device name, for actions that drive one"},
-                    "work_ref": {"type": "object", "required": ["id", "revision"], "additionalProperties": false,
-                                 "properties": {"id": {"type": "string"}, "revision": {"type": "integer", "minimum": 0}}},
+                    "work_ref": work_ref_schema(),
                     "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
                                       "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}}
                 }
@@ -160,7 +167,8 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
         tools.push(json!({
             "name": READBACK,
             "title": "Read an operation back",
-            "description": "The operation's state, evidence and independent observations, by id or by your idempotency key.",
+            "description": "The operation's state, evidence, independent observations and every transition (cause, \
+                reason code, ledger time, trace id), by id or by your idempotency key.",
             "inputSchema": {"type": "object", "additionalProperties": false, "properties": {
                 "operation_id": {"type": "string"}, "idempotency_key": {"type": "string"}}},
             "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
@@ -193,6 +201,24 @@ fn refused(r: &Rejection) -> Value {
     json!({"resultType": "complete", "isError": true,
            "content": [{"type": "text", "text": format!("{}: {}", r.reason, r.message)}],
            "_meta": {"writ/reason": r.reason}})
+}
+
+/// Why `op` failed, when an executor refused it with a reason (`PRECONDITION_FAILED`, …):
+/// the reason of its last transition.
+fn refusal(op: &Operation, steps: &[writ_api::operation::TransitionV1]) -> Option<ReasonCode> {
+    (op.state == OperationState::Failed).then(|| steps.last().and_then(|t| t.reason)).flatten()
+}
+
+/// [`view`] with the reason an executor refused it, if it did (in `structuredContent.reason`
+/// and `_meta["writ/reason"]`, where agents find every reason).
+fn view_refused(op: &Operation, replayed: bool, reason: Option<ReasonCode>) -> Value {
+    let mut v = view(op, replayed);
+    if let Some(reason) = reason {
+        v["structuredContent"]["reason"] = json!(reason);
+        v["content"][0]["text"] = json!(v["structuredContent"].to_string());
+        v["_meta"] = json!({"writ/reason": reason});
+    }
+    v
 }
 
 fn view(op: &Operation, replayed: bool) -> Value {
@@ -390,11 +416,16 @@ pub async fn follow(
     let until = tokio::time::Instant::now() + wait;
     let mut revisions = verifier.revisions();
     let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
-    let (mut current, mut reported, mut step) = (op, None, 0.0);
+    let (mut current, mut reported, mut step, mut reason) = (op, None, 0.0, None);
     loop {
-        let seen = verifier.with_state(|s| s.operations.get(&tenant_id).and_then(|m| m.get(&id)).cloned());
-        if let Some(newer) = seen.filter(|o| o.revision >= current.revision) {
+        let seen = verifier.with_state(|s| {
+            let op = s.operations.get(&tenant_id).and_then(|m| m.get(&id)).cloned()?;
+            let reason = refusal(&op, s.operation_history(&tenant_id, &id));
+            Some((op, reason))
+        });
+        if let Some((newer, why)) = seen.filter(|(o, _)| o.revision >= current.revision) {
             current = newer;
+            reason = why;
         }
         if reported != Some(current.state) {
             step += 1.0;
@@ -410,7 +441,7 @@ pub async fn follow(
             _ => break, // waited long enough (or the replica stopped): answer with what is known
         }
     }
-    Ok(view(&current, replayed))
+    Ok(view_refused(&current, replayed, reason))
 }
 
 /// `operation.execute`. Errors are protocol/transport failures (fail closed); business
@@ -787,10 +818,21 @@ pub async fn readback(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
             return Ok(refused(&Rejection::new(ReasonCode::INPUT_INVALID, "give operation_id or idempotency_key")))
         }
     };
-    Ok(match query(c, q).await? {
-        Ok(op) => view(&op, false),
-        Err(e) => refused(&e),
-    })
+    let op = match query(c, q).await? {
+        Ok(op) => op,
+        Err(e) => return Ok(refused(&e)),
+    };
+    // The operation again with its history (one read: they match).
+    let q = Query::GetOperationHistory { tenant_id: a.tenant_id.clone(), operation_id: op.spec.operation_id };
+    let h: writ_api::dto::OperationHistory =
+        match writ_client::query_as(c.edge.ledger.as_ref(), q, Default::default()).await {
+            Ok(h) => h,
+            Err(e) => return Err(RpcError::rejected(&e)),
+        };
+    let mut v = view_refused(&h.operation, false, refusal(&h.operation, &h.transitions));
+    v["structuredContent"]["history"] = json!(h.transitions);
+    v["content"][0]["text"] = json!(v["structuredContent"].to_string());
+    Ok(v)
 }
 
 /// Submits the caller's act on an operation (answer, cancel, observe, decide) wrapped in the

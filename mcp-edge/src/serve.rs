@@ -125,10 +125,10 @@ pub async fn handle(call: Call<'_>) -> Handled {
         "resources/templates/list" => guarded(c, RESOURCES_SCOPE, None, |c| done(Ok(resource_templates(c)))),
         "resources/read" => {
             let uri = c.req.params()["uri"].as_str().unwrap_or_default().to_string();
-            if uri == AUDIT_URI {
-                return match c.authority.require(AUDIT_SCOPE).and(c.authority.require(RESOURCES_SCOPE)) {
-                    Ok(()) => Handled::allowed(done(read_audit(c).await), Some(uri)),
-                    // Without the scope the audit resource does not exist for the caller.
+            if let Some(scope) = resource_scope(&uri) {
+                return match c.authority.require(scope).and(c.authority.require(RESOURCES_SCOPE)) {
+                    Ok(()) => Handled::allowed(done(read_scoped(c, &uri).await), Some(uri)),
+                    // Without the scope the resource does not exist for the caller.
                     Err(e) => Handled::refused(done(Err(resource_not_found(&uri))), Some(uri), e),
                 };
             }
@@ -563,6 +563,49 @@ fn resource_not_found(uri: &str) -> RpcError {
         .with_detail("uri", json!(uri))
 }
 
+/// An operation with its transition history (`ops:read`), read from the ledger.
+pub const OPERATIONS_URI: &str = "writ://operations/";
+/// A work item (`work:read`), read from the edge's replica.
+pub const WORK_URI: &str = "writ://work/";
+
+/// The scope a resource needs beyond `resources:read`, if it needs one: without it the
+/// resource does not exist for the caller (the refusal is audited like any other).
+fn resource_scope(uri: &str) -> Option<&'static str> {
+    if uri == AUDIT_URI {
+        Some(AUDIT_SCOPE)
+    } else if uri.starts_with(OPERATIONS_URI) {
+        Some(operations::READ_SCOPE)
+    } else if uri.starts_with(WORK_URI) {
+        Some(writ_api::work::WORK_READ_SCOPE)
+    } else {
+        None
+    }
+}
+
+/// Reads a resource [`resource_scope`] guards (the caller holds its scope).
+async fn read_scoped(c: &Call<'_>, uri: &str) -> Result<Value, RpcError> {
+    let json_contents = |text: String| {
+        Ok(listed(json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]}), None, 0))
+    };
+    if let Some(id) = uri.strip_prefix(OPERATIONS_URI) {
+        let tenant_id = c.authority.tenant_id.clone();
+        let query = writ_api::dto::Query::GetOperationHistory { tenant_id, operation_id: id.to_string() };
+        let found: Result<writ_api::dto::OperationHistory, _> =
+            writ_client::query_as(c.edge.ledger.as_ref(), query, Default::default()).await;
+        return match found {
+            Ok(h) => json_contents(serde_json::to_string(&h).map_err(|_| internal("an operation does not serialize"))?),
+            Err(e) if e.reason == ReasonCode::OPERATION_NOT_FOUND => Err(resource_not_found(uri)),
+            Err(e) => Err(RpcError::rejected(&e)),
+        };
+    }
+    if let Some(id) = uri.strip_prefix(WORK_URI) {
+        let item = c.edge.verifier.with_state(|s| s.works.get(&c.authority.tenant_id)?.get(id).cloned());
+        let item = item.ok_or_else(|| resource_not_found(uri))?;
+        return json_contents(serde_json::to_string(&item).map_err(|_| internal("a work item does not serialize"))?);
+    }
+    read_audit(c).await
+}
+
 /// `writ://audit/recent`: read from the ledger (the replica keeps no audit trail).
 async fn read_audit(c: &Call<'_>) -> Result<Value, RpcError> {
     let tenant_id = c.authority.tenant_id.clone();
@@ -660,6 +703,14 @@ fn list_resources(c: &Call<'_>) -> Result<Value, RpcError> {
         items.push(json!({"uri": AUDIT_URI, "name": "audit", "mimeType": "application/json",
                           "description": format!("The tenant's {AUDIT_RECENT} most recent audit records")}));
     }
+    if c.authority.require(writ_api::work::WORK_READ_SCOPE).is_ok() {
+        c.edge.verifier.with_state(|s| {
+            for w in s.works.get(&c.authority.tenant_id).into_iter().flat_map(|m| m.values()) {
+                items.push(json!({"uri": format!("{WORK_URI}{}", w.id), "name": w.id, "mimeType": "application/json",
+                    "description": format!("Work item '{}' ({}, revision {})", w.title, w.state.as_str(), w.revision)}));
+            }
+        });
+    }
     if is_fixture_tenant(c) {
         items.extend(fixtures::resources());
     }
@@ -671,6 +722,16 @@ fn list_resources(c: &Call<'_>) -> Result<Value, RpcError> {
 fn resource_templates(c: &Call<'_>) -> Value {
     let mut templates = vec![json!({"uriTemplate": "writ://devices/{name}", "name": "device",
         "description": "A device of your tenant: its site and class", "mimeType": "application/json"})];
+    if c.authority.require(operations::READ_SCOPE).is_ok() {
+        templates.push(json!({"uriTemplate": format!("{OPERATIONS_URI}{{id}}"), "name": "operation",
+            "description": "An operation of your tenant with every transition (cause, reason, time, trace id)",
+            "mimeType": "application/json"}));
+    }
+    if c.authority.require(writ_api::work::WORK_READ_SCOPE).is_ok() {
+        templates.push(json!({"uriTemplate": format!("{WORK_URI}{{id}}"), "name": "work",
+            "description": "A work item of your tenant: revision, state, owner, approved scope, operations",
+            "mimeType": "application/json"}));
+    }
     if is_fixture_tenant(c) {
         templates.extend(fixtures::resource_templates());
     }

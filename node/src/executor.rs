@@ -38,6 +38,7 @@ use writ_api::executor::{
     DISPATCH_PATH, ENROLL_PATH, HEARTBEAT_MS, OPERATIONS_PATH,
 };
 use writ_api::operation::{AttemptOutcome, EvidenceV1};
+use writ_api::ReasonCode;
 
 /// Prefix of errors where no edge answered (as opposed to an answer that refused).
 const UNREACHABLE: &str = "edge unreachable";
@@ -663,36 +664,43 @@ impl Executor {
         }
     }
 
-    /// Why this dispatch must not be attempted, if it must not.
-    fn stale(&self, d: &Dispatch, edge_now_ms: u64, received: Instant) -> Option<String> {
+    /// Why this dispatch must not be attempted (its reason code and what was found), if it
+    /// must not.
+    fn stale(&self, d: &Dispatch, edge_now_ms: u64, received: Instant) -> Option<(ReasonCode, String)> {
         let now = edge_now_ms + received.elapsed().as_millis() as u64;
         if d.deadline_ms <= now {
-            return Some(format!("deadline passed ({} ms ago)", now - d.deadline_ms));
+            return Some((ReasonCode::DEADLINE_EXCEEDED, format!("deadline passed ({} ms ago)", now - d.deadline_ms)));
         }
         if d.deadline_ms - now < self.cfg.deadline_margin_ms {
-            return Some(format!(
-                "deadline too close: {} ms left, this executor needs {}",
-                d.deadline_ms - now,
-                self.cfg.deadline_margin_ms
+            return Some((
+                ReasonCode::DEADLINE_EXCEEDED,
+                format!(
+                    "deadline too close: {} ms left, this executor needs {}",
+                    d.deadline_ms - now,
+                    self.cfg.deadline_margin_ms
+                ),
             ));
         }
         let memory = self.memory.lock().expect("memory lock");
         if let Some(seen) = d.device_id.as_ref().and_then(|dev| memory.fencing.get(dev)) {
             if d.fencing_token < *seen {
-                return Some(format!("stale fencing token {} (this executor has seen {seen})", d.fencing_token));
+                let why = format!("stale fencing token {} (this executor has seen {seen})", d.fencing_token);
+                return Some((ReasonCode::FENCING_TOKEN_STALE, why));
             }
         }
         if matches!(self.cfg.handler, HandlerConfig::ConformanceFixtures) && d.action == "protocol_error_job" {
-            return Some("the fixture handler crashed before running (a simulated protocol error)".into());
+            let why = "the fixture handler crashed before running (a simulated protocol error)";
+            return Some((ReasonCode::EXECUTOR_UNAVAILABLE, why.into()));
         }
         if let HandlerConfig::Simulated { state, failure, .. } = &self.cfg.handler {
             if *failure == FailureMode::RefusePrecondition {
-                return Some("local precondition not met (simulated)".into());
+                return Some((ReasonCode::PRECONDITION_FAILED, "local precondition not met (simulated)".into()));
             }
             for (name, expected) in &d.preconditions {
                 let actual = state.get(name).map(String::as_str).unwrap_or("<unset>");
                 if actual != expected {
-                    return Some(format!("precondition {name}={expected} not met ({name} is {actual})"));
+                    let why = format!("precondition {name}={expected} not met ({name} is {actual})");
+                    return Some((ReasonCode::PRECONDITION_FAILED, why));
                 }
             }
         }
@@ -812,10 +820,10 @@ impl Executor {
         if !self.memory.lock().expect("memory lock").taken.insert(id.clone()) {
             return; // already handled (a reconnect resends what is still waiting)
         }
-        if let Some(why) = self.stale(&d, edge_now_ms, received) {
-            tracing::info!(operation = %id, %why, "refusing dispatch");
-            let _ =
-                self.post(edge, &id, "refuse", &RefuseRequest { fencing_token: d.fencing_token, reason: why }).await;
+        if let Some((code, why)) = self.stale(&d, edge_now_ms, received) {
+            tracing::info!(operation = %id, %code, %why, "refusing dispatch");
+            let refusal = RefuseRequest { fencing_token: d.fencing_token, reason: why, code: Some(code) };
+            let _ = self.post(edge, &id, "refuse", &refusal).await;
             return;
         }
         if let Some(dev) = &d.device_id {

@@ -78,22 +78,47 @@ struct SnapshotFile {
 }
 
 /// What a snapshot holds: the state and the audit records it retains, in key order. Format 2
-/// appends the state's revocations, format 3 its proposals (the state's own serde layout is
-/// format 1's; see `LedgerState::encode`).
+/// appends the state's revocations, format 3 its proposals, format 4 its work items and
+/// operation histories (the state's own serde layout is format 1's; see `LedgerState::encode`).
 #[derive(Serialize, Deserialize)]
 struct SnapshotPayload {
     state: LedgerState,
     audit: Vec<AuditRecordV1>,
     revocations: Revocations,
     proposals: Proposals,
+    works: Works,
+    history: History,
 }
 
 type Proposals = std::collections::BTreeMap<String, std::collections::BTreeMap<String, ProposalV1>>;
+type Works = std::collections::BTreeMap<String, std::collections::BTreeMap<String, writ_api::work::WorkItem>>;
+type History =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<writ_api::operation::TransitionV1>>>;
 
 impl SnapshotPayload {
     fn of(state: LedgerState, audit: Vec<AuditRecordV1>) -> SnapshotPayload {
-        SnapshotPayload { revocations: state.revocations.clone(), proposals: state.proposals.clone(), state, audit }
+        SnapshotPayload {
+            revocations: state.revocations.clone(),
+            proposals: state.proposals.clone(),
+            works: state.works.clone(),
+            history: state.history.clone(),
+            state,
+            audit,
+        }
     }
+
+    fn older(state: LedgerState, audit: Vec<AuditRecordV1>, revocations: Revocations, proposals: Proposals) -> Self {
+        SnapshotPayload { state, audit, revocations, proposals, works: Works::default(), history: History::default() }
+    }
+}
+
+/// A snapshot of state format 3 (no work items or histories).
+#[derive(Deserialize)]
+struct SnapshotPayloadV3 {
+    state: LedgerState,
+    audit: Vec<AuditRecordV1>,
+    revocations: Revocations,
+    proposals: Proposals,
 }
 
 /// A snapshot of state format 2 (no proposals).
@@ -327,16 +352,22 @@ fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
     let mut payload = match version {
         1 => {
             let SnapshotPayloadV1 { state, audit } = checked_decode(body, "snapshot state")?;
-            SnapshotPayload { state, audit, revocations: Revocations::default(), proposals: Proposals::default() }
+            SnapshotPayload::older(state, audit, Revocations::default(), Proposals::default())
         }
         2 => {
             let SnapshotPayloadV2 { state, audit, revocations } = checked_decode(body, "snapshot state")?;
-            SnapshotPayload { state, audit, revocations, proposals: Proposals::default() }
+            SnapshotPayload::older(state, audit, revocations, Proposals::default())
+        }
+        3 => {
+            let SnapshotPayloadV3 { state, audit, revocations, proposals } = checked_decode(body, "snapshot state")?;
+            SnapshotPayload::older(state, audit, revocations, proposals)
         }
         _ => checked_decode::<SnapshotPayload>(body, "snapshot state")?,
     };
     payload.state.revocations = std::mem::take(&mut payload.revocations);
     payload.state.proposals = std::mem::take(&mut payload.proposals);
+    payload.state.works = std::mem::take(&mut payload.works);
+    payload.state.history = std::mem::take(&mut payload.history);
     payload.state.rebuild_index();
     Ok(payload)
 }
@@ -512,7 +543,8 @@ mod tests {
 
     /// A snapshot written before revocations existed (state format 1: the payload is the state
     /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them,
-    /// with no proposals; a format-3 snapshot keeps both.
+    /// with no proposals; a format-3 snapshot keeps both; a format-4 one its work items and
+    /// histories too.
     #[test]
     fn snapshots_of_every_format_read() {
         let mut state = LedgerState { clock_ms: 7, ..Default::default() };
@@ -548,11 +580,35 @@ mod tests {
             expires_at_ms: 9,
         };
         state.proposals.entry("t".into()).or_default().insert("prop-1".into(), proposal);
-        let v3 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new())).unwrap();
+        #[derive(Serialize)]
+        struct V3<'a> {
+            state: &'a LedgerState,
+            audit: Vec<AuditRecordV1>,
+            revocations: &'a Revocations,
+            proposals: &'a Proposals,
+        }
+        let mut v3 = format::SNAPSHOT_MAGIC.to_vec();
+        v3.extend_from_slice(&3u32.to_le_bytes());
+        let body =
+            V3 { state: &state, audit: Vec::new(), revocations: &state.revocations, proposals: &state.proposals };
+        v3.extend_from_slice(&checked_encode(&body).unwrap());
         assert_eq!(decode_payload(&v3).unwrap().state, state);
+
+        let step = writ_api::operation::TransitionV1 {
+            from: None,
+            to: writ_api::operation::OperationState::Verified,
+            cause: "recorded".into(),
+            reason: None,
+            at_ms: 7,
+            revision: 3,
+            trace_id: "t".into(),
+        };
+        state.history.entry("t".into()).or_default().insert("op-1".into(), vec![step]);
+        let v4 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new())).unwrap();
+        assert_eq!(decode_payload(&v4).unwrap().state, state);
         // Read as an older format, newer bytes are refused, never misread.
-        for older in [1u32, 2] {
-            let mut as_older = v3.clone();
+        for older in [1u32, 2, 3] {
+            let mut as_older = v4.clone();
             as_older[8..12].copy_from_slice(&older.to_le_bytes());
             assert!(decode_payload(&as_older).is_err(), "format {older}");
         }

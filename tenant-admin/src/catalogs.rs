@@ -1,11 +1,11 @@
 //! Admin routes for tenant catalogs (SPEC D4): publish a document (checked and compiled here,
-//! recorded as the next version by the ledger), list versions, show one.
+//! recorded as the next version by the ledger), list versions, show one, diff two.
 
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use writ_api::catalog::{CatalogVersion, CATALOG_BYTES_MAX};
+use writ_api::catalog::{CatalogDiff, CatalogVersion, CATALOG_BYTES_MAX};
 use writ_api::dto::{CatalogList, Query as LedgerQuery};
 use writ_api::ledger::Command;
 use writ_api::ReasonCode;
@@ -24,6 +24,29 @@ pub(crate) fn routes() -> Router<Shared> {
             get(list_catalogs).post(publish_catalog).layer(DefaultBodyLimit::max(CATALOG_BODY_BYTES_MAX)),
         )
         .route("/v1/tenants/{tenant}/catalogs/{version}", get(show_catalog))
+        .route("/v1/tenants/{tenant}/catalogs/{version}/diff/{to}", get(diff_catalogs))
+}
+
+/// A version path segment: a number or `latest`.
+fn version_of(v: &str) -> Result<Option<u64>, ApiError> {
+    match v {
+        "latest" => Ok(None),
+        v => v.parse::<u64>().map(Some).map_err(|_| {
+            ApiError::new(ReasonCode::INPUT_INVALID, format!("version '{v}' is not a number or 'latest'"))
+        }),
+    }
+}
+
+/// `GET …/catalogs/{version}/diff/{to}`: actions added, removed and changed (by field).
+async fn diff_catalogs(
+    State(st): State<Shared>,
+    Path((tenant, from, to)): Path<(String, String, String)>,
+) -> Result<Json<CatalogDiff>, ApiError> {
+    let (from, to) = (version_of(&from)?, version_of(&to)?);
+    let t = find_tenant(&st, tenant).await?;
+    let from = find_catalog(&st, t.id.clone(), from).await?;
+    let to = find_catalog(&st, t.id, to).await?;
+    Ok(Json(CatalogDiff::between(&from, &to)))
 }
 
 async fn find_catalog(st: &AdminState, tenant_id: String, version: Option<u64>) -> Result<CatalogVersion, ApiError> {
@@ -59,12 +82,7 @@ async fn show_catalog(
     State(st): State<Shared>,
     Path((tenant, version)): Path<(String, String)>,
 ) -> Result<Json<CatalogVersion>, ApiError> {
-    let version = match version.as_str() {
-        "latest" => None,
-        v => Some(v.parse::<u64>().map_err(|_| {
-            ApiError::new(ReasonCode::INPUT_INVALID, format!("version '{v}' is not a number or 'latest'"))
-        })?),
-    };
+    let version = version_of(&version)?;
     let t = find_tenant(&st, tenant).await?;
     Ok(Json(find_catalog(&st, t.id, version).await?))
 }

@@ -138,6 +138,157 @@ pub enum Noun {
     /// effect, resolve an unknown effect.
     #[command(subcommand)]
     Operation(OperationCmd),
+    /// Work items: the durable business state operations are made against, each with a
+    /// gap-free revision and an approved scope (actions, devices, cost ceiling).
+    #[command(subcommand)]
+    Work(WorkCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkCmd {
+    /// Create a work item (revision 1, open).
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// Its id (what operations name as work_ref.id).
+        id: String,
+        #[arg(long)]
+        title: String,
+        /// Who answers for it.
+        #[arg(long)]
+        owner: String,
+        /// An action the work allows (repeat).
+        #[arg(long = "action", required = true)]
+        actions: Vec<String>,
+        /// A device (id or name) the work allows (repeat).
+        #[arg(long = "device")]
+        devices: Vec<String>,
+        /// Cost units all its operations may use together.
+        #[arg(long)]
+        cost_ceiling: Option<u64>,
+    },
+    /// Change a work item (its next revision) or close it (`--state completed|cancelled`).
+    Update {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+        /// Refused with STALE_REVISION unless the item is still at this revision.
+        #[arg(long)]
+        expected_revision: Option<u64>,
+        #[arg(long)]
+        title: Option<String>,
+        #[arg(long)]
+        owner: Option<String>,
+        /// Replace the approved actions (repeat); devices and ceiling with --device/--cost-ceiling.
+        #[arg(long = "action")]
+        actions: Vec<String>,
+        #[arg(long = "device")]
+        devices: Vec<String>,
+        #[arg(long)]
+        cost_ceiling: Option<u64>,
+        #[arg(long, value_parser = ["completed", "cancelled"])]
+        state: Option<String>,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Show a work item.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+    },
+    /// List a tenant's work items (`--state open|completed|cancelled`).
+    List {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, value_parser = ["open", "completed", "cancelled"])]
+        state: Option<String>,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+}
+
+async fn work_cmd(c: &AdminClient, out: Output, cmd: &WorkCmd) -> Result<(), Failure> {
+    use writ_api::work::WorkScopeV1;
+    let item = match cmd {
+        WorkCmd::Create { tenant, id, title, owner, actions, devices, cost_ceiling } => {
+            let scope = WorkScopeV1 { actions: actions.clone(), devices: devices.clone(), cost_ceiling: *cost_ceiling };
+            let request =
+                writ_api::dto::CreateWorkRequest { id: id.clone(), title: title.clone(), owner: owner.clone(), scope };
+            c.create_work(tenant, &request).await
+        }
+        WorkCmd::Update {
+            tenant,
+            id,
+            expected_revision,
+            title,
+            owner,
+            actions,
+            devices,
+            cost_ceiling,
+            state,
+            note,
+        } => {
+            let scope = if actions.is_empty() && devices.is_empty() && cost_ceiling.is_none() {
+                None
+            } else if actions.is_empty() {
+                return Err(usage(
+                    "a new scope names its actions (--action), as well as any --device or --cost-ceiling",
+                ));
+            } else {
+                Some(WorkScopeV1 { actions: actions.clone(), devices: devices.clone(), cost_ceiling: *cost_ceiling })
+            };
+            let state = match state {
+                Some(s) => Some(parsed("state", Value::from(s.as_str()))?),
+                None => None,
+            };
+            let request = writ_api::dto::ReviseWorkRequest {
+                expected_revision: *expected_revision,
+                title: title.clone(),
+                owner: owner.clone(),
+                scope,
+                state,
+                note: note.clone(),
+            };
+            c.revise_work(tenant, id, &request).await
+        }
+        WorkCmd::Show { tenant, id } => c.work(tenant, id).await,
+        WorkCmd::List { tenant, state, after, limit } => {
+            let state = match state {
+                Some(s) => Some(parsed("state", Value::from(s.as_str()))?),
+                None => None,
+            };
+            let page = Page { after: after.clone(), limit: Some(*limit) };
+            let list = c.list_work(tenant, state, &page).await.map_err(failed)?;
+            return show(out, &list, |l| print_work(&l.work));
+        }
+    }
+    .map_err(failed)?;
+    show(out, &item, |w| print_work(std::slice::from_ref(w)))
+}
+
+fn print_work(items: &[writ_api::work::WorkItem]) {
+    let rows = items
+        .iter()
+        .map(|w| {
+            vec![
+                w.id.clone(),
+                w.revision.to_string(),
+                w.state.as_str().to_string(),
+                w.owner.clone(),
+                w.scope.actions.join(" "),
+                w.operations.len().to_string(),
+                match w.scope.cost_ceiling {
+                    Some(c) => format!("{}/{c}", w.cost_used),
+                    None => w.cost_used.to_string(),
+                },
+                w.title.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "REVISION", "STATE", "OWNER", "ACTIONS", "OPERATIONS", "COST", "TITLE"], rows);
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,6 +326,12 @@ pub enum OperationCmd {
     },
     /// Show an operation.
     Show {
+        #[arg(long)]
+        tenant: String,
+        operation: String,
+    },
+    /// Show an operation's transitions (from, to, reason, cause, time, trace).
+    History {
         #[arg(long)]
         tenant: String,
         operation: String,
@@ -245,6 +402,27 @@ async fn operation_cmd(c: &AdminClient, out: Output, cmd: &OperationCmd) -> Resu
             return show(out, &list, |l| print_operations(&l.operations));
         }
         OperationCmd::Show { tenant, operation } => c.operation(tenant, operation).await,
+        OperationCmd::History { tenant, operation } => {
+            let history = c.operation_history(tenant, operation).await.map_err(failed)?;
+            return show(out, &history, |h| {
+                let rows = h
+                    .transitions
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            t.revision.to_string(),
+                            t.at_ms.to_string(),
+                            t.from.map_or("-", |f| f.as_str()).to_string(),
+                            t.to.as_str().to_string(),
+                            t.reason.map_or("-", |r| r.as_str()).to_string(),
+                            t.trace_id.clone(),
+                            t.cause.clone(),
+                        ]
+                    })
+                    .collect();
+                print_table(&["REVISION", "AT_MS", "FROM", "TO", "REASON", "TRACE", "CAUSE"], rows);
+            });
+        }
         OperationCmd::Cancel { tenant, operation } => c.cancel_operation(tenant, operation).await,
         OperationCmd::Accept { tenant, operation, note } => {
             c.accept_operation(tenant, operation, &DecisionRequest { note: note.clone() }).await
@@ -563,6 +741,15 @@ pub enum CatalogCmd {
         #[arg(default_value = "latest")]
         version: String,
     },
+    /// What changed from version FROM to version TO (default: the newest): actions added,
+    /// removed, and changed by field.
+    Diff {
+        #[arg(long)]
+        tenant: String,
+        from: String,
+        #[arg(default_value = "latest")]
+        to: String,
+    },
 }
 
 /// Reads a catalog file as JSON; YAML files are converted to the same JSON value.
@@ -619,12 +806,27 @@ async fn catalog_cmd(c: &AdminClient, out: Output, cmd: &CatalogCmd) -> Result<(
             print_table(&["VERSION", "DIGEST", "ACTIONS", "REVISION"], rows);
         }),
         CatalogCmd::Show { tenant, version } => {
-            let version = match version.as_str() {
-                "latest" => None,
-                v => Some(v.parse().map_err(|_| usage(format!("version must be a number or 'latest', not '{v}'")))?),
-            };
-            show(out, &c.catalog(tenant, version).await.map_err(failed)?, print_version)
+            show(out, &c.catalog(tenant, catalog_version(version)?).await.map_err(failed)?, print_version)
         }
+        CatalogCmd::Diff { tenant, from, to } => {
+            let diff = c.diff_catalogs(tenant, catalog_version(from)?, catalog_version(to)?).await.map_err(failed)?;
+            show(out, &diff, |d| {
+                let mut rows: Vec<Vec<String>> = Vec::new();
+                rows.extend(d.added.iter().map(|id| vec![id.clone(), "added".into(), String::new()]));
+                rows.extend(d.removed.iter().map(|id| vec![id.clone(), "removed".into(), String::new()]));
+                rows.extend(d.changed.iter().map(|c| vec![c.id.clone(), "changed".into(), c.fields.join(" ")]));
+                say!("version {} → {}", d.from, d.to);
+                print_table(&["ACTION", "CHANGE", "FIELDS"], rows);
+            })
+        }
+    }
+}
+
+/// A catalog version argument: a number or `latest` (`None`).
+fn catalog_version(v: &str) -> Result<Option<u64>, Failure> {
+    match v {
+        "latest" => Ok(None),
+        v => v.parse().map(Some).map_err(|_| usage(format!("version must be a number or 'latest', not '{v}'"))),
     }
 }
 
@@ -935,6 +1137,13 @@ pub enum PrincipalCmd {
     },
     /// Take one scope away from the principal.
     RevokeScope {
+        #[arg(long)]
+        tenant: String,
+        principal: String,
+        scope: String,
+    },
+    /// Grant one more scope to the principal (new tokens may carry it).
+    GrantScope {
         #[arg(long)]
         tenant: String,
         principal: String,
@@ -1295,6 +1504,9 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                 PrincipalCmd::Revoke { tenant, principal, note } => {
                     c.revoke_principal(tenant, principal, &RevokePrincipalRequest { note: note.clone() }).await
                 }
+                PrincipalCmd::GrantScope { tenant, principal, scope } => {
+                    c.grant_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
+                }
                 PrincipalCmd::RevokeScope { tenant, principal, scope } => {
                     c.revoke_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
                 }
@@ -1371,6 +1583,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Audit(cmd) => audit_cmd(c, out, cmd).await,
         Noun::Executor(cmd) => executor_cmd(c, out, cmd).await,
         Noun::Operation(cmd) => operation_cmd(c, out, cmd).await,
+        Noun::Work(cmd) => work_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
                 let request = CreateTenantRequest { name: a.name.clone(), display_name: a.display_name.clone() };

@@ -16,5 +16,6 @@ mod operations;
 pub mod service;
 pub mod signing;
 mod tokens;
+mod work;
 
 pub use service::{router, AdminConfig};

@@ -36,7 +36,8 @@ fn params(names: &[&str]) -> Value {
                     "principal" => "agent-1",
                     "site" => "plant-1",
                     "device" => "press-1",
-                    "version" => "latest",
+                    "work" => "wo-1",
+                    "version" | "to" => "latest",
                     _ => "unknown",
                 };
                 json!({"name": n, "in": "path", "required": true, "description": format!("{n} id or name"),
@@ -132,6 +133,7 @@ fn paths() -> Value {
             "/v1/tenants/{tenant}/principals/{principal}": {"parameters": params(&["tenant", "principal"]), "get": op("Show a principal (id or name)", None, "Principal")},
             "/v1/tenants/{tenant}/principals/{principal}/revoke": {"parameters": params(&["tenant", "principal"]), "post": op("Revoke a principal", None, "Principal")},
             "/v1/tenants/{tenant}/principals/{principal}/scopes/revoke": {"parameters": params(&["tenant", "principal"]), "post": op("Revoke one scope of a principal", Some("RevokeScope"), "Principal")},
+            "/v1/tenants/{tenant}/principals/{principal}/scopes/grant": {"parameters": params(&["tenant", "principal"]), "post": op("Grant one more scope to a principal (lifts its revocation; a broader revocation stays)", Some("RevokeScope"), "Principal")},
             "/v1/tenants/{tenant}/principals/{principal}/quotas": {"parameters": params(&["tenant", "principal"]),
                 "get": op("A principal's own quotas (its tenant's apply on top)", None, "PrincipalQuotas"),
                 "put": op("Replace a principal's own quotas ({} clears them)", Some("PrincipalQuotasSpec"), "PrincipalQuotas")},
@@ -155,6 +157,7 @@ fn paths() -> Value {
                 "get": op("Catalog versions kept, newest first", None, "CatalogList"),
                 "post": created("Publish a catalog as the next version (200 when identical to the newest)", Some("CatalogDocument"), "CatalogVersion")},
             "/v1/tenants/{tenant}/catalogs/{version}": {"parameters": params(&["tenant", "version"]), "get": op("One catalog version (a number or `latest`)", None, "CatalogVersion")},
+            "/v1/tenants/{tenant}/catalogs/{version}/diff/{to}": {"parameters": params(&["tenant", "version", "to"]), "get": op("What changed from one catalog version to another (numbers or `latest`): actions added, removed, changed by field", None, "CatalogDiff")},
             "/v1/tenants/{tenant}/audit": {"parameters": tenant_param, "get": {"summary": "A page of audit records, oldest first (stable cursors)",
                 "parameters": audit_params(true), "responses": ok_or_errors("AuditPage")}},
             "/v1/tenants/{tenant}/audit/export": {"parameters": tenant_param, "get": {"summary": "Every matching audit record as streamed NDJSON",
@@ -183,6 +186,18 @@ fn paths() -> Value {
                     {"name": "stale", "in": "query", "schema": {"type": "boolean"}}],
                     "responses": {"200": {"description": "OK"}, "404": {"description": "No such tenant, device or principal"}}}},
             "/v1/tenants/{tenant}/operations/{operation}": {"parameters": params(&["tenant", "operation"]), "get": op("Show an operation", None, "Operation")},
+            "/v1/tenants/{tenant}/operations/{operation}/history": {"parameters": params(&["tenant", "operation"]), "get": op("An operation with its transitions, oldest first (cause, reason code, ledger time, revision, trace id)", None, "OperationHistory")},
+            "/v1/tenants/{tenant}/work": {"parameters": tenant_param,
+                "post": created("Create a work item (revision 1, open) with its approved scope", Some("CreateWork"), "WorkItem"),
+                "get": {"summary": "A tenant's work items by id", "parameters": [
+                    {"name": "state", "in": "query", "schema": {"type": "string", "enum": ["open", "completed", "cancelled"]}},
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "stale", "in": "query", "schema": {"type": "boolean"}}],
+                    "responses": ok_or_errors("WorkList")}},
+            "/v1/tenants/{tenant}/work/{work}": {"parameters": params(&["tenant", "work"]),
+                "get": op("Show a work item", None, "WorkItem"),
+                "patch": op("Change a work item (its next revision; STALE_REVISION unless at expected_revision) or close it", Some("ReviseWork"), "WorkItem")},
             "/v1/tenants/{tenant}/operations/{operation}/cancel": {"parameters": params(&["tenant", "operation"]), "post": op("Cancel an operation no attempt has started for", None, "Operation")},
             "/v1/tenants/{tenant}/operations/{operation}/accept": {"parameters": params(&["tenant", "operation"]), "post": op("Accept a reported effect (needs an independent observation)", Some("OperationDecision"), "Operation")},
             "/v1/tenants/{tenant}/operations/{operation}/reject": {"parameters": params(&["tenant", "operation"]), "post": op("Reject a reported effect", Some("OperationDecision"), "Operation")},
@@ -246,6 +261,32 @@ fn schemas() -> Value {
             "outcome": {"enum": ["effect", "no_effect"]}, "note": {"type": "string"}}},
         "Operation": {"type": "object", "required": ["tenant_id", "spec", "state"], "properties": {
             "tenant_id": {"type": "string"}, "spec": {"type": "object"}, "state": {"type": "string"}}},
+        "OperationHistory": {"type": "object", "required": ["operation", "transitions"], "properties": {
+            "operation": {"$ref": "#/components/schemas/Operation"}, "transitions": {"type": "array", "items": {"type": "object", "required": ["to", "cause", "at_ms", "revision", "trace_id"], "properties": {
+                "from": {"type": ["string", "null"]}, "to": {"type": "string"}, "cause": {"type": "string"}, "reason": {"type": ["string", "null"]},
+                "at_ms": {"type": "integer"}, "revision": {"type": "integer"}, "trace_id": {"type": "string"}}}}}},
+        "WorkScope": {"type": "object", "additionalProperties": false, "required": ["actions"], "properties": {
+            "actions": {"type": "array", "minItems": 1, "maxItems": 64, "items": {"type": "string", "minLength": 1, "maxLength": 128}},
+            "devices": {"type": "array", "maxItems": 64, "items": {"type": "string", "minLength": 1, "maxLength": 128}, "description": "device ids or names"},
+            "cost_ceiling": {"type": ["integer", "null"], "minimum": 0}}},
+        "CreateWork": {"type": "object", "additionalProperties": false, "required": ["id", "title", "owner", "scope"], "properties": {
+            "id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$"}, "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "owner": {"type": "string", "minLength": 1, "maxLength": 200}, "scope": {"$ref": "#/components/schemas/WorkScope"}}},
+        "ReviseWork": {"type": "object", "additionalProperties": false, "properties": {
+            "expected_revision": {"type": ["integer", "null"], "minimum": 1}, "title": {"type": ["string", "null"], "minLength": 1, "maxLength": 200},
+            "owner": {"type": ["string", "null"], "minLength": 1, "maxLength": 200}, "scope": {"$ref": "#/components/schemas/WorkScope"},
+            "state": {"enum": ["completed", "cancelled", null]}, "note": {"type": ["string", "null"], "maxLength": 500}}},
+        "WorkItem": {"type": "object", "required": ["id", "revision", "state", "scope", "operations"], "properties": {
+            "id": {"type": "string"}, "revision": {"type": "integer"}, "state": {"enum": ["open", "completed", "cancelled"]},
+            "title": {"type": "string"}, "owner": {"type": "string"}, "scope": {"type": "object"}, "cost_used": {"type": "integer"},
+            "operations": {"type": "array", "items": {"type": "string"}}}},
+        "CatalogDiff": {"type": "object", "required": ["from", "to", "added", "removed", "changed"], "properties": {
+            "from": {"type": "integer"}, "to": {"type": "integer"},
+            "added": {"type": "array", "items": {"type": "string"}}, "removed": {"type": "array", "items": {"type": "string"}},
+            "changed": {"type": "array", "items": {"type": "object", "required": ["id", "fields"], "properties": {
+                "id": {"type": "string"}, "fields": {"type": "array", "items": {"type": "string"}}}}}}},
+        "WorkList": {"type": "object", "required": ["work"], "properties": {"work": {"type": "array", "items": {"$ref": "#/components/schemas/WorkItem"}},
+            "next_cursor": {"type": ["string", "null"]}}},
         "RevokeScope": {"type": "object", "additionalProperties": false, "required": ["scope"], "properties": {"scope": {"type": "string"}}},
         "Principal": {"type": "object"},
         "CreateSite": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {

@@ -8,7 +8,9 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use writ_api::dto::{DecisionRequest, OperationFilter, OperationList, Query as LedgerQuery, ResolveRequest};
+use writ_api::dto::{
+    DecisionRequest, OperationFilter, OperationHistory, OperationList, Query as LedgerQuery, ResolveRequest,
+};
 use writ_api::ledger::Command;
 use writ_api::operation::{Operation, OperationState, Verdict};
 
@@ -22,6 +24,7 @@ pub(crate) fn routes() -> Router<Shared> {
     Router::new()
         .route("/v1/tenants/{tenant}/operations", get(list))
         .route("/v1/tenants/{tenant}/operations/{operation}", get(show))
+        .route("/v1/tenants/{tenant}/operations/{operation}/history", get(history))
         .route("/v1/tenants/{tenant}/operations/{operation}/cancel", post(cancel))
         .route("/v1/tenants/{tenant}/operations/{operation}/accept", post(accept))
         .route("/v1/tenants/{tenant}/operations/{operation}/reject", post(reject))
@@ -101,6 +104,14 @@ async fn show(
 ) -> Result<Json<Operation>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
     Ok(Json(find(&st, t.id, operation).await?))
+}
+
+async fn history(
+    State(st): State<Shared>,
+    Path((tenant, operation)): Path<(String, String)>,
+) -> Result<Json<OperationHistory>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(query(&st, LedgerQuery::GetOperationHistory { tenant_id: t.id, operation_id: operation }, false).await?))
 }
 
 async fn cancel(

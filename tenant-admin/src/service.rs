@@ -94,6 +94,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}/principals/{principal}", get(show_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/revoke", post(revoke_principal))
         .route("/v1/tenants/{tenant}/principals/{principal}/scopes/revoke", post(revoke_scope))
+        .route("/v1/tenants/{tenant}/principals/{principal}/scopes/grant", post(grant_scope))
         .route("/v1/tenants/{tenant}/principals/{principal}/quotas", get(get_quotas).put(set_quotas))
         .merge(crate::tokens::routes())
         .merge(crate::credentials::routes())
@@ -101,6 +102,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::audit::routes())
         .merge(crate::enroll::operator_routes())
         .merge(crate::operations::routes())
+        .merge(crate::work::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .merge(crate::enroll::public_routes())
         .route("/v1/openapi.json", get(openapi))
@@ -366,6 +368,19 @@ async fn revoke_scope(
     let t = find_tenant(&st, tenant).await?;
     let p = find_principal(&st, t.id.clone(), principal).await?;
     submit(&st, Command::RevokeScope { tenant_id: t.id.clone(), principal_id: p.id.clone(), scope: b.scope }).await?;
+    Ok(Json(find_principal(&st, t.id, p.id).await?))
+}
+
+/// `POST …/principals/{p}/scopes/grant`: one more scope (the body is a [`RevokeScopeRequest`]'s
+/// shape: `{"scope": …}`).
+async fn grant_scope(
+    State(st): State<Shared>,
+    Path((tenant, principal)): Path<(String, String)>,
+    ValidJson(b): ValidJson<RevokeScopeRequest>,
+) -> Result<Json<Principal>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let p = find_principal(&st, t.id.clone(), principal).await?;
+    submit(&st, Command::GrantScope { tenant_id: t.id.clone(), principal_id: p.id.clone(), scope: b.scope }).await?;
     Ok(Json(find_principal(&st, t.id, p.id).await?))
 }
 

@@ -92,5 +92,19 @@ async fn publish_checks_versions_and_digests() {
     let (code, _, err) = run_cli(&url, &["catalog", "show", "--tenant", "cat-a", "9"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("CATALOG_NOT_FOUND"), "{err}");
+    // Issue 21: what changed between versions — v1 → v2 dropped list_jobs; v2 → v3 (the newest)
+    // replaced read_temp by move_arm; v1 → v1 is no change.
+    let (code, out, err) = run_cli(&url, &["catalog", "diff", "--tenant", "cat-a", "1", "2", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let diff: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(diff, json!({"from": 1, "to": 2, "added": [], "removed": ["list_jobs"], "changed": []}));
+    let (code, out, err) = run_cli(&url, &["catalog", "diff", "--tenant", "cat-a", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("version 2 → 3") && out.contains("move_arm") && out.contains("added"), "{out}");
+    assert!(out.contains("read_temp") && out.contains("removed"), "{out}");
+    let same = admin.get(&url, &format!("{}/1/diff/1", path(&tenants[0]))).await.unwrap();
+    assert_eq!(same["changed"], json!([]), "{same}");
+    let (code, _, err) = run_cli(&url, &["catalog", "diff", "--tenant", "cat-a", "9"]);
+    assert!(code == 1 && err.contains("CATALOG_NOT_FOUND"), "{err}");
     node.shutdown().await;
 }

@@ -220,9 +220,42 @@ async fn reservations_fencing_deadlines_and_refusals() {
     let hurried = op_id(&w.execute(&agent, json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-1", "deadline_s": 10})).await);
     let failed = w.wait_state(&agent, &hurried, "failed").await;
     assert_eq!(failed["attempts"], 0, "{failed}");
-    let closed = json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-2", "preconditions": {"door": "closed"}});
-    let unmet = op_id(&w.execute(&agent, closed).await);
-    w.wait_state(&agent, &unmet, "failed").await;
+    assert_eq!(failed["reason"], "DEADLINE_EXCEEDED", "the executor's refusal says why: {failed}");
+    // Issue 21: a precondition refusal reaches the agent as PRECONDITION_FAILED — in the answer
+    // of a call that waits, in the readback, and in the operation resource's history.
+    let closed = json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-2",
+                        "preconditions": {"door": "closed"}, "wait_s": 20});
+    let answer = w.execute(&agent, closed).await;
+    let unmet = op_id(&answer);
+    assert_eq!(
+        (answer["structuredContent"]["state"].as_str(), reason(&answer).as_str()),
+        (Some("failed"), "PRECONDITION_FAILED"),
+        "{answer}"
+    );
+    let read = w.readback(&agent, &unmet).await;
+    assert_eq!(read["reason"], "PRECONDITION_FAILED", "{read}");
+    let steps: Vec<(String, String)> = read["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["to"].as_str().unwrap().to_string(), t["reason"].as_str().unwrap_or("-").to_string()))
+        .collect();
+    let want = [("verified", "-"), ("reserved", "-"), ("dispatched", "-"), ("failed", "PRECONDITION_FAILED")];
+    assert_eq!(steps, want.map(|(a, b)| (a.to_string(), b.to_string())), "{read}");
+    let (_, _, resource) =
+        rpc(w.mcp(), Some(&agent), "resources/read", json!({"uri": format!("writ://operations/{unmet}")})).await;
+    let text = resource["result"]["contents"][0]["text"].as_str().unwrap_or_else(|| panic!("{resource}"));
+    let shown: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(shown["operation"]["state"], "failed");
+    let transitions = shown["transitions"].as_array().unwrap();
+    assert_eq!(transitions.len(), 4, "{shown}");
+    assert!(transitions.iter().all(|t| t["at_ms"].as_u64() > Some(0) && !t["trace_id"].as_str().unwrap().is_empty()));
+    assert!(transitions[3]["cause"].as_str().unwrap().contains("precondition door=closed not met"), "{shown}");
+    // Without ops:read the resource does not exist for the caller.
+    let reader = w.principal("reader", &["resources:read"]).await;
+    let (_, _, hidden) =
+        rpc(w.mcp(), Some(&reader), "resources/read", json!({"uri": format!("writ://operations/{unmet}")})).await;
+    assert_eq!(hidden["error"]["data"]["reason"], "RESOURCE_NOT_FOUND", "{hidden}");
     let open = json!({"action": "home_press", "input": {}, "device": "press-c", "idempotency_key": "c-3", "preconditions": {"door": "open"}});
     let met = op_id(&w.execute(&agent, open).await);
     w.wait_state(&agent, &met, "effect_reported").await;
@@ -998,4 +1031,121 @@ async fn an_executor_serves_health_readiness_and_metrics() {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
     x.kill();
+}
+
+/// Issue 21: work items through the CLI, operations held to a work item's revision and approved
+/// scope at the agent's MCP boundary, the item read by agents as a resource, and closing it
+/// recorded with its operations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_items_hold_operations_to_their_revision_and_scope() {
+    let w = World::start().await;
+    for d in ["press-w1", "press-w2"] {
+        w.device(d).await;
+    }
+    let mut x = w
+        .executor("worker-x", &["press-w1", "press-w2"], "kind = \"simulated\"\nattempts_file = \"attempts.log\"")
+        .await;
+    x.start();
+    let (code, out, err) = w.dev.cli(&[
+        "work",
+        "create",
+        "--tenant",
+        "demo",
+        "wo-7",
+        "--title",
+        "Re-home line 2",
+        "--owner",
+        "line 2 lead",
+        "--action",
+        "home_press",
+        "--device",
+        "press-w1",
+        "--cost-ceiling",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("wo-7") && out.contains("open"), "{out}");
+    let scopes = [
+        "tools:list",
+        "tools:call:*",
+        "devices:use:*",
+        "ops:execute",
+        "ops:read",
+        "context:read",
+        "resources:read",
+        "work:read",
+    ];
+    let agent = w.principal("worker", &scopes).await;
+    let mcp = w.mcp().to_string();
+    let read_work = |token: String| {
+        let mcp = mcp.clone();
+        async move { rpc(&mcp, Some(&token), "resources/read", json!({"uri": "writ://work/wo-7"})).await.2 }
+    };
+    let item = read_work(agent.clone()).await;
+    let item: Value = serde_json::from_str(item["result"]["contents"][0]["text"].as_str().expect("work text")).unwrap();
+    assert_eq!((item["revision"].as_u64(), item["state"].as_str()), (Some(1), Some("open")), "{item}");
+    let blind = w.principal("blind", &[]).await; // the full preset holds no work:read
+    let hidden = read_work(blind.clone()).await;
+    assert_eq!(hidden["error"]["data"]["reason"], "RESOURCE_NOT_FOUND", "{hidden}");
+    // An operator grants the scope to the existing principal: its new tokens read the work (its
+    // old token carries what it was issued with).
+    let (code, out, err) = w.dev.cli(&["principal", "grant-scope", "--tenant", "demo", "blind", "work:read"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let token = w
+        .admin
+        .post_ok(w.admin_url(), "/v1/tenants/demo/tokens", json!({"principal": "blind", "audience": w.mcp()}))
+        .await;
+    let seen = read_work(token["token"].as_str().unwrap().to_string()).await;
+    assert!(seen["result"]["contents"][0]["text"].as_str().is_some_and(|t| t.contains("wo-7")), "{seen}");
+    assert_eq!(read_work(blind).await["error"]["data"]["reason"], "RESOURCE_NOT_FOUND");
+
+    let call = |device: &str, key: &str, revision: u64| {
+        json!({"action": "home_press", "input": {}, "device": device, "idempotency_key": key,
+               "work_ref": {"id": "wo-7", "revision": revision}, "wait_s": 20})
+    };
+    let first = w.execute(&agent, call("press-w1", "w-1", 1)).await;
+    assert_eq!(first["structuredContent"]["state"], "effect_reported", "{first}");
+    // The work moves on: a call decided on revision 1 is stale; on revision 2 it is accepted.
+    let (code, out, err) =
+        w.dev.cli(&["work", "update", "--tenant", "demo", "wo-7", "--expected-revision", "1", "--owner", "night lead"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) =
+        w.dev.cli(&["work", "update", "--tenant", "demo", "wo-7", "--expected-revision", "1", "--title", "x"]);
+    assert!(code != 0 && err.contains("STALE_REVISION"), "{err}");
+    assert_eq!(reason(&w.execute(&agent, call("press-w1", "w-2", 1)).await), "STALE_REVISION");
+    let second = w.execute(&agent, call("press-w1", "w-3", 2)).await;
+    assert_eq!(second["structuredContent"]["state"], "effect_reported", "{second}");
+    // Outside the approved scope: another device, another action (proposed), beyond the ceiling.
+    assert_eq!(reason(&w.execute(&agent, call("press-w2", "w-4", 2)).await), "WORK_SCOPE_EXCEEDED");
+    let moved = w
+        .tool(
+            &agent,
+            "operation.propose",
+            json!({"action": "move_press", "input": {"position_mm": 5},
+              "device": "press-w1", "work_ref": {"id": "wo-7", "revision": 2}}),
+        )
+        .await;
+    assert_eq!(reason(&moved), "WORK_SCOPE_EXCEEDED", "{moved}");
+    assert_eq!(reason(&w.execute(&agent, call("press-w1", "w-5", 2)).await), "COST_CEILING_EXCEEDED");
+    assert_eq!(x.attempts().len(), 2, "refused calls never reach the executor");
+    // Closing records its operations; a closed item takes no more.
+    let (code, out, err) =
+        w.dev.cli(&["work", "update", "--tenant", "demo", "wo-7", "--state", "completed", "--note", "done"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, shown, _) = w.dev.cli(&["--output", "json", "work", "show", "--tenant", "demo", "wo-7"]);
+    let shown: Value = serde_json::from_str(&shown).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    assert_eq!(
+        (shown["state"].as_str(), shown["revision"].as_u64(), shown["cost_used"].as_u64()),
+        (Some("completed"), Some(3), Some(2))
+    );
+    assert_eq!(shown["operations"].as_array().unwrap().len(), 2, "{shown}");
+    assert_eq!(reason(&w.execute(&agent, call("press-w1", "w-6", 3)).await), "WORK_STATE_CONFLICT");
+    let (_, listed, _) = w.dev.cli(&["operation", "list", "--tenant", "demo", "--work", "wo-7"]);
+    assert_eq!(listed.lines().filter(|l| l.contains("effect_reported")).count(), 2, "{listed}");
+    let audit = w.audit().await;
+    let closed =
+        audit.iter().find(|r| r["operation"] == "work_revised" && r["detail"].as_str().unwrap().contains("completed"));
+    let closed = closed.expect("closing is audited");
+    assert!(closed["detail"].as_str().unwrap().contains(&op_id(&first)), "{closed}");
+    assert!(audit.iter().any(|r| r["reason_code"] == "STALE_REVISION"), "refusals are audited");
 }

@@ -274,6 +274,16 @@ impl AdminClient {
         self.post(&tenant_path(tenant, &format!("/principals/{}/revoke", encode(principal))), request).await
     }
 
+    /// One more scope for an existing principal (`request` names it).
+    pub async fn grant_scope(
+        &self,
+        tenant: &str,
+        principal: &str,
+        request: &RevokeScopeRequest,
+    ) -> Result<Principal, AdminError> {
+        self.post(&tenant_path(tenant, &format!("/principals/{}/scopes/grant", encode(principal))), request).await
+    }
+
     pub async fn revoke_scope(
         &self,
         tenant: &str,
@@ -422,6 +432,17 @@ impl AdminClient {
         self.get(&tenant_path(tenant, &format!("/catalogs/{version}"))).await
     }
 
+    /// What changed from catalog version `from` to `to` (`None`: the newest).
+    pub async fn diff_catalogs(
+        &self,
+        tenant: &str,
+        from: Option<u64>,
+        to: Option<u64>,
+    ) -> Result<writ_api::catalog::CatalogDiff, AdminError> {
+        let v = |v: Option<u64>| v.map_or_else(|| "latest".to_string(), |v| v.to_string());
+        self.get(&tenant_path(tenant, &format!("/catalogs/{}/diff/{}", v(from), v(to)))).await
+    }
+
     // Audit.
 
     /// One page of the tenant's audit records after the cursor `after`, matching `filter`.
@@ -510,6 +531,48 @@ impl AdminClient {
             pairs.push(("needs_attention", "true".into()));
         }
         self.get(&paged(&tenant_path(tenant, "/operations"), page, &pairs)).await
+    }
+
+    /// An operation's transitions, oldest first.
+    pub async fn operation_history(
+        &self,
+        tenant: &str,
+        operation: &str,
+    ) -> Result<writ_api::dto::OperationHistory, AdminError> {
+        self.get(&tenant_path(tenant, &format!("/operations/{}/history", encode(operation)))).await
+    }
+
+    // Work items.
+
+    pub async fn create_work(
+        &self,
+        tenant: &str,
+        request: &writ_api::dto::CreateWorkRequest,
+    ) -> Result<writ_api::work::WorkItem, AdminError> {
+        self.post(&tenant_path(tenant, "/work"), request).await
+    }
+
+    pub async fn revise_work(
+        &self,
+        tenant: &str,
+        work: &str,
+        request: &writ_api::dto::ReviseWorkRequest,
+    ) -> Result<writ_api::work::WorkItem, AdminError> {
+        self.call(reqwest::Method::PATCH, &tenant_path(tenant, &format!("/work/{}", encode(work))), Some(request)).await
+    }
+
+    pub async fn work(&self, tenant: &str, work: &str) -> Result<writ_api::work::WorkItem, AdminError> {
+        self.get(&tenant_path(tenant, &format!("/work/{}", encode(work)))).await
+    }
+
+    pub async fn list_work(
+        &self,
+        tenant: &str,
+        state: Option<writ_api::work::WorkState>,
+        page: &Page,
+    ) -> Result<writ_api::dto::WorkList, AdminError> {
+        let pairs: Vec<(&str, String)> = state.map(|s| ("state", s.as_str().to_string())).into_iter().collect();
+        self.get(&paged(&tenant_path(tenant, "/work"), page, &pairs)).await
     }
 
     pub async fn operation(&self, tenant: &str, operation: &str) -> Result<Operation, AdminError> {

@@ -15,6 +15,7 @@ mod quota;
 mod site;
 mod tenant;
 mod token;
+pub(crate) mod work;
 
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Audit => audit::decide(state, cmd, now),
         Domain::Quota => quota::decide(state, cmd, now),
         Domain::Operation => operation::decide(state, cmd, now),
+        Domain::Work => work::decide(state, cmd, now),
     }
 }
 

@@ -354,6 +354,7 @@ fn propose(
         return Err(invalid(format!("proposal id '{id}' is taken")));
     }
     let (checked, _) = recheck_authority(state, &tenant.id, spec, now)?;
+    super::work::admits(state, &tenant.id, &checked)?;
     let live: Vec<_> = live.into_iter().flat_map(|m| m.values()).filter(|p| p.expires_at_ms > now).collect();
     let own = live.iter().filter(|p| p.principal_id == spec.principal_id).count();
     if own >= PROPOSALS_PER_PRINCIPAL_MAX || live.len() >= PROPOSALS_PER_TENANT_MAX {
@@ -511,6 +512,7 @@ fn submit(
     // Anything new passes the re-check and the verification rule; its cost is the catalog's.
     let (spec, demands) = recheck_authority(state, tenant_id, spec, now)?;
     let spec = &spec;
+    super::work::admits(state, tenant_id, spec)?;
     if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
         return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
     }
@@ -647,6 +649,27 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 from: Dispatched,
                 to: Failed,
                 cause: format!("refused by executor '{executor_id}' before any attempt: {reason}"),
+            });
+            events.extend(release(op));
+            Ok(events)
+        }
+        Command::RefuseDispatchV2 { operation_id, executor_id, fencing_token, reason, message, .. } => {
+            let op = find(state, tenant_id, operation_id)?;
+            let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
+            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+                return Err(stale(op, *fencing_token));
+            }
+            validate_reason(message)?;
+            if !EXECUTOR_REFUSALS.contains(reason) {
+                let allowed: Vec<&str> = EXECUTOR_REFUSALS.iter().map(|r| r.as_str()).collect();
+                return Err(invalid(format!("an executor refuses with one of {}", allowed.join(", "))));
+            }
+            events.push(Event::OperationRefusedV1 {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                executor_id: executor_id.clone(),
+                reason: *reason,
+                cause: format!("refused by executor '{executor_id}' before any attempt: {reason}: {message}"),
             });
             events.extend(release(op));
             Ok(events)

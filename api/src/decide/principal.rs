@@ -1,4 +1,5 @@
-//! Principals (SPEC D2): creation with a name unique in the tenant, revocation, and taking one scope away.
+//! Principals (SPEC D2): creation with a name unique in the tenant, revocation, and taking one
+//! scope away or granting one more.
 
 use super::prelude::*;
 
@@ -36,6 +37,25 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                 ));
             }
             Ok(vec![Event::ScopeRevokedV1 {
+                tenant_id: tenant_id.clone(),
+                principal_id: principal_id.clone(),
+                scope: scope.clone(),
+            }])
+        }
+        Command::GrantScope { tenant_id, principal_id, scope } => {
+            let p = active_principal(state, tenant_id, principal_id)?;
+            validate_scope(scope)?;
+            if p.scopes.contains(scope) && !p.revoked_scopes.contains(scope) {
+                return Ok(vec![]); // held already: nothing changes
+            }
+            // A broader revocation stays: lifting it would grant more than was asked.
+            if let Some(broader) = p.revoked_scopes.iter().find(|r| *r != scope && scope_covers(r, scope)) {
+                return Err(Rejection::new(
+                    ReasonCode::PRINCIPAL_STATE_CONFLICT,
+                    format!("scope '{broader}' was revoked from principal '{}' and covers '{scope}'", p.name),
+                ));
+            }
+            Ok(vec![Event::ScopeGrantedV1 {
                 tenant_id: tenant_id.clone(),
                 principal_id: principal_id.clone(),
                 scope: scope.clone(),

@@ -77,6 +77,11 @@ fn principal_rules() {
     let mut st = LedgerState::default();
     st.execute(&req(1, create("a", "acme")));
     let cp = |tenant: &str, s: PrincipalSpecV1| Command::CreatePrincipal { tenant_id: tenant.into(), spec: s };
+    let grant = |p: &str, scope: &str| Command::GrantScope {
+        tenant_id: "a".into(),
+        principal_id: p.into(),
+        scope: scope.into(),
+    };
     let cases: Vec<(Command, Option<ReasonCode>)> = vec![
         (cp("zz", spec("p1", "bot", &[])), Some(ReasonCode::TENANT_NOT_FOUND)),
         (cp("a", spec("p1", "bot", &["admin:everything"])), Some(ReasonCode::INPUT_INVALID)),
@@ -96,6 +101,16 @@ fn principal_rules() {
             },
             None,
         ),
+        // A scope granted back lifts its revocation; one under a broader revocation is refused;
+        // a scope held already is no change; a malformed one is refused.
+        (grant("p1", "tools:call:move_arm"), None),
+        (grant("p1", "tools:call:move_arm"), None),
+        (grant("p1", "work:read"), None),
+        (grant("p1", "nope:x"), Some(ReasonCode::INPUT_INVALID)),
+        (grant("nope", "work:read"), Some(ReasonCode::PRINCIPAL_NOT_FOUND)),
+        (grant("p1", "tools:call:*"), None),
+        (Command::RevokeScope { tenant_id: "a".into(), principal_id: "p1".into(), scope: "tools:call:*".into() }, None),
+        (grant("p1", "tools:call:lift"), Some(ReasonCode::PRINCIPAL_STATE_CONFLICT)),
         (
             Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "nope".into(), note: None },
             Some(ReasonCode::PRINCIPAL_NOT_FOUND),
@@ -113,7 +128,9 @@ fn principal_rules() {
     let p = st.principal("a", "bot").expect("principal by name");
     assert_eq!(p.state, PrincipalState::Revoked);
     assert!(p.scopes.contains("ops:read"), "preset scopes are granted");
-    assert!(!p.scopes.contains("tools:call:move_arm") && p.revoked_scopes.contains("tools:call:move_arm"));
+    assert!(p.scopes.contains("tools:call:move_arm") && !p.revoked_scopes.contains("tools:call:move_arm"));
+    assert!(p.scopes.contains("work:read") && p.revoked_scopes.contains("tools:call:*"));
+    assert!(!p.scopes.contains("tools:call:lift"));
     assert!(st.principal("zz", "bot").is_none(), "principals never leak across tenants");
 }
 
