@@ -14,7 +14,6 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::TenantState;
 use crate::principal::{scope_covers, PrincipalState};
 use crate::reason::ReasonCode;
 use crate::rejection::Rejection;
@@ -249,10 +248,7 @@ fn principal_itself(p: &crate::principal::Principal, issuer: &str) -> Result<Aut
 
 fn domain_gate(state: &LedgerState, tenant_id: &str) -> Result<(), Rejection> {
     let tenant = state.tenants.get(tenant_id).ok_or_else(|| invalid("the token's tenant does not exist"))?;
-    if tenant.state == TenantState::Suspended {
-        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
-    }
-    Ok(())
+    tenant.closed().map_or(Ok(()), Err)
 }
 
 fn verify_writ(

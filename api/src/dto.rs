@@ -293,6 +293,20 @@ pub enum Query {
         tenant_id: String,
         operation_id: String,
     },
+    /// An evidence blob of an operation, with its record (the bytes are read from the
+    /// answering node's store).
+    GetEvidence {
+        tenant_id: String,
+        operation_id: String,
+        content_hash: String,
+    },
+}
+
+/// [`Query::GetEvidence`]'s answer: the record and the bytes, base64.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvidenceContent {
+    pub blob: crate::evidence::EvidenceBlobV1,
+    pub content_base64: String,
 }
 
 pub use crate::operation::{OperationFilter, OPERATIONS_SCAN_MAX};
@@ -378,6 +392,7 @@ pub enum QueryResult {
     Work(Box<crate::work::WorkItem>),
     Works { work: Vec<crate::work::WorkItem>, next_cursor: Option<String> },
     History(Box<OperationHistory>),
+    Evidence(Box<EvidenceContent>),
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -425,6 +440,7 @@ answer! {
     crate::work::WorkItem: QueryResult::Work(work) => *work;
     WorkList: QueryResult::Works { work, next_cursor } => WorkList { work, next_cursor };
     OperationHistory: QueryResult::History(history) => *history;
+    EvidenceContent: QueryResult::Evidence(content) => *content;
 }
 
 /// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.

@@ -114,6 +114,17 @@ pub struct AttemptRequest {
     pub lease_ms: u64,
 }
 
+/// `evidence`: a blob the executor captured of its attempt, stored by the ledger (see
+/// [`crate::evidence`]); it is read back at [`crate::evidence::evidence_uri`], which the
+/// executor then names as its report's `evidence_return_ref`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceUpload {
+    pub mime_type: String,
+    pub content_hash: String,
+    pub content_base64: String,
+}
+
 /// `report`: how the attempt ended, with the executor's evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -346,6 +346,22 @@ pub enum Command {
         principal_id: String,
         scope: String,
     },
+    /// Delete a tenant (a tombstone, final): from the entry that applies it, its tokens,
+    /// executors and every change are refused with `TENANT_DELETED`.
+    DeleteTenant {
+        tenant_id: String,
+        note: Option<String>,
+    },
+    /// Store an evidence blob of an operation (see `crate::evidence`): the ledger keeps its
+    /// record, each node its bytes.
+    StoreEvidence {
+        tenant_id: String,
+        operation_id: String,
+        mime_type: String,
+        content_hash: String,
+        content_base64: String,
+        by: crate::evidence::Uploader,
+    },
 }
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
@@ -371,7 +387,8 @@ impl Command {
             Command::CreateTenant { .. }
             | Command::SuspendTenant { .. }
             | Command::ResumeTenant { .. }
-            | Command::SetTenantSettings { .. } => Domain::Tenant,
+            | Command::SetTenantSettings { .. }
+            | Command::DeleteTenant { .. } => Domain::Tenant,
             Command::CreatePrincipal { .. }
             | Command::RevokePrincipal { .. }
             | Command::RevokeScope { .. }
@@ -410,6 +427,7 @@ impl Command {
             | Command::ExpireDue { .. }
             | Command::RefuseDispatch { .. }
             | Command::RefuseDispatchV2 { .. }
+            | Command::StoreEvidence { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
             Command::CreateWork { .. } | Command::ReviseWork { .. } => Domain::Work,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
@@ -429,6 +447,9 @@ impl Command {
             Command::AnswerInputs { by_principal_id, .. } => Some((by_principal_id, EXECUTE_SCOPE)),
             Command::CancelOperation { by_principal_id, .. } => Some((by_principal_id, CANCEL_SCOPE)),
             Command::RecordObservation { observer_id, .. } => Some((observer_id, OBSERVE_SCOPE)),
+            Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
+                Some((principal_id, OBSERVE_SCOPE))
+            }
             Command::DecideOperation { by_principal_id, .. } => Some((by_principal_id, DECIDE_SCOPE)),
             _ => None,
         }
@@ -448,8 +469,28 @@ impl Command {
             | Command::CancelOperation { operation_id, .. }
             | Command::RefuseDispatch { operation_id, .. }
             | Command::RefuseDispatchV2 { operation_id, .. }
+            | Command::StoreEvidence { operation_id, .. }
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.operation_id(),
+            _ => None,
+        }
+    }
+
+    /// The bytes this command stores once `outcome` applied it — a `StoreEvidence`, bare or on a
+    /// principal's behalf, with its request's decision — keyed by
+    /// [`crate::evidence::blob_key`]: what a node writes beside the state (its content was
+    /// checked by `decide`; a retried upload writes the same bytes again).
+    pub fn stored_blob(&self, outcome: &Outcome) -> Option<(Vec<u8>, Vec<u8>)> {
+        use base64::Engine;
+        if !matches!(outcome, Outcome::Applied { .. }) {
+            return None;
+        }
+        match self {
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stored_blob(outcome),
+            Command::StoreEvidence { tenant_id, content_hash, content_base64, .. } => {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(content_base64).ok()?;
+                Some((crate::evidence::blob_key(tenant_id, content_hash), bytes))
+            }
             _ => None,
         }
     }
@@ -501,6 +542,9 @@ impl Command {
                 parent_token_id: None,
             },
             Command::Audited { command, .. } => command.subject(),
+            Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
+                principal(principal_id)
+            }
             _ => RejectionSubject::default(),
         }
     }
@@ -553,6 +597,8 @@ impl Command {
             Command::SubmitProposed { .. } => "submit_operation",
             Command::CreateWork { .. } => "create_work",
             Command::GrantScope { .. } => "grant_scope",
+            Command::DeleteTenant { .. } => "delete_tenant",
+            Command::StoreEvidence { .. } => "store_evidence",
             Command::ReviseWork { .. } => "revise_work",
             Command::RefuseDispatchV2 { .. } => "refuse_dispatch",
         }
@@ -602,6 +648,8 @@ impl Command {
             | Command::RetireExecutorCa { tenant_id, .. }
             | Command::CreateWork { tenant_id, .. }
             | Command::GrantScope { tenant_id, .. }
+            | Command::DeleteTenant { tenant_id, .. }
+            | Command::StoreEvidence { tenant_id, .. }
             | Command::ReviseWork { tenant_id, .. }
             | Command::RefuseDispatchV2 { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. }
@@ -896,6 +944,16 @@ pub enum Event {
         principal_id: String,
         scope: String,
     },
+    /// The tenant is a tombstone from here on.
+    TenantDeletedV1 {
+        tenant_id: String,
+        note: Option<String>,
+    },
+    /// An evidence blob is stored (its bytes travelled in the command, not here).
+    EvidenceStoredV1 {
+        tenant_id: String,
+        blob: crate::evidence::EvidenceBlobV1,
+    },
 }
 
 impl Event {
@@ -919,7 +977,8 @@ impl Event {
             | Event::TenantIssuerSetV1 { .. }
             | Event::TenantIssuerRemovedV1 { .. }
             | Event::IssuerTokenRevokedV1 { .. }
-            | Event::ScopeGrantedV1 { .. } => true,
+            | Event::ScopeGrantedV1 { .. }
+            | Event::TenantDeletedV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
             | Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
@@ -953,7 +1012,8 @@ impl Event {
             | Event::ProposalUsedV1 { .. }
             | Event::WorkCreatedV1 { .. }
             | Event::WorkRevisedV1 { .. }
-            | Event::OperationRefusedV1 { .. } => false,
+            | Event::OperationRefusedV1 { .. }
+            | Event::EvidenceStoredV1 { .. } => false,
         }
     }
 
@@ -975,6 +1035,7 @@ impl Event {
             | Event::ExecutorCertRenewedV1 { tenant_id, .. }
             | Event::ExecutorCaRetiredV1 { tenant_id, .. }
             | Event::TenantSuspendedV1 { tenant_id, .. }
+            | Event::TenantDeletedV1 { tenant_id, .. }
             | Event::TenantResumedV1 { tenant_id } => Some(DispatchChange::Tenant { tenant_id: tenant_id.clone() }),
             _ => None,
         }
@@ -1027,6 +1088,8 @@ impl Event {
             Event::ProposalUsedV1 { .. } => "proposal_used",
             Event::WorkCreatedV1 { .. } => "work_created",
             Event::ScopeGrantedV1 { .. } => "scope_granted",
+            Event::TenantDeletedV1 { .. } => "tenant_deleted",
+            Event::EvidenceStoredV1 { .. } => "evidence_stored",
             Event::WorkRevisedV1 { .. } => "work_revised",
             Event::OperationRefusedV1 { .. } => "operation_refused",
         }
@@ -1069,6 +1132,8 @@ pub enum Outcome {
 pub enum TenantState {
     Active,
     Suspended,
+    /// A tombstone: final; nothing of the tenant is served or changed any more.
+    Deleted,
 }
 
 /// The tenant view, derived from tenant events.
@@ -1083,6 +1148,23 @@ pub struct Tenant {
     /// Revision of the last event that changed this tenant.
     pub revision: u64,
     pub settings: TenantSettingsV1,
+}
+
+impl Tenant {
+    /// Why the tenant takes no request now — suspended or deleted — if it takes none: the one
+    /// domain gate every path (tokens, commands, executors) asks.
+    pub fn closed(&self) -> Option<crate::rejection::Rejection> {
+        use crate::rejection::Rejection;
+        match self.state {
+            TenantState::Active => None,
+            TenantState::Suspended => {
+                Some(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", self.name)))
+            }
+            TenantState::Deleted => {
+                Some(Rejection::new(ReasonCode::TENANT_DELETED, format!("tenant '{}' was deleted", self.name)))
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for LedgerRequest {

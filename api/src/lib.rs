@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod decide;
 pub mod device;
 pub mod dto;
+pub mod evidence;
 pub mod executor;
 pub mod ledger;
 pub mod operation;
@@ -112,7 +113,8 @@ pub mod format {
     /// 2: the state is followed by its revocations (`LedgerState::encode`).
     /// 3: then by its live proposals.
     /// 4: then by its work items and operation histories.
-    pub const STATE_FORMAT_VERSION: u32 = 4;
+    /// 5: then by its evidence records.
+    pub const STATE_FORMAT_VERSION: u32 = 5;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

@@ -19,8 +19,8 @@ pub fn page_limit(limit: u32) -> Result<usize, Rejection> {
 pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejection> {
     match query {
         // Audit bodies are not in the state: the node reads them from its store.
-        Query::ListAudit { .. } | Query::RecentAudit { .. } => {
-            Err(Rejection::new(ReasonCode::INTERNAL, "audit pages are answered from the store"))
+        Query::ListAudit { .. } | Query::RecentAudit { .. } | Query::GetEvidence { .. } => {
+            Err(Rejection::new(ReasonCode::INTERNAL, "audit pages and evidence are answered from the store"))
         }
         Query::ListTenants { after, limit } => {
             let (tenants, next_cursor) = state.list_tenants(after.as_deref(), page_limit(limit)?);

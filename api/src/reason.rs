@@ -130,6 +130,8 @@ reason_catalog! {
     WORK_ALREADY_EXISTS = 78, 409, -32009, "A work item with this id already exists in the tenant.";
     WORK_STATE_CONFLICT = 79, 409, -32009, "The work item is closed (completed or cancelled): it takes no operations or changes.";
     WORK_SCOPE_EXCEEDED = 80, 403, -32003, "The action or device is outside the work item's approved scope.";
+    TENANT_DELETED = 81, 410, -32003, "The tenant was deleted: its tokens, executors and changes are refused; its data waits for purge.";
+    EVIDENCE_NOT_FOUND = 82, 404, -32602, "No such evidence blob of this operation in the tenant.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -74,6 +74,8 @@ impl Role {
                         | Command::RenewAttemptLease { .. }
                         | Command::ReportAttempt { .. }
                         | Command::RefuseDispatch { .. }
+                        | Command::RefuseDispatchV2 { .. }
+                        | Command::StoreEvidence { by: crate::evidence::Uploader::Executor { .. }, .. }
                 ) || matches!(
                     // A principal's act only with the authority it was admitted under (the ledger
                     // re-checks it), never bare.
@@ -113,6 +115,7 @@ impl Role {
                     Query::GetOperation { .. }
                         | Query::GetOperationByKey { .. }
                         | Query::GetOperationHistory { .. }
+                        | Query::GetEvidence { .. }
                         | Query::ListAudit { .. }
                         | Query::RecentAudit { .. }
                 )
@@ -226,5 +229,33 @@ mod tests {
         assert!(!Role::Edge.may_submit(&dispatch), "an executor's start claims; edges no longer dispatch");
         let tenants = Query::ListTenants { after: None, limit: 1 };
         assert!(!Role::Edge.may_query(&tenants) && Role::Node.may_query(&tenants));
+        // An executor's coded refusal goes through its edge; work items, grants and deletions
+        // are the operator's.
+        let refusal = Command::RefuseDispatchV2 {
+            tenant_id: "t".into(),
+            operation_id: "o".into(),
+            executor_id: "x".into(),
+            fencing_token: 1,
+            reason: crate::ReasonCode::PRECONDITION_FAILED,
+            message: "door open".into(),
+        };
+        assert!(Role::Edge.may_submit(&refusal));
+        let operators = [
+            Command::CreateWork {
+                tenant_id: "t".into(),
+                work_id: "w".into(),
+                title: "t".into(),
+                owner: "o".into(),
+                scope: Default::default(),
+                by: "p".into(),
+            },
+            Command::GrantScope { tenant_id: "t".into(), principal_id: "p".into(), scope: "ops:read".into() },
+            Command::DeleteTenant { tenant_id: "t".into(), note: None },
+        ];
+        for command in operators {
+            assert!(!Role::Edge.may_submit(&command) && Role::Node.may_submit(&command), "{command:?}");
+        }
+        let history = Query::GetOperationHistory { tenant_id: "t".into(), operation_id: "o".into() };
+        assert!(Role::Edge.may_query(&history), "readback and the operation resource read the history");
     }
 }

@@ -104,6 +104,16 @@ pub struct LedgerState {
     /// recorded under an older format have the history since the upgrade.
     #[serde(skip)]
     pub history: BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>,
+    /// Stored evidence records by tenant id, then [`evidence_slot`] (operation id and content
+    /// hash); the bytes are the node's. Encoded after the histories (state format 5).
+    #[serde(skip)]
+    pub evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
+}
+
+/// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
+/// tenant's blobs of one operation are one range).
+pub fn evidence_slot(operation_id: &str, content_hash: &str) -> String {
+    format!("{operation_id}\u{0}{content_hash}")
 }
 
 /// Indexes that let operation commands, the reaper and dispatchers find their work without
@@ -122,6 +132,8 @@ pub struct OperationIndex {
     /// How many operations of each tenant are in each state (metrics by tenant class: the
     /// `unknown_effect` backlog, what waits for acceptance, what is in flight).
     pub by_state: BTreeMap<String, BTreeMap<OperationState, u64>>,
+    /// Bytes of stored evidence per tenant (its quota, [`crate::evidence`]).
+    pub evidence_bytes: BTreeMap<String, u64>,
 }
 
 impl OperationIndex {
@@ -345,6 +357,7 @@ impl LedgerState {
                 self.set_tenant_state(tenant_id, TenantState::Suspended, env)?
             }
             Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env)?,
+            Event::TenantDeletedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Deleted, env)?,
             Event::CommandRejectedV1 { .. } | Event::CommandRejectedV2 { .. } => {}
             Event::PrincipalCreatedV1 { tenant_id, spec } => {
                 let p = Principal::from_spec(tenant_id, spec, env.at_ms, env.revision);
@@ -568,7 +581,12 @@ impl LedgerState {
             | Event::OperationInputsAnsweredV1 { .. }
             | Event::OperationCancelRequestedV1 { .. }
             | Event::OperationRefusedV1 { .. } => fold_operation(self, env)?,
-            Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => crate::work::fold(self, env)?,
+            Event::EvidenceStoredV1 { tenant_id, blob } => {
+                *self.index.evidence_bytes.entry(tenant_id.clone()).or_default() += blob.size;
+                let slot = evidence_slot(&blob.operation_id, &blob.content_hash);
+                self.evidence.entry(tenant_id.clone()).or_default().insert(slot, blob.clone());
+            }
+            Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => fold_work(self, env)?,
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -716,6 +734,19 @@ impl LedgerState {
         scan_page(works, after, limit, crate::work::WORK_ITEMS_PER_TENANT_MAX, in_state)
     }
 
+    /// An operation's evidence record by content hash ([`crate::dto::Query::GetEvidence`]).
+    pub fn evidence_record(
+        &self,
+        tenant_id: &str,
+        operation_id: &str,
+        content_hash: &str,
+    ) -> Result<&crate::evidence::EvidenceBlobV1, crate::Rejection> {
+        self.evidence.get(tenant_id).and_then(|m| m.get(&evidence_slot(operation_id, content_hash))).ok_or_else(|| {
+            let msg = format!("no evidence {content_hash} of operation '{operation_id}'");
+            crate::Rejection::new(crate::ReasonCode::EVIDENCE_NOT_FOUND, msg)
+        })
+    }
+
     /// An operation's transitions, oldest first (empty for one recorded before histories were).
     pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> &[crate::operation::TransitionV1] {
         self.history.get(tenant_id).and_then(|m| m.get(operation_id)).map_or(&[], Vec::as_slice)
@@ -776,19 +807,23 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 4): format 1's layout, then the revocations (format
-    /// 2), then the proposals (format 3), then the work items and operation histories.
+    /// The canonical encoding (state format 5): format 1's layout, then the revocations (format
+    /// 2), then the proposals (format 3), then the work items and operation histories (format
+    /// 4), then the evidence records.
     pub fn encode(&self) -> Vec<u8> {
-        crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history))
+        crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, &self.evidence))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 4, without the
-    /// work items and histories for 3, without the proposals too for 2, the bare struct for
-    /// 1), bounded like a message ([`crate::decode`]); the indexes are rebuilt.
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 5, without the
+    /// evidence for 4, without the work items and histories too for 3, without the proposals
+    /// too for 2, the bare struct for 1), bounded like a message ([`crate::decode`]); the
+    /// indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
         type Proposals = BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>;
+        type Works = BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>;
+        type History = BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>;
         let mut state = match version {
             1 => crate::decode::<LedgerState>(body).map_err(undecodable)?,
             2 => {
@@ -804,9 +839,7 @@ impl LedgerState {
                 state.proposals = proposals;
                 state
             }
-            _ => {
-                type Works = BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>;
-                type History = BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>;
+            4 => {
                 let (mut state, revocations, proposals, works, history): (
                     LedgerState,
                     crate::revocation::Revocations,
@@ -820,6 +853,23 @@ impl LedgerState {
                 state.history = history;
                 state
             }
+            _ => {
+                type Evidence = BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>;
+                let (mut state, revocations, proposals, works, history, evidence): (
+                    LedgerState,
+                    crate::revocation::Revocations,
+                    Proposals,
+                    Works,
+                    History,
+                    Evidence,
+                ) = crate::decode(body).map_err(undecodable)?;
+                state.revocations = revocations;
+                state.proposals = proposals;
+                state.works = works;
+                state.history = history;
+                state.evidence = evidence;
+                state
+            }
         };
         state.rebuild_index();
         Ok(state)
@@ -830,6 +880,9 @@ impl LedgerState {
         let mut index = OperationIndex::default();
         for op in self.operations.values().flat_map(|m| m.values()) {
             index.update(None, Some(op));
+        }
+        for (tenant, blobs) in &self.evidence {
+            index.evidence_bytes.insert(tenant.clone(), blobs.values().map(|b| b.size).sum());
         }
         self.index = index;
     }
@@ -1060,6 +1113,52 @@ fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), Co
         _ => {}
     }
     record_transition(state, env);
+    Ok(())
+}
+
+/// Folds [`Event::WorkCreatedV1`] and [`Event::WorkRevisedV1`].
+fn fold_work(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
+    use crate::work::{WorkItem, WorkState};
+    match &env.event {
+        Event::WorkCreatedV1 { tenant_id, work_id, title, owner, scope, by } => {
+            let item = WorkItem {
+                id: work_id.clone(),
+                tenant_id: tenant_id.clone(),
+                title: title.clone(),
+                owner: owner.clone(),
+                state: WorkState::Open,
+                revision: 1,
+                scope: scope.clone(),
+                cost_used: 0,
+                operations: Vec::new(),
+                note: String::new(),
+                updated_by: by.clone(),
+                created_at_ms: env.at_ms,
+                updated_at_ms: env.at_ms,
+            };
+            state.works.entry(tenant_id.clone()).or_default().insert(work_id.clone(), item);
+        }
+        Event::WorkRevisedV1 { tenant_id, work_id, revision, change, by, .. } => {
+            let item = state
+                .works
+                .get_mut(tenant_id)
+                .and_then(|m| m.get_mut(work_id))
+                .ok_or_else(|| CorruptEvent::new(env, format!("unknown work item '{work_id}'")))?;
+            if *revision != item.revision + 1 {
+                return Err(CorruptEvent::new(env, format!("work revision gap after {}", item.revision)));
+            }
+            let change = change.clone();
+            item.title = change.title.unwrap_or(std::mem::take(&mut item.title));
+            item.owner = change.owner.unwrap_or(std::mem::take(&mut item.owner));
+            item.scope = change.scope.unwrap_or(std::mem::take(&mut item.scope));
+            item.state = change.state.unwrap_or(item.state);
+            item.note = change.note.unwrap_or_default();
+            item.revision = *revision;
+            item.updated_by = by.clone();
+            item.updated_at_ms = env.at_ms;
+        }
+        _ => {}
+    }
     Ok(())
 }
 

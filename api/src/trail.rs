@@ -101,7 +101,8 @@ fn subject(event: &Event) -> Subject {
         Event::TenantCreatedV1 { .. }
         | Event::TenantSuspendedV1 { .. }
         | Event::TenantResumedV1 { .. }
-        | Event::TenantSettingsChangedV1 { .. } => ("tenant", None, None, None),
+        | Event::TenantSettingsChangedV1 { .. }
+        | Event::TenantDeletedV1 { .. } => ("tenant", None, None, None),
         Event::CommandRejectedV1 { command, .. } => (domain_of_command(command), None, None, None),
         Event::CommandRejectedV2 { command, subject: s, .. } => {
             (domain_of_command(command), s.principal_id.clone(), s.token_id.clone(), s.parent_token_id.clone())
@@ -152,6 +153,12 @@ fn subject(event: &Event) -> Subject {
         }
         Event::OperationRefusedV1 { .. } => ("operation", None, None, None),
         Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => ("work", None, None, None),
+        Event::EvidenceStoredV1 { blob, .. } => match &blob.by {
+            crate::evidence::Uploader::Principal { principal_id } => {
+                ("operation", Some(principal_id.clone()), None, None)
+            }
+            crate::evidence::Uploader::Executor { .. } => ("operation", None, None, None),
+        },
     }
 }
 
@@ -159,6 +166,7 @@ fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
         ("quota", "quota"),
         ("work", "work"),
+        ("evidence", "operation"),
         ("operation", "operation"),
         ("attempt", "operation"),
         ("observation", "operation"),

@@ -4,6 +4,7 @@
 use writ_api::audit::RequestDecisionV1;
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
+use writ_api::evidence::{EvidenceBlobV1, Uploader};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, RejectionSubject};
 use writ_api::operation::{
     AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, ProposalV1, Verdict, WorkRef,
@@ -747,7 +748,35 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "tenant_deleted_v1",
+            req(Command::DeleteTenant { tenant_id: "t-1".into(), note: Some("offboarded".into()) }),
+            Some(env(51, 47, Event::TenantDeletedV1 { tenant_id: "t-1".into(), note: Some("offboarded".into()) })),
+        ),
+        (
+            "evidence_stored_v1",
+            req(Command::StoreEvidence {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                mime_type: "text/plain".into(),
+                content_hash: writ_api::sha256_hex(b"moved"),
+                content_base64: "bW92ZWQ=".into(),
+                by: Uploader::Executor { executor_id: "x-1".into() },
+            }),
+            Some(env(52, 48, Event::EvidenceStoredV1 { tenant_id: "t-1".into(), blob: evidence_blob() })),
+        ),
     ]
+}
+
+fn evidence_blob() -> EvidenceBlobV1 {
+    EvidenceBlobV1 {
+        content_hash: writ_api::sha256_hex(b"moved"),
+        operation_id: "op-1".into(),
+        mime_type: "text/plain".into(),
+        size: 5,
+        by: Uploader::Principal { principal_id: "p-1".into() },
+        at_ms: 1_700_000_000_000,
+    }
 }
 
 fn work_scope() -> WorkScopeV1 {
@@ -942,6 +971,8 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "work_revised_v1",
             "operation_refused_v1",
             "scope_granted_v1",
+            "tenant_deleted_v1",
+            "evidence_stored_v1",
         ],
     ),
     (
@@ -954,9 +985,24 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "work_revised_v1",
             "operation_refused_v1",
             "scope_granted_v1",
+            "tenant_deleted_v1",
+            "evidence_stored_v1",
         ],
     ),
-    (3, &["requests_decided_v1", "work_created_v1", "work_revised_v1", "operation_refused_v1", "scope_granted_v1"]),
+    (
+        3,
+        &[
+            "requests_decided_v1",
+            "work_created_v1",
+            "work_revised_v1",
+            "operation_refused_v1",
+            "scope_granted_v1",
+            "tenant_deleted_v1",
+            "evidence_stored_v1",
+        ],
+    ),
+    (4, &["tenant_deleted_v1", "evidence_stored_v1"]),
+    (5, &["tenant_deleted_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -979,6 +1025,12 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
             trace_id: "trace-1".into(),
         };
         state.history.entry("t-1".into()).or_default().insert("op-1".into(), vec![step]);
+    }
+    if format >= 5 {
+        // Likewise a stored blob's record.
+        let slot = writ_api::state::evidence_slot("op-1", &evidence_blob().content_hash);
+        state.evidence.entry("t-1".into()).or_default().insert(slot, evidence_blob());
+        state.rebuild_index();
     }
     state
 }

@@ -31,10 +31,10 @@ use tokio::sync::broadcast::error::RecvError;
 use writ_api::audit::RequestDecisionV1;
 use writ_api::dto::{ErrorBody, SubmitRequest};
 use writ_api::executor::{
-    AttemptRequest, Dispatch, DispatchFrame, ForwardedRenewal, OperationStatus, RefuseRequest, RenewRequest,
-    ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
+    AttemptRequest, Dispatch, DispatchFrame, EvidenceUpload, ForwardedRenewal, OperationStatus, RefuseRequest,
+    RenewRequest, ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
 };
-use writ_api::ledger::{Command, DispatchChange, Outcome, TenantState};
+use writ_api::ledger::{Command, DispatchChange, Outcome};
 use writ_api::operation::{Operation, OperationState};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
@@ -169,8 +169,8 @@ fn identify(state: &LedgerState, cert_der: &[u8], now: u64) -> Result<Identity, 
     if not_after_ms <= now {
         return Err(refused(Some(tenant_id.clone()), ReasonCode::EXECUTOR_CERT_REFUSED, "the certificate has expired"));
     }
-    if state.tenants.get(tenant_id).is_some_and(|t| t.state == TenantState::Suspended) {
-        return Err(refused(Some(tenant_id.clone()), ReasonCode::TENANT_SUSPENDED, "the tenant is suspended"));
+    if let Some(closed) = state.tenants.get(tenant_id).and_then(|t| t.closed()) {
+        return Err(refused(Some(tenant_id.clone()), closed.reason, &closed.message));
     }
     Ok(Identity {
         tenant_id: tenant_id.clone(),
@@ -291,6 +291,7 @@ impl ExecutorGate {
             .route(&format!("{OPERATIONS_PATH}/{{id}}/renew"), post(renew))
             .route(&format!("{OPERATIONS_PATH}/{{id}}/report"), post(report))
             .route(&format!("{OPERATIONS_PATH}/{{id}}/refuse"), post(refuse))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}/evidence"), post(evidence))
             .with_state(self.clone())
     }
 
@@ -479,6 +480,26 @@ async fn refuse(
             fencing_token: b.fencing_token,
             reason: b.reason,
         },
+    })
+    .await
+}
+
+/// `POST …/operations/{id}/evidence`: a blob of the executor's own attempt, stored by the ledger.
+async fn evidence(
+    State(g): State<ExecutorGate>,
+    Extension(peer): Extension<ExecutorPeer>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    attempt_call(g, peer, id, "executor/evidence", body, |who, operation_id, b: EvidenceUpload| {
+        Command::StoreEvidence {
+            tenant_id: who.tenant_id.clone(),
+            operation_id,
+            mime_type: b.mime_type,
+            content_hash: b.content_hash,
+            content_base64: b.content_base64,
+            by: writ_api::evidence::Uploader::Executor { executor_id: who.executor_id.clone() },
+        }
     })
     .await
 }

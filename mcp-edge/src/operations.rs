@@ -117,11 +117,16 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                 summary) to an attempted operation. An effect is accepted only with an observation by someone other \
                 than the principal that asked for it.",
             "inputSchema": {"type": "object", "additionalProperties": false,
-                "required": ["operation_id", "content_hash", "evidence_return_ref"],
+                "required": ["operation_id", "content_hash"],
+                "oneOf": [{"required": ["evidence_return_ref"]}, {"required": ["content_base64"]}],
                 "properties": {
                     "operation_id": {"type": "string"},
                     "content_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                     "evidence_return_ref": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "content_base64": {"type": "string", "maxLength": writ_api::evidence::EVIDENCE_BYTES_MAX.div_ceil(3) * 4,
+                        "description": "the captured content itself: Writ stores it and the observation points at \
+                            writ://operations/{id}/evidence/{content_hash}"},
+                    "mime_type": {"enum": writ_api::evidence::EVIDENCE_MIME_TYPES},
                     "summary": {"type": "string", "maxLength": 2000}
                 }},
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
@@ -866,9 +871,29 @@ async fn act(c: &Call<'_>, operation_id: &str, command: Command) -> Result<Value
 /// `observation.capture`: the caller's observation, linked to the operation.
 pub async fn observe(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
     let operation_id = args["operation_id"].as_str().unwrap_or_default();
+    let content_hash = args["content_hash"].as_str().unwrap_or_default().to_string();
+    // Content given: the ledger stores it, and the observation names where it is read.
+    let stored = match args["content_base64"].as_str() {
+        Some(content) => {
+            let upload = Command::StoreEvidence {
+                tenant_id: c.authority.tenant_id.clone(),
+                operation_id: operation_id.to_string(),
+                mime_type: args["mime_type"].as_str().unwrap_or("application/octet-stream").to_string(),
+                content_hash: content_hash.clone(),
+                content_base64: content.to_string(),
+                by: writ_api::evidence::Uploader::Principal { principal_id: c.authority.principal_id.clone() },
+            };
+            if let Err(refusal) = submit_act(c, upload).await? {
+                return Ok(refused(&refusal));
+            }
+            Some(writ_api::evidence::evidence_uri(operation_id, &content_hash))
+        }
+        None => None,
+    };
+    let given = args["evidence_return_ref"].as_str().unwrap_or_default().to_string();
     let evidence = writ_api::operation::EvidenceV1 {
-        content_hash: args["content_hash"].as_str().unwrap_or_default().to_string(),
-        evidence_return_ref: args["evidence_return_ref"].as_str().unwrap_or_default().to_string(),
+        content_hash,
+        evidence_return_ref: stored.unwrap_or(given),
         summary: args["summary"].as_str().unwrap_or_default().to_string(),
     };
     let command = Command::RecordObservation {

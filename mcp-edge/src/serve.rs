@@ -587,6 +587,9 @@ async fn read_scoped(c: &Call<'_>, uri: &str) -> Result<Value, RpcError> {
     let json_contents = |text: String| {
         Ok(listed(json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]}), None, 0))
     };
+    if let Some((id, hash)) = uri.strip_prefix(OPERATIONS_URI).and_then(|rest| rest.split_once("/evidence/")) {
+        return read_evidence(c, uri, id, hash).await;
+    }
     if let Some(id) = uri.strip_prefix(OPERATIONS_URI) {
         let tenant_id = c.authority.tenant_id.clone();
         let query = writ_api::dto::Query::GetOperationHistory { tenant_id, operation_id: id.to_string() };
@@ -604,6 +607,38 @@ async fn read_scoped(c: &Call<'_>, uri: &str) -> Result<Value, RpcError> {
         return json_contents(serde_json::to_string(&item).map_err(|_| internal("a work item does not serialize"))?);
     }
     read_audit(c).await
+}
+
+/// `writ://operations/{id}/evidence/{hash}`: the blob from the ledger's store, as text for
+/// text and JSON (when it is UTF-8), else as base64 `blob`, with its media type.
+async fn read_evidence(c: &Call<'_>, uri: &str, operation_id: &str, hash: &str) -> Result<Value, RpcError> {
+    let query = writ_api::dto::Query::GetEvidence {
+        tenant_id: c.authority.tenant_id.clone(),
+        operation_id: operation_id.to_string(),
+        content_hash: hash.to_string(),
+    };
+    let found: Result<writ_api::dto::EvidenceContent, _> =
+        writ_client::query_as(c.edge.ledger.as_ref(), query, Default::default()).await;
+    let content = match found {
+        Ok(content) => content,
+        Err(e) if e.reason == ReasonCode::EVIDENCE_NOT_FOUND => return Err(resource_not_found(uri)),
+        Err(e) => return Err(RpcError::rejected(&e)),
+    };
+    let mime = content.blob.mime_type.as_str();
+    let texty = mime.starts_with("text/") || mime == "application/json";
+    let text = texty
+        .then(|| {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(&content.content_base64).ok()?;
+            String::from_utf8(bytes).ok()
+        })
+        .flatten();
+    let item = match text {
+        Some(text) => json!({"uri": uri, "mimeType": mime, "text": text}),
+        None => json!({"uri": uri, "mimeType": mime, "blob": content.content_base64}),
+    };
+    let meta = json!({"size": content.blob.size, "uploadedBy": content.blob.by, "atMs": content.blob.at_ms});
+    Ok(listed(json!({"contents": [item], "_meta": {"writ/evidence": meta}}), None, 0))
 }
 
 /// `writ://audit/recent`: read from the ledger (the replica keeps no audit trail).
@@ -726,6 +761,9 @@ fn resource_templates(c: &Call<'_>) -> Value {
         templates.push(json!({"uriTemplate": format!("{OPERATIONS_URI}{{id}}"), "name": "operation",
             "description": "An operation of your tenant with every transition (cause, reason, time, trace id)",
             "mimeType": "application/json"}));
+        templates.push(json!({"uriTemplate": format!("{OPERATIONS_URI}{{id}}/evidence/{{hash}}"), "name": "evidence",
+            "description": format!("An evidence blob of an operation by its sha256 (at most {} bytes)",
+                writ_api::evidence::EVIDENCE_BYTES_MAX)}));
     }
     if c.authority.require(writ_api::work::WORK_READ_SCOPE).is_ok() {
         templates.push(json!({"uriTemplate": format!("{WORK_URI}{{id}}"), "name": "work",

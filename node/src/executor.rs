@@ -173,11 +173,21 @@ pub struct ExecutorConfig {
     /// logged as `probes listening`). Off when absent.
     #[serde(default)]
     pub probe_listen: Option<std::net::SocketAddr>,
+    /// Store each attempt's output in the ledger's evidence store before reporting (its
+    /// report's `evidence_return_ref` is then `writ://operations/{id}/evidence/{hash}`, which
+    /// agents read with `ops:read`); `false`: only its hash and a summary travel, and the ref
+    /// names this executor. Default true.
+    #[serde(default = "default_true")]
+    pub upload_evidence: bool,
     pub handler: HandlerConfig,
 }
 
 fn default_lease_ms() -> u64 {
     5_000
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl ExecutorConfig {
@@ -887,11 +897,37 @@ impl Executor {
         self.report(edge, &id, d.fencing_token, outcome, output).await;
     }
 
-    /// Reports an attempt's outcome with its output as evidence.
+    /// Stores `output` in the ledger's evidence store; where it is read, if it was stored.
+    async fn upload(&self, edge: &str, id: &str, output: &str) -> Option<String> {
+        if !self.cfg.upload_evidence || output.is_empty() || output.len() > writ_api::evidence::EVIDENCE_BYTES_MAX {
+            return None;
+        }
+        let content_hash = hex::encode(Sha256::digest(output.as_bytes()));
+        let upload = writ_api::executor::EvidenceUpload {
+            mime_type: if serde_json::from_str::<serde_json::Value>(output).is_ok() {
+                "application/json"
+            } else {
+                "text/plain"
+            }
+            .into(),
+            content_base64: writ_api::evidence::to_base64(output.as_bytes()),
+            content_hash: content_hash.clone(),
+        };
+        match self.post_any(edge, id, "evidence", &upload).await {
+            Ok(_) => Some(writ_api::evidence::evidence_uri(id, &content_hash)),
+            Err(e) => {
+                tracing::warn!(operation = %id, error = %e, "evidence not stored; reporting its hash only");
+                None
+            }
+        }
+    }
+
+    /// Reports an attempt's outcome with its output as evidence (stored first, when it can be).
     async fn report(&self, edge: &str, id: &str, fencing_token: u64, outcome: AttemptOutcome, output: String) {
+        let stored = self.upload(edge, id, &output).await;
         let evidence = EvidenceV1 {
             content_hash: hex::encode(Sha256::digest(output.as_bytes())),
-            evidence_return_ref: format!("writ-executor:{id}/evidence"),
+            evidence_return_ref: stored.unwrap_or_else(|| format!("writ-executor:{id}/evidence")),
             summary: output.chars().take(200).collect(),
         };
         let label = if outcome == AttemptOutcome::Effect { "effect" } else { "no_effect" };

@@ -473,7 +473,16 @@ impl LedgerNode {
         if req.consistency == writ_api::dto::Consistency::Linearizable {
             self.linearize().await?;
         }
-        // Audit bodies are read from the store, not from the in-memory state.
+        // Evidence and audit bodies are read from the store, not from the in-memory state.
+        if let Query::GetEvidence { tenant_id, operation_id, content_hash } = &req.query {
+            let blob = self.sm.read().state.evidence_record(tenant_id, operation_id, content_hash)?.clone();
+            let key = writ_api::evidence::blob_key(tenant_id, content_hash);
+            let bytes = self.sm.evidence_blob(&key).map_err(|e| internal(&e))?;
+            let bytes =
+                bytes.ok_or_else(|| internal(&format!("evidence {content_hash} is recorded but not stored")))?;
+            let content_base64 = writ_api::evidence::to_base64(&bytes);
+            return Ok(QueryResult::Evidence(Box::new(writ_api::dto::EvidenceContent { blob, content_base64 })));
+        }
         let page = match &req.query {
             Query::ListAudit { tenant_id, after, limit, filter } => {
                 Some((tenant_id, after.unwrap_or(0), writ_api::query::page_limit(*limit)?, filter.clone()))

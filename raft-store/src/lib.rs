@@ -31,6 +31,8 @@ pub(crate) const CF_LOGS: &str = "logs";
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_EVENTS: &str = "events";
 pub(crate) const CF_AUDIT: &str = "audit";
+/// Evidence blobs by `writ_api::evidence::blob_key` (their records are in the state).
+pub(crate) const CF_EVIDENCE: &str = "evidence";
 
 /// Opens (creating if missing) the node's RocksDB under `dir/db` and snapshots under
 /// `dir/snapshots`, returning the log store and the state machine that share it.
@@ -40,7 +42,8 @@ pub fn open(dir: &Path) -> io::Result<(LogStore, StateMachine)> {
     opts.create_missing_column_families(true);
     // Corruption must stop the node rather than be skipped.
     opts.set_paranoid_checks(true);
-    let cfs = [CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT].map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+    let cfs = [CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE]
+        .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
     let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(io::Error::other)?;
     let db = Arc::new(db);
     Ok((LogStore::new(db.clone())?, StateMachine::new(db, dir.join("snapshots"))?))

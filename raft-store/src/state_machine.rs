@@ -29,7 +29,7 @@ use writ_api::revocation::Revocations;
 use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
-use crate::{TypeConfig, CF_AUDIT, CF_EVENTS};
+use crate::{TypeConfig, CF_AUDIT, CF_EVENTS, CF_EVIDENCE};
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;
@@ -79,9 +79,27 @@ struct SnapshotFile {
 
 /// What a snapshot holds: the state and the audit records it retains, in key order. Format 2
 /// appends the state's revocations, format 3 its proposals, format 4 its work items and
-/// operation histories (the state's own serde layout is format 1's; see `LedgerState::encode`).
+/// operation histories, format 5 its evidence records and the evidence blobs (key, bytes) the
+/// node keeps beside them (the state's own serde layout is format 1's; see
+/// `LedgerState::encode`).
 #[derive(Serialize, Deserialize)]
 struct SnapshotPayload {
+    state: LedgerState,
+    audit: Vec<AuditRecordV1>,
+    revocations: Revocations,
+    proposals: Proposals,
+    works: Works,
+    history: History,
+    evidence: Evidence,
+    blobs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+type Evidence =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, writ_api::evidence::EvidenceBlobV1>>;
+
+/// A snapshot of state format 4 (no evidence).
+#[derive(Deserialize)]
+struct SnapshotPayloadV4 {
     state: LedgerState,
     audit: Vec<AuditRecordV1>,
     revocations: Revocations,
@@ -96,19 +114,30 @@ type History =
     std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<writ_api::operation::TransitionV1>>>;
 
 impl SnapshotPayload {
-    fn of(state: LedgerState, audit: Vec<AuditRecordV1>) -> SnapshotPayload {
+    fn of(state: LedgerState, audit: Vec<AuditRecordV1>, blobs: Vec<(Vec<u8>, Vec<u8>)>) -> SnapshotPayload {
         SnapshotPayload {
             revocations: state.revocations.clone(),
             proposals: state.proposals.clone(),
             works: state.works.clone(),
             history: state.history.clone(),
+            evidence: state.evidence.clone(),
             state,
             audit,
+            blobs,
         }
     }
 
     fn older(state: LedgerState, audit: Vec<AuditRecordV1>, revocations: Revocations, proposals: Proposals) -> Self {
-        SnapshotPayload { state, audit, revocations, proposals, works: Works::default(), history: History::default() }
+        SnapshotPayload {
+            state,
+            audit,
+            revocations,
+            proposals,
+            works: Works::default(),
+            history: History::default(),
+            evidence: Evidence::default(),
+            blobs: Vec::new(),
+        }
     }
 }
 
@@ -224,6 +253,12 @@ impl StateMachine {
     /// records, scanning at most [`audit::AUDIT_SCAN_MAX`]. Returns the records and the cursor to
     /// continue from (`None` at the end). Cursors are sequences, so they stay valid while
     /// records are appended or retention drops old ones.
+    /// The bytes of an evidence blob (`writ_api::evidence::blob_key`), if this node keeps them.
+    pub fn evidence_blob(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let cf = self.inner.db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
+        self.latch(self.inner.db.get_cf(cf, key).map_err(io::Error::other))
+    }
+
     pub fn audit_page(
         &self,
         tenant_id: &str,
@@ -339,6 +374,16 @@ fn retained_audit(db: &DB, view: &rocksdb::Snapshot<'_>, state: &LedgerState) ->
     Ok(out)
 }
 
+/// Every evidence blob (key, bytes), read from one RocksDB snapshot, in key order.
+fn evidence_blobs(db: &DB, view: &rocksdb::Snapshot<'_>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let cf = db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
+    let mut opts = rocksdb::ReadOptions::default();
+    opts.set_snapshot(view);
+    db.iterator_cf_opt(cf, opts, IteratorMode::Start)
+        .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(io::Error::other))
+        .collect()
+}
+
 fn encode_payload(payload: &SnapshotPayload) -> io::Result<Vec<u8>> {
     Ok(format::wrap(format::SNAPSHOT_MAGIC, &checked_encode(payload)?))
 }
@@ -362,12 +407,18 @@ fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
             let SnapshotPayloadV3 { state, audit, revocations, proposals } = checked_decode(body, "snapshot state")?;
             SnapshotPayload::older(state, audit, revocations, proposals)
         }
+        4 => {
+            let SnapshotPayloadV4 { state, audit, revocations, proposals, works, history } =
+                checked_decode(body, "snapshot state")?;
+            SnapshotPayload { works, history, ..SnapshotPayload::older(state, audit, revocations, proposals) }
+        }
         _ => checked_decode::<SnapshotPayload>(body, "snapshot state")?,
     };
     payload.state.revocations = std::mem::take(&mut payload.revocations);
     payload.state.proposals = std::mem::take(&mut payload.proposals);
     payload.state.works = std::mem::take(&mut payload.works);
     payload.state.history = std::mem::take(&mut payload.history);
+    payload.state.evidence = std::mem::take(&mut payload.evidence);
     payload.state.rebuild_index();
     Ok(payload)
 }
@@ -385,14 +436,15 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let this = self.clone();
         let file = tokio::task::spawn_blocking(move || -> io::Result<SnapshotFile> {
             let db = &this.inner.db;
-            let (last_applied, membership, state, audit) = {
+            let (last_applied, membership, state, audit, blobs) = {
                 let a = this.read();
                 let view = db.snapshot();
                 let audit = retained_audit(db, &view, &a.state)?;
-                (a.last_applied, a.membership.clone(), a.state.clone(), audit)
+                let blobs = evidence_blobs(db, &view)?;
+                (a.last_applied, a.membership.clone(), a.state.clone(), audit, blobs)
             };
-            let file =
-                SnapshotFile { last_applied, membership, state: encode_payload(&SnapshotPayload::of(state, audit))? };
+            let payload = SnapshotPayload::of(state, audit, blobs);
+            let file = SnapshotFile { last_applied, membership, state: encode_payload(&payload)? };
             this.persist_snapshot(&file)?;
             Ok(file)
         })
@@ -423,6 +475,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
         let audit_cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
+        let evidence_cf = self.inner.db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
         let mut batch = WriteBatch::default();
         let mut produced = Vec::new();
         let mut replies = Vec::new();
@@ -445,6 +498,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             };
             a.last_applied = Some(log_id);
+            if let EntryPayload::Normal(ref req) = entry.payload {
+                if let Some((key, bytes)) = req.command.stored_blob(&outcome) {
+                    batch.put_cf(evidence_cf, key, bytes);
+                }
+            }
             for env in envelopes {
                 batch.put_cf(cf, env.revision.to_be_bytes(), checked_encode(&env)?);
                 produced.push(env);
@@ -490,7 +548,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let SnapshotPayload { state, audit, .. } = decode_payload(&bytes)?;
+        let SnapshotPayload { state, audit, blobs, .. } = decode_payload(&bytes)?;
         let file =
             SnapshotFile { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), state: bytes };
         let this = self.clone();
@@ -512,6 +570,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         batch.delete_range_cf(audit_cf, Vec::<u8>::new(), vec![0xff; 1]);
         for record in &audit {
             batch.put_cf(audit_cf, record_key(&record.tenant_id, record.seq), checked_encode(record)?);
+        }
+        // And the evidence column family exactly the snapshot's blobs.
+        let evidence_cf = self.inner.db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
+        batch.delete_range_cf(evidence_cf, Vec::<u8>::new(), vec![0xff; 1]);
+        for (key, value) in &blobs {
+            batch.put_cf(evidence_cf, key, value);
         }
         let mut a = self.write_applied();
         self.inner.db.write(batch).map_err(io::Error::other)?;
@@ -544,7 +608,7 @@ mod tests {
     /// A snapshot written before revocations existed (state format 1: the payload is the state
     /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them,
     /// with no proposals; a format-3 snapshot keeps both; a format-4 one its work items and
-    /// histories too.
+    /// histories too; a format-5 one its evidence records and blobs.
     #[test]
     fn snapshots_of_every_format_read() {
         let mut state = LedgerState { clock_ms: 7, ..Default::default() };
@@ -604,11 +668,46 @@ mod tests {
             trace_id: "t".into(),
         };
         state.history.entry("t".into()).or_default().insert("op-1".into(), vec![step]);
-        let v4 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new())).unwrap();
+        #[derive(Serialize)]
+        struct V4<'a> {
+            state: &'a LedgerState,
+            audit: Vec<AuditRecordV1>,
+            revocations: &'a Revocations,
+            proposals: &'a Proposals,
+            works: &'a Works,
+            history: &'a History,
+        }
+        let mut v4 = format::SNAPSHOT_MAGIC.to_vec();
+        v4.extend_from_slice(&4u32.to_le_bytes());
+        let body = V4 {
+            state: &state,
+            audit: Vec::new(),
+            revocations: &state.revocations,
+            proposals: &state.proposals,
+            works: &state.works,
+            history: &state.history,
+        };
+        v4.extend_from_slice(&checked_encode(&body).unwrap());
         assert_eq!(decode_payload(&v4).unwrap().state, state);
+
+        let blob = writ_api::evidence::EvidenceBlobV1 {
+            content_hash: "ab".repeat(32),
+            operation_id: "op-1".into(),
+            mime_type: "text/plain".into(),
+            size: 3,
+            by: writ_api::evidence::Uploader::Executor { executor_id: "x".into() },
+            at_ms: 7,
+        };
+        let slot = writ_api::state::evidence_slot("op-1", &blob.content_hash);
+        state.evidence.entry("t".into()).or_default().insert(slot, blob);
+        state.rebuild_index();
+        let blobs = vec![(writ_api::evidence::blob_key("t", &"ab".repeat(32)), b"abc".to_vec())];
+        let v5 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new(), blobs.clone())).unwrap();
+        let read = decode_payload(&v5).unwrap();
+        assert_eq!((read.state, read.blobs), (state, blobs));
         // Read as an older format, newer bytes are refused, never misread.
-        for older in [1u32, 2, 3] {
-            let mut as_older = v4.clone();
+        for older in [1u32, 2, 3, 4] {
+            let mut as_older = v5.clone();
             as_older[8..12].copy_from_slice(&older.to_le_bytes());
             assert!(decode_payload(&as_older).is_err(), "format {older}");
         }

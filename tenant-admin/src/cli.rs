@@ -1236,6 +1236,13 @@ pub enum TenantCmd {
     Resume {
         tenant: String,
     },
+    /// Delete a tenant: final (a tombstone); its tokens, executors and changes are refused at
+    /// once with TENANT_DELETED, and its name stays taken.
+    Delete {
+        tenant: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
     /// Change settings; only the flags given change.
     Set(SetArgs),
 }
@@ -1599,6 +1606,10 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                 })
             }
             TenantCmd::Show { tenant } => show(out, &c.tenant(tenant).await.map_err(failed)?, print_settings),
+            TenantCmd::Delete { tenant, note } => {
+                let deleted = c.delete_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
+                show(out, &deleted.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
+            }
             TenantCmd::Suspend { tenant, note } => {
                 let suspended = c.suspend_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
                 show(out, &suspended.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))

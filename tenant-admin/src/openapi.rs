@@ -9,6 +9,7 @@ fn error_responses() -> Value {
         "403": {"$ref": "#/components/responses/Error"},
         "404": {"$ref": "#/components/responses/Error"},
         "409": {"$ref": "#/components/responses/Error"},
+        "410": {"$ref": "#/components/responses/Error"},
         "413": {"$ref": "#/components/responses/Error"},
         "503": {"$ref": "#/components/responses/Error"}
     })
@@ -111,7 +112,10 @@ fn paths() -> Value {
                     {"name": "stale", "in": "query", "schema": {"type": "boolean"}}],
                     "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TenantList"}}}}}}
             },
-            "/v1/tenants/{tenant}": {"parameters": tenant_param, "get": op("Show a tenant", None, "Tenant")},
+            "/v1/tenants/{tenant}": {"parameters": tenant_param, "get": op("Show a tenant", None, "Tenant"),
+                "delete": {"summary": "Delete a tenant (a final tombstone): its tokens, executors and changes are refused with TENANT_DELETED",
+                    "requestBody": {"required": false, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SuspendTenant"}}}},
+                    "responses": ok_or_errors("Tenant")}},
             "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
             "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")},
     "/v1/tenants/{tenant}/sites": {"parameters": tenant_param,
@@ -227,7 +231,7 @@ fn schemas() -> Value {
         "Membership": {"type": "object", "additionalProperties": false, "required": ["voters"], "properties": {"voters": {"type": "array", "items": {"type": "integer"}}}},
         "Tenant": {"type": "object", "properties": {
             "id": {"type": "string"}, "name": {"type": "string"}, "display_name": {"type": ["string", "null"]},
-            "state": {"enum": ["active", "suspended"]}, "created_at_ms": {"type": "integer"},
+            "state": {"enum": ["active", "suspended", "deleted"]}, "created_at_ms": {"type": "integer"},
             "updated_at_ms": {"type": "integer"}, "revision": {"type": "integer"}}},
         "TenantList": {"type": "object", "properties": {"tenants": {"type": "array", "items": {"$ref": "#/components/schemas/Tenant"}}, "next_cursor": {"type": ["string", "null"]}}},
         "TenantSettingsPatch": {"type": "object", "additionalProperties": false, "properties": {

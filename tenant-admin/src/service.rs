@@ -82,7 +82,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/cluster/snapshot", post(snapshot))
         .route("/v1/cluster/purge", post(purge))
         .route("/v1/tenants", post(create_tenant).get(list_tenants))
-        .route("/v1/tenants/{tenant}", get(show_tenant))
+        .route("/v1/tenants/{tenant}", get(show_tenant).delete(delete_tenant))
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
         .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
@@ -263,6 +263,18 @@ async fn suspend_tenant(
     let note = optional_json::<SuspendTenantRequest>(body)?.note;
     let t = find_tenant(&st, tenant).await?;
     submit(&st, Command::SuspendTenant { tenant_id: t.id.clone(), note }).await?;
+    Ok(Json(find_tenant(&st, t.id).await?))
+}
+
+/// `DELETE /v1/tenants/{tenant}` (optional body `{"note": …}`): a tombstone, final.
+async fn delete_tenant(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<Tenant>, ApiError> {
+    let note = optional_json::<SuspendTenantRequest>(body)?.note;
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::DeleteTenant { tenant_id: t.id.clone(), note }).await?;
     Ok(Json(find_tenant(&st, t.id).await?))
 }
 

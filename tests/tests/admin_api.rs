@@ -142,6 +142,12 @@ async fn cli_drives_tenants_with_trustworthy_exit_codes() {
     assert!(out.starts_with("NAME") && out.contains("globex"), "{out}");
     let (code, _, _) = cli(&["tenant", "resume", "globex"]);
     assert_eq!(code, 0);
+    // A deleted tenant is a tombstone: shown as deleted, refusing every change.
+    assert_eq!(cli(&["tenant", "create", "initech"]).0, 0);
+    let (code, out, err) = cli(&["tenant", "delete", "initech", "--note", "offboarded"]);
+    assert!(code == 0 && out.contains("deleted"), "{out}{err}");
+    let (code, _, err) = cli(&["tenant", "resume", "initech"]);
+    assert!(code == 1 && err.contains("TENANT_DELETED"), "{err}");
     let (code, out, err) = cli(&[
         "tenant",
         "set",

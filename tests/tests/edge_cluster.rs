@@ -240,6 +240,26 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
         let (_, _, called) = rpc(edge, Some(&beta), "tools/call", json!({"name": "beta_devices"})).await;
         assert_eq!(called["result"]["structuredContent"]["devices"][0]["name"], "beta-press", "{called}");
     }
+    // Issue 21: a deleted tenant's tokens are refused at every edge within a second.
+    let deleted_at = Instant::now();
+    let (status, tenant) = admin
+        .send(reqwest::Method::DELETE, &format!("{url}/v1/tenants/beta"), Some(json!({"note": "offboarded"})))
+        .await
+        .unwrap();
+    assert_eq!((status, tenant["state"].as_str()), (200, Some("deleted")), "{tenant}");
+    for edge in &edges {
+        writ_tests::eventually("deletion at the edge", Duration::from_secs(1), || async {
+            let (status, _, body) = rpc(edge, Some(&beta), "tools/list", json!({})).await;
+            (status == 410 && body["error"]["data"]["reason"] == "TENANT_DELETED").then_some(())
+        })
+        .await;
+    }
+    println!("deletion refused on both edges {} ms after the delete call", deleted_at.elapsed().as_millis());
+    let (status, again) = admin.send(reqwest::Method::DELETE, &format!("{url}/v1/tenants/beta"), None).await.unwrap();
+    assert_eq!((status, again["reason"].as_str()), (410, Some("TENANT_DELETED")), "{again}");
+    // Alpha is untouched.
+    let (status, _, _) = rpc(&edges[0], Some(&alpha), "tools/list", json!({})).await;
+    assert_eq!(status, 200);
 }
 
 /// Fires `n` `tools/list` requests alternating between `edges`; returns (admitted, refused

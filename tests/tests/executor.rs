@@ -1149,3 +1149,80 @@ async fn work_items_hold_operations_to_their_revision_and_scope() {
     assert!(closed["detail"].as_str().unwrap().contains(&op_id(&first)), "{closed}");
     assert!(audit.iter().any(|r| r["reason_code"] == "STALE_REVISION"), "refusals are audited");
 }
+
+/// Issue 21: the evidence store. The executor stores its attempt's output; the agent reads it
+/// back by hash through MCP with `ops:read`; without the scope, or from another tenant, it does
+/// not exist; an observer uploads its own capture with its observation; a blob whose hash
+/// does not match is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_is_stored_and_read_back_by_hash_within_its_tenant() {
+    let w = World::start().await;
+    w.device("press-e").await;
+    let mut x = w.executor("ev-x", &["press-e"], "kind = \"simulated\"").await;
+    x.start();
+    let agent = w.principal("ev-agent", &[]).await;
+    let mut call = press("press-e", "ev-1");
+    call["wait_s"] = json!(20);
+    let done = w.execute(&agent, call).await;
+    let id = op_id(&done);
+    assert_eq!(done["structuredContent"]["state"], "effect_reported", "{done}");
+    let evidence = &done["structuredContent"]["evidence"][0];
+    let (hash, uri) = (evidence["content_hash"].as_str().unwrap(), evidence["evidence_return_ref"].as_str().unwrap());
+    assert_eq!(uri, format!("writ://operations/{id}/evidence/{hash}"), "{done}");
+    let read = |token: String, uri: String| {
+        let mcp = w.mcp().to_string();
+        async move { rpc(&mcp, Some(&token), "resources/read", json!({"uri": uri})).await.2 }
+    };
+    let blob = read(agent.clone(), uri.to_string()).await;
+    let content = &blob["result"]["contents"][0];
+    let text = content["text"].as_str().unwrap_or_else(|| panic!("{blob}"));
+    assert_eq!(writ_api::sha256_hex(text.as_bytes()), hash, "the bytes are the ones hashed");
+    assert!(content["mimeType"].as_str().is_some_and(|m| m == "application/json" || m == "text/plain"), "{blob}");
+    // Without ops:read, or from another tenant, the blob does not exist.
+    let reader = w.principal("ev-reader", &["resources:read"]).await;
+    assert_eq!(read(reader, uri.to_string()).await["error"]["data"]["reason"], "RESOURCE_NOT_FOUND");
+    w.admin.post_ok(w.admin_url(), "/v1/tenants", json!({"name": "ev-other"})).await;
+    w.admin
+        .post_ok(
+            w.admin_url(),
+            "/v1/tenants/ev-other/principals",
+            json!({"name": "spy", "kind": "agent", "preset": "full"}),
+        )
+        .await;
+    let spy = w
+        .admin
+        .post_ok(w.admin_url(), "/v1/tenants/ev-other/tokens", json!({"principal": "spy", "audience": w.mcp()}))
+        .await;
+    let spied = read(spy["token"].as_str().unwrap().to_string(), uri.to_string()).await;
+    assert_eq!(spied["error"]["data"]["reason"], "RESOURCE_NOT_FOUND", "{spied}");
+    // An observer stores its own capture with its observation.
+    let observer = w.principal("ev-observer", &[]).await;
+    let photo = b"\x89PNG\r\n\x1a\n fake photo of the press at home";
+    let photo_hash = writ_api::sha256_hex(photo);
+    let b64 = writ_api::evidence::to_base64(photo);
+    let observed = w
+        .tool(
+            &observer,
+            "observation.capture",
+            json!({"operation_id": id, "content_hash": photo_hash,
+              "content_base64": b64, "mime_type": "image/png", "summary": "press at home"}),
+        )
+        .await;
+    let observations = &observed["structuredContent"]["observations"];
+    let photo_uri = format!("writ://operations/{id}/evidence/{photo_hash}");
+    assert_eq!(observations[0]["evidence"]["evidence_return_ref"], photo_uri.as_str(), "{observed}");
+    let png = read(agent.clone(), photo_uri).await;
+    assert_eq!(png["result"]["contents"][0]["blob"], b64.as_str(), "binary evidence is a base64 blob: {png}");
+    assert_eq!(png["result"]["contents"][0]["mimeType"], "image/png");
+    let forged = w
+        .tool(
+            &observer,
+            "observation.capture",
+            json!({"operation_id": id, "content_hash": "ab".repeat(32),
+              "content_base64": b64, "mime_type": "image/png"}),
+        )
+        .await;
+    assert_eq!(reason(&forged), "INPUT_INVALID", "{forged}");
+    let audit = w.audit().await;
+    assert_eq!(audit.iter().filter(|r| r["operation"] == "evidence_stored").count(), 2, "each blob stored is audited");
+}

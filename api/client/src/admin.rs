@@ -239,6 +239,11 @@ impl AdminClient {
         self.post(&tenant_path(tenant, "/suspend"), request).await
     }
 
+    /// Deletes a tenant (a tombstone: its tokens and executors are refused at once).
+    pub async fn delete_tenant(&self, tenant: &str, request: &SuspendTenantRequest) -> Result<Tenant, AdminError> {
+        self.call(reqwest::Method::DELETE, &tenant_path(tenant, ""), Some(request)).await
+    }
+
     pub async fn resume_tenant(&self, tenant: &str) -> Result<Tenant, AdminError> {
         self.post(&tenant_path(tenant, "/resume"), &serde_json::json!({})).await
     }

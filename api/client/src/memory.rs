@@ -34,6 +34,8 @@ struct Inner {
     events: Vec<EventEnvelope>,
     /// Retained audit bodies by (tenant, sequence).
     audit: BTreeMap<(String, u64), AuditRecordV1>,
+    /// Evidence blobs by `writ_api::evidence::blob_key`.
+    blobs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Commands executed (the "log index").
     entries: u64,
 }
@@ -59,6 +61,7 @@ impl MemoryLedger {
                 state: LedgerState::default(),
                 events: Vec::new(),
                 audit: BTreeMap::new(),
+                blobs: BTreeMap::new(),
                 entries: 0,
             }),
             live: tokio::sync::broadcast::channel(LIVE_BUFFER_EVENTS).0,
@@ -93,6 +96,9 @@ impl MemoryLedger {
         let mut inner = self.lock();
         let request = LedgerRequest { stamp_ms: crate::now_ms(), trace_id: req.trace_id, command: req.command };
         let (outcome, events, records) = inner.state.execute_audited(&request);
+        if let Some((key, bytes)) = request.command.stored_blob(&outcome) {
+            inner.blobs.insert(key, bytes);
+        }
         inner.entries += 1;
         let log_index = inner.entries;
         let mut tenants = Vec::new();
@@ -119,6 +125,14 @@ impl MemoryLedger {
 
     fn answer(&self, query: Query) -> Result<QueryResult, Rejection> {
         let inner = self.lock();
+        if let Query::GetEvidence { tenant_id, operation_id, content_hash } = &query {
+            let blob = inner.state.evidence_record(tenant_id, operation_id, content_hash)?.clone();
+            let bytes = inner.blobs.get(&writ_api::evidence::blob_key(tenant_id, content_hash));
+            let bytes =
+                bytes.ok_or_else(|| Rejection::new(ReasonCode::INTERNAL, "evidence recorded but not stored"))?;
+            let content_base64 = writ_api::evidence::to_base64(bytes);
+            return Ok(QueryResult::Evidence(Box::new(writ_api::dto::EvidenceContent { blob, content_base64 })));
+        }
         let page = match &query {
             Query::ListAudit { tenant_id, after, limit, filter } => Some((tenant_id, *after, *limit, filter.clone())),
             Query::RecentAudit { tenant_id, limit } => {

@@ -177,15 +177,18 @@ pub(crate) fn active_principal<'a>(
 /// The tenant, which must not be suspended.
 pub(crate) fn active<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
     let tenant = existing(state, tenant_id)?;
-    if tenant.state == TenantState::Suspended {
-        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
-    }
-    Ok(tenant)
+    tenant.closed().map_or(Ok(tenant), Err)
 }
 
+/// The tenant, which must exist and not be deleted (a deleted tenant takes no change at all; a
+/// suspended one takes its operator's).
 pub(crate) fn existing<'a>(state: &'a LedgerState, tenant_id: &str) -> Result<&'a Tenant, Rejection> {
-    state
+    let tenant = state
         .tenants
         .get(tenant_id)
-        .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")))
+        .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")))?;
+    match tenant.state {
+        TenantState::Deleted => Err(tenant.closed().expect("a deleted tenant is closed")),
+        _ => Ok(tenant),
+    }
 }

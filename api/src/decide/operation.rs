@@ -319,8 +319,8 @@ fn verified(
 
 /// The tenant may take submissions and `spec`'s principal is active.
 fn may_submit(state: &LedgerState, tenant: &crate::ledger::Tenant, spec: &OperationSpecV1) -> Result<(), Rejection> {
-    if tenant.state == TenantState::Suspended {
-        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
+    if let Some(closed) = tenant.closed() {
+        return Err(closed);
     }
     spec.validate()?;
     let principal = state
@@ -673,6 +673,50 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             });
             events.extend(release(op));
             Ok(events)
+        }
+        Command::StoreEvidence { operation_id, mime_type, content_hash, content_base64, by, .. } => {
+            use crate::evidence::*;
+            let op = find(state, tenant_id, operation_id)?;
+            if let Uploader::Executor { executor_id } = by {
+                if op.executor_id.as_deref() != Some(executor_id.as_str()) {
+                    return Err(not_found(operation_id)); // not its operation
+                }
+            }
+            if op.attempts == 0 {
+                return Err(conflict(op, "evidence is of an attempt: only an attempted operation takes it"));
+            }
+            let bytes = checked_bytes(mime_type, content_base64, content_hash)?;
+            let blobs = state.evidence.get(tenant_id);
+            let slot = crate::state::evidence_slot(operation_id, content_hash);
+            if blobs.is_some_and(|m| m.contains_key(&slot)) {
+                return Ok(vec![]); // stored already (a retried upload)
+            }
+            let prefix = crate::state::evidence_slot(operation_id, "");
+            let of_operation =
+                blobs.map_or(0, |m| m.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).count());
+            if of_operation >= EVIDENCE_PER_OPERATION_MAX {
+                let msg = format!(
+                    "operation '{operation_id}' carries {EVIDENCE_PER_OPERATION_MAX} blobs of evidence, its most"
+                );
+                return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
+            }
+            let used = state.index.evidence_bytes.get(tenant_id).copied().unwrap_or(0);
+            if used + bytes.len() as u64 > EVIDENCE_BYTES_PER_TENANT_MAX {
+                let msg =
+                    format!("the tenant keeps {used} bytes of evidence; {EVIDENCE_BYTES_PER_TENANT_MAX} is its most");
+                return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
+            }
+            Ok(vec![Event::EvidenceStoredV1 {
+                tenant_id: t,
+                blob: EvidenceBlobV1 {
+                    content_hash: content_hash.clone(),
+                    operation_id: operation_id.clone(),
+                    mime_type: mime_type.clone(),
+                    size: bytes.len() as u64,
+                    by: by.clone(),
+                    at_ms: now,
+                },
+            }])
         }
         Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
             lease_ms_ok(*lease_ms)?;

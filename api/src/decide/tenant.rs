@@ -34,15 +34,20 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                 TenantState::Active => {
                     Ok(vec![Event::TenantSuspendedV1 { tenant_id: tenant_id.clone(), note: note.clone() }])
                 }
-                TenantState::Suspended => Err(Rejection::new(
+                TenantState::Suspended | TenantState::Deleted => Err(Rejection::new(
                     ReasonCode::TENANT_STATE_CONFLICT,
                     format!("tenant '{tenant_id}' is already suspended"),
                 )),
             }
         }
+        Command::DeleteTenant { tenant_id, note } => {
+            validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
+            existing(state, tenant_id)?; // a deleted tenant is TENANT_DELETED
+            Ok(vec![Event::TenantDeletedV1 { tenant_id: tenant_id.clone(), note: note.clone() }])
+        }
         Command::ResumeTenant { tenant_id } => match existing(state, tenant_id)?.state {
             TenantState::Suspended => Ok(vec![Event::TenantResumedV1 { tenant_id: tenant_id.clone() }]),
-            TenantState::Active => {
+            TenantState::Active | TenantState::Deleted => {
                 Err(Rejection::new(ReasonCode::TENANT_STATE_CONFLICT, format!("tenant '{tenant_id}' is not suspended")))
             }
         },

@@ -212,6 +212,19 @@ fn token_rules() {
     st.execute(&req(later, Command::SuspendTenant { tenant_id: "a".into(), note: None }));
     let bad = issue("s1", "ghost", &["nope:x"], 600, None);
     assert_eq!(decide(&st, &bad, later).err().map(|r| r.reason), Some(ReasonCode::TENANT_SUSPENDED));
+
+    // A deleted tenant (a tombstone, final): its tokens and every change are refused.
+    let delete = || Command::DeleteTenant { tenant_id: "a".into(), note: Some("contract ended".into()) };
+    assert!(matches!(st.execute(&req(later, delete())).0, Outcome::Applied { .. }));
+    assert_eq!(st.tenants["a"].state, TenantState::Deleted);
+    let refused = |cmd: Command| decide(&st, &cmd, later).err().map(|r| r.reason);
+    assert_eq!(refused(delete()), Some(ReasonCode::TENANT_DELETED));
+    assert_eq!(refused(Command::ResumeTenant { tenant_id: "a".into() }), Some(ReasonCode::TENANT_DELETED));
+    assert_eq!(refused(issue("d1", "p-del", &[], 60, None)), Some(ReasonCode::TENANT_DELETED));
+    let principal = Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-new", "late", &[]) };
+    assert_eq!(refused(principal), Some(ReasonCode::TENANT_DELETED));
+    let tenant = st.tenants["a"].clone();
+    assert_eq!(tenant.closed().map(|r| r.reason), Some(ReasonCode::TENANT_DELETED));
 }
 
 #[test]

@@ -152,10 +152,7 @@ fn decide_token(
     req: &TokenRequestV1,
     now: u64,
 ) -> Result<TokenRecordV1, Rejection> {
-    let tenant = existing(state, tenant_id)?;
-    if tenant.state == TenantState::Suspended {
-        return Err(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", tenant.name)));
-    }
+    let tenant = active(state, tenant_id)?;
     if req.jti.is_empty() || req.jti.len() > 64 || state.token(tenant_id, &req.jti).is_some() {
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, "token id must be 1..=64 bytes and unused"));
     }

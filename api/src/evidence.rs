@@ -1,0 +1,121 @@
+//! The evidence store (SPEC D13, seed "Return: effect observations + evidence_return_ref"):
+//! executors and observers upload what they captured of an operation's effect. A blob travels
+//! once through the log ([`crate::ledger::Command::StoreEvidence`], base64 in the command); the
+//! ledger checks its size, type, hash, the operation's state, who uploads and the tenant's
+//! quota, and keeps only its record ([`EvidenceBlobV1`], in `LedgerState::evidence`); the
+//! bytes are kept by each node beside the audit trail ([`blob_key`]), outside the state, and
+//! read back by hash through `writ://operations/{id}/evidence/{hash}` with `ops:read`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::reason::ReasonCode;
+use crate::rejection::Rejection;
+
+/// Largest blob (its base64 fits a client request of 1 MiB with room to spare).
+pub const EVIDENCE_BYTES_MAX: usize = 512 * 1024;
+/// Blobs one operation may carry.
+pub const EVIDENCE_PER_OPERATION_MAX: usize = 16;
+/// Bytes of evidence a tenant may keep (its quota; refused with QUOTA_EXCEEDED beyond).
+pub const EVIDENCE_BYTES_PER_TENANT_MAX: u64 = 256 * 1024 * 1024;
+/// The media types evidence may have: what a reader can be handed without sniffing.
+pub const EVIDENCE_MIME_TYPES: &[&str] = &[
+    "application/json",
+    "text/plain",
+    "text/csv",
+    "image/png",
+    "image/jpeg",
+    "application/pdf",
+    "application/octet-stream",
+];
+
+/// Who uploaded a blob: the executor the operation was dispatched to (through its edge's
+/// mutual-TLS endpoint), or a principal observing the effect (`observe:capture`, through MCP,
+/// re-checked by the ledger as an act on its behalf).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Uploader {
+    Executor { executor_id: String },
+    Principal { principal_id: String },
+}
+
+/// A stored blob's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceBlobV1 {
+    /// sha256 of the bytes, lowercase hex: the blob's name.
+    pub content_hash: String,
+    pub operation_id: String,
+    pub mime_type: String,
+    pub size: u64,
+    pub by: Uploader,
+    pub at_ms: u64,
+}
+
+/// Where a stored blob is read (`evidence_return_ref`).
+pub fn evidence_uri(operation_id: &str, content_hash: &str) -> String {
+    format!("writ://operations/{operation_id}/evidence/{content_hash}")
+}
+
+/// The node's key of a blob's bytes: tenant id, NUL, content hash.
+pub fn blob_key(tenant_id: &str, content_hash: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(tenant_id.len() + 1 + content_hash.len());
+    key.extend_from_slice(tenant_id.as_bytes());
+    key.push(0);
+    key.extend_from_slice(content_hash.as_bytes());
+    key
+}
+
+/// Standard base64 of `bytes` (how blobs travel in commands and answers).
+pub fn to_base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn invalid(message: impl Into<String>) -> Rejection {
+    Rejection::new(ReasonCode::INPUT_INVALID, message)
+}
+
+/// The bytes of an upload, checked: a known media type, valid base64 of at most
+/// [`EVIDENCE_BYTES_MAX`] bytes, whose sha256 is `content_hash`.
+pub fn checked_bytes(mime_type: &str, content_base64: &str, content_hash: &str) -> Result<Vec<u8>, Rejection> {
+    use base64::Engine;
+    if !EVIDENCE_MIME_TYPES.contains(&mime_type) {
+        return Err(invalid(format!("evidence is one of {}", EVIDENCE_MIME_TYPES.join(", "))));
+    }
+    if content_base64.len() > EVIDENCE_BYTES_MAX.div_ceil(3) * 4 {
+        let msg = format!("evidence is at most {EVIDENCE_BYTES_MAX} bytes");
+        return Err(Rejection::new(ReasonCode::PAYLOAD_TOO_LARGE, msg));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(content_base64)
+        .map_err(|_| invalid("content_base64 is not standard base64"))?;
+    if bytes.is_empty() || bytes.len() > EVIDENCE_BYTES_MAX {
+        return Err(Rejection::new(
+            ReasonCode::PAYLOAD_TOO_LARGE,
+            format!("evidence is 1..={EVIDENCE_BYTES_MAX} bytes"),
+        ));
+    }
+    if crate::sha256_hex(&bytes) != content_hash {
+        return Err(invalid("content_hash is not the sha256 of the content"));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    #[test]
+    fn uploads_are_checked_against_their_hash_size_and_type() {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let hash = crate::sha256_hex(b"door closed");
+        assert_eq!(checked_bytes("text/plain", &b64(b"door closed"), &hash).unwrap(), b"door closed");
+        let refused = |m: &str, c: &str, h: &str| checked_bytes(m, c, h).unwrap_err().reason;
+        assert_eq!(refused("text/html", &b64(b"door closed"), &hash), ReasonCode::INPUT_INVALID);
+        assert_eq!(refused("text/plain", &b64(b"door open"), &hash), ReasonCode::INPUT_INVALID);
+        assert_eq!(refused("text/plain", "%%%", &hash), ReasonCode::INPUT_INVALID);
+        let big = vec![7u8; EVIDENCE_BYTES_MAX + 1];
+        assert_eq!(refused("text/plain", &b64(&big), &crate::sha256_hex(&big)), ReasonCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(refused("text/plain", "", &crate::sha256_hex(b"")), ReasonCode::PAYLOAD_TOO_LARGE);
+    }
+}
