@@ -64,6 +64,16 @@ pub fn blob_key(tenant_id: &str, content_hash: &str) -> Vec<u8> {
     key
 }
 
+/// The key range `[start, end)` holding every key of `tenant_id` in a store keyed by tenant id
+/// then NUL ([`blob_key`], `crate::audit::record_key`): what a purge deletes.
+pub fn tenant_range(tenant_id: &str) -> (Vec<u8>, Vec<u8>) {
+    let mut start = tenant_id.as_bytes().to_vec();
+    start.push(0);
+    let mut end = tenant_id.as_bytes().to_vec();
+    end.push(1);
+    (start, end)
+}
+
 /// Standard base64 of `bytes` (how blobs travel in commands and answers).
 pub fn to_base64(bytes: &[u8]) -> String {
     use base64::Engine;

@@ -362,7 +362,17 @@ pub enum Command {
         content_base64: String,
         by: crate::evidence::Uploader,
     },
+    /// Purge a deleted tenant's data once [`TENANT_PURGE_AFTER_MS`] of ledger time has passed
+    /// since its deletion: every view of it, its audit trail and evidence go, and its name is
+    /// free again (recorded in the cluster stream).
+    PurgeTenant {
+        tenant_id: String,
+    },
 }
+
+/// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
+/// the window in which an operator can still read what the tenant did.
+pub const TENANT_PURGE_AFTER_MS: u64 = 30 * 24 * 3600 * 1000;
 
 /// The domain whose rules decide a command (`crate::decide` dispatches on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,7 +398,8 @@ impl Command {
             | Command::SuspendTenant { .. }
             | Command::ResumeTenant { .. }
             | Command::SetTenantSettings { .. }
-            | Command::DeleteTenant { .. } => Domain::Tenant,
+            | Command::DeleteTenant { .. }
+            | Command::PurgeTenant { .. } => Domain::Tenant,
             Command::CreatePrincipal { .. }
             | Command::RevokePrincipal { .. }
             | Command::RevokeScope { .. }
@@ -434,7 +445,7 @@ impl Command {
         }
     }
 
-    /// A principal's act on an operation — answer, cancel, observe, decide: the principal it
+    /// A principal's act — answer, cancel, observe, decide, store evidence, create or revise work: the principal it
     /// is by and the scope it needs. Edges submit these only inside [`Command::OnBehalfOf`].
     pub fn principal_act(&self) -> Option<(&str, &'static str)> {
         use crate::operation::{
@@ -449,6 +460,9 @@ impl Command {
             Command::RecordObservation { observer_id, .. } => Some((observer_id, OBSERVE_SCOPE)),
             Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
                 Some((principal_id, OBSERVE_SCOPE))
+            }
+            Command::CreateWork { by, .. } | Command::ReviseWork { by, .. } => {
+                Some((by, crate::work::WORK_WRITE_SCOPE))
             }
             Command::DecideOperation { by_principal_id, .. } => Some((by_principal_id, DECIDE_SCOPE)),
             _ => None,
@@ -599,6 +613,7 @@ impl Command {
             Command::GrantScope { .. } => "grant_scope",
             Command::DeleteTenant { .. } => "delete_tenant",
             Command::StoreEvidence { .. } => "store_evidence",
+            Command::PurgeTenant { .. } => "purge_tenant",
             Command::ReviseWork { .. } => "revise_work",
             Command::RefuseDispatchV2 { .. } => "refuse_dispatch",
         }
@@ -654,7 +669,8 @@ impl Command {
             | Command::RefuseDispatchV2 { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. }
             | Command::RetireSigningKey { .. }
-            | Command::RevokeRoleCertificate { .. } => CLUSTER_STREAM,
+            | Command::RevokeRoleCertificate { .. }
+            | Command::PurgeTenant { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stream(),
         }
     }
@@ -954,6 +970,11 @@ pub enum Event {
         tenant_id: String,
         blob: crate::evidence::EvidenceBlobV1,
     },
+    /// A deleted tenant's data is gone; its name is free.
+    TenantPurgedV1 {
+        tenant_id: String,
+        name: String,
+    },
 }
 
 impl Event {
@@ -978,7 +999,8 @@ impl Event {
             | Event::TenantIssuerRemovedV1 { .. }
             | Event::IssuerTokenRevokedV1 { .. }
             | Event::ScopeGrantedV1 { .. }
-            | Event::TenantDeletedV1 { .. } => true,
+            | Event::TenantDeletedV1 { .. }
+            | Event::TenantPurgedV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
             | Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
@@ -1036,6 +1058,7 @@ impl Event {
             | Event::ExecutorCaRetiredV1 { tenant_id, .. }
             | Event::TenantSuspendedV1 { tenant_id, .. }
             | Event::TenantDeletedV1 { tenant_id, .. }
+            | Event::TenantPurgedV1 { tenant_id, .. }
             | Event::TenantResumedV1 { tenant_id } => Some(DispatchChange::Tenant { tenant_id: tenant_id.clone() }),
             _ => None,
         }
@@ -1090,6 +1113,7 @@ impl Event {
             Event::ScopeGrantedV1 { .. } => "scope_granted",
             Event::TenantDeletedV1 { .. } => "tenant_deleted",
             Event::EvidenceStoredV1 { .. } => "evidence_stored",
+            Event::TenantPurgedV1 { .. } => "tenant_purged",
             Event::WorkRevisedV1 { .. } => "work_revised",
             Event::OperationRefusedV1 { .. } => "operation_refused",
         }

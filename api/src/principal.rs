@@ -45,6 +45,7 @@ const EXACT_SCOPES: &[&str] = &[
     "resources:read",
     "ops:read",
     "work:read",
+    "work:write",
     "ops:execute",
     "ops:cancel",
     "ops:accept",

@@ -116,6 +116,7 @@ impl Role {
                         | Query::GetOperationByKey { .. }
                         | Query::GetOperationHistory { .. }
                         | Query::GetEvidence { .. }
+                        | Query::GetWork { .. }
                         | Query::ListAudit { .. }
                         | Query::RecentAudit { .. }
                 )

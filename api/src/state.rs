@@ -358,6 +358,7 @@ impl LedgerState {
             }
             Event::TenantResumedV1 { tenant_id } => self.set_tenant_state(tenant_id, TenantState::Active, env)?,
             Event::TenantDeletedV1 { tenant_id, .. } => self.set_tenant_state(tenant_id, TenantState::Deleted, env)?,
+            Event::TenantPurgedV1 { tenant_id, name } => self.purge_tenant(tenant_id, name),
             Event::CommandRejectedV1 { .. } | Event::CommandRejectedV2 { .. } => {}
             Event::PrincipalCreatedV1 { tenant_id, spec } => {
                 let p = Principal::from_spec(tenant_id, spec, env.at_ms, env.revision);
@@ -624,6 +625,48 @@ impl LedgerState {
         }
         index.retain(max_events, max_age_s, env.at_ms);
         records
+    }
+
+    /// Forgets everything of a purged tenant (its stream's sequence stays: ids are never
+    /// reused); the node drops its audit records and evidence blobs (`Event::TenantPurgedV1`).
+    fn purge_tenant(&mut self, tenant_id: &str, name: &str) {
+        self.tenants.remove(tenant_id);
+        self.tenant_names.remove(name);
+        self.principals.remove(tenant_id);
+        self.principal_names.remove(tenant_id);
+        self.tokens.remove(tenant_id);
+        self.token_children.remove(tenant_id);
+        self.sites.remove(tenant_id);
+        self.site_names.remove(tenant_id);
+        self.devices.remove(tenant_id);
+        self.device_names.remove(tenant_id);
+        self.catalogs.remove(tenant_id);
+        self.audit.remove(tenant_id);
+        self.enrollments.remove(tenant_id);
+        self.executors.remove(tenant_id);
+        self.executor_cas.remove(tenant_id);
+        self.principal_quotas.remove(tenant_id);
+        self.quota_windows.remove(tenant_id);
+        self.operations.remove(tenant_id);
+        self.idempotency.remove(tenant_id);
+        self.device_leases.remove(tenant_id);
+        self.fencing.remove(tenant_id);
+        self.live_operations.remove(tenant_id);
+        self.operation_windows.remove(tenant_id);
+        self.principal_operation_windows.remove(tenant_id);
+        self.proposals.remove(tenant_id);
+        self.works.remove(tenant_id);
+        self.history.remove(tenant_id);
+        self.evidence.remove(tenant_id);
+        self.revocations.executor_cas.remove(tenant_id);
+        self.executor_certs.retain(|_, (t, _)| t != tenant_id);
+        let issuers: Vec<String> =
+            self.issuers.iter().filter(|(_, i)| i.tenant_id == tenant_id).map(|(iss, _)| iss.clone()).collect();
+        for iss in issuers {
+            self.issuers.remove(&iss);
+            self.revocations.issuer_tokens.remove(&iss);
+        }
+        self.rebuild_index();
     }
 
     fn set_tenant_state(

@@ -102,7 +102,8 @@ fn subject(event: &Event) -> Subject {
         | Event::TenantSuspendedV1 { .. }
         | Event::TenantResumedV1 { .. }
         | Event::TenantSettingsChangedV1 { .. }
-        | Event::TenantDeletedV1 { .. } => ("tenant", None, None, None),
+        | Event::TenantDeletedV1 { .. }
+        | Event::TenantPurgedV1 { .. } => ("tenant", None, None, None),
         Event::CommandRejectedV1 { command, .. } => (domain_of_command(command), None, None, None),
         Event::CommandRejectedV2 { command, subject: s, .. } => {
             (domain_of_command(command), s.principal_id.clone(), s.token_id.clone(), s.parent_token_id.clone())

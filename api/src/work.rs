@@ -21,6 +21,9 @@ pub const WORK_OPERATIONS_MAX: usize = 1_000;
 pub const WORK_SCOPE_ENTRIES_MAX: usize = 64;
 /// The scope a principal needs to read work items through MCP.
 pub const WORK_READ_SCOPE: &str = "work:read";
+/// The scope a principal needs to create and change work items through MCP (`work.create`,
+/// `work.update`; the ledger re-checks it on the principal's behalf).
+pub const WORK_WRITE_SCOPE: &str = "work:write";
 
 /// Where a work item stands. Only an open item takes operations or changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

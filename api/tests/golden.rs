@@ -765,6 +765,11 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             Some(env(52, 48, Event::EvidenceStoredV1 { tenant_id: "t-1".into(), blob: evidence_blob() })),
         ),
+        (
+            "tenant_purged_v1",
+            req(Command::PurgeTenant { tenant_id: "t-1".into() }),
+            Some(env(53, 49, Event::TenantPurgedV1 { tenant_id: "t-1".into(), name: "acme".into() })),
+        ),
     ]
 }
 
@@ -973,6 +978,7 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "scope_granted_v1",
             "tenant_deleted_v1",
             "evidence_stored_v1",
+            "tenant_purged_v1",
         ],
     ),
     (
@@ -987,6 +993,7 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "scope_granted_v1",
             "tenant_deleted_v1",
             "evidence_stored_v1",
+            "tenant_purged_v1",
         ],
     ),
     (
@@ -999,10 +1006,11 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "scope_granted_v1",
             "tenant_deleted_v1",
             "evidence_stored_v1",
+            "tenant_purged_v1",
         ],
     ),
-    (4, &["tenant_deleted_v1", "evidence_stored_v1"]),
-    (5, &["tenant_deleted_v1"]),
+    (4, &["tenant_deleted_v1", "evidence_stored_v1", "tenant_purged_v1"]),
+    (5, &["tenant_deleted_v1", "tenant_purged_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -29,8 +29,11 @@ pub const READBACK: &str = "operation.readback";
 pub const OBSERVE: &str = "observation.capture";
 pub const DECIDE: &str = "operation.decide";
 pub const APPROVE: &str = "operation.approve";
+pub const WORK_CREATE: &str = "work.create";
+pub const WORK_UPDATE: &str = "work.update";
 pub use writ_api::operation::PROPOSAL_TTL_MS;
 pub use writ_api::operation::{CANCEL_SCOPE, DECIDE_SCOPE, EXECUTE_SCOPE, OBSERVE_SCOPE, READ_SCOPE};
+pub use writ_api::work::WORK_WRITE_SCOPE;
 /// Default and longest deadline an agent may give (seconds from now).
 pub const DEADLINE_S_DEFAULT: u64 = 60;
 pub const DEADLINE_S_MAX: u64 = 24 * 3600;
@@ -166,6 +169,44 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                 "query": {"type": "string", "maxLength": 200},
                 "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX}}},
             "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
+        }));
+    }
+    if authority.require(WORK_WRITE_SCOPE).is_ok() {
+        let scope = json!({"type": "object", "additionalProperties": false, "required": ["actions"], "properties": {
+            "actions": {"type": "array", "minItems": 1, "maxItems": writ_api::work::WORK_SCOPE_ENTRIES_MAX,
+                        "items": {"type": "string", "minLength": 1, "maxLength": 128}},
+            "devices": {"type": "array", "maxItems": writ_api::work::WORK_SCOPE_ENTRIES_MAX,
+                        "items": {"type": "string", "minLength": 1, "maxLength": 128}, "description": "device names"},
+            "cost_ceiling": {"type": "integer", "minimum": 0}}});
+        tools.push(json!({
+            "name": WORK_CREATE,
+            "title": "Create a work item",
+            "description": "Creates a work item (revision 1, open): the durable business state operations are decided \
+                on, with the actions, devices and cost it allows. Operations name it as work_ref {id, revision}.",
+            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id", "title", "owner", "scope"],
+                "properties": {
+                    "id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$"},
+                    "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "owner": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "scope": scope.clone()}},
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+        }));
+        tools.push(json!({
+            "name": WORK_UPDATE,
+            "title": "Change or close a work item",
+            "description": "Moves a work item to its next revision with the fields given, or closes it (state completed \
+                or cancelled, recording its operations). With expected_revision it is refused (STALE_REVISION) unless \
+                the item is still there; operations decided on an older revision are refused the same way.",
+            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id"],
+                "properties": {
+                    "id": {"type": "string", "maxLength": 64},
+                    "expected_revision": {"type": "integer", "minimum": 1},
+                    "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "owner": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "scope": scope,
+                    "state": {"enum": ["completed", "cancelled"]},
+                    "note": {"type": "string", "maxLength": 500}}},
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
         }));
     }
     if authority.require(READ_SCOPE).is_ok() {
@@ -903,6 +944,80 @@ pub async fn observe(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         evidence,
     };
     act(c, operation_id, command).await
+}
+
+/// A work scope from a tool's arguments, its devices named by the caller resolved to ids on the
+/// edge's replica (an unknown one is DEVICE_NOT_FOUND).
+fn work_scope(c: &Call<'_>, v: &Value) -> Result<writ_api::work::WorkScopeV1, Rejection> {
+    let mut scope: writ_api::work::WorkScopeV1 =
+        serde_json::from_value(v.clone()).map_err(|e| Rejection::new(ReasonCode::INPUT_INVALID, e.to_string()))?;
+    let names = std::mem::take(&mut scope.devices);
+    scope.devices = c.edge.verifier.with_state(|s| {
+        let known = s.device_names.get(&c.authority.tenant_id);
+        names
+            .iter()
+            .map(|n| {
+                known
+                    .and_then(|m| m.get(n))
+                    .cloned()
+                    .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{n}'")))
+            })
+            .collect::<Result<Vec<String>, Rejection>>()
+    })?;
+    Ok(scope)
+}
+
+/// `work.create` and `work.update`: the caller's change to a work item, on its behalf (the
+/// ledger re-checks `work:write`), answered with the item as the ledger then holds it.
+pub async fn work(c: &Call<'_>, name: &str, args: &Value) -> Result<Value, RpcError> {
+    let work_id = args["id"].as_str().unwrap_or_default().to_string();
+    let scope = match args.get("scope").map(|s| work_scope(c, s)).transpose() {
+        Ok(scope) => scope,
+        Err(e) => return Ok(refused(&e)),
+    };
+    let (tenant_id, by) = (c.authority.tenant_id.clone(), c.authority.principal_id.clone());
+    let text = |k: &str| args[k].as_str().map(str::to_string);
+    let command = if name == WORK_CREATE {
+        Command::CreateWork {
+            tenant_id: tenant_id.clone(),
+            work_id: work_id.clone(),
+            title: text("title").unwrap_or_default(),
+            owner: text("owner").unwrap_or_default(),
+            scope: scope.unwrap_or_default(),
+            by,
+        }
+    } else {
+        let state = match args["state"].as_str() {
+            Some("completed") => Some(writ_api::work::WorkState::Completed),
+            Some("cancelled") => Some(writ_api::work::WorkState::Cancelled),
+            _ => None,
+        };
+        let change = writ_api::work::WorkChangeV1 {
+            title: text("title"),
+            owner: text("owner"),
+            scope,
+            state,
+            note: text("note"),
+        };
+        Command::ReviseWork {
+            tenant_id: tenant_id.clone(),
+            work_id: work_id.clone(),
+            expected_revision: args["expected_revision"].as_u64(),
+            change,
+            by,
+        }
+    };
+    if let Err(refusal) = submit_act(c, command).await? {
+        return Ok(refused(&refusal));
+    }
+    let q = Query::GetWork { tenant_id, work_id };
+    let item: writ_api::work::WorkItem = writ_client::query_as(c.edge.ledger.as_ref(), q, Default::default())
+        .await
+        .map_err(|e| RpcError::rejected(&e))?;
+    let structured =
+        serde_json::to_value(&item).map_err(|_| RpcError::reason(ReasonCode::INTERNAL, "unserializable"))?;
+    Ok(json!({"resultType": "complete", "content": [{"type": "text", "text": structured.to_string()}],
+              "structuredContent": structured}))
 }
 
 /// `operation.approve`: the caller's approval (or refusal) of another principal's critical

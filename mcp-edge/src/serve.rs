@@ -441,6 +441,8 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         operations::OBSERVE,
         operations::DECIDE,
         operations::APPROVE,
+        operations::WORK_CREATE,
+        operations::WORK_UPDATE,
     ]
     .contains(&name.as_str())
     {
@@ -665,6 +667,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
             operations::OBSERVE => operations::OBSERVE_SCOPE,
             operations::DECIDE => operations::DECIDE_SCOPE,
             operations::APPROVE => writ_api::operation::APPROVE_SCOPE,
+            operations::WORK_CREATE | operations::WORK_UPDATE => operations::WORK_WRITE_SCOPE,
             _ => operations::READ_SCOPE,
         };
         let denied = c.authority.require(scope).err();
@@ -700,6 +703,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
             operations::OBSERVE => operations::observe(c, &args).await,
             operations::DECIDE => operations::decide(c, &args).await,
             operations::APPROVE => operations::approve(c, &args).await,
+            operations::WORK_CREATE | operations::WORK_UPDATE => operations::work(c, name, &args).await,
             _ => operations::readback(c, &args).await,
         },
         Err(e) => Err(RpcError::rejected(&e)),

@@ -504,6 +504,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             }
             for env in envelopes {
+                // A purged tenant's audit trail and evidence go with it.
+                if let writ_api::ledger::Event::TenantPurgedV1 { tenant_id, .. } = &env.event {
+                    let (start, end) = writ_api::evidence::tenant_range(tenant_id);
+                    batch.delete_range_cf(audit_cf, &start, &end);
+                    batch.delete_range_cf(evidence_cf, &start, &end);
+                }
                 batch.put_cf(cf, env.revision.to_be_bytes(), checked_encode(&env)?);
                 produced.push(env);
             }

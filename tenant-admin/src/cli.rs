@@ -1243,6 +1243,11 @@ pub enum TenantCmd {
         #[arg(long)]
         note: Option<String>,
     },
+    /// Purge a deleted tenant's data (its views, audit trail and evidence; its name is free
+    /// again): refused until 30 days of ledger time have passed since its deletion.
+    Purge {
+        tenant: String,
+    },
     /// Change settings; only the flags given change.
     Set(SetArgs),
 }
@@ -1606,6 +1611,11 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                 })
             }
             TenantCmd::Show { tenant } => show(out, &c.tenant(tenant).await.map_err(failed)?, print_settings),
+            TenantCmd::Purge { tenant } => {
+                c.purge_tenant(tenant).await.map_err(failed)?;
+                say!("purged {tenant}");
+                Ok(())
+            }
             TenantCmd::Delete { tenant, note } => {
                 let deleted = c.delete_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
                 show(out, &deleted.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))

@@ -116,6 +116,8 @@ fn paths() -> Value {
                 "delete": {"summary": "Delete a tenant (a final tombstone): its tokens, executors and changes are refused with TENANT_DELETED",
                     "requestBody": {"required": false, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SuspendTenant"}}}},
                     "responses": ok_or_errors("Tenant")}},
+            "/v1/tenants/{tenant}/purge": {"parameters": tenant_param, "post": {"summary": "Purge a deleted tenant's data once 30 days of ledger time have passed since its deletion (TENANT_STATE_CONFLICT before)",
+                "responses": {"204": {"description": "Purged"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
             "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
             "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")},
     "/v1/tenants/{tenant}/sites": {"parameters": tenant_param,

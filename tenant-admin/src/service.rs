@@ -85,6 +85,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}", get(show_tenant).delete(delete_tenant))
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
+        .route("/v1/tenants/{tenant}/purge", post(purge_tenant))
         .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
         .route("/v1/tenants/{tenant}/sites", post(create_site).get(list_sites))
         .route("/v1/tenants/{tenant}/sites/{site}", get(show_site))
@@ -276,6 +277,14 @@ async fn delete_tenant(
     let t = find_tenant(&st, tenant).await?;
     submit(&st, Command::DeleteTenant { tenant_id: t.id.clone(), note }).await?;
     Ok(Json(find_tenant(&st, t.id).await?))
+}
+
+/// `POST /v1/tenants/{tenant}/purge`: a deleted tenant's data, once its retention has passed
+/// (`TENANT_PURGE_AFTER_MS`); answers 204.
+async fn purge_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<StatusCode, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::PurgeTenant { tenant_id: t.id }).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn resume_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<Tenant>, ApiError> {

@@ -148,6 +148,9 @@ async fn cli_drives_tenants_with_trustworthy_exit_codes() {
     assert!(code == 0 && out.contains("deleted"), "{out}{err}");
     let (code, _, err) = cli(&["tenant", "resume", "initech"]);
     assert!(code == 1 && err.contains("TENANT_DELETED"), "{err}");
+    // Its data is kept for the retention (30 days of ledger time) before it may be purged.
+    let (code, _, err) = cli(&["tenant", "purge", "initech"]);
+    assert!(code == 1 && err.contains("TENANT_STATE_CONFLICT") && err.contains("kept until"), "{err}");
     let (code, out, err) = cli(&[
         "tenant",
         "set",

@@ -1142,6 +1142,31 @@ async fn work_items_hold_operations_to_their_revision_and_scope() {
     assert_eq!(reason(&w.execute(&agent, call("press-w1", "w-6", 3)).await), "WORK_STATE_CONFLICT");
     let (_, listed, _) = w.dev.cli(&["operation", "list", "--tenant", "demo", "--work", "wo-7"]);
     assert_eq!(listed.lines().filter(|l| l.contains("effect_reported")).count(), 2, "{listed}");
+    // A principal holding work:write creates and changes work items through MCP (the ledger
+    // re-checks the scope on its behalf); one without it does not see the tools.
+    let planner = w.principal("planner", &["tools:list", "work:read", "work:write"]).await;
+    let wo8 = json!({"id": "wo-8", "title": "Inspect the press", "owner": "planner",
+                     "scope": {"actions": ["home_press"], "devices": ["press-w2"]}});
+    let created = w.tool(&planner, "work.create", wo8.clone()).await;
+    assert_eq!(created["structuredContent"]["revision"], 1, "{created}");
+    assert_ne!(created["structuredContent"]["updated_by"], "operator", "made by the principal: {created}");
+    assert_eq!(reason(&w.tool(&planner, "work.create", wo8).await), "WORK_ALREADY_EXISTS");
+    let stale = w.tool(&planner, "work.update", json!({"id": "wo-8", "expected_revision": 2, "owner": "x"})).await;
+    assert_eq!(reason(&stale), "STALE_REVISION", "{stale}");
+    let moved =
+        w.tool(&planner, "work.update", json!({"id": "wo-8", "expected_revision": 1, "owner": "night shift"})).await;
+    assert_eq!(
+        (moved["structuredContent"]["revision"].as_u64(), moved["structuredContent"]["owner"].as_str()),
+        (Some(2), Some("night shift"))
+    );
+    let nowhere = w
+        .tool(&planner, "work.create", json!({"id": "wo-9", "title": "t", "owner": "o", "scope": {"actions": ["home_press"], "devices": ["nope"]}}))
+        .await;
+    assert_eq!(reason(&nowhere), "DEVICE_NOT_FOUND");
+    let (_, _, hidden) =
+        rpc(w.mcp(), Some(&agent), "tools/call", json!({"name": "work.create", "arguments": {}})).await;
+    assert_eq!(hidden["error"]["data"]["reason"], "TOOL_NOT_FOUND", "{hidden}");
+
     let audit = w.audit().await;
     let closed =
         audit.iter().find(|r| r["operation"] == "work_revised" && r["detail"].as_str().unwrap().contains("completed"));

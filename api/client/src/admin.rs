@@ -244,6 +244,11 @@ impl AdminClient {
         self.call(reqwest::Method::DELETE, &tenant_path(tenant, ""), Some(request)).await
     }
 
+    /// Purges a deleted tenant's data (refused until its retention has passed).
+    pub async fn purge_tenant(&self, tenant: &str) -> Result<(), AdminError> {
+        self.post(&tenant_path(tenant, "/purge"), &serde_json::json!({})).await
+    }
+
     pub async fn resume_tenant(&self, tenant: &str) -> Result<Tenant, AdminError> {
         self.post(&tenant_path(tenant, "/resume"), &serde_json::json!({})).await
     }

@@ -115,6 +115,13 @@ impl MemoryLedger {
                 inner.audit.remove(&key);
             }
         }
+        for env in &events {
+            if let writ_api::ledger::Event::TenantPurgedV1 { tenant_id, .. } = &env.event {
+                inner.audit.retain(|(t, _), _| t != tenant_id);
+                let (start, end) = writ_api::evidence::tenant_range(tenant_id);
+                inner.blobs.retain(|k, _| !(start.as_slice()..end.as_slice()).contains(&k.as_slice()));
+            }
+        }
         inner.events.extend(events.iter().cloned());
         // Published under the lock, so a watcher never sees revisions out of order.
         for env in events {

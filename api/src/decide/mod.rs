@@ -60,6 +60,27 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
     }
 }
 
+/// `OnBehalfOf` (SPEC S3): the ledger re-derives the authority the edge admitted the act
+/// under — a live token (or tenant issuer) of this tenant, for the very principal the act
+/// names — and checks that it grants the act's scope, then decides the act itself. A
+/// compromised edge can act only through tokens it has seen, within their scopes.
+pub(crate) fn on_behalf_of(
+    state: &LedgerState,
+    authority_ref: &str,
+    act: &Command,
+    now: u64,
+) -> Result<Vec<Event>, Rejection> {
+    let (principal_id, scope) = act.principal_act().ok_or_else(|| {
+        Rejection::new(
+            ReasonCode::INPUT_INVALID,
+            format!("{} is not an act a principal makes through an edge", act.kind()),
+        )
+    })?;
+    let authority = crate::auth::authority_of_ref(state, act.stream(), principal_id, authority_ref, now)?;
+    authority.require(scope)?;
+    decide(state, act, now)
+}
+
 /// A command routed to a domain that does not decide it (a bug in [`decide`], not bad input).
 fn misrouted(cmd: &Command) -> Rejection {
     Rejection::new(ReasonCode::INTERNAL, format!("{} is not decided by this domain", cmd.kind()))

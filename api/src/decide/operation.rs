@@ -473,19 +473,6 @@ fn lease_ms_ok(lease_ms: u64) -> Result<(), Rejection> {
     }
 }
 
-/// `OnBehalfOf` (SPEC S3): the ledger re-derives the authority the edge admitted the act
-/// under — a live token (or tenant issuer) of this tenant, for the very principal the act
-/// names — and checks that it grants the act's scope, then decides the act itself. A
-/// compromised edge can act only through tokens it has seen, within their scopes.
-fn on_behalf_of(state: &LedgerState, authority_ref: &str, act: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
-    let (principal_id, scope) = act.principal_act().ok_or_else(|| {
-        invalid(format!("{} is not an act a principal makes on an operation through an edge", act.kind()))
-    })?;
-    let authority = crate::auth::authority_of_ref(state, act.stream(), principal_id, authority_ref, now)?;
-    authority.require(scope)?;
-    decide(state, act, now)
-}
-
 /// [`Command::SubmitOperation`] and [`Command::SubmitProposed`] (the proposal it names, if any).
 fn submit(
     state: &LedgerState,
@@ -834,7 +821,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             Ok(events)
         }
         Command::ExpireDue { .. } => Ok(vec![]),
-        Command::OnBehalfOf { authority_ref, command } => on_behalf_of(state, authority_ref, command, now),
+        Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
         other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{} is not an operation command", other.kind()))),
     }
 }

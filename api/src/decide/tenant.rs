@@ -2,7 +2,7 @@
 
 use super::prelude::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreateTenant { tenant_id, name, display_name } => {
             validate_tenant_name(name)?;
@@ -39,6 +39,25 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                     format!("tenant '{tenant_id}' is already suspended"),
                 )),
             }
+        }
+        Command::PurgeTenant { tenant_id } => {
+            let tenant = state
+                .tenants
+                .get(tenant_id)
+                .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")))?;
+            if tenant.state != TenantState::Deleted {
+                let msg = format!("tenant '{}' is not deleted: delete it first", tenant.name);
+                return Err(Rejection::new(ReasonCode::TENANT_STATE_CONFLICT, msg));
+            }
+            let after = tenant.updated_at_ms.saturating_add(crate::ledger::TENANT_PURGE_AFTER_MS);
+            if now < after {
+                let msg = format!(
+                    "tenant '{}' was deleted at {} (ledger ms): its data is kept until {after}",
+                    tenant.name, tenant.updated_at_ms
+                );
+                return Err(Rejection::new(ReasonCode::TENANT_STATE_CONFLICT, msg));
+            }
+            Ok(vec![Event::TenantPurgedV1 { tenant_id: tenant_id.clone(), name: tenant.name.clone() }])
         }
         Command::DeleteTenant { tenant_id, note } => {
             validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;

@@ -538,3 +538,53 @@ fn a_batch_of_decisions_is_one_event_and_one_audit_record_per_decision() {
     let index = &st.audit["a"];
     assert_eq!((index.first_seq, index.next_seq), (4, 7));
 }
+
+#[test]
+fn a_deleted_tenant_is_purged_only_after_its_retention_and_then_leaves_no_trace() {
+    use crate::ledger::TENANT_PURGE_AFTER_MS;
+    let mut st = LedgerState::default();
+    let t = "t-purge-me";
+    st.execute(&req(1, create(t, "doomed")));
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: t.into(), spec: spec("p-doomed", "bot", &[]) }));
+    st.execute(&req(
+        1,
+        Command::CreateSite {
+            tenant_id: t.into(),
+            site_id: "s-doomed".into(),
+            name: "plant".into(),
+            display_name: None,
+        },
+    ));
+    let work = Command::CreateWork {
+        tenant_id: t.into(),
+        work_id: "wo-1".into(),
+        title: "t".into(),
+        owner: "o".into(),
+        scope: crate::work::WorkScopeV1 { actions: vec!["a".into()], ..Default::default() },
+        by: "operator".into(),
+    };
+    assert!(matches!(st.execute(&req(1, work)).0, Outcome::Applied { .. }));
+    assert!(!st.audit[t].is_empty(), "the tenant has an audit trail");
+    let purge = || Command::PurgeTenant { tenant_id: t.into() };
+    assert_eq!(
+        decide(&st, &purge(), 2).err().map(|r| r.reason),
+        Some(ReasonCode::TENANT_STATE_CONFLICT),
+        "not deleted"
+    );
+    st.execute(&req(1_000, Command::DeleteTenant { tenant_id: t.into(), note: None }));
+    let early = 1_000 + TENANT_PURGE_AFTER_MS - 1;
+    assert_eq!(decide(&st, &purge(), early).err().map(|r| r.reason), Some(ReasonCode::TENANT_STATE_CONFLICT));
+    let (outcome, events) = st.execute(&req(1_000 + TENANT_PURGE_AFTER_MS, purge()));
+    assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    assert_eq!(events[0].stream, CLUSTER_STREAM, "a purge is recorded outside the purged stream");
+    // Nothing of the tenant is left but its stream's last sequence (ids are never reused).
+    let mut scrubbed = st.clone();
+    scrubbed.stream_seq.remove(t);
+    let bytes = scrubbed.encode();
+    assert!(!bytes.windows(t.len()).any(|w| w == t.as_bytes()), "the tenant id is gone from every view");
+    assert!(!bytes.windows(6).any(|w| w == b"doomed"), "its name too");
+    let later = 2_000 + TENANT_PURGE_AFTER_MS;
+    assert_eq!(decide(&st, &purge(), later).err().map(|r| r.reason), Some(ReasonCode::TENANT_NOT_FOUND));
+    // Its name is free again.
+    assert!(matches!(st.execute(&req(later, create("t-new", "doomed"))).0, Outcome::Applied { .. }));
+}

@@ -6,7 +6,7 @@ use super::prelude::*;
 use crate::operation::OperationSpecV1;
 use crate::work::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreateWork { tenant_id, work_id, title, owner, scope, by } => {
             active(state, tenant_id)?;
@@ -75,6 +75,7 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                 operations,
             }])
         }
+        Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
         _ => Err(misrouted(cmd)),
     }
 }
