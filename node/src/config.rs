@@ -235,6 +235,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .raft
             .keep_entries_behind_snapshot
             .unwrap_or(defaults.keep_entries_behind_snapshot),
+        clock_ahead_ms: 0,
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
         return Err(ConfigError::ElectionTimeoutBelowHeartbeat {

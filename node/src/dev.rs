@@ -46,6 +46,12 @@ pub struct DevArgs {
           value_parser = clap::value_parser!(u64).range(
               writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MIN_S..=writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MAX_S))]
     pub executor_cert_ttl_s: u64,
+    /// Stamp ledger time this many seconds ahead of the wall clock, to see time-driven rules
+    /// (a proposal's 5 minutes, a deleted tenant's 30 days before purge) without waiting. Ledger
+    /// time never goes back: restarting without it leaves ledger time where it got to. Tokens
+    /// issued while ahead are not yet valid at the edge until the wall clock catches up.
+    #[arg(long, default_value_t = 0)]
+    pub ledger_clock_ahead_s: u64,
 }
 
 /// The tenant and principal of `--conformance-fixtures`.
@@ -182,7 +188,13 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         operator_token: token.clone(),
         bootstrap: true,
         members: Default::default(),
-        raft: RaftSettings { heartbeat_ms: 50, election_min_ms: 300, election_max_ms: 600, ..RaftSettings::default() },
+        raft: RaftSettings {
+            heartbeat_ms: 50,
+            election_min_ms: 300,
+            election_max_ms: 600,
+            clock_ahead_ms: args.ledger_clock_ahead_s.saturating_mul(1000),
+            ..RaftSettings::default()
+        },
         tls: crate::pki::credential(&pki, &node_identity),
         authority: crate::config::AuthorityConfig {
             signing_key_file: args.data_dir.join("signing-key.pem"),

@@ -53,12 +53,15 @@ pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> u64;
 }
 
-/// Wall-clock time.
-pub struct SystemClock;
+/// Wall-clock time, `ahead_ms` ahead ([`RaftSettings::clock_ahead_ms`]; 0 but in dev).
+pub struct SystemClock {
+    pub ahead_ms: u64,
+}
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(0, |d| d.as_millis() as u64).saturating_add(self.ahead_ms)
     }
 }
 
@@ -96,6 +99,10 @@ pub struct RaftSettings {
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot (to catch up slow followers without one).
     pub keep_entries_behind_snapshot: u64,
+    /// How far ahead of its wall clock this node stamps ledger time when it leads (`writ dev
+    /// --ledger-clock-ahead-s`: time-driven rules — proposal expiry, retention, purge — seen
+    /// without waiting). 0 in every deployment: ledger time is the leader's clock.
+    pub clock_ahead_ms: u64,
 }
 
 impl Default for RaftSettings {
@@ -106,6 +113,7 @@ impl Default for RaftSettings {
             election_max_ms: 240,
             snapshot_every_entries: 100_000,
             keep_entries_behind_snapshot: 1_000,
+            clock_ahead_ms: 0,
         }
     }
 }

@@ -98,7 +98,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         &cfg.data_dir,
         &cfg.raft,
         HttpRaftNetwork::new(cfg.node_id, http.clone()),
-        Arc::new(SystemClock),
+        Arc::new(SystemClock { ahead_ms: cfg.raft.clock_ahead_ms }),
         Arc::new(HttpPeers::new(http)),
     )
     .await?;

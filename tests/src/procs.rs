@@ -543,36 +543,48 @@ impl DevProcess {
     /// Starts `writ dev` with `extra` arguments and waits for its env file.
     pub async fn start(extra: &[&str]) -> DevProcess {
         let dir = tempfile::tempdir().expect("temp dir");
-        let data = dir.path().join("dev");
-        let child = Command::new(writ_bin())
-            .args([
-                "dev",
-                "--listen",
-                "127.0.0.1:0",
-                "--edge-listen",
-                "127.0.0.1:0",
-                "--executor-listen",
-                "127.0.0.1:0",
-            ])
+        let child = DevProcess::spawn(&dir.path().join("dev"), "127.0.0.1:0", extra);
+        let mut dev = DevProcess { child, env: Default::default(), _dir: dir };
+        dev.read_env().await;
+        dev
+    }
+
+    fn spawn(data: &Path, edge_listen: &str, extra: &[&str]) -> Child {
+        Command::new(writ_bin())
+            .args(["dev", "--listen", "127.0.0.1:0", "--edge-listen", edge_listen, "--executor-listen", "127.0.0.1:0"])
             .arg("--data-dir")
-            .arg(&data)
+            .arg(data)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start writ dev");
-        let mut dev = DevProcess { child, env: Default::default(), _dir: dir };
+            .expect("start writ dev")
+    }
+
+    /// Waits for a fresh env file (the previous one, if any, is removed first by the caller).
+    async fn read_env(&mut self) {
+        let data = self.data_dir();
         let text = eventually("the dev env file", Duration::from_secs(30), || async {
             let text = std::fs::read_to_string(data.join("env")).ok()?;
             text.contains("WRIT_DEMO_TOKEN").then_some(text)
         })
         .await;
-        dev.env = text
+        self.env = text
             .lines()
             .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        dev
+    }
+
+    /// Stops it and starts it again on the same data directory and MCP port (so tokens issued
+    /// for its MCP URL still name it), with `extra` arguments.
+    pub async fn restart(&mut self, extra: &[&str]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let edge = self.var("WRIT_MCP_URL").trim_start_matches("http://").trim_end_matches("/mcp").to_string();
+        let _ = std::fs::remove_file(self.data_dir().join("env"));
+        self.child = DevProcess::spawn(&self.data_dir(), &edge, extra);
+        self.read_env().await;
     }
 
     pub fn var(&self, key: &str) -> &str {

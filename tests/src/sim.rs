@@ -196,6 +196,7 @@ impl SimCluster {
             election_max_ms: 800,
             snapshot_every_entries: 10_000,
             keep_entries_behind_snapshot: 100,
+            clock_ahead_ms: 0,
         };
         let mut nodes = BTreeMap::new();
         let mut dirs = Vec::new();

@@ -52,3 +52,43 @@ async fn writ_dev_serves_the_edge_with_a_demo_token() {
     .await;
     assert_eq!((op["attempts"].as_u64(), op["evidence"].as_array().map(Vec::len)), (Some(1), Some(1)), "{op}");
 }
+
+/// Issue 21: rules ledger time drives, through real processes, with `writ dev
+/// --ledger-clock-ahead-s` (restarted on the same data directory and MCP URL): a proposal made
+/// before is refused as PROPOSAL_EXPIRED once its 5 minutes of ledger time have passed, and a
+/// deleted tenant is purged only after its 30 days.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_driven_rules_with_ledger_time_ahead() {
+    let mut dev = DevProcess::start(&[]).await;
+    let (mcp, token) = (dev.var("WRIT_MCP_URL").to_string(), dev.var("WRIT_DEMO_TOKEN").to_string());
+    let tool = |name: &str, arguments: Value| {
+        let (mcp, token, name) = (mcp.clone(), token.clone(), name.to_string());
+        async move { rpc(&mcp, Some(&token), "tools/call", json!({"name": name, "arguments": arguments})).await.2 }
+    };
+    let call = json!({"action": "move_press", "input": {"position_mm": 5}, "device": "demo-press"});
+    let proposed = tool("operation.propose", call.clone()).await;
+    let proposal = proposed["result"]["structuredContent"]["proposal"].as_str().expect("a proposal").to_string();
+    assert_eq!(dev.cli(&["tenant", "create", "leaving"]).0, 0);
+    assert_eq!(dev.cli(&["tenant", "delete", "leaving"]).0, 0);
+    let (code, _, err) = dev.cli(&["tenant", "purge", "leaving"]);
+    assert!(code == 1 && err.contains("TENANT_STATE_CONFLICT"), "kept for its retention: {err}");
+
+    // Ledger time 6 minutes on: the proposal has expired (the token, issued at wall-clock time
+    // for this MCP URL, still holds).
+    dev.restart(&["--ledger-clock-ahead-s", "360"]).await;
+    let mut execute = call.clone();
+    execute["idempotency_key"] = json!("late-1");
+    execute["proposal"] = json!(proposal);
+    let late = tool("operation.execute", execute).await;
+    assert_eq!(late["result"]["_meta"]["writ/reason"], "PROPOSAL_EXPIRED", "{late}");
+    let (code, _, err) = dev.cli(&["tenant", "purge", "leaving"]);
+    assert!(code == 1 && err.contains("kept until"), "6 minutes are not 30 days: {err}");
+
+    // 31 days on: the deleted tenant is purged, and its name is free again.
+    dev.restart(&["--ledger-clock-ahead-s", &(31 * 24 * 3600).to_string()]).await;
+    let (code, out, err) = dev.cli(&["tenant", "purge", "leaving"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = dev.cli(&["tenant", "show", "leaving"]);
+    assert!(code == 1 && err.contains("TENANT_NOT_FOUND"), "{err}");
+    assert_eq!(dev.cli(&["tenant", "create", "leaving"]).0, 0, "the name is free again");
+}
