@@ -4,7 +4,9 @@
 //! ledger checks its size, type, hash, the operation's state, who uploads and the tenant's
 //! quota, and keeps only its record ([`EvidenceBlobV1`], in `LedgerState::evidence`); the
 //! bytes are kept by each node beside the audit trail ([`blob_key`]), outside the state, and
-//! read back by hash through `writ://operations/{id}/evidence/{hash}` with `ops:read`.
+//! read back by hash through `writ://operations/{id}/evidence/{hash}` with `ops:read`. A blob is
+//! kept as long as the tenant keeps audit records of its age (`settings.audit_max_age_s`; none:
+//! until the tenant is purged) and then expires with its bytes (`EvidenceExpiredV1`).
 
 use serde::{Deserialize, Serialize};
 
@@ -55,13 +57,26 @@ pub fn evidence_uri(operation_id: &str, content_hash: &str) -> String {
     format!("writ://operations/{operation_id}/evidence/{content_hash}")
 }
 
-/// The node's key of a blob's bytes: tenant id, NUL, content hash.
-pub fn blob_key(tenant_id: &str, content_hash: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(tenant_id.len() + 1 + content_hash.len());
+/// The node's key of a blob's bytes: tenant id, NUL, operation id, NUL, content hash (one blob
+/// per record, so a record's expiry deletes exactly its bytes).
+pub fn blob_key(tenant_id: &str, operation_id: &str, content_hash: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(tenant_id.len() + operation_id.len() + 2 + content_hash.len());
     key.extend_from_slice(tenant_id.as_bytes());
+    key.push(0);
+    key.extend_from_slice(operation_id.as_bytes());
     key.push(0);
     key.extend_from_slice(content_hash.as_bytes());
     key
+}
+
+/// Records expired in one entry at most (the rest in the next).
+pub const EVIDENCE_EXPIRED_PER_ENTRY: usize = 256;
+
+/// A stored blob by operation and hash (what an expiry names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceRefV1 {
+    pub operation_id: String,
+    pub content_hash: String,
 }
 
 /// The key range `[start, end)` holding every key of `tenant_id` in a store keyed by tenant id

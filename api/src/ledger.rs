@@ -501,9 +501,9 @@ impl Command {
         }
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stored_blob(outcome),
-            Command::StoreEvidence { tenant_id, content_hash, content_base64, .. } => {
+            Command::StoreEvidence { tenant_id, operation_id, content_hash, content_base64, .. } => {
                 let bytes = base64::engine::general_purpose::STANDARD.decode(content_base64).ok()?;
-                Some((crate::evidence::blob_key(tenant_id, content_hash), bytes))
+                Some((crate::evidence::blob_key(tenant_id, operation_id, content_hash), bytes))
             }
             _ => None,
         }
@@ -975,6 +975,11 @@ pub enum Event {
         tenant_id: String,
         name: String,
     },
+    /// Evidence blobs older than the tenant's audit retention are gone (records and bytes).
+    EvidenceExpiredV1 {
+        tenant_id: String,
+        blobs: Vec<crate::evidence::EvidenceRefV1>,
+    },
 }
 
 impl Event {
@@ -1035,7 +1040,8 @@ impl Event {
             | Event::WorkCreatedV1 { .. }
             | Event::WorkRevisedV1 { .. }
             | Event::OperationRefusedV1 { .. }
-            | Event::EvidenceStoredV1 { .. } => false,
+            | Event::EvidenceStoredV1 { .. }
+            | Event::EvidenceExpiredV1 { .. } => false,
         }
     }
 
@@ -1114,6 +1120,7 @@ impl Event {
             Event::TenantDeletedV1 { .. } => "tenant_deleted",
             Event::EvidenceStoredV1 { .. } => "evidence_stored",
             Event::TenantPurgedV1 { .. } => "tenant_purged",
+            Event::EvidenceExpiredV1 { .. } => "evidence_expired",
             Event::WorkRevisedV1 { .. } => "work_revised",
             Event::OperationRefusedV1 { .. } => "operation_refused",
         }

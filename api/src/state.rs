@@ -134,6 +134,8 @@ pub struct OperationIndex {
     pub by_state: BTreeMap<String, BTreeMap<OperationState, u64>>,
     /// Bytes of stored evidence per tenant (its quota, [`crate::evidence`]).
     pub evidence_bytes: BTreeMap<String, u64>,
+    /// (ledger time stored, [`evidence_slot`]) per tenant: what expires first.
+    pub evidence_by_time: BTreeMap<String, BTreeSet<(u64, String)>>,
 }
 
 impl OperationIndex {
@@ -585,7 +587,26 @@ impl LedgerState {
             Event::EvidenceStoredV1 { tenant_id, blob } => {
                 *self.index.evidence_bytes.entry(tenant_id.clone()).or_default() += blob.size;
                 let slot = evidence_slot(&blob.operation_id, &blob.content_hash);
+                self.index.evidence_by_time.entry(tenant_id.clone()).or_default().insert((blob.at_ms, slot.clone()));
                 self.evidence.entry(tenant_id.clone()).or_default().insert(slot, blob.clone());
+            }
+            Event::EvidenceExpiredV1 { tenant_id, blobs } => {
+                for r in blobs {
+                    let slot = evidence_slot(&r.operation_id, &r.content_hash);
+                    let gone = self.evidence.get_mut(tenant_id).and_then(|m| m.remove(&slot));
+                    let gone = gone.ok_or_else(|| CorruptEvent::new(env, format!("unknown evidence '{slot}'")))?;
+                    if let Some(n) = self.index.evidence_bytes.get_mut(tenant_id) {
+                        *n -= gone.size;
+                    }
+                    if let Some(by_time) = self.index.evidence_by_time.get_mut(tenant_id) {
+                        by_time.remove(&(gone.at_ms, slot));
+                    }
+                }
+                if self.evidence.get(tenant_id).is_some_and(|m| m.is_empty()) {
+                    self.evidence.remove(tenant_id);
+                    self.index.evidence_bytes.remove(tenant_id);
+                    self.index.evidence_by_time.remove(tenant_id);
+                }
             }
             Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => fold_work(self, env)?,
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
@@ -777,6 +798,13 @@ impl LedgerState {
         scan_page(works, after, limit, crate::work::WORK_ITEMS_PER_TENANT_MAX, in_state)
     }
 
+    /// When the tenant's oldest evidence falls out of its audit retention (none without one).
+    pub fn next_evidence_expiry(&self, tenant_id: &str) -> Option<u64> {
+        let age_s = self.tenants.get(tenant_id)?.settings.audit_max_age_s?;
+        let (oldest, _) = self.index.evidence_by_time.get(tenant_id)?.first()?;
+        Some(oldest.saturating_add(age_s.saturating_mul(1000)))
+    }
+
     /// An operation's evidence record by content hash ([`crate::dto::Query::GetEvidence`]).
     pub fn evidence_record(
         &self,
@@ -926,6 +954,8 @@ impl LedgerState {
         }
         for (tenant, blobs) in &self.evidence {
             index.evidence_bytes.insert(tenant.clone(), blobs.values().map(|b| b.size).sum());
+            let by_time = blobs.iter().map(|(slot, b)| (b.at_ms, slot.clone())).collect();
+            index.evidence_by_time.insert(tenant.clone(), by_time);
         }
         self.index = index;
     }

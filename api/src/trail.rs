@@ -154,6 +154,7 @@ fn subject(event: &Event) -> Subject {
         }
         Event::OperationRefusedV1 { .. } => ("operation", None, None, None),
         Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => ("work", None, None, None),
+        Event::EvidenceExpiredV1 { .. } => ("operation", None, None, None),
         Event::EvidenceStoredV1 { blob, .. } => match &blob.by {
             crate::evidence::Uploader::Principal { principal_id } => {
                 ("operation", Some(principal_id.clone()), None, None)

@@ -4,7 +4,7 @@
 use writ_api::audit::RequestDecisionV1;
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
-use writ_api::evidence::{EvidenceBlobV1, Uploader};
+use writ_api::evidence::{EvidenceBlobV1, EvidenceRefV1, Uploader};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, RejectionSubject};
 use writ_api::operation::{
     AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, ProposalV1, Verdict, WorkRef,
@@ -770,6 +770,21 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::PurgeTenant { tenant_id: "t-1".into() }),
             Some(env(53, 49, Event::TenantPurgedV1 { tenant_id: "t-1".into(), name: "acme".into() })),
         ),
+        (
+            "evidence_expired_v1",
+            req(Command::ExpireDue { tenant_id: "t-1".into() }),
+            Some(env(
+                54,
+                50,
+                Event::EvidenceExpiredV1 {
+                    tenant_id: "t-1".into(),
+                    blobs: vec![EvidenceRefV1 {
+                        operation_id: "op-1".into(),
+                        content_hash: writ_api::sha256_hex(b"moved"),
+                    }],
+                },
+            )),
+        ),
     ]
 }
 
@@ -979,6 +994,7 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "tenant_deleted_v1",
             "evidence_stored_v1",
             "tenant_purged_v1",
+            "evidence_expired_v1",
         ],
     ),
     (
@@ -994,6 +1010,7 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "tenant_deleted_v1",
             "evidence_stored_v1",
             "tenant_purged_v1",
+            "evidence_expired_v1",
         ],
     ),
     (
@@ -1007,10 +1024,11 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "tenant_deleted_v1",
             "evidence_stored_v1",
             "tenant_purged_v1",
+            "evidence_expired_v1",
         ],
     ),
-    (4, &["tenant_deleted_v1", "evidence_stored_v1", "tenant_purged_v1"]),
-    (5, &["tenant_deleted_v1", "tenant_purged_v1"]),
+    (4, &["tenant_deleted_v1", "evidence_stored_v1", "tenant_purged_v1", "evidence_expired_v1"]),
+    (5, &["tenant_deleted_v1", "tenant_purged_v1", "evidence_expired_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

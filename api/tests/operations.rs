@@ -9,9 +9,11 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use serde_json::json;
+use writ_api::evidence::{Uploader, EVIDENCE_PER_OPERATION_MAX};
 use writ_api::ledger::{Command, Event, LedgerRequest, Outcome};
 use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1};
+use writ_api::settings::TenantSettingsPatch;
 use writ_api::work::{WorkChangeV1, WorkScopeV1, WorkState};
 use writ_api::ReasonCode;
 
@@ -1050,4 +1052,53 @@ fn an_executors_coded_refusal_fails_the_operation_with_its_reason_in_the_history
     );
     let revisions: Vec<u64> = l.state.history[T]["op-1"].iter().map(|s| s.revision).collect();
     assert!(revisions.windows(2).all(|w| w[0] < w[1]), "each step names the revision that made it: {revisions:?}");
+}
+
+fn store(by: Uploader, bytes: &[u8], hash: Option<String>) -> Command {
+    Command::StoreEvidence {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        mime_type: "text/plain".into(),
+        content_hash: hash.unwrap_or_else(|| writ_api::sha256_hex(bytes)),
+        content_base64: writ_api::evidence::to_base64(bytes),
+        by,
+    }
+}
+
+#[test]
+fn evidence_is_stored_for_an_attempt_and_expires_with_the_tenants_audit_retention() {
+    let mut l = Ledger::new();
+    let x1 = || Uploader::Executor { executor_id: "x-1".into() };
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    assert_eq!(l.refused(store(x1(), b"moved", None)), ReasonCode::OPERATION_NOT_FOUND, "not yet its operation");
+    let observer = Uploader::Principal { principal_id: "observer".into() };
+    assert_eq!(l.refused(store(observer, b"moved", None)), ReasonCode::OPERATION_STATE_CONFLICT, "no attempt yet");
+    l.ok(start("op-1", 1));
+    assert_eq!(
+        l.refused(store(Uploader::Executor { executor_id: "x-press".into() }, b"moved", None)),
+        ReasonCode::OPERATION_NOT_FOUND,
+        "not its operation"
+    );
+    assert_eq!(l.refused(store(x1(), b"moved", Some("ab".repeat(32)))), ReasonCode::INPUT_INVALID, "hash checked");
+    l.ok(store(x1(), b"moved", None));
+    assert_eq!(l.ok(store(x1(), b"moved", None)), 0, "the same blob again is no change");
+    assert_eq!(l.state.index.evidence_bytes[T], 5);
+    for i in 1..EVIDENCE_PER_OPERATION_MAX {
+        l.ok(store(x1(), format!("frame {i}").as_bytes(), None));
+    }
+    assert_eq!(l.refused(store(x1(), b"one too many", None)), ReasonCode::QUOTA_EXCEEDED);
+    // With an audit retention of an hour, an hour of ledger time later the blobs go.
+    let patch = TenantSettingsPatch { audit_max_age_s: Some(3600), ..Default::default() };
+    l.ok(Command::SetTenantSettings { tenant_id: T.into(), patch });
+    l.now += 3_600_000;
+    let Outcome::Applied { events, .. } = l.run(Command::ExpireDue { tenant_id: T.into() }) else { panic!() };
+    let expired = events.iter().find_map(|e| match &e.event {
+        Event::EvidenceExpiredV1 { blobs, .. } => Some(blobs.len()),
+        _ => None,
+    });
+    assert_eq!(expired, Some(EVIDENCE_PER_OPERATION_MAX));
+    assert!(!l.state.evidence.contains_key(T) && !l.state.index.evidence_bytes.contains_key(T));
+    let mut replica = l.state.clone();
+    replica.rebuild_index();
+    assert_eq!(replica.index, l.state.index, "the index folds as it rebuilds");
 }

@@ -354,7 +354,13 @@ impl LedgerNode {
                 let tenants: Vec<String> = {
                     let applied = node.sm.read();
                     let st = &applied.state;
-                    st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now)).cloned().collect()
+                    // Operations past a deadline or lease, and evidence past its retention.
+                    let due = st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now));
+                    let expired = st.index.evidence_by_time.keys().filter(|t| {
+                        st.next_evidence_expiry(t).is_some_and(|at| at <= now)
+                            && st.index.next_due(t).is_none_or(|at| at > now)
+                    });
+                    due.chain(expired).cloned().collect()
                 };
                 for tenant_id in tenants {
                     let req =
@@ -484,7 +490,7 @@ impl LedgerNode {
         // Evidence and audit bodies are read from the store, not from the in-memory state.
         if let Query::GetEvidence { tenant_id, operation_id, content_hash } = &req.query {
             let blob = self.sm.read().state.evidence_record(tenant_id, operation_id, content_hash)?.clone();
-            let key = writ_api::evidence::blob_key(tenant_id, content_hash);
+            let key = writ_api::evidence::blob_key(tenant_id, operation_id, content_hash);
             let bytes = self.sm.evidence_blob(&key).map_err(|e| internal(&e))?;
             let bytes =
                 bytes.ok_or_else(|| internal(&format!("evidence {content_hash} is recorded but not stored")))?;

@@ -505,6 +505,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             for env in envelopes {
                 // A purged tenant's audit trail and evidence go with it.
+                if let writ_api::ledger::Event::EvidenceExpiredV1 { tenant_id, blobs } = &env.event {
+                    for r in blobs {
+                        batch.delete_cf(
+                            evidence_cf,
+                            writ_api::evidence::blob_key(tenant_id, &r.operation_id, &r.content_hash),
+                        );
+                    }
+                }
                 if let writ_api::ledger::Event::TenantPurgedV1 { tenant_id, .. } = &env.event {
                     let (start, end) = writ_api::evidence::tenant_range(tenant_id);
                     batch.delete_range_cf(audit_cf, &start, &end);
@@ -707,7 +715,7 @@ mod tests {
         let slot = writ_api::state::evidence_slot("op-1", &blob.content_hash);
         state.evidence.entry("t".into()).or_default().insert(slot, blob);
         state.rebuild_index();
-        let blobs = vec![(writ_api::evidence::blob_key("t", &"ab".repeat(32)), b"abc".to_vec())];
+        let blobs = vec![(writ_api::evidence::blob_key("t", "op-1", &"ab".repeat(32)), b"abc".to_vec())];
         let v5 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new(), blobs.clone())).unwrap();
         let read = decode_payload(&v5).unwrap();
         assert_eq!((read.state, read.blobs), (state, blobs));

@@ -116,6 +116,11 @@ impl MemoryLedger {
             }
         }
         for env in &events {
+            if let writ_api::ledger::Event::EvidenceExpiredV1 { tenant_id, blobs } = &env.event {
+                for r in blobs {
+                    inner.blobs.remove(&writ_api::evidence::blob_key(tenant_id, &r.operation_id, &r.content_hash));
+                }
+            }
             if let writ_api::ledger::Event::TenantPurgedV1 { tenant_id, .. } = &env.event {
                 inner.audit.retain(|(t, _), _| t != tenant_id);
                 let (start, end) = writ_api::evidence::tenant_range(tenant_id);
@@ -134,7 +139,7 @@ impl MemoryLedger {
         let inner = self.lock();
         if let Query::GetEvidence { tenant_id, operation_id, content_hash } = &query {
             let blob = inner.state.evidence_record(tenant_id, operation_id, content_hash)?.clone();
-            let bytes = inner.blobs.get(&writ_api::evidence::blob_key(tenant_id, content_hash));
+            let bytes = inner.blobs.get(&writ_api::evidence::blob_key(tenant_id, operation_id, content_hash));
             let bytes =
                 bytes.ok_or_else(|| Rejection::new(ReasonCode::INTERNAL, "evidence recorded but not stored"))?;
             let content_base64 = writ_api::evidence::to_base64(bytes);

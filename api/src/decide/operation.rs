@@ -36,6 +36,21 @@ pub fn release(op: &Operation) -> Option<Event> {
 /// fallen due are looked at (the due index, `OperationIndex::due`), never the whole backlog.
 pub fn due(state: &LedgerState, tenant_id: &str, now: u64) -> Vec<Event> {
     let mut events = Vec::new();
+    // Evidence older than the tenant's audit retention goes (oldest first, bounded per entry).
+    if state.next_evidence_expiry(tenant_id).is_some_and(|at| at <= now) {
+        let age_ms = state.tenants[tenant_id].settings.audit_max_age_s.unwrap_or(0).saturating_mul(1000);
+        let blobs: Vec<crate::evidence::EvidenceRefV1> = state.index.evidence_by_time[tenant_id]
+            .iter()
+            .take_while(|(at, _)| at.saturating_add(age_ms) <= now)
+            .take(crate::evidence::EVIDENCE_EXPIRED_PER_ENTRY)
+            .filter_map(|(_, slot)| state.evidence.get(tenant_id)?.get(slot))
+            .map(|b| crate::evidence::EvidenceRefV1 {
+                operation_id: b.operation_id.clone(),
+                content_hash: b.content_hash.clone(),
+            })
+            .collect();
+        events.push(Event::EvidenceExpiredV1 { tenant_id: tenant_id.to_string(), blobs });
+    }
     let (Some(ops), Some(index)) = (state.operations.get(tenant_id), state.index.due.get(tenant_id)) else {
         return events;
     };
