@@ -534,6 +534,14 @@ pub struct NodeStatus {
     pub revision: u64,
     /// sha256 (hex) over the canonical state machine state at `last_applied_index`.
     pub state_digest: String,
+    /// The newest ledger version the node understands (`writ_api::ledger::LEDGER_VERSION`, or
+    /// lower where capped); a node that does not say runs version 1.
+    #[serde(default = "first_ledger_version")]
+    pub ledger_version: u32,
+}
+
+fn first_ledger_version() -> u32 {
+    1
 }
 
 /// One row of the cluster status: a member and what it answered (or why it did not).

@@ -370,6 +370,15 @@ pub enum Command {
     },
 }
 
+/// The newest ledger version this build understands: what a node advertises
+/// (`NodeStatus::ledger_version`). A leader proposes a command only when every member
+/// understands its [`Command::ledger_version`] (an older node would stop at an entry it cannot
+/// decode), so a rolling upgrade adds commands safely: new ones are refused with
+/// `LEDGER_VERSION_GATED` until the last member runs the new build.
+/// 1: everything before the gate existed. 2: work items, coded refusals, scope grants, tenant
+/// delete and purge, evidence.
+pub const LEDGER_VERSION: u32 = 2;
+
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
 pub const TENANT_PURGE_AFTER_MS: u64 = 30 * 24 * 3600 * 1000;
@@ -487,6 +496,63 @@ impl Command {
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.operation_id(),
             _ => None,
+        }
+    }
+
+    /// The oldest ledger version ([`LEDGER_VERSION`]) that decodes and decides this command: an
+    /// exhaustive match, so a new command forces the decision.
+    pub fn ledger_version(&self) -> u32 {
+        match self {
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            Command::CreateWork { .. }
+            | Command::ReviseWork { .. }
+            | Command::RefuseDispatchV2 { .. }
+            | Command::GrantScope { .. }
+            | Command::DeleteTenant { .. }
+            | Command::StoreEvidence { .. }
+            | Command::PurgeTenant { .. } => 2,
+            Command::CreateTenant { .. }
+            | Command::SuspendTenant { .. }
+            | Command::ResumeTenant { .. }
+            | Command::SetTenantSettings { .. }
+            | Command::CreatePrincipal { .. }
+            | Command::RevokePrincipal { .. }
+            | Command::RevokeScope { .. }
+            | Command::IssueToken { .. }
+            | Command::RevokeToken { .. }
+            | Command::CreateSite { .. }
+            | Command::CreateDevice { .. }
+            | Command::RegisterSigningKey { .. }
+            | Command::SetTenantIssuer { .. }
+            | Command::RemoveTenantIssuer { .. }
+            | Command::PublishCatalog { .. }
+            | Command::CreateEnrollment { .. }
+            | Command::CompleteEnrollment { .. }
+            | Command::RevokeExecutor { .. }
+            | Command::RegisterExecutorCa { .. }
+            | Command::RecordDecisions { .. }
+            | Command::SetPrincipalQuotas { .. }
+            | Command::LeaseRequestQuota { .. }
+            | Command::SubmitOperation { .. }
+            | Command::DispatchOperation { .. }
+            | Command::StartAttempt { .. }
+            | Command::RenewAttemptLease { .. }
+            | Command::ReportAttempt { .. }
+            | Command::RecordObservation { .. }
+            | Command::DecideOperation { .. }
+            | Command::ResolveUnknownEffect { .. }
+            | Command::CancelOperation { .. }
+            | Command::ExpireDue { .. }
+            | Command::RefuseDispatch { .. }
+            | Command::AnswerInputs { .. }
+            | Command::SetPrincipalQuotasV2 { .. }
+            | Command::RenewExecutorCertificate { .. }
+            | Command::RevokeIssuerToken { .. }
+            | Command::RetireSigningKey { .. }
+            | Command::RetireExecutorCa { .. }
+            | Command::RevokeRoleCertificate { .. }
+            | Command::ProposeOperation { .. }
+            | Command::SubmitProposed { .. } => 1,
         }
     }
 

@@ -132,6 +132,7 @@ reason_catalog! {
     WORK_SCOPE_EXCEEDED = 80, 403, -32003, "The action or device is outside the work item's approved scope.";
     TENANT_DELETED = 81, 410, -32003, "The tenant was deleted: its tokens, executors and changes are refused; its data waits for purge.";
     EVIDENCE_NOT_FOUND = 82, 404, -32602, "No such evidence blob of this operation in the tenant.";
+    LEDGER_VERSION_GATED = 83, 409, -32009, "A cluster member runs an older ledger version that cannot read this command: upgrade every node first (writ admin cluster version).";
 }
 
 impl std::fmt::Display for ReasonCode {

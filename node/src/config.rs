@@ -82,6 +82,7 @@ struct RawRaft {
     election_max_ms: Option<u64>,
     snapshot_every_entries: Option<u64>,
     keep_entries_behind_snapshot: Option<u64>,
+    ledger_version_max: Option<u32>,
 }
 
 pub use crate::pki::TlsConfig;
@@ -236,6 +237,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .keep_entries_behind_snapshot
             .unwrap_or(defaults.keep_entries_behind_snapshot),
         clock_ahead_ms: 0,
+        ledger_version_max: raw.raft.ledger_version_max,
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
         return Err(ConfigError::ElectionTimeoutBelowHeartbeat {

@@ -103,6 +103,10 @@ pub struct RaftSettings {
     /// --ledger-clock-ahead-s`: time-driven rules — proposal expiry, retention, purge — seen
     /// without waiting). 0 in every deployment: ledger time is the leader's clock.
     pub clock_ahead_ms: u64,
+    /// Advertise (and lead with) at most this ledger version: a node of the new build that
+    /// behaves, for the version gate, like an older one (`[raft] ledger_version_max`; testing
+    /// a mixed cluster). None: `LEDGER_VERSION`.
+    pub ledger_version_max: Option<u32>,
 }
 
 impl Default for RaftSettings {
@@ -114,6 +118,7 @@ impl Default for RaftSettings {
             snapshot_every_entries: 100_000,
             keep_entries_behind_snapshot: 1_000,
             clock_ahead_ms: 0,
+            ledger_version_max: None,
         }
     }
 }
@@ -150,7 +155,17 @@ pub struct LedgerNode {
     started: std::time::Instant,
     /// The Raft timings (the failure detector waits out the leader lease).
     election_max: Duration,
+    /// The newest ledger version this node advertises and leads with.
+    ledger_version: u32,
+    /// Other members' ledger versions and when they said so (the version gate's memory).
+    versions: std::sync::Mutex<BTreeMap<u64, (u32, std::time::Instant)>>,
 }
+
+/// How long a member's advertised ledger version is trusted before it is asked again (a node
+/// restarted with a new build is seen within this; every node asks its peers this often).
+const VERSION_RECHECK: Duration = Duration::from_secs(10);
+/// How long the gate waits for a member's status.
+const VERSION_ASK_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How often a follower's failure detector looks at the leader's silence.
 const FAILURE_DETECTOR_TICK: Duration = Duration::from_millis(15);
@@ -202,6 +217,10 @@ impl LedgerNode {
             leader_contact_ms: Default::default(),
             started: std::time::Instant::now(),
             election_max,
+            ledger_version: settings
+                .ledger_version_max
+                .map_or(writ_api::ledger::LEDGER_VERSION, |cap| cap.min(writ_api::ledger::LEDGER_VERSION)),
+            versions: Default::default(),
         }))
     }
 
@@ -303,6 +322,24 @@ impl LedgerNode {
         });
     }
 
+    /// Keeps the members' ledger versions known on every node, leader or not, so that a newly
+    /// elected leader gates with what it already heard (a member that died with the old leader
+    /// keeps the version it last advertised) and a submit rarely waits to ask.
+    pub fn start_version_watch(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(n) = node.upgrade() else { return };
+                if n.raft.metrics().borrow_watched().running_state.is_err() {
+                    return;
+                }
+                n.member_versions().await;
+                drop(n);
+                tokio::time::sleep(VERSION_RECHECK).await;
+            }
+        });
+    }
+
     /// Whether the node may serve: no fatal Raft error and no corruption found.
     pub fn is_healthy(&self) -> bool {
         self.raft.metrics().borrow_watched().running_state.is_ok() && self.sm.corruption().borrow().is_none()
@@ -395,6 +432,7 @@ impl LedgerNode {
         loop {
             let (leader, addr) = self.await_leader(unreached, deadline).await?;
             if leader == self.id {
+                self.gate(&req.command).await?;
                 let request = LedgerRequest {
                     stamp_ms: self.clock.now_ms(),
                     trace_id: req.trace_id.clone(),
@@ -647,7 +685,64 @@ impl LedgerNode {
             members: membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
             revision: applied.state.revision,
             state_digest: applied.state.digest(),
+            ledger_version: self.ledger_version,
         }
+    }
+
+    /// The version gate: a command newer than some member's ledger version is refused before
+    /// it is proposed (the member would stop at it), naming who holds the cluster back.
+    async fn gate(&self, command: &Command) -> Result<(), Rejection> {
+        let needs = command.ledger_version();
+        if needs <= 1 {
+            return Ok(()); // every version reads these
+        }
+        let versions = self.member_versions().await;
+        let behind: Vec<String> = versions
+            .iter()
+            .filter(|(_, v)| v.is_none_or(|v| v < needs))
+            .map(|(id, v)| format!("{id} ({})", v.map_or("unknown".into(), |v| format!("version {v}"))))
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        metrics::counter!("writ_ledger_version_gated_total").increment(1);
+        Err(Rejection::new(
+            ReasonCode::LEDGER_VERSION_GATED,
+            format!("{} needs ledger version {needs}; upgrade node(s) {} first", command.kind(), behind.join(", ")),
+        ))
+    }
+
+    /// Every member's ledger version as its own status last said (this node's own; others asked
+    /// at most every [`VERSION_RECHECK`], the last answer kept while one is unreachable; `None`
+    /// for a member never heard from).
+    pub async fn member_versions(&self) -> BTreeMap<u64, Option<u32>> {
+        let members: Vec<(u64, String)> = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect()
+        };
+        let mut out = BTreeMap::new();
+        for (id, addr) in members {
+            if id == self.id {
+                out.insert(id, Some(self.ledger_version));
+                continue;
+            }
+            let known = self.versions.lock().expect("versions").get(&id).copied();
+            let fresh = known.filter(|(_, at)| at.elapsed() < VERSION_RECHECK).map(|(v, _)| v);
+            let version = match fresh {
+                Some(v) => Some(v),
+                None => match tokio::time::timeout(VERSION_ASK_TIMEOUT, self.peers.status(&addr)).await {
+                    Ok(Ok(status)) => {
+                        let v = status.ledger_version;
+                        self.versions.lock().expect("versions").insert(id, (v, std::time::Instant::now()));
+                        Some(v)
+                    }
+                    _ => known.map(|(v, _)| v),
+                },
+            };
+            out.insert(id, version);
+        }
+        out
     }
 
     /// Every member's own status, asked of each member directly.

@@ -1198,6 +1198,9 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 pub enum ClusterCmd {
     /// Every member's role, term, log position and state digest.
     Status,
+    /// Every member's ledger version and the cluster's (the oldest: commands newer than it are
+    /// refused with LEDGER_VERSION_GATED until every node is upgraded).
+    Version,
     /// Add a learner (non-voting member) and wait until it has caught up.
     AddLearner {
         #[arg(long)]
@@ -1469,6 +1472,25 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Cluster(cmd) => {
             let node = match cmd {
                 ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),
+                ClusterCmd::Version => {
+                    let status = c.cluster_status().await.map_err(failed)?;
+                    let nodes: std::collections::BTreeMap<u64, Option<u32>> = status
+                        .members
+                        .iter()
+                        .map(|m| (m.node_id, m.status.as_ref().map(|s| s.ledger_version)))
+                        .collect();
+                    // A member that does not answer holds the cluster at the oldest version.
+                    let cluster = nodes.values().map(|v| v.unwrap_or(1)).min().unwrap_or(1);
+                    let view = serde_json::json!({"cluster": cluster, "newest": writ_api::ledger::LEDGER_VERSION, "nodes": nodes});
+                    return show(out, &view, |v| {
+                        let rows = nodes
+                            .iter()
+                            .map(|(id, ver)| vec![id.to_string(), ver.map_or("unreachable".into(), |v| v.to_string())])
+                            .collect();
+                        print_table(&["NODE", "LEDGER_VERSION"], rows);
+                        say!("cluster version {} (this build's newest: {})", v["cluster"], v["newest"]);
+                    });
+                }
                 ClusterCmd::AddLearner { node_id, addr } => {
                     c.add_learner(&AddLearnerRequest { node_id: *node_id, addr: addr.clone() }).await
                 }

@@ -163,6 +163,8 @@ pub struct NodeProc {
     /// 0 until the first start has reported the bound port.
     pub port: u16,
     pub dir: PathBuf,
+    /// More `[raft]` settings for its next start (e.g. `ledger_version_max = 1`).
+    pub raft_extra: String,
     child: Option<Child>,
 }
 
@@ -177,7 +179,8 @@ impl NodeProc {
             "node_id = {id}\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{dir}\"\noperator_token = \"{TEST_OPERATOR_TOKEN}\"\n\
              bootstrap = {bootstrap}\n[[members]]\nid = {id}\naddr = \"https://127.0.0.1:{port}\"\n\
              [raft]\nheartbeat_ms = 100\nelection_min_ms = 800\nelection_max_ms = 1600\nsnapshot_every_entries = 100000\n\
-             keep_entries_behind_snapshot = 0\n[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\nca = \"{ca}\"\n",
+             keep_entries_behind_snapshot = 0\n{extra}\n[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\nca = \"{ca}\"\n",
+            extra = self.raft_extra,
             id = self.id,
             port = self.port,
             dir = self.dir.join("data").display(),
@@ -261,8 +264,15 @@ impl Cluster {
     pub async fn start(n: u64) -> Cluster {
         crate::init_test_log();
         let root = tempfile::tempdir().expect("tempdir");
-        let mut nodes: Vec<NodeProc> =
-            (1..=n).map(|id| NodeProc { id, port: 0, dir: root.path().join(format!("n{id}")), child: None }).collect();
+        let mut nodes: Vec<NodeProc> = (1..=n)
+            .map(|id| NodeProc {
+                id,
+                port: 0,
+                dir: root.path().join(format!("n{id}")),
+                raft_extra: String::new(),
+                child: None,
+            })
+            .collect();
         nodes[0].start(true);
         for node in nodes.iter_mut().skip(1) {
             node.start(false);

@@ -197,6 +197,7 @@ impl SimCluster {
             snapshot_every_entries: 10_000,
             keep_entries_behind_snapshot: 100,
             clock_ahead_ms: 0,
+            ledger_version_max: None,
         };
         let mut nodes = BTreeMap::new();
         let mut dirs = Vec::new();

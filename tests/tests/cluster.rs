@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use writ_tests::procs::Cluster;
+use writ_tests::eventually;
+use writ_tests::procs::{run_cli, Cluster};
 
 /// Creates tenants `{prefix}-{i}` for i in range with `concurrency` workers, spread over
 /// `urls`; returns the acknowledged names. Retries a name whose outcome was uncertain.
@@ -152,4 +153,53 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
         assert_eq!(on_victim, on_leader);
         assert_eq!(on_victim["records"][0]["operation"], "tenant_created", "{on_victim}");
     }
+}
+
+/// Issue 18's version gate through real nodes: a member advertising an older ledger version (as
+/// a node not yet upgraded would) holds the cluster to it — a newer command is refused before
+/// it is proposed, naming the node, while older commands go on and every node applies them —
+/// and once the node is upgraded the command goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_on_an_older_ledger_version_gates_newer_commands() {
+    let mut c = Cluster::start(3).await;
+    let url = c.nodes[0].url();
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "gated"})).await;
+    let work = |id: &str| serde_json::json!({"id": id, "title": "t", "owner": "o", "scope": {"actions": ["a"]}});
+    assert_eq!(c.admin.post(&url, "/v1/tenants/gated/work", work("wo-0")).await.unwrap().0, 201, "all on version 2");
+
+    c.node_mut(3).kill();
+    c.node_mut(3).raft_extra = "ledger_version_max = 1".into();
+    c.node_mut(3).start(false);
+    let version = eventually("node 3 to advertise version 1", Duration::from_secs(30), || async {
+        let (code, out, _) = run_cli(&url, &["cluster", "version", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        (code == 0 && v["nodes"]["3"] == 1).then_some(v)
+    })
+    .await;
+    assert_eq!((version["cluster"].as_u64(), version["nodes"]["1"].as_u64()), (Some(1), Some(2)), "{version}");
+    let mut n = 0;
+    let refused = eventually("the gate to refuse a version-2 command", Duration::from_secs(40), || {
+        n += 1;
+        let (admin, url, body) = (c.admin.clone(), url.clone(), work(&format!("wo-{n}")));
+        async move {
+            let (code, body) = admin.post(&url, "/v1/tenants/gated/work", body).await.ok()?;
+            (code == 409).then_some(body)
+        }
+    })
+    .await;
+    assert_eq!(refused["reason"], "LEDGER_VERSION_GATED", "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("3 (version 1)"), "{refused}");
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "still-version-1"})).await;
+    c.converged(Duration::from_secs(30)).await;
+
+    // Upgraded: the same command goes through, and node 3 applies it.
+    c.node_mut(3).kill();
+    c.node_mut(3).raft_extra = String::new();
+    c.node_mut(3).start(false);
+    eventually("the upgraded cluster to take version-2 commands", Duration::from_secs(40), || {
+        let (admin, url) = (c.admin.clone(), url.clone());
+        async move { (admin.post(&url, "/v1/tenants/gated/work", work("wo-up")).await.ok()?.0 == 201).then_some(()) }
+    })
+    .await;
+    c.converged(Duration::from_secs(30)).await;
 }

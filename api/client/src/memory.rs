@@ -187,6 +187,7 @@ impl MemoryLedger {
             members: BTreeMap::from([(1, MEMORY_ADDR.to_string())]),
             revision: inner.state.revision,
             state_digest: inner.state.digest(),
+            ledger_version: writ_api::ledger::LEDGER_VERSION,
         }
     }
 
