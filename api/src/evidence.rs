@@ -72,6 +72,15 @@ pub fn blob_key(tenant_id: &str, operation_id: &str, content_hash: &str) -> Vec<
 /// Records expired in one entry at most (the rest in the next).
 pub const EVIDENCE_EXPIRED_PER_ENTRY: usize = 256;
 
+/// A blob carried by an executor's report (`ReportAttemptV2`): the bytes of the reported
+/// evidence's `content_hash`, stored with the report in one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceContentV1 {
+    pub mime_type: String,
+    pub content_base64: String,
+}
+
 /// A stored blob by operation and hash (what an expiry names).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceRefV1 {

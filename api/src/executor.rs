@@ -133,6 +133,10 @@ pub struct ReportRequest {
     pub outcome: AttemptOutcome,
     #[serde(default)]
     pub evidence: Option<EvidenceV1>,
+    /// The bytes of `evidence.content_hash`, stored with the report in one entry; the
+    /// evidence's `evidence_return_ref` is then `crate::evidence::evidence_uri`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<crate::evidence::EvidenceContentV1>,
 }
 
 /// `refuse`: the executor will not attempt this dispatch (stale, precondition not met).

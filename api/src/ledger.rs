@@ -368,6 +368,17 @@ pub enum Command {
     PurgeTenant {
         tenant_id: String,
     },
+    /// [`Command::ReportAttempt`] with its evidence's bytes: the report and the blob in one
+    /// entry (the executor's common path keeps three commands per operation). The report
+    /// always stands; a blob the store refuses (quota) is recorded as not stored.
+    ReportAttemptV2 {
+        tenant_id: String,
+        operation_id: String,
+        fencing_token: u64,
+        outcome: AttemptOutcome,
+        evidence: EvidenceV1,
+        content: crate::evidence::EvidenceContentV1,
+    },
 }
 
 /// The newest ledger version this build understands: what a node advertises
@@ -440,6 +451,7 @@ impl Command {
             | Command::StartAttempt { .. }
             | Command::RenewAttemptLease { .. }
             | Command::ReportAttempt { .. }
+            | Command::ReportAttemptV2 { .. }
             | Command::RecordObservation { .. }
             | Command::DecideOperation { .. }
             | Command::ResolveUnknownEffect { .. }
@@ -486,6 +498,7 @@ impl Command {
             | Command::StartAttempt { operation_id, .. }
             | Command::RenewAttemptLease { operation_id, .. }
             | Command::ReportAttempt { operation_id, .. }
+            | Command::ReportAttemptV2 { operation_id, .. }
             | Command::RecordObservation { operation_id, .. }
             | Command::DecideOperation { operation_id, .. }
             | Command::ResolveUnknownEffect { operation_id, .. }
@@ -510,7 +523,8 @@ impl Command {
             | Command::GrantScope { .. }
             | Command::DeleteTenant { .. }
             | Command::StoreEvidence { .. }
-            | Command::PurgeTenant { .. } => 2,
+            | Command::PurgeTenant { .. }
+            | Command::ReportAttemptV2 { .. } => 2,
             Command::CreateTenant { .. }
             | Command::SuspendTenant { .. }
             | Command::ResumeTenant { .. }
@@ -562,15 +576,23 @@ impl Command {
     /// checked by `decide`; a retried upload writes the same bytes again).
     pub fn stored_blob(&self, outcome: &Outcome) -> Option<(Vec<u8>, Vec<u8>)> {
         use base64::Engine;
-        if !matches!(outcome, Outcome::Applied { .. }) {
-            return None;
-        }
+        let Outcome::Applied { events, .. } = outcome else { return None };
+        // Only what the ledger recorded as stored (a report's blob may have been refused).
+        let (tenant_id, blob) = events.iter().find_map(|e| match &e.event {
+            Event::EvidenceStoredV1 { tenant_id, blob } => Some((tenant_id, blob)),
+            _ => None,
+        })?;
+        let content = self.blob_content()?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(content).ok()?;
+        Some((crate::evidence::blob_key(tenant_id, &blob.operation_id, &blob.content_hash), bytes))
+    }
+
+    /// The base64 bytes a command carries for the evidence store.
+    fn blob_content(&self) -> Option<&str> {
         match self {
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stored_blob(outcome),
-            Command::StoreEvidence { tenant_id, operation_id, content_hash, content_base64, .. } => {
-                let bytes = base64::engine::general_purpose::STANDARD.decode(content_base64).ok()?;
-                Some((crate::evidence::blob_key(tenant_id, operation_id, content_hash), bytes))
-            }
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.blob_content(),
+            Command::StoreEvidence { content_base64, .. } => Some(content_base64),
+            Command::ReportAttemptV2 { content, .. } => Some(&content.content_base64),
             _ => None,
         }
     }
@@ -680,6 +702,7 @@ impl Command {
             Command::DeleteTenant { .. } => "delete_tenant",
             Command::StoreEvidence { .. } => "store_evidence",
             Command::PurgeTenant { .. } => "purge_tenant",
+            Command::ReportAttemptV2 { .. } => "report_attempt",
             Command::ReviseWork { .. } => "revise_work",
             Command::RefuseDispatchV2 { .. } => "refuse_dispatch",
         }
@@ -716,6 +739,7 @@ impl Command {
             | Command::StartAttempt { tenant_id, .. }
             | Command::RenewAttemptLease { tenant_id, .. }
             | Command::ReportAttempt { tenant_id, .. }
+            | Command::ReportAttemptV2 { tenant_id, .. }
             | Command::RecordObservation { tenant_id, .. }
             | Command::DecideOperation { tenant_id, .. }
             | Command::ResolveUnknownEffect { tenant_id, .. }

@@ -73,6 +73,7 @@ impl Role {
                         | Command::StartAttempt { .. }
                         | Command::RenewAttemptLease { .. }
                         | Command::ReportAttempt { .. }
+                        | Command::ReportAttemptV2 { .. }
                         | Command::RefuseDispatch { .. }
                         | Command::RefuseDispatchV2 { .. }
                         | Command::StoreEvidence { by: crate::evidence::Uploader::Executor { .. }, .. }

@@ -4,7 +4,7 @@
 use writ_api::audit::RequestDecisionV1;
 use writ_api::catalog::{CatalogActionV1, CatalogV1, Execution, Risk};
 use writ_api::device::{EnrollmentV1, ExecutorCaV1, ExecutorCertV1};
-use writ_api::evidence::{EvidenceBlobV1, EvidenceRefV1, Uploader};
+use writ_api::evidence::{EvidenceBlobV1, EvidenceContentV1, EvidenceRefV1, Uploader};
 use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome, RejectionSubject};
 use writ_api::operation::{
     AttemptOutcome, EvidenceV1, ObservationV1, OperationSpecV1, OperationState, ProposalV1, Verdict, WorkRef,
@@ -785,6 +785,18 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "report_attempt_v2",
+            req(Command::ReportAttemptV2 {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                fencing_token: 7,
+                outcome: AttemptOutcome::Effect,
+                evidence: evidence(),
+                content: EvidenceContentV1 { mime_type: "text/plain".into(), content_base64: "bW92ZWQ=".into() },
+            }),
+            None,
+        ),
     ]
 }
 
@@ -995,6 +1007,7 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "evidence_stored_v1",
             "tenant_purged_v1",
             "evidence_expired_v1",
+            "report_attempt_v2",
         ],
     ),
     (
@@ -1011,6 +1024,7 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "evidence_stored_v1",
             "tenant_purged_v1",
             "evidence_expired_v1",
+            "report_attempt_v2",
         ],
     ),
     (
@@ -1025,10 +1039,11 @@ const LATER_THAN_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "evidence_stored_v1",
             "tenant_purged_v1",
             "evidence_expired_v1",
+            "report_attempt_v2",
         ],
     ),
-    (4, &["tenant_deleted_v1", "evidence_stored_v1", "tenant_purged_v1", "evidence_expired_v1"]),
-    (5, &["tenant_deleted_v1", "tenant_purged_v1", "evidence_expired_v1"]),
+    (4, &["tenant_deleted_v1", "evidence_stored_v1", "tenant_purged_v1", "evidence_expired_v1", "report_attempt_v2"]),
+    (5, &["tenant_deleted_v1", "tenant_purged_v1", "evidence_expired_v1", "report_attempt_v2"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

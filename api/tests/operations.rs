@@ -1102,3 +1102,39 @@ fn evidence_is_stored_for_an_attempt_and_expires_with_the_tenants_audit_retentio
     replica.rebuild_index();
     assert_eq!(replica.index, l.state.index, "the index folds as it rebuilds");
 }
+
+#[test]
+fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuses_it() {
+    let mut l = Ledger::new();
+    let report = |id: &str, token: u64, bytes: &[u8], mime: &str| Command::ReportAttemptV2 {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        fencing_token: token,
+        outcome: AttemptOutcome::Effect,
+        evidence: EvidenceV1 {
+            content_hash: writ_api::sha256_hex(bytes),
+            evidence_return_ref: format!("writ://operations/{id}/evidence/{}", writ_api::sha256_hex(bytes)),
+            summary: "moved".into(),
+        },
+        content: writ_api::evidence::EvidenceContentV1 {
+            mime_type: mime.into(),
+            content_base64: writ_api::evidence::to_base64(bytes),
+        },
+    };
+    l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
+    l.ok(start("op-1", 1));
+    assert_eq!(l.refused(report("op-1", 9, b"moved", "text/plain")), ReasonCode::FENCING_TOKEN_STALE);
+    let cmd = report("op-1", 1, b"moved", "text/plain");
+    let outcome = l.run(cmd.clone());
+    assert_eq!(l.op("op-1").state, OperationState::EffectReported);
+    assert_eq!(l.state.evidence[T].len(), 1, "one entry: the report and its blob");
+    assert_eq!(cmd.stored_blob(&outcome).map(|(_, bytes)| bytes), Some(b"moved".to_vec()));
+    // A blob the store refuses leaves the report standing, its reference saying why.
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("arm"), l.now + 60_000)));
+    l.ok(start("op-2", 1));
+    let cmd = report("op-2", 1, b"<html>", "text/html");
+    let outcome = l.run(cmd.clone());
+    assert_eq!(l.op("op-2").state, OperationState::EffectReported);
+    assert_eq!(l.op("op-2").evidence[0].evidence_return_ref, "not stored: INPUT_INVALID");
+    assert_eq!(cmd.stored_blob(&outcome), None, "nothing for the node to keep");
+}

@@ -448,12 +448,24 @@ async fn report(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    attempt_call(g, peer, id, "executor/report", body, |who, operation_id, b: ReportRequest| Command::ReportAttempt {
-        tenant_id: who.tenant_id.clone(),
-        operation_id,
-        fencing_token: b.fencing_token,
-        outcome: b.outcome,
-        evidence: b.evidence,
+    attempt_call(g, peer, id, "executor/report", body, |who, operation_id, b: ReportRequest| {
+        match (b.content, b.evidence) {
+            (Some(content), Some(evidence)) => Command::ReportAttemptV2 {
+                tenant_id: who.tenant_id.clone(),
+                operation_id,
+                fencing_token: b.fencing_token,
+                outcome: b.outcome,
+                evidence,
+                content,
+            },
+            (_, evidence) => Command::ReportAttempt {
+                tenant_id: who.tenant_id.clone(),
+                operation_id,
+                fencing_token: b.fencing_token,
+                outcome: b.outcome,
+                evidence,
+            },
+        }
     })
     .await
 }

@@ -173,10 +173,10 @@ pub struct ExecutorConfig {
     /// logged as `probes listening`). Off when absent.
     #[serde(default)]
     pub probe_listen: Option<std::net::SocketAddr>,
-    /// Store each attempt's output in the ledger's evidence store before reporting (its
-    /// report's `evidence_return_ref` is then `writ://operations/{id}/evidence/{hash}`, which
-    /// agents read with `ops:read`); `false`: only its hash and a summary travel, and the ref
-    /// names this executor. Default true.
+    /// Store each attempt's output in the ledger's evidence store with its report (its
+    /// `evidence_return_ref` is then `writ://operations/{id}/evidence/{hash}`, which agents
+    /// read with `ops:read`); `false`: only its hash and a summary travel, and the ref names
+    /// this executor. Default true.
     #[serde(default = "default_true")]
     pub upload_evidence: bool,
     pub handler: HandlerConfig,
@@ -897,42 +897,33 @@ impl Executor {
         self.report(edge, &id, d.fencing_token, outcome, output).await;
     }
 
-    /// Stores `output` in the ledger's evidence store; where it is read, if it was stored.
-    async fn upload(&self, edge: &str, id: &str, output: &str) -> Option<String> {
-        if !self.cfg.upload_evidence || output.is_empty() || output.len() > writ_api::evidence::EVIDENCE_BYTES_MAX {
-            return None;
-        }
-        let content_hash = hex::encode(Sha256::digest(output.as_bytes()));
-        let upload = writ_api::executor::EvidenceUpload {
-            mime_type: if serde_json::from_str::<serde_json::Value>(output).is_ok() {
-                "application/json"
-            } else {
-                "text/plain"
-            }
-            .into(),
-            content_base64: writ_api::evidence::to_base64(output.as_bytes()),
-            content_hash: content_hash.clone(),
-        };
-        match self.post_any(edge, id, "evidence", &upload).await {
-            Ok(_) => Some(writ_api::evidence::evidence_uri(id, &content_hash)),
-            Err(e) => {
-                tracing::warn!(operation = %id, error = %e, "evidence not stored; reporting its hash only");
-                None
-            }
-        }
-    }
-
-    /// Reports an attempt's outcome with its output as evidence (stored first, when it can be).
+    /// Reports an attempt's outcome with its output as evidence: the output itself travels
+    /// with the report into the ledger's evidence store (one entry) when it may
+    /// ([`ExecutorConfig::upload_evidence`], at most `EVIDENCE_BYTES_MAX`), and the evidence
+    /// then names where it is read.
     async fn report(&self, edge: &str, id: &str, fencing_token: u64, outcome: AttemptOutcome, output: String) {
-        let stored = self.upload(edge, id, &output).await;
+        let content_hash = hex::encode(Sha256::digest(output.as_bytes()));
+        let stored =
+            self.cfg.upload_evidence && !output.is_empty() && output.len() <= writ_api::evidence::EVIDENCE_BYTES_MAX;
+        let content = stored.then(|| {
+            let json = serde_json::from_str::<serde_json::Value>(&output).is_ok();
+            writ_api::evidence::EvidenceContentV1 {
+                mime_type: if json { "application/json" } else { "text/plain" }.into(),
+                content_base64: writ_api::evidence::to_base64(output.as_bytes()),
+            }
+        });
         let evidence = EvidenceV1 {
-            content_hash: hex::encode(Sha256::digest(output.as_bytes())),
-            evidence_return_ref: stored.unwrap_or_else(|| format!("writ-executor:{id}/evidence")),
+            evidence_return_ref: if stored {
+                writ_api::evidence::evidence_uri(id, &content_hash)
+            } else {
+                format!("writ-executor:{id}/evidence")
+            },
+            content_hash,
             summary: output.chars().take(200).collect(),
         };
         let label = if outcome == AttemptOutcome::Effect { "effect" } else { "no_effect" };
         metrics::counter!("writ_executor_reports_total", "outcome" => label).increment(1);
-        let report = ReportRequest { fencing_token, outcome, evidence: Some(evidence) };
+        let report = ReportRequest { fencing_token, outcome, evidence: Some(evidence), content };
         // A report is retried for a while (through a leader election or an edge going away; a
         // repeat of one that landed is a state conflict). If it never lands, the lease runs out
         // and the ledger marks the operation `unknown_effect` for reconciliation.

@@ -767,6 +767,38 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             events.extend(release(op));
             Ok(events)
         }
+        Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, content, .. } => {
+            let report = |evidence: EvidenceV1| Command::ReportAttempt {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                fencing_token: *fencing_token,
+                outcome: *outcome,
+                evidence: Some(evidence),
+            };
+            // The report's own checks (state, fencing) come first and decide alone whether it stands.
+            decide(state, &report(evidence.clone()), now)?;
+            let op = find(state, tenant_id, operation_id)?;
+            let store = Command::StoreEvidence {
+                tenant_id: t.clone(),
+                operation_id: operation_id.clone(),
+                mime_type: content.mime_type.clone(),
+                content_hash: evidence.content_hash.clone(),
+                content_base64: content.content_base64.clone(),
+                by: crate::evidence::Uploader::Executor { executor_id: op.executor_id.clone().unwrap_or_default() },
+            };
+            // The blob is stored while the operation is still attempted; a blob the store
+            // refuses (a full quota) leaves the report standing, its reference saying why.
+            let mut reported = evidence.clone();
+            let mut events = match decide(state, &store, now) {
+                Ok(stored) => stored,
+                Err(refused) => {
+                    reported.evidence_return_ref = format!("not stored: {}", refused.reason);
+                    Vec::new()
+                }
+            };
+            events.extend(decide(state, &report(reported), now)?);
+            Ok(events)
+        }
         Command::RecordObservation { operation_id, observer_id, evidence, .. } => {
             let op = find(state, tenant_id, operation_id)?;
             if !matches!(op.state, Attempting | EffectReported | UnknownEffect) {
