@@ -104,6 +104,12 @@ pub fn to_base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The bytes of [`to_base64`]'s text, if it is standard base64.
+pub fn from_base64(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
 fn invalid(message: impl Into<String>) -> Rejection {
     Rejection::new(ReasonCode::INPUT_INVALID, message)
 }
@@ -111,7 +117,6 @@ fn invalid(message: impl Into<String>) -> Rejection {
 /// The bytes of an upload, checked: a known media type, valid base64 of at most
 /// [`EVIDENCE_BYTES_MAX`] bytes, whose sha256 is `content_hash`.
 pub fn checked_bytes(mime_type: &str, content_base64: &str, content_hash: &str) -> Result<Vec<u8>, Rejection> {
-    use base64::Engine;
     if !EVIDENCE_MIME_TYPES.contains(&mime_type) {
         return Err(invalid(format!("evidence is one of {}", EVIDENCE_MIME_TYPES.join(", "))));
     }
@@ -119,9 +124,7 @@ pub fn checked_bytes(mime_type: &str, content_base64: &str, content_hash: &str) 
         let msg = format!("evidence is at most {EVIDENCE_BYTES_MAX} bytes");
         return Err(Rejection::new(ReasonCode::PAYLOAD_TOO_LARGE, msg));
     }
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(content_base64)
-        .map_err(|_| invalid("content_base64 is not standard base64"))?;
+    let bytes = from_base64(content_base64).ok_or_else(|| invalid("content_base64 is not standard base64"))?;
     if bytes.is_empty() || bytes.len() > EVIDENCE_BYTES_MAX {
         return Err(Rejection::new(
             ReasonCode::PAYLOAD_TOO_LARGE,

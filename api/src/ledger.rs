@@ -575,7 +575,6 @@ impl Command {
     /// [`crate::evidence::blob_key`]: what a node writes beside the state (its content was
     /// checked by `decide`; a retried upload writes the same bytes again).
     pub fn stored_blob(&self, outcome: &Outcome) -> Option<(Vec<u8>, Vec<u8>)> {
-        use base64::Engine;
         let Outcome::Applied { events, .. } = outcome else { return None };
         // Only what the ledger recorded as stored (a report's blob may have been refused).
         let (tenant_id, blob) = events.iter().find_map(|e| match &e.event {
@@ -583,7 +582,7 @@ impl Command {
             _ => None,
         })?;
         let content = self.blob_content()?;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(content).ok()?;
+        let bytes = crate::evidence::from_base64(content)?;
         Some((crate::evidence::blob_key(tenant_id, &blob.operation_id, &blob.content_hash), bytes))
     }
 

@@ -628,13 +628,8 @@ async fn read_evidence(c: &Call<'_>, uri: &str, operation_id: &str, hash: &str) 
     };
     let mime = content.blob.mime_type.as_str();
     let texty = mime.starts_with("text/") || mime == "application/json";
-    let text = texty
-        .then(|| {
-            use base64::Engine;
-            let bytes = base64::engine::general_purpose::STANDARD.decode(&content.content_base64).ok()?;
-            String::from_utf8(bytes).ok()
-        })
-        .flatten();
+    let text =
+        texty.then(|| String::from_utf8(writ_api::evidence::from_base64(&content.content_base64)?).ok()).flatten();
     let item = match text {
         Some(text) => json!({"uri": uri, "mimeType": mime, "text": text}),
         None => json!({"uri": uri, "mimeType": mime, "blob": content.content_base64}),

@@ -256,27 +256,36 @@ async fn show_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Re
     Ok(Json(find_tenant(&st, tenant).await?))
 }
 
+type OptionalBody = Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>;
+
+/// A change of a tenant's lifecycle with an optional `{"note": …}` body; answers the tenant.
+async fn tenant_lifecycle(
+    st: &AdminState,
+    tenant: String,
+    body: OptionalBody,
+    command: impl FnOnce(String, Option<String>) -> Command,
+) -> Result<Json<Tenant>, ApiError> {
+    let note = optional_json::<SuspendTenantRequest>(body)?.note;
+    let t = find_tenant(st, tenant).await?;
+    submit(st, command(t.id.clone(), note)).await?;
+    Ok(Json(find_tenant(st, t.id).await?))
+}
+
 async fn suspend_tenant(
     State(st): State<Shared>,
     Path(tenant): Path<String>,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    body: OptionalBody,
 ) -> Result<Json<Tenant>, ApiError> {
-    let note = optional_json::<SuspendTenantRequest>(body)?.note;
-    let t = find_tenant(&st, tenant).await?;
-    submit(&st, Command::SuspendTenant { tenant_id: t.id.clone(), note }).await?;
-    Ok(Json(find_tenant(&st, t.id).await?))
+    tenant_lifecycle(&st, tenant, body, |tenant_id, note| Command::SuspendTenant { tenant_id, note }).await
 }
 
 /// `DELETE /v1/tenants/{tenant}` (optional body `{"note": …}`): a tombstone, final.
 async fn delete_tenant(
     State(st): State<Shared>,
     Path(tenant): Path<String>,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    body: OptionalBody,
 ) -> Result<Json<Tenant>, ApiError> {
-    let note = optional_json::<SuspendTenantRequest>(body)?.note;
-    let t = find_tenant(&st, tenant).await?;
-    submit(&st, Command::DeleteTenant { tenant_id: t.id.clone(), note }).await?;
-    Ok(Json(find_tenant(&st, t.id).await?))
+    tenant_lifecycle(&st, tenant, body, |tenant_id, note| Command::DeleteTenant { tenant_id, note }).await
 }
 
 /// `POST /v1/tenants/{tenant}/purge`: a deleted tenant's data, once its retention has passed
