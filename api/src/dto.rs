@@ -288,6 +288,10 @@ pub enum Query {
         after: Option<String>,
         limit: u32,
     },
+    /// A tenant's storage figures (`crate::retention::storage`).
+    GetTenantStorage {
+        tenant_id: String,
+    },
     /// An operation with its transitions.
     GetOperationHistory {
         tenant_id: String,
@@ -393,6 +397,7 @@ pub enum QueryResult {
     Works { work: Vec<crate::work::WorkItem>, next_cursor: Option<String> },
     History(Box<OperationHistory>),
     Evidence(Box<EvidenceContent>),
+    Storage(Box<crate::retention::TenantStorageV1>),
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -441,6 +446,7 @@ answer! {
     WorkList: QueryResult::Works { work, next_cursor } => WorkList { work, next_cursor };
     OperationHistory: QueryResult::History(history) => *history;
     EvidenceContent: QueryResult::Evidence(content) => *content;
+    crate::retention::TenantStorageV1: QueryResult::Storage(storage) => *storage;
 }
 
 /// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.

@@ -379,6 +379,13 @@ pub enum Command {
         evidence: EvidenceV1,
         content: crate::evidence::EvidenceContentV1,
     },
+    /// Apply the tenant's retention by ledger time (SPEC L9, D7; `crate::retention`): finished
+    /// operations past the tenant's idempotency retention are compacted to their bindings,
+    /// bindings past twice that are released, token records long expired and used or expired
+    /// enrollments are dropped. The leader's reaper submits it when something is due.
+    ApplyRetention {
+        tenant_id: String,
+    },
 }
 
 /// The newest ledger version this build understands: what a node advertises
@@ -387,8 +394,8 @@ pub enum Command {
 /// decode), so a rolling upgrade adds commands safely: new ones are refused with
 /// `LEDGER_VERSION_GATED` until the last member runs the new build.
 /// 1: everything before the gate existed. 2: work items, coded refusals, scope grants, tenant
-/// delete and purge, evidence.
-pub const LEDGER_VERSION: u32 = 2;
+/// delete and purge, evidence. 3: retention (`Command::ApplyRetention`).
+pub const LEDGER_VERSION: u32 = 3;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -407,6 +414,7 @@ pub enum Domain {
     Quota,
     Operation,
     Work,
+    Retention,
 }
 
 impl Command {
@@ -462,6 +470,7 @@ impl Command {
             | Command::StoreEvidence { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
             Command::CreateWork { .. } | Command::ReviseWork { .. } => Domain::Work,
+            Command::ApplyRetention { .. } => Domain::Retention,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
         }
     }
@@ -517,6 +526,7 @@ impl Command {
     pub fn ledger_version(&self) -> u32 {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            Command::ApplyRetention { .. } => 3,
             Command::CreateWork { .. }
             | Command::ReviseWork { .. }
             | Command::RefuseDispatchV2 { .. }
@@ -685,6 +695,7 @@ impl Command {
             Command::ResolveUnknownEffect { .. } => "resolve_unknown_effect",
             Command::CancelOperation { .. } => "cancel_operation",
             Command::ExpireDue { .. } => "expire_due",
+            Command::ApplyRetention { .. } => "apply_retention",
             Command::RefuseDispatch { .. } => "refuse_dispatch",
             Command::AnswerInputs { .. } => "answer_inputs",
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
@@ -744,6 +755,7 @@ impl Command {
             | Command::ResolveUnknownEffect { tenant_id, .. }
             | Command::CancelOperation { tenant_id, .. }
             | Command::ExpireDue { tenant_id }
+            | Command::ApplyRetention { tenant_id }
             | Command::RefuseDispatch { tenant_id, .. }
             | Command::AnswerInputs { tenant_id, .. }
             | Command::SetPrincipalQuotasV2 { tenant_id, .. }
@@ -1069,6 +1081,24 @@ pub enum Event {
         tenant_id: String,
         blobs: Vec<crate::evidence::EvidenceRefV1>,
     },
+    /// Finished operations past the idempotency retention keep only their compact bindings
+    /// (`crate::retention`): their inputs, answers, observations and histories are gone.
+    OperationsCompactedV1 {
+        tenant_id: String,
+        operation_ids: Vec<String>,
+    },
+    /// Compacted operations' bindings are released: their idempotency keys are free again.
+    BindingsReleasedV1 {
+        tenant_id: String,
+        operation_ids: Vec<String>,
+    },
+    /// Token records expired longer ago than the tenant's longest token lifetime, and used or
+    /// expired enrollments, are dropped.
+    CredentialsRetiredV1 {
+        tenant_id: String,
+        jtis: Vec<String>,
+        enrollments: Vec<String>,
+    },
 }
 
 impl Event {
@@ -1130,7 +1160,10 @@ impl Event {
             | Event::WorkRevisedV1 { .. }
             | Event::OperationRefusedV1 { .. }
             | Event::EvidenceStoredV1 { .. }
-            | Event::EvidenceExpiredV1 { .. } => false,
+            | Event::EvidenceExpiredV1 { .. }
+            | Event::OperationsCompactedV1 { .. }
+            | Event::BindingsReleasedV1 { .. }
+            | Event::CredentialsRetiredV1 { .. } => false,
         }
     }
 
@@ -1212,6 +1245,9 @@ impl Event {
             Event::EvidenceExpiredV1 { .. } => "evidence_expired",
             Event::WorkRevisedV1 { .. } => "work_revised",
             Event::OperationRefusedV1 { .. } => "operation_refused",
+            Event::OperationsCompactedV1 { .. } => "operations_compacted",
+            Event::BindingsReleasedV1 { .. } => "bindings_released",
+            Event::CredentialsRetiredV1 { .. } => "credentials_retired",
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod query;
 pub mod quota;
 pub mod reason;
 pub mod rejection;
+pub mod retention;
 pub mod revocation;
 
 /// Bugs the operation simulation must catch (`make sim-mutants`), off unless a test thread
@@ -114,7 +115,8 @@ pub mod format {
     /// 3: then by its live proposals.
     /// 4: then by its work items and operation histories.
     /// 5: then by its evidence records.
-    pub const STATE_FORMAT_VERSION: u32 = 5;
+    /// 6: then by its compacted operations (retention).
+    pub const STATE_FORMAT_VERSION: u32 = 6;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

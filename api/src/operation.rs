@@ -331,6 +331,19 @@ impl Operation {
         self.state.is_waiting() || self.state == OperationState::Attempting
     }
 
+    /// Its binding: what retention keeps once its record's time is up (`crate::retention`) —
+    /// the record without its input, input requests, preconditions, answers and observations,
+    /// enough to answer a replay with its outcome and refuse its key for another payload.
+    pub fn binding(&self) -> Operation {
+        let mut kept = self.clone();
+        kept.spec.input = String::new();
+        kept.spec.input_requests.clear();
+        kept.spec.preconditions.clear();
+        kept.answers.clear();
+        kept.observations.clear();
+        kept
+    }
+
     /// The ledger time at which time alone changes it (`decide::operation::due`): its deadline
     /// while waiting, its attempt lease while dispatched or attempting, whichever comes first.
     pub fn due_at(&self) -> Option<u64> {

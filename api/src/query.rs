@@ -65,11 +65,16 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             let (work, next_cursor) = state.list_work(&tenant_id, in_state, after.as_deref(), page_limit(limit)?);
             Ok(QueryResult::Works { work, next_cursor })
         }
+        Query::GetTenantStorage { tenant_id } => {
+            if !state.tenants.contains_key(&tenant_id) {
+                return Err(Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")));
+            }
+            Ok(QueryResult::Storage(Box::new(crate::retention::storage(state, &tenant_id))))
+        }
         Query::GetOperationHistory { tenant_id, operation_id } => {
-            let operation =
-                state.operations.get(&tenant_id).and_then(|m| m.get(&operation_id)).cloned().ok_or_else(|| {
-                    Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
-                })?;
+            let operation = state.operation(&tenant_id, &operation_id).cloned().ok_or_else(|| {
+                Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
+            })?;
             let transitions = state.operation_history(&tenant_id, &operation_id).to_vec();
             Ok(QueryResult::History(Box::new(crate::dto::OperationHistory { operation, transitions })))
         }
@@ -114,9 +119,7 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .map(|enrollment| QueryResult::Enrollment { enrollment })
             .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")),
         Query::GetOperation { tenant_id, operation_id } => state
-            .operations
-            .get(&tenant_id)
-            .and_then(|m| m.get(&operation_id))
+            .operation(&tenant_id, &operation_id)
             .cloned()
             .map(|op| QueryResult::Operation(Box::new(op)))
             .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))),
@@ -124,7 +127,7 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .idempotency
             .get(&tenant_id)
             .and_then(|m| m.get(&idempotency_slot(&principal_id, &idempotency_key)))
-            .and_then(|id| state.operations.get(&tenant_id)?.get(id))
+            .and_then(|id| state.operation(&tenant_id, id))
             .cloned()
             .map(|op| QueryResult::Operation(Box::new(op)))
             .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no operation under this idempotency key")),

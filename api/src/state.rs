@@ -108,6 +108,12 @@ pub struct LedgerState {
     /// hash); the bytes are the node's. Encoded after the histories (state format 5).
     #[serde(skip)]
     pub evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
+    /// Compacted operations — the bindings that still answer replays once a finished
+    /// operation's retention ran out ([`crate::retention`]) — by tenant id, then operation id.
+    /// Their keys stay in [`LedgerState::idempotency`]. Encoded after the evidence records
+    /// (state format 6).
+    #[serde(skip)]
+    pub compacted: BTreeMap<String, BTreeMap<String, Operation>>,
 }
 
 /// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
@@ -136,6 +142,16 @@ pub struct OperationIndex {
     pub evidence_bytes: BTreeMap<String, u64>,
     /// (ledger time stored, [`evidence_slot`]) per tenant: what expires first.
     pub evidence_by_time: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// (ledger time finished, operation id) of the whole records of finished operations, by
+    /// tenant: what retention compacts first ([`crate::retention`]).
+    pub finished: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// (ledger time finished, operation id) of compacted operations, by tenant: what retention
+    /// releases first.
+    pub compacted: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// (ledger time of expiry, `jti`) of token records, by tenant.
+    pub token_expiry: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// (ledger time of expiry, enrollment id) of enrollments, by tenant.
+    pub enrollment_expiry: BTreeMap<String, BTreeSet<(u64, String)>>,
 }
 
 impl OperationIndex {
@@ -157,6 +173,9 @@ impl OperationIndex {
             }
             if let Some(at) = old.due_at() {
                 remove_from(&mut self.due, tenant, &(at, id.clone()));
+            }
+            if old.state.is_terminal() {
+                remove_from(&mut self.finished, tenant, &(old.updated_at_ms, id.clone()));
             }
             if old.is_live() {
                 if let Some(by_principal) = self.live_by_principal.get_mut(tenant) {
@@ -189,6 +208,9 @@ impl OperationIndex {
             *self.by_state.entry(tenant.clone()).or_default().entry(new.state).or_default() += 1;
             if let Some(at) = new.due_at() {
                 self.due.entry(tenant.clone()).or_default().insert((at, id.clone()));
+            }
+            if new.state.is_terminal() {
+                self.finished.entry(tenant.clone()).or_default().insert((new.updated_at_ms, id.clone()));
             }
             if new.is_live() {
                 *self
@@ -414,6 +436,8 @@ impl LedgerState {
                     revoked_via: None,
                 };
                 self.tokens.entry(tenant_id.clone()).or_default().insert(token.jti.clone(), view);
+                let expiry = (token.expires_at_ms, token.jti.clone());
+                self.index.token_expiry.entry(tenant_id.clone()).or_default().insert(expiry);
             }
             Event::TokenRevokedV1 { tenant_id, jti, cascade } => {
                 let tokens = self.tokens.get_mut(tenant_id).ok_or_else(|| unknown(env, "token", jti))?;
@@ -461,6 +485,8 @@ impl LedgerState {
                     used_at_ms: None,
                     executor_id: None,
                 };
+                let expiry = (view.expires_at_ms, view.id.clone());
+                self.index.enrollment_expiry.entry(tenant_id.clone()).or_default().insert(expiry);
                 self.enrollments.entry(tenant_id.clone()).or_default().insert(e.enrollment_id.clone(), view);
             }
             Event::ExecutorEnrolledV1 { tenant_id, enrollment_id, cert } => {
@@ -609,6 +635,9 @@ impl LedgerState {
                 }
             }
             Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => fold_work(self, env)?,
+            Event::OperationsCompactedV1 { .. }
+            | Event::BindingsReleasedV1 { .. }
+            | Event::CredentialsRetiredV1 { .. } => fold_retention(self, env)?,
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -679,6 +708,7 @@ impl LedgerState {
         self.works.remove(tenant_id);
         self.history.remove(tenant_id);
         self.evidence.remove(tenant_id);
+        self.compacted.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -818,6 +848,13 @@ impl LedgerState {
         })
     }
 
+    /// An operation by id: its whole record, or its binding once compacted
+    /// ([`crate::retention`]).
+    pub fn operation(&self, tenant_id: &str, operation_id: &str) -> Option<&Operation> {
+        let whole = self.operations.get(tenant_id).and_then(|m| m.get(operation_id));
+        whole.or_else(|| self.compacted.get(tenant_id)?.get(operation_id))
+    }
+
     /// An operation's transitions, oldest first (empty for one recorded before histories were).
     pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> &[crate::operation::TransitionV1] {
         self.history.get(tenant_id).and_then(|m| m.get(operation_id)).map_or(&[], Vec::as_slice)
@@ -878,16 +915,17 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 5): format 1's layout, then the revocations (format
+    /// The canonical encoding (state format 6): format 1's layout, then the revocations (format
     /// 2), then the proposals (format 3), then the work items and operation histories (format
-    /// 4), then the evidence records.
+    /// 4), then the evidence records (format 5) paired with the compacted operations.
     pub fn encode(&self) -> Vec<u8> {
-        crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, &self.evidence))
+        let tail = (&self.evidence, &self.compacted);
+        crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 5, without the
-    /// evidence for 4, without the work items and histories too for 3, without the proposals
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 6, without the
+    /// compacted operations for 5, without the evidence for 4, without the work items and histories too for 3, without the proposals
     /// too for 2, the bare struct for 1), bounded like a message ([`crate::decode`]); the
     /// indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
@@ -895,6 +933,7 @@ impl LedgerState {
         type Proposals = BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>;
         type Works = BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>;
         type History = BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>;
+        type Evidence = BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>;
         let mut state = match version {
             1 => crate::decode::<LedgerState>(body).map_err(undecodable)?,
             2 => {
@@ -924,8 +963,7 @@ impl LedgerState {
                 state.history = history;
                 state
             }
-            _ => {
-                type Evidence = BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>;
+            5 => {
                 let (mut state, revocations, proposals, works, history, evidence): (
                     LedgerState,
                     crate::revocation::Revocations,
@@ -939,6 +977,24 @@ impl LedgerState {
                 state.works = works;
                 state.history = history;
                 state.evidence = evidence;
+                state
+            }
+            _ => {
+                type Compacted = BTreeMap<String, BTreeMap<String, Operation>>;
+                let (mut state, revocations, proposals, works, history, (evidence, compacted)): (
+                    LedgerState,
+                    crate::revocation::Revocations,
+                    Proposals,
+                    Works,
+                    History,
+                    (Evidence, Compacted),
+                ) = crate::decode(body).map_err(undecodable)?;
+                state.revocations = revocations;
+                state.proposals = proposals;
+                state.works = works;
+                state.history = history;
+                state.evidence = evidence;
+                state.compacted = compacted;
                 state
             }
         };
@@ -956,6 +1012,20 @@ impl LedgerState {
             index.evidence_bytes.insert(tenant.clone(), blobs.values().map(|b| b.size).sum());
             let by_time = blobs.iter().map(|(slot, b)| (b.at_ms, slot.clone())).collect();
             index.evidence_by_time.insert(tenant.clone(), by_time);
+        }
+        for (tenant, ops) in &self.compacted {
+            index
+                .compacted
+                .insert(tenant.clone(), ops.values().map(|o| (o.updated_at_ms, o.spec.operation_id.clone())).collect());
+        }
+        for (tenant, tokens) in &self.tokens {
+            let by_time = tokens.values().map(|t| (t.record.expires_at_ms, t.record.jti.clone())).collect();
+            index.token_expiry.insert(tenant.clone(), by_time);
+        }
+        for (tenant, enrollments) in &self.enrollments {
+            index
+                .enrollment_expiry
+                .insert(tenant.clone(), enrollments.values().map(|e| (e.expires_at_ms, e.id.clone())).collect());
         }
         self.index = index;
     }
@@ -1278,4 +1348,68 @@ fn record_transition(state: &mut LedgerState, env: &EventEnvelope) {
         revision: env.revision,
         trace_id: env.trace_id.clone(),
     });
+}
+
+/// Folds the retention events ([`crate::retention`]): compacts finished operations to their
+/// bindings, releases bindings (and their keys), drops retired token records and enrollments.
+fn fold_retention(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
+    match &env.event {
+        Event::OperationsCompactedV1 { tenant_id, operation_ids } => {
+            for id in operation_ids {
+                let op = state.operations.get_mut(tenant_id).and_then(|m| m.remove(id));
+                let op = op.ok_or_else(|| unknown(env, "operation", id))?;
+                state.index.update(Some(&op), None);
+                if let Some(h) = state.history.get_mut(tenant_id) {
+                    h.remove(id);
+                }
+                let at = (op.updated_at_ms, id.clone());
+                state.index.compacted.entry(tenant_id.clone()).or_default().insert(at);
+                state.compacted.entry(tenant_id.clone()).or_default().insert(id.clone(), op.binding());
+            }
+            drop_empty(&mut state.operations, tenant_id);
+            drop_empty(&mut state.history, tenant_id);
+        }
+        Event::BindingsReleasedV1 { tenant_id, operation_ids } => {
+            for id in operation_ids {
+                let op = state.compacted.get_mut(tenant_id).and_then(|m| m.remove(id));
+                let op = op.ok_or_else(|| unknown(env, "compacted operation", id))?;
+                remove_from(&mut state.index.compacted, tenant_id, &(op.updated_at_ms, id.clone()));
+                if let Some(keys) = state.idempotency.get_mut(tenant_id) {
+                    keys.remove(&idempotency_slot(&op.spec.principal_id, &op.spec.idempotency_key));
+                }
+            }
+            drop_empty(&mut state.compacted, tenant_id);
+            drop_empty(&mut state.idempotency, tenant_id);
+        }
+        Event::CredentialsRetiredV1 { tenant_id, jtis, enrollments } => {
+            for jti in jtis {
+                let token = state.tokens.get_mut(tenant_id).and_then(|m| m.remove(jti));
+                let token = token.ok_or_else(|| unknown(env, "token", jti))?;
+                remove_from(&mut state.index.token_expiry, tenant_id, &(token.record.expires_at_ms, jti.clone()));
+                if let Some(children) = state.token_children.get_mut(tenant_id) {
+                    children.remove(jti);
+                    if let Some(parent) = &token.record.parent_jti {
+                        remove_from(children, parent, jti);
+                    }
+                }
+            }
+            for id in enrollments {
+                let e = state.enrollments.get_mut(tenant_id).and_then(|m| m.remove(id));
+                let e = e.ok_or_else(|| unknown(env, "enrollment", id))?;
+                remove_from(&mut state.index.enrollment_expiry, tenant_id, &(e.expires_at_ms, id.clone()));
+            }
+            drop_empty(&mut state.tokens, tenant_id);
+            drop_empty(&mut state.token_children, tenant_id);
+            drop_empty(&mut state.enrollments, tenant_id);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Drops `key`'s map when it is empty (so a tenant's emptied views leave no trace).
+fn drop_empty<K: Ord, V>(map: &mut BTreeMap<String, BTreeMap<K, V>>, key: &str) {
+    if map.get(key).is_some_and(|m| m.is_empty()) {
+        map.remove(key);
+    }
 }

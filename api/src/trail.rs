@@ -155,6 +155,9 @@ fn subject(event: &Event) -> Subject {
         Event::OperationRefusedV1 { .. } => ("operation", None, None, None),
         Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => ("work", None, None, None),
         Event::EvidenceExpiredV1 { .. } => ("operation", None, None, None),
+        Event::OperationsCompactedV1 { .. } | Event::BindingsReleasedV1 { .. } | Event::CredentialsRetiredV1 { .. } => {
+            ("retention", None, None, None)
+        }
         Event::EvidenceStoredV1 { blob, .. } => match &blob.by {
             crate::evidence::Uploader::Principal { principal_id } => {
                 ("operation", Some(principal_id.clone()), None, None)
@@ -167,6 +170,7 @@ fn subject(event: &Event) -> Subject {
 fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
         ("quota", "quota"),
+        ("retention", "retention"),
         ("work", "work"),
         ("evidence", "operation"),
         ("operation", "operation"),

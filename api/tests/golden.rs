@@ -797,6 +797,37 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "operations_compacted_v1",
+            req(Command::ApplyRetention { tenant_id: "t-1".into() }),
+            Some(env(
+                55,
+                51,
+                Event::OperationsCompactedV1 { tenant_id: "t-1".into(), operation_ids: vec!["op-1".into()] },
+            )),
+        ),
+        (
+            "bindings_released_v1",
+            req(Command::ApplyRetention { tenant_id: "t-1".into() }),
+            Some(env(
+                56,
+                52,
+                Event::BindingsReleasedV1 { tenant_id: "t-1".into(), operation_ids: vec!["op-1".into()] },
+            )),
+        ),
+        (
+            "credentials_retired_v1",
+            req(Command::ApplyRetention { tenant_id: "t-1".into() }),
+            Some(env(
+                57,
+                53,
+                Event::CredentialsRetiredV1 {
+                    tenant_id: "t-1".into(),
+                    jtis: vec!["j-2".into()],
+                    enrollments: vec!["e-1".into()],
+                },
+            )),
+        ),
     ]
 }
 
@@ -1003,6 +1034,7 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     (3, &["requests_decided_v1", "work_created_v1", "work_revised_v1", "operation_refused_v1", "scope_granted_v1"]),
     (4, &["evidence_stored_v1"]),
     (5, &["tenant_deleted_v1", "tenant_purged_v1", "evidence_expired_v1", "report_attempt_v2"]),
+    (6, &["operations_compacted_v1", "bindings_released_v1", "credentials_retired_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1036,6 +1068,28 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
         state.evidence.entry("t-1".into()).or_default().insert(slot, evidence_blob());
         state.rebuild_index();
     }
+    if format >= 6 {
+        // And a compacted operation's binding.
+        let op = writ_api::operation::Operation {
+            tenant_id: "t-1".into(),
+            spec: operation_spec(),
+            state: OperationState::Failed,
+            executor_id: Some("x-1".into()),
+            fencing_token: Some(7),
+            attempts: 1,
+            lease_expires_at_ms: None,
+            evidence: vec![evidence()],
+            observations: vec![],
+            answers: Default::default(),
+            cancel_requested: false,
+            cause: "refused".into(),
+            created_at_ms: 1_700_000_000_000,
+            updated_at_ms: 1_700_000_001_000,
+            revision: 49,
+        };
+        state.compacted.entry("t-1".into()).or_default().insert("op-1".into(), op.binding());
+        state.rebuild_index();
+    }
     state
 }
 
@@ -1053,6 +1107,7 @@ fn the_state_format_is_versioned_and_pinned() {
         "the sample state holds revocations"
     );
     assert!(!state.works.is_empty() && !state.history.is_empty(), "the sample state holds work items and histories");
+    assert!(!state.compacted.is_empty() && !state.evidence.is_empty(), "the sample state holds evidence and bindings");
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
     assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);

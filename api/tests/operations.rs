@@ -1138,3 +1138,105 @@ fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuse
     assert_eq!(l.op("op-2").evidence[0].evidence_return_ref, "not stored: INPUT_INVALID");
     assert_eq!(cmd.stored_blob(&outcome), None, "nothing for the node to keep");
 }
+
+#[test]
+fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_then_releases_them() {
+    let mut l = Ledger::new();
+    // Every request from here on, to replay on a second replica.
+    let mut log: Vec<LedgerRequest> = Vec::new();
+    let mut run = |l: &mut Ledger, command: Command| {
+        log.push(LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.clone() });
+        l.run(command)
+    };
+    let retention = || Command::ApplyRetention { tenant_id: T.into() };
+    let kinds = |o: &Outcome| match o {
+        Outcome::Applied { events, .. } => events.iter().map(|e| e.event.kind()).collect::<Vec<_>>(),
+        other => panic!("expected success, got {other:?}"),
+    };
+    let day = 24 * 3_600_000;
+    let failed = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000);
+    let cancelled = spec("op-2", "k-2", json!({"p": 2}), None, l.now + 60_000);
+    let live = spec("op-3", "k-3", json!({"p": 3}), Some("arm"), l.now + 5 * day);
+    for s in [&failed, &cancelled, &live] {
+        kinds(&run(&mut l, submit(s.clone())));
+    }
+    kinds(&run(&mut l, start("op-1", 1)));
+    kinds(&run(&mut l, report("op-1", 1, AttemptOutcome::NoEffect)));
+    kinds(&run(&mut l, cancel("op-2")));
+    let finished_at = l.now;
+    assert_eq!(l.op("op-1").state, OperationState::Failed);
+    assert_eq!(l.op("op-2").state, OperationState::Cancelled);
+    let before = writ_api::retention::storage(&l.state, T);
+    assert_eq!((before.operations, before.bindings, before.idempotency_keys, before.tokens), (3, 0, 3, 3));
+    assert_eq!(before.next_retention_ms, Some(finished_at + day));
+
+    // Within the tenant's idempotency retention (24 h) nothing goes.
+    l.now = finished_at + day - 1;
+    assert!(kinds(&run(&mut l, retention())).is_empty());
+    assert_eq!(l.state.operations[T].len(), 3);
+
+    // Past it, the finished operations keep only their bindings; the live one stays whole.
+    l.now = finished_at + day;
+    assert_eq!(kinds(&run(&mut l, retention())), ["operations_compacted"]);
+    assert_eq!(l.state.operations[T].keys().collect::<Vec<_>>(), ["op-3"]);
+    let binding = &l.state.compacted[T]["op-1"];
+    assert_eq!((binding.state, binding.spec.input.as_str()), (OperationState::Failed, ""), "compact, outcome kept");
+    assert!(!l.state.history[T].contains_key("op-1"), "its transitions are gone");
+    let after = writ_api::retention::storage(&l.state, T);
+    assert_eq!((after.operations, after.bindings, after.idempotency_keys), (1, 2, 3));
+    assert!(after.state_bytes < before.state_bytes, "{} < {}", after.state_bytes, before.state_bytes);
+
+    // A replay still answers with the original outcome; the key still refuses another payload;
+    // the operation still reads back by id.
+    let mut replay = failed.clone();
+    replay.operation_id = "op-1-retry".into();
+    replay.deadline_ms = l.now + 60_000;
+    let outcome = run(&mut l, submit(replay.clone()));
+    let Outcome::Applied { events, operation } = outcome else { panic!("a replay: {outcome:?}") };
+    let operation = operation.expect("the replay's view");
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!((operation.spec.operation_id.as_str(), operation.state), ("op-1", OperationState::Failed));
+    let mut reused = replay.clone();
+    reused.payload_hash = writ_api::operation::payload_hash(&json!({"p": 99}));
+    reused.input = json!({"p": 99}).to_string();
+    let outcome = run(&mut l, submit(reused.clone()));
+    assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::IDEMPOTENCY_KEY_REUSED, .. }), "{outcome:?}");
+    let by_id = writ_api::dto::Query::GetOperation { tenant_id: T.into(), operation_id: "op-2".into() };
+    assert!(writ_api::query::answer(&l.state, by_id).is_ok(), "read back by id");
+
+    // One more retention later the bindings are released (the key is free again), and the
+    // day-long tokens, expired a day ago, and the minute-long enrollments are dropped.
+    l.now = finished_at + 2 * day;
+    assert_eq!(kinds(&run(&mut l, retention())), ["bindings_released", "credentials_retired"]);
+    assert!(!l.state.compacted.contains_key(T) && !l.state.tokens.contains_key(T));
+    assert!(!l.state.enrollments.contains_key(T));
+    assert_eq!(writ_api::retention::storage(&l.state, T).idempotency_keys, 1);
+    assert_eq!(writ_api::retention::next_due(&l.state, T), None, "nothing else is due");
+    // With a new token (its jti's record is gone), the key binds a new operation.
+    let request = writ_api::token::TokenRequestV1 {
+        jti: "jti-agent".into(),
+        principal_id: "agent".into(),
+        scopes: Default::default(),
+        ttl_s: 3600,
+        parent_jti: None,
+    };
+    kinds(&run(&mut l, Command::IssueToken { tenant_id: T.into(), request }));
+    reused.deadline_ms = l.now + 60_000;
+    let outcome = run(&mut l, submit(reused));
+    let Outcome::Applied { operation, .. } = outcome else { panic!("a new operation: {outcome:?}") };
+    assert_eq!(operation.expect("its view").spec.operation_id, "op-1-retry");
+
+    // Every replica decides the same: the same requests from the same start give the same
+    // state; the indexes fold as they rebuild; the state format carries the bindings.
+    let mut replica = Ledger::new();
+    for req in &log {
+        replica.state.execute(req);
+    }
+    assert_eq!(replica.state.digest(), l.state.digest());
+    let mut rebuilt = l.state.clone();
+    rebuilt.rebuild_index();
+    assert_eq!(rebuilt.index, l.state.index);
+    let decoded = writ_api::state::LedgerState::decode_versioned(&l.state.encode_versioned()).expect("decodes");
+    assert_eq!(decoded.digest(), l.state.digest());
+    assert!(invariant_violations(&l.state).is_empty());
+}

@@ -15,6 +15,8 @@
 //! **Ledger time.** The leader's reaper (`start_reaper`, every [`REAPER_PERIOD`]) submits
 //! `ExpireDue` for each tenant with a deadline or attempt lease run out, so expiries and
 //! unknown effects do not wait for the next command; the ledger decides at the entry's stamp.
+//! Every [`RETENTION_PERIOD`] it also submits `ApplyRetention` for each tenant with records past
+//! their retention (`writ_api::retention`).
 //!
 //! **Fatal path (SPEC L7).** [`LedgerNode::stopped`] resolves when the node must stop serving:
 //! openraft's core stopped on a fatal error, or a store reader found a corrupt record.
@@ -172,6 +174,10 @@ const FAILURE_DETECTOR_TICK: Duration = Duration::from_millis(15);
 
 /// How often the leader looks for operations whose deadline or attempt lease ran out.
 pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
+
+/// How often the leader's reaper looks for records past their retention (a look visits every
+/// tenant; retention is counted in days, so seconds late are nothing).
+pub const RETENTION_PERIOD: Duration = Duration::from_secs(5);
 
 /// Longest a submit waits for a leader it can reach (none known, the known one not reached, or
 /// this node just lost leadership), in maximum election timeouts, before answering
@@ -372,13 +378,14 @@ impl LedgerNode {
 
     /// Keeps ledger time moving for operations (SPEC D6, D8): while this node leads, every
     /// [`REAPER_PERIOD`] it submits `ExpireDue` for each tenant with a deadline or attempt lease
-    /// that has run out, so expiries and unknown effects do not wait for the next command. The
-    /// ledger decides what is due at the entry's stamp; this only triggers it. Stops with the
-    /// node.
+    /// that has run out, so expiries and unknown effects do not wait for the next command, and
+    /// every [`RETENTION_PERIOD`] `ApplyRetention` for each tenant with records past their
+    /// retention. The ledger decides what is due at the entry's stamp; this only triggers it.
+    /// Stops with the node.
     pub fn start_reaper(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
-            loop {
+            for tick in 1u64.. {
                 tokio::time::sleep(REAPER_PERIOD).await;
                 let Some(node) = node.upgrade() else { return };
                 if node.raft.metrics().borrow_watched().running_state.is_err() {
@@ -388,7 +395,7 @@ impl LedgerNode {
                     continue;
                 }
                 let now = node.clock.now_ms();
-                let tenants: Vec<String> = {
+                let commands: Vec<Command> = {
                     let applied = node.sm.read();
                     let st = &applied.state;
                     // Operations past a deadline or lease, and evidence past its retention.
@@ -397,13 +404,30 @@ impl LedgerNode {
                         st.next_evidence_expiry(t).is_some_and(|at| at <= now)
                             && st.index.next_due(t).is_none_or(|at| at > now)
                     });
-                    due.chain(expired).cloned().collect()
+                    let expire = due.chain(expired).map(|t| Command::ExpireDue { tenant_id: t.clone() });
+                    // Records past their retention (`writ_api::retention`), of tenants that take changes.
+                    let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
+                    let retire = st
+                        .tenants
+                        .values()
+                        .filter(|_| look)
+                        .filter(|t| t.state != writ_api::ledger::TenantState::Deleted)
+                        .filter(|t| writ_api::retention::next_due(st, &t.id).is_some_and(|at| at <= now))
+                        .map(|t| Command::ApplyRetention { tenant_id: t.id.clone() });
+                    expire.chain(retire).collect()
                 };
-                for tenant_id in tenants {
-                    let req =
-                        SubmitRequest { trace_id: format!("reaper-{now}"), command: Command::ExpireDue { tenant_id } };
-                    if let Err(e) = node.submit_request(req, false).await {
-                        tracing::warn!(reason = %e.reason, message = %e.message, "expire-due failed");
+                for command in commands {
+                    let kind = command.kind();
+                    let req = SubmitRequest { trace_id: format!("reaper-{now}"), command };
+                    match node.submit_request(req, false).await {
+                        // A mixed-version cluster takes retention once its last member is upgraded.
+                        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
+                            tracing::debug!(command = kind, message = %e.message, "reaper command gated")
+                        }
+                        Err(e) => {
+                            tracing::warn!(command = kind, reason = %e.reason, message = %e.message, "reaper command failed")
+                        }
+                        Ok(_) => {}
                     }
                 }
             }

@@ -1251,6 +1251,11 @@ pub enum TenantCmd {
     Purge {
         tenant: String,
     },
+    /// What the ledger keeps of a tenant: operations, bindings, keys, tokens, enrollments,
+    /// audit records, evidence, bytes, and when retention next drops something.
+    Storage {
+        tenant: String,
+    },
     /// Change settings; only the flags given change.
     Set(SetArgs),
 }
@@ -1638,6 +1643,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                 say!("purged {tenant}");
                 Ok(())
             }
+            TenantCmd::Storage { tenant } => show(out, &c.tenant_storage(tenant).await.map_err(failed)?, print_storage),
             TenantCmd::Delete { tenant, note } => {
                 let deleted = c.delete_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
                 show(out, &deleted.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
@@ -1927,6 +1933,26 @@ fn print_settings(t: &Tenant) {
     ];
     say!();
     print_table(&["SETTING", "VALUE"], rows);
+}
+
+fn print_storage(s: &writ_api::retention::TenantStorageV1) {
+    let next = s.next_retention_ms.map_or("nothing due".to_string(), |at| format!("ledger time {at} ms"));
+    let rows = vec![
+        vec!["operations".into(), format!("{} ({} live)", s.operations, s.operations_live)],
+        vec!["bindings".into(), s.bindings.to_string()],
+        vec!["idempotency_keys".into(), s.idempotency_keys.to_string()],
+        vec!["transitions".into(), s.transitions.to_string()],
+        vec!["tokens".into(), s.tokens.to_string()],
+        vec!["enrollments".into(), s.enrollments.to_string()],
+        vec!["work_items".into(), s.work_items.to_string()],
+        vec!["proposals".into(), s.proposals.to_string()],
+        vec!["audit_records".into(), s.audit_records.to_string()],
+        vec!["evidence".into(), format!("{} blobs, {} bytes", s.evidence_blobs, s.evidence_bytes)],
+        vec!["state_bytes".into(), s.state_bytes.to_string()],
+        vec!["retention_horizon_s".into(), s.retention_horizon_s.to_string()],
+        vec!["next_retention".into(), next],
+    ];
+    print_table(&["RECORDS", "HELD"], rows);
 }
 
 fn print_cluster(c: &ClusterStatus) {

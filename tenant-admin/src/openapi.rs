@@ -118,6 +118,7 @@ fn paths() -> Value {
                     "responses": ok_or_errors("Tenant")}},
             "/v1/tenants/{tenant}/purge": {"parameters": tenant_param, "post": {"summary": "Purge a deleted tenant's data once 30 days of ledger time have passed since its deletion (TENANT_STATE_CONFLICT before)",
                 "responses": {"204": {"description": "Purged"}, "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
+            "/v1/tenants/{tenant}/storage": {"parameters": tenant_param, "get": op("What the ledger keeps of a tenant (record counts, bytes) and when retention next drops something", None, "TenantStorage")},
             "/v1/tenants/{tenant}/suspend": {"parameters": tenant_param, "post": op("Suspend a tenant", Some("SuspendTenant"), "Tenant")},
             "/v1/tenants/{tenant}/resume": {"parameters": tenant_param, "post": op("Resume a tenant", None, "Tenant")},
     "/v1/tenants/{tenant}/sites": {"parameters": tenant_param,
@@ -286,6 +287,12 @@ fn schemas() -> Value {
             "id": {"type": "string"}, "revision": {"type": "integer"}, "state": {"enum": ["open", "completed", "cancelled"]},
             "title": {"type": "string"}, "owner": {"type": "string"}, "scope": {"type": "object"}, "cost_used": {"type": "integer"},
             "operations": {"type": "array", "items": {"type": "string"}}}},
+        "TenantStorage": {"type": "object", "required": ["operations", "bindings", "idempotency_keys", "tokens", "enrollments", "audit_records", "evidence_bytes", "state_bytes", "retention_horizon_s"], "properties": {
+            "operations": {"type": "integer"}, "operations_live": {"type": "integer"}, "bindings": {"type": "integer"},
+            "idempotency_keys": {"type": "integer"}, "transitions": {"type": "integer"}, "tokens": {"type": "integer"},
+            "enrollments": {"type": "integer"}, "work_items": {"type": "integer"}, "proposals": {"type": "integer"},
+            "audit_records": {"type": "integer"}, "evidence_blobs": {"type": "integer"}, "evidence_bytes": {"type": "integer"},
+            "state_bytes": {"type": "integer"}, "retention_horizon_s": {"type": "integer"}, "next_retention_ms": {"type": ["integer", "null"]}}},
         "CatalogDiff": {"type": "object", "required": ["from", "to", "added", "removed", "changed"], "properties": {
             "from": {"type": "integer"}, "to": {"type": "integer"},
             "added": {"type": "array", "items": {"type": "string"}}, "removed": {"type": "array", "items": {"type": "string"}},

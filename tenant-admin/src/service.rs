@@ -22,6 +22,7 @@ use writ_api::dto::{CreateDeviceRequest, CreateSiteRequest, DeviceList, SiteList
 use writ_api::ledger::{Command, Outcome, Tenant};
 use writ_api::principal::{Principal, PrincipalSpecV1};
 use writ_api::quota::PrincipalQuotasV2;
+use writ_api::retention::TenantStorageV1;
 use writ_api::settings::TenantSettingsPatch;
 use writ_api::{ReasonCode, Rejection};
 use writ_client::verifier::{StateView, Verifier};
@@ -86,6 +87,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
         .route("/v1/tenants/{tenant}/purge", post(purge_tenant))
+        .route("/v1/tenants/{tenant}/storage", get(tenant_storage))
         .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
         .route("/v1/tenants/{tenant}/sites", post(create_site).get(list_sites))
         .route("/v1/tenants/{tenant}/sites/{site}", get(show_site))
@@ -294,6 +296,16 @@ async fn purge_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> R
     let t = find_tenant(&st, tenant).await?;
     submit(&st, Command::PurgeTenant { tenant_id: t.id }).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/tenants/{t}/storage`: what the ledger keeps of the tenant and when retention next
+/// drops something (`writ_api::retention`).
+async fn tenant_storage(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+) -> Result<Json<TenantStorageV1>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(query(&st, LedgerQuery::GetTenantStorage { tenant_id: t.id }, false).await?))
 }
 
 async fn resume_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<Tenant>, ApiError> {

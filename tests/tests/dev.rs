@@ -1,6 +1,8 @@
 //! `writ dev` as a new user meets it: one process serving the ledger, the admin API and the MCP
 //! edge, with a demo tenant whose token lists the demo catalog through the edge.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 use writ_tests::mcp::rpc;
 use writ_tests::procs::DevProcess;
@@ -70,6 +72,23 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     let proposal = proposed["result"]["structuredContent"]["proposal"].as_str().expect("a proposal").to_string();
     assert_eq!(dev.cli(&["tenant", "create", "leaving"]).0, 0);
     assert_eq!(dev.cli(&["tenant", "delete", "leaving"]).0, 0);
+    // An operation the demo executor refuses (its precondition is not met) finishes as failed.
+    let refused = json!({"action": "home_press", "input": {}, "device": "demo-press", "idempotency_key": "door-1",
+                         "preconditions": {"door": "open"}});
+    tool("operation.execute", refused.clone()).await;
+    let read = json!({"idempotency_key": "door-1"});
+    let failed = writ_tests::eventually("the refused operation fails", Duration::from_secs(20), || async {
+        let op = tool("operation.readback", read.clone()).await["result"]["structuredContent"].clone();
+        (op["state"] == "failed").then_some(op)
+    })
+    .await;
+    let storage = |dev: &DevProcess| -> Value {
+        let (code, out, err) = dev.cli(&["tenant", "storage", "demo", "-o", "json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).expect("storage figures")
+    };
+    let fresh = storage(&dev);
+    assert_eq!((fresh["bindings"].as_u64(), fresh["retention_horizon_s"].as_u64()), (Some(0), Some(24 * 3600)));
     let (code, _, err) = dev.cli(&["tenant", "purge", "leaving"]);
     assert!(code == 1 && err.contains("TENANT_STATE_CONFLICT"), "kept for its retention: {err}");
 
@@ -84,6 +103,31 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     let (code, _, err) = dev.cli(&["tenant", "purge", "leaving"]);
     assert!(code == 1 && err.contains("kept until"), "6 minutes are not 30 days: {err}");
 
+    // 25 hours on (past the demo tenant's idempotency retention of 24 h): the leader's reaper
+    // compacts the failed operation to its binding; a retry with the same key and payload
+    // still answers with the original outcome, another payload is still refused.
+    dev.restart(&["--ledger-clock-ahead-s", &(25 * 3600).to_string()]).await;
+    let compacted = writ_tests::eventually("the finished operation compacted", Duration::from_secs(30), || async {
+        let s = storage(&dev);
+        (s["bindings"].as_u64() >= Some(1)).then_some(s)
+    })
+    .await;
+    assert!(compacted["operations"].as_u64() < fresh["operations"].as_u64(), "{compacted} vs {fresh}");
+    assert!(compacted["state_bytes"].as_u64() < fresh["state_bytes"].as_u64(), "{compacted} vs {fresh}");
+    let replayed = tool("operation.execute", refused.clone()).await["result"].clone();
+    let view = &replayed["structuredContent"];
+    assert_eq!(
+        (&view["operation_id"], &view["state"], &view["replayed"]),
+        (&failed["operation_id"], &json!("failed"), &json!(true)),
+        "{replayed}"
+    );
+    let mut changed = refused.clone();
+    changed["preconditions"] = json!({"door": "closed"});
+    let reused = tool("operation.execute", changed).await;
+    assert_eq!(reused["result"]["_meta"]["writ/reason"], "IDEMPOTENCY_KEY_REUSED", "{reused}");
+    let (code, out, err) = dev.cli(&["audit", "list", "--tenant", "demo", "--domain", "retention"]);
+    assert!(code == 0 && out.contains("operations_compacted"), "retention is audited: {out}{err}");
+
     // 31 days on: the deleted tenant is purged, and its name is free again.
     dev.restart(&["--ledger-clock-ahead-s", &(31 * 24 * 3600).to_string()]).await;
     let (code, out, err) = dev.cli(&["tenant", "purge", "leaving"]);
@@ -91,4 +135,9 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     let (code, _, err) = dev.cli(&["tenant", "show", "leaving"]);
     assert!(code == 1 && err.contains("TENANT_NOT_FOUND"), "{err}");
     assert_eq!(dev.cli(&["tenant", "create", "leaving"]).0, 0, "the name is free again");
+    // And the binding is released (48 h after the operation finished): the key is free.
+    writ_tests::eventually("the binding released", Duration::from_secs(30), || async {
+        (storage(&dev)["bindings"].as_u64() == Some(0)).then_some(())
+    })
+    .await;
 }

@@ -249,6 +249,11 @@ impl AdminClient {
         self.post(&tenant_path(tenant, "/purge"), &serde_json::json!({})).await
     }
 
+    /// What the ledger keeps of a tenant (`GET …/storage`).
+    pub async fn tenant_storage(&self, tenant: &str) -> Result<writ_api::retention::TenantStorageV1, AdminError> {
+        self.get(&tenant_path(tenant, "/storage")).await
+    }
+
     pub async fn resume_tenant(&self, tenant: &str) -> Result<Tenant, AdminError> {
         self.post(&tenant_path(tenant, "/resume"), &serde_json::json!({})).await
     }

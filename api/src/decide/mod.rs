@@ -12,6 +12,7 @@ mod executor;
 pub mod operation;
 mod principal;
 mod quota;
+mod retention;
 mod site;
 mod tenant;
 mod token;
@@ -57,6 +58,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Quota => quota::decide(state, cmd, now),
         Domain::Operation => operation::decide(state, cmd, now),
         Domain::Work => work::decide(state, cmd, now),
+        Domain::Retention => retention::decide(state, cmd, now),
     }
 }
 
@@ -160,7 +162,6 @@ impl LedgerState {
     /// the prior operation its idempotency key is bound to).
     fn operation_view(&self, command: &Command) -> Option<crate::operation::Operation> {
         let tenant_id = command.stream();
-        let ops = self.operations.get(tenant_id)?;
         let id = match command {
             Command::SubmitOperation { spec, .. } | Command::SubmitProposed { spec, .. } => {
                 let slot = crate::state::idempotency_slot(&spec.principal_id, &spec.idempotency_key);
@@ -171,7 +172,7 @@ impl LedgerState {
             }
             other => other.operation_id()?,
         };
-        ops.get(id).cloned()
+        self.operation(tenant_id, id).cloned()
     }
 }
 

@@ -502,7 +502,8 @@ fn submit(
     if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
         // A replay answers with the prior operation whatever changed since (its proposal was
         // used by the first submission).
-        let prior = find(state, tenant_id, prior)?;
+        // (Its whole record, or the binding retention compacted it to.)
+        let prior = state.operation(tenant_id, prior).ok_or_else(|| not_found(prior))?;
         if prior.spec.payload_hash == spec.payload_hash {
             return Ok(vec![]); // a replay: the prior operation stands, whatever its state
         }

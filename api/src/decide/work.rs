@@ -56,14 +56,12 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             }
             // Closing records the item's operations as they stand.
             let operations = match change.state {
-                Some(_) => {
-                    let ops = state.operations.get(tenant_id);
-                    item.operations
-                        .iter()
-                        .filter_map(|id| ops.and_then(|m| m.get(id)))
-                        .map(|op| WorkOperationV1 { operation_id: op.spec.operation_id.clone(), state: op.state })
-                        .collect()
-                }
+                Some(_) => item
+                    .operations
+                    .iter()
+                    .filter_map(|id| state.operation(tenant_id, id))
+                    .map(|op| WorkOperationV1 { operation_id: op.spec.operation_id.clone(), state: op.state })
+                    .collect(),
                 None => Vec::new(),
             };
             Ok(vec![Event::WorkRevisedV1 {

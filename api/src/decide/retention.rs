@@ -1,0 +1,45 @@
+//! `Command::ApplyRetention`: the records of a tenant whose retention ran out by ledger time
+//! `now` (see `crate::retention` for the rules), oldest first, at most
+//! [`RETIRED_PER_ENTRY`] of each kind per entry.
+
+use super::prelude::*;
+use crate::retention::{horizon_ms, RETIRED_PER_ENTRY};
+
+/// The ids whose time (plus `after_ms`) has come, oldest first, bounded.
+fn due_ids(
+    index: &std::collections::BTreeMap<String, std::collections::BTreeSet<(u64, String)>>,
+    tenant_id: &str,
+    after_ms: u64,
+    now: u64,
+) -> Vec<String> {
+    index.get(tenant_id).map_or_else(Vec::new, |set| {
+        set.iter()
+            .take_while(|(at, _)| at.saturating_add(after_ms) <= now)
+            .take(RETIRED_PER_ENTRY)
+            .map(|(_, id)| id.clone())
+            .collect()
+    })
+}
+
+pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    let tenant_id = cmd.stream();
+    let tenant = existing(state, tenant_id)?;
+    let h = horizon_ms(state, &tenant.id).unwrap_or(u64::MAX);
+    let ix = &state.index;
+    let t = tenant_id.to_string();
+    let mut events = Vec::new();
+    let compacted = due_ids(&ix.finished, tenant_id, h, now);
+    if !compacted.is_empty() {
+        events.push(Event::OperationsCompactedV1 { tenant_id: t.clone(), operation_ids: compacted });
+    }
+    let released = due_ids(&ix.compacted, tenant_id, h.saturating_mul(2), now);
+    if !released.is_empty() {
+        events.push(Event::BindingsReleasedV1 { tenant_id: t.clone(), operation_ids: released });
+    }
+    let jtis = due_ids(&ix.token_expiry, tenant_id, h, now);
+    let enrollments = due_ids(&ix.enrollment_expiry, tenant_id, h, now);
+    if !jtis.is_empty() || !enrollments.is_empty() {
+        events.push(Event::CredentialsRetiredV1 { tenant_id: t, jtis, enrollments });
+    }
+    Ok(events)
+}

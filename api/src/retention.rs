@@ -1,0 +1,116 @@
+//! Retention by ledger time (SPEC L9, D7): what the ledger keeps of a tenant, and for how long,
+//! decided by `Command::ApplyRetention` at an entry's stamp, so every replica drops the same
+//! records at the same index. The horizon is the tenant's `idempotency_retention_s` (at least
+//! 24 h):
+//!
+//! - a **finished operation** (accepted, rejected, expired, failed, cancelled) keeps its whole
+//!   record for one horizon after it finished; then it is **compacted** to its binding — the
+//!   record without its input, input requests, answers, preconditions, observations and
+//!   transition history (`Operation::binding`) — which still answers a replay with the original outcome
+//!   and refuses the key for another payload (`IDEMPOTENCY_KEY_REUSED`);
+//! - the **binding** is released one more horizon later: the key is free again;
+//! - a **token record** goes one horizon after it expired (an expired token is refused by its
+//!   `exp` alone; the record served revocation and listing while it mattered);
+//! - an **enrollment** goes one horizon after it expired (used or not: a used one always
+//!   expires later than it was used).
+//!
+//! Each `ApplyRetention` entry drops at most [`RETIRED_PER_ENTRY`] records of each kind; the
+//! leader's reaper submits another while more are due. Evidence has its own rule (the tenant's
+//! audit retention, `crate::evidence`), audit records theirs (`crate::audit`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::LedgerState;
+
+/// Most records of each kind one `ApplyRetention` entry drops.
+pub const RETIRED_PER_ENTRY: usize = 1_000;
+
+/// The tenant's retention horizon in ms of ledger time.
+pub fn horizon_ms(state: &LedgerState, tenant_id: &str) -> Option<u64> {
+    Some(state.tenants.get(tenant_id)?.settings.idempotency_retention_s.saturating_mul(1000))
+}
+
+/// The earliest ledger time at which something of `tenant_id` is due for retention.
+pub fn next_due(state: &LedgerState, tenant_id: &str) -> Option<u64> {
+    let h = horizon_ms(state, tenant_id)?;
+    let first = |m: &std::collections::BTreeMap<String, std::collections::BTreeSet<(u64, String)>>| {
+        m.get(tenant_id).and_then(|s| s.first()).map(|(at, _)| *at)
+    };
+    let ix = &state.index;
+    [
+        first(&ix.finished).map(|at| at.saturating_add(h)),
+        first(&ix.compacted).map(|at| at.saturating_add(h.saturating_mul(2))),
+        first(&ix.token_expiry).map(|at| at.saturating_add(h)),
+        first(&ix.enrollment_expiry).map(|at| at.saturating_add(h)),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+}
+
+/// What a tenant's ledger state holds (`GET /v1/tenants/{t}/storage`, `writ admin tenant
+/// storage`): record counts and the bytes the node keeps beside the state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantStorageV1 {
+    /// Whole operation records (live and finished within the retention horizon).
+    pub operations: u64,
+    /// Of those, waiting or attempting.
+    pub operations_live: u64,
+    /// Compacted operations: bindings that still answer replays.
+    pub bindings: u64,
+    /// Idempotency keys bound (operations plus bindings).
+    pub idempotency_keys: u64,
+    /// Transitions kept in operation histories.
+    pub transitions: u64,
+    pub tokens: u64,
+    pub enrollments: u64,
+    pub work_items: u64,
+    pub proposals: u64,
+    /// Retained audit records (their bodies are the node's).
+    pub audit_records: u64,
+    pub evidence_blobs: u64,
+    pub evidence_bytes: u64,
+    /// Bytes of the tenant's views in the canonical state encoding (operations, bindings,
+    /// histories, tokens, enrollments): what snapshots and followers carry for it.
+    pub state_bytes: u64,
+    /// The tenant's retention horizon (its idempotency retention).
+    pub retention_horizon_s: u64,
+    /// Ledger time at which retention next drops something (none: nothing is due).
+    pub next_retention_ms: Option<u64>,
+}
+
+/// The storage figures of `tenant_id`.
+pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
+    fn len<K: Ord, V>(m: &std::collections::BTreeMap<String, std::collections::BTreeMap<K, V>>, t: &str) -> u64 {
+        m.get(t).map_or(0, |m| m.len() as u64)
+    }
+    fn bytes<T: Serialize>(v: &T) -> u64 {
+        crate::encode(v).map_or(0, |b| b.len() as u64)
+    }
+    let empty_ops = std::collections::BTreeMap::new();
+    let ops = state.operations.get(tenant_id).unwrap_or(&empty_ops);
+    let bindings = state.compacted.get(tenant_id).unwrap_or(&empty_ops);
+    let history = state.history.get(tenant_id);
+    let state_bytes = bytes(&ops)
+        + bytes(&bindings)
+        + history.map_or(0, |h| bytes(&h))
+        + state.tokens.get(tenant_id).map_or(0, |t| bytes(&t))
+        + state.enrollments.get(tenant_id).map_or(0, |e| bytes(&e));
+    TenantStorageV1 {
+        operations: ops.len() as u64,
+        operations_live: state.live_operations.get(tenant_id).map_or(0, |l| l.len() as u64),
+        bindings: bindings.len() as u64,
+        idempotency_keys: len(&state.idempotency, tenant_id),
+        transitions: history.map_or(0, |h| h.values().map(|t| t.len() as u64).sum()),
+        tokens: len(&state.tokens, tenant_id),
+        enrollments: len(&state.enrollments, tenant_id),
+        work_items: len(&state.works, tenant_id),
+        proposals: len(&state.proposals, tenant_id),
+        audit_records: state.audit.get(tenant_id).map_or(0, |a| a.len()),
+        evidence_blobs: len(&state.evidence, tenant_id),
+        evidence_bytes: state.index.evidence_bytes.get(tenant_id).copied().unwrap_or(0),
+        state_bytes,
+        retention_horizon_s: horizon_ms(state, tenant_id).unwrap_or(0) / 1000,
+        next_retention_ms: next_due(state, tenant_id),
+    }
+}
