@@ -372,6 +372,10 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     let mut counts = std::collections::BTreeMap::<(&str, OperationState), u64>::new();
     {
         let a = st.node.sm.read();
+        // What the ledger holds, by kind: what retention keeps bounded (SPEC L9).
+        for (kind, n) in writ_api::retention::record_counts(&a.state) {
+            metrics::gauge!("writ_ledger_records", "kind" => kind).set(n as f64);
+        }
         for (tenant, by_state) in &a.state.index.by_state {
             let class = a.state.tenants.get(tenant).map_or(AuditMode::Standard, |t| t.settings.audit_mode).as_str();
             for (state, n) in by_state {

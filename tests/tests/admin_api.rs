@@ -109,6 +109,8 @@ async fn bad_input_and_auth_get_reason_codes() {
     for name in [
         "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"standard\"} 0",
         "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"strict\"} 0",
+        "writ_ledger_records{kind=\"bindings\"} 0",
+        "writ_ledger_records{kind=\"tokens\"}",
         "writ_build_info{role=\"node\"",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
