@@ -544,6 +544,11 @@ pub struct NodeStatus {
     /// lower where capped); a node that does not say runs version 1.
     #[serde(default = "first_ledger_version")]
     pub ledger_version: u32,
+    /// The oldest event revision this node can replay (below it: REVISION_COMPACTED, reload a
+    /// snapshot): raised by installed snapshots and by the event log's retention
+    /// (`writ_api::retention::EVENT_LOG_KEPT_MS`).
+    #[serde(default)]
+    pub event_floor: u64,
 }
 
 fn first_ledger_version() -> u32 {

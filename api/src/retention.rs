@@ -16,7 +16,8 @@
 //!
 //! Each `ApplyRetention` entry drops at most [`RETIRED_PER_ENTRY`] records of each kind; the
 //! leader's reaper submits another while more are due. Evidence has its own rule (the tenant's
-//! audit retention, `crate::evidence`), audit records theirs (`crate::audit`).
+//! audit retention, `crate::evidence`), audit records theirs (`crate::audit`), the raw event log
+//! [`EVENT_LOG_KEPT_MS`].
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +25,12 @@ use crate::state::LedgerState;
 
 /// Most records of each kind one `ApplyRetention` entry drops.
 pub const RETIRED_PER_ENTRY: usize = 1_000;
+
+/// How long the raw event log (each node's `events` column family, what watchers replay) keeps an
+/// event, in ms of ledger time: every node drops older ones as it applies, so a watcher further
+/// behind than this reloads a snapshot (REVISION_COMPACTED). The state, the audit trail and the
+/// evidence keep their own retention; this log is only the feed.
+pub const EVENT_LOG_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// The tenant's retention horizon in ms of ledger time.
 pub fn horizon_ms(state: &LedgerState, tenant_id: &str) -> Option<u64> {

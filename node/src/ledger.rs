@@ -7,7 +7,8 @@
 //! stream or kind): first from the `events` column family, then live from the state machine's
 //! broadcast; a watcher that falls more than `WATCH_BUFFER_EVENTS` behind is re-read from the
 //! store instead of skipping. A revision below the node's event floor (before an installed
-//! snapshot) is REVISION_COMPACTED: the follower reloads `GET /client/snapshot` and watches from
+//! snapshot, or older than the event log's retention, `writ_api::retention::EVENT_LOG_KEPT_MS`)
+//! is REVISION_COMPACTED, at the start or when the store no longer holds the next one: the follower reloads `GET /client/snapshot` and watches from
 //! its revision + 1. An idle stream sends a heartbeat every 500 ms, and only while this node's
 //! Raft runs and knows a leader (a heartbeat says "you are current"); otherwise it ends with
 //! LEDGER_UNAVAILABLE and the follower reconnects elsewhere.
@@ -623,6 +624,12 @@ impl LedgerNode {
                     if page.is_empty() {
                         break;
                     }
+                    if page[0].revision > next {
+                        // The event log's retention dropped what this watcher had yet to read.
+                        let message = format!("revisions from {next} are no longer retained; reload a snapshot");
+                        let _ = tx.send(WatchLine::End { end: ReasonCode::REVISION_COMPACTED, message, next }).await;
+                        return;
+                    }
                     for e in page {
                         next = e.revision + 1;
                         if filter.matches(&e) && tx.send(WatchLine::Event(Box::new(e))).await.is_err() {
@@ -710,6 +717,7 @@ impl LedgerNode {
             revision: applied.state.revision,
             state_digest: applied.state.digest(),
             ledger_version: self.ledger_version,
+            event_floor: applied.event_floor,
         }
     }
 

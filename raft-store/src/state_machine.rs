@@ -30,9 +30,13 @@ use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
 use crate::{TypeConfig, CF_AUDIT, CF_EVENTS, CF_EVIDENCE};
+use writ_api::retention::EVENT_LOG_KEPT_MS;
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;
+/// Most stored events one retention step reads (and drops).
+const TRIM_PAGE_EVENTS: usize = 4096;
+
 /// Snapshot files kept on disk (the newest is the current one).
 const SNAPSHOT_FILES_KEPT: usize = 2;
 
@@ -44,6 +48,9 @@ pub struct Applied {
     pub membership: StoredMembershipOf<TypeConfig>,
     /// Lowest revision this node can replay from its event store.
     pub event_floor: u64,
+    /// No stored event is older than this ledger time (a lower bound; unknown after start):
+    /// the event log's retention looks at the store only once it may hold something to drop.
+    event_floor_at_ms: Option<u64>,
 }
 
 struct Inner {
@@ -293,6 +300,40 @@ impl StateMachine {
         audit::page(records, after, limit, filter)
     }
 
+    /// The event log's retention (SPEC L9): drops stored events older than
+    /// [`EVENT_LOG_KEPT_MS`] before ledger time `now`, at most [`TRIM_PAGE_EVENTS`] per call
+    /// (each apply continues), and raises the floor watchers are held to. Every node drops the
+    /// same events by the same rule; when depends on how its applies are batched.
+    fn trim_events(&self, now: u64) -> io::Result<()> {
+        let cutoff = now.saturating_sub(EVENT_LOG_KEPT_MS);
+        let (floor, oldest_at) = {
+            let a = self.read();
+            (a.event_floor, a.event_floor_at_ms)
+        };
+        if oldest_at.is_some_and(|at| at > cutoff) {
+            return Ok(());
+        }
+        let page = self.events_from(floor, TRIM_PAGE_EVENTS)?;
+        let (new_floor, oldest_at) = match page.iter().find(|e| e.at_ms > cutoff) {
+            Some(kept) => (kept.revision, Some(kept.at_ms)),
+            // Everything read goes; a full page may be followed by more to drop.
+            None => match page.last() {
+                Some(last) if page.len() == TRIM_PAGE_EVENTS => (last.revision + 1, None),
+                Some(last) => (last.revision + 1, Some(now)),
+                None => (floor, Some(now)),
+            },
+        };
+        if new_floor > floor {
+            let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+            self.inner.db.delete_range_cf(cf, 0u64.to_be_bytes(), new_floor.to_be_bytes()).map_err(io::Error::other)?;
+            metrics::counter!("writ_events_trimmed_total").increment(new_floor - floor);
+        }
+        let mut a = self.write_applied();
+        a.event_floor = a.event_floor.max(new_floor);
+        a.event_floor_at_ms = oldest_at;
+        Ok(())
+    }
+
     fn first_stored_revision(&self) -> io::Result<Option<u64>> {
         Ok(self.events_from(0, 1)?.first().map(|e| e.revision))
     }
@@ -540,7 +581,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if produced.iter().any(|e| matches!(e.event, writ_api::ledger::Event::RoleCertificateRevokedV1 { .. })) {
             self.refresh_role_revocations(&a.state);
         }
+        let now = a.state.clock_ms;
         drop(a);
+        self.trim_events(now)?;
         metrics::counter!("writ_events_applied_total").increment(produced.len() as u64);
         for env in produced {
             // No receiver is fine: nobody is watching.
@@ -595,6 +638,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.inner.db.write(batch).map_err(io::Error::other)?;
         if !keeps_history {
             a.event_floor = state.revision + 1;
+            a.event_floor_at_ms = None;
         }
         a.state = state;
         self.refresh_role_revocations(&a.state);

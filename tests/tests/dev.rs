@@ -129,12 +129,25 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     assert!(code == 0 && out.contains("operations_compacted"), "retention is audited: {out}{err}");
 
     // 31 days on: the deleted tenant is purged, and its name is free again.
+    let node_status = |dev: &DevProcess| -> Value {
+        let (code, out, err) = dev.cli(&["cluster", "status", "-o", "json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).expect("cluster status")["members"][0]["status"].clone()
+    };
+    let before = node_status(&dev);
+    assert_eq!(before["event_floor"], 1, "nothing is a week old yet: {before}");
     dev.restart(&["--ledger-clock-ahead-s", &(31 * 24 * 3600).to_string()]).await;
     let (code, out, err) = dev.cli(&["tenant", "purge", "leaving"]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, _, err) = dev.cli(&["tenant", "show", "leaving"]);
     assert!(code == 1 && err.contains("TENANT_NOT_FOUND"), "{err}");
     assert_eq!(dev.cli(&["tenant", "create", "leaving"]).0, 0, "the name is free again");
+    // The event log keeps a week of ledger time: every event from before is gone from it.
+    let revision = before["revision"].as_u64().expect("a revision");
+    writ_tests::eventually("the event log trimmed", Duration::from_secs(30), || async {
+        (node_status(&dev)["event_floor"].as_u64() > Some(revision)).then_some(())
+    })
+    .await;
     // And the binding is released (48 h after the operation finished): the key is free.
     writ_tests::eventually("the binding released", Duration::from_secs(30), || async {
         (storage(&dev)["bindings"].as_u64() == Some(0)).then_some(())

@@ -188,6 +188,7 @@ impl MemoryLedger {
             revision: inner.state.revision,
             state_digest: inner.state.digest(),
             ledger_version: writ_api::ledger::LEDGER_VERSION,
+            event_floor: 1,
         }
     }
 
