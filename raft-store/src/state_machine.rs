@@ -87,8 +87,8 @@ struct SnapshotFile {
 /// What a snapshot holds: the state and the audit records it retains, in key order. Format 2
 /// appends the state's revocations, format 3 its proposals, format 4 its work items and
 /// operation histories, format 5 its evidence records and the evidence blobs (key, bytes) the
-/// node keeps beside them (the state's own serde layout is format 1's; see
-/// `LedgerState::encode`).
+/// node keeps beside them, format 6 its compacted operations (the state's own serde layout is
+/// format 1's; see `LedgerState::encode`).
 #[derive(Serialize, Deserialize)]
 struct SnapshotPayload {
     state: LedgerState,
@@ -99,7 +99,23 @@ struct SnapshotPayload {
     history: History,
     evidence: Evidence,
     blobs: Vec<(Vec<u8>, Vec<u8>)>,
+    compacted: Compacted,
 }
+
+/// A snapshot of state format 5 (no compacted operations).
+#[derive(Deserialize)]
+struct SnapshotPayloadV5 {
+    state: LedgerState,
+    audit: Vec<AuditRecordV1>,
+    revocations: Revocations,
+    proposals: Proposals,
+    works: Works,
+    history: History,
+    evidence: Evidence,
+    blobs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+type Compacted = std::collections::BTreeMap<String, std::collections::BTreeMap<String, writ_api::operation::Operation>>;
 
 type Evidence =
     std::collections::BTreeMap<String, std::collections::BTreeMap<String, writ_api::evidence::EvidenceBlobV1>>;
@@ -128,6 +144,7 @@ impl SnapshotPayload {
             works: state.works.clone(),
             history: state.history.clone(),
             evidence: state.evidence.clone(),
+            compacted: state.compacted.clone(),
             state,
             audit,
             blobs,
@@ -144,6 +161,7 @@ impl SnapshotPayload {
             history: History::default(),
             evidence: Evidence::default(),
             blobs: Vec::new(),
+            compacted: Compacted::default(),
         }
     }
 }
@@ -453,6 +471,17 @@ fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
                 checked_decode(body, "snapshot state")?;
             SnapshotPayload { works, history, ..SnapshotPayload::older(state, audit, revocations, proposals) }
         }
+        5 => {
+            let SnapshotPayloadV5 { state, audit, revocations, proposals, works, history, evidence, blobs } =
+                checked_decode(body, "snapshot state")?;
+            SnapshotPayload {
+                works,
+                history,
+                evidence,
+                blobs,
+                ..SnapshotPayload::older(state, audit, revocations, proposals)
+            }
+        }
         _ => checked_decode::<SnapshotPayload>(body, "snapshot state")?,
     };
     payload.state.revocations = std::mem::take(&mut payload.revocations);
@@ -460,6 +489,7 @@ fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
     payload.state.works = std::mem::take(&mut payload.works);
     payload.state.history = std::mem::take(&mut payload.history);
     payload.state.evidence = std::mem::take(&mut payload.evidence);
+    payload.state.compacted = std::mem::take(&mut payload.compacted);
     payload.state.rebuild_index();
     Ok(payload)
 }
@@ -666,7 +696,8 @@ mod tests {
     /// A snapshot written before revocations existed (state format 1: the payload is the state
     /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them,
     /// with no proposals; a format-3 snapshot keeps both; a format-4 one its work items and
-    /// histories too; a format-5 one its evidence records and blobs.
+    /// histories too; a format-5 one its evidence records and blobs; a format-6 one its
+    /// compacted operations.
     #[test]
     fn snapshots_of_every_format_read() {
         let mut state = LedgerState { clock_ms: 7, ..Default::default() };
@@ -760,12 +791,76 @@ mod tests {
         state.evidence.entry("t".into()).or_default().insert(slot, blob);
         state.rebuild_index();
         let blobs = vec![(writ_api::evidence::blob_key("t", "op-1", &"ab".repeat(32)), b"abc".to_vec())];
-        let v5 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new(), blobs.clone())).unwrap();
+        #[derive(Serialize)]
+        struct V5<'a> {
+            state: &'a LedgerState,
+            audit: Vec<AuditRecordV1>,
+            revocations: &'a Revocations,
+            proposals: &'a Proposals,
+            works: &'a Works,
+            history: &'a History,
+            evidence: &'a Evidence,
+            blobs: &'a Vec<(Vec<u8>, Vec<u8>)>,
+        }
+        let mut v5 = format::SNAPSHOT_MAGIC.to_vec();
+        v5.extend_from_slice(&5u32.to_le_bytes());
+        let body = V5 {
+            state: &state,
+            audit: Vec::new(),
+            revocations: &state.revocations,
+            proposals: &state.proposals,
+            works: &state.works,
+            history: &state.history,
+            evidence: &state.evidence,
+            blobs: &blobs,
+        };
+        v5.extend_from_slice(&checked_encode(&body).unwrap());
         let read = decode_payload(&v5).unwrap();
+        assert_eq!((&read.state, &read.blobs), (&state, &blobs));
+
+        // Format 6 carries retention's bindings.
+        let spec = writ_api::operation::OperationSpecV1 {
+            operation_id: "op-2".into(),
+            principal_id: "p".into(),
+            authority_ref: "j".into(),
+            action: "a".into(),
+            payload_hash: "h".into(),
+            input: String::new(),
+            idempotency_key: "k".into(),
+            deadline_ms: 9,
+            cost_units: 1,
+            cost_ceiling: None,
+            device_id: None,
+            work_ref: None,
+            preconditions: Default::default(),
+            trace_id: "t".into(),
+            input_requests: Default::default(),
+        };
+        let op = writ_api::operation::Operation {
+            tenant_id: "t".into(),
+            spec,
+            state: writ_api::operation::OperationState::Failed,
+            executor_id: None,
+            fencing_token: None,
+            attempts: 0,
+            lease_expires_at_ms: None,
+            evidence: Vec::new(),
+            observations: Vec::new(),
+            answers: Default::default(),
+            cancel_requested: false,
+            cause: "c".into(),
+            created_at_ms: 1,
+            updated_at_ms: 2,
+            revision: 3,
+        };
+        state.compacted.entry("t".into()).or_default().insert("op-2".into(), op);
+        state.rebuild_index();
+        let v6 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new(), blobs.clone())).unwrap();
+        let read = decode_payload(&v6).unwrap();
         assert_eq!((read.state, read.blobs), (state, blobs));
         // Read as an older format, newer bytes are refused, never misread.
-        for older in [1u32, 2, 3, 4] {
-            let mut as_older = v5.clone();
+        for older in [1u32, 2, 3, 4, 5] {
+            let mut as_older = v6.clone();
             as_older[8..12].copy_from_slice(&older.to_le_bytes());
             assert!(decode_payload(&as_older).is_err(), "format {older}");
         }
