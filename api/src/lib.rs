@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod backup;
 pub mod catalog;
 pub mod decide;
 pub mod device;

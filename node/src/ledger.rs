@@ -176,6 +176,32 @@ const FAILURE_DETECTOR_TICK: Duration = Duration::from_millis(15);
 /// How often the leader looks for operations whose deadline or attempt lease ran out.
 pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
 
+/// Bytes per chunk of a streamed backup.
+pub const BACKUP_CHUNK_BYTES: usize = 256 * 1024;
+
+/// A `Write` that sends each buffer it is given down a channel (the backup's body); fails once
+/// the receiver is gone.
+struct ChannelWriter(tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>);
+
+impl io::Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0
+            .blocking_send(Ok(buf.to_vec()))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the backup's reader went away"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl writ_tenant_admin::BackupSource for LedgerNode {
+    fn backup(&self) -> BoxFuture<'_, Result<writ_tenant_admin::BackupChunks, Rejection>> {
+        Box::pin(self.start_backup())
+    }
+}
+
 /// How often the leader's reaper looks for records past their retention (a look visits every
 /// tenant; retention is counted in days, so seconds late are nothing).
 pub const RETENTION_PERIOD: Duration = Duration::from_secs(5);
@@ -353,17 +379,63 @@ impl LedgerNode {
     }
 
     /// Initializes a new cluster with these members (id → address) if this node's log is empty.
+    /// A node restored from a backup (`writ node restore`) then seals its restored state into a
+    /// snapshot and purges its log before it serves, so a member that joins receives that state
+    /// as a snapshot: no log entry holds it.
     pub async fn initialize(&self, members: &BTreeMap<u64, String>) -> Result<(), Rejection> {
-        if self.raft.is_initialized().await.map_err(|e| internal(&e))? {
-            return Ok(());
+        if !self.raft.is_initialized().await.map_err(|e| internal(&e))? {
+            let nodes: BTreeMap<u64, BasicNode> =
+                members.iter().map(|(id, a)| (*id, BasicNode::new(a.clone()))).collect();
+            match self.raft.initialize(nodes).await {
+                Ok(()) => {}
+                // Another member initialized first, or this node already has a log: both fine.
+                Err(openraft::errors::RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(internal(&e)),
+            }
         }
-        let nodes: BTreeMap<u64, BasicNode> = members.iter().map(|(id, a)| (*id, BasicNode::new(a.clone()))).collect();
-        match self.raft.initialize(nodes).await {
-            Ok(()) => Ok(()),
-            // Another member initialized first, or this node already has a log: both fine.
-            Err(openraft::errors::RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => Ok(()),
-            Err(e) => Err(internal(&e)),
+        if self.sm.is_seeded() && self.raft.metrics().borrow_watched().purged.is_none() {
+            let mut rx = self.raft.metrics();
+            let applied = tokio::time::timeout(LEDGER_CALL_TIMEOUT, async {
+                while rx.borrow_watched().last_applied.is_none() {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .await;
+            applied.map_err(|_| unavailable("the restored node did not apply its first entry in time"))?;
+            self.change(ClusterChange::Snapshot, false).await?;
+            self.change(ClusterChange::PurgeLog, false).await?;
+            let purged = self.raft.metrics().borrow_watched().purged.as_ref().map(|p| p.index());
+            tracing::info!(purged_through = ?purged, revision = self.sm.read().state.revision, "restored state sealed into a snapshot");
         }
+        Ok(())
+    }
+
+    /// Starts a backup (`writ_api::backup`) of this node's store, holding every write
+    /// acknowledged before the call (a read index first): its bytes arrive in chunks of
+    /// [`BACKUP_CHUNK_BYTES`] through a bounded channel as they are read.
+    pub async fn start_backup(&self) -> Result<writ_tenant_admin::BackupChunks, Rejection> {
+        self.linearize().await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let (sm, node_id) = (self.sm.clone(), self.id);
+        tokio::task::spawn_blocking(move || {
+            let mut out = std::io::BufWriter::with_capacity(BACKUP_CHUNK_BYTES, ChannelWriter(tx.clone()));
+            let written = sm.write_backup(node_id, &mut out).and_then(|s| {
+                std::io::Write::flush(&mut out)?;
+                Ok(s)
+            });
+            match written {
+                Ok(s) => {
+                    tracing::info!(revision = s.manifest.revision, bytes = s.bytes, sha256 = %s.sha256, "backup written")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "backup failed");
+                    let _ = tx.blocking_send(Err(e));
+                }
+            }
+        });
+        Ok(rx)
     }
 
     fn leader(&self) -> Option<(u64, String)> {

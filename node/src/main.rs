@@ -21,10 +21,13 @@ enum Cmd {
     Dev(writ_node::dev::DevArgs),
     /// A ledger node of a cluster.
     #[cfg(feature = "server")]
+    #[command(args_conflicts_with_subcommands = true)]
     Node {
+        #[command(subcommand)]
+        action: Option<NodeCmd>,
         /// TOML configuration (WRIT_* environment variables override it).
-        #[arg(long)]
-        config: PathBuf,
+        #[arg(long, required = false)]
+        config: Option<PathBuf>,
         /// Only validate the configuration (with the environment applied) and exit.
         #[arg(long)]
         check: bool,
@@ -46,6 +49,23 @@ enum Cmd {
     /// The cluster PKI, offline: create the CA, issue node, edge and operator credentials.
     #[command(subcommand)]
     Pki(PkiCmd),
+}
+
+#[cfg(feature = "server")]
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// Seed a new node's data directory from a backup (`writ admin backup`), as `etcdutl
+    /// snapshot restore` does: start that node with `bootstrap = true` to found a new cluster
+    /// holding the backup's ledger (its membership from the node's configuration), then add the
+    /// other members as usual. A directory that holds a node's data is refused.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// The new node's data directory (its configuration's `data_dir`).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -204,7 +224,34 @@ fn main() -> ExitCode {
                 }
             }
             #[cfg(feature = "server")]
-            Cmd::Node { config, check } => {
+            Cmd::Node { action: Some(NodeCmd::Restore { from, data_dir }), .. } => {
+                let restored = std::fs::File::open(&from)
+                    .and_then(|file| writ_raft_store::backup::restore(&data_dir, file));
+                match restored {
+                    Ok(s) => {
+                        println!(
+                            "restored {} into {}: revision {}, {} audit records, {} evidence blobs, {} events, state digest {}",
+                            from.display(),
+                            data_dir.display(),
+                            s.manifest.revision,
+                            s.audit_records,
+                            s.evidence_blobs,
+                            s.events,
+                            s.manifest.state_digest
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: restore {} into {}: {e}", from.display(), data_dir.display());
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            Cmd::Node { config: None, .. } => {
+                eprintln!("error: writ node needs --config FILE (or a subcommand: restore)");
+                ExitCode::from(2)
+            }
+            Cmd::Node { config: Some(config), check, action: None } => {
                 init_tracing();
                 let cfg = match NodeConfig::load(&config, &|k| std::env::var(k).ok()) {
                     Ok(c) => c,

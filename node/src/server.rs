@@ -118,6 +118,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
             ca_secret,
             executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
             state: Some(node.clone() as Arc<dyn writ_client::verifier::StateView>),
+            backup: Some(node.clone() as Arc<dyn writ_tenant_admin::BackupSource>),
         },
     );
     let drain = tls::Drain::default();

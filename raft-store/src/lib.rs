@@ -3,6 +3,7 @@
 //!
 //! Architecture invariant: this crate does no networking and knows nothing of HTTP.
 
+pub mod backup;
 mod codec;
 pub mod log_store;
 pub mod state_machine;
@@ -35,8 +36,16 @@ pub(crate) const CF_AUDIT: &str = "audit";
 pub(crate) const CF_EVIDENCE: &str = "evidence";
 
 /// Opens (creating if missing) the node's RocksDB under `dir/db` and snapshots under
-/// `dir/snapshots`, returning the log store and the state machine that share it.
+/// `dir/snapshots`, returning the log store and the state machine that share it. A directory
+/// restored from a backup starts from its seed state (`backup`).
 pub fn open(dir: &Path) -> io::Result<(LogStore, StateMachine)> {
+    let db = Arc::new(open_db(&dir.join("db"))?);
+    let seed = backup::read_seed(dir)?;
+    Ok((LogStore::new(db.clone())?, StateMachine::new(db, dir.join("snapshots"), seed)?))
+}
+
+/// Opens (creating if missing) a RocksDB with the node's column families at `path`.
+pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
@@ -44,7 +53,5 @@ pub fn open(dir: &Path) -> io::Result<(LogStore, StateMachine)> {
     opts.set_paranoid_checks(true);
     let cfs = [CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE]
         .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
-    let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(io::Error::other)?;
-    let db = Arc::new(db);
-    Ok((LogStore::new(db.clone())?, StateMachine::new(db, dir.join("snapshots"))?))
+    DB::open_cf_descriptors(&opts, path, cfs).map_err(io::Error::other)
 }

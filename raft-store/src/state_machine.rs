@@ -56,6 +56,8 @@ pub struct Applied {
 struct Inner {
     db: Arc<DB>,
     snapshot_dir: PathBuf,
+    /// Started from a restored backup's seed state (`crate::backup`).
+    seeded: bool,
     applied: RwLock<Applied>,
     events: broadcast::Sender<EventEnvelope>,
     /// Set once, with the cause, when a read outside openraft (watch, audit) finds a corrupt
@@ -191,14 +193,19 @@ struct SnapshotPayloadV1 {
 }
 
 impl StateMachine {
-    pub(crate) fn new(db: Arc<DB>, snapshot_dir: PathBuf) -> io::Result<Self> {
+    /// The state machine over `db`, starting from `seed` (a restored backup's state: what the
+    /// node holds before its log's first entry) or the empty state.
+    pub(crate) fn new(db: Arc<DB>, snapshot_dir: PathBuf, seed: Option<LedgerState>) -> io::Result<Self> {
         std::fs::create_dir_all(&snapshot_dir)?;
         let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
+        let seeded = seed.is_some();
+        let applied = Applied { state: seed.unwrap_or_default(), ..Default::default() };
         let sm = StateMachine {
             inner: Arc::new(Inner {
                 db,
                 snapshot_dir,
-                applied: RwLock::new(Applied::default()),
+                seeded,
+                applied: RwLock::new(applied),
                 events,
                 corruption: tokio::sync::watch::channel(None).0,
                 role_revocations: Default::default(),
@@ -207,6 +214,16 @@ impl StateMachine {
         let floor = sm.first_stored_revision()?.unwrap_or(1);
         sm.write_applied().event_floor = floor;
         Ok(sm)
+    }
+
+    /// Whether this node's data directory was restored from a backup (its state before the
+    /// log's first entry is the backup's).
+    pub fn is_seeded(&self) -> bool {
+        self.inner.seeded
+    }
+
+    pub(crate) fn db(&self) -> &DB {
+        &self.inner.db
     }
 
     /// A consistent read of the applied state.

@@ -142,6 +142,13 @@ pub enum Noun {
     /// gap-free revision and an approved scope (actions, devices, cost ceiling).
     #[command(subcommand)]
     Work(WorkCmd),
+    /// A consistent backup of the ledger (state, audit, evidence, events) from the node the
+    /// admin URL names, streamed to --out and checked (its digest) before it is kept; restore
+    /// it with `writ node restore`.
+    Backup {
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -683,6 +690,46 @@ async fn audit_cmd(c: &AdminClient, out: Output, cmd: &AuditCmd) -> Result<(), F
             }
         }
     }
+}
+
+/// `writ admin backup --out FILE`: the stream goes to `FILE.partial`, is read back and checked
+/// (`writ_api::backup::read_backup`: digest, state against manifest), and only then becomes
+/// `FILE`; nothing is left behind when it fails.
+async fn backup(c: &AdminClient, out: Output, path: &std::path::Path) -> Result<(), Failure> {
+    let partial = path.with_extension("partial");
+    let written = async {
+        let mut resp = c.backup().await.map_err(failed)?;
+        let unavailable = |e: String| Failure { exit: EXIT_UNAVAILABLE, message: e };
+        let create = std::fs::File::create(&partial);
+        let file = create.map_err(|e| Failure { exit: EXIT_USAGE, message: format!("{}: {e}", partial.display()) })?;
+        let mut sink = std::io::BufWriter::new(file);
+        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(format!("backup interrupted: {e}")))? {
+            std::io::Write::write_all(&mut sink, &chunk).map_err(write_failed)?;
+        }
+        sink.into_inner().map_err(|e| write_failed(e.into_error()))?.sync_all().map_err(write_failed)?;
+        let file = std::fs::File::open(&partial).map_err(write_failed)?;
+        let (summary, _) = writ_api::backup::read_backup(std::io::BufReader::new(file), |_, _, _| Ok(()))
+            .map_err(|e| unavailable(format!("the backup is not whole: {e}")))?;
+        std::fs::rename(&partial, path).map_err(write_failed)?;
+        Ok(summary)
+    }
+    .await;
+    let summary = written.inspect_err(|_| {
+        let _ = std::fs::remove_file(&partial);
+    })?;
+    show(out, &summary, |s| {
+        say!(
+            "backup {}: revision {} (log index {}), {} audit records, {} evidence blobs, {} events, {} bytes, sha256 {}",
+            path.display(),
+            s.manifest.revision,
+            s.manifest.last_applied_index,
+            s.audit_records,
+            s.evidence_blobs,
+            s.events,
+            s.bytes,
+            s.sha256
+        );
+    })
 }
 
 /// A progress line on stderr, only when stderr is a terminal.
@@ -1474,6 +1521,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
     match &args.noun {
         // Handled in `run`: contexts need no endpoint.
         Noun::Context(cmd) => context_cmd(cmd, out),
+        Noun::Backup { out: path } => backup(c, out, path).await,
         Noun::Cluster(cmd) => {
             let node = match cmd {
                 ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),

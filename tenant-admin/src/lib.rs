@@ -18,4 +18,4 @@ pub mod signing;
 mod tokens;
 mod work;
 
-pub use service::{router, AdminConfig};
+pub use service::{router, AdminConfig, BackupChunks, BackupSource};

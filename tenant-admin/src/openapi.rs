@@ -104,6 +104,9 @@ fn paths() -> Value {
             "/v1/cluster/membership": {"post": op("Set the voter set", Some("Membership"), "NodeStatus")},
             "/v1/cluster/snapshot": {"post": op("Build a snapshot on the serving node", None, "NodeStatus")},
             "/v1/cluster/purge": {"post": op("Purge the serving node's log up to its snapshot", None, "NodeStatus")},
+            "/v1/cluster/backup": {"get": {"summary": "A consistent backup of the serving node's ledger (state, audit records, evidence, events), holding every write acknowledged before the request, streamed in the Writ backup format (restore with `writ node restore`)",
+                "responses": {"200": {"description": "The backup", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+                    "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
             "/v1/tenants": {
                 "post": created("Create a tenant", Some("CreateTenant"), "Tenant"),
                 "get": {"summary": "List tenants by name", "parameters": [

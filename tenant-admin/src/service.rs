@@ -48,10 +48,24 @@ pub struct AdminConfig {
     /// The ledger state the admin API reads (token inspection, keys, CAs, certificates): the
     /// node's own applied state. `None`: a verifier that follows `ledger` (a second copy).
     pub state: Option<Arc<dyn StateView>>,
+    /// Where `GET /v1/cluster/backup` reads from (the serving node's store); `None`: no backups
+    /// here (the route answers NOT_FOUND).
+    pub backup: Option<Arc<dyn BackupSource>>,
+}
+
+/// The bytes of a backup (`writ_api::backup`) as they are read, in order; an `Err` item ends a
+/// backup that could not be finished.
+pub type BackupChunks = tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>;
+
+/// A node that can write a backup of its store.
+pub trait BackupSource: Send + Sync {
+    /// Starts a backup that holds every write acknowledged before the call.
+    fn backup(&self) -> futures::future::BoxFuture<'_, Result<BackupChunks, Rejection>>;
 }
 
 pub(crate) struct AdminState {
     pub(crate) ledger: Arc<dyn Ledger>,
+    backup: Option<Arc<dyn BackupSource>>,
     /// sha256 of the operator token: compared in constant time, never kept in clear.
     operator_token_sha256: [u8; 32],
     pub(crate) signing_keys: crate::signing::SigningKeys,
@@ -70,6 +84,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
     let state = Arc::new(AdminState {
         view: config.state.unwrap_or_else(|| Arc::new(Verifier::follow(ledger.clone(), config.token_audience.clone()))),
         ledger,
+        backup: config.backup,
         operator_token_sha256: Sha256::digest(config.operator_token.as_bytes()).into(),
         signing_keys: config.signing_keys,
         token_audience: config.token_audience,
@@ -82,6 +97,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/cluster/membership", post(change_membership))
         .route("/v1/cluster/snapshot", post(snapshot))
         .route("/v1/cluster/purge", post(purge))
+        .route("/v1/cluster/backup", get(backup))
         .route("/v1/tenants", post(create_tenant).get(list_tenants))
         .route("/v1/tenants/{tenant}", get(show_tenant).delete(delete_tenant))
         .route("/v1/tenants/{tenant}/suspend", post(suspend_tenant))
@@ -296,6 +312,20 @@ async fn purge_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> R
     let t = find_tenant(&st, tenant).await?;
     submit(&st, Command::PurgeTenant { tenant_id: t.id }).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/cluster/backup`: a consistent backup of the serving node's ledger (state, audit
+/// records, evidence, events; `writ_api::backup`), streamed as it is read.
+async fn backup(State(st): State<Shared>) -> Result<Response, ApiError> {
+    let source = st
+        .backup
+        .as_ref()
+        .ok_or_else(|| ApiError::new(ReasonCode::NOT_FOUND, "this admin API serves no store to back up"))?;
+    let rx = source.backup().await?;
+    let body = axum::body::Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item.map(axum::body::Bytes::from), rx))
+    }));
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 
 /// `GET /v1/tenants/{t}/storage`: what the ledger keeps of the tenant and when retention next

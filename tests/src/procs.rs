@@ -262,6 +262,12 @@ impl Cluster {
     /// Starts `n` nodes: node 1 bootstraps alone, then the others join as learners and are
     /// promoted to voters through the admin API (the production path for new members).
     pub async fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, |_| {}).await
+    }
+
+    /// [`Cluster::start`] with `prepare` run on node 1 (e.g. restoring its data directory from a
+    /// backup) before it bootstraps.
+    pub async fn start_with(n: u64, prepare: impl FnOnce(&NodeProc)) -> Cluster {
         crate::init_test_log();
         let root = tempfile::tempdir().expect("tempdir");
         let mut nodes: Vec<NodeProc> = (1..=n)
@@ -273,6 +279,7 @@ impl Cluster {
                 child: None,
             })
             .collect();
+        prepare(&nodes[0]);
         nodes[0].start(true);
         for node in nodes.iter_mut().skip(1) {
             node.start(false);
@@ -525,6 +532,19 @@ pub async fn single_node() -> (writ_node::RunningNode, tempfile::TempDir) {
 /// Runs `writ admin ARGS` against `url` with the test operator token: (exit code, stdout, stderr).
 pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
     run_cli_as(url, TEST_OPERATOR_TOKEN, &crate::pki::ca_file(), args)
+}
+
+/// `writ node restore --from BACKUP --data-dir DIR`: (exit code, stdout, stderr).
+pub fn restore_node(backup: &Path, data_dir: &Path) -> (i32, String, String) {
+    let out = std::process::Command::new(writ_bin())
+        .args(["node", "restore", "--from"])
+        .arg(backup)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .expect("run writ node restore");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 /// `writ admin <args>` with an operator token, trusting the CA in `ca`.

@@ -49,6 +49,7 @@ impl Routers {
                 ca_secret: [7; 32],
                 executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
                 state: None,
+                backup: None,
             },
         );
         let mut config = EdgeConfig::for_url(EDGE_URL, writ_mcp_edge::seal::SealKey::random());

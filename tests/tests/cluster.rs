@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use writ_tests::eventually;
-use writ_tests::procs::{run_cli, Cluster};
+use writ_tests::procs::{restore_node, run_cli, Cluster};
 
 /// Creates tenants `{prefix}-{i}` for i in range with `concurrency` workers, spread over
 /// `urls`; returns the acknowledged names. Retries a name whose outcome was uncertain.
@@ -207,4 +207,93 @@ async fn a_member_on_an_older_ledger_version_gates_newer_commands() {
     })
     .await;
     c.converged(Duration::from_secs(30)).await;
+}
+
+/// Issue 18's backup and restore through real processes: `writ admin backup` taken while
+/// principals are being created, then `writ node restore` seeds a new node that founds a new
+/// 3-node cluster — every principal acknowledged before the backup started is there, the audit
+/// trail is the same, and the members that joined (by snapshot) reach the founder's digest. A
+/// running node's data directory and a damaged backup are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
+    let c = Cluster::start(3).await;
+    let url = c.nodes[0].url();
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "kept"})).await;
+    // Load: principals created one after another until told to stop; each acknowledgement is
+    // stamped with when it arrived.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (admin, url, stop) = (c.admin.clone(), url.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let body = serde_json::json!({"name": format!("p-{i}"), "kind": "agent", "preset": "readOnly"});
+                if let Ok((201, _)) = admin.post(&url, "/v1/tenants/kept/principals", body).await {
+                    acked.push((format!("p-{i}"), std::time::Instant::now()));
+                }
+            }
+            acked
+        })
+    };
+    eventually("some load", Duration::from_secs(30), || async {
+        let page = c.admin.get(&url, "/v1/tenants/kept/principals?limit=100").await.ok()?;
+        (page["principals"].as_array()?.len() >= 50).then_some(())
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ledger.backup");
+    let started = std::time::Instant::now();
+    let (code, out, err) = {
+        let (url, file) = (url.clone(), file.display().to_string());
+        tokio::task::spawn_blocking(move || run_cli(&url, &["backup", "--out", &file, "-o", "json"])).await.unwrap()
+    };
+    assert_eq!(code, 0, "{out}{err}");
+    let summary: serde_json::Value = serde_json::from_str(&out).expect("summary");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = load.await.expect("load");
+    let before: Vec<&String> = acked.iter().filter(|(_, at)| *at < started).map(|(n, _)| n).collect();
+    assert!(before.len() >= 50 && acked.len() > before.len(), "{} of {} before", before.len(), acked.len());
+    assert!(summary["audit_records"].as_u64() > Some(20) && summary["events"].as_u64() > Some(20), "{summary}");
+    eprintln!("backup: {summary}; {} of {} principals acknowledged before it began", before.len(), acked.len());
+    assert!(!dir.path().join("ledger.partial").exists(), "no partial file is left");
+
+    // A running cluster's data directory is refused; so is a damaged backup, leaving nothing.
+    let (code, _, err) = restore_node(&file, &c.nodes[1].dir.join("data"));
+    assert!(code == 1 && err.contains("holds a node's data"), "{err}");
+    let mut damaged = std::fs::read(&file).expect("backup");
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0x40;
+    let damaged_file = dir.path().join("damaged.backup");
+    std::fs::write(&damaged_file, damaged).expect("write");
+    let (code, _, err) = restore_node(&damaged_file, &dir.path().join("nowhere"));
+    assert!(code == 1 && err.contains("error: restore"), "{err}");
+    assert!(!dir.path().join("nowhere/db").exists() && !dir.path().join("nowhere/seed").exists());
+
+    // A new cluster founded on the backup.
+    let mut restored_out = String::new();
+    let fresh = Cluster::start_with(3, |founder| {
+        let (code, out, err) = restore_node(&file, &founder.dir.join("data"));
+        assert_eq!(code, 0, "{out}{err}");
+        restored_out = out;
+    })
+    .await;
+    assert!(restored_out.contains(summary["manifest"]["state_digest"].as_str().unwrap()), "{restored_out}");
+    let (_, digest) = fresh.converged(Duration::from_secs(60)).await;
+    let new_url = fresh.nodes[2].url();
+    for name in &before {
+        let got = fresh.admin.get(&new_url, &format!("/v1/tenants/kept/principals/{name}")).await;
+        assert!(got.is_ok(), "{name} was acknowledged before the backup: {got:?}");
+    }
+    let trail = |admin: &writ_tests::procs::Admin, url: String| {
+        let admin = admin.clone();
+        async move { admin.get(&url, "/v1/tenants/kept/audit?limit=20").await.expect("audit")["records"].clone() }
+    };
+    assert_eq!(trail(&fresh.admin, new_url.clone()).await, trail(&c.admin, url.clone()).await);
+    // The founder and a member that joined by snapshot agree, and the founder serves new writes.
+    fresh.admin.post_ok(&fresh.nodes[0].url(), "/v1/tenants", serde_json::json!({"name": "after-restore"})).await;
+    let (_, after) = fresh.converged(Duration::from_secs(60)).await;
+    assert_ne!(after, digest, "the restored cluster takes writes");
 }

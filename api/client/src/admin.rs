@@ -501,6 +501,15 @@ impl AdminClient {
         Err(rejection(response).await)
     }
 
+    /// A backup of the serving node's ledger (`GET /v1/cluster/backup`), as a streaming response.
+    pub async fn backup(&self) -> Result<reqwest::Response, AdminError> {
+        let response = self.send(reqwest::Method::GET, "/v1/cluster/backup", None).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(rejection(response).await)
+    }
+
     // Executors.
 
     pub async fn create_enrollment(
