@@ -549,6 +549,10 @@ pub struct NodeStatus {
     /// (`writ_api::retention::EVENT_LOG_KEPT_MS`).
     #[serde(default)]
     pub event_floor: u64,
+    /// The node's data directory is short of space: while it is, the cluster refuses writes
+    /// with STORAGE_FULL (`writ_node::storage`).
+    #[serde(default)]
+    pub storage_alarm: bool,
 }
 
 fn first_ledger_version() -> u32 {

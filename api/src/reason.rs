@@ -133,6 +133,7 @@ reason_catalog! {
     TENANT_DELETED = 81, 410, -32003, "The tenant was deleted: its tokens, executors and changes are refused; its data waits for purge.";
     EVIDENCE_NOT_FOUND = 82, 404, -32602, "No such evidence blob of this operation in the tenant.";
     LEDGER_VERSION_GATED = 83, 409, -32009, "A cluster member runs an older ledger version that cannot read this command: upgrade every node first (writ admin cluster version).";
+    STORAGE_FULL = 84, 507, -32010, "A ledger node is short of disk space (its storage alarm is on): writes are refused, reads go on; retry once space is freed.";
 }
 
 impl std::fmt::Display for ReasonCode {

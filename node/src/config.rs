@@ -83,6 +83,8 @@ struct RawRaft {
     snapshot_every_entries: Option<u64>,
     keep_entries_behind_snapshot: Option<u64>,
     ledger_version_max: Option<u32>,
+    min_free_disk_bytes: Option<u64>,
+    data_quota_bytes: Option<u64>,
 }
 
 pub use crate::pki::TlsConfig;
@@ -238,6 +240,8 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .unwrap_or(defaults.keep_entries_behind_snapshot),
         clock_ahead_ms: 0,
         ledger_version_max: raw.raft.ledger_version_max,
+        min_free_disk_bytes: raw.raft.min_free_disk_bytes.unwrap_or(defaults.min_free_disk_bytes),
+        data_quota_bytes: raw.raft.data_quota_bytes,
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
         return Err(ConfigError::ElectionTimeoutBelowHeartbeat {

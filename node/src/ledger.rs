@@ -110,6 +110,10 @@ pub struct RaftSettings {
     /// behaves, for the version gate, like an older one (`[raft] ledger_version_max`; testing
     /// a mixed cluster). None: `LEDGER_VERSION`.
     pub ledger_version_max: Option<u32>,
+    /// The free space the data directory's filesystem must keep, and the most the directory
+    /// may use (`crate::storage`): below or beyond, the storage alarm refuses writes.
+    pub min_free_disk_bytes: u64,
+    pub data_quota_bytes: Option<u64>,
 }
 
 impl Default for RaftSettings {
@@ -122,6 +126,8 @@ impl Default for RaftSettings {
             keep_entries_behind_snapshot: 1_000,
             clock_ahead_ms: 0,
             ledger_version_max: None,
+            min_free_disk_bytes: crate::storage::MIN_FREE_DISK_BYTES_DEFAULT,
+            data_quota_bytes: None,
         }
     }
 }
@@ -160,8 +166,11 @@ pub struct LedgerNode {
     election_max: Duration,
     /// The newest ledger version this node advertises and leads with.
     ledger_version: u32,
-    /// Other members' ledger versions and when they said so (the version gate's memory).
-    versions: std::sync::Mutex<BTreeMap<u64, (u32, std::time::Instant)>>,
+    /// Other members' ledger versions and storage alarms, and when they said so (the gates'
+    /// memory).
+    versions: std::sync::Mutex<BTreeMap<u64, (u32, bool, std::time::Instant)>>,
+    /// This node's disk space (`crate::storage`).
+    pub storage: Arc<crate::storage::StorageWatch>,
 }
 
 /// How long a member's advertised ledger version is trusted before it is asked again (a node
@@ -254,6 +263,7 @@ impl LedgerNode {
                 .ledger_version_max
                 .map_or(writ_api::ledger::LEDGER_VERSION, |cap| cap.min(writ_api::ledger::LEDGER_VERSION)),
             versions: Default::default(),
+            storage: crate::storage::StorageWatch::new(dir, settings.min_free_disk_bytes, settings.data_quota_bytes),
         }))
     }
 
@@ -358,6 +368,14 @@ impl LedgerNode {
     /// Keeps the members' ledger versions known on every node, leader or not, so that a newly
     /// elected leader gates with what it already heard (a member that died with the old leader
     /// keeps the version it last advertised) and a submit rarely waits to ask.
+    /// Measures the data directory every [`crate::storage::STORAGE_CHECK`] (the storage alarm)
+    /// while the node runs.
+    pub fn start_storage_watch(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        self.storage
+            .start(move || node.upgrade().is_some_and(|n| n.raft.metrics().borrow_watched().running_state.is_ok()));
+    }
+
     pub fn start_version_watch(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -529,6 +547,9 @@ impl LedgerNode {
         loop {
             let (leader, addr) = self.await_leader(unreached, deadline).await?;
             if leader == self.id {
+                if let Some(refused) = self.storage.refusal(&req.command, &self.short_members()) {
+                    return Err(refused);
+                }
                 self.gate(&req.command).await?;
                 let request = LedgerRequest {
                     stamp_ms: self.clock.now_ms(),
@@ -790,6 +811,7 @@ impl LedgerNode {
             state_digest: applied.state.digest(),
             ledger_version: self.ledger_version,
             event_floor: applied.event_floor,
+            storage_alarm: self.storage.alarm(),
         }
     }
 
@@ -832,21 +854,27 @@ impl LedgerNode {
                 continue;
             }
             let known = self.versions.lock().expect("versions").get(&id).copied();
-            let fresh = known.filter(|(_, at)| at.elapsed() < VERSION_RECHECK).map(|(v, _)| v);
+            let fresh = known.filter(|(_, _, at)| at.elapsed() < VERSION_RECHECK).map(|(v, _, _)| v);
             let version = match fresh {
                 Some(v) => Some(v),
                 None => match tokio::time::timeout(VERSION_ASK_TIMEOUT, self.peers.status(&addr)).await {
                     Ok(Ok(status)) => {
-                        let v = status.ledger_version;
-                        self.versions.lock().expect("versions").insert(id, (v, std::time::Instant::now()));
+                        let (v, short) = (status.ledger_version, status.storage_alarm);
+                        self.versions.lock().expect("versions").insert(id, (v, short, std::time::Instant::now()));
                         Some(v)
                     }
-                    _ => known.map(|(v, _)| v),
+                    _ => known.map(|(v, _, _)| v),
                 },
             };
             out.insert(id, version);
         }
         out
+    }
+
+    /// Members whose storage alarm was on when they last said (asked every
+    /// [`VERSION_RECHECK`] by the version watch).
+    fn short_members(&self) -> Vec<u64> {
+        self.versions.lock().expect("versions").iter().filter(|(_, (_, short, _))| *short).map(|(id, _)| *id).collect()
     }
 
     /// Every member's own status, asked of each member directly.

@@ -26,6 +26,8 @@ pub mod network;
 pub mod observe;
 pub mod pki;
 #[cfg(feature = "server")]
+pub mod storage;
+#[cfg(feature = "server")]
 pub mod tls;
 
 #[cfg(feature = "server")]

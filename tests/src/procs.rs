@@ -267,7 +267,7 @@ impl Cluster {
 
     /// [`Cluster::start`] with `prepare` run on node 1 (e.g. restoring its data directory from a
     /// backup) before it bootstraps.
-    pub async fn start_with(n: u64, prepare: impl FnOnce(&NodeProc)) -> Cluster {
+    pub async fn start_with(n: u64, prepare: impl FnOnce(&mut NodeProc)) -> Cluster {
         crate::init_test_log();
         let root = tempfile::tempdir().expect("tempdir");
         let mut nodes: Vec<NodeProc> = (1..=n)
@@ -279,7 +279,7 @@ impl Cluster {
                 child: None,
             })
             .collect();
-        prepare(&nodes[0]);
+        prepare(&mut nodes[0]);
         nodes[0].start(true);
         for node in nodes.iter_mut().skip(1) {
             node.start(false);

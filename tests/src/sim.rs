@@ -198,6 +198,9 @@ impl SimCluster {
             keep_entries_behind_snapshot: 100,
             clock_ahead_ms: 0,
             ledger_version_max: None,
+            // The simulation is about the ledger, not the machine's disk.
+            min_free_disk_bytes: 0,
+            data_quota_bytes: None,
         };
         let mut nodes = BTreeMap::new();
         let mut dirs = Vec::new();

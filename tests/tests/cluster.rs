@@ -297,3 +297,89 @@ async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
     let (_, after) = fresh.converged(Duration::from_secs(60)).await;
     assert_ne!(after, digest, "the restored cluster takes writes");
 }
+
+/// Unmounts (lazily) what a test mounted, after its nodes are gone.
+struct Unmount(std::sync::Arc<std::sync::Mutex<Option<std::path::PathBuf>>>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.lock().unwrap().take() {
+            let _ = std::process::Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
+
+/// The bytes free on the filesystem holding `path` (`df`).
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df").args(["-B1", "--output=avail"]).arg(path).output().expect("df");
+    String::from_utf8_lossy(&out.stdout).lines().nth(1).and_then(|l| l.trim().parse().ok()).expect("df's figure")
+}
+
+/// Issue 18's disk pressure through a real node whose data directory is a 64 MiB tmpfs: once
+/// something else fills the filesystem below the node's `min_free_disk_bytes`, writes are refused
+/// with STORAGE_FULL (507) before they are proposed, reads go on, the alarm shows in the status
+/// and the metrics; when the space returns, writes are accepted again without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_short_of_disk_refuses_writes_serves_reads_and_recovers() {
+    let mounted = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let _unmount = Unmount(mounted.clone());
+    let c = Cluster::start_with(1, |n| {
+        let data = n.dir.join("data");
+        std::fs::create_dir_all(&data).expect("data dir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            .arg(&data)
+            .status()
+            .expect("mount");
+        assert!(status.success(), "mounting a tmpfs needs root, as the network-namespace tests do");
+        *mounted.lock().unwrap() = Some(data);
+        n.raft_extra = format!("min_free_disk_bytes = {}", 16 << 20);
+    })
+    .await;
+    let url = c.nodes[0].url();
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "roomy"})).await;
+    let data = c.nodes[0].dir.join("data");
+    // Something else takes the space: 8 MiB stay free, under the node's 16.
+    let ballast = data.join("ballast");
+    let fill = free_bytes(&data).saturating_sub(8 << 20);
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&ballast).expect("ballast");
+        let block = vec![0u8; 1 << 20];
+        for _ in 0..fill / (1 << 20) {
+            f.write_all(&block).expect("fill");
+        }
+        f.sync_all().expect("sync");
+    }
+    let refused = eventually("writes refused for lack of space", Duration::from_secs(30), || {
+        let (admin, url) = (c.admin.clone(), url.clone());
+        async move {
+            let (code, body) = admin.post(&url, "/v1/tenants", serde_json::json!({"name": "cramped"})).await.ok()?;
+            (code == 507).then_some(body)
+        }
+    })
+    .await;
+    assert_eq!(refused["reason"], "STORAGE_FULL", "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("short of space"), "{refused}");
+    let read = c.admin.get(&url, "/v1/tenants/roomy").await.expect("reads go on");
+    assert_eq!(read["name"], "roomy");
+    let status = c.admin.get(&url, "/client/status").await.expect("status");
+    assert_eq!(status["storage_alarm"], true, "{status}");
+    let text =
+        c.admin.client(&url).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics").text().await.unwrap();
+    assert!(text.contains("writ_storage_alarm 1"), "{text}");
+
+    // Space returns: writes are accepted again, with no restart.
+    std::fs::remove_file(&ballast).expect("remove the ballast");
+    eventually("writes accepted again", Duration::from_secs(30), || {
+        let (admin, url) = (c.admin.clone(), url.clone());
+        async move {
+            (admin.post(&url, "/v1/tenants", serde_json::json!({"name": "roomy-again"})).await.ok()?.0 == 201)
+                .then_some(())
+        }
+    })
+    .await;
+    let status = c.admin.get(&url, "/client/status").await.expect("status");
+    assert_eq!(status["storage_alarm"], false, "{status}");
+    drop(c);
+}

@@ -189,6 +189,7 @@ impl MemoryLedger {
             state_digest: inner.state.digest(),
             ledger_version: writ_api::ledger::LEDGER_VERSION,
             event_floor: 1,
+            storage_alarm: false,
         }
     }
 
