@@ -172,6 +172,11 @@ impl SimClock {
     pub fn new(start_ms: u64) -> Self {
         SimClock(AtomicU64::new(start_ms))
     }
+
+    /// Moves the clock `ms` ahead (days of ledger time in a test that lasts seconds).
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::Relaxed);
+    }
 }
 
 impl Clock for SimClock {
@@ -184,6 +189,8 @@ impl Clock for SimClock {
 pub struct SimCluster {
     pub board: Arc<Switchboard>,
     pub nodes: BTreeMap<u64, Arc<LedgerNode>>,
+    /// Each node's clock (what it stamps with when it leads).
+    pub clocks: BTreeMap<u64, Arc<SimClock>>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -203,16 +210,19 @@ impl SimCluster {
             data_quota_bytes: None,
         };
         let mut nodes = BTreeMap::new();
+        let mut clocks = BTreeMap::new();
         let mut dirs = Vec::new();
         for id in 1..=n {
             let dir = tempfile::tempdir().expect("tempdir");
+            let clock = Arc::new(SimClock::new(clock_start_ms));
+            clocks.insert(id, clock.clone());
             let node = LedgerNode::start(
                 id,
                 format!("sim://n{id}"),
                 dir.path(),
                 &settings,
                 SimNetwork { from: id, board: board.clone() },
-                Arc::new(SimClock::new(clock_start_ms)),
+                clock,
                 Arc::new(SimPeers { from: id, board: board.clone() }),
             )
             .await
@@ -223,7 +233,7 @@ impl SimCluster {
         }
         let members: BTreeMap<u64, String> = (1..=n).map(|id| (id, format!("sim://n{id}"))).collect();
         nodes[&1].initialize(&members).await.expect("initialize");
-        SimCluster { board, nodes, _dirs: dirs }
+        SimCluster { board, nodes, clocks, _dirs: dirs }
     }
 
     /// The node that is leader in its own view and reachable by a majority, if any.
@@ -235,6 +245,13 @@ impl SimCluster {
                 !isolated.contains(&n.id) && n.raft.metrics().borrow_watched().state == openraft::ServerState::Leader
             })
             .map(|n| n.id)
+    }
+
+    /// Moves every node's clock `ms` ahead.
+    pub fn advance_clocks(&self, ms: u64) {
+        for c in self.clocks.values() {
+            c.advance(ms);
+        }
     }
 
     pub async fn shutdown(self) {

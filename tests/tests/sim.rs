@@ -3,6 +3,8 @@
 //! leader commits nothing while the majority elects and goes on, heal, and check that every
 //! replica converges to one digest.
 //!
+//! Also retention (issue 18) applied alike on every replica and carried by snapshots.
+//!
 //! Reproduce a failing seed: `WRIT_SIM_SEED=<seed> cargo test -p writ-tests --test sim`.
 
 use std::time::Duration;
@@ -121,4 +123,125 @@ async fn partitioned_leader_commits_nothing_and_replicas_converge() {
             );
         }
     }
+}
+
+/// Issue 18's retention on every replica (must show 2): a finished operation is compacted to its
+/// binding once the tenant's idempotency retention has passed in ledger time, by the same entry
+/// on every node; a node cut off meanwhile catches up through a snapshot (the leader's log
+/// purged) that carries the binding; every replica reaches one digest, and a replay through
+/// any node still answers with the original outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
+    writ_tests::init_test_log();
+    let c = SimCluster::start(3, 1_700_000_000_000).await;
+    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
+    let t = "t-1".to_string();
+    let submit = |via: u64, command: Command| {
+        let node = c.nodes[&via].clone();
+        async move {
+            let resp = node.submit_request(SubmitRequest { trace_id: "retention".into(), command }, false).await;
+            let resp = resp.expect("submitted");
+            assert!(matches!(resp.outcome, Outcome::Applied { .. }), "{resp:?}");
+            resp.outcome
+        }
+    };
+    let catalog = writ_api::catalog::compile(
+        br#"{"actions": [{"id": "note", "title": "Note", "description": "Writes a note.", "input_schema": {"type": "object"},
+             "risk": "low", "execution": "operation", "cost_units": 1}]}"#,
+    )
+    .expect("catalog");
+    let principal = writ_api::principal::PrincipalSpecV1 {
+        principal_id: "agent".into(),
+        name: "agent".into(),
+        kind: writ_api::principal::PrincipalKind::Agent,
+        preset: Some(writ_api::principal::RolePreset::Full),
+        scopes: Default::default(),
+        metadata: Default::default(),
+    };
+    let token = writ_api::token::TokenRequestV1 {
+        jti: "jti-agent".into(),
+        principal_id: "agent".into(),
+        scopes: Default::default(),
+        ttl_s: 3600,
+        parent_jti: None,
+    };
+    for command in [
+        Command::CreateTenant { tenant_id: t.clone(), name: "acme".into(), display_name: None },
+        Command::CreatePrincipal { tenant_id: t.clone(), spec: principal },
+        Command::PublishCatalog { tenant_id: t.clone(), catalog },
+        Command::IssueToken { tenant_id: t.clone(), request: token },
+    ] {
+        submit(leader, command).await;
+    }
+    let input = serde_json::json!({"text": "hello"});
+    let spec = writ_api::operation::OperationSpecV1 {
+        operation_id: "op-1".into(),
+        principal_id: "agent".into(),
+        authority_ref: "jti-agent".into(),
+        action: "note".into(),
+        payload_hash: writ_api::operation::payload_hash(&input),
+        input: input.to_string(),
+        idempotency_key: "k-1".into(),
+        deadline_ms: 1_700_000_000_000 + 3_600_000,
+        cost_units: 1,
+        cost_ceiling: None,
+        device_id: None,
+        work_ref: None,
+        preconditions: Default::default(),
+        trace_id: "retention".into(),
+        input_requests: Default::default(),
+    };
+    submit(leader, Command::SubmitOperation { tenant_id: t.clone(), spec: spec.clone() }).await;
+    let cancel =
+        Command::CancelOperation { tenant_id: t.clone(), operation_id: "op-1".into(), by_principal_id: "agent".into() };
+    submit(leader, cancel).await;
+
+    // Node 3 is cut off; a day and a minute later the others compact the cancelled operation.
+    let cut = *c.nodes.keys().find(|id| **id != leader).expect("a follower");
+    // (The leader has heard every member's ledger version, as its version watch does: the gate
+    // trusts a member's last word while it is unreachable, and refuses one never heard from.)
+    let versions = c.nodes[&leader].member_versions().await;
+    assert!(versions.values().all(|v| *v == Some(writ_api::ledger::LEDGER_VERSION)), "{versions:?}");
+    c.board.isolate(cut);
+    c.advance_clocks(24 * 3_600_000 + 60_000);
+    let Outcome::Applied { events, .. } = submit(leader, Command::ApplyRetention { tenant_id: t.clone() }).await else {
+        unreachable!()
+    };
+    assert!(events.iter().any(|e| e.event.kind() == "operations_compacted"), "{events:?}");
+    // Its log purged behind a snapshot, the leader can only send the cut node that snapshot.
+    c.nodes[&leader].change(writ_api::dto::ClusterChange::Snapshot, false).await.expect("snapshot");
+    c.nodes[&leader].change(writ_api::dto::ClusterChange::PurgeLog, false).await.expect("purge");
+    c.board.heal();
+    let digest = eventually("every replica at one digest", Duration::from_secs(30), || async {
+        let s: Vec<_> = c.nodes.values().map(|n| n.status()).collect();
+        let first = (s[0].last_applied_index, s[0].state_digest.clone());
+        s.iter().all(|x| (x.last_applied_index, x.state_digest.clone()) == first).then_some(first.1)
+    })
+    .await;
+    assert!(c.nodes[&cut].status().snapshot_index.is_some(), "node {cut} caught up through the snapshot");
+    for node in c.nodes.values() {
+        let a = node.sm.read();
+        assert!(a.state.operations.get(&t).is_none_or(|m| m.is_empty()), "node {}: the record is gone", node.id);
+        assert_eq!(
+            a.state.compacted[&t]["op-1"].state,
+            writ_api::operation::OperationState::Cancelled,
+            "node {}",
+            node.id
+        );
+        assert_eq!(a.state.digest(), digest);
+    }
+    // A replay through the node that caught up by snapshot answers with the original outcome.
+    let mut replay = spec;
+    replay.operation_id = "op-1-retry".into();
+    replay.deadline_ms += 25 * 3_600_000;
+    let Outcome::Applied { operation, .. } = submit(cut, Command::SubmitOperation { tenant_id: t, spec: replay }).await
+    else {
+        unreachable!()
+    };
+    let operation = operation.expect("the replay's view");
+    assert_eq!(
+        (operation.spec.operation_id.as_str(), operation.state),
+        ("op-1", writ_api::operation::OperationState::Cancelled)
+    );
+    c.shutdown().await;
 }
