@@ -85,6 +85,7 @@ struct RawRaft {
     ledger_version_max: Option<u32>,
     min_free_disk_bytes: Option<u64>,
     data_quota_bytes: Option<u64>,
+    snapshot_every_log_bytes: Option<u64>,
 }
 
 pub use crate::pki::TlsConfig;
@@ -241,6 +242,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         clock_ahead_ms: 0,
         ledger_version_max: raw.raft.ledger_version_max,
         min_free_disk_bytes: raw.raft.min_free_disk_bytes.unwrap_or(defaults.min_free_disk_bytes),
+        snapshot_every_log_bytes: raw.raft.snapshot_every_log_bytes.unwrap_or(defaults.snapshot_every_log_bytes),
         data_quota_bytes: raw.raft.data_quota_bytes,
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {

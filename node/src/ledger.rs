@@ -102,6 +102,9 @@ pub struct RaftSettings {
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot (to catch up slow followers without one).
     pub keep_entries_behind_snapshot: u64,
+    /// Also build a snapshot once this many bytes of entries were appended since the last one
+    /// (`LedgerNode::start_snapshot_by_log_size`).
+    pub snapshot_every_log_bytes: u64,
     /// How far ahead of its wall clock this node stamps ledger time when it leads (`writ dev
     /// --ledger-clock-ahead-s`: time-driven rules — proposal expiry, retention, purge — seen
     /// without waiting). 0 in every deployment: ledger time is the leader's clock.
@@ -124,6 +127,7 @@ impl Default for RaftSettings {
             election_max_ms: 240,
             snapshot_every_entries: 100_000,
             keep_entries_behind_snapshot: 1_000,
+            snapshot_every_log_bytes: 256 << 20,
             clock_ahead_ms: 0,
             ledger_version_max: None,
             min_free_disk_bytes: crate::storage::MIN_FREE_DISK_BYTES_DEFAULT,
@@ -171,6 +175,9 @@ pub struct LedgerNode {
     versions: std::sync::Mutex<BTreeMap<u64, (u32, bool, std::time::Instant)>>,
     /// This node's disk space (`crate::storage`).
     pub storage: Arc<crate::storage::StorageWatch>,
+    /// The log store's counters (bytes appended: the log-size snapshot trigger).
+    log_stats: Arc<writ_raft_store::log_store::FlushStats>,
+    snapshot_every_log_bytes: u64,
 }
 
 /// How long a member's advertised ledger version is trusted before it is asked again (a node
@@ -184,6 +191,9 @@ const FAILURE_DETECTOR_TICK: Duration = Duration::from_millis(15);
 
 /// How often the leader looks for operations whose deadline or attempt lease ran out.
 pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
+
+/// How often a node compares the bytes appended to its log with its snapshot threshold.
+pub const SNAPSHOT_SIZE_CHECK: Duration = Duration::from_secs(1);
 
 /// Bytes per chunk of a streamed backup.
 pub const BACKUP_CHUNK_BYTES: usize = 256 * 1024;
@@ -245,6 +255,7 @@ impl LedgerNode {
     {
         let config = Arc::new(settings.to_openraft().map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
+        let log_stats = log.stats();
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
         let election_max = Duration::from_millis(settings.election_max_ms);
         let leader_wait = election_max * LEADER_WAIT_ELECTIONS;
@@ -264,6 +275,8 @@ impl LedgerNode {
                 .map_or(writ_api::ledger::LEDGER_VERSION, |cap| cap.min(writ_api::ledger::LEDGER_VERSION)),
             versions: Default::default(),
             storage: crate::storage::StorageWatch::new(dir, settings.min_free_disk_bytes, settings.data_quota_bytes),
+            log_stats,
+            snapshot_every_log_bytes: settings.snapshot_every_log_bytes,
         }))
     }
 
@@ -368,6 +381,36 @@ impl LedgerNode {
     /// Keeps the members' ledger versions known on every node, leader or not, so that a newly
     /// elected leader gates with what it already heard (a member that died with the old leader
     /// keeps the version it last advertised) and a submit rarely waits to ask.
+    /// Builds a snapshot once [`RaftSettings::snapshot_every_log_bytes`] of entries were appended
+    /// since the last one (looked at every [`SNAPSHOT_SIZE_CHECK`]): the log is then purged up
+    /// to it as usual, so a burst of large entries (evidence, decision batches) cannot grow the
+    /// log far beyond that between the entry-count snapshots.
+    pub fn start_snapshot_by_log_size(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let (mut seen_snapshot, mut base) = (None, 0u64);
+            loop {
+                tokio::time::sleep(SNAPSHOT_SIZE_CHECK).await;
+                let Some(n) = node.upgrade() else { return };
+                let m = n.raft.metrics().borrow_watched().clone();
+                if m.running_state.is_err() {
+                    return;
+                }
+                let appended = n.log_stats.bytes.load(std::sync::atomic::Ordering::Relaxed);
+                if m.snapshot != seen_snapshot {
+                    (seen_snapshot, base) = (m.snapshot, appended);
+                } else if appended.saturating_sub(base) >= n.snapshot_every_log_bytes {
+                    tracing::info!(bytes = appended - base, "log size reached: building a snapshot");
+                    metrics::counter!("writ_snapshots_by_log_size_total").increment(1);
+                    base = appended;
+                    if let Err(e) = n.raft.trigger().snapshot().await {
+                        tracing::warn!(error = %e, "snapshot trigger failed");
+                    }
+                }
+            }
+        });
+    }
+
     /// Measures the data directory every [`crate::storage::STORAGE_CHECK`] (the storage alarm)
     /// while the node runs.
     pub fn start_storage_watch(self: &Arc<Self>) {

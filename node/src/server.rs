@@ -104,6 +104,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     .await?;
     node.start_reaper();
     node.start_storage_watch();
+    node.start_snapshot_by_log_size();
     node.start_failure_detector();
     node.start_version_watch();
     let signing_keys = writ_tenant_admin::signing::SigningKeys::load_or_create(&cfg.authority.signing_key_file)?;

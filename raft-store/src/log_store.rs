@@ -124,6 +124,8 @@ impl Drop for Flusher {
 pub struct FlushStats {
     pub appends: AtomicU64,
     pub syncs: AtomicU64,
+    /// Bytes of the entries appended since open (what the log-size snapshot trigger counts).
+    pub bytes: AtomicU64,
 }
 
 impl LogStore {
@@ -141,6 +143,11 @@ impl LogStore {
             stats,
             cache: Default::default(),
         })
+    }
+
+    /// The counters, shared: they stay readable after the store is handed to openraft.
+    pub fn stats(&self) -> Arc<FlushStats> {
+        self.stats.clone()
     }
 
     /// Group-commit counters since open.
@@ -280,6 +287,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Written (readable) now, durable when the flusher's next WAL sync completes.
         self.db.write(batch).map_err(io::Error::other)?;
+        let bytes: usize = appended.iter().map(|(_, size)| size).sum();
+        self.stats.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut cache = self.cache();
         for (entry, size) in appended {
             cache.insert(entry, size);

@@ -203,6 +203,7 @@ impl SimCluster {
             election_max_ms: 800,
             snapshot_every_entries: 10_000,
             keep_entries_behind_snapshot: 100,
+            snapshot_every_log_bytes: u64::MAX,
             clock_ahead_ms: 0,
             ledger_version_max: None,
             // The simulation is about the ledger, not the machine's disk.

@@ -383,3 +383,25 @@ async fn a_node_short_of_disk_refuses_writes_serves_reads_and_recovers() {
     assert_eq!(status["storage_alarm"], false, "{status}");
     drop(c);
 }
+
+/// Issue 18: snapshots are also triggered by log size — with `snapshot_every_log_bytes` at
+/// 64 KiB, a few hundred writes (far fewer than the 100,000 entries of the count trigger) make
+/// the node build a snapshot, and its log can be purged behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_built_once_the_log_has_grown_by_its_size_threshold() {
+    let c = Cluster::start_with(1, |n| n.raft_extra = "snapshot_every_log_bytes = 65536".into()).await;
+    let url = c.nodes[0].url();
+    let status = c.admin.get(&url, "/client/status").await.expect("status");
+    assert!(status["snapshot_index"].is_null(), "no snapshot yet: {status}");
+    let long = "x".repeat(200);
+    for i in 0..200 {
+        let body = serde_json::json!({"name": format!("sized-{i}"), "display_name": long});
+        c.admin.post_ok(&url, "/v1/tenants", body).await;
+    }
+    let status = eventually("a snapshot by log size", Duration::from_secs(30), || async {
+        let s = c.admin.get(&url, "/client/status").await.ok()?;
+        s["snapshot_index"].as_u64().map(|_| s)
+    })
+    .await;
+    assert!(status["last_applied_index"].as_u64() < Some(1_000), "{status}");
+}
