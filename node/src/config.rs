@@ -86,6 +86,8 @@ struct RawRaft {
     min_free_disk_bytes: Option<u64>,
     data_quota_bytes: Option<u64>,
     snapshot_every_log_bytes: Option<u64>,
+    snapshot_chunk_bytes: Option<u64>,
+    rpc_body_bytes_max: Option<usize>,
 }
 
 pub use crate::pki::TlsConfig;
@@ -243,6 +245,8 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         ledger_version_max: raw.raft.ledger_version_max,
         min_free_disk_bytes: raw.raft.min_free_disk_bytes.unwrap_or(defaults.min_free_disk_bytes),
         snapshot_every_log_bytes: raw.raft.snapshot_every_log_bytes.unwrap_or(defaults.snapshot_every_log_bytes),
+        snapshot_chunk_bytes: raw.raft.snapshot_chunk_bytes.unwrap_or(defaults.snapshot_chunk_bytes),
+        rpc_body_bytes_max: raw.raft.rpc_body_bytes_max.unwrap_or(defaults.rpc_body_bytes_max),
         data_quota_bytes: raw.raft.data_quota_bytes,
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {

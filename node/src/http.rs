@@ -13,7 +13,6 @@
 //!
 //! Which listener serves which routes is decided in `start_node` (peer, admin, probes).
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -42,7 +41,8 @@ use writ_tenant_admin::error::{ApiError, ValidJson, ValidQuery};
 use crate::ledger::LedgerNode;
 use crate::tls::PeerIdentity;
 
-/// Largest Raft RPC body (a snapshot travels in one request).
+/// Largest Raft RPC body by default (`[raft] rpc_body_bytes_max`): an append batch or a
+/// snapshot chunk — snapshots travel in chunks, so this no longer caps their size.
 pub const RAFT_BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Largest client-API body.
 pub const CLIENT_BODY_BYTES_MAX: usize = 1024 * 1024;
@@ -62,8 +62,9 @@ pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
         .route("/raft/append", post(raft_append))
         .route("/raft/vote", post(raft_vote))
         .route("/raft/snapshot", post(raft_snapshot))
+        .route("/raft/snapshot-chunk", post(raft_snapshot_chunk))
         .route("/raft/transfer-leader", post(raft_transfer_leader))
-        .layer(DefaultBodyLimit::max(RAFT_BODY_BYTES_MAX))
+        .layer(DefaultBodyLimit::max(node.rpc_body_bytes_max))
         .layer(axum::middleware::from_fn_with_state(node.clone(), |State(n), req, next| {
             admit(n, req, next, "raft", Role::may_replicate)
         }));
@@ -168,7 +169,7 @@ where
     F: FnOnce(Req) -> Fut,
     Fut: std::future::Future<Output = Resp>,
 {
-    // The body is capped at RAFT_BODY_BYTES_MAX; a snapshot may exceed the 64 MiB message bound.
+    // The body is capped at `rpc_body_bytes_max`, which may exceed the 64 MiB message bound.
     match writ_api::decode_unbounded::<Req>(&body) {
         Ok(req) => bincode_response(&call(req).await),
         Err(e) => (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
@@ -185,12 +186,109 @@ async fn raft_vote(State(st): State<NodeState>, body: Bytes) -> Response {
 
 type SnapshotRpc = (openraft::alias::VoteOf<TypeConfig>, openraft::alias::SnapshotMetaOf<TypeConfig>, Vec<u8>);
 
+/// A whole snapshot in one request, as nodes before streamed snapshots send it: written to a
+/// file, then installed like a received one.
 async fn raft_snapshot(State(st): State<NodeState>, body: Bytes) -> Response {
-    raft_call(body, |(vote, meta, data): SnapshotRpc| async move {
-        let snapshot = Snapshot { meta, snapshot: Cursor::new(data) };
-        st.node.raft.install_full_snapshot(vote, snapshot).await.map_err(RaftError::<TypeConfig>::Fatal)
+    let (vote, meta, data): SnapshotRpc = match writ_api::decode_unbounded(&body) {
+        Ok(req) => req,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
+    };
+    let path = match older_snapshot_file(&st.node, &meta, data).await {
+        Ok(p) => p,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot not stored: {e}")).into_response(),
+    };
+    let snapshot = Snapshot { meta, snapshot: writ_raft_store::SnapshotHandle { path } };
+    bincode_response(&st.node.raft.install_full_snapshot(vote, snapshot).await.map_err(RaftError::<TypeConfig>::Fatal))
+}
+
+/// Writes a snapshot payload of the format before streaming as a snapshot file.
+async fn older_snapshot_file(
+    node: &LedgerNode,
+    meta: &openraft::alias::SnapshotMetaOf<TypeConfig>,
+    data: Vec<u8>,
+) -> std::io::Result<std::path::PathBuf> {
+    let dir = node.sm.incoming_dir()?;
+    let (sm, meta) = (node.sm.clone(), meta.clone());
+    tokio::task::spawn_blocking(move || sm.write_older_payload(&dir, &meta, &data))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+/// `POST /raft/snapshot-chunk` (`crate::network::SnapshotChunk`): appends a chunk of a snapshot
+/// file at the offset it names (or says where to resume), and with the last one checks the
+/// whole file's length and sha256 and hands it to Raft. The file is assembled in the snapshot
+/// directory's `incoming/`, so installing it is a rename.
+async fn raft_snapshot_chunk(State(st): State<NodeState>, body: Bytes) -> Response {
+    let chunk: crate::network::SnapshotChunk = match writ_api::decode_unbounded(&body) {
+        Ok(c) => c,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable snapshot chunk: {e}")).into_response(),
+    };
+    let failed = |e: std::io::Error| {
+        tracing::warn!(error = %e, "snapshot chunk not stored");
+        (StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot chunk not stored: {e}")).into_response()
+    };
+    let dir = match st.node.sm.incoming_dir() {
+        Ok(d) => d,
+        Err(e) => return failed(e),
+    };
+    let index = chunk.meta.last_log_id.as_ref().map_or(0, |l| l.index());
+    let path = dir.join(format!("snapshot-{index:020}.part"));
+    let (offset, data, done) = (chunk.offset, chunk.data, chunk.done);
+    let part = path.clone();
+    let stored = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, bool)> {
+        use std::io::Write;
+        let held = std::fs::metadata(&part).map_or(0, |m| m.len());
+        match offset {
+            None => {
+                // A new transfer: parts of other snapshots are dropped.
+                for other in std::fs::read_dir(part.parent().expect("a directory"))?.flatten() {
+                    if other.path() != part {
+                        let _ = std::fs::remove_file(other.path());
+                    }
+                }
+                Ok((held, false))
+            }
+            Some(at) if at != held => Ok((held, false)),
+            Some(_) => {
+                let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&part)?;
+                f.write_all(&data)?;
+                let held = held + data.len() as u64;
+                let Some((total, sha256)) = done else { return Ok((held, false)) };
+                f.sync_all()?;
+                if held != total || crate::network::file_sha256(&part)? != sha256 {
+                    // Damaged on the way: start over.
+                    std::fs::remove_file(&part)?;
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the snapshot's digest does not match",
+                    ));
+                }
+                Ok((held, true))
+            }
+        }
     })
     .await
+    .map_err(std::io::Error::other)
+    .and_then(|r| r);
+    let (held, whole) = match stored {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
+    if !whole {
+        if offset.is_some() {
+            metrics::counter!("writ_snapshot_chunks_received_total").increment(1);
+        }
+        let reply: Result<crate::network::ChunkReply, RaftError<TypeConfig>> =
+            Ok(crate::network::ChunkReply::Resume { offset: held });
+        return bincode_response(&reply);
+    }
+    metrics::counter!("writ_snapshot_chunks_received_total").increment(1);
+    let snapshot = Snapshot { meta: chunk.meta, snapshot: writ_raft_store::SnapshotHandle { path: path.clone() } };
+    let installed = st.node.raft.install_full_snapshot(chunk.vote, snapshot).await;
+    // Installed, it was moved into place; refused (a stale vote, an older snapshot), it goes.
+    let _ = std::fs::remove_file(&path);
+    let reply = installed.map(crate::network::ChunkReply::Installed).map_err(RaftError::<TypeConfig>::Fatal);
+    bincode_response(&reply)
 }
 
 async fn raft_transfer_leader(State(st): State<NodeState>, body: Bytes) -> Response {

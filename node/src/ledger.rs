@@ -105,6 +105,10 @@ pub struct RaftSettings {
     /// Also build a snapshot once this many bytes of entries were appended since the last one
     /// (`LedgerNode::start_snapshot_by_log_size`).
     pub snapshot_every_log_bytes: u64,
+    /// Bytes per chunk of a snapshot sent to a peer, and the largest Raft RPC body accepted
+    /// (`crate::network::SnapshotChunk`; the latter bounds a chunk, not a snapshot).
+    pub snapshot_chunk_bytes: u64,
+    pub rpc_body_bytes_max: usize,
     /// How far ahead of its wall clock this node stamps ledger time when it leads (`writ dev
     /// --ledger-clock-ahead-s`: time-driven rules — proposal expiry, retention, purge — seen
     /// without waiting). 0 in every deployment: ledger time is the leader's clock.
@@ -128,6 +132,8 @@ impl Default for RaftSettings {
             snapshot_every_entries: 100_000,
             keep_entries_behind_snapshot: 1_000,
             snapshot_every_log_bytes: 256 << 20,
+            snapshot_chunk_bytes: crate::network::SNAPSHOT_CHUNK_BYTES_DEFAULT,
+            rpc_body_bytes_max: crate::http::RAFT_BODY_BYTES_MAX,
             clock_ahead_ms: 0,
             ledger_version_max: None,
             min_free_disk_bytes: crate::storage::MIN_FREE_DISK_BYTES_DEFAULT,
@@ -178,6 +184,8 @@ pub struct LedgerNode {
     /// The log store's counters (bytes appended: the log-size snapshot trigger).
     log_stats: Arc<writ_raft_store::log_store::FlushStats>,
     snapshot_every_log_bytes: u64,
+    /// Largest Raft RPC body this node accepts (an append batch, a snapshot chunk).
+    pub rpc_body_bytes_max: usize,
 }
 
 /// How long a member's advertised ledger version is trusted before it is asked again (a node
@@ -251,7 +259,7 @@ impl LedgerNode {
     ) -> io::Result<Arc<Self>>
     where
         N: RaftNetworkFactory<TypeConfig>,
-        N::Network: openraft::network::NetSnapshot<TypeConfig, SnapshotData = std::io::Cursor<Vec<u8>>>,
+        N::Network: openraft::network::NetSnapshot<TypeConfig, SnapshotData = writ_raft_store::SnapshotHandle>,
     {
         let config = Arc::new(settings.to_openraft().map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
@@ -277,6 +285,7 @@ impl LedgerNode {
             storage: crate::storage::StorageWatch::new(dir, settings.min_free_disk_bytes, settings.data_quota_bytes),
             log_stats,
             snapshot_every_log_bytes: settings.snapshot_every_log_bytes,
+            rpc_body_bytes_max: settings.rpc_body_bytes_max,
         }))
     }
 

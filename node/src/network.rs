@@ -2,7 +2,6 @@
 //! client-API calls a node makes to its peers (`/client/*`, JSON). Every call has a deadline.
 
 use std::future::Future;
-use std::io::Cursor;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -23,19 +22,46 @@ use writ_raft_store::TypeConfig;
 
 use crate::ledger::{Peers, ReadIndex};
 
-/// Deadline for a snapshot transfer (the whole state in one request).
+/// Deadline for one snapshot chunk's request (its install, with the last one, included).
 const SNAPSHOT_RPC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes per snapshot chunk by default (`[raft] snapshot_chunk_bytes`).
+pub const SNAPSHOT_CHUNK_BYTES_DEFAULT: u64 = 4 << 20;
+
+/// One request of a streamed snapshot transfer (`POST /raft/snapshot-chunk`): the snapshot file
+/// (`writ_raft_store::snapshot`) in chunks appended at `offset` to what the receiver holds, so
+/// a transfer resumes where it stopped, with no size cap and never whole in memory.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct SnapshotChunk {
+    pub vote: VoteOf<TypeConfig>,
+    pub meta: openraft::alias::SnapshotMetaOf<TypeConfig>,
+    /// Where `data` goes; `None` asks where to resume.
+    pub offset: Option<u64>,
+    pub data: Vec<u8>,
+    /// With the last chunk: the file's length and sha256 (hex), checked before it is installed.
+    pub done: Option<(u64, String)>,
+}
+
+/// The receiver's answer to a [`SnapshotChunk`].
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub enum ChunkReply {
+    /// Send from here on (what it holds of this snapshot).
+    Resume { offset: u64 },
+    /// The whole file arrived, checked, and was handed to Raft.
+    Installed(SnapshotResponse<TypeConfig>),
+}
 
 /// Creates HTTP Raft clients for peers. Cheap to clone (shares the connection pool).
 #[derive(Clone)]
 pub struct HttpRaftNetwork {
     node_id: u64,
     http: reqwest::Client,
+    chunk_bytes: u64,
 }
 
 impl HttpRaftNetwork {
-    pub fn new(node_id: u64, http: reqwest::Client) -> Self {
-        HttpRaftNetwork { node_id, http }
+    /// Raft clients from `node_id`, sending snapshots in chunks of `chunk_bytes`.
+    pub fn new(node_id: u64, http: reqwest::Client, chunk_bytes: u64) -> Self {
+        HttpRaftNetwork { node_id, http, chunk_bytes: chunk_bytes.max(1) }
     }
 }
 
@@ -48,6 +74,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpRaftNetwork {
             target,
             base: node.addr.trim_end_matches('/').to_string(),
             http: self.http.clone(),
+            chunk_bytes: self.chunk_bytes,
         }
     }
 }
@@ -58,9 +85,68 @@ pub struct HttpRaftPeer {
     target: u64,
     base: String,
     http: reqwest::Client,
+    chunk_bytes: u64,
 }
 
 impl HttpRaftPeer {
+    /// Sends the snapshot file in chunks, resuming where the receiver stands (a probe first,
+    /// then every chunk at the offset it last acknowledged).
+    async fn send_snapshot(
+        &self,
+        vote: VoteOf<TypeConfig>,
+        meta: openraft::alias::SnapshotMetaOf<TypeConfig>,
+        path: std::path::PathBuf,
+    ) -> Result<SnapshotResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let local = |e: std::io::Error| RPCError::Network(NetworkError::new(&e));
+        let total = std::fs::metadata(&path).map_err(local)?.len();
+        let hash_path = path.clone();
+        let sha256 = tokio::task::spawn_blocking(move || file_sha256(&hash_path))
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
+            .map_err(local)?;
+        let chunk = |offset: Option<u64>, data: Vec<u8>, done: Option<(u64, String)>| SnapshotChunk {
+            vote,
+            meta: meta.clone(),
+            offset,
+            data,
+            done,
+        };
+        let mut reply: ChunkReply = self
+            .call(RPCTypes::InstallSnapshot, "snapshot-chunk", &chunk(None, Vec::new(), None), SNAPSHOT_RPC_TIMEOUT)
+            .await?;
+        // Each request moves the receiver forward by a chunk or tells it where it stands: more
+        // than twice the chunks (plus a few) means it is not moving.
+        let mut budget = 2 * total.div_ceil(self.chunk_bytes) + 8;
+        loop {
+            let offset = match reply {
+                ChunkReply::Installed(resp) => {
+                    metrics::counter!("writ_snapshot_bytes_sent_total").increment(total);
+                    return Ok(resp);
+                }
+                ChunkReply::Resume { offset } => offset.min(total),
+            };
+            budget = budget.checked_sub(1).ok_or_else(|| {
+                RPCError::Network(NetworkError::from_string("the snapshot receiver does not advance".to_string()))
+            })?;
+            let len = self.chunk_bytes.min(total - offset);
+            let read_path = path.clone();
+            let data = tokio::task::spawn_blocking(move || read_at(&read_path, offset, len))
+                .await
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
+                .map_err(local)?;
+            let done = (offset + len == total).then(|| (total, sha256.clone()));
+            metrics::counter!("writ_snapshot_chunks_sent_total").increment(1);
+            reply = self
+                .call(
+                    RPCTypes::InstallSnapshot,
+                    "snapshot-chunk",
+                    &chunk(Some(offset), data, done),
+                    SNAPSHOT_RPC_TIMEOUT,
+                )
+                .await?;
+        }
+    }
+
     async fn call<Req, Resp>(
         &self,
         action: RPCTypes,
@@ -100,8 +186,34 @@ impl HttpRaftPeer {
     }
 }
 
+/// The sha256 (hex) of a file, read in 1 MiB pieces.
+pub fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut hash = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(hash.finalize()));
+        }
+        hash.update(&buf[..n]);
+    }
+}
+
+/// `len` bytes of a file from `offset`.
+fn read_at(path: &std::path::Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(std::io::SeekFrom::Start(offset))?;
+    let mut data = vec![0u8; len as usize];
+    f.read_exact(&mut data)?;
+    Ok(data)
+}
+
 impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = writ_raft_store::SnapshotHandle;
 
     async fn append_entries(
         &mut self,
@@ -126,10 +238,9 @@ impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let req = (vote, snapshot.meta, snapshot.snapshot.into_inner());
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
-            res = self.call(RPCTypes::InstallSnapshot, "snapshot", &req, SNAPSHOT_RPC_TIMEOUT) => res.map_err(StreamingError::from),
+            res = self.send_snapshot(vote, snapshot.meta, snapshot.snapshot.path) => res.map_err(StreamingError::from),
         }
     }
 

@@ -97,7 +97,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         url.clone(),
         &cfg.data_dir,
         &cfg.raft,
-        HttpRaftNetwork::new(cfg.node_id, http.clone()),
+        HttpRaftNetwork::new(cfg.node_id, http.clone(), cfg.raft.snapshot_chunk_bytes),
         Arc::new(SystemClock { ahead_ms: cfg.raft.clock_ahead_ms }),
         Arc::new(HttpPeers::new(http)),
     )

@@ -52,14 +52,10 @@ impl crate::StateMachine {
         };
         let mut w = BackupWriter::begin(out, manifest, &state)?;
         drop(state);
-        for (kind, cf) in [(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE), (FRAME_EVENT, CF_EVENTS)] {
-            let handle = db.cf_handle(cf).expect("column families are created at open");
-            let mut opts = rocksdb::ReadOptions::default();
-            opts.set_snapshot(&view);
-            for item in db.iterator_cf_opt(handle, opts, rocksdb::IteratorMode::Start) {
-                let (key, value) = item.map_err(io::Error::other)?;
-                w.record(kind, &key, &value)?;
-            }
+        let kinds = [(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE), (FRAME_EVENT, CF_EVENTS)];
+        for record in crate::state_machine::stored_records(db, &view, &kinds) {
+            let (kind, key, value) = record?;
+            w.record(kind, &key, &value)?;
         }
         w.end()
     }

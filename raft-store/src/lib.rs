@@ -6,6 +6,7 @@
 pub mod backup;
 mod codec;
 pub mod log_store;
+pub mod snapshot;
 pub mod state_machine;
 
 use std::io;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 pub use log_store::LogStore;
+pub use snapshot::SnapshotHandle;
 pub use state_machine::StateMachine;
 
 openraft::declare_raft_types!(

@@ -6,10 +6,12 @@
 //! Events are also written to the `events` column family (keyed by revision) so that watchers
 //! can resume from a revision; re-applying writes the same bytes under the same keys. Audit
 //! records go to the `audit` column family (key: tenant, sequence); retention deletes the
-//! range below each tenant's first retained sequence. Snapshots carry the retained audit
-//! records with the state, so a node that installs one has the same audit history.
+//! range below each tenant's first retained sequence. Snapshots are files in the streamed
+//! format of `crate::snapshot`: the bounded state, then the retained audit records and
+//! evidence blobs as separate records, so a node that installs one has the same audit history
+//! without either side holding it whole in memory.
 
-use std::io::{self, Cursor};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -29,13 +31,19 @@ use writ_api::revocation::Revocations;
 use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
+pub use crate::snapshot::SnapshotHandle;
+use crate::snapshot::SnapshotHeader;
 use crate::{TypeConfig, CF_AUDIT, CF_EVENTS, CF_EVIDENCE};
+use writ_api::backup::{FRAME_AUDIT, FRAME_EVIDENCE};
 use writ_api::retention::EVENT_LOG_KEPT_MS;
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;
 /// Most stored events one retention step reads (and drops).
 const TRIM_PAGE_EVENTS: usize = 4096;
+
+/// Records written per batch while a snapshot is installed.
+const INSTALL_BATCH_RECORDS: usize = 4096;
 
 /// Snapshot files kept on disk (the newest is the current one).
 const SNAPSHOT_FILES_KEPT: usize = 2;
@@ -139,6 +147,7 @@ type History =
     std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<writ_api::operation::TransitionV1>>>;
 
 impl SnapshotPayload {
+    #[cfg(test)]
     fn of(state: LedgerState, audit: Vec<AuditRecordV1>, blobs: Vec<(Vec<u8>, Vec<u8>)>) -> SnapshotPayload {
         SnapshotPayload {
             revocations: state.revocations.clone(),
@@ -387,30 +396,29 @@ impl StateMachine {
 
     fn snapshot_path(&self, last: &Option<LogIdOf<TypeConfig>>) -> PathBuf {
         let index = last.as_ref().map_or(0, |l| l.index());
-        self.inner.snapshot_dir.join(format!("snapshot-{index:020}.bin"))
+        self.inner.snapshot_dir.join(format!("snapshot-{index:020}.snap"))
     }
 
+    /// Where the network layer assembles a snapshot being received (beside the snapshots, so
+    /// installing it is a rename).
+    pub fn incoming_dir(&self) -> io::Result<PathBuf> {
+        let dir = self.inner.snapshot_dir.join("incoming");
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Snapshot files by position, oldest first: this format's (`.snap`) and older ones (`.bin`).
     fn snapshot_files(&self) -> io::Result<Vec<PathBuf>> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.inner.snapshot_dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+            .filter(|p| p.extension().is_some_and(|x| x == "bin" || x == "snap"))
             .collect();
         files.sort();
         Ok(files)
     }
 
-    /// Writes a snapshot file atomically (temp file, fsync, rename, fsync dir) and prunes old ones.
-    fn persist_snapshot(&self, file: &SnapshotFile) -> io::Result<()> {
-        let path = self.snapshot_path(&file.last_applied);
-        let tmp = path.with_extension("tmp");
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&checked_encode(file)?)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        sync_dir(&self.inner.snapshot_dir)?;
+    /// Keeps the newest [`SNAPSHOT_FILES_KEPT`] snapshot files.
+    fn prune_snapshots(&self) -> io::Result<()> {
         let files = self.snapshot_files()?;
         for old in files.iter().take(files.len().saturating_sub(SNAPSHOT_FILES_KEPT)) {
             std::fs::remove_file(old)?;
@@ -418,48 +426,166 @@ impl StateMachine {
         Ok(())
     }
 
-    fn load_newest_snapshot(&self) -> io::Result<Option<SnapshotFile>> {
-        match self.snapshot_files()?.last() {
-            None => Ok(None),
-            Some(path) => checked_decode(&std::fs::read(path)?, "snapshot file").map(Some),
-        }
+    /// Builds a snapshot file of what is applied (`crate::snapshot`): the state and a RocksDB
+    /// snapshot taken under one read lock (apply writes audit records under the write lock, so
+    /// both are at the same point), then the file streamed from them without the lock.
+    fn build_snapshot_file(&self) -> io::Result<(SnapshotHeader, PathBuf)> {
+        let db = &self.inner.db;
+        let (view, header, state) = {
+            let a = self.read();
+            let header = SnapshotHeader { last_applied: a.last_applied, membership: a.membership.clone() };
+            (db.snapshot(), header, a.state.clone())
+        };
+        let path = self.snapshot_path(&header.last_applied);
+        let tmp = path.with_extension("tmp");
+        let records = stored_records(db, &view, &[(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE)]);
+        crate::snapshot::write(&tmp, &header, &state, records)?;
+        std::fs::rename(&tmp, &path)?;
+        sync_dir(&self.inner.snapshot_dir)?;
+        self.prune_snapshots()?;
+        Ok((header, path))
     }
-}
 
-/// Every retained audit record of `state`, read from one RocksDB snapshot, in key order.
-fn retained_audit(db: &DB, view: &rocksdb::Snapshot<'_>, state: &LedgerState) -> io::Result<Vec<AuditRecordV1>> {
-    let cf = db.cf_handle(CF_AUDIT).expect("column families are created at open");
-    let mut out = Vec::new();
-    for (tenant, index) in &state.audit {
-        let mut opts = rocksdb::ReadOptions::default();
-        opts.set_snapshot(view);
-        opts.set_iterate_upper_bound(record_key(tenant, index.next_seq));
-        let start = record_key(tenant, index.first_seq);
-        let before = out.len();
-        for item in db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)) {
-            let (_, value) = item.map_err(io::Error::other)?;
-            out.push(checked_decode(&value, "audit record")?);
+    /// Installs the snapshot file `src` at `meta` (`crate::snapshot`): the file becomes this
+    /// node's newest snapshot first (so a crash part-way installs it again on restart), then its
+    /// records replace the audit and evidence column families, streamed, and its state the
+    /// applied one.
+    fn install_snapshot_file(&self, meta: &SnapshotMetaOf<TypeConfig>, src: &Path) -> io::Result<()> {
+        let dest = self.snapshot_path(&meta.last_log_id);
+        if src != dest {
+            let tmp = dest.with_extension("tmp");
+            if src.starts_with(&self.inner.snapshot_dir) {
+                std::fs::rename(src, &tmp)?;
+            } else {
+                // Another store's file (tests, the in-process harness): copied, never moved.
+                std::fs::copy(src, &tmp)?;
+                std::fs::File::open(&tmp)?.sync_all()?;
+            }
+            std::fs::rename(&tmp, &dest)?;
+            sync_dir(&self.inner.snapshot_dir)?;
         }
-        if (out.len() - before) as u64 != index.len() {
+        let (header, reader) = crate::snapshot::open(&dest)?;
+        if header.last_applied != meta.last_log_id || header.membership != meta.last_membership {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("audit records of {tenant} are incomplete"),
+                "the snapshot file is not at the position installed",
             ));
         }
+        let db = &self.inner.db;
+        let audit_cf = db.cf_handle(CF_AUDIT).expect("column families are created at open");
+        let evidence_cf = db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
+        // The audit and evidence column families become exactly the snapshot's records.
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(audit_cf, Vec::<u8>::new(), vec![0xff; 1]);
+        batch.delete_range_cf(evidence_cf, Vec::<u8>::new(), vec![0xff; 1]);
+        let mut records = 0u64;
+        let state = crate::snapshot::read_records(reader, |kind, key, value| {
+            let cf = match kind {
+                FRAME_AUDIT => {
+                    checked_decode::<AuditRecordV1>(value, "audit record")?;
+                    audit_cf
+                }
+                FRAME_EVIDENCE => evidence_cf,
+                other => {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, format!("snapshot record kind {other}")))
+                }
+            };
+            batch.put_cf(cf, key, value);
+            records += 1;
+            if batch.len() >= INSTALL_BATCH_RECORDS {
+                db.write(std::mem::take(&mut batch)).map_err(io::Error::other)?;
+            }
+            Ok(())
+        })?;
+        db.write(batch).map_err(io::Error::other)?;
+        // Stored events are committed history, so they agree with any snapshot. Keep them if
+        // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
+        // node), the gap cannot be filled here: drop them and start after the snapshot.
+        let stored_through = self.last_stored_revision()?;
+        let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
+        if !keeps_history {
+            let cf = db.cf_handle(CF_EVENTS).expect("column families are created at open");
+            db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
+        }
+        let mut a = self.write_applied();
+        if !keeps_history {
+            a.event_floor = state.revision + 1;
+            a.event_floor_at_ms = None;
+        }
+        a.state = state;
+        self.refresh_role_revocations(&a.state);
+        a.last_applied = meta.last_log_id;
+        a.membership = meta.last_membership.clone();
+        drop(a);
+        tracing::info!(records, snapshot = %dest.display(), "snapshot installed");
+        self.prune_snapshots()
     }
-    Ok(out)
+
+    /// The newest snapshot file's position and path; a file of the older format (`.bin`, the
+    /// whole payload in one encoding) is rewritten in this one first.
+    fn current_snapshot(&self) -> io::Result<Option<(SnapshotHeader, PathBuf)>> {
+        let Some(path) = self.snapshot_files()?.pop() else { return Ok(None) };
+        let path = if crate::snapshot::is_streamed(&path) { path } else { self.rewrite_older_snapshot(&path)? };
+        let (header, _) = crate::snapshot::open(&path)?;
+        Ok(Some((header, path)))
+    }
+
+    /// Rewrites a snapshot file of the format before streaming in the streamed one.
+    fn rewrite_older_snapshot(&self, old: &Path) -> io::Result<PathBuf> {
+        let file: SnapshotFile = checked_decode(&std::fs::read(old)?, "snapshot file")?;
+        let header = SnapshotHeader { last_applied: file.last_applied, membership: file.membership };
+        let path = self.snapshot_path(&header.last_applied);
+        let tmp = path.with_extension("tmp");
+        write_payload_file(&tmp, &header, &file.state)?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::remove_file(old)?;
+        sync_dir(&self.inner.snapshot_dir)?;
+        tracing::info!(from = %old.display(), to = %path.display(), "snapshot rewritten in the streamed format");
+        Ok(path)
+    }
 }
 
-/// Every evidence blob (key, bytes), read from one RocksDB snapshot, in key order.
-fn evidence_blobs(db: &DB, view: &rocksdb::Snapshot<'_>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let cf = db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
-    let mut opts = rocksdb::ReadOptions::default();
-    opts.set_snapshot(view);
-    db.iterator_cf_opt(cf, opts, IteratorMode::Start)
-        .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(io::Error::other))
-        .collect()
+impl StateMachine {
+    /// Writes a snapshot payload as a node before streamed snapshots sends it (`/raft/snapshot`:
+    /// the whole payload in one request) as a snapshot file in `dir`, to be installed.
+    pub fn write_older_payload(
+        &self,
+        dir: &Path,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        payload: &[u8],
+    ) -> io::Result<PathBuf> {
+        let header = SnapshotHeader { last_applied: meta.last_log_id, membership: meta.last_membership.clone() };
+        let index = header.last_applied.as_ref().map_or(0, |l| l.index());
+        let path = dir.join(format!("older-{index:020}.snap"));
+        write_payload_file(&path, &header, payload)?;
+        Ok(path)
+    }
 }
 
+/// A snapshot file at `path` from a payload of the format before streaming (versioned).
+fn write_payload_file(path: &Path, header: &SnapshotHeader, payload: &[u8]) -> io::Result<()> {
+    let SnapshotPayload { state, audit, blobs, .. } = decode_payload(payload)?;
+    let audit = audit.into_iter().map(|r| Ok((FRAME_AUDIT, record_key(&r.tenant_id, r.seq), checked_encode(&r)?)));
+    let blobs = blobs.into_iter().map(|(k, v)| Ok((FRAME_EVIDENCE, k, v)));
+    crate::snapshot::write(path, header, &state, audit.chain(blobs)).map(|_| ())
+}
+
+/// The records of the column families `kinds` names, from one RocksDB snapshot, in key order.
+pub(crate) fn stored_records<'a>(
+    db: &'a DB,
+    view: &'a rocksdb::Snapshot<'a>,
+    kinds: &'a [(u8, &'static str)],
+) -> impl Iterator<Item = io::Result<crate::snapshot::Record>> + 'a {
+    kinds.iter().flat_map(move |(kind, cf)| {
+        let handle = db.cf_handle(cf).expect("column families are created at open");
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_snapshot(view);
+        db.iterator_cf_opt(handle, opts, IteratorMode::Start)
+            .map(move |item| item.map(|(k, v)| (*kind, k.to_vec(), v.to_vec())).map_err(io::Error::other))
+    })
+}
+
+#[cfg(test)]
 fn encode_payload(payload: &SnapshotPayload) -> io::Result<Vec<u8>> {
     Ok(format::wrap(format::SNAPSHOT_MAGIC, &checked_encode(payload)?))
 }
@@ -516,38 +642,22 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotHandle;
 
-    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>, io::Error> {
-        // State and a RocksDB snapshot taken under one read lock: apply writes audit records
-        // under the write lock, so both are at the same point.
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, SnapshotHandle>, io::Error> {
         let this = self.clone();
-        let file = tokio::task::spawn_blocking(move || -> io::Result<SnapshotFile> {
-            let db = &this.inner.db;
-            let (last_applied, membership, state, audit, blobs) = {
-                let a = this.read();
-                let view = db.snapshot();
-                let audit = retained_audit(db, &view, &a.state)?;
-                let blobs = evidence_blobs(db, &view)?;
-                (a.last_applied, a.membership.clone(), a.state.clone(), audit, blobs)
-            };
-            let payload = SnapshotPayload::of(state, audit, blobs);
-            let file = SnapshotFile { last_applied, membership, state: encode_payload(&payload)? };
-            this.persist_snapshot(&file)?;
-            Ok(file)
-        })
-        .await
-        .map_err(io::Error::other)??;
+        let (header, path) =
+            tokio::task::spawn_blocking(move || this.build_snapshot_file()).await.map_err(io::Error::other)??;
         metrics::counter!("writ_snapshots_built_total").increment(1);
-        Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
-            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: file.last_applied, last_membership: file.membership },
-            snapshot: Cursor::new(file.state),
+        Ok(SnapshotOf::<TypeConfig, SnapshotHandle> {
+            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership },
+            snapshot: SnapshotHandle { path },
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotHandle;
     type SnapshotBuilder = Self;
 
     async fn applied_state(
@@ -651,57 +761,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMetaOf<TypeConfig>,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        let bytes = snapshot.into_inner();
-        let SnapshotPayload { state, audit, blobs, .. } = decode_payload(&bytes)?;
-        let file =
-            SnapshotFile { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), state: bytes };
-        let this = self.clone();
-        let file = tokio::task::spawn_blocking(move || this.persist_snapshot(&file).map(|_| file))
+        let (this, meta) = (self.clone(), meta.clone());
+        tokio::task::spawn_blocking(move || this.install_snapshot_file(&meta, &snapshot.path))
             .await
             .map_err(io::Error::other)??;
-        // Stored events are committed history, so they agree with any snapshot. Keep them if
-        // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
-        // node), the gap cannot be filled here: drop them and start after the snapshot.
-        let stored_through = self.last_stored_revision()?;
-        let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
-        if !keeps_history {
-            let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
-            self.inner.db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
-        }
-        // The audit column family becomes exactly the snapshot's records.
-        let audit_cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
-        let mut batch = WriteBatch::default();
-        batch.delete_range_cf(audit_cf, Vec::<u8>::new(), vec![0xff; 1]);
-        for record in &audit {
-            batch.put_cf(audit_cf, record_key(&record.tenant_id, record.seq), checked_encode(record)?);
-        }
-        // And the evidence column family exactly the snapshot's blobs.
-        let evidence_cf = self.inner.db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
-        batch.delete_range_cf(evidence_cf, Vec::<u8>::new(), vec![0xff; 1]);
-        for (key, value) in &blobs {
-            batch.put_cf(evidence_cf, key, value);
-        }
-        let mut a = self.write_applied();
-        self.inner.db.write(batch).map_err(io::Error::other)?;
-        if !keeps_history {
-            a.event_floor = state.revision + 1;
-            a.event_floor_at_ms = None;
-        }
-        a.state = state;
-        self.refresh_role_revocations(&a.state);
-        a.last_applied = file.last_applied;
-        a.membership = file.membership;
         metrics::counter!("writ_snapshots_installed_total").increment(1);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotOf<TypeConfig, Self::SnapshotData>>, io::Error> {
         let this = self.clone();
-        let file =
-            tokio::task::spawn_blocking(move || this.load_newest_snapshot()).await.map_err(io::Error::other)??;
-        Ok(file.map(|f| SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
-            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: f.last_applied, last_membership: f.membership },
-            snapshot: Cursor::new(f.state),
+        let current =
+            tokio::task::spawn_blocking(move || this.current_snapshot()).await.map_err(io::Error::other)??;
+        Ok(current.map(|(header, path)| SnapshotOf::<TypeConfig, SnapshotHandle> {
+            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership },
+            snapshot: SnapshotHandle { path },
         }))
     }
 }
@@ -881,5 +955,51 @@ mod tests {
             as_older[8..12].copy_from_slice(&older.to_le_bytes());
             assert!(decode_payload(&as_older).is_err(), "format {older}");
         }
+    }
+
+    /// A snapshot file of the format before streaming (`.bin`: the whole payload in one
+    /// encoding) is rewritten in the streamed format when a node starts on it, and installs on
+    /// another store with its audit records.
+    #[test]
+    fn an_older_snapshot_file_is_rewritten_streamed_and_installs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let mut state = LedgerState { clock_ms: 7, revision: 3, ..Default::default() };
+        state.audit.entry("t".into()).or_default().push(7, b"r");
+        let record = AuditRecordV1 {
+            tenant_id: "t".into(),
+            seq: 1,
+            at_ms: 7,
+            revision: 1,
+            trace_id: "tr".into(),
+            domain: "tenant".into(),
+            operation: "tenant_created".into(),
+            outcome: "applied".into(),
+            reason_code: None,
+            principal_id: None,
+            token_id: None,
+            parent_token_id: None,
+            detail: String::new(),
+        };
+        let last = Some(openraft::testing::log_id::<TypeConfig>(1, 1, 9));
+        let old = SnapshotFile {
+            last_applied: last,
+            membership: StoredMembershipOf::<TypeConfig>::default(),
+            state: encode_payload(&SnapshotPayload::of(state.clone(), vec![record.clone()], Vec::new())).unwrap(),
+        };
+        let old_path = sm.inner.snapshot_dir.join(format!("snapshot-{:020}.bin", 9));
+        std::fs::write(&old_path, checked_encode(&old).unwrap()).unwrap();
+        let (header, path) = sm.current_snapshot().unwrap().expect("a snapshot");
+        assert_eq!((header.last_applied, path.extension().unwrap().to_str()), (last, Some("snap")));
+        assert!(!old_path.exists(), "the older file is replaced");
+
+        let other = tempfile::tempdir().unwrap();
+        let (_log2, sm2) = crate::open(other.path()).unwrap();
+        let meta = SnapshotMetaOf::<TypeConfig> { last_log_id: last, last_membership: header.membership };
+        sm2.install_snapshot_file(&meta, &path).unwrap();
+        assert!(path.exists(), "another store's file is copied, not moved");
+        assert_eq!(sm2.read().state.digest(), decode_payload(&old.state).unwrap().state.digest());
+        let (records, _) = sm2.audit_page("t", 0, 10, &AuditFilter::default()).unwrap();
+        assert_eq!(records, vec![record]);
     }
 }

@@ -265,9 +265,9 @@ impl Cluster {
         Cluster::start_with(n, |_| {}).await
     }
 
-    /// [`Cluster::start`] with `prepare` run on node 1 (e.g. restoring its data directory from a
-    /// backup) before it bootstraps.
-    pub async fn start_with(n: u64, prepare: impl FnOnce(&mut NodeProc)) -> Cluster {
+    /// [`Cluster::start`] with `prepare` run on each node before its first start (its settings;
+    /// node 1's data directory restored from a backup before it bootstraps).
+    pub async fn start_with(n: u64, mut prepare: impl FnMut(&mut NodeProc)) -> Cluster {
         crate::init_test_log();
         let root = tempfile::tempdir().expect("tempdir");
         let mut nodes: Vec<NodeProc> = (1..=n)
@@ -279,7 +279,9 @@ impl Cluster {
                 child: None,
             })
             .collect();
-        prepare(&mut nodes[0]);
+        for node in nodes.iter_mut() {
+            prepare(node);
+        }
         nodes[0].start(true);
         for node in nodes.iter_mut().skip(1) {
             node.start(false);

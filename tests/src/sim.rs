@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -94,7 +93,7 @@ fn unreachable(msg: String) -> RPCError<TypeConfig> {
 }
 
 impl RaftNetworkV2<TypeConfig> for SimLink {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = writ_raft_store::SnapshotHandle;
 
     async fn append_entries(
         &mut self,
@@ -127,7 +126,8 @@ impl RaftNetworkV2<TypeConfig> for SimLink {
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let target = self.board.route(self.from, self.to).map_err(|e| StreamingError::from(unreachable(e)))?;
-        let snap = Snapshot { meta: wire(&snapshot.meta), snapshot: Cursor::new(snapshot.snapshot.into_inner()) };
+        // The receiver installs a copy of the sender's file (its own store keeps its own).
+        let snap = Snapshot { meta: wire(&snapshot.meta), snapshot: snapshot.snapshot };
         let resp = target.raft.install_full_snapshot(wire(&vote), snap).await;
         resp.map_err(|e| StreamingError::from(unreachable(e.to_string())))
     }
@@ -204,6 +204,8 @@ impl SimCluster {
             snapshot_every_entries: 10_000,
             keep_entries_behind_snapshot: 100,
             snapshot_every_log_bytes: u64::MAX,
+            snapshot_chunk_bytes: 1 << 20,
+            rpc_body_bytes_max: 1 << 30,
             clock_ahead_ms: 0,
             ledger_version_max: None,
             // The simulation is about the ledger, not the machine's disk.
