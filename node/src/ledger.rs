@@ -8,10 +8,11 @@
 //! broadcast; a watcher that falls more than `WATCH_BUFFER_EVENTS` behind is re-read from the
 //! store instead of skipping. A revision below the node's event floor (before an installed
 //! snapshot, or older than the event log's retention, `writ_api::retention::EVENT_LOG_KEPT_MS`)
-//! is REVISION_COMPACTED, at the start or when the store no longer holds the next one: the follower reloads `GET /client/snapshot` and watches from
-//! its revision + 1. An idle stream sends a heartbeat every 500 ms, and only while this node's
-//! Raft runs and knows a leader (a heartbeat says "you are current"); otherwise it ends with
-//! LEDGER_UNAVAILABLE and the follower reconnects elsewhere.
+//! is REVISION_COMPACTED, at the start or when the store no longer holds the next one: the
+//! follower reloads `GET /client/snapshot` and watches from its revision + 1. An idle stream
+//! sends a heartbeat every 500 ms, and only while this node's Raft runs and knows a leader (a
+//! heartbeat says "you are current"); otherwise it ends with LEDGER_UNAVAILABLE and the
+//! follower reconnects elsewhere.
 //!
 //! **Ledger time.** The leader's reaper (`start_reaper`, every [`REAPER_PERIOD`]) submits
 //! `ExpireDue` for each tenant with a deadline or attempt lease run out, so expiries and
@@ -200,6 +201,10 @@ const FAILURE_DETECTOR_TICK: Duration = Duration::from_millis(15);
 /// How often the leader looks for operations whose deadline or attempt lease ran out.
 pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
 
+/// How often the leader's reaper looks for records past their retention (a look visits every
+/// tenant; retention is counted in days, so seconds late are nothing).
+pub const RETENTION_PERIOD: Duration = Duration::from_secs(5);
+
 /// How often a node compares the bytes appended to its log with its snapshot threshold.
 pub const SNAPSHOT_SIZE_CHECK: Duration = Duration::from_secs(1);
 
@@ -228,10 +233,6 @@ impl writ_tenant_admin::BackupSource for LedgerNode {
         Box::pin(self.start_backup())
     }
 }
-
-/// How often the leader's reaper looks for records past their retention (a look visits every
-/// tenant; retention is counted in days, so seconds late are nothing).
-pub const RETENTION_PERIOD: Duration = Duration::from_secs(5);
 
 /// Longest a submit waits for a leader it can reach (none known, the known one not reached, or
 /// this node just lost leadership), in maximum election timeouts, before answering
@@ -387,9 +388,6 @@ impl LedgerNode {
         });
     }
 
-    /// Keeps the members' ledger versions known on every node, leader or not, so that a newly
-    /// elected leader gates with what it already heard (a member that died with the old leader
-    /// keeps the version it last advertised) and a submit rarely waits to ask.
     /// Builds a snapshot once [`RaftSettings::snapshot_every_log_bytes`] of entries were appended
     /// since the last one (looked at every [`SNAPSHOT_SIZE_CHECK`]): the log is then purged up
     /// to it as usual, so a burst of large entries (evidence, decision batches) cannot grow the
@@ -428,6 +426,9 @@ impl LedgerNode {
             .start(move || node.upgrade().is_some_and(|n| n.raft.metrics().borrow_watched().running_state.is_ok()));
     }
 
+    /// Keeps the members' ledger versions known on every node, leader or not, so that a newly
+    /// elected leader gates with what it already heard (a member that died with the old leader
+    /// keeps the version it last advertised) and a submit rarely waits to ask.
     pub fn start_version_watch(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {

@@ -434,3 +434,49 @@ async fn a_snapshot_is_built_once_the_log_has_grown_by_its_size_threshold() {
     .await;
     assert!(status["last_applied_index"].as_u64() < Some(1_000), "{status}");
 }
+
+/// Issue 18: a snapshot transfer resumes where the receiver stands — a new attempt (after a
+/// lost connection) is told how much arrived, a chunk sent again is not appended twice, and a
+/// whole file whose digest does not match is dropped so the next attempt starts over. Driven
+/// with a node's credential against `POST /raft/snapshot-chunk`, as a leader would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_transfer_resumes_where_the_receiver_stands() {
+    use writ_node::network::{ChunkReply, SnapshotChunk};
+    use writ_raft_store::TypeConfig;
+    let c = Cluster::start(1).await;
+    let url = format!("{}/raft/snapshot-chunk", c.nodes[0].url());
+    let http = writ_tests::pki::http(Some((writ_api::role::Role::Node, "9")));
+    let chunk = |offset: Option<u64>, data: Vec<u8>, done: Option<(u64, String)>| SnapshotChunk {
+        vote: openraft::alias::VoteOf::<TypeConfig>::new(1, 9),
+        meta: openraft::alias::SnapshotMetaOf::<TypeConfig> {
+            last_log_id: Some(openraft::testing::log_id::<TypeConfig>(1, 9, 1_000_000)),
+            last_membership: Default::default(),
+        },
+        offset,
+        data,
+        done,
+    };
+    let send = |c: SnapshotChunk| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let resp = http.post(&url).body(writ_api::encode(&c).unwrap()).send().await.expect("sent");
+            let status = resp.status().as_u16();
+            let bytes = resp.bytes().await.expect("body");
+            (status, writ_api::decode::<Result<ChunkReply, openraft::errors::RaftError<TypeConfig>>>(&bytes).ok())
+        }
+    };
+    let at = |(status, reply): (u16, Option<Result<ChunkReply, _>>)| match reply {
+        Some(Ok(ChunkReply::Resume { offset })) if status == 200 => offset,
+        other => panic!("expected a resume point, got {status} {other:?}"),
+    };
+    let piece = vec![7u8; 1000];
+    assert_eq!(at(send(chunk(None, vec![], None)).await), 0, "nothing held yet");
+    assert_eq!(at(send(chunk(Some(0), piece.clone(), None)).await), 1000);
+    assert_eq!(at(send(chunk(Some(0), piece.clone(), None)).await), 1000, "a chunk sent again is not appended twice");
+    assert_eq!(at(send(chunk(None, vec![], None)).await), 1000, "a new attempt resumes where the last one stopped");
+    assert_eq!(at(send(chunk(Some(1000), piece.clone(), None)).await), 2000);
+    // The last chunk with a digest that does not match: refused, and the part dropped.
+    let (status, _) = send(chunk(Some(2000), piece, Some((3000, "00".repeat(32))))).await;
+    assert_eq!(status, 500);
+    assert_eq!(at(send(chunk(None, vec![], None)).await), 0, "a damaged file is started over");
+}
