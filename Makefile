@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps etcddeps promdeps build lint docs bench sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test deps pydeps nodedeps etcddeps promdeps build lint docs bench soak sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -105,6 +105,12 @@ sim-mutants:
 ## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Not part of `test`.
 bench: deps etcddeps
 	loadtest/bench/run.sh
+
+## soak: measurements too long for `test` — a wiped node rejoining a cluster that retains
+## WRIT_SOAK_AUDIT audit records (1,000,000 by default): snapshot size, catch-up time, peak extra
+## memory of sender and receiver (tests/tests/cluster.rs, `soak_*`).
+soak: build
+	$(CARGO) test -p writ-tests --test cluster soak_ -- --ignored --nocapture
 
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
 docs:

@@ -232,6 +232,11 @@ impl NodeProc {
         self.child.is_some()
     }
 
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The exit status once the process has exited on its own (without being killed).
     pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
         let status = self.child.as_mut()?.try_wait().ok()??;

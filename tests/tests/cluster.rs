@@ -480,3 +480,152 @@ async fn a_snapshot_transfer_resumes_where_the_receiver_stands() {
     assert_eq!(status, 500);
     assert_eq!(at(send(chunk(None, vec![], None)).await), 0, "a damaged file is started over");
 }
+
+/// `kB` of a `/proc/<pid>/status` line (`VmRSS`, `VmHWM`) as bytes.
+fn proc_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Issue 18's rejoin measurement (`make soak`; `WRIT_SOAK_AUDIT` records, 1,000,000 by default):
+/// a cluster whose tenant retains that many audit records (recorded as edges record request
+/// decisions, 1,000 per entry) purges its log behind a snapshot; a wiped member rejoins. Prints
+/// the snapshot's size, the time to catch up and the peak extra memory of sender and receiver,
+/// and checks that neither held the snapshot whole (both stay below its size) and that the
+/// rejoined node has the same digest and audit trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: make soak"]
+async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
+    use writ_api::audit::RequestDecisionV1;
+    use writ_api::dto::SubmitRequest;
+    use writ_api::ledger::Command;
+    use writ_client::Ledger;
+    let records: u64 = std::env::var("WRIT_SOAK_AUDIT").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let mut c = Cluster::start(3).await;
+    let leader = c.leader(Duration::from_secs(10)).await;
+    let leader_url = c.nodes.iter().find(|n| n.id == leader).map(|n| n.url()).expect("leader");
+    let tenant = c.admin.post_ok(&leader_url, "/v1/tenants", serde_json::json!({"name": "soak"})).await;
+    let tenant_id = tenant["id"].as_str().expect("id").to_string();
+    let settings = serde_json::json!({"audit_max_events": records + 1000});
+    let (code, body) = c
+        .admin
+        .send(reqwest::Method::PATCH, &format!("{leader_url}/v1/tenants/soak/settings"), Some(settings))
+        .await
+        .expect("settings");
+    assert_eq!(code, 200, "{body}");
+    let ledger = std::sync::Arc::new(writ_tests::pki::edge_ledger(c.all_urls(), "soak-edge"));
+    let started = std::time::Instant::now();
+    let batches = records.div_ceil(1000);
+    let mut tasks = Vec::new();
+    for w in 0..4u64 {
+        let (ledger, tenant_id) = (ledger.clone(), tenant_id.clone());
+        tasks.push(tokio::spawn(async move {
+            for b in (w..batches).step_by(4) {
+                let decisions = (0..1000)
+                    .map(|i| RequestDecisionV1 {
+                        trace_id: format!("soak-{b}-{i}"),
+                        principal_id: "p-soak".into(),
+                        token_id: Some(format!("jti-{i}")),
+                        parent_token_id: None,
+                        method: "tools/call".into(),
+                        name: Some("read_status".into()),
+                        outcome: "allowed".into(),
+                        reason: None,
+                    })
+                    .collect();
+                let command = Command::RecordDecisions { tenant_id: tenant_id.clone(), decisions };
+                let req = SubmitRequest { trace_id: format!("soak-{b}"), command };
+                ledger.submit(req).await.expect("a batch of decisions");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("loader");
+    }
+    let loaded = started.elapsed();
+    // Every member has applied it all (a debug build applies slowly) before one is wiped.
+    c.converged(Duration::from_secs(1200)).await;
+    let victim = c.nodes.iter().map(|n| n.id).find(|id| *id != leader).expect("a follower");
+    c.node_mut(victim).kill();
+    c.node_mut(victim).wipe();
+    let others: Vec<u64> = c.nodes.iter().map(|n| n.id).filter(|id| *id != victim).collect();
+    c.admin.post_ok(&leader_url, "/v1/cluster/membership", serde_json::json!({"voters": others})).await;
+    let built = std::time::Instant::now();
+    c.admin.post_ok(&leader_url, "/v1/cluster/snapshot", serde_json::json!({})).await;
+    // (The request waits a bounded time; a large snapshot may still be building.)
+    eventually("the snapshot built", Duration::from_secs(1200), || async {
+        let s = c.admin.get(&leader_url, "/client/status").await.ok()?;
+        (s["snapshot_index"].as_u64().is_some() && s["snapshot_index"] == s["last_applied_index"]).then_some(())
+    })
+    .await;
+    let build_time = built.elapsed();
+    let purged = c.admin.post_ok(&leader_url, "/v1/cluster/purge", serde_json::json!({})).await;
+    assert!(purged["purged_index"].as_u64().unwrap_or(0) > 0, "{purged}");
+    let leader_node = c.nodes.iter().find(|n| n.id == leader).expect("leader");
+    let snapshot_bytes = std::fs::read_dir(leader_node.dir.join("data/snapshots"))
+        .expect("snapshots")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
+        .map(|e| e.metadata().expect("metadata").len())
+        .max()
+        .expect("a snapshot");
+    let sender = leader_node.pid().expect("leader pid");
+    let sender_before = proc_bytes(sender, "VmRSS:");
+
+    c.node_mut(victim).start(false);
+    let victim_url = c.nodes.iter().find(|n| n.id == victim).map(|n| n.url()).expect("victim");
+    eventually("wiped node listening", Duration::from_secs(60), || async {
+        c.admin.get(&victim_url, "/healthz").await.ok().map(|_| ())
+    })
+    .await;
+    let receiver = c.nodes.iter().find(|n| n.id == victim).and_then(|n| n.pid()).expect("victim pid");
+    let receiver_before = proc_bytes(receiver, "VmRSS:");
+    let rejoin = std::time::Instant::now();
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(proc_bytes(sender, "VmRSS:"));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            peak
+        })
+    };
+    let learner = serde_json::json!({"node_id": victim, "addr": victim_url});
+    let (code, body) = c.admin.post(&leader_url, "/v1/cluster/learners", learner).await.expect("learner");
+    assert_eq!(code, 200, "{body}");
+    let caught_up = eventually("the wiped node caught up", Duration::from_secs(1800), || async {
+        let mine = c.admin.get(&victim_url, "/client/status").await.ok()?;
+        let theirs = c.admin.get(&leader_url, "/client/status").await.ok()?;
+        (mine["state_digest"] == theirs["state_digest"] && mine["revision"] == theirs["revision"])
+            .then(|| rejoin.elapsed())
+    })
+    .await;
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let sender_peak = sampler.await.expect("sampler");
+    let receiver_peak = proc_bytes(receiver, "VmHWM:");
+    let path = "/v1/tenants/soak/audit?limit=5";
+    assert_eq!(
+        c.admin.get(&victim_url, path).await.expect("audit"),
+        c.admin.get(&leader_url, path).await.expect("audit")
+    );
+    let mb = |b: u64| b as f64 / 1048576.0;
+    eprintln!(
+        "soak: {records} audit records loaded in {loaded:?}; snapshot {:.1} MB built and log purged in {build_time:?}; \
+         wiped node caught up in {caught_up:?}; sender RSS {:.1} -> peak {:.1} MB (+{:.1}); receiver RSS {:.1} -> peak {:.1} MB (+{:.1})",
+        mb(snapshot_bytes),
+        mb(sender_before),
+        mb(sender_peak),
+        mb(sender_peak.saturating_sub(sender_before)),
+        mb(receiver_before),
+        mb(receiver_peak),
+        mb(receiver_peak.saturating_sub(receiver_before)),
+    );
+    assert!(sender_peak.saturating_sub(sender_before) < snapshot_bytes, "the sender held the snapshot whole");
+    assert!(receiver_peak.saturating_sub(receiver_before) < snapshot_bytes, "the receiver held the snapshot whole");
+}
