@@ -403,7 +403,10 @@ async fn client_watch(
 /// `GET /client/snapshot`: the ledger state at a linearizable point, versioned and
 /// bincode-encoded ([`LedgerState::encode_versioned`](writ_api::state::LedgerState::encode_versioned)).
 async fn client_snapshot(State(st): State<NodeState>) -> Result<Response, ApiError> {
-    let state = st.node.linearized_state().await?;
+    let mut state = st.node.linearized_state().await?;
+    // Followers keep no audit trail (`LedgerState::fold_views`): without the audit index (a time
+    // per retained record), what they load does not grow with audit retention.
+    state.audit.clear();
     Ok(([(axum::http::header::CONTENT_TYPE, "application/octet-stream")], state.encode_versioned()).into_response())
 }
 

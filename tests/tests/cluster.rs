@@ -173,6 +173,11 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     eprintln!("wiped node: a snapshot of {snapshot_bytes} bytes arrived in {chunks} chunks (body cap {CAP})");
     assert_all_readable(&c, &victim_url, &acked).await;
     // The snapshot carried the audit trail: the wiped node lists the same records.
+    // What followers (edges) load carries no audit index: it does not grow with audit retention.
+    let resp =
+        c.admin.client(&victim_url).send(reqwest::Method::GET, "/client/snapshot", None).await.expect("snapshot");
+    let state = writ_api::state::LedgerState::decode_versioned(&resp.bytes().await.expect("bytes")).expect("state");
+    assert!(state.audit.is_empty() && state.tenants.len() >= 1000, "{} tenants", state.tenants.len());
     for tenant in ["early-0", "late-499"] {
         let path = format!("/v1/tenants/{tenant}/audit");
         let on_victim = c.admin.get(&victim_url, &path).await.expect("audit on the wiped node");
