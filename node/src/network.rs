@@ -22,8 +22,11 @@ use writ_raft_store::TypeConfig;
 
 use crate::ledger::{Peers, ReadIndex};
 
-/// Deadline for one snapshot chunk's request (its install, with the last one, included).
+/// Deadline for one snapshot chunk's request.
 const SNAPSHOT_RPC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline for the last chunk's request, which waits for the receiver to install the whole
+/// snapshot (record by record: minutes for millions of audit records).
+const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Bytes per snapshot chunk by default (`[raft] snapshot_chunk_bytes`).
 pub const SNAPSHOT_CHUNK_BYTES_DEFAULT: u64 = 4 << 20;
 
@@ -135,14 +138,10 @@ impl HttpRaftPeer {
                 .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
                 .map_err(local)?;
             let done = (offset + len == total).then(|| (total, sha256.clone()));
+            let timeout = if done.is_some() { SNAPSHOT_INSTALL_TIMEOUT } else { SNAPSHOT_RPC_TIMEOUT };
             metrics::counter!("writ_snapshot_chunks_sent_total").increment(1);
             reply = self
-                .call(
-                    RPCTypes::InstallSnapshot,
-                    "snapshot-chunk",
-                    &chunk(Some(offset), data, done),
-                    SNAPSHOT_RPC_TIMEOUT,
-                )
+                .call(RPCTypes::InstallSnapshot, "snapshot-chunk", &chunk(Some(offset), data, done), timeout)
                 .await?;
         }
     }
