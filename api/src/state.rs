@@ -925,9 +925,9 @@ impl LedgerState {
     }
 
     /// Reads the body of state format `version` ([`LedgerState::encode`] for 6, without the
-    /// compacted operations for 5, without the evidence for 4, without the work items and histories too for 3, without the proposals
-    /// too for 2, the bare struct for 1), bounded like a message ([`crate::decode`]); the
-    /// indexes are rebuilt.
+    /// compacted operations for 5, without the evidence for 4, without the work items and
+    /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
+    /// like a message ([`crate::decode`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
         type Proposals = BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>;
