@@ -930,74 +930,44 @@ impl LedgerState {
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
-        type Proposals = BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>;
-        type Works = BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>;
-        type History = BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>;
-        type Evidence = BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>;
-        let mut state = match version {
-            1 => crate::decode::<LedgerState>(body).map_err(undecodable)?,
+        /// What each format appended after format 1's layout (absent ones stay empty).
+        #[derive(Default)]
+        struct Tail {
+            revocations: crate::revocation::Revocations,
+            proposals: BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>,
+            works: BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>,
+            history: BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>,
+            evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
+            compacted: BTreeMap<String, BTreeMap<String, Operation>>,
+        }
+        let (mut state, tail): (LedgerState, Tail) = match version {
+            1 => (crate::decode(body).map_err(undecodable)?, Tail::default()),
             2 => {
-                let (mut state, revocations): (LedgerState, crate::revocation::Revocations) =
-                    crate::decode(body).map_err(undecodable)?;
-                state.revocations = revocations;
-                state
+                let (state, revocations) = crate::decode(body).map_err(undecodable)?;
+                (state, Tail { revocations, ..Default::default() })
             }
             3 => {
-                let (mut state, revocations, proposals): (LedgerState, crate::revocation::Revocations, Proposals) =
-                    crate::decode(body).map_err(undecodable)?;
-                state.revocations = revocations;
-                state.proposals = proposals;
-                state
+                let (state, revocations, proposals) = crate::decode(body).map_err(undecodable)?;
+                (state, Tail { revocations, proposals, ..Default::default() })
             }
             4 => {
-                let (mut state, revocations, proposals, works, history): (
-                    LedgerState,
-                    crate::revocation::Revocations,
-                    Proposals,
-                    Works,
-                    History,
-                ) = crate::decode(body).map_err(undecodable)?;
-                state.revocations = revocations;
-                state.proposals = proposals;
-                state.works = works;
-                state.history = history;
-                state
+                let (state, revocations, proposals, works, history) = crate::decode(body).map_err(undecodable)?;
+                (state, Tail { revocations, proposals, works, history, ..Default::default() })
             }
             5 => {
-                let (mut state, revocations, proposals, works, history, evidence): (
-                    LedgerState,
-                    crate::revocation::Revocations,
-                    Proposals,
-                    Works,
-                    History,
-                    Evidence,
-                ) = crate::decode(body).map_err(undecodable)?;
-                state.revocations = revocations;
-                state.proposals = proposals;
-                state.works = works;
-                state.history = history;
-                state.evidence = evidence;
-                state
+                let (state, revocations, proposals, works, history, evidence) =
+                    crate::decode(body).map_err(undecodable)?;
+                (state, Tail { revocations, proposals, works, history, evidence, ..Default::default() })
             }
             _ => {
-                type Compacted = BTreeMap<String, BTreeMap<String, Operation>>;
-                let (mut state, revocations, proposals, works, history, (evidence, compacted)): (
-                    LedgerState,
-                    crate::revocation::Revocations,
-                    Proposals,
-                    Works,
-                    History,
-                    (Evidence, Compacted),
-                ) = crate::decode(body).map_err(undecodable)?;
-                state.revocations = revocations;
-                state.proposals = proposals;
-                state.works = works;
-                state.history = history;
-                state.evidence = evidence;
-                state.compacted = compacted;
-                state
+                let (state, revocations, proposals, works, history, (evidence, compacted)) =
+                    crate::decode(body).map_err(undecodable)?;
+                (state, Tail { revocations, proposals, works, history, evidence, compacted })
             }
         };
+        let Tail { revocations, proposals, works, history, evidence, compacted } = tail;
+        (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
+        (state.evidence, state.compacted) = (evidence, compacted);
         state.rebuild_index();
         Ok(state)
     }

@@ -139,14 +139,7 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     c.admin.post_ok(&leader_url, "/v1/cluster/snapshot", serde_json::json!({})).await;
     let purged = c.admin.post_ok(&leader_url, "/v1/cluster/purge", serde_json::json!({})).await;
     assert!(purged["purged_index"].as_u64().unwrap_or(0) > 0, "log was not purged: {purged}");
-    let leader_dir = c.nodes.iter().find(|n| n.id == leader).map(|n| n.dir.join("data/snapshots")).expect("leader");
-    let snapshot_bytes = std::fs::read_dir(&leader_dir)
-        .expect("snapshots")
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
-        .map(|e| e.metadata().expect("metadata").len())
-        .max()
-        .expect("a snapshot file");
+    let snapshot_bytes = newest_snapshot_bytes(c.nodes.iter().find(|n| n.id == leader).expect("leader"));
     assert!(snapshot_bytes > 2 * CAP, "the snapshot ({snapshot_bytes} bytes) exceeds the body cap twice over");
 
     c.node_mut(victim).start(false);
@@ -486,6 +479,13 @@ async fn a_snapshot_transfer_resumes_where_the_receiver_stands() {
     assert_eq!(at(send(chunk(None, vec![], None)).await), 0, "a damaged file is started over");
 }
 
+/// The size of the newest snapshot file in `node`'s data directory.
+fn newest_snapshot_bytes(node: &writ_tests::procs::NodeProc) -> u64 {
+    let files = std::fs::read_dir(node.dir.join("data/snapshots")).expect("snapshots");
+    let sizes = files.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "snap"));
+    sizes.map(|e| e.metadata().expect("metadata").len()).max().expect("a snapshot file")
+}
+
 /// `kB` of a `/proc/<pid>/status` line (`VmRSS`, `VmHWM`) as bytes.
 fn proc_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -570,15 +570,11 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
     let purged = c.admin.post_ok(&leader_url, "/v1/cluster/purge", serde_json::json!({})).await;
     assert!(purged["purged_index"].as_u64().unwrap_or(0) > 0, "{purged}");
     let leader_node = c.nodes.iter().find(|n| n.id == leader).expect("leader");
-    let snapshot_bytes = std::fs::read_dir(leader_node.dir.join("data/snapshots"))
-        .expect("snapshots")
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
-        .map(|e| e.metadata().expect("metadata").len())
-        .max()
-        .expect("a snapshot");
+    let snapshot_bytes = newest_snapshot_bytes(leader_node);
     let sender = leader_node.pid().expect("leader pid");
     let sender_before = proc_bytes(sender, "VmRSS:");
+    // The sender's peak from here on: its high-water mark reset to what it holds now.
+    std::fs::write(format!("/proc/{sender}/clear_refs"), "5").expect("reset the sender's peak RSS");
 
     c.node_mut(victim).start(false);
     let victim_url = c.nodes.iter().find(|n| n.id == victim).map(|n| n.url()).expect("victim");
@@ -589,18 +585,6 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
     let receiver = c.nodes.iter().find(|n| n.id == victim).and_then(|n| n.pid()).expect("victim pid");
     let receiver_before = proc_bytes(receiver, "VmRSS:");
     let rejoin = std::time::Instant::now();
-    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let sampler = {
-        let sampling = sampling.clone();
-        tokio::spawn(async move {
-            let mut peak = 0;
-            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
-                peak = peak.max(proc_bytes(sender, "VmRSS:"));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            peak
-        })
-    };
     let learner = serde_json::json!({"node_id": victim, "addr": victim_url});
     let (code, body) = c.admin.post(&leader_url, "/v1/cluster/learners", learner).await.expect("learner");
     assert_eq!(code, 200, "{body}");
@@ -611,8 +595,7 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
             .then(|| rejoin.elapsed())
     })
     .await;
-    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
-    let sender_peak = sampler.await.expect("sampler");
+    let sender_peak = proc_bytes(sender, "VmHWM:");
     let receiver_peak = proc_bytes(receiver, "VmHWM:");
     let path = "/v1/tenants/soak/audit?limit=5";
     assert_eq!(
