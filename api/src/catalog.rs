@@ -44,7 +44,9 @@ pub enum Risk {
 /// durable operation flow (propose → execute → readback); `{"builtin": "<handler>"}` is answered
 /// by a handler built into the edge (one of [`BUILTIN_HANDLERS`]), with no effect outside it;
 /// `task` is an operation that runs long: called as a tool it is served only as an MCP task
-/// (clients must declare the tasks extension), never by waiting in the call.
+/// (clients must declare the tasks extension), never by waiting in the call;
+/// `{"upstream": "<upstream>/<tool>"}` is answered by a tool of one of the tenant's upstream
+/// MCP servers, called by the edge while that tool is pinned (`crate::upstream`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Execution {
@@ -52,16 +54,18 @@ pub enum Execution {
     Operation,
     Builtin(String),
     Task,
+    Upstream(String),
 }
 
 impl Execution {
-    /// `read`, `operation` or `builtin:<handler>`, for listings.
+    /// `read`, `operation`, `task`, `builtin:<handler>` or `upstream:<upstream>/<tool>`, for listings.
     pub fn label(&self) -> String {
         match self {
             Execution::Read => "read".into(),
             Execution::Operation => "operation".into(),
             Execution::Builtin(h) => format!("builtin:{h}"),
             Execution::Task => "task".into(),
+            Execution::Upstream(target) => format!("upstream:{target}"),
         }
     }
 
@@ -254,6 +258,33 @@ impl CatalogVersion {
     }
 }
 
+/// An upstream's name (`crate::upstream`): `^[a-z][a-z0-9_-]{0,31}$`.
+pub fn validate_upstream_name(name: &str) -> Result<(), Rejection> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'));
+    ok.then_some(())
+        .ok_or_else(|| upstream_invalid(format!("upstream name '{name}' must match ^[a-z][a-z0-9_-]{{0,31}}$")))
+}
+
+/// Splits a catalog action's upstream execution `<upstream>/<tool>`.
+pub fn parse_upstream_target(target: &str) -> Result<(&str, &str), Rejection> {
+    let (upstream, tool) = target
+        .split_once('/')
+        .ok_or_else(|| upstream_invalid(format!("upstream execution '{target}' must be '<upstream>/<tool>'")))?;
+    validate_upstream_name(upstream)?;
+    if tool.is_empty() || tool.len() > 128 || !tool.bytes().all(|b| b.is_ascii_graphic() && b != b'/') {
+        return Err(upstream_invalid(format!("upstream tool '{tool}' must be 1..=128 visible characters, no '/'")));
+    }
+    Ok((upstream, tool))
+}
+
+fn upstream_invalid(message: impl Into<String>) -> Rejection {
+    reject(ReasonCode::UPSTREAM_INVALID, message)
+}
+
 fn reject(reason: ReasonCode, message: impl Into<String>) -> Rejection {
     Rejection::new(reason, message)
 }
@@ -350,6 +381,9 @@ fn compile_action(a: ActionDoc) -> Result<CatalogActionV1, Rejection> {
             return Err(invalid(at(format!("'{handler}' is not a built-in handler"))));
         }
     }
+    if let Execution::Upstream(target) = &a.execution {
+        parse_upstream_target(target).map_err(|e| invalid(at(e.message)))?;
+    }
     let scope = a.scope.clone().unwrap_or_else(|| format!("tools:call:{}", a.id));
     validate_scope(&scope).map_err(|e| invalid(at(e.message)))?;
     let input_schema = compile_schema(&a.input_schema)
@@ -383,7 +417,7 @@ fn compile_action(a: ActionDoc) -> Result<CatalogActionV1, Rejection> {
 }
 
 /// Checks references, compiles as 2020-12, and returns the canonical text.
-fn compile_schema(schema: &Value) -> Result<String, Rejection> {
+pub(crate) fn compile_schema(schema: &Value) -> Result<String, Rejection> {
     let text = serde_json::to_string(schema).expect("json value serializes");
     if text.len() > SCHEMA_BYTES_MAX {
         return Err(reject(ReasonCode::CATALOG_TOO_LARGE, format!("schema exceeds {SCHEMA_BYTES_MAX} bytes")));
@@ -589,6 +623,10 @@ mod tests {
             ReasonCode::CATALOG_INVALID
         );
         assert_eq!(with(json!("operation"), Some("press.v1")).unwrap().actions[0].execution, Execution::Operation);
+        let upstream = with(json!({"upstream": "weather/get_forecast"}), None).unwrap();
+        assert_eq!(upstream.actions[0].execution.label(), "upstream:weather/get_forecast");
+        assert!(with(json!({"upstream": "weather"}), None).unwrap_err().message.contains("<upstream>/<tool>"));
+        assert!(with(json!({"upstream": "w/t"}), Some("press.v1")).is_err(), "only operations target devices");
     }
 
     #[test]

@@ -304,6 +304,15 @@ pub enum Query {
         operation_id: String,
         content_hash: String,
     },
+    /// A tenant's upstream MCP servers, by name.
+    ListUpstreams {
+        tenant_id: String,
+    },
+    /// One upstream with its pinned and pending tool sets and its fuses.
+    GetUpstream {
+        tenant_id: String,
+        name: String,
+    },
 }
 
 /// [`Query::GetEvidence`]'s answer: the record and the bytes, base64.
@@ -398,6 +407,8 @@ pub enum QueryResult {
     History(Box<OperationHistory>),
     Evidence(Box<EvidenceContent>),
     Storage(Box<crate::retention::TenantStorageV1>),
+    Upstreams { upstreams: Vec<crate::upstream::UpstreamSummary> },
+    Upstream(Box<crate::upstream::UpstreamV1>),
 }
 
 /// A typed answer taken out of a [`QueryResult`]: each query has one answer shape, so a caller
@@ -447,6 +458,8 @@ answer! {
     OperationHistory: QueryResult::History(history) => *history;
     EvidenceContent: QueryResult::Evidence(content) => *content;
     crate::retention::TenantStorageV1: QueryResult::Storage(storage) => *storage;
+    Vec<crate::upstream::UpstreamSummary>: QueryResult::Upstreams { upstreams } => upstreams;
+    crate::upstream::UpstreamV1: QueryResult::Upstream(upstream) => *upstream;
 }
 
 /// `GET /v1/cluster/credentials[?tenant=T]`: what signs and what is revoked or retired.

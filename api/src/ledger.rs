@@ -386,6 +386,39 @@ pub enum Command {
     ApplyRetention {
         tenant_id: String,
     },
+    /// Configure an upstream MCP server of the tenant (`crate::upstream`): create it
+    /// (`create`, refused if the name is taken) or replace its configuration (refused if it
+    /// does not exist). Raises its `config_version`, which closes every edge's fuse of it.
+    PutUpstream {
+        tenant_id: String,
+        name: String,
+        spec: crate::upstream::UpstreamSpecV1,
+        create: bool,
+    },
+    RemoveUpstream {
+        tenant_id: String,
+        name: String,
+    },
+    /// Record the tool set just listed from the upstream: the pending diff when it differs
+    /// from the pinned set (nothing pending when it equals it).
+    ObserveUpstreamTools {
+        tenant_id: String,
+        name: String,
+        tools: crate::upstream::UpstreamToolsV1,
+    },
+    /// Pin the pending tool set whose digest the operator saw.
+    ApproveUpstreamTools {
+        tenant_id: String,
+        name: String,
+        digest: String,
+    },
+    /// An edge's fuse of an upstream opened or closed (submitted by that edge).
+    SetUpstreamFuse {
+        tenant_id: String,
+        name: String,
+        edge_id: String,
+        fuse: crate::upstream::FuseV1,
+    },
 }
 
 /// The newest ledger version this build understands: what a node advertises
@@ -394,8 +427,8 @@ pub enum Command {
 /// decode), so a rolling upgrade adds commands safely: new ones are refused with
 /// `LEDGER_VERSION_GATED` until the last member runs the new build.
 /// 1: everything before the gate existed. 2: work items, coded refusals, scope grants, tenant
-/// delete and purge, evidence. 3: retention (`Command::ApplyRetention`).
-pub const LEDGER_VERSION: u32 = 3;
+/// delete and purge, evidence. 3: retention (`Command::ApplyRetention`). 4: upstream MCP servers.
+pub const LEDGER_VERSION: u32 = 4;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -415,6 +448,7 @@ pub enum Domain {
     Operation,
     Work,
     Retention,
+    Upstream,
 }
 
 impl Command {
@@ -471,6 +505,11 @@ impl Command {
             | Command::AnswerInputs { .. } => Domain::Operation,
             Command::CreateWork { .. } | Command::ReviseWork { .. } => Domain::Work,
             Command::ApplyRetention { .. } => Domain::Retention,
+            Command::PutUpstream { .. }
+            | Command::RemoveUpstream { .. }
+            | Command::ObserveUpstreamTools { .. }
+            | Command::ApproveUpstreamTools { .. }
+            | Command::SetUpstreamFuse { .. } => Domain::Upstream,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
         }
     }
@@ -526,6 +565,11 @@ impl Command {
     pub fn ledger_version(&self) -> u32 {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            Command::PutUpstream { .. }
+            | Command::RemoveUpstream { .. }
+            | Command::ObserveUpstreamTools { .. }
+            | Command::ApproveUpstreamTools { .. }
+            | Command::SetUpstreamFuse { .. } => 4,
             Command::ApplyRetention { .. } => 3,
             Command::CreateWork { .. }
             | Command::ReviseWork { .. }
@@ -715,6 +759,12 @@ impl Command {
             Command::ReportAttemptV2 { .. } => "report_attempt",
             Command::ReviseWork { .. } => "revise_work",
             Command::RefuseDispatchV2 { .. } => "refuse_dispatch",
+            Command::PutUpstream { create: true, .. } => "add_upstream",
+            Command::PutUpstream { create: false, .. } => "set_upstream",
+            Command::RemoveUpstream { .. } => "remove_upstream",
+            Command::ObserveUpstreamTools { .. } => "observe_upstream_tools",
+            Command::ApproveUpstreamTools { .. } => "approve_upstream_tools",
+            Command::SetUpstreamFuse { .. } => "set_upstream_fuse",
         }
     }
 
@@ -767,7 +817,12 @@ impl Command {
             | Command::DeleteTenant { tenant_id, .. }
             | Command::StoreEvidence { tenant_id, .. }
             | Command::ReviseWork { tenant_id, .. }
-            | Command::RefuseDispatchV2 { tenant_id, .. } => tenant_id,
+            | Command::RefuseDispatchV2 { tenant_id, .. }
+            | Command::PutUpstream { tenant_id, .. }
+            | Command::RemoveUpstream { tenant_id, .. }
+            | Command::ObserveUpstreamTools { tenant_id, .. }
+            | Command::ApproveUpstreamTools { tenant_id, .. }
+            | Command::SetUpstreamFuse { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. }
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. }
@@ -1099,6 +1154,34 @@ pub enum Event {
         jtis: Vec<String>,
         enrollments: Vec<String>,
     },
+    /// An upstream was created or reconfigured: its whole record after the change (tool sets
+    /// and fuses kept; `config_version` raised).
+    UpstreamSetV1 {
+        tenant_id: String,
+        upstream: crate::upstream::UpstreamV1,
+    },
+    UpstreamRemovedV1 {
+        tenant_id: String,
+        name: String,
+    },
+    /// A listed tool set that differs from the pinned one (`None`: it equals the pinned set,
+    /// nothing is pending any more).
+    UpstreamToolsObservedV1 {
+        tenant_id: String,
+        name: String,
+        pending: Option<crate::upstream::UpstreamToolsV1>,
+    },
+    UpstreamToolsApprovedV1 {
+        tenant_id: String,
+        name: String,
+        digest: String,
+    },
+    UpstreamFuseChangedV1 {
+        tenant_id: String,
+        name: String,
+        edge_id: String,
+        fuse: crate::upstream::FuseV1,
+    },
 }
 
 impl Event {
@@ -1163,7 +1246,12 @@ impl Event {
             | Event::EvidenceExpiredV1 { .. }
             | Event::OperationsCompactedV1 { .. }
             | Event::BindingsReleasedV1 { .. }
-            | Event::CredentialsRetiredV1 { .. } => false,
+            | Event::CredentialsRetiredV1 { .. }
+            | Event::UpstreamSetV1 { .. }
+            | Event::UpstreamRemovedV1 { .. }
+            | Event::UpstreamToolsObservedV1 { .. }
+            | Event::UpstreamToolsApprovedV1 { .. }
+            | Event::UpstreamFuseChangedV1 { .. } => false,
         }
     }
 
@@ -1248,6 +1336,11 @@ impl Event {
             Event::OperationsCompactedV1 { .. } => "operations_compacted",
             Event::BindingsReleasedV1 { .. } => "bindings_released",
             Event::CredentialsRetiredV1 { .. } => "credentials_retired",
+            Event::UpstreamSetV1 { .. } => "upstream_set",
+            Event::UpstreamRemovedV1 { .. } => "upstream_removed",
+            Event::UpstreamToolsObservedV1 { .. } => "upstream_tools_observed",
+            Event::UpstreamToolsApprovedV1 { .. } => "upstream_tools_approved",
+            Event::UpstreamFuseChangedV1 { .. } => "upstream_fuse_changed",
         }
     }
 }

@@ -49,6 +49,7 @@ pub mod settings;
 pub mod state;
 pub mod token;
 pub mod trail;
+pub mod upstream;
 pub mod work;
 
 pub use reason::ReasonCode;
@@ -117,7 +118,8 @@ pub mod format {
     /// 4: then by its work items and operation histories.
     /// 5: then by its evidence records.
     /// 6: then by its compacted operations (retention).
-    pub const STATE_FORMAT_VERSION: u32 = 6;
+    /// 7: then by its upstream MCP servers.
+    pub const STATE_FORMAT_VERSION: u32 = 7;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

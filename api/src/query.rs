@@ -65,6 +65,18 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             let (work, next_cursor) = state.list_work(&tenant_id, in_state, after.as_deref(), page_limit(limit)?);
             Ok(QueryResult::Works { work, next_cursor })
         }
+        Query::ListUpstreams { tenant_id } => Ok(QueryResult::Upstreams {
+            upstreams: state
+                .upstreams
+                .get(&tenant_id)
+                .map(|m| m.values().map(|u| u.summary()).collect())
+                .unwrap_or_default(),
+        }),
+        Query::GetUpstream { tenant_id, name } => state
+            .upstream(&tenant_id, &name)
+            .cloned()
+            .map(|u| QueryResult::Upstream(Box::new(u)))
+            .ok_or_else(|| Rejection::new(ReasonCode::UPSTREAM_NOT_FOUND, format!("no upstream '{name}'"))),
         Query::GetTenantStorage { tenant_id } => {
             if !state.tenants.contains_key(&tenant_id) {
                 return Err(Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")));

@@ -134,6 +134,13 @@ reason_catalog! {
     EVIDENCE_NOT_FOUND = 82, 404, -32602, "No such evidence blob of this operation in the tenant.";
     LEDGER_VERSION_GATED = 83, 409, -32009, "A cluster member runs an older ledger version that cannot read this command: upgrade every node first (writ admin cluster version).";
     STORAGE_FULL = 84, 507, -32010, "A ledger node is short of disk space (its storage alarm is on): writes are refused, reads go on; retry once space is freed.";
+    UPSTREAM_NOT_FOUND = 85, 404, -32602, "No such upstream MCP server in this tenant.";
+    UPSTREAM_ALREADY_EXISTS = 86, 409, -32009, "An upstream with this name already exists in the tenant (use `upstream set` to change it).";
+    UPSTREAM_INVALID = 87, 400, -32602, "The upstream's configuration is invalid (name, URL, credential reference, CA or timeouts); the message names the field.";
+    UPSTREAM_UNAVAILABLE = 88, 503, -32010, "The upstream's fuse is open after consecutive failures: calls fail fast until a probe succeeds or its configuration changes.";
+    UPSTREAM_FAILED = 89, 502, -32603, "The call to the upstream MCP server failed (connect, timeout, protocol or its own error); counted by its fuse.";
+    UPSTREAM_TOOL_NOT_PINNED = 90, 409, -32009, "The upstream tool is not in the upstream's approved (pinned) tool set: sync and approve it first.";
+    UPSTREAM_DIGEST_MISMATCH = 91, 409, -32009, "The upstream is not as the request saw it: nothing is pending to approve, the pending tool set has another digest than the one named, or a fuse record names an older configuration. Sync again and approve what was shown.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -77,6 +77,7 @@ impl Role {
                         | Command::RefuseDispatch { .. }
                         | Command::RefuseDispatchV2 { .. }
                         | Command::StoreEvidence { by: crate::evidence::Uploader::Executor { .. }, .. }
+                        | Command::SetUpstreamFuse { .. }
                 ) || matches!(
                     // A principal's act only with the authority it was admitted under (the ledger
                     // re-checks it), never bare.

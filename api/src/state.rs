@@ -114,6 +114,10 @@ pub struct LedgerState {
     /// (state format 6).
     #[serde(skip)]
     pub compacted: BTreeMap<String, BTreeMap<String, Operation>>,
+    /// Upstream MCP servers by tenant id, then name ([`crate::upstream`]). Encoded after the
+    /// compacted operations (state format 7).
+    #[serde(skip)]
+    pub upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
 }
 
 /// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
@@ -638,6 +642,40 @@ impl LedgerState {
             Event::OperationsCompactedV1 { .. }
             | Event::BindingsReleasedV1 { .. }
             | Event::CredentialsRetiredV1 { .. } => fold_retention(self, env)?,
+            Event::UpstreamSetV1 { tenant_id, upstream } => {
+                self.upstreams.entry(tenant_id.clone()).or_default().insert(upstream.name.clone(), upstream.clone());
+            }
+            Event::UpstreamRemovedV1 { tenant_id, name } => {
+                let gone = self.upstreams.get_mut(tenant_id).and_then(|m| m.remove(name));
+                gone.ok_or_else(|| CorruptEvent::new(env, format!("unknown upstream '{name}'")))?;
+                if self.upstreams.get(tenant_id).is_some_and(|m| m.is_empty()) {
+                    self.upstreams.remove(tenant_id);
+                }
+            }
+            Event::UpstreamToolsObservedV1 { tenant_id, name, pending } => {
+                self.upstream_mut(tenant_id, name, env)?.pending = pending.clone();
+            }
+            Event::UpstreamToolsApprovedV1 { tenant_id, name, digest } => {
+                let u = self.upstream_mut(tenant_id, name, env)?;
+                let pending = u.pending.take().filter(|p| &p.digest == digest);
+                u.pinned = Some(pending.ok_or_else(|| CorruptEvent::new(env, format!("no pending tools {digest}")))?);
+                u.updated_at_ms = env.at_ms;
+            }
+            Event::UpstreamFuseChangedV1 { tenant_id, name, edge_id, fuse } => {
+                let fuses = &mut self.upstream_mut(tenant_id, name, env)?.fuses;
+                fuses.insert(edge_id.clone(), fuse.clone());
+                // Bounded: an edge that went away leaves its closed fuse until newer ones need room.
+                if fuses.len() > crate::upstream::FUSES_KEPT {
+                    let oldest = fuses
+                        .iter()
+                        .filter(|(_, f)| !f.open)
+                        .min_by_key(|(id, f)| (f.changed_at_ms, (*id).clone()))
+                        .map(|(id, _)| id.clone());
+                    if let Some(id) = oldest {
+                        fuses.remove(&id);
+                    }
+                }
+            }
             Event::RequestQuotaLeasedV1 { tenant_id, principal_id, window, granted, .. } => {
                 let w = self.quota_windows.entry(tenant_id.clone()).or_default();
                 if w.window != *window {
@@ -709,6 +747,7 @@ impl LedgerState {
         self.history.remove(tenant_id);
         self.evidence.remove(tenant_id);
         self.compacted.remove(tenant_id);
+        self.upstreams.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -903,6 +942,23 @@ impl LedgerState {
         out.into_iter().filter(|id| self.token(tenant_id, id).is_some_and(|t| t.revoked_at_ms.is_none())).collect()
     }
 
+    /// A tenant's upstream by name.
+    pub fn upstream(&self, tenant_id: &str, name: &str) -> Option<&crate::upstream::UpstreamV1> {
+        self.upstreams.get(tenant_id)?.get(name)
+    }
+
+    fn upstream_mut(
+        &mut self,
+        tenant_id: &str,
+        name: &str,
+        env: &EventEnvelope,
+    ) -> Result<&mut crate::upstream::UpstreamV1, CorruptEvent> {
+        self.upstreams
+            .get_mut(tenant_id)
+            .and_then(|m| m.get_mut(name))
+            .ok_or_else(|| CorruptEvent::new(env, format!("unknown upstream '{name}'")))
+    }
+
     /// Looks a tenant up by id, then by name.
     pub fn tenant(&self, id_or_name: &str) -> Option<&Tenant> {
         self.tenants.get(id_or_name).or_else(|| self.tenant_names.get(id_or_name).and_then(|id| self.tenants.get(id)))
@@ -915,17 +971,18 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 6): format 1's layout, then the revocations (format
+    /// The canonical encoding (state format 7): format 1's layout, then the revocations (format
     /// 2), then the proposals (format 3), then the work items and operation histories (format
-    /// 4), then the evidence records (format 5) paired with the compacted operations.
+    /// 4), then the evidence records (format 5), the compacted operations (format 6) and the
+    /// upstreams (format 7).
     pub fn encode(&self) -> Vec<u8> {
-        let tail = (&self.evidence, &self.compacted);
+        let tail = (&self.evidence, &self.compacted, &self.upstreams);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 6, without the
-    /// compacted operations for 5, without the evidence for 4, without the work items and
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 7, without the
+    /// upstreams for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
@@ -939,6 +996,7 @@ impl LedgerState {
             history: BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>,
             evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
             compacted: BTreeMap<String, BTreeMap<String, Operation>>,
+            upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
             1 => (crate::decode(body).map_err(undecodable)?, Tail::default()),
@@ -959,15 +1017,20 @@ impl LedgerState {
                     crate::decode(body).map_err(undecodable)?;
                 (state, Tail { revocations, proposals, works, history, evidence, ..Default::default() })
             }
-            _ => {
+            6 => {
                 let (state, revocations, proposals, works, history, (evidence, compacted)) =
                     crate::decode(body).map_err(undecodable)?;
-                (state, Tail { revocations, proposals, works, history, evidence, compacted })
+                (state, Tail { revocations, proposals, works, history, evidence, compacted, ..Default::default() })
+            }
+            _ => {
+                let (state, revocations, proposals, works, history, (evidence, compacted, upstreams)) =
+                    crate::decode(body).map_err(undecodable)?;
+                (state, Tail { revocations, proposals, works, history, evidence, compacted, upstreams })
             }
         };
-        let Tail { revocations, proposals, works, history, evidence, compacted } = tail;
+        let Tail { revocations, proposals, works, history, evidence, compacted, upstreams } = tail;
         (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
-        (state.evidence, state.compacted) = (evidence, compacted);
+        (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
         state.rebuild_index();
         Ok(state)
     }

@@ -158,6 +158,11 @@ fn subject(event: &Event) -> Subject {
         Event::OperationsCompactedV1 { .. } | Event::BindingsReleasedV1 { .. } | Event::CredentialsRetiredV1 { .. } => {
             ("retention", None, None, None)
         }
+        Event::UpstreamSetV1 { .. }
+        | Event::UpstreamRemovedV1 { .. }
+        | Event::UpstreamToolsObservedV1 { .. }
+        | Event::UpstreamToolsApprovedV1 { .. }
+        | Event::UpstreamFuseChangedV1 { .. } => ("upstream", None, None, None),
         Event::EvidenceStoredV1 { blob, .. } => match &blob.by {
             crate::evidence::Uploader::Principal { principal_id } => {
                 ("operation", Some(principal_id.clone()), None, None)
@@ -169,6 +174,7 @@ fn subject(event: &Event) -> Subject {
 
 fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
+        ("upstream", "upstream"),
         ("quota", "quota"),
         ("retention", "retention"),
         ("work", "work"),

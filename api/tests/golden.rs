@@ -828,7 +828,133 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "upstream_set_v1",
+            req(Command::PutUpstream {
+                tenant_id: "t-1".into(),
+                name: "weather".into(),
+                spec: upstream_spec(),
+                create: true,
+            }),
+            Some(env(58, 54, Event::UpstreamSetV1 { tenant_id: "t-1".into(), upstream: upstream() })),
+        ),
+        (
+            "upstream_tools_observed_v1",
+            req(Command::ObserveUpstreamTools {
+                tenant_id: "t-1".into(),
+                name: "weather".into(),
+                tools: upstream_tools(),
+            }),
+            Some(env(
+                59,
+                55,
+                Event::UpstreamToolsObservedV1 {
+                    tenant_id: "t-1".into(),
+                    name: "weather".into(),
+                    pending: Some(upstream_tools()),
+                },
+            )),
+        ),
+        (
+            "upstream_tools_approved_v1",
+            req(Command::ApproveUpstreamTools {
+                tenant_id: "t-1".into(),
+                name: "weather".into(),
+                digest: upstream_tools().digest,
+            }),
+            Some(env(
+                60,
+                56,
+                Event::UpstreamToolsApprovedV1 {
+                    tenant_id: "t-1".into(),
+                    name: "weather".into(),
+                    digest: upstream_tools().digest,
+                },
+            )),
+        ),
+        (
+            "upstream_fuse_changed_v1",
+            req(Command::SetUpstreamFuse {
+                tenant_id: "t-1".into(),
+                name: "weather".into(),
+                edge_id: "edge-1:8443".into(),
+                fuse: fuse(),
+            }),
+            Some(env(
+                61,
+                57,
+                Event::UpstreamFuseChangedV1 {
+                    tenant_id: "t-1".into(),
+                    name: "weather".into(),
+                    edge_id: "edge-1:8443".into(),
+                    fuse: fuse(),
+                },
+            )),
+        ),
+        (
+            "upstream_removed_v1",
+            req(Command::RemoveUpstream { tenant_id: "t-1".into(), name: "old".into() }),
+            Some(env(62, 58, Event::UpstreamRemovedV1 { tenant_id: "t-1".into(), name: "old".into() })),
+        ),
+        (
+            "catalog_published_v1_upstream",
+            req(Command::PublishCatalog { tenant_id: "t-1".into(), catalog: upstream_catalog() }),
+            None,
+        ),
     ]
+}
+
+fn upstream_spec() -> writ_api::upstream::UpstreamSpecV1 {
+    writ_api::upstream::UpstreamSpecV1 {
+        url: "https://mcp.example.com/mcp".into(),
+        auth: writ_api::upstream::UpstreamAuthV1::BearerEnv { var: "WEATHER_TOKEN".into() },
+        ca_pem: None,
+        protocol: writ_api::upstream::UpstreamProtocol::Auto,
+        connect_timeout_ms: 5_000,
+        call_timeout_ms: 30_000,
+    }
+}
+
+fn upstream() -> writ_api::upstream::UpstreamV1 {
+    writ_api::upstream::UpstreamV1 {
+        name: "weather".into(),
+        spec: upstream_spec(),
+        config_version: 1,
+        created_at_ms: 1_700_000_000_000,
+        updated_at_ms: 1_700_000_000_000,
+        pinned: None,
+        pending: None,
+        fuses: Default::default(),
+    }
+}
+
+fn upstream_tools() -> writ_api::upstream::UpstreamToolsV1 {
+    let tool = writ_api::upstream::UpstreamToolV1 {
+        name: "forecast".into(),
+        title: None,
+        description: "Today's forecast.".into(),
+        input_schema: r#"{"type":"object"}"#.into(),
+        output_schema: None,
+        annotations: Some(r#"{"readOnlyHint":true}"#.into()),
+    };
+    writ_api::upstream::UpstreamToolsV1::new(vec![tool], 1_700_000_000_000).expect("a valid tool set")
+}
+
+fn fuse() -> writ_api::upstream::FuseV1 {
+    writ_api::upstream::FuseV1 {
+        open: true,
+        failures: 3,
+        reason: "connection refused".into(),
+        config_version: 1,
+        changed_at_ms: 1_700_000_000_000,
+    }
+}
+
+fn upstream_catalog() -> CatalogV1 {
+    let mut c = catalog();
+    c.actions[0].execution = Execution::Upstream("weather/forecast".into());
+    c.actions[0].device_class = None;
+    c
 }
 
 fn evidence_blob() -> EvidenceBlobV1 {
@@ -1035,6 +1161,18 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     (4, &["evidence_stored_v1"]),
     (5, &["tenant_deleted_v1", "tenant_purged_v1", "evidence_expired_v1", "report_attempt_v2"]),
     (6, &["operations_compacted_v1", "bindings_released_v1", "credentials_retired_v1"]),
+    // Upstreams came with state format 7: out of the older states' samples, in 7's.
+    (
+        6,
+        &[
+            "upstream_set_v1",
+            "upstream_tools_observed_v1",
+            "upstream_tools_approved_v1",
+            "upstream_fuse_changed_v1",
+            "upstream_removed_v1",
+            "catalog_published_v1_upstream",
+        ],
+    ),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -27,6 +27,7 @@ pub mod seal;
 mod serve;
 mod surfaces;
 mod tasks;
+mod upstream;
 
 use std::sync::Arc;
 
@@ -84,6 +85,9 @@ pub struct EdgeConfig {
     pub anonymous: Option<AnonymousAccess>,
     /// The tenant (name or id) that sees the conformance resources and prompts.
     pub fixtures_tenant: Option<String>,
+    /// This edge's name in the ledger's records of its upstream fuses (default: the canonical
+    /// URL's host and port).
+    pub edge_id: String,
 }
 
 impl EdgeConfig {
@@ -106,6 +110,7 @@ impl EdgeConfig {
             seal_key,
             anonymous: None,
             fixtures_tenant: None,
+            edge_id: split_origin(canonical_url).0.split_once("://").map_or(canonical_url, |(_, a)| a).to_string(),
         }
     }
 
@@ -197,6 +202,8 @@ pub(crate) struct Edge {
     listens: caps::StreamCaps,
     /// `tools/list` entries rendered once per catalog and scope set.
     tool_lists: serve::ToolLists,
+    /// Connections to, and fuses of, tenants' upstream MCP servers.
+    upstreams: upstream::Upstreams,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
@@ -218,7 +225,19 @@ pub fn router(
     let validators = Default::default();
     let listens = Default::default();
     let tool_lists = Default::default();
-    let edge = Arc::new(Edge { config, ledger, verifier, audit, admission, validators, changes, listens, tool_lists });
+    let upstreams = Default::default();
+    let edge = Arc::new(Edge {
+        config,
+        ledger,
+        verifier,
+        audit,
+        admission,
+        validators,
+        changes,
+        listens,
+        tool_lists,
+        upstreams,
+    });
     let mut r = Router::new()
         .route(
             &mcp,

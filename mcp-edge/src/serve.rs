@@ -316,6 +316,11 @@ fn list_tools(c: &Call<'_>) -> Result<String, RpcError> {
     let list = c.edge.verifier.with_state(|s| {
         let digest = s.catalog(&a.tenant_id, None).map_or("", |v| v.catalog.digest.as_str());
         let mut key = format!("{}\n{digest}\n", a.tenant_id);
+        // Upstream actions show their pinned tools' descriptions: a new approval is a new list.
+        for u in s.upstreams.get(&a.tenant_id).into_iter().flat_map(|m| m.values()) {
+            key.push_str(u.pinned.as_ref().map_or("-", |p| p.digest.as_str()));
+            key.push('\n');
+        }
         for scope in &a.scopes {
             key.push_str(scope);
             key.push('\n');
@@ -491,6 +496,20 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         Ok(s) => s,
         Err(e) => return fail(e, None),
     };
+    if let Execution::Upstream(_) = &action.execution {
+        let upstreams = &c.edge.upstreams;
+        return match upstreams.call(c.edge, &c.authority.tenant_id, &action, args, None).await {
+            Ok(mut result) => {
+                result["resultType"] = json!("complete");
+                Handled::allowed(jsonrpc::result(id, result), Some(name))
+            }
+            // Arguments the pinned schema refuses are the model's to correct, like the action's.
+            Err(r) if r.reason == ReasonCode::INPUT_INVALID => {
+                Handled::allowed(jsonrpc::result(id, crate::upstream::refusal_result(&r)), Some(name))
+            }
+            Err(r) => fail(RpcError::rejected(&r).in_band(), Some(r)),
+        };
+    }
     let Execution::Builtin(handler) = action.execution.clone() else {
         // The conformance fixtures' task tools: extra input requests, or an MRTR round first.
         let (mut args, mut asks) = (args, serde_json::Map::new());

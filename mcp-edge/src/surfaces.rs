@@ -36,6 +36,16 @@ pub fn discover(config: &EdgeConfig) -> Value {
     })
 }
 
+/// The pinned upstream tool an upstream action's `<upstream>/<tool>` names, if approved.
+fn pinned_tool<'a>(
+    state: &'a LedgerState,
+    tenant_id: &str,
+    target: &str,
+) -> Option<&'a writ_api::upstream::UpstreamToolV1> {
+    let (upstream, tool) = writ_api::upstream::parse_target(target).ok()?;
+    state.upstream(tenant_id, upstream)?.pinned.as_ref()?.tool(tool)
+}
+
 /// The tools of `authority`: the newest catalog of its tenant, in id order, only the actions
 /// whose scope it holds.
 pub fn tools_for(state: &LedgerState, authority: &Authority) -> Vec<Value> {
@@ -47,7 +57,16 @@ pub fn tools_for(state: &LedgerState, authority: &Authority) -> Vec<Value> {
                 .iter()
                 .filter(|a| authority.require(&a.scope).is_ok())
                 .map(|a| {
-                    let description = if a.description.is_empty() { a.title.clone() } else { a.description.clone() };
+                    // An upstream action without a description of its own shows its pinned tool's.
+                    let pinned = match &a.execution {
+                        Execution::Upstream(target) => pinned_tool(state, &authority.tenant_id, target),
+                        _ => None,
+                    };
+                    let description = match (&pinned, a.description.is_empty()) {
+                        (_, false) => a.description.clone(),
+                        (Some(t), true) if !t.description.is_empty() => t.description.clone(),
+                        _ => a.title.clone(),
+                    };
                     let mut tool = json!({
                         "name": a.id,
                         "title": a.title,

@@ -128,6 +128,10 @@ pub enum Noun {
     /// Versioned action catalogs of a tenant.
     #[command(subcommand)]
     Catalog(CatalogCmd),
+    /// A tenant's upstream MCP servers: their tools, pinned after review, serve catalog
+    /// actions whose execution names them; each edge's fuse stops calls after 3 failures.
+    #[command(subcommand)]
+    Upstream(UpstreamCmd),
     /// A tenant's audit trail.
     #[command(subcommand)]
     Audit(AuditCmd),
@@ -864,6 +868,205 @@ async fn catalog_cmd(c: &AdminClient, out: Output, cmd: &CatalogCmd) -> Result<(
                 rows.extend(d.changed.iter().map(|c| vec![c.id.clone(), "changed".into(), c.fields.join(" ")]));
                 say!("version {} → {}", d.from, d.to);
                 print_table(&["ACTION", "CHANGE", "FIELDS"], rows);
+            })
+        }
+    }
+}
+
+/// An upstream's configuration flags (absent: the default on add, unchanged on set).
+#[derive(Debug, Args)]
+pub struct UpstreamFlags {
+    /// The upstream's MCP endpoint: https://…, or http:// on a literal loopback address. (Not
+    /// `--url`/`--ca`: those name the admin API and its CA for every `writ admin` command.)
+    #[arg(long)]
+    mcp_url: Option<String>,
+    /// Where the bearer token for the upstream comes from: none, env:VAR or file:/PATH
+    /// (resolved on the nodes and edges that call it; the token itself is never stored).
+    #[arg(long)]
+    auth: Option<String>,
+    /// A PEM file of the CA certificates to trust for the upstream (instead of the system's).
+    #[arg(long)]
+    mcp_ca: Option<std::path::PathBuf>,
+    /// 2026-07-28, 2025-11-25 or auto.
+    #[arg(long)]
+    protocol: Option<String>,
+    #[arg(long)]
+    connect_timeout_ms: Option<u64>,
+    #[arg(long)]
+    call_timeout_ms: Option<u64>,
+}
+
+impl UpstreamFlags {
+    fn body(&self, name: Option<&str>) -> Result<writ_api::upstream::UpstreamBody, Failure> {
+        let ca_pem = match &self.mcp_ca {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| usage(format!("{}: {e}", path.display())))?),
+            None => None,
+        };
+        Ok(writ_api::upstream::UpstreamBody {
+            name: name.map(str::to_string),
+            url: self.mcp_url.clone(),
+            auth: self.auth.clone(),
+            ca_pem,
+            protocol: self.protocol.clone(),
+            connect_timeout_ms: self.connect_timeout_ms,
+            call_timeout_ms: self.call_timeout_ms,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UpstreamCmd {
+    /// Add an upstream (nothing of it is served until its tools are synced and approved).
+    Add {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        #[command(flatten)]
+        flags: UpstreamFlags,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Its configuration, pinned tools, pending diff and every edge's fuse.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+    },
+    /// Change its configuration (closes every edge's fuse of it).
+    Set {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        #[command(flatten)]
+        flags: UpstreamFlags,
+    },
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+    },
+    /// List the upstream's tools now and show what differs from the pinned set (recorded as
+    /// pending); with --approve, pin exactly the set just listed.
+    Sync {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        #[arg(long)]
+        approve: bool,
+    },
+}
+
+fn print_upstream(u: &writ_api::upstream::UpstreamV1) {
+    let digest = |t: &Option<writ_api::upstream::UpstreamToolsV1>| {
+        t.as_ref().map_or("-".to_string(), |t| format!("{} ({} tools)", t.digest, t.tools.len()))
+    };
+    print_table(
+        &["NAME", "URL", "PROTOCOL", "AUTH", "CONFIG", "PINNED", "PENDING"],
+        vec![vec![
+            u.name.clone(),
+            u.spec.url.clone(),
+            u.spec.protocol.as_str().to_string(),
+            u.spec.auth.label(),
+            u.config_version.to_string(),
+            digest(&u.pinned),
+            digest(&u.pending),
+        ]],
+    );
+    if let Some(pinned) = &u.pinned {
+        say!();
+        let rows = pinned
+            .tools
+            .iter()
+            .map(|t| vec![t.name.clone(), if t.retry_safe() { "yes" } else { "no" }.into(), t.description.clone()])
+            .collect();
+        print_table(&["TOOL", "RETRY-SAFE", "DESCRIPTION"], rows);
+    }
+    say!();
+    let rows = u
+        .fuses
+        .iter()
+        .map(|(edge, f)| {
+            vec![
+                edge.clone(),
+                if f.open { "open" } else { "closed" }.into(),
+                f.failures.to_string(),
+                f.config_version.to_string(),
+                f.changed_at_ms.to_string(),
+                f.reason.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["EDGE", "FUSE", "FAILURES", "CONFIG", "CHANGED_MS", "REASON"], rows);
+}
+
+fn print_tools_diff(d: &writ_api::upstream::ToolsDiff) {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    rows.extend(d.added.iter().map(|n| vec![n.clone(), "added".into(), String::new()]));
+    rows.extend(d.removed.iter().map(|n| vec![n.clone(), "removed".into(), String::new()]));
+    rows.extend(d.changed.iter().map(|c| vec![c.id.clone(), "changed".into(), c.fields.join(" ")]));
+    print_table(&["TOOL", "CHANGE", "FIELDS"], rows);
+}
+
+async fn upstream_cmd(c: &AdminClient, out: Output, cmd: &UpstreamCmd) -> Result<(), Failure> {
+    match cmd {
+        UpstreamCmd::Add { tenant, name, flags } => {
+            show(out, &c.add_upstream(tenant, &flags.body(Some(name))?).await.map_err(failed)?, print_upstream)
+        }
+        UpstreamCmd::List { tenant } => show(out, &c.list_upstreams(tenant).await.map_err(failed)?, |l| {
+            let rows = l
+                .iter()
+                .map(|u| {
+                    vec![
+                        u.name.clone(),
+                        u.url.clone(),
+                        u.protocol.as_str().to_string(),
+                        u.config_version.to_string(),
+                        u.pinned_tools.to_string(),
+                        u.pending_digest.clone().unwrap_or_else(|| "-".into()),
+                        u.open_fuses.to_string(),
+                    ]
+                })
+                .collect();
+            print_table(&["NAME", "URL", "PROTOCOL", "CONFIG", "PINNED", "PENDING", "OPEN_FUSES"], rows);
+        }),
+        UpstreamCmd::Show { tenant, name } => show(out, &c.upstream(tenant, name).await.map_err(failed)?, |v| {
+            print_upstream(&v.upstream);
+            if let Some(d) = &v.pending_diff {
+                say!();
+                say!("pending (approve with `writ admin upstream sync --approve`):");
+                print_tools_diff(d);
+            }
+        }),
+        UpstreamCmd::Set { tenant, name, flags } => {
+            show(out, &c.set_upstream(tenant, name, &flags.body(None)?).await.map_err(failed)?, print_upstream)
+        }
+        UpstreamCmd::Remove { tenant, name } => {
+            show(out, &c.remove_upstream(tenant, name).await.map_err(failed)?, |_| say!("removed {name}"))
+        }
+        UpstreamCmd::Sync { tenant, name, approve } => {
+            let report = c.sync_upstream(tenant, name).await.map_err(failed)?;
+            let approved = match (*approve, report.pending) {
+                (true, true) => Some(c.approve_upstream(tenant, name, &report.observed_digest).await.map_err(failed)?),
+                _ => None,
+            };
+            let both = serde_json::json!({"sync": report, "approved": approved});
+            show(out, &both, |_| {
+                say!(
+                    "{} tools listed over MCP {} (digest {})",
+                    report.tools,
+                    report.protocol_version.as_deref().unwrap_or("?"),
+                    report.observed_digest
+                );
+                print_tools_diff(&report.diff);
+                match (&approved, report.pending) {
+                    (Some(u), _) => {
+                        say!("approved: configuration {} now pins {}", u.config_version, report.observed_digest)
+                    }
+                    (None, true) => say!("pending: review, then `writ admin upstream sync --approve`"),
+                    (None, false) => say!("the pinned tool set is current"),
+                }
             })
         }
     }
@@ -1667,6 +1870,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
         Noun::Credential(cmd) => credential_cmd(c, out, cmd).await,
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
+        Noun::Upstream(cmd) => upstream_cmd(c, out, cmd).await,
         Noun::Audit(cmd) => audit_cmd(c, out, cmd).await,
         Noun::Executor(cmd) => executor_cmd(c, out, cmd).await,
         Noun::Operation(cmd) => operation_cmd(c, out, cmd).await,

@@ -16,6 +16,7 @@ mod operations;
 pub mod service;
 pub mod signing;
 mod tokens;
+pub mod upstreams;
 mod work;
 
 pub use service::{router, AdminConfig, BackupChunks, BackupSource};

@@ -118,6 +118,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::tokens::routes())
         .merge(crate::credentials::routes())
         .merge(crate::catalogs::routes())
+        .merge(crate::upstreams::routes())
         .merge(crate::audit::routes())
         .merge(crate::enroll::operator_routes())
         .merge(crate::operations::routes())

@@ -1,9 +1,7 @@
 //! The Nimi acceptance matrix (SPEC G6; `seeds/nimi-mcp-agent-whitepaper.txt` §16), one named
 //! test per case, through the boundaries a user touches: an MCP client against `writ dev`, the
-//! admin API an operator uses, and an enrolled executor's mutual-TLS client.
-//!
-//! Case 9 (an outbound MCP client stops after 3 consecutive failures and recovers after a
-//! configuration change) belongs to the federation work: Writ makes no outbound MCP calls yet.
+//! admin API an operator uses, an enrolled executor's mutual-TLS client, and (case 9) a real
+//! upstream MCP server (the official Python SDK's) behind a gateway that counts what reaches it.
 
 use std::time::Duration;
 
@@ -11,6 +9,7 @@ use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::rpc;
 use writ_tests::procs::{Admin, DevProcess, ExecutorProc};
+use writ_tests::upstream::{Gateway, UpstreamServer};
 
 struct Dev {
     dev: DevProcess,
@@ -384,6 +383,75 @@ async fn case_08_audit_records_have_the_minimum_fields_and_redact_secrets() {
         let signature = secret.rsplit('.').next().unwrap();
         assert!(!text.contains(signature), "a bearer secret leaked into the audit trail");
     }
+}
+
+/// Case 9: an outbound MCP client (the edge's, to an upstream server) stops after 3
+/// consecutive failures: exactly 3 calls reach the dead upstream's address, the next ones are
+/// refused at once with UPSTREAM_UNAVAILABLE and audited, and the open fuse is on the ledger
+/// (`writ admin upstream show`); once the upstream runs again and its configuration changes,
+/// calls succeed and the fuse shows closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_09_an_upstream_fuse_opens_after_3_failures_and_recovers_on_a_config_change() {
+    let d = Dev::start().await;
+    let mut upstream = UpstreamServer::start(&[]);
+    let gateway = Gateway::start(upstream.port).await;
+    let action = json!({"id": "echo.slow", "title": "Slow", "description": "An upstream tool.", "risk": "low",
+        "input_schema": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]},
+        "execution": {"upstream": "echo/slow"}});
+    d.admin.post_ok(d.admin_url(), "/v1/tenants/demo/catalogs", json!({"actions": [action]})).await;
+    let cli = |args: &[&str]| {
+        let (code, out, err) = d.dev.cli(args);
+        assert_eq!(code, 0, "writ admin {args:?}: {out}{err}");
+        out
+    };
+    cli(&["upstream", "add", "--tenant", "demo", "echo", "--mcp-url", &gateway.url(), "--protocol", "2026-07-28"]);
+    cli(&["upstream", "sync", "--tenant", "demo", "echo", "--approve"]);
+    let agent = d.token("agent", None, &["tools:call:echo.slow"]).await;
+    let args = json!({"seconds": 0});
+    eventually("a call through the upstream", Duration::from_secs(20), || async {
+        let (_, r) = d.call(&agent, "echo.slow", args.clone()).await;
+        (r["result"]["structuredContent"]["result"] == "done").then_some(())
+    })
+    .await;
+    let reason_of = |r: &Value| r["error"]["data"]["reason"].as_str().unwrap_or_default().to_string();
+
+    upstream.kill();
+    let before = gateway.requests();
+    for n in 1..=3 {
+        let (_, r) = d.call(&agent, "echo.slow", args.clone()).await;
+        assert_eq!(reason_of(&r), "UPSTREAM_FAILED", "failure {n}: {r}");
+    }
+    let started = std::time::Instant::now();
+    let (_, fast) = d.call(&agent, "echo.slow", args.clone()).await;
+    assert_eq!(reason_of(&fast), "UPSTREAM_UNAVAILABLE", "{fast}");
+    assert_eq!(gateway.requests() - before, 3, "exactly 3 failures reached the upstream's address");
+    assert!(started.elapsed() < Duration::from_secs(1), "refused fast, without reaching out");
+    let refused =
+        d.audited("the fast refusal", |r| r["reason_code"] == "UPSTREAM_UNAVAILABLE" && r["outcome"] == "denied").await;
+    assert!(refused[0]["detail"].to_string().contains("echo.slow"), "{refused:?}");
+    let open = eventually("the open fuse on the ledger", Duration::from_secs(20), || async {
+        let (_, out, _) = d.dev.cli(&["upstream", "show", "--tenant", "demo", "echo"]);
+        out.lines().any(|l| l.contains(" open ") && l.contains(" 3 ")).then_some(out)
+    })
+    .await;
+    println!("writ admin upstream show (fuse open):\n{open}");
+
+    // The upstream runs again (elsewhere) and the operator points the upstream at it.
+    let restarted = UpstreamServer::start(&[]);
+    cli(&["upstream", "set", "--tenant", "demo", "echo", "--mcp-url", &restarted.url()]);
+    let ok = eventually("calls succeed after the configuration change", Duration::from_secs(20), || async {
+        let (_, r) = d.call(&agent, "echo.slow", args.clone()).await;
+        (r["result"]["structuredContent"]["result"] == "done").then_some(r)
+    })
+    .await;
+    assert_eq!(ok["result"]["isError"], json!(false), "{ok}");
+    assert!(restarted.calls("slow") >= 1);
+    let closed = eventually("the closed fuse on the ledger", Duration::from_secs(20), || async {
+        let (_, out, _) = d.dev.cli(&["upstream", "show", "--tenant", "demo", "echo"]);
+        out.lines().any(|l| l.contains(" closed ") && l.contains("configuration changed")).then_some(out)
+    })
+    .await;
+    println!("writ admin upstream show (fuse closed):\n{closed}");
 }
 
 /// Case 10: the capability sandbox of a plug-in — here an executor, whose capability is the

@@ -437,6 +437,57 @@ impl AdminClient {
         self.post(&tenant_path(tenant, "/catalogs"), document).await
     }
 
+    // Upstream MCP servers.
+
+    pub async fn add_upstream(
+        &self,
+        tenant: &str,
+        body: &writ_api::upstream::UpstreamBody,
+    ) -> Result<writ_api::upstream::UpstreamV1, AdminError> {
+        self.post(&tenant_path(tenant, "/upstreams"), body).await
+    }
+
+    pub async fn list_upstreams(&self, tenant: &str) -> Result<Vec<writ_api::upstream::UpstreamSummary>, AdminError> {
+        #[derive(serde::Deserialize)]
+        struct List {
+            upstreams: Vec<writ_api::upstream::UpstreamSummary>,
+        }
+        let list: List = self.get(&tenant_path(tenant, "/upstreams")).await?;
+        Ok(list.upstreams)
+    }
+
+    pub async fn upstream(&self, tenant: &str, name: &str) -> Result<writ_api::upstream::UpstreamView, AdminError> {
+        self.get(&upstream_path(tenant, name, "")).await
+    }
+
+    pub async fn set_upstream(
+        &self,
+        tenant: &str,
+        name: &str,
+        body: &writ_api::upstream::UpstreamBody,
+    ) -> Result<writ_api::upstream::UpstreamV1, AdminError> {
+        self.call(reqwest::Method::PATCH, &upstream_path(tenant, name, ""), Some(body)).await
+    }
+
+    pub async fn remove_upstream(&self, tenant: &str, name: &str) -> Result<Value, AdminError> {
+        self.call::<Value, Value>(reqwest::Method::DELETE, &upstream_path(tenant, name, ""), None).await
+    }
+
+    /// Lists the upstream's tools now (from the node) and records what differs as pending.
+    pub async fn sync_upstream(&self, tenant: &str, name: &str) -> Result<writ_api::upstream::SyncReport, AdminError> {
+        self.post(&upstream_path(tenant, name, "/sync"), &serde_json::json!({})).await
+    }
+
+    /// Pins the pending tool set with this digest.
+    pub async fn approve_upstream(
+        &self,
+        tenant: &str,
+        name: &str,
+        digest: &str,
+    ) -> Result<writ_api::upstream::UpstreamV1, AdminError> {
+        self.post(&upstream_path(tenant, name, "/approve"), &serde_json::json!({"digest": digest})).await
+    }
+
     pub async fn list_catalogs(&self, tenant: &str) -> Result<CatalogList, AdminError> {
         self.get(&tenant_path(tenant, "/catalogs")).await
     }
@@ -674,6 +725,10 @@ pub fn encode(segment: &str) -> String {
 
 fn tenant_path(tenant: &str, rest: &str) -> String {
     format!("/v1/tenants/{}{rest}", encode(tenant))
+}
+
+fn upstream_path(tenant: &str, name: &str, rest: &str) -> String {
+    tenant_path(tenant, &format!("/upstreams/{}{rest}", encode(name)))
 }
 
 fn query(pairs: &[(&str, String)]) -> String {

@@ -16,6 +16,7 @@ pub mod files;
 pub mod ledger;
 pub mod memory;
 pub mod tls;
+pub mod upstream;
 pub mod verifier;
 
 pub use admin::{AdminClient, AdminError};

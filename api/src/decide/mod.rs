@@ -16,6 +16,7 @@ mod retention;
 mod site;
 mod tenant;
 mod token;
+pub mod upstream;
 pub(crate) mod work;
 
 #[cfg(test)]
@@ -59,6 +60,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Operation => operation::decide(state, cmd, now),
         Domain::Work => work::decide(state, cmd, now),
         Domain::Retention => retention::decide(state, cmd, now),
+        Domain::Upstream => upstream::decide(state, cmd, now),
     }
 }
 

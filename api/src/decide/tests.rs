@@ -588,3 +588,84 @@ fn a_deleted_tenant_is_purged_only_after_its_retention_and_then_leaves_no_trace(
     // Its name is free again.
     assert!(matches!(st.execute(&req(later, create("t-new", "doomed"))).0, Outcome::Applied { .. }));
 }
+
+#[test]
+fn upstream_rules() {
+    use crate::upstream::{FuseV1, UpstreamSpecV1, UpstreamToolV1, UpstreamToolsV1};
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    let put = |name: &str, url: &str, create: bool| Command::PutUpstream {
+        tenant_id: "a".into(),
+        name: name.into(),
+        spec: UpstreamSpecV1::new(url),
+        create,
+    };
+    let tools = |desc: &str| {
+        let t = UpstreamToolV1 {
+            name: "forecast".into(),
+            title: None,
+            description: desc.into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            output_schema: None,
+            annotations: None,
+        };
+        UpstreamToolsV1::new(vec![t], 5).unwrap()
+    };
+    let observe =
+        |desc: &str| Command::ObserveUpstreamTools { tenant_id: "a".into(), name: "w".into(), tools: tools(desc) };
+    let approve = |digest: String| Command::ApproveUpstreamTools { tenant_id: "a".into(), name: "w".into(), digest };
+    let fuse = |config_version: u64| Command::SetUpstreamFuse {
+        tenant_id: "a".into(),
+        name: "w".into(),
+        edge_id: "edge-1".into(),
+        fuse: FuseV1 { open: true, failures: 3, reason: "down".into(), config_version, changed_at_ms: 0 },
+    };
+    let mut tampered = tools("v1");
+    tampered.tools[0].description = "other".into();
+    let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+        (put("w", "http://mcp.example.com/mcp", true), Some(ReasonCode::UPSTREAM_INVALID)),
+        (put("W", "https://mcp.example.com/mcp", true), Some(ReasonCode::UPSTREAM_INVALID)),
+        (put("w", "https://mcp.example.com/mcp", false), Some(ReasonCode::UPSTREAM_NOT_FOUND)),
+        (put("w", "https://mcp.example.com/mcp", true), None),
+        (put("w", "https://mcp.example.com/mcp", true), Some(ReasonCode::UPSTREAM_ALREADY_EXISTS)),
+        (approve(tools("v1").digest), Some(ReasonCode::UPSTREAM_DIGEST_MISMATCH)),
+        (
+            Command::ObserveUpstreamTools { tenant_id: "a".into(), name: "w".into(), tools: tampered },
+            Some(ReasonCode::UPSTREAM_INVALID),
+        ),
+        (observe("v1"), None),
+        (approve(tools("v2").digest), Some(ReasonCode::UPSTREAM_DIGEST_MISMATCH)),
+        (approve(tools("v1").digest), None),
+        (fuse(2), Some(ReasonCode::UPSTREAM_DIGEST_MISMATCH)),
+        (fuse(1), None),
+        (put("w", "https://other.example.com/mcp", false), None),
+        (fuse(1), Some(ReasonCode::UPSTREAM_DIGEST_MISMATCH)),
+        (Command::RemoveUpstream { tenant_id: "a".into(), name: "x".into() }, Some(ReasonCode::UPSTREAM_NOT_FOUND)),
+    ];
+    for (cmd, want) in cases {
+        let got = decide(&st, &cmd, 0).err().map(|r| r.reason);
+        assert_eq!(got, want, "{cmd:?}");
+        st.execute(&req(11, cmd));
+    }
+    let u = st.upstream("a", "w").unwrap();
+    assert_eq!((u.config_version, u.pinned.as_ref().map(|p| p.digest.clone())), (2, Some(tools("v1").digest)));
+    assert!(u.pending.is_none() && u.fuses["edge-1"].open, "{u:?}");
+    // The pinned set observed again leaves nothing pending; a changed one is pending, not pinned.
+    st.execute(&req(12, observe("v2")));
+    let u = st.upstream("a", "w").unwrap();
+    assert_eq!(u.pending.as_ref().map(|p| p.digest.clone()), Some(tools("v2").digest));
+    assert_eq!(u.pinned.as_ref().unwrap().tools[0].description, "v1");
+    st.execute(&req(13, observe("v1")));
+    assert!(st.upstream("a", "w").unwrap().pending.is_none());
+    // A replica replaying the state's encoding reads the same upstreams.
+    let copy = LedgerState::decode_versioned(&st.encode_versioned()).unwrap();
+    assert_eq!(copy.digest(), st.digest());
+    assert_eq!(copy.upstreams, st.upstreams);
+    // Edges may record their fuses and nothing else of an upstream.
+    use crate::role::Role;
+    assert!(Role::Edge.may_submit(&fuse(2)));
+    assert!(!Role::Edge.may_submit(&put("w", "https://x.example.com/mcp", false)));
+    assert!(!Role::Edge.may_submit(&approve(tools("v1").digest)));
+    st.execute(&req(14, Command::RemoveUpstream { tenant_id: "a".into(), name: "w".into() }));
+    assert!(st.upstreams.is_empty());
+}

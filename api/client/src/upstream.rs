@@ -1,0 +1,259 @@
+//! The outbound MCP client of a tenant's upstream servers (`writ_api::upstream`), on the
+//! official Rust SDK's client (rmcp): the edge calls pinned tools through it and the admin
+//! API lists tools through it for `upstream sync`. Either protocol era: 2026-07-28 (stateless,
+//! `server/discover`), 2025-11-25 (`initialize`, a session), or `auto` (discover, then fall
+//! back). Every wait is bounded by the upstream's timeouts; every failure is
+//! `UPSTREAM_FAILED` with what went wrong (never the credential).
+
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientCapabilities, Implementation, ProtocolVersion};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::Value;
+use writ_api::upstream::{
+    UpstreamAuthV1, UpstreamProtocol, UpstreamSpecV1, UPSTREAM_RESULT_BYTES_MAX, UPSTREAM_TOOLS_MAX,
+};
+use writ_api::{ReasonCode, Rejection};
+
+/// Pages of `tools/list` read at most (each page bounded by the response size limit).
+const LIST_PAGES_MAX: usize = 64;
+
+/// Why an upstream call failed, and whether it counts against the upstream's fuse: the
+/// upstream could not be reached, timed out, broke the protocol or failed internally (counts),
+/// or refused the arguments as invalid (an answer, does not count).
+#[derive(Debug, Clone)]
+pub struct UpstreamError {
+    pub rejection: Rejection,
+    pub counts: bool,
+}
+
+impl UpstreamError {
+    fn failed(message: impl Into<String>) -> UpstreamError {
+        UpstreamError { rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message), counts: true }
+    }
+}
+
+impl From<Rejection> for UpstreamError {
+    fn from(rejection: Rejection) -> UpstreamError {
+        let counts = rejection.reason == ReasonCode::UPSTREAM_FAILED;
+        UpstreamError { rejection, counts }
+    }
+}
+
+/// Whether the response was refused for its size (the upstream answered: its output is
+/// invalid, which does not count against its fuse).
+fn too_large(e: &rmcp::ServiceError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(StreamableHttpError::ResponseBodyTooLarge { .. }) =
+            err.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// One live client of one upstream configuration.
+pub struct Connection {
+    service: RunningService<RoleClient, rmcp::model::ClientConfig>,
+    call_timeout: Duration,
+}
+
+/// Resolves a credential reference on this host: the bearer token, or why it cannot be read
+/// (the message names the reference, never the token).
+pub fn resolve(auth: &UpstreamAuthV1) -> Result<Option<String>, Rejection> {
+    let unreadable = |m: String| Rejection::new(ReasonCode::UPSTREAM_FAILED, m);
+    let token = match auth {
+        UpstreamAuthV1::None => return Ok(None),
+        UpstreamAuthV1::BearerEnv { var } => {
+            std::env::var(var).map_err(|_| unreadable(format!("auth env:{var} is not set here")))?
+        }
+        UpstreamAuthV1::BearerFile { path } => {
+            let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("auth file:{path}: {e}")))?;
+            if meta.len() > AUTH_FILE_BYTES_MAX {
+                return Err(unreadable(format!("auth file:{path} exceeds {AUTH_FILE_BYTES_MAX} bytes")));
+            }
+            std::fs::read_to_string(path).map_err(|e| unreadable(format!("auth file:{path}: {e}")))?
+        }
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(unreadable(format!("{} holds no token (empty, or not printable ASCII)", auth.label())));
+    }
+    Ok(Some(token))
+}
+
+/// Largest credential file read (bytes).
+const AUTH_FILE_BYTES_MAX: u64 = 16 * 1024;
+
+/// The HTTP client for `spec`: its CA bundle alone, if it names one; bounded connects.
+fn http_client(spec: &UpstreamSpecV1) -> Result<reqwest::Client, UpstreamError> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(spec.connect_timeout_ms))
+        .pool_max_idle_per_host(8);
+    if let Some(ca) = &spec.ca_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(ca.as_bytes())
+            .map_err(|e| UpstreamError::failed(format!("the upstream's CA bundle does not parse: {e}")))?;
+        builder = builder.tls_certs_only(certs);
+    }
+    builder.build().map_err(|e| UpstreamError::failed(format!("HTTP client: {e}")))
+}
+
+/// Connects to the upstream (`server/discover` or `initialize`, as its protocol says) within
+/// its connect timeout.
+pub async fn connect(spec: &UpstreamSpecV1) -> Result<Connection, UpstreamError> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.clone());
+    config.allow_stateless = true;
+    config.max_json_response_size = UPSTREAM_RESULT_BYTES_MAX;
+    config.max_sse_event_size = UPSTREAM_RESULT_BYTES_MAX;
+    config.reinit_on_expired_session = true;
+    if let Some(token) = resolve(&spec.auth)? {
+        config = config.auth_header(token);
+    }
+    let transport = StreamableHttpClientTransport::with_client(http_client(spec)?, config);
+    let modern = vec![ProtocolVersion::V_2026_07_28];
+    let lifecycle = match spec.protocol {
+        UpstreamProtocol::V2026_07_28 => ClientLifecycleMode::Discover { preferred_versions: modern },
+        UpstreamProtocol::V2025_11_25 => ClientLifecycleMode::Initialize,
+        UpstreamProtocol::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: modern,
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        },
+    };
+    let info = rmcp::model::ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("writ-edge", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::V_2025_11_25);
+    // `auto` may wait for a discover answer before it falls back: bound the whole handshake.
+    let handshake = Duration::from_millis(spec.connect_timeout_ms.saturating_mul(2));
+    let service = tokio::time::timeout(handshake, info.serve_with_lifecycle(transport, lifecycle))
+        .await
+        .map_err(|_| UpstreamError::failed(format!("no handshake with the upstream within {handshake:?}")))?
+        .map_err(|e| UpstreamError::failed(format!("handshake with the upstream failed: {e}")))?;
+    Ok(Connection { service, call_timeout: Duration::from_millis(spec.call_timeout_ms) })
+}
+
+impl Connection {
+    /// The protocol version the upstream and Writ agreed on.
+    pub fn protocol_version(&self) -> Option<String> {
+        self.service.peer_info().map(|i| i.protocol_version.to_string())
+    }
+
+    /// Whether the connection is gone (its worker ended): it must be replaced.
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed()
+    }
+
+    /// Every tool the upstream lists (as MCP `Tool` JSON objects), following cursors, at most
+    /// [`UPSTREAM_TOOLS_MAX`] tools and [`LIST_PAGES_MAX`] pages.
+    pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
+        let work = async {
+            let mut tools = Vec::new();
+            let mut cursor = None;
+            for _ in 0..LIST_PAGES_MAX {
+                let params = cursor.take().map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+                let page = self
+                    .service
+                    .peer()
+                    .list_tools(params)
+                    .await
+                    .map_err(|e| UpstreamError::failed(format!("tools/list failed: {e}")))?;
+                for tool in &page.tools {
+                    tools.push(serde_json::to_value(tool).map_err(|e| UpstreamError::failed(e.to_string()))?);
+                }
+                if tools.len() > UPSTREAM_TOOLS_MAX {
+                    return Err(Rejection::new(
+                        ReasonCode::UPSTREAM_INVALID,
+                        format!("the upstream lists more than {UPSTREAM_TOOLS_MAX} tools"),
+                    )
+                    .into());
+                }
+                match page.next_cursor {
+                    Some(c) if !c.is_empty() => cursor = Some(c),
+                    _ => return Ok(tools),
+                }
+            }
+            Err(UpstreamError::failed(format!("tools/list did not end within {LIST_PAGES_MAX} pages")))
+        };
+        tokio::time::timeout(self.call_timeout, work)
+            .await
+            .map_err(|_| UpstreamError::failed(format!("tools/list took longer than {:?}", self.call_timeout)))?
+    }
+
+    /// Calls `tool` with `arguments`, within the call timeout and `deadline` (the request's
+    /// own), and returns the `CallToolResult` as JSON. A result that asks for input or becomes
+    /// a task is not relayed (a failure of the upstream, for now).
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, Value>,
+        deadline: Option<Duration>,
+    ) -> Result<Value, UpstreamError> {
+        let limit = deadline.map_or(self.call_timeout, |d| d.min(self.call_timeout));
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let answer = tokio::time::timeout(limit, self.service.peer().call_tool_once(params))
+            .await
+            .map_err(|_| UpstreamError::failed(format!("the upstream did not answer within {limit:?}")))?;
+        match answer {
+            Ok(CallToolResponse::Complete(result)) => {
+                serde_json::to_value(&result).map_err(|e| UpstreamError::failed(e.to_string()))
+            }
+            Ok(CallToolResponse::InputRequired(_)) => {
+                Err(UpstreamError::failed("the upstream asked for client input, which Writ does not relay yet"))
+            }
+            Ok(CallToolResponse::Task(_)) => Err(UpstreamError::failed("the upstream answered with a task")),
+            Ok(_) => Err(UpstreamError::failed("the upstream answered with a result kind Writ does not know")),
+            Err(rmcp::ServiceError::McpError(e)) => {
+                let counts = e.code != rmcp::model::ErrorCode::INVALID_PARAMS;
+                let message = format!("the upstream answered error {}: {}", e.code.0, e.message);
+                Err(UpstreamError { rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message), counts })
+            }
+            Err(e) if too_large(&e) => Err(UpstreamError {
+                rejection: Rejection::new(
+                    ReasonCode::OUTPUT_INVALID,
+                    format!("the upstream's result exceeds {UPSTREAM_RESULT_BYTES_MAX} bytes"),
+                ),
+                counts: false,
+            }),
+            Err(e) => Err(UpstreamError::failed(format!("tools/call failed: {e}"))),
+        }
+    }
+
+    /// Ends the connection (a 2025-11-25 session is closed by dropping the transport).
+    pub async fn close(self) {
+        let _ = self.service.cancel().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_references_resolve_here_and_errors_never_hold_the_token() {
+        assert_eq!(resolve(&UpstreamAuthV1::None).unwrap(), None);
+        let file = tempfile_path("writ-upstream-token");
+        std::fs::write(&file, "s3cr3t-token\n").unwrap();
+        let by_file = UpstreamAuthV1::BearerFile { path: file.display().to_string() };
+        assert_eq!(resolve(&by_file).unwrap().as_deref(), Some("s3cr3t-token"));
+        std::fs::write(&file, "two words").unwrap();
+        let refused = resolve(&by_file).unwrap_err();
+        assert_eq!(refused.reason, ReasonCode::UPSTREAM_FAILED);
+        assert!(!refused.message.contains("two words"), "{}", refused.message);
+        std::fs::remove_file(&file).unwrap();
+        assert!(resolve(&by_file).unwrap_err().message.contains(&file.display().to_string()));
+        let unset = UpstreamAuthV1::BearerEnv { var: "WRIT_TEST_UNSET_UPSTREAM_TOKEN".into() };
+        assert!(resolve(&unset).unwrap_err().message.contains("env:WRIT_TEST_UNSET_UPSTREAM_TOKEN"));
+    }
+
+    fn tempfile_path(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{name}-{}", std::process::id()))
+    }
+}

@@ -1,0 +1,356 @@
+//! Calls to tenants' upstream MCP servers (`writ_api::upstream`): a catalog action whose
+//! execution is `{"upstream": "<upstream>/<tool>"}` is answered by that upstream tool, called
+//! only while it is pinned. Its arguments passed the action's schema in `serve` and pass the
+//! pinned tool's input schema here; its result must fit [`UPSTREAM_RESULT_BYTES_MAX`] and the
+//! pinned and declared output schemas.
+//!
+//! Each (edge, tenant, upstream) has a fuse: [`FUSE_FAILURES`] consecutive failures open it;
+//! while open, calls fail fast with UPSTREAM_UNAVAILABLE; after a jittered, doubling backoff
+//! one call goes through as a half-open probe, and its success closes the fuse; a new
+//! configuration of the upstream closes it at once. Opening and closing are recorded in the
+//! ledger (`Command::SetUpstreamFuse`), so `writ admin upstream show` lists every edge's fuse.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use writ_api::catalog::CatalogActionV1;
+use writ_api::dto::SubmitRequest;
+use writ_api::ledger::Command;
+use writ_api::upstream::{
+    parse_target, FuseV1, UpstreamSpecV1, UpstreamToolV1, FUSE_BACKOFF_MAX_MS, FUSE_BACKOFF_MIN_MS, FUSE_FAILURES,
+    UPSTREAM_RESULT_BYTES_MAX,
+};
+use writ_api::{ReasonCode, Rejection};
+use writ_client::upstream::{Connection, UpstreamError};
+
+/// Compiled pinned schemas kept at most (then the cache starts over).
+const SCHEMAS_MAX: usize = 1024;
+/// Attempts of a call to a tool its upstream marks read-only and idempotent (one retry).
+const RETRY_SAFE_ATTEMPTS: u32 = 2;
+
+/// The fuse and the connection of one (tenant, upstream) on this edge.
+#[derive(Default)]
+struct Slot {
+    /// The configuration this slot is about; a newer one resets it.
+    config_version: u64,
+    connection: Option<Arc<Connection>>,
+    failures: u32,
+    open: bool,
+    /// While open: when the next half-open probe may go.
+    probe_at: Option<Instant>,
+    backoff_ms: u64,
+    probing: bool,
+}
+
+/// Every slot of this edge, and the compiled pinned schemas.
+#[derive(Default)]
+pub struct Upstreams {
+    slots: Mutex<HashMap<(String, String), Slot>>,
+    schemas: Mutex<HashMap<(String, String, bool), Arc<jsonschema::Validator>>>,
+}
+
+/// What the ledger says about the target, read from the edge's replica.
+struct Target {
+    tenant_id: String,
+    upstream: String,
+    spec: UpstreamSpecV1,
+    config_version: u64,
+    digest: String,
+    tool: UpstreamToolV1,
+}
+
+/// Whether a call may go, and as what.
+enum Gate {
+    Closed,
+    Probe,
+}
+
+fn refuse(reason: ReasonCode, message: impl Into<String>) -> Rejection {
+    Rejection::new(reason, message)
+}
+
+impl Upstreams {
+    /// Calls the upstream tool `action` names with `args` (already checked against the
+    /// action's input schema): the result (a `CallToolResult`), or why not (to be refused and
+    /// audited). `deadline` is what is left of the request's own.
+    pub async fn call(
+        &self,
+        edge: &crate::Edge,
+        tenant_id: &str,
+        action: &CatalogActionV1,
+        args: Value,
+        deadline: Option<Duration>,
+    ) -> Result<Value, Rejection> {
+        let writ_api::catalog::Execution::Upstream(target) = &action.execution else {
+            return Err(refuse(ReasonCode::INTERNAL, "not an upstream action"));
+        };
+        let target = self.target(edge, tenant_id, target)?;
+        self.check(&target, false, &args)?;
+        let Value::Object(arguments) = args else { return Err(refuse(ReasonCode::INPUT_INVALID, "arguments")) };
+        let gate = self.gate(edge, &target)?;
+        let attempts = if target.tool.retry_safe() { RETRY_SAFE_ATTEMPTS } else { 1 };
+        let mut last = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                // Jittered pause before the retry of a read the upstream says is idempotent.
+                tokio::time::sleep(Duration::from_millis(rand::random_range(50..=200))).await;
+            }
+            match self.attempt(&target, arguments.clone(), deadline).await {
+                Ok(result) => {
+                    self.succeeded(edge, &target, &gate);
+                    return self.checked_result(&target, action, result);
+                }
+                Err(e) if !e.counts => {
+                    self.succeeded(edge, &target, &gate);
+                    return Err(e.rejection);
+                }
+                Err(e) => {
+                    let opened = self.failed(edge, &target, &gate, &e.rejection);
+                    last = Some(e.rejection);
+                    if opened || matches!(gate, Gate::Probe) {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| refuse(ReasonCode::UPSTREAM_FAILED, "no attempt was made")))
+    }
+
+    fn target(&self, edge: &crate::Edge, tenant_id: &str, target: &str) -> Result<Target, Rejection> {
+        let (name, tool) = parse_target(target)?;
+        edge.verifier.with_state(|s| {
+            let u = s
+                .upstream(tenant_id, name)
+                .ok_or_else(|| refuse(ReasonCode::UPSTREAM_NOT_FOUND, format!("no upstream '{name}'")))?;
+            let pinned = u.pinned.as_ref().ok_or_else(|| {
+                refuse(ReasonCode::UPSTREAM_TOOL_NOT_PINNED, format!("upstream '{name}' has no approved tools yet"))
+            })?;
+            let t = pinned.tool(tool).ok_or_else(|| {
+                refuse(
+                    ReasonCode::UPSTREAM_TOOL_NOT_PINNED,
+                    format!("tool '{tool}' is not in the approved tools of upstream '{name}'"),
+                )
+            })?;
+            Ok(Target {
+                tenant_id: tenant_id.to_string(),
+                upstream: name.to_string(),
+                spec: u.spec.clone(),
+                config_version: u.config_version,
+                digest: pinned.digest.clone(),
+                tool: t.clone(),
+            })
+        })
+    }
+
+    /// Validates `value` against the pinned input (or output) schema.
+    fn check(&self, t: &Target, output: bool, value: &Value) -> Result<(), Rejection> {
+        let text = if output { t.tool.output_schema.as_deref() } else { Some(t.tool.input_schema.as_str()) };
+        let Some(text) = text else { return Ok(()) };
+        let key = (t.digest.clone(), t.tool.name.clone(), output);
+        let cached = self.schemas.lock().expect("schemas").get(&key).cloned();
+        let validator = match cached {
+            Some(v) => v,
+            None => {
+                let schema: Value = serde_json::from_str(text)
+                    .map_err(|_| refuse(ReasonCode::INTERNAL, "a pinned schema is not JSON"))?;
+                let v = Arc::new(writ_api::catalog::validator(&schema)?);
+                let mut cache = self.schemas.lock().expect("schemas");
+                if cache.len() >= SCHEMAS_MAX {
+                    cache.clear();
+                }
+                cache.insert(key, v.clone());
+                v
+            }
+        };
+        let errors: Vec<String> =
+            validator.iter_errors(value).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let (reason, what) = if output {
+            (ReasonCode::OUTPUT_INVALID, "the upstream's result does not match the pinned output schema")
+        } else {
+            (ReasonCode::INPUT_INVALID, "the arguments do not match the upstream tool's pinned input schema")
+        };
+        Err(refuse(reason, format!("{what}: {}", errors.join("; "))))
+    }
+
+    /// Whether a call may go now: the fuse is closed, or open and due a probe that nobody else
+    /// is making. A newer configuration resets the slot (closing an open fuse).
+    fn gate(&self, edge: &crate::Edge, t: &Target) -> Result<Gate, Rejection> {
+        let mut slots = self.slots.lock().expect("upstream slots");
+        let slot = slots.entry((t.tenant_id.clone(), t.upstream.clone())).or_default();
+        if slot.config_version != t.config_version {
+            let was_open = slot.open && slot.config_version != 0;
+            *slot = Slot { config_version: t.config_version, ..Slot::default() };
+            if was_open {
+                record(edge, t, fuse(false, 0, "the upstream's configuration changed", t.config_version));
+            }
+        }
+        if !slot.open {
+            return Ok(Gate::Closed);
+        }
+        let now = Instant::now();
+        let due = slot.probe_at.is_none_or(|at| now >= at);
+        // A probe whose caller went away never reports: after its longest wait it is stale.
+        let longest = Duration::from_millis(t.spec.call_timeout_ms + 2 * t.spec.connect_timeout_ms);
+        let stale = slot.probe_at.is_some_and(|at| now >= at + longest);
+        if due && (!slot.probing || stale) {
+            slot.probing = true;
+            return Ok(Gate::Probe);
+        }
+        metrics::counter!("writ_upstream_calls_total", "outcome" => "fuse_open").increment(1);
+        Err(refuse(
+            ReasonCode::UPSTREAM_UNAVAILABLE,
+            format!(
+                "upstream '{}' failed {} times in a row: its fuse is open until a probe succeeds or its configuration changes",
+                t.upstream, slot.failures
+            ),
+        ))
+    }
+
+    async fn attempt(
+        &self,
+        t: &Target,
+        arguments: serde_json::Map<String, Value>,
+        deadline: Option<Duration>,
+    ) -> Result<Value, UpstreamError> {
+        let key = (t.tenant_id.clone(), t.upstream.clone());
+        let existing = self
+            .slots
+            .lock()
+            .expect("upstream slots")
+            .get(&key)
+            .and_then(|s| s.connection.clone())
+            .filter(|c| !c.is_closed());
+        let connection = match existing {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(writ_client::upstream::connect(&t.spec).await?);
+                let mut slots = self.slots.lock().expect("upstream slots");
+                if let Some(slot) = slots.get_mut(&key).filter(|s| s.config_version == t.config_version) {
+                    slot.connection = Some(c.clone());
+                }
+                c
+            }
+        };
+        let started = Instant::now();
+        let result = connection.call(&t.tool.name, arguments, deadline).await;
+        metrics::histogram!("writ_upstream_call_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// The call reached the upstream and it answered: the failure count starts over; a probe's
+    /// success closes the fuse.
+    fn succeeded(&self, edge: &crate::Edge, t: &Target, gate: &Gate) {
+        metrics::counter!("writ_upstream_calls_total", "outcome" => "ok").increment(1);
+        let mut slots = self.slots.lock().expect("upstream slots");
+        let Some(slot) = slots.get_mut(&(t.tenant_id.clone(), t.upstream.clone())) else { return };
+        if slot.config_version != t.config_version {
+            return;
+        }
+        let closing = slot.open && matches!(gate, Gate::Probe);
+        slot.failures = 0;
+        if closing {
+            *slot = Slot { config_version: t.config_version, connection: slot.connection.take(), ..Slot::default() };
+            record(edge, t, fuse(false, 0, "a half-open probe succeeded", t.config_version));
+        }
+    }
+
+    /// The call failed in a way that counts: drop the connection, count, and open the fuse at
+    /// [`FUSE_FAILURES`] (or, after a failed probe, wait twice as long). Whether it opened now.
+    fn failed(&self, edge: &crate::Edge, t: &Target, gate: &Gate, why: &Rejection) -> bool {
+        metrics::counter!("writ_upstream_calls_total", "outcome" => "failed").increment(1);
+        let mut slots = self.slots.lock().expect("upstream slots");
+        let Some(slot) = slots.get_mut(&(t.tenant_id.clone(), t.upstream.clone())) else { return false };
+        if slot.config_version != t.config_version {
+            return false;
+        }
+        slot.connection = None;
+        slot.failures += 1;
+        if matches!(gate, Gate::Probe) {
+            slot.probing = false;
+            slot.backoff_ms = (slot.backoff_ms * 2).clamp(FUSE_BACKOFF_MIN_MS, FUSE_BACKOFF_MAX_MS);
+            slot.probe_at = Some(Instant::now() + jittered(slot.backoff_ms));
+            return false;
+        }
+        if slot.open || slot.failures < FUSE_FAILURES {
+            return false;
+        }
+        slot.open = true;
+        slot.backoff_ms = FUSE_BACKOFF_MIN_MS;
+        slot.probe_at = Some(Instant::now() + jittered(slot.backoff_ms));
+        metrics::counter!("writ_upstream_fuse_opened_total").increment(1);
+        tracing::warn!(upstream = %t.upstream, tenant = %t.tenant_id, failures = slot.failures, "upstream fuse opened");
+        record(edge, t, fuse(true, slot.failures, &why.message, t.config_version));
+        true
+    }
+
+    fn checked_result(&self, t: &Target, action: &CatalogActionV1, result: Value) -> Result<Value, Rejection> {
+        let size = serde_json::to_vec(&result).map_or(usize::MAX, |b| b.len());
+        if size > UPSTREAM_RESULT_BYTES_MAX {
+            return Err(refuse(
+                ReasonCode::OUTPUT_INVALID,
+                format!("the upstream's result is {size} bytes, over {UPSTREAM_RESULT_BYTES_MAX}"),
+            ));
+        }
+        let is_error = result.get("isError") == Some(&Value::Bool(true));
+        if !is_error && (t.tool.output_schema.is_some() || action.output_schema.is_some()) {
+            let structured = result.get("structuredContent").ok_or_else(|| {
+                refuse(
+                    ReasonCode::OUTPUT_INVALID,
+                    "the upstream's result has no structuredContent for its output schema",
+                )
+            })?;
+            self.check(t, true, structured)?;
+        }
+        Ok(result)
+    }
+}
+
+fn jittered(ms: u64) -> Duration {
+    Duration::from_millis(ms + rand::random_range(0..=ms / 5))
+}
+
+fn fuse(open: bool, failures: u32, reason: &str, config_version: u64) -> FuseV1 {
+    let mut reason = reason.to_string();
+    if reason.len() > writ_api::upstream::FUSE_REASON_BYTES_MAX {
+        let mut cut = writ_api::upstream::FUSE_REASON_BYTES_MAX;
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+    }
+    FuseV1 { open, failures, reason, config_version, changed_at_ms: 0 }
+}
+
+/// Records a fuse change in the ledger, in the background (the call does not wait); a failed
+/// submission is retried a few times, then logged — the edge's own fuse works regardless.
+fn record(edge: &crate::Edge, t: &Target, fuse: FuseV1) {
+    let ledger = edge.ledger.clone();
+    let command = Command::SetUpstreamFuse {
+        tenant_id: t.tenant_id.clone(),
+        name: t.upstream.clone(),
+        edge_id: edge.config.edge_id.clone(),
+        fuse,
+    };
+    tokio::spawn(async move {
+        for attempt in 0..5u32 {
+            let req = SubmitRequest { trace_id: uuid::Uuid::new_v4().to_string(), command: command.clone() };
+            match ledger.submit(req).await {
+                Ok(_) => return,
+                Err(e) if attempt == 4 => tracing::warn!(error = %e.message, "recording an upstream fuse failed"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200 << attempt)).await,
+            }
+        }
+    });
+}
+
+/// The `isError` result an agent sees for a refused upstream call.
+pub fn refusal_result(r: &Rejection) -> Value {
+    json!({"resultType": "complete", "isError": true,
+           "content": [{"type": "text", "text": format!("{}: {}", r.reason, r.message)}],
+           "_meta": {"writ/reason": r.reason}})
+}

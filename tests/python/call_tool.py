@@ -1,0 +1,36 @@
+"""Lists a Writ edge's tools and calls one, with the official Python SDK's client (`mcp` 2.x,
+mode="2026-07-28").
+
+Usage: call_tool.py URL TOKEN TOOL ARGUMENTS_JSON
+
+Prints one JSON object: every tool name, and the tool's result (error flag, structured
+content, texts, and the tool description the client was shown).
+"""
+
+import asyncio
+import json
+import sys
+
+import httpx2
+
+from writ_mcp import session, tool_names
+
+
+async def main():
+    url, token, tool, arguments = sys.argv[1:5]
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    report = {}
+    async with session(url, http) as client:
+        report["tools"] = await tool_names(client)
+        listed = await client.list_tools()
+        report["descriptions"] = {t.name: t.description for t in listed.tools}
+        result = await client.call_tool(tool, json.loads(arguments))
+        report["result"] = {
+            "is_error": result.is_error,
+            "structured": result.structured_content,
+            "texts": [c.text for c in result.content if c.type == "text"],
+        }
+    print(json.dumps(report))
+
+
+asyncio.run(main())

@@ -1,0 +1,111 @@
+"""An upstream MCP server for Writ's federation tests: the official Python SDK's `MCPServer`
+(mcp 2.x), over Streamable HTTP, serving both protocol eras (2026-07-28 stateless and
+2025-11-25 with `initialize` and a session) on one endpoint.
+
+Usage: upstream_server.py [--variant v1|v2] [--token TOKEN]
+
+Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
+`CALL <tool> <json arguments>` per tool call it runs (what the tests count), and
+`AUTH <header>` when a request carries an Authorization header.
+
+Tools: `forecast` (read-only and idempotent; structured output), `slow` (sleeps as long as
+asked), `huge` (a result of N bytes), `bad_output` (structured output that breaks its own
+output schema). Variant v2 changes `forecast`'s description and adds a required argument.
+"""
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel
+
+
+class Forecast(BaseModel):
+    city: str
+    temp_c: int
+
+
+class Level(BaseModel):
+    level: int
+
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def build(variant):
+    server = MCPServer("writ-test-upstream")
+    read_only = ToolAnnotations(readOnlyHint=True, idempotentHint=True)
+
+    if variant == "v1":
+
+        @server.tool(description="Today's forecast for a city.", annotations=read_only)
+        def forecast(city: str) -> Forecast:
+            say("CALL forecast " + json.dumps({"city": city}))
+            return Forecast(city=city, temp_c=21)
+
+    else:
+
+        @server.tool(description="The forecast for a city, in the unit asked for.", annotations=read_only)
+        def forecast(city: str, unit: str) -> Forecast:
+            say("CALL forecast " + json.dumps({"city": city, "unit": unit}))
+            return Forecast(city=city, temp_c=21 if unit == "c" else 70)
+
+    @server.tool(description="Sleeps for the given seconds, then answers.")
+    async def slow(seconds: float) -> str:
+        say("CALL slow " + json.dumps({"seconds": seconds}))
+        await asyncio.sleep(seconds)
+        return "done"
+
+    @server.tool(description="Answers with a text of the given size.")
+    def huge(size: int) -> str:
+        say("CALL huge " + json.dumps({"size": size}))
+        return "x" * size
+
+    @server.tool(description="Claims a level, returns a word.")
+    def bad_output() -> CallToolResult:
+        say("CALL bad_output {}")
+        return CallToolResult(content=[TextContent(type="text", text="high")], structured_content={"level": "high"})
+
+    # An output schema the tool advertises but breaks (hand-set metadata: the SDK publishes it
+    # without checking results against it), as a faulty or malicious upstream would.
+    server._tool_manager._tools["bad_output"].fn_metadata.output_schema = Level.model_json_schema()
+    return server
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variant", default="v1")
+    parser.add_argument("--token", default=None)
+    args = parser.parse_args()
+    server = build(args.variant)
+    app = server.streamable_http_app(host="127.0.0.1")
+    inner = app
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            auth = headers.get(b"authorization")
+            if auth is not None:
+                say("AUTH " + auth.decode())
+            if args.token is not None and auth != f"Bearer {args.token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+        await inner(scope, receive, send)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    say(json.dumps({"port": sock.getsockname()[1]}))
+    config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+asyncio.run(main())

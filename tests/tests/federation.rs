@@ -1,0 +1,349 @@
+//! Federation (issue "Federation"; SPEC F1): a tenant's upstream MCP servers as governed tool
+//! sources, through the real binaries — `writ dev`, `writ admin upstream …` — against the
+//! official Python SDK's `MCPServer` as the upstream (a server no one here wrote), in both
+//! protocol eras, with the official Python client calling through Writ.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use writ_tests::eventually;
+use writ_tests::mcp::rpc;
+use writ_tests::procs::{Admin, DevProcess};
+use writ_tests::upstream::{python_dir, UpstreamServer};
+
+struct Dev {
+    dev: DevProcess,
+    admin: Admin,
+}
+
+/// Catalog actions backed by the upstream `weather`'s tools (schemas are the tenant's own).
+fn catalog() -> Value {
+    let object = |props: Value, required: Value| json!({"type": "object", "properties": props, "required": required});
+    json!({"actions": [
+        {"id": "weather.forecast", "title": "Forecast", "risk": "low",
+         "input_schema": object(json!({"city": {"type": "string"}, "unit": {"type": "string"}}), json!(["city"])),
+         "execution": {"upstream": "weather/forecast"}},
+        {"id": "weather.slow", "title": "Slow", "description": "Waits.", "risk": "low",
+         "input_schema": object(json!({"seconds": {"type": "number", "maximum": 60}}), json!(["seconds"])),
+         "execution": {"upstream": "weather/slow"}},
+        {"id": "weather.huge", "title": "Huge", "description": "Big.", "risk": "low",
+         "input_schema": object(json!({"size": {"type": "integer"}}), json!(["size"])),
+         "execution": {"upstream": "weather/huge"}},
+        {"id": "weather.bad", "title": "Bad", "description": "Breaks its schema.", "risk": "low",
+         "input_schema": object(json!({}), json!([])),
+         "execution": {"upstream": "weather/bad_output"}},
+        {"id": "weather.unpinned", "title": "Unpinned", "description": "Not upstream.", "risk": "low",
+         "input_schema": object(json!({}), json!([])),
+         "execution": {"upstream": "weather/nonexistent"}},
+    ]})
+}
+
+impl Dev {
+    async fn start() -> Dev {
+        let dev = DevProcess::start(&[]).await;
+        let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
+        let admin = Admin::trusting(ca, dev.var("WRIT_ADMIN_TOKEN"));
+        let d = Dev { dev, admin };
+        d.admin.post_ok(d.admin_url(), "/v1/tenants/demo/catalogs", catalog()).await;
+        d
+    }
+
+    fn admin_url(&self) -> &str {
+        self.dev.var("WRIT_ADMIN_URL")
+    }
+
+    fn mcp(&self) -> &str {
+        self.dev.var("WRIT_MCP_URL")
+    }
+
+    /// `writ admin ARGS`, which must succeed (its stdout).
+    fn cli_ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.dev.cli(args);
+        assert_eq!(code, 0, "writ admin {args:?}: {out}{err}");
+        out
+    }
+
+    /// A token of a new principal of the demo tenant with `scopes` (and `tools:list`).
+    async fn token(&self, name: &str, scopes: &[&str]) -> String {
+        let mut scopes = scopes.to_vec();
+        scopes.push("tools:list");
+        let body = json!({"name": name, "kind": "agent", "scopes": scopes});
+        self.admin.post_ok(self.admin_url(), "/v1/tenants/demo/principals", body).await;
+        let body = json!({"principal": name, "audience": self.mcp()});
+        let issued = self.admin.post_ok(self.admin_url(), "/v1/tenants/demo/tokens", body).await;
+        issued["token"].as_str().unwrap().to_string()
+    }
+
+    async fn call(&self, token: &str, name: &str, args: Value) -> Value {
+        rpc(self.mcp(), Some(token), "tools/call", json!({"name": name, "arguments": args})).await.2
+    }
+
+    async fn upstream(&self, name: &str) -> Value {
+        self.admin.get(self.admin_url(), &format!("/v1/tenants/demo/upstreams/{name}")).await.unwrap()
+    }
+
+    async fn audit(&self) -> Vec<Value> {
+        let page = self.admin.get(self.admin_url(), "/v1/tenants/demo/audit?limit=1000").await.unwrap();
+        page["records"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+/// The reason of a refused call (`error.data.reason`) or of an error result (`_meta`).
+fn reason(answer: &Value) -> String {
+    answer["error"]["data"]["reason"]
+        .as_str()
+        .or_else(|| answer["result"]["_meta"]["writ/reason"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Established TCP connections from this host to loopback `port` (client side only).
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let port_hex = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[2].ends_with(&port_hex) && !f[1].ends_with(&port_hex) && f[3] == "01"
+        })
+        .count()
+}
+
+/// The official Python client lists the edge's tools and calls `tool` through it.
+async fn python_call(dev: &Dev, token: &str, tool: &str, args: Value) -> Value {
+    let out = tokio::process::Command::new("python3")
+        .current_dir(python_dir())
+        .arg(python_dir().join("call_tool.py"))
+        .args([dev.mcp(), token, tool, &args.to_string()])
+        .output()
+        .await
+        .expect("python3 runs (make pydeps installs mcp)");
+    assert!(out.status.success(), "python client: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the client's report is JSON")
+}
+
+/// Adds the upstream `weather` at `url` speaking `protocol`, syncs and approves its tools.
+fn add_and_approve(dev: &Dev, url: &str, protocol: &str, auth: &str) {
+    dev.cli_ok(&[
+        "upstream",
+        "add",
+        "--tenant",
+        "demo",
+        "weather",
+        "--mcp-url",
+        url,
+        "--protocol",
+        protocol,
+        "--auth",
+        auth,
+    ]);
+    let synced = dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
+    assert!(synced.contains("approved"), "{synced}");
+}
+
+/// Both protocol eras and `auto`: the upstream's tools are pinned only after approval, listed
+/// and called through Writ by the Python client, with the credential taken from a file
+/// reference (never stored) and sent as a bearer token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tools_serve_in_both_eras_once_approved() {
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "upstream-secret-7f3a\n").unwrap();
+    let auth = format!("file:{}", secret.path().display());
+    for protocol in ["2026-07-28", "2025-11-25", "auto"] {
+        let upstream = UpstreamServer::start(&["--token", "upstream-secret-7f3a"]);
+        let dev = Dev::start().await;
+        let token = dev.token("reader", &["tools:call:weather.forecast", "tools:call:weather.unpinned"]).await;
+        dev.cli_ok(&[
+            "upstream",
+            "add",
+            "--tenant",
+            "demo",
+            "weather",
+            "--mcp-url",
+            &upstream.url(),
+            "--protocol",
+            protocol,
+            "--auth",
+            &auth,
+        ]);
+        // Nothing is served before an operator approved the upstream's tools.
+        let early = dev.call(&token, "weather.forecast", json!({"city": "Oslo"})).await;
+        assert_eq!(reason(&early), "UPSTREAM_TOOL_NOT_PINNED", "{early}");
+        let synced = dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather"]);
+        assert!(synced.contains("forecast") && synced.contains("added") && synced.contains("pending"), "{synced}");
+        // The era spoken: `initialize` and a session for 2025-11-25, discovery otherwise.
+        let era = if protocol == "2025-11-25" { "2025-11-25" } else { "2026-07-28" };
+        assert!(synced.contains(&format!("over MCP {era}")), "{protocol}: {synced}");
+        let still = dev.call(&token, "weather.forecast", json!({"city": "Oslo"})).await;
+        assert_eq!(reason(&still), "UPSTREAM_TOOL_NOT_PINNED", "a pending set is not served: {still}");
+        let approved = dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
+        assert!(approved.contains("approved"), "{approved}");
+        // The Python client lists and calls through Writ; the edge waits for its replica.
+        let report = eventually("the approval reaches the edge", Duration::from_secs(20), || async {
+            let report = python_call(&dev, &token, "weather.forecast", json!({"city": "Oslo"})).await;
+            (report["result"]["is_error"] == json!(false)).then_some(report)
+        })
+        .await;
+        assert_eq!(report["result"]["structured"], json!({"city": "Oslo", "temp_c": 21}), "{protocol}: {report}");
+        assert!(report["tools"].as_array().unwrap().contains(&json!("weather.forecast")));
+        assert_eq!(report["descriptions"]["weather.forecast"], json!("Today's forecast for a city."), "pinned text");
+        assert_eq!(upstream.calls("forecast"), 1, "{protocol}");
+        assert!(
+            upstream.auth_headers().iter().all(|h| h == "Bearer upstream-secret-7f3a"),
+            "{:?}",
+            upstream.auth_headers()
+        );
+        // A catalog action naming a tool the upstream does not have is refused, not called.
+        let missing = dev.call(&token, "weather.unpinned", json!({})).await;
+        assert_eq!(reason(&missing), "UPSTREAM_TOOL_NOT_PINNED", "{missing}");
+        // The credential is a reference: nothing the ledger serves contains the token.
+        let shown = dev.upstream("weather").await;
+        assert_eq!(shown["upstream"]["spec"]["auth"], json!({"bearer_file": {"path": secret.path()}}));
+        let audit = dev.audit().await;
+        assert!(!serde_json::to_string(&audit).unwrap().contains("upstream-secret-7f3a"));
+        assert!(!serde_json::to_string(&shown).unwrap().contains("upstream-secret-7f3a"));
+    }
+}
+
+/// Scope, schema and quota refusals happen before the upstream is called; the pinned input
+/// schema is enforced too; oversized or schema-breaking results are OUTPUT_INVALID; a hanging
+/// upstream is cut off at the call timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_governed_before_and_after_the_upstream() {
+    let upstream = UpstreamServer::start(&[]);
+    let dev = Dev::start().await;
+    add_and_approve(&dev, &upstream.url(), "2026-07-28", "none");
+    let all =
+        ["tools:call:weather.forecast", "tools:call:weather.slow", "tools:call:weather.huge", "tools:call:weather.bad"];
+    let token = dev.token("caller", &all).await;
+    eventually("the approval reaches the edge", Duration::from_secs(20), || async {
+        let r = dev.call(&token, "weather.forecast", json!({"city": "Rome"})).await;
+        (r["result"]["isError"] != json!(true) && r["error"].is_null()).then_some(())
+    })
+    .await;
+    let base = upstream.calls("forecast");
+    assert!(established_to(upstream.port) >= 1, "the edge keeps its connection to the upstream (the counter sees it)");
+
+    // Scope: a principal without the action's scope does not see it, and nothing is called.
+    let other = dev.token("outsider", &["tools:call:weather.slow"]).await;
+    let refused = dev.call(&other, "weather.forecast", json!({"city": "Rome"})).await;
+    assert_eq!(reason(&refused), "TOOL_NOT_FOUND", "{refused}");
+    // Schema: the action's schema, then the pinned tool's.
+    let bad = dev.call(&token, "weather.forecast", json!({})).await;
+    assert_eq!(reason(&bad), "INPUT_INVALID", "{bad}");
+    let bad_type = dev.call(&token, "weather.forecast", json!({"city": 7})).await;
+    assert_eq!(reason(&bad_type), "INPUT_INVALID", "{bad_type}");
+    // Quota: one request a minute for this principal; the second is refused at admission.
+    let limited = dev.token("limited", &["tools:call:weather.forecast"]).await;
+    let id = dev.admin.get(dev.admin_url(), "/v1/tenants/demo/principals/limited").await.unwrap()["id"].clone();
+    let quota = json!({"requests_per_minute": 1});
+    let path = format!("/v1/tenants/demo/principals/{}/quotas", id.as_str().unwrap());
+    let (status, body) =
+        dev.admin.send(reqwest::Method::PUT, &format!("{}{path}", dev.admin_url()), Some(quota)).await.unwrap();
+    assert!(status < 300, "{status} {body}");
+    let first = eventually("the quota reaches the edge", Duration::from_secs(20), || async {
+        let r = dev.call(&limited, "weather.forecast", json!({"city": "Rome"})).await;
+        (!reason(&r).is_empty() && reason(&r) != "INPUT_INVALID").then_some(r)
+    })
+    .await;
+    assert!(reason(&first).contains("QUOTA"), "{first}");
+    let calls_now = upstream.calls("forecast");
+    assert!(calls_now <= base + 1, "only the admitted call may reach the upstream: {calls_now} vs {base}");
+    let again = dev.call(&limited, "weather.forecast", json!({"city": "Rome"})).await;
+    assert!(reason(&again).contains("QUOTA"), "{again}");
+    assert_eq!(upstream.calls("forecast"), calls_now, "refused calls never reach the upstream");
+
+    // Output: over the result ceiling, and against the pinned output schema.
+    let huge = dev.call(&token, "weather.huge", json!({"size": 2_000_000})).await;
+    assert_eq!(reason(&huge), "OUTPUT_INVALID", "{huge}");
+    let broken = dev.call(&token, "weather.bad", json!({})).await;
+    assert_eq!(reason(&broken), "OUTPUT_INVALID", "{broken}");
+    assert_eq!(upstream.calls("huge"), 1);
+
+    // A hanging upstream: the call timeout holds.
+    dev.cli_ok(&["upstream", "set", "--tenant", "demo", "weather", "--call-timeout-ms", "1000"]);
+    let started = Instant::now();
+    let hung = eventually("the new timeout reaches the edge", Duration::from_secs(20), || async {
+        let r = dev.call(&token, "weather.slow", json!({"seconds": 30})).await;
+        (reason(&r) == "UPSTREAM_FAILED").then_some(r)
+    })
+    .await;
+    assert!(hung.to_string().contains("did not answer"), "{hung}");
+    assert!(started.elapsed() < Duration::from_secs(20), "cut off at the call timeout");
+    // Two more hanging calls are cut off too, which opens the fuse (timeouts count); none of
+    // them leaves its connection behind (the upstream is still sleeping in every one).
+    for _ in 0..2 {
+        let r = dev.call(&token, "weather.slow", json!({"seconds": 30})).await;
+        assert_eq!(reason(&r), "UPSTREAM_FAILED", "{r}");
+    }
+    let fused = dev.call(&token, "weather.slow", json!({"seconds": 30})).await;
+    assert_eq!(reason(&fused), "UPSTREAM_UNAVAILABLE", "{fused}");
+    assert_eq!(upstream.calls("slow"), 3, "the cut-off calls reached the upstream, the refused one did not");
+    let open = eventually("the cut-off calls' connections are closed", Duration::from_secs(10), || async {
+        let n = established_to(upstream.port);
+        (n <= 1).then_some(n)
+    })
+    .await;
+    assert!(open <= 1, "{open} connections to the upstream stay open");
+    let audit = dev.audit().await;
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["reason_code"] == json!("UPSTREAM_FAILED") && r["detail"].to_string().contains("weather.slow")),
+        "the failed call is audited with its reason"
+    );
+}
+
+/// Drift pinning: a changed upstream (description and schema) becomes a pending diff; agents
+/// keep seeing and being checked against the pinned tool until an operator approves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_change_is_not_served_until_approved() {
+    let v1 = UpstreamServer::start(&[]);
+    let dev = Dev::start().await;
+    add_and_approve(&dev, &v1.url(), "auto", "none");
+    let token = dev.token("reader", &["tools:call:weather.forecast"]).await;
+    let shown = |v: &Value| v["descriptions"]["weather.forecast"].as_str().unwrap_or_default().to_string();
+    let before = eventually("the approval reaches the edge", Duration::from_secs(20), || async {
+        let r = python_call(&dev, &token, "weather.forecast", json!({"city": "Lima"})).await;
+        (r["result"]["is_error"] == json!(false)).then_some(r)
+    })
+    .await;
+    assert_eq!(shown(&before), "Today's forecast for a city.");
+
+    // The upstream is replaced by a version that changed the tool.
+    let v2 = UpstreamServer::start(&["--variant", "v2"]);
+    dev.cli_ok(&["upstream", "set", "--tenant", "demo", "weather", "--mcp-url", &v2.url()]);
+    let synced = dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather"]);
+    assert!(synced.contains("changed") && synced.contains("description input_schema"), "{synced}");
+    let view = dev.upstream("weather").await;
+    assert_eq!(view["pending_diff"]["changed"][0]["id"], json!("forecast"), "{view}");
+    // Not served: agents see the pinned description, and calls are checked against the pinned
+    // schema (the new upstream then refuses the call it no longer accepts).
+    let pending = python_call(&dev, &token, "weather.forecast", json!({"city": "Lima"})).await;
+    assert_eq!(shown(&pending), "Today's forecast for a city.", "{pending}");
+    // An approval of something else than what is pending is refused.
+    let (code, _, err) = dev.dev.cli(&["upstream", "show", "--tenant", "demo", "weather", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let (status, body) = dev
+        .admin
+        .post(dev.admin_url(), "/v1/tenants/demo/upstreams/weather/approve", json!({"digest": "0000"}))
+        .await
+        .unwrap();
+    assert_eq!((status, body["reason"].as_str()), (409, Some("UPSTREAM_DIGEST_MISMATCH")), "{body}");
+
+    dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
+    let after = eventually("the new approval reaches the edge", Duration::from_secs(20), || async {
+        let r = python_call(&dev, &token, "weather.forecast", json!({"city": "Lima", "unit": "f"})).await;
+        (shown(&r) != "Today's forecast for a city.").then_some(r)
+    })
+    .await;
+    assert_eq!(shown(&after), "The forecast for a city, in the unit asked for.");
+    assert_eq!(after["result"]["structured"]["temp_c"], json!(70), "{after}");
+    // The new pinned schema requires `unit`: refused before the call.
+    let calls = v2.calls("forecast");
+    let refused = dev.call(&token, "weather.forecast", json!({"city": "Lima"})).await;
+    assert_eq!(reason(&refused), "INPUT_INVALID", "{refused}");
+    assert_eq!(v2.calls("forecast"), calls);
+}
