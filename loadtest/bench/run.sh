@@ -8,7 +8,7 @@
 # Knobs (environment): BENCH_SECONDS per point (8), BENCH_CLIENTS P1 levels ("1 16 64 256"),
 # BENCH_CONNECTIONS P2 levels ("1 16 64"), BENCH_IDLE_TENANTS (10000), BENCH_AUDIT_EVENTS
 # (1000000), BENCH_OUT (loadtest/bench/results), BENCH_BUILD=0 (use the release binaries
-# already built), BENCH_SCENARIOS ("p1 p2 p3 p4": which to run).
+# already built), BENCH_SCENARIOS ("p1 p2 p3 p4 p5": which to run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -20,7 +20,7 @@ CONNECTIONS=${BENCH_CONNECTIONS:-"1 16 64"}
 IDLE_TENANTS=${BENCH_IDLE_TENANTS:-10000}
 AUDIT_EVENTS=${BENCH_AUDIT_EVENTS:-1000000}
 OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
-SCENARIOS=" ${BENCH_SCENARIOS:-p1 p2 p3 p4} "
+SCENARIOS=" ${BENCH_SCENARIOS:-p1 p2 p3 p4 p5} "
 runs() { [[ $SCENARIOS == *" $1 "* ]]; }
 WORK=$(mktemp -d /tmp/writ-bench.XXXXXX)
 RAW=$OUT/raw
@@ -179,6 +179,18 @@ runs p2 && for c in $CONNECTIONS; do
         --watch-pids "$WIDE_PID"
     fi
   done
+done
+
+# --- P5 federation --------------------------------------------------------------------------
+# The bare rmcp server as a tenant's upstream: `greet` through a Writ edge (token, admission,
+# the catalog's and the pinned schemas, the fuse, the audit) against `greet` on the upstream
+# directly — the latency Writ adds and the edge's CPU per proxied call.
+runs p5 && for c in 1 16; do
+  log "P5 $c connections: greet through a writ edge to its upstream, then on the upstream directly"
+  point "p5-writ-upstream-c$c" writ "${common[@]}" --prefix p5 --edges "$FIRST_EDGE" --concurrency "$c" \
+    --mix read=1 --upstream "$BASE_URL" --watch-pids "$EDGE_PID"
+  point "p5-mcp-direct-c$c" mcp "${common[@]}" --url "$BASE_URL" --concurrency "$c" --mix read=1 \
+    --watch-pids "$BASE_PID"
 done
 
 # --- P3 failover (each killed member is restarted afterwards) -----------------------------

@@ -55,6 +55,10 @@ struct WritArgs {
     /// Extra tenants provisioned but idle (P4).
     #[arg(long, default_value_t = 0)]
     idle_tenants: usize,
+    /// An upstream MCP server (its URL, protocol 2026-07-28) whose `greet` tool answers the
+    /// tenants' `greet` action (P5: the cost of a call through Writ to an upstream).
+    #[arg(long)]
+    upstream: Option<String>,
     /// Tenant name prefix; existing tenants of that name are reused.
     #[arg(long, default_value = "lt")]
     prefix: String,
@@ -147,6 +151,7 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
     let setup = Setup {
         tenants: a.tenants.max(1),
         idle_tenants: a.idle_tenants,
+        upstream: a.upstream.clone(),
         prefix: a.prefix.clone(),
         devices: a.devices,
         operations_per_minute: a.operations_per_minute,
@@ -183,6 +188,7 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
     let since_ms = now_ms();
     let mut summary = a.load.measure("writ", load.clone()).await?;
     summary.setup = json!({"run_id": run_id, "tenants": setup.tenants, "idle_tenants": setup.idle_tenants,
+                           "upstream": setup.upstream,
                            "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
                            "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
                            "device_share": a.device_share,

@@ -131,6 +131,8 @@ pub struct Setup {
     pub tenants: usize,
     /// Extra tenants provisioned (tenant, principal, catalog) but not loaded (P4).
     pub idle_tenants: usize,
+    /// An upstream MCP server whose `greet` answers the loaded tenants' `greet` (P5).
+    pub upstream: Option<String>,
     pub prefix: String,
     /// Simulated devices per tenant (for device-driving executes).
     pub devices: usize,
@@ -167,7 +169,19 @@ pub const AGENT: &str = "agent";
 const SITE: &str = "site";
 const DEVICE_CLASS: &str = "loadtest.sim.v1";
 
+/// The upstream of P5, in every loaded tenant when `--upstream` is given.
+const UPSTREAM: &str = "base";
+
 fn catalog() -> Value {
+    catalog_with(None)
+}
+
+/// The load catalog; `greet` is answered by `upstream`'s `greet` tool when one is named.
+fn catalog_with(upstream: Option<&str>) -> Value {
+    let greet = match upstream {
+        Some(u) => json!({"upstream": format!("{u}/greet")}),
+        None => json!({"builtin": "conformance.greet"}),
+    };
     json!({"actions": [
         {"id": "log_entry", "title": "Append a log entry", "description": "Device-less durable operation",
          "input_schema": {"type": "object"}, "risk": "low", "execution": "operation", "cost_units": 1},
@@ -176,8 +190,26 @@ fn catalog() -> Value {
          "device_class": DEVICE_CLASS},
         {"id": "greet", "title": "greet", "description": "Read-only: returns Hello, {name}!",
          "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
-         "risk": "low", "execution": {"builtin": "conformance.greet"}},
+         "risk": "low", "execution": greet},
     ]})
+}
+
+/// Adds (or points) the tenant's upstream at `url`, pins its tools and publishes the catalog
+/// whose `greet` it answers.
+async fn provision_upstream(admin: &Admin, tenant: &str, url: &str) -> Result<(), String> {
+    let t = format!("/v1/tenants/{tenant}");
+    let body = json!({"name": UPSTREAM, "url": url, "protocol": "2026-07-28"});
+    if admin.create(&format!("{t}/upstreams"), body).await?.is_none() {
+        let patch = json!({"url": url, "protocol": "2026-07-28"});
+        admin.request(reqwest::Method::PATCH, &format!("{t}/upstreams/{UPSTREAM}"), patch).await?;
+    }
+    let synced = admin.request(reqwest::Method::POST, &format!("{t}/upstreams/{UPSTREAM}/sync"), json!({})).await?;
+    if synced["pending"] == json!(true) {
+        let digest = json!({"digest": synced["observed_digest"]});
+        admin.request(reqwest::Method::POST, &format!("{t}/upstreams/{UPSTREAM}/approve"), digest).await?;
+    }
+    admin.create(&format!("{t}/catalogs"), catalog_with(Some(UPSTREAM))).await?;
+    Ok(())
 }
 
 /// Provisions the loaded tenants (idempotently: existing ones are reused) and the idle ones.
@@ -208,6 +240,9 @@ pub async fn provision(admin: &Admin, s: &Setup) -> Result<Vec<Tenant>, String> 
             .await?
             .and_then(|v| v["token"].as_str().map(str::to_string))
             .ok_or("the token answer has no token")?;
+        if let Some(url) = &s.upstream {
+            provision_upstream(admin, &name, url).await?;
+        }
         let executor_dir = s.work_dir.join(&name);
         enroll(admin, s, &name, &devices, &executor_dir).await?;
         tenants.push(Tenant { name, token, devices, executor_dir });

@@ -497,18 +497,36 @@ async fn call_tool(c: &Call<'_>) -> Handled {
         Err(e) => return fail(e, None),
     };
     if let Execution::Upstream(_) = &action.execution {
-        let upstreams = &c.edge.upstreams;
-        return match upstreams.call(c.edge, &c.authority.tenant_id, &action, args, None).await {
-            Ok(mut result) => {
-                result["resultType"] = json!("complete");
-                Handled::allowed(jsonrpc::result(id, result), Some(name))
-            }
+        let prepared = match c.edge.upstreams.prepare(c.edge, &c.authority.tenant_id, &action, &args) {
+            Ok(p) => p,
             // Arguments the pinned schema refuses are the model's to correct, like the action's.
             Err(r) if r.reason == ReasonCode::INPUT_INVALID => {
-                Handled::allowed(jsonrpc::result(id, crate::upstream::refusal_result(&r)), Some(name))
+                return Handled::allowed(jsonrpc::result(id, crate::upstream::refusal_result(&r)), Some(name));
             }
-            Err(r) => fail(RpcError::rejected(&r).in_band(), Some(r)),
+            Err(r) => return fail(RpcError::rejected(&r).in_band(), Some(r)),
         };
+        // The call runs in reply's task (progress relayed over SSE; cancelled with the request).
+        let (edge, failure) = (c.edge.clone(), Arc::new(std::sync::Mutex::new(None::<Rejection>)));
+        let seen = failure.clone();
+        let sse = reply::accepts_sse(c.headers);
+        let response = reply::run(id, params.get("_meta"), sse, move |notify| async move {
+            match edge.upstreams.call(&edge, prepared, &action, args, notify).await {
+                Ok(mut result) => {
+                    result["resultType"] = json!("complete");
+                    Ok(result)
+                }
+                Err(r) => {
+                    let e = RpcError::rejected(&r).in_band();
+                    *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+                    Err(e)
+                }
+            }
+        })
+        .await;
+        // A failure known before the response (JSON, or SSE before any notification) is a
+        // denial with its reason; one after streamed progress is in the stream only.
+        let denied = failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        return Handled { response, name: Some(name), denied, effectful: false };
     }
     let Execution::Builtin(handler) = action.execution.clone() else {
         // The conformance fixtures' task tools: extra input requests, or an MRTR round first.

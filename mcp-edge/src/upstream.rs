@@ -52,7 +52,7 @@ pub struct Upstreams {
 }
 
 /// What the ledger says about the target, read from the edge's replica.
-struct Target {
+pub(crate) struct Target {
     tenant_id: String,
     upstream: String,
     spec: UpstreamSpecV1,
@@ -62,7 +62,7 @@ struct Target {
 }
 
 /// Whether a call may go, and as what.
-enum Gate {
+pub(crate) enum Gate {
     Closed,
     Probe,
 }
@@ -71,25 +71,44 @@ fn refuse(reason: ReasonCode, message: impl Into<String>) -> Rejection {
     Rejection::new(reason, message)
 }
 
+/// A call that passed the checks before the upstream: its target and how the fuse lets it go.
+pub struct Prepared {
+    target: Target,
+    gate: Gate,
+}
+
 impl Upstreams {
-    /// Calls the upstream tool `action` names with `args` (already checked against the
-    /// action's input schema): the result (a `CallToolResult`), or why not (to be refused and
-    /// audited). `deadline` is what is left of the request's own.
-    pub async fn call(
+    /// The checks before the upstream is called, for the upstream tool `action` names with
+    /// `args` (already checked against the action's input schema): the upstream and its pinned
+    /// tool, the pinned input schema, and the fuse.
+    pub fn prepare(
         &self,
         edge: &crate::Edge,
         tenant_id: &str,
         action: &CatalogActionV1,
-        args: Value,
-        deadline: Option<Duration>,
-    ) -> Result<Value, Rejection> {
+        args: &Value,
+    ) -> Result<Prepared, Rejection> {
         let writ_api::catalog::Execution::Upstream(target) = &action.execution else {
             return Err(refuse(ReasonCode::INTERNAL, "not an upstream action"));
         };
         let target = self.target(edge, tenant_id, target)?;
-        self.check(&target, false, &args)?;
-        let Value::Object(arguments) = args else { return Err(refuse(ReasonCode::INPUT_INVALID, "arguments")) };
+        self.check(&target, false, args)?;
         let gate = self.gate(edge, &target)?;
+        Ok(Prepared { target, gate })
+    }
+
+    /// Calls the upstream (one retry for a tool it marks read-only and idempotent) and checks
+    /// the result; the upstream's progress notifications are relayed through `notify`.
+    pub async fn call(
+        &self,
+        edge: &crate::Edge,
+        prepared: Prepared,
+        action: &CatalogActionV1,
+        args: Value,
+        notify: crate::reply::Notifier,
+    ) -> Result<Value, Rejection> {
+        let Prepared { target, gate } = prepared;
+        let Value::Object(arguments) = args else { return Err(refuse(ReasonCode::INPUT_INVALID, "arguments")) };
         let attempts = if target.tool.retry_safe() { RETRY_SAFE_ATTEMPTS } else { 1 };
         let mut last = None;
         for attempt in 0..attempts {
@@ -97,7 +116,7 @@ impl Upstreams {
                 // Jittered pause before the retry of a read the upstream says is idempotent.
                 tokio::time::sleep(Duration::from_millis(rand::random_range(50..=200))).await;
             }
-            match self.attempt(&target, arguments.clone(), deadline).await {
+            match self.attempt(&target, arguments.clone(), &notify).await {
                 Ok(result) => {
                     self.succeeded(edge, &target, &gate);
                     return self.checked_result(&target, action, result);
@@ -215,7 +234,7 @@ impl Upstreams {
         &self,
         t: &Target,
         arguments: serde_json::Map<String, Value>,
-        deadline: Option<Duration>,
+        notify: &crate::reply::Notifier,
     ) -> Result<Value, UpstreamError> {
         let key = (t.tenant_id.clone(), t.upstream.clone());
         let existing = self
@@ -237,7 +256,15 @@ impl Upstreams {
             }
         };
         let started = Instant::now();
-        let result = connection.call(&t.tool.name, arguments, deadline).await;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let call = connection.call(&t.tool.name, arguments, None, Some(tx));
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                result = &mut call => break result,
+                Some(p) = rx.recv() => notify.progress(p.progress, p.total, p.message.as_deref().unwrap_or("")).await,
+            }
+        };
         metrics::histogram!("writ_upstream_call_seconds").record(started.elapsed().as_secs_f64());
         result
     }

@@ -263,6 +263,9 @@ pub struct EdgeOptions {
     pub anonymous: Option<AnonymousAccess>,
     /// The tenant that sees the conformance resources and prompts.
     pub fixtures_tenant: Option<String>,
+    /// This edge's name in the ledger's upstream fuse records: its certificate's edge id under
+    /// `writ edge`; by default the address it listens on (unique per replica).
+    pub edge_id: Option<String>,
     pub executor: Option<ExecutorEndpointOptions>,
     /// Admin API base URLs of ledger nodes, where executor enrollments are forwarded.
     pub admin_urls: Vec<String>,
@@ -285,6 +288,7 @@ impl EdgeOptions {
             seal_key,
             anonymous: None,
             fixtures_tenant: None,
+            edge_id: None,
             executor: None,
             admin_urls: Vec::new(),
             admin_tls: None,
@@ -441,6 +445,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         config = config.with_anonymous(anon);
     }
     config.fixtures_tenant = options.fixtures_tenant;
+    config.edge_id = options.edge_id.unwrap_or_else(|| local_addr.to_string());
     let audiences =
         options.token_audiences.unwrap_or_else(|| vec![url.clone(), crate::config::TOKEN_AUDIENCE_DEFAULT.to_string()]);
     let verifier = Verifier::follow_with(ledger.clone(), audiences, writ_client::verifier::STALENESS_MAX_DEFAULT);
@@ -587,6 +592,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         seal_key: load_or_create_seal_key(&cfg.seal_key_file)?,
         anonymous: cfg.anonymous,
         fixtures_tenant: None,
+        edge_id: Some(identity.id.clone()),
         executor: cfg.executor,
         admin_urls: cfg.admin.clone(),
         admin_tls: Some(tls),

