@@ -44,11 +44,17 @@ struct Slot {
     probing: bool,
 }
 
-/// Every slot of this edge, and the compiled pinned schemas.
+/// Fuse changes waiting to be recorded in the ledger, at most (then new ones are dropped,
+/// logged: the edge's own fuse works regardless).
+const RECORDS_QUEUED_MAX: usize = 256;
+
+/// Every slot of this edge, the compiled pinned schemas, and the queue of fuse changes to
+/// record (one task records them in order, so the ledger never shows an older state last).
 #[derive(Default)]
 pub struct Upstreams {
     slots: Mutex<HashMap<(String, String), Slot>>,
     schemas: Mutex<HashMap<(String, String, bool), Arc<jsonschema::Validator>>>,
+    records: std::sync::OnceLock<tokio::sync::mpsc::Sender<Command>>,
 }
 
 /// What the ledger says about the target, read from the edge's replica.
@@ -205,7 +211,7 @@ impl Upstreams {
             let was_open = slot.open && slot.config_version != 0;
             *slot = Slot { config_version: t.config_version, ..Slot::default() };
             if was_open {
-                record(edge, t, fuse(false, 0, "the upstream's configuration changed", t.config_version));
+                self.record(edge, t, fuse(false, 0, "the upstream's configuration changed", t.config_version));
             }
         }
         if !slot.open {
@@ -282,7 +288,7 @@ impl Upstreams {
         slot.failures = 0;
         if closing {
             *slot = Slot { config_version: t.config_version, connection: slot.connection.take(), ..Slot::default() };
-            record(edge, t, fuse(false, 0, "a half-open probe succeeded", t.config_version));
+            self.record(edge, t, fuse(false, 0, "a half-open probe succeeded", t.config_version));
         }
     }
 
@@ -311,8 +317,42 @@ impl Upstreams {
         slot.probe_at = Some(Instant::now() + jittered(slot.backoff_ms));
         metrics::counter!("writ_upstream_fuse_opened_total").increment(1);
         tracing::warn!(upstream = %t.upstream, tenant = %t.tenant_id, failures = slot.failures, "upstream fuse opened");
-        record(edge, t, fuse(true, slot.failures, &why.message, t.config_version));
+        self.record(edge, t, fuse(true, slot.failures, &why.message, t.config_version));
         true
+    }
+
+    /// Queues a fuse change for the ledger (the call does not wait). One task submits them in
+    /// order, retrying each a few times before it gives up on it (logged).
+    fn record(&self, edge: &crate::Edge, t: &Target, fuse: FuseV1) {
+        let command = Command::SetUpstreamFuse {
+            tenant_id: t.tenant_id.clone(),
+            name: t.upstream.clone(),
+            edge_id: edge.config.edge_id.clone(),
+            fuse,
+        };
+        let queue = self.records.get_or_init(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Command>(RECORDS_QUEUED_MAX);
+            let ledger = edge.ledger.clone();
+            tokio::spawn(async move {
+                while let Some(command) = rx.recv().await {
+                    for attempt in 0..5u32 {
+                        let req =
+                            SubmitRequest { trace_id: uuid::Uuid::new_v4().to_string(), command: command.clone() };
+                        match ledger.submit(req).await {
+                            Ok(_) => break,
+                            Err(e) if attempt == 4 => {
+                                tracing::warn!(error = %e.message, "recording an upstream fuse failed")
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(200 << attempt)).await,
+                        }
+                    }
+                }
+            });
+            tx
+        });
+        if queue.try_send(command).is_err() {
+            tracing::warn!(upstream = %t.upstream, "the queue of fuse records is full: this change is not recorded");
+        }
     }
 
     fn checked_result(&self, t: &Target, action: &CatalogActionV1, result: Value) -> Result<Value, Rejection> {
@@ -351,28 +391,6 @@ fn fuse(open: bool, failures: u32, reason: &str, config_version: u64) -> FuseV1 
         reason.truncate(cut);
     }
     FuseV1 { open, failures, reason, config_version, changed_at_ms: 0 }
-}
-
-/// Records a fuse change in the ledger, in the background (the call does not wait); a failed
-/// submission is retried a few times, then logged — the edge's own fuse works regardless.
-fn record(edge: &crate::Edge, t: &Target, fuse: FuseV1) {
-    let ledger = edge.ledger.clone();
-    let command = Command::SetUpstreamFuse {
-        tenant_id: t.tenant_id.clone(),
-        name: t.upstream.clone(),
-        edge_id: edge.config.edge_id.clone(),
-        fuse,
-    };
-    tokio::spawn(async move {
-        for attempt in 0..5u32 {
-            let req = SubmitRequest { trace_id: uuid::Uuid::new_v4().to_string(), command: command.clone() };
-            match ledger.submit(req).await {
-                Ok(_) => return,
-                Err(e) if attempt == 4 => tracing::warn!(error = %e.message, "recording an upstream fuse failed"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200 << attempt)).await,
-            }
-        }
-    });
 }
 
 /// The `isError` result an agent sees for a refused upstream call.

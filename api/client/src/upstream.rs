@@ -22,6 +22,9 @@ use writ_api::upstream::{
 };
 use writ_api::{ReasonCode, Rejection};
 
+/// Calls in flight on one connection at most (rmcp's `max_concurrent_requests`; more wait).
+const CALLS_IN_FLIGHT_MAX: usize = 64;
+
 /// Pages of `tools/list` read at most (each page bounded by the response size limit).
 const LIST_PAGES_MAX: usize = 64;
 
@@ -143,9 +146,11 @@ const AUTH_FILE_BYTES_MAX: u64 = 16 * 1024;
 
 /// The HTTP client for `spec`: its CA bundle alone, if it names one; bounded connects.
 fn http_client(spec: &UpstreamSpecV1) -> Result<reqwest::Client, UpstreamError> {
+    // Idle connections kept for reuse: as many as calls may be in flight at once, so a busy
+    // edge does not reconnect per call.
     let mut builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_millis(spec.connect_timeout_ms))
-        .pool_max_idle_per_host(8);
+        .pool_max_idle_per_host(CALLS_IN_FLIGHT_MAX);
     if let Some(ca) = &spec.ca_pem {
         let certs = reqwest::Certificate::from_pem_bundle(ca.as_bytes())
             .map_err(|e| UpstreamError::failed(format!("the upstream's CA bundle does not parse: {e}")))?;
@@ -162,6 +167,7 @@ pub async fn connect(spec: &UpstreamSpecV1) -> Result<Connection, UpstreamError>
     config.max_json_response_size = UPSTREAM_RESULT_BYTES_MAX;
     config.max_sse_event_size = UPSTREAM_RESULT_BYTES_MAX;
     config.reinit_on_expired_session = true;
+    config.max_concurrent_requests = CALLS_IN_FLIGHT_MAX;
     if let Some(token) = resolve(&spec.auth)? {
         config = config.auth_header(token);
     }
