@@ -5,8 +5,8 @@
 //! upstream tool as their execution (`{"upstream": "<upstream>/<tool>"}`); edges call it only
 //! while it is pinned, validating against the pinned schemas.
 //!
-//! Credentials are never stored: an upstream's `auth` is a *reference* (`env:VAR` or
-//! `file:PATH`) resolved where the call is made (the edge, and the node serving the admin API
+//! Credentials are never stored: an upstream's `auth` is a *reference* (`env:WRIT_UPSTREAM_…` or
+//! `file:/…/upstream-…`) resolved where the call is made (the edge, and the node serving the admin API
 //! for `sync`), so events, snapshots, backups and audit hold only the reference.
 
 use std::collections::BTreeMap;
@@ -28,6 +28,12 @@ pub const UPSTREAM_URL_BYTES_MAX: usize = 2048;
 pub const UPSTREAM_CA_BYTES_MAX: usize = 64 * 1024;
 /// Longest credential reference (`env:VAR`, `file:PATH`).
 pub const UPSTREAM_AUTH_REF_BYTES_MAX: usize = 512;
+/// What an `env:` reference's variable name starts with, and a `file:` reference's file name:
+/// a reference can only name a credential put there for upstreams — never another secret of
+/// the process or host (the operator token, a seal key, a private key), which would otherwise
+/// leave as a bearer token to whatever URL the upstream names.
+pub const UPSTREAM_ENV_PREFIX: &str = "WRIT_UPSTREAM_";
+pub const UPSTREAM_FILE_PREFIX: &str = "upstream-";
 /// Connect timeout bounds and default (ms).
 pub const CONNECT_TIMEOUT_MS_MIN: u64 = 100;
 pub const CONNECT_TIMEOUT_MS_MAX: u64 = 30_000;
@@ -91,7 +97,7 @@ pub enum UpstreamAuthV1 {
 }
 
 impl UpstreamAuthV1 {
-    /// `none`, `env:VAR` or `file:/absolute/path`.
+    /// `none`, `env:WRIT_UPSTREAM_…` or `file:/absolute/path/upstream-…`.
     pub fn parse(s: &str) -> Result<UpstreamAuthV1, Rejection> {
         if s.len() > UPSTREAM_AUTH_REF_BYTES_MAX {
             return Err(invalid(format!("auth reference exceeds {UPSTREAM_AUTH_REF_BYTES_MAX} bytes")));
@@ -102,7 +108,7 @@ impl UpstreamAuthV1 {
             Some(("file", path)) => UpstreamAuthV1::BearerFile { path: path.to_string() },
             _ => {
                 return Err(invalid(
-                    "auth must be 'none', 'env:VAR' or 'file:/PATH' (a reference to the token, never the token)",
+                    "auth must be 'none', 'env:WRIT_UPSTREAM_…' or 'file:/…/upstream-…' (a reference to the token, never the token)",
                 ))
             }
         };
@@ -114,15 +120,25 @@ impl UpstreamAuthV1 {
         match self {
             UpstreamAuthV1::None => Ok(()),
             UpstreamAuthV1::BearerEnv { var } => {
-                let ok = !var.is_empty()
+                let ok = var.len() > UPSTREAM_ENV_PREFIX.len()
                     && var.len() <= 128
-                    && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                    && !var.as_bytes()[0].is_ascii_digit();
-                ok.then_some(()).ok_or_else(|| invalid("auth env:VAR must name a variable ([A-Za-z_][A-Za-z0-9_]*)"))
+                    && var.starts_with(UPSTREAM_ENV_PREFIX)
+                    && var.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+                ok.then_some(()).ok_or_else(|| {
+                    invalid(format!("auth env:VAR must name a variable {UPSTREAM_ENV_PREFIX}[A-Z0-9_]+"))
+                })
             }
             UpstreamAuthV1::BearerFile { path } => {
-                let ok = path.starts_with('/') && path.len() <= UPSTREAM_AUTH_REF_BYTES_MAX && !path.contains('\0');
-                ok.then_some(()).ok_or_else(|| invalid("auth file:PATH must be an absolute path"))
+                let name = path.rsplit('/').next().unwrap_or_default();
+                let ok = path.starts_with('/')
+                    && path.len() <= UPSTREAM_AUTH_REF_BYTES_MAX
+                    && !path.contains('\0')
+                    && !path.split('/').any(|part| part == "..")
+                    && name.len() > UPSTREAM_FILE_PREFIX.len()
+                    && name.starts_with(UPSTREAM_FILE_PREFIX);
+                ok.then_some(()).ok_or_else(|| {
+                    invalid(format!("auth file:PATH must be an absolute path to a file named {UPSTREAM_FILE_PREFIX}…"))
+                })
             }
         }
     }
@@ -414,7 +430,7 @@ pub struct UpstreamBody {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// `none`, `env:VAR` or `file:/PATH`.
+    /// `none`, `env:WRIT_UPSTREAM_…` or `file:/…/upstream-…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -496,9 +512,19 @@ mod tests {
         for bad in ["http://mcp.example.com/mcp", "ftp://x/y", "https://user@host/mcp", "https:///mcp", "nourl"] {
             assert_eq!(spec(bad).unwrap_err().reason, ReasonCode::UPSTREAM_INVALID, "{bad}");
         }
-        assert!(UpstreamAuthV1::parse("env:UPSTREAM_TOKEN").is_ok());
-        assert!(UpstreamAuthV1::parse("file:/etc/writ/token").is_ok());
-        for bad in ["Bearer abc", "env:1X", "file:relative", "env:"] {
+        assert!(UpstreamAuthV1::parse("env:WRIT_UPSTREAM_WEATHER").is_ok());
+        assert!(UpstreamAuthV1::parse("file:/etc/writ/upstream-weather.token").is_ok());
+        // Only credentials put there for upstreams: never another secret of the process or host.
+        for bad in [
+            "Bearer abc",
+            "env:WRIT_OPERATOR_TOKEN",
+            "env:WRIT_UPSTREAM_",
+            "env:",
+            "file:relative/upstream-x",
+            "file:/etc/writ/pki/node.key",
+            "file:/etc/writ/seal.key",
+            "file:/etc/writ/upstream-x/../seal.key",
+        ] {
             assert!(UpstreamAuthV1::parse(bad).is_err(), "{bad}");
         }
         let mut s = UpstreamSpecV1::new("https://h/mcp");

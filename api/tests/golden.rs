@@ -907,7 +907,7 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
 fn upstream_spec() -> writ_api::upstream::UpstreamSpecV1 {
     writ_api::upstream::UpstreamSpecV1 {
         url: "https://mcp.example.com/mcp".into(),
-        auth: writ_api::upstream::UpstreamAuthV1::BearerEnv { var: "WEATHER_TOKEN".into() },
+        auth: writ_api::upstream::UpstreamAuthV1::BearerEnv { var: "WRIT_UPSTREAM_WEATHER".into() },
         ca_pem: None,
         protocol: writ_api::upstream::UpstreamProtocol::Auto,
         connect_timeout_ms: 5_000,

@@ -880,8 +880,8 @@ pub struct UpstreamFlags {
     /// `--url`/`--ca`: those name the admin API and its CA for every `writ admin` command.)
     #[arg(long)]
     mcp_url: Option<String>,
-    /// Where the bearer token for the upstream comes from: none, env:VAR or file:/PATH
-    /// (resolved on the nodes and edges that call it; the token itself is never stored).
+    /// Where the bearer token for the upstream comes from: none, env:WRIT_UPSTREAM_… or
+    /// file:/…/upstream-… (resolved on the nodes and edges that call it; never stored).
     #[arg(long)]
     auth: Option<String>,
     /// A PEM file of the CA certificates to trust for the upstream (instead of the system's).

@@ -348,7 +348,7 @@ fn schemas() -> Value {
         "UpstreamBody": {"type": "object", "additionalProperties": false, "properties": {
             "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"},
             "url": {"type": "string", "maxLength": 2048, "description": "https://…, or http:// on a literal loopback address"},
-            "auth": {"type": "string", "maxLength": 512, "description": "none, env:VAR or file:/PATH — a reference, never the token"},
+            "auth": {"type": "string", "maxLength": 512, "description": "none, env:WRIT_UPSTREAM_… or file:/…/upstream-… — a reference, never the token"},
             "ca_pem": {"type": "string", "maxLength": 65536},
             "protocol": {"enum": ["2026-07-28", "2025-11-25", "auto"]},
             "connect_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 30000},

@@ -151,7 +151,7 @@ fn add_and_approve(dev: &Dev, url: &str, protocol: &str, auth: &str) {
 /// reference (never stored) and sent as a bearer token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tools_serve_in_both_eras_once_approved() {
-    let secret = tempfile::NamedTempFile::new().unwrap();
+    let secret = tempfile::Builder::new().prefix("upstream-").tempfile().unwrap();
     std::fs::write(secret.path(), "upstream-secret-7f3a\n").unwrap();
     let auth = format!("file:{}", secret.path().display());
     for protocol in ["2026-07-28", "2025-11-25", "auto"] {

@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn credential_references_resolve_here_and_errors_never_hold_the_token() {
         assert_eq!(resolve(&UpstreamAuthV1::None).unwrap(), None);
-        let file = tempfile_path("writ-upstream-token");
+        let file = tempfile_path("upstream-token");
         std::fs::write(&file, "s3cr3t-token\n").unwrap();
         let by_file = UpstreamAuthV1::BearerFile { path: file.display().to_string() };
         assert_eq!(resolve(&by_file).unwrap().as_deref(), Some("s3cr3t-token"));
@@ -342,8 +342,8 @@ mod tests {
         assert!(!refused.message.contains("two words"), "{}", refused.message);
         std::fs::remove_file(&file).unwrap();
         assert!(resolve(&by_file).unwrap_err().message.contains(&file.display().to_string()));
-        let unset = UpstreamAuthV1::BearerEnv { var: "WRIT_TEST_UNSET_UPSTREAM_TOKEN".into() };
-        assert!(resolve(&unset).unwrap_err().message.contains("env:WRIT_TEST_UNSET_UPSTREAM_TOKEN"));
+        let unset = UpstreamAuthV1::BearerEnv { var: "WRIT_UPSTREAM_TEST_UNSET".into() };
+        assert!(resolve(&unset).unwrap_err().message.contains("env:WRIT_UPSTREAM_TEST_UNSET"));
     }
 
     fn tempfile_path(name: &str) -> std::path::PathBuf {
