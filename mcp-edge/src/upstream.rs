@@ -97,7 +97,17 @@ impl Upstreams {
         let writ_api::catalog::Execution::Upstream(target) = &action.execution else {
             return Err(refuse(ReasonCode::INTERNAL, "not an upstream action"));
         };
-        let target = self.target(edge, tenant_id, target)?;
+        let target = match self.target(edge, tenant_id, target) {
+            Ok(t) => t,
+            Err(r) => {
+                if r.reason == ReasonCode::UPSTREAM_NOT_FOUND {
+                    // Removed: its slot (and the connection in it) goes too.
+                    let name = parse_target(target).map(|(u, _)| u.to_string()).unwrap_or_default();
+                    self.slots.lock().expect("upstream slots").remove(&(tenant_id.to_string(), name));
+                }
+                return Err(r);
+            }
+        };
         self.check(&target, false, args)?;
         let gate = self.gate(edge, &target)?;
         Ok(Prepared { target, gate })

@@ -362,6 +362,20 @@ async fn an_upstream_change_is_not_served_until_approved() {
     let refused = dev.call(&token, "weather.forecast", json!({"city": "Lima"})).await;
     assert_eq!(reason(&refused), "INPUT_INVALID", "{refused}");
     assert_eq!(v2.calls("forecast"), calls);
+
+    // Removed: calls are refused, and the edge lets go of its connection to it.
+    assert!(established_to(v2.port) >= 1, "the edge holds a connection to the upstream");
+    dev.cli_ok(&["upstream", "remove", "--tenant", "demo", "weather"]);
+    eventually("the removal reaches the edge", Duration::from_secs(20), || async {
+        let r = dev.call(&token, "weather.forecast", json!({"city": "Lima", "unit": "c"})).await;
+        (reason(&r) == "UPSTREAM_NOT_FOUND").then_some(())
+    })
+    .await;
+    // Well within uvicorn's 5 s keep-alive timeout, so it is the edge that closed it.
+    eventually("the connection to the removed upstream is closed", Duration::from_secs(3), || async {
+        (established_to(v2.port) == 0).then_some(())
+    })
+    .await;
 }
 
 /// The TypeScript reference "everything" server, a 2025-11-25 server (sessions), as an
