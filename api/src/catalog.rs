@@ -199,39 +199,53 @@ pub struct ActionChange {
     pub fields: Vec<String>,
 }
 
+/// What differs between two sets keyed by id (each sorted by id): ids added, removed, and
+/// changed with the names of the fields `differing` reports — the one diff of catalog versions
+/// and of upstream tool sets.
+pub(crate) fn keyed_diff<'a, T: 'a>(
+    old: impl IntoIterator<Item = (&'a str, &'a T)>,
+    new: impl IntoIterator<Item = (&'a str, &'a T)>,
+    differing: impl Fn(&T, &T) -> Vec<&'static str>,
+) -> (Vec<String>, Vec<String>, Vec<ActionChange>) {
+    let old: std::collections::BTreeMap<&str, &T> = old.into_iter().collect();
+    let new: std::collections::BTreeMap<&str, &T> = new.into_iter().collect();
+    let added = new.keys().filter(|id| !old.contains_key(*id)).map(|id| id.to_string()).collect();
+    let removed = old.keys().filter(|id| !new.contains_key(*id)).map(|id| id.to_string()).collect();
+    let changed = old
+        .iter()
+        .filter_map(|(id, a)| {
+            let fields: Vec<String> = differing(a, new.get(id)?).into_iter().map(str::to_string).collect();
+            (!fields.is_empty()).then(|| ActionChange { id: id.to_string(), fields })
+        })
+        .collect();
+    (added, removed, changed)
+}
+
+/// The names of the fields whose pair differs.
+pub(crate) fn differing(fields: &[(&'static str, bool)]) -> Vec<&'static str> {
+    fields.iter().filter(|(_, differs)| *differs).map(|(name, _)| *name).collect()
+}
+
 impl CatalogDiff {
     /// The difference from `from` to `to`, actions in id order.
     pub fn between(from: &CatalogVersion, to: &CatalogVersion) -> CatalogDiff {
-        let by_id = |c: &CatalogV1| -> std::collections::BTreeMap<String, CatalogActionV1> {
-            c.actions.iter().map(|a| (a.id.clone(), a.clone())).collect()
-        };
-        let (old, new) = (by_id(&from.catalog), by_id(&to.catalog));
-        let added = new.keys().filter(|id| !old.contains_key(*id)).cloned().collect();
-        let removed = old.keys().filter(|id| !new.contains_key(*id)).cloned().collect();
-        let changed = old
-            .iter()
-            .filter_map(|(id, a)| {
-                let b = new.get(id)?;
-                let fields: Vec<String> = [
-                    ("title", a.title != b.title),
-                    ("description", a.description != b.description),
-                    ("input_schema", a.input_schema != b.input_schema),
-                    ("output_schema", a.output_schema != b.output_schema),
-                    ("risk", a.risk != b.risk),
-                    ("execution", a.execution != b.execution),
-                    ("dry_run", a.dry_run != b.dry_run),
-                    ("idempotent", a.idempotent != b.idempotent),
-                    ("device_class", a.device_class != b.device_class),
-                    ("cost_units", a.cost_units != b.cost_units),
-                    ("scope", a.scope != b.scope),
-                ]
-                .into_iter()
-                .filter(|(_, differs)| *differs)
-                .map(|(name, _)| name.to_string())
-                .collect();
-                (!fields.is_empty()).then(|| ActionChange { id: id.clone(), fields })
-            })
-            .collect();
+        let (old, new) = (&from.catalog.actions, &to.catalog.actions);
+        let (old, new) = (old.iter().map(|a| (a.id.as_str(), a)), new.iter().map(|a| (a.id.as_str(), a)));
+        let (added, removed, changed) = keyed_diff(old, new, |a: &CatalogActionV1, b: &CatalogActionV1| {
+            differing(&[
+                ("title", a.title != b.title),
+                ("description", a.description != b.description),
+                ("input_schema", a.input_schema != b.input_schema),
+                ("output_schema", a.output_schema != b.output_schema),
+                ("risk", a.risk != b.risk),
+                ("execution", a.execution != b.execution),
+                ("dry_run", a.dry_run != b.dry_run),
+                ("idempotent", a.idempotent != b.idempotent),
+                ("device_class", a.device_class != b.device_class),
+                ("cost_units", a.cost_units != b.cost_units),
+                ("scope", a.scope != b.scope),
+            ])
+        });
         CatalogDiff { from: from.version, to: to.version, added, removed, changed }
     }
 }

@@ -330,30 +330,18 @@ pub struct ToolsDiff {
 
 impl ToolsDiff {
     pub fn between(pinned: Option<&UpstreamToolsV1>, observed: &UpstreamToolsV1) -> ToolsDiff {
-        let empty = Vec::new();
-        let old: BTreeMap<&str, &UpstreamToolV1> =
-            pinned.map_or(&empty, |p| &p.tools).iter().map(|t| (t.name.as_str(), t)).collect();
-        let new: BTreeMap<&str, &UpstreamToolV1> = observed.tools.iter().map(|t| (t.name.as_str(), t)).collect();
-        let added = new.keys().filter(|n| !old.contains_key(*n)).map(|n| n.to_string()).collect();
-        let removed = old.keys().filter(|n| !new.contains_key(*n)).map(|n| n.to_string()).collect();
-        let changed = old
-            .iter()
-            .filter_map(|(name, a)| {
-                let b = new.get(name)?;
-                let fields: Vec<String> = [
+        let old = pinned.map_or(&[][..], |p| &p.tools).iter().map(|t| (t.name.as_str(), t));
+        let new = observed.tools.iter().map(|t| (t.name.as_str(), t));
+        let (added, removed, changed) =
+            crate::catalog::keyed_diff(old, new, |a: &UpstreamToolV1, b: &UpstreamToolV1| {
+                crate::catalog::differing(&[
                     ("title", a.title != b.title),
                     ("description", a.description != b.description),
                     ("input_schema", a.input_schema != b.input_schema),
                     ("output_schema", a.output_schema != b.output_schema),
                     ("annotations", a.annotations != b.annotations),
-                ]
-                .into_iter()
-                .filter(|(_, differs)| *differs)
-                .map(|(f, _)| f.to_string())
-                .collect();
-                (!fields.is_empty()).then(|| crate::catalog::ActionChange { id: name.to_string(), fields })
-            })
-            .collect();
+                ])
+            });
         ToolsDiff { added, removed, changed }
     }
 

@@ -127,21 +127,15 @@ async fn python_call(dev: &Dev, token: &str, tool: &str, args: Value) -> Value {
     serde_json::from_slice(&out.stdout).expect("the client's report is JSON")
 }
 
-/// Adds the upstream `weather` at `url` speaking `protocol`, syncs and approves its tools.
+/// Adds the upstream `weather` at `url` speaking `protocol` with credential reference `auth`.
+fn add(dev: &Dev, url: &str, protocol: &str, auth: &str) {
+    let args = ["upstream", "add", "--tenant", "demo", "weather", "--mcp-url", url, "--protocol", protocol];
+    dev.cli_ok(&[&args[..], &["--auth", auth]].concat());
+}
+
+/// [`add`], then syncs and approves its tools.
 fn add_and_approve(dev: &Dev, url: &str, protocol: &str, auth: &str) {
-    dev.cli_ok(&[
-        "upstream",
-        "add",
-        "--tenant",
-        "demo",
-        "weather",
-        "--mcp-url",
-        url,
-        "--protocol",
-        protocol,
-        "--auth",
-        auth,
-    ]);
+    add(dev, url, protocol, auth);
     let synced = dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
     assert!(synced.contains("approved"), "{synced}");
 }
@@ -158,19 +152,7 @@ async fn upstream_tools_serve_in_both_eras_once_approved() {
         let upstream = UpstreamServer::start(&["--token", "upstream-secret-7f3a"]);
         let dev = Dev::start().await;
         let token = dev.token("reader", &["tools:call:weather.forecast", "tools:call:weather.unpinned"]).await;
-        dev.cli_ok(&[
-            "upstream",
-            "add",
-            "--tenant",
-            "demo",
-            "weather",
-            "--mcp-url",
-            &upstream.url(),
-            "--protocol",
-            protocol,
-            "--auth",
-            &auth,
-        ]);
+        add(&dev, &upstream.url(), protocol, &auth);
         // Nothing is served before an operator approved the upstream's tools.
         let early = dev.call(&token, "weather.forecast", json!({"city": "Oslo"})).await;
         assert_eq!(reason(&early), "UPSTREAM_TOOL_NOT_PINNED", "{early}");
