@@ -46,7 +46,11 @@ pub enum Risk {
 /// `task` is an operation that runs long: called as a tool it is served only as an MCP task
 /// (clients must declare the tasks extension), never by waiting in the call;
 /// `{"upstream": "<upstream>/<tool>"}` is answered by a tool of one of the tenant's upstream
-/// MCP servers, called by the edge while that tool is pinned (`crate::upstream`).
+/// MCP servers, called by the edge while that tool is pinned (`crate::upstream`), as a read;
+/// `{"upstream_operation": "<upstream>/<tool>"}` names an upstream tool with an effect: each call
+/// is a durable operation (idempotency key, at most one attempt, `unknown_effect` when the
+/// upstream may have acted without saying so, readback) that the edge serving it performs by
+/// calling the tool, passing the operation's idempotency key (`crate::upstream`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Execution {
@@ -55,6 +59,7 @@ pub enum Execution {
     Builtin(String),
     Task,
     Upstream(String),
+    UpstreamOperation(String),
 }
 
 impl Execution {
@@ -66,12 +71,21 @@ impl Execution {
             Execution::Builtin(h) => format!("builtin:{h}"),
             Execution::Task => "task".into(),
             Execution::Upstream(target) => format!("upstream:{target}"),
+            Execution::UpstreamOperation(target) => format!("upstream_operation:{target}"),
         }
     }
 
-    /// Whether calls become durable operations (`operation` and `task`).
+    /// Whether calls become durable operations (`operation`, `task` and `upstream_operation`).
     pub fn is_operation(&self) -> bool {
-        matches!(self, Execution::Operation | Execution::Task)
+        matches!(self, Execution::Operation | Execution::Task | Execution::UpstreamOperation(_))
+    }
+
+    /// The upstream tool (`<upstream>/<tool>`) a call is answered by, read or operation.
+    pub fn upstream_target(&self) -> Option<&str> {
+        match self {
+            Execution::Upstream(t) | Execution::UpstreamOperation(t) => Some(t),
+            _ => None,
+        }
     }
 }
 
@@ -395,8 +409,12 @@ fn compile_action(a: ActionDoc) -> Result<CatalogActionV1, Rejection> {
             return Err(invalid(at(format!("'{handler}' is not a built-in handler"))));
         }
     }
-    if let Execution::Upstream(target) = &a.execution {
+    if let Some(target) = a.execution.upstream_target() {
         parse_upstream_target(target).map_err(|e| invalid(at(e.message)))?;
+    }
+    if matches!(a.execution, Execution::UpstreamOperation(_)) && a.device_class.is_some() {
+        // The edge performs it by calling the upstream: no executor, so no device to reserve.
+        return Err(invalid(at("an upstream operation targets no device class".into())));
     }
     let scope = a.scope.clone().unwrap_or_else(|| format!("tools:call:{}", a.id));
     validate_scope(&scope).map_err(|e| invalid(at(e.message)))?;
@@ -641,6 +659,13 @@ mod tests {
         assert_eq!(upstream.actions[0].execution.label(), "upstream:weather/get_forecast");
         assert!(with(json!({"upstream": "weather"}), None).unwrap_err().message.contains("<upstream>/<tool>"));
         assert!(with(json!({"upstream": "w/t"}), Some("press.v1")).is_err(), "only operations target devices");
+        let effectful = with(json!({"upstream_operation": "shop/place_order"}), None).unwrap();
+        assert_eq!(effectful.actions[0].execution, Execution::UpstreamOperation("shop/place_order".into()));
+        assert!(effectful.actions[0].execution.is_operation());
+        assert_eq!(effectful.actions[0].execution.upstream_target(), Some("shop/place_order"));
+        assert!(with(json!({"upstream_operation": "shop"}), None).is_err());
+        let devices = with(json!({"upstream_operation": "shop/t"}), Some("press.v1")).unwrap_err();
+        assert!(devices.message.contains("no device class"), "{}", devices.message);
     }
 
     #[test]

@@ -428,7 +428,8 @@ pub enum Command {
 /// `LEDGER_VERSION_GATED` until the last member runs the new build.
 /// 1: everything before the gate existed. 2: work items, coded refusals, scope grants, tenant
 /// delete and purge, evidence. 3: retention (`Command::ApplyRetention`). 4: upstream MCP servers.
-pub const LEDGER_VERSION: u32 = 4;
+/// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`).
+pub const LEDGER_VERSION: u32 = 5;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -514,6 +515,18 @@ impl Command {
         }
     }
 
+    /// The executor (or performing edge, `edge:<id>`) a start or a refusal before the attempt
+    /// claims an operation for, inside any wrapper: the node lets an edge claim only as itself.
+    pub fn claimant(&self) -> Option<&str> {
+        match self {
+            Command::StartAttempt { executor_id, .. }
+            | Command::RefuseDispatch { executor_id, .. }
+            | Command::RefuseDispatchV2 { executor_id, .. } => Some(executor_id),
+            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.claimant(),
+            _ => None,
+        }
+    }
+
     /// A principal's act — answer, cancel, observe, decide, store evidence, create or revise work: the principal it
     /// is by and the scope it needs. Edges submit these only inside [`Command::OnBehalfOf`].
     pub fn principal_act(&self) -> Option<(&str, &'static str)> {
@@ -565,6 +578,18 @@ impl Command {
     pub fn ledger_version(&self) -> u32 {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            // A catalog is read by every member: one naming an upstream needs members that know
+            // that execution (and its operations the event that binds them to it).
+            Command::PublishCatalog { catalog, .. } => catalog
+                .actions
+                .iter()
+                .map(|a| match a.execution {
+                    crate::catalog::Execution::UpstreamOperation(_) => 5,
+                    crate::catalog::Execution::Upstream(_) => 4,
+                    _ => 1,
+                })
+                .max()
+                .unwrap_or(1),
             Command::PutUpstream { .. }
             | Command::RemoveUpstream { .. }
             | Command::ObserveUpstreamTools { .. }
@@ -593,7 +618,6 @@ impl Command {
             | Command::RegisterSigningKey { .. }
             | Command::SetTenantIssuer { .. }
             | Command::RemoveTenantIssuer { .. }
-            | Command::PublishCatalog { .. }
             | Command::CreateEnrollment { .. }
             | Command::CompleteEnrollment { .. }
             | Command::RevokeExecutor { .. }
@@ -1182,7 +1206,19 @@ pub enum Event {
         edge_id: String,
         fuse: crate::upstream::FuseV1,
     },
+    /// The operation just submitted is performed by an edge calling the upstream tool `target`
+    /// (`<upstream>/<tool>`, its action's `upstream_operation`): no executor is offered it, and
+    /// only an edge ([`EDGE_PERFORMER_PREFIX`]) claims its attempt.
+    OperationUpstreamBoundV1 {
+        tenant_id: String,
+        operation_id: String,
+        target: String,
+    },
 }
+
+/// How an edge names itself where an executor id goes when it performs an upstream operation:
+/// `edge:<its certificate's id>` (executor ids are `x-<uuid>`, so the two never meet).
+pub const EDGE_PERFORMER_PREFIX: &str = "edge:";
 
 impl Event {
     /// Whether folding this event may make a bearer token verified before it verify
@@ -1251,7 +1287,8 @@ impl Event {
             | Event::UpstreamRemovedV1 { .. }
             | Event::UpstreamToolsObservedV1 { .. }
             | Event::UpstreamToolsApprovedV1 { .. }
-            | Event::UpstreamFuseChangedV1 { .. } => false,
+            | Event::UpstreamFuseChangedV1 { .. }
+            | Event::OperationUpstreamBoundV1 { .. } => false,
         }
     }
 
@@ -1341,6 +1378,7 @@ impl Event {
             Event::UpstreamToolsObservedV1 { .. } => "upstream_tools_observed",
             Event::UpstreamToolsApprovedV1 { .. } => "upstream_tools_approved",
             Event::UpstreamFuseChangedV1 { .. } => "upstream_fuse_changed",
+            Event::OperationUpstreamBoundV1 { .. } => "operation_upstream_bound",
         }
     }
 }

@@ -119,7 +119,8 @@ pub mod format {
     /// 5: then by its evidence records.
     /// 6: then by its compacted operations (retention).
     /// 7: then by its upstream MCP servers.
-    pub const STATE_FORMAT_VERSION: u32 = 7;
+    /// 8: then by its upstream operations waiting for their attempt.
+    pub const STATE_FORMAT_VERSION: u32 = 8;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

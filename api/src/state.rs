@@ -118,6 +118,12 @@ pub struct LedgerState {
     /// compacted operations (state format 7).
     #[serde(skip)]
     pub upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
+    /// Operations an edge performs by calling an upstream tool, by tenant id, then operation id:
+    /// the tool (`<upstream>/<tool>`), kept while the operation waits for its attempt
+    /// (`Event::OperationUpstreamBoundV1`; it leaves when the attempt starts or the operation
+    /// ends). Encoded after the upstreams (state format 8).
+    #[serde(skip)]
+    pub upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
@@ -661,6 +667,15 @@ impl LedgerState {
                 u.pinned = Some(pending.ok_or_else(|| CorruptEvent::new(env, format!("no pending tools {digest}")))?);
                 u.updated_at_ms = env.at_ms;
             }
+            Event::OperationUpstreamBoundV1 { tenant_id, operation_id, target } => {
+                if !self.operations.get(tenant_id).is_some_and(|m| m.contains_key(operation_id)) {
+                    return Err(CorruptEvent::new(env, format!("unknown operation '{operation_id}'")));
+                }
+                self.upstream_operations
+                    .entry(tenant_id.clone())
+                    .or_default()
+                    .insert(operation_id.clone(), target.clone());
+            }
             Event::UpstreamFuseChangedV1 { tenant_id, name, edge_id, fuse } => {
                 let fuses = &mut self.upstream_mut(tenant_id, name, env)?.fuses;
                 fuses.insert(edge_id.clone(), fuse.clone());
@@ -748,6 +763,7 @@ impl LedgerState {
         self.evidence.remove(tenant_id);
         self.compacted.remove(tenant_id);
         self.upstreams.remove(tenant_id);
+        self.upstream_operations.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -942,6 +958,12 @@ impl LedgerState {
         out.into_iter().filter(|id| self.token(tenant_id, id).is_some_and(|t| t.revoked_at_ms.is_none())).collect()
     }
 
+    /// The upstream tool an edge performs operation `operation_id` with, while it waits for its
+    /// attempt (`Execution::UpstreamOperation`).
+    pub fn upstream_operation(&self, tenant_id: &str, operation_id: &str) -> Option<&str> {
+        self.upstream_operations.get(tenant_id)?.get(operation_id).map(String::as_str)
+    }
+
     /// A tenant's upstream by name.
     pub fn upstream(&self, tenant_id: &str, name: &str) -> Option<&crate::upstream::UpstreamV1> {
         self.upstreams.get(tenant_id)?.get(name)
@@ -971,18 +993,18 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 7): format 1's layout, then the revocations (format
+    /// The canonical encoding (state format 8): format 1's layout, then the revocations (format
     /// 2), then the proposals (format 3), then the work items and operation histories (format
-    /// 4), then the evidence records (format 5), the compacted operations (format 6) and the
-    /// upstreams (format 7).
+    /// 4), then the evidence records (format 5), the compacted operations (format 6), the
+    /// upstreams (format 7) and the upstream operations waiting for their attempt (format 8).
     pub fn encode(&self) -> Vec<u8> {
-        let tail = (&self.evidence, &self.compacted, &self.upstreams);
+        let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 7, without the
-    /// upstreams for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 8, without the
+    /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
@@ -997,6 +1019,7 @@ impl LedgerState {
             evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
             compacted: BTreeMap<String, BTreeMap<String, Operation>>,
             upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
+            upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
             1 => (crate::decode(body).map_err(undecodable)?, Tail::default()),
@@ -1022,15 +1045,47 @@ impl LedgerState {
                     crate::decode(body).map_err(undecodable)?;
                 (state, Tail { revocations, proposals, works, history, evidence, compacted, ..Default::default() })
             }
-            _ => {
+            7 => {
                 let (state, revocations, proposals, works, history, (evidence, compacted, upstreams)) =
                     crate::decode(body).map_err(undecodable)?;
-                (state, Tail { revocations, proposals, works, history, evidence, compacted, upstreams })
+                let tail = Tail {
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    evidence,
+                    compacted,
+                    upstreams,
+                    ..Default::default()
+                };
+                (state, tail)
+            }
+            _ => {
+                let (
+                    state,
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    (evidence, compacted, upstreams, upstream_operations),
+                ) = crate::decode(body).map_err(undecodable)?;
+                let tail = Tail {
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    evidence,
+                    compacted,
+                    upstreams,
+                    upstream_operations,
+                };
+                (state, tail)
             }
         };
-        let Tail { revocations, proposals, works, history, evidence, compacted, upstreams } = tail;
+        let Tail { revocations, proposals, works, history, evidence, compacted, upstreams, upstream_operations } = tail;
         (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
         (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
+        state.upstream_operations = upstream_operations;
         state.rebuild_index();
         Ok(state)
     }
@@ -1166,6 +1221,15 @@ fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), Co
             live.remove(&op.spec.operation_id);
         }
         state.index.update(None, Some(&op));
+        if !op.state.is_waiting() {
+            // Attempted or ended: nobody claims it any more.
+            if let Some(m) = state.upstream_operations.get_mut(&op.tenant_id) {
+                m.remove(&op.spec.operation_id);
+                if m.is_empty() {
+                    state.upstream_operations.remove(&op.tenant_id);
+                }
+            }
+        }
         state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
     };
     match &env.event {

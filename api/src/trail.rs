@@ -143,7 +143,8 @@ fn subject(event: &Event) -> Subject {
         | Event::OperationDispatchedV1 { .. }
         | Event::OperationTransitionedV1 { .. }
         | Event::AttemptLeaseExtendedV1 { .. }
-        | Event::EvidenceReportedV1 { .. } => ("operation", None, None, None),
+        | Event::EvidenceReportedV1 { .. }
+        | Event::OperationUpstreamBoundV1 { .. } => ("operation", None, None, None),
         Event::OperationInputsAnsweredV1 { .. } | Event::ProposalUsedV1 { .. } => ("operation", None, None, None),
         Event::OperationProposedV1 { proposal, .. } => ("operation", Some(proposal.principal_id.clone()), None, None),
         Event::OperationCancelRequestedV1 { by_principal_id, .. } => {

@@ -901,7 +901,31 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::PublishCatalog { tenant_id: "t-1".into(), catalog: upstream_catalog() }),
             None,
         ),
+        (
+            "operation_upstream_bound_v1",
+            req(Command::SubmitOperation { tenant_id: "t-1".into(), spec: operation_spec() }),
+            Some(env(
+                63,
+                59,
+                Event::OperationUpstreamBoundV1 {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    target: "shop/place_order".into(),
+                },
+            )),
+        ),
+        (
+            "catalog_published_v1_upstream_operation",
+            req(Command::PublishCatalog { tenant_id: "t-1".into(), catalog: upstream_operation_catalog() }),
+            None,
+        ),
     ]
+}
+
+fn upstream_operation_catalog() -> CatalogV1 {
+    let mut c = upstream_catalog();
+    c.actions[0].execution = Execution::UpstreamOperation("shop/place_order".into());
+    c
 }
 
 fn upstream_spec() -> writ_api::upstream::UpstreamSpecV1 {
@@ -1173,6 +1197,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "catalog_published_v1_upstream",
         ],
     ),
+    // Upstream operations came with state format 8.
+    (7, &["operation_upstream_bound_v1", "catalog_published_v1_upstream_operation"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1227,6 +1253,10 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
         };
         state.compacted.entry("t-1".into()).or_default().insert("op-1".into(), op.binding());
         state.rebuild_index();
+    }
+    if format >= 8 {
+        // And an upstream operation waiting for its attempt.
+        state.upstream_operations.entry("t-1".into()).or_default().insert("op-2".into(), "shop/place_order".into());
     }
     state
 }

@@ -1240,3 +1240,75 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     assert_eq!(decoded.digest(), l.state.digest());
     assert!(invariant_violations(&l.state).is_empty());
 }
+
+#[test]
+fn an_upstream_operation_is_performed_only_by_an_edge_once_and_never_offered_to_executors() {
+    let mut l = Ledger::new();
+    // The catalog grows an action an upstream tool performs.
+    let mut doc: serde_json::Value = serde_json::from_str(CATALOG).unwrap();
+    doc["actions"].as_array_mut().unwrap().push(json!({"id": "order", "title": "Order",
+        "input_schema": {"type": "object"}, "risk": "low", "execution": {"upstream_operation": "shop/place_order"}}));
+    let catalog = writ_api::catalog::compile(doc.to_string().as_bytes()).unwrap();
+    let publish = Command::PublishCatalog { tenant_id: T.into(), catalog };
+    assert_eq!(publish.ledger_version(), 5, "members must know the execution before it is published");
+    l.ok(publish);
+    let deadline = l.now + 60_000;
+    let order = |id: &str, key: &str| {
+        let mut s = spec(id, key, json!({"sku": key}), None, deadline);
+        s.action = "order".into();
+        s.cost_ceiling = None;
+        s
+    };
+    let outcome = l.run(submit(order("op-1", "k-1")));
+    let Outcome::Applied { events, .. } = outcome else { panic!("{outcome:?}") };
+    assert!(events.iter().any(|e| matches!(&e.event,
+        Event::OperationUpstreamBoundV1 { target, .. } if target == "shop/place_order")));
+    assert_eq!(l.state.upstream_operation(T, "op-1"), Some("shop/place_order"));
+    // Executors do not see it: neither their claim nor a dispatch reaches it.
+    assert_eq!(l.refused(start("op-1", 0)), ReasonCode::OPERATION_NOT_FOUND);
+    assert_eq!(l.refused(dispatch("op-1")), ReasonCode::OPERATION_NOT_FOUND);
+    // An edge claims nothing else.
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), None, deadline)));
+    assert_eq!(l.refused(start_by("edge:e-1", "op-2", 0)), ReasonCode::OPERATION_NOT_FOUND);
+    assert_eq!(l.refused(start_by("edge:", "op-1", 0)), ReasonCode::OPERATION_NOT_FOUND);
+    // The edge's start is the claim; it is the one attempt, and the binding leaves with it.
+    l.ok(start_by("edge:e-1", "op-1", 0));
+    assert_eq!(l.op("op-1").executor_id.as_deref(), Some("edge:e-1"));
+    assert_eq!(l.op("op-1").state, OperationState::Attempting);
+    assert_eq!(l.state.upstream_operation(T, "op-1"), None);
+    assert_eq!(l.refused(start_by("edge:e-2", "op-1", 0)), ReasonCode::OPERATION_STATE_CONFLICT);
+    assert_eq!(l.ok(submit(order("op-1b", "k-1"))), 0, "a retry is a replay, not a second call");
+    // The edge gives its lease up at once when the upstream may have acted without saying so.
+    l.ok(Command::RenewAttemptLease {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        fencing_token: 0,
+        lease_ms: 1,
+    });
+    l.now += 1;
+    l.ok(Command::ExpireDue { tenant_id: T.into() });
+    assert_eq!(l.op("op-1").state, OperationState::UnknownEffect);
+    // One the edge cannot reach the upstream for is refused before any attempt.
+    l.ok(submit(order("op-3", "k-3")));
+    l.ok(Command::RefuseDispatchV2 {
+        tenant_id: T.into(),
+        operation_id: "op-3".into(),
+        executor_id: "edge:e-1".into(),
+        fencing_token: 0,
+        reason: ReasonCode::EXECUTOR_UNAVAILABLE,
+        message: "upstream 'shop' is unreachable".into(),
+    });
+    assert_eq!((l.op("op-3").state, l.op("op-3").attempts), (OperationState::Failed, 0));
+    // One that expires unclaimed leaves nothing behind; a replica folding the events agrees.
+    l.ok(submit(order("op-4", "k-4")));
+    l.now += 120_000;
+    l.ok(Command::ExpireDue { tenant_id: T.into() });
+    assert_eq!(l.op("op-4").state, OperationState::Expired);
+    assert!(l.state.upstream_operations.is_empty(), "{:?}", l.state.upstream_operations);
+    let mut later = order("op-5", "k-5");
+    later.deadline_ms = l.now + 60_000;
+    l.ok(submit(later));
+    let copy = writ_api::state::LedgerState::decode_versioned(&l.state.encode_versioned()).unwrap();
+    assert_eq!(copy.upstream_operation(T, "op-5"), Some("shop/place_order"));
+    assert_eq!(copy.digest(), l.state.digest());
+}

@@ -741,6 +741,9 @@ fn offer(
     if offered.get(id).is_some_and(|at| now.duration_since(*at) < REOFFER_AFTER) {
         return None;
     }
+    if s.upstream_operation(&who.tenant_id, id).is_some() {
+        return None; // an edge's to perform by calling its upstream (executors' claims are refused)
+    }
     if offered.insert(id.clone(), now).is_none() {
         // First offered on this stream: how long it waited since it became offerable.
         let waited_ms = now_ms().saturating_sub(op.updated_at_ms);
@@ -833,7 +836,10 @@ mod tests {
             op("dispatched-to-me", Dispatched, None, Some("x")),
             op("dispatched-elsewhere", Dispatched, None, Some("y")),
             op("running", Attempting, None, Some("x")),
+            op("for-an-edge", Reserved, None, None),
         ]);
+        // An upstream operation waits for the edge that performs it, never for an executor.
+        s.upstream_operations.entry("t".into()).or_default().insert("for-an-edge".into(), "shop/order".into());
         let mut offered = BTreeMap::new();
         let everything = Look { everything: true, touched: BTreeSet::new() };
         assert_eq!(ids(everything.offers(&s, &who, &mut offered)), ["deviceless", "mine", "dispatched-to-me"]);

@@ -499,7 +499,7 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Executed, RpcError> {
         Ok(recorded) => recorded,
     };
     Ok(match recorded {
-        Ok((op, replayed)) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
+        Ok(Recorded { op, replayed, answer: None }) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
             Executed::Follow { op: Box::new(op), replayed, wait }
         }
         other => Executed::Now(answer(c, other)?),
@@ -508,7 +508,7 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Executed, RpcError> {
 
 /// The checks and the submission of `operation.execute`: `Err(answer)` when it is refused
 /// before the ledger, else what the ledger recorded (or refused).
-async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<(Operation, bool), Value>, Value>, RpcError> {
+async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<Recorded, Value>, Value>, RpcError> {
     let action_id = args["action"].as_str().unwrap_or_default();
     let key = args["idempotency_key"].as_str().unwrap_or_default();
     let p = match prepare(c, args, Purpose::Commit)? {
@@ -528,14 +528,44 @@ async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<(Operat
     Ok(Ok(record(c, p, key, deadline_s, cost_ceiling, Map::new(), proposal).await?))
 }
 
-/// What a recorded call answers: the operation as a task for clients declaring the tasks
-/// extension, else the operation itself.
-fn answer(c: &Call<'_>, recorded: Result<(Operation, bool), Value>) -> Result<Value, RpcError> {
+/// What a recorded call answers: what performing it upstream came to, the operation as a
+/// task for clients declaring the tasks extension, else the operation itself.
+fn answer(c: &Call<'_>, recorded: Result<Recorded, Value>) -> Result<Value, RpcError> {
     Ok(match recorded {
-        Ok((op, _)) if crate::tasks::negotiated(c) => crate::tasks::created(&op),
-        Ok((op, replayed)) => view(&op, replayed),
+        Ok(Recorded { answer: Some(answer), .. }) => answer,
+        Ok(Recorded { op, .. }) if crate::tasks::negotiated(c) => crate::tasks::created(&op),
+        Ok(Recorded { op, replayed, .. }) => view(&op, replayed),
         Err(refusal) => refusal,
     })
+}
+
+/// A call the ledger recorded: the operation as it then was, whether the call replayed an
+/// earlier one, and — for an upstream operation the edge performed — its answer.
+struct Recorded {
+    op: Operation,
+    replayed: bool,
+    answer: Option<Value>,
+}
+
+/// The answer of an upstream operation: the upstream's result (or the refusal or failure),
+/// with the operation in `_meta["writ/operation"]` — or, for one performed before (a replay),
+/// the operation itself (its result is its evidence).
+fn performed_answer(done: &crate::upstream::Performed, replayed: bool) -> Value {
+    let operation = view(&done.op, replayed)["structuredContent"].take();
+    let mut answer = match (&done.result, &done.refusal) {
+        (Some(result), _) => {
+            let mut result = result.clone();
+            result["resultType"] = json!("complete");
+            result
+        }
+        (None, Some(refusal)) => refused(refusal),
+        (None, None) => return view(&done.op, replayed),
+    };
+    if !answer["_meta"].is_object() {
+        answer["_meta"] = json!({});
+    }
+    answer["_meta"]["writ/operation"] = operation;
+    answer
 }
 
 /// The operation spec of a prepared call (a proposal's: its id as the operation id and key).
@@ -611,7 +641,7 @@ async fn record(
     cost_ceiling: Option<u64>,
     input_requests: Map<String, Value>,
     proposal: Option<&str>,
-) -> Result<Result<(Operation, bool), Value>, RpcError> {
+) -> Result<Result<Recorded, Value>, RpcError> {
     let id = format!("op-{}", uuid::Uuid::new_v4().simple());
     let deadline_ms = writ_client::now_ms() + deadline_s * 1000;
     let spec = spec_of(c, &p, (id, key), deadline_ms, cost_ceiling, &input_requests);
@@ -627,7 +657,13 @@ async fn record(
         // The operation as the submission left it (the prior one, for a replay).
         Outcome::Applied { operation: Some(op), .. } => {
             let replayed = op.spec.operation_id != spec.operation_id;
-            Ok(Ok((*op, replayed)))
+            if let Execution::UpstreamOperation(_) = p.action.execution {
+                // The edge performs it (a replay finds it attempted already and answers it).
+                let done = c.edge.upstreams.perform(c.edge, c.trace_id, &p.action, *op).await;
+                let answer = performed_answer(&done, replayed);
+                return Ok(Ok(Recorded { op: done.op, replayed, answer: Some(answer) }));
+            }
+            Ok(Ok(Recorded { op: *op, replayed, answer: None }))
         }
         _ => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     }
@@ -640,7 +676,10 @@ const RESUBMIT_BACKOFF_MS: [u64; 3] = [100, 250, 500];
 /// no leader during a failover, or a commit whose answer was lost) — safe because the
 /// submission carries the operation's own idempotency key and id: one that landed is answered
 /// as itself (not as a replay), one that did not lands now. Bounded by [`RESUBMIT_BACKOFF_MS`].
-async fn submit_replayable(ledger: &dyn writ_client::Ledger, req: SubmitRequest) -> Result<SubmitResponse, Rejection> {
+pub(crate) async fn submit_replayable(
+    ledger: &dyn writ_client::Ledger,
+    req: SubmitRequest,
+) -> Result<SubmitResponse, Rejection> {
     let mut pauses = RESUBMIT_BACKOFF_MS.iter();
     loop {
         match ledger.submit(req.clone()).await {
@@ -688,7 +727,8 @@ pub async fn direct(
     mut asks: Map<String, Value>,
 ) -> Result<Direct, RpcError> {
     let a = c.authority;
-    let as_task = crate::tasks::negotiated(c);
+    // An upstream operation is performed in the call (the edge is its performer), not as a task.
+    let as_task = crate::tasks::negotiated(c) && !matches!(action.execution, Execution::UpstreamOperation(_));
     if action.execution == Execution::Task && !as_task {
         return Err(crate::tasks::extension_missing(&format!("'{}' (a long-running task)", action.id)));
     }

@@ -58,10 +58,8 @@ pub fn tools_for(state: &LedgerState, authority: &Authority) -> Vec<Value> {
                 .filter(|a| authority.require(&a.scope).is_ok())
                 .map(|a| {
                     // An upstream action without a description of its own shows its pinned tool's.
-                    let pinned = match &a.execution {
-                        Execution::Upstream(target) => pinned_tool(state, &authority.tenant_id, target),
-                        _ => None,
-                    };
+                    let pinned =
+                        a.execution.upstream_target().and_then(|target| pinned_tool(state, &authority.tenant_id, target));
                     let description = match (&pinned, a.description.is_empty()) {
                         (_, false) => a.description.clone(),
                         (Some(t), true) if !t.description.is_empty() => t.description.clone(),

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use writ_api::catalog::CatalogActionV1;
 use writ_api::dto::SubmitRequest;
-use writ_api::ledger::Command;
+use writ_api::ledger::{Command, Outcome, EDGE_PERFORMER_PREFIX};
+use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationState};
 use writ_api::upstream::{
     parse_target, FuseV1, UpstreamSpecV1, UpstreamToolV1, FUSE_BACKOFF_MAX_MS, FUSE_BACKOFF_MIN_MS, FUSE_FAILURES,
     UPSTREAM_RESULT_BYTES_MAX,
@@ -94,7 +95,7 @@ impl Upstreams {
         action: &CatalogActionV1,
         args: &Value,
     ) -> Result<Prepared, Rejection> {
-        let writ_api::catalog::Execution::Upstream(target) = &action.execution else {
+        let Some(target) = action.execution.upstream_target() else {
             return Err(refuse(ReasonCode::INTERNAL, "not an upstream action"));
         };
         let target = match self.target(edge, tenant_id, target) {
@@ -132,7 +133,7 @@ impl Upstreams {
                 // Jittered pause before the retry of a read the upstream says is idempotent.
                 tokio::time::sleep(Duration::from_millis(rand::random_range(50..=200))).await;
             }
-            match self.attempt(&target, arguments.clone(), &notify).await {
+            match self.attempt(&target, arguments.clone(), None, Some(&notify)).await {
                 Ok(result) => {
                     self.succeeded(edge, &target, &gate);
                     return self.checked_result(&target, action, result);
@@ -151,6 +152,109 @@ impl Upstreams {
             }
         }
         Err(last.unwrap_or_else(|| refuse(ReasonCode::UPSTREAM_FAILED, "no attempt was made")))
+    }
+
+    /// Performs the upstream operation `op` (its action's execution is `upstream_operation`),
+    /// just recorded (or replayed) in `reserved`: the edge claims its one attempt as
+    /// `edge:<id>` and calls the tool with the operation's idempotency key and id in `_meta`
+    /// (`io.writ/idempotencyKey`, `io.writ/operationId`), then reports what came of it —
+    /// the effect, with the upstream's result as the attempt's evidence; no effect when the
+    /// upstream answered with an error; and when it may have acted without answering (a
+    /// timeout, a lost connection) it gives up the attempt's lease so the ledger marks the
+    /// effect unknown at once. What cannot be called (no such upstream or pinned tool, an open
+    /// fuse, arguments the pinned schema refuses) is refused before any attempt. An operation
+    /// in any other state is answered as it is: it is never attempted twice.
+    pub async fn perform(
+        &self,
+        edge: &crate::Edge,
+        trace_id: &str,
+        action: &CatalogActionV1,
+        op: Operation,
+    ) -> Performed {
+        if op.state != OperationState::Reserved {
+            return Performed { op, result: None, refusal: None };
+        }
+        let me = format!("{EDGE_PERFORMER_PREFIX}{}", edge.config.edge_id);
+        let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
+        let fencing_token = op.fencing_token.unwrap_or(0);
+        let input: Value = serde_json::from_str(&op.spec.input).unwrap_or(Value::Null);
+        let (target, gate) = match self.prepare(edge, &tenant_id, action, &input) {
+            Ok(Prepared { target, gate }) => (target, gate),
+            Err(r) => return refused_before(edge, trace_id, op, me, r).await,
+        };
+        let Value::Object(arguments) = input else {
+            return Performed { op, result: None, refusal: Some(refuse(ReasonCode::INPUT_INVALID, "arguments")) };
+        };
+        // Reached before the attempt starts: an upstream that cannot be reached is a refusal
+        // (nothing was sent), never an attempt.
+        if let Err(e) = self.connection(&target).await {
+            if e.counts {
+                self.failed(edge, &target, &gate, &e.rejection);
+            }
+            return refused_before(edge, trace_id, op, me, e.rejection).await;
+        }
+        // The lease outlasts the longest call (handshake included), so the report lands in it.
+        let lease_ms = (2 * target.spec.connect_timeout_ms + target.spec.call_timeout_ms + PERFORM_LEASE_MARGIN_MS)
+            .min(writ_api::operation::LEASE_MS_MAX);
+        let start = Command::StartAttempt {
+            tenant_id: tenant_id.clone(),
+            operation_id: id.clone(),
+            executor_id: me,
+            fencing_token,
+            lease_ms,
+        };
+        let op = match step(edge, trace_id, start).await {
+            Ok(op) => op,
+            // Claimed by a replay on another edge, expired, or no ledger: nothing is called.
+            Err(r) => return Performed { op, result: None, refusal: Some(r) },
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert(crate::operations::META_IDEMPOTENCY_KEY.into(), json!(op.spec.idempotency_key));
+        meta.insert(META_OPERATION_ID.into(), json!(id));
+        let called = self.attempt(&target, arguments, Some(meta), None).await;
+        match called {
+            Ok(result) => {
+                self.succeeded(edge, &target, &gate);
+                let is_error = result.get("isError") == Some(&Value::Bool(true));
+                let checked = self.checked_result(&target, action, result.clone());
+                let outcome = if is_error { AttemptOutcome::NoEffect } else { AttemptOutcome::Effect };
+                let op = step(edge, trace_id, report(&op, outcome, Some(&result))).await.unwrap_or(op);
+                match checked {
+                    Ok(result) => Performed { op, result: Some(result), refusal: None },
+                    Err(r) => Performed { op, result: None, refusal: Some(r) },
+                }
+            }
+            Err(e) => {
+                if e.counts {
+                    self.failed(edge, &target, &gate, &e.rejection);
+                } else {
+                    self.succeeded(edge, &target, &gate);
+                }
+                if !e.unanswered {
+                    let op = step(edge, trace_id, report(&op, AttemptOutcome::NoEffect, None)).await.unwrap_or(op);
+                    return Performed { op, result: None, refusal: Some(e.rejection) };
+                }
+                // It may have acted: the lease ends now, and the ledger's next look marks the
+                // effect unknown (the reaper's, within a fraction of a second).
+                let give_up = Command::RenewAttemptLease {
+                    tenant_id: tenant_id.clone(),
+                    operation_id: id.clone(),
+                    fencing_token,
+                    lease_ms: 1,
+                };
+                let op = step(edge, trace_id, give_up).await.unwrap_or(op);
+                let op = settled(edge, op, UNKNOWN_EFFECT_WAIT).await;
+                let message = format!(
+                    "{}; the upstream may have acted: operation '{id}' is {} until its effect is resolved",
+                    e.rejection.message,
+                    serde_json::to_value(op.state)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                );
+                Performed { op, result: None, refusal: Some(refuse(e.rejection.reason, message)) }
+            }
+        }
     }
 
     fn target(&self, edge: &crate::Edge, tenant_id: &str, target: &str) -> Result<Target, Rejection> {
@@ -250,8 +354,31 @@ impl Upstreams {
         &self,
         t: &Target,
         arguments: serde_json::Map<String, Value>,
-        notify: &crate::reply::Notifier,
+        meta: Option<serde_json::Map<String, Value>>,
+        notify: Option<&crate::reply::Notifier>,
     ) -> Result<Value, UpstreamError> {
+        let connection = self.connection(t).await?;
+        let started = Instant::now();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let call = connection.call(&t.tool.name, arguments, meta, None, notify.map(|_| tx));
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                result = &mut call => break result,
+                Some(p) = rx.recv() => {
+                    if let Some(n) = notify {
+                        n.progress(p.progress, p.total, p.message.as_deref().unwrap_or("")).await
+                    }
+                }
+            }
+        };
+        metrics::histogram!("writ_upstream_call_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// The slot's open connection to the upstream, or a new one (kept in the slot while its
+    /// configuration is current).
+    async fn connection(&self, t: &Target) -> Result<Arc<Connection>, UpstreamError> {
         let key = (t.tenant_id.clone(), t.upstream.clone());
         let existing = self
             .slots
@@ -260,29 +387,15 @@ impl Upstreams {
             .get(&key)
             .and_then(|s| s.connection.clone())
             .filter(|c| !c.is_closed());
-        let connection = match existing {
-            Some(c) => c,
-            None => {
-                let c = Arc::new(writ_client::upstream::connect(&t.spec).await?);
-                let mut slots = self.slots.lock().expect("upstream slots");
-                if let Some(slot) = slots.get_mut(&key).filter(|s| s.config_version == t.config_version) {
-                    slot.connection = Some(c.clone());
-                }
-                c
-            }
-        };
-        let started = Instant::now();
-        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let call = connection.call(&t.tool.name, arguments, None, Some(tx));
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                result = &mut call => break result,
-                Some(p) = rx.recv() => notify.progress(p.progress, p.total, p.message.as_deref().unwrap_or("")).await,
-            }
-        };
-        metrics::histogram!("writ_upstream_call_seconds").record(started.elapsed().as_secs_f64());
-        result
+        if let Some(c) = existing {
+            return Ok(c);
+        }
+        let c = Arc::new(writ_client::upstream::connect(&t.spec).await?);
+        let mut slots = self.slots.lock().expect("upstream slots");
+        if let Some(slot) = slots.get_mut(&key).filter(|s| s.config_version == t.config_version) {
+            slot.connection = Some(c.clone());
+        }
+        Ok(c)
     }
 
     /// The call reached the upstream and it answered: the failure count starts over; a probe's
@@ -387,19 +500,113 @@ impl Upstreams {
     }
 }
 
+/// Lease an edge's attempt keeps beyond the longest its call can take.
+const PERFORM_LEASE_MARGIN_MS: u64 = 5_000;
+/// How long an answer waits for the ledger to mark an unanswered call's effect unknown.
+const UNKNOWN_EFFECT_WAIT: Duration = Duration::from_secs(5);
+/// The `_meta` key under which an upstream operation's call carries the operation's id.
+pub const META_OPERATION_ID: &str = "io.writ/operationId";
+
+/// What performing an upstream operation came to.
+pub struct Performed {
+    /// The operation as the ledger left it.
+    pub op: Operation,
+    /// The upstream's result (checked against the pinned and the action's output schemas).
+    pub result: Option<Value>,
+    /// Why there is no result: refused before the attempt, failed, or of unknown effect.
+    pub refusal: Option<Rejection>,
+}
+
+/// Submits one step of an edge's attempt (resubmitted while the outcome is uncertain) and
+/// answers the operation as it left it, or the ledger's refusal.
+async fn step(edge: &crate::Edge, trace_id: &str, command: Command) -> Result<Operation, Rejection> {
+    let req = SubmitRequest { trace_id: trace_id.to_string(), command };
+    match crate::operations::submit_replayable(edge.ledger.as_ref(), req).await?.outcome {
+        Outcome::Applied { operation: Some(op), .. } => Ok(*op),
+        Outcome::Rejected { reason, message, .. } => Err(refuse(reason, message)),
+        _ => Err(refuse(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+    }
+}
+
+/// `op` refused by its performing edge `me` before any attempt (`EXECUTOR_UNAVAILABLE`, with
+/// why): it fails, never attempted, and frees what it held.
+async fn refused_before(edge: &crate::Edge, trace_id: &str, op: Operation, me: String, why: Rejection) -> Performed {
+    let refusal = Command::RefuseDispatchV2 {
+        tenant_id: op.tenant_id.clone(),
+        operation_id: op.spec.operation_id.clone(),
+        executor_id: me,
+        fencing_token: op.fencing_token.unwrap_or(0),
+        reason: ReasonCode::EXECUTOR_UNAVAILABLE,
+        message: bounded(&format!("{}: {}", why.reason, why.message), writ_api::operation::KEY_BYTES_MAX),
+    };
+    let op = step(edge, trace_id, refusal).await.unwrap_or(op);
+    Performed { op, result: None, refusal: Some(why) }
+}
+
+/// The attempt's report: its outcome, with the upstream's result as evidence (stored when it
+/// fits a blob; else named by its hash only).
+fn report(op: &Operation, outcome: AttemptOutcome, result: Option<&Value>) -> Command {
+    let (tenant_id, operation_id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
+    let fencing_token = op.fencing_token.unwrap_or(0);
+    let Some(result) = result else {
+        return Command::ReportAttempt { tenant_id, operation_id, fencing_token, outcome, evidence: None };
+    };
+    let bytes = serde_json::to_vec(result).unwrap_or_default();
+    let content_hash = writ_api::sha256_hex(&bytes);
+    let summary = if outcome == AttemptOutcome::Effect { "the upstream's result" } else { "the upstream's error" };
+    let mut evidence = EvidenceV1 {
+        content_hash: content_hash.clone(),
+        evidence_return_ref: writ_api::evidence::evidence_uri(&operation_id, &content_hash),
+        summary: summary.into(),
+    };
+    if bytes.len() > writ_api::evidence::EVIDENCE_BYTES_MAX {
+        evidence.evidence_return_ref = format!("not stored: over {} bytes", writ_api::evidence::EVIDENCE_BYTES_MAX);
+        return Command::ReportAttempt { tenant_id, operation_id, fencing_token, outcome, evidence: Some(evidence) };
+    }
+    use base64::Engine as _;
+    let content = writ_api::evidence::EvidenceContentV1 {
+        mime_type: "application/json".into(),
+        content_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+    };
+    Command::ReportAttemptV2 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
+}
+
+/// `op` once the edge's replica shows it past `attempting` (or as it is after `wait`).
+async fn settled(edge: &crate::Edge, op: Operation, wait: Duration) -> Operation {
+    let until = tokio::time::Instant::now() + wait;
+    let mut revisions = edge.verifier.revisions();
+    let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
+    let mut current = op;
+    loop {
+        let seen = edge.verifier.with_state(|s| s.operations.get(&tenant_id).and_then(|m| m.get(&id)).cloned());
+        if let Some(newer) = seen.filter(|o| o.revision >= current.revision) {
+            current = newer;
+        }
+        if current.state != OperationState::Attempting {
+            return current;
+        }
+        match tokio::time::timeout_at(until, revisions.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return current,
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary).
+fn bounded(text: &str, max: usize) -> String {
+    let mut cut = text.len().min(max);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text[..cut].to_string()
+}
+
 fn jittered(ms: u64) -> Duration {
     Duration::from_millis(ms + rand::random_range(0..=ms / 5))
 }
 
 fn fuse(open: bool, failures: u32, reason: &str, config_version: u64) -> FuseV1 {
-    let mut reason = reason.to_string();
-    if reason.len() > writ_api::upstream::FUSE_REASON_BYTES_MAX {
-        let mut cut = writ_api::upstream::FUSE_REASON_BYTES_MAX;
-        while !reason.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        reason.truncate(cut);
-    }
+    let reason = bounded(reason, writ_api::upstream::FUSE_REASON_BYTES_MAX);
     FuseV1 { open, failures, reason, config_version, changed_at_ms: 0 }
 }
 

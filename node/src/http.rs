@@ -350,6 +350,13 @@ async fn client_submit(
             return Err(forbidden(&identity, format!("record the upstream fuse of edge '{edge_id}'")));
         }
     }
+    // An edge performs upstream operations under its own certificate's id only.
+    if let (Role::Edge, Some(claimant)) = (identity.role, req.command.claimant()) {
+        let edge = claimant.strip_prefix(writ_api::ledger::EDGE_PERFORMER_PREFIX);
+        if edge.is_some_and(|e| e != identity.id) {
+            return Err(forbidden(&identity, format!("claim an operation as '{claimant}'")));
+        }
+    }
     wire_answer(&headers, &st.node.submit_request(req, forwarded(&headers)).await?)
 }
 

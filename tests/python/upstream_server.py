@@ -8,7 +8,8 @@ Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
 `CALL <tool> <json arguments>` per tool call it runs (what the tests count), and
 `AUTH <header>` when a request carries an Authorization header.
 
-Tools: `forecast` (read-only and idempotent; structured output), `slow` (sleeps as long as
+Tools: `forecast` (read-only and idempotent; structured output), `place_order` (an effect:
+echoes the idempotency key and operation id Writ sent in `_meta`; `out-of-stock` fails), `slow` (sleeps as long as
 asked), `steps` (reports progress n times), `huge` (a result of N bytes), `bad_output` (structured output that breaks its own
 output schema). Variant v2 changes `forecast`'s description and adds a required argument.
 """
@@ -34,6 +35,23 @@ class Level(BaseModel):
     level: int
 
 
+class Order(BaseModel):
+    order_id: str
+    sku: str
+    key: str | None
+    operation: str | None
+
+
+def writ_meta(ctx):
+    """The request's `_meta` as a dict (whatever shape the SDK gives it)."""
+    meta = ctx.request_context.meta
+    if meta is None:
+        return {}
+    if isinstance(meta, dict):
+        return meta
+    return {**(getattr(meta, "model_extra", None) or {}), **meta.model_dump(by_alias=True)}
+
+
 def say(line):
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -56,6 +74,15 @@ def build(variant):
         def forecast(city: str, unit: str) -> Forecast:
             say("CALL forecast " + json.dumps({"city": city, "unit": unit}))
             return Forecast(city=city, temp_c=21 if unit == "c" else 70)
+
+    @server.tool(description="Places an order (an effect): answers its number, and the Writ idempotency key and operation it came with.")
+    def place_order(sku: str, ctx: Context) -> Order:
+        meta = writ_meta(ctx)
+        key, operation = meta.get("io.writ/idempotencyKey"), meta.get("io.writ/operationId")
+        say("CALL place_order " + json.dumps({"sku": sku, "key": key, "operation": operation}))
+        if sku == "out-of-stock":
+            raise ValueError("out of stock")
+        return Order(order_id=f"order-{sku}", sku=sku, key=key, operation=operation)
 
     @server.tool(description="Sleeps for the given seconds, then answers.")
     async def slow(seconds: float) -> str:

@@ -62,6 +62,13 @@ impl UpstreamServer {
         self.lines.lock().unwrap().iter().filter(|l| l.starts_with(&prefix)).count()
     }
 
+    /// The arguments (as it printed them) of each call of `tool` it ran.
+    pub fn call_args(&self, tool: &str) -> Vec<serde_json::Value> {
+        let prefix = format!("CALL {tool} ");
+        let lines = self.lines.lock().unwrap();
+        lines.iter().filter_map(|l| l.strip_prefix(&prefix)).filter_map(|a| serde_json::from_str(a).ok()).collect()
+    }
+
     /// The Authorization headers it was sent.
     pub fn auth_headers(&self) -> Vec<String> {
         self.lines.lock().unwrap().iter().filter_map(|l| l.strip_prefix("AUTH ")).map(str::to_string).collect()

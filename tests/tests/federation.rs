@@ -38,6 +38,12 @@ fn catalog() -> Value {
         {"id": "weather.unpinned", "title": "Unpinned", "description": "Not upstream.", "risk": "low",
          "input_schema": object(json!({}), json!([])),
          "execution": {"upstream": "weather/nonexistent"}},
+        {"id": "weather.order", "title": "Order", "risk": "low",
+         "input_schema": object(json!({"sku": {"type": "string"}}), json!(["sku"])),
+         "execution": {"upstream_operation": "weather/place_order"}},
+        {"id": "weather.slow_order", "title": "Slow order", "description": "Waits, with an effect.", "risk": "low",
+         "input_schema": object(json!({"seconds": {"type": "number", "maximum": 60}}), json!(["seconds"])),
+         "execution": {"upstream_operation": "weather/slow"}},
     ]})
 }
 
@@ -292,6 +298,95 @@ async fn calls_are_governed_before_and_after_the_upstream() {
             .any(|r| r["reason_code"] == json!("UPSTREAM_FAILED") && r["detail"].to_string().contains("weather.slow")),
         "the failed call is audited with its reason"
     );
+}
+
+/// An effectful upstream tool (`upstream_operation`) is a durable operation the edge performs:
+/// the idempotency key reaches the upstream and a retry is a replay, never a second call; the
+/// result is the attempt's evidence; an upstream error fails it; a call cut off after it was
+/// sent leaves its effect unknown (and a retry does not call again); an unreachable upstream is
+/// refused before any attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effectful_upstream_tool_is_one_durable_operation() {
+    let mut upstream = UpstreamServer::start(&[]);
+    let dev = Dev::start().await;
+    add(&dev, &upstream.url(), "2026-07-28", "none");
+    // Set before the approval, so an edge that serves the approved tools has the timeout too.
+    dev.cli_ok(&["upstream", "set", "--tenant", "demo", "weather", "--call-timeout-ms", "1000"]);
+    dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
+    let scopes = [
+        "tools:call:weather.forecast",
+        "tools:call:weather.order",
+        "tools:call:weather.slow_order",
+        "ops:read",
+        "resources:read",
+    ];
+    let token = dev.token("buyer", &scopes).await;
+    let order = |sku: &str, key: &str| {
+        let (sku, key, token) = (sku.to_string(), key.to_string(), token.clone());
+        let url = dev.mcp().to_string();
+        async move {
+            let params = json!({"name": "weather.order", "arguments": {"sku": sku},
+                                "_meta": {"io.writ/idempotencyKey": key}});
+            rpc(&url, Some(&token), "tools/call", params).await.2
+        }
+    };
+    eventually("the approval reaches the edge", Duration::from_secs(20), || async {
+        let r = dev.call(&token, "weather.forecast", json!({"city": "Rome"})).await;
+        (r["result"]["isError"] != json!(true) && r["error"].is_null()).then_some(())
+    })
+    .await;
+
+    // One call: the upstream's answer, the operation beside it, the key passed upstream.
+    let first = order("A-1", "order-1").await;
+    let result = &first["result"];
+    assert_eq!(result["isError"], json!(false), "{first}");
+    let operation = &result["_meta"]["writ/operation"];
+    let id = operation["operation_id"].as_str().expect("the operation").to_string();
+    assert_eq!(
+        result["structuredContent"],
+        json!({"order_id": "order-A-1", "sku": "A-1", "key": "order-1", "operation": id})
+    );
+    assert_eq!((operation["state"].as_str(), operation["attempts"].as_u64()), (Some("effect_reported"), Some(1)));
+    let hash = operation["evidence"][0]["content_hash"].as_str().expect("the result as evidence").to_string();
+    // A retry is a replay: the same operation, no second call; another payload is refused.
+    let again = order("A-1", "order-1").await;
+    let replay = &again["result"]["structuredContent"];
+    assert_eq!((replay["operation_id"].as_str(), replay["replayed"].as_bool()), (Some(id.as_str()), Some(true)));
+    let reused = order("B-2", "order-1").await;
+    assert_eq!(reason(&reused), "IDEMPOTENCY_KEY_REUSED", "{reused}");
+    assert_eq!(upstream.calls("place_order"), 1, "one call for the key, whatever the retries");
+    // The upstream's answer is the attempt's evidence, read back by its hash.
+    let uri = format!("writ://operations/{id}/evidence/{hash}");
+    assert_eq!(operation["evidence"][0]["evidence_return_ref"], json!(uri), "{first}");
+    let evidence = rpc(dev.mcp(), Some(&token), "resources/read", json!({"uri": uri})).await.2;
+    assert!(evidence.to_string().contains("order-A-1"), "{evidence}");
+
+    // The upstream's own error: no effect, the operation failed.
+    let failed = order("out-of-stock", "order-2").await;
+    assert_eq!(failed["result"]["isError"], json!(true), "{failed}");
+    assert_eq!(failed["result"]["_meta"]["writ/operation"]["state"], json!("failed"), "{failed}");
+
+    // Cut off after it was sent: the effect is unknown, and a retry does not call again.
+    let slow = |key: &str| {
+        let params = json!({"name": "weather.slow_order", "arguments": {"seconds": 30},
+                            "_meta": {"io.writ/idempotencyKey": key}});
+        rpc(dev.mcp(), Some(&token), "tools/call", params)
+    };
+    let cut = slow("slow-1").await.2;
+    assert_eq!(reason(&cut), "UPSTREAM_FAILED", "{cut}");
+    assert_eq!(cut["result"]["_meta"]["writ/operation"]["state"], json!("unknown_effect"), "{cut}");
+    let retried = slow("slow-1").await.2;
+    assert_eq!(retried["result"]["structuredContent"]["state"], json!("unknown_effect"), "{retried}");
+    assert_eq!(upstream.calls("slow"), 1);
+
+    // Unreachable: refused before any attempt (nothing was sent), the operation failed unattempted.
+    upstream.kill();
+    let down = order("C-3", "order-3").await;
+    assert_eq!(reason(&down), "UPSTREAM_FAILED", "{down}");
+    let op = &down["result"]["_meta"]["writ/operation"];
+    assert_eq!((op["state"].as_str(), op["attempts"].as_u64()), (Some("failed"), Some(0)), "{down}");
+    let audit = dev.audit().await;
+    assert!(audit.iter().any(|r| r["detail"].to_string().contains("weather.order")), "the calls are audited");
 }
 
 /// Drift pinning: a changed upstream (description and schema) becomes a pending diff; agents

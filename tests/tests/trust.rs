@@ -27,6 +27,17 @@ fn submit(command: Command) -> Value {
     serde_json::to_value(SubmitRequest { trace_id: "trust-test".into(), command }).expect("json")
 }
 
+/// A start of a missing operation claimed for `claimant`.
+fn start_as(claimant: &str, tenant_id: &str) -> Command {
+    Command::StartAttempt {
+        tenant_id: tenant_id.into(),
+        operation_id: "op-missing".into(),
+        executor_id: claimant.into(),
+        fencing_token: 0,
+        lease_ms: 1000,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
     let cluster = Cluster::start(3).await;
@@ -79,6 +90,23 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         ),
         ("/raft/vote", json!({})),
         ("/raft/append", json!({})),
+        // It records its own upstream fuses and performs upstream operations as itself only.
+        (
+            "/client/submit",
+            submit(Command::SetUpstreamFuse {
+                tenant_id: tenant_id.clone(),
+                name: "shop".into(),
+                edge_id: "another-edge".into(),
+                fuse: writ_api::upstream::FuseV1 {
+                    open: true,
+                    failures: 3,
+                    reason: "x".into(),
+                    config_version: 1,
+                    changed_at_ms: 0,
+                },
+            }),
+        ),
+        ("/client/submit", submit(start_as("edge:another-edge", &tenant_id))),
     ];
     for (path, body) in &refused {
         let (status, reason) = post(&edge, &format!("{url}{path}"), body).await;
@@ -87,6 +115,9 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
     // What an edge needs passes the role gate (and meets the ledger's own rules).
     let (status, reason) = post(&edge, &format!("{url}/client/submit"), &submit(lease)).await;
     assert_ne!(reason, "PEER_FORBIDDEN", "{status}");
+    let (status, reason) =
+        post(&edge, &format!("{url}/client/submit"), &submit(start_as("edge:intruder", &tenant_id))).await;
+    assert_eq!((status, reason.as_str()), (StatusCode::OK, "OPERATION_NOT_FOUND"), "as itself: the ledger decides");
     assert!(edge.get(format!("{url}/client/status")).send().await.expect("status").status().is_success());
     // An edge may submit operations, but the ledger re-derives their authority: a token it
     // never issued, or an input the action's schema forbids, is refused; nothing is recorded.

@@ -28,25 +28,39 @@ const CALLS_IN_FLIGHT_MAX: usize = 64;
 /// Pages of `tools/list` read at most (each page bounded by the response size limit).
 const LIST_PAGES_MAX: usize = 64;
 
-/// Why an upstream call failed, and whether it counts against the upstream's fuse: the
-/// upstream could not be reached, timed out, broke the protocol or failed internally (counts),
-/// or refused the arguments as invalid (an answer, does not count).
+/// Why an upstream call failed; whether it counts against the upstream's fuse: the upstream
+/// could not be reached, timed out, broke the protocol or failed internally (counts), or
+/// refused the arguments as invalid (an answer, does not count); and whether it is
+/// `unanswered`: the request may have reached the upstream and no answer says what came of it
+/// (a timeout, a connection lost during the call, an answer too large to read) — for a call
+/// with an effect, the effect is unknown.
 #[derive(Debug, Clone)]
 pub struct UpstreamError {
     pub rejection: Rejection,
     pub counts: bool,
+    pub unanswered: bool,
 }
 
 impl UpstreamError {
     fn failed(message: impl Into<String>) -> UpstreamError {
-        UpstreamError { rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message), counts: true }
+        UpstreamError {
+            rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message),
+            counts: true,
+            unanswered: false,
+        }
+    }
+
+    /// A failure after the request went out, with no answer.
+    fn unanswered(mut self) -> UpstreamError {
+        self.unanswered = true;
+        self
     }
 }
 
 impl From<Rejection> for UpstreamError {
     fn from(rejection: Rejection) -> UpstreamError {
         let counts = rejection.reason == ReasonCode::UPSTREAM_FAILED;
-        UpstreamError { rejection, counts }
+        UpstreamError { rejection, counts, unanswered: false }
     }
 }
 
@@ -242,20 +256,24 @@ impl Connection {
             .map_err(|_| UpstreamError::failed(format!("tools/list took longer than {:?}", self.call_timeout)))?
     }
 
-    /// Calls `tool` with `arguments`, within the call timeout and `deadline` (the request's
-    /// own), and returns the `CallToolResult` as JSON; the upstream's progress notifications go
-    /// to `progress` as they come. A result that asks for input or becomes a task is not
-    /// relayed (a failure of the upstream, for now). A call cut off by its timeout, or dropped
-    /// by its caller, is cancelled upstream.
+    /// Calls `tool` with `arguments` (and `meta` as the request's `_meta`), within the call
+    /// timeout and `deadline` (the request's own), and returns the `CallToolResult` as JSON;
+    /// the upstream's progress notifications go to `progress` as they come. A result that asks
+    /// for input or becomes a task is not relayed (a failure of the upstream, for now). A call
+    /// cut off by its timeout, or dropped by its caller, is cancelled upstream.
     pub async fn call(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, Value>,
+        meta: Option<serde_json::Map<String, Value>>,
         deadline: Option<Duration>,
         progress: Option<tokio::sync::mpsc::Sender<Progress>>,
     ) -> Result<Value, UpstreamError> {
         let limit = deadline.map_or(self.call_timeout, |d| d.min(self.call_timeout));
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        if let Some(meta) = meta {
+            params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut handle = self
             .service
@@ -290,10 +308,11 @@ impl Connection {
         };
         let answer = tokio::time::timeout(limit, relay)
             .await
-            .map_err(|_| UpstreamError::failed(format!("the upstream did not answer within {limit:?}")))?;
+            .map_err(|_| UpstreamError::failed(format!("the upstream did not answer within {limit:?}")).unanswered())?;
         // Answered (or the connection ended): nothing to cancel.
         pending.0 = None;
-        let answer = answer.map_err(|_| UpstreamError::failed("the upstream connection closed during the call"))?;
+        let answer =
+            answer.map_err(|_| UpstreamError::failed("the upstream connection closed during the call").unanswered())?;
         match answer {
             Ok(ServerResult::CallToolResult(result)) => {
                 serde_json::to_value(&result).map_err(|e| UpstreamError::failed(e.to_string()))
@@ -306,7 +325,11 @@ impl Connection {
             Err(rmcp::ServiceError::McpError(e)) => {
                 let counts = e.code != rmcp::model::ErrorCode::INVALID_PARAMS;
                 let message = format!("the upstream answered error {}: {}", e.code.0, e.message);
-                Err(UpstreamError { rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message), counts })
+                Err(UpstreamError {
+                    rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message),
+                    counts,
+                    unanswered: false,
+                })
             }
             Err(e) if too_large(&e) => Err(UpstreamError {
                 rejection: Rejection::new(
@@ -314,8 +337,10 @@ impl Connection {
                     format!("the upstream's result exceeds {UPSTREAM_RESULT_BYTES_MAX} bytes"),
                 ),
                 counts: false,
+                unanswered: true,
             }),
-            Err(e) => Err(UpstreamError::failed(format!("tools/call failed: {e}"))),
+            // A transport failure after the request was handed over.
+            Err(e) => Err(UpstreamError::failed(format!("tools/call failed: {e}")).unanswered()),
         }
     }
 

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::prelude::*;
+use crate::catalog::Execution;
 use crate::operation::*;
 use crate::principal::PrincipalState;
 use crate::state::idempotency_slot;
@@ -437,9 +438,26 @@ fn approver_may_approve(
 /// it (an active executor of the tenant enrolled for the operation's device; any of its
 /// executors when it drives none), recorded as its dispatch in the same entry. An operation
 /// already dispatched (a log written before starts claimed) is the executor's it went to.
+///
+/// An upstream operation (`Execution::UpstreamOperation`) is claimed only by an edge, named
+/// `edge:<id>` ([`crate::ledger::EDGE_PERFORMER_PREFIX`]; the node checks the id is the
+/// submitting edge's own), and an edge claims nothing else: to the other side the operation
+/// does not exist.
 fn claim(state: &LedgerState, op: &Operation, executor_id: &str, what: &str) -> Result<Vec<Event>, Rejection> {
+    let by_edge = executor_id.strip_prefix(crate::ledger::EDGE_PERFORMER_PREFIX);
+    let upstream = state.upstream_operation(&op.tenant_id, &op.spec.operation_id);
     match (op.state, op.executor_id.as_deref()) {
         (OperationState::Dispatched, Some(e)) if e == executor_id => Ok(vec![]),
+        (OperationState::Reserved, _) if upstream.is_some() || by_edge.is_some() => {
+            if upstream.is_none() || by_edge.is_none_or(str::is_empty) {
+                return Err(not_found(&op.spec.operation_id));
+            }
+            Ok(vec![Event::OperationDispatchedV1 {
+                tenant_id: op.tenant_id.clone(),
+                operation_id: op.spec.operation_id.clone(),
+                executor_id: executor_id.to_string(),
+            }])
+        }
         (OperationState::Reserved, _) => {
             let executor = state.executors.get(&op.tenant_id).and_then(|m| m.get(executor_id)).ok_or_else(|| {
                 Rejection::new(ReasonCode::EXECUTOR_NOT_FOUND, format!("no executor '{executor_id}'"))
@@ -531,6 +549,17 @@ fn submit(
         ));
     }
     let mut events = vec![Event::OperationSubmittedV1 { tenant_id: tenant_id.to_string(), spec: spec.clone() }];
+    if let Some(Execution::UpstreamOperation(target)) = state
+        .catalog(tenant_id, None)
+        .and_then(|c| c.catalog.actions.iter().find(|a| a.id == spec.action))
+        .map(|a| &a.execution)
+    {
+        events.push(Event::OperationUpstreamBoundV1 {
+            tenant_id: tenant_id.to_string(),
+            operation_id: spec.operation_id.clone(),
+            target: target.clone(),
+        });
+    }
     events.extend(used);
     // Waiting for its requester's input: neither verified nor reserved yet.
     if spec.input_requests.is_empty() {
@@ -607,6 +636,9 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         }
         Command::DispatchOperation { operation_id, executor_id, .. } => {
             let op = find(state, tenant_id, operation_id)?;
+            if state.upstream_operation(tenant_id, operation_id).is_some() {
+                return Err(not_found(operation_id)); // an edge's to perform, never dispatched
+            }
             match (op.state, &op.executor_id) {
                 (Dispatched, Some(e)) if e == executor_id => Ok(vec![]),
                 (Reserved, _) => Ok(vec![Event::OperationDispatchedV1 {
