@@ -47,11 +47,21 @@ impl Notifier {
     }
 
     pub async fn log(&self, level: &str, data: Value) {
+        self.log_as(level, "writ-edge", data).await
+    }
+
+    /// A log message of `logger` (e.g. a relayed upstream's), at or above the request's level.
+    pub async fn log_as(&self, level: &str, logger: &str, data: Value) {
         let wanted = LEVELS.iter().position(|l| *l == level).unwrap_or(0);
         if self.log_level.is_some_and(|min| wanted >= min) {
-            let params = json!({"level": level, "logger": "writ-edge", "data": data});
+            let params = json!({"level": level, "logger": logger, "data": data});
             let _ = self.tx.send(Msg::Notification(jsonrpc::notification("notifications/message", params))).await;
         }
+    }
+
+    /// The least severe level the request asked log messages for, if it asked for any.
+    pub fn log_level(&self) -> Option<&'static str> {
+        self.log_level.and_then(|i| LEVELS.get(i).copied())
     }
 }
 

@@ -357,22 +357,65 @@ impl Upstreams {
         meta: Option<serde_json::Map<String, Value>>,
         notify: Option<&crate::reply::Notifier>,
     ) -> Result<Value, UpstreamError> {
-        let connection = self.connection(t).await?;
+        // A call whose client asked for log messages gets a connection of its own: MCP ties a
+        // log message to no request, so only that tells whose the upstream's messages are.
+        let (connection, mut logs) = match notify.and_then(|n| n.log_level()) {
+            Some(level) => {
+                let (c, logs) = writ_client::upstream::connect_for_logs(&t.spec, level).await?;
+                (Arc::new(c), Some(logs))
+            }
+            None => (self.connection(t).await?, None),
+        };
+        let logger = format!("upstream:{}", t.upstream);
+        let relay_log = |m: writ_client::upstream::LogMessage| {
+            let logger = match &m.logger {
+                Some(l) => format!("{logger}/{l}"),
+                None => logger.clone(),
+            };
+            async move {
+                if let Some(n) = notify {
+                    n.log_as(&m.level, &logger, m.data).await
+                }
+            }
+        };
         let started = Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let call = connection.call(&t.tool.name, arguments, meta, None, notify.map(|_| tx));
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                result = &mut call => break result,
-                Some(p) = rx.recv() => {
-                    if let Some(n) = notify {
-                        n.progress(p.progress, p.total, p.message.as_deref().unwrap_or("")).await
+        let result = {
+            let call = connection.call(&t.tool.name, arguments, meta, None, notify.map(|_| tx));
+            tokio::pin!(call);
+            loop {
+                let next_log = async {
+                    match logs.as_mut() {
+                        Some(l) => l.recv().await,
+                        None => std::future::pending().await,
                     }
+                };
+                tokio::select! {
+                    result = &mut call => break result,
+                    Some(p) = rx.recv() => {
+                        if let Some(n) = notify {
+                            n.progress(p.progress, p.total, p.message.as_deref().unwrap_or("")).await
+                        }
+                    }
+                    Some(m) = next_log => relay_log(m).await,
                 }
             }
         };
         metrics::histogram!("writ_upstream_call_seconds").record(started.elapsed().as_secs_f64());
+        if let Some(mut logs) = logs {
+            // The call's own connection ends; the messages the upstream sent before its answer
+            // are relayed first (rmcp hands each to a task of its own, so some may still be on
+            // their way: the queue ends when the last of them is done with the connection).
+            let drain = async {
+                if let Ok(c) = Arc::try_unwrap(connection) {
+                    c.close().await;
+                }
+                while let Some(m) = logs.recv().await {
+                    relay_log(m).await;
+                }
+            };
+            let _ = tokio::time::timeout(LOGS_DRAIN_MAX, drain).await;
+        }
         result
     }
 
@@ -500,6 +543,9 @@ impl Upstreams {
     }
 }
 
+/// How long a call that asked for logs waits, after the upstream answered, for the log
+/// messages still on their way and its connection's end.
+const LOGS_DRAIN_MAX: Duration = Duration::from_secs(2);
 /// Lease an edge's attempt keeps beyond the longest its call can take.
 const PERFORM_LEASE_MARGIN_MS: u64 = 5_000;
 /// How long an answer waits for the ledger to mark an unanswered call's effect unknown.

@@ -10,7 +10,7 @@ Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
 
 Tools: `forecast` (read-only and idempotent; structured output), `place_order` (an effect:
 echoes the idempotency key and operation id Writ sent in `_meta`; `out-of-stock` fails), `slow` (sleeps as long as
-asked), `steps` (reports progress n times), `huge` (a result of N bytes), `bad_output` (structured output that breaks its own
+asked), `steps` (reports progress n times), `chatty` (logs n messages), `huge` (a result of N bytes), `bad_output` (structured output that breaks its own
 output schema). Variant v2 changes `forecast`'s description and adds a required argument.
 """
 
@@ -97,6 +97,13 @@ def build(variant):
             await ctx.report_progress(i, n, f"step {i} of {n}")
             await asyncio.sleep(0.05)
         return f"{n} steps"
+
+    @server.tool(description="Logs n messages (info), then answers.")
+    async def chatty(n: int, ctx: Context) -> str:
+        say("CALL chatty " + json.dumps({"n": n}))
+        for i in range(1, n + 1):
+            await ctx.info(f"message {i} of {n}", logger_name="chatty")
+        return f"{n} messages"
 
     @server.tool(description="Answers with a text of the given size.")
     def huge(size: int) -> str:

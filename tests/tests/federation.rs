@@ -29,6 +29,9 @@ fn catalog() -> Value {
         {"id": "weather.steps", "title": "Steps", "risk": "low",
          "input_schema": object(json!({"n": {"type": "integer", "maximum": 10}}), json!(["n"])),
          "execution": {"upstream": "weather/steps"}},
+        {"id": "weather.chatty", "title": "Chatty", "risk": "low",
+         "input_schema": object(json!({"n": {"type": "integer", "maximum": 10}}), json!(["n"])),
+         "execution": {"upstream": "weather/chatty"}},
         {"id": "weather.huge", "title": "Huge", "description": "Big.", "risk": "low",
          "input_schema": object(json!({"size": {"type": "integer"}}), json!(["size"])),
          "execution": {"upstream": "weather/huge"}},
@@ -122,10 +125,16 @@ fn established_to(port: u16) -> usize {
 
 /// The official Python client lists the edge's tools and calls `tool` through it.
 async fn python_call(dev: &Dev, token: &str, tool: &str, args: Value) -> Value {
+    python_call_logged(dev, token, tool, args, None).await
+}
+
+/// [`python_call`], asking for log messages at `log_level` when given.
+async fn python_call_logged(dev: &Dev, token: &str, tool: &str, args: Value, log_level: Option<&str>) -> Value {
     let out = tokio::process::Command::new("python3")
         .current_dir(python_dir())
         .arg(python_dir().join("call_tool.py"))
         .args([dev.mcp(), token, tool, &args.to_string()])
+        .args(log_level)
         .output()
         .await
         .expect("python3 runs (make pydeps installs mcp)");
@@ -157,7 +166,8 @@ async fn upstream_tools_serve_in_both_eras_once_approved() {
     for protocol in ["2026-07-28", "2025-11-25", "auto"] {
         let upstream = UpstreamServer::start(&["--token", "upstream-secret-7f3a"]);
         let dev = Dev::start().await;
-        let token = dev.token("reader", &["tools:call:weather.forecast", "tools:call:weather.unpinned"]).await;
+        let scopes = ["tools:call:weather.forecast", "tools:call:weather.unpinned", "tools:call:weather.chatty"];
+        let token = dev.token("reader", &scopes).await;
         add(&dev, &upstream.url(), protocol, &auth);
         // Nothing is served before an operator approved the upstream's tools.
         let early = dev.call(&token, "weather.forecast", json!({"city": "Oslo"})).await;
@@ -181,6 +191,19 @@ async fn upstream_tools_serve_in_both_eras_once_approved() {
         assert!(report["tools"].as_array().unwrap().contains(&json!("weather.forecast")));
         assert_eq!(report["descriptions"]["weather.forecast"], json!("Today's forecast for a city."), "pinned text");
         assert_eq!(upstream.calls("forecast"), 1, "{protocol}");
+        // The upstream's log messages of a call reach the client that asked for them (and only
+        // at its level): `_meta` logLevel in 2026-07-28, `logging/setLevel` on a 2025-11-25 session.
+        let logged = python_call_logged(&dev, &token, "weather.chatty", json!({"n": 3}), Some("info")).await;
+        assert_eq!(logged["result"]["texts"], json!(["3 messages"]), "{protocol}: {logged}");
+        let messages: Vec<&Value> = logged["logs"].as_array().unwrap().iter().map(|l| &l["data"]).collect();
+        assert_eq!(
+            messages,
+            [&json!("message 1 of 3"), &json!("message 2 of 3"), &json!("message 3 of 3")],
+            "{protocol}: {logged}"
+        );
+        assert_eq!(logged["logs"][0]["logger"], json!("upstream:weather/chatty"), "{logged}");
+        let quiet = python_call_logged(&dev, &token, "weather.chatty", json!({"n": 2}), Some("error")).await;
+        assert_eq!(quiet["logs"], json!([]), "below the level asked for: {quiet}");
         assert!(
             upstream.auth_headers().iter().all(|h| h == "Bearer upstream-secret-7f3a"),
             "{:?}",

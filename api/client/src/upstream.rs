@@ -80,6 +80,9 @@ fn too_large(e: &rmcp::ServiceError) -> bool {
     false
 }
 
+/// The request `_meta` key asking a 2026-07-28 server for the request's log messages.
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
 /// One progress notification of an upstream call, as it is relayed to the caller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
@@ -88,12 +91,26 @@ pub struct Progress {
     pub message: Option<String>,
 }
 
-/// The client side of the connection: Writ's client info, and the progress notifications
-/// routed to the calls that asked for them (by the progress token rmcp gave each request).
+/// One log message of an upstream call (`notifications/message`), as it is relayed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogMessage {
+    pub level: String,
+    pub logger: Option<String>,
+    pub data: Value,
+}
+
+/// Log messages queued for the caller at most (more are dropped: a chatty upstream cannot
+/// hold the call up).
+const LOGS_QUEUED_MAX: usize = 64;
+
+/// The client side of the connection: Writ's client info, the progress notifications routed
+/// to the calls that asked for them (by the progress token rmcp gave each request), and — on
+/// a connection opened for one call that asked for logs ([`connect_for_logs`]) — its log messages.
 #[derive(Clone)]
 struct Relay {
     info: ClientConfig,
     progress: ProgressDispatcher,
+    logs: Option<tokio::sync::mpsc::Sender<LogMessage>>,
 }
 
 impl rmcp::ClientHandler for Relay {
@@ -107,6 +124,20 @@ impl rmcp::ClientHandler for Relay {
         _context: NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + MaybeSendFuture + '_ {
         self.progress.handle_notification(params)
+    }
+
+    #[allow(deprecated)] // MCP logging is deprecated (SEP-2577), still what upstreams send
+    fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + MaybeSendFuture + '_ {
+        if let Some(tx) = &self.logs {
+            let level = serde_json::to_value(params.level).ok().and_then(|v| v.as_str().map(str::to_string));
+            let message = LogMessage { level: level.unwrap_or_default(), logger: params.logger, data: params.data };
+            let _ = tx.try_send(message);
+        }
+        std::future::ready(())
     }
 }
 
@@ -129,6 +160,8 @@ pub struct Connection {
     service: RunningService<RoleClient, Relay>,
     progress: ProgressDispatcher,
     call_timeout: Duration,
+    /// The log level its calls ask for (a connection of [`connect_for_logs`]).
+    log_level: Option<String>,
 }
 
 /// Resolves a credential reference on this host: the bearer token, or why it cannot be read
@@ -176,6 +209,36 @@ fn http_client(spec: &UpstreamSpecV1) -> Result<reqwest::Client, UpstreamError> 
 /// Connects to the upstream (`server/discover` or `initialize`, as its protocol says) within
 /// its connect timeout.
 pub async fn connect(spec: &UpstreamSpecV1) -> Result<Connection, UpstreamError> {
+    connect_with(spec, None).await
+}
+
+/// A connection for one call that asks for the upstream's log messages at `level` and above
+/// (an MCP level name), which go to the receiver: MCP ties a message to no request, so only a
+/// connection of its own tells whose it is. Its calls carry the level in `_meta` (2026-07-28);
+/// a 2025-11-25 session is set to it with `logging/setLevel`.
+pub async fn connect_for_logs(
+    spec: &UpstreamSpecV1,
+    level: &str,
+) -> Result<(Connection, tokio::sync::mpsc::Receiver<LogMessage>), UpstreamError> {
+    let (tx, rx) = tokio::sync::mpsc::channel(LOGS_QUEUED_MAX);
+    let mut connection = connect_with(spec, Some(tx)).await?;
+    #[allow(deprecated)] // MCP logging is deprecated (SEP-2577), still what upstreams send
+    if connection.protocol_version().as_deref() == Some("2025-11-25") {
+        let level: rmcp::model::LoggingLevel = serde_json::from_value(Value::String(level.to_string()))
+            .map_err(|_| UpstreamError::failed(format!("'{level}' is no log level")))?;
+        let params = rmcp::model::SetLevelRequestParams::new(level);
+        let set = tokio::time::timeout(connection.call_timeout, connection.service.peer().set_level(params));
+        // An upstream that does not log still serves the call.
+        let _ = set.await;
+    }
+    connection.log_level = Some(level.to_string());
+    Ok((connection, rx))
+}
+
+async fn connect_with(
+    spec: &UpstreamSpecV1,
+    logs: Option<tokio::sync::mpsc::Sender<LogMessage>>,
+) -> Result<Connection, UpstreamError> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.clone());
     config.allow_stateless = true;
     config.max_json_response_size = UPSTREAM_RESULT_BYTES_MAX;
@@ -199,14 +262,15 @@ pub async fn connect(spec: &UpstreamSpecV1) -> Result<Connection, UpstreamError>
         ClientConfig::new(ClientCapabilities::default(), Implementation::new("writ-edge", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::V_2025_11_25);
     let progress = ProgressDispatcher::new();
-    let relay = Relay { info, progress: progress.clone() };
+    let relay = Relay { info, progress: progress.clone(), logs };
     // `auto` may wait for a discover answer before it falls back: bound the whole handshake.
     let handshake = Duration::from_millis(spec.connect_timeout_ms.saturating_mul(2));
     let service = tokio::time::timeout(handshake, relay.serve_with_lifecycle(transport, lifecycle))
         .await
         .map_err(|_| UpstreamError::failed(format!("no handshake with the upstream within {handshake:?}")))?
         .map_err(|e| UpstreamError::failed(format!("handshake with the upstream failed: {e}")))?;
-    Ok(Connection { service, progress, call_timeout: Duration::from_millis(spec.call_timeout_ms) })
+    let call_timeout = Duration::from_millis(spec.call_timeout_ms);
+    Ok(Connection { service, progress, call_timeout, log_level: None })
 }
 
 impl Connection {
@@ -271,7 +335,11 @@ impl Connection {
     ) -> Result<Value, UpstreamError> {
         let limit = deadline.map_or(self.call_timeout, |d| d.min(self.call_timeout));
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        if let Some(meta) = meta {
+        let mut meta = meta.unwrap_or_default();
+        if let Some(level) = &self.log_level {
+            meta.insert(META_LOG_LEVEL.into(), Value::String(level.clone()));
+        }
+        if !meta.is_empty() {
             params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
