@@ -428,7 +428,8 @@ pub enum Command {
 /// `LEDGER_VERSION_GATED` until the last member runs the new build.
 /// 1: everything before the gate existed. 2: work items, coded refusals, scope grants, tenant
 /// delete and purge, evidence. 3: retention (`Command::ApplyRetention`). 4: upstream MCP servers.
-/// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`).
+/// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`)
+/// and OAuth client credentials for upstreams.
 pub const LEDGER_VERSION: u32 = 5;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
@@ -590,6 +591,12 @@ impl Command {
                 })
                 .max()
                 .unwrap_or(1),
+            // OAuth client credentials came with version 5.
+            Command::PutUpstream { spec, .. }
+                if matches!(spec.auth, crate::upstream::UpstreamAuthV1::OauthClientCredentials { .. }) =>
+            {
+                5
+            }
             Command::PutUpstream { .. }
             | Command::RemoveUpstream { .. }
             | Command::ObserveUpstreamTools { .. }

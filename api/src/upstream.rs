@@ -87,13 +87,45 @@ impl UpstreamProtocol {
 }
 
 /// Where the bearer token sent to the upstream comes from: nowhere, an environment variable of
-/// the calling process, or a file on the calling host. Never the token itself.
+/// the calling process, a file on the calling host, or an OAuth 2.0 token endpoint the calling
+/// process asks with client credentials (RFC 6749 §4.4) whose secret is such a reference. Never
+/// a token or a secret itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UpstreamAuthV1 {
     None,
-    BearerEnv { var: String },
-    BearerFile { path: String },
+    BearerEnv {
+        var: String,
+    },
+    BearerFile {
+        path: String,
+    },
+    OauthClientCredentials {
+        /// The authorization server's token endpoint (the upstream's URL rules).
+        token_url: String,
+        client_id: String,
+        /// The client secret's reference: `env:WRIT_UPSTREAM_…` or `file:/…/upstream-…`.
+        secret: String,
+        /// The scope asked for, if any.
+        scope: Option<String>,
+    },
+}
+
+/// Bytes of an OAuth client id and of a scope, at most.
+pub const OAUTH_CLIENT_ID_BYTES_MAX: usize = 256;
+pub const OAUTH_SCOPE_BYTES_MAX: usize = 1024;
+
+/// `POST …/upstreams` and `PATCH …/upstreams/{name}`: OAuth 2.0 client credentials instead of
+/// a bearer reference (`auth`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OauthBody {
+    pub token_url: String,
+    pub client_id: String,
+    /// `env:WRIT_UPSTREAM_…` or `file:/…/upstream-…`.
+    pub secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 impl UpstreamAuthV1 {
@@ -119,6 +151,33 @@ impl UpstreamAuthV1 {
     fn validate(&self) -> Result<(), Rejection> {
         match self {
             UpstreamAuthV1::None => Ok(()),
+            UpstreamAuthV1::OauthClientCredentials { token_url, client_id, secret, scope } => {
+                validate_url("token_url", token_url)?;
+                let id_ok = (1..=OAUTH_CLIENT_ID_BYTES_MAX).contains(&client_id.len())
+                    && client_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b));
+                if !id_ok {
+                    return Err(invalid(format!(
+                        "client_id must be 1..={OAUTH_CLIENT_ID_BYTES_MAX} of [A-Za-z0-9._~-]"
+                    )));
+                }
+                if !matches!(
+                    UpstreamAuthV1::parse(secret),
+                    Ok(UpstreamAuthV1::BearerEnv { .. } | UpstreamAuthV1::BearerFile { .. })
+                ) {
+                    return Err(invalid(
+                        "the client secret must be a reference: env:WRIT_UPSTREAM_… or file:/…/upstream-…",
+                    ));
+                }
+                let scope_ok = scope.as_ref().is_none_or(|s| {
+                    (1..=OAUTH_SCOPE_BYTES_MAX).contains(&s.len())
+                        && s.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+                });
+                scope_ok.then_some(()).ok_or_else(|| {
+                    invalid(format!(
+                        "scope must be 1..={OAUTH_SCOPE_BYTES_MAX} printable ASCII bytes (no quote or backslash)"
+                    ))
+                })
+            }
             UpstreamAuthV1::BearerEnv { var } => {
                 let ok = var.len() > UPSTREAM_ENV_PREFIX.len()
                     && var.len() <= 128
@@ -149,7 +208,32 @@ impl UpstreamAuthV1 {
             UpstreamAuthV1::None => "none".into(),
             UpstreamAuthV1::BearerEnv { var } => format!("env:{var}"),
             UpstreamAuthV1::BearerFile { path } => format!("file:{path}"),
+            UpstreamAuthV1::OauthClientCredentials { token_url, client_id, secret, .. } => {
+                format!("oauth client credentials: {client_id} at {token_url}, secret {secret}")
+            }
         }
+    }
+}
+
+/// A URL Writ calls on a tenant's behalf (`what` names the field): `https://`, or plain
+/// `http://` only to a literal loopback address; a host, no user info, no spaces.
+fn validate_url(what: &str, url: &str) -> Result<(), Rejection> {
+    if url.len() > UPSTREAM_URL_BYTES_MAX {
+        return Err(invalid(format!("{what} exceeds {UPSTREAM_URL_BYTES_MAX} bytes")));
+    }
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid(format!("{what} '{url}' has no scheme")))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_only = host.rsplit_once(':').filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    let host_name = host_only.map_or(host, |(h, _)| h);
+    if host_name.is_empty() || host.contains('@') || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(format!("{what} '{url}' must name a host (no user info, no spaces)")));
+    }
+    let loopback = ["127.0.0.1", "[::1]"].contains(&host_name) || host_name.starts_with("127.");
+    match scheme {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err(invalid(format!("{what} must be https:// (plain http only to a literal loopback address)"))),
+        other => Err(invalid(format!("{what} scheme '{other}' is not https"))),
     }
 }
 
@@ -180,24 +264,7 @@ impl UpstreamSpecV1 {
 
     /// Every field's rule (UPSTREAM_INVALID names the field).
     pub fn validate(&self) -> Result<(), Rejection> {
-        if self.url.len() > UPSTREAM_URL_BYTES_MAX {
-            return Err(invalid(format!("url exceeds {UPSTREAM_URL_BYTES_MAX} bytes")));
-        }
-        let (scheme, rest) =
-            self.url.split_once("://").ok_or_else(|| invalid(format!("url '{}' has no scheme", self.url)))?;
-        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        let host_only = host.rsplit_once(':').filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-        let host_name = host_only.map_or(host, |(h, _)| h);
-        if host_name.is_empty() || host.contains('@') || self.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(invalid(format!("url '{}' must name a host (no user info, no spaces)", self.url)));
-        }
-        let loopback = ["127.0.0.1", "[::1]"].contains(&host_name) || host_name.starts_with("127.");
-        match scheme {
-            "https" => {}
-            "http" if loopback => {}
-            "http" => return Err(invalid("url must be https:// (plain http only to a literal loopback address)")),
-            other => return Err(invalid(format!("url scheme '{other}' is not https"))),
-        }
+        validate_url("url", &self.url)?;
         self.auth.validate()?;
         if let Some(ca) = &self.ca_pem {
             if ca.len() > UPSTREAM_CA_BYTES_MAX {
@@ -421,6 +488,9 @@ pub struct UpstreamBody {
     /// `none`, `env:WRIT_UPSTREAM_…` or `file:/…/upstream-…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<String>,
+    /// OAuth 2.0 client credentials instead of `auth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OauthBody>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_pem: Option<String>,
     /// `2026-07-28`, `2025-11-25` or `auto`.
@@ -438,8 +508,18 @@ impl UpstreamBody {
         if let Some(url) = &self.url {
             base.url = url.clone();
         }
-        if let Some(auth) = &self.auth {
-            base.auth = UpstreamAuthV1::parse(auth)?;
+        match (&self.auth, &self.oauth) {
+            (Some(_), Some(_)) => return Err(invalid("give auth or oauth, not both")),
+            (Some(auth), None) => base.auth = UpstreamAuthV1::parse(auth)?,
+            (None, Some(o)) => {
+                base.auth = UpstreamAuthV1::OauthClientCredentials {
+                    token_url: o.token_url.clone(),
+                    client_id: o.client_id.clone(),
+                    secret: o.secret.clone(),
+                    scope: o.scope.clone(),
+                }
+            }
+            (None, None) => {}
         }
         if let Some(ca) = &self.ca_pem {
             base.ca_pem = (!ca.is_empty()).then(|| ca.clone());
@@ -521,6 +601,37 @@ mod tests {
         s.call_timeout_ms = CALL_TIMEOUT_MS_DEFAULT;
         s.ca_pem = Some("not pem".into());
         assert!(s.validate().unwrap_err().message.contains("ca"));
+    }
+
+    #[test]
+    fn oauth_client_credentials_name_their_secret_by_reference_only() {
+        let body = |token_url: &str, client_id: &str, secret: &str, scope: Option<&str>| UpstreamBody {
+            oauth: Some(OauthBody {
+                token_url: token_url.into(),
+                client_id: client_id.into(),
+                secret: secret.into(),
+                scope: scope.map(str::to_string),
+            }),
+            ..Default::default()
+        };
+        let base = UpstreamSpecV1::new("https://mcp.example.com/mcp");
+        let ok = body("https://auth.example.com/token", "writ-edge", "env:WRIT_UPSTREAM_SHOP_SECRET", Some("tools"));
+        let spec = ok.apply(base.clone()).unwrap();
+        assert!(matches!(spec.auth, UpstreamAuthV1::OauthClientCredentials { .. }));
+        assert!(spec.auth.label().contains("env:WRIT_UPSTREAM_SHOP_SECRET"), "{}", spec.auth.label());
+        for (bad, why) in [
+            (body("http://auth.example.com/token", "writ", "env:WRIT_UPSTREAM_S", None), "token_url"),
+            (body("https://auth.example.com/token", "a b", "env:WRIT_UPSTREAM_S", None), "client_id"),
+            (body("https://auth.example.com/token", "writ", "s3cr3t", None), "reference"),
+            (body("https://auth.example.com/token", "writ", "none", None), "reference"),
+            (body("https://auth.example.com/token", "writ", "env:WRIT_OPERATOR_TOKEN", None), "reference"),
+            (body("https://auth.example.com/token", "writ", "env:WRIT_UPSTREAM_S", Some("a\nb")), "scope"),
+        ] {
+            let e = bad.apply(base.clone()).unwrap_err();
+            assert!(e.message.contains(why), "{why}: {}", e.message);
+        }
+        let both = UpstreamBody { auth: Some("none".into()), ..ok };
+        assert!(both.apply(base).unwrap_err().message.contains("not both"));
     }
 
     #[test]

@@ -882,8 +882,21 @@ pub struct UpstreamFlags {
     mcp_url: Option<String>,
     /// Where the bearer token for the upstream comes from: none, env:WRIT_UPSTREAM_… or
     /// file:/…/upstream-… (resolved on the nodes and edges that call it; never stored).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "oauth_token_url")]
     auth: Option<String>,
+    /// OAuth 2.0 client credentials instead of --auth: the token endpoint (its access tokens are
+    /// asked for by the nodes and edges that call the upstream, and kept until they expire).
+    #[arg(long, requires_all = ["oauth_client_id", "oauth_secret"])]
+    oauth_token_url: Option<String>,
+    /// The OAuth client id.
+    #[arg(long, requires = "oauth_token_url")]
+    oauth_client_id: Option<String>,
+    /// The OAuth client secret's reference: env:WRIT_UPSTREAM_… or file:/…/upstream-….
+    #[arg(long, requires = "oauth_token_url")]
+    oauth_secret: Option<String>,
+    /// The OAuth scope to ask for.
+    #[arg(long, requires = "oauth_token_url")]
+    oauth_scope: Option<String>,
     /// A PEM file of the CA certificates to trust for the upstream (instead of the system's).
     #[arg(long)]
     mcp_ca: Option<std::path::PathBuf>,
@@ -906,6 +919,12 @@ impl UpstreamFlags {
             name: name.map(str::to_string),
             url: self.mcp_url.clone(),
             auth: self.auth.clone(),
+            oauth: self.oauth_token_url.as_ref().map(|token_url| writ_api::upstream::OauthBody {
+                token_url: token_url.clone(),
+                client_id: self.oauth_client_id.clone().unwrap_or_default(),
+                secret: self.oauth_secret.clone().unwrap_or_default(),
+                scope: self.oauth_scope.clone(),
+            }),
             ca_pem,
             protocol: self.protocol.clone(),
             connect_timeout_ms: self.connect_timeout_ms,

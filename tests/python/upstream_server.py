@@ -2,11 +2,14 @@
 (mcp 2.x), over Streamable HTTP, serving both protocol eras (2026-07-28 stateless and
 2025-11-25 with `initialize` and a session) on one endpoint.
 
-Usage: upstream_server.py [--variant v1|v2] [--token TOKEN]
+Usage: upstream_server.py [--variant v1|v2] [--token TOKEN] [--oauth CLIENT_ID:SECRET [--token-ttl S]]
 
 Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
 `CALL <tool> <json arguments>` per tool call it runs (what the tests count), and
-`AUTH <header>` when a request carries an Authorization header.
+`AUTH <header>` when a request carries an Authorization header. With `--oauth` it is its own
+OAuth 2.0 authorization server too: `POST /token` grants `client_credentials` to that client
+(HTTP Basic) with tokens living `--token-ttl` seconds (one line `TOKEN <scope>` per grant, `DENIED`
+per refusal), and the MCP endpoint takes only its live tokens.
 
 Tools: `forecast` (read-only and idempotent; structured output), `place_order` (an effect:
 echoes the idempotency key and operation id Writ sent in `_meta`; `out-of-stock` fails), `slow` (sleeps as long as
@@ -16,9 +19,13 @@ output schema). Variant v2 changes `forecast`'s description and adds a required 
 
 import argparse
 import asyncio
+import base64
 import json
+import secrets
 import socket
 import sys
+import time
+import urllib.parse
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
@@ -125,17 +132,51 @@ async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--variant", default="v1")
     parser.add_argument("--token", default=None)
+    parser.add_argument("--oauth", default=None)
+    parser.add_argument("--token-ttl", type=float, default=3600)
     args = parser.parse_args()
+    issued = {}  # token -> expiry (monotonic seconds)
     server = build(args.variant)
     app = server.streamable_http_app(host="127.0.0.1")
     inner = app
 
+    async def answer(send, status, body, content_type=b"application/json"):
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type)]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def grant(scope, receive, send):
+        headers = dict(scope.get("headers") or [])
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        form = urllib.parse.parse_qs(body.decode())
+        client_id, secret = args.oauth.split(":", 1)
+        basic = b"Basic " + base64.b64encode(f"{client_id}:{secret}".encode())
+        if headers.get(b"authorization") != basic or form.get("grant_type") != ["client_credentials"]:
+            say("DENIED")
+            await answer(send, 401, json.dumps({"error": "invalid_client"}).encode())
+            return
+        token = "tok-" + secrets.token_hex(8)
+        issued[token] = time.monotonic() + args.token_ttl
+        say("TOKEN " + (form.get("scope") or [""])[0])
+        await answer(send, 200, json.dumps({"access_token": token, "token_type": "Bearer", "expires_in": args.token_ttl}).encode())
+
     async def guarded(scope, receive, send):
+        if scope["type"] == "http" and args.oauth is not None and scope["path"] == "/token":
+            return await grant(scope, receive, send)
         if scope["type"] == "http":
             headers = dict(scope.get("headers") or [])
             auth = headers.get(b"authorization")
             if auth is not None:
                 say("AUTH " + auth.decode())
+            if args.oauth is not None:
+                token = (auth or b"").decode().removeprefix("Bearer ")
+                if issued.get(token, 0) < time.monotonic():
+                    await answer(send, 401, b"unauthorized", b"text/plain")
+                    return
             if args.token is not None and auth != f"Bearer {args.token}".encode():
                 await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
                 await send({"type": "http.response.body", "body": b"unauthorized"})

@@ -38,7 +38,7 @@ impl UpstreamServer {
         let kept = lines.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("CALL ") || line.starts_with("AUTH ") {
+                if ["CALL ", "AUTH ", "TOKEN ", "DENIED"].iter().any(|p| line.starts_with(p)) {
                     kept.lock().unwrap().push(line);
                 } else if line.starts_with('{') {
                     let _ = tx.send(line);
@@ -67,6 +67,13 @@ impl UpstreamServer {
         let prefix = format!("CALL {tool} ");
         let lines = self.lines.lock().unwrap();
         lines.iter().filter_map(|l| l.strip_prefix(&prefix)).filter_map(|a| serde_json::from_str(a).ok()).collect()
+    }
+
+    /// The access tokens it granted (with `--oauth`), by the scope asked for, and its refusals.
+    pub fn grants(&self) -> (Vec<String>, usize) {
+        let lines = self.lines.lock().unwrap();
+        let granted = lines.iter().filter_map(|l| l.strip_prefix("TOKEN ")).map(str::to_string).collect();
+        (granted, lines.iter().filter(|l| l.starts_with("DENIED")).count())
     }
 
     /// The Authorization headers it was sent.

@@ -412,6 +412,68 @@ async fn an_effectful_upstream_tool_is_one_durable_operation() {
     assert!(audit.iter().any(|r| r["detail"].to_string().contains("weather.order")), "the calls are audited");
 }
 
+/// OAuth 2.0 client credentials: the node (for `sync`) and the edge (for calls) ask the token
+/// endpoint for access tokens with the referenced secret, keep them, and renew them before they
+/// expire (the upstream here refuses expired tokens); a wrong secret is a clear refusal; the
+/// secret is nowhere in what Writ stores or shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_client_credentials_are_asked_for_kept_and_renewed() {
+    let secret = tempfile::Builder::new().prefix("upstream-").tempfile().unwrap();
+    std::fs::write(secret.path(), "client-s3cret-91\n").unwrap();
+    let upstream = UpstreamServer::start(&["--oauth", "writ-edge:client-s3cret-91", "--token-ttl", "3"]);
+    let dev = Dev::start().await;
+    let token_url = format!("http://127.0.0.1:{}/token", upstream.port);
+    let secret_ref = format!("file:{}", secret.path().display());
+    let oauth = ["--oauth-token-url", &token_url, "--oauth-client-id", "writ-edge", "--oauth-scope", "tools:read"];
+    let args =
+        ["upstream", "add", "--tenant", "demo", "weather", "--mcp-url", &upstream.url(), "--protocol", "2026-07-28"];
+    dev.cli_ok(&[&args[..], &oauth[..], &["--oauth-secret", &secret_ref]].concat());
+    let synced = dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
+    assert!(synced.contains("approved"), "{synced}");
+    let token = dev.token("reader", &["tools:call:weather.forecast"]).await;
+    // Calls keep working across the tokens' 3-second lives: the edge renews before expiry.
+    let first_token = upstream.grants().0.len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut calls = 0;
+    while upstream.grants().0.len() < first_token + 2 {
+        assert!(Instant::now() < deadline, "no renewal within 30 s: {:?}", upstream.grants());
+        let r = dev.call(&token, "weather.forecast", json!({"city": "Oslo"})).await;
+        if reason(&r) == "UPSTREAM_TOOL_NOT_PINNED" {
+            continue; // the approval is still on its way to the edge
+        }
+        assert_eq!(r["result"]["structuredContent"], json!({"city": "Oslo", "temp_c": 21}), "call {calls}: {r}");
+        calls += 1;
+    }
+    let (grants, denied) = upstream.grants();
+    assert!(calls > grants.len(), "tokens are kept between calls: {calls} calls, {} grants", grants.len());
+    assert!(grants.iter().all(|s| s == "tools:read"), "{grants:?}");
+    assert_eq!(denied, 0);
+    assert!(upstream.auth_headers().iter().all(|h| h.starts_with("Bearer tok-")), "{:?}", upstream.auth_headers());
+    // The configuration names the secret by reference only.
+    let shown = dev.cli_ok(&["upstream", "show", "--tenant", "demo", "weather"]);
+    assert!(shown.contains("writ-edge") && shown.contains(&secret_ref), "{shown}");
+    let audit = dev.audit().await;
+    for place in
+        [serde_json::to_string(&audit).unwrap(), shown, serde_json::to_string(&dev.upstream("weather").await).unwrap()]
+    {
+        assert!(!place.contains("client-s3cret-91"), "the secret leaked: {place}");
+    }
+    // A wrong secret is refused by the token endpoint, and said so.
+    let wrong = tempfile::Builder::new().prefix("upstream-").tempfile().unwrap();
+    std::fs::write(wrong.path(), "not-the-secret\n").unwrap();
+    let wrong_ref = format!("file:{}", wrong.path().display());
+    let set = ["upstream", "set", "--tenant", "demo", "weather"];
+    dev.cli_ok(
+        &[&set[..], &["--oauth-token-url", &token_url, "--oauth-client-id", "writ-edge", "--oauth-secret", &wrong_ref]]
+            .concat(),
+    );
+    let (code, out, err) = dev.dev.cli(&["upstream", "sync", "--tenant", "demo", "weather"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("refused client 'writ-edge': HTTP 401 invalid_client"), "{err}");
+    assert!(!err.contains("not-the-secret") && !out.contains("not-the-secret"));
+    assert!(upstream.grants().1 >= 1);
+}
+
 /// Drift pinning: a changed upstream (description and schema) becomes a pending diff; agents
 /// keep seeing and being checked against the pinned tool until an operator approves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,14 +103,51 @@ pub struct LogMessage {
 /// hold the call up).
 const LOGS_QUEUED_MAX: usize = 64;
 
-/// The client side of the connection: Writ's client info, the progress notifications routed
-/// to the calls that asked for them (by the progress token rmcp gave each request), and — on
-/// a connection opened for one call that asked for logs ([`connect_for_logs`]) — its log messages.
+/// The client side of the connection: Writ's client info, and the progress notifications
+/// routed to the calls that asked for them (by the progress token rmcp gave each request).
 #[derive(Clone)]
 struct Relay {
     info: ClientConfig,
     progress: ProgressDispatcher,
-    logs: Option<tokio::sync::mpsc::Sender<LogMessage>>,
+}
+
+/// The transport of a connection opened for one call that asked for logs
+/// ([`connect_for_logs`]): it hands each log message to the call as it arrives, in the order
+/// the upstream sent them and before the answer that follows them (rmcp's handlers run each
+/// notification in a task of its own, which would not keep that order).
+struct LogTap<T> {
+    inner: T,
+    logs: tokio::sync::mpsc::Sender<LogMessage>,
+}
+
+impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient> for LogTap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    #[allow(deprecated)] // MCP logging is deprecated (SEP-2577), still what upstreams send
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let rmcp::model::JsonRpcMessage::Notification(n) = &message {
+            if let rmcp::model::ServerNotification::LoggingMessageNotification(m) = &n.notification {
+                let p = &m.params;
+                let level = serde_json::to_value(p.level).ok().and_then(|v| v.as_str().map(str::to_string));
+                let log =
+                    LogMessage { level: level.unwrap_or_default(), logger: p.logger.clone(), data: p.data.clone() };
+                let _ = self.logs.try_send(log);
+            }
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 impl rmcp::ClientHandler for Relay {
@@ -124,20 +161,6 @@ impl rmcp::ClientHandler for Relay {
         _context: NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + MaybeSendFuture + '_ {
         self.progress.handle_notification(params)
-    }
-
-    #[allow(deprecated)] // MCP logging is deprecated (SEP-2577), still what upstreams send
-    fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl std::future::Future<Output = ()> + MaybeSendFuture + '_ {
-        if let Some(tx) = &self.logs {
-            let level = serde_json::to_value(params.level).ok().and_then(|v| v.as_str().map(str::to_string));
-            let message = LogMessage { level: level.unwrap_or_default(), logger: params.logger, data: params.data };
-            let _ = tx.try_send(message);
-        }
-        std::future::ready(())
     }
 }
 
@@ -162,6 +185,9 @@ pub struct Connection {
     call_timeout: Duration,
     /// The log level its calls ask for (a connection of [`connect_for_logs`]).
     log_level: Option<String>,
+    /// When its OAuth access token is due for renewal: from then on it counts as closed, so its
+    /// holder connects again with a fresh token.
+    renew_at: Option<std::time::Instant>,
 }
 
 /// Resolves a credential reference on this host: the bearer token, or why it cannot be read
@@ -172,6 +198,9 @@ pub fn resolve(auth: &UpstreamAuthV1) -> Result<Option<String>, Rejection> {
         UpstreamAuthV1::None => return Ok(None),
         UpstreamAuthV1::BearerEnv { var } => {
             std::env::var(var).map_err(|_| unreadable(format!("auth env:{var} is not set here")))?
+        }
+        UpstreamAuthV1::OauthClientCredentials { .. } => {
+            return Err(unreadable("an OAuth access token is asked for, not read (connect does)".into()))
         }
         UpstreamAuthV1::BearerFile { path } => {
             let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("auth file:{path}: {e}")))?;
@@ -190,6 +219,142 @@ pub fn resolve(auth: &UpstreamAuthV1) -> Result<Option<String>, Rejection> {
 
 /// Largest credential file read (bytes).
 const AUTH_FILE_BYTES_MAX: u64 = 16 * 1024;
+
+/// OAuth 2.0 client credentials (RFC 6749 §4.4): the access token is asked of the token
+/// endpoint with the client id and the referenced secret (HTTP Basic, form-encoded as §2.3.1
+/// says), and kept — by endpoint, client, scope and secret — until shortly before it expires.
+/// Neither the secret nor a token ever appears in an error.
+mod oauth {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::{resolve, UpstreamError};
+    use writ_api::upstream::{UpstreamAuthV1, UpstreamSpecV1};
+
+    /// Tokens kept at most (then the cache starts over).
+    const TOKENS_KEPT_MAX: usize = 1024;
+    /// Bytes of a token endpoint's answer read at most.
+    const ANSWER_BYTES_MAX: usize = 64 * 1024;
+    /// Bytes of an access token at most.
+    const TOKEN_BYTES_MAX: usize = 8 * 1024;
+    /// A token's lifetime when the endpoint names none, and the longest one trusted.
+    const LIFETIME_DEFAULT_S: u64 = 300;
+    const LIFETIME_MAX_S: u64 = 24 * 3600;
+
+    struct Kept {
+        token: String,
+        renew_at: Instant,
+    }
+
+    static TOKENS: LazyLock<Mutex<HashMap<String, Kept>>> = LazyLock::new(Mutex::default);
+
+    fn key(spec: &UpstreamSpecV1) -> Option<String> {
+        let UpstreamAuthV1::OauthClientCredentials { token_url, client_id, secret, scope } = &spec.auth else {
+            return None;
+        };
+        let secret = resolve(&UpstreamAuthV1::parse(secret).ok()?).ok()??;
+        let text = format!("{token_url}\n{client_id}\n{}\n{secret}", scope.as_deref().unwrap_or(""));
+        Some(writ_api::sha256_hex(text.as_bytes()))
+    }
+
+    /// Forgets the kept token of `spec` (the upstream refused the connection it was used for).
+    pub(super) fn forget(spec: &UpstreamSpecV1) {
+        if let Some(key) = key(spec) {
+            TOKENS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
+        }
+    }
+
+    /// `application/x-www-form-urlencoded` of one value.
+    fn form(value: &str) -> String {
+        value
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => (b as char).to_string(),
+                b' ' => "+".into(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+
+    /// An access token for `spec`'s client credentials and when to renew it.
+    pub(super) async fn token(
+        spec: &UpstreamSpecV1,
+        http: &reqwest::Client,
+    ) -> Result<(String, Instant), UpstreamError> {
+        let UpstreamAuthV1::OauthClientCredentials { token_url, client_id, secret, scope } = &spec.auth else {
+            return Err(UpstreamError::failed("not OAuth client credentials"));
+        };
+        let secret_value = resolve(&UpstreamAuthV1::parse(secret)?)?
+            .ok_or_else(|| UpstreamError::failed(format!("the client secret {secret} holds nothing")))?;
+        let key = key(spec).unwrap_or_default();
+        if let Some(kept) = TOKENS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
+            if Instant::now() < kept.renew_at {
+                return Ok((kept.token.clone(), kept.renew_at));
+            }
+        }
+        let mut body = "grant_type=client_credentials".to_string();
+        if let Some(scope) = scope {
+            body.push_str(&format!("&scope={}", form(scope)));
+        }
+        let unreachable = |e: reqwest::Error| {
+            UpstreamError::failed(format!("the token endpoint {token_url} did not answer: {}", e.without_url()))
+        };
+        let mut answer = http
+            .post(token_url)
+            .basic_auth(form(client_id), Some(form(&secret_value)))
+            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(reqwest::header::ACCEPT, "application/json")
+            .body(body)
+            .timeout(Duration::from_millis(spec.connect_timeout_ms.saturating_mul(2)))
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let status = answer.status();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = answer.chunk().await.map_err(unreachable)? {
+            if bytes.len() + chunk.len() > ANSWER_BYTES_MAX {
+                return Err(UpstreamError::failed(format!(
+                    "the token endpoint's answer exceeds {ANSWER_BYTES_MAX} bytes"
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if !status.is_success() {
+            // RFC 6749 §5.2: `error` (and a description), bounded; never the request.
+            let error: String = json["error"].as_str().unwrap_or("no error code").chars().take(64).collect();
+            return Err(UpstreamError::failed(format!(
+                "the token endpoint {token_url} refused client '{client_id}': HTTP {} {error}",
+                status.as_u16()
+            )));
+        }
+        let token = json["access_token"].as_str().unwrap_or_default();
+        let bearer = json["token_type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("bearer"));
+        if token.is_empty() || token.len() > TOKEN_BYTES_MAX || !token.bytes().all(|b| b.is_ascii_graphic()) || !bearer
+        {
+            return Err(UpstreamError::failed(format!(
+                "the token endpoint {token_url} answered no bearer access_token (at most {TOKEN_BYTES_MAX} printable bytes)"
+            )));
+        }
+        // A number of seconds (some servers write it as a decimal or a string).
+        let expires_in = match &json["expires_in"] {
+            serde_json::Value::String(text) => text.parse::<f64>().ok(),
+            other => other.as_f64(),
+        };
+        let lifetime_ms = (expires_in.unwrap_or(LIFETIME_DEFAULT_S as f64) * 1000.0)
+            .clamp(1000.0, LIFETIME_MAX_S as f64 * 1000.0) as u64;
+        // Renewed a tenth of its life (at most a minute) before it runs out.
+        let early = (lifetime_ms / 10).min(60_000);
+        let renew_at = Instant::now() + Duration::from_millis(lifetime_ms - early);
+        let mut kept = TOKENS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() >= TOKENS_KEPT_MAX {
+            kept.clear();
+        }
+        kept.insert(key, Kept { token: token.to_string(), renew_at });
+        Ok((token.to_string(), renew_at))
+    }
+}
 
 /// The HTTP client for `spec`: its CA bundle alone, if it names one; bounded connects.
 fn http_client(spec: &UpstreamSpecV1) -> Result<reqwest::Client, UpstreamError> {
@@ -239,16 +404,24 @@ async fn connect_with(
     spec: &UpstreamSpecV1,
     logs: Option<tokio::sync::mpsc::Sender<LogMessage>>,
 ) -> Result<Connection, UpstreamError> {
+    let http = http_client(spec)?;
+    let (bearer, renew_at) = match &spec.auth {
+        UpstreamAuthV1::OauthClientCredentials { .. } => {
+            let (token, renew_at) = oauth::token(spec, &http).await?;
+            (Some(token), Some(renew_at))
+        }
+        reference => (resolve(reference)?, None),
+    };
     let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.clone());
     config.allow_stateless = true;
     config.max_json_response_size = UPSTREAM_RESULT_BYTES_MAX;
     config.max_sse_event_size = UPSTREAM_RESULT_BYTES_MAX;
     config.reinit_on_expired_session = true;
     config.max_concurrent_requests = CALLS_IN_FLIGHT_MAX;
-    if let Some(token) = resolve(&spec.auth)? {
+    if let Some(token) = bearer {
         config = config.auth_header(token);
     }
-    let transport = StreamableHttpClientTransport::with_client(http_client(spec)?, config);
+    let transport = StreamableHttpClientTransport::with_client(http, config);
     let modern = vec![ProtocolVersion::V_2026_07_28];
     let lifecycle = match spec.protocol {
         UpstreamProtocol::V2026_07_28 => ClientLifecycleMode::Discover { preferred_versions: modern },
@@ -262,15 +435,25 @@ async fn connect_with(
         ClientConfig::new(ClientCapabilities::default(), Implementation::new("writ-edge", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::V_2025_11_25);
     let progress = ProgressDispatcher::new();
-    let relay = Relay { info, progress: progress.clone(), logs };
+    let relay = Relay { info, progress: progress.clone() };
     // `auto` may wait for a discover answer before it falls back: bound the whole handshake.
     let handshake = Duration::from_millis(spec.connect_timeout_ms.saturating_mul(2));
-    let service = tokio::time::timeout(handshake, relay.serve_with_lifecycle(transport, lifecycle))
+    let serving = async {
+        match logs {
+            Some(logs) => relay.serve_with_lifecycle(LogTap { inner: transport, logs }, lifecycle).await,
+            None => relay.serve_with_lifecycle(transport, lifecycle).await,
+        }
+    };
+    let service = tokio::time::timeout(handshake, serving)
         .await
         .map_err(|_| UpstreamError::failed(format!("no handshake with the upstream within {handshake:?}")))?
-        .map_err(|e| UpstreamError::failed(format!("handshake with the upstream failed: {e}")))?;
+        .map_err(|e| {
+            // A token the upstream no longer takes is not asked for again from the cache.
+            oauth::forget(spec);
+            UpstreamError::failed(format!("handshake with the upstream failed: {e}"))
+        })?;
     let call_timeout = Duration::from_millis(spec.call_timeout_ms);
-    Ok(Connection { service, progress, call_timeout, log_level: None })
+    Ok(Connection { service, progress, call_timeout, log_level: None, renew_at })
 }
 
 impl Connection {
@@ -279,9 +462,10 @@ impl Connection {
         self.service.peer_info().map(|i| i.protocol_version.to_string())
     }
 
-    /// Whether the connection is gone (its worker ended): it must be replaced.
+    /// Whether the connection is gone (its worker ended) or its access token is due for
+    /// renewal: it must be replaced.
     pub fn is_closed(&self) -> bool {
-        self.service.is_closed()
+        self.service.is_closed() || self.renew_at.is_some_and(|at| std::time::Instant::now() >= at)
     }
 
     /// Every tool the upstream lists (as MCP `Tool` JSON objects), following cursors, at most
