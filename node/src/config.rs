@@ -88,6 +88,7 @@ struct RawRaft {
     snapshot_every_log_bytes: Option<u64>,
     snapshot_chunk_bytes: Option<u64>,
     rpc_body_bytes_max: Option<usize>,
+    upstream_watch_s: Option<u64>,
 }
 
 pub use crate::pki::TlsConfig;
@@ -248,6 +249,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         snapshot_chunk_bytes: raw.raft.snapshot_chunk_bytes.unwrap_or(defaults.snapshot_chunk_bytes),
         rpc_body_bytes_max: raw.raft.rpc_body_bytes_max.unwrap_or(defaults.rpc_body_bytes_max),
         data_quota_bytes: raw.raft.data_quota_bytes,
+        upstream_watch_ms: raw.raft.upstream_watch_s.map_or(defaults.upstream_watch_ms, |s| s.saturating_mul(1000)),
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
         return Err(ConfigError::ElectionTimeoutBelowHeartbeat {

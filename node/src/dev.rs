@@ -52,6 +52,10 @@ pub struct DevArgs {
     /// issued while ahead are not yet valid at the edge until the wall clock catches up.
     #[arg(long, default_value_t = 0)]
     pub ledger_clock_ahead_s: u64,
+    /// Seconds between the leader's looks at every upstream MCP server's tools (drift found
+    /// without a sync; recorded as pending, served only once approved); 0: never.
+    #[arg(long, default_value_t = crate::ledger::UPSTREAM_WATCH_MS_DEFAULT / 1000)]
+    pub upstream_watch_s: u64,
 }
 
 /// The tenant and principal of `--conformance-fixtures`.
@@ -193,6 +197,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             election_min_ms: 300,
             election_max_ms: 600,
             clock_ahead_ms: args.ledger_clock_ahead_s.saturating_mul(1000),
+            upstream_watch_ms: args.upstream_watch_s.saturating_mul(1000),
             ..RaftSettings::default()
         },
         tls: crate::pki::credential(&pki, &node_identity),

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use writ_api::dto::Query as LedgerQuery;
 use writ_api::ledger::Command;
 use writ_api::upstream::{
-    SyncReport, ToolsDiff, UpstreamBody, UpstreamSpecV1, UpstreamSummary, UpstreamToolV1, UpstreamToolsV1, UpstreamV1,
-    UpstreamView, UPSTREAM_CA_BYTES_MAX,
+    SyncReport, ToolsDiff, UpstreamBody, UpstreamSpecV1, UpstreamSummary, UpstreamV1, UpstreamView,
+    UPSTREAM_CA_BYTES_MAX,
 };
 use writ_api::{ReasonCode, Rejection};
 
@@ -112,9 +112,7 @@ async fn sync_upstream(
 ) -> Result<Json<SyncReport>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
     let upstream = find_upstream(&st, t.id.clone(), name.clone()).await?;
-    let (listed, protocol_version) = list_tools(&upstream.spec).await?;
-    let tools = listed.iter().map(UpstreamToolV1::from_mcp).collect::<Result<Vec<_>, _>>()?;
-    let tools = UpstreamToolsV1::new(tools, now_ms())?;
+    let (tools, protocol_version) = writ_client::upstream::observe(&upstream.spec).await?;
     let diff = ToolsDiff::between(upstream.pinned.as_ref(), &tools);
     let observed_digest = tools.digest.clone();
     let count = tools.tools.len();
@@ -122,15 +120,6 @@ async fn sync_upstream(
     let now = find_upstream(&st, t.id, name).await?;
     let pending = now.pending.as_ref().is_some_and(|p| p.digest == observed_digest);
     Ok(Json(SyncReport { protocol_version, observed_digest, tools: count, diff, pending }))
-}
-
-/// Lists the upstream's tools over a connection of its own (closed afterwards).
-async fn list_tools(spec: &UpstreamSpecV1) -> Result<(Vec<serde_json::Value>, Option<String>), Rejection> {
-    let connection = writ_client::upstream::connect(spec).await.map_err(|e| e.rejection)?;
-    let listed = connection.list_tools().await.map_err(|e| e.rejection);
-    let version = connection.protocol_version();
-    connection.close().await;
-    Ok((listed?, version))
 }
 
 async fn approve_upstream(
@@ -142,8 +131,4 @@ async fn approve_upstream(
     let command = Command::ApproveUpstreamTools { tenant_id: t.id.clone(), name: name.clone(), digest: body.digest };
     submit(&st, command).await?;
     Ok(Json(find_upstream(&st, t.id, name).await?))
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -52,7 +52,12 @@ fn catalog() -> Value {
 
 impl Dev {
     async fn start() -> Dev {
-        let dev = DevProcess::start(&[]).await;
+        Dev::start_with(&[]).await
+    }
+
+    /// `writ dev ARGS` with the demo tenant's catalog published.
+    async fn start_with(args: &[&str]) -> Dev {
+        let dev = DevProcess::start(args).await;
         let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
         let admin = Admin::trusting(ca, dev.var("WRIT_ADMIN_TOKEN"));
         let d = Dev { dev, admin };
@@ -472,6 +477,38 @@ async fn oauth_client_credentials_are_asked_for_kept_and_renewed() {
     assert!(err.contains("refused client 'writ-edge': HTTP 401 invalid_client"), "{err}");
     assert!(!err.contains("not-the-secret") && !out.contains("not-the-secret"));
     assert!(upstream.grants().1 >= 1);
+}
+
+/// Drift found without an operator: the leader's watch lists the upstream's tools and records a
+/// change as pending (shown with its diff), which is not served until approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_finds_upstream_drift_without_a_sync() {
+    let v1 = UpstreamServer::start(&[]);
+    let v2 = UpstreamServer::start(&["--variant", "v2"]);
+    let gateway = writ_tests::upstream::Gateway::start(v1.port).await;
+    let dev = Dev::start_with(&["--upstream-watch-s", "1"]).await;
+    add_and_approve(&dev, &gateway.url(), "2026-07-28", "none");
+    let pinned = dev.upstream("weather").await["upstream"]["pinned"]["digest"].clone();
+    assert!(pinned.is_string(), "approved");
+    // Unchanged: the watch records nothing (no pending set appears while it looks).
+    let looked = gateway.requests();
+    eventually("the watch looks at the upstream", Duration::from_secs(20), || async {
+        (gateway.requests() > looked + 2).then_some(())
+    })
+    .await;
+    assert!(dev.upstream("weather").await["upstream"]["pending"].is_null());
+    // The upstream changes behind the same URL: the watch finds it and records it as pending.
+    gateway.point_to(v2.port);
+    let view = eventually("the watch records the drift", Duration::from_secs(30), || async {
+        let view = dev.upstream("weather").await;
+        view["upstream"]["pending"].is_object().then_some(view)
+    })
+    .await;
+    let diff = view["pending_diff"].to_string();
+    assert!(diff.contains("forecast") && diff.contains("input_schema"), "{diff}");
+    assert_eq!(view["upstream"]["pinned"]["digest"], pinned, "nothing is pinned without an approval");
+    let shown = dev.cli_ok(&["upstream", "show", "--tenant", "demo", "weather"]);
+    assert!(shown.contains("pending"), "{shown}");
 }
 
 /// Drift pinning: a changed upstream (description and schema) becomes a pending diff; agents

@@ -371,6 +371,19 @@ fn http_client(spec: &UpstreamSpecV1) -> Result<reqwest::Client, UpstreamError> 
     builder.build().map_err(|e| UpstreamError::failed(format!("HTTP client: {e}")))
 }
 
+/// Lists the upstream's tools over a connection of its own (closed afterwards), as the tool
+/// set a sync or a watch records, with the protocol version spoken.
+pub async fn observe(
+    spec: &UpstreamSpecV1,
+) -> Result<(writ_api::upstream::UpstreamToolsV1, Option<String>), Rejection> {
+    let connection = connect(spec).await.map_err(|e| e.rejection)?;
+    let listed = connection.list_tools().await.map_err(|e| e.rejection);
+    let version = connection.protocol_version();
+    connection.close().await;
+    let tools = listed?.iter().map(writ_api::upstream::UpstreamToolV1::from_mcp).collect::<Result<Vec<_>, _>>()?;
+    Ok((writ_api::upstream::UpstreamToolsV1::new(tools, crate::now_ms())?, version))
+}
+
 /// Connects to the upstream (`server/discover` or `initialize`, as its protocol says) within
 /// its connect timeout.
 pub async fn connect(spec: &UpstreamSpecV1) -> Result<Connection, UpstreamError> {
