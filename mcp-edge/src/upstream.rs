@@ -521,14 +521,9 @@ impl Upstreams {
         }
     }
 
+    /// The result checked against the pinned and the action's output schemas (its size was
+    /// bounded by [`UPSTREAM_RESULT_BYTES_MAX`] as it was read: `writ_client::upstream`).
     fn checked_result(&self, t: &Target, action: &CatalogActionV1, result: Value) -> Result<Value, Rejection> {
-        let size = serde_json::to_vec(&result).map_or(usize::MAX, |b| b.len());
-        if size > UPSTREAM_RESULT_BYTES_MAX {
-            return Err(refuse(
-                ReasonCode::OUTPUT_INVALID,
-                format!("the upstream's result is {size} bytes, over {UPSTREAM_RESULT_BYTES_MAX}"),
-            ));
-        }
         let is_error = result.get("isError") == Some(&Value::Bool(true));
         if !is_error && (t.tool.output_schema.is_some() || action.output_schema.is_some()) {
             let structured = result.get("structuredContent").ok_or_else(|| {
