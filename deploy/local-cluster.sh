@@ -73,7 +73,7 @@ up() {
       echo "tls_secret_file = \"$ROOT/edge-executor-secret\""
       printf '[ledger_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n' "$PKI/edge-e$e.pem" "$PKI/edge-e$e-key.pem" "$CA"
     } > "$dir/edge.toml"
-    nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
+    WRIT_ALLOCATOR=mimalloc nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
     echo $! > "$dir/pid"; edge_pids+=("$!")
     echo "edge $e: $(edge_url "$e") (pid $!, log $dir/edge.log)"
     # The first edge creates the shared seal key; the next one reads it.

@@ -133,7 +133,7 @@ EOF
   done
   # The first edge creates the shared seal key; then the second starts.
   for i in 1 2; do
-    start "e$i" "$DIR/e$i/edge.log" "$WRIT" edge --config "$DIR/e$i/edge.toml"
+    start "e$i" "$DIR/e$i/edge.log" env WRIT_ALLOCATOR=mimalloc "$WRIT" edge --config "$DIR/e$i/edge.toml"
     await "edge $i probes" 120 curl -sf "http://$(addr "e$i"):9101/readyz"
   done
 }
@@ -224,7 +224,7 @@ status() {
 command_of() {
   case "$1" in
     n?) echo "$WRIT node --config $DIR/$1/node.toml" ;;
-    e?) echo "$WRIT edge --config $DIR/$1/edge.toml" ;;
+    e?) echo "env WRIT_ALLOCATOR=mimalloc $WRIT edge --config $DIR/$1/edge.toml" ;;
     *) die "restart nodes and edges only" ;;
   esac
 }

@@ -1,7 +1,7 @@
 //! Calls to tenants' upstream MCP servers (`writ_api::upstream`): a catalog action whose
 //! execution is `{"upstream": "<upstream>/<tool>"}` is answered by that upstream tool, called
 //! only while it is pinned. Its arguments passed the action's schema in `serve` and pass the
-//! pinned tool's input schema here; its result must fit [`UPSTREAM_RESULT_BYTES_MAX`] and the
+//! pinned tool's input schema here; its result must fit `UPSTREAM_RESULT_BYTES_MAX` and the
 //! pinned and declared output schemas.
 //!
 //! Each (edge, tenant, upstream) has a fuse: [`FUSE_FAILURES`] consecutive failures open it;
@@ -21,7 +21,6 @@ use writ_api::ledger::{Command, Outcome, EDGE_PERFORMER_PREFIX};
 use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationState};
 use writ_api::upstream::{
     parse_target, FuseV1, UpstreamSpecV1, UpstreamToolV1, FUSE_BACKOFF_MAX_MS, FUSE_BACKOFF_MIN_MS, FUSE_FAILURES,
-    UPSTREAM_RESULT_BYTES_MAX,
 };
 use writ_api::{ReasonCode, Rejection};
 use writ_client::upstream::{Connection, UpstreamError};
@@ -522,7 +521,7 @@ impl Upstreams {
     }
 
     /// The result checked against the pinned and the action's output schemas (its size was
-    /// bounded by [`UPSTREAM_RESULT_BYTES_MAX`] as it was read: `writ_client::upstream`).
+    /// bounded by `UPSTREAM_RESULT_BYTES_MAX` as it was read: `writ_client::upstream`).
     fn checked_result(&self, t: &Target, action: &CatalogActionV1, result: Value) -> Result<Value, Rejection> {
         let is_error = result.get("isError") == Some(&Value::Bool(true));
         if !is_error && (t.tool.output_schema.is_some() || action.output_schema.is_some()) {

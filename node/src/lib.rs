@@ -9,6 +9,8 @@
 //! simulation harness in `tests/` drives the same `LedgerNode` code as production.
 
 #[cfg(feature = "server")]
+pub mod alloc;
+#[cfg(feature = "server")]
 pub mod config;
 #[cfg(feature = "server")]
 pub mod dev;

@@ -4,6 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[cfg(feature = "server")]
+#[global_allocator]
+static GLOBAL: writ_node::alloc::Chosen = writ_node::alloc::Chosen;
 #[cfg(feature = "server")]
 use writ_node::config::NodeConfig;
 

@@ -1,0 +1,116 @@
+//! The process's allocator, chosen once from `WRIT_ALLOCATOR` before its first allocation:
+//! the system's (glibc malloc, the default) or `mimalloc`.
+//!
+//! Measured on this repository's bench (docs/performance.md, "P5 … the allocator per process"):
+//! an edge proxying upstream calls allocates per request on every thread at once and glibc's
+//! arena lock shows in its profile — mimalloc's per-thread heaps cut its CPU per proxied call by
+//! about a third; the nodes under P1 gained no CPU and grew their resident memory by 25–50 %
+//! with it. So edges run with `WRIT_ALLOCATOR=mimalloc` (the deployment files set it) and nodes
+//! with the default. The choice never changes once made, so every block is freed by the
+//! allocator that gave it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The environment variable naming the allocator: `mimalloc`, or anything else for the system's.
+pub const ALLOCATOR_ENV: &std::ffi::CStr = c"WRIT_ALLOCATOR";
+
+const UNDECIDED: u8 = 0;
+const SYSTEM: u8 = 1;
+const MIMALLOC: u8 = 2;
+
+static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+extern "C" {
+    /// libc's `getenv`: reads the environment without allocating (std's reader allocates).
+    fn getenv(name: *const std::ffi::c_char) -> *const std::ffi::c_char;
+}
+
+/// The allocator of this process, decided at its first allocation (before any other thread
+/// exists: the main thread allocates first).
+fn mode() -> u8 {
+    let m = MODE.load(Ordering::Relaxed);
+    if m != UNDECIDED {
+        return m;
+    }
+    // SAFETY: a NUL-terminated name; getenv returns null or a NUL-terminated value that stays
+    // valid while the environment is not modified (it is read here once, before main runs code).
+    let chosen = unsafe {
+        let value = getenv(ALLOCATOR_ENV.as_ptr());
+        if !value.is_null() && std::ffi::CStr::from_ptr(value).to_bytes() == b"mimalloc" {
+            MIMALLOC
+        } else {
+            SYSTEM
+        }
+    };
+    MODE.store(chosen, Ordering::Relaxed);
+    chosen
+}
+
+/// The name of the allocator in use (for the startup log).
+pub fn in_use() -> &'static str {
+    if mode() == MIMALLOC {
+        "mimalloc"
+    } else {
+        "system"
+    }
+}
+
+/// The global allocator: the system's or mimalloc, per [`mode`].
+pub struct Chosen;
+
+// SAFETY: every call is passed to one allocator, the same for the whole life of the process.
+unsafe impl GlobalAlloc for Chosen {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if mode() == MIMALLOC {
+            mimalloc::MiMalloc.alloc(layout)
+        } else {
+            System.alloc(layout)
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if mode() == MIMALLOC {
+            mimalloc::MiMalloc.alloc_zeroed(layout)
+        } else {
+            System.alloc_zeroed(layout)
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if mode() == MIMALLOC {
+            mimalloc::MiMalloc.dealloc(ptr, layout)
+        } else {
+            System.dealloc(ptr, layout)
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if mode() == MIMALLOC {
+            mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+        } else {
+            System.realloc(ptr, layout, new_size)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_allocators_give_and_take_back_blocks() {
+        let layout = Layout::from_size_align(64, 16).unwrap();
+        for allocator in [&mimalloc::MiMalloc as &dyn GlobalAlloc, &System as &dyn GlobalAlloc] {
+            // SAFETY: a non-zero layout; the block is written within it and freed once.
+            unsafe {
+                let p = allocator.alloc_zeroed(layout);
+                assert!(!p.is_null() && *p == 0);
+                let p = allocator.realloc(p, layout, 4096);
+                assert!(!p.is_null());
+                allocator.dealloc(p, Layout::from_size_align(4096, 16).unwrap());
+            }
+        }
+        assert!(["system", "mimalloc"].contains(&in_use()));
+    }
+}
