@@ -204,7 +204,12 @@ impl Upstreams {
         };
         let op = match step(edge, trace_id, start).await {
             Ok(op) => op,
-            // Claimed by a replay on another edge, expired, or no ledger: nothing is called.
+            // A call with the same key (here or on another edge) claimed it first: that call
+            // performs it; this one answers the operation as the replica now shows it.
+            Err(r) if r.reason == ReasonCode::OPERATION_STATE_CONFLICT => {
+                return Performed { op: settled(edge, op, Duration::ZERO).await, result: None, refusal: None }
+            }
+            // Expired, or no ledger: nothing is called.
             Err(r) => return Performed { op, result: None, refusal: Some(r) },
         };
         let mut meta = serde_json::Map::new();
@@ -402,9 +407,8 @@ impl Upstreams {
         };
         metrics::histogram!("writ_upstream_call_seconds").record(started.elapsed().as_secs_f64());
         if let Some(mut logs) = logs {
-            // The call's own connection ends; the messages the upstream sent before its answer
-            // are relayed first (rmcp hands each to a task of its own, so some may still be on
-            // their way: the queue ends when the last of them is done with the connection).
+            // The call's own connection ends; the messages its transport queued before the
+            // answer and not relayed yet go first (the queue ends with the transport).
             let drain = async {
                 if let Ok(c) = Arc::try_unwrap(connection) {
                     c.close().await;

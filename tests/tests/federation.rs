@@ -394,6 +394,14 @@ async fn an_effectful_upstream_tool_is_one_durable_operation() {
     assert_eq!(failed["result"]["isError"], json!(true), "{failed}");
     assert_eq!(failed["result"]["_meta"]["writ/operation"]["state"], json!("failed"), "{failed}");
 
+    // Two calls with one key at once: one performs it, the other answers the same operation.
+    let before = upstream.calls("place_order");
+    let (a, b) = tokio::join!(order("D-4", "order-4"), order("D-4", "order-4"));
+    assert_eq!(upstream.calls("place_order"), before + 1, "{a} {b}");
+    for answer in [&a, &b] {
+        assert_ne!(answer["result"]["isError"], json!(true), "{answer}");
+    }
+
     // Cut off after it was sent: the effect is unknown, and a retry does not call again.
     let slow = |key: &str| {
         let params = json!({"name": "weather.slow_order", "arguments": {"seconds": 30},
