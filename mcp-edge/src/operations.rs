@@ -439,7 +439,13 @@ pub async fn propose(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
 /// What `operation.execute` answers: at once, or after following the operation (`wait_s`).
 pub enum Executed {
     Now(Value),
-    Follow { op: Box<Operation>, replayed: bool, wait: std::time::Duration },
+    /// An upstream operation, recorded: the edge performs it next ([`perform`]).
+    Perform(Box<Pending>),
+    Follow {
+        op: Box<Operation>,
+        replayed: bool,
+        wait: std::time::Duration,
+    },
 }
 
 /// Where an operation stays until someone acts: waiting for input, effect reported, unknown
@@ -499,7 +505,10 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Executed, RpcError> {
         Ok(recorded) => recorded,
     };
     Ok(match recorded {
-        Ok(Recorded { op, replayed, answer: None }) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
+        Ok(Recorded { op, replayed, perform: Some(action) }) => {
+            Executed::Perform(Box::new(Pending { op, replayed, action }))
+        }
+        Ok(Recorded { op, replayed, perform: None }) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
             Executed::Follow { op: Box::new(op), replayed, wait }
         }
         other => Executed::Now(answer(c, other)?),
@@ -528,23 +537,53 @@ async fn execute_now(c: &Call<'_>, args: &Value) -> Result<Result<Result<Recorde
     Ok(Ok(record(c, p, key, deadline_s, cost_ceiling, Map::new(), proposal).await?))
 }
 
-/// What a recorded call answers: what performing it upstream came to, the operation as a
-/// task for clients declaring the tasks extension, else the operation itself.
+/// What a recorded call answers: the operation as a task for clients declaring the tasks
+/// extension, else the operation itself.
 fn answer(c: &Call<'_>, recorded: Result<Recorded, Value>) -> Result<Value, RpcError> {
     Ok(match recorded {
-        Ok(Recorded { answer: Some(answer), .. }) => answer,
         Ok(Recorded { op, .. }) if crate::tasks::negotiated(c) => crate::tasks::created(&op),
         Ok(Recorded { op, replayed, .. }) => view(&op, replayed),
         Err(refusal) => refusal,
     })
 }
 
+/// A recorded direct call's answer, or — an upstream operation — what is left to perform.
+fn finish(c: &Call<'_>, recorded: Result<Recorded, Value>) -> Result<Direct, RpcError> {
+    match recorded {
+        Ok(Recorded { op, replayed, perform: Some(action) }) => {
+            Ok(Direct::Perform(Box::new(Pending { op, replayed, action })))
+        }
+        other => answer(c, other).map(Direct::Complete),
+    }
+}
+
 /// A call the ledger recorded: the operation as it then was, whether the call replayed an
-/// earlier one, and — for an upstream operation the edge performed — its answer.
+/// earlier one, and — an upstream operation — the action the edge performs it as.
 struct Recorded {
     op: Operation,
     replayed: bool,
-    answer: Option<Value>,
+    perform: Option<writ_api::catalog::CatalogActionV1>,
+}
+
+/// An upstream operation recorded and left for the edge to perform, in the request's reply
+/// task (so the upstream's progress and log messages reach the caller).
+pub struct Pending {
+    op: Operation,
+    replayed: bool,
+    action: writ_api::catalog::CatalogActionV1,
+}
+
+/// Performs a recorded upstream operation (`crate::upstream::Upstreams::perform`) and answers
+/// what came of it, relaying the upstream's progress and log messages through `notify`.
+pub async fn perform(
+    edge: std::sync::Arc<crate::Edge>,
+    trace_id: String,
+    pending: Pending,
+    notify: crate::reply::Notifier,
+) -> Result<Value, RpcError> {
+    let Pending { op, replayed, action } = pending;
+    let done = edge.upstreams.perform(&edge, &trace_id, &action, op, Some(notify)).await;
+    Ok(performed_answer(&done, replayed))
 }
 
 /// The answer of an upstream operation: the upstream's result (or the refusal or failure),
@@ -657,13 +696,10 @@ async fn record(
         // The operation as the submission left it (the prior one, for a replay).
         Outcome::Applied { operation: Some(op), .. } => {
             let replayed = op.spec.operation_id != spec.operation_id;
-            if let Execution::UpstreamOperation(_) = p.action.execution {
-                // The edge performs it (a replay finds it attempted already and answers it).
-                let done = c.edge.upstreams.perform(c.edge, c.trace_id, &p.action, *op).await;
-                let answer = performed_answer(&done, replayed);
-                return Ok(Ok(Recorded { op: done.op, replayed, answer: Some(answer) }));
-            }
-            Ok(Ok(Recorded { op: *op, replayed, answer: None }))
+            // The edge performs an upstream operation next (a replay finds it attempted
+            // already and answers it).
+            let perform = matches!(p.action.execution, Execution::UpstreamOperation(_)).then(|| p.action.clone());
+            Ok(Ok(Recorded { op: *op, replayed, perform }))
         }
         _ => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     }
@@ -706,6 +742,8 @@ pub enum Direct {
         requests: Value,
         state: Value,
     },
+    /// An upstream operation, recorded: the edge performs it next ([`perform`]).
+    Perform(Box<Pending>),
 }
 
 /// A catalog action that runs as an operation, called as its own tool (SPEC E5). The arguments
@@ -780,7 +818,7 @@ pub async fn direct(
     }
     if !confirm {
         let recorded = record(c, p, &key(), DEADLINE_S_DEFAULT, None, Map::new(), None).await?;
-        return answer(c, recorded).map(Direct::Complete);
+        return finish(c, recorded);
     }
     let Some(state) = state else {
         let caps = c.req.meta(crate::jsonrpc::META_CLIENT_CAPABILITIES);
@@ -817,7 +855,7 @@ pub async fn direct(
     }
     let key = state["key"].as_str().unwrap_or_default().to_string();
     let proposal = state["proposal"].as_str();
-    answer(c, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new(), proposal).await?).map(Direct::Complete)
+    finish(c, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new(), proposal).await?)
 }
 
 /// The elicitation asking the caller to confirm a high-risk (or dry-run) call, with its preview.

@@ -548,6 +548,7 @@ async fn call_tool(c: &Call<'_>) -> Handled {
             Ok(operations::Direct::Confirm { requests, state }) => {
                 jsonrpc::result(id, input_required(c, &bind, requests, state))
             }
+            Ok(operations::Direct::Perform(pending)) => perform_upstream(c, *pending).await,
             Err(e) => e.with_id(id).into_response(),
         };
         return Handled { response, name: Some(name), denied: None, effectful: true };
@@ -591,6 +592,16 @@ async fn call_tool(c: &Call<'_>) -> Handled {
     })
     .await;
     Handled::allowed(response, Some(name))
+}
+
+/// Performs a recorded upstream operation in the request's reply task: the upstream's progress
+/// and log messages stream to the caller (SSE when it accepts it) before the answer.
+async fn perform_upstream(c: &Call<'_>, pending: operations::Pending) -> axum::response::Response {
+    let (edge, trace_id) = (c.edge.clone(), c.trace_id.to_string());
+    reply::run(&c.req.id, c.req.params().get("_meta"), reply::accepts_sse(c.headers), move |notify| {
+        operations::perform(edge, trace_id, pending, notify)
+    })
+    .await
 }
 
 /// The tenant's recent audit records, for principals holding `audit:read`.
@@ -728,6 +739,10 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
                         operations::follow(verifier, *op, replayed, wait, notify)
                     })
                     .await;
+                    return Handled { response, name: Some(name.into()), denied: None, effectful: true };
+                }
+                Ok(operations::Executed::Perform(pending)) => {
+                    let response = perform_upstream(c, *pending).await;
                     return Handled { response, name: Some(name.into()), denied: None, effectful: true };
                 }
                 Ok(operations::Executed::Now(v)) => Ok(v),

@@ -169,6 +169,7 @@ impl Upstreams {
         trace_id: &str,
         action: &CatalogActionV1,
         op: Operation,
+        notify: Option<crate::reply::Notifier>,
     ) -> Performed {
         if op.state != OperationState::Reserved {
             return Performed { op, result: None, refusal: None };
@@ -215,7 +216,7 @@ impl Upstreams {
         let mut meta = serde_json::Map::new();
         meta.insert(crate::operations::META_IDEMPOTENCY_KEY.into(), json!(op.spec.idempotency_key));
         meta.insert(META_OPERATION_ID.into(), json!(id));
-        let called = self.attempt(&target, arguments, Some(meta), None).await;
+        let called = self.attempt(&target, arguments, Some(meta), notify.as_ref()).await;
         match called {
             Ok(result) => {
                 self.succeeded(edge, &target, &gate);

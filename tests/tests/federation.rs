@@ -44,6 +44,12 @@ fn catalog() -> Value {
         {"id": "weather.order", "title": "Order", "risk": "low",
          "input_schema": object(json!({"sku": {"type": "string"}}), json!(["sku"])),
          "execution": {"upstream_operation": "weather/place_order"}},
+        {"id": "weather.steps_op", "title": "Steps, as an operation", "risk": "low",
+         "input_schema": object(json!({"n": {"type": "integer", "maximum": 10}}), json!(["n"])),
+         "execution": {"upstream_operation": "weather/steps"}},
+        {"id": "weather.chatty_op", "title": "Chatty, as an operation", "risk": "low",
+         "input_schema": object(json!({"n": {"type": "integer", "maximum": 10}}), json!(["n"])),
+         "execution": {"upstream_operation": "weather/chatty"}},
         {"id": "weather.slow_order", "title": "Slow order", "description": "Waits, with an effect.", "risk": "low",
          "input_schema": object(json!({"seconds": {"type": "number", "maximum": 60}}), json!(["seconds"])),
          "execution": {"upstream_operation": "weather/slow"}},
@@ -345,6 +351,8 @@ async fn an_effectful_upstream_tool_is_one_durable_operation() {
         "tools:call:weather.forecast",
         "tools:call:weather.order",
         "tools:call:weather.slow_order",
+        "tools:call:weather.steps_op",
+        "tools:call:weather.chatty_op",
         "ops:read",
         "resources:read",
     ];
@@ -388,6 +396,18 @@ async fn an_effectful_upstream_tool_is_one_durable_operation() {
     assert_eq!(operation["evidence"][0]["evidence_return_ref"], json!(uri), "{first}");
     let evidence = rpc(dev.mcp(), Some(&token), "resources/read", json!({"uri": uri})).await.2;
     assert!(evidence.to_string().contains("order-A-1"), "{evidence}");
+
+    // Performed in the request's reply task: the upstream's progress and log messages reach the
+    // (Python SDK's) client before the answer, as for reads.
+    let progressed = python_call(&dev, &token, "weather.steps_op", json!({"n": 3})).await;
+    assert_eq!(progressed["result"]["texts"], json!(["3 steps"]), "{progressed}");
+    let steps: Vec<f64> =
+        progressed["progress"].as_array().unwrap().iter().filter_map(|p| p["progress"].as_f64()).collect();
+    assert_eq!(steps, vec![1.0, 2.0, 3.0], "{progressed}");
+    let logged = python_call_logged(&dev, &token, "weather.chatty_op", json!({"n": 2}), Some("info")).await;
+    let messages: Vec<&Value> = logged["logs"].as_array().unwrap().iter().map(|l| &l["data"]).collect();
+    assert_eq!(messages, [&json!("message 1 of 2"), &json!("message 2 of 2")], "{logged}");
+    assert_eq!((upstream.calls("steps"), upstream.calls("chatty")), (1, 1), "each performed once");
 
     // The upstream's own error: no effect, the operation failed.
     let failed = order("out-of-stock", "order-2").await;
