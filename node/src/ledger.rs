@@ -534,52 +534,63 @@ impl LedgerNode {
     /// retention. The ledger decides what is due at the entry's stamp; this only triggers it.
     /// Stops with the node.
     pub fn start_reaper(self: &Arc<Self>) {
+        self.while_leading(REAPER_PERIOD, |node, tick| async move {
+            let now = node.clock.now_ms();
+            let commands: Vec<Command> = {
+                let applied = node.sm.read();
+                let st = &applied.state;
+                // Operations past a deadline or lease, and evidence past its retention.
+                let due = st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now));
+                let expired = st.index.evidence_by_time.keys().filter(|t| {
+                    st.next_evidence_expiry(t).is_some_and(|at| at <= now)
+                        && st.index.next_due(t).is_none_or(|at| at > now)
+                });
+                let expire = due.chain(expired).map(|t| Command::ExpireDue { tenant_id: t.clone() });
+                // Records past their retention (`writ_api::retention`), of tenants that take changes.
+                let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
+                let retire = st
+                    .tenants
+                    .values()
+                    .filter(|_| look)
+                    .filter(|t| t.state != writ_api::ledger::TenantState::Deleted)
+                    .filter(|t| writ_api::retention::next_due(st, &t.id).is_some_and(|at| at <= now))
+                    .map(|t| Command::ApplyRetention { tenant_id: t.id.clone() });
+                expire.chain(retire).collect()
+            };
+            for command in commands {
+                let kind = command.kind();
+                let req = SubmitRequest { trace_id: format!("reaper-{now}"), command };
+                match node.submit_request(req, false).await {
+                    // A mixed-version cluster takes retention once its last member is upgraded.
+                    Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
+                        tracing::debug!(command = kind, message = %e.message, "reaper command gated")
+                    }
+                    Err(e) => {
+                        tracing::warn!(command = kind, reason = %e.reason, message = %e.message, "reaper command failed")
+                    }
+                    Ok(_) => {}
+                }
+            }
+        });
+    }
+
+    /// Runs `work` every `period` while this node leads (with the count of periods so far),
+    /// until the node stops or is dropped.
+    fn while_leading<F, Fut>(self: &Arc<Self>, period: Duration, mut work: F)
+    where
+        F: FnMut(Arc<LedgerNode>, u64) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
             for tick in 1u64.. {
-                tokio::time::sleep(REAPER_PERIOD).await;
+                tokio::time::sleep(period).await;
                 let Some(node) = node.upgrade() else { return };
                 if node.raft.metrics().borrow_watched().running_state.is_err() {
                     return;
                 }
-                if !node.is_leader() {
-                    continue;
-                }
-                let now = node.clock.now_ms();
-                let commands: Vec<Command> = {
-                    let applied = node.sm.read();
-                    let st = &applied.state;
-                    // Operations past a deadline or lease, and evidence past its retention.
-                    let due = st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now));
-                    let expired = st.index.evidence_by_time.keys().filter(|t| {
-                        st.next_evidence_expiry(t).is_some_and(|at| at <= now)
-                            && st.index.next_due(t).is_none_or(|at| at > now)
-                    });
-                    let expire = due.chain(expired).map(|t| Command::ExpireDue { tenant_id: t.clone() });
-                    // Records past their retention (`writ_api::retention`), of tenants that take changes.
-                    let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
-                    let retire = st
-                        .tenants
-                        .values()
-                        .filter(|_| look)
-                        .filter(|t| t.state != writ_api::ledger::TenantState::Deleted)
-                        .filter(|t| writ_api::retention::next_due(st, &t.id).is_some_and(|at| at <= now))
-                        .map(|t| Command::ApplyRetention { tenant_id: t.id.clone() });
-                    expire.chain(retire).collect()
-                };
-                for command in commands {
-                    let kind = command.kind();
-                    let req = SubmitRequest { trace_id: format!("reaper-{now}"), command };
-                    match node.submit_request(req, false).await {
-                        // A mixed-version cluster takes retention once its last member is upgraded.
-                        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
-                            tracing::debug!(command = kind, message = %e.message, "reaper command gated")
-                        }
-                        Err(e) => {
-                            tracing::warn!(command = kind, reason = %e.reason, message = %e.message, "reaper command failed")
-                        }
-                        Ok(_) => {}
-                    }
+                if node.is_leader() {
+                    work(node, tick).await;
                 }
             }
         });
@@ -596,49 +607,38 @@ impl LedgerNode {
         if period.is_zero() {
             return;
         }
-        let node = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                let Some(node) = node.upgrade() else { return };
-                if node.raft.metrics().borrow_watched().running_state.is_err() {
-                    return;
-                }
-                if !node.is_leader() {
-                    continue;
-                }
-                let upstreams: Vec<(String, writ_api::upstream::UpstreamV1)> = {
-                    let applied = node.sm.read();
-                    let st = &applied.state;
-                    st.upstreams
-                        .iter()
-                        .filter(|(t, _)| st.tenants.get(*t).is_some_and(|t| t.closed().is_none()))
-                        .flat_map(|(t, m)| m.values().map(move |u| (t.clone(), u.clone())))
-                        .collect()
-                };
-                for (tenant_id, u) in upstreams {
-                    let known = u.pending.as_ref().or(u.pinned.as_ref()).map(|s| s.digest.clone());
-                    let outcome = match writ_client::upstream::observe(&u.spec).await {
-                        Ok((tools, _)) if Some(&tools.digest) == known.as_ref() => "unchanged",
-                        Ok((tools, _)) => {
-                            let command = Command::ObserveUpstreamTools { tenant_id, name: u.name.clone(), tools };
-                            let req =
-                                SubmitRequest { trace_id: format!("upstream-watch-{}", node.clock.now_ms()), command };
-                            match node.submit_request(req, false).await {
-                                Ok(_) => "changed",
-                                Err(e) => {
-                                    tracing::warn!(upstream = %u.name, reason = %e.reason, message = %e.message, "recording upstream drift failed");
-                                    "failed"
-                                }
+        self.while_leading(period, |node, _| async move {
+            let upstreams: Vec<(String, writ_api::upstream::UpstreamV1)> = {
+                let applied = node.sm.read();
+                let st = &applied.state;
+                st.upstreams
+                    .iter()
+                    .filter(|(t, _)| st.tenants.get(*t).is_some_and(|t| t.closed().is_none()))
+                    .flat_map(|(t, m)| m.values().map(move |u| (t.clone(), u.clone())))
+                    .collect()
+            };
+            for (tenant_id, u) in upstreams {
+                let known = u.pending.as_ref().or(u.pinned.as_ref()).map(|s| s.digest.clone());
+                let outcome = match writ_client::upstream::observe(&u.spec).await {
+                    Ok((tools, _)) if Some(&tools.digest) == known.as_ref() => "unchanged",
+                    Ok((tools, _)) => {
+                        let command = Command::ObserveUpstreamTools { tenant_id, name: u.name.clone(), tools };
+                        let req =
+                            SubmitRequest { trace_id: format!("upstream-watch-{}", node.clock.now_ms()), command };
+                        match node.submit_request(req, false).await {
+                            Ok(_) => "changed",
+                            Err(e) => {
+                                tracing::warn!(upstream = %u.name, reason = %e.reason, message = %e.message, "recording upstream drift failed");
+                                "failed"
                             }
                         }
-                        Err(e) => {
-                            tracing::debug!(upstream = %u.name, message = %e.message, "upstream watch could not list tools");
-                            "unreachable"
-                        }
-                    };
-                    metrics::counter!("writ_upstream_watch_total", "outcome" => outcome).increment(1);
-                }
+                    }
+                    Err(e) => {
+                        tracing::debug!(upstream = %u.name, message = %e.message, "upstream watch could not list tools");
+                        "unreachable"
+                    }
+                };
+                metrics::counter!("writ_upstream_watch_total", "outcome" => outcome).increment(1);
             }
         });
     }
