@@ -61,6 +61,7 @@ pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
     let raft = Router::new()
         .route("/raft/append", post(raft_append))
         .route("/raft/vote", post(raft_vote))
+        .route("/raft/pre-vote", post(raft_pre_vote))
         .route("/raft/snapshot", post(raft_snapshot))
         .route("/raft/snapshot-chunk", post(raft_snapshot_chunk))
         .route("/raft/transfer-leader", post(raft_transfer_leader))
@@ -182,6 +183,11 @@ async fn raft_append(State(st): State<NodeState>, body: Bytes) -> Response {
 
 async fn raft_vote(State(st): State<NodeState>, body: Bytes) -> Response {
     raft_call(body, |req| async move { st.node.raft.vote(req).await }).await
+}
+
+/// Whether this node would grant a vote, changing nothing (openraft's pre-vote).
+async fn raft_pre_vote(State(st): State<NodeState>, body: Bytes) -> Response {
+    raft_call(body, |req| async move { st.node.raft.pre_vote(req).await }).await
 }
 
 type SnapshotRpc = (openraft::alias::VoteOf<TypeConfig>, openraft::alias::SnapshotMetaOf<TypeConfig>, Vec<u8>);

@@ -346,15 +346,20 @@ impl LedgerNode {
     }
 
     /// Hands a leader's append (or heartbeat) to Raft, noting the contact for the failure
-    /// detector when Raft took it.
+    /// detector when Raft took it. The contact is when the request *arrived*: the leader was
+    /// alive then. Taking the time after Raft answered (after this node's log flush) made a
+    /// follower whose disk fell behind under load see a live leader as silent, and its
+    /// pre-votes started elections under P1 (16–56 term changes in one run).
     pub async fn append_entries(
         &self,
         req: openraft::raft::AppendEntriesRequest<TypeConfig>,
     ) -> Result<openraft::raft::AppendEntriesResponse<TypeConfig>, openraft::errors::RaftError<TypeConfig>> {
+        let arrived = self.started.elapsed().as_millis() as u64;
         let answer = self.raft.append_entries(req).await;
-        if answer.is_ok() {
-            let since = self.started.elapsed().as_millis() as u64;
-            self.leader_contact_ms.store(since.max(1), std::sync::atomic::Ordering::Relaxed);
+        // A stale leader's append (answered with a higher vote) is no contact with the leader.
+        if answer.as_ref().is_ok_and(|a| !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
+            // Appends answered out of order never move the contact back.
+            self.leader_contact_ms.fetch_max(arrived.max(1), std::sync::atomic::Ordering::Relaxed);
         }
         answer
     }

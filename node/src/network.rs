@@ -23,6 +23,8 @@ use writ_raft_store::TypeConfig;
 use crate::ledger::{Peers, ReadIndex};
 
 /// Deadline for one snapshot chunk's request.
+/// The least an append that carries entries is given (its follower's log flush included).
+const APPEND_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 const SNAPSHOT_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Deadline for the last chunk's request, which waits for the receiver to install the whole
 /// snapshot (record by record: minutes for millions of audit records).
@@ -219,7 +221,22 @@ impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(RPCTypes::AppendEntries, "append", &rpc, option.soft_ttl()).await
+        // openraft asks for one heartbeat interval (40 ms) per append. A heartbeat keeps it; an
+        // append that carries entries waits for the follower's log flush, which a loaded disk
+        // can take longer than that — timing it out cancelled it and restarted replication.
+        let timeout =
+            if rpc.entries.is_empty() { option.soft_ttl() } else { option.soft_ttl().max(APPEND_TIMEOUT_MIN) };
+        self.call(RPCTypes::AppendEntries, "append", &rpc, timeout).await
+    }
+
+    /// Pre-vote (openraft's default grants every one without asking, which made pre-vote a
+    /// no-op: a follower that had not heard its leader for a lease started a real election).
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(RPCTypes::Vote, "pre-vote", &rpc, option.soft_ttl()).await
     }
 
     async fn vote(

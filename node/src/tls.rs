@@ -221,7 +221,10 @@ pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Dr
         let (accept, app, stop) = (accept.clone(), app.clone(), stop.clone());
         connections.spawn(async move {
             match accept.tls {
-                None => connection(tcp, peer, app.layer(axum::Extension(PeerIdentity(None))), stop).await,
+                None => {
+                    let app = app.layer(axum::Extension(PeerIdentity(None)));
+                    connection(tcp, peer, app, stop, PUBLIC_RESET_STREAMS_MAX).await
+                }
                 Some(tls) => {
                     let acceptor = match tls.config() {
                         Ok(c) => TlsAcceptor::from(c),
@@ -253,11 +256,14 @@ pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Dr
                             None
                         }
                     };
+                    // A cluster member (a role certificate) may reset more streams than the
+                    // public: Raft drops a heartbeat it stops waiting for, which resets its stream.
+                    let resets = if identity.is_some() { MEMBER_RESET_STREAMS_MAX } else { PUBLIC_RESET_STREAMS_MAX };
                     let mut app = app.layer(axum::Extension(PeerIdentity(identity)));
                     if let Some(cert) = cert {
                         app = app.layer(axum::Extension(ExecutorPeer(Arc::new(cert.to_vec()))));
                     }
-                    connection(stream, peer, app, stop).await
+                    connection(stream, peer, app, stop, resets).await
                 }
             }
         });
@@ -267,12 +273,23 @@ pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Dr
     connections.abort_all();
 }
 
+/// HTTP/2 streams a client may reset before this server took them up, after which the
+/// connection is closed (hyper's guard against rapid-reset floods; its default is 20). The
+/// public keeps the default.
+const PUBLIC_RESET_STREAMS_MAX: usize = 20;
+/// The same for a peer with a cluster role certificate. Raft gives up on a heartbeat after one
+/// heartbeat interval and drops it (an h2 reset); on a loaded machine twenty of those closed
+/// the whole node-to-node connection with every append in flight, and the followers, cut off,
+/// started elections under P1.
+const MEMBER_RESET_STREAMS_MAX: usize = 4096;
+
 /// One HTTP/1.1 or HTTP/2 connection, closed gracefully when the drain starts.
-async fn connection<S>(io: S, peer: SocketAddr, app: Router, stop: watch::Receiver<bool>)
+async fn connection<S>(io: S, peer: SocketAddr, app: Router, stop: watch::Receiver<bool>, resets: usize)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_pending_accept_reset_streams(resets);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(app));
     tokio::pin!(conn);
     tokio::select! {

@@ -36,6 +36,8 @@ pub struct Switchboard {
     isolated: Mutex<BTreeSet<u64>>,
     pub messages: AtomicU64,
     pub dropped: AtomicU64,
+    /// Pre-votes and votes asked for, by candidate.
+    pub votes_asked: Mutex<BTreeMap<u64, u64>>,
 }
 
 impl Switchboard {
@@ -56,6 +58,15 @@ impl Switchboard {
 
     pub fn heal(&self) {
         self.isolated.lock().expect("lock").clear();
+    }
+
+    /// How many pre-votes and votes `candidate` asked for (each peer asked counts once).
+    pub fn votes_asked_by(&self, candidate: u64) -> u64 {
+        self.votes_asked.lock().expect("lock").get(&candidate).copied().unwrap_or(0)
+    }
+
+    fn note_vote_asked(&self, candidate: u64) {
+        *self.votes_asked.lock().expect("lock").entry(candidate).or_default() += 1;
     }
 }
 
@@ -112,8 +123,21 @@ impl RaftNetworkV2<TypeConfig> for SimLink {
         rpc: VoteRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.board.note_vote_asked(self.from);
         let target = self.board.route(self.from, self.to).map_err(unreachable)?;
         let resp = target.raft.vote(wire(&rpc)).await;
+        self.board.route(self.to, self.from).map_err(unreachable)?;
+        resp.map(|r| wire(&r)).map_err(|e| unreachable(e.to_string()))
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.board.note_vote_asked(self.from);
+        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
+        let resp = target.raft.pre_vote(wire(&rpc)).await;
         self.board.route(self.to, self.from).map_err(unreachable)?;
         resp.map(|r| wire(&r)).map_err(|e| unreachable(e.to_string()))
     }

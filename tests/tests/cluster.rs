@@ -92,6 +92,21 @@ async fn leader_kill_failover_restart_and_convergence() {
 
     let old = c.leader(Duration::from_secs(10)).await;
     settles_on_the_leader(&c, old).await;
+    // Pre-vote over the nodes' own Raft network: while the leader lives, a follower asked to
+    // back a higher term refuses and nothing moves (openraft's default network would have
+    // granted it unasked, and one follower's missed heartbeats made a real election).
+    let term = |url: String| {
+        let admin = c.admin.clone();
+        async move { admin.get(&url, "/client/status").await.expect("status")["term"].as_u64().expect("term") }
+    };
+    let before = term(urls[0].clone()).await;
+    for n in c.nodes.iter().filter(|n| n.id != old) {
+        let candidate = c.nodes.iter().map(|n| n.id).find(|id| *id != old && *id != n.id).expect("another follower");
+        assert!(!pre_vote(candidate, n.id, &n.url(), before + 1).await, "node {} granted a pre-vote", n.id);
+    }
+    for url in &urls {
+        assert_eq!(term(url.clone()).await, before, "{url}: the term moved");
+    }
     c.node_mut(old).kill();
     let new = c.leader(Duration::from_secs(20)).await;
     assert_ne!(new, old, "a surviving node must take over");
@@ -108,6 +123,18 @@ async fn leader_kill_failover_restart_and_convergence() {
     // The restarted node serves every acknowledged create too.
     let restarted = c.nodes.iter().find(|n| n.id == old).map(|n| n.url()).expect("node");
     assert_all_readable(&c, &restarted, &acked).await;
+}
+
+/// Asks node `to` for a pre-vote for `term` as `candidate`, over the nodes' Raft network with
+/// the candidate's node certificate: whether it would grant it.
+async fn pre_vote(candidate: u64, to: u64, url: &str, term: u64) -> bool {
+    use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+    let http = writ_tests::pki::http(Some((writ_api::role::Role::Node, &candidate.to_string())));
+    let mut network = writ_node::network::HttpRaftNetwork::new(candidate, http, 1 << 20);
+    let mut peer = network.new_client(to, &openraft::BasicNode::new(url)).await;
+    let vote = openraft::Vote::new(term, candidate);
+    let rpc = openraft::raft::VoteRequest::new(vote, None);
+    peer.pre_vote(rpc, RPCOption::new(Duration::from_secs(5))).await.expect("pre-vote answered").vote_granted
 }
 
 /// A wiped node catches up through a snapshot after the log was purged (issue 18, must show 1):

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use writ_api::dto::{Consistency, Query, QueryRequest, SubmitRequest};
@@ -243,5 +244,46 @@ async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
         (operation.spec.operation_id.as_str(), operation.state),
         ("op-1", writ_api::operation::OperationState::Cancelled)
     );
+    c.shutdown().await;
+}
+
+/// Pre-vote (SPEC P3, issue 17 step 5): a follower cut off from everyone asks for elections
+/// again and again, but only as pre-votes nobody answers, so its term never rises; back on the
+/// network it catches up under the same leader and term. Without pre-vote on the wire (openraft's
+/// default network grants every pre-vote unasked) it raised its term each time and deposed the
+/// healthy leader as soon as it returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_follower_does_not_depose_a_healthy_leader_when_it_returns() {
+    writ_tests::init_test_log();
+    let c = SimCluster::start(3, 1_700_000_000_000).await;
+    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
+    let term = |id: u64| c.nodes[&id].raft.metrics().borrow_watched().current_term;
+    let before = term(leader);
+    let cut = *c.nodes.keys().find(|id| **id != leader).expect("a follower");
+
+    c.board.isolate(cut);
+    let asked = c.board.votes_asked_by(cut);
+    // Two election rounds of the cut node (each asks both peers).
+    eventually("the cut follower to try twice to be elected", Duration::from_secs(30), || async {
+        (c.board.votes_asked_by(cut) >= asked + 4).then_some(())
+    })
+    .await;
+    assert_eq!(term(cut), before, "a pre-vote nobody granted raised the cut follower's term");
+    c.board.heal();
+
+    let command = Command::CreateTenant { tenant_id: "t-back".into(), name: "back".into(), display_name: None };
+    let resp = c.nodes[&leader]
+        .submit_request(SubmitRequest { trace_id: "pre-vote".into(), command }, false)
+        .await
+        .expect("the leader still takes writes");
+    eventually("the returned follower to apply the new write", Duration::from_secs(30), || async {
+        let applied = c.nodes[&cut].raft.metrics().borrow_watched().last_applied.map(|l| l.index);
+        (applied >= Some(resp.log_index)).then_some(())
+    })
+    .await;
+    assert_eq!(c.leader(), Some(leader), "the leader was deposed");
+    for id in c.nodes.keys() {
+        assert_eq!(term(*id), before, "node {id}'s term moved");
+    }
     c.shutdown().await;
 }

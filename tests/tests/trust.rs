@@ -58,7 +58,15 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         assert_eq!(r.json::<Value>().await.expect("body")["reason"], "PEER_UNAUTHENTICATED", "{path}");
     }
     let lease = Command::LeaseRequestQuota { tenant_id: tenant_id.clone(), principal_id: "p".into(), wanted: 1 };
-    for path in ["/client/submit", "/client/query", "/client/cluster", "/raft/append", "/raft/vote", "/raft/snapshot"] {
+    for path in [
+        "/client/submit",
+        "/client/query",
+        "/client/cluster",
+        "/raft/append",
+        "/raft/vote",
+        "/raft/pre-vote",
+        "/raft/snapshot",
+    ] {
         let (status, reason) = post(&anonymous, &format!("{url}{path}"), &submit(lease.clone())).await;
         assert_eq!((status, reason.as_str()), (StatusCode::UNAUTHORIZED, "PEER_UNAUTHENTICATED"), "{path}");
     }
@@ -89,6 +97,7 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
                 .expect("json"),
         ),
         ("/raft/vote", json!({})),
+        ("/raft/pre-vote", json!({})),
         ("/raft/append", json!({})),
         // It records its own upstream fuses and performs upstream operations as itself only.
         (
