@@ -551,7 +551,10 @@ pub struct NodeStatus {
     pub members: BTreeMap<u64, String>,
     /// Last event revision applied on this node.
     pub revision: u64,
-    /// sha256 (hex) over the canonical state machine state at `last_applied_index`.
+    /// sha256 (hex) over the canonical state machine state at `last_applied_index`; empty when
+    /// the caller did not ask for it (`/client/status?digest=false`: the digest encodes the
+    /// whole state, seconds for a large one, so the nodes' own version watch never asks).
+    #[serde(default)]
     pub state_digest: String,
     /// The newest ledger version the node understands (`writ_api::ledger::LEDGER_VERSION`, or
     /// lower where capped); a node that does not say runs version 1.

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -28,7 +28,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::errors::RaftError;
 use openraft::Snapshot;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter, BINARY_MEDIA_TYPE};
 use writ_api::operation::OperationState;
 use writ_api::role::{Identity, Role};
@@ -382,8 +382,19 @@ async fn client_read_index(State(st): State<NodeState>) -> Result<Response, ApiE
     Ok(Json(st.node.read_index().await?).into_response())
 }
 
-async fn client_status(State(st): State<NodeState>) -> Response {
-    Json(st.node.status()).into_response()
+/// `?digest=false`: without the state digest (what the leader's version watch asks for).
+#[derive(Deserialize)]
+struct StatusQuery {
+    #[serde(default = "with_digest")]
+    digest: bool,
+}
+
+fn with_digest() -> bool {
+    true
+}
+
+async fn client_status(State(st): State<NodeState>, Query(q): Query<StatusQuery>) -> Response {
+    Json(st.node.status_view(q.digest)).into_response()
 }
 
 async fn client_cluster(State(st): State<NodeState>) -> Response {

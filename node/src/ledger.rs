@@ -83,7 +83,9 @@ pub trait Peers: Send + Sync + 'static {
     /// the request may go to another leader).
     fn submit(&self, addr: &str, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, CallError>>;
     fn read_index(&self, addr: &str) -> BoxFuture<'_, Result<ReadIndex, Rejection>>;
-    fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
+    /// The member's own status; `digest`: with its state digest (an encoding of its whole
+    /// state: only operators and tests comparing replicas ask for it).
+    fn status(&self, addr: &str, digest: bool) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>>;
 }
 
@@ -907,6 +909,13 @@ impl LedgerNode {
 
     /// This node's own view: Raft position, membership and state digest.
     pub fn status(&self) -> NodeStatus {
+        self.status_view(true)
+    }
+
+    /// This node's own view, with the state digest only when `digest` (it encodes the whole
+    /// state under the state's read lock, which holds apply back: under P1 a follower asked for
+    /// its status spent seconds per answer and fell behind; hashing is done after the lock).
+    pub fn status_view(&self, digest: bool) -> NodeStatus {
         let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         let role = match m.state {
@@ -917,7 +926,8 @@ impl LedgerNode {
             ServerState::Follower => Role::Follower,
         };
         let applied = self.sm.read();
-        NodeStatus {
+        let encoded = digest.then(|| applied.state.encode());
+        let status = NodeStatus {
             node_id: self.id,
             addr: self.addr.clone(),
             role,
@@ -931,11 +941,13 @@ impl LedgerNode {
             learners: membership.learner_ids().collect(),
             members: membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
             revision: applied.state.revision,
-            state_digest: applied.state.digest(),
+            state_digest: String::new(),
             ledger_version: self.ledger_version,
             event_floor: applied.event_floor,
             storage_alarm: self.storage.alarm(),
-        }
+        };
+        drop(applied);
+        NodeStatus { state_digest: encoded.map(|e| writ_api::sha256_hex(&e)).unwrap_or_default(), ..status }
     }
 
     /// The version gate: a command newer than some member's ledger version is refused before
@@ -980,7 +992,7 @@ impl LedgerNode {
             let fresh = known.filter(|(_, _, at)| at.elapsed() < VERSION_RECHECK).map(|(v, _, _)| v);
             let version = match fresh {
                 Some(v) => Some(v),
-                None => match tokio::time::timeout(VERSION_ASK_TIMEOUT, self.peers.status(&addr)).await {
+                None => match tokio::time::timeout(VERSION_ASK_TIMEOUT, self.peers.status(&addr, false)).await {
                     Ok(Ok(status)) => {
                         let (v, short) = (status.ledger_version, status.storage_alarm);
                         self.versions.lock().expect("versions").insert(id, (v, short, std::time::Instant::now()));
@@ -1008,7 +1020,7 @@ impl LedgerNode {
             let (status, error) = if *id == self.id {
                 (Some(me.clone()), None)
             } else {
-                match self.peers.status(addr).await {
+                match self.peers.status(addr, true).await {
                     Ok(s) => (Some(s), None),
                     Err(e) => (None, Some(e.message)),
                 }

@@ -291,9 +291,10 @@ impl Peers for HttpPeers {
         Box::pin(async move { self.http.get(&addr, "/client/read-index").await.map_err(Rejection::from) })
     }
 
-    fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+    fn status(&self, addr: &str, digest: bool) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.http.get(&addr, "/client/status").await.map_err(Rejection::from) })
+        let path = if digest { "/client/status" } else { "/client/status?digest=false" };
+        Box::pin(async move { self.http.get(&addr, path).await.map_err(Rejection::from) })
     }
 
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {

@@ -179,9 +179,9 @@ impl Peers for SimPeers {
         let target = self.target(addr);
         Box::pin(async move { target?.read_index().await })
     }
-    fn status(&self, addr: &str) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+    fn status(&self, addr: &str, digest: bool) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let target = self.target(addr);
-        Box::pin(async move { Ok(target?.status()) })
+        Box::pin(async move { Ok(target?.status_view(digest)) })
     }
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let target = self.target(addr);

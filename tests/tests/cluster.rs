@@ -106,6 +106,11 @@ async fn leader_kill_failover_restart_and_convergence() {
     }
     for url in &urls {
         assert_eq!(term(url.clone()).await, before, "{url}: the term moved");
+        // The state digest (an encoding of the whole state) only for who asks for it.
+        let brief = c.admin.get(url, "/client/status?digest=false").await.expect("status");
+        assert_eq!(brief["state_digest"], "", "{url}");
+        let full = c.admin.get(url, "/client/status").await.expect("status");
+        assert_eq!(full["state_digest"].as_str().map(str::len), Some(64), "{url}");
     }
     c.node_mut(old).kill();
     let new = c.leader(Duration::from_secs(20)).await;
