@@ -5,7 +5,8 @@
 //!
 //! **Layout**: [`BACKUP_MAGIC`], the state format version (u32 LE), then frames: a kind byte, a
 //! u32 LE length and that many bytes — [`FRAME_MANIFEST`] (the encoded [`BackupManifestV1`]),
-//! [`FRAME_STATE`] (`LedgerState::encode_versioned`), one frame per stored record
+//! [`FRAME_STATE`] (`LedgerState::encode_versioned`, in consecutive frames of at most
+//! [`FRAME_BYTES_MAX`] each: the state has no size cap), one frame per stored record
 //! ([`FRAME_AUDIT`], [`FRAME_EVIDENCE`], [`FRAME_EVENT`]: key length u32 LE, key, the value as
 //! the node stores it), and last [`FRAME_END`] holding the sha256 of every byte before it. A
 //! reader checks that digest and the state's digest against the manifest. Pure: the callers do
@@ -84,12 +85,27 @@ pub struct BackupWriter<W: Write> {
 impl<W: Write> BackupWriter<W> {
     /// The header, the manifest and the state.
     pub fn begin(out: W, manifest: BackupManifestV1, state: &LedgerState) -> io::Result<Self> {
+        Self::begin_in_parts(out, manifest, state, FRAME_BYTES_MAX as usize)
+    }
+
+    /// [`BackupWriter::begin`] with the state in frames of at most `part_bytes` (tests make it
+    /// small to show a state split over several frames).
+    pub fn begin_in_parts(
+        out: W,
+        manifest: BackupManifestV1,
+        state: &LedgerState,
+        part_bytes: usize,
+    ) -> io::Result<Self> {
         let mut w = BackupWriter { out, hash: Sha256::new(), bytes: 0, manifest, counts: [0; 3] };
         w.raw(&BACKUP_MAGIC)?;
         w.raw(&crate::format::STATE_FORMAT_VERSION.to_le_bytes())?;
         let manifest = crate::encode(&w.manifest).map_err(io::Error::other)?;
         w.frame(FRAME_MANIFEST, &[&manifest])?;
-        w.frame(FRAME_STATE, &[&state.encode_versioned()])?;
+        // A state larger than one frame (it outgrew 64 MiB once, and a snapshot that failed on
+        // it stopped every node) continues in the next frames of the same kind.
+        for part in state.encode_versioned().chunks(part_bytes.clamp(1, FRAME_BYTES_MAX as usize)) {
+            w.frame(FRAME_STATE, &[part])?;
+        }
         Ok(w)
     }
 
@@ -197,17 +213,23 @@ pub fn read_backup(
     }
     let manifest: BackupManifestV1 =
         crate::decode(&manifest).map_err(|e| invalid(format!("undecodable backup manifest: {e}")))?;
-    let (kind, state) = r.frame()?;
+    let (kind, mut state) = r.frame()?;
     if kind != FRAME_STATE {
         return Err(invalid("the backup's state frame is missing"));
     }
-    let state = LedgerState::decode_versioned(&state).map_err(invalid)?;
+    // The state's frames, then the records (the first frame of another kind is kept).
+    let mut next = r.frame()?;
+    while next.0 == FRAME_STATE {
+        state.extend_from_slice(&next.1);
+        next = r.frame()?;
+    }
+    let state = LedgerState::decode_versioned_unbounded(&state).map_err(invalid)?;
     if state.digest() != manifest.state_digest {
         return Err(invalid("the backup's state does not match its manifest's digest"));
     }
     let mut counts = [0u64; 3];
     let digest = loop {
-        let (kind, content) = r.frame()?;
+        let (kind, content) = next;
         if kind == FRAME_END {
             break content;
         }
@@ -218,6 +240,7 @@ pub fn read_backup(
         let (key, value) = rest.split_at_checked(len).ok_or_else(|| invalid("a record frame shorter than its key"))?;
         on_record(kind, key, value)?;
         counts[i] += 1;
+        next = r.frame()?;
     };
     let computed: [u8; 32] = r.hash.clone().finalize().into();
     if digest != computed {
@@ -278,5 +301,63 @@ mod tests {
         let err = read_backup(&bytes[..bytes.len() - 1], |_, _, _| Ok(())).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
         assert!(read_backup(&b"not a backup at all"[..], |_, _, _| Ok(())).is_err());
+    }
+
+    fn manifest_of(state: &LedgerState) -> BackupManifestV1 {
+        BackupManifestV1 {
+            node_id: 1,
+            last_applied_index: 9,
+            revision: state.revision,
+            clock_ms: state.clock_ms,
+            state_digest: state.digest(),
+            ledger_version: crate::ledger::LEDGER_VERSION,
+        }
+    }
+
+    /// A state larger than a frame continues in the next frames of its kind, and the records
+    /// after it still read: the writer once refused a state over 64 MiB, and since snapshots
+    /// are written in this format, every node stopped at its next snapshot.
+    #[test]
+    fn a_state_larger_than_a_frame_travels_in_several() {
+        let mut state = LedgerState { clock_ms: 5, ..Default::default() };
+        for i in 0..50 {
+            state.tenant_names.insert(format!("tenant-{i}"), format!("t-{i}"));
+        }
+        let encoded = state.encode_versioned().len();
+        let mut out = Vec::new();
+        let mut w = BackupWriter::begin_in_parts(&mut out, manifest_of(&state), &state, 64).unwrap();
+        w.record(FRAME_AUDIT, b"k1", b"v1").unwrap();
+        w.end().unwrap();
+        let state_frames = {
+            // Walk the frames after the header: count those of the state's kind.
+            let (mut at, mut n) = (12, 0);
+            while at < out.len() {
+                let len = u32::from_le_bytes(out[at + 1..at + 5].try_into().unwrap()) as usize;
+                n += usize::from(out[at] == FRAME_STATE);
+                at += 5 + len;
+            }
+            n
+        };
+        assert_eq!(state_frames, encoded.div_ceil(64), "{encoded} bytes of state in 64-byte frames");
+        let mut records = Vec::new();
+        let (summary, read) = read_backup(&out[..], |kind, k, v| {
+            records.push((kind, k.to_vec(), v.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(read, state);
+        assert_eq!((summary.audit_records, records), (1, vec![(FRAME_AUDIT, b"k1".to_vec(), b"v1".to_vec())]));
+    }
+
+    /// A state beyond the 64 MiB message bound is written and read back whole.
+    #[test]
+    fn a_state_beyond_the_message_bound_reads_back() {
+        let mut state = LedgerState { clock_ms: 5, ..Default::default() };
+        state.tenant_names.insert("x".repeat(65 << 20), "t-big".into());
+        assert!(LedgerState::decode_versioned(&state.encode_versioned()).is_err(), "over the message bound");
+        let mut out = Vec::new();
+        BackupWriter::begin(&mut out, manifest_of(&state), &state).unwrap().end().unwrap();
+        let (_, read) = read_backup(&out[..], |_, _, _| Ok(())).unwrap();
+        assert_eq!(read, state);
     }
 }

@@ -1008,6 +1008,20 @@ impl LedgerState {
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
+        LedgerState::decode_body_bounded(version, body, true)
+    }
+
+    /// [`LedgerState::decode_body`], bounded like a message (`bounded`: [`crate::decode`]) or
+    /// only by the input ([`crate::decode_unbounded`]: a state that outgrew 64 MiB, read from a
+    /// source that vouches for it — a checksummed snapshot or backup, a node's answer).
+    fn decode_body_bounded(version: u32, body: &[u8], bounded: bool) -> Result<LedgerState, String> {
+        fn dec<T: serde::de::DeserializeOwned>(body: &[u8], bounded: bool) -> Result<T, bincode::error::DecodeError> {
+            if bounded {
+                crate::decode(body)
+            } else {
+                crate::decode_unbounded(body)
+            }
+        }
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
         /// What each format appended after format 1's layout (absent ones stay empty).
         #[derive(Default)]
@@ -1022,32 +1036,32 @@ impl LedgerState {
             upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
-            1 => (crate::decode(body).map_err(undecodable)?, Tail::default()),
+            1 => (dec(body, bounded).map_err(undecodable)?, Tail::default()),
             2 => {
-                let (state, revocations) = crate::decode(body).map_err(undecodable)?;
+                let (state, revocations) = dec(body, bounded).map_err(undecodable)?;
                 (state, Tail { revocations, ..Default::default() })
             }
             3 => {
-                let (state, revocations, proposals) = crate::decode(body).map_err(undecodable)?;
+                let (state, revocations, proposals) = dec(body, bounded).map_err(undecodable)?;
                 (state, Tail { revocations, proposals, ..Default::default() })
             }
             4 => {
-                let (state, revocations, proposals, works, history) = crate::decode(body).map_err(undecodable)?;
+                let (state, revocations, proposals, works, history) = dec(body, bounded).map_err(undecodable)?;
                 (state, Tail { revocations, proposals, works, history, ..Default::default() })
             }
             5 => {
                 let (state, revocations, proposals, works, history, evidence) =
-                    crate::decode(body).map_err(undecodable)?;
+                    dec(body, bounded).map_err(undecodable)?;
                 (state, Tail { revocations, proposals, works, history, evidence, ..Default::default() })
             }
             6 => {
                 let (state, revocations, proposals, works, history, (evidence, compacted)) =
-                    crate::decode(body).map_err(undecodable)?;
+                    dec(body, bounded).map_err(undecodable)?;
                 (state, Tail { revocations, proposals, works, history, evidence, compacted, ..Default::default() })
             }
             7 => {
                 let (state, revocations, proposals, works, history, (evidence, compacted, upstreams)) =
-                    crate::decode(body).map_err(undecodable)?;
+                    dec(body, bounded).map_err(undecodable)?;
                 let tail = Tail {
                     revocations,
                     proposals,
@@ -1068,7 +1082,7 @@ impl LedgerState {
                     works,
                     history,
                     (evidence, compacted, upstreams, upstream_operations),
-                ) = crate::decode(body).map_err(undecodable)?;
+                ) = dec(body, bounded).map_err(undecodable)?;
                 let tail = Tail {
                     revocations,
                     proposals,
@@ -1128,6 +1142,15 @@ impl LedgerState {
     pub fn decode_versioned(bytes: &[u8]) -> Result<LedgerState, String> {
         let (version, body) = crate::format::unwrap(crate::format::STATE_MAGIC, bytes).map_err(|e| e.to_string())?;
         LedgerState::decode_body(version, body)
+    }
+
+    /// [`LedgerState::decode_versioned`] bounded only by the input: for a state that outgrew
+    /// the 64 MiB message bound, read from what vouches for it (a snapshot or backup whose
+    /// digest is checked, a node's answer over mutual TLS). A state has no size cap: it holds
+    /// every operation its tenants keep.
+    pub fn decode_versioned_unbounded(bytes: &[u8]) -> Result<LedgerState, String> {
+        let (version, body) = crate::format::unwrap(crate::format::STATE_MAGIC, bytes).map_err(|e| e.to_string())?;
+        LedgerState::decode_body_bounded(version, body, false)
     }
 
     /// sha256 over the canonical encoding: equal on every replica at the same applied index.

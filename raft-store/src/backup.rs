@@ -130,7 +130,7 @@ fn restore_into(db_dir: &Path, input: impl Read) -> io::Result<(BackupSummary, L
 /// The seed state of the data directory `dir`, if it was restored from a backup.
 pub(crate) fn read_seed(dir: &Path) -> io::Result<Option<LedgerState>> {
     match std::fs::read(dir.join(SEED_FILE)) {
-        Ok(bytes) => LedgerState::decode_versioned(&bytes).map(Some).map_err(invalid),
+        Ok(bytes) => LedgerState::decode_versioned_unbounded(&bytes).map(Some).map_err(invalid),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }

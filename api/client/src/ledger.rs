@@ -185,11 +185,14 @@ impl NodeHttp {
         decode(self.http.get(format!("{}{}", base.trim_end_matches('/'), path)).send().await).await
     }
 
-    /// `GET {base}/client/snapshot`: the bincode-encoded ledger state.
+    /// `GET {base}/client/snapshot`: the bincode-encoded ledger state, bounded only by its size
+    /// (a node's answer over mutual TLS; a state outgrows the 64 MiB message bound with its
+    /// operations, and an edge bounded at 64 MiB could no longer start).
     pub async fn snapshot(&self, base: &str) -> Result<LedgerState, CallError> {
         let resp = ok(self.http.get(format!("{}/client/snapshot", base.trim_end_matches('/'))).send().await).await?;
         let bytes = resp.bytes().await.map_err(lost)?;
-        LedgerState::decode_versioned(&bytes).map_err(|e| CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, e)))
+        LedgerState::decode_versioned_unbounded(&bytes)
+            .map_err(|e| CallError::Rejected(Rejection::new(ReasonCode::INTERNAL, e)))
     }
 
     /// `GET {base}/client/watch`: its lines as a stream — binary frames
