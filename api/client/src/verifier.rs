@@ -3,7 +3,9 @@
 //! committed on any node reaches every verifier as soon as the event is streamed (SPEC D3).
 //!
 //! The replica starts from a linearizable snapshot, then applies events in revision order. A
-//! gap, an end line or a lost connection sends it back to a fresh snapshot. The verifier fails
+//! lost connection or a node's end line (it drains) resumes the watch after the replica's own
+//! revision, on whichever node answers; a gap, a compacted revision or an event it cannot fold
+//! sends it back to a fresh snapshot. The verifier fails
 //! closed: with no contact with the ledger for longer than the staleness bound (heartbeats
 //! arrive every [`writ_api::dto::WATCH_HEARTBEAT`]) every verification answers LEDGER_UNAVAILABLE,
 //! because a revocation might be missing.
@@ -31,7 +33,7 @@ use writ_api::auth::{self, Authority};
 use writ_api::dto::{WatchFilter, WatchLine};
 use writ_api::ledger::DispatchChange;
 use writ_api::state::LedgerState;
-use writ_api::Rejection;
+use writ_api::{ReasonCode, Rejection};
 
 use crate::ledger::{unavailable, Ledger};
 use crate::now_ms;
@@ -310,41 +312,83 @@ impl Inner {
     }
 }
 
-/// Snapshot, then watch; on any break, start over after a bounded backoff. Ends when every
-/// [`Verifier`] handle is gone.
+/// Snapshot, then watch; on a break, watch again from the replica's own revision (on whichever
+/// node answers) when the replica is whole and the events after it are still retained, else
+/// start over from a snapshot — after a bounded backoff. Ends when every [`Verifier`] handle is
+/// gone.
+///
+/// Resuming matters when a node goes away: every edge watching it used to reload the whole
+/// state from another node at once, each load encoding the state under that node's read lock
+/// (seconds for a large ledger, in the middle of a failover).
 async fn feed(inner: Weak<Inner>, ledger: Arc<dyn Ledger>) {
     let mut backoff = RETRY_MIN;
+    let mut resume = false;
     loop {
-        match follow_once(&inner, ledger.as_ref()).await {
+        match follow_once(&inner, ledger.as_ref(), resume).await {
             Ok(()) => backoff = RETRY_MIN,
-            Err(e) => {
+            Err(Break { rejection: e, resumable }) => {
                 // Before the first snapshot (e.g. while the cluster elects a leader at start-up)
                 // a failed attempt is expected; later it means lost contact.
                 let started = inner.upgrade().is_some_and(|i| i.contact().is_some());
                 if started {
-                    tracing::warn!(reason = %e.reason, message = %e.message, "verifier feed interrupted");
+                    tracing::warn!(reason = %e.reason, message = %e.message, resumable, "verifier feed interrupted");
                 } else {
                     tracing::debug!(reason = %e.reason, message = %e.message, "verifier waiting for the ledger");
                 }
+                resume = resumable;
                 backoff = (backoff * 2).min(RETRY_MAX);
             }
         }
         if inner.strong_count() == 0 {
             return;
         }
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(if resume { RETRY_MIN } else { backoff }).await;
     }
 }
 
-/// One snapshot-then-watch session. Returns when the stream ends or falls out of order.
-async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Rejection> {
-    let snapshot = ledger.snapshot().await?;
-    let from = snapshot.revision + 1;
-    {
-        let Some(inner) = weak.upgrade() else { return Ok(()) };
-        inner.load(snapshot);
+/// Why a feed session ended, and whether the next may resume from the replica's revision.
+struct Break {
+    rejection: Rejection,
+    resumable: bool,
+}
+
+impl Break {
+    /// The replica is whole: only the connection (or the node) went away.
+    fn resumable(rejection: Rejection) -> Break {
+        Break { rejection, resumable: true }
     }
-    let mut lines = ledger.watch(WatchFilter { from: Some(from), ..Default::default() }).await?;
+
+    /// The replica must be reloaded from a snapshot.
+    fn reload(rejection: Rejection) -> Break {
+        Break { rejection, resumable: false }
+    }
+}
+
+/// One session: a snapshot (unless `resume`: then the replica's own revision is where the
+/// watch starts), then the watch. Returns when the stream ends or falls out of order.
+async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger, resume: bool) -> Result<(), Break> {
+    let from = match weak.upgrade() {
+        None => return Ok(()),
+        Some(inner) if resume => {
+            metrics::counter!("writ_verifier_sessions_total", "start" => "resumed").increment(1);
+            *inner.revision.borrow() + 1
+        }
+        Some(_) => {
+            let snapshot = ledger.snapshot().await.map_err(Break::reload)?;
+            let from = snapshot.revision + 1;
+            let Some(inner) = weak.upgrade() else { return Ok(()) };
+            inner.load(snapshot);
+            metrics::counter!("writ_verifier_sessions_total", "start" => "snapshot").increment(1);
+            from
+        }
+    };
+    let mut lines = ledger.watch(WatchFilter { from: Some(from), ..Default::default() }).await.map_err(|e| {
+        if e.reason == ReasonCode::REVISION_COMPACTED {
+            Break::reload(e)
+        } else {
+            Break::resumable(e)
+        }
+    })?;
     while let Some(line) = lines.next().await {
         let Some(inner) = weak.upgrade() else { return Ok(()) };
         match line {
@@ -354,7 +398,8 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                     continue;
                 }
                 if e.revision != state.revision + 1 {
-                    return Err(unavailable(format!("watch skipped from {} to {}", state.revision, e.revision)));
+                    let skipped = format!("watch skipped from {} to {}", state.revision, e.revision);
+                    return Err(Break::reload(unavailable(skipped)));
                 }
                 if let Err(corrupt) = state.fold_views(&e) {
                     // The replica is partly folded: refuse everything until a fresh snapshot
@@ -362,7 +407,7 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                     *inner.contact_slot() = None;
                     drop(state);
                     tracing::error!(error = %corrupt, "the ledger feed carried an event this replica cannot fold; failing closed and reloading");
-                    return Err(unavailable(format!("the ledger replica stopped: {corrupt}")));
+                    return Err(Break::reload(unavailable(format!("the ledger replica stopped: {corrupt}"))));
                 }
                 if e.event.affects_authentication() {
                     inner.tokens.forget();
@@ -375,9 +420,120 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger) -> Result<(), Reje
                 }
             }
             WatchLine::Heartbeat { .. } => {}
-            WatchLine::End { end, message, .. } => return Err(Rejection::new(end, message)),
+            // The events after the replica are gone: only a snapshot brings it up to date.
+            WatchLine::End { end, message, .. } if end == ReasonCode::REVISION_COMPACTED => {
+                return Err(Break::reload(Rejection::new(end, message)))
+            }
+            // E.g. the node drains for a shutdown: go on at another node.
+            WatchLine::End { end, message, .. } => return Err(Break::resumable(Rejection::new(end, message))),
         }
         *inner.contact_slot() = Some(Instant::now());
     }
-    Err(unavailable("the watch stream ended"))
+    Err(Break::resumable(unavailable("the watch stream ended")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryLedger;
+    use writ_api::dto::SubmitResponse;
+    use writ_api::dto::{ClusterChange, ClusterStatus, NodeStatus, QueryRequest, QueryResult, SubmitRequest};
+    use writ_api::ledger::Command;
+
+    /// A ledger whose first watch ends after its first event — with an end line when `end` is
+    /// set, else as a lost connection — and that counts snapshots and where each watch began.
+    struct Breaking {
+        inner: MemoryLedger,
+        end: Option<ReasonCode>,
+        snapshots: AtomicU64,
+        watched_from: Mutex<Vec<u64>>,
+    }
+
+    impl Ledger for Breaking {
+        fn submit(&self, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
+            self.inner.submit(req)
+        }
+        fn query(&self, req: QueryRequest) -> BoxFuture<'_, Result<QueryResult, Rejection>> {
+            self.inner.query(req)
+        }
+        fn node_status(&self) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+            self.inner.node_status()
+        }
+        fn cluster_status(&self) -> BoxFuture<'_, Result<ClusterStatus, Rejection>> {
+            self.inner.cluster_status()
+        }
+        fn cluster_change(&self, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
+            self.inner.cluster_change(change)
+        }
+        fn snapshot(&self) -> BoxFuture<'_, Result<LedgerState, Rejection>> {
+            self.snapshots.fetch_add(1, Ordering::SeqCst);
+            self.inner.snapshot()
+        }
+        fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<crate::ledger::WatchStream, Rejection>> {
+            Box::pin(async move {
+                let first = {
+                    let mut from = self.watched_from.lock().unwrap();
+                    from.push(filter.from.unwrap_or(0));
+                    from.len() == 1
+                };
+                let stream = self.inner.watch(filter).await?;
+                if !first {
+                    return Ok(stream);
+                }
+                // Up to and including the first event, then the break.
+                let events = stream
+                    .scan(false, |seen, line| {
+                        let done = *seen;
+                        *seen |= matches!(line, WatchLine::Event(_));
+                        futures::future::ready((!done).then_some(line))
+                    })
+                    .boxed();
+                let end = self.end.map(|end| WatchLine::End { end, message: "cut".into(), next: 0 });
+                Ok(events.chain(futures::stream::iter(end)).boxed())
+            })
+        }
+    }
+
+    async fn tenant(ledger: &dyn Ledger, name: &str) {
+        let command = Command::CreateTenant { tenant_id: format!("t-{name}"), name: name.into(), display_name: None };
+        ledger.submit(SubmitRequest { trace_id: name.into(), command }).await.expect("submitted");
+    }
+
+    /// Follows `ledger` through its break: the replica reaches every event, and this returns how
+    /// many snapshots it loaded and where each watch began.
+    async fn through_a_break(end: Option<ReasonCode>) -> (u64, Vec<u64>) {
+        let ledger = Arc::new(Breaking {
+            inner: MemoryLedger::new(),
+            end,
+            snapshots: AtomicU64::new(0),
+            watched_from: Mutex::new(Vec::new()),
+        });
+        tenant(ledger.as_ref(), "a").await;
+        let verifier = Verifier::follow(ledger.clone(), "urn:test");
+        let start = ledger.inner.with_state(|s| s.revision);
+        assert!(verifier.wait_for(start, Duration::from_secs(10)).await, "the first snapshot");
+        for name in ["b", "c", "d"] {
+            tenant(ledger.as_ref(), name).await;
+        }
+        let last = ledger.inner.with_state(|s| s.revision);
+        assert!(verifier.wait_for(last, Duration::from_secs(10)).await, "the replica reaches the last event");
+        assert_eq!(verifier.with_state(|s| s.tenants.len()), 4);
+        let from = ledger.watched_from.lock().unwrap().clone();
+        (ledger.snapshots.load(Ordering::SeqCst), from)
+    }
+
+    /// A lost connection (or a node that drains) resumes the watch after the replica's own
+    /// revision, without reloading the state; a compacted revision reloads it.
+    #[tokio::test]
+    async fn a_broken_watch_resumes_from_the_replica_and_a_compacted_one_reloads() {
+        let (snapshots, from) = through_a_break(None).await;
+        assert_eq!(snapshots, 1, "a lost connection reloaded the state");
+        assert_eq!(from[1], from[0] + 1, "resumed right after the one event seen: {from:?}");
+
+        let (snapshots, _) = through_a_break(Some(ReasonCode::LEDGER_UNAVAILABLE)).await;
+        assert_eq!(snapshots, 1, "a node's end line (e.g. draining) reloaded the state");
+
+        let (snapshots, _) = through_a_break(Some(ReasonCode::REVISION_COMPACTED)).await;
+        assert_eq!(snapshots, 2, "the events after the replica are gone: only a snapshot catches up");
+    }
 }
