@@ -350,8 +350,8 @@ impl LedgerNode {
     /// Hands a leader's append (or heartbeat) to Raft, noting the contact for the failure
     /// detector when Raft took it. The contact is when the request *arrived*: the leader was
     /// alive then. Taking the time after Raft answered (after this node's log flush) made a
-    /// follower whose disk fell behind under load see a live leader as silent, and its
-    /// pre-votes started elections under P1 (16–56 term changes in one run).
+    /// follower whose disk fell behind under load see a live leader as silent and ask for
+    /// pre-votes it did not need.
     pub async fn append_entries(
         &self,
         req: openraft::raft::AppendEntriesRequest<TypeConfig>,
