@@ -326,7 +326,7 @@ async fn feed(inner: Weak<Inner>, ledger: Arc<dyn Ledger>) {
     loop {
         match follow_once(&inner, ledger.as_ref(), resume).await {
             Ok(()) => backoff = RETRY_MIN,
-            Err(Break { rejection: e, resumable }) => {
+            Err(Break { rejection: e, resumable, streamed }) => {
                 // Before the first snapshot (e.g. while the cluster elects a leader at start-up)
                 // a failed attempt is expected; later it means lost contact.
                 let started = inner.upgrade().is_some_and(|i| i.contact().is_some());
@@ -336,37 +336,56 @@ async fn feed(inner: Weak<Inner>, ledger: Arc<dyn Ledger>) {
                     tracing::debug!(reason = %e.reason, message = %e.message, "verifier waiting for the ledger");
                 }
                 resume = resumable;
-                backoff = (backoff * 2).min(RETRY_MAX);
+                // A session that broke after working is retried after the shortest wait; one
+                // that failed to start backs off further.
+                backoff = if streamed { RETRY_MIN } else { (backoff * 2).min(RETRY_MAX) };
             }
         }
         if inner.strong_count() == 0 {
             return;
         }
-        tokio::time::sleep(if resume { RETRY_MIN } else { backoff }).await;
+        tokio::time::sleep(backoff).await;
     }
 }
 
-/// Why a feed session ended, and whether the next may resume from the replica's revision.
+/// Why a feed session ended, whether the next may resume from the replica's revision, and
+/// whether this one had streamed anything before it broke.
 struct Break {
     rejection: Rejection,
     resumable: bool,
+    streamed: bool,
 }
 
 impl Break {
     /// The replica is whole: only the connection (or the node) went away.
     fn resumable(rejection: Rejection) -> Break {
-        Break { rejection, resumable: true }
+        Break { rejection, resumable: true, streamed: false }
     }
 
     /// The replica must be reloaded from a snapshot.
     fn reload(rejection: Rejection) -> Break {
-        Break { rejection, resumable: false }
+        Break { rejection, resumable: false, streamed: false }
+    }
+
+    fn after_streaming(self, streamed: bool) -> Break {
+        Break { streamed, ..self }
     }
 }
 
 /// One session: a snapshot (unless `resume`: then the replica's own revision is where the
 /// watch starts), then the watch. Returns when the stream ends or falls out of order.
 async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger, resume: bool) -> Result<(), Break> {
+    let mut streamed = false;
+    follow_session(weak, ledger, resume, &mut streamed).await.map_err(|b| b.after_streaming(streamed))
+}
+
+/// [`follow_once`]'s session; `streamed` turns true with the first event or heartbeat.
+async fn follow_session(
+    weak: &Weak<Inner>,
+    ledger: &dyn Ledger,
+    resume: bool,
+    streamed: &mut bool,
+) -> Result<(), Break> {
     let from = match weak.upgrade() {
         None => return Ok(()),
         Some(inner) if resume => {
@@ -390,6 +409,8 @@ async fn follow_once(weak: &Weak<Inner>, ledger: &dyn Ledger, resume: bool) -> R
         }
     })?;
     while let Some(line) = lines.next().await {
+        // An end line is no sign the session worked (a node without a leader ends at once).
+        *streamed |= !matches!(line, WatchLine::End { .. });
         let Some(inner) = weak.upgrade() else { return Ok(()) };
         match line {
             WatchLine::Event(e) => {
