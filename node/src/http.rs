@@ -385,16 +385,11 @@ async fn client_read_index(State(st): State<NodeState>) -> Result<Response, ApiE
 /// `?digest=false`: without the state digest (what the leader's version watch asks for).
 #[derive(Deserialize)]
 struct StatusQuery {
-    #[serde(default = "with_digest")]
-    digest: bool,
-}
-
-fn with_digest() -> bool {
-    true
+    digest: Option<bool>,
 }
 
 async fn client_status(State(st): State<NodeState>, Query(q): Query<StatusQuery>) -> Response {
-    Json(st.node.status_view(q.digest)).into_response()
+    Json(st.node.status_view(q.digest.unwrap_or(true))).into_response()
 }
 
 async fn client_cluster(State(st): State<NodeState>) -> Response {

@@ -103,6 +103,23 @@ fn unreachable(msg: String) -> RPCError<TypeConfig> {
     RPCError::Unreachable(Unreachable::new(&std::io::Error::other(msg)))
 }
 
+impl SimLink {
+    /// One Raft RPC: `rpc` crosses the link to the target node (through the production
+    /// encoding), `call` runs it on the target's Raft, and the reply crosses the same link back.
+    async fn exchange<Req, Resp, F, Fut>(&self, rpc: &Req, call: F) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: Serialize + DeserializeOwned,
+        Resp: Serialize + DeserializeOwned,
+        F: FnOnce(Arc<LedgerNode>, Req) -> Fut,
+        Fut: Future<Output = Result<Resp, RaftError<TypeConfig>>>,
+    {
+        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
+        let resp = call(target, wire(rpc)).await;
+        self.board.route(self.to, self.from).map_err(unreachable)?;
+        resp.map(|r| wire(&r)).map_err(|e| unreachable(e.to_string()))
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for SimLink {
     type SnapshotData = writ_raft_store::SnapshotHandle;
 
@@ -111,11 +128,7 @@ impl RaftNetworkV2<TypeConfig> for SimLink {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
-        let resp = target.raft.append_entries(wire(&rpc)).await;
-        // The reply crosses the same link back.
-        self.board.route(self.to, self.from).map_err(unreachable)?;
-        resp.map(|r| wire(&r)).map_err(|e: RaftError<TypeConfig>| unreachable(e.to_string()))
+        self.exchange(&rpc, |n, r| async move { n.raft.append_entries(r).await }).await
     }
 
     async fn vote(
@@ -124,10 +137,7 @@ impl RaftNetworkV2<TypeConfig> for SimLink {
         _option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.board.note_vote_asked(self.from);
-        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
-        let resp = target.raft.vote(wire(&rpc)).await;
-        self.board.route(self.to, self.from).map_err(unreachable)?;
-        resp.map(|r| wire(&r)).map_err(|e| unreachable(e.to_string()))
+        self.exchange(&rpc, |n, r| async move { n.raft.vote(r).await }).await
     }
 
     async fn pre_vote(
@@ -136,10 +146,7 @@ impl RaftNetworkV2<TypeConfig> for SimLink {
         _option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.board.note_vote_asked(self.from);
-        let target = self.board.route(self.from, self.to).map_err(unreachable)?;
-        let resp = target.raft.pre_vote(wire(&rpc)).await;
-        self.board.route(self.to, self.from).map_err(unreachable)?;
-        resp.map(|r| wire(&r)).map_err(|e| unreachable(e.to_string()))
+        self.exchange(&rpc, |n, r| async move { n.raft.pre_vote(r).await }).await
     }
 
     async fn full_snapshot(
