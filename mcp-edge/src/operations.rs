@@ -970,9 +970,7 @@ pub async fn submit_act(c: &Call<'_>, act: Command) -> Result<Result<(), Rejecti
     Ok(match submitted.outcome {
         Outcome::Applied { .. } => Ok(()),
         Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
-        Outcome::Internal | Outcome::Batch(_) => {
-            return Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome"))
-        }
+        Outcome::Internal => return Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     })
 }
 
