@@ -419,6 +419,22 @@ pub enum Command {
         edge_id: String,
         fuse: crate::upstream::FuseV1,
     },
+    /// Commands the leader proposed together in one log entry (issue 17: one Raft entry,
+    /// one append and one apply for many concurrent proposals). Each is executed in order as
+    /// if it were an entry of its own, under its own trace id, with its own outcome and its own
+    /// idempotency; the entry's outcome is [`Outcome::Batch`], one per command. Formed only by
+    /// a leader (a submitted batch is refused), never nested, and never holding a command that
+    /// carries evidence bytes.
+    Batch {
+        commands: Vec<BatchedCommand>,
+    },
+}
+
+/// One command of a [`Command::Batch`], with the trace id of the request that made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchedCommand {
+    pub trace_id: String,
+    pub command: Command,
 }
 
 /// The newest ledger version this build understands: what a node advertises
@@ -429,8 +445,8 @@ pub enum Command {
 /// 1: everything before the gate existed. 2: work items, coded refusals, scope grants, tenant
 /// delete and purge, evidence. 3: retention (`Command::ApplyRetention`). 4: upstream MCP servers.
 /// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`)
-/// and OAuth client credentials for upstreams.
-pub const LEDGER_VERSION: u32 = 5;
+/// and OAuth client credentials for upstreams. 6: command batches (`Command::Batch`).
+pub const LEDGER_VERSION: u32 = 6;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -451,6 +467,8 @@ pub enum Domain {
     Work,
     Retention,
     Upstream,
+    /// [`Command::Batch`]: executed command by command, never decided as one.
+    Batch,
 }
 
 impl Command {
@@ -513,6 +531,7 @@ impl Command {
             | Command::ApproveUpstreamTools { .. }
             | Command::SetUpstreamFuse { .. } => Domain::Upstream,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
+            Command::Batch { .. } => Domain::Batch,
         }
     }
 
@@ -579,6 +598,7 @@ impl Command {
     pub fn ledger_version(&self) -> u32 {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
             Command::PublishCatalog { catalog, .. } => catalog
@@ -655,10 +675,21 @@ impl Command {
         }
     }
 
-    /// The bytes this command stores once `outcome` applied it — a `StoreEvidence`, bare or on a
+    /// What this command stores once `outcome` applied it — a `StoreEvidence`, bare or on a
     /// principal's behalf, with its request's decision — keyed by
     /// [`crate::evidence::blob_key`]: what a node writes beside the state (its content was
-    /// checked by `decide`; a retried upload writes the same bytes again).
+    /// checked by `decide`; a retried upload writes the same bytes again). A [`Command::Batch`] stores what its commands would as entries of their own (a leader
+    /// never batches a command that carries bytes, but a batch that did loses none).
+    pub fn stored_blobs(&self, outcome: &Outcome) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match (self, outcome) {
+            (Command::Batch { commands }, Outcome::Batch(outcomes)) => {
+                commands.iter().zip(outcomes).flat_map(|(c, o)| c.command.stored_blobs(o)).collect()
+            }
+            _ => self.stored_blob(outcome).into_iter().collect(),
+        }
+    }
+
+    /// [`Self::stored_blobs`] of one command that is not a batch.
     pub fn stored_blob(&self, outcome: &Outcome) -> Option<(Vec<u8>, Vec<u8>)> {
         let Outcome::Applied { events, .. } = outcome else { return None };
         // Only what the ledger recorded as stored (a report's blob may have been refused).
@@ -669,6 +700,24 @@ impl Command {
         let content = self.blob_content()?;
         let bytes = crate::evidence::from_base64(content)?;
         Some((crate::evidence::blob_key(tenant_id, &blob.operation_id, &blob.content_hash), bytes))
+    }
+
+    /// Refuses what no caller may submit: a batch (a leader forms one, from commands it took
+    /// one by one, each checked on its own).
+    pub fn submittable(&self) -> Result<(), crate::rejection::Rejection> {
+        match self {
+            Command::Batch { .. } => Err(crate::rejection::Rejection::new(
+                ReasonCode::INPUT_INVALID,
+                "a batch is formed by the leader, not submitted: submit its commands one by one",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this command carries bytes for the evidence store (a leader proposes it in an
+    /// entry of its own: one such command may be as large as an entry should be).
+    pub fn carries_blob(&self) -> bool {
+        self.blob_content().is_some()
     }
 
     /// The base64 bytes a command carries for the evidence store.
@@ -796,6 +845,7 @@ impl Command {
             Command::ObserveUpstreamTools { .. } => "observe_upstream_tools",
             Command::ApproveUpstreamTools { .. } => "approve_upstream_tools",
             Command::SetUpstreamFuse { .. } => "set_upstream_fuse",
+            Command::Batch { .. } => "batch",
         }
     }
 
@@ -857,7 +907,8 @@ impl Command {
             Command::RegisterSigningKey { .. }
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. }
-            | Command::PurgeTenant { .. } => CLUSTER_STREAM,
+            | Command::PurgeTenant { .. }
+            | Command::Batch { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stream(),
         }
     }
@@ -1418,6 +1469,9 @@ pub enum Outcome {
     Rejected { reason: ReasonCode, message: String, revision: u64 },
     /// A Raft-internal entry (blank or membership) with no domain effect.
     Internal,
+    /// A [`Command::Batch`]'s outcomes, one per command in its order (the leader answers each
+    /// proposer with its own).
+    Batch(Vec<Outcome>),
 }
 
 /// Lifecycle state of a tenant.

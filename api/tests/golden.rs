@@ -919,6 +919,22 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::PublishCatalog { tenant_id: "t-1".into(), catalog: upstream_operation_catalog() }),
             None,
         ),
+        (
+            "batch",
+            req(Command::Batch {
+                commands: vec![
+                    writ_api::ledger::BatchedCommand {
+                        trace_id: "trace-2".into(),
+                        command: Command::ResumeTenant { tenant_id: "t-1".into() },
+                    },
+                    writ_api::ledger::BatchedCommand {
+                        trace_id: "trace-3".into(),
+                        command: Command::ExpireDue { tenant_id: "t-1".into() },
+                    },
+                ],
+            }),
+            None,
+        ),
     ]
 }
 
@@ -1199,6 +1215,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     ),
     // Upstream operations came with state format 8.
     (7, &["operation_upstream_bound_v1", "catalog_published_v1_upstream_operation"]),
+    // Batch entries came after state format 8 (they change no state format).
+    (8, &["batch"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

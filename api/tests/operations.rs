@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use serde_json::json;
 use writ_api::evidence::{Uploader, EVIDENCE_PER_OPERATION_MAX};
-use writ_api::ledger::{Command, Event, LedgerRequest, Outcome};
+use writ_api::ledger::{Command, Event, EventEnvelope, LedgerRequest, Outcome};
 use writ_api::operation::{AttemptOutcome, EvidenceV1, Operation, OperationSpecV1, OperationState, Verdict, WorkRef};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1};
 use writ_api::settings::TenantSettingsPatch;
@@ -542,6 +542,8 @@ fn workload() -> impl Strategy<Value = Vec<Step>> {
 struct Reached {
     /// Operations cancelled while their attempt ran (and reported no effect).
     cancelled_during_attempt: usize,
+    /// Every entry the run executed, in order.
+    requests: Vec<LedgerRequest>,
 }
 
 /// Runs `steps` against a fresh ledger, checking the invariants after every command and, at
@@ -552,6 +554,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     let base = l.state.clone();
     let id = |k: u8| format!("op-{k}");
     let mut last_token: BTreeMap<String, u64> = BTreeMap::new();
+    let mut requests = Vec::new();
     let token_of = |l: &Ledger, k: u8| {
         l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0)
     };
@@ -603,6 +606,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
         };
         let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
         let (_, events) = l.state.execute(&req);
+        requests.push(req);
         log.extend(events);
         let violations = invariant_violations(&l.state);
         prop_assert!(violations.is_empty(), "{}", violations.join("\n"));
@@ -642,7 +646,84 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
         .flat_map(|m| m.values())
         .filter(|op| op.state == OperationState::Cancelled && op.attempts == 1)
         .count();
-    Ok(Reached { cancelled_during_attempt })
+    Ok(Reached { cancelled_during_attempt, requests })
+}
+
+/// Executes `requests` on a fresh ledger, consecutive ones of the same time grouped into batch
+/// entries of the sizes `sizes` names in turn (1: an entry of its own); returns every
+/// command's outcome, the events and audit records in order, and the final state.
+fn execute_grouped(
+    requests: &[LedgerRequest],
+    sizes: &[usize],
+) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::AuditRecordV1>, writ_api::state::LedgerState) {
+    let mut state = Ledger::new().state;
+    let (mut outcomes, mut events, mut audit) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sizes = sizes.iter().cycle();
+    let mut rest = requests;
+    while let Some(first) = rest.first() {
+        let same_time = rest.iter().take_while(|r| r.stamp_ms == first.stamp_ms).count();
+        let n = (*sizes.next().unwrap_or(&1)).clamp(1, same_time);
+        let (group, after) = rest.split_at(n);
+        rest = after;
+        let entry = if n == 1 {
+            group[0].clone()
+        } else {
+            let commands = group
+                .iter()
+                .map(|r| writ_api::ledger::BatchedCommand { trace_id: r.trace_id.clone(), command: r.command.clone() })
+                .collect();
+            LedgerRequest { stamp_ms: first.stamp_ms, trace_id: String::new(), command: Command::Batch { commands } }
+        };
+        let (outcome, mut appended, mut records) = state.execute_audited(&entry);
+        match outcome {
+            Outcome::Batch(each) => {
+                assert_eq!(each.len(), n, "one outcome per command");
+                outcomes.extend(each);
+            }
+            one => outcomes.push(one),
+        }
+        events.append(&mut appended);
+        audit.append(&mut records);
+    }
+    (outcomes, events, audit, state)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A batch entry (`Command::Batch`, what a leader proposes under load) is exactly its
+    /// commands as consecutive entries: the same outcome for each, the same events and audit
+    /// records, the same state — so every invariant the workloads check holds for batches too.
+    #[test]
+    fn a_batch_entry_is_its_commands_in_a_row(steps in workload(), sizes in proptest::collection::vec(1usize..6, 1..20)) {
+        let requests = run_steps(steps)?.requests;
+        let alone = execute_grouped(&requests, &[1]);
+        let batched = execute_grouped(&requests, &sizes);
+        prop_assert_eq!(&batched.0, &alone.0);
+        prop_assert_eq!(&batched.1, &alone.1);
+        prop_assert_eq!(&batched.2, &alone.2);
+        prop_assert!(batched.3 == alone.3, "the states differ");
+        prop_assert_eq!(batched.3.digest(), alone.3.digest());
+    }
+}
+
+/// A batch inside a batch is refused as one command (a leader never forms one), and the other
+/// commands of the entry stand.
+#[test]
+fn a_nested_batch_is_refused_alone() {
+    let mut l = Ledger::new();
+    let inner = Command::Batch { commands: Vec::new() };
+    let commands = vec![
+        writ_api::ledger::BatchedCommand { trace_id: "a".into(), command: inner },
+        writ_api::ledger::BatchedCommand {
+            trace_id: "b".into(),
+            command: submit(spec("op-1", "k-1", json!({"p": 1}), None, l.now + 60_000)),
+        },
+    ];
+    let Outcome::Batch(outcomes) = l.run(Command::Batch { commands }) else { panic!("not a batch outcome") };
+    assert!(matches!(outcomes[0], Outcome::Rejected { reason: ReasonCode::INPUT_INVALID, .. }), "{:?}", outcomes[0]);
+    assert!(matches!(&outcomes[1], Outcome::Applied { operation: Some(op), .. } if op.spec.operation_id == "op-1"));
+    assert_eq!(Command::Batch { commands: Vec::new() }.submittable().unwrap_err().reason, ReasonCode::INPUT_INVALID);
 }
 
 proptest! {

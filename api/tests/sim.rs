@@ -5,8 +5,9 @@
 //! What is real: the ledger's state machine every node runs (`LedgerState::execute`, the same
 //! decide and fold code, the same encodings), the replicas' snapshot-and-restart path
 //! (`encode_versioned`/`decode_versioned`) and the commands edges and executors send. What is
-//! modelled: consensus (one committed log; a killed leader's in-flight proposals are committed or
-//! lost, their answers always lost), the network (proposals and answers delayed, reordered,
+//! modelled: consensus (one committed log, whose entries are single commands or batches of the
+//! proposals waiting, as a loaded leader proposes them; a killed leader's in-flight proposals are
+//! committed or lost, their answers always lost), the network (proposals and answers delayed, reordered,
 //! lost), edges (each follows one replica, resubmits an unanswered submission with the same
 //! idempotency key), executors (they claim what their edge's replica offers them, ask the leader
 //! after an unanswered start, act on the device only while they hold the attempt, renew, report,
@@ -27,7 +28,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use support::*;
-use writ_api::ledger::{Command, Event, LedgerRequest, Outcome};
+use writ_api::ledger::{BatchedCommand, Command, Event, LedgerRequest, Outcome};
 use writ_api::operation::{AttemptOutcome, OperationState};
 use writ_api::settings::{QuotasV1, TenantSettingsPatch};
 use writ_api::state::LedgerState;
@@ -256,16 +257,37 @@ impl World {
         }
     }
 
-    /// The leader commits one in-flight message (a random one: the network reorders) and
-    /// answers its sender; the answer may be lost.
+    /// The leader commits one in-flight message (a random one: the network reorders), or
+    /// several in one batch entry (`Command::Batch`, as a leader under load proposes them), and
+    /// answers each sender; each answer may be lost.
     fn commit(&mut self) {
         let (Some(leader), Some(i)) = (self.leader, self.rng.pick(&self.inflight)) else { return };
-        let m = self.inflight.remove(i);
-        let outcome = self.append(leader, m.command);
-        if self.rng.percent(12) {
-            self.note(format!("answer to {:?}#{} lost", m.actor, m.id));
+        let mut taken = vec![self.inflight.remove(i)];
+        if self.rng.percent(30) {
+            for _ in 0..1 + self.rng.below(3) {
+                let Some(i) = self.rng.pick(&self.inflight) else { break };
+                taken.push(self.inflight.remove(i));
+            }
+        }
+        let senders: Vec<(Actor, u64)> = taken.iter().map(|m| (m.actor, m.id)).collect();
+        let outcomes = if taken.len() == 1 {
+            vec![self.append(leader, taken.remove(0).command)]
         } else {
-            self.answers.push(Answer { actor: m.actor, id: m.id, outcome });
+            let commands = taken
+                .into_iter()
+                .map(|m| BatchedCommand { trace_id: format!("{:?}#{}", m.actor, m.id), command: m.command })
+                .collect();
+            match self.append(leader, Command::Batch { commands }) {
+                Outcome::Batch(outcomes) if outcomes.len() == senders.len() => outcomes,
+                other => self.fail(format!("a batch of {} was answered {}", senders.len(), describe(&other))),
+            }
+        };
+        for ((actor, id), outcome) in senders.into_iter().zip(outcomes) {
+            if self.rng.percent(12) {
+                self.note(format!("answer to {actor:?}#{id} lost"));
+            } else {
+                self.answers.push(Answer { actor, id, outcome });
+            }
         }
     }
 
@@ -679,6 +701,7 @@ fn describe(outcome: &Outcome) -> String {
         Outcome::Applied { .. } => "applied".into(),
         Outcome::Rejected { reason, .. } => format!("{reason}"),
         Outcome::Internal => "internal".into(),
+        Outcome::Batch(outcomes) => format!("batch of {}", outcomes.len()),
     }
 }
 

@@ -970,7 +970,9 @@ pub async fn submit_act(c: &Call<'_>, act: Command) -> Result<Result<(), Rejecti
     Ok(match submitted.outcome {
         Outcome::Applied { .. } => Ok(()),
         Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
-        Outcome::Internal => return Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+        Outcome::Internal | Outcome::Batch(_) => {
+            return Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome"))
+        }
     })
 }
 

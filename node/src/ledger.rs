@@ -196,6 +196,40 @@ pub struct LedgerNode {
     snapshot_every_log_bytes: u64,
     /// Largest Raft RPC body this node accepts (an append batch, a snapshot chunk).
     pub rpc_body_bytes_max: usize,
+    /// Proposes this node's writes while it leads, many commands per entry under load.
+    batcher: crate::batcher::Batcher,
+}
+
+/// What the batcher proposes through: this node's Raft, gated on every member's version.
+struct RaftProposer {
+    raft: Raft,
+    node: std::sync::Weak<LedgerNode>,
+}
+
+impl crate::batcher::Propose for RaftProposer {
+    fn propose(&self, request: LedgerRequest) -> BoxFuture<'static, crate::batcher::Proposed> {
+        let raft = self.raft.clone();
+        Box::pin(async move { write(&raft, request).await })
+    }
+
+    fn batches_understood(&self) -> BoxFuture<'static, bool> {
+        let understood = self.node.upgrade().is_some_and(|node| {
+            node.members_said_they_understand(Command::Batch { commands: Vec::new() }.ledger_version())
+        });
+        Box::pin(async move { understood })
+    }
+}
+
+/// Proposes one entry through `raft` and waits for its outcome.
+async fn write(raft: &Raft, request: LedgerRequest) -> crate::batcher::Proposed {
+    use crate::batcher::ProposeError;
+    match raft.client_write(request).await {
+        Ok(resp) => Ok((resp.log_id.index(), resp.data)),
+        // Nothing was appended: leadership was lost (then another node leads), or a new leader
+        // has no quorum's ack yet (openraft's lease).
+        Err(e) if e.forward_to_leader().is_some() => Err(ProposeError::NotLeader(e.to_string())),
+        Err(e) => Err(ProposeError::Unknown(e.to_string())),
+    }
 }
 
 /// How long a member's advertised ledger version is trusted before it is asked again (a node
@@ -277,7 +311,11 @@ impl LedgerNode {
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
         let election_max = Duration::from_millis(settings.election_max_ms);
         let leader_wait = election_max * LEADER_WAIT_ELECTIONS;
-        Ok(Arc::new(LedgerNode {
+        Ok(Arc::new_cyclic(|node| LedgerNode {
+            batcher: crate::batcher::Batcher::start(
+                Arc::new(RaftProposer { raft: raft.clone(), node: node.clone() }),
+                crate::batcher::PROPOSALS_IN_FLIGHT_MAX,
+            ),
             id,
             addr,
             raft,
@@ -652,6 +690,7 @@ impl LedgerNode {
 
     /// Proposes a command; a follower forwards it once to the leader. The leader stamps it.
     pub async fn submit_request(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
+        req.command.submittable()?;
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(LEDGER_CALL_TIMEOUT, self.submit_inner(req, forwarded))
             .await
@@ -681,21 +720,24 @@ impl LedgerNode {
                     trace_id: req.trace_id.clone(),
                     command: req.command.clone(),
                 };
-                match self.raft.client_write(request).await {
-                    Ok(resp) => {
-                        let (log_index, outcome) = (resp.log_id.index(), resp.data);
-                        return Ok(SubmitResponse { log_index, outcome, forwarded: false });
-                    }
-                    // Nothing was appended: leadership was lost (then another node leads), or a
-                    // new leader has no quorum's ack yet (openraft's lease). Look again shortly,
-                    // within the deadline.
-                    Err(e) if e.forward_to_leader().is_some() => {
+                // A command with evidence bytes is an entry of its own; the rest are batched.
+                let proposed = if request.command.carries_blob() {
+                    write(&self.raft, request).await
+                } else {
+                    self.batcher.propose(request).await
+                };
+                match proposed {
+                    Ok((log_index, outcome)) => return Ok(SubmitResponse { log_index, outcome, forwarded: false }),
+                    // Nothing was appended: look again shortly, within the deadline.
+                    Err(crate::batcher::ProposeError::NotLeader(e)) => {
                         if tokio::time::Instant::now() >= deadline {
                             return Err(unavailable(format!("this node cannot take writes yet: {e}")));
                         }
                         tokio::time::sleep(LEADER_RECHECK).await;
                     }
-                    Err(e) => return Err(unavailable(format!("commit outcome unknown: {e}"))),
+                    Err(crate::batcher::ProposeError::Unknown(e)) => {
+                        return Err(unavailable(format!("commit outcome unknown: {e}")))
+                    }
                 }
                 continue;
             }
@@ -954,15 +996,7 @@ impl LedgerNode {
     /// it is proposed (the member would stop at it), naming who holds the cluster back.
     async fn gate(&self, command: &Command) -> Result<(), Rejection> {
         let needs = command.ledger_version();
-        if needs <= 1 {
-            return Ok(()); // every version reads these
-        }
-        let versions = self.member_versions().await;
-        let behind: Vec<String> = versions
-            .iter()
-            .filter(|(_, v)| v.is_none_or(|v| v < needs))
-            .map(|(id, v)| format!("{id} ({})", v.map_or("unknown".into(), |v| format!("version {v}"))))
-            .collect();
+        let behind = self.members_behind(needs).await;
         if behind.is_empty() {
             return Ok(());
         }
@@ -971,6 +1005,20 @@ impl LedgerNode {
             ReasonCode::LEDGER_VERSION_GATED,
             format!("{} needs ledger version {needs}; upgrade node(s) {} first", command.kind(), behind.join(", ")),
         ))
+    }
+
+    /// The members that do not (or may not) understand ledger version `needs`, as "id
+    /// (version)".
+    async fn members_behind(&self, needs: u32) -> Vec<String> {
+        if needs <= 1 {
+            return Vec::new(); // every version reads these
+        }
+        let versions = self.member_versions().await;
+        versions
+            .iter()
+            .filter(|(_, v)| v.is_none_or(|v| v < needs))
+            .map(|(id, v)| format!("{id} ({})", v.map_or("unknown".into(), |v| format!("version {v}"))))
+            .collect()
     }
 
     /// Every member's ledger version as its own status last said (this node's own; others asked
@@ -1004,6 +1052,17 @@ impl LedgerNode {
             out.insert(id, version);
         }
         out
+    }
+
+    /// Whether every member last said (to the version watch, without asking now: this is on
+    /// the write path) that it understands ledger version `needs`. A member never heard from
+    /// has not.
+    fn members_said_they_understand(&self, needs: u32) -> bool {
+        let m = self.raft.metrics();
+        let members: Vec<u64> = m.borrow_watched().membership_config.membership().nodes().map(|(id, _)| *id).collect();
+        let versions = self.versions.lock().expect("versions");
+        self.ledger_version >= needs
+            && members.iter().all(|id| *id == self.id || versions.get(id).is_some_and(|(v, _, _)| *v >= needs))
     }
 
     /// Members whose storage alarm was on when they last said (asked every

@@ -11,6 +11,8 @@
 #[cfg(feature = "server")]
 pub mod alloc;
 #[cfg(feature = "server")]
+pub mod batcher;
+#[cfg(feature = "server")]
 pub mod config;
 #[cfg(feature = "server")]
 pub mod dev;

@@ -697,7 +697,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             };
             a.last_applied = Some(log_id);
             if let EntryPayload::Normal(ref req) = entry.payload {
-                if let Some((key, bytes)) = req.command.stored_blob(&outcome) {
+                for (key, bytes) in req.command.stored_blobs(&outcome) {
                     batch.put_cf(evidence_cf, key, bytes);
                 }
             }

@@ -225,7 +225,7 @@ pub(crate) async fn submit(
     match resp.outcome {
         Outcome::Applied { events, .. } => Ok(events),
         Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
-        Outcome::Internal => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected internal outcome")),
+        Outcome::Internal | Outcome::Batch(_) => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     }
 }
 

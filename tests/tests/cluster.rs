@@ -252,7 +252,14 @@ async fn a_member_on_an_older_ledger_version_gates_newer_commands() {
     assert_eq!(refused["reason"], "LEDGER_VERSION_GATED", "{refused}");
     assert!(refused["message"].as_str().unwrap().contains("3 (version 1)"), "{refused}");
     c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "still-version-1"})).await;
+    // Concurrent writes while node 3 is on version 1: the leader proposes no batch entry (an
+    // older build would stop at one it cannot decode), and all of them converge.
+    let urls = c.running_urls();
+    let before = batched_commands(&c).await;
+    let acked = create_many(&c, &urls, "v1", 0..120, 16).await;
+    assert_eq!(batched_commands(&c).await, before, "a batch was proposed to a version-1 member");
     c.converged(Duration::from_secs(30)).await;
+    assert_all_readable(&c, &c.nodes[2].url(), &acked).await;
 
     // Upgraded: the same command goes through, and node 3 applies it.
     c.node_mut(3).kill();
@@ -263,7 +270,40 @@ async fn a_member_on_an_older_ledger_version_gates_newer_commands() {
         async move { (admin.post(&url, "/v1/tenants/gated/work", work("wo-up")).await.ok()?.0 == 201).then_some(()) }
     })
     .await;
+    // Now concurrent writes share entries (issue 17's batching), and every member applies them.
+    let urls = c.running_urls();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut acked = Vec::new();
+    let before = batched_commands(&c).await;
+    for round in 0.. {
+        acked.extend(create_many(&c, &urls, &format!("v6-{round}"), 0..64, 32).await);
+        if batched_commands(&c).await > before {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no batch entry after {round} rounds of concurrent writes");
+    }
     c.converged(Duration::from_secs(30)).await;
+    for n in &c.nodes {
+        assert_all_readable(&c, &n.url(), &acked).await;
+    }
+}
+
+/// Commands the leader proposed inside batch entries of more than one
+/// (`writ_ledger_batch_commands`: its sum less its count, summed over the nodes).
+async fn batched_commands(c: &Cluster) -> u64 {
+    let mut batched = 0;
+    for n in c.nodes.iter().filter(|n| n.is_running()) {
+        let metrics = c.admin.client(&n.url()).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
+        let text = metrics.text().await.expect("text");
+        let value = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0) as u64
+        };
+        batched += value("writ_ledger_batch_commands_sum") - value("writ_ledger_batch_commands_count");
+    }
+    batched
 }
 
 /// Issue 18's backup and restore through real processes: `writ admin backup` taken while

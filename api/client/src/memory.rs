@@ -96,7 +96,7 @@ impl MemoryLedger {
         let mut inner = self.lock();
         let request = LedgerRequest { stamp_ms: crate::now_ms(), trace_id: req.trace_id, command: req.command };
         let (outcome, events, records) = inner.state.execute_audited(&request);
-        if let Some((key, bytes)) = request.command.stored_blob(&outcome) {
+        for (key, bytes) in request.command.stored_blobs(&outcome) {
             inner.blobs.insert(key, bytes);
         }
         inner.entries += 1;
@@ -247,6 +247,7 @@ impl Ledger for MemoryLedger {
     fn submit(&self, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
         Box::pin(async move {
             self.available()?;
+            req.command.submittable()?;
             Ok(self.execute(req))
         })
     }

@@ -61,6 +61,8 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Work => work::decide(state, cmd, now),
         Domain::Retention => retention::decide(state, cmd, now),
         Domain::Upstream => upstream::decide(state, cmd, now),
+        // Reached only by a batch inside a batch: a leader never forms one.
+        Domain::Batch => Err(Rejection::new(ReasonCode::INPUT_INVALID, "a batch may hold single commands only")),
     }
 }
 
@@ -103,10 +105,33 @@ impl LedgerState {
     /// the node to store).
     pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditRecordV1>) {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
-        let now = self.clock_ms;
         let mut audit = Vec::new();
+        let mut envelopes = Vec::new();
+        let outcome = match &req.command {
+            // Each command of a batch as if it were an entry of its own, at the entry's time.
+            Command::Batch { commands } => Outcome::Batch(
+                commands
+                    .iter()
+                    .map(|c| self.execute_one(&c.trace_id, &c.command, &mut envelopes, &mut audit))
+                    .collect(),
+            ),
+            command => self.execute_one(&req.trace_id, command, &mut envelopes, &mut audit),
+        };
+        (outcome, envelopes, audit)
+    }
+
+    /// Executes one command at the current ledger time: appends its events (or its rejection)
+    /// to `all` and their audit records to `audit`, and returns its outcome.
+    fn execute_one(
+        &mut self,
+        trace_id: &str,
+        command: &Command,
+        all: &mut Vec<EventEnvelope>,
+        audit: &mut Vec<AuditRecordV1>,
+    ) -> Outcome {
+        let now = self.clock_ms;
         // A request's decision travelling with the command it made is recorded after it.
-        let (command, decision) = match &req.command {
+        let (command, decision) = match command {
             Command::Audited { decision, command } => (command.as_ref(), Some(decision)),
             other => (other, None),
         };
@@ -116,7 +141,7 @@ impl LedgerState {
         if command.is_operation() && self.tenants.contains_key(command.stream()) {
             let tenant = command.stream().to_string();
             for event in operation::due(self, &tenant, now) {
-                envelopes.push(self.append(&tenant, &req.trace_id, event, &mut audit));
+                envelopes.push(self.append(&tenant, trace_id, event, audit));
             }
         }
         let decided = match decision {
@@ -127,7 +152,7 @@ impl LedgerState {
         let (outcome, refusal) = match decided {
             Ok(events) => {
                 for event in events {
-                    envelopes.push(self.append(&stream, &req.trace_id, event, &mut audit));
+                    envelopes.push(self.append(&stream, trace_id, event, audit));
                 }
                 (None, None)
             }
@@ -141,7 +166,7 @@ impl LedgerState {
                     message: rejection.message.clone(),
                     subject: command.subject(),
                 };
-                let env = self.append(to, &req.trace_id, event, &mut audit);
+                let env = self.append(to, trace_id, event, audit);
                 let outcome =
                     Outcome::Rejected { reason: rejection.reason, message: rejection.message, revision: env.revision };
                 envelopes.push(env);
@@ -151,13 +176,14 @@ impl LedgerState {
         if let Some(d) = decision.filter(|_| self.tenants.contains_key(&stream)) {
             let decision = audit::decided(d, refusal);
             let event = Event::RequestDecidedV1 { tenant_id: stream.clone(), decision };
-            envelopes.push(self.append(&stream, &req.trace_id, event, &mut audit));
+            envelopes.push(self.append(&stream, trace_id, event, audit));
         }
         let outcome = outcome.unwrap_or_else(|| Outcome::Applied {
             events: envelopes.clone(),
             operation: self.operation_view(command).map(Box::new),
         });
-        (outcome, envelopes, audit)
+        all.append(&mut envelopes);
+        outcome
     }
 
     /// The operation `command` is about, as it stands now (a submission that was a replay:

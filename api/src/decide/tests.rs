@@ -387,7 +387,7 @@ fn credentials_are_revoked_and_retired_for_good() {
         match st.execute(&req(now, cmd)).0 {
             Outcome::Applied { .. } => None,
             Outcome::Rejected { reason, .. } => Some(reason),
-            Outcome::Internal => panic!("internal outcome"),
+            other => panic!("not one command's outcome: {other:?}"),
         }
     };
     assert_eq!(at(&mut st, 1_000, create("a", "acme")), None);
