@@ -63,6 +63,13 @@ pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, bincode::error:
     bincode::serde::encode_to_vec(value, bincode_config())
 }
 
+/// How many bytes [`encode`] would write, without writing them.
+pub fn encoded_len<T: serde::Serialize>(value: &T) -> Result<usize, bincode::error::EncodeError> {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, bincode_config())?;
+    Ok(size.bytes_written)
+}
+
 /// Decodes what [`encode`] wrote; trailing bytes are an error. At most 64 MiB is decoded (a
 /// bound on what a message or a stored entry may make the node allocate).
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {

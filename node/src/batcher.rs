@@ -20,6 +20,10 @@ use writ_api::ledger::{BatchedCommand, Command, LedgerRequest, Outcome};
 
 /// Most commands in one entry.
 pub const BATCH_COMMANDS_MAX: usize = 64;
+/// Most encoded command bytes in one entry (a node caps it further at half its Raft body
+/// limit, so that one entry always fits in an append); a command larger than the bound goes
+/// alone.
+pub const BATCH_BYTES_MAX: usize = 4 << 20;
 /// Most entries the batcher has proposed and not yet seen applied.
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4;
 /// Most submits waiting for a proposal (a full queue holds the submitter back).
@@ -56,10 +60,11 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the batching task over `proposer`, with at most `in_flight` entries in flight.
-    pub fn start(proposer: Arc<dyn Propose>, in_flight: usize) -> Self {
+    /// Starts the batching task over `proposer`, with at most `in_flight` entries in flight and
+    /// at most `bytes_max` encoded command bytes in one entry.
+    pub fn start(proposer: Arc<dyn Propose>, in_flight: usize, bytes_max: usize) -> Self {
         let (queue, rx) = mpsc::channel(QUEUE_MAX);
-        tokio::spawn(run(rx, proposer, Arc::new(Semaphore::new(in_flight.max(1)))));
+        tokio::spawn(run(rx, proposer, Arc::new(Semaphore::new(in_flight.max(1))), bytes_max));
         Batcher { queue }
     }
 
@@ -74,14 +79,34 @@ impl Batcher {
     }
 }
 
-async fn run(mut rx: mpsc::Receiver<Pending>, proposer: Arc<dyn Propose>, slots: Arc<Semaphore>) {
-    while let Some(first) = rx.recv().await {
+async fn run(mut rx: mpsc::Receiver<Pending>, proposer: Arc<dyn Propose>, slots: Arc<Semaphore>, bytes_max: usize) {
+    // A command that did not fit in the last entry: the first of the next.
+    let mut carried: Option<Pending> = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         // Waiting for a slot is what lets the queue fill while entries are in flight.
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        // A command that cannot be measured is measured as the whole bound: it goes alone.
+        let size = |p: &Pending| writ_api::encoded_len(&p.request.command).unwrap_or(bytes_max);
+        let mut bytes = size(&first);
         let mut batch = vec![first];
         while batch.len() < BATCH_COMMANDS_MAX {
             match rx.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) => {
+                    let n = size(&p);
+                    if bytes + n > bytes_max {
+                        carried = Some(p);
+                        break;
+                    }
+                    bytes += n;
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }
@@ -194,9 +219,14 @@ mod tests {
     /// One submit is held in flight (one slot) while ten more arrive; returns the fake and
     /// every submitter's answer, in submission order.
     async fn ten_behind_one(understood: bool, refuse: bool) -> (Arc<Fake>, Vec<Proposed>) {
+        ten_behind_one_within(understood, refuse, BATCH_BYTES_MAX).await
+    }
+
+    /// [`ten_behind_one`] with at most `bytes_max` command bytes per entry.
+    async fn ten_behind_one_within(understood: bool, refuse: bool, bytes_max: usize) -> (Arc<Fake>, Vec<Proposed>) {
         let (release, held) = oneshot::channel();
         let fake = Arc::new(Fake { seen: Mutex::default(), held: Mutex::new(Some(held)), understood, refuse });
-        let batcher = Arc::new(Batcher::start(fake.clone(), 1));
+        let batcher = Arc::new(Batcher::start(fake.clone(), 1, bytes_max));
         let mut answers = Vec::new();
         let b = batcher.clone();
         answers.push(tokio::spawn(async move { b.propose(request("t0")).await }));
@@ -241,6 +271,32 @@ mod tests {
         for (i, a) in answers.into_iter().enumerate() {
             let index = if i == 0 { 1 } else { 2 };
             assert_eq!(a, Ok((index, answer(&format!("t{i}")))), "submit {i} gets its own outcome");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_entry_holds_at_most_its_byte_bound_and_the_command_that_did_not_fit_leads_the_next() {
+        let one = writ_api::encoded_len(&request("t1").command).unwrap();
+        let (fake, answers) = ten_behind_one_within(true, false, 3 * one).await;
+        let seen = fake.seen.lock().unwrap().clone();
+        let sizes: Vec<usize> = seen
+            .iter()
+            .map(|r| match &r.command {
+                Command::Batch { commands } => commands.len(),
+                _ => 1,
+            })
+            .collect();
+        assert_eq!(sizes, vec![1, 3, 3, 3, 1], "{seen:?}");
+        let traces: Vec<String> = seen
+            .iter()
+            .flat_map(|r| match &r.command {
+                Command::Batch { commands } => commands.iter().map(|c| c.trace_id.clone()).collect(),
+                _ => vec![r.trace_id.clone()],
+            })
+            .collect();
+        assert_eq!(traces, (0..=10).map(|i| format!("t{i}")).collect::<Vec<_>>(), "none lost, none reordered");
+        for (i, a) in answers.into_iter().enumerate() {
+            assert_eq!(a.map(|(_, o)| o), Ok(answer(&format!("t{i}"))), "submit {i} gets its own outcome");
         }
     }
 

@@ -315,6 +315,7 @@ impl LedgerNode {
             batcher: crate::batcher::Batcher::start(
                 Arc::new(RaftProposer { raft: raft.clone(), node: node.clone() }),
                 crate::batcher::PROPOSALS_IN_FLIGHT_MAX,
+                crate::batcher::BATCH_BYTES_MAX.min(settings.rpc_body_bytes_max / 2),
             ),
             id,
             addr,

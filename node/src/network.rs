@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::alias::{LogIdOf, SnapshotOf, VoteOf};
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
@@ -61,12 +61,26 @@ pub struct HttpRaftNetwork {
     node_id: u64,
     http: reqwest::Client,
     chunk_bytes: u64,
+    body_bytes_max: usize,
 }
 
 impl HttpRaftNetwork {
-    /// Raft clients from `node_id`, sending snapshots in chunks of `chunk_bytes`.
+    /// Raft clients from `node_id`, sending snapshots in chunks of `chunk_bytes`, to peers that
+    /// accept Raft bodies of [`crate::http::RAFT_BODY_BYTES_MAX`] (see [`Self::with_body_bytes_max`]).
     pub fn new(node_id: u64, http: reqwest::Client, chunk_bytes: u64) -> Self {
-        HttpRaftNetwork { node_id, http, chunk_bytes: chunk_bytes.max(1) }
+        HttpRaftNetwork {
+            node_id,
+            http,
+            chunk_bytes: chunk_bytes.max(1),
+            body_bytes_max: crate::http::RAFT_BODY_BYTES_MAX,
+        }
+    }
+
+    /// The largest Raft body the peers accept (`[raft] rpc_body_bytes_max`, the same on every
+    /// member): an append that would exceed it carries fewer entries.
+    pub fn with_body_bytes_max(mut self, bytes: usize) -> Self {
+        self.body_bytes_max = bytes.max(1);
+        self
     }
 }
 
@@ -80,6 +94,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpRaftNetwork {
             base: node.addr.trim_end_matches('/').to_string(),
             http: self.http.clone(),
             chunk_bytes: self.chunk_bytes,
+            body_bytes_max: self.body_bytes_max,
         }
     }
 }
@@ -91,6 +106,7 @@ pub struct HttpRaftPeer {
     base: String,
     http: reqwest::Client,
     chunk_bytes: u64,
+    body_bytes_max: usize,
 }
 
 impl HttpRaftPeer {
@@ -160,6 +176,20 @@ impl HttpRaftPeer {
         Resp: DeserializeOwned,
     {
         let body = writ_api::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.call_body(action, rpc, body, timeout).await
+    }
+
+    /// [`Self::call`] with the request already encoded.
+    async fn call_body<Resp>(
+        &self,
+        action: RPCTypes,
+        rpc: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Resp: DeserializeOwned,
+    {
         let url = format!("{}/raft/{rpc}", self.base);
         let sent = self
             .http
@@ -226,7 +256,21 @@ impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
         // can take longer than that — timing it out cancelled it and restarted replication.
         let timeout =
             if rpc.entries.is_empty() { option.soft_ttl() } else { option.soft_ttl().max(APPEND_TIMEOUT_MIN) };
-        self.call(RPCTypes::AppendEntries, "append", &rpc, timeout).await
+        let body = writ_api::encode(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if body.len() <= self.body_bytes_max {
+            return self.call_body(RPCTypes::AppendEntries, "append", body, timeout).await;
+        }
+        // Over the peer's body limit (openraft sends up to `max_payload_entries` entries, whatever
+        // their size): send the longest prefix that fits and answer a partial success, after
+        // which openraft sends the rest.
+        let (part, last) =
+            fitting_prefix(rpc, self.body_bytes_max).map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+        metrics::counter!("writ_raft_appends_split_total").increment(1);
+        let body = writ_api::encode(&part).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        match self.call_body(RPCTypes::AppendEntries, "append", body, timeout).await? {
+            AppendEntriesResponse::Success => Ok(AppendEntriesResponse::PartialSuccess(Some(last))),
+            other => Ok(other),
+        }
     }
 
     /// Pre-vote (openraft's default grants every one without asking, which made pre-vote a
@@ -301,4 +345,32 @@ impl Peers for HttpPeers {
         let addr = addr.to_string();
         Box::pin(async move { self.http.post(&addr, "/client/cluster", &change, true).await.map_err(Rejection::from) })
     }
+}
+
+/// The longest prefix of `rpc`'s entries whose append encodes to at most `bytes_max`, and the
+/// log id of its last entry; an error if not even the first entry fits (the peers' body limit
+/// is below what one entry needs: a configuration to fix, see `[raft] rpc_body_bytes_max`).
+fn fitting_prefix(
+    mut rpc: AppendEntriesRequest<TypeConfig>,
+    bytes_max: usize,
+) -> Result<(AppendEntriesRequest<TypeConfig>, LogIdOf<TypeConfig>), String> {
+    let entries = std::mem::take(&mut rpc.entries);
+    let mut size = writ_api::encoded_len(&rpc).map_err(|e| e.to_string())?;
+    let mut fit = 0usize;
+    for entry in &entries {
+        size += writ_api::encoded_len(entry).map_err(|e| e.to_string())?;
+        if size > bytes_max {
+            break;
+        }
+        fit += 1;
+    }
+    let Some(last) = fit.checked_sub(1).map(|i| entries[i].log_id) else {
+        return Err(format!(
+            "log entry {} does not fit in a Raft body of {bytes_max} bytes (raft.rpc_body_bytes_max)",
+            entries.first().map_or_else(String::new, |e| e.log_id.to_string())
+        ));
+    };
+    rpc.entries = entries;
+    rpc.entries.truncate(fit);
+    Ok((rpc, last))
 }

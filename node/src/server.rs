@@ -97,7 +97,8 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         url.clone(),
         &cfg.data_dir,
         &cfg.raft,
-        HttpRaftNetwork::new(cfg.node_id, http.clone(), cfg.raft.snapshot_chunk_bytes),
+        HttpRaftNetwork::new(cfg.node_id, http.clone(), cfg.raft.snapshot_chunk_bytes)
+            .with_body_bytes_max(cfg.raft.rpc_body_bytes_max),
         Arc::new(SystemClock { ahead_ms: cfg.raft.clock_ahead_ms }),
         Arc::new(HttpPeers::new(http)),
     )

@@ -212,6 +212,42 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     }
 }
 
+/// A follower behind by more than one Raft body catches up: openraft hands the network up to
+/// 300 entries per append whatever their size, and the leader sends as many as fit in the
+/// peers' body limit (`writ_raft_appends_split_total`) instead of one append the follower
+/// refuses — before, a follower that missed more than the limit never caught up without a
+/// snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_by_more_than_one_raft_body_catches_up_in_appends_that_fit() {
+    const CAP: u64 = 16 << 10;
+    let mut c = Cluster::start_with(3, |n| {
+        n.raft_extra = format!("snapshot_chunk_bytes = 4096\nrpc_body_bytes_max = {CAP}");
+    })
+    .await;
+    let leader = c.leader(Duration::from_secs(10)).await;
+    let victim = c.nodes.iter().map(|n| n.id).find(|id| *id != leader).expect("a follower");
+    c.node_mut(victim).kill();
+    let survivors = c.running_urls();
+    let acked = create_many(&c, &survivors, "behind", 0..300, 8).await;
+    assert_eq!(acked.len(), 300);
+
+    c.node_mut(victim).start(false);
+    c.converged(Duration::from_secs(60)).await;
+    let victim_url = c.nodes.iter().find(|n| n.id == victim).map(|n| n.url()).expect("victim");
+    assert_all_readable(&c, &victim_url, &acked).await;
+    let mut split = 0;
+    for url in c.running_urls() {
+        let metrics = c.admin.client(&url).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
+        let metrics = metrics.text().await.expect("text");
+        split += metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("writ_raft_appends_split_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    assert!(split > 0, "no append was split: the catch-up fitted in one body of {CAP} bytes, so this shows nothing");
+}
+
 /// Issue 18's version gate through real nodes: a member advertising an older ledger version (as
 /// a node not yet upgraded would) holds the cluster to it — a newer command is refused before
 /// it is proposed, naming the node, while older commands go on and every node applies them —
