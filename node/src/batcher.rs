@@ -80,6 +80,8 @@ impl Batcher {
 }
 
 async fn run(mut rx: mpsc::Receiver<Pending>, proposer: Arc<dyn Propose>, slots: Arc<Semaphore>, bytes_max: usize) {
+    // A command that cannot be measured is measured as the whole bound: it goes alone.
+    let size = |p: &Pending| writ_api::encoded_len(&p.request.command).unwrap_or(bytes_max);
     // A command that did not fit in the last entry: the first of the next.
     let mut carried: Option<Pending> = None;
     loop {
@@ -92,19 +94,19 @@ async fn run(mut rx: mpsc::Receiver<Pending>, proposer: Arc<dyn Propose>, slots:
         };
         // Waiting for a slot is what lets the queue fill while entries are in flight.
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        // A command that cannot be measured is measured as the whole bound: it goes alone.
-        let size = |p: &Pending| writ_api::encoded_len(&p.request.command).unwrap_or(bytes_max);
-        let mut bytes = size(&first);
+        // Measured only once a second command arrives: a lone command (the idle case) is not.
+        let mut bytes = None;
         let mut batch = vec![first];
         while batch.len() < BATCH_COMMANDS_MAX {
             match rx.try_recv() {
                 Ok(p) => {
+                    let so_far = *bytes.get_or_insert_with(|| size(&batch[0]));
                     let n = size(&p);
-                    if bytes + n > bytes_max {
+                    if so_far + n > bytes_max {
                         carried = Some(p);
                         break;
                     }
-                    bytes += n;
+                    bytes = Some(so_far + n);
                     batch.push(p);
                 }
                 Err(_) => break,

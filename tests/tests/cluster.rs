@@ -187,14 +187,8 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     c.converged(Duration::from_secs(60)).await;
     let status = c.admin.get(&victim_url, "/client/status").await.expect("status");
     assert!(status["snapshot_index"].as_u64().is_some(), "wiped node did not install a snapshot: {status}");
-    let metrics = c.admin.client(&victim_url).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
-    let metrics = metrics.text().await.expect("text");
-    let chunks: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("writ_snapshot_chunks_received_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(chunks >= snapshot_bytes / CHUNK, "{chunks} chunks for {snapshot_bytes} bytes:\n{metrics}");
+    let chunks = metric(&c, &victim_url, "writ_snapshot_chunks_received_total").await;
+    assert!(chunks >= snapshot_bytes / CHUNK, "{chunks} chunks for {snapshot_bytes} bytes");
     eprintln!("wiped node: a snapshot of {snapshot_bytes} bytes arrived in {chunks} chunks (body cap {CAP})");
     assert_all_readable(&c, &victim_url, &acked).await;
     // The snapshot carried the audit trail: the wiped node lists the same records.
@@ -235,16 +229,7 @@ async fn a_follower_behind_by_more_than_one_raft_body_catches_up_in_appends_that
     c.converged(Duration::from_secs(60)).await;
     let victim_url = c.nodes.iter().find(|n| n.id == victim).map(|n| n.url()).expect("victim");
     assert_all_readable(&c, &victim_url, &acked).await;
-    let mut split = 0;
-    for url in c.running_urls() {
-        let metrics = c.admin.client(&url).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
-        let metrics = metrics.text().await.expect("text");
-        split += metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("writ_raft_appends_split_total "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
+    let split = metric_sum(&c, "writ_raft_appends_split_total").await;
     assert!(split > 0, "no append was split: the catch-up fitted in one body of {CAP} bytes, so this shows nothing");
 }
 
@@ -327,19 +312,26 @@ async fn a_member_on_an_older_ledger_version_gates_newer_commands() {
 /// Commands the leader proposed inside batch entries of more than one
 /// (`writ_ledger_batch_commands`: its sum less its count, summed over the nodes).
 async fn batched_commands(c: &Cluster) -> u64 {
-    let mut batched = 0;
-    for n in c.nodes.iter().filter(|n| n.is_running()) {
-        let metrics = c.admin.client(&n.url()).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
-        let text = metrics.text().await.expect("text");
-        let value = |name: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0) as u64
-        };
-        batched += value("writ_ledger_batch_commands_sum") - value("writ_ledger_batch_commands_count");
+    metric_sum(c, "writ_ledger_batch_commands_sum").await - metric_sum(c, "writ_ledger_batch_commands_count").await
+}
+
+/// `name`'s value in the metrics of the node at `url` (0 before it has one).
+async fn metric(c: &Cluster, url: &str, name: &str) -> u64 {
+    let metrics = c.admin.client(url).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
+    let text = metrics.text().await.expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// `name` summed over the running nodes.
+async fn metric_sum(c: &Cluster, name: &str) -> u64 {
+    let mut sum = 0;
+    for url in c.running_urls() {
+        sum += metric(c, &url, name).await;
     }
-    batched
+    sum
 }
 
 /// Issue 18's backup and restore through real processes: `writ admin backup` taken while
