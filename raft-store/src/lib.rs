@@ -13,7 +13,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{ColumnFamilyDescriptor, Options, DB};
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, DB, DEFAULT_COLUMN_FAMILY_NAME};
 
 pub use log_store::LogStore;
 pub use snapshot::SnapshotHandle;
@@ -46,14 +46,39 @@ pub fn open(dir: &Path) -> io::Result<(LogStore, StateMachine)> {
     Ok((LogStore::new(db.clone())?, StateMachine::new(db, dir.join("snapshots"), seed)?))
 }
 
-/// Opens (creating if missing) a RocksDB with the node's column families at `path`.
+/// Memory of all column families' memtables together: past it, RocksDB flushes one. Without
+/// it each column family may hold two 64 MiB memtables, so what a node holds in memory grew
+/// with how much audit, log and events it had written lately (issue 18's P4).
+pub const MEMTABLE_BUDGET_BYTES: usize = 48 << 20;
+/// One memtable of one column family.
+const MEMTABLE_BYTES: usize = 16 << 20;
+/// WAL kept on disk: past it, the column families whose data the oldest WAL file holds are
+/// flushed so it can go. Without it one rarely written column family (`meta`) kept every WAL
+/// file alive (a gigabyte after a million audit records), and a restart replayed all of it.
+pub const WAL_BYTES_MAX: u64 = 128 << 20;
+/// The block cache, one for all column families (RocksDB gives each its own 32 MiB otherwise).
+pub const BLOCK_CACHE_BYTES: usize = 32 << 20;
+
+/// Opens (creating if missing) a RocksDB with the node's column families at `path`, within the
+/// memory and WAL bounds above.
 pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
     // Corruption must stop the node rather than be skipped.
     opts.set_paranoid_checks(true);
-    let cfs = [CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE]
-        .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+    opts.set_db_write_buffer_size(MEMTABLE_BUDGET_BYTES);
+    opts.set_max_total_wal_size(WAL_BYTES_MAX);
+    let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+    // `default` (unused) too: left out, it would get 64 MiB memtables, and RocksDB preallocates
+    // 1.1 times the largest memtable for each WAL file (a tmpfs-sized disk noticed).
+    let cfs = [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE].map(|name| {
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        let mut cf = Options::default();
+        cf.set_write_buffer_size(MEMTABLE_BYTES);
+        cf.set_block_based_table_factory(&table);
+        ColumnFamilyDescriptor::new(name, cf)
+    });
     DB::open_cf_descriptors(&opts, path, cfs).map_err(io::Error::other)
 }
