@@ -365,7 +365,9 @@ async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
     };
     eventually("some load", Duration::from_secs(30), || async {
         let page = c.admin.get(&url, "/v1/tenants/kept/principals?limit=100").await.ok()?;
-        (page["principals"].as_array()?.len() >= 50).then_some(())
+        // More than the 50 asserted below: the write in flight is visible before its
+        // acknowledgement arrives (it failed once with 49 acknowledged before the backup).
+        (page["principals"].as_array()?.len() >= 55).then_some(())
     })
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
