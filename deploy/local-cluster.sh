@@ -8,7 +8,8 @@
 # Writes .writ/cluster/env with WRIT_ADMIN_URL, WRIT_ADMIN_TOKEN, WRIT_CA_FILE, WRIT_NODE_URLS, WRIT_MCP_URL
 # (the edges' shared canonical URL: the token audience), WRIT_MCP_URLS, WRIT_EXECUTOR_URLS (the
 # edges' executor endpoints) and PIDs. Both edges share one seal key file, as replicas behind
-# one load balancer must.
+# one load balancer must. WRIT_CLUSTER_RAFT (optional) is TOML lines for each node's [raft]
+# section, e.g. WRIT_CLUSTER_RAFT='snapshot_every_entries = 11500' (the keys: node/src/config.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${WRIT_CLUSTER_DIR:-.writ/cluster}
@@ -46,6 +47,7 @@ up() {
       [ "$id" = 1 ] && echo "bootstrap = true" || echo "bootstrap = false"
       for m in $(seq 1 $N); do printf '[[members]]\nid = %s\naddr = "%s"\n' "$m" "$(url "$m")"; done
       printf '[tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n' "$PKI/node-$id.pem" "$PKI/node-$id-key.pem" "$CA"
+      [ -z "${WRIT_CLUSTER_RAFT:-}" ] || printf '[raft]\n%s\n' "$WRIT_CLUSTER_RAFT"
     } > "$dir/node.toml"
     nohup "$BIN" node --config "$dir/node.toml" >> "$dir/node.log" 2>&1 &
     echo $! > "$dir/pid"; pids+=("$!")

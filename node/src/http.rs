@@ -203,7 +203,7 @@ async fn raft_snapshot(State(st): State<NodeState>, body: Bytes) -> Response {
         Ok(p) => p,
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot not stored: {e}")).into_response(),
     };
-    let snapshot = Snapshot { meta, snapshot: writ_raft_store::SnapshotHandle { path } };
+    let snapshot = Snapshot { meta, snapshot: writ_raft_store::SnapshotHandle::file(path) };
     bincode_response(&st.node.raft.install_full_snapshot(vote, snapshot).await.map_err(RaftError::<TypeConfig>::Fatal))
 }
 
@@ -289,7 +289,7 @@ async fn raft_snapshot_chunk(State(st): State<NodeState>, body: Bytes) -> Respon
         return bincode_response(&reply);
     }
     metrics::counter!("writ_snapshot_chunks_received_total").increment(1);
-    let snapshot = Snapshot { meta: chunk.meta, snapshot: writ_raft_store::SnapshotHandle { path: path.clone() } };
+    let snapshot = Snapshot { meta: chunk.meta, snapshot: writ_raft_store::SnapshotHandle::file(path.clone()) };
     let installed = st.node.raft.install_full_snapshot(chunk.vote, snapshot).await;
     // Installed, it was moved into place; refused (a stale vote, an older snapshot), it goes.
     let _ = std::fs::remove_file(&path);

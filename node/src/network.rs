@@ -110,15 +110,21 @@ pub struct HttpRaftPeer {
 }
 
 impl HttpRaftPeer {
-    /// Sends the snapshot file in chunks, resuming where the receiver stands (a probe first,
+    /// Sends the snapshot's transfer file in chunks, resuming where the receiver stands (a probe first,
     /// then every chunk at the offset it last acknowledged).
     async fn send_snapshot(
         &self,
         vote: VoteOf<TypeConfig>,
         meta: openraft::alias::SnapshotMetaOf<TypeConfig>,
-        path: std::path::PathBuf,
+        snapshot: writ_raft_store::SnapshotHandle,
     ) -> Result<SnapshotResponse<TypeConfig>, RPCError<TypeConfig>> {
         let local = |e: std::io::Error| RPCError::Network(NetworkError::new(&e));
+        // This node's own snapshots hold the state only: what the peer installs carries the
+        // audit records and evidence blobs too (written once per snapshot, then reused).
+        let path = tokio::task::spawn_blocking(move || snapshot.transfer_file())
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
+            .map_err(local)?;
         let total = std::fs::metadata(&path).map_err(local)?.len();
         let hash_path = path.clone();
         let sha256 = tokio::task::spawn_blocking(move || file_sha256(&hash_path))
@@ -300,7 +306,7 @@ impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
-            res = self.send_snapshot(vote, snapshot.meta, snapshot.snapshot.path) => res.map_err(StreamingError::from),
+            res = self.send_snapshot(vote, snapshot.meta, snapshot.snapshot) => res.map_err(StreamingError::from),
         }
     }
 

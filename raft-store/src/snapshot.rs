@@ -1,15 +1,22 @@
 //! Snapshot files (SPEC L9): what a node builds, keeps, sends and installs, streamed — never
 //! whole in memory, with no size cap.
 //!
-//! A snapshot file is [`SNAPSHOT_FILE_MAGIC`], a u32 LE length and the checksummed
+//! A snapshot file is a magic ([`Contents`]), a u32 LE length and the checksummed
 //! [`SnapshotHeader`] (its Raft position and membership), then a `writ_api::backup` stream:
 //! the manifest, the **bounded state** (`LedgerState::encode_versioned`; audit bodies and
-//! evidence bytes are never part of it) and then, as separate records, every retained audit
-//! record and evidence blob, and last the sha256 of the stream. Building writes it record by
-//! record from one RocksDB snapshot; installing reads it record by record into the column
-//! families; the network sends it in resumable chunks (`writ_node::network`). Files written
-//! before this format (`.bin`: the whole payload in one encoding) are rewritten in it when a
-//! node starts on one.
+//! evidence bytes are never part of it), the records, and last the sha256 of the stream.
+//!
+//! - A node's **own** snapshots are [`Contents::StateOnly`]: no records. The retained audit
+//!   records and evidence blobs stay in its column families, so building one costs the bounded
+//!   state, whatever the audit retention (issue 18).
+//! - What **travels** to another node is [`Contents::WithRecords`]: the same state followed by
+//!   every audit record and evidence blob of the sender's column families, as separate records
+//!   ([`SnapshotHandle::transfer_file`], built once per snapshot when a peer first needs it).
+//!   Installing it reads it record by record into the column families; the network sends it in
+//!   resumable chunks (`writ_node::network`).
+//!
+//! Files written before streaming (`.bin`: the whole payload in one encoding) are rewritten as
+//! [`Contents::WithRecords`] when a node starts on one.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -21,20 +28,69 @@ use writ_api::backup::{read_backup, BackupManifestV1, BackupSummary, BackupWrite
 use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
-use crate::TypeConfig;
+use crate::{StateMachine, TypeConfig};
 
-/// First bytes of a snapshot file.
+/// First bytes of a snapshot file that carries its records ([`Contents::WithRecords`]).
 pub const SNAPSHOT_FILE_MAGIC: [u8; 8] = *b"WRITSNP2";
+/// First bytes of a snapshot file of the state only ([`Contents::StateOnly`]).
+pub const STATE_ONLY_FILE_MAGIC: [u8; 8] = *b"WRITSNS1";
 /// Largest header a reader accepts.
 const HEADER_BYTES_MAX: u32 = 1 << 20;
 /// Write buffer of a snapshot file.
 const BUFFER_BYTES: usize = 1 << 20;
 
+/// What a snapshot file carries after the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contents {
+    /// Every retained audit record and evidence blob, as records: what installs on another node.
+    WithRecords,
+    /// Nothing: the records are in the column families of the node that built it.
+    StateOnly,
+}
+
+impl Contents {
+    fn magic(self) -> [u8; 8] {
+        match self {
+            Contents::WithRecords => SNAPSHOT_FILE_MAGIC,
+            Contents::StateOnly => STATE_ONLY_FILE_MAGIC,
+        }
+    }
+
+    fn of_magic(magic: &[u8]) -> Option<Contents> {
+        [Contents::WithRecords, Contents::StateOnly].into_iter().find(|c| c.magic() == magic)
+    }
+}
+
 /// A snapshot as openraft hands it around: a file in this format (this node's own, one received
-/// from the leader, or another store's in tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// from the leader, or another store's in tests), and for a node's own snapshot the store that
+/// built it, whose column families hold the records a peer needs with it.
+#[derive(Clone)]
 pub struct SnapshotHandle {
     pub path: PathBuf,
+    pub(crate) origin: Option<StateMachine>,
+}
+
+impl std::fmt::Debug for SnapshotHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotHandle").field("path", &self.path).field("own", &self.origin.is_some()).finish()
+    }
+}
+
+impl SnapshotHandle {
+    /// A snapshot file received whole (it carries its records).
+    pub fn file(path: PathBuf) -> Self {
+        SnapshotHandle { path, origin: None }
+    }
+
+    /// The file to send to another node: this one when it carries its records; for a
+    /// state-only snapshot, the state followed by the records of the store that built it
+    /// (written once per snapshot, then reused by every peer and every resumed transfer).
+    pub fn transfer_file(&self) -> io::Result<PathBuf> {
+        match &self.origin {
+            Some(store) if contents(&self.path)? == Contents::StateOnly => store.transfer_file(&self.path),
+            _ => Ok(self.path.clone()),
+        }
+    }
 }
 
 /// Where a snapshot stands in the log.
@@ -48,9 +104,11 @@ pub struct SnapshotHeader {
 /// `FRAME_EVIDENCE`), key and value as the column family holds them.
 pub type Record = (u8, Vec<u8>, Vec<u8>);
 
-/// Writes a snapshot file at `path` (then syncs it): the header, the state and `records`.
+/// Writes a snapshot file at `path` (then syncs it): the header, the state and `records` (none
+/// for [`Contents::StateOnly`]).
 pub fn write(
     path: &Path,
+    contents: Contents,
     header: &SnapshotHeader,
     state: &LedgerState,
     records: impl Iterator<Item = io::Result<Record>>,
@@ -58,7 +116,7 @@ pub fn write(
     let file = File::create(path)?;
     let mut out = BufWriter::with_capacity(BUFFER_BYTES, file);
     let header_bytes = checked_encode(header)?;
-    out.write_all(&SNAPSHOT_FILE_MAGIC)?;
+    out.write_all(&contents.magic())?;
     out.write_all(&(header_bytes.len() as u32).to_le_bytes())?;
     out.write_all(&header_bytes)?;
     let manifest = BackupManifestV1 {
@@ -72,6 +130,9 @@ pub fn write(
     let mut w = BackupWriter::begin(&mut out, manifest, state)?;
     for record in records {
         let (kind, key, value) = record?;
+        if contents == Contents::StateOnly {
+            return Err(invalid(format!("{}: a record in a state-only snapshot", path.display())));
+        }
         w.record(kind, &key, &value)?;
     }
     let summary = w.end()?;
@@ -79,21 +140,32 @@ pub fn write(
     Ok(summary)
 }
 
-/// Reads a snapshot file's header, leaving the reader at its stream.
-pub fn open(path: &Path) -> io::Result<(SnapshotHeader, BufReader<File>)> {
+/// Reads a snapshot file's header and what it carries, leaving the reader at its stream.
+pub fn open(path: &Path) -> io::Result<(SnapshotHeader, Contents, BufReader<File>)> {
     let mut r = BufReader::with_capacity(BUFFER_BYTES, File::open(path)?);
     let mut head = [0u8; 12];
     r.read_exact(&mut head).map_err(|e| invalid(format!("{}: no snapshot header: {e}", path.display())))?;
-    if head[..8] != SNAPSHOT_FILE_MAGIC {
-        return Err(invalid(format!("{} is not a snapshot file", path.display())));
-    }
+    let contents =
+        Contents::of_magic(&head[..8]).ok_or_else(|| invalid(format!("{} is not a snapshot file", path.display())))?;
     let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
     if len > HEADER_BYTES_MAX {
         return Err(invalid(format!("{}: a snapshot header of {len} bytes", path.display())));
     }
     let mut bytes = vec![0u8; len as usize];
     r.read_exact(&mut bytes)?;
-    Ok((checked_decode(&bytes, "snapshot header")?, r))
+    Ok((checked_decode(&bytes, "snapshot header")?, contents, r))
+}
+
+/// Reads the stream of an opened state-only snapshot: its state (a record in it is corruption).
+pub fn read_state(reader: BufReader<File>) -> io::Result<LedgerState> {
+    read_records(reader, |_, _, _| Err(invalid("a record in a state-only snapshot".to_string())))
+}
+
+/// What the snapshot file at `path` carries after its state.
+pub fn contents(path: &Path) -> io::Result<Contents> {
+    let mut magic = [0u8; 8];
+    File::open(path)?.read_exact(&mut magic)?;
+    Contents::of_magic(&magic).ok_or_else(|| invalid(format!("{} is not a snapshot file", path.display())))
 }
 
 /// Reads the stream of an opened snapshot: every record to `on_record`, then checks the digest;
@@ -105,10 +177,9 @@ pub fn read_records(
     read_backup(reader, on_record).map(|(_, state)| state)
 }
 
-/// Whether `path` begins like a snapshot file of this format.
+/// Whether `path` begins like a snapshot file of this format (either contents).
 pub fn is_streamed(path: &Path) -> bool {
-    let mut magic = [0u8; 8];
-    File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic == SNAPSHOT_FILE_MAGIC
+    contents(path).is_ok()
 }
 
 fn invalid(msg: String) -> io::Error {

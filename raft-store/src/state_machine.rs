@@ -7,9 +7,12 @@
 //! can resume from a revision; re-applying writes the same bytes under the same keys. Audit
 //! records go to the `audit` column family (key: tenant, sequence); retention deletes the
 //! range below each tenant's first retained sequence. Snapshots are files in the streamed
-//! format of `crate::snapshot`: the bounded state, then the retained audit records and
-//! evidence blobs as separate records, so a node that installs one has the same audit history
-//! without either side holding it whole in memory.
+//! format of `crate::snapshot`. A node's own hold the bounded state only, so building one does
+//! not grow with audit retention; the audit records and evidence blobs stay in the column
+//! families, made durable (the WAL synced) before the snapshot lets the log be purged. What a
+//! peer installs is the state followed by those records, written from the column families
+//! when a peer first needs it, so a node that installs one has the same audit history without
+//! either side holding it whole in memory.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -32,7 +35,7 @@ use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
 pub use crate::snapshot::SnapshotHandle;
-use crate::snapshot::SnapshotHeader;
+use crate::snapshot::{Contents, SnapshotHeader};
 use crate::{TypeConfig, CF_AUDIT, CF_EVENTS, CF_EVIDENCE};
 use writ_api::backup::{FRAME_AUDIT, FRAME_EVIDENCE};
 use writ_api::retention::EVENT_LOG_KEPT_MS;
@@ -47,6 +50,8 @@ const INSTALL_BATCH_RECORDS: usize = 4096;
 
 /// Snapshot files kept on disk (the newest is the current one).
 const SNAPSHOT_FILES_KEPT: usize = 2;
+/// Extension of a snapshot's transfer file (`StateMachine::transfer_file`).
+const TRANSFER_EXTENSION: &str = "xfer";
 
 /// What has been applied, guarded together so readers see one consistent position.
 #[derive(Debug, Clone, Default)]
@@ -76,6 +81,8 @@ struct Inner {
     /// every request to the node checks them, and must never wait for the state's lock (a
     /// snapshot build holds it long enough to delay Raft heartbeats into elections).
     role_revocations: RwLock<Arc<std::collections::BTreeSet<String>>>,
+    /// Held while a snapshot's transfer file is written, so concurrent peers write it once.
+    transfers: std::sync::Mutex<()>,
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -218,6 +225,7 @@ impl StateMachine {
                 events,
                 corruption: tokio::sync::watch::channel(None).0,
                 role_revocations: Default::default(),
+                transfers: Default::default(),
             }),
         };
         let floor = sm.first_stored_revision()?.unwrap_or(1);
@@ -417,40 +425,90 @@ impl StateMachine {
         Ok(files)
     }
 
-    /// Keeps the newest [`SNAPSHOT_FILES_KEPT`] snapshot files.
+    /// Keeps the newest [`SNAPSHOT_FILES_KEPT`] snapshot files, and the transfer files of those
+    /// only.
     fn prune_snapshots(&self) -> io::Result<()> {
         let files = self.snapshot_files()?;
-        for old in files.iter().take(files.len().saturating_sub(SNAPSHOT_FILES_KEPT)) {
+        let dropped = files.len().saturating_sub(SNAPSHOT_FILES_KEPT);
+        for old in &files[..dropped] {
             std::fs::remove_file(old)?;
+        }
+        let kept: Vec<PathBuf> = files[dropped..].iter().map(|f| f.with_extension(TRANSFER_EXTENSION)).collect();
+        for entry in std::fs::read_dir(&self.inner.snapshot_dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|x| x == TRANSFER_EXTENSION) && !kept.contains(&path) {
+                std::fs::remove_file(&path)?;
+            }
         }
         Ok(())
     }
 
-    /// Builds a snapshot file of what is applied (`crate::snapshot`): the state and a RocksDB
-    /// snapshot taken under one read lock (apply writes audit records under the write lock, so
-    /// both are at the same point), then the file streamed from them without the lock.
+    /// Builds a snapshot file of what is applied (`crate::snapshot`): the state only, copied
+    /// under the read lock and written without it. Its audit records and evidence blobs stay in
+    /// the column families: every batch applied up to it is in RocksDB's WAL (apply writes
+    /// under the write lock), and the WAL is synced before the snapshot exists, since the log
+    /// entries that wrote them may be purged behind it.
     fn build_snapshot_file(&self) -> io::Result<(SnapshotHeader, PathBuf)> {
-        let db = &self.inner.db;
-        let (view, header, state) = {
+        let (header, state) = {
             let a = self.read();
             let header = SnapshotHeader { last_applied: a.last_applied, membership: a.membership.clone() };
-            (db.snapshot(), header, a.state.clone())
+            (header, a.state.clone())
         };
+        self.inner.db.flush_wal(true).map_err(io::Error::other)?;
         let path = self.snapshot_path(&header.last_applied);
         let tmp = path.with_extension("tmp");
-        let records = stored_records(db, &view, &[(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE)]);
-        crate::snapshot::write(&tmp, &header, &state, records)?;
+        crate::snapshot::write(&tmp, Contents::StateOnly, &header, &state, std::iter::empty())?;
         std::fs::rename(&tmp, &path)?;
         sync_dir(&self.inner.snapshot_dir)?;
         self.prune_snapshots()?;
         Ok((header, path))
     }
 
-    /// Installs the snapshot file `src` at `meta` (`crate::snapshot`): the file becomes this
-    /// node's newest snapshot first (so a crash part-way installs it again on restart), then its
-    /// records replace the audit and evidence column families, streamed, and its state the
-    /// applied one.
-    fn install_snapshot_file(&self, meta: &SnapshotMetaOf<TypeConfig>, src: &Path) -> io::Result<()> {
+    /// The file a peer installs for this node's state-only snapshot `path`: its state, then
+    /// every audit record and evidence blob of one RocksDB snapshot of the column families.
+    /// Those may be ahead of the state (taken later); a peer that installs it replays the log
+    /// from the snapshot's position, which writes the same records under the same keys and
+    /// applies the same retention, so it converges on the same records. Written once per
+    /// snapshot (`.xfer` beside it), then reused: by every peer, and by a resumed transfer,
+    /// which needs the same bytes.
+    pub(crate) fn transfer_file(&self, path: &Path) -> io::Result<PathBuf> {
+        let _one_at_a_time = self.inner.transfers.lock().unwrap_or_else(|e| e.into_inner());
+        let out = path.with_extension(TRANSFER_EXTENSION);
+        if out.exists() {
+            return Ok(out);
+        }
+        let (header, contents, reader) = crate::snapshot::open(path)?;
+        if contents != Contents::StateOnly {
+            return Ok(path.to_path_buf());
+        }
+        let state = crate::snapshot::read_state(reader)?;
+        let db = &self.inner.db;
+        let view = db.snapshot();
+        let records = stored_records(db, &view, &[(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE)]);
+        let tmp = out.with_extension("xfer-tmp");
+        let summary = crate::snapshot::write(&tmp, Contents::WithRecords, &header, &state, records)?;
+        std::fs::rename(&tmp, &out)?;
+        sync_dir(&self.inner.snapshot_dir)?;
+        tracing::info!(file = %out.display(), audit = summary.audit_records, blobs = summary.evidence_blobs, bytes = summary.bytes, "snapshot transfer file written");
+        Ok(out)
+    }
+
+    /// Installs `snapshot` at `meta` (`crate::snapshot`): the file becomes this node's newest
+    /// snapshot first (so a crash part-way installs it again on restart), then the records it
+    /// carries replace the audit and evidence column families, streamed, and its state the
+    /// applied one. This node's own state-only snapshot (a restart) installs its state alone:
+    /// its records are already in the column families. Another store's state-only snapshot
+    /// (the in-process harness) is completed from that store first.
+    fn install_snapshot_file(&self, meta: &SnapshotMetaOf<TypeConfig>, snapshot: &SnapshotHandle) -> io::Result<()> {
+        let own = snapshot.origin.as_ref().is_some_and(|o| Arc::ptr_eq(&o.inner, &self.inner));
+        let src = if own { snapshot.path.clone() } else { snapshot.transfer_file()? };
+        let src = src.as_path();
+        if !own && crate::snapshot::contents(src)? == Contents::StateOnly {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a state-only snapshot of another node, without its audit records",
+            ));
+        }
         let dest = self.snapshot_path(&meta.last_log_id);
         if src != dest {
             let tmp = dest.with_extension("tmp");
@@ -464,13 +522,44 @@ impl StateMachine {
             std::fs::rename(&tmp, &dest)?;
             sync_dir(&self.inner.snapshot_dir)?;
         }
-        let (header, reader) = crate::snapshot::open(&dest)?;
+        let (header, contents, reader) = crate::snapshot::open(&dest)?;
         if header.last_applied != meta.last_log_id || header.membership != meta.last_membership {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the snapshot file is not at the position installed",
             ));
         }
+        let (state, records) = match contents {
+            Contents::WithRecords => self.install_records(reader)?,
+            Contents::StateOnly => (crate::snapshot::read_state(reader)?, 0),
+        };
+        let db = &self.inner.db;
+        // Stored events are committed history, so they agree with any snapshot. Keep them if
+        // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
+        // node), the gap cannot be filled here: drop them and start after the snapshot.
+        let stored_through = self.last_stored_revision()?;
+        let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
+        if !keeps_history {
+            let cf = db.cf_handle(CF_EVENTS).expect("column families are created at open");
+            db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
+        }
+        let mut a = self.write_applied();
+        if !keeps_history {
+            a.event_floor = state.revision + 1;
+            a.event_floor_at_ms = None;
+        }
+        a.state = state;
+        self.refresh_role_revocations(&a.state);
+        a.last_applied = meta.last_log_id;
+        a.membership = meta.last_membership.clone();
+        drop(a);
+        tracing::info!(records, snapshot = %dest.display(), "snapshot installed");
+        self.prune_snapshots()
+    }
+
+    /// Replaces the audit and evidence column families with the records of a snapshot stream,
+    /// streamed in batches; returns its state and how many records it carried.
+    fn install_records(&self, reader: std::io::BufReader<std::fs::File>) -> io::Result<(LedgerState, u64)> {
         let db = &self.inner.db;
         let audit_cf = db.cf_handle(CF_AUDIT).expect("column families are created at open");
         let evidence_cf = db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
@@ -498,27 +587,7 @@ impl StateMachine {
             Ok(())
         })?;
         db.write(batch).map_err(io::Error::other)?;
-        // Stored events are committed history, so they agree with any snapshot. Keep them if
-        // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
-        // node), the gap cannot be filled here: drop them and start after the snapshot.
-        let stored_through = self.last_stored_revision()?;
-        let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
-        if !keeps_history {
-            let cf = db.cf_handle(CF_EVENTS).expect("column families are created at open");
-            db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
-        }
-        let mut a = self.write_applied();
-        if !keeps_history {
-            a.event_floor = state.revision + 1;
-            a.event_floor_at_ms = None;
-        }
-        a.state = state;
-        self.refresh_role_revocations(&a.state);
-        a.last_applied = meta.last_log_id;
-        a.membership = meta.last_membership.clone();
-        drop(a);
-        tracing::info!(records, snapshot = %dest.display(), "snapshot installed");
-        self.prune_snapshots()
+        Ok((state, records))
     }
 
     /// The newest snapshot file's position and path; a file of the older format (`.bin`, the
@@ -526,7 +595,7 @@ impl StateMachine {
     fn current_snapshot(&self) -> io::Result<Option<(SnapshotHeader, PathBuf)>> {
         let Some(path) = self.snapshot_files()?.pop() else { return Ok(None) };
         let path = if crate::snapshot::is_streamed(&path) { path } else { self.rewrite_older_snapshot(&path)? };
-        let (header, _) = crate::snapshot::open(&path)?;
+        let (header, _, _) = crate::snapshot::open(&path)?;
         Ok(Some((header, path)))
     }
 
@@ -567,7 +636,7 @@ fn write_payload_file(path: &Path, header: &SnapshotHeader, payload: &[u8]) -> i
     let SnapshotPayload { state, audit, blobs, .. } = decode_payload(payload)?;
     let audit = audit.into_iter().map(|r| Ok((FRAME_AUDIT, record_key(&r.tenant_id, r.seq), checked_encode(&r)?)));
     let blobs = blobs.into_iter().map(|(k, v)| Ok((FRAME_EVIDENCE, k, v)));
-    crate::snapshot::write(path, header, &state, audit.chain(blobs)).map(|_| ())
+    crate::snapshot::write(path, Contents::WithRecords, header, &state, audit.chain(blobs)).map(|_| ())
 }
 
 /// The records of the column families `kinds` names, from one RocksDB snapshot, in key order.
@@ -651,7 +720,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         metrics::counter!("writ_snapshots_built_total").increment(1);
         Ok(SnapshotOf::<TypeConfig, SnapshotHandle> {
             meta: SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership },
-            snapshot: SnapshotHandle { path },
+            snapshot: SnapshotHandle { path, origin: Some(self.clone()) },
         })
     }
 }
@@ -762,7 +831,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
         let (this, meta) = (self.clone(), meta.clone());
-        tokio::task::spawn_blocking(move || this.install_snapshot_file(&meta, &snapshot.path))
+        tokio::task::spawn_blocking(move || this.install_snapshot_file(&meta, &snapshot))
             .await
             .map_err(io::Error::other)??;
         metrics::counter!("writ_snapshots_installed_total").increment(1);
@@ -775,7 +844,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             tokio::task::spawn_blocking(move || this.current_snapshot()).await.map_err(io::Error::other)??;
         Ok(current.map(|(header, path)| SnapshotOf::<TypeConfig, SnapshotHandle> {
             meta: SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership },
-            snapshot: SnapshotHandle { path },
+            snapshot: SnapshotHandle { path, origin: Some(self.clone()) },
         }))
     }
 }
@@ -957,13 +1026,69 @@ mod tests {
         }
     }
 
-    /// A snapshot file of the format before streaming (`.bin`: the whole payload in one
-    /// encoding) is rewritten in the streamed format when a node starts on it, and installs on
-    /// another store with its audit records.
+    /// A store at log index 9 holding one audit record (installed from a snapshot file of the
+    /// format before streaming); the record, and the file's position.
+    fn store_with_a_record(dir: &Path) -> (StateMachine, AuditRecordV1, SnapshotMetaOf<TypeConfig>) {
+        let seed = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(seed.path()).unwrap();
+        let (record, meta, path, _) = older_snapshot_with_a_record(&sm);
+        let (_log, store) = crate::open(dir).unwrap();
+        store.install_snapshot_file(&meta, &SnapshotHandle::file(path)).unwrap();
+        (store, record, meta)
+    }
+
+    /// A node's own snapshot holds its state only: the audit records stay in its column
+    /// families, so a restart installing it keeps them, while a peer gets them in the transfer
+    /// file written from those column families (once: a second peer reuses it); a state-only
+    /// file without the store that built it is refused, and pruning drops a transfer file with
+    /// its snapshot.
     #[test]
-    fn an_older_snapshot_file_is_rewritten_streamed_and_installs() {
+    fn own_snapshots_hold_the_state_only_and_peers_get_the_records() {
         let dir = tempfile::tempdir().unwrap();
-        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let (a, record, _) = store_with_a_record(dir.path());
+        let (header, path) = a.build_snapshot_file().unwrap();
+        let meta =
+            SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership };
+        assert_eq!(crate::snapshot::contents(&path).unwrap(), Contents::StateOnly);
+        let digest = a.read().state.digest();
+        let own = SnapshotHandle { path: path.clone(), origin: Some(a.clone()) };
+
+        let peer_dir = tempfile::tempdir().unwrap();
+        let (_log, peer) = crate::open(peer_dir.path()).unwrap();
+        peer.install_snapshot_file(&meta, &own).unwrap();
+        assert_eq!(peer.read().state.digest(), digest);
+        assert_eq!(peer.audit_page("t", 0, 10, &AuditFilter::default()).unwrap().0, vec![record.clone()]);
+        let transfer = path.with_extension(TRANSFER_EXTENSION);
+        assert_eq!(crate::snapshot::contents(&transfer).unwrap(), Contents::WithRecords);
+        let written = std::fs::metadata(&transfer).unwrap().modified().unwrap();
+        assert_eq!(own.transfer_file().unwrap(), transfer, "written once, then reused");
+        assert_eq!(std::fs::metadata(&transfer).unwrap().modified().unwrap(), written);
+
+        let stranger_dir = tempfile::tempdir().unwrap();
+        let (_log, stranger) = crate::open(stranger_dir.path()).unwrap();
+        let err = stranger.install_snapshot_file(&meta, &SnapshotHandle::file(path.clone())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+
+        // A restart: the state comes back from the state-only file, the records stay.
+        drop((own, a));
+        let (_log, a) = crate::open(dir.path()).unwrap();
+        let (_, current) = a.current_snapshot().unwrap().expect("a snapshot");
+        a.install_snapshot_file(&meta, &SnapshotHandle { path: current, origin: Some(a.clone()) }).unwrap();
+        assert_eq!(a.read().state.digest(), digest);
+        assert_eq!(a.audit_page("t", 0, 10, &AuditFilter::default()).unwrap().0, vec![record]);
+
+        // Two newer snapshots: the first one's transfer file goes with it.
+        for index in [10, 11] {
+            a.write_applied().last_applied = Some(openraft::testing::log_id::<TypeConfig>(1, 1, index));
+            a.build_snapshot_file().unwrap();
+        }
+        assert!(!path.exists() && !transfer.exists(), "pruned with its snapshot");
+    }
+
+    /// Writes a snapshot file of the format before streaming (`.bin`) at index 9 into `sm`'s
+    /// directory, holding one audit record; returns the record, the position and path of the
+    /// streamed file it is rewritten as, and the digest of its state.
+    fn older_snapshot_with_a_record(sm: &StateMachine) -> (AuditRecordV1, SnapshotMetaOf<TypeConfig>, PathBuf, String) {
         let mut state = LedgerState { clock_ms: 7, revision: 3, ..Default::default() };
         state.audit.entry("t".into()).or_default().push(7, b"r");
         let record = AuditRecordV1 {
@@ -992,13 +1117,23 @@ mod tests {
         let (header, path) = sm.current_snapshot().unwrap().expect("a snapshot");
         assert_eq!((header.last_applied, path.extension().unwrap().to_str()), (last, Some("snap")));
         assert!(!old_path.exists(), "the older file is replaced");
+        let meta = SnapshotMetaOf::<TypeConfig> { last_log_id: last, last_membership: header.membership };
+        (record, meta, path, decode_payload(&old.state).unwrap().state.digest())
+    }
 
+    /// A snapshot file of the format before streaming (`.bin`: the whole payload in one
+    /// encoding) is rewritten in the streamed format when a node starts on it, and installs on
+    /// another store with its audit records.
+    #[test]
+    fn an_older_snapshot_file_is_rewritten_streamed_and_installs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let (record, meta, path, digest) = older_snapshot_with_a_record(&sm);
         let other = tempfile::tempdir().unwrap();
         let (_log2, sm2) = crate::open(other.path()).unwrap();
-        let meta = SnapshotMetaOf::<TypeConfig> { last_log_id: last, last_membership: header.membership };
-        sm2.install_snapshot_file(&meta, &path).unwrap();
+        sm2.install_snapshot_file(&meta, &SnapshotHandle::file(path.clone())).unwrap();
         assert!(path.exists(), "another store's file is copied, not moved");
-        assert_eq!(sm2.read().state.digest(), decode_payload(&old.state).unwrap().state.digest());
+        assert_eq!(sm2.read().state.digest(), digest);
         let (records, _) = sm2.audit_page("t", 0, 10, &AuditFilter::default()).unwrap();
         assert_eq!(records, vec![record]);
     }

@@ -145,7 +145,8 @@ async fn pre_vote(candidate: u64, to: u64, url: &str, term: u64) -> bool {
 /// A wiped node catches up through a snapshot after the log was purged (issue 18, must show 1):
 /// the snapshot streams in 64 KiB chunks to nodes that accept Raft bodies of at most 256 KiB —
 /// a snapshot several times larger than that cap arrives whole, checked, with equal digests
-/// and audit trails.
+/// and audit trails. The leader's own snapshot holds its state only; the audit records travel
+/// in the transfer file written from its column families.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wiped_node_catches_up_through_snapshot_after_purge() {
     const CHUNK: u64 = 64 << 10;
@@ -171,8 +172,12 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     c.admin.post_ok(&leader_url, "/v1/cluster/snapshot", serde_json::json!({})).await;
     let purged = c.admin.post_ok(&leader_url, "/v1/cluster/purge", serde_json::json!({})).await;
     assert!(purged["purged_index"].as_u64().unwrap_or(0) > 0, "log was not purged: {purged}");
-    let snapshot_bytes = newest_snapshot_bytes(c.nodes.iter().find(|n| n.id == leader).expect("leader"));
-    assert!(snapshot_bytes > 2 * CAP, "the snapshot ({snapshot_bytes} bytes) exceeds the body cap twice over");
+    let leader_node = c.nodes.iter().find(|n| n.id == leader).expect("leader");
+    let built = newest_snapshot_file(leader_node, "snap");
+    assert_eq!(
+        writ_raft_store::snapshot::contents(&built).expect("snapshot"),
+        writ_raft_store::snapshot::Contents::StateOnly
+    );
 
     c.node_mut(victim).start(false);
     let victim_url = c.nodes.iter().find(|n| n.id == victim).map(|n| n.url()).expect("victim");
@@ -188,8 +193,16 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     let status = c.admin.get(&victim_url, "/client/status").await.expect("status");
     assert!(status["snapshot_index"].as_u64().is_some(), "wiped node did not install a snapshot: {status}");
     let chunks = metric(&c, &victim_url, "writ_snapshot_chunks_received_total").await;
-    assert!(chunks >= snapshot_bytes / CHUNK, "{chunks} chunks for {snapshot_bytes} bytes");
-    eprintln!("wiped node: a snapshot of {snapshot_bytes} bytes arrived in {chunks} chunks (body cap {CAP})");
+    let sent = metric(&c, &leader_url, "writ_snapshot_bytes_sent_total").await;
+    let leader_node = c.nodes.iter().find(|n| n.id == leader).expect("leader");
+    let transfer = newest_snapshot_file(leader_node, "xfer");
+    let transfer_bytes = std::fs::metadata(&transfer).expect("transfer file").len();
+    assert!(sent >= transfer_bytes, "{sent} bytes sent: the transfer file ({transfer_bytes}) went whole");
+    assert!(transfer_bytes > 2 * CAP, "the snapshot sent ({transfer_bytes} bytes) exceeds the body cap twice over");
+    assert!(chunks >= transfer_bytes / CHUNK, "{chunks} chunks for {transfer_bytes} bytes");
+    let own = std::fs::metadata(&built).expect("snapshot").len();
+    assert!(own < transfer_bytes, "the leader's own snapshot ({own} bytes) holds no audit; the transfer does");
+    eprintln!("wiped node: a snapshot of {transfer_bytes} bytes ({own} without audit) arrived in {chunks} chunks (body cap {CAP})");
     assert_all_readable(&c, &victim_url, &acked).await;
     // The snapshot carried the audit trail: the wiped node lists the same records.
     // What followers (edges) load carries no audit index: it does not grow with audit retention.
@@ -581,11 +594,12 @@ async fn a_snapshot_transfer_resumes_where_the_receiver_stands() {
     assert_eq!(at(send(chunk(None, vec![], None)).await), 0, "a damaged file is started over");
 }
 
-/// The size of the newest snapshot file in `node`'s data directory.
-fn newest_snapshot_bytes(node: &writ_tests::procs::NodeProc) -> u64 {
+/// The newest file with extension `ext` in `node`'s snapshot directory: `snap` for the node's
+/// own snapshots (state only), `xfer` for the transfer files it wrote for peers.
+fn newest_snapshot_file(node: &writ_tests::procs::NodeProc, ext: &str) -> std::path::PathBuf {
     let files = std::fs::read_dir(node.dir.join("data/snapshots")).expect("snapshots");
-    let sizes = files.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "snap"));
-    sizes.map(|e| e.metadata().expect("metadata").len()).max().expect("a snapshot file")
+    let paths = files.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext));
+    paths.max().unwrap_or_else(|| panic!("no .{ext} snapshot file"))
 }
 
 /// `kB` of a `/proc/<pid>/status` line (`VmRSS`, `VmHWM`) as bytes.
@@ -672,7 +686,7 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
     let purged = c.admin.post_ok(&leader_url, "/v1/cluster/purge", serde_json::json!({})).await;
     assert!(purged["purged_index"].as_u64().unwrap_or(0) > 0, "{purged}");
     let leader_node = c.nodes.iter().find(|n| n.id == leader).expect("leader");
-    let snapshot_bytes = newest_snapshot_bytes(leader_node);
+    let built_bytes = std::fs::metadata(newest_snapshot_file(leader_node, "snap")).expect("snapshot").len();
     let sender = leader_node.pid().expect("leader pid");
     let sender_before = proc_bytes(sender, "VmRSS:");
     // The sender's peak from here on: its high-water mark reset to what it holds now.
@@ -698,6 +712,8 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
     })
     .await;
     let sender_peak = proc_bytes(sender, "VmHWM:");
+    let leader_node = c.nodes.iter().find(|n| n.id == leader).expect("leader");
+    let snapshot_bytes = std::fs::metadata(newest_snapshot_file(leader_node, "xfer")).expect("transfer").len();
     let receiver_peak = proc_bytes(receiver, "VmHWM:");
     let path = "/v1/tenants/soak/audit?limit=5";
     assert_eq!(
@@ -706,8 +722,9 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
     );
     let mb = |b: u64| b as f64 / 1048576.0;
     eprintln!(
-        "soak: {records} audit records loaded in {loaded:?}; snapshot {:.1} MB built and log purged in {build_time:?}; \
-         wiped node caught up in {caught_up:?}; sender RSS {:.1} -> peak {:.1} MB (+{:.1}); receiver RSS {:.1} -> peak {:.1} MB (+{:.1})",
+        "soak: {records} audit records loaded in {loaded:?}; snapshot {:.1} MB (state only) built and log purged in {build_time:?}; \
+         transfer file {:.1} MB; wiped node caught up in {caught_up:?}; sender RSS {:.1} -> peak {:.1} MB (+{:.1}); receiver RSS {:.1} -> peak {:.1} MB (+{:.1})",
+        mb(built_bytes),
         mb(snapshot_bytes),
         mb(sender_before),
         mb(sender_peak),
