@@ -50,8 +50,10 @@ const INSTALL_BATCH_RECORDS: usize = 4096;
 
 /// Snapshot files kept on disk (the newest is the current one).
 const SNAPSHOT_FILES_KEPT: usize = 2;
-/// Extension of a snapshot's transfer file (`StateMachine::transfer_file`).
+/// Extension of a snapshot's transfer file (`StateMachine::transfer_file`), and of one being
+/// written.
 const TRANSFER_EXTENSION: &str = "xfer";
+const TRANSFER_PART_EXTENSION: &str = "xfer-part";
 
 /// What has been applied, guarded together so readers see one consistent position.
 #[derive(Debug, Clone, Default)]
@@ -426,7 +428,7 @@ impl StateMachine {
     }
 
     /// Keeps the newest [`SNAPSHOT_FILES_KEPT`] snapshot files, and the transfer files of those
-    /// only.
+    /// only (finished, or being written: a crash part-way leaves a partial one behind).
     fn prune_snapshots(&self) -> io::Result<()> {
         let files = self.snapshot_files()?;
         let dropped = files.len().saturating_sub(SNAPSHOT_FILES_KEPT);
@@ -436,7 +438,8 @@ impl StateMachine {
         let kept: Vec<PathBuf> = files[dropped..].iter().map(|f| f.with_extension(TRANSFER_EXTENSION)).collect();
         for entry in std::fs::read_dir(&self.inner.snapshot_dir)? {
             let path = entry?.path();
-            if path.extension().is_some_and(|x| x == TRANSFER_EXTENSION) && !kept.contains(&path) {
+            let transfer = path.extension().is_some_and(|x| x == TRANSFER_EXTENSION || x == TRANSFER_PART_EXTENSION);
+            if transfer && !kept.contains(&path.with_extension(TRANSFER_EXTENSION)) {
                 std::fs::remove_file(&path)?;
             }
         }
@@ -485,7 +488,7 @@ impl StateMachine {
         let db = &self.inner.db;
         let view = db.snapshot();
         let records = stored_records(db, &view, &[(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE)]);
-        let tmp = out.with_extension("xfer-tmp");
+        let tmp = out.with_extension(TRANSFER_PART_EXTENSION);
         let summary = crate::snapshot::write(&tmp, Contents::WithRecords, &header, &state, records)?;
         std::fs::rename(&tmp, &out)?;
         sync_dir(&self.inner.snapshot_dir)?;
@@ -1077,12 +1080,15 @@ mod tests {
         assert_eq!(a.read().state.digest(), digest);
         assert_eq!(a.audit_page("t", 0, 10, &AuditFilter::default()).unwrap().0, vec![record]);
 
-        // Two newer snapshots: the first one's transfer file goes with it.
+        // Two newer snapshots: the first one's transfer file goes with it, and so does a partial
+        // one a crash left behind.
+        let partial = path.with_extension(TRANSFER_PART_EXTENSION);
+        std::fs::write(&partial, b"cut short").unwrap();
         for index in [10, 11] {
             a.write_applied().last_applied = Some(openraft::testing::log_id::<TypeConfig>(1, 1, index));
             a.build_snapshot_file().unwrap();
         }
-        assert!(!path.exists() && !transfer.exists(), "pruned with its snapshot");
+        assert!(!path.exists() && !transfer.exists() && !partial.exists(), "pruned with its snapshot");
     }
 
     /// Writes a snapshot file of the format before streaming (`.bin`) at index 9 into `sm`'s
