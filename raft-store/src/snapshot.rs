@@ -87,8 +87,8 @@ impl SnapshotHandle {
     /// (written once per snapshot, then reused by every peer and every resumed transfer).
     pub fn transfer_file(&self) -> io::Result<PathBuf> {
         match &self.origin {
-            Some(store) if contents(&self.path)? == Contents::StateOnly => store.transfer_file(&self.path),
-            _ => Ok(self.path.clone()),
+            Some(store) => store.transfer_file(&self.path),
+            None => Ok(self.path.clone()),
         }
     }
 }

@@ -467,7 +467,8 @@ impl StateMachine {
         Ok((header, path))
     }
 
-    /// The file a peer installs for this node's state-only snapshot `path`: its state, then
+    /// The file a peer installs for this node's snapshot `path`: the file itself when it carries
+    /// its records (one this node received); for a state-only one, its state, then
     /// every audit record and evidence blob of one RocksDB snapshot of the column families.
     /// Those may be ahead of the state (taken later); a peer that installs it replays the log
     /// from the snapshot's position, which writes the same records under the same keys and
@@ -475,14 +476,14 @@ impl StateMachine {
     /// snapshot (`.xfer` beside it), then reused: by every peer, and by a resumed transfer,
     /// which needs the same bytes.
     pub(crate) fn transfer_file(&self, path: &Path) -> io::Result<PathBuf> {
+        let (header, contents, reader) = crate::snapshot::open(path)?;
+        if contents == Contents::WithRecords {
+            return Ok(path.to_path_buf());
+        }
         let _one_at_a_time = self.inner.transfers.lock().unwrap_or_else(|e| e.into_inner());
         let out = path.with_extension(TRANSFER_EXTENSION);
         if out.exists() {
             return Ok(out);
-        }
-        let (header, contents, reader) = crate::snapshot::open(path)?;
-        if contents != Contents::StateOnly {
-            return Ok(path.to_path_buf());
         }
         let state = crate::snapshot::read_state(reader)?;
         let db = &self.inner.db;
