@@ -124,6 +124,11 @@ pub struct LedgerState {
     /// ends). Encoded after the upstreams (state format 8).
     #[serde(skip)]
     pub upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
+    /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
+    /// inputs of operations that are no longer live, and its fold drops an operation's inputs
+    /// when it stops being live. Never encoded: a node's state is never a projection.
+    #[serde(skip)]
+    pub projection: bool,
 }
 
 /// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
@@ -352,7 +357,7 @@ impl LedgerState {
     /// [`Self::fold_event`] for a replica that keeps no audit trail (an edge's: the nodes keep
     /// it and answer its pages): the views only, so a batch of request decisions costs a
     /// replica its revision and nothing more. Its `audit` index stays as loaded (empty, for
-    /// an edge).
+    /// an edge), and a [projection](LedgerState::project) stays one.
     pub fn fold_views(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
         if env.revision != self.revision + 1 {
             return Err(CorruptEvent::new(env, format!("revision gap after {}", self.revision)));
@@ -1104,6 +1109,24 @@ impl LedgerState {
         Ok(state)
     }
 
+    /// Turns this state into the projection that followers of the ledger load and fold (an
+    /// edge's replica, `GET /client/snapshot`): what authentication, admission, dispatch and
+    /// the MCP surfaces read, without the audit index and without the input, input requests,
+    /// preconditions and answers of an operation that is no longer live (its attempt is over:
+    /// nothing dispatches it again; inputs are what an operation may carry in bulk). So it does
+    /// not grow with audit retention, and a finished operation costs it its bounded record and
+    /// history, whatever its input. [`LedgerState::fold_views`] keeps it so
+    /// ([`LedgerState::projection`]).
+    pub fn project(&mut self) {
+        self.projection = true;
+        self.audit.clear();
+        for op in self.operations.values_mut().flat_map(|m| m.values_mut()) {
+            if !op.is_live() {
+                op.drop_inputs();
+            }
+        }
+    }
+
     /// Rebuilds [`LedgerState::index`] from the operations (after a decode: it is not encoded).
     pub fn rebuild_index(&mut self) {
         let mut index = OperationIndex::default();
@@ -1242,6 +1265,9 @@ fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), Co
             live.insert(op.spec.operation_id.clone());
         } else {
             live.remove(&op.spec.operation_id);
+            if state.projection {
+                op.drop_inputs();
+            }
         }
         state.index.update(None, Some(&op));
         if !op.state.is_waiting() {

@@ -616,6 +616,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
             *last = lease.fencing_token;
         }
     }
+    let mut projected = base.clone();
     let mut replica = base;
     for env in &log {
         replica.apply_event(env);
@@ -624,6 +625,20 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     // executes every entry, so only a fold of the events alone lags on the clock.
     replica.clock_ms = l.state.clock_ms;
     prop_assert_eq!(&replica, &l.state);
+    // An edge's projection folded event by event is the projection of the state: live
+    // operations whole, the others without their inputs, no audit index.
+    projected.project();
+    for env in &log {
+        projected.fold_views(env).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+    projected.clock_ms = l.state.clock_ms;
+    let mut expected = l.state.clone();
+    expected.project();
+    prop_assert!(expected.audit.is_empty());
+    for op in expected.operations.values().flat_map(|m| m.values()) {
+        prop_assert_eq!(op.spec.input.is_empty(), !op.is_live(), "{} {:?}", op.spec.operation_id, op.state);
+    }
+    prop_assert_eq!(&projected, &expected);
     // Every operation of an action that demands verification used up a proposal of its own.
     let used: Vec<&String> = log
         .iter()

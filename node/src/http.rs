@@ -425,13 +425,13 @@ async fn client_watch(
     Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
-/// `GET /client/snapshot`: the ledger state at a linearizable point, versioned and
-/// bincode-encoded ([`LedgerState::encode_versioned`](writ_api::state::LedgerState::encode_versioned)).
+/// `GET /client/snapshot`: the projection followers load (`LedgerState::project`: no audit
+/// index, no inputs of operations that are no longer live, so it does not grow with audit or
+/// operation retention) at a linearizable point, versioned and bincode-encoded
+/// ([`LedgerState::encode_versioned`](writ_api::state::LedgerState::encode_versioned)).
 async fn client_snapshot(State(st): State<NodeState>) -> Result<Response, ApiError> {
     let mut state = st.node.linearized_state().await?;
-    // Followers keep no audit trail (`LedgerState::fold_views`): without the audit index (a time
-    // per retained record), what they load does not grow with audit retention.
-    state.audit.clear();
+    state.project();
     Ok(([(axum::http::header::CONTENT_TYPE, "application/octet-stream")], state.encode_versioned()).into_response())
 }
 

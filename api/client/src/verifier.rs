@@ -295,10 +295,11 @@ impl Inner {
         *self.contact_slot()
     }
 
-    /// Replaces the replica with a snapshot (which also heals a poisoned lock). The replica
-    /// keeps no audit trail ([`LedgerState::fold_views`]), so the snapshot's audit index goes.
+    /// Replaces the replica with a snapshot (which also heals a poisoned lock). The replica is
+    /// a projection ([`LedgerState::project`]; a node sends one, an older node or a ledger in
+    /// memory may not): no audit index, no inputs of operations that are no longer live.
     fn load(&self, mut snapshot: LedgerState) {
-        snapshot.audit.clear();
+        snapshot.project();
         let revision = snapshot.revision;
         {
             let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
