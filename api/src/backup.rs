@@ -83,19 +83,33 @@ pub struct BackupWriter<W: Write> {
 }
 
 impl<W: Write> BackupWriter<W> {
-    /// The header, the manifest and the state.
-    pub fn begin(out: W, manifest: BackupManifestV1, state: &LedgerState) -> io::Result<Self> {
-        Self::begin_in_parts(out, manifest, state, FRAME_BYTES_MAX as usize)
+    /// The header, the manifest (of `state`, read by node `node_id` at Raft index
+    /// `last_applied_index`) and the state.
+    pub fn begin(out: W, node_id: u64, last_applied_index: u64, state: &LedgerState) -> io::Result<Self> {
+        Self::begin_in_parts(out, node_id, last_applied_index, state, FRAME_BYTES_MAX as usize)
     }
 
     /// [`BackupWriter::begin`] with the state in frames of at most `part_bytes` (tests make it
     /// small to show a state split over several frames).
     pub fn begin_in_parts(
         out: W,
-        manifest: BackupManifestV1,
+        node_id: u64,
+        last_applied_index: u64,
         state: &LedgerState,
         part_bytes: usize,
     ) -> io::Result<Self> {
+        // The state is encoded once: its digest (the manifest's) is over the bytes written.
+        let body = state.encode();
+        let manifest = BackupManifestV1 {
+            node_id,
+            last_applied_index,
+            revision: state.revision,
+            clock_ms: state.clock_ms,
+            state_digest: crate::sha256_hex(&body),
+            ledger_version: crate::ledger::LEDGER_VERSION,
+        };
+        let versioned = crate::format::wrap(crate::format::STATE_MAGIC, &body);
+        drop(body);
         let mut w = BackupWriter { out, hash: Sha256::new(), bytes: 0, manifest, counts: [0; 3] };
         w.raw(&BACKUP_MAGIC)?;
         w.raw(&crate::format::STATE_FORMAT_VERSION.to_le_bytes())?;
@@ -103,7 +117,7 @@ impl<W: Write> BackupWriter<W> {
         w.frame(FRAME_MANIFEST, &[&manifest])?;
         // A state larger than one frame (it outgrew 64 MiB once, and a snapshot that failed on
         // it stopped every node) continues in the next frames of the same kind.
-        for part in state.encode_versioned().chunks(part_bytes.clamp(1, FRAME_BYTES_MAX as usize)) {
+        for part in versioned.chunks(part_bytes.clamp(1, FRAME_BYTES_MAX as usize)) {
             w.frame(FRAME_STATE, &[part])?;
         }
         Ok(w)
@@ -263,16 +277,8 @@ mod tests {
 
     fn sample() -> (Vec<u8>, BackupSummary) {
         let state = LedgerState { clock_ms: 5, ..Default::default() };
-        let manifest = BackupManifestV1 {
-            node_id: 1,
-            last_applied_index: 9,
-            revision: state.revision,
-            clock_ms: 5,
-            state_digest: state.digest(),
-            ledger_version: crate::ledger::LEDGER_VERSION,
-        };
         let mut out = Vec::new();
-        let mut w = BackupWriter::begin(&mut out, manifest, &state).unwrap();
+        let mut w = BackupWriter::begin(&mut out, 1, 9, &state).unwrap();
         w.record(FRAME_AUDIT, b"k1", b"v1").unwrap();
         w.record(FRAME_EVENT, b"k2", b"v2").unwrap();
         let summary = w.end().unwrap();
@@ -303,17 +309,6 @@ mod tests {
         assert!(read_backup(&b"not a backup at all"[..], |_, _, _| Ok(())).is_err());
     }
 
-    fn manifest_of(state: &LedgerState) -> BackupManifestV1 {
-        BackupManifestV1 {
-            node_id: 1,
-            last_applied_index: 9,
-            revision: state.revision,
-            clock_ms: state.clock_ms,
-            state_digest: state.digest(),
-            ledger_version: crate::ledger::LEDGER_VERSION,
-        }
-    }
-
     /// A state larger than a frame continues in the next frames of its kind, and the records
     /// after it still read: the writer once refused a state over 64 MiB, and since snapshots
     /// are written in this format, every node stopped at its next snapshot.
@@ -325,7 +320,7 @@ mod tests {
         }
         let encoded = state.encode_versioned().len();
         let mut out = Vec::new();
-        let mut w = BackupWriter::begin_in_parts(&mut out, manifest_of(&state), &state, 64).unwrap();
+        let mut w = BackupWriter::begin_in_parts(&mut out, 1, 9, &state, 64).unwrap();
         w.record(FRAME_AUDIT, b"k1", b"v1").unwrap();
         w.end().unwrap();
         let state_frames = {
@@ -356,7 +351,7 @@ mod tests {
         state.tenant_names.insert("x".repeat(65 << 20), "t-big".into());
         assert!(LedgerState::decode_versioned(&state.encode_versioned()).is_err(), "over the message bound");
         let mut out = Vec::new();
-        BackupWriter::begin(&mut out, manifest_of(&state), &state).unwrap().end().unwrap();
+        BackupWriter::begin(&mut out, 1, 9, &state).unwrap().end().unwrap();
         let (_, read) = read_backup(&out[..], |_, _, _| Ok(())).unwrap();
         assert_eq!(read, state);
     }

@@ -42,15 +42,7 @@ impl crate::StateMachine {
             let a = self.read();
             (db.snapshot(), a.state.clone(), a.last_applied.as_ref().map_or(0, |l| l.index()))
         };
-        let manifest = BackupManifestV1 {
-            node_id,
-            last_applied_index: last_applied,
-            revision: state.revision,
-            clock_ms: state.clock_ms,
-            state_digest: state.digest(),
-            ledger_version: writ_api::ledger::LEDGER_VERSION,
-        };
-        let mut w = BackupWriter::begin(out, manifest, &state)?;
+        let mut w = BackupWriter::begin(out, node_id, last_applied, &state)?;
         drop(state);
         let kinds = [(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE), (FRAME_EVENT, CF_EVENTS)];
         for record in crate::state_machine::stored_records(db, &view, &kinds) {

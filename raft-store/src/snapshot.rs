@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use openraft::alias::{LogIdOf, StoredMembershipOf};
 use serde::{Deserialize, Serialize};
-use writ_api::backup::{read_backup, BackupManifestV1, BackupSummary, BackupWriter};
+use writ_api::backup::{read_backup, BackupSummary, BackupWriter};
 use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
@@ -119,15 +119,8 @@ pub fn write(
     out.write_all(&contents.magic())?;
     out.write_all(&(header_bytes.len() as u32).to_le_bytes())?;
     out.write_all(&header_bytes)?;
-    let manifest = BackupManifestV1 {
-        node_id: 0,
-        last_applied_index: header.last_applied.as_ref().map_or(0, |l| l.index()),
-        revision: state.revision,
-        clock_ms: state.clock_ms,
-        state_digest: state.digest(),
-        ledger_version: writ_api::ledger::LEDGER_VERSION,
-    };
-    let mut w = BackupWriter::begin(&mut out, manifest, state)?;
+    let last_applied_index = header.last_applied.as_ref().map_or(0, |l| l.index());
+    let mut w = BackupWriter::begin(&mut out, 0, last_applied_index, state)?;
     for record in records {
         let (kind, key, value) = record?;
         if contents == Contents::StateOnly {
