@@ -100,13 +100,14 @@ pub struct RaftSettings {
     pub election_min_ms: u64,
     pub election_max_ms: u64,
     /// Build a snapshot after this many applied entries since the last one (etcd's
-    /// `--snapshot-count` default, 100,000: a snapshot serializes the whole state with its
-    /// retained audit records, so at 10,000 it was about 40 % of a follower's CPU under P1).
+    /// `--snapshot-count` default, 100,000: a snapshot serialized the whole state with its
+    /// retained audit records then, so at 10,000 it was about 40 % of a follower's CPU under
+    /// P1), [`staggered`] by the node's id.
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot (to catch up slow followers without one).
     pub keep_entries_behind_snapshot: u64,
     /// Also build a snapshot once this many bytes of entries were appended since the last one
-    /// (`LedgerNode::start_snapshot_by_log_size`).
+    /// (`LedgerNode::start_snapshot_by_log_size`), [`staggered`] by the node's id.
     pub snapshot_every_log_bytes: u64,
     /// Bytes per chunk of a snapshot sent to a peer, and the largest Raft RPC body accepted
     /// (`crate::network::SnapshotChunk`; the latter bounds a chunk, not a snapshot).
@@ -152,14 +153,22 @@ impl Default for RaftSettings {
     }
 }
 
+/// A snapshot trigger (`every` entries or bytes) as node `node_id` applies it: `every` times
+/// 1.0, 1.1, … 1.4 by the node id, so the members of a cluster, which reach the same log index
+/// together, do not all build (clone, encode, sync) at once — at most one build at a time on a
+/// loaded cluster instead of three on the same cores, and a quorum that is not building.
+pub fn staggered(every: u64, node_id: u64) -> u64 {
+    every.saturating_add(every / 10 * (node_id % 5))
+}
+
 impl RaftSettings {
-    fn to_openraft(&self) -> Result<openraft::Config, String> {
+    fn to_openraft(&self, node_id: u64) -> Result<openraft::Config, String> {
         let cfg = openraft::Config {
             cluster_name: "writ".into(),
             heartbeat_interval: self.heartbeat_ms,
             election_timeout_min: self.election_min_ms,
             election_timeout_max: self.election_max_ms,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(staggered(self.snapshot_every_entries, node_id)),
             max_in_snapshot_log_to_keep: self.keep_entries_behind_snapshot,
             enable_pre_vote: Some(true),
             ..Default::default()
@@ -305,7 +314,7 @@ impl LedgerNode {
         N: RaftNetworkFactory<TypeConfig>,
         N::Network: openraft::network::NetSnapshot<TypeConfig, SnapshotData = writ_raft_store::SnapshotHandle>,
     {
-        let config = Arc::new(settings.to_openraft().map_err(io::Error::other)?);
+        let config = Arc::new(settings.to_openraft(id).map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
         let log_stats = log.stats();
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
@@ -333,7 +342,7 @@ impl LedgerNode {
             versions: Default::default(),
             storage: crate::storage::StorageWatch::new(dir, settings.min_free_disk_bytes, settings.data_quota_bytes),
             log_stats,
-            snapshot_every_log_bytes: settings.snapshot_every_log_bytes,
+            snapshot_every_log_bytes: staggered(settings.snapshot_every_log_bytes, id),
             rpc_body_bytes_max: settings.rpc_body_bytes_max,
         }))
     }

@@ -548,6 +548,35 @@ async fn a_snapshot_is_built_once_the_log_has_grown_by_its_size_threshold() {
     assert!(status["last_applied_index"].as_u64() < Some(1_000), "{status}");
 }
 
+/// Issue 18: the members of a cluster stagger their snapshots (`writ_node::ledger::staggered`):
+/// with a trigger of 200 entries, node n builds its first after 200 × (1 + n/10) entries, so
+/// three members that apply the same entries together do not all clone, encode and sync their
+/// state at once on the same cores (under `make bench` P4, three builds at once took a quarter
+/// of the throughput of the window they fell in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_build_their_snapshots_at_staggered_indexes() {
+    const EVERY: u64 = 200;
+    let c = Cluster::start_with(3, |n| n.raft_extra = format!("snapshot_every_entries = {EVERY}")).await;
+    let urls = c.all_urls();
+    // One entry per write, one after another: 300 entries, past every member's first trigger
+    // (at most 260) and before any second one (at least 440).
+    create_many(&c, &urls, "staggered", 0..300, 1).await;
+    c.converged(Duration::from_secs(30)).await;
+    let mut built = Vec::new();
+    for node in &c.nodes {
+        let url = node.url();
+        let at = eventually("a snapshot on every member", Duration::from_secs(30), || async {
+            c.admin.get(&url, "/client/status").await.ok()?["snapshot_index"].as_u64()
+        })
+        .await;
+        let due = writ_node::ledger::staggered(EVERY, node.id);
+        assert!(at >= due && at < 2 * EVERY, "node {} built at {at}, its trigger is {due}", node.id);
+        built.push(at);
+    }
+    built.sort();
+    assert!(built.windows(2).all(|w| w[1] >= w[0] + EVERY / 20), "members built together: {built:?}");
+}
+
 /// Issue 18: a snapshot transfer resumes where the receiver stands — a new attempt (after a
 /// lost connection) is told how much arrived, a chunk sent again is not appended twice, and a
 /// whole file whose digest does not match is dropped so the next attempt starts over. Driven
