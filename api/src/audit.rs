@@ -92,12 +92,13 @@ pub struct AuditRecordV1 {
     pub detail: String,
 }
 
-/// A tenant's retained audit range. `at_ms[i]` is the time of record `first_seq + i`.
+/// A tenant's retained audit range: records `first_seq..next_seq`, the time of each
+/// ([`AuditTimes`], what retention by age reads) and the chain head.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditIndex {
     pub first_seq: u64,
     pub next_seq: u64,
-    pub at_ms: VecDeque<u64>,
+    pub at_ms: AuditTimes,
     /// sha256(previous head ‖ encoded record), over every record ever written.
     pub head: String,
 }
@@ -126,7 +127,7 @@ impl AuditIndex {
         let mut chained = self.head.as_bytes().to_vec();
         chained.extend_from_slice(encoded);
         self.head = crate::sha256_hex(&chained);
-        self.at_ms.push_back(at_ms);
+        self.at_ms.push(at_ms);
         self.next_seq += 1;
     }
 
@@ -134,20 +135,153 @@ impl AuditIndex {
     /// `max_age_s` at ledger time `now_ms`. Deterministic: it depends only on the index, the
     /// settings and ledger time.
     pub fn retain(&mut self, max_events: u64, max_age_s: Option<u64>, now_ms: u64) {
-        while self.len() > max_events {
-            self.pop();
+        if self.len() > max_events {
+            self.first_seq += self.at_ms.drop_oldest(self.len() - max_events);
         }
         if let Some(age) = max_age_s {
             let cutoff = now_ms.saturating_sub(age.saturating_mul(1000));
-            while self.at_ms.front().is_some_and(|t| *t < cutoff) {
-                self.pop();
+            while let Some(n) = self.at_ms.drop_oldest_time_before(cutoff) {
+                self.first_seq += n;
             }
         }
     }
+}
 
-    fn pop(&mut self) {
-        self.at_ms.pop_front();
-        self.first_seq += 1;
+/// The times of a tenant's retained audit records, oldest first, as runs of one time: the
+/// records of one ledger entry (a batch of commands, a batch of request decisions) share its
+/// time, so under load a run holds many records. A run is 8 bytes in memory and encoded — the
+/// milliseconds since the previous run and its records, u32 each — where a time per record was
+/// 8 bytes of every node's memory and of every snapshot for each retained record (80 MB at
+/// 10,000,000); so at one record per entry it costs what it did, and less with more.
+///
+/// Encoded (state format 9) as a sequence of u64: empty, or [`AuditTimes::RUNS_MARKER`], the
+/// oldest time, then a word per run (`gap << 32 | records`; a gap over `u32::MAX` ms is carried
+/// by runs of no records). Formats 1–8 held one time per record, a sequence that never starts
+/// with the marker (no ledger time is `u64::MAX`); it decodes into runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditTimes {
+    /// The time of the oldest run and of the newest (0 when there is none).
+    oldest_ms: u64,
+    newest_ms: u64,
+    /// (ms after the previous run — 0 for the oldest —, records), oldest first. The oldest has
+    /// records; a run of none only carries a long gap.
+    runs: VecDeque<(u32, u32)>,
+}
+
+impl AuditTimes {
+    /// First value of the encoding of a non-empty index.
+    pub const RUNS_MARKER: u64 = u64::MAX;
+
+    /// Appends a record at `at_ms` (ledger time never goes back; an earlier time counts as the
+    /// newest run's).
+    pub fn push(&mut self, at_ms: u64) {
+        if self.runs.is_empty() {
+            (self.oldest_ms, self.newest_ms) = (at_ms, at_ms);
+            self.runs.push_back((0, 1));
+            return;
+        }
+        let mut gap = at_ms.saturating_sub(self.newest_ms);
+        if let Some(newest) = self.runs.back_mut().filter(|r| gap == 0 && r.1 < u32::MAX) {
+            newest.1 += 1;
+            return;
+        }
+        while gap > u64::from(u32::MAX) {
+            self.runs.push_back((u32::MAX, 0));
+            gap -= u64::from(u32::MAX);
+        }
+        self.runs.push_back((gap as u32, 1));
+        self.newest_ms = self.newest_ms.max(at_ms);
+    }
+
+    /// The time of the oldest record.
+    pub fn oldest(&self) -> Option<u64> {
+        (!self.runs.is_empty()).then_some(self.oldest_ms)
+    }
+
+    /// Records (the runs' added up).
+    pub fn records(&self) -> u64 {
+        self.runs.iter().map(|r| u64::from(r.1)).sum()
+    }
+
+    /// Runs: what the index holds, in memory and encoded.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Drops the `n` oldest records (all, when there are fewer); how many it dropped.
+    pub fn drop_oldest(&mut self, n: u64) -> u64 {
+        let mut left = n;
+        while let Some(oldest) = self.runs.front_mut() {
+            if u64::from(oldest.1) > left {
+                oldest.1 -= left as u32;
+                return n;
+            }
+            left -= u64::from(oldest.1);
+            self.drop_oldest_run();
+        }
+        n - left
+    }
+
+    /// Drops the oldest run if its time is before `cutoff`; how many records it held.
+    pub fn drop_oldest_time_before(&mut self, cutoff: u64) -> Option<u64> {
+        let n = self.runs.front().filter(|_| self.oldest_ms < cutoff)?.1;
+        self.drop_oldest_run();
+        Some(u64::from(n))
+    }
+
+    /// The next run with records becomes the oldest (runs that only carry a gap go with it).
+    fn drop_oldest_run(&mut self) {
+        self.runs.pop_front();
+        while let Some(next) = self.runs.front_mut() {
+            self.oldest_ms += u64::from(next.0);
+            next.0 = 0;
+            if next.1 > 0 {
+                return;
+            }
+            self.runs.pop_front();
+        }
+        (self.oldest_ms, self.newest_ms) = (0, 0);
+    }
+}
+
+impl Serialize for AuditTimes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let len = if self.runs.is_empty() { 0 } else { 2 + self.runs.len() };
+        let mut seq = s.serialize_seq(Some(len))?;
+        if !self.runs.is_empty() {
+            seq.serialize_element(&Self::RUNS_MARKER)?;
+            seq.serialize_element(&self.oldest_ms)?;
+        }
+        for (gap, records) in &self.runs {
+            seq.serialize_element(&(u64::from(*gap) << 32 | u64::from(*records)))?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for AuditTimes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let values = Vec::<u64>::deserialize(d)?;
+        let mut times = AuditTimes::default();
+        match values.split_first() {
+            Some((&Self::RUNS_MARKER, rest)) => {
+                let Some((&oldest_ms, words)) = rest.split_first() else {
+                    return Err(D::Error::custom("audit times: runs without their oldest time"));
+                };
+                let runs: VecDeque<(u32, u32)> = words.iter().map(|w| ((w >> 32) as u32, *w as u32)).collect();
+                if runs.front().is_none_or(|r| r.0 != 0 || r.1 == 0) || runs.back().is_some_and(|r| r.1 == 0) {
+                    return Err(D::Error::custom("audit times: the oldest or the newest run holds no record"));
+                }
+                let span: u64 = runs.iter().map(|r| u64::from(r.0)).sum();
+                let newest_ms = oldest_ms.checked_add(span).ok_or_else(|| D::Error::custom("audit times: out of range"))?;
+                times = AuditTimes { oldest_ms, newest_ms, runs };
+            }
+            // Formats 1–8: a time per record.
+            _ => values.into_iter().for_each(|t| times.push(t)),
+        }
+        Ok(times)
     }
 }
 
@@ -305,6 +439,52 @@ mod tests {
         assert_eq!((idx.first_seq, idx.len()), (5, 6));
         idx.retain(6, Some(3), 9_000); // keep at_ms >= 6000: records 7..=10
         assert_eq!((idx.first_seq, idx.len()), (7, 4));
-        assert_eq!(idx.at_ms.front(), Some(&6000));
+        assert_eq!(idx.at_ms.oldest(), Some(6000));
+    }
+
+    /// Records of one time share a run; retention by count cuts into a run, by age drops whole
+    /// runs; the encoding is the runs, and a format-8 encoding (a time per record) decodes to
+    /// the same runs.
+    #[test]
+    fn audit_times_are_runs_and_older_encodings_still_read() {
+        let mut idx = AuditIndex::default();
+        for (t, n) in [(1000u64, 3u64), (2000, 1), (3000, 4)] {
+            for _ in 0..n {
+                idx.push(t, b"r");
+            }
+        }
+        assert_eq!((idx.len(), idx.at_ms.records(), idx.at_ms.runs()), (8, 8, 3));
+        idx.retain(6, None, 3000); // two of the first run go
+        assert_eq!((idx.first_seq, idx.at_ms.records(), idx.at_ms.runs(), idx.at_ms.oldest()), (3, 6, 3, Some(1000)));
+        idx.retain(6, Some(1), 4000); // keep at_ms >= 3000
+        assert_eq!((idx.first_seq, idx.len(), idx.at_ms.runs(), idx.at_ms.oldest()), (5, 4, 1, Some(3000)));
+
+        let encoded = crate::encode(&idx.at_ms).unwrap();
+        assert_eq!(crate::decode::<Vec<u64>>(&encoded).unwrap(), vec![AuditTimes::RUNS_MARKER, 3000, 4]);
+        // A gap longer than a u32 of ms is carried by runs of no records, and drops with them.
+        let late = 3000 + 2 * u64::from(u32::MAX) + 5;
+        idx.push(late, b"r");
+        idx.push(late + 1, b"r");
+        assert_eq!((idx.len(), idx.at_ms.records(), idx.at_ms.runs()), (6, 6, 5));
+        let round = crate::decode::<AuditTimes>(&crate::encode(&idx.at_ms).unwrap()).unwrap();
+        assert_eq!(round, idx.at_ms);
+        idx.retain(6, Some(1), late + 500); // keep at_ms >= late - 500
+        assert_eq!((idx.first_seq, idx.len(), idx.at_ms.runs(), idx.at_ms.oldest()), (9, 2, 2, Some(late)));
+        idx.retain(1, None, late + 500);
+        assert_eq!((idx.len(), idx.at_ms.runs(), idx.at_ms.oldest()), (1, 1, Some(late + 1)));
+        idx.retain(0, None, late + 500);
+        assert_eq!((idx.at_ms.oldest(), idx.at_ms.clone()), (None, AuditTimes::default()));
+        let mut idx = AuditIndex::default();
+        for _ in 0..4 {
+            idx.push(3000, b"r");
+        }
+        assert_eq!(crate::decode::<AuditTimes>(&encoded).unwrap(), idx.at_ms);
+        let per_record = crate::encode(&VecDeque::from(vec![3000u64, 3000, 3000, 3000])).unwrap();
+        assert_eq!(crate::decode::<AuditTimes>(&per_record).unwrap(), idx.at_ms, "format 8 decodes to runs");
+        assert_eq!(crate::encode(&AuditTimes::default()).unwrap(), crate::encode(&Vec::<u64>::new()).unwrap());
+        for damaged in [vec![AuditTimes::RUNS_MARKER], vec![AuditTimes::RUNS_MARKER, 3000], vec![AuditTimes::RUNS_MARKER, 3000, 1, 5 << 32]] {
+            let bytes = crate::encode(&damaged).unwrap();
+            assert!(crate::decode::<AuditTimes>(&bytes).is_err(), "{damaged:?} is refused");
+        }
     }
 }

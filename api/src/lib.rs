@@ -127,7 +127,8 @@ pub mod format {
     /// 6: then by its compacted operations (retention).
     /// 7: then by its upstream MCP servers.
     /// 8: then by its upstream operations waiting for their attempt.
-    pub const STATE_FORMAT_VERSION: u32 = 8;
+    /// 9: a tenant's audit times are runs (`crate::audit::AuditTimes`), not a time per record.
+    pub const STATE_FORMAT_VERSION: u32 = 9;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

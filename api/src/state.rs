@@ -998,17 +998,19 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 8): format 1's layout, then the revocations (format
+    /// The canonical encoding (state format 9): format 1's layout, then the revocations (format
     /// 2), then the proposals (format 3), then the work items and operation histories (format
     /// 4), then the evidence records (format 5), the compacted operations (format 6), the
     /// upstreams (format 7) and the upstream operations waiting for their attempt (format 8).
+    /// Format 9 has 8's layout with a tenant's audit times as runs
+    /// ([`crate::audit::AuditTimes`], which still reads the older time per record).
     pub fn encode(&self) -> Vec<u8> {
         let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 8, without the
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 8 and 9, without the
     /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.

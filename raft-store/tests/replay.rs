@@ -208,7 +208,7 @@ proptest! {
         let index = st.audit.get(&t).cloned().unwrap_or_default();
         let retained: Vec<u64> = (index.first_seq..index.next_seq).collect();
         prop_assert_eq!(retained, kept.iter().copied().collect::<Vec<_>>());
-        prop_assert_eq!(index.at_ms.len() as u64, index.len());
+        prop_assert_eq!(index.at_ms.records(), index.len());
         let mut rebuilt = LedgerState::default();
         for e in &events {
             rebuilt.apply_event(e);
