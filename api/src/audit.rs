@@ -275,7 +275,8 @@ impl<'de> Deserialize<'de> for AuditTimes {
                     return Err(D::Error::custom("audit times: the oldest or the newest run holds no record"));
                 }
                 let span: u64 = runs.iter().map(|r| u64::from(r.0)).sum();
-                let newest_ms = oldest_ms.checked_add(span).ok_or_else(|| D::Error::custom("audit times: out of range"))?;
+                let newest_ms =
+                    oldest_ms.checked_add(span).ok_or_else(|| D::Error::custom("audit times: out of range"))?;
                 times = AuditTimes { oldest_ms, newest_ms, runs };
             }
             // Formats 1–8: a time per record.
@@ -482,7 +483,11 @@ mod tests {
         let per_record = crate::encode(&VecDeque::from(vec![3000u64, 3000, 3000, 3000])).unwrap();
         assert_eq!(crate::decode::<AuditTimes>(&per_record).unwrap(), idx.at_ms, "format 8 decodes to runs");
         assert_eq!(crate::encode(&AuditTimes::default()).unwrap(), crate::encode(&Vec::<u64>::new()).unwrap());
-        for damaged in [vec![AuditTimes::RUNS_MARKER], vec![AuditTimes::RUNS_MARKER, 3000], vec![AuditTimes::RUNS_MARKER, 3000, 1, 5 << 32]] {
+        for damaged in [
+            vec![AuditTimes::RUNS_MARKER],
+            vec![AuditTimes::RUNS_MARKER, 3000],
+            vec![AuditTimes::RUNS_MARKER, 3000, 1, 5 << 32],
+        ] {
             let bytes = crate::encode(&damaged).unwrap();
             assert!(crate::decode::<AuditTimes>(&bytes).is_err(), "{damaged:?} is refused");
         }

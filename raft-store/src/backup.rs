@@ -16,9 +16,7 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use writ_api::backup::{
-    read_backup, BackupManifestV1, BackupSummary, BackupWriter, FRAME_AUDIT, FRAME_EVENT, FRAME_EVIDENCE,
-};
+use writ_api::backup::{read_backup, BackupSummary, BackupWriter, FRAME_AUDIT, FRAME_EVENT, FRAME_EVIDENCE};
 use writ_api::state::LedgerState;
 
 use crate::codec::checked_decode;

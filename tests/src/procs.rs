@@ -163,7 +163,8 @@ pub struct NodeProc {
     /// 0 until the first start has reported the bound port.
     pub port: u16,
     pub dir: PathBuf,
-    /// More `[raft]` settings for its next start (e.g. `ledger_version_max = 1`).
+    /// More `[raft]` settings for its next start (e.g. `ledger_version_max = 1`; a
+    /// `snapshot_every_entries` here replaces the harness's 100,000).
     pub raft_extra: String,
     child: Option<Child>,
 }
@@ -178,9 +179,15 @@ impl NodeProc {
         format!(
             "node_id = {id}\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{dir}\"\noperator_token = \"{TEST_OPERATOR_TOKEN}\"\n\
              bootstrap = {bootstrap}\n[[members]]\nid = {id}\naddr = \"https://127.0.0.1:{port}\"\n\
-             [raft]\nheartbeat_ms = 100\nelection_min_ms = 800\nelection_max_ms = 1600\nsnapshot_every_entries = 100000\n\
+             [raft]\nheartbeat_ms = 100\nelection_min_ms = 800\nelection_max_ms = 1600\n{snapshots}\
              keep_entries_behind_snapshot = 0\n{extra}\n[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\nca = \"{ca}\"\n",
             extra = self.raft_extra,
+            // The harness's default unless the test sets its own.
+            snapshots = if self.raft_extra.contains("snapshot_every_entries") {
+                ""
+            } else {
+                "snapshot_every_entries = 100000\n"
+            },
             id = self.id,
             port = self.port,
             dir = self.dir.join("data").display(),

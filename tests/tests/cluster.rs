@@ -569,8 +569,9 @@ async fn members_build_their_snapshots_at_staggered_indexes() {
             c.admin.get(&url, "/client/status").await.ok()?["snapshot_index"].as_u64()
         })
         .await;
-        let due = writ_node::ledger::staggered(EVERY, node.id);
-        assert!(at >= due && at < 2 * EVERY, "node {} built at {at}, its trigger is {due}", node.id);
+        // Its trigger-th entry is at log index trigger − 1 (the log counts from 0).
+        let due = writ_node::ledger::staggered(EVERY, node.id) - 1;
+        assert!(at >= due && at < 2 * EVERY, "node {} built at {at}, its trigger's index is {due}", node.id);
         built.push(at);
     }
     built.sort();
