@@ -426,8 +426,8 @@ async fn client_watch(
 }
 
 /// `GET /client/snapshot`: the projection followers load (`LedgerState::project`: no audit
-/// index, no inputs of operations that are no longer live, so it does not grow with audit or
-/// operation retention) at a linearizable point, versioned and bincode-encoded
+/// index, so it does not grow with audit retention, and no inputs of operations that are no
+/// longer live) at a linearizable point, versioned and bincode-encoded
 /// ([`LedgerState::encode_versioned`](writ_api::state::LedgerState::encode_versioned)).
 async fn client_snapshot(State(st): State<NodeState>) -> Result<Response, ApiError> {
     let mut state = st.node.linearized_state().await?;
