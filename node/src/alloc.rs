@@ -94,9 +94,92 @@ unsafe impl GlobalAlloc for Chosen {
     }
 }
 
+/// How often a process on the system allocator hands its free memory back
+/// ([`start_releasing_free_memory`]).
+pub const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Hands the free memory the system allocator holds back to the operating system; whether it
+/// did. glibc keeps a heap of up to 64 MiB per thread arena and gives back only what lies at a
+/// heap's top, so after a burst — a million audited reads, a snapshot build — a node kept
+/// 7 arenas of about 64 MB each, most of it free (resident 214 → 641 MB over 10,000,000 audited
+/// reads). `malloc_trim` returns the free pages of every arena, inside a heap too. mimalloc
+/// gives back its own.
+pub fn release_free_memory() -> bool {
+    mode() == SYSTEM && trim_system_allocator()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_system_allocator() -> bool {
+    extern "C" {
+        /// glibc's `malloc_trim`: 1 when memory was released.
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    }
+    // SAFETY: no arguments but the padding to keep; glibc locks each arena it walks.
+    unsafe { malloc_trim(0) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_system_allocator() -> bool {
+    false
+}
+
+/// Starts the thread that calls [`release_free_memory`] every [`RELEASE_EVERY`] (once per
+/// process; later calls do nothing). A walk of every arena costs milliseconds, so it runs on
+/// its own thread, never on the async runtime.
+pub fn start_releasing_free_memory() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    if mode() != SYSTEM {
+        return;
+    }
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new().name("writ-mem-release".into()).spawn(|| loop {
+            std::thread::sleep(RELEASE_EVERY);
+            if release_free_memory() {
+                metrics::counter!("writ_memory_released_total").increment(1);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread to release free memory");
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Resident bytes of this process.
+    fn resident() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        statm.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+    }
+
+    /// Memory freed inside a thread arena's heap (where glibc cannot give it back by moving
+    /// the heap's top) is resident until it is released, and not after.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn free_memory_inside_an_arena_is_given_back() {
+        const BLOCK: usize = 4096;
+        const BLOCKS: usize = 12_000; // 48 MB
+        let (before, after) = std::thread::spawn(|| {
+            let mut blocks: Vec<Vec<u8>> = (0..BLOCKS).map(|i| vec![i as u8; BLOCK]).collect();
+            // Keep one block in 16: the free memory lies between live blocks, not at the top.
+            let mut i = 0;
+            blocks.retain(|_| {
+                i += 1;
+                i % 16 == 0
+            });
+            let before = resident();
+            assert!(trim_system_allocator(), "nothing released");
+            let after = resident();
+            drop(blocks);
+            (before, after)
+        })
+        .join()
+        .unwrap();
+        let freed = (BLOCK * BLOCKS) as u64 * 15 / 16;
+        assert!(before.saturating_sub(after) > freed / 2, "resident {before} → {after} bytes; {freed} were free");
+    }
 
     #[test]
     fn both_allocators_give_and_take_back_blocks() {

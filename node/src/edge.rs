@@ -556,6 +556,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         let _ = tokio::time::timeout(REPLICA_WAIT_MAX, replica.revisions().wait_for(|r| *r > 0)).await;
         crate::tls::serve(listener, app, accept, drain, crate::DRAIN_DEADLINE).await
     }));
+    crate::alloc::start_releasing_free_memory();
     tracing::info!(%url, allocator = crate::alloc::in_use(), "edge serving");
     Ok(RunningEdge { url, local_addr, probe_url, executor_endpoint, drain: drain_handle, servers, audit })
 }

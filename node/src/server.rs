@@ -104,6 +104,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     )
     .await?;
     node.start_reaper();
+    crate::alloc::start_releasing_free_memory();
     node.start_storage_watch();
     node.start_snapshot_by_log_size();
     node.start_failure_detector();
