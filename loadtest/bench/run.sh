@@ -29,6 +29,7 @@ rm -f "$RAW"/*.json "$RAW"/*.txt
 LT=$BIN/writ-loadtest
 ETCD_PIDS=()
 BASE_PID=
+WIDE_PID=
 started=$(date +%s)
 
 log() { echo "== [$(( $(date +%s) - started ))s] $*" >&2; }
