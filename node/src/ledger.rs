@@ -1111,6 +1111,13 @@ impl LedgerNode {
             let (_, addr) = self.leader().ok_or_else(|| unavailable("no leader is known; retry shortly"))?;
             return self.peers.cluster_change(&addr, change).await;
         }
+        if membership_change {
+            // A leader fresh from its election has not yet committed its first entry, so the
+            // membership before it is not known committed and openraft refuses any change as
+            // "already undergoing a configuration change". Waiting for read-index (which covers
+            // that first entry) makes a change right after bootstrap or failover succeed.
+            self.linearize().await?;
+        }
         let invalid = |e: &dyn std::fmt::Display| Rejection::new(ReasonCode::CLUSTER_CHANGE_INVALID, e.to_string());
         match change {
             ClusterChange::AddLearner { node_id, addr } => {

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -38,6 +38,9 @@ pub struct Switchboard {
     pub dropped: AtomicU64,
     /// Pre-votes and votes asked for, by candidate.
     pub votes_asked: Mutex<BTreeMap<u64, u64>>,
+    /// Append-entries (entries and heartbeats) are dropped on every link; votes still pass, so
+    /// a leader is elected that can commit nothing.
+    appends_cut: AtomicBool,
 }
 
 impl Switchboard {
@@ -58,6 +61,12 @@ impl Switchboard {
 
     pub fn heal(&self) {
         self.isolated.lock().expect("lock").clear();
+        self.appends_cut.store(false, Ordering::Relaxed);
+    }
+
+    /// Drops every append-entries from now until [`Switchboard::heal`].
+    pub fn cut_appends(&self) {
+        self.appends_cut.store(true, Ordering::Relaxed);
     }
 
     /// How many pre-votes and votes `candidate` asked for (each peer asked counts once).
@@ -128,6 +137,10 @@ impl RaftNetworkV2<TypeConfig> for SimLink {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        if self.board.appends_cut.load(Ordering::Relaxed) {
+            self.board.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err(unreachable(format!("appends {}->{} are cut", self.from, self.to)));
+        }
         self.exchange(&rpc, |n, r| async move { n.raft.append_entries(r).await }).await
     }
 
@@ -227,7 +240,12 @@ pub struct SimCluster {
 
 impl SimCluster {
     pub async fn start(n: u64, clock_start_ms: u64) -> SimCluster {
-        let board = Arc::new(Switchboard::default());
+        SimCluster::start_on(Arc::new(Switchboard::default()), n, clock_start_ms).await
+    }
+
+    /// [`SimCluster::start`] on a switchboard the caller set up (links cut before the first
+    /// election).
+    pub async fn start_on(board: Arc<Switchboard>, n: u64, clock_start_ms: u64) -> SimCluster {
         let settings = RaftSettings {
             heartbeat_ms: 50,
             election_min_ms: 400,

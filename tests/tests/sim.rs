@@ -287,3 +287,42 @@ async fn an_isolated_follower_does_not_depose_a_healthy_leader_when_it_returns()
     }
     c.shutdown().await;
 }
+
+/// A membership change sent to a leader fresh from its election, before its first entry has
+/// committed, waits for that entry instead of being refused as "already undergoing a
+/// configuration change" (openraft's answer while the previous membership is not known
+/// committed; the CI run that found it had asked right after a single node's bootstrap). While
+/// the leader cannot reach a quorum the change is refused as retryable, `LEDGER_UNAVAILABLE`,
+/// not as the operator's mistake, `CLUSTER_CHANGE_INVALID`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_membership_change_right_after_an_election_waits_for_the_leaders_first_entry() {
+    use writ_api::dto::ClusterChange;
+    use writ_api::ReasonCode;
+    writ_tests::init_test_log();
+    let board = std::sync::Arc::new(writ_tests::sim::Switchboard::default());
+    board.cut_appends();
+    let c = SimCluster::start_on(board.clone(), 3, 1_700_000_000_000).await;
+    let leader = eventually("a leader elected while appends are cut", Duration::from_secs(20), || async {
+        c.leader().filter(|id| c.nodes[id].raft.metrics().borrow_watched().current_leader == Some(*id))
+    })
+    .await;
+    let change = || ClusterChange::ChangeMembership { voters: vec![1, 2] };
+    let refused = c.nodes[&leader].change(change(), false).await.expect_err("nothing can commit yet");
+    assert_eq!(refused.reason, ReasonCode::LEDGER_UNAVAILABLE, "refused as retryable: {}", refused.message);
+
+    board.heal();
+    let leader = eventually("a leader after the heal", Duration::from_secs(20), || async { c.leader() }).await;
+    c.nodes[&leader].change(change(), false).await.expect("the change waits for the first entry");
+    let voters = || {
+        c.nodes[&leader]
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(voters(), vec![1, 2], "the change is in effect when it answers");
+    c.shutdown().await;
+}
