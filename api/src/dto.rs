@@ -81,13 +81,13 @@ impl WatchLine {
             WatchLine::Heartbeat { heartbeat } => (1, crate::encode(heartbeat)),
             WatchLine::End { end, message, next } => (2, crate::encode(&(end, message, next))),
         };
-        let payload = payload.map_err(|e| e.to_string())?;
-        let len = u32::try_from(payload.len() + 1).map_err(|_| "a watch frame over 4 GiB".to_string())?;
-        let mut out = Vec::with_capacity(5 + payload.len());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.push(kind);
-        out.extend_from_slice(&payload);
-        Ok(out)
+        framed(kind, &payload.map_err(|e| e.to_string())?)
+    }
+
+    /// The frame of `WatchLine::Event(e)` from `crate::encode(&e)`, for a sender that holds the
+    /// event's bytes already (a node sends the bytes it stored, not a second encoding).
+    pub fn event_frame(encoded_event: &[u8]) -> Result<Vec<u8>, String> {
+        framed(0, encoded_event)
     }
 
     /// Takes the first complete frame off `buf`: `Ok(None)` until one is complete; an error for
@@ -114,6 +114,15 @@ impl WatchLine {
             other => return Err(format!("a watch frame of unknown kind {other}")),
         }))
     }
+}
+
+fn framed(kind: u8, payload: &[u8]) -> Result<Vec<u8>, String> {
+    let len = u32::try_from(payload.len() + 1).map_err(|_| "a watch frame over 4 GiB".to_string())?;
+    let mut out = Vec::with_capacity(5 + payload.len());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(payload);
+    Ok(out)
 }
 
 /// How often an idle watch stream proves it is alive.
@@ -909,6 +918,13 @@ pub struct ResolveRequest {
 mod tests {
     use super::*;
 
+    fn event_of(line: &WatchLine) -> EventEnvelope {
+        match line {
+            WatchLine::Event(e) => e.as_ref().clone(),
+            other => panic!("not an event: {other:?}"),
+        }
+    }
+
     /// Binary watch frames round-trip, split anywhere across reads, and a broken frame ends
     /// the stream with a reason instead of being misread.
     #[test]
@@ -927,6 +943,12 @@ mod tests {
             WatchLine::End { end: ReasonCode::LEDGER_UNAVAILABLE, message: "draining".into(), next: 8 },
         ];
         let bytes: Vec<u8> = lines.iter().flat_map(|l| l.frame().expect("frame")).collect();
+        let stored = crate::encode(&event_of(&lines[0])).expect("encode");
+        assert_eq!(
+            WatchLine::event_frame(&stored).unwrap(),
+            lines[0].frame().unwrap(),
+            "an event's stored bytes frame it"
+        );
         for split in 0..=bytes.len() {
             let (mut buf, mut out) = (bytes[..split].to_vec(), Vec::new());
             while let Some(l) = WatchLine::unframe(&mut buf).expect("frames") {

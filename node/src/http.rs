@@ -412,11 +412,12 @@ async fn client_watch(
     headers: HeaderMap,
     ValidQuery(filter): ValidQuery<WatchFilter>,
 ) -> Result<Response, ApiError> {
-    let lines = st.node.watch(filter)?.take_until(st.drain.started());
     if binary(&headers, axum::http::header::ACCEPT) {
-        let body = Body::from_stream(lines.map(|l| l.frame().map(Bytes::from).map_err(std::io::Error::other)));
+        let frames = st.node.watch_frames(filter)?.take_until(st.drain.started());
+        let body = Body::from_stream(frames.map(|f| f.map(Bytes::from).map_err(std::io::Error::other)));
         return Ok(([(axum::http::header::CONTENT_TYPE, BINARY_MEDIA_TYPE)], body).into_response());
     }
+    let lines = st.node.watch(filter)?.take_until(st.drain.started());
     let body = Body::from_stream(lines.map(|l| {
         let mut v = serde_json::to_vec(&l).unwrap_or_default();
         v.push(b'\n');

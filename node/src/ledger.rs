@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use openraft::alias::LogIdOf;
 use openraft::async_runtime::WatchReceiver;
@@ -45,12 +46,20 @@ use writ_api::ledger::{Command, LedgerRequest};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 use writ_client::{unavailable, CallError, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
+use writ_raft_store::state_machine::StoredEvent;
 use writ_raft_store::{Raft, StateMachine, TypeConfig};
 
 /// Events read from the store per catch-up page of a watch.
 const WATCH_PAGE_EVENTS: usize = 1000;
 /// Lines buffered per watcher before backpressure.
 const WATCH_CHANNEL_LINES: usize = 256;
+
+/// What a watch produces before it is rendered as lines or frames: an event as stored (its
+/// bytes shared, not copied) or another line.
+enum WatchItem {
+    Event(Arc<StoredEvent>),
+    Line(WatchLine),
+}
 
 /// Time source for leader stamps. Apply never reads it (SPEC L4).
 pub trait Clock: Send + Sync + 'static {
@@ -861,6 +870,28 @@ impl LedgerNode {
     /// store fails. A watcher that falls behind the live buffer is sent back to the store, so
     /// it never misses an event.
     pub fn watch(&self, filter: WatchFilter) -> Result<WatchStream, Rejection> {
+        let items = self.watch_items(filter)?;
+        Ok(items
+            .map(|item| match item {
+                WatchItem::Event(e) => WatchLine::Event(Box::new(e.envelope.clone())),
+                WatchItem::Line(line) => line,
+            })
+            .boxed())
+    }
+
+    /// [`LedgerNode::watch`] as binary frames ([`WatchLine::frame`]): an event's frame is built
+    /// from the bytes it was stored as, so no watcher encodes an event again.
+    pub fn watch_frames(&self, filter: WatchFilter) -> Result<BoxStream<'static, Result<Vec<u8>, String>>, Rejection> {
+        let items = self.watch_items(filter)?;
+        Ok(items
+            .map(|item| match item {
+                WatchItem::Event(e) => WatchLine::event_frame(e.encoded()),
+                WatchItem::Line(line) => line.frame(),
+            })
+            .boxed())
+    }
+
+    fn watch_items(&self, filter: WatchFilter) -> Result<BoxStream<'static, WatchItem>, Rejection> {
         // Subscribe before reading the store so that no event falls between the two.
         let mut live = self.sm.subscribe();
         let (floor, current) = {
@@ -874,7 +905,8 @@ impl LedgerNode {
                 format!("revision {from} is not retained on this node; the oldest is {floor}"),
             ));
         }
-        let (tx, rx) = tokio::sync::mpsc::channel::<WatchLine>(WATCH_CHANNEL_LINES);
+        let (tx, rx) = tokio::sync::mpsc::channel::<WatchItem>(WATCH_CHANNEL_LINES);
+        let line = WatchItem::Line;
         let sm = self.sm.clone();
         let raft = self.raft.metrics();
         tokio::spawn(async move {
@@ -888,22 +920,23 @@ impl LedgerNode {
                             tracing::error!(error = %e, "watch store read failed");
                             let end =
                                 WatchLine::End { end: ReasonCode::INTERNAL, message: "store read failed".into(), next };
-                            let _ = tx.send(end).await;
+                            let _ = tx.send(line(end)).await;
                             return;
                         }
                     };
                     if page.is_empty() {
                         break;
                     }
-                    if page[0].revision > next {
+                    if page[0].envelope.revision > next {
                         // The event log's retention dropped what this watcher had yet to read.
                         let message = format!("revisions from {next} are no longer retained; reload a snapshot");
-                        let _ = tx.send(WatchLine::End { end: ReasonCode::REVISION_COMPACTED, message, next }).await;
+                        let end = WatchLine::End { end: ReasonCode::REVISION_COMPACTED, message, next };
+                        let _ = tx.send(line(end)).await;
                         return;
                     }
                     for e in page {
-                        next = e.revision + 1;
-                        if filter.matches(&e) && tx.send(WatchLine::Event(Box::new(e))).await.is_err() {
+                        next = e.envelope.revision + 1;
+                        if filter.matches(&e.envelope) && tx.send(WatchItem::Event(e)).await.is_err() {
                             return;
                         }
                     }
@@ -924,21 +957,22 @@ impl LedgerNode {
                             };
                             if !healthy {
                                 let message = "this node has no leader; watch another node".to_string();
-                                let _ = tx.send(WatchLine::End { end: ReasonCode::LEDGER_UNAVAILABLE, message, next }).await;
+                                let end = WatchLine::End { end: ReasonCode::LEDGER_UNAVAILABLE, message, next };
+                                let _ = tx.send(line(end)).await;
                                 return;
                             }
-                            if tx.send(WatchLine::Heartbeat { heartbeat: next - 1 }).await.is_err() {
+                            if tx.send(line(WatchLine::Heartbeat { heartbeat: next - 1 })).await.is_err() {
                                 return;
                             }
                             continue;
                         }
                     };
                     match received {
-                        Ok(e) if e.revision < next => continue,
-                        Ok(e) if e.revision > next => break,
+                        Ok(e) if e.envelope.revision < next => continue,
+                        Ok(e) if e.envelope.revision > next => break,
                         Ok(e) => {
-                            next = e.revision + 1;
-                            if filter.matches(&e) && tx.send(WatchLine::Event(Box::new(e))).await.is_err() {
+                            next = e.envelope.revision + 1;
+                            if filter.matches(&e.envelope) && tx.send(WatchItem::Event(e)).await.is_err() {
                                 return;
                             }
                         }

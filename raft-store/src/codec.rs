@@ -6,7 +6,7 @@
 
 use std::io;
 
-const CHECKSUM_BYTES: usize = 8;
+pub(crate) const CHECKSUM_BYTES: usize = 8;
 
 fn checksum(payload: &[u8]) -> [u8; CHECKSUM_BYTES] {
     use sha2::Digest;

@@ -55,6 +55,23 @@ const SNAPSHOT_FILES_KEPT: usize = 2;
 const TRANSFER_EXTENSION: &str = "xfer";
 const TRANSFER_PART_EXTENSION: &str = "xfer-part";
 
+/// An applied event with the bytes it is stored as: encoded once, when it is applied (or read
+/// back from the store), and shared by the store write, every live watcher and every watch
+/// frame, which sends [`StoredEvent::encoded`] as it is instead of encoding the event again.
+#[derive(Debug)]
+pub struct StoredEvent {
+    pub envelope: EventEnvelope,
+    /// The checksummed record (`codec`): the checksum, then `writ_api::encode(&envelope)`.
+    record: Vec<u8>,
+}
+
+impl StoredEvent {
+    /// `writ_api::encode(&self.envelope)`, the payload of a binary watch frame.
+    pub fn encoded(&self) -> &[u8] {
+        &self.record[crate::codec::CHECKSUM_BYTES..]
+    }
+}
+
 /// What has been applied, guarded together so readers see one consistent position.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
@@ -74,7 +91,7 @@ struct Inner {
     /// Started from a restored backup's seed state (`crate::backup`).
     seeded: bool,
     applied: RwLock<Applied>,
-    events: broadcast::Sender<EventEnvelope>,
+    events: broadcast::Sender<Arc<StoredEvent>>,
     /// Set once, with the cause, when a read outside openraft (watch, audit) finds a corrupt
     /// record. openraft's own reads stop its core instead (a `Fatal`); either way the node
     /// must stop serving (see `writ_node::LedgerNode::stopped`).
@@ -290,22 +307,23 @@ impl StateMachine {
     }
 
     /// Live events, in revision order, from the moment of subscription.
-    pub fn subscribe(&self) -> broadcast::Receiver<EventEnvelope> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
         self.inner.events.subscribe()
     }
 
     /// Stored events with `revision >= from`, at most `limit`.
-    pub fn events_from(&self, from: u64, limit: usize) -> io::Result<Vec<EventEnvelope>> {
+    pub fn events_from(&self, from: u64, limit: usize) -> io::Result<Vec<Arc<StoredEvent>>> {
         self.latch(self.read_events_from(from, limit))
     }
 
-    fn read_events_from(&self, from: u64, limit: usize) -> io::Result<Vec<EventEnvelope>> {
+    fn read_events_from(&self, from: u64, limit: usize) -> io::Result<Vec<Arc<StoredEvent>>> {
         let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
         let start = from.to_be_bytes();
         let mut out = Vec::new();
         for item in self.inner.db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)).take(limit) {
             let (_, value) = item.map_err(io::Error::other)?;
-            out.push(checked_decode(&value, "event")?);
+            let envelope = checked_decode(&value, "event")?;
+            out.push(Arc::new(StoredEvent { envelope, record: value.into_vec() }));
         }
         Ok(out)
     }
@@ -368,10 +386,10 @@ impl StateMachine {
             return Ok(());
         }
         let page = self.events_from(floor, TRIM_PAGE_EVENTS)?;
-        let (new_floor, oldest_at) = match page.iter().find(|e| e.at_ms > cutoff) {
+        let (new_floor, oldest_at) = match page.iter().map(|e| &e.envelope).find(|e| e.at_ms > cutoff) {
             Some(kept) => (kept.revision, Some(kept.at_ms)),
             // Everything read goes; a full page may be followed by more to drop.
-            None => match page.last() {
+            None => match page.last().map(|e| &e.envelope) {
                 Some(last) if page.len() == TRIM_PAGE_EVENTS => (last.revision + 1, None),
                 Some(last) => (last.revision + 1, Some(now)),
                 None => (floor, Some(now)),
@@ -389,7 +407,7 @@ impl StateMachine {
     }
 
     fn first_stored_revision(&self) -> io::Result<Option<u64>> {
-        Ok(self.events_from(0, 1)?.first().map(|e| e.revision))
+        Ok(self.events_from(0, 1)?.first().map(|e| e.envelope.revision))
     }
 
     fn last_stored_revision(&self) -> io::Result<Option<u64>> {
@@ -789,8 +807,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     batch.delete_range_cf(audit_cf, &start, &end);
                     batch.delete_range_cf(evidence_cf, &start, &end);
                 }
-                batch.put_cf(cf, env.revision.to_be_bytes(), checked_encode(&env)?);
-                produced.push(env);
+                let record = checked_encode(&env)?;
+                batch.put_cf(cf, env.revision.to_be_bytes(), &record);
+                produced.push(Arc::new(StoredEvent { envelope: env, record }));
             }
             for record in audit {
                 batch.put_cf(audit_cf, record_key(&record.tenant_id, record.seq), checked_encode(&record)?);
@@ -808,7 +827,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         // Not synced: the log is durable, and replay rewrites identical bytes.
         self.inner.db.write(batch).map_err(io::Error::other)?;
-        if produced.iter().any(|e| matches!(e.event, writ_api::ledger::Event::RoleCertificateRevokedV1 { .. })) {
+        if produced.iter().any(|e| matches!(e.envelope.event, writ_api::ledger::Event::RoleCertificateRevokedV1 { .. }))
+        {
             self.refresh_role_revocations(&a.state);
         }
         let now = a.state.clock_ms;
