@@ -345,7 +345,10 @@ async fn an_effectful_upstream_tool_is_one_durable_operation() {
     let dev = Dev::start().await;
     add(&dev, &upstream.url(), "2026-07-28", "none");
     // Set before the approval, so an edge that serves the approved tools has the timeout too.
-    dev.cli_ok(&["upstream", "set", "--tenant", "demo", "weather", "--call-timeout-ms", "1000"]);
+    // Long enough for the (Python SDK) upstream's quick answers on a loaded CI machine (at 1 s
+    // an out-of-stock answer was once cut off as unknown_effect), short against the 30 s
+    // `slow_order` it cuts off.
+    dev.cli_ok(&["upstream", "set", "--tenant", "demo", "weather", "--call-timeout-ms", "5000"]);
     dev.cli_ok(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
     let scopes = [
         "tools:call:weather.forecast",
