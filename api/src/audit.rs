@@ -41,21 +41,7 @@ pub const REDACTED: &str = "[REDACTED]";
 /// Longest text field of a request decision (method, name, ids), bytes. An edge truncates
 /// longer text with [`TRUNCATED`]; the ledger refuses a decision that is still longer.
 pub const DECISION_FIELD_BYTES_MAX: usize = 256;
-/// What ends a truncated audit text field.
-pub const TRUNCATED: &str = "…[truncated]";
-
-/// `text` cut (at a character boundary) so that, with the [`TRUNCATED`] marker, it fits in
-/// `max` bytes; unchanged when it already fits.
-pub fn truncated(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub(TRUNCATED.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{TRUNCATED}", &text[..end])
-}
+pub use crate::rejection::{truncated, TRUNCATED};
 
 impl RequestDecisionV1 {
     /// Every text field within [`DECISION_FIELD_BYTES_MAX`].
@@ -296,23 +282,14 @@ pub fn record_key(tenant_id: &str, seq: u64) -> Vec<u8> {
     k
 }
 
-/// Whether a field name looks like it holds a secret (SPEC D10).
+/// Whether a field name looks like it holds a secret (SPEC D10), whatever its case and
+/// separators: `privateKey`, `private-key`, `PRIVATE_KEY` and `private.key` alike.
 pub fn is_secret_name(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    [
-        "secret",
-        "token",
-        "api_key",
-        "apikey",
-        "api-key",
-        "authorization",
-        "password",
-        "passwd",
-        "private_key",
-        "credential",
-    ]
-    .iter()
-    .any(|s| n.contains(s))
+    let n: String =
+        name.chars().filter(|c| !matches!(c, '_' | '-' | '.' | ' ')).map(|c| c.to_ascii_lowercase()).collect();
+    ["secret", "token", "apikey", "authorization", "password", "passwd", "privatekey", "credential"]
+        .iter()
+        .any(|s| n.contains(s))
 }
 
 /// Replaces the value of every secret-like field, at any depth, with [`REDACTED`] — also inside
@@ -339,7 +316,7 @@ fn redacted(value: &mut Value) -> bool {
             any
         }
         Value::Array(items) => items.iter_mut().fold(false, |any, v| redacted(v) | any),
-        Value::String(text) if text.starts_with(['{', '[']) => {
+        Value::String(text) if text.trim_start().starts_with(['{', '[']) => {
             let Ok(mut inner) = serde_json::from_str::<Value>(text) else { return false };
             let any = redacted(&mut inner);
             if any {
@@ -427,6 +404,14 @@ mod tests {
         let text = op.to_string();
         assert!(!text.contains("hunter2") && !text.contains("k-123"), "{text}");
         assert!(text.contains("position_mm") && text.contains("accept"), "{text}");
+        // Any case and separator, and JSON text that starts with whitespace.
+        let mut odd = json!({"privateKey": "pk-1", "Private-Key": "pk-2", "X_API.KEY": "pk-3",
+            "input": "  \n {\"clientSecret\": \"pk-4\"}"});
+        redact(&mut odd);
+        let text = odd.to_string();
+        for secret in ["pk-1", "pk-2", "pk-3", "pk-4"] {
+            assert!(!text.contains(secret), "{secret} leaked: {text}");
+        }
     }
 
     #[test]

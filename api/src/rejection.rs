@@ -13,6 +13,26 @@ pub const DISPLAY_NAME_BYTES_MAX: usize = 200;
 /// Longest free-text reason (e.g. for a suspension) accepted.
 pub const NOTE_BYTES_MAX: usize = 500;
 
+/// Longest message a recorded rejection keeps (its event, audit record and the outcome the
+/// proposer hears): a refusal never echoes unbounded input into the log.
+pub const REJECTION_MESSAGE_BYTES_MAX: usize = 512;
+
+/// What ends a truncated text field.
+pub const TRUNCATED: &str = "…[truncated]";
+
+/// `text` cut (at a character boundary) so that, with the [`TRUNCATED`] marker, it fits in
+/// `max` bytes; unchanged when it already fits.
+pub fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub(TRUNCATED.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{TRUNCATED}", &text[..end])
+}
+
 /// A rejection with its reason code and a human message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
@@ -23,6 +43,11 @@ pub struct Rejection {
 impl Rejection {
     pub fn new(reason: ReasonCode, message: impl Into<String>) -> Self {
         Rejection { reason, message: message.into() }
+    }
+
+    /// This rejection with its message within [`REJECTION_MESSAGE_BYTES_MAX`].
+    pub fn bounded(self) -> Rejection {
+        Rejection { message: truncated(&self.message, REJECTION_MESSAGE_BYTES_MAX), ..self }
     }
 }
 
