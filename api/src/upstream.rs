@@ -228,7 +228,9 @@ fn validate_url(what: &str, url: &str) -> Result<(), Rejection> {
     if host_name.is_empty() || host.contains('@') || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid(format!("{what} '{url}' must name a host (no user info, no spaces)")));
     }
-    let loopback = ["127.0.0.1", "[::1]"].contains(&host_name) || host_name.starts_with("127.");
+    // A literal loopback address, parsed: a name like `127.example.com` is no address.
+    let literal = host_name.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host_name);
+    let loopback = literal.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
     match scheme {
         "https" => Ok(()),
         "http" if loopback => Ok(()),
@@ -577,7 +579,15 @@ mod tests {
         assert!(spec("https://mcp.example.com/mcp").is_ok());
         assert!(spec("http://127.0.0.1:9000/mcp").is_ok());
         assert!(spec("http://[::1]:9000/mcp").is_ok());
-        for bad in ["http://mcp.example.com/mcp", "ftp://x/y", "https://user@host/mcp", "https:///mcp", "nourl"] {
+        for bad in [
+            "http://mcp.example.com/mcp",
+            "http://127.evil.example/mcp",
+            "http://127.0.0.1.nip.example:80/mcp",
+            "ftp://x/y",
+            "https://user@host/mcp",
+            "https:///mcp",
+            "nourl",
+        ] {
             assert_eq!(spec(bad).unwrap_err().reason, ReasonCode::UPSTREAM_INVALID, "{bad}");
         }
         assert!(UpstreamAuthV1::parse("env:WRIT_UPSTREAM_WEATHER").is_ok());

@@ -436,6 +436,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     }
     let listener = TcpListener::bind(options.listen).await?;
     let local_addr = listener.local_addr()?;
+    writ_client::egress::register_own_listener(local_addr);
     let scheme = if options.tls.is_some() { "https" } else { "http" };
     let url = options.canonical_url.unwrap_or_else(|| format!("{scheme}://{local_addr}/mcp"));
     let mut config = EdgeConfig::for_url(&url, options.seal_key);
@@ -480,6 +481,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             };
             let listener = TcpListener::bind(x.listen).await?;
             let addr = listener.local_addr()?;
+    writ_client::egress::register_own_listener(local_addr);
             let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
             let forwarder = admin.clone();
             let renewals: writ_mcp_edge::executors::AdminForward =

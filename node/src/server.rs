@@ -77,6 +77,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let peer_tls = tls::ServerTls::new(credential.clone(), Some(&cfg.tls.ca), auth).map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(cfg.listen).await?;
     let local_addr = listener.local_addr()?;
+    writ_client::egress::register_own_listener(local_addr);
     let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("https://{local_addr}"));
     // Every peer call has a deadline: this default, or the one set per Raft RPC. Raft RPCs and
     // client calls share one connection per peer over HTTP/2 (ALPN), presenting this node's

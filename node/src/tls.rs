@@ -316,5 +316,6 @@ pub async fn spawn(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    writ_client::egress::register_own_listener(local);
     Ok((local, tokio::spawn(serve(listener, app, accept, drain.clone(), deadline))))
 }

@@ -652,3 +652,79 @@ async fn the_typescript_reference_server_serves_as_an_upstream() {
         assert_eq!(list["result"]["tools"][0]["description"], json!("Echoes back the input string"), "{list}");
     }
 }
+
+/// A listener on loopback that answers every request with `status`, `headers` and `body`, and
+/// counts the requests it got.
+async fn canned(
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: &'static str,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = hits.clone();
+    let app = axum::Router::new().fallback(move || {
+        let (headers, seen) = (headers.clone(), seen.clone());
+        async move {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut r = axum::response::Response::new(axum::body::Body::from(body));
+            *r.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+            for (name, value) in headers {
+                r.headers_mut().insert(name, value.parse().unwrap());
+            }
+            r
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, hits)
+}
+
+/// SPEC F1, S4: an upstream URL cannot be turned against the network Writ runs in. A redirect
+/// is not followed (and what the target says is not echoed), a name that resolves to loopback
+/// is refused at connect time, Writ's own `/mcp` is no upstream, and a credential file that is
+/// a symbolic link to another secret is not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_calls_cannot_be_turned() {
+    let dev = Dev::start().await;
+    let (secret_port, secret_hits) = canned(200, Vec::new(), "SECRET-INTERNAL-BODY").await;
+    let location = format!("http://127.0.0.1:{secret_port}/mcp");
+    let (redirector, _) = canned(307, vec![("location", location)], "").await;
+    let refused_sync = |name: &str| {
+        let (code, out, err) = dev.dev.cli(&["upstream", "sync", "--tenant", "demo", name]);
+        assert_ne!(code, 0, "{name} synced: {out}{err}");
+        format!("{out}{err}")
+    };
+    let add_as = |name: &str, url: &str, auth: &str| {
+        let args = ["upstream", "add", "--tenant", "demo", name, "--mcp-url", url, "--protocol", "2025-11-25"];
+        dev.cli_ok(&[&args[..], &["--auth", auth]].concat());
+    };
+
+    add_as("redirecting", &format!("http://127.0.0.1:{redirector}/mcp"), "none");
+    let said = refused_sync("redirecting");
+    assert_eq!(secret_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the redirect was followed: {said}");
+    assert!(!said.contains("SECRET-INTERNAL-BODY"), "{said}");
+
+    // `localhost` is a name (it resolves through /etc/hosts, to loopback): https to it is
+    // refused when it resolves, whatever the URL rules allowed.
+    add_as("by-name", &format!("https://localhost:{secret_port}/mcp"), "none");
+    let said = refused_sync("by-name");
+    assert!(said.contains("not a public address"), "{said}");
+    assert_eq!(secret_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // The edge's own endpoint.
+    add_as("itself", dev.mcp(), "none");
+    let said = refused_sync("itself");
+    assert!(said.contains("own listeners"), "{said}");
+
+    // A credential reference named like an upstream's, linking to another secret.
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("operator-token");
+    std::fs::write(&other, "operator-secret-8d1e").unwrap();
+    let link = dir.path().join("upstream-shop");
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    add_as("linked", &format!("http://127.0.0.1:{secret_port}/mcp"), &format!("file:{}", link.display()));
+    let said = refused_sync("linked");
+    assert!(said.contains("symbolic link"), "{said}");
+    assert_eq!(secret_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the linked secret was sent");
+}

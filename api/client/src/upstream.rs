@@ -41,8 +41,12 @@ pub struct UpstreamError {
     pub unanswered: bool,
 }
 
+/// Longest failure message kept of an upstream (what it answered is quoted only this far).
+pub const UPSTREAM_ERROR_BYTES_MAX: usize = 1024;
+
 impl UpstreamError {
     fn failed(message: impl Into<String>) -> UpstreamError {
+        let message = writ_api::rejection::truncated(&message.into(), UPSTREAM_ERROR_BYTES_MAX);
         UpstreamError {
             rejection: Rejection::new(ReasonCode::UPSTREAM_FAILED, message),
             counts: true,
@@ -203,6 +207,11 @@ pub fn resolve(auth: &UpstreamAuthV1) -> Result<Option<String>, Rejection> {
             return Err(unreadable("an OAuth access token is asked for, not read (connect does)".into()))
         }
         UpstreamAuthV1::BearerFile { path } => {
+            // The file itself, never what a link named like it points at (another secret).
+            let real = std::fs::canonicalize(path).map_err(|e| unreadable(format!("auth file:{path}: {e}")))?;
+            if real != std::path::Path::new(path) {
+                return Err(unreadable(format!("auth file:{path} resolves through a symbolic link: refused")));
+            }
             let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("auth file:{path}: {e}")))?;
             if meta.len() > AUTH_FILE_BYTES_MAX {
                 return Err(unreadable(format!("auth file:{path} exceeds {AUTH_FILE_BYTES_MAX} bytes")));
@@ -293,6 +302,7 @@ mod oauth {
                 return Ok((kept.token.clone(), kept.renew_at));
             }
         }
+        crate::egress::check_url(token_url).await?;
         let mut body = "grant_type=client_credentials".to_string();
         if let Some(scope) = scope {
             body.push_str(&format!("&scope={}", form(scope)));
@@ -360,9 +370,12 @@ mod oauth {
 fn http_client(spec: &UpstreamSpecV1) -> Result<reqwest::Client, UpstreamError> {
     // Idle connections kept for reuse: as many as calls may be in flight at once, so a busy
     // edge does not reconnect per call.
+    // Redirects are never followed and names resolve to public addresses only (`egress`).
     let mut builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_millis(spec.connect_timeout_ms))
-        .pool_max_idle_per_host(CALLS_IN_FLIGHT_MAX);
+        .pool_max_idle_per_host(CALLS_IN_FLIGHT_MAX)
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(std::sync::Arc::new(crate::egress::PublicResolver));
     if let Some(ca) = &spec.ca_pem {
         let certs = reqwest::Certificate::from_pem_bundle(ca.as_bytes())
             .map_err(|e| UpstreamError::failed(format!("the upstream's CA bundle does not parse: {e}")))?;
@@ -417,6 +430,7 @@ async fn connect_with(
     spec: &UpstreamSpecV1,
     logs: Option<tokio::sync::mpsc::Sender<LogMessage>>,
 ) -> Result<Connection, UpstreamError> {
+    crate::egress::check_url(&spec.url).await?;
     let http = http_client(spec)?;
     let (bearer, renew_at) = match &spec.auth {
         UpstreamAuthV1::OauthClientCredentials { .. } => {
