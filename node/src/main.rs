@@ -176,6 +176,10 @@ fn init_tracing() {
 }
 
 fn main() -> ExitCode {
+    // What this process creates is its own: ledger data, snapshots, keys, logs (0600 files,
+    // 0700 directories, whatever umask it was started with).
+    #[cfg(feature = "server")]
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
