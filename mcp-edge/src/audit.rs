@@ -1,7 +1,8 @@
 //! Request-decision audit at the edge (SPEC D10, E2, S4): denials are committed before the
 //! response; allowed reads are group-committed within [`FLUSH_WINDOW`] through a bounded
 //! buffer that applies backpressure (never drops), unless the tenant's audit mode is `strict`.
-//! Repeats of one denial (same principal, method, name and reason) within [`DENIAL_WINDOW`]
+//! Repeats of one denial (same principal, method, name and reason; names told apart up to
+//! [`DENIAL_NAMES_MAX`]) within [`DENIAL_WINDOW`]
 //! after the first one's commit are counted and recorded as one aggregate decision when the
 //! window closes, so a client hammering a refusal does not cost one Raft entry per request.
 
@@ -22,6 +23,10 @@ pub const FLUSH_WINDOW: Duration = Duration::from_millis(100);
 pub const DENIAL_WINDOW: Duration = Duration::from_secs(10);
 /// Most distinct denials counted per window; beyond it each denial is committed on its own.
 pub const DENIAL_KEYS_MAX: usize = 10_000;
+/// Most distinct names (tools, prompts, resources) one principal's denials of one method and
+/// reason are told apart by in a window: past them, any name counts as the same denial — a
+/// name is text the client chose, and varying it must not buy a commit per request.
+pub const DENIAL_NAMES_MAX: usize = 8;
 
 /// What makes two denials the same: tenant, principal, method, name, reason.
 type DenialKey = (String, String, String, Option<String>, Option<writ_api::ReasonCode>);
@@ -52,6 +57,18 @@ pub fn request_decision(
 /// ledger writes whether the command was allowed or refused.
 pub fn with_decision(decision: RequestDecisionV1, command: Command) -> Command {
     Command::Audited { decision, command: Box::new(command) }
+}
+
+/// How many denials of `key`'s tenant, principal, method and reason this window counts under
+/// a name of their own.
+fn named_denials(repeats: &BTreeMap<DenialKey, u64>, key: &DenialKey) -> usize {
+    let (tenant, principal, method, _, reason) = key;
+    let from = (tenant.clone(), principal.clone(), method.clone(), None, None);
+    repeats
+        .range(from..)
+        .take_while(|(k, _)| (&k.0, &k.1, &k.2) == (tenant, principal, method))
+        .filter(|(k, _)| k.3.is_some() && k.4 == *reason)
+        .count()
 }
 
 /// Decisions buffered before senders wait.
@@ -105,16 +122,22 @@ impl AuditSink {
     /// Commits a denial before the response, unless the same denial was committed in this
     /// window: then it is only counted, for the window's aggregate.
     pub async fn commit_denial(&self, tenant_id: &str, decision: RequestDecisionV1) -> Result<(), Rejection> {
-        let key = (
+        let mut key = (
             tenant_id.to_string(),
             decision.principal_id.clone(),
             decision.method.clone(),
             decision.name.clone(),
             decision.reason,
         );
-        if let Some(n) = self.repeats.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key) {
-            *n += 1;
-            return Ok(());
+        {
+            let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
+            if !repeats.contains_key(&key) && named_denials(&repeats, &key) >= DENIAL_NAMES_MAX {
+                key.3 = None;
+            }
+            if let Some(n) = repeats.get_mut(&key) {
+                *n += 1;
+                return Ok(());
+            }
         }
         self.commit(tenant_id, decision).await?;
         let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
@@ -201,7 +224,7 @@ impl WeakSink {
 async fn submit(ledger: &dyn Ledger, tenant_id: &str, decisions: Vec<RequestDecisionV1>) -> Result<(), Rejection> {
     let trace_id = decisions.first().map(|d| d.trace_id.clone()).unwrap_or_default();
     let command = Command::RecordDecisions { tenant_id: tenant_id.to_string(), decisions };
-    match ledger.submit(SubmitRequest { trace_id, command }).await? {
+    match ledger.submit(SubmitRequest::new(trace_id, command)).await? {
         SubmitResponse { outcome: Outcome::Applied { .. }, .. } => Ok(()),
         SubmitResponse { outcome: Outcome::Rejected { reason, message, .. }, .. } => {
             Err(Rejection::new(reason, message))
@@ -261,5 +284,47 @@ async fn commit_retrying(ledger: &dyn Ledger, tenant: &str, chunk: &[RequestDeci
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that varies the tool name of a refused call gets one commit per name only up
+    /// to `DENIAL_NAMES_MAX` in a window; every other name is counted with the rest.
+    #[tokio::test]
+    async fn varying_names_of_one_denial_cost_a_bounded_number_of_commits() {
+        let ledger = Arc::new(writ_client::memory::MemoryLedger::new());
+        let tenant = Command::CreateTenant { tenant_id: "t".into(), name: "acme".into(), display_name: None };
+        ledger.submit(SubmitRequest::new("setup", tenant)).await.expect("tenant");
+        let spec = writ_api::principal::PrincipalSpecV1 {
+            principal_id: "p".into(),
+            name: "agent".into(),
+            kind: writ_api::principal::PrincipalKind::Agent,
+            preset: Some(writ_api::principal::RolePreset::ReadOnly),
+            scopes: Default::default(),
+            metadata: Default::default(),
+        };
+        let principal = Command::CreatePrincipal { tenant_id: "t".into(), spec };
+        let created = ledger.submit(SubmitRequest::new("setup", principal)).await.expect("principal");
+        assert!(matches!(created.outcome, Outcome::Applied { .. }), "{:?}", created.outcome);
+        let sink = AuditSink::start(ledger.clone());
+        let records = || ledger.with_state(|s| s.audit.get("t").map_or(0, |a| a.next_seq));
+        let before = records();
+        for i in 0..200 {
+            let d = RequestDecisionV1 {
+                trace_id: format!("tr-{i}"),
+                principal_id: "p".into(),
+                token_id: None,
+                parent_token_id: None,
+                method: "tools/call".into(),
+                name: Some(format!("tool-{i}")),
+                outcome: "denied".into(),
+                reason: Some(writ_api::ReasonCode::TOOL_NOT_FOUND),
+            };
+            sink.commit_denial("t", d).await.expect("denial");
+        }
+        assert_eq!(records() - before, DENIAL_NAMES_MAX as u64 + 1, "one commit per name up to the cap, then one");
     }
 }
