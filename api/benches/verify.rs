@@ -2,7 +2,9 @@
 //! Writ-issued token (EdDSA, delegation depth 0 and 1) and a tenant-issuer token (EdDSA via
 //! inline JWKS); and what the ledger's re-check of an operation's authority adds to each
 //! `SubmitOperation` (SPEC S3): re-deriving the authority from the records, and compiling and
-//! running the action's input schema. Run with `cargo bench -p writ-api --bench verify`.
+//! running the action's input schema; and the credential check a node makes for every act an
+//! edge submits (`grant::admit`: verify the token, bind the act, wrap it) and the grant's
+//! re-check on every replica (`grant::granted`). Run with `cargo bench -p writ-api --bench verify`.
 
 use base64::Engine;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -136,5 +138,26 @@ fn recheck(c: &mut Criterion) {
     c.bench_function("recheck: call digest of a proposed call", |b| b.iter(|| spec.call_digest()));
 }
 
-criterion_group!(benches, bench, recheck);
+/// A node's check of the credential an edge sent with an act, and each replica's re-check.
+fn credential(c: &mut Criterion) {
+    let (st, _, child, _) = setup();
+    let cancel = Command::OnBehalfOf {
+        authority_ref: "j-2".into(),
+        command: Box::new(Command::CancelOperation {
+            tenant_id: "t-1".into(),
+            operation_id: "op-1".into(),
+            by_principal_id: "p-2".into(),
+        }),
+    };
+    let bearer = writ_api::credential::Credential::Bearer(child);
+    let presenter = writ_api::grant::Presenter { edge_id: "e", node: "node:1", anonymous: &[] };
+    let admit = || writ_api::grant::admit(&st, cancel.clone(), Some(&bearer), &presenter, NOW + 1).unwrap();
+    let Command::Verified { grant, .. } = admit() else { panic!("not wrapped") };
+    c.bench_function("node: verify an act's credential (delegated token)", |b| b.iter(admit));
+    c.bench_function("replica: re-check a grant", |b| {
+        b.iter(|| writ_api::grant::granted(&st, &grant, NOW + 1).unwrap())
+    });
+}
+
+criterion_group!(benches, bench, recheck, credential);
 criterion_main!(benches);

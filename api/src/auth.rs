@@ -21,7 +21,7 @@ use crate::state::LedgerState;
 use crate::token::{SigningKeyV1, WRIT_ISSUER, WRIT_SIGNING_ALG};
 
 /// Largest bearer token accepted (bytes); anything longer is rejected unparsed.
-pub const BEARER_BYTES_MAX: usize = 16 * 1024;
+pub const BEARER_BYTES_MAX: usize = crate::credential::CREDENTIAL_BYTES_MAX;
 
 /// Claims of a Writ-issued token. The ledger's token record is authoritative (scopes, expiry,
 /// parent); the claims only name it and bind it to an audience.
@@ -357,8 +357,11 @@ pub fn recorded_authority(
 
 /// The authority an operation names (`authority_ref`), re-derived by the ledger (SPEC S3): a
 /// Writ token's `jti` gets [`recorded_authority`]; a tenant issuer registered for this tenant,
-/// or the loopback anonymous mode, stands for the principal itself (its current scopes: the
-/// ledger never sees those tokens). Anything else names no authority of this tenant.
+/// or the loopback anonymous mode, stands for the principal itself (its current scopes).
+/// Anything else names no authority of this tenant. This is the floor every act is decided
+/// on; an act an edge submitted is in the log only inside `Command::Verified`, whose grant
+/// (`crate::grant::check`) narrows it to the credential a node verified — a node refuses an
+/// edge's bare reference (`crate::grant::admit`).
 pub fn authority_of_ref(
     state: &LedgerState,
     tenant_id: &str,
@@ -374,13 +377,24 @@ pub fn authority_of_ref(
     if !grant {
         return Err(invalid(format!("'{authority_ref}' is no token or issuer of this tenant")));
     }
+    principal_authority(state, tenant_id, principal_id, authority_ref)
+}
+
+/// The authority of the active principal `principal_id` of the open tenant `tenant_id` acting
+/// as itself (its current scopes), recorded as coming through `issuer`.
+pub fn principal_authority(
+    state: &LedgerState,
+    tenant_id: &str,
+    principal_id: &str,
+    issuer: &str,
+) -> Result<Authority, Rejection> {
     domain_gate(state, tenant_id)?;
     let p = state
         .principals
         .get(tenant_id)
         .and_then(|m| m.get(principal_id))
         .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such principal"))?;
-    principal_itself(p, authority_ref)
+    principal_itself(p, issuer)
 }
 
 /// How far in the future a tenant token's `iat` may lie (clock skew between its issuer and Writ).

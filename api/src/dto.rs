@@ -134,6 +134,40 @@ pub const WATCH_HEARTBEAT: std::time::Duration = std::time::Duration::from_milli
 pub struct SubmitRequest {
     pub trace_id: String,
     pub command: Command,
+    /// The credential a principal's act was admitted under (an edge's acts need one: the node
+    /// verifies it before proposing, see `crate::grant`); never stored.
+    #[serde(default)]
+    pub credential: Option<crate::credential::Credential>,
+}
+
+/// Longest trace id a submit may carry (a UUID is 36 bytes; W3C trace ids 32).
+pub const TRACE_ID_BYTES_MAX: usize = 64;
+
+impl SubmitRequest {
+    /// A submit of `command` that carries no principal's credential.
+    pub fn new(trace_id: impl Into<String>, command: Command) -> SubmitRequest {
+        SubmitRequest { trace_id: trace_id.into(), command, credential: None }
+    }
+
+    /// What a node checks before proposing, whoever submits: what may be submitted at all, a
+    /// trace id and an operation id within their bounds (refused, never echoed).
+    pub fn check(&self) -> Result<(), crate::rejection::Rejection> {
+        self.command.submittable()?;
+        let invalid = |m: String| crate::rejection::Rejection::new(crate::ReasonCode::INPUT_INVALID, m);
+        if self.trace_id.len() > TRACE_ID_BYTES_MAX {
+            return Err(invalid(format!("a trace id is at most {TRACE_ID_BYTES_MAX} bytes")));
+        }
+        let max = crate::operation::KEY_BYTES_MAX;
+        if self.command.operation_id().is_some_and(|id| id.len() > max) {
+            return Err(invalid(format!("an operation id is at most {max} bytes")));
+        }
+        match &self.credential {
+            Some(crate::credential::Credential::Bearer(t)) if t.len() > crate::auth::BEARER_BYTES_MAX => {
+                Err(invalid(format!("a credential is at most {} bytes", crate::auth::BEARER_BYTES_MAX)))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The committed result of a submit.

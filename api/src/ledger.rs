@@ -428,6 +428,15 @@ pub enum Command {
     Batch {
         commands: Vec<BatchedCommand>,
     },
+    /// A principal's act an edge submitted (`OnBehalfOf`, a submission or proposal, bare or
+    /// `Audited`) with the credential the node that received it verified: `grant` is what every
+    /// replica re-checks at ledger time (`crate::grant::check`) before deciding `command` — the
+    /// token's id, principal and scopes, never the token. Formed by a node, never submitted by
+    /// an edge.
+    Verified {
+        grant: crate::credential::GrantV1,
+        command: Box<Command>,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -446,7 +455,8 @@ pub struct BatchedCommand {
 /// delete and purge, evidence. 3: retention (`Command::ApplyRetention`). 4: upstream MCP servers.
 /// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`)
 /// and OAuth client credentials for upstreams. 6: command batches (`Command::Batch`).
-pub const LEDGER_VERSION: u32 = 6;
+/// 7: principal acts under a node-verified credential (`Command::Verified`).
+pub const LEDGER_VERSION: u32 = 7;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -530,9 +540,33 @@ impl Command {
             | Command::ObserveUpstreamTools { .. }
             | Command::ApproveUpstreamTools { .. }
             | Command::SetUpstreamFuse { .. } => Domain::Upstream,
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.domain(),
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => command.domain(),
             Command::Batch { .. } => Domain::Batch,
         }
+    }
+
+    /// The command a wrapper (`Audited`, `OnBehalfOf`, `Verified`) carries; `None` for a plain
+    /// command (a batch is no wrapper: its commands are entries of their own).
+    pub fn wrapped(&self) -> Option<&Command> {
+        match self {
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => Some(command),
+            _ => None,
+        }
+    }
+
+    /// This command and every command its wrappers carry, outermost first: what a check of
+    /// "the command as what it wraps" walks.
+    pub fn layers(&self) -> impl Iterator<Item = &Command> {
+        std::iter::successors(Some(self), |c| c.wrapped())
+    }
+
+    /// The plain command inside every wrapper.
+    pub fn innermost(&self) -> &Command {
+        self.layers().last().unwrap_or(self)
     }
 
     /// The executor (or performing edge, `edge:<id>`) a start or a refusal before the attempt
@@ -542,7 +576,9 @@ impl Command {
             Command::StartAttempt { executor_id, .. }
             | Command::RefuseDispatch { executor_id, .. }
             | Command::RefuseDispatchV2 { executor_id, .. } => Some(executor_id),
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.claimant(),
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => command.claimant(),
             _ => None,
         }
     }
@@ -588,7 +624,9 @@ impl Command {
             | Command::RefuseDispatchV2 { operation_id, .. }
             | Command::StoreEvidence { operation_id, .. }
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.operation_id(),
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => command.operation_id(),
             _ => None,
         }
     }
@@ -598,6 +636,7 @@ impl Command {
     pub fn ledger_version(&self) -> u32 {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            Command::Verified { command, .. } => command.ledger_version().max(7),
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -723,7 +762,9 @@ impl Command {
     /// The base64 bytes a command carries for the evidence store.
     fn blob_content(&self) -> Option<&str> {
         match self {
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.blob_content(),
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => command.blob_content(),
             Command::StoreEvidence { content_base64, .. } => Some(content_base64),
             Command::ReportAttemptV2 { content, .. } => Some(&content.content_base64),
             _ => None,
@@ -742,6 +783,18 @@ pub struct RejectionSubject {
     pub principal_id: Option<String>,
     pub token_id: Option<String>,
     pub parent_token_id: Option<String>,
+}
+
+impl RejectionSubject {
+    /// Each id within [`crate::operation::KEY_BYTES_MAX`]: a rejection records no unbounded text.
+    pub fn bounded(self) -> RejectionSubject {
+        let cut = |t: Option<String>| t.map(|t| crate::rejection::truncated(&t, crate::operation::KEY_BYTES_MAX));
+        RejectionSubject {
+            principal_id: cut(self.principal_id),
+            token_id: cut(self.token_id),
+            parent_token_id: cut(self.parent_token_id),
+        }
+    }
 }
 
 impl Command {
@@ -776,7 +829,7 @@ impl Command {
                 token_id: Some(authority_ref.clone()),
                 parent_token_id: None,
             },
-            Command::Audited { command, .. } => command.subject(),
+            Command::Audited { command, .. } | Command::Verified { command, .. } => command.subject(),
             Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
                 principal(principal_id)
             }
@@ -823,7 +876,9 @@ impl Command {
             Command::RefuseDispatch { .. } => "refuse_dispatch",
             Command::AnswerInputs { .. } => "answer_inputs",
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.kind(),
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => command.kind(),
             Command::RenewExecutorCertificate { .. } => "renew_executor_certificate",
             Command::RevokeIssuerToken { .. } => "revoke_issuer_token",
             Command::RetireSigningKey { .. } => "retire_signing_key",
@@ -909,7 +964,9 @@ impl Command {
             | Command::RevokeRoleCertificate { .. }
             | Command::PurgeTenant { .. }
             | Command::Batch { .. } => CLUSTER_STREAM,
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.stream(),
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::Verified { command, .. } => command.stream(),
         }
     }
 }

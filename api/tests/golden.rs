@@ -935,6 +935,30 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "verified",
+            req(Command::Verified {
+                grant: writ_api::grant::GrantV1 {
+                    tenant_id: "t-1".into(),
+                    principal_id: "p-1".into(),
+                    issuer: writ_api::token::WRIT_ISSUER.into(),
+                    token_id: Some("j-1".into()),
+                    scopes: ["ops:cancel".to_string()].into(),
+                    expires_at_ms: 1_800_000_000_000,
+                    verified_by: "node:1".into(),
+                    edge_id: "edge-a".into(),
+                },
+                command: Box::new(Command::OnBehalfOf {
+                    authority_ref: "j-1".into(),
+                    command: Box::new(Command::CancelOperation {
+                        tenant_id: "t-1".into(),
+                        operation_id: "op-1".into(),
+                        by_principal_id: "p-1".into(),
+                    }),
+                }),
+            }),
+            None,
+        ),
     ]
 }
 
@@ -1215,8 +1239,10 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     ),
     // Upstream operations came with state format 8.
     (7, &["operation_upstream_bound_v1", "catalog_published_v1_upstream_operation"]),
-    // Batch entries came after state format 8 (they change no state format).
+    // Batch entries came after state format 8, verified ones after 9 (neither changes a
+    // state format).
     (8, &["batch"]),
+    (9, &["verified"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -94,7 +94,7 @@ impl Admission {
             principal_id: a.principal_id.clone(),
             wanted: slice_size(limit),
         };
-        let response = self.ledger.submit(SubmitRequest { trace_id: trace_id.to_string(), command }).await?;
+        let response = self.ledger.submit(SubmitRequest::new(trace_id.to_string(), command)).await?;
         let lease = match response {
             SubmitResponse { outcome: Outcome::Applied { events, .. }, .. } => {
                 events.into_iter().find_map(|env| match env.event {

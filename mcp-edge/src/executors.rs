@@ -354,7 +354,7 @@ impl ExecutorGate {
     /// Submits `command`: the ledger's answer (the operation, or its refusal), or why there is
     /// none.
     async fn submit(&self, command: Command, trace_id: &str) -> Result<Result<Operation, Rejection>, Rejection> {
-        let submitted = self.inner.ledger.submit(SubmitRequest { trace_id: trace_id.to_string(), command }).await?;
+        let submitted = self.inner.ledger.submit(SubmitRequest::new(trace_id.to_string(), command)).await?;
         Ok(match submitted.outcome {
             Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
             Outcome::Applied { operation: Some(op), .. } => Ok(*op),

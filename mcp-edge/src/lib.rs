@@ -251,6 +251,25 @@ pub fn router(
     Ok(r.layer(DefaultBodyLimit::max(limit)).with_state(edge).merge(probes))
 }
 
+/// `route` served only to requests whose `Host` (and `Origin`, when sent) this edge serves, as
+/// `/mcp` is: a page a browser loaded from another site cannot read it through a DNS name
+/// rebound to the edge's address.
+pub fn host_checked<S: Clone + Send + Sync + 'static>(
+    route: axum::routing::MethodRouter<S>,
+    config: &EdgeConfig,
+) -> axum::routing::MethodRouter<S> {
+    let config = Arc::new(config.clone());
+    route.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+        let config = config.clone();
+        async move {
+            match check_host_and_origin(&config, req.headers()) {
+                Ok(()) => next.run(req).await,
+                Err(e) => e.into_response(),
+            }
+        }
+    }))
+}
+
 /// `/healthz` and `/readyz` (ready while the edge's replica of the ledger is current): served
 /// on the MCP listener and, where configured, on the edge's own probe listener.
 pub fn probes(verifier: Verifier) -> Router {
@@ -277,6 +296,15 @@ async fn bound_headers(req: axum::extract::Request, next: axum::middleware::Next
 
 /// The `method` label of a request's metrics: a method this edge knows, else `other` (a label
 /// never takes client text verbatim).
+/// The `method` member of a JSON-RPC body, if the body is one (empty otherwise).
+fn body_method(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Method {
+        method: String,
+    }
+    serde_json::from_slice::<Method>(body).map(|m| m.method).unwrap_or_default()
+}
+
 fn method_label(method: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "server/discover",
@@ -626,8 +654,9 @@ async fn mcp_post(
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
     let started = std::time::Instant::now();
-    // Until the body is decoded, the method is what the transport header says.
-    let mut method = header_value(&headers, "mcp-method").unwrap_or_default();
+    // The method as the body names it (never the header's free text), before the body is
+    // checked; audited and counted only as one of the known methods, or `other`.
+    let mut method = body_method(&body);
     let mut id = None;
     let recorded = std::sync::atomic::AtomicBool::new(false);
     let admitted = match tenant_origin(&edge, &authority, &headers) {
@@ -662,7 +691,7 @@ async fn mcp_post(
     metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
     metrics::histogram!("writ_edge_request_seconds", "method" => label).record(started.elapsed().as_secs_f64());
     let reason = handled.denied.as_ref().map(|r| r.reason);
-    let decision = audit::request_decision(&trace_id, &authority, &method, handled.name.as_deref(), reason);
+    let decision = audit::request_decision(&trace_id, &authority, label, handled.name.as_deref(), reason);
     // Denials (and strict tenants' decisions) are on the record before the client hears of
     // them; allowed reads are group-committed within the flush window. A decision that went
     // to the ledger with the command the request made is on the record already.

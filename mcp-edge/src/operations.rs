@@ -239,7 +239,21 @@ pub fn input_errors(tool: &Value, args: &Value) -> Result<Vec<String>, Rejection
             v
         }
     };
-    Ok(validator.iter_errors(args).map(|e| e.to_string()).collect())
+    Ok(schema_errors(&validator, args))
+}
+
+/// Most schema errors reported for one value, and the longest each may be: an error quotes the
+/// value it is about, which is the client's (a 900 KB string), and an answer never echoes it.
+pub const SCHEMA_ERRORS_MAX: usize = 20;
+pub const SCHEMA_ERROR_BYTES_MAX: usize = 200;
+
+/// Why `value` fails `validator` (where, and what), bounded by [`SCHEMA_ERRORS_MAX`] and
+/// [`SCHEMA_ERROR_BYTES_MAX`].
+pub fn schema_errors(validator: &jsonschema::Validator, value: &Value) -> Vec<String> {
+    let bounded = |e: jsonschema::ValidationError| {
+        writ_api::rejection::truncated(&format!("{}: {e}", e.instance_path()), SCHEMA_ERROR_BYTES_MAX)
+    };
+    validator.iter_errors(value).take(SCHEMA_ERRORS_MAX).map(bounded).collect()
 }
 
 /// A business refusal as a tool error the agent can act on (reason in `_meta`).
@@ -343,8 +357,7 @@ fn prepare(c: &Call<'_>, args: &Value, purpose: Purpose) -> Result<Result<Prepar
     };
     let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
     if let Some(v) = c.edge.validators.get(&digest, &action, false)? {
-        let errors: Vec<String> =
-            v.iter_errors(&input).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
+        let errors = schema_errors(&v, &input);
         if !errors.is_empty() {
             return Ok(Err(refused(&Rejection::new(ReasonCode::INPUT_INVALID, errors.join("; ")))));
         }
@@ -642,7 +655,7 @@ async fn submit_call(c: &Call<'_>, command: Command) -> Result<Outcome, RpcError
     let name = c.req.params()["name"].as_str();
     let decision = crate::audit::request_decision(c.trace_id, c.authority, &c.req.method, name, None);
     let command = crate::audit::with_decision(decision, command);
-    let req = SubmitRequest { trace_id: c.trace_id.to_string(), command };
+    let req = c.submit_request(command);
     let submitted = submit_replayable(c.edge.ledger.as_ref(), req).await.map_err(|e| RpcError::rejected(&e))?;
     c.recorded.store(true, std::sync::atomic::Ordering::Release);
     Ok(submitted.outcome)
@@ -964,9 +977,7 @@ pub async fn readback(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
 /// (`Command::OnBehalfOf`). The inner result is the ledger's refusal, if any.
 pub async fn submit_act(c: &Call<'_>, act: Command) -> Result<Result<(), Rejection>, RpcError> {
     let command = Command::OnBehalfOf { authority_ref: c.authority.reference(), command: Box::new(act) };
-    let trace_id = c.trace_id.to_string();
-    let submitted =
-        c.edge.ledger.submit(SubmitRequest { trace_id, command }).await.map_err(|e| RpcError::rejected(&e))?;
+    let submitted = c.edge.ledger.submit(c.submit_request(command)).await.map_err(|e| RpcError::rejected(&e))?;
     Ok(match submitted.outcome {
         Outcome::Applied { .. } => Ok(()),
         Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),

@@ -53,6 +53,19 @@ pub struct Call<'a> {
     pub recorded: &'a std::sync::atomic::AtomicBool,
 }
 
+impl Call<'_> {
+    /// A submit of `command` — a principal's act of this request — with the credential the
+    /// request was admitted under: its bearer token, or the anonymous credential of a loopback
+    /// edge. The node verifies it before the act reaches the log.
+    pub fn submit_request(&self, command: writ_api::ledger::Command) -> writ_api::dto::SubmitRequest {
+        let credential = match crate::bearer(self.headers) {
+            Some(token) => writ_api::grant::Credential::Bearer(token.to_string()),
+            None => writ_api::grant::Credential::Anonymous,
+        };
+        writ_api::dto::SubmitRequest { trace_id: self.trace_id.to_string(), command, credential: Some(credential) }
+    }
+}
+
 /// The answer and what the audit records about it.
 pub struct Handled {
     pub response: Response,
@@ -476,8 +489,7 @@ async fn call_tool(c: &Call<'_>) -> Handled {
     }
     match c.edge.validators.get(&digest, &action, false) {
         Ok(Some(v)) => {
-            let errors: Vec<String> =
-                v.iter_errors(&args).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
+            let errors = crate::operations::schema_errors(&v, &args);
             if !errors.is_empty() {
                 // A tool execution error (the model can correct its arguments), not a protocol error.
                 let text =

@@ -308,8 +308,7 @@ impl Upstreams {
                 v
             }
         };
-        let errors: Vec<String> =
-            validator.iter_errors(value).map(|e| format!("{}: {e}", e.instance_path())).take(20).collect();
+        let errors = crate::operations::schema_errors(&validator, value);
         if errors.is_empty() {
             return Ok(());
         }
@@ -506,8 +505,7 @@ impl Upstreams {
             tokio::spawn(async move {
                 while let Some(command) = rx.recv().await {
                     for attempt in 0..5u32 {
-                        let req =
-                            SubmitRequest { trace_id: uuid::Uuid::new_v4().to_string(), command: command.clone() };
+                        let req = SubmitRequest::new(uuid::Uuid::new_v4().to_string(), command.clone());
                         match ledger.submit(req).await {
                             Ok(_) => break,
                             Err(e) if attempt == 4 => {
@@ -565,7 +563,7 @@ pub struct Performed {
 /// Submits one step of an edge's attempt (resubmitted while the outcome is uncertain) and
 /// answers the operation as it left it, or the ledger's refusal.
 async fn step(edge: &crate::Edge, trace_id: &str, command: Command) -> Result<Operation, Rejection> {
-    let req = SubmitRequest { trace_id: trace_id.to_string(), command };
+    let req = SubmitRequest::new(trace_id.to_string(), command);
     match crate::operations::submit_replayable(edge.ledger.as_ref(), req).await?.outcome {
         Outcome::Applied { operation: Some(op), .. } => Ok(*op),
         Outcome::Rejected { reason, message, .. } => Err(refuse(reason, message)),

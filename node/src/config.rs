@@ -46,7 +46,22 @@ struct RawAuthority {
     executor_ca_secret_file: Option<PathBuf>,
     token_audience: Option<String>,
     executor_cert_ttl_s: Option<u64>,
+    #[serde(default)]
+    anonymous: Vec<RawAnonymous>,
 }
+
+/// `[[authority.anonymous]]`: an edge (by its certificate's id) that may act without a token as
+/// one principal of one tenant — the anonymous mode of a loopback edge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnonymous {
+    edge: String,
+    tenant: String,
+    principal: String,
+}
+
+/// Most `[[authority.anonymous]]` entries a node takes.
+pub const ANONYMOUS_GRANTS_MAX: usize = 64;
 
 /// Default `aud` of Writ-issued tokens when the config names none.
 pub const TOKEN_AUDIENCE_DEFAULT: &str = "urn:writ:mcp";
@@ -65,6 +80,9 @@ pub struct AuthorityConfig {
     /// Lifetime of the executor certificates this node issues (default 90 days; executors
     /// renew at about two thirds of it).
     pub executor_cert_ttl_s: u64,
+    /// Edges allowed to act without a token, each as one principal of one tenant; none by
+    /// default (every act of an edge needs the principal's token).
+    pub anonymous: Vec<writ_api::grant::AnonymousGrant>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,6 +311,18 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             message: format!("must be {}..={} s", ttl_bounds.start(), ttl_bounds.end()),
         });
     }
+    if raw.authority.anonymous.len() > ANONYMOUS_GRANTS_MAX {
+        return Err(ConfigError::Invalid {
+            field: "authority.anonymous",
+            message: format!("at most {ANONYMOUS_GRANTS_MAX} entries"),
+        });
+    }
+    let anonymous = raw
+        .authority
+        .anonymous
+        .into_iter()
+        .map(|a| writ_api::grant::AnonymousGrant { edge_id: a.edge, tenant: a.tenant, principal: a.principal })
+        .collect();
     let authority = AuthorityConfig {
         signing_key_file: raw.authority.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
         executor_ca_secret_file: raw
@@ -301,6 +331,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .unwrap_or_else(|| data_dir.join("executor-ca-secret")),
         token_audience,
         executor_cert_ttl_s,
+        anonymous,
     };
     Ok(NodeConfig {
         node_id,

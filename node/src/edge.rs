@@ -481,7 +481,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             };
             let listener = TcpListener::bind(x.listen).await?;
             let addr = listener.local_addr()?;
-    writ_client::egress::register_own_listener(local_addr);
+            writ_client::egress::register_own_listener(addr);
             let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
             let forwarder = admin.clone();
             let renewals: writ_mcp_edge::executors::AdminForward =
@@ -531,15 +531,16 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         }
     };
     let replica = verifier.clone();
+    // Beside `/mcp`, under the same Host and Origin rules.
+    let metrics_route = writ_mcp_edge::host_checked(metrics_route, &config);
+    let enroll_route = writ_mcp_edge::host_checked(
+        axum::routing::post(move |body: axum::body::Bytes| forward_enrollment(admin.clone(), endpoint.clone(), body)),
+        &config,
+    );
     let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
         .map_err(std::io::Error::other)?
         .route("/metrics", metrics_route)
-        .route(
-            writ_api::executor::ENROLL_PATH,
-            axum::routing::post(move |body: axum::body::Bytes| {
-                forward_enrollment(admin.clone(), endpoint.clone(), body)
-            }),
-        );
+        .route(writ_api::executor::ENROLL_PATH, enroll_route);
     let accept = crate::tls::Accept {
         tls: match options.tls {
             Some(credential) => Some(

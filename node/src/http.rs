@@ -162,8 +162,15 @@ fn bincode_response<T: Serialize>(value: &T) -> Response {
     }
 }
 
-/// Decodes a bincode Raft RPC, runs it, and encodes its result.
-async fn raft_call<Req, Resp, F, Fut>(body: Bytes, call: F) -> Response
+/// Decodes a bincode Raft RPC, runs it, and encodes its result — only when the node the RPC
+/// speaks for (`sender`: the leader appending, the candidate asking for a vote) is the node
+/// the caller's certificate names: one node's certificate cannot act as another member.
+async fn raft_call<Req, Resp, F, Fut>(
+    identity: Option<axum::Extension<Identity>>,
+    body: Bytes,
+    sender: fn(&Req) -> u64,
+    call: F,
+) -> Response
 where
     Req: DeserializeOwned,
     Resp: Serialize,
@@ -171,34 +178,71 @@ where
     Fut: std::future::Future<Output = Resp>,
 {
     // The body is capped at `rpc_body_bytes_max`, which may exceed the 64 MiB message bound.
-    match writ_api::decode_unbounded::<Req>(&body) {
-        Ok(req) => bincode_response(&call(req).await),
-        Err(e) => (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
+    let req = match writ_api::decode_unbounded::<Req>(&body) {
+        Ok(req) => req,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
+    };
+    if let Err(refusal) = speaks_for(identity, sender(&req)) {
+        return refusal.into_response();
     }
+    bincode_response(&call(req).await)
 }
 
-async fn raft_append(State(st): State<NodeState>, body: Bytes) -> Response {
-    raft_call(body, |req| async move { st.node.append_entries(req).await }).await
+/// Whether the admitted caller is the node `claimed` (a Raft RPC speaks for a node).
+fn speaks_for(identity: Option<axum::Extension<Identity>>, claimed: u64) -> Result<(), ApiError> {
+    let caller = admitted(identity)?;
+    if caller.id == claimed.to_string() {
+        return Ok(());
+    }
+    Err(refused("raft", ReasonCode::PEER_FORBIDDEN, format!("{caller} may not speak for node {claimed} in Raft")))
 }
 
-async fn raft_vote(State(st): State<NodeState>, body: Bytes) -> Response {
-    raft_call(body, |req| async move { st.node.raft.vote(req).await }).await
+/// The node a vote is of (the leader or candidate it names).
+fn vote_node(vote: &openraft::alias::VoteOf<TypeConfig>) -> u64 {
+    use openraft::vote::RaftLeaderId;
+    *vote.leader_id().node_id()
+}
+
+async fn raft_append(
+    State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
+    body: Bytes,
+) -> Response {
+    let sender = |r: &openraft::raft::AppendEntriesRequest<TypeConfig>| vote_node(&r.vote);
+    raft_call(identity, body, sender, |req| async move { st.node.append_entries(req).await }).await
+}
+
+async fn raft_vote(State(st): State<NodeState>, identity: Option<axum::Extension<Identity>>, body: Bytes) -> Response {
+    let sender = |r: &openraft::raft::VoteRequest<TypeConfig>| vote_node(&r.vote);
+    raft_call(identity, body, sender, |req| async move { st.node.raft.vote(req).await }).await
 }
 
 /// Whether this node would grant a vote, changing nothing (openraft's pre-vote).
-async fn raft_pre_vote(State(st): State<NodeState>, body: Bytes) -> Response {
-    raft_call(body, |req| async move { st.node.raft.pre_vote(req).await }).await
+async fn raft_pre_vote(
+    State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
+    body: Bytes,
+) -> Response {
+    let sender = |r: &openraft::raft::VoteRequest<TypeConfig>| vote_node(&r.vote);
+    raft_call(identity, body, sender, |req| async move { st.node.raft.pre_vote(req).await }).await
 }
 
 type SnapshotRpc = (openraft::alias::VoteOf<TypeConfig>, openraft::alias::SnapshotMetaOf<TypeConfig>, Vec<u8>);
 
 /// A whole snapshot in one request, as nodes before streamed snapshots send it: written to a
 /// file, then installed like a received one.
-async fn raft_snapshot(State(st): State<NodeState>, body: Bytes) -> Response {
+async fn raft_snapshot(
+    State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
+    body: Bytes,
+) -> Response {
     let (vote, meta, data): SnapshotRpc = match writ_api::decode_unbounded(&body) {
         Ok(req) => req,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
     };
+    if let Err(refusal) = speaks_for(identity, vote_node(&vote)) {
+        return refusal.into_response();
+    }
     let path = match older_snapshot_file(&st.node, &meta, data).await {
         Ok(p) => p,
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot not stored: {e}")).into_response(),
@@ -224,11 +268,18 @@ async fn older_snapshot_file(
 /// file at the offset it names (or says where to resume), and with the last one checks the
 /// whole file's length and sha256 and hands it to Raft. The file is assembled in the snapshot
 /// directory's `incoming/`, so installing it is a rename.
-async fn raft_snapshot_chunk(State(st): State<NodeState>, body: Bytes) -> Response {
+async fn raft_snapshot_chunk(
+    State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
+    body: Bytes,
+) -> Response {
     let chunk: crate::network::SnapshotChunk = match writ_api::decode_unbounded(&body) {
         Ok(c) => c,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable snapshot chunk: {e}")).into_response(),
     };
+    if let Err(refusal) = speaks_for(identity, vote_node(&chunk.vote)) {
+        return refusal.into_response();
+    }
     let failed = |e: std::io::Error| {
         tracing::warn!(error = %e, "snapshot chunk not stored");
         (StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot chunk not stored: {e}")).into_response()
@@ -297,8 +348,13 @@ async fn raft_snapshot_chunk(State(st): State<NodeState>, body: Bytes) -> Respon
     bincode_response(&reply)
 }
 
-async fn raft_transfer_leader(State(st): State<NodeState>, body: Bytes) -> Response {
-    raft_call(body, |req| async move {
+async fn raft_transfer_leader(
+    State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
+    body: Bytes,
+) -> Response {
+    let sender = |r: &openraft::raft::TransferLeaderRequest<TypeConfig>| vote_node(r.from_leader());
+    raft_call(identity, body, sender, |req| async move {
         st.node.raft.handle_transfer_leader(req).await.map_err(RaftError::<TypeConfig>::Fatal)
     })
     .await
@@ -351,7 +407,8 @@ async fn client_submit(
         return Err(forbidden(&identity, format!("submit {}", req.command.kind())));
     }
     // An edge records its own upstream fuses only, under the id its certificate names.
-    if let (Role::Edge, writ_api::ledger::Command::SetUpstreamFuse { edge_id, .. }) = (identity.role, &req.command) {
+    let innermost = req.command.innermost();
+    if let (Role::Edge, writ_api::ledger::Command::SetUpstreamFuse { edge_id, .. }) = (identity.role, innermost) {
         if *edge_id != identity.id {
             return Err(forbidden(&identity, format!("record the upstream fuse of edge '{edge_id}'")));
         }
@@ -363,6 +420,11 @@ async fn client_submit(
             return Err(forbidden(&identity, format!("claim an operation as '{claimant}'")));
         }
     }
+    // An edge's principal acts reach the log only with the credential this node verified.
+    let req = match identity.role {
+        Role::Edge => st.node.admit_edge(&identity.id, req).await?,
+        _ => req,
+    };
     wire_answer(&headers, &st.node.submit_request(req, forwarded(&headers)).await?)
 }
 

@@ -217,6 +217,8 @@ pub struct LedgerNode {
     pub rpc_body_bytes_max: usize,
     /// Proposes this node's writes while it leads, many commands per entry under load.
     batcher: crate::batcher::Batcher,
+    /// Edges allowed to act without a token, as one principal each (`[[authority.anonymous]]`).
+    anonymous: std::sync::RwLock<Vec<writ_api::grant::AnonymousGrant>>,
 }
 
 /// What the batcher proposes through: this node's Raft, gated on every member's version.
@@ -336,6 +338,7 @@ impl LedgerNode {
                 crate::batcher::PROPOSALS_IN_FLIGHT_MAX,
                 crate::batcher::BATCH_BYTES_MAX.min(settings.rpc_body_bytes_max / 2),
             ),
+            anonymous: Default::default(),
             id,
             addr,
             raft,
@@ -624,7 +627,7 @@ impl LedgerNode {
             };
             for command in commands {
                 let kind = command.kind();
-                let req = SubmitRequest { trace_id: format!("reaper-{now}"), command };
+                let req = SubmitRequest::new(format!("reaper-{now}"), command);
                 match node.submit_request(req, false).await {
                     // A mixed-version cluster takes retention once its last member is upgraded.
                     Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
@@ -689,7 +692,7 @@ impl LedgerNode {
                     Ok((tools, _)) => {
                         let command = Command::ObserveUpstreamTools { tenant_id, name: u.name.clone(), tools };
                         let req =
-                            SubmitRequest { trace_id: format!("upstream-watch-{}", node.clock.now_ms()), command };
+                            SubmitRequest::new(format!("upstream-watch-{}", node.clock.now_ms()), command);
                         match node.submit_request(req, false).await {
                             Ok(_) => "changed",
                             Err(e) => {
@@ -708,9 +711,39 @@ impl LedgerNode {
         });
     }
 
+    /// Lets the edges `grants` name act without a token, each as its one principal.
+    pub fn allow_anonymous(&self, grants: Vec<writ_api::grant::AnonymousGrant>) {
+        *self.anonymous.write().unwrap_or_else(|e| e.into_inner()) = grants;
+    }
+
+    /// An edge's submit as the log is to record it: every principal's act verified against the
+    /// credential sent with it on this node's applied state (caught up first when the token was
+    /// recorded after it) and wrapped in its grant (`writ_api::grant::admit`). The credential
+    /// itself goes no further.
+    pub async fn admit_edge(&self, edge_id: &str, req: SubmitRequest) -> Result<SubmitRequest, Rejection> {
+        let SubmitRequest { trace_id, command, credential } = req;
+        if writ_api::grant::acts(&command).is_empty() {
+            return Ok(SubmitRequest::new(trace_id, command));
+        }
+        let recorded_at = match &credential {
+            Some(writ_api::grant::Credential::Bearer(token)) => writ_api::auth::recorded_revision(token),
+            _ => None,
+        };
+        if recorded_at.is_some_and(|rev| rev > self.sm.read().state.revision) {
+            self.linearize().await?;
+        }
+        let anonymous = self.anonymous.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let node = format!("node:{}", self.id);
+        let presenter = writ_api::grant::Presenter { edge_id, node: &node, anonymous: &anonymous };
+        let now = self.clock.now_ms();
+        let command = writ_api::grant::admit(&self.sm.read().state, command, credential.as_ref(), &presenter, now)?;
+        metrics::counter!("writ_ledger_acts_verified_total").increment(1);
+        Ok(SubmitRequest::new(trace_id, command))
+    }
+
     /// Proposes a command; a follower forwards it once to the leader. The leader stamps it.
     pub async fn submit_request(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
-        req.command.submittable()?;
+        req.check()?;
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(LEDGER_CALL_TIMEOUT, self.submit_inner(req, forwarded))
             .await

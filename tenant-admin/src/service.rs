@@ -221,7 +221,7 @@ pub(crate) async fn submit(
     st: &AdminState,
     command: Command,
 ) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {
-    let resp = st.ledger.submit(SubmitRequest { trace_id: trace_id(), command }).await?;
+    let resp = st.ledger.submit(SubmitRequest::new(trace_id(), command)).await?;
     match resp.outcome {
         Outcome::Applied { events, .. } => Ok(events),
         Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),

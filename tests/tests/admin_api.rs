@@ -268,7 +268,7 @@ async fn watch_streams_events_from_a_revision_with_filters() {
     assert_eq!(binary_names, ["w-a", "w-b", "w-c", "w-d"]);
     let tenant_id = admin.get(&node.url, "/v1/tenants/w-a").await.expect("tenant")["id"].as_str().unwrap().to_string();
     let lease = writ_api::ledger::Command::LeaseRequestQuota { tenant_id, principal_id: "nobody".into(), wanted: 1 };
-    let req = writ_api::dto::SubmitRequest { trace_id: "binary".into(), command: lease };
+    let req = writ_api::dto::SubmitRequest::new("binary", lease);
     let answer = wire.submit(&node.url, &req, false).await.expect("binary submit");
     assert!(matches!(answer.outcome, writ_api::ledger::Outcome::Rejected { .. }), "{:?}", answer.outcome);
     node.shutdown().await;

@@ -77,7 +77,7 @@ async fn settles_on_the_leader(c: &Cluster, leader: u64) {
             name: format!("routed-{i}"),
             display_name: None,
         };
-        let r = ledger.submit(writ_api::dto::SubmitRequest { trace_id: format!("routed-{i}"), command }).await;
+        let r = ledger.submit(writ_api::dto::SubmitRequest::new(format!("routed-{i}"), command)).await;
         forwarded.push(r.expect("routed submit").forwarded);
     }
     assert_eq!(forwarded, [true, true, false, false, false, false], "submits settle on the leader");
@@ -140,6 +140,46 @@ async fn pre_vote(candidate: u64, to: u64, url: &str, term: u64) -> bool {
     let vote = openraft::Vote::new(term, candidate);
     let rpc = openraft::raft::VoteRequest::new(vote, None);
     peer.pre_vote(rpc, RPCOption::new(Duration::from_secs(5))).await.expect("pre-vote answered").vote_granted
+}
+
+/// A Raft RPC speaks for the node its certificate names: node 2's certificate asking for a
+/// vote as node 3, or appending as leader 3, is refused before Raft sees it; as itself it is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_rpc_speaks_only_for_the_node_its_certificate_names() {
+    let c = Cluster::start(1).await;
+    let url = c.nodes[0].url();
+    let as_node_2 = writ_tests::pki::http(Some((writ_api::role::Role::Node, "2")));
+    let post = |path: &'static str, body: Vec<u8>| {
+        let request = as_node_2.post(format!("{url}{path}")).body(body);
+        async move {
+            let r = request.send().await.expect("sent");
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            (status, text)
+        }
+    };
+    let vote = |candidate: u64| {
+        let rpc =
+            openraft::raft::VoteRequest::<writ_raft_store::TypeConfig>::new(openraft::Vote::new(9, candidate), None);
+        writ_api::encode(&rpc).expect("encode")
+    };
+    for path in ["/raft/vote", "/raft/pre-vote"] {
+        let (status, text) = post(path, vote(3)).await;
+        assert_eq!(status, 403, "{path}: {text}");
+        assert!(text.contains("PEER_FORBIDDEN"), "{path}: {text}");
+    }
+    let append = openraft::raft::AppendEntriesRequest::<writ_raft_store::TypeConfig> {
+        vote: openraft::Vote::new_committed(9, 3),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let (status, text) = post("/raft/append", writ_api::encode(&append).expect("encode")).await;
+    assert_eq!(status, 403, "append as another leader: {text}");
+    // As itself, node 2's pre-vote is answered (and not granted: it is no member).
+    let (status, _) = post("/raft/pre-vote", vote(2)).await;
+    assert_eq!(status, 200);
 }
 
 /// A wiped node catches up through a snapshot after the log was purged (issue 18, must show 1):
@@ -688,7 +728,7 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
                     })
                     .collect();
                 let command = Command::RecordDecisions { tenant_id: tenant_id.clone(), decisions };
-                let req = SubmitRequest { trace_id: format!("soak-{b}"), command };
+                let req = SubmitRequest::new(format!("soak-{b}"), command);
                 ledger.submit(req).await.expect("a batch of decisions");
             }
         }));

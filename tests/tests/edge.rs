@@ -326,7 +326,7 @@ async fn operation_execute_records_one_durable_operation_per_key() {
             evidence: Some(evidence),
         },
     ] {
-        let r = ledger.submit(SubmitRequest { trace_id: "executor".into(), command }).await.unwrap();
+        let r = ledger.submit(SubmitRequest::new("executor", command)).await.unwrap();
         assert!(matches!(r.outcome, writ_api::ledger::Outcome::Applied { .. }), "{:?}", r.outcome);
     }
     for (name, scopes) in [("watcher", vec!["observe:capture", "ops:read"]), ("owner", vec!["ops:accept", "ops:read"])]

@@ -42,7 +42,7 @@ async fn run_seed(seed: u64) {
     // Phase 1: a seeded workload through random nodes (followers forward to the leader).
     for i in 0..rng.random_range(20..60) {
         let via = rng.random_range(1..=3u64);
-        let req = SubmitRequest { trace_id: format!("s{seed}-a{i}"), command: random_command(&mut rng) };
+        let req = SubmitRequest::new(format!("s{seed}-a{i}"), random_command(&mut rng));
         c.nodes[&via].submit_request(req, false).await.expect("phase 1 submit");
     }
 
@@ -52,19 +52,19 @@ async fn run_seed(seed: u64) {
     // A submit through a follower right after the cut waits for the election and lands on the
     // new leader, instead of failing with LEDGER_UNAVAILABLE (issue 17, step 5).
     let follower = *c.nodes.keys().find(|id| **id != leader).expect("a follower");
-    let during = SubmitRequest {
-        trace_id: format!("s{seed}-during"),
-        command: Command::CreateTenant { tenant_id: "t-during".into(), name: "during".into(), display_name: None },
-    };
+    let during = SubmitRequest::new(
+        format!("s{seed}-during"),
+        Command::CreateTenant { tenant_id: "t-during".into(), name: "during".into(), display_name: None },
+    );
     let resp = c.nodes[&follower].submit_request(during, false).await;
     assert!(
         matches!(resp, Ok(ref r) if matches!(r.outcome, Outcome::Applied { .. })),
         "seed {seed}: a submit during the election failed: {resp:?}"
     );
-    let orphan = SubmitRequest {
-        trace_id: format!("s{seed}-orphan"),
-        command: Command::CreateTenant { tenant_id: "t-orphan".into(), name: "orphan".into(), display_name: None },
-    };
+    let orphan = SubmitRequest::new(
+        format!("s{seed}-orphan"),
+        Command::CreateTenant { tenant_id: "t-orphan".into(), name: "orphan".into(), display_name: None },
+    );
     let old_leader = c.nodes[&leader].clone();
     let orphan_result = tokio::time::timeout(Duration::from_secs(3), old_leader.submit_request(orphan, false)).await;
     assert!(
@@ -79,10 +79,10 @@ async fn run_seed(seed: u64) {
     let mut acked = vec!["during".to_string()];
     for i in 0..rng.random_range(10..30) {
         let name = format!("p{i}");
-        let req = SubmitRequest {
-            trace_id: format!("s{seed}-b{i}"),
-            command: Command::CreateTenant { tenant_id: format!("t-{name}"), name: name.clone(), display_name: None },
-        };
+        let req = SubmitRequest::new(
+            format!("s{seed}-b{i}"),
+            Command::CreateTenant { tenant_id: format!("t-{name}"), name: name.clone(), display_name: None },
+        );
         let resp = c.nodes[&new_leader].submit_request(req, false).await.expect("majority submit");
         assert!(matches!(resp.outcome, Outcome::Applied { .. }), "seed {seed}: {resp:?}");
         acked.push(name);
@@ -140,7 +140,7 @@ async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
     let submit = |via: u64, command: Command| {
         let node = c.nodes[&via].clone();
         async move {
-            let resp = node.submit_request(SubmitRequest { trace_id: "retention".into(), command }, false).await;
+            let resp = node.submit_request(SubmitRequest::new("retention", command), false).await;
             let resp = resp.expect("submitted");
             assert!(matches!(resp.outcome, Outcome::Applied { .. }), "{resp:?}");
             resp.outcome
@@ -273,7 +273,7 @@ async fn an_isolated_follower_does_not_depose_a_healthy_leader_when_it_returns()
 
     let command = Command::CreateTenant { tenant_id: "t-back".into(), name: "back".into(), display_name: None };
     let resp = c.nodes[&leader]
-        .submit_request(SubmitRequest { trace_id: "pre-vote".into(), command }, false)
+        .submit_request(SubmitRequest::new("pre-vote", command), false)
         .await
         .expect("the leader still takes writes");
     eventually("the returned follower to apply the new write", Duration::from_secs(30), || async {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use writ_api::dto::{ClusterChange, Query, QueryRequest, SubmitRequest};
+use writ_api::grant::Credential;
 use writ_api::ledger::Command;
 use writ_api::role::Role;
 use writ_api::token::TenantIssuerV1;
@@ -24,7 +25,18 @@ async fn post(http: &reqwest::Client, url: &str, body: &Value) -> (StatusCode, S
 }
 
 fn submit(command: Command) -> Value {
-    serde_json::to_value(SubmitRequest { trace_id: "trust-test".into(), command }).expect("json")
+    serde_json::to_value(SubmitRequest::new("trust-test", command)).expect("json")
+}
+
+/// A submit of `command` with the credential an edge presents for it.
+fn submit_as(command: Command, credential: Credential) -> Value {
+    let req = SubmitRequest { trace_id: "trust-test".into(), command, credential: Some(credential) };
+    serde_json::to_value(req).expect("json")
+}
+
+/// The bearer credential of a token the admin API issued.
+fn bearer(issued: &Value) -> Credential {
+    Credential::Bearer(issued["token"].as_str().expect("token").to_string())
 }
 
 /// A start of a missing operation claimed for `claimant`.
@@ -170,9 +182,18 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         input_requests: Default::default(),
     };
     let operation = |authority: &str, input: Value| {
-        submit(Command::SubmitOperation { tenant_id: tenant_id.clone(), spec: spec_of(authority, input) })
+        let command = Command::SubmitOperation { tenant_id: tenant_id.clone(), spec: spec_of(authority, input) };
+        submit_as(command, bearer(&issued))
     };
     let jti = issued["jti"].as_str().expect("jti");
+    // A bare reference names no authority: the token id alone, without the token, is refused
+    // by the node before anything reaches the log.
+    let bare = submit(Command::SubmitOperation {
+        tenant_id: tenant_id.clone(),
+        spec: spec_of(jti, json!({"position_mm": 11})),
+    });
+    let (status, reason) = post(&edge, &format!("{url}/client/submit"), &bare).await;
+    assert_eq!((status, reason.as_str()), (StatusCode::UNAUTHORIZED, "AUTH_TOKEN_MISSING"), "a bare token id");
     let cases = [
         ("jti-it-never-issued", json!({"position_mm": 10}), "AUTH_TOKEN_INVALID"),
         (jti, json!({"position_mm": 9000}), "INPUT_INVALID"),
@@ -196,10 +217,11 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
     };
     let submit_with = |proposal: Option<&str>, spec: writ_api::operation::OperationSpecV1| {
         let tenant_id = tenant_id.clone();
-        submit(match proposal {
+        let command = match proposal {
             Some(p) => Command::SubmitProposed { tenant_id, proposal_id: p.into(), spec },
             None => Command::SubmitOperation { tenant_id, spec },
-        })
+        };
+        submit_as(command, bearer(&issued))
     };
     let client_submit = format!("{url}/client/submit");
     let (_, reason) = post(&edge, &client_submit, &submit_with(None, slam(1))).await;
@@ -208,7 +230,8 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
     assert_eq!(reason, "PROPOSAL_INVALID", "a proposal the ledger never recorded");
     let mut proposal = slam(1);
     proposal.operation_id = "prop-slam".into();
-    let propose = submit(Command::ProposeOperation { tenant_id: tenant_id.clone(), spec: proposal });
+    let propose =
+        submit_as(Command::ProposeOperation { tenant_id: tenant_id.clone(), spec: proposal }, bearer(&issued));
     let (status, reason) = post(&edge, &client_submit, &propose).await;
     assert!(status.is_success() && reason.is_empty(), "{status} {reason}");
     let (_, reason) = post(&edge, &client_submit, &submit_with(Some("prop-slam"), slam(2))).await;
@@ -232,7 +255,7 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         admin.post_ok(&url, "/v1/tenants/secure/tokens", json!({"principal": "agent", "scopes": ["ops:read"]})).await;
     let on_behalf = |authority: &Value| {
         let authority_ref = authority["jti"].as_str().expect("jti").to_string();
-        submit(Command::OnBehalfOf { authority_ref, command: Box::new(cancel.clone()) })
+        submit_as(Command::OnBehalfOf { authority_ref, command: Box::new(cancel.clone()) }, bearer(authority))
     };
     for (authority, want) in [(&others, "AUTH_TOKEN_INVALID"), (&reader, "APP_SCOPE_FORBIDDEN")] {
         let (status, reason) = post(&edge, &format!("{url}/client/submit"), &on_behalf(authority)).await;
@@ -310,6 +333,9 @@ async fn hostile_input_at_the_edge_is_bounded() {
     let metrics_url = mcp.replace("/mcp", "/metrics");
     let metrics = || async { http.get(&metrics_url).send().await.expect("metrics").text().await.expect("text") };
     let series = |text: &str| text.lines().filter(|l| l.starts_with("writ_edge_requests_total{")).count();
+    // A page of another site reaching the edge through a rebound DNS name reads no metrics.
+    let rebound = http.get(&metrics_url).header("Host", "rebind.example").send().await.expect("metrics");
+    assert_eq!(rebound.status(), StatusCode::FORBIDDEN);
     // One ordinary request first, so that the request series exist.
     let (status, _, _) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/list", json!({})).await;
     assert_eq!(status, 200);
@@ -353,6 +379,19 @@ async fn hostile_input_at_the_edge_is_bounded() {
     let read = json!({"name": "operation.readback", "arguments": {"idempotency_key": "huge"}});
     let (_, _, found) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", read).await;
     assert_eq!(found["result"]["_meta"]["writ/reason"], "OPERATION_NOT_FOUND", "{found}");
+
+    // A 900 KB operation id is refused unread; no refusal echoes it into the log or the audit.
+    let huge_id = "o".repeat(900 * 1024);
+    let capture = json!({"name": "observation.capture",
+                         "arguments": {"operation_id": huge_id, "content_hash": "0".repeat(64), "summary": "x"}});
+    let (_, _, captured) = writ_tests::mcp::rpc(&mcp, Some(&token), "tools/call", capture).await;
+    let text = captured.to_string();
+    assert!(text.contains("INPUT_INVALID") && text.len() < 4096, "{}", &text[..text.len().min(300)]);
+    let admin =
+        writ_tests::procs::Admin::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE")), dev.var("WRIT_ADMIN_TOKEN"));
+    let page = admin.get(dev.var("WRIT_ADMIN_URL"), "/v1/tenants/demo/audit?limit=1000").await.expect("audit");
+    let longest = page["records"].as_array().expect("records").iter().map(|r| r.to_string().len()).max();
+    assert!(longest.is_some_and(|n| n < 8 * 1024), "an audit record of {longest:?} bytes");
 
     // subscriptions/listen: a principal holds at most LISTEN_STREAMS_PER_PRINCIPAL open streams
     // on an edge; one more is QUOTA_EXCEEDED until one of them ends.
@@ -488,12 +527,13 @@ async fn a_thousand_quota_refusals_cost_a_handful_of_raft_entries() {
     let http = reqwest::Client::builder().no_proxy().build().expect("client");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": writ_tests::mcp::meta()}});
     let mut refused = 0;
-    for _ in 0..1000 {
+    // Each with its own `Mcp-Method` text: denials are told apart by what the body names.
+    for i in 0..1000 {
         let r = http
             .post(&mcp)
             .bearer_auth(&token)
             .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/list")
+            .header("Mcp-Method", format!("tools/list-{i}"))
             .json(&body)
             .send()
             .await
@@ -612,4 +652,208 @@ async fn a_revoked_role_certificate_is_refused_even_on_an_open_connection() {
     assert_ne!(code, 0, "revoked twice: {out}");
     assert!(err.contains("CREDENTIAL_RETIRED"), "{err}");
     node.shutdown().await;
+}
+
+/// Every byte of every file under `dir` (the node's data: its RocksDB column families and
+/// write-ahead log, its snapshots), and whether `needle` is among them.
+fn files_contain(dir: &std::path::Path, needle: &[u8]) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// SPEC S3 through a real `writ node`: an edge certificate is no authority. Every act it
+/// submits for a principal is verified by the node against the credential sent with it; a bare
+/// reference (the anonymous issuer, a tenant issuer's URL, a token id), another principal's
+/// token, or a tenant token without the act's scope in its claim is refused before anything
+/// reaches the log — and the tokens that were accepted appear in no file of the node's data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_certificate_acts_only_with_the_principals_credential() {
+    use base64::Engine;
+    let cluster = Cluster::start(1).await;
+    let url = cluster.nodes[0].url();
+    let admin = &cluster.admin;
+    for tenant in ["alpha", "beta"] {
+        assert!(admin.create_tenant(&url, tenant).await.expect("tenant"));
+    }
+    let catalog = json!({"actions": [
+        {"id": "home", "title": "Home", "risk": "low", "execution": "operation", "cost_units": 1,
+         "input_schema": {"type": "object"}}]});
+    admin.post_ok(&url, "/v1/tenants/alpha/catalogs", catalog).await;
+    let full = |name: &str| json!({"name": name, "kind": "agent", "preset": "full"});
+    let agent = admin.post_ok(&url, "/v1/tenants/alpha/principals", full("agent")).await;
+    let agent_id = agent["id"].as_str().expect("id").to_string();
+    admin.post_ok(&url, "/v1/tenants/beta/principals", full("approver")).await;
+    let alpha = admin.get(&url, "/v1/tenants/alpha").await.expect("alpha")["id"].as_str().expect("id").to_string();
+    let beta = admin.get(&url, "/v1/tenants/beta").await.expect("beta")["id"].as_str().expect("id").to_string();
+    let approver = admin.get(&url, "/v1/tenants/beta/principals/approver").await.expect("approver");
+    let approver_token = admin.post_ok(&url, "/v1/tenants/beta/tokens", json!({"principal": "approver"})).await;
+    let agent_token = admin.post_ok(&url, "/v1/tenants/alpha/tokens", json!({"principal": "agent"})).await;
+    // A tenant issuer of alpha whose token asks only for tools:list.
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).expect("key");
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.public_key_raw());
+    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "idp-1", "alg": "EdDSA"}]});
+    let issuer = json!({"issuer": "https://idp.example", "audience": "writ-prod", "jwks": jwks.to_string()});
+    let (code, body) =
+        admin.send(reqwest::Method::PUT, &format!("{url}/v1/tenants/alpha/issuers"), Some(issuer)).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("idp-1".into());
+    let exp = writ_client::now_ms() / 1000 + 300;
+    let claims = json!({"iss": "https://idp.example", "sub": "agent", "aud": "writ-prod", "exp": exp,
+                        "jti": "idp-token-1", "scope": "tools:list"});
+    let signing = jsonwebtoken::EncodingKey::from_ed_pem(key.serialize_pem().as_bytes()).expect("pem");
+    let narrow = Credential::Bearer(jsonwebtoken::encode(&header, &claims, &signing).expect("sign"));
+
+    let spec = |authority_ref: &str, n: u32| writ_api::operation::OperationSpecV1 {
+        operation_id: format!("op-forged-{n}"),
+        principal_id: agent_id.clone(),
+        authority_ref: authority_ref.into(),
+        action: "home".into(),
+        payload_hash: writ_api::operation::payload_hash(&json!({})),
+        input: "{}".into(),
+        idempotency_key: format!("k-{n}"),
+        deadline_ms: writ_client::now_ms() + 600_000,
+        cost_units: 1,
+        cost_ceiling: None,
+        device_id: None,
+        work_ref: None,
+        preconditions: Default::default(),
+        trace_id: "forged".into(),
+        input_requests: Default::default(),
+    };
+    let submit_op = |r: &str, n| Command::SubmitOperation { tenant_id: alpha.clone(), spec: spec(r, n) };
+    let propose_op = |r: &str, n| Command::ProposeOperation { tenant_id: alpha.clone(), spec: spec(r, n) };
+    let agent_jti = agent_token["jti"].as_str().expect("jti");
+    // Tenant beta's approver "approving" with alpha's agent token, and cancelling as alpha's
+    // agent under the narrow issuer token (tools:list, no ops:cancel).
+    let approve = Command::OnBehalfOf {
+        authority_ref: approver_token["jti"].as_str().expect("jti").into(),
+        command: Box::new(Command::AnswerInputs {
+            tenant_id: beta.clone(),
+            operation_id: "op-critical".into(),
+            by_principal_id: approver["id"].as_str().expect("id").into(),
+            answers: [(writ_api::operation::APPROVAL_REQUEST.to_string(), json!({"action": "accept"}).to_string())]
+                .into(),
+        }),
+    };
+    let cancel = Command::OnBehalfOf {
+        authority_ref: "https://idp.example".into(),
+        command: Box::new(Command::CancelOperation {
+            tenant_id: alpha.clone(),
+            operation_id: "op-forged-1".into(),
+            by_principal_id: agent_id.clone(),
+        }),
+    };
+    let anonymous = writ_api::auth::ANONYMOUS_ISSUER;
+    let forged = [
+        ("anonymous, no credential", submit(submit_op(anonymous, 1)), "AUTH_TOKEN_MISSING"),
+        ("anonymous credential", submit_as(submit_op(anonymous, 2), Credential::Anonymous), "AUTH_TOKEN_MISSING"),
+        ("issuer URL, no credential", submit(propose_op("https://idp.example", 3)), "AUTH_TOKEN_MISSING"),
+        ("token id, no token", submit(submit_op(agent_jti, 4)), "AUTH_TOKEN_MISSING"),
+        (
+            "a made-up token",
+            submit_as(submit_op(agent_jti, 5), Credential::Bearer("e30.e30.sig".into())),
+            "AUTH_TOKEN_INVALID",
+        ),
+        ("another tenant's approval", submit_as(approve, bearer(&agent_token)), "AUTH_TOKEN_INVALID"),
+        ("the token's scope claim", submit_as(cancel, narrow.clone()), "APP_SCOPE_FORBIDDEN"),
+        ("an issuer token as a token id", submit_as(submit_op(agent_jti, 6), narrow), "AUTH_TOKEN_INVALID"),
+    ];
+    let edge = pki::http(Some((Role::Edge, "intruder")));
+    let client_submit = format!("{url}/client/submit");
+    for (what, body, want) in &forged {
+        let (status, reason) = post(&edge, &client_submit, body).await;
+        assert_eq!(reason, *want, "{what}: {status}");
+        assert!(status.is_client_error(), "{what}: refused before the log, not committed as rejected: {status}");
+    }
+    // A trace id is bounded too, whoever sends it.
+    let mut long_trace = submit_as(submit_op(agent_jti, 8), bearer(&agent_token));
+    long_trace["trace_id"] = json!("t".repeat(100 * 1024));
+    let (status, reason) = post(&edge, &client_submit, &long_trace).await;
+    assert_eq!((status, reason.as_str()), (StatusCode::BAD_REQUEST, "INPUT_INVALID"));
+    // Wrapping a command the edge may not send bare changes nothing: another edge's fuse.
+    let fuse = Command::SetUpstreamFuse {
+        tenant_id: alpha.clone(),
+        name: "shop".into(),
+        edge_id: "another-edge".into(),
+        fuse: writ_api::upstream::FuseV1 {
+            open: true,
+            failures: 3,
+            reason: "x".into(),
+            config_version: 1,
+            changed_at_ms: 0,
+        },
+    };
+    let decision = writ_api::audit::RequestDecisionV1 {
+        trace_id: "t".into(),
+        principal_id: agent_id.clone(),
+        token_id: None,
+        parent_token_id: None,
+        method: "tools/call".into(),
+        name: None,
+        outcome: "allowed".into(),
+        reason: None,
+    };
+    let wrapped = Command::Audited { decision: decision.clone(), command: Box::new(fuse) };
+    let (status, reason) = post(&edge, &client_submit, &submit(wrapped)).await;
+    assert_eq!((status, reason.as_str()), (StatusCode::FORBIDDEN, "PEER_FORBIDDEN"));
+    // Audit records only for the tenant's own principals.
+    let ghost = writ_api::audit::RequestDecisionV1 { principal_id: "ghost".into(), ..decision };
+    let (_, reason) = post(
+        &edge,
+        &client_submit,
+        &submit(Command::RecordDecisions { tenant_id: beta.clone(), decisions: vec![ghost] }),
+    )
+    .await;
+    assert_eq!(reason, "PRINCIPAL_NOT_FOUND");
+    let operations = admin.get(&url, "/v1/tenants/alpha/operations").await.expect("operations");
+    assert!(!operations.to_string().contains("op-forged"), "a forged act was recorded: {operations}");
+
+    // With the principal's own token the same act is taken, recorded with the node's grant.
+    let (status, reason) = post(&edge, &client_submit, &submit_as(submit_op(agent_jti, 7), bearer(&agent_token))).await;
+    assert!(status.is_success() && reason.is_empty(), "{status} {reason}");
+    let op = admin.get(&url, "/v1/tenants/alpha/operations/op-forged-7").await.expect("the operation");
+    assert_eq!(op["spec"]["principal_id"], agent_id.as_str(), "{op}");
+
+    // Tokens are secrets: none of those the node verified is in its log, state or snapshots;
+    // the token id the grant records is (the search reads the files the log is in).
+    let data = cluster.nodes[0].dir.join("data");
+    assert!(files_contain(&data, b"op-forged-7"), "the search does not see the log");
+    for token in [&agent_token, &approver_token] {
+        let secret = token["token"].as_str().expect("token");
+        let signature = secret.rsplit('.').next().expect("signature");
+        assert!(!files_contain(&data, signature.as_bytes()), "a token is stored in {}", data.display());
+    }
+    // And what the node stores is readable by no other local user.
+    assert_eq!(modes_open_to_others(&data), Vec::<String>::new(), "data files other users can read");
+}
+
+/// Every file or directory under `dir` whose mode lets group or others in.
+fn modes_open_to_others(dir: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut open = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let path = entry.path();
+            let mode = std::fs::symlink_metadata(&path).expect("metadata").permissions().mode();
+            if mode & 0o077 != 0 {
+                open.push(format!("{} {:o}", path.display(), mode & 0o777));
+            }
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    open
 }

@@ -247,7 +247,7 @@ impl Ledger for MemoryLedger {
     fn submit(&self, req: SubmitRequest) -> BoxFuture<'_, Result<SubmitResponse, Rejection>> {
         Box::pin(async move {
             self.available()?;
-            req.command.submittable()?;
+            req.check()?;
             Ok(self.execute(req))
         })
     }

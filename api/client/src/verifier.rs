@@ -518,7 +518,7 @@ mod tests {
 
     async fn tenant(ledger: &dyn Ledger, name: &str) {
         let command = Command::CreateTenant { tenant_id: format!("t-{name}"), name: name.into(), display_name: None };
-        ledger.submit(SubmitRequest { trace_id: name.into(), command }).await.expect("submitted");
+        ledger.submit(SubmitRequest::new(name, command)).await.expect("submitted");
     }
 
     /// Follows `ledger` through its break: the replica reaches every event, and this returns how

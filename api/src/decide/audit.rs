@@ -20,16 +20,36 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
                     format!("a decision's text field exceeds {max} bytes"),
                 ));
             }
+            if let Some(d) = decisions.iter().find(|d| !known_subject(state, tenant_id, &d.principal_id)) {
+                let who = crate::audit::truncated(&d.principal_id, 64);
+                return Err(Rejection::new(
+                    ReasonCode::PRINCIPAL_NOT_FOUND,
+                    format!("a decision names '{who}', no principal or executor of this tenant"),
+                ));
+            }
             Ok(vec![Event::RequestsDecidedV1 { tenant_id: tenant_id.clone(), decisions: decisions.clone() }])
         }
         other => Err(misrouted(other)),
     }
 }
 
+/// Who a decision may be about: a principal of the tenant, one of its executors
+/// (`executor:<id>`), a certificate an executor endpoint refused (`executor-cert:<16 hex>`), or
+/// a caller that never authenticated (`unauthenticated`) — never a name an edge made up.
+fn known_subject(state: &LedgerState, tenant_id: &str, subject: &str) -> bool {
+    if subject == "unauthenticated" || state.principals.get(tenant_id).is_some_and(|m| m.contains_key(subject)) {
+        return true;
+    }
+    if let Some(id) = subject.strip_prefix("executor:") {
+        return state.executors.get(tenant_id).is_some_and(|m| m.contains_key(id));
+    }
+    subject.strip_prefix("executor-cert:").is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Whether `decision` may travel with `command` (`Command::Audited`): a bounded decision, with
 /// a command that is neither another audited command nor a batch of decisions.
 pub(super) fn audited(decision: &RequestDecisionV1, command: &Command) -> Result<(), Rejection> {
-    if matches!(command, Command::Audited { .. } | Command::RecordDecisions { .. }) {
+    if matches!(command, Command::Audited { .. } | Command::Verified { .. } | Command::RecordDecisions { .. }) {
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a decision travels with one plain command"));
     }
     if !decision.is_bounded() {

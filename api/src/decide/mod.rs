@@ -130,6 +130,11 @@ impl LedgerState {
         audit: &mut Vec<AuditRecordV1>,
     ) -> Outcome {
         let now = self.clock_ms;
+        // An edge's act comes with the grant of the credential a node verified for it.
+        let (command, grant) = match command {
+            Command::Verified { grant, command } => (command.as_ref(), Some(grant)),
+            other => (other, None),
+        };
         // A request's decision travelling with the command it made is recorded after it.
         let (command, decision) = match command {
             Command::Audited { decision, command } => (command.as_ref(), Some(decision)),
@@ -144,10 +149,12 @@ impl LedgerState {
                 envelopes.push(self.append(&tenant, trace_id, event, audit));
             }
         }
-        let decided = match decision {
+        let granted =
+            grant.map_or(Ok(()), |g| crate::grant::check(self, g, command, now, |c| operation::scopes_needed(self, c)));
+        let decided = granted.and_then(|()| match decision {
             Some(d) => audit::audited(d, command).and_then(|()| decide(self, command, now)),
             None => decide(self, command, now),
-        };
+        });
         let stream = command.stream().to_string();
         let (outcome, refusal) = match decided {
             Ok(events) => {
@@ -157,6 +164,7 @@ impl LedgerState {
                 (None, None)
             }
             Err(rejection) => {
+                let rejection = rejection.bounded();
                 // Rejections of commands for tenants that do not exist go to the cluster
                 // stream, so bad input never creates a tenant stream.
                 let to = if self.tenants.contains_key(&stream) { stream.as_str() } else { CLUSTER_STREAM };
@@ -164,7 +172,7 @@ impl LedgerState {
                     command: command.kind().to_string(),
                     reason: rejection.reason,
                     message: rejection.message.clone(),
-                    subject: command.subject(),
+                    subject: command.subject().bounded(),
                 };
                 let env = self.append(to, trace_id, event, audit);
                 let outcome =

@@ -232,28 +232,9 @@ fn recheck_authority(
     now: u64,
 ) -> Result<(OperationSpecV1, bool), Rejection> {
     let authority = crate::auth::authority_of_ref(state, tenant_id, &spec.principal_id, &spec.authority_ref, now)?;
-    let action = state
-        .catalog(tenant_id, None)
-        .and_then(|c| c.catalog.actions.iter().find(|a| a.id == spec.action))
-        .filter(|a| a.execution.is_operation())
-        .ok_or_else(|| {
-            let msg = format!("'{}' is no operation action of the tenant's current catalog", spec.action);
-            Rejection::new(ReasonCode::TOOL_NOT_FOUND, msg)
-        })?;
-    authority.require(&action.scope)?;
-    match (&action.device_class, &spec.device_id) {
-        (Some(class), Some(id)) => {
-            let device = state
-                .devices
-                .get(tenant_id)
-                .and_then(|m| m.get(id))
-                .filter(|d| &d.device_class == class)
-                .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no {class} device '{id}'")))?;
-            authority.require(&format!("devices:use:{}", device.name))?;
-        }
-        (Some(class), None) => return Err(invalid(format!("'{}' drives a {class} device: name it", action.id))),
-        (None, Some(_)) => return Err(invalid(format!("'{}' drives no device", action.id))),
-        (None, None) => {}
+    let (action, scopes) = action_scopes(state, tenant_id, spec)?;
+    for scope in &scopes {
+        authority.require(scope)?;
     }
     let schema: Value = serde_json::from_str(&action.input_schema)
         .map_err(|_| Rejection::new(ReasonCode::INTERNAL, "a stored input schema is not JSON"))?;
@@ -276,6 +257,50 @@ fn recheck_authority(
         }
     }
     Ok((checked, action.demands_verification()))
+}
+
+/// The operation action `spec` calls in the tenant's current catalog, and the scopes calling it
+/// needs: the action's, and `devices:use:<name>` of the device it drives.
+fn action_scopes<'a>(
+    state: &'a LedgerState,
+    tenant_id: &str,
+    spec: &OperationSpecV1,
+) -> Result<(&'a crate::catalog::CatalogActionV1, Vec<String>), Rejection> {
+    let action = state
+        .catalog(tenant_id, None)
+        .and_then(|c| c.catalog.actions.iter().find(|a| a.id == spec.action))
+        .filter(|a| a.execution.is_operation())
+        .ok_or_else(|| {
+            let msg = format!("'{}' is no operation action of the tenant's current catalog", spec.action);
+            Rejection::new(ReasonCode::TOOL_NOT_FOUND, msg)
+        })?;
+    let mut scopes = vec![action.scope.clone()];
+    match (&action.device_class, &spec.device_id) {
+        (Some(class), Some(id)) => {
+            let device = state
+                .devices
+                .get(tenant_id)
+                .and_then(|m| m.get(id))
+                .filter(|d| &d.device_class == class)
+                .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no {class} device '{id}'")))?;
+            scopes.push(format!("devices:use:{}", device.name));
+        }
+        (Some(class), None) => return Err(invalid(format!("'{}' drives a {class} device: name it", action.id))),
+        (None, Some(_)) => return Err(invalid(format!("'{}' drives no device", action.id))),
+        (None, None) => {}
+    }
+    Ok((action, scopes))
+}
+
+/// The scopes a submission or proposal needs beyond what its command states (see
+/// [`action_scopes`]); none for any other command.
+pub fn scopes_needed(state: &LedgerState, command: &Command) -> Result<Vec<String>, Rejection> {
+    match command {
+        Command::SubmitOperation { tenant_id, spec }
+        | Command::ProposeOperation { tenant_id, spec }
+        | Command::SubmitProposed { tenant_id, spec, .. } => Ok(action_scopes(state, tenant_id, spec)?.1),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// The verification rule (SPEC E5, S3), held by the ledger whatever the edge did: a call of an

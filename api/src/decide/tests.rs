@@ -515,6 +515,7 @@ fn a_batch_of_decisions_is_one_event_and_one_audit_record_per_decision() {
     st.execute(&req(1, create("a", "acme")));
     let patch = TenantSettingsPatch { audit_max_events: Some(3), ..Default::default() };
     st.execute(&req(2, Command::SetTenantSettings { tenant_id: "a".into(), patch }));
+    st.execute(&req(2, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p", "agent", &[]) }));
     let decision = |n: u32| crate::audit::RequestDecisionV1 {
         trace_id: format!("tr-{n}"),
         principal_id: "p".into(),
@@ -532,11 +533,11 @@ fn a_batch_of_decisions_is_one_event_and_one_audit_record_per_decision() {
     assert!(matches!(&events[0].event, Event::RequestsDecidedV1 { decisions, .. } if decisions.len() == 4));
     // One record per decision, in order, each with its own trace id, on consecutive sequences.
     let traces: Vec<(u64, &str)> = records.iter().map(|r| (r.seq, r.trace_id.as_str())).collect();
-    assert_eq!(traces, [(3, "tr-1"), (4, "tr-2"), (5, "tr-3"), (6, "tr-4")]);
+    assert_eq!(traces, [(4, "tr-1"), (5, "tr-2"), (6, "tr-3"), (7, "tr-4")]);
     assert!(records.iter().all(|r| r.domain == "request" && r.revision == events[0].revision));
-    // Retention counts records, not events: 3 kept of the 6 written.
+    // Retention counts records, not events: 3 kept of the 7 written.
     let index = &st.audit["a"];
-    assert_eq!((index.first_seq, index.next_seq), (4, 7));
+    assert_eq!((index.first_seq, index.next_seq), (5, 8));
 }
 
 #[test]
@@ -668,4 +669,66 @@ fn upstream_rules() {
     assert!(!Role::Edge.may_submit(&approve(tools("v1").digest)));
     st.execute(&req(14, Command::RemoveUpstream { tenant_id: "a".into(), name: "w".into() }));
     assert!(st.upstreams.is_empty());
+}
+
+/// `Command::Verified` on every replica: the grant a node recorded is re-checked at ledger time
+/// and narrows the act to the credential's own scopes, principal, tenant and lifetime, before the
+/// act itself is decided.
+#[test]
+fn a_verified_act_is_decided_on_its_grant_at_ledger_time() {
+    use crate::grant::GrantV1;
+    let mut st = LedgerState::default();
+    let t0 = 1_000_000;
+    st.execute(&req(t0, create("a", "acme")));
+    let p = spec("p-1", "agent", &["ops:cancel", "ops:read"]);
+    st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: p }));
+    st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-2", "other", &[]) }));
+    st.execute(&req(t0, issue("j-1", "p-1", &["ops:cancel"], 3600, None)));
+    let cancel = |by: &str, authority_ref: &str| Command::OnBehalfOf {
+        authority_ref: authority_ref.into(),
+        command: Box::new(Command::CancelOperation {
+            tenant_id: "a".into(),
+            operation_id: "op-1".into(),
+            by_principal_id: by.into(),
+        }),
+    };
+    let grant = |issuer: &str, scopes: &[&str], expires_at_ms: u64| GrantV1 {
+        tenant_id: "a".into(),
+        principal_id: "p-1".into(),
+        issuer: issuer.into(),
+        token_id: (issuer == crate::token::WRIT_ISSUER).then(|| "j-1".to_string()),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        expires_at_ms,
+        verified_by: "node:1".into(),
+        edge_id: "e".into(),
+    };
+    let anon = crate::auth::ANONYMOUS_ISSUER;
+    let writ = crate::token::WRIT_ISSUER;
+    let far = t0 + 3_600_000;
+    let verified = |g: GrantV1, c: Command| Command::Verified { grant: g, command: Box::new(c) };
+    let cases = [
+        // Reaching the act itself: the grant stands and covers it.
+        (verified(grant(anon, &["ops:cancel"], far), cancel("p-1", anon)), ReasonCode::OPERATION_NOT_FOUND),
+        (verified(grant(writ, &["ops:cancel"], far), cancel("p-1", "j-1")), ReasonCode::OPERATION_NOT_FOUND),
+        // The principal holds ops:cancel, the credential did not grant it.
+        (verified(grant(anon, &["ops:read"], far), cancel("p-1", anon)), ReasonCode::APP_SCOPE_FORBIDDEN),
+        // Another principal, another authority than the grant's, a lapsed or unknown issuer.
+        (verified(grant(anon, &["ops:cancel"], far), cancel("p-2", anon)), ReasonCode::AUTH_TOKEN_INVALID),
+        (verified(grant(anon, &["ops:cancel"], far), cancel("p-1", "j-1")), ReasonCode::AUTH_TOKEN_INVALID),
+        (verified(grant(anon, &["ops:cancel"], t0), cancel("p-1", anon)), ReasonCode::AUTH_TOKEN_EXPIRED),
+        (
+            verified(grant("https://idp.example", &["ops:cancel"], far), cancel("p-1", "https://idp.example")),
+            ReasonCode::AUTH_TOKEN_INVALID,
+        ),
+    ];
+    for (command, want) in cases {
+        match st.execute(&req(t0, command.clone())).0 {
+            Outcome::Rejected { reason, .. } => assert_eq!(reason, want, "{command:?}"),
+            other => panic!("{command:?} was not refused: {other:?}"),
+        }
+    }
+    // A token revoked after the node verified it: the entry is refused on every replica.
+    st.execute(&req(t0, Command::RevokeToken { tenant_id: "a".into(), jti: "j-1".into() }));
+    let late = verified(grant(writ, &["ops:cancel"], far), cancel("p-1", "j-1"));
+    assert!(matches!(st.execute(&req(t0, late)).0, Outcome::Rejected { reason: ReasonCode::AUTH_TOKEN_REVOKED, .. }));
 }
