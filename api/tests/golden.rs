@@ -527,18 +527,7 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
-        (
-            "on_behalf_of",
-            req(Command::OnBehalfOf {
-                authority_ref: "j-1".into(),
-                command: Box::new(Command::CancelOperation {
-                    tenant_id: "t-1".into(),
-                    operation_id: "op-1".into(),
-                    by_principal_id: "p-1".into(),
-                }),
-            }),
-            None,
-        ),
+        ("on_behalf_of", req(cancel_on_behalf_of()), None),
         (
             "executor_cert_renewed_v1",
             req(Command::RenewExecutorCertificate {
@@ -948,18 +937,21 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                     verified_by: "node:1".into(),
                     edge_id: "edge-a".into(),
                 },
-                command: Box::new(Command::OnBehalfOf {
-                    authority_ref: "j-1".into(),
-                    command: Box::new(Command::CancelOperation {
-                        tenant_id: "t-1".into(),
-                        operation_id: "op-1".into(),
-                        by_principal_id: "p-1".into(),
-                    }),
-                }),
+                command: Box::new(cancel_on_behalf_of()),
             }),
             None,
         ),
     ]
+}
+
+/// A cancel of `op-1` by `p-1` under the token `j-1`, as an edge submits it.
+fn cancel_on_behalf_of() -> Command {
+    let cancel = Command::CancelOperation {
+        tenant_id: "t-1".into(),
+        operation_id: "op-1".into(),
+        by_principal_id: "p-1".into(),
+    };
+    Command::OnBehalfOf { authority_ref: "j-1".into(), command: Box::new(cancel) }
 }
 
 fn upstream_operation_catalog() -> CatalogV1 {

@@ -405,4 +405,17 @@ mod tests {
         let unknown = NodeConfig::parse(&BASE.replace("[tls]", "colour = \"blue\"\n[tls]"), &no_env).unwrap_err();
         assert!(matches!(unknown, ConfigError::Parse(ref m) if m.contains("colour")), "{unknown}");
     }
+
+    #[test]
+    fn anonymous_access_is_allowed_per_edge_and_bounded() {
+        assert!(NodeConfig::parse(BASE, &no_env).unwrap().authority.anonymous.is_empty(), "none by default");
+        let entry = "[[authority.anonymous]]\nedge = \"e1\"\ntenant = \"demo\"\nprincipal = \"agent\"\n";
+        let one = NodeConfig::parse(&format!("{BASE}{entry}"), &no_env).unwrap();
+        let want =
+            writ_api::grant::AnonymousGrant { edge_id: "e1".into(), tenant: "demo".into(), principal: "agent".into() };
+        assert_eq!(one.authority.anonymous, [want]);
+        let many = entry.repeat(ANONYMOUS_GRANTS_MAX + 1);
+        let e = NodeConfig::parse(&format!("{BASE}{many}"), &no_env).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { field: "authority.anonymous", .. }), "{e}");
+    }
 }

@@ -39,6 +39,13 @@ fn bearer(issued: &Value) -> Credential {
     Credential::Bearer(issued["token"].as_str().expect("token").to_string())
 }
 
+/// An open fuse of the upstream `shop` of `tenant_id`, as the edge `another-edge` records it.
+fn another_edges_fuse(tenant_id: &str) -> Command {
+    let fuse =
+        writ_api::upstream::FuseV1 { open: true, failures: 3, reason: "x".into(), config_version: 1, changed_at_ms: 0 };
+    Command::SetUpstreamFuse { tenant_id: tenant_id.into(), name: "shop".into(), edge_id: "another-edge".into(), fuse }
+}
+
 /// A start of a missing operation claimed for `claimant`.
 fn start_as(claimant: &str, tenant_id: &str) -> Command {
     Command::StartAttempt {
@@ -112,21 +119,7 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         ("/raft/pre-vote", json!({})),
         ("/raft/append", json!({})),
         // It records its own upstream fuses and performs upstream operations as itself only.
-        (
-            "/client/submit",
-            submit(Command::SetUpstreamFuse {
-                tenant_id: tenant_id.clone(),
-                name: "shop".into(),
-                edge_id: "another-edge".into(),
-                fuse: writ_api::upstream::FuseV1 {
-                    open: true,
-                    failures: 3,
-                    reason: "x".into(),
-                    config_version: 1,
-                    changed_at_ms: 0,
-                },
-            }),
-        ),
+        ("/client/submit", submit(another_edges_fuse(&tenant_id))),
         ("/client/submit", submit(start_as("edge:another-edge", &tenant_id))),
     ];
     for (path, body) in &refused {
@@ -782,18 +775,7 @@ async fn an_edge_certificate_acts_only_with_the_principals_credential() {
     let (status, reason) = post(&edge, &client_submit, &long_trace).await;
     assert_eq!((status, reason.as_str()), (StatusCode::BAD_REQUEST, "INPUT_INVALID"));
     // Wrapping a command the edge may not send bare changes nothing: another edge's fuse.
-    let fuse = Command::SetUpstreamFuse {
-        tenant_id: alpha.clone(),
-        name: "shop".into(),
-        edge_id: "another-edge".into(),
-        fuse: writ_api::upstream::FuseV1 {
-            open: true,
-            failures: 3,
-            reason: "x".into(),
-            config_version: 1,
-            changed_at_ms: 0,
-        },
-    };
+    let fuse = another_edges_fuse(&alpha);
     let decision = writ_api::audit::RequestDecisionV1 {
         trace_id: "t".into(),
         principal_id: agent_id.clone(),
@@ -825,14 +807,24 @@ async fn an_edge_certificate_acts_only_with_the_principals_credential() {
     let op = admin.get(&url, "/v1/tenants/alpha/operations/op-forged-7").await.expect("the operation");
     assert_eq!(op["spec"]["principal_id"], agent_id.as_str(), "{op}");
 
-    // Tokens are secrets: none of those the node verified is in its log, state or snapshots;
-    // the token id the grant records is (the search reads the files the log is in).
+    // Tokens are secrets: none of those the node verified is in its log, state, a snapshot or
+    // a backup; the accepted act is (the search reads the files the log is in).
+    admin.post_ok(&url, "/v1/cluster/snapshot", json!({})).await;
+    // In the node's directory, beside its data: the token search below reads both.
+    let backup = cluster.nodes[0].dir.join("ledger.backup");
+    let out = backup.to_str().expect("utf-8").to_string();
+    let (code, said, err) =
+        tokio::task::spawn_blocking(move || writ_tests::procs::run_cli(&url, &["backup", "--out", &out]))
+            .await
+            .expect("backup");
+    assert_eq!(code, 0, "{said}{err}");
     let data = cluster.nodes[0].dir.join("data");
     assert!(files_contain(&data, b"op-forged-7"), "the search does not see the log");
+    assert!(backup.exists(), "no backup written");
     for token in [&agent_token, &approver_token] {
         let secret = token["token"].as_str().expect("token");
         let signature = secret.rsplit('.').next().expect("signature");
-        assert!(!files_contain(&data, signature.as_bytes()), "a token is stored in {}", data.display());
+        assert!(!files_contain(&cluster.nodes[0].dir, signature.as_bytes()), "a token is stored");
     }
     // And what the node stores is readable by no other local user.
     assert_eq!(modes_open_to_others(&data), Vec::<String>::new(), "data files other users can read");
