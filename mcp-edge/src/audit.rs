@@ -138,13 +138,20 @@ impl AuditSink {
                 *n += 1;
                 return Ok(());
             }
+            // Taken before the commit: denials arriving while it is under way are repeats.
+            if repeats.len() < DENIAL_KEYS_MAX {
+                repeats.insert(key.clone(), 0);
+            }
         }
-        self.commit(tenant_id, decision).await?;
-        let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
-        if repeats.len() < DENIAL_KEYS_MAX {
-            repeats.entry(key).or_insert(0);
+        let committed = self.commit(tenant_id, decision).await;
+        if committed.is_err() {
+            // Not on record: the next such denial is committed again, unless some were counted.
+            let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
+            if repeats.get(&key) == Some(&0) {
+                repeats.remove(&key);
+            }
         }
-        Ok(())
+        committed
     }
 
     /// Closes the window: one aggregate decision for each denial that repeated in it.

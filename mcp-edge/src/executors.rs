@@ -308,8 +308,9 @@ impl ExecutorGate {
                 let who = format!("executor-cert:{}", &writ_api::sha256_hex(&peer.0)[..16]);
                 let d = decision(who, method, None, Some(r.reason));
                 let audit = self.inner.audit.clone();
+                // Repeats of one refusal within the denial window are counted, not committed.
                 tokio::spawn(async move {
-                    if let Err(e) = audit.commit(&tenant_id, d).await {
+                    if let Err(e) = audit.commit_denial(&tenant_id, d).await {
                         tracing::warn!(error = %e, "executor refusal not audited");
                     }
                 });
@@ -342,7 +343,7 @@ impl ExecutorGate {
             Err(e) => {
                 d.outcome = "denied".into();
                 d.reason = Some(e.reason);
-                match self.inner.audit.commit(&who.tenant_id, d).await {
+                match self.inner.audit.commit_denial(&who.tenant_id, d).await {
                     Ok(()) => error_response(&e),
                     Err(fail) => error_response(&fail),
                 }

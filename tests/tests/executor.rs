@@ -394,6 +394,13 @@ async fn executor_certificates_are_checked_and_refusals_audited() {
     })
     .await;
     assert_eq!(after.json::<Value>().await.unwrap()["reason"], "EXECUTOR_REVOKED");
+    // Forty more requests of the revoked executor are counted, not committed one by one.
+    for _ in 0..40 {
+        let r = revoked.mtls_client().get(&dispatch).send().await.unwrap();
+        assert_eq!(r.status(), 403);
+    }
+    let revoked_records = w.audit().await.iter().filter(|r| r["reason_code"] == "EXECUTOR_REVOKED").count();
+    assert!((1..=3).contains(&revoked_records), "{revoked_records} records for 41 refusals");
 
     // Another tenant's enrolled executor: its identity is its own tenant's.
     w.admin.post_ok(w.admin_url(), "/v1/tenants", json!({"name": "other"})).await;
@@ -421,6 +428,26 @@ async fn executor_certificates_are_checked_and_refusals_audited() {
         .await
         .unwrap();
     assert_eq!(grab.json::<Value>().await.unwrap()["reason"], "OPERATION_NOT_FOUND");
+    // Forty starts of operations that are not its own, each naming another: a bounded number
+    // of records in its tenant's trail.
+    for i in 0..40 {
+        let r = fc
+            .post(format!("{endpoint}/executor/v1/operations/op-not-yours-{i}/start"))
+            .json(&json!({"fencing_token": 1, "lease_ms": 1000}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.json::<Value>().await.unwrap()["reason"], "OPERATION_NOT_FOUND");
+    }
+    let trail = w.admin.get(w.admin_url(), "/v1/tenants/other/audit?limit=1000").await.unwrap();
+    let refused_starts = trail["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["reason_code"] == "OPERATION_NOT_FOUND" && r["operation"] == "executor/start")
+        .count();
+    let bound = writ_mcp_edge::audit::DENIAL_NAMES_MAX + 2;
+    assert!(refused_starts <= bound, "{refused_starts} records for 41 refused starts (at most {bound})");
 
     // Certificates Writ never issued, claiming this tenant: refused during the handshake.
     let tenant_id = w.admin.get(w.admin_url(), "/v1/tenants/demo").await.unwrap()["id"].as_str().unwrap().to_string();
