@@ -49,15 +49,17 @@ build: deps
 dev: build
 	$(TARGET_DIR)/debug/writ dev
 
-# clippy checks without linking, so it is pointed at a (never linked) prebuilt-library dir:
-# that keeps its separate librocksdb-sys build unit from compiling RocksDB's C++ again.
+# clippy shares the build's librocksdb-sys unit (the dev profile gives build scripts and
+# dependencies one debug setting in every command), so RocksDB's C++ is compiled once for both;
+# pointing clippy at another library dir would change that unit's environment and make the next
+# build compile it again.
 lint: deps
 	$(CARGO) fmt --all -- --check
 	@cargo-hakari --version 2>/dev/null | grep -qx "cargo-hakari $(HAKARI_VERSION)" || \
 	  $(CARGO) install --quiet --locked cargo-hakari --version $(HAKARI_VERSION)
 	$(CARGO) hakari generate --diff --quiet
 	$(CARGO) hakari verify --quiet
-	ROCKSDB_LIB_DIR=$(CURDIR)/target/clippy-no-link $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;
 ## the official MCP SDK as a real client of the edge; kubernetes-validate for deploy/kubernetes).

@@ -266,6 +266,23 @@ fn origin(url: &str) -> Result<String, String> {
     Ok(u.origin().ascii_serialization())
 }
 
+/// Where an executor enrolls: `https://`, or plain `http://` only to a literal loopback
+/// address — the enrollment token travels with the request, and the answer names the CA the
+/// executor will trust from then on.
+fn enroll_origin(url: &str) -> Result<String, String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("edge URL '{url}': {e}"))?;
+    let host = u.host_str().unwrap_or_default();
+    let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let loopback = literal.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match u.scheme() {
+        "https" => origin(url),
+        "http" if loopback => origin(url),
+        _ => Err(format!(
+            "edge URL '{url}': enrollment goes over https:// (plain http only to a literal loopback address)"
+        )),
+    }
+}
+
 /// Enrolls: key generated here, CSR + token to the edge, files written into `out`.
 pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> Result<ExecutorEnrollment, String> {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
@@ -278,7 +295,7 @@ pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> R
         builder = writ_client::ClientTls::trusting(ca)?.apply(builder);
     }
     let http = builder.build().map_err(|e| e.to_string())?;
-    let url = format!("{}{ENROLL_PATH}", origin(edge)?);
+    let url = format!("{}{ENROLL_PATH}", enroll_origin(edge)?);
     let r = http
         .post(&url)
         .json(&EnrollRequest { token: token.to_string(), csr })
@@ -1065,6 +1082,16 @@ async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enrollment_goes_over_https_or_to_literal_loopback_only() {
+        for ok in ["https://edge.example:9444", "http://127.0.0.1:8080/mcp", "http://[::1]:8080"] {
+            assert!(enroll_origin(ok).is_ok(), "{ok}");
+        }
+        for bad in ["http://edge.example:8080", "http://10.0.0.5:8080", "http://localhost:8080", "ftp://127.0.0.1"] {
+            assert!(enroll_origin(bad).unwrap_err().contains("https://"), "{bad}");
+        }
+    }
 
     #[test]
     fn the_start_journal_survives_a_restart_and_forgets_what_can_no_longer_start() {
