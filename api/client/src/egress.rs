@@ -35,13 +35,11 @@ pub fn register_own_listener(addr: SocketAddr) {
 }
 
 /// Whether `addr` is one of this process's listeners (one bound to every interface matches
-/// any local address on its port).
+/// any non-public address on its port).
 pub fn is_own_listener(addr: SocketAddr) -> bool {
     let own = OWN_LISTENERS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-    own.iter().any(|l| {
-        l.port() == addr.port()
-            && (l.ip() == addr.ip() || (l.ip().is_unspecified() && !is_public(addr.ip())) || addr.ip().is_unspecified())
-    })
+    let any_local = |l: &SocketAddr| l.ip().is_unspecified() && !is_public(addr.ip());
+    own.iter().any(|l| l.port() == addr.port() && (l.ip() == addr.ip() || any_local(l)))
 }
 
 /// Whether `ip` is a public unicast address (IPv4-mapped IPv6 judged as its IPv4 address).
