@@ -316,16 +316,73 @@ fn redacted(value: &mut Value) -> bool {
             any
         }
         Value::Array(items) => items.iter_mut().fold(false, |any, v| redacted(v) | any),
-        Value::String(text) if text.trim_start().starts_with(['{', '[']) => {
-            let Ok(mut inner) = serde_json::from_str::<Value>(text) else { return false };
-            let any = redacted(&mut inner);
-            if any {
-                *text = inner.to_string();
+        Value::String(text) => match redact_str(text) {
+            Some(clean) => {
+                *text = clean;
+                true
             }
-            any
-        }
+            None => false,
+        },
         _ => false,
     }
+}
+
+/// `text` with its secrets redacted, or `None` when it holds none: a JSON document by
+/// [`redact`]; any other text line by line by [`redact_line`] (an executor's output, logs,
+/// configuration files, query strings).
+pub fn redact_str(text: &str) -> Option<String> {
+    if text.trim_start().starts_with(['{', '[']) {
+        if let Ok(mut inner) = serde_json::from_str::<Value>(text) {
+            return redacted(&mut inner).then(|| inner.to_string());
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut any = false;
+    for line in text.split_inclusive('\n') {
+        match redact_line(line) {
+            Some(clean) => {
+                any = true;
+                out.push_str(&clean);
+            }
+            None => out.push_str(line),
+        }
+    }
+    any.then_some(out)
+}
+
+/// One line with its secrets redacted, or `None`: a line that starts `name: value` or
+/// `name = value` (headers, YAML, env files) with a secret-like name loses its whole value;
+/// elsewhere, each `name=value` pair (query strings, `key=value` logs) loses its value up to
+/// the next space, `&`, `;`, `,` or quote.
+fn redact_line(line: &str) -> Option<String> {
+    let body = line.trim_end_matches(['\r', '\n']);
+    let trimmed = body.trim_start();
+    if let Some(i) = trimmed.find([':', '=']) {
+        let name = trimmed[..i].trim().trim_matches(['"', '\'']);
+        let value = trimmed[i + 1..].trim();
+        if !name.is_empty() && !name.contains(char::is_whitespace) && is_secret_name(name) && !value.is_empty() {
+            let head = &body[..body.len() - trimmed.len() + i + 1];
+            return Some(format!("{head} {REDACTED}{}", &line[body.len()..]));
+        }
+    }
+    let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let (mut out, mut rest, mut any) = (String::with_capacity(line.len()), line, false);
+    while let Some(i) = rest.find('=') {
+        let name_start = rest[..i].rfind(|c: char| !name_char(c)).map_or(0, |j| j + 1);
+        let after = &rest[i + 1..];
+        let end =
+            after.find(|c: char| c.is_whitespace() || matches!(c, '&' | ';' | ',' | '"' | '\'')).unwrap_or(after.len());
+        out.push_str(&rest[..=i]);
+        if end > 0 && is_secret_name(&rest[name_start..i]) {
+            out.push_str(REDACTED);
+            any = true;
+        } else {
+            out.push_str(&after[..end]);
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    any.then_some(out)
 }
 
 /// Records scanned per list call at most (a filtered page may come back short; the cursor
@@ -412,6 +469,35 @@ mod tests {
         for secret in ["pk-1", "pk-2", "pk-3", "pk-4"] {
             assert!(!text.contains(secret), "{secret} leaked: {text}");
         }
+    }
+
+    /// An executor's output and other plain text: header- and env-style lines and `name=value`
+    /// pairs lose their secret values; everything else keeps its exact bytes.
+    #[test]
+    fn redaction_of_plain_text() {
+        let text = "moved 3 mm\nAuthorization: Bearer abc.def\n  API_KEY = k-1\r\n\
+                    GET /x?user=ann&access_token=t-2;next=1 password=p-3 done\nkey=value token: \n";
+        let clean = redact_str(text).expect("secrets found");
+        for secret in ["abc.def", "k-1", "t-2", "p-3"] {
+            assert!(!clean.contains(secret), "{secret} leaked: {clean}");
+        }
+        for kept in [
+            "moved 3 mm\n",
+            "Authorization: [REDACTED]\n",
+            "  API_KEY = [REDACTED]\r\n",
+            "user=ann&",
+            ";next=1 ",
+            " done\n",
+            "key=value token: \n",
+        ] {
+            assert!(clean.contains(kept), "{kept:?} changed: {clean:?}");
+        }
+        for plain in ["urn:writ:anonymous-loopback", "state: reserved", "token: ", "base64 dG9rZW4==", "a=b"] {
+            assert_eq!(redact_str(plain), None, "{plain}");
+        }
+        let mut audit = json!({"evidence": {"summary": "stdout: secret=s-4 ok"}});
+        redact(&mut audit);
+        assert_eq!(audit["evidence"]["summary"], "stdout: secret=[REDACTED] ok");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! upstream tool as their execution (`{"upstream": "<upstream>/<tool>"}`); edges call it only
 //! while it is pinned, validating against the pinned schemas.
 //!
-//! Credentials are never stored: an upstream's `auth` is a *reference* (`env:WRIT_UPSTREAM_…` or
-//! `file:/…/upstream-…`) resolved where the call is made (the edge, and the node serving the admin API
-//! for `sync`), so events, snapshots, backups and audit hold only the reference.
+//! Credentials are never stored: an upstream's `auth` is a *reference* (`env:WRIT_UPSTREAM_<TENANT>__…`
+//! or `file:/…/<tenant>/upstream-…`, the tenant's own: [`UpstreamAuthV1::owned_by`]) resolved where
+//! the call is made (the edge, and the node serving the admin API for `sync`), so events,
+//! snapshots, backups and audit hold only the reference.
 
 use std::collections::BTreeMap;
 
@@ -200,6 +201,38 @@ impl UpstreamAuthV1 {
                 })
             }
         }
+    }
+
+    /// Whether the reference names a credential of the tenant named `tenant_name`: an `env:`
+    /// variable `WRIT_UPSTREAM_<TENANT>__<NAME>` (the tenant name upper-cased, `-` as `_`; the
+    /// name part without `__` or a leading `_`, so the split is unambiguous) or a `file:` in a
+    /// directory named after the tenant (`/…/<tenant>/upstream-…`). One tenant's operator
+    /// cannot then send another tenant's credential to a URL of their choosing.
+    pub fn owned_by(&self, tenant_name: &str) -> Result<(), Rejection> {
+        let ok = match self {
+            UpstreamAuthV1::None => true,
+            UpstreamAuthV1::BearerEnv { var } => {
+                let tenant = tenant_name.to_ascii_uppercase().replace('-', "_");
+                let split = var.strip_prefix(UPSTREAM_ENV_PREFIX).and_then(|rest| rest.rsplit_once("__"));
+                split.is_some_and(|(t, name)| t == tenant && !name.is_empty() && !name.starts_with('_'))
+            }
+            UpstreamAuthV1::BearerFile { path } => {
+                let mut parts = path.rsplit('/');
+                parts.next();
+                parts.next() == Some(tenant_name)
+            }
+            UpstreamAuthV1::OauthClientCredentials { secret, .. } => {
+                return UpstreamAuthV1::parse(secret)?.owned_by(tenant_name)
+            }
+        };
+        ok.then_some(()).ok_or_else(|| {
+            let env = tenant_name.to_ascii_uppercase().replace('-', "_");
+            invalid(format!(
+                "{} is not a credential of tenant '{tenant_name}': use env:{UPSTREAM_ENV_PREFIX}{env}__… or \
+                 file:/…/{tenant_name}/{UPSTREAM_FILE_PREFIX}…",
+                self.label()
+            ))
+        })
     }
 
     /// The reference as written (`none`, `env:VAR`, `file:PATH`).
@@ -605,6 +638,31 @@ mod tests {
         ] {
             assert!(UpstreamAuthV1::parse(bad).is_err(), "{bad}");
         }
+        // Only the tenant's own: by name prefix for variables, by directory for files.
+        let owned = |r: &str| UpstreamAuthV1::parse(r).unwrap().owned_by("plant-a").is_ok();
+        for mine in [
+            "none",
+            "env:WRIT_UPSTREAM_PLANT_A__MES",
+            "env:WRIT_UPSTREAM_PLANT_A__MES_TOKEN",
+            "file:/etc/writ/plant-a/upstream-mes",
+        ] {
+            assert!(owned(mine), "{mine}");
+        }
+        for theirs in [
+            "env:WRIT_UPSTREAM_PLANT_A___MES",
+            "env:WRIT_UPSTREAM_PLANT__A__MES",
+            "env:WRIT_UPSTREAM_PLANT_A",
+            "env:WRIT_UPSTREAM_PLANT__A_MES",
+            "env:WRIT_UPSTREAM_PLANT_A__",
+            "file:/etc/writ/upstream-mes",
+            "file:/etc/writ/plant/upstream-mes",
+            "file:/etc/writ/plant-a/x/upstream-mes",
+        ] {
+            assert!(!owned(theirs), "{theirs}");
+        }
+        // Tenant `plant` cannot name `plant-a`'s variable.
+        let var = UpstreamAuthV1::parse("env:WRIT_UPSTREAM_PLANT_A__MES").unwrap();
+        assert!(var.owned_by("plant").is_err() && var.owned_by("plant-a").is_ok());
         let mut s = UpstreamSpecV1::new("https://h/mcp");
         s.call_timeout_ms = 10;
         assert!(s.validate().unwrap_err().message.contains("call_timeout_ms"));

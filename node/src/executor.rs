@@ -917,8 +917,11 @@ impl Executor {
     /// Reports an attempt's outcome with its output as evidence: the output itself travels
     /// with the report into the ledger's evidence store (one entry) when it may
     /// ([`ExecutorConfig::upload_evidence`], at most `EVIDENCE_BYTES_MAX`), and the evidence
-    /// then names where it is read.
+    /// then names where it is read. Secret-like values are redacted first
+    /// ([`writ_api::audit::redact_str`]).
     async fn report(&self, edge: &str, id: &str, fencing_token: u64, outcome: AttemptOutcome, output: String) {
+        // Secrets a handler printed never leave the executor: the evidence is the redacted text.
+        let output = writ_api::audit::redact_str(&output).unwrap_or(output);
         let content_hash = hex::encode(Sha256::digest(output.as_bytes()));
         let stored =
             self.cfg.upload_evidence && !output.is_empty() && output.len() <= writ_api::evidence::EVIDENCE_BYTES_MAX;

@@ -880,8 +880,8 @@ pub struct UpstreamFlags {
     /// `--url`/`--ca`: those name the admin API and its CA for every `writ admin` command.)
     #[arg(long)]
     mcp_url: Option<String>,
-    /// Where the bearer token for the upstream comes from: none, env:WRIT_UPSTREAM_… or
-    /// file:/…/upstream-… (resolved on the nodes and edges that call it; never stored).
+    /// Where the bearer token for the upstream comes from: none, env:WRIT_UPSTREAM_<TENANT>__… or
+    /// file:/…/<tenant>/upstream-… (resolved on the nodes and edges that call it; never stored).
     #[arg(long, conflicts_with = "oauth_token_url")]
     auth: Option<String>,
     /// OAuth 2.0 client credentials instead of --auth: the token endpoint (its access tokens are
@@ -891,7 +891,7 @@ pub struct UpstreamFlags {
     /// The OAuth client id.
     #[arg(long, requires = "oauth_token_url")]
     oauth_client_id: Option<String>,
-    /// The OAuth client secret's reference: env:WRIT_UPSTREAM_… or file:/…/upstream-….
+    /// The OAuth client secret's reference: env:WRIT_UPSTREAM_<TENANT>__… or file:/…/<tenant>/upstream-….
     #[arg(long, requires = "oauth_token_url")]
     oauth_secret: Option<String>,
     /// The OAuth scope to ask for.

@@ -144,7 +144,8 @@ async fn enroll(
     let csr = Csr::from_pem(&b.csr)?;
     let tenant = find_tenant(&st, tenant_id.to_string()).await?;
     let executor_id = format!("x-{}", uuid::Uuid::new_v4().simple());
-    let issued = issue_certificate(&st, &csr, &tenant, &enrollment.site_id, &executor_id).await?;
+    let at = IssueAt { serial: rand_bytes::<16>(), now_ms: writ_client::now_ms() };
+    let issued = issue_certificate(&st, &csr, &tenant, &enrollment.site_id, &executor_id, at).await?;
     submit(
         &st,
         Command::CompleteEnrollment {
@@ -167,16 +168,38 @@ struct Issued {
 
 /// Issues the certificate of `executor_id` at `site_id` for the key of `csr`, from this node's
 /// current CA for `tenant` (registered in the ledger first), valid for the configured lifetime.
+/// A certificate's serial and issue time.
+struct IssueAt {
+    serial: [u8; 16],
+    now_ms: u64,
+}
+
+impl IssueAt {
+    /// The serial and time of the certificate a renewal request yields, derived from the
+    /// request itself: the same request (a replay) yields the same certificate, byte for byte
+    /// (the tenant CA signs deterministically), which the ledger then accepts as a no-op.
+    fn renewal(from_fingerprint: &str, issued_at_ms: u64, csr_der: &[u8]) -> IssueAt {
+        let digest: [u8; 32] = Sha256::new()
+            .chain_update(b"writ/renewal-serial/v1\0")
+            .chain_update(writ_api::executor::renewal_message(from_fingerprint, issued_at_ms, csr_der))
+            .finalize()
+            .into();
+        let mut serial: [u8; 16] = digest[..16].try_into().expect("16 bytes");
+        serial[0] &= 0x7f;
+        IssueAt { serial, now_ms: issued_at_ms }
+    }
+}
+
 async fn issue_certificate(
     st: &AdminState,
     csr: &Csr,
     tenant: &Tenant,
     site_id: &str,
     executor_id: &str,
+    at: IssueAt,
 ) -> Result<Issued, Rejection> {
     let ca = current_ca(st, tenant).await?;
-    let serial = rand_bytes::<16>();
-    let now = writ_client::now_ms();
+    let IssueAt { serial, now_ms: now } = at;
     let not_after_ms = now + st.executor_cert_ttl_s * 1000;
     let cert = ca.issue(csr, &tenant.id, site_id, executor_id, &serial, now, not_after_ms)?;
     let record = ExecutorCertV1 {
@@ -219,7 +242,9 @@ fn renewal_refused(message: impl Into<String>) -> Rejection {
 /// trusted for nothing: the certificate must be one the ledger maps to an executor and within
 /// its validity, the proof must verify under that certificate's key over
 /// [`writ_api::executor::renewal_message`] and be fresh, and the ledger re-checks the executor
-/// (not revoked, the certificate still its own) when it records the new one.
+/// (not revoked, the certificate still its own) when it records the new one. The same request
+/// sent again (a replay within the proof's freshness window) yields the same certificate and
+/// changes nothing, so a captured renewal cannot replace the executor's current certificate.
 async fn renew(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<writ_api::executor::ForwardedRenewal>,
@@ -275,7 +300,8 @@ async fn renew(
     }
     let csr = Csr::from_der(&csr_der)?;
     let tenant = find_tenant(&st, tenant_id.clone()).await?;
-    let issued = issue_certificate(&st, &csr, &tenant, &executor.site_id, &executor_id).await?;
+    let at = IssueAt::renewal(&fingerprint, b.renewal.issued_at_ms, &csr_der);
+    let issued = issue_certificate(&st, &csr, &tenant, &executor.site_id, &executor_id, at).await?;
     submit(
         &st,
         Command::RenewExecutorCertificate {

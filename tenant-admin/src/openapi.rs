@@ -349,11 +349,11 @@ fn schemas() -> Value {
         "UpstreamBody": {"type": "object", "additionalProperties": false, "properties": {
             "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"},
             "url": {"type": "string", "maxLength": 2048, "description": "https://…, or http:// on a literal loopback address"},
-            "auth": {"type": "string", "maxLength": 512, "description": "none, env:WRIT_UPSTREAM_… or file:/…/upstream-… — a reference, never the token"},
+            "auth": {"type": "string", "maxLength": 512, "description": "none, env:WRIT_UPSTREAM_<TENANT>__… or file:/…/<tenant>/upstream-… (the tenant's own) — a reference, never the token"},
             "oauth": {"type": "object", "additionalProperties": false, "required": ["token_url", "client_id", "secret"],
                 "description": "OAuth 2.0 client credentials instead of auth (RFC 6749 §4.4)", "properties": {
                 "token_url": {"type": "string", "maxLength": 2048}, "client_id": {"type": "string", "pattern": "^[A-Za-z0-9._~-]{1,256}$"},
-                "secret": {"type": "string", "maxLength": 512, "description": "env:WRIT_UPSTREAM_… or file:/…/upstream-… — a reference, never the secret"},
+                "secret": {"type": "string", "maxLength": 512, "description": "env:WRIT_UPSTREAM_<TENANT>__… or file:/…/<tenant>/upstream-… (the tenant's own) — a reference, never the secret"},
                 "scope": {"type": "string", "maxLength": 1024}}},
             "ca_pem": {"type": "string", "maxLength": 65536},
             "protocol": {"enum": ["2026-07-28", "2025-11-25", "auto"]},

@@ -931,6 +931,48 @@ async fn an_executor_renews_its_certificate_while_serving() {
     assert!(!x.dir.join("executor.key.renewing").exists());
 }
 
+/// A renewal request signed by the executor's key, for a new key of its own.
+fn renewal_request(x: &ExecutorProc, fingerprint: &str) -> Value {
+    let current = rcgen::KeyPair::from_pem(&std::fs::read_to_string(x.dir.join("executor.key")).unwrap()).unwrap();
+    let next = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let csr = rcgen::CertificateParams::default().serialize_request(&next).unwrap();
+    let now = writ_client::now_ms();
+    let message = writ_api::executor::renewal_message(fingerprint, now, csr.der());
+    let proof = rcgen::SigningKey::sign(&current, &message).unwrap();
+    json!({"csr": csr.pem().unwrap(), "issued_at_ms": now,
+           "proof": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, proof)})
+}
+
+/// A captured renewal replayed (within the proof's freshness window) answers the certificate
+/// the first one got and changes nothing: it cannot replace the executor's current certificate
+/// and so lock the executor out. A new renewal from the same certificate (one whose answer was
+/// lost) still renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_renewal_changes_nothing() {
+    let w = World::start().await;
+    w.device("press-rr").await;
+    let x = w.executor("replayed", &["press-rr"], "kind = \"simulated\"").await;
+    let first = recorded_cert(&w, &x.executor_id).await;
+    let endpoint = std::fs::read_to_string(x.dir.join("executor.toml")).unwrap();
+    let endpoint = endpoint.split('"').find(|s| s.starts_with("https://")).expect("edge url").to_string();
+    let renew_url = format!("{endpoint}/executor/v1/renew");
+    let request = renewal_request(&x, first["fingerprint"].as_str().unwrap());
+    let answer = |r: reqwest::Response| async move {
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()
+    };
+    let renewed = answer(x.mtls_client().post(&renew_url).json(&request).send().await.unwrap()).await;
+    assert_eq!(recorded_cert(&w, &x.executor_id).await["fingerprint"], renewed["fingerprint"]);
+    let replayed = answer(x.mtls_client().post(&renew_url).json(&request).send().await.unwrap()).await;
+    assert_eq!(replayed["certificate"], renewed["certificate"], "the replay gets the same certificate");
+    assert_eq!(recorded_cert(&w, &x.executor_id).await["fingerprint"], renewed["fingerprint"], "still current");
+
+    let retried = renewal_request(&x, first["fingerprint"].as_str().unwrap());
+    let again = answer(x.mtls_client().post(&renew_url).json(&retried).send().await.unwrap()).await;
+    assert_ne!(again["fingerprint"], renewed["fingerprint"]);
+    assert_eq!(recorded_cert(&w, &x.executor_id).await["fingerprint"], again["fingerprint"], "a new request renews");
+}
+
 /// Retiring a tenant's executor CA (SPEC S1): executors it certified are refused at once (their
 /// next handshake or request), the CA can never come back, and the next enrollment gets a
 /// certificate from a new CA that works.
@@ -1200,6 +1242,35 @@ async fn work_items_hold_operations_to_their_revision_and_scope() {
     let closed = closed.expect("closing is audited");
     assert!(closed["detail"].as_str().unwrap().contains(&op_id(&first)), "{closed}");
     assert!(audit.iter().any(|r| r["reason_code"] == "STALE_REVISION"), "refusals are audited");
+}
+
+/// An executor's output is evidence, and secrets a handler prints never leave the executor:
+/// not in the stored blob, the summary an agent reads, nor the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_an_executors_output_are_redacted_before_they_leave_it() {
+    let w = World::start().await;
+    w.device("press-s").await;
+    let script = "cat >/dev/null; echo 'homed'; echo 'Authorization: Bearer k-SECRET-1'; \
+                  echo 'GET /cam?user=ann&access_token=k-SECRET-2'";
+    let handler = format!("kind = \"command\"\nprogram = \"/bin/sh\"\nargs = [\"-c\", {script:?}]");
+    let mut x = w.executor("sec-x", &["press-s"], &handler).await;
+    x.start();
+    let agent = w.principal("sec-agent", &[]).await;
+    let mut call = press("press-s", "sec-1");
+    call["wait_s"] = json!(20);
+    let done = w.execute(&agent, call).await;
+    assert_eq!(done["structuredContent"]["state"], "effect_reported", "{done}\n{}", x.log());
+    let evidence = &done["structuredContent"]["evidence"][0];
+    let summary = evidence["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("homed") && summary.contains("user=ann"), "the output is the evidence: {done}");
+    let uri = evidence["evidence_return_ref"].as_str().unwrap().to_string();
+    let blob = rpc(w.mcp(), Some(&agent), "resources/read", json!({"uri": uri})).await.2;
+    let text = blob["result"]["contents"][0]["text"].as_str().unwrap_or_else(|| panic!("{blob}")).to_string();
+    assert!(text.contains("Authorization: [REDACTED]"), "{text}");
+    let audit = serde_json::to_string(&w.audit().await).unwrap();
+    for leaked in [done.to_string(), text, audit] {
+        assert!(!leaked.contains("k-SECRET"), "a secret left the executor: {leaked}");
+    }
 }
 
 /// Issue 21: the evidence store. The executor stores its attempt's output; the agent reads it

@@ -153,6 +153,16 @@ async fn python_call_logged(dev: &Dev, token: &str, tool: &str, args: Value, log
     serde_json::from_slice(&out.stdout).expect("the client's report is JSON")
 }
 
+/// A credential file of tenant `demo` holding `content`: `<dir>/demo/upstream-token` (a
+/// reference names a file in a directory named after its tenant).
+fn demo_secret(content: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("demo")).unwrap();
+    let path = dir.path().join("demo").join("upstream-token");
+    std::fs::write(&path, content).unwrap();
+    (dir, path)
+}
+
 /// Adds the upstream `weather` at `url` speaking `protocol` with credential reference `auth`.
 fn add(dev: &Dev, url: &str, protocol: &str, auth: &str) {
     let args = ["upstream", "add", "--tenant", "demo", "weather", "--mcp-url", url, "--protocol", protocol];
@@ -171,9 +181,8 @@ fn add_and_approve(dev: &Dev, url: &str, protocol: &str, auth: &str) {
 /// reference (never stored) and sent as a bearer token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tools_serve_in_both_eras_once_approved() {
-    let secret = tempfile::Builder::new().prefix("upstream-").tempfile().unwrap();
-    std::fs::write(secret.path(), "upstream-secret-7f3a\n").unwrap();
-    let auth = format!("file:{}", secret.path().display());
+    let (_dir, secret) = demo_secret("upstream-secret-7f3a\n");
+    let auth = format!("file:{}", secret.display());
     for protocol in ["2026-07-28", "2025-11-25", "auto"] {
         let upstream = UpstreamServer::start(&["--token", "upstream-secret-7f3a"]);
         let dev = Dev::start().await;
@@ -225,7 +234,7 @@ async fn upstream_tools_serve_in_both_eras_once_approved() {
         assert_eq!(reason(&missing), "UPSTREAM_TOOL_NOT_PINNED", "{missing}");
         // The credential is a reference: nothing the ledger serves contains the token.
         let shown = dev.upstream("weather").await;
-        assert_eq!(shown["upstream"]["spec"]["auth"], json!({"bearer_file": {"path": secret.path()}}));
+        assert_eq!(shown["upstream"]["spec"]["auth"], json!({"bearer_file": {"path": secret}}));
         let audit = dev.audit().await;
         assert!(!serde_json::to_string(&audit).unwrap().contains("upstream-secret-7f3a"));
         assert!(!serde_json::to_string(&shown).unwrap().contains("upstream-secret-7f3a"));
@@ -454,12 +463,11 @@ async fn an_effectful_upstream_tool_is_one_durable_operation() {
 /// secret is nowhere in what Writ stores or shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauth_client_credentials_are_asked_for_kept_and_renewed() {
-    let secret = tempfile::Builder::new().prefix("upstream-").tempfile().unwrap();
-    std::fs::write(secret.path(), "client-s3cret-91\n").unwrap();
+    let (_dir, secret) = demo_secret("client-s3cret-91\n");
     let upstream = UpstreamServer::start(&["--oauth", "writ-edge:client-s3cret-91", "--token-ttl", "3"]);
     let dev = Dev::start().await;
     let token_url = format!("http://127.0.0.1:{}/token", upstream.port);
-    let secret_ref = format!("file:{}", secret.path().display());
+    let secret_ref = format!("file:{}", secret.display());
     let oauth = ["--oauth-token-url", &token_url, "--oauth-client-id", "writ-edge", "--oauth-scope", "tools:read"];
     let args =
         ["upstream", "add", "--tenant", "demo", "weather", "--mcp-url", &upstream.url(), "--protocol", "2026-07-28"];
@@ -495,9 +503,8 @@ async fn oauth_client_credentials_are_asked_for_kept_and_renewed() {
         assert!(!place.contains("client-s3cret-91"), "the secret leaked: {place}");
     }
     // A wrong secret is refused by the token endpoint, and said so.
-    let wrong = tempfile::Builder::new().prefix("upstream-").tempfile().unwrap();
-    std::fs::write(wrong.path(), "not-the-secret\n").unwrap();
-    let wrong_ref = format!("file:{}", wrong.path().display());
+    let (_wrong_dir, wrong) = demo_secret("not-the-secret\n");
+    let wrong_ref = format!("file:{}", wrong.display());
     let set = ["upstream", "set", "--tenant", "demo", "weather"];
     dev.cli_ok(
         &[&set[..], &["--oauth-token-url", &token_url, "--oauth-client-id", "writ-edge", "--oauth-secret", &wrong_ref]]
@@ -682,8 +689,8 @@ async fn canned(
 
 /// SPEC F1, S4: an upstream URL cannot be turned against the network Writ runs in. A redirect
 /// is not followed (and what the target says is not echoed), a name that resolves to loopback
-/// is refused at connect time, Writ's own `/mcp` is no upstream, and a credential file that is
-/// a symbolic link to another secret is not read.
+/// is refused at connect time, Writ's own `/mcp` is no upstream, a credential file that is
+/// a symbolic link to another secret is not read, and another tenant's credential cannot be named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_calls_cannot_be_turned() {
     let dev = Dev::start().await;
@@ -721,10 +728,37 @@ async fn upstream_calls_cannot_be_turned() {
     let dir = tempfile::tempdir().unwrap();
     let other = dir.path().join("operator-token");
     std::fs::write(&other, "operator-secret-8d1e").unwrap();
-    let link = dir.path().join("upstream-shop");
+    std::fs::create_dir(dir.path().join("demo")).unwrap();
+    let link = dir.path().join("demo").join("upstream-shop");
     std::os::unix::fs::symlink(&other, &link).unwrap();
     add_as("linked", &format!("http://127.0.0.1:{secret_port}/mcp"), &format!("file:{}", link.display()));
     let said = refused_sync("linked");
     assert!(said.contains("symbolic link"), "{said}");
     assert_eq!(secret_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the linked secret was sent");
+
+    // Another tenant's credential: a variable or a file not of this tenant's own is refused
+    // when the upstream is configured.
+    let (_theirs_dir, theirs) = demo_secret("other-tenant-secret");
+    let elsewhere = theirs.parent().unwrap().with_file_name("acme").join("upstream-token");
+    std::fs::create_dir(elsewhere.parent().unwrap()).unwrap();
+    std::fs::rename(&theirs, &elsewhere).unwrap();
+    for foreign in [
+        format!("file:{}", elsewhere.display()),
+        "env:WRIT_UPSTREAM_ACME__TOKEN".into(),
+        "env:WRIT_UPSTREAM_DEMO_TOKEN".into(),
+    ] {
+        let args = [
+            "upstream",
+            "add",
+            "--tenant",
+            "demo",
+            "foreign",
+            "--mcp-url",
+            &format!("http://127.0.0.1:{secret_port}/mcp"),
+        ];
+        let (code, out, err) = dev.dev.cli(&[&args[..], &["--auth", &foreign]].concat());
+        assert_ne!(code, 0, "{foreign} accepted: {out}");
+        assert!(err.contains("UPSTREAM_INVALID") && err.contains("not a credential of tenant 'demo'"), "{err}");
+    }
+    assert_eq!(secret_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -111,6 +111,10 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                     "only a certificate of this executor the ledger still accepts renews it",
                 ));
             }
+            if x.cert == *cert {
+                // The renewal that produced the current certificate, again: nothing to change.
+                return Ok(vec![]);
+            }
             if !new_certificate(state, tenant_id, cert) || cert.executor_id != *executor_id || cert.not_after_ms <= now
             {
                 return Err(Rejection::new(

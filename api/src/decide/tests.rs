@@ -365,6 +365,9 @@ fn executor_certificates_renew_from_a_mapped_certificate_until_revoked() {
     // A renewal whose answer was lost: the executor still holds 2 and renews from it again.
     ok(&mut st, renew(2, cert(4)));
     assert_eq!(mapped(&st), ["02", "04"]);
+    // The same renewal replayed (the same certificate, byte for byte) changes nothing.
+    assert_eq!(decide(&st, &renew(2, cert(4)), 1_000).map(|e| e.len()), Ok(0), "a replay is a no-op");
+    assert_eq!((mapped(&st), &st.executors["a"]["x"].cert), (vec!["02".to_string(), "04".to_string()], &cert(4)));
     assert_eq!(refused(&st, renew(4, cert(2))), Some(ReasonCode::INPUT_INVALID), "a certificate is never reused");
     let expired = ExecutorCertV1 { not_after_ms: 1_000, ..cert(5) };
     assert_eq!(refused(&st, renew(4, expired)), Some(ReasonCode::INPUT_INVALID));

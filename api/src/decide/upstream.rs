@@ -21,6 +21,9 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         Command::PutUpstream { name, spec, create, .. } => {
             validate_name(name)?;
             spec.validate()?;
+            if let Some(tenant) = state.tenants.get(tenant_id) {
+                spec.auth.owned_by(&tenant.name)?;
+            }
             let upstream = match (state.upstream(tenant_id, name), create) {
                 (Some(_), true) => {
                     let msg = format!("upstream '{name}' already exists");
