@@ -655,6 +655,10 @@ pub struct CreateTenantRequest {
     pub name: String,
     #[serde(default)]
     pub display_name: Option<String>,
+    /// Settings other than the defaults; without `quotas`, the tenant gets
+    /// [`crate::settings::QuotasV1::fresh_tenant`] (`"quotas": {}`: no limits).
+    #[serde(default)]
+    pub settings: Option<crate::settings::TenantSettingsPatch>,
 }
 
 /// `POST /v1/tenants/{tenant}/suspend`.

@@ -437,6 +437,15 @@ pub enum Command {
         grant: crate::credential::GrantV1,
         command: Box<Command>,
     },
+    /// Creates a tenant with its first settings in one entry (a fresh tenant never exists
+    /// without the limits it was created with): `TenantCreatedV1`, then
+    /// `TenantSettingsChangedV1` with the defaults patched by `settings`.
+    CreateTenantWith {
+        tenant_id: String,
+        name: String,
+        display_name: Option<String>,
+        settings: TenantSettingsPatch,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -456,7 +465,8 @@ pub struct BatchedCommand {
 /// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`)
 /// and OAuth client credentials for upstreams. 6: command batches (`Command::Batch`).
 /// 7: principal acts under a node-verified credential (`Command::Verified`).
-pub const LEDGER_VERSION: u32 = 7;
+/// 8: tenants created with their settings (`Command::CreateTenantWith`).
+pub const LEDGER_VERSION: u32 = 8;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -487,6 +497,7 @@ impl Command {
     pub fn domain(&self) -> Domain {
         match self {
             Command::CreateTenant { .. }
+            | Command::CreateTenantWith { .. }
             | Command::SuspendTenant { .. }
             | Command::ResumeTenant { .. }
             | Command::SetTenantSettings { .. }
@@ -637,6 +648,7 @@ impl Command {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
             Command::Verified { command, .. } => command.ledger_version().max(7),
+            Command::CreateTenantWith { .. } => 8,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -840,7 +852,7 @@ impl Command {
     /// Short kind name used in rejection events, logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            Command::CreateTenant { .. } => "create_tenant",
+            Command::CreateTenant { .. } | Command::CreateTenantWith { .. } => "create_tenant",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
@@ -908,6 +920,7 @@ impl Command {
     pub fn stream(&self) -> &str {
         match self {
             Command::CreateTenant { tenant_id, .. }
+            | Command::CreateTenantWith { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }

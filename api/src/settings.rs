@@ -53,6 +53,20 @@ pub struct QuotasV1 {
     pub concurrent_operations: Option<u64>,
 }
 
+impl QuotasV1 {
+    /// The limits a tenant gets when its creation names none: generous for one tenant's
+    /// agents, yet bounded, so no tenant can turn requests into unbounded ledger commits.
+    /// `{}` at creation (or in a settings patch) means no limits.
+    pub fn fresh_tenant() -> QuotasV1 {
+        QuotasV1 {
+            requests_per_minute: Some(60_000),
+            operations_per_minute: Some(6_000),
+            cost_units_per_day: None,
+            concurrent_operations: Some(1_000),
+        }
+    }
+}
+
 /// The full settings of a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantSettingsV1 {

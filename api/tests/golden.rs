@@ -941,6 +941,19 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "create_tenant_with",
+            req(Command::CreateTenantWith {
+                tenant_id: "t-2".into(),
+                name: "beta".into(),
+                display_name: None,
+                settings: writ_api::settings::TenantSettingsPatch {
+                    quotas: Some(writ_api::settings::QuotasV1::fresh_tenant()),
+                    ..Default::default()
+                },
+            }),
+            None,
+        ),
     ]
 }
 
@@ -1234,7 +1247,7 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Batch entries came after state format 8, verified ones after 9 (neither changes a
     // state format).
     (8, &["batch"]),
-    (9, &["verified"]),
+    (9, &["verified", "create_tenant_with"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -218,7 +218,9 @@ pub async fn provision(admin: &Admin, s: &Setup) -> Result<Vec<Tenant>, String> 
     for i in 0..s.tenants {
         let name = format!("{}-{i}", s.prefix);
         let t = format!("/v1/tenants/{name}");
-        if admin.create("/v1/tenants", json!({"name": name})).await?.is_some() {
+        // The run sets its own limits (the agent's quotas below), not a fresh tenant's defaults.
+        let body = json!({"name": name, "settings": {"quotas": {}}});
+        if admin.create("/v1/tenants", body).await?.is_some() {
             admin.create(&format!("{t}/catalogs"), catalog()).await?;
             admin.create(&format!("{t}/principals"), json!({"name": AGENT, "kind": "agent", "preset": "full"})).await?;
             admin.create(&format!("{t}/sites"), json!({"name": SITE})).await?;

@@ -101,7 +101,7 @@ fn full_agent(name: &str) -> CreatePrincipalRequest {
 /// Provisions the demo tenant (idempotent: what exists is kept) and issues a fresh demo token
 /// for the edge's audience.
 async fn provision_demo(admin: &AdminClient, audience: &str) -> Result<String, String> {
-    let tenant = CreateTenantRequest { name: "demo".into(), display_name: Some("Writ demo".into()) };
+    let tenant = CreateTenantRequest { name: "demo".into(), display_name: Some("Writ demo".into()), settings: None };
     kept(admin.create_tenant(&tenant).await)?;
     kept(admin.create_principal("demo", &full_agent("demo-agent")).await)?;
     kept(admin.create_site("demo", &CreateSiteRequest { name: "demo-site".into(), display_name: None }).await)?;
@@ -144,8 +144,11 @@ async fn site_executor(
 /// Provisions the conformance fixture tenant: its anonymous principal, its site and the fixture
 /// catalog (published through the admin API like any catalog).
 async fn provision_fixtures(admin: &AdminClient) -> Result<(), String> {
-    let tenant =
-        CreateTenantRequest { name: FIXTURE_TENANT.into(), display_name: Some("MCP conformance fixtures".into()) };
+    let tenant = CreateTenantRequest {
+        name: FIXTURE_TENANT.into(),
+        display_name: Some("MCP conformance fixtures".into()),
+        settings: None,
+    };
     kept(admin.create_tenant(&tenant).await)?;
     kept(admin.create_principal(FIXTURE_TENANT, &full_agent(FIXTURE_PRINCIPAL)).await)?;
     let site = CreateSiteRequest { name: FIXTURE_SITE.into(), display_name: None };

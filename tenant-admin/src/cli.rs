@@ -1633,6 +1633,9 @@ pub struct CreateArgs {
     pub name: String,
     #[arg(long)]
     pub display_name: Option<String>,
+    /// Create the tenant without the default quotas (set limits later with `tenant set`).
+    #[arg(long)]
+    pub no_quotas: bool,
 }
 
 /// A failed call, already mapped to an exit code and a message.
@@ -1896,7 +1899,10 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Work(cmd) => work_cmd(c, out, cmd).await,
         Noun::Tenant(cmd) => match cmd {
             TenantCmd::Create(a) => {
-                let request = CreateTenantRequest { name: a.name.clone(), display_name: a.display_name.clone() };
+                let settings =
+                    a.no_quotas.then(|| TenantSettingsPatch { quotas: Some(Default::default()), ..Default::default() });
+                let request =
+                    CreateTenantRequest { name: a.name.clone(), display_name: a.display_name.clone(), settings };
                 show(out, &c.create_tenant(&request).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
             }
             TenantCmd::List { after, limit } => {

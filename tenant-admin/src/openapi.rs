@@ -243,7 +243,9 @@ fn schemas() -> Value {
             "code": {"type": "integer"}, "message": {"type": "string"}}},
         "CreateTenant": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {
             "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"},
-            "display_name": {"type": ["string", "null"], "maxLength": 200}}},
+            "display_name": {"type": ["string", "null"], "maxLength": 200},
+            "settings": {"$ref": "#/components/schemas/TenantSettingsPatch",
+                         "description": "without quotas the tenant gets the default limits; \"quotas\": {} means none"}}},
         "SuspendTenant": {"type": "object", "additionalProperties": false, "properties": {"note": {"type": ["string", "null"], "maxLength": 500}}},
         "AddLearner": {"type": "object", "additionalProperties": false, "required": ["node_id", "addr"], "properties": {"node_id": {"type": "integer", "minimum": 1}, "addr": {"type": "string"}}},
         "Membership": {"type": "object", "additionalProperties": false, "required": ["voters"], "properties": {"voters": {"type": "array", "items": {"type": "integer"}}}},

@@ -236,8 +236,15 @@ async fn create_tenant(
     // Fail fast with the same rule the ledger applies (the ledger stays authoritative).
     writ_api::rejection::validate_tenant_name(&b.name)?;
     let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
-    submit(&st, Command::CreateTenant { tenant_id: tenant_id.clone(), name: b.name, display_name: b.display_name })
-        .await?;
+    let mut settings = b.settings.unwrap_or_default();
+    settings.quotas.get_or_insert_with(writ_api::settings::QuotasV1::fresh_tenant);
+    let create = Command::CreateTenantWith {
+        tenant_id: tenant_id.clone(),
+        name: b.name,
+        display_name: b.display_name,
+        settings,
+    };
+    submit(&st, create).await?;
     // Answer with the tenant as the ledger holds it (one source of truth for the view).
     Ok((StatusCode::CREATED, Json(find_tenant(&st, tenant_id).await?)))
 }

@@ -22,7 +22,7 @@ async fn main() {
     let concurrency: usize = args[4].parse().expect("CONCURRENCY");
     let admin = writ_client::AdminClient::with_tls(url.clone(), token.clone(), ca.as_ref());
     let name = format!("audit-bench-{}", std::process::id());
-    let request = writ_api::dto::CreateTenantRequest { name, display_name: None };
+    let request = writ_api::dto::CreateTenantRequest { name, display_name: None, settings: None };
     let tenant = admin.create_tenant(&request).await.expect("create tenant").id;
     let settings: writ_api::settings::TenantSettingsPatch =
         serde_json::from_value(serde_json::json!({"audit_max_events": count as u64 + 100})).expect("patch");

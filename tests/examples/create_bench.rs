@@ -35,7 +35,11 @@ async fn main() {
                 }
                 let client = &clients[(w + i) % clients.len()];
                 let t = Instant::now();
-                let request = writ_api::dto::CreateTenantRequest { name: format!("{run}-{i}"), display_name: None };
+                let request = writ_api::dto::CreateTenantRequest {
+                    name: format!("{run}-{i}"),
+                    display_name: None,
+                    settings: None,
+                };
                 client.create_tenant(&request).await.expect("create");
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
             }

@@ -464,7 +464,7 @@ impl Admin {
 
     /// Creates a tenant; Ok(true) when acknowledged, Ok(false) when it already existed.
     pub async fn create_tenant(&self, base: &str, name: &str) -> Result<bool, String> {
-        let request = writ_api::dto::CreateTenantRequest { name: name.into(), display_name: None };
+        let request = writ_api::dto::CreateTenantRequest { name: name.into(), display_name: None, settings: None };
         match self.client(base).create_tenant(&request).await {
             Ok(_) => Ok(true),
             Err(e) if e.reason() == writ_api::ReasonCode::TENANT_ALREADY_EXISTS => Ok(false),

@@ -131,6 +131,19 @@ async fn cli_drives_tenants_with_trustworthy_exit_codes() {
     let t: Value = serde_json::from_str(&out).expect("json output");
     assert_eq!(t["name"], "globex");
     assert_eq!(t["state"], "active");
+    // A fresh tenant is bounded from its first entry: the default quotas, unless asked not to.
+    let defaults = serde_json::to_value(writ_api::settings::QuotasV1::fresh_tenant()).unwrap();
+    assert_eq!(t["settings"]["quotas"], defaults, "{t}");
+    assert!(t["settings"]["quotas"]["requests_per_minute"].as_u64().is_some_and(|n| n > 0), "{t}");
+    let (code, out, err) = cli(&["tenant", "create", "unbounded", "--no-quotas", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        t["settings"]["quotas"],
+        json!({"requests_per_minute": null, "operations_per_minute": null,
+        "cost_units_per_day": null, "concurrent_operations": null}),
+        "{t}"
+    );
 
     let (code, _, err) = cli(&["tenant", "create", "globex"]);
     assert_eq!(code, 1, "duplicate must exit 1");

@@ -1,32 +1,16 @@
 //! Tenants (SPEC D1): creation with a unique name, suspension and resumption, settings patched and validated as a whole (the event carries the complete result).
 
 use super::prelude::*;
+use crate::settings::TenantSettingsV1;
 
 pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
-        Command::CreateTenant { tenant_id, name, display_name } => {
-            validate_tenant_name(name)?;
-            validate_text("display_name", display_name.as_deref(), DISPLAY_NAME_BYTES_MAX)?;
-            if tenant_id.is_empty() || tenant_id == CLUSTER_STREAM || tenant_id.len() > 64 {
-                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "tenant id must be 1..=64 bytes"));
-            }
-            if state.tenant_names.contains_key(name) {
-                return Err(Rejection::new(
-                    ReasonCode::TENANT_ALREADY_EXISTS,
-                    format!("a tenant named '{name}' already exists"),
-                ));
-            }
-            if state.tenants.contains_key(tenant_id) {
-                return Err(Rejection::new(
-                    ReasonCode::TENANT_ALREADY_EXISTS,
-                    format!("tenant id '{tenant_id}' is taken"),
-                ));
-            }
-            Ok(vec![Event::TenantCreatedV1 {
-                tenant_id: tenant_id.clone(),
-                name: name.clone(),
-                display_name: display_name.clone(),
-            }])
+        Command::CreateTenant { tenant_id, name, display_name } => created(state, tenant_id, name, display_name),
+        Command::CreateTenantWith { tenant_id, name, display_name, settings } => {
+            let mut events = created(state, tenant_id, name, display_name)?;
+            let settings = TenantSettingsV1::default().patched(settings)?;
+            events.push(Event::TenantSettingsChangedV1 { tenant_id: tenant_id.clone(), settings });
+            Ok(events)
         }
         Command::SuspendTenant { tenant_id, note } => {
             validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
@@ -76,4 +60,32 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         }
         other => Err(misrouted(other)),
     }
+}
+
+/// A new tenant's creation, checked.
+fn created(
+    state: &LedgerState,
+    tenant_id: &str,
+    name: &str,
+    display_name: &Option<String>,
+) -> Result<Vec<Event>, Rejection> {
+    validate_tenant_name(name)?;
+    validate_text("display_name", display_name.as_deref(), DISPLAY_NAME_BYTES_MAX)?;
+    if tenant_id.is_empty() || tenant_id == CLUSTER_STREAM || tenant_id.len() > 64 {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, "tenant id must be 1..=64 bytes"));
+    }
+    if state.tenant_names.contains_key(name) {
+        return Err(Rejection::new(
+            ReasonCode::TENANT_ALREADY_EXISTS,
+            format!("a tenant named '{name}' already exists"),
+        ));
+    }
+    if state.tenants.contains_key(tenant_id) {
+        return Err(Rejection::new(ReasonCode::TENANT_ALREADY_EXISTS, format!("tenant id '{tenant_id}' is taken")));
+    }
+    Ok(vec![Event::TenantCreatedV1 {
+        tenant_id: tenant_id.to_string(),
+        name: name.to_string(),
+        display_name: display_name.clone(),
+    }])
 }
