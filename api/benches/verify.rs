@@ -150,7 +150,7 @@ fn credential(c: &mut Criterion) {
         }),
     };
     let bearer = writ_api::credential::Credential::Bearer(child);
-    let presenter = writ_api::grant::Presenter { edge_id: "e", node: "node:1", anonymous: &[] };
+    let presenter = writ_api::grant::Presenter { edge_id: "e", node: "node:1" };
     let admit = || writ_api::grant::admit(&st, cancel.clone(), Some(&bearer), &presenter, NOW + 1).unwrap();
     let Command::Verified { grant, .. } = admit() else { panic!("not wrapped") };
     c.bench_function("node: verify an act's credential (delegated token)", |b| b.iter(admit));

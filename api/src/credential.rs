@@ -1,6 +1,7 @@
 //! What an edge presents with a principal's act ([`Credential`]), what a node records of it
 //! once verified ([`GrantV1`], the payload of `Command::Verified`), and the anonymous access an
-//! operator allows an edge ([`AnonymousGrant`]): plain data, checked by `crate::grant`.
+//! operator allows an edge (recorded by `Command::SetAnonymousAccess`): plain data, checked by
+//! `crate::grant`.
 
 use std::collections::BTreeSet;
 
@@ -48,11 +49,7 @@ pub struct GrantV1 {
     pub edge_id: String,
 }
 
-/// An edge allowed to act without a token as one principal of one tenant (names or ids): the
-/// anonymous mode of a loopback edge, as the node's operator configured it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AnonymousGrant {
-    pub edge_id: String,
-    pub tenant: String,
-    pub principal: String,
-}
+/// Edges a tenant lets act without a token, at most (`Command::SetAnonymousAccess`).
+pub const ANONYMOUS_EDGES_PER_TENANT_MAX: usize = 16;
+/// Longest edge id anonymous access is recorded for.
+pub const ANONYMOUS_EDGE_ID_BYTES_MAX: usize = 128;

@@ -529,6 +529,16 @@ pub struct TenantCredentials {
     pub retired_executor_cas: BTreeMap<String, u64>,
     /// Revoked token ids of the tenant's issuers: issuer → `jti` → kept until (ledger ms).
     pub revoked_issuer_tokens: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Edges that may act without a token: edge id → the principal id each acts as.
+    pub anonymous: BTreeMap<String, String>,
+}
+
+/// `PUT /v1/tenants/{tenant}/anonymous/{edge}`: the principal (name or id) the edge may act as
+/// without a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnonymousAccessRequest {
+    pub principal: String,
 }
 
 /// `POST /v1/cluster/certificates/revoke`: a role certificate by serial (any hex spelling), the

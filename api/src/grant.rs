@@ -10,7 +10,7 @@
 //! A bare reference from an edge (a token id, an issuer URL, the anonymous issuer) names no
 //! authority: without a credential the node refuses the act before it reaches the log.
 
-pub use crate::credential::{AnonymousGrant, Credential, GrantV1};
+pub use crate::credential::{Credential, GrantV1};
 
 use crate::auth::{Authority, ANONYMOUS_ISSUER};
 use crate::ledger::Command;
@@ -20,12 +20,10 @@ use crate::rejection::Rejection;
 use crate::state::LedgerState;
 use crate::token::WRIT_ISSUER;
 
-/// Who presents a credential to whom: the edge (by its certificate), the verifying node, and
-/// the anonymous access its operator allowed.
+/// Who presents a credential to whom: the edge (by its certificate) and the verifying node.
 pub struct Presenter<'a> {
     pub edge_id: &'a str,
     pub node: &'a str,
-    pub anonymous: &'a [AnonymousGrant],
 }
 
 /// One part of a command that acts under a principal's authority.
@@ -89,7 +87,7 @@ pub fn admit(
                 .ok_or_else(|| unverified("the token lacks claim 'aud'"))?;
             crate::auth::verify(state, token, &[audience], now_ms)?
         }
-        Credential::Anonymous => anonymous(state, first, presenter)?,
+        Credential::Anonymous => anonymous(state, first.tenant_id, first.principal_id, presenter.edge_id)?,
     };
     bind(&authority, &command)?;
     let grant = GrantV1 {
@@ -105,25 +103,17 @@ pub fn admit(
     Ok(Command::Verified { grant, command: Box::new(command) })
 }
 
-/// The anonymous authority, for an edge its operator allowed it to: the act's own tenant and
-/// principal only.
-fn anonymous(state: &LedgerState, act: &Act<'_>, presenter: &Presenter<'_>) -> Result<Authority, Rejection> {
-    let refused = || {
-        Rejection::new(
+/// The anonymous authority, for an edge the tenant lets act without a token
+/// (`LedgerState::anonymous`): as the one principal recorded for it, in that tenant only.
+fn anonymous(state: &LedgerState, tenant_id: &str, principal_id: &str, edge_id: &str) -> Result<Authority, Rejection> {
+    let allowed = state.anonymous.get(tenant_id).and_then(|edges| edges.get(edge_id));
+    if allowed.map(String::as_str) != Some(principal_id) {
+        return Err(Rejection::new(
             ReasonCode::AUTH_TOKEN_MISSING,
-            format!(
-                "edge '{}' has no anonymous access to this principal: a bearer token is required",
-                presenter.edge_id
-            ),
-        )
-    };
-    let allowed = presenter.anonymous.iter().find(|a| {
-        a.edge_id == presenter.edge_id
-            && state.tenant(&a.tenant).is_some_and(|t| t.id == act.tenant_id)
-            && state.principal(act.tenant_id, &a.principal).is_some_and(|p| p.id == act.principal_id)
-    });
-    let allowed = allowed.ok_or_else(refused)?;
-    crate::auth::anonymous(state, &allowed.tenant, &allowed.principal)
+            format!("edge '{edge_id}' has no anonymous access to this principal: a bearer token is required"),
+        ));
+    }
+    crate::auth::anonymous(state, tenant_id, principal_id)
 }
 
 /// Every act of `command` is by the authority's principal, in its tenant, under the authority
@@ -151,7 +141,8 @@ fn bind(authority: &Authority, command: &Command) -> Result<(), Rejection> {
 
 /// The ledger's side, on every replica at ledger time `now`: the authority `grant` still
 /// stands for — a Writ token's record unrevoked and unexpired along its chain, a tenant
-/// issuer still the tenant's with the token id unrevoked, an anonymous principal still active —
+/// issuer still the tenant's with the token id unrevoked, an anonymous principal still active
+/// and still recorded for the edge —
 /// with the granted scopes narrowed to what the principal still holds.
 pub fn granted(state: &LedgerState, grant: &GrantV1, now: u64) -> Result<Authority, Rejection> {
     let mut authority = match grant.issuer.as_str() {
@@ -159,9 +150,14 @@ pub fn granted(state: &LedgerState, grant: &GrantV1, now: u64) -> Result<Authori
             let jti = grant.token_id.as_deref().ok_or_else(|| unverified("a Writ grant names its token"))?;
             crate::auth::recorded_authority(state, &grant.tenant_id, jti, &grant.principal_id, now)?
         }
+        // Still recorded for this edge, tenant and principal.
+        ANONYMOUS_ISSUER if grant.expires_at_ms > now => {
+            anonymous(state, &grant.tenant_id, &grant.principal_id, &grant.edge_id)?
+        }
+        ANONYMOUS_ISSUER => return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the grant has expired")),
         issuer => {
             let tenant_issuer = state.issuers.get(issuer).is_some_and(|i| i.tenant_id == grant.tenant_id);
-            if issuer != ANONYMOUS_ISSUER && !tenant_issuer {
+            if !tenant_issuer {
                 return Err(unverified(format!("'{issuer}' is no longer an issuer of this tenant")));
             }
             let revoked = grant.token_id.as_deref().is_some_and(|j| state.revocations.issuer_token_revoked(issuer, j));

@@ -446,6 +446,14 @@ pub enum Command {
         display_name: Option<String>,
         settings: TenantSettingsPatch,
     },
+    /// Lets the edge `edge_id` (its certificate's id) act without a token as one principal of
+    /// the tenant — the anonymous mode of a loopback edge — or, with `principal_id` `None`,
+    /// takes that away. Only what this records is granted to an anonymous credential.
+    SetAnonymousAccess {
+        tenant_id: String,
+        edge_id: String,
+        principal_id: Option<String>,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -465,7 +473,8 @@ pub struct BatchedCommand {
 /// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`)
 /// and OAuth client credentials for upstreams. 6: command batches (`Command::Batch`).
 /// 7: principal acts under a node-verified credential (`Command::Verified`).
-/// 8: tenants created with their settings (`Command::CreateTenantWith`).
+/// 8: tenants created with their settings (`Command::CreateTenantWith`), anonymous access
+/// recorded in the ledger (`Command::SetAnonymousAccess`).
 pub const LEDGER_VERSION: u32 = 8;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
@@ -514,7 +523,8 @@ impl Command {
             | Command::RemoveTenantIssuer { .. }
             | Command::RevokeIssuerToken { .. }
             | Command::RetireSigningKey { .. }
-            | Command::RevokeRoleCertificate { .. } => Domain::Token,
+            | Command::RevokeRoleCertificate { .. }
+            | Command::SetAnonymousAccess { .. } => Domain::Token,
             Command::CreateSite { .. } | Command::CreateDevice { .. } => Domain::Site,
             Command::PublishCatalog { .. } => Domain::Catalog,
             Command::CreateEnrollment { .. }
@@ -648,7 +658,7 @@ impl Command {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
             Command::Verified { command, .. } => command.ledger_version().max(7),
-            Command::CreateTenantWith { .. } => 8,
+            Command::CreateTenantWith { .. } | Command::SetAnonymousAccess { .. } => 8,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -853,6 +863,7 @@ impl Command {
     pub fn kind(&self) -> &'static str {
         match self {
             Command::CreateTenant { .. } | Command::CreateTenantWith { .. } => "create_tenant",
+            Command::SetAnonymousAccess { .. } => "set_anonymous_access",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
@@ -921,6 +932,7 @@ impl Command {
         match self {
             Command::CreateTenant { tenant_id, .. }
             | Command::CreateTenantWith { tenant_id, .. }
+            | Command::SetAnonymousAccess { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }
@@ -1342,6 +1354,12 @@ pub enum Event {
         operation_id: String,
         target: String,
     },
+    /// The edge `edge_id` may act without a token as `principal_id` (`None`: no longer).
+    AnonymousAccessSetV1 {
+        tenant_id: String,
+        edge_id: String,
+        principal_id: Option<String>,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1371,7 +1389,8 @@ impl Event {
             | Event::IssuerTokenRevokedV1 { .. }
             | Event::ScopeGrantedV1 { .. }
             | Event::TenantDeletedV1 { .. }
-            | Event::TenantPurgedV1 { .. } => true,
+            | Event::TenantPurgedV1 { .. }
+            | Event::AnonymousAccessSetV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
             | Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
@@ -1507,6 +1526,7 @@ impl Event {
             Event::UpstreamToolsApprovedV1 { .. } => "upstream_tools_approved",
             Event::UpstreamFuseChangedV1 { .. } => "upstream_fuse_changed",
             Event::OperationUpstreamBoundV1 { .. } => "operation_upstream_bound",
+            Event::AnonymousAccessSetV1 { .. } => "anonymous_access_set",
         }
     }
 }

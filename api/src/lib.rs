@@ -130,7 +130,8 @@ pub mod format {
     /// 7: then by its upstream MCP servers.
     /// 8: then by its upstream operations waiting for their attempt.
     /// 9: a tenant's audit times are runs (`crate::audit::AuditTimes`), not a time per record.
-    pub const STATE_FORMAT_VERSION: u32 = 9;
+    /// 10: then by the anonymous access of edges (`LedgerState::anonymous`).
+    pub const STATE_FORMAT_VERSION: u32 = 10;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

@@ -174,6 +174,7 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
                             .into_iter()
                             .filter_map(|iss| Some((iss.clone(), r.issuer_tokens.get(iss)?.clone())))
                             .collect(),
+                        anonymous: state.anonymous.get(&t.id).cloned().unwrap_or_default(),
                         tenant_id: t.id.clone(),
                     })
                 }

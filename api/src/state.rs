@@ -124,6 +124,11 @@ pub struct LedgerState {
     /// ends). Encoded after the upstreams (state format 8).
     #[serde(skip)]
     pub upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
+    /// The edges each tenant lets act without a token, by tenant id then edge id: the
+    /// principal each acts as (`Command::SetAnonymousAccess`). Encoded after the upstream
+    /// operations (state format 10).
+    #[serde(skip)]
+    pub anonymous: BTreeMap<String, BTreeMap<String, String>>,
     /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
     /// inputs of operations that are no longer live, and its fold drops an operation's inputs
     /// when it stops being live. Never encoded: a node's state is never a projection.
@@ -681,6 +686,16 @@ impl LedgerState {
                     .or_default()
                     .insert(operation_id.clone(), target.clone());
             }
+            Event::AnonymousAccessSetV1 { tenant_id, edge_id, principal_id } => {
+                let edges = self.anonymous.entry(tenant_id.clone()).or_default();
+                match principal_id {
+                    Some(p) => edges.insert(edge_id.clone(), p.clone()),
+                    None => edges.remove(edge_id),
+                };
+                if edges.is_empty() {
+                    self.anonymous.remove(tenant_id);
+                }
+            }
             Event::UpstreamFuseChangedV1 { tenant_id, name, edge_id, fuse } => {
                 let fuses = &mut self.upstream_mut(tenant_id, name, env)?.fuses;
                 fuses.insert(edge_id.clone(), fuse.clone());
@@ -769,6 +784,7 @@ impl LedgerState {
         self.compacted.remove(tenant_id);
         self.upstreams.remove(tenant_id);
         self.upstream_operations.remove(tenant_id);
+        self.anonymous.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -998,19 +1014,21 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 9): format 1's layout, then the revocations (format
+    /// The canonical encoding (state format 10): format 1's layout, then the revocations (format
     /// 2), then the proposals (format 3), then the work items and operation histories (format
     /// 4), then the evidence records (format 5), the compacted operations (format 6), the
     /// upstreams (format 7) and the upstream operations waiting for their attempt (format 8).
     /// Format 9 has 8's layout with a tenant's audit times as runs
-    /// ([`crate::audit::AuditTimes`], which still reads the older time per record).
+    /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
+    /// adds the anonymous access of edges.
     pub fn encode(&self) -> Vec<u8> {
-        let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations);
+        let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 8 and 9, without the
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 10, without the
+    /// anonymous access for 8 and 9, without the
     /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
@@ -1041,6 +1059,7 @@ impl LedgerState {
             compacted: BTreeMap<String, BTreeMap<String, Operation>>,
             upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
             upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
+            anonymous: BTreeMap<String, BTreeMap<String, String>>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
             1 => (dec(body, bounded).map_err(undecodable)?, Tail::default()),
@@ -1081,7 +1100,7 @@ impl LedgerState {
                 };
                 (state, tail)
             }
-            _ => {
+            8 | 9 => {
                 let (
                     state,
                     revocations,
@@ -1099,14 +1118,47 @@ impl LedgerState {
                     compacted,
                     upstreams,
                     upstream_operations,
+                    ..Default::default()
+                };
+                (state, tail)
+            }
+            _ => {
+                let (
+                    state,
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    (evidence, compacted, upstreams, upstream_operations, anonymous),
+                ) = dec(body, bounded).map_err(undecodable)?;
+                let tail = Tail {
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    evidence,
+                    compacted,
+                    upstreams,
+                    upstream_operations,
+                    anonymous,
                 };
                 (state, tail)
             }
         };
-        let Tail { revocations, proposals, works, history, evidence, compacted, upstreams, upstream_operations } = tail;
+        let Tail {
+            revocations,
+            proposals,
+            works,
+            history,
+            evidence,
+            compacted,
+            upstreams,
+            upstream_operations,
+            anonymous,
+        } = tail;
         (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
         (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
-        state.upstream_operations = upstream_operations;
+        (state.upstream_operations, state.anonymous) = (upstream_operations, anonymous);
         state.rebuild_index();
         Ok(state)
     }

@@ -109,6 +109,7 @@ fn subject(event: &Event) -> Subject {
             (domain_of_command(command), s.principal_id.clone(), s.token_id.clone(), s.parent_token_id.clone())
         }
         Event::PrincipalCreatedV1 { spec, .. } => ("principal", Some(spec.principal_id.clone()), None, None),
+        Event::AnonymousAccessSetV1 { principal_id, .. } => ("principal", principal_id.clone(), None, None),
         Event::PrincipalRevokedV1 { principal_id, .. }
         | Event::ScopeRevokedV1 { principal_id, .. }
         | Event::ScopeGrantedV1 { principal_id, .. } => ("principal", Some(principal_id.clone()), None, None),
@@ -185,6 +186,7 @@ fn domain_of_command(command: &str) -> &'static str {
         ("observation", "operation"),
         ("unknown_effect", "operation"),
         ("expire_due", "operation"),
+        ("anonymous", "principal"),
         ("tenant", "tenant"),
         ("principal", "principal"),
         ("scope", "principal"),

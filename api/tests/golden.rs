@@ -942,6 +942,23 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             None,
         ),
         (
+            "anonymous_access_set_v1",
+            req(Command::SetAnonymousAccess {
+                tenant_id: "t-1".into(),
+                edge_id: "edge-a".into(),
+                principal_id: Some("p-1".into()),
+            }),
+            Some(env(
+                70,
+                66,
+                Event::AnonymousAccessSetV1 {
+                    tenant_id: "t-1".into(),
+                    edge_id: "edge-a".into(),
+                    principal_id: Some("p-1".into()),
+                },
+            )),
+        ),
+        (
             "create_tenant_with",
             req(Command::CreateTenantWith {
                 tenant_id: "t-2".into(),
@@ -1245,9 +1262,9 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Upstream operations came with state format 8.
     (7, &["operation_upstream_bound_v1", "catalog_published_v1_upstream_operation"]),
     // Batch entries came after state format 8, verified ones after 9 (neither changes a
-    // state format).
+    // state format); anonymous access came with state format 10.
     (8, &["batch"]),
-    (9, &["verified", "create_tenant_with"]),
+    (9, &["verified", "create_tenant_with", "anonymous_access_set_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

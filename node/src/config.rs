@@ -46,22 +46,9 @@ struct RawAuthority {
     executor_ca_secret_file: Option<PathBuf>,
     token_audience: Option<String>,
     executor_cert_ttl_s: Option<u64>,
-    #[serde(default)]
-    anonymous: Vec<RawAnonymous>,
+    /// Read only to say where anonymous access went: the ledger records it now.
+    anonymous: Option<toml::Value>,
 }
-
-/// `[[authority.anonymous]]`: an edge (by its certificate's id) that may act without a token as
-/// one principal of one tenant — the anonymous mode of a loopback edge.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAnonymous {
-    edge: String,
-    tenant: String,
-    principal: String,
-}
-
-/// Most `[[authority.anonymous]]` entries a node takes.
-pub const ANONYMOUS_GRANTS_MAX: usize = 64;
 
 /// Default `aud` of Writ-issued tokens when the config names none.
 pub const TOKEN_AUDIENCE_DEFAULT: &str = "urn:writ:mcp";
@@ -80,9 +67,6 @@ pub struct AuthorityConfig {
     /// Lifetime of the executor certificates this node issues (default 90 days; executors
     /// renew at about two thirds of it).
     pub executor_cert_ttl_s: u64,
-    /// Edges allowed to act without a token, each as one principal of one tenant; none by
-    /// default (every act of an edge needs the principal's token).
-    pub anonymous: Vec<writ_api::grant::AnonymousGrant>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -311,18 +295,14 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             message: format!("must be {}..={} s", ttl_bounds.start(), ttl_bounds.end()),
         });
     }
-    if raw.authority.anonymous.len() > ANONYMOUS_GRANTS_MAX {
+    if raw.authority.anonymous.is_some() {
         return Err(ConfigError::Invalid {
             field: "authority.anonymous",
-            message: format!("at most {ANONYMOUS_GRANTS_MAX} entries"),
+            message:
+                "anonymous access is recorded in the ledger: `writ admin credential anonymous` (see docs/deploy.md)"
+                    .into(),
         });
     }
-    let anonymous = raw
-        .authority
-        .anonymous
-        .into_iter()
-        .map(|a| writ_api::grant::AnonymousGrant { edge_id: a.edge, tenant: a.tenant, principal: a.principal })
-        .collect();
     let authority = AuthorityConfig {
         signing_key_file: raw.authority.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
         executor_ca_secret_file: raw
@@ -331,7 +311,6 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .unwrap_or_else(|| data_dir.join("executor-ca-secret")),
         token_audience,
         executor_cert_ttl_s,
-        anonymous,
     };
     Ok(NodeConfig {
         node_id,
@@ -407,15 +386,10 @@ mod tests {
     }
 
     #[test]
-    fn anonymous_access_is_allowed_per_edge_and_bounded() {
-        assert!(NodeConfig::parse(BASE, &no_env).unwrap().authority.anonymous.is_empty(), "none by default");
+    fn anonymous_access_in_the_config_says_where_it_went() {
         let entry = "[[authority.anonymous]]\nedge = \"e1\"\ntenant = \"demo\"\nprincipal = \"agent\"\n";
-        let one = NodeConfig::parse(&format!("{BASE}{entry}"), &no_env).unwrap();
-        let want =
-            writ_api::grant::AnonymousGrant { edge_id: "e1".into(), tenant: "demo".into(), principal: "agent".into() };
-        assert_eq!(one.authority.anonymous, [want]);
-        let many = entry.repeat(ANONYMOUS_GRANTS_MAX + 1);
-        let e = NodeConfig::parse(&format!("{BASE}{many}"), &no_env).unwrap_err();
+        let e = NodeConfig::parse(&format!("{BASE}{entry}"), &no_env).unwrap_err();
         assert!(matches!(e, ConfigError::Invalid { field: "authority.anonymous", .. }), "{e}");
+        assert!(e.to_string().contains("credential anonymous"), "{e}");
     }
 }

@@ -209,7 +209,6 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             executor_ca_secret_file: args.data_dir.join("executor-ca-secret"),
             token_audience: crate::config::TOKEN_AUDIENCE_DEFAULT.to_string(),
             executor_cert_ttl_s: args.executor_cert_ttl_s,
-            anonymous: Vec::new(),
         },
     };
     if !args.edge_listen.ip().is_loopback() {

@@ -217,8 +217,6 @@ pub struct LedgerNode {
     pub rpc_body_bytes_max: usize,
     /// Proposes this node's writes while it leads, many commands per entry under load.
     batcher: crate::batcher::Batcher,
-    /// Edges allowed to act without a token, as one principal each (`[[authority.anonymous]]`).
-    anonymous: std::sync::RwLock<Vec<writ_api::grant::AnonymousGrant>>,
 }
 
 /// What the batcher proposes through: this node's Raft, gated on every member's version.
@@ -338,7 +336,6 @@ impl LedgerNode {
                 crate::batcher::PROPOSALS_IN_FLIGHT_MAX,
                 crate::batcher::BATCH_BYTES_MAX.min(settings.rpc_body_bytes_max / 2),
             ),
-            anonymous: Default::default(),
             id,
             addr,
             raft,
@@ -711,11 +708,6 @@ impl LedgerNode {
         });
     }
 
-    /// Lets the edges `grants` name act without a token, each as its one principal.
-    pub fn allow_anonymous(&self, grants: Vec<writ_api::grant::AnonymousGrant>) {
-        *self.anonymous.write().unwrap_or_else(|e| e.into_inner()) = grants;
-    }
-
     /// An edge's submit as the log is to record it: every principal's act verified against the
     /// credential sent with it on this node's applied state (caught up first when the token was
     /// recorded after it) and wrapped in its grant (`writ_api::grant::admit`). The credential
@@ -732,9 +724,8 @@ impl LedgerNode {
         if recorded_at.is_some_and(|rev| rev > self.sm.read().state.revision) {
             self.linearize().await?;
         }
-        let anonymous = self.anonymous.read().unwrap_or_else(|e| e.into_inner()).clone();
         let node = format!("node:{}", self.id);
-        let presenter = writ_api::grant::Presenter { edge_id, node: &node, anonymous: &anonymous };
+        let presenter = writ_api::grant::Presenter { edge_id, node: &node };
         let now = self.clock.now_ms();
         let command = writ_api::grant::admit(&self.sm.read().state, command, credential.as_ref(), &presenter, now)?;
         metrics::counter!("writ_ledger_acts_verified_total").increment(1);

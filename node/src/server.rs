@@ -104,7 +104,6 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
         Arc::new(HttpPeers::new(http)),
     )
     .await?;
-    node.allow_anonymous(cfg.authority.anonymous.clone());
     node.start_reaper();
     crate::alloc::start_releasing_free_memory();
     node.start_storage_watch();

@@ -1318,6 +1318,17 @@ pub enum CredentialCmd {
         tenant: String,
         fingerprint: String,
     },
+    /// Let an edge (its certificate's id) act without a token as one principal of the tenant
+    /// — the anonymous mode of a loopback edge — or, with --remove, take that away.
+    Anonymous {
+        #[arg(long)]
+        tenant: String,
+        edge: String,
+        #[arg(long, required_unless_present = "remove", conflicts_with = "remove")]
+        principal: Option<String>,
+        #[arg(long)]
+        remove: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -2073,6 +2084,9 @@ async fn credential_cmd(c: &AdminClient, out: Output, cmd: &CredentialCmd) -> Re
             c.revoke_certificate(&request).await
         }
         CredentialCmd::RetireCa { tenant, fingerprint } => c.retire_executor_ca(tenant, fingerprint).await,
+        CredentialCmd::Anonymous { tenant, edge, principal, .. } => {
+            c.set_anonymous(tenant, edge, principal.as_deref()).await
+        }
     };
     show(out, &view.map_err(failed)?, print_credentials)
 }
@@ -2092,6 +2106,9 @@ fn print_credentials(v: &CredentialsView) {
             t.retired_executor_cas
                 .iter()
                 .map(|(f, at)| vec!["executor CA".into(), f.clone(), format!("retired at {at}")]),
+        );
+        rows.extend(
+            t.anonymous.iter().map(|(edge, p)| vec![format!("anonymous edge {edge}"), p.clone(), "allowed".into()]),
         );
         for (issuer, jtis) in &t.revoked_issuer_tokens {
             rows.extend(jtis.iter().map(|(jti, until)| {

@@ -1,21 +1,22 @@
 //! Admin routes for revoking and retiring credentials (SPEC S1): a tenant issuer's token ids,
 //! the nodes' token-signing keys, a tenant's executor CAs and role certificates of the cluster
-//! PKI. The ledger decides each (bounded, reason-coded); every node and edge applies it from its
+//! PKI; and the edges a tenant lets act without a token (anonymous access). The ledger decides each (bounded, reason-coded); every node and edge applies it from its
 //! replica.
 
 use axum::extract::{Path, State};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use writ_api::dto::{
-    CredentialsView, IssuerTokenRevocation, Query as LedgerQuery, RevokeCertificateRequest, RevokeIssuerTokenRequest,
+    AnonymousAccessRequest, CredentialsView, IssuerTokenRevocation, Query as LedgerQuery, RevokeCertificateRequest,
+    RevokeIssuerTokenRequest,
 };
 use writ_api::ledger::{Command, Event};
 use writ_api::revocation::{normalize_serial, RevokedRoleCertificateV1, SERIAL_HEX_MAX};
 use writ_api::{ReasonCode, Rejection};
 
 use crate::error::{ApiError, ValidJson, ValidQuery};
-use crate::service::{find_tenant, query, submit, Shared};
+use crate::service::{find_principal, find_tenant, query, submit, Shared};
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
@@ -24,6 +25,30 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/v1/cluster/certificates/revoke", post(revoke_certificate))
         .route("/v1/tenants/{tenant}/executor-cas/{fingerprint}/retire", post(retire_executor_ca))
         .route("/v1/tenants/{tenant}/issuers/revoke-token", post(revoke_issuer_token))
+        .route("/v1/tenants/{tenant}/anonymous/{edge}", put(allow_anonymous).delete(forbid_anonymous))
+}
+
+/// `PUT …/anonymous/{edge}`: the edge (its certificate's id) may act without a token as the
+/// principal — the anonymous mode of a loopback edge. Answers the tenant's credentials.
+async fn allow_anonymous(
+    State(st): State<Shared>,
+    Path((tenant, edge_id)): Path<(String, String)>,
+    ValidJson(b): ValidJson<AnonymousAccessRequest>,
+) -> Result<Json<CredentialsView>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let p = find_principal(&st, t.id.clone(), b.principal).await?;
+    submit(&st, Command::SetAnonymousAccess { tenant_id: t.id.clone(), edge_id, principal_id: Some(p.id) }).await?;
+    Ok(Json(credentials(&st, Some(t.id)).await?))
+}
+
+/// `DELETE …/anonymous/{edge}`: the edge's acts need a token again.
+async fn forbid_anonymous(
+    State(st): State<Shared>,
+    Path((tenant, edge_id)): Path<(String, String)>,
+) -> Result<Json<CredentialsView>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    submit(&st, Command::SetAnonymousAccess { tenant_id: t.id.clone(), edge_id, principal_id: None }).await?;
+    Ok(Json(credentials(&st, Some(t.id)).await?))
 }
 
 #[derive(Deserialize)]

@@ -194,6 +194,9 @@ fn paths() -> Value {
             "/v1/cluster/certificates/revoke": {"post": op("Revoke a role certificate of the cluster PKI: every node refuses it", Some("RevokeCertificate"), "Credentials")},
             "/v1/tenants/{tenant}/executor-cas/{fingerprint}/retire": {"parameters": params(&["tenant", "fingerprint"]), "post": op("Retire an executor CA: executors it certified enroll again", None, "Credentials")},
             "/v1/tenants/{tenant}/issuers/revoke-token": {"parameters": tenant_param, "post": op("Revoke a token id of a tenant issuer", Some("RevokeIssuerToken"), "IssuerTokenRevocation")},
+            "/v1/tenants/{tenant}/anonymous/{edge}": {"parameters": params(&["tenant", "edge"]),
+                "put": op("Let an edge (its certificate's id) act without a token as one principal", Some("AnonymousAccess"), "Credentials"),
+                "delete": op("Take an edge's anonymous access away", None, "Credentials")},
             "/v1/tenants/{tenant}/operations": {"parameters": tenant_param,
                 "get": {"summary": "The operator's queue: a tenant's operations by id, filtered (needs_attention: unknown effects and reported effects awaiting a verdict)", "parameters": [
                     {"name": "state", "in": "query", "schema": {"type": "string", "enum": ["proposed", "verified", "reserved", "dispatched", "attempting", "effect_reported", "accepted", "rejected", "expired", "failed", "cancelled", "unknown_effect"]}},
@@ -414,6 +417,8 @@ fn schemas() -> Value {
         "Credentials": {"type": "object", "required": ["signing_keys", "retired_signing_keys", "revoked_certificates"], "properties": {
             "signing_keys": {"type": "array", "items": {"type": "string"}}, "retired_signing_keys": {"type": "object"},
             "revoked_certificates": {"type": "array", "items": {"type": "object"}}, "tenant": {"type": "object"}}},
+        "AnonymousAccess": {"type": "object", "additionalProperties": false, "required": ["principal"], "properties": {
+            "principal": {"type": "string", "maxLength": 64}}},
         "ClusterStatus": {"type": "object"}
     })
 }

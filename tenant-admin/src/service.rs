@@ -238,13 +238,24 @@ async fn create_tenant(
     let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
     let mut settings = b.settings.unwrap_or_default();
     settings.quotas.get_or_insert_with(writ_api::settings::QuotasV1::fresh_tenant);
+    let (name, display_name) = (b.name, b.display_name);
     let create = Command::CreateTenantWith {
         tenant_id: tenant_id.clone(),
-        name: b.name,
-        display_name: b.display_name,
-        settings,
+        name: name.clone(),
+        display_name: display_name.clone(),
+        settings: settings.clone(),
     };
-    submit(&st, create).await?;
+    match submit(&st, create).await {
+        // A member that cannot read the one-entry form (an older build, or one not reachable to
+        // ask): the tenant, then its settings, as two entries.
+        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
+            submit(&st, Command::CreateTenant { tenant_id: tenant_id.clone(), name, display_name }).await?;
+            submit(&st, Command::SetTenantSettings { tenant_id: tenant_id.clone(), patch: settings }).await?;
+        }
+        other => {
+            other?;
+        }
+    }
     // Answer with the tenant as the ledger holds it (one source of truth for the view).
     Ok((StatusCode::CREATED, Json(find_tenant(&st, tenant_id).await?)))
 }

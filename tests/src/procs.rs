@@ -514,7 +514,6 @@ pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> wr
             executor_ca_secret_file: dir.join("executor-ca-secret"),
             token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
             executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
-            anonymous: Vec::new(),
         },
     }
 }

@@ -72,8 +72,9 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     // Every record has the minimum fields; none holds a secret; all nodes list the same.
     c.converged(Duration::from_secs(30)).await;
     let on_leader = all_records(&c, &w, &tenant).await;
-    // tenant_created, principal_created, token_issued ×2, the rejected delegation.
-    assert_eq!(on_leader.len(), 5, "{on_leader:#?}");
+    // tenant_created, its default quotas, principal_created, token_issued ×2, the rejected
+    // delegation.
+    assert_eq!(on_leader.len(), 6, "{on_leader:#?}");
     for r in &on_leader {
         for f in MIN_FIELDS {
             assert!(r.get(*f).is_some(), "record lacks {f}: {r}");
@@ -115,7 +116,7 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     assert_eq!(code, 200, "{body}");
     c.converged(Duration::from_secs(30)).await;
     let kept = all_records(&c, &w, &tenant).await;
-    assert_eq!(seqs(&kept), vec![3, 4, 5, 6]);
+    assert_eq!(seqs(&kept), vec![4, 5, 6, 7]);
     for url in &urls {
         assert_eq!(all_records(&c, url, &tenant).await, kept);
     }
@@ -129,7 +130,7 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     let (_, digest) = c.converged(Duration::from_secs(30)).await;
     assert_eq!(digest.len(), 64);
     let kept = all_records(&c, &w, &tenant).await;
-    assert_eq!(seqs(&kept), vec![8], "only the record written after the pause survives: {kept:#?}");
+    assert_eq!(seqs(&kept), vec![9], "only the record written after the pause survives: {kept:#?}");
     for url in &urls {
         assert_eq!(all_records(&c, url, &tenant).await, kept);
     }

@@ -801,6 +801,32 @@ async fn an_edge_certificate_acts_only_with_the_principals_credential() {
     let operations = admin.get(&url, "/v1/tenants/alpha/operations").await.expect("operations");
     assert!(!operations.to_string().contains("op-forged"), "a forged act was recorded: {operations}");
 
+    // Anonymous access is what the tenant records, for one edge and one principal.
+    let anonymous_path = format!("{url}/v1/tenants/alpha/anonymous/intruder");
+    let (code, shown) =
+        admin.send(reqwest::Method::PUT, &anonymous_path, Some(json!({"principal": "agent"}))).await.unwrap();
+    assert_eq!(code, 200, "{shown}");
+    assert_eq!(shown["tenant"]["anonymous"], json!({"intruder": agent_id}), "{shown}");
+    let as_anonymous = |n| submit_as(submit_op(anonymous, n), Credential::Anonymous);
+    let (status, reason) = post(&edge, &client_submit, &as_anonymous(10)).await;
+    assert!(status.is_success() && reason.is_empty(), "the recorded edge acts without a token: {status} {reason}");
+    let other_edge = pki::http(Some((Role::Edge, "bystander")));
+    assert_eq!(post(&other_edge, &client_submit, &as_anonymous(11)).await.1, "AUTH_TOKEN_MISSING", "another edge");
+    let approve_anonymously = Command::OnBehalfOf {
+        authority_ref: anonymous.into(),
+        command: Box::new(Command::AnswerInputs {
+            tenant_id: beta.clone(),
+            operation_id: "op-critical".into(),
+            by_principal_id: approver["id"].as_str().expect("id").into(),
+            answers: Default::default(),
+        }),
+    };
+    let (_, reason) = post(&edge, &client_submit, &submit_as(approve_anonymously, Credential::Anonymous)).await;
+    assert_eq!(reason, "AUTH_TOKEN_MISSING", "another tenant's principal");
+    let (code, shown) = admin.send(reqwest::Method::DELETE, &anonymous_path, None).await.unwrap();
+    assert_eq!((code, &shown["tenant"]["anonymous"]), (200, &json!({})), "{shown}");
+    assert_eq!(post(&edge, &client_submit, &as_anonymous(12)).await.1, "AUTH_TOKEN_MISSING", "taken away");
+
     // With the principal's own token the same act is taken, recorded with the node's grant.
     let (status, reason) = post(&edge, &client_submit, &submit_as(submit_op(agent_jti, 7), bearer(&agent_token))).await;
     assert!(status.is_success() && reason.is_empty(), "{status} {reason}");

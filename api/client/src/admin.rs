@@ -430,6 +430,23 @@ impl AdminClient {
         self.post(&path, &serde_json::json!({})).await
     }
 
+    /// Lets the edge `edge_id` act without a token as `principal` (`None`: takes that away).
+    pub async fn set_anonymous(
+        &self,
+        tenant: &str,
+        edge_id: &str,
+        principal: Option<&str>,
+    ) -> Result<CredentialsView, AdminError> {
+        let path = tenant_path(tenant, &format!("/anonymous/{}", encode(edge_id)));
+        match principal {
+            Some(p) => {
+                let body = writ_api::dto::AnonymousAccessRequest { principal: p.to_string() };
+                self.call(reqwest::Method::PUT, &path, Some(&body)).await
+            }
+            None => self.call::<Value, CredentialsView>(reqwest::Method::DELETE, &path, None).await,
+        }
+    }
+
     // Catalogs.
 
     /// Publishes a catalog document (JSON; the service checks and compiles it).

@@ -687,6 +687,12 @@ fn a_verified_act_is_decided_on_its_grant_at_ledger_time() {
     st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: p }));
     st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-2", "other", &[]) }));
     st.execute(&req(t0, issue("j-1", "p-1", &["ops:cancel"], 3600, None)));
+    let anonymous = |principal: Option<&str>| Command::SetAnonymousAccess {
+        tenant_id: "a".into(),
+        edge_id: "e".into(),
+        principal_id: principal.map(str::to_string),
+    };
+    assert!(matches!(st.execute(&req(t0, anonymous(Some("p-1")))).0, Outcome::Applied { .. }));
     let cancel = |by: &str, authority_ref: &str| Command::OnBehalfOf {
         authority_ref: authority_ref.into(),
         command: Box::new(Command::CancelOperation {
@@ -730,8 +736,45 @@ fn a_verified_act_is_decided_on_its_grant_at_ledger_time() {
             other => panic!("{command:?} was not refused: {other:?}"),
         }
     }
+    // Anonymous access taken away after the node verified an act under it: refused too.
+    st.execute(&req(t0, anonymous(None)));
+    let late = verified(grant(anon, &["ops:cancel"], far), cancel("p-1", anon));
+    assert!(matches!(st.execute(&req(t0, late)).0, Outcome::Rejected { reason: ReasonCode::AUTH_TOKEN_MISSING, .. }));
     // A token revoked after the node verified it: the entry is refused on every replica.
     st.execute(&req(t0, Command::RevokeToken { tenant_id: "a".into(), jti: "j-1".into() }));
     let late = verified(grant(writ, &["ops:cancel"], far), cancel("p-1", "j-1"));
     assert!(matches!(st.execute(&req(t0, late)).0, Outcome::Rejected { reason: ReasonCode::AUTH_TOKEN_REVOKED, .. }));
+}
+
+/// Anonymous access is the tenant's record: one active principal per edge, bounded per tenant,
+/// a repeat is a no-op, removal empties it, and only an edge it names is granted anything.
+#[test]
+fn anonymous_access_is_recorded_per_edge_for_one_active_principal() {
+    use crate::credential::ANONYMOUS_EDGES_PER_TENANT_MAX;
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-1", "agent", &[]) }));
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-2", "gone", &[]) }));
+    st.execute(&req(1, Command::RevokePrincipal { tenant_id: "a".into(), principal_id: "p-2".into(), note: None }));
+    let set = |edge: &str, p: Option<&str>| Command::SetAnonymousAccess {
+        tenant_id: "a".into(),
+        edge_id: edge.into(),
+        principal_id: p.map(str::to_string),
+    };
+    let refused = |st: &LedgerState, cmd: Command| decide(st, &cmd, 1).err().map(|r| r.reason);
+    assert_eq!(refused(&st, set("e", Some("ghost"))), Some(ReasonCode::PRINCIPAL_NOT_FOUND));
+    assert_eq!(refused(&st, set("e", Some("p-2"))), Some(ReasonCode::PRINCIPAL_STATE_CONFLICT));
+    assert_eq!(refused(&st, set(&"e".repeat(200), Some("p-1"))), Some(ReasonCode::INPUT_INVALID));
+    assert!(matches!(st.execute(&req(1, set("e", Some("p-1")))).0, Outcome::Applied { .. }));
+    assert_eq!(decide(&st, &set("e", Some("p-1")), 1).map(|e| e.len()), Ok(0), "a repeat is a no-op");
+    for n in 1..ANONYMOUS_EDGES_PER_TENANT_MAX {
+        assert!(matches!(st.execute(&req(1, set(&format!("e{n}"), Some("p-1")))).0, Outcome::Applied { .. }));
+    }
+    assert_eq!(refused(&st, set("one-too-many", Some("p-1"))), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(st.anonymous["a"]["e"], "p-1");
+    st.execute(&req(1, set("e", None)));
+    assert!(!st.anonymous["a"].contains_key("e"));
+    // The state keeps it across its encoding.
+    let back = LedgerState::decode_versioned(&st.encode_versioned()).unwrap();
+    assert_eq!(back.anonymous, st.anonymous);
 }

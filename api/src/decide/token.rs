@@ -39,6 +39,9 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                 None => Ok(vec![Event::SigningKeyRegisteredV1 { key: key.clone() }]),
             }
         }
+        Command::SetAnonymousAccess { tenant_id, edge_id, principal_id } => {
+            anonymous_access(state, tenant_id, edge_id, principal_id.as_deref())
+        }
         Command::SetTenantIssuer { tenant_id, issuer } => {
             existing(state, tenant_id)?;
             issuer.validate()?;
@@ -213,4 +216,43 @@ fn decide_token(
         parent_jti: req.parent_jti.clone(),
         depth,
     })
+}
+
+/// Anonymous access of an edge to one active principal of an active tenant, or its removal:
+/// bounded in edges per tenant and in the edge id's length; setting what is recorded is a no-op.
+fn anonymous_access(
+    state: &LedgerState,
+    tenant_id: &str,
+    edge_id: &str,
+    principal_id: Option<&str>,
+) -> Result<Vec<Event>, Rejection> {
+    use crate::credential::{ANONYMOUS_EDGES_PER_TENANT_MAX, ANONYMOUS_EDGE_ID_BYTES_MAX};
+    active(state, tenant_id)?;
+    if edge_id.is_empty() || edge_id.len() > ANONYMOUS_EDGE_ID_BYTES_MAX || edge_id.chars().any(char::is_control) {
+        let msg = format!("edge id must be 1..={ANONYMOUS_EDGE_ID_BYTES_MAX} bytes without control characters");
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, msg));
+    }
+    let edges = state.anonymous.get(tenant_id);
+    let current = edges.and_then(|m| m.get(edge_id)).map(String::as_str);
+    if current == principal_id {
+        return Ok(vec![]);
+    }
+    if let Some(p) = principal_id {
+        let principal = state
+            .principal(tenant_id, p)
+            .filter(|x| x.id == p)
+            .ok_or_else(|| Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{p}'")))?;
+        if principal.state != crate::principal::PrincipalState::Active {
+            return Err(Rejection::new(ReasonCode::PRINCIPAL_STATE_CONFLICT, format!("principal '{p}' is revoked")));
+        }
+        if current.is_none() && edges.map_or(0, |m| m.len()) >= ANONYMOUS_EDGES_PER_TENANT_MAX {
+            let msg = format!("a tenant lets at most {ANONYMOUS_EDGES_PER_TENANT_MAX} edges act without a token");
+            return Err(Rejection::new(ReasonCode::INPUT_INVALID, msg));
+        }
+    }
+    Ok(vec![Event::AnonymousAccessSetV1 {
+        tenant_id: tenant_id.to_string(),
+        edge_id: edge_id.to_string(),
+        principal_id: principal_id.map(str::to_string),
+    }])
 }
