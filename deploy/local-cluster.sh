@@ -72,14 +72,13 @@ up() {
       echo "seal_key_file = \"$ROOT/edge-seal-key\""
       echo "[executor]"
       echo "listen = \"127.0.0.1:$((EXECUTOR_BASE_PORT + e - 1))\""
-      echo "tls_secret_file = \"$ROOT/edge-executor-secret\""
       printf '[ledger_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n' "$PKI/edge-e$e.pem" "$PKI/edge-e$e-key.pem" "$CA"
     } > "$dir/edge.toml"
     WRIT_ALLOCATOR=mimalloc nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
     echo $! > "$dir/pid"; edge_pids+=("$!")
     echo "edge $e: $(edge_url "$e") (pid $!, log $dir/edge.log)"
     # The first edge creates the shared seal key; the next one reads it.
-    for _ in $(seq 1 50); do [ -s "$ROOT/edge-seal-key" ] && [ -s "$ROOT/edge-executor-secret" ] && break; sleep 0.1; done
+    for _ in $(seq 1 50); do [ -s "$ROOT/edge-seal-key" ] && break; sleep 0.1; done
   done
   mcp_urls=$(for e in $(seq 1 $EDGES); do printf '%s ' "$(edge_url "$e")"; done)
   executor_urls=$(for e in $(seq 1 $EDGES); do printf 'https://127.0.0.1:%s ' "$((EXECUTOR_BASE_PORT + e - 1))"; done)

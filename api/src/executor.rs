@@ -189,6 +189,54 @@ pub struct ExecutorEnrollment {
     pub edge_ca_certificate: String,
 }
 
+/// Edge CAs an enrollment token pins, at most.
+pub const ENROLLMENT_PINS_MAX: usize = 4;
+
+/// An enrollment token: `wen2.<tenant>.<enrollment>.<secret>.<pins>`, where `pins` are the
+/// sha256 (hex) of the edge CAs an executor may trust, joined by `_`. The token is a secret
+/// the operator hands over out of band, so the CA it pins cannot be swapped by whoever answers
+/// the enrollment; the node keeps only its hash, so the pins cannot be changed either. Tokens
+/// without pins (`wen1.…`, from an earlier build) still parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnrollmentToken<'a> {
+    pub tenant_id: &'a str,
+    pub enrollment_id: &'a str,
+    pub pins: Vec<&'a str>,
+}
+
+impl<'a> EnrollmentToken<'a> {
+    /// The token for `secret` pinning `pins` (none: the unpinned form).
+    pub fn format(tenant_id: &str, enrollment_id: &str, secret: &str, pins: &[String]) -> String {
+        if pins.is_empty() {
+            format!("wen1.{tenant_id}.{enrollment_id}.{secret}")
+        } else {
+            format!("wen2.{tenant_id}.{enrollment_id}.{secret}.{}", pins.join("_"))
+        }
+    }
+
+    /// The parts of `token`, or `None` when it is no enrollment token.
+    pub fn parse(token: &'a str) -> Option<EnrollmentToken<'a>> {
+        let parts: Vec<&str> = token.split('.').collect();
+        let (tenant_id, enrollment_id, pins) = match parts[..] {
+            ["wen1", tenant_id, enrollment_id, _secret] => (tenant_id, enrollment_id, Vec::new()),
+            ["wen2", tenant_id, enrollment_id, _secret, pins] => (tenant_id, enrollment_id, pins.split('_').collect()),
+            _ => return None,
+        };
+        let pin_ok = |p: &&str| p.len() == 64 && p.bytes().all(|b| b.is_ascii_hexdigit());
+        if pins.len() > ENROLLMENT_PINS_MAX || !pins.iter().all(pin_ok) {
+            return None;
+        }
+        Some(EnrollmentToken { tenant_id, enrollment_id, pins })
+    }
+
+    /// Whether `ca_pem` (an edge's CA certificate) is one the token pins; a token without pins
+    /// pins nothing and accepts any.
+    pub fn pins_ca(&self, ca_pem: &str) -> bool {
+        let Some(der) = crate::pem::first(ca_pem, "CERTIFICATE") else { return false };
+        self.pins.is_empty() || self.pins.iter().any(|p| p.eq_ignore_ascii_case(&crate::sha256_hex(&der)))
+    }
+}
+
 /// `renew`: a CSR for the executor's new key, and `proof`, the signature (base64) of the
 /// executor's *current* key over [`renewal_message`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -219,4 +267,27 @@ pub fn renewal_message(current_fingerprint: &str, issued_at_ms: u64, csr_der: &[
 pub struct ForwardedRenewal {
     pub certificate: String,
     pub renewal: RenewRequest,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enrollment_tokens_carry_their_edge_ca_pins() {
+        let ca = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+        let pin = crate::sha256_hex(&[0, 1, 2]);
+        let token = EnrollmentToken::format("t-1", "e-1", "s3cret", std::slice::from_ref(&pin));
+        let parsed = EnrollmentToken::parse(&token).expect("parses");
+        assert_eq!((parsed.tenant_id, parsed.enrollment_id, parsed.pins.clone()), ("t-1", "e-1", vec![pin.as_str()]));
+        assert!(parsed.pins_ca(ca));
+        assert!(!parsed.pins_ca(&ca.replace("AAEC", "AAED")), "another CA");
+        assert!(!parsed.pins_ca("not pem"));
+        let old = EnrollmentToken::parse("wen1.t-1.e-1.s3cret").expect("the unpinned form");
+        assert!(old.pins.is_empty() && old.pins_ca(ca));
+        for bad in ["wen2.t.e.s", "wen2.t.e.s.zz", "wen3.t.e.s", &format!("wen2.t.e.s.{}", [pin.as_str(); 5].join("_"))]
+        {
+            assert_eq!(EnrollmentToken::parse(bad), None, "{bad}");
+        }
+    }
 }

@@ -46,6 +46,7 @@ struct RawAuthority {
     executor_ca_secret_file: Option<PathBuf>,
     token_audience: Option<String>,
     executor_cert_ttl_s: Option<u64>,
+    edge_ca_files: Option<Vec<PathBuf>>,
     /// Read only to say where anonymous access went: the ledger records it now.
     anonymous: Option<toml::Value>,
 }
@@ -67,6 +68,10 @@ pub struct AuthorityConfig {
     /// Lifetime of the executor certificates this node issues (default 90 days; executors
     /// renew at about two thirds of it).
     pub executor_cert_ttl_s: u64,
+    /// The CAs edges' executor endpoints chain to (PEM files): the enrollment tokens this node
+    /// makes pin them, so an executor trusts no other CA an enrollment answer names. Default:
+    /// the cluster CA (`[tls] ca`), which edges with cluster credentials present.
+    pub edge_ca_files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -311,7 +316,14 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
             .unwrap_or_else(|| data_dir.join("executor-ca-secret")),
         token_audience,
         executor_cert_ttl_s,
+        edge_ca_files: raw.authority.edge_ca_files.unwrap_or_else(|| vec![tls.ca.clone()]),
     };
+    if authority.edge_ca_files.is_empty() || authority.edge_ca_files.len() > writ_api::executor::ENROLLMENT_PINS_MAX {
+        return Err(ConfigError::Invalid {
+            field: "authority.edge_ca_files",
+            message: format!("1..={} files", writ_api::executor::ENROLLMENT_PINS_MAX),
+        });
+    }
     Ok(NodeConfig {
         node_id,
         listen,

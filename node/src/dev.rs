@@ -183,6 +183,11 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     let node_identity = Identity::new(Role::Node, "1").expect("node 1");
     let hosts = vec![args.listen.ip().to_string(), "localhost".to_string()];
     crate::pki::ensure(&pki, std::slice::from_ref(&node_identity), &hosts)?;
+    // The edge's executor endpoint derives its CA from this secret: enrollment tokens pin it.
+    let edge_secret = args.data_dir.join("edge-executor-secret");
+    let edge_ca = crate::executor_tls::EdgeTls::derived(&edge_secret, &hosts).map_err(std::io::Error::other)?.ca_pem;
+    let edge_ca_file = args.data_dir.join("edge-executor-ca.pem");
+    std::fs::write(&edge_ca_file, edge_ca)?;
     let cfg = NodeConfig {
         node_id: 1,
         listen: args.listen,
@@ -209,6 +214,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             executor_ca_secret_file: args.data_dir.join("executor-ca-secret"),
             token_audience: crate::config::TOKEN_AUDIENCE_DEFAULT.to_string(),
             executor_cert_ttl_s: args.executor_cert_ttl_s,
+            edge_ca_files: vec![edge_ca_file],
         },
     };
     if !args.edge_listen.ip().is_loopback() {
@@ -225,7 +231,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     }
     options.executor = Some(crate::edge::ExecutorEndpointOptions {
         listen: args.executor_listen,
-        tls_secret_file: Some(args.data_dir.join("edge-executor-secret")),
+        tls_secret_file: Some(edge_secret),
         hosts: Vec::new(),
         url: None,
         refusal_window: std::time::Duration::from_secs(args.executor_refusal_window_s),

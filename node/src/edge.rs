@@ -59,9 +59,7 @@ struct RawEdgeConfig {
 #[serde(deny_unknown_fields)]
 struct RawExecutorEndpoint {
     listen: String,
-    /// The secret every edge derives the endpoint's CA from (hex, created 0600 when missing):
-    /// every edge replica of a deployment must use the same file. Only without `[tls]`: an edge
-    /// with its cluster credential serves executors with it (they trust the cluster CA).
+    /// Read only to say it is gone: the endpoint serves with the edge's cluster credential.
     tls_secret_file: Option<String>,
     /// Host names and IPs in the endpoint's certificate (default: the listen IP, `localhost`).
     #[serde(default)]
@@ -171,10 +169,12 @@ impl EdgeFileConfig {
         let seal_key_file = raw.seal_key_file.ok_or(ConfigError::Missing("seal_key_file", "EDGE_SEAL_KEY_FILE"))?;
         let executor = match raw.executor {
             None => None,
-            Some(x) if x.tls_secret_file.is_none() && raw.tls.is_none() => {
+            Some(x) if x.tls_secret_file.is_some() => {
                 return Err(ConfigError::Invalid {
                     field: "executor.tls_secret_file",
-                    message: "required without [tls]: the endpoint's CA is derived from it".into(),
+                    message: "no longer read: the endpoint serves with the edge's cluster credential ([tls], else \
+                              [ledger_tls]), whose CA enrollment tokens pin; remove the setting"
+                        .into(),
                 })
             }
             Some(x) => Some(ExecutorEndpointOptions {
@@ -182,7 +182,7 @@ impl EdgeFileConfig {
                     field: "executor.listen",
                     message: format!("'{}' is not ip:port", x.listen),
                 })?,
-                tls_secret_file: x.tls_secret_file.map(PathBuf::from),
+                tls_secret_file: None,
                 hosts: x.hosts,
                 url: x.url,
                 refusal_window: x
@@ -253,6 +253,10 @@ pub struct EdgeOptions {
     /// `/mcp` over HTTPS with this credential (also the executor endpoint's certificate);
     /// `cluster_ca_pem` is what executors are told to trust then.
     pub tls: Option<Arc<writ_client::tls::CredentialFiles>>,
+    /// The edge's cluster credential (`[ledger_tls]`): the executor endpoint's certificate when
+    /// `/mcp` has none of its own, so executors always trust the cluster CA, which the nodes'
+    /// enrollment tokens pin.
+    pub ledger_credential: Option<Arc<writ_client::tls::CredentialFiles>>,
     pub cluster_ca_pem: Option<String>,
     /// Plain HTTP behind these TLS-terminating proxies only.
     pub trusted_proxies: Vec<std::net::IpAddr>,
@@ -280,6 +284,7 @@ impl EdgeOptions {
             token_audiences: None,
             probe_listen: None,
             tls: None,
+            ledger_credential: None,
             cluster_ca_pem: None,
             trusted_proxies: Vec::new(),
             canonical_url: None,
@@ -464,7 +469,8 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     let executor_endpoint = match options.executor {
         None => None,
         Some(x) => {
-            let tls = match (&options.tls, &options.cluster_ca_pem) {
+            let credential = options.tls.as_ref().or(options.ledger_credential.as_ref());
+            let tls = match (credential, &options.cluster_ca_pem) {
                 (Some(credential), Some(ca)) => crate::executor_tls::EdgeTls::cluster(credential.clone(), ca.clone()),
                 _ => {
                     let mut hosts = x.hosts.clone();
@@ -588,6 +594,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         token_audiences: cfg.token_audiences,
         probe_listen: cfg.probe_listen,
         tls: server_tls,
+        ledger_credential: Some(writ_client::tls::CredentialFiles::load(&t.cert, &t.key, None)?),
         cluster_ca_pem: Some(cluster_ca_pem),
         trusted_proxies: cfg.trusted_proxies,
         canonical_url: cfg.canonical_url,
@@ -645,8 +652,8 @@ mod tests {
         )
         .unwrap();
         assert!(https.tls.is_some() && https.trusted_proxies.is_empty());
-        // Executors are served with the cluster credential when there is one; without it the
-        // endpoint's CA is derived from the shared secret, which must then be named.
+        // Executors are served with the edge's cluster credential, with or without [tls]; a
+        // derived CA is no longer configurable (enrollment tokens pin the cluster CA).
         let endpoint = "[executor]\nlisten = \"127.0.0.1:9444\"\n";
         let served = EdgeFileConfig::parse(
             &format!("listen = \"0.0.0.0:8443\"\n{base}[tls]\ncert = \"e.pem\"\nkey = \"e-key.pem\"\n{tls}{endpoint}"),
@@ -654,7 +661,10 @@ mod tests {
         )
         .unwrap();
         assert!(served.executor.is_some_and(|x| x.tls_secret_file.is_none()));
-        let derived = EdgeFileConfig::parse(&format!("listen = \"127.0.0.1:8080\"\n{base}{tls}{endpoint}"), &no_env);
+        let plain = EdgeFileConfig::parse(&format!("listen = \"127.0.0.1:8080\"\n{base}{tls}{endpoint}"), &no_env);
+        assert!(plain.unwrap().executor.is_some());
+        let secret = format!("listen = \"127.0.0.1:8080\"\n{base}{tls}{endpoint}tls_secret_file = \"s\"\n");
+        let derived = EdgeFileConfig::parse(&secret, &no_env);
         assert!(matches!(derived, Err(ConfigError::Invalid { field: "executor.tls_secret_file", .. })));
         let proxied = EdgeFileConfig::parse(
             &format!("listen = \"0.0.0.0:8080\"\ntrusted_proxies = [\"10.0.0.5\"]\n{base}{tls}"),

@@ -283,8 +283,15 @@ fn enroll_origin(url: &str) -> Result<String, String> {
     }
 }
 
-/// Enrolls: key generated here, CSR + token to the edge, files written into `out`.
+/// Enrolls: key generated here, CSR + token to the edge, files written into `out` — only when
+/// the edge CA the answer names is one the token pins (`EnrollmentToken`): whoever answers
+/// cannot make the executor trust another CA for its edges.
 pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> Result<ExecutorEnrollment, String> {
+    let parsed = writ_api::executor::EnrollmentToken::parse(token.trim())
+        .ok_or("the enrollment token is malformed (expected wen2.<tenant>.<enrollment>.<secret>.<pins>)")?;
+    if parsed.pins.is_empty() {
+        tracing::warn!("the enrollment token pins no edge CA (made by an earlier build): trusting the answer's");
+    }
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| e.to_string())?;
     let csr = rcgen::CertificateParams::default()
         .serialize_request(&key)
@@ -311,6 +318,13 @@ pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> R
         });
     }
     let e: ExecutorEnrollment = r.json().await.map_err(|e| format!("enrollment answer: {e}"))?;
+    if !parsed.pins_ca(&e.edge_ca_certificate) {
+        return Err(format!(
+            "{url} answered with an edge CA the enrollment token does not pin: nothing written. The token is \
+             used up: revoke executor {} and enroll with a new token over a path you trust",
+            e.enrolled.executor_id
+        ));
+    }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     writ_client::files::replace(&out.join("executor.key"), &key.serialize_pem(), true)
         .map_err(|e| format!("executor.key: {e}"))?;

@@ -123,6 +123,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
             token_audience: cfg.authority.token_audience.clone(),
             ca_secret,
             executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
+            edge_ca_pins: edge_ca_pins(&cfg.authority.edge_ca_files)?,
             state: Some(node.clone() as Arc<dyn writ_client::verifier::StateView>),
             backup: Some(node.clone() as Arc<dyn writ_tenant_admin::BackupSource>),
         },
@@ -178,4 +179,17 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     }
     tracing::info!(node_id = cfg.node_id, %url, %admin_url, %probe_url, "node serving");
     Ok(RunningNode { node, local_addr, url, admin_url, probe_url, drain, servers })
+}
+
+/// sha256 (hex) of the first certificate of each PEM file: the edge CAs enrollment tokens pin.
+fn edge_ca_pins(files: &[std::path::PathBuf]) -> std::io::Result<Vec<String>> {
+    files
+        .iter()
+        .map(|f| {
+            let pem = std::fs::read_to_string(f).map_err(|e| std::io::Error::other(format!("{}: {e}", f.display())))?;
+            let der = writ_api::pem::first(&pem, "CERTIFICATE")
+                .ok_or_else(|| std::io::Error::other(format!("{}: no PEM certificate", f.display())))?;
+            Ok(writ_api::sha256_hex(&der))
+        })
+        .collect()
 }

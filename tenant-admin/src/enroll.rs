@@ -37,7 +37,6 @@ pub const EXECUTOR_CERT_TTL_S: u64 = 90 * 24 * 3600;
 /// Shortest and longest configurable lifetimes (the shortest is for tests of renewal).
 pub const EXECUTOR_CERT_TTL_MIN_S: u64 = 10;
 pub const EXECUTOR_CERT_TTL_MAX_S: u64 = 397 * 24 * 3600;
-const TOKEN_PREFIX: &str = "wen1";
 
 /// Routes that need the operator token.
 pub(crate) fn operator_routes() -> Router<Shared> {
@@ -75,7 +74,7 @@ async fn create_enrollment(
     }
     let enrollment_id = format!("e-{}", uuid::Uuid::new_v4().simple());
     let secret = hex::encode(rand_bytes::<32>());
-    let token = format!("{TOKEN_PREFIX}.{}.{enrollment_id}.{secret}", t.id);
+    let token = writ_api::executor::EnrollmentToken::format(&t.id, &enrollment_id, &secret, &st.edge_ca_pins);
     let enrollment = EnrollmentV1 {
         enrollment_id: enrollment_id.clone(),
         site_id: site.id,
@@ -125,10 +124,8 @@ async fn enroll(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<EnrollRequest>,
 ) -> Result<Json<EnrollResponse>, ApiError> {
-    let parts: Vec<&str> = b.token.split('.').collect();
-    let [TOKEN_PREFIX, tenant_id, enrollment_id, _secret] = parts[..] else {
-        return Err(bad_token().into());
-    };
+    let parsed = writ_api::executor::EnrollmentToken::parse(&b.token).ok_or_else(bad_token)?;
+    let (tenant_id, enrollment_id) = (parsed.tenant_id, parsed.enrollment_id);
     let token_sha256 = token_hash(&b.token);
     // Fast, read-only checks first; the ledger decides atomically below.
     let enrollment = find_enrollment(&st, tenant_id, enrollment_id).await.map_err(|_| bad_token())?;

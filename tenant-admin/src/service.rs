@@ -45,6 +45,9 @@ pub struct AdminConfig {
     pub ca_secret: [u8; 32],
     /// Lifetime of the executor certificates this node issues (enrollment and renewal).
     pub executor_cert_ttl_s: u64,
+    /// sha256 (hex) of the CAs edges' executor endpoints chain to: the enrollment tokens this
+    /// node makes pin them (`writ_api::executor::EnrollmentToken`).
+    pub edge_ca_pins: Vec<String>,
     /// The ledger state the admin API reads (token inspection, keys, CAs, certificates): the
     /// node's own applied state. `None`: a verifier that follows `ledger` (a second copy).
     pub state: Option<Arc<dyn StateView>>,
@@ -75,6 +78,7 @@ pub(crate) struct AdminState {
     pub(crate) view: Arc<dyn StateView>,
     pub(crate) ca_secret: [u8; 32],
     pub(crate) executor_cert_ttl_s: u64,
+    pub(crate) edge_ca_pins: Vec<String>,
 }
 
 pub(crate) type Shared = Arc<AdminState>;
@@ -90,6 +94,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         token_audience: config.token_audience,
         ca_secret: config.ca_secret,
         executor_cert_ttl_s: config.executor_cert_ttl_s,
+        edge_ca_pins: config.edge_ca_pins,
     });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))

@@ -491,6 +491,7 @@ impl Admin {
 /// The configuration of an in-process single-node ledger `id` (bootstrapping itself) with its
 /// data under `dir` and the credential `tls`, on loopback port 0, one-port mode.
 pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> writ_node::config::NodeConfig {
+    let edge_ca = tls.ca.clone();
     writ_node::config::NodeConfig {
         node_id: id,
         listen: "127.0.0.1:0".parse().expect("addr"),
@@ -514,6 +515,7 @@ pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> wr
             executor_ca_secret_file: dir.join("executor-ca-secret"),
             token_audience: writ_node::config::TOKEN_AUDIENCE_DEFAULT.into(),
             executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
+            edge_ca_files: vec![edge_ca],
         },
     }
 }
@@ -675,11 +677,10 @@ impl EdgeProc {
         let tls = crate::pki::credential(writ_api::role::Role::Edge, &format!("e{n}"));
         let text = format!(
             "listen = \"127.0.0.1:0\"\n{canonical}ledger = [{}]\nseal_key_file = \"{}\"\n\
-             [executor]\nlisten = \"127.0.0.1:0\"\ntls_secret_file = \"{}\"\n\
+             [executor]\nlisten = \"127.0.0.1:0\"\n\
              [ledger_tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
             ledger.join(", "),
             dir.join("edge-seal-key").display(),
-            dir.join("edge-executor-secret").display(),
             tls.cert.display(),
             tls.key.display(),
             tls.ca.display(),
@@ -893,4 +894,31 @@ pub fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
 
 fn rustls_pem_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
     pem_blocks(pem, "CERTIFICATE").into_iter().map(rustls::pki_types::CertificateDer::from).collect()
+}
+
+/// A listener on loopback that answers every request with `status`, `headers` and `body`, and
+/// counts the requests it got.
+pub async fn canned(
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: impl Into<String>,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen, body) = (hits.clone(), body.into());
+    let app = axum::Router::new().fallback(move || {
+        let (headers, seen, body) = (headers.clone(), seen.clone(), body.clone());
+        async move {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut r = axum::response::Response::new(axum::body::Body::from(body));
+            *r.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+            for (name, value) in headers {
+                r.headers_mut().insert(name, value.parse().unwrap());
+            }
+            r
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, hits)
 }

@@ -48,6 +48,7 @@ impl Routers {
                 token_audience: EDGE_URL.into(),
                 ca_secret: [7; 32],
                 executor_cert_ttl_s: writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S,
+                edge_ca_pins: Vec::new(),
                 state: None,
                 backup: None,
             },

@@ -116,3 +116,57 @@ async fn csr_enrollment_issues_a_verifiable_certificate_once() {
     assert!(err.contains("EXECUTOR_STATE_CONFLICT"), "{err}");
     node.shutdown().await;
 }
+
+/// The edge CA an executor will trust is pinned by its enrollment token (the operator hands the
+/// token over out of band): whoever answers the enrollment cannot make it trust another CA. An
+/// answer naming another CA is refused and nothing is written; the pinned CA is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enrollment_answer_cannot_swap_the_edge_ca() {
+    let (node, _dir) = single_node().await;
+    let url = node.url.clone();
+    let admin = Admin::new();
+    admin.post_ok(&url, "/v1/tenants", json!({"name": "plant-co"})).await;
+    admin.post_ok(&url, "/v1/tenants/plant-co/sites", json!({"name": "north"})).await;
+    let device = json!({"name": "press-1", "site": "north", "device_class": "press.v1"});
+    admin.post_ok(&url, "/v1/tenants/plant-co/devices", device).await;
+    let token = token_via_cli(&url, "10m");
+    let cluster_ca = std::fs::read_to_string(writ_tests::pki::ca_file()).unwrap();
+    let pin = writ_api::sha256_hex(&der_of(&cluster_ca));
+    assert!(token.starts_with("wen2.") && token.ends_with(&pin), "the token pins the edges' CA: {token}");
+
+    // An "edge" that answers every enrollment itself, naming the CA it likes.
+    let answer = |edge_ca: &str| {
+        json!({"executor_id": "x-1", "tenant_id": "t", "site_id": "s", "device_ids": [],
+               "certificate": cluster_ca, "ca_certificate": cluster_ca, "fingerprint": "00", "serial": "00",
+               "not_after_ms": 0, "executor_urls": ["https://127.0.0.1:9"], "edge_ca_certificate": edge_ca})
+        .to_string()
+    };
+    let other = rcgen::CertificateParams::new(vec![]).unwrap();
+    let other_ca = other.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().pem();
+    let enroll_at = |port: u16, out: std::path::PathBuf| {
+        let token = token.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(writ_tests::procs::writ_bin())
+                .args(["executor", "enroll", "--edge", &format!("http://127.0.0.1:{port}"), "--token", &token])
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .expect("run writ executor enroll")
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (swapping, hits) =
+        writ_tests::procs::canned(200, vec![("content-type", "application/json".into())], answer(&other_ca)).await;
+    let out = enroll_at(swapping, dir.path().join("swapped")).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("does not pin"), "{stderr}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(!dir.path().join("swapped").join("executor.key").exists(), "nothing is written");
+    // The same answer naming the pinned CA is taken.
+    let (honest, _) =
+        writ_tests::procs::canned(200, vec![("content-type", "application/json".into())], answer(&cluster_ca)).await;
+    let out = enroll_at(honest, dir.path().join("pinned")).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(dir.path().join("pinned").join("edge-ca.crt")).unwrap(), cluster_ca);
+    node.shutdown().await;
+}

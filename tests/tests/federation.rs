@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::rpc;
-use writ_tests::procs::{Admin, DevProcess};
+use writ_tests::procs::{canned, Admin, DevProcess};
 use writ_tests::upstream::{python_dir, EverythingServer, UpstreamServer};
 
 struct Dev {
@@ -658,33 +658,6 @@ async fn the_typescript_reference_server_serves_as_an_upstream() {
         let list = rpc(d.mcp(), Some(&token), "tools/list", json!({})).await.2;
         assert_eq!(list["result"]["tools"][0]["description"], json!("Echoes back the input string"), "{list}");
     }
-}
-
-/// A listener on loopback that answers every request with `status`, `headers` and `body`, and
-/// counts the requests it got.
-async fn canned(
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: &'static str,
-) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = hits.clone();
-    let app = axum::Router::new().fallback(move || {
-        let (headers, seen) = (headers.clone(), seen.clone());
-        async move {
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let mut r = axum::response::Response::new(axum::body::Body::from(body));
-            *r.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
-            for (name, value) in headers {
-                r.headers_mut().insert(name, value.parse().unwrap());
-            }
-            r
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (port, hits)
 }
 
 /// SPEC F1, S4: an upstream URL cannot be turned against the network Writ runs in. A redirect
