@@ -211,6 +211,50 @@ pub fn verify(state: &LedgerState, bearer: &str, audiences: &[String], now_ms: u
     }
 }
 
+/// How long after its expiry a token still vouches that its holder made a request
+/// ([`holder`]): decisions reach the ledger up to a denial window, and retries, after it.
+pub const VOUCHER_GRACE_MS: u64 = 10 * 60 * 1000;
+
+/// The tenant and principal whose token `bearer` is, by its signature alone (a Writ signing
+/// key the ledger holds, or the tenant issuer's key), for any audience, up to
+/// [`VOUCHER_GRACE_MS`] past its expiry and whatever was revoked since: proof that whoever
+/// presents it held the principal's token, which is what a recorded decision about a request
+/// needs — not authority to act.
+pub fn holder(state: &LedgerState, bearer: &str, now_ms: u64) -> Result<(String, String), Rejection> {
+    let header = jsonwebtoken::decode_header(bearer).map_err(|_| invalid("the token is not a JWT"))?;
+    let iss = peek(bearer)?.iss.ok_or_else(|| invalid("the token lacks claim 'iss'"))?;
+    let kid = header.kid.as_deref().ok_or_else(|| invalid("the token header lacks 'kid'"))?;
+    let mut v = Validation::new(header.alg);
+    (v.validate_exp, v.validate_nbf, v.validate_aud) = (false, false, false);
+    v.set_issuer(&[&iss]);
+    v.set_required_spec_claims(&["exp", "iss", "sub"]);
+    let (tenant_id, sub, exp) = if iss == WRIT_ISSUER {
+        let key = state.signing_keys.get(kid).ok_or_else(|| invalid(format!("unknown signing key '{kid}'")))?;
+        if header.alg != Algorithm::EdDSA {
+            return Err(invalid("Writ tokens are EdDSA-signed"));
+        }
+        let c = jsonwebtoken::decode::<WritClaims>(bearer, &DecodingKey::from_ed_der(&key.public_key), &v)
+            .map_err(map_jwt_error)?
+            .claims;
+        (c.tid, c.sub, c.exp)
+    } else {
+        let issuer = state.issuers.get(&iss).ok_or_else(|| invalid(format!("unknown token issuer '{iss}'")))?;
+        if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
+            return Err(invalid("symmetric token algorithms are not accepted"));
+        }
+        let set = issuer.keys().ok_or_else(|| invalid("the issuer's JWKS is unusable"))?;
+        let jwk = set.find(kid).ok_or_else(|| invalid(format!("issuer '{iss}' has no key '{kid}'")))?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|_| invalid(format!("issuer key '{kid}' is unusable")))?;
+        let c = jsonwebtoken::decode::<TenantClaims>(bearer, &key, &v).map_err(map_jwt_error)?.claims;
+        (issuer.tenant_id.clone(), c.sub, c.exp)
+    };
+    if exp.saturating_mul(1000).saturating_add(VOUCHER_GRACE_MS) <= now_ms {
+        return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the token expired too long ago to vouch"));
+    }
+    let principal = state.principal(&tenant_id, &sub).ok_or_else(|| invalid("the token's principal does not exist"))?;
+    Ok((tenant_id, principal.id.clone()))
+}
+
 /// The issuer recorded for requests served without a token (loopback-only anonymous mode).
 pub const ANONYMOUS_ISSUER: &str = "urn:writ:anonymous-loopback";
 

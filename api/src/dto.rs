@@ -138,15 +138,31 @@ pub struct SubmitRequest {
     /// verifies it before proposing, see `crate::grant`); never stored.
     #[serde(default)]
     pub credential: Option<crate::credential::Credential>,
+    /// Credentials of the principals the request decisions it carries name, at most one each
+    /// (`crate::grant::vouched`): an edge records decisions only about principals whose
+    /// requests it served. Never stored.
+    #[serde(default)]
+    pub vouchers: Vec<crate::credential::Credential>,
 }
 
 /// Longest trace id a submit may carry (a UUID is 36 bytes; W3C trace ids 32).
 pub const TRACE_ID_BYTES_MAX: usize = 64;
+/// Most vouchers one submit carries.
+pub const VOUCHERS_MAX: usize = 64;
 
 impl SubmitRequest {
     /// A submit of `command` that carries no principal's credential.
     pub fn new(trace_id: impl Into<String>, command: Command) -> SubmitRequest {
-        SubmitRequest { trace_id: trace_id.into(), command, credential: None }
+        SubmitRequest { trace_id: trace_id.into(), command, credential: None, vouchers: Vec::new() }
+    }
+
+    /// A submit of `command` with the credential of the principal whose act it is.
+    pub fn acting(
+        trace_id: impl Into<String>,
+        command: Command,
+        credential: crate::credential::Credential,
+    ) -> SubmitRequest {
+        SubmitRequest { credential: Some(credential), ..SubmitRequest::new(trace_id, command) }
     }
 
     /// What a node checks before proposing, whoever submits: what may be submitted at all, a
@@ -161,12 +177,14 @@ impl SubmitRequest {
         if self.command.operation_id().is_some_and(|id| id.len() > max) {
             return Err(invalid(format!("an operation id is at most {max} bytes")));
         }
-        match &self.credential {
-            Some(crate::credential::Credential::Bearer(t)) if t.len() > crate::auth::BEARER_BYTES_MAX => {
-                Err(invalid(format!("a credential is at most {} bytes", crate::auth::BEARER_BYTES_MAX)))
-            }
-            _ => Ok(()),
+        if self.vouchers.len() > VOUCHERS_MAX {
+            return Err(invalid(format!("a submit carries at most {VOUCHERS_MAX} vouchers")));
         }
+        let too_long = |c: &crate::credential::Credential| matches!(c, crate::credential::Credential::Bearer(t) if t.len() > crate::auth::BEARER_BYTES_MAX);
+        if self.credential.iter().chain(&self.vouchers).any(too_long) {
+            return Err(invalid(format!("a credential is at most {} bytes", crate::auth::BEARER_BYTES_MAX)));
+        }
+        Ok(())
     }
 }
 

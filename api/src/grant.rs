@@ -103,6 +103,63 @@ pub fn admit(
     Ok(Command::Verified { grant, command: Box::new(command) })
 }
 
+/// The decisions `command` records about requests (`RecordDecisions`, and an `Audited`
+/// decision whose command carries no act — an act's own decision is bound to its credential),
+/// as `(tenant, principal)` where they name a principal of the tenant.
+fn decided_principals<'a>(state: &LedgerState, command: &'a Command) -> std::collections::BTreeSet<(&'a str, &'a str)> {
+    let mut out = std::collections::BTreeSet::new();
+    for layer in command.layers() {
+        let (tenant_id, decisions) = match layer {
+            Command::RecordDecisions { tenant_id, decisions } => (tenant_id.as_str(), decisions.iter().collect()),
+            Command::Audited { decision, command } if acts(command).is_empty() => (command.stream(), vec![decision]),
+            _ => continue,
+        };
+        for d in decisions {
+            if state.principals.get(tenant_id).is_some_and(|m| m.contains_key(&d.principal_id)) {
+                out.insert((tenant_id, d.principal_id.as_str()));
+            }
+        }
+    }
+    out
+}
+
+/// The node's side for request decisions an edge records: every principal they name is
+/// vouched for by a credential among `vouchers` — a token of that principal by its signature
+/// ([`crate::auth::holder`]), or the anonymous credential of an edge the tenant lets act as
+/// that principal. An edge records decisions only about principals whose requests it served.
+pub fn vouched(
+    state: &LedgerState,
+    command: &Command,
+    vouchers: &[Credential],
+    presenter: &Presenter<'_>,
+    now_ms: u64,
+) -> Result<(), Rejection> {
+    let needed = decided_principals(state, command);
+    if needed.is_empty() {
+        return Ok(());
+    }
+    let holders: Vec<(String, String)> = vouchers
+        .iter()
+        .filter_map(|v| match v {
+            Credential::Bearer(token) => crate::auth::holder(state, token, now_ms).ok(),
+            Credential::Anonymous => None,
+        })
+        .collect();
+    let anonymous = vouchers.iter().any(|v| matches!(v, Credential::Anonymous));
+    for (tenant_id, principal_id) in needed {
+        let by_token = holders.iter().any(|(t, p)| t == tenant_id && p == principal_id);
+        let by_anonymous = anonymous
+            && state.anonymous.get(tenant_id).and_then(|e| e.get(presenter.edge_id)).is_some_and(|p| p == principal_id);
+        if !by_token && !by_anonymous {
+            return Err(Rejection::new(
+                ReasonCode::AUTH_TOKEN_MISSING,
+                "a recorded decision names a principal no credential sent with it vouches for",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The anonymous authority, for an edge the tenant lets act without a token
 /// (`LedgerState::anonymous`): as the one principal recorded for it, in that tenant only.
 fn anonymous(state: &LedgerState, tenant_id: &str, principal_id: &str, edge_id: &str) -> Result<Authority, Rejection> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use writ_api::audit::{RequestDecisionV1, DECISIONS_PER_COMMAND_MAX};
-use writ_api::dto::{SubmitRequest, SubmitResponse};
+use writ_api::dto::{SubmitRequest, SubmitResponse, VOUCHERS_MAX};
 use writ_api::ledger::{Command, Outcome};
 use writ_api::Rejection;
 use writ_client::Ledger;
@@ -77,8 +77,12 @@ pub const BUFFER_DECISIONS: usize = 4096;
 /// must not keep an edge from exiting on SIGTERM.
 pub const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(5);
 
+/// The credential of the request a decision is about, which vouches for its principal at the
+/// node (`writ_api::grant::vouched`); `None` for a caller that is no principal.
+pub type Voucher = Option<writ_api::grant::Credential>;
+
 enum Queued {
-    Decision(String, RequestDecisionV1),
+    Decision(Box<(String, RequestDecisionV1, Voucher)>),
     /// Commit everything queued before this, then answer.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -90,6 +94,8 @@ pub struct AuditSink {
     buffered: mpsc::Sender<Queued>,
     /// Denials committed in this window, with how often each repeated since.
     repeats: Arc<std::sync::Mutex<BTreeMap<DenialKey, u64>>>,
+    /// The latest voucher of each principal whose denials repeated in this window.
+    repeat_vouchers: Arc<std::sync::Mutex<BTreeMap<(String, String), writ_api::grant::Credential>>>,
 }
 
 impl AuditSink {
@@ -97,7 +103,7 @@ impl AuditSink {
     pub fn start(ledger: Arc<dyn Ledger>) -> AuditSink {
         let (tx, rx) = mpsc::channel(BUFFER_DECISIONS);
         tokio::spawn(flusher(ledger.clone(), rx));
-        let sink = AuditSink { ledger, buffered: tx, repeats: Default::default() };
+        let sink = AuditSink { ledger, buffered: tx, repeats: Default::default(), repeat_vouchers: Default::default() };
         let weak = sink.downgrade();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(DENIAL_WINDOW);
@@ -116,12 +122,18 @@ impl AuditSink {
             ledger: Arc::downgrade(&self.ledger),
             buffered: self.buffered.downgrade(),
             repeats: Arc::downgrade(&self.repeats),
+            repeat_vouchers: Arc::downgrade(&self.repeat_vouchers),
         }
     }
 
     /// Commits a denial before the response, unless the same denial was committed in this
     /// window: then it is only counted, for the window's aggregate.
-    pub async fn commit_denial(&self, tenant_id: &str, decision: RequestDecisionV1) -> Result<(), Rejection> {
+    pub async fn commit_denial(
+        &self,
+        tenant_id: &str,
+        decision: RequestDecisionV1,
+        voucher: Voucher,
+    ) -> Result<(), Rejection> {
         let mut key = (
             tenant_id.to_string(),
             decision.principal_id.clone(),
@@ -136,6 +148,10 @@ impl AuditSink {
             }
             if let Some(n) = repeats.get_mut(&key) {
                 *n += 1;
+                if let Some(v) = voucher {
+                    let mut vouchers = self.repeat_vouchers.lock().unwrap_or_else(|e| e.into_inner());
+                    vouchers.insert((key.0.clone(), key.1.clone()), v);
+                }
                 return Ok(());
             }
             // Taken before the commit: denials arriving while it is under way are repeats.
@@ -143,7 +159,7 @@ impl AuditSink {
                 repeats.insert(key.clone(), 0);
             }
         }
-        let committed = self.commit(tenant_id, decision).await;
+        let committed = self.commit(tenant_id, decision, voucher).await;
         if committed.is_err() {
             // Not on record: the next such denial is committed again, unless some were counted.
             let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
@@ -157,12 +173,14 @@ impl AuditSink {
     /// Closes the window: one aggregate decision for each denial that repeated in it.
     async fn record_repeats(&self) {
         let window = std::mem::take(&mut *self.repeats.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut vouchers = std::mem::take(&mut *self.repeat_vouchers.lock().unwrap_or_else(|e| e.into_inner()));
         for ((tenant_id, principal_id, method, name, reason), n) in window {
             if n == 0 {
                 continue;
             }
             let what =
                 format!("{} repeated {n}× within {} s", name.as_deref().unwrap_or(&method), DENIAL_WINDOW.as_secs());
+            let voucher = vouchers.remove(&(tenant_id.clone(), principal_id.clone()));
             let decision = RequestDecisionV1 {
                 trace_id: format!("repeats-{}", writ_client::now_ms()),
                 principal_id,
@@ -173,18 +191,23 @@ impl AuditSink {
                 outcome: "denied".into(),
                 reason,
             };
-            self.buffer(&tenant_id, decision).await;
+            self.buffer(&tenant_id, decision, voucher).await;
         }
     }
 
     /// Commits one decision now (denials, effectful calls, strict tenants).
-    pub async fn commit(&self, tenant_id: &str, decision: RequestDecisionV1) -> Result<(), Rejection> {
-        submit(self.ledger.as_ref(), tenant_id, vec![decision]).await
+    pub async fn commit(
+        &self,
+        tenant_id: &str,
+        decision: RequestDecisionV1,
+        voucher: Voucher,
+    ) -> Result<(), Rejection> {
+        submit(self.ledger.as_ref(), tenant_id, &[(decision, voucher)]).await
     }
 
     /// Queues an allowed read's decision; waits (backpressure) when the buffer is full.
-    pub async fn buffer(&self, tenant_id: &str, decision: RequestDecisionV1) {
-        if self.buffered.send(Queued::Decision(tenant_id.to_string(), decision)).await.is_err() {
+    pub async fn buffer(&self, tenant_id: &str, decision: RequestDecisionV1, voucher: Voucher) {
+        if self.buffered.send(Queued::Decision(Box::new((tenant_id.to_string(), decision, voucher)))).await.is_err() {
             tracing::error!("audit flusher is gone");
         }
     }
@@ -216,6 +239,7 @@ struct WeakSink {
     ledger: std::sync::Weak<dyn Ledger>,
     buffered: mpsc::WeakSender<Queued>,
     repeats: std::sync::Weak<std::sync::Mutex<BTreeMap<DenialKey, u64>>>,
+    repeat_vouchers: std::sync::Weak<std::sync::Mutex<BTreeMap<(String, String), writ_api::grant::Credential>>>,
 }
 
 impl WeakSink {
@@ -224,14 +248,29 @@ impl WeakSink {
             ledger: self.ledger.upgrade()?,
             buffered: self.buffered.upgrade()?,
             repeats: self.repeats.upgrade()?,
+            repeat_vouchers: self.repeat_vouchers.upgrade()?,
         })
     }
 }
 
-async fn submit(ledger: &dyn Ledger, tenant_id: &str, decisions: Vec<RequestDecisionV1>) -> Result<(), Rejection> {
-    let trace_id = decisions.first().map(|d| d.trace_id.clone()).unwrap_or_default();
-    let command = Command::RecordDecisions { tenant_id: tenant_id.to_string(), decisions };
-    match ledger.submit(SubmitRequest::new(trace_id, command)).await? {
+/// Records `decisions` with one voucher per principal they name.
+async fn submit(
+    ledger: &dyn Ledger,
+    tenant_id: &str,
+    decisions: &[(RequestDecisionV1, Voucher)],
+) -> Result<(), Rejection> {
+    let trace_id = decisions.first().map(|(d, _)| d.trace_id.clone()).unwrap_or_default();
+    let vouchers: BTreeMap<&str, &writ_api::grant::Credential> =
+        decisions.iter().filter_map(|(d, v)| Some((d.principal_id.as_str(), v.as_ref()?))).collect();
+    let mut request = SubmitRequest::new(
+        trace_id,
+        Command::RecordDecisions {
+            tenant_id: tenant_id.to_string(),
+            decisions: decisions.iter().map(|(d, _)| d.clone()).collect(),
+        },
+    );
+    request.vouchers = vouchers.into_values().cloned().collect();
+    match ledger.submit(request).await? {
         SubmitResponse { outcome: Outcome::Applied { .. }, .. } => Ok(()),
         SubmitResponse { outcome: Outcome::Rejected { reason, message, .. }, .. } => {
             Err(Rejection::new(reason, message))
@@ -245,11 +284,12 @@ async fn submit(ledger: &dyn Ledger, tenant_id: &str, decisions: Vec<RequestDeci
 /// buffered) so none is lost.
 async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<Queued>) {
     while let Some(first) = rx.recv().await {
-        let mut batch: BTreeMap<String, Vec<RequestDecisionV1>> = BTreeMap::new();
+        let mut batch: BTreeMap<String, Vec<(RequestDecisionV1, Voucher)>> = BTreeMap::new();
         let mut waiters = Vec::new();
-        let mut take = |q: Queued, batch: &mut BTreeMap<String, Vec<RequestDecisionV1>>| match q {
-            Queued::Decision(t, d) => {
-                batch.entry(t).or_default().push(d);
+        let mut take = |q: Queued, batch: &mut BTreeMap<String, Vec<(RequestDecisionV1, Voucher)>>| match q {
+            Queued::Decision(queued) => {
+                let (t, d, v) = *queued;
+                batch.entry(t).or_default().push((d, v));
                 true
             }
             Queued::Flush(w) => {
@@ -266,7 +306,7 @@ async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<Queued>) {
             }
         }
         for (tenant, decisions) in batch {
-            for chunk in decisions.chunks(DECISIONS_PER_COMMAND_MAX) {
+            for chunk in chunks(&decisions) {
                 commit_retrying(ledger.as_ref(), &tenant, chunk).await;
             }
         }
@@ -276,10 +316,30 @@ async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<Queued>) {
     }
 }
 
-async fn commit_retrying(ledger: &dyn Ledger, tenant: &str, chunk: &[RequestDecisionV1]) {
+/// `decisions` in commands of at most [`DECISIONS_PER_COMMAND_MAX`] decisions naming at most
+/// [`VOUCHERS_MAX`] principals.
+fn chunks(decisions: &[(RequestDecisionV1, Voucher)]) -> Vec<&[(RequestDecisionV1, Voucher)]> {
+    let mut out = Vec::new();
+    let (mut start, mut principals) = (0, std::collections::BTreeSet::new());
+    for (i, (d, _)) in decisions.iter().enumerate() {
+        let full = i - start == DECISIONS_PER_COMMAND_MAX
+            || (!principals.contains(d.principal_id.as_str()) && principals.len() == VOUCHERS_MAX);
+        if full {
+            out.push(&decisions[start..i]);
+            (start, principals) = (i, Default::default());
+        }
+        principals.insert(d.principal_id.as_str());
+    }
+    if start < decisions.len() {
+        out.push(&decisions[start..]);
+    }
+    out
+}
+
+async fn commit_retrying(ledger: &dyn Ledger, tenant: &str, chunk: &[(RequestDecisionV1, Voucher)]) {
     let mut delay = Duration::from_millis(50);
     loop {
-        match submit(ledger, tenant, chunk.to_vec()).await {
+        match submit(ledger, tenant, chunk).await {
             Ok(()) => return,
             Err(e) if e.reason == writ_api::ReasonCode::LEDGER_UNAVAILABLE => {
                 tracing::warn!(message = %e.message, "audit flush failed; retrying");
@@ -330,8 +390,32 @@ mod tests {
                 outcome: "denied".into(),
                 reason: Some(writ_api::ReasonCode::TOOL_NOT_FOUND),
             };
-            sink.commit_denial("t", d).await.expect("denial");
+            sink.commit_denial("t", d, None).await.expect("denial");
         }
         assert_eq!(records() - before, DENIAL_NAMES_MAX as u64 + 1, "one commit per name up to the cap, then one");
+    }
+
+    /// A batch is cut where a command would exceed the decisions or the vouchers it may carry.
+    #[test]
+    fn batches_are_cut_at_the_decisions_and_vouchers_a_command_carries() {
+        let decision = |p: usize| RequestDecisionV1 {
+            trace_id: "t".into(),
+            principal_id: format!("p-{p}"),
+            token_id: None,
+            parent_token_id: None,
+            method: "tools/list".into(),
+            name: None,
+            outcome: "allowed".into(),
+            reason: None,
+        };
+        let many: Vec<(RequestDecisionV1, Voucher)> = (0..3000).map(|i| (decision(i % 100), None)).collect();
+        let cut = chunks(&many);
+        assert_eq!(cut.iter().map(|c| c.len()).sum::<usize>(), 3000, "nothing lost");
+        for c in &cut {
+            let principals: std::collections::BTreeSet<_> = c.iter().map(|(d, _)| &d.principal_id).collect();
+            assert!(c.len() <= DECISIONS_PER_COMMAND_MAX && principals.len() <= VOUCHERS_MAX);
+        }
+        let one: Vec<(RequestDecisionV1, Voucher)> = (0..2500).map(|_| (decision(1), None)).collect();
+        assert_eq!(chunks(&one).iter().map(|c| c.len()).collect::<Vec<_>>(), [1000, 1000, 500]);
     }
 }

@@ -96,7 +96,7 @@ async fn aggregate_tls_refusals(gate: std::sync::Weak<Gate>, window: std::time::
             let what = Some(format!("{n} handshakes refused at TLS in {} s", window.as_secs()));
             let d =
                 decision("unauthenticated".into(), "executor/connect", what, Some(ReasonCode::EXECUTOR_CERT_REFUSED));
-            gate.audit.buffer(&tenant_id, d).await;
+            gate.audit.buffer(&tenant_id, d, None).await;
         }
     }
 }
@@ -310,7 +310,7 @@ impl ExecutorGate {
                 let audit = self.inner.audit.clone();
                 // Repeats of one refusal within the denial window are counted, not committed.
                 tokio::spawn(async move {
-                    if let Err(e) = audit.commit_denial(&tenant_id, d).await {
+                    if let Err(e) = audit.commit_denial(&tenant_id, d, None).await {
                         tracing::warn!(error = %e, "executor refusal not audited");
                     }
                 });
@@ -343,7 +343,7 @@ impl ExecutorGate {
             Err(e) => {
                 d.outcome = "denied".into();
                 d.reason = Some(e.reason);
-                match self.inner.audit.commit_denial(&who.tenant_id, d).await {
+                match self.inner.audit.commit_denial(&who.tenant_id, d, None).await {
                     Ok(()) => error_response(&e),
                     Err(fail) => error_response(&fail),
                 }
@@ -563,7 +563,7 @@ async fn renew_certificate(
         }
     };
     let d = decision(principal, METHOD, None, reason);
-    match g.inner.audit.commit(&who.tenant_id, d).await {
+    match g.inner.audit.commit(&who.tenant_id, d, None).await {
         Ok(()) => response,
         Err(e) => error_response(&e),
     }
@@ -581,11 +581,11 @@ async fn dispatch_stream(State(g): State<ExecutorGate>, Extension(peer): Extensi
     let Some(permit) = g.inner.streams.try_acquire(key, max) else {
         let r = Rejection::new(ReasonCode::QUOTA_EXCEEDED, format!("at most {max} open dispatch streams per executor"));
         let d = decision(format!("executor:{}", who.executor_id), "executor/dispatch", None, Some(r.reason));
-        g.inner.audit.buffer(&who.tenant_id, d).await;
+        g.inner.audit.buffer(&who.tenant_id, d, None).await;
         return error_response(&r);
     };
     let d = decision(format!("executor:{}", who.executor_id), "executor/dispatch", None, None);
-    g.inner.audit.buffer(&who.tenant_id, d).await;
+    g.inner.audit.buffer(&who.tenant_id, d, None).await;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         // The executor's slot is held as long as the stream is fed.

@@ -534,6 +534,16 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// The credential a request was admitted under: its bearer token, or the anonymous credential
+/// of a loopback edge. The node verifies it with every act the request makes and as the
+/// voucher of its decision.
+pub(crate) fn credential(headers: &HeaderMap) -> writ_api::grant::Credential {
+    match bearer(headers) {
+        Some(token) => writ_api::grant::Credential::Bearer(token.to_string()),
+        None => writ_api::grant::Credential::Anonymous,
+    }
+}
+
 async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
     let failed = |e: Rejection| {
         let status = StatusCode::from_u16(e.reason.http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
@@ -594,7 +604,7 @@ async fn audit_suspended(edge: &Edge, headers: &HeaderMap, token: &str, e: &Reje
         outcome: "denied".into(),
         reason: Some(e.reason),
     };
-    edge.audit.commit(&tenant_id, decision).await
+    edge.audit.commit(&tenant_id, decision, Some(credential(headers))).await
 }
 
 /// Decodes the body as one JSON-RPC request and runs the protocol checks; `Ok(None)` for a
@@ -704,15 +714,15 @@ async fn mcp_post(
         // Recorded with the request's command (`Command::Audited`).
     } else if strict {
         let committed = if handled.denied.is_some() {
-            edge.audit.commit_denial(&authority.tenant_id, decision).await
+            edge.audit.commit_denial(&authority.tenant_id, decision, Some(credential(&headers))).await
         } else {
-            edge.audit.commit(&authority.tenant_id, decision).await
+            edge.audit.commit(&authority.tenant_id, decision, Some(credential(&headers))).await
         };
         if let Err(fail) = committed {
             return RpcError::rejected(&fail).with_id(&id).into_response();
         }
     } else {
-        edge.audit.buffer(&authority.tenant_id, decision).await;
+        edge.audit.buffer(&authority.tenant_id, decision, Some(credential(&headers))).await;
     }
     let mut response = handled.response;
     if let Ok(v) = HeaderValue::from_str(&trace_id) {

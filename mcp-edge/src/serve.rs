@@ -58,11 +58,7 @@ impl Call<'_> {
     /// request was admitted under: its bearer token, or the anonymous credential of a loopback
     /// edge. The node verifies it before the act reaches the log.
     pub fn submit_request(&self, command: writ_api::ledger::Command) -> writ_api::dto::SubmitRequest {
-        let credential = match crate::bearer(self.headers) {
-            Some(token) => writ_api::grant::Credential::Bearer(token.to_string()),
-            None => writ_api::grant::Credential::Anonymous,
-        };
-        writ_api::dto::SubmitRequest { trace_id: self.trace_id.to_string(), command, credential: Some(credential) }
+        writ_api::dto::SubmitRequest::acting(self.trace_id, command, crate::credential(self.headers))
     }
 }
 

@@ -708,25 +708,31 @@ impl LedgerNode {
         });
     }
 
-    /// An edge's submit as the log is to record it: every principal's act verified against the
+    /// An edge's submit as the log is to record it: the principals its decisions name vouched
+    /// for (`writ_api::grant::vouched`), every principal's act verified against the
     /// credential sent with it on this node's applied state (caught up first when the token was
     /// recorded after it) and wrapped in its grant (`writ_api::grant::admit`). The credential
     /// itself goes no further.
     pub async fn admit_edge(&self, edge_id: &str, req: SubmitRequest) -> Result<SubmitRequest, Rejection> {
-        let SubmitRequest { trace_id, command, credential } = req;
-        if writ_api::grant::acts(&command).is_empty() {
-            return Ok(SubmitRequest::new(trace_id, command));
-        }
-        let recorded_at = match &credential {
-            Some(writ_api::grant::Credential::Bearer(token)) => writ_api::auth::recorded_revision(token),
-            _ => None,
-        };
+        let SubmitRequest { trace_id, command, credential, vouchers } = req;
+        let recorded_at = credential
+            .iter()
+            .chain(&vouchers)
+            .filter_map(|c| match c {
+                writ_api::grant::Credential::Bearer(token) => writ_api::auth::recorded_revision(token),
+                writ_api::grant::Credential::Anonymous => None,
+            })
+            .max();
         if recorded_at.is_some_and(|rev| rev > self.sm.read().state.revision) {
             self.linearize().await?;
         }
         let node = format!("node:{}", self.id);
         let presenter = writ_api::grant::Presenter { edge_id, node: &node };
         let now = self.clock.now_ms();
+        writ_api::grant::vouched(&self.sm.read().state, &command, &vouchers, &presenter, now)?;
+        if writ_api::grant::acts(&command).is_empty() {
+            return Ok(SubmitRequest::new(trace_id, command));
+        }
         let command = writ_api::grant::admit(&self.sm.read().state, command, credential.as_ref(), &presenter, now)?;
         metrics::counter!("writ_ledger_acts_verified_total").increment(1);
         Ok(SubmitRequest::new(trace_id, command))

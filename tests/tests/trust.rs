@@ -30,8 +30,7 @@ fn submit(command: Command) -> Value {
 
 /// A submit of `command` with the credential an edge presents for it.
 fn submit_as(command: Command, credential: Credential) -> Value {
-    let req = SubmitRequest { trace_id: "trust-test".into(), command, credential: Some(credential) };
-    serde_json::to_value(req).expect("json")
+    serde_json::to_value(SubmitRequest::acting("trust-test", command, credential)).expect("json")
 }
 
 /// The bearer credential of a token the admin API issued.
@@ -790,7 +789,7 @@ async fn an_edge_certificate_acts_only_with_the_principals_credential() {
     let (status, reason) = post(&edge, &client_submit, &submit(wrapped)).await;
     assert_eq!((status, reason.as_str()), (StatusCode::FORBIDDEN, "PEER_FORBIDDEN"));
     // Audit records only for the tenant's own principals.
-    let ghost = writ_api::audit::RequestDecisionV1 { principal_id: "ghost".into(), ..decision };
+    let ghost = writ_api::audit::RequestDecisionV1 { principal_id: "ghost".into(), ..decision.clone() };
     let (_, reason) = post(
         &edge,
         &client_submit,
@@ -798,6 +797,19 @@ async fn an_edge_certificate_acts_only_with_the_principals_credential() {
     )
     .await;
     assert_eq!(reason, "PRINCIPAL_NOT_FOUND");
+    // A decision about a real principal only with a credential of that principal: an edge
+    // records decisions about requests it served, not about whoever it likes.
+    let about_agent = || Command::RecordDecisions { tenant_id: alpha.clone(), decisions: vec![decision.clone()] };
+    let vouched = |voucher: Option<Credential>| {
+        let mut req = SubmitRequest::new("trust-test", about_agent());
+        req.vouchers = voucher.into_iter().collect();
+        serde_json::to_value(req).expect("json")
+    };
+    assert_eq!(post(&edge, &client_submit, &vouched(None)).await.1, "AUTH_TOKEN_MISSING", "no voucher");
+    let (_, reason) = post(&edge, &client_submit, &vouched(Some(bearer(&approver_token)))).await;
+    assert_eq!(reason, "AUTH_TOKEN_MISSING", "another principal's token");
+    let (status, reason) = post(&edge, &client_submit, &vouched(Some(bearer(&agent_token)))).await;
+    assert!(status.is_success() && reason.is_empty(), "the agent's own token: {status} {reason}");
     let operations = admin.get(&url, "/v1/tenants/alpha/operations").await.expect("operations");
     assert!(!operations.to_string().contains("op-forged"), "a forged act was recorded: {operations}");
 

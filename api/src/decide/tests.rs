@@ -778,3 +778,39 @@ fn anonymous_access_is_recorded_per_edge_for_one_active_principal() {
     let back = LedgerState::decode_versioned(&st.encode_versioned()).unwrap();
     assert_eq!(back.anonymous, st.anonymous);
 }
+
+/// Decisions an edge records name principals only with a voucher: here the anonymous
+/// credential of the edge the tenant lets act as that principal (tokens: the trust test).
+#[test]
+fn recorded_decisions_about_a_principal_need_a_voucher() {
+    use crate::grant::{vouched, Credential, Presenter};
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-1", "agent", &[]) }));
+    let access =
+        Command::SetAnonymousAccess { tenant_id: "a".into(), edge_id: "e".into(), principal_id: Some("p-1".into()) };
+    st.execute(&req(1, access));
+    let about = |principal: &str| Command::RecordDecisions {
+        tenant_id: "a".into(),
+        decisions: vec![crate::audit::RequestDecisionV1 {
+            trace_id: "t".into(),
+            principal_id: principal.into(),
+            token_id: None,
+            parent_token_id: None,
+            method: "tools/list".into(),
+            name: None,
+            outcome: "allowed".into(),
+            reason: None,
+        }],
+    };
+    let at = |edge_id: &'static str| Presenter { edge_id, node: "node:1" };
+    let anonymous = [Credential::Anonymous];
+    assert_eq!(vouched(&st, &about("p-1"), &anonymous, &at("e"), 1), Ok(()));
+    let refused = |r: Result<(), Rejection>| r.err().map(|r| r.reason);
+    assert_eq!(refused(vouched(&st, &about("p-1"), &anonymous, &at("f"), 1)), Some(ReasonCode::AUTH_TOKEN_MISSING));
+    assert_eq!(refused(vouched(&st, &about("p-1"), &[], &at("e"), 1)), Some(ReasonCode::AUTH_TOKEN_MISSING));
+    let forged = [Credential::Bearer("e30.e30.sig".into())];
+    assert_eq!(refused(vouched(&st, &about("p-1"), &forged, &at("e"), 1)), Some(ReasonCode::AUTH_TOKEN_MISSING));
+    // Callers that are no principal need none (the ledger checks who they may be).
+    assert_eq!(vouched(&st, &about("unauthenticated"), &[], &at("e"), 1), Ok(()));
+}
