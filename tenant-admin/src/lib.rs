@@ -1,8 +1,8 @@
-#![recursion_limit = "256"]
 //! Writ's admin API service (`/v1`) and the `writ admin` CLI client.
 //!
 //! Architecture invariant: this crate talks to the ledger only through
 //! `writ_client::Ledger`; it never touches Raft or RocksDB.
+#![recursion_limit = "256"]
 
 mod audit;
 mod catalogs;

@@ -354,3 +354,80 @@ fn every_metric_is_documented() {
     let stale: Vec<&String> = documented.difference(&recorded).collect();
     assert!(missing.is_empty() && stale.is_empty(), "undocumented: {missing:?}; documented but gone: {stale:?}");
 }
+
+/// The workspace's root directory.
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every file under `dir` (recursively) whose name ends with `suffix`, outside `target/`.
+fn files_under(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() && !path.ends_with("target") {
+                stack.push(path);
+            } else if path.to_string_lossy().ends_with(suffix) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// ARCHITECTURE.md stays a map: at most 300 lines, and every repository path it names exists
+/// (detail goes to docs/design/, which it names too).
+#[test]
+fn the_architecture_document_is_a_map_of_paths_that_exist() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    assert!(
+        text.lines().count() <= 300,
+        "ARCHITECTURE.md has {} lines; move detail to docs/design/",
+        text.lines().count()
+    );
+    let tops =
+        ["api/", "raft-store/", "node/", "mcp-edge/", "tenant-admin/", "loadtest/", "tests/", "deploy/", "docs/"];
+    let named: BTreeSet<&str> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|s| s.split_whitespace().next().unwrap_or(""))
+        .filter(|s| tops.iter().any(|t| s.starts_with(t)))
+        .collect();
+    assert!(named.len() > 30, "the scan finds the paths: {named:?}");
+    let missing: Vec<&&str> = named.iter().filter(|p| !root().join(p).exists()).collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md names paths that do not exist: {missing:?}");
+}
+
+/// Every product source file opens with its `//!` documentation.
+#[test]
+fn every_product_file_says_what_it_is() {
+    let mut undocumented = Vec::new();
+    for dir in
+        ["api/src", "api/client/src", "raft-store/src", "node/src", "mcp-edge/src", "tenant-admin/src", "loadtest/src"]
+    {
+        for file in files_under(&root().join(dir), ".rs") {
+            let text = std::fs::read_to_string(&file).expect("source");
+            if !text.starts_with("//!") {
+                undocumented.push(file.strip_prefix(root()).unwrap_or(&file).display().to_string());
+            }
+        }
+    }
+    assert!(undocumented.is_empty(), "files without a leading //! line: {undocumented:?}");
+}
+
+/// Every state format and ledger version this build knows has its row in the formats document.
+#[test]
+fn every_format_and_ledger_version_is_documented() {
+    let doc = std::fs::read_to_string(root().join("docs/design/formats.md")).expect("docs/design/formats.md");
+    let rows = |heading: &str| -> BTreeSet<u32> {
+        let section = doc.split(heading).nth(1).expect("the section").split("\n## ").next().unwrap_or_default();
+        section.lines().filter_map(|l| l.strip_prefix("| ")?.split(' ').next()?.parse().ok()).collect()
+    };
+    let formats: BTreeSet<u32> = (1..=writ_api::format::STATE_FORMAT_VERSION).collect();
+    let versions: BTreeSet<u32> = (1..=writ_api::ledger::LEDGER_VERSION).collect();
+    assert_eq!(rows("## State formats"), formats, "docs/design/formats.md: state formats");
+    assert_eq!(rows("## Ledger versions"), versions, "docs/design/formats.md: ledger versions");
+}

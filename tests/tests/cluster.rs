@@ -122,8 +122,9 @@ async fn leader_kill_failover_restart_and_convergence() {
     assert_all_readable(&c, &survivors[0], &acked).await;
 
     c.node_mut(old).start(false);
-    let (index, digest) = c.converged(Duration::from_secs(60)).await;
-    assert!(index >= 700, "applied index {index} is below the number of creates");
+    // Converged: every node at the same applied index with the same state digest (the creates
+    // may share entries, batched by the leader, so the index says nothing of their number).
+    let (_, digest) = c.converged(Duration::from_secs(60)).await;
     assert_eq!(digest.len(), 64);
     // The restarted node serves every acknowledged create too.
     let restarted = c.nodes.iter().find(|n| n.id == old).map(|n| n.url()).expect("node");
@@ -202,7 +203,7 @@ async fn wiped_node_catches_up_through_snapshot_after_purge() {
     c.node_mut(victim).kill();
     c.node_mut(victim).wipe();
     // The operator procedure for a lost disk: take the member out, then re-add it as a
-    // learner and promote it once it has caught up (see ARCHITECTURE.md, "Recovery").
+    // learner and promote it once it has caught up (see docs/design/storage.md, "Recovery").
     let leader_url = c.nodes.iter().find(|n| n.id == leader).map(|n| n.url()).expect("leader");
     let others: Vec<u64> = c.nodes.iter().map(|n| n.id).filter(|id| *id != victim).collect();
     c.admin.post_ok(&leader_url, "/v1/cluster/membership", serde_json::json!({"voters": others})).await;
