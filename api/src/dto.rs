@@ -716,6 +716,10 @@ pub struct CreatePrincipalRequest {
     pub scopes: Vec<String>,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// The principal's own limits; without them it gets
+    /// [`crate::quota::PrincipalQuotasV2::fresh_principal`] (`{}`: none of its own).
+    #[serde(default)]
+    pub quotas: Option<crate::quota::PrincipalQuotasV2>,
 }
 
 /// `POST /v1/tenants/{tenant}/principals/{principal}/revoke`.

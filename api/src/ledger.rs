@@ -454,6 +454,13 @@ pub enum Command {
         edge_id: String,
         principal_id: Option<String>,
     },
+    /// Creates a principal with its first quotas in one entry: `PrincipalCreatedV1`, then
+    /// `PrincipalQuotasSetV2`.
+    CreatePrincipalWith {
+        tenant_id: String,
+        spec: PrincipalSpecV1,
+        quotas: PrincipalQuotasV2,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -473,8 +480,9 @@ pub struct BatchedCommand {
 /// 5: upstream operations (`Execution::UpstreamOperation`, `Event::OperationUpstreamBoundV1`)
 /// and OAuth client credentials for upstreams. 6: command batches (`Command::Batch`).
 /// 7: principal acts under a node-verified credential (`Command::Verified`).
-/// 8: tenants created with their settings (`Command::CreateTenantWith`), anonymous access
-/// recorded in the ledger (`Command::SetAnonymousAccess`).
+/// 8: tenants and principals created with their settings and quotas
+/// (`Command::CreateTenantWith`, `Command::CreatePrincipalWith`), anonymous access recorded in
+/// the ledger (`Command::SetAnonymousAccess`).
 pub const LEDGER_VERSION: u32 = 8;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
@@ -513,6 +521,7 @@ impl Command {
             | Command::DeleteTenant { .. }
             | Command::PurgeTenant { .. } => Domain::Tenant,
             Command::CreatePrincipal { .. }
+            | Command::CreatePrincipalWith { .. }
             | Command::RevokePrincipal { .. }
             | Command::RevokeScope { .. }
             | Command::GrantScope { .. } => Domain::Principal,
@@ -658,7 +667,9 @@ impl Command {
         match self {
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
             Command::Verified { command, .. } => command.ledger_version().max(7),
-            Command::CreateTenantWith { .. } | Command::SetAnonymousAccess { .. } => 8,
+            Command::CreateTenantWith { .. }
+            | Command::SetAnonymousAccess { .. }
+            | Command::CreatePrincipalWith { .. } => 8,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -830,7 +841,9 @@ impl Command {
                 parent_token_id: request.parent_jti.clone(),
             },
             Command::RevokeToken { jti, .. } => RejectionSubject { token_id: Some(jti.clone()), ..Default::default() },
-            Command::CreatePrincipal { spec, .. } => principal(&spec.principal_id),
+            Command::CreatePrincipal { spec, .. } | Command::CreatePrincipalWith { spec, .. } => {
+                principal(&spec.principal_id)
+            }
             Command::RevokePrincipal { principal_id, .. }
             | Command::RevokeScope { principal_id, .. }
             | Command::GrantScope { principal_id, .. }
@@ -867,7 +880,7 @@ impl Command {
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
-            Command::CreatePrincipal { .. } => "create_principal",
+            Command::CreatePrincipal { .. } | Command::CreatePrincipalWith { .. } => "create_principal",
             Command::RevokePrincipal { .. } => "revoke_principal",
             Command::RevokeScope { .. } => "revoke_scope",
             Command::IssueToken { .. } => "issue_token",
@@ -937,6 +950,7 @@ impl Command {
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }
             | Command::CreatePrincipal { tenant_id, .. }
+            | Command::CreatePrincipalWith { tenant_id, .. }
             | Command::RevokePrincipal { tenant_id, .. }
             | Command::RevokeScope { tenant_id, .. }
             | Command::IssueToken { tenant_id, .. }

@@ -60,6 +60,18 @@ pub struct PrincipalQuotasV2 {
 }
 
 impl PrincipalQuotasV2 {
+    /// The limits a principal gets when its creation names none: a fifth of a fresh tenant's
+    /// requests and half its operations (`crate::settings::QuotasV1::fresh_tenant`), so one
+    /// principal cannot use up its tenant alone. `{}` at creation means none of its own.
+    pub fn fresh_principal() -> PrincipalQuotasV2 {
+        PrincipalQuotasV2 {
+            requests_per_minute: Some(12_000),
+            operations_per_minute: Some(3_000),
+            cost_units_per_day: None,
+            concurrent_operations: Some(256),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), Rejection> {
         for (name, v) in [
             ("requests_per_minute", self.requests_per_minute),

@@ -971,6 +971,22 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "create_principal_with",
+            req(Command::CreatePrincipalWith {
+                tenant_id: "t-2".into(),
+                spec: writ_api::principal::PrincipalSpecV1 {
+                    principal_id: "p-9".into(),
+                    name: "planner".into(),
+                    kind: writ_api::principal::PrincipalKind::Agent,
+                    preset: None,
+                    scopes: Default::default(),
+                    metadata: Default::default(),
+                },
+                quotas: writ_api::quota::PrincipalQuotasV2::fresh_principal(),
+            }),
+            None,
+        ),
     ]
 }
 
@@ -1265,6 +1281,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // state format); anonymous access came with state format 10.
     (8, &["batch"]),
     (9, &["verified", "create_tenant_with", "anonymous_access_set_v1"]),
+    // Principals created with their quotas came after state format 10 was pinned.
+    (10, &["create_principal_with"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

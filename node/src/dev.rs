@@ -95,6 +95,7 @@ fn full_agent(name: &str) -> CreatePrincipalRequest {
         preset: Some(RolePreset::Full),
         scopes: Vec::new(),
         metadata: Default::default(),
+        quotas: None,
     }
 }
 

@@ -1393,6 +1393,9 @@ pub enum PrincipalCmd {
         /// Metadata `key=value` (repeatable).
         #[arg(long = "meta", value_parser = parse_key_value)]
         metadata: Vec<(String, String)>,
+        /// Create it without the default quotas of its own (set them with `principal quotas`).
+        #[arg(long)]
+        no_quotas: bool,
     },
     List {
         #[arg(long)]
@@ -1794,7 +1797,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         }
         Noun::Principal(cmd) => {
             let principal = match cmd {
-                PrincipalCmd::Create { tenant, name, kind, preset, scopes, metadata } => {
+                PrincipalCmd::Create { tenant, name, kind, preset, scopes, metadata, no_quotas } => {
                     let request = CreatePrincipalRequest {
                         name: name.clone(),
                         kind: match kind {
@@ -1810,6 +1813,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                         }),
                         scopes: scopes.clone(),
                         metadata: metadata.iter().cloned().collect(),
+                        quotas: no_quotas.then(Default::default),
                     };
                     c.create_principal(tenant, &request).await
                 }

@@ -420,8 +420,21 @@ async fn create_principal(
     };
     // Fail fast with the ledger's own rules (the ledger stays authoritative).
     spec.validate()?;
+    let quotas = b.quotas.unwrap_or_else(writ_api::quota::PrincipalQuotasV2::fresh_principal);
+    quotas.validate()?;
     let principal_id = spec.principal_id.clone();
-    submit(&st, Command::CreatePrincipal { tenant_id: t.id.clone(), spec }).await?;
+    let create = Command::CreatePrincipalWith { tenant_id: t.id.clone(), spec: spec.clone(), quotas: quotas.clone() };
+    match submit(&st, create).await {
+        // A member that cannot read the one-entry form: the principal, then its quotas.
+        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
+            submit(&st, Command::CreatePrincipal { tenant_id: t.id.clone(), spec }).await?;
+            let p = principal_id.clone();
+            submit(&st, Command::SetPrincipalQuotasV2 { tenant_id: t.id.clone(), principal: p, quotas }).await?;
+        }
+        other => {
+            other?;
+        }
+    }
     Ok((StatusCode::CREATED, Json(find_principal(&st, t.id, principal_id).await?)))
 }
 

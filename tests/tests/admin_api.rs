@@ -303,6 +303,10 @@ async fn principals_lifecycle_through_api_and_cli() {
     assert_eq!(p["state"], "active");
     let scopes: Vec<&str> = p["scopes"].as_array().expect("scopes").iter().filter_map(|v| v.as_str()).collect();
     assert!(scopes.contains(&"ops:read") && scopes.contains(&"tools:call:move_arm"), "{scopes:?}");
+    // A new principal has quotas of its own, in the same entry as its creation.
+    let (s, q) = raw(url, "GET", "/v1/tenants/lab/principals/planner/quotas", tok, None).await;
+    assert_eq!(s, 200, "{q}");
+    assert_eq!(q["quotas"], serde_json::to_value(writ_api::quota::PrincipalQuotasV2::fresh_principal()).unwrap());
 
     type Case<'a> = (&'a str, &'a str, Option<&'a str>, u16, &'a str);
     let cases: Vec<Case> = vec![

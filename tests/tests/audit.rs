@@ -72,9 +72,9 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     // Every record has the minimum fields; none holds a secret; all nodes list the same.
     c.converged(Duration::from_secs(30)).await;
     let on_leader = all_records(&c, &w, &tenant).await;
-    // tenant_created, its default quotas, principal_created, token_issued ×2, the rejected
-    // delegation.
-    assert_eq!(on_leader.len(), 6, "{on_leader:#?}");
+    // tenant_created and principal_created, each with its default quotas, token_issued ×2,
+    // the rejected delegation.
+    assert_eq!(on_leader.len(), 7, "{on_leader:#?}");
     for r in &on_leader {
         for f in MIN_FIELDS {
             assert!(r.get(*f).is_some(), "record lacks {f}: {r}");
@@ -116,7 +116,7 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     assert_eq!(code, 200, "{body}");
     c.converged(Duration::from_secs(30)).await;
     let kept = all_records(&c, &w, &tenant).await;
-    assert_eq!(seqs(&kept), vec![4, 5, 6, 7]);
+    assert_eq!(seqs(&kept), vec![5, 6, 7, 8]);
     for url in &urls {
         assert_eq!(all_records(&c, url, &tenant).await, kept);
     }
@@ -130,7 +130,8 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     let (_, digest) = c.converged(Duration::from_secs(30)).await;
     assert_eq!(digest.len(), 64);
     let kept = all_records(&c, &w, &tenant).await;
-    assert_eq!(seqs(&kept), vec![9], "only the record written after the pause survives: {kept:#?}");
+    // The principal and its quotas, one entry.
+    assert_eq!(seqs(&kept), vec![10, 11], "only the records written after the pause survive: {kept:#?}");
     for url in &urls {
         assert_eq!(all_records(&c, url, &tenant).await, kept);
     }

@@ -73,6 +73,7 @@ async fn decision_batches_are_one_event_that_the_replica_does_not_fold_into_a_tr
     let tenant = r.ledger.with_state(|s| s.tenant("acme").map(|t| t.id.clone())).expect("tenant");
     // No request quota: its leases would be records of their own among those counted.
     r.admin_ok("PATCH", "/v1/tenants/acme/settings", Some(json!({"quotas": {}}))).await;
+    r.admin_ok("PUT", "/v1/tenants/acme/principals/agent/quotas", Some(json!({}))).await;
     r.caught_up().await;
     let before = r.ledger.with_state(|s| (s.revision, s.audit[&tenant].next_seq));
     for _ in 0..20 {

@@ -5,19 +5,17 @@ use super::prelude::*;
 
 pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
-        Command::CreatePrincipal { tenant_id, spec } => {
-            existing(state, tenant_id)?;
-            spec.validate()?;
-            if state.principal(tenant_id, &spec.name).is_some() {
-                return Err(Rejection::new(
-                    ReasonCode::PRINCIPAL_ALREADY_EXISTS,
-                    format!("a principal named '{}' already exists in this tenant", spec.name),
-                ));
-            }
-            if state.principal(tenant_id, &spec.principal_id).is_some() {
-                return Err(Rejection::new(ReasonCode::PRINCIPAL_ALREADY_EXISTS, "principal id is taken"));
-            }
-            Ok(vec![Event::PrincipalCreatedV1 { tenant_id: tenant_id.clone(), spec: spec.clone() }])
+        Command::CreatePrincipal { tenant_id, spec } => created(state, tenant_id, spec),
+        Command::CreatePrincipalWith { tenant_id, spec, quotas } => {
+            let mut events = created(state, tenant_id, spec)?;
+            quotas.validate()?;
+            let principal_id = spec.principal_id.clone();
+            events.push(Event::PrincipalQuotasSetV2 {
+                tenant_id: tenant_id.clone(),
+                principal_id,
+                quotas: quotas.clone(),
+            });
+            Ok(events)
         }
         Command::RevokePrincipal { tenant_id, principal_id, note } => {
             validate_text("note", note.as_deref(), NOTE_BYTES_MAX)?;
@@ -63,4 +61,24 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
         }
         other => Err(misrouted(other)),
     }
+}
+
+/// A new principal's creation, checked: a name and an id unique in the tenant.
+fn created(
+    state: &LedgerState,
+    tenant_id: &str,
+    spec: &crate::principal::PrincipalSpecV1,
+) -> Result<Vec<Event>, Rejection> {
+    existing(state, tenant_id)?;
+    spec.validate()?;
+    if state.principal(tenant_id, &spec.name).is_some() {
+        return Err(Rejection::new(
+            ReasonCode::PRINCIPAL_ALREADY_EXISTS,
+            format!("a principal named '{}' already exists in this tenant", spec.name),
+        ));
+    }
+    if state.principal(tenant_id, &spec.principal_id).is_some() {
+        return Err(Rejection::new(ReasonCode::PRINCIPAL_ALREADY_EXISTS, "principal id is taken"));
+    }
+    Ok(vec![Event::PrincipalCreatedV1 { tenant_id: tenant_id.to_string(), spec: spec.clone() }])
 }
