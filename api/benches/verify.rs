@@ -157,6 +157,22 @@ fn credential(c: &mut Criterion) {
     c.bench_function("replica: re-check a grant", |b| {
         b.iter(|| writ_api::grant::granted(&st, &grant, NOW + 1).unwrap())
     });
+    // A batch of request decisions about one principal, vouched for by its token.
+    let decision = writ_api::audit::RequestDecisionV1 {
+        trace_id: "tr".into(),
+        principal_id: "p-2".into(),
+        token_id: None,
+        parent_token_id: None,
+        method: "tools/list".into(),
+        name: None,
+        outcome: "allowed".into(),
+        reason: None,
+    };
+    let decisions = Command::RecordDecisions { tenant_id: "t-1".into(), decisions: vec![decision; 100] };
+    let vouchers = [bearer.clone()];
+    c.bench_function("node: vouch for a batch of 100 decisions (one principal)", |b| {
+        b.iter(|| writ_api::grant::vouched(&st, &decisions, &vouchers, &presenter, NOW + 1).unwrap())
+    });
 }
 
 criterion_group!(benches, bench, recheck, credential);
