@@ -122,8 +122,7 @@ fn traced(mut response: Response, trace_id: &str) -> Response {
 }
 
 fn error_response(r: &Rejection) -> Response {
-    let status = StatusCode::from_u16(r.reason.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = ErrorBody { reason: r.reason, code: r.reason.number(), message: r.message.clone(), leader_hint: None };
+    let (status, body) = writ_client::http_answer(r);
     (status, Json(body)).into_response()
 }
 

@@ -64,8 +64,8 @@ impl RpcError {
     }
 
     pub fn reason(reason: writ_api::ReasonCode, message: impl Into<String>) -> RpcError {
-        let status = StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        RpcError::new(status, reason.jsonrpc_code() as i64, message).with_data(json!({"reason": reason}))
+        RpcError::new(writ_client::http_status(reason), reason.jsonrpc_code() as i64, message)
+            .with_data(json!({"reason": reason}))
     }
 
     /// Answer with HTTP 200 (a JSON-RPC error inside a successful exchange), for errors about

@@ -546,7 +546,7 @@ pub(crate) fn credential(headers: &HeaderMap) -> writ_api::grant::Credential {
 
 async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
     let failed = |e: Rejection| {
-        let status = StatusCode::from_u16(e.reason.http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
+        let status = writ_client::http_status(e.reason);
         if status == StatusCode::UNAUTHORIZED {
             challenge(&edge.config, status, e.reason, &e.message, LIST_SCOPE)
         } else {

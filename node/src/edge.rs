@@ -357,10 +357,7 @@ struct AdminForwarder {
 
 fn unavailable_response(msg: String) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let r = writ_client::unavailable(msg);
-    let body =
-        writ_api::dto::ErrorBody { reason: r.reason, code: r.reason.number(), message: r.message, leader_hint: None };
-    (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    writ_tenant_admin::error::ApiError(writ_client::unavailable(msg)).into_response()
 }
 
 impl AdminForwarder {
@@ -406,13 +403,11 @@ async fn forward_enrollment(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let Some((executor_url, edge_ca)) = endpoint else {
-        let body = writ_api::dto::ErrorBody {
-            reason: writ_api::ReasonCode::EXECUTOR_UNAVAILABLE,
-            code: writ_api::ReasonCode::EXECUTOR_UNAVAILABLE.number(),
-            message: "this edge serves no executor endpoint".into(),
-            leader_hint: None,
-        };
-        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+        let refused = writ_api::Rejection::new(
+            writ_api::ReasonCode::EXECUTOR_UNAVAILABLE,
+            "this edge serves no executor endpoint",
+        );
+        return writ_tenant_admin::error::ApiError(refused).into_response();
     };
     let bytes = match admin.post(writ_api::executor::ADMIN_ENROLL_PATH, body).await {
         Ok(bytes) => bytes,

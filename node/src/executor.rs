@@ -39,6 +39,7 @@ use writ_api::executor::{
 };
 use writ_api::operation::{AttemptOutcome, EvidenceV1};
 use writ_api::ReasonCode;
+use writ_client::CallError;
 
 /// Prefix of errors where no edge answered (as opposed to an answer that refused).
 const UNREACHABLE: &str = "edge unreachable";
@@ -753,26 +754,26 @@ impl Executor {
     /// operation already attempting, that start was this task's own (only this task handles
     /// the operation in this process): the attempt proceeds — unless the lease ran out before
     /// the answer came (`unknown_effect`): then nothing is attempted.
-    async fn start(&self, edge: &str, id: &str, fencing_token: u64, lease_ms: u64) -> Result<Started, String> {
+    async fn start(&self, edge: &str, id: &str, fencing_token: u64, lease_ms: u64) -> Result<Started, CallError> {
         let body = AttemptRequest { fencing_token, lease_ms };
         let others = self.cfg.edges.iter().filter(|e| e.as_str() != edge).map(String::as_str);
         let order: Vec<&str> = std::iter::once(edge).chain(others).collect();
-        let (mut uncertain, mut last) = (false, String::new());
+        let (mut uncertain, mut last) = (false, CallError::NotSent("no edge is configured".into()));
         // Bounded: the ledger refuses a start after the deadline anyway.
         for round in 0..START_TRIES {
             let e = order[round % order.len()];
             match self.post(e, id, "start", &body).await {
                 Ok(_) => return Ok(Started::Now),
-                // No answer, or the ledger could not confirm: the start may or may not have
-                // been committed.
-                Err(err) if err.starts_with(UNREACHABLE) || err.starts_with("LEDGER_UNAVAILABLE") => {
-                    uncertain = true;
+                Err(CallError::Rejected(r)) if uncertain && r.reason == ReasonCode::OPERATION_STATE_CONFLICT => {
+                    return self.own_start(id, &order).await.ok_or(CallError::Rejected(r));
+                }
+                // Not sent, no answer, or the ledger could not confirm: try again (after an
+                // answer that never came, the start may or may not have been committed).
+                Err(err) if !matches!(&err, CallError::Rejected(r) if r.reason != ReasonCode::LEDGER_UNAVAILABLE) => {
+                    uncertain |= err.may_have_executed();
                     last = err;
                     tokio::time::sleep(Duration::from_millis(200 * (round as u64 + 1)).min(Duration::from_secs(2)))
                         .await;
-                }
-                Err(err) if uncertain && err.starts_with("OPERATION_STATE_CONFLICT") => {
-                    return self.own_start(id, &order).await.ok_or(err);
                 }
                 Err(err) => return Err(err),
             }
@@ -823,12 +824,12 @@ impl Executor {
         id: &str,
         verb: &str,
         body: &T,
-    ) -> Result<OperationStatus, String> {
+    ) -> Result<OperationStatus, CallError> {
         let others = self.cfg.edges.iter().filter(|e| e.as_str() != edge).map(String::as_str);
-        let mut last = String::new();
+        let mut last = CallError::NotSent("no edge is configured".into());
         for e in std::iter::once(edge).chain(others) {
             match self.post(e, id, verb, body).await {
-                Err(err) if err.starts_with(UNREACHABLE) => last = err,
+                Err(err @ (CallError::NotSent(_) | CallError::Uncertain(_))) => last = err,
                 other => return other,
             }
         }
@@ -841,18 +842,22 @@ impl Executor {
         id: &str,
         verb: &str,
         body: &T,
-    ) -> Result<OperationStatus, String> {
+    ) -> Result<OperationStatus, CallError> {
         let url = format!("{edge}{OPERATIONS_PATH}/{id}/{verb}");
         let sent = self.http().post(&url).json(body).timeout(Duration::from_secs(15)).send().await;
-        let r = sent.map_err(|e| format!("{UNREACHABLE}: {e}"))?;
+        let r = sent.map_err(CallError::from_transport)?;
         if r.status().is_success() {
-            return r.json().await.map_err(|e| e.to_string());
+            return r
+                .json()
+                .await
+                .map_err(|e| CallError::Uncertain(format!("{url}: an answer that is no status: {e}")));
         }
         let status = r.status();
         let text = r.text().await.unwrap_or_default();
         Err(match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(b) => format!("{}: {}", b.reason, b.message),
-            Err(_) => format!("HTTP {status}: {text}"),
+            Ok(b) => CallError::Rejected(writ_api::Rejection::new(b.reason, b.message)),
+            // Not Writ's answer (a proxy's page): what happened behind it is unknown.
+            Err(_) => CallError::Uncertain(format!("{url}: HTTP {status}: {}", writ_api::audit::truncated(&text, 200))),
         })
     }
 
@@ -964,8 +969,10 @@ impl Executor {
         for attempt in 0..REPORT_TRIES {
             match self.post_any(edge, id, "report", &report).await {
                 Ok(_) => return,
-                Err(e) if e.starts_with("OPERATION_STATE_CONFLICT") || e.starts_with("FENCING_TOKEN_STALE") => {
-                    tracing::warn!(operation = %id, error = %e, "report refused");
+                Err(CallError::Rejected(r))
+                    if matches!(r.reason, ReasonCode::OPERATION_STATE_CONFLICT | ReasonCode::FENCING_TOKEN_STALE) =>
+                {
+                    tracing::warn!(operation = %id, reason = %r.reason, message = %r.message, "report refused");
                     return;
                 }
                 Err(e) => {

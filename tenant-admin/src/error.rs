@@ -6,7 +6,6 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use writ_api::dto::ErrorBody;
 use writ_api::{ReasonCode, Rejection};
 
 /// A rejection on its way to an HTTP client.
@@ -27,9 +26,7 @@ impl From<Rejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let reason = self.0.reason;
-        let status = StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorBody { reason, code: reason.number(), message: self.0.message, leader_hint: None };
+        let (status, body) = writ_client::http_answer(&self.0);
         (status, Json(body)).into_response()
     }
 }

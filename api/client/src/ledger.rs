@@ -76,13 +76,23 @@ pub enum CallError {
     Rejected(Rejection),
 }
 
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::NotSent(m) | CallError::Uncertain(m) => f.write_str(m),
+            CallError::Rejected(r) => write!(f, "{}: {}", r.reason, r.message),
+        }
+    }
+}
+
 impl CallError {
     /// Whether the node may have executed the request (fail-close: only `NotSent` is "no").
     pub fn may_have_executed(&self) -> bool {
         !matches!(self, CallError::NotSent(_))
     }
 
-    fn from_transport(e: reqwest::Error) -> CallError {
+    /// A transport failure: `NotSent` when no connection was made, else `Uncertain`.
+    pub fn from_transport(e: reqwest::Error) -> CallError {
         if e.is_connect() {
             CallError::NotSent(format!("ledger node not reached: {e}"))
         } else {

@@ -29,8 +29,35 @@ pub use memory::MemoryLedger;
 pub use tls::ClientTls;
 pub use verifier::Verifier;
 
+/// The HTTP status `reason` answers with — the catalog's (`ReasonCode::http_status`): the one
+/// mapping the node, the edge and the admin API answer by.
+pub fn http_status(reason: writ_api::ReasonCode) -> reqwest::StatusCode {
+    reqwest::StatusCode::from_u16(reason.http_status()).expect("the reason catalog holds valid HTTP statuses")
+}
+
+/// A rejection as an HTTP answer: its reason's status and the JSON error body.
+pub fn http_answer(r: &writ_api::Rejection) -> (reqwest::StatusCode, writ_api::dto::ErrorBody) {
+    let body = writ_api::dto::ErrorBody {
+        reason: r.reason,
+        code: r.reason.number(),
+        message: r.message.clone(),
+        leader_hint: None,
+    };
+    (http_status(r.reason), body)
+}
+
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it). The ledger never
 /// calls this: the leader stamps commands, and `apply` uses the stamp.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_reason_answers_with_a_valid_http_status() {
+        for reason in writ_api::ReasonCode::ALL {
+            assert!((400..=599).contains(&super::http_status(*reason).as_u16()), "{reason}");
+        }
+    }
 }
