@@ -41,7 +41,7 @@ use writ_api::operation::{AttemptOutcome, EvidenceV1};
 use writ_api::ReasonCode;
 use writ_client::CallError;
 
-/// Prefix of errors where no edge answered (as opposed to an answer that refused).
+/// How a renewal that reached no edge says so (as opposed to an answer that refused).
 const UNREACHABLE: &str = "edge unreachable";
 /// How often a report is tried (about a minute with the backoff).
 const REPORT_TRIES: u32 = 40;
