@@ -661,6 +661,30 @@ impl Command {
         }
     }
 
+    /// The same change as commands of older ledger versions, in several entries, for a cluster
+    /// a member of which cannot read this command yet; `None` when there is no such form.
+    pub fn older_form(&self) -> Option<Vec<Command>> {
+        match self {
+            Command::CreateTenantWith { tenant_id, name, display_name, settings } => Some(vec![
+                Command::CreateTenant {
+                    tenant_id: tenant_id.clone(),
+                    name: name.clone(),
+                    display_name: display_name.clone(),
+                },
+                Command::SetTenantSettings { tenant_id: tenant_id.clone(), patch: settings.clone() },
+            ]),
+            Command::CreatePrincipalWith { tenant_id, spec, quotas } => Some(vec![
+                Command::CreatePrincipal { tenant_id: tenant_id.clone(), spec: spec.clone() },
+                Command::SetPrincipalQuotasV2 {
+                    tenant_id: tenant_id.clone(),
+                    principal: spec.principal_id.clone(),
+                    quotas: quotas.clone(),
+                },
+            ]),
+            _ => None,
+        }
+    }
+
     /// The oldest ledger version ([`LEDGER_VERSION`]) that decodes and decides this command: an
     /// exhaustive match, so a new command forces the decision.
     pub fn ledger_version(&self) -> u32 {

@@ -29,17 +29,12 @@ fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, 
         method: &'a str,
         name: Option<&'a str>,
     }
-    let json_text = |t: &str| t.starts_with(['{', '[']);
-    let detail = if json_text(&d.method) || d.name.as_deref().is_some_and(json_text) {
-        // Text that may hold a JSON document goes through redaction.
-        let mut detail = serde_json::json!({"method": d.method, "name": d.name});
-        redact(&mut detail);
-        detail.to_string()
-    } else {
-        // Nothing to redact (the keys are not secret-like): the same bytes, without building
-        // a JSON value per decision.
-        serde_json::to_string(&Detail { method: &d.method, name: d.name.as_deref() }).unwrap_or_default()
-    };
+    // The keys are not secret-like; the values (a resource's URI may carry `?token=…`) are
+    // redacted as text, without building a JSON value per decision.
+    let method = crate::audit::redact_str(&d.method);
+    let name = d.name.as_deref().map(|n| crate::audit::redact_str(n).unwrap_or_else(|| n.to_string()));
+    let detail = Detail { method: method.as_deref().unwrap_or(&d.method), name: name.as_deref() };
+    let detail = serde_json::to_string(&detail).unwrap_or_default();
     AuditRecordV1 {
         seq,
         at_ms: env.at_ms,
@@ -226,11 +221,15 @@ mod tests {
     #[test]
     fn decision_details_are_the_redacted_json_of_method_and_name() {
         // The direct path writes exactly what the redacting one would.
-        for (method, name) in [("tools/list", None), ("tools/call", Some("gr\"eet\u{1F600}")), ("x", Some("a}"))] {
+        let uri = Some("writ://cam/1?access_token=t-9");
+        for (method, name) in
+            [("tools/list", None), ("tools/call", Some("gr\"eet\u{1F600}")), ("x", Some("a}")), ("resources/read", uri)]
+        {
             let mut expected = serde_json::json!({"method": method, "name": name});
             redact(&mut expected);
             assert_eq!(decided(method, name).detail, expected.to_string());
         }
+        assert!(!decided("resources/read", uri).detail.contains("t-9"), "a secret in a URI's query");
         // A name holding a JSON document is redacted inside.
         let detail = decided("tools/call", Some(r#"{"api_key":"s3cret","n":1}"#)).detail;
         assert!(!detail.contains("s3cret") && detail.contains(crate::audit::REDACTED), "{detail}");

@@ -294,8 +294,6 @@ async fn bound_headers(req: axum::extract::Request, next: axum::middleware::Next
     next.run(req).await
 }
 
-/// The `method` label of a request's metrics: a method this edge knows, else `other` (a label
-/// never takes client text verbatim).
 /// The `method` member of a JSON-RPC body, if the body is one (empty otherwise).
 fn body_method(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
@@ -305,6 +303,8 @@ fn body_method(body: &[u8]) -> String {
     serde_json::from_slice::<Method>(body).map(|m| m.method).unwrap_or_default()
 }
 
+/// The `method` label of a request's metrics: a method this edge knows, else `other` (a label
+/// never takes client text verbatim).
 fn method_label(method: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "server/discover",
@@ -664,9 +664,10 @@ async fn mcp_post(
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
     let started = std::time::Instant::now();
-    // The method as the body names it (never the header's free text), before the body is
-    // checked; audited and counted only as one of the known methods, or `other`.
-    let mut method = body_method(&body);
+    // The method as the decoded request names it; for a request refused before (or at) its
+    // decoding, as the body names it — never the header's free text. Audited and counted only
+    // as one of the known methods, or `other`.
+    let mut method = None;
     let mut id = None;
     let recorded = std::sync::atomic::AtomicBool::new(false);
     let admitted = match tenant_origin(&edge, &authority, &headers) {
@@ -682,7 +683,7 @@ async fn mcp_post(
                 serve::Handled::refused(e.into_response(), None, denied)
             }
             Ok(Some(req)) => {
-                method = req.method.clone();
+                method = Some(req.method.clone());
                 id = req.id.clone();
                 let call = serve::Call {
                     edge: &edge,
@@ -697,7 +698,7 @@ async fn mcp_post(
         },
     };
     let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
-    let label = method_label(&method);
+    let label = method_label(&method.unwrap_or_else(|| body_method(&body)));
     metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
     metrics::histogram!("writ_edge_request_seconds", "method" => label).record(started.elapsed().as_secs_f64());
     let reason = handled.denied.as_ref().map(|r| r.reason);

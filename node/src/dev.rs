@@ -186,7 +186,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     crate::pki::ensure(&pki, std::slice::from_ref(&node_identity), &hosts)?;
     // The edge's executor endpoint derives its CA from this secret: enrollment tokens pin it.
     let edge_secret = args.data_dir.join("edge-executor-secret");
-    let edge_ca = crate::executor_tls::EdgeTls::derived(&edge_secret, &hosts).map_err(std::io::Error::other)?.ca_pem;
+    let edge_ca = crate::executor_tls::EdgeTls::derived_ca_pem(&edge_secret).map_err(std::io::Error::other)?;
     let edge_ca_file = args.data_dir.join("edge-executor-ca.pem");
     std::fs::write(&edge_ca_file, edge_ca)?;
     let cfg = NodeConfig {

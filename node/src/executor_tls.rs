@@ -41,6 +41,12 @@ pub struct EdgeTls {
     cert: Arc<dyn ResolvesServerCert>,
 }
 
+/// The edge executor-endpoint CA every edge derives from the shared secret in `secret_file`.
+fn derived_ca(secret_file: &Path) -> Result<DerivedCa, String> {
+    let secret = crate::edge::load_or_create_secret(secret_file)?;
+    DerivedCa::derive(EDGE_CA_LABEL, &secret, "", "Writ edge executor-endpoint CA")
+}
+
 impl EdgeTls {
     /// The edge's own credential from the cluster PKI (`writ pki issue edge NAME --host …`),
     /// followed on disk; executors trust the cluster CA `ca_pem`.
@@ -52,13 +58,18 @@ impl EdgeTls {
     /// CA from the shared secret file (created 0600 when missing) and issues itself a leaf for
     /// `hosts` (IPs or names), re-issued before it expires.
     pub fn derived(secret_file: &Path, hosts: &[String]) -> Result<EdgeTls, String> {
-        let secret = crate::edge::load_or_create_secret(secret_file)?;
-        let ca = DerivedCa::derive(EDGE_CA_LABEL, &secret, "", "Writ edge executor-endpoint CA")?;
+        let ca = derived_ca(secret_file)?;
         let leaf = DerivedLeaf::issue(&ca, hosts)?;
         Ok(EdgeTls {
             ca_pem: ca.pem(),
             cert: Arc::new(DerivedLeaf { ca, hosts: hosts.to_vec(), current: std::sync::Mutex::new(leaf) }),
         })
+    }
+
+    /// PEM of the CA [`EdgeTls::derived`] derives from `secret_file` (created when missing):
+    /// what enrollment tokens pin for such an edge.
+    pub fn derived_ca_pem(secret_file: &Path) -> Result<String, String> {
+        Ok(derived_ca(secret_file)?.pem())
     }
 
     fn server_config(&self, gate: &ExecutorGate) -> Result<Arc<ServerConfig>, String> {

@@ -222,6 +222,21 @@ async fn purge(State(st): State<Shared>) -> Result<Json<NodeStatus>, ApiError> {
 }
 
 /// Submits a command and turns a rejection outcome into an error.
+/// Submits `command`; while a member cannot read it (`LEDGER_VERSION_GATED`: an older build,
+/// or one not reachable to ask), its older form entry by entry (`Command::older_form`), so
+/// creating a tenant or principal stays available through an upgrade or an outage.
+async fn submit_compatible(st: &AdminState, command: Command) -> Result<(), Rejection> {
+    match submit(st, command.clone()).await {
+        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
+            for older in command.older_form().ok_or(e)? {
+                submit(st, older).await?;
+            }
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
 pub(crate) async fn submit(
     st: &AdminState,
     command: Command,
@@ -243,24 +258,13 @@ async fn create_tenant(
     let tenant_id = format!("t-{}", uuid::Uuid::new_v4().simple());
     let mut settings = b.settings.unwrap_or_default();
     settings.quotas.get_or_insert_with(writ_api::settings::QuotasV1::fresh_tenant);
-    let (name, display_name) = (b.name, b.display_name);
     let create = Command::CreateTenantWith {
         tenant_id: tenant_id.clone(),
-        name: name.clone(),
-        display_name: display_name.clone(),
-        settings: settings.clone(),
+        name: b.name,
+        display_name: b.display_name,
+        settings,
     };
-    match submit(&st, create).await {
-        // A member that cannot read the one-entry form (an older build, or one not reachable to
-        // ask): the tenant, then its settings, as two entries.
-        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
-            submit(&st, Command::CreateTenant { tenant_id: tenant_id.clone(), name, display_name }).await?;
-            submit(&st, Command::SetTenantSettings { tenant_id: tenant_id.clone(), patch: settings }).await?;
-        }
-        other => {
-            other?;
-        }
-    }
+    submit_compatible(&st, create).await?;
     // Answer with the tenant as the ledger holds it (one source of truth for the view).
     Ok((StatusCode::CREATED, Json(find_tenant(&st, tenant_id).await?)))
 }
@@ -423,18 +427,7 @@ async fn create_principal(
     let quotas = b.quotas.unwrap_or_else(writ_api::quota::PrincipalQuotasV2::fresh_principal);
     quotas.validate()?;
     let principal_id = spec.principal_id.clone();
-    let create = Command::CreatePrincipalWith { tenant_id: t.id.clone(), spec: spec.clone(), quotas: quotas.clone() };
-    match submit(&st, create).await {
-        // A member that cannot read the one-entry form: the principal, then its quotas.
-        Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
-            submit(&st, Command::CreatePrincipal { tenant_id: t.id.clone(), spec }).await?;
-            let p = principal_id.clone();
-            submit(&st, Command::SetPrincipalQuotasV2 { tenant_id: t.id.clone(), principal: p, quotas }).await?;
-        }
-        other => {
-            other?;
-        }
-    }
+    submit_compatible(&st, Command::CreatePrincipalWith { tenant_id: t.id.clone(), spec, quotas }).await?;
     Ok((StatusCode::CREATED, Json(find_principal(&st, t.id, principal_id).await?)))
 }
 

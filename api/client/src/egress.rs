@@ -77,20 +77,22 @@ fn refused(message: String) -> Rejection {
     Rejection::new(ReasonCode::UPSTREAM_FAILED, message)
 }
 
-/// The host of `url` as a literal address, if it is one.
-fn literal_host(url: &str) -> Option<(IpAddr, Option<u16>)> {
+/// The host and port of `url`'s authority (an IPv6 literal without its brackets).
+fn host_port(url: &str) -> Option<(&str, Option<&str>)> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
-    let (host, port) = match authority.strip_prefix('[') {
+    match authority.strip_prefix('[') {
         Some(v6) => {
             let (h, after) = v6.split_once(']')?;
-            (h, after.strip_prefix(':'))
+            Some((h, after.strip_prefix(':')))
         }
-        None => match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        },
-    };
+        None => Some(authority.rsplit_once(':').map_or((authority, None), |(h, p)| (h, Some(p)))),
+    }
+}
+
+/// The host of `url` as a literal address, if it is one.
+fn literal_host(url: &str) -> Option<(IpAddr, Option<u16>)> {
+    let (host, port) = host_port(url)?;
     Some((host.parse().ok()?, port.and_then(|p| p.parse().ok())))
 }
 
@@ -120,9 +122,7 @@ pub async fn check_url(url: &str) -> Result<(), Rejection> {
     if literal_host(url).is_some() {
         return Ok(());
     }
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let (host, _) = host_port(url).ok_or_else(|| refused(format!("'{url}' names no host")))?;
     let found = tokio::net::lookup_host((host, 0))
         .await
         .map_err(|e| refused(format!("'{host}' does not resolve: {e}")))?

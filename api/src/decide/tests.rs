@@ -814,3 +814,33 @@ fn recorded_decisions_about_a_principal_need_a_voucher() {
     // Callers that are no principal need none (the ledger checks who they may be).
     assert_eq!(vouched(&st, &about("unauthenticated"), &[], &at("e"), 1), Ok(()));
 }
+
+/// A command's older form (`Command::older_form`, what the admin API submits while a member
+/// cannot read the command) leaves the same state as the command itself.
+#[test]
+fn an_older_form_leaves_the_state_the_command_would() {
+    let tenant = Command::CreateTenantWith {
+        tenant_id: "a".into(),
+        name: "acme".into(),
+        display_name: None,
+        settings: crate::settings::TenantSettingsPatch {
+            quotas: Some(crate::settings::QuotasV1::fresh_tenant()),
+            ..Default::default()
+        },
+    };
+    let principal = Command::CreatePrincipalWith {
+        tenant_id: "a".into(),
+        spec: spec("p-1", "agent", &[]),
+        quotas: crate::quota::PrincipalQuotasV2::fresh_principal(),
+    };
+    let (mut once, mut older) = (LedgerState::default(), LedgerState::default());
+    for command in [tenant, principal] {
+        assert!(matches!(once.execute(&req(1, command.clone())).0, Outcome::Applied { .. }));
+        for part in command.older_form().expect("an older form") {
+            assert!(matches!(older.execute(&req(1, part)).0, Outcome::Applied { .. }));
+        }
+    }
+    assert_eq!((&once.tenants, &once.principals), (&older.tenants, &older.principals));
+    assert_eq!(once.principal_quotas, older.principal_quotas);
+    assert_eq!(Command::ResumeTenant { tenant_id: "a".into() }.older_form(), None);
+}
