@@ -141,6 +141,8 @@ reason_catalog! {
     UPSTREAM_FAILED = 89, 502, -32603, "The call to the upstream MCP server failed (connect, timeout, protocol or its own error); counted by its fuse.";
     UPSTREAM_TOOL_NOT_PINNED = 90, 409, -32009, "The upstream tool is not in the upstream's approved (pinned) tool set: sync and approve it first.";
     UPSTREAM_DIGEST_MISMATCH = 91, 409, -32009, "The upstream is not as the request saw it: nothing is pending to approve, the pending tool set has another digest than the one named, or a fuse record names an older configuration. Sync again and approve what was shown.";
+    SESSION_NOT_FOUND = 92, 404, -32001, "The Mcp-Session-Id (2025 wire) is unknown, forged, expired or ended, or was opened by another tenant, principal or credential: initialize a new session.";
+    SESSION_INVALID = 93, 400, -32600, "The 2025 session wire was misused: a request without Mcp-Session-Id, initialize inside a session, an oversized clientInfo or capabilities, or a response nothing waits for.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -89,6 +89,24 @@ fn require_caps(caps: &Value, needed: &[&str]) -> Result<(), RpcError> {
     .with_detail("requiredCapabilities", Value::Object(missing)))
 }
 
+/// Asks the client (elicitation) for `schema`, then reports its answer as `<label>: action=…,
+/// content=…`.
+fn elicited_reply(c: &ToolCall, label: &str, message: &str, schema: Value) -> Result<ToolAnswer, RpcError> {
+    require_caps(&c.client_caps, &["elicitation"])?;
+    Ok(match c.inputs.get("input") {
+        Some(r) => text(format!(
+            "{label}: action={}, content={}",
+            r["action"].as_str().unwrap_or("unknown"),
+            r.get("content").cloned().unwrap_or(json!({}))
+        )),
+        None => ToolAnswer::InputRequired {
+            requests: json!({"input": {"method": "elicitation/create",
+                                       "params": {"message": message, "requestedSchema": schema}}}),
+            state: Value::Null,
+        },
+    })
+}
+
 fn announce(c: &ToolCall, list: ChangedList) -> ToolAnswer {
     // No open stream is not an error: nobody was listening.
     let _ = c.changes.send(ListChange { tenant_id: c.tenant_id.clone(), list });
@@ -257,6 +275,66 @@ pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswe
                     state: json!({"kind": "capabilities-test"}),
                 }
             }
+        }
+        "conformance.tool_with_logging" => {
+            for (i, message) in
+                ["Tool execution started", "Tool processing data", "Tool execution completed"].into_iter().enumerate()
+            {
+                if i > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                notify.log("info", json!(message)).await;
+            }
+            text("Tool with logging executed successfully")
+        }
+        "conformance.sampling" => {
+            require_caps(&c.client_caps, &["sampling"])?;
+            match c.inputs.get("sampling") {
+                Some(r) => text(format!(
+                    "LLM response: {}",
+                    r.get("content").and_then(|t| t.get("text")).and_then(Value::as_str).unwrap_or("no response")
+                )),
+                None => ToolAnswer::InputRequired {
+                    requests: json!({"sampling": sample(c.args["prompt"].as_str().unwrap_or_default(), 100)}),
+                    state: Value::Null,
+                },
+            }
+        }
+        "conformance.elicitation" => {
+            let schema = json!({"type": "object", "required": ["username", "email"], "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"}}});
+            let message = c.args["message"].as_str().unwrap_or_default();
+            elicited_reply(&c, "User response", message, schema)?
+        }
+        "conformance.elicitation_sep1034_defaults" => {
+            let schema = json!({"type": "object", "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "default": true}}});
+            elicited_reply(
+                &c,
+                "Elicitation completed",
+                "Please review and update the form fields with defaults",
+                schema,
+            )?
+        }
+        "conformance.elicitation_sep1330_enums" => {
+            let titled = |prefix: &str, title: &str| {
+                (1..=3)
+                    .map(|i| json!({"const": format!("{prefix}{i}"), "title": format!("{title} {i}")}))
+                    .collect::<Vec<_>>()
+            };
+            let schema = json!({"type": "object", "properties": {
+                "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                "titledSingle": {"type": "string", "oneOf": titled("value", "Option")},
+                "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                               "enumNames": ["Option One", "Option Two", "Option Three"]},
+                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                "titledMulti": {"type": "array", "items": {"anyOf": titled("value", "Choice")}}}});
+            elicited_reply(&c, "Elicitation completed", "Please select options from the enum fields", schema)?
         }
         "conformance.trigger_tool_change" => announce(&c, ChangedList::Tools),
         "conformance.trigger_prompt_change" => announce(&c, ChangedList::Prompts),

@@ -120,6 +120,39 @@ pub fn conformance_catalog() -> Value {
         "risk": "low", "execution": {"builtin": "conformance.greet"},
         "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}}
     }));
+    // The 2025 wire's tools that ask the client for input (`elicitation/create`,
+    // `sampling/createMessage`): they answer with input requests like every MRTR tool, which the
+    // 2025 wire carries as requests on the call's event stream (`crate::legacy`).
+    let with_args = |id: &str, handler: &str, description: &str, properties: Value, required: Value| {
+        json!({"id": id, "title": id, "description": description, "risk": "low",
+               "execution": {"builtin": format!("conformance.{handler}")},
+               "input_schema": {"type": "object", "properties": properties, "required": required}})
+    };
+    actions.push(tool("test_tool_with_logging", "tool_with_logging", "Tests tool that emits log messages"));
+    actions.push(with_args(
+        "test_sampling",
+        "sampling",
+        "Tests server-initiated sampling (LLM completion request)",
+        json!({"prompt": {"type": "string", "description": "The prompt to send to the LLM"}}),
+        json!(["prompt"]),
+    ));
+    actions.push(with_args(
+        "test_elicitation",
+        "elicitation",
+        "Tests server-initiated elicitation (user input request)",
+        json!({"message": {"type": "string", "description": "The message to show the user"}}),
+        json!(["message"]),
+    ));
+    actions.push(tool(
+        "test_elicitation_sep1034_defaults",
+        "elicitation_sep1034_defaults",
+        "Tests elicitation with default values per SEP-1034",
+    ));
+    actions.push(tool(
+        "test_elicitation_sep1330_enums",
+        "elicitation_sep1330_enums",
+        "Tests elicitation with enum schema improvements per SEP-1330",
+    ));
     // The tasks fixtures are real operations of the fixture tenant, performed by the dev
     // server's fixture executor (`writ executor` handler `conformance_fixtures`).
     let task = |id: &str, execution: &str, risk: &str, description: &str, properties: Value| {

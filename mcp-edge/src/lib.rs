@@ -21,10 +21,12 @@ pub mod caps;
 pub mod executors;
 pub mod fixtures;
 pub mod jsonrpc;
+mod legacy;
 mod operations;
 mod reply;
 pub mod seal;
 mod serve;
+pub mod session;
 mod surfaces;
 mod tasks;
 mod upstream;
@@ -204,6 +206,10 @@ pub(crate) struct Edge {
     tool_lists: serve::ToolLists,
     /// Connections to, and fuses of, tenants' upstream MCP servers.
     upstreams: upstream::Upstreams,
+    /// What sessions of the 2025 wire changed after `initialize`.
+    sessions: session::Sessions,
+    /// Server requests of the 2025 wire waiting for the client's response.
+    pending: legacy::Pending,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
@@ -237,12 +243,11 @@ pub fn router(
         listens,
         tool_lists,
         upstreams,
+        sessions: Default::default(),
+        pending: Default::default(),
     });
     let mut r = Router::new()
-        .route(
-            &mcp,
-            get(not_allowed).delete(not_allowed).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)),
-        )
+        .route(&mcp, get(mcp_get).delete(mcp_delete).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)))
         .route(&prm, get(resource_metadata));
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
@@ -322,6 +327,11 @@ fn method_label(method: &str) -> &'static str {
         "completion/complete",
         "initialize",
         "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "GET",
+        "DELETE",
     ];
     KNOWN.iter().find(|k| **k == method).copied().unwrap_or("other")
 }
@@ -342,8 +352,8 @@ async fn readyz(State(verifier): State<Verifier>) -> Response {
     response
 }
 
-/// 2026-07-28 has no GET stream and no sessions to delete.
-async fn not_allowed() -> Response {
+/// 2026-07-28 has no GET stream and no sessions to delete (the 2025 wire's need a session).
+fn not_allowed_response() -> Response {
     let mut r = StatusCode::METHOD_NOT_ALLOWED.into_response();
     r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
     r
@@ -637,10 +647,17 @@ fn protocol_reason(e: &RpcError) -> ReasonCode {
     }
 }
 
+/// What every request to `/mcp` passes before its method: Host/Origin, then authentication
+/// (its own answer when either fails).
+async fn gate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
+    check_host_and_origin(&edge.config, headers).map_err(IntoResponse::into_response)?;
+    authenticate(edge, headers).await
+}
+
 /// `POST /mcp`, in the order of SPEC E2: Host/Origin → body limit → authenticate → the tenant's
-/// allowed origins → admission →
-/// decode and protocol checks → the method (`serve`: authorize, validate, execute, validate).
-/// Every authenticated request ends as an audit decision.
+/// allowed origins → admission → the wire (2025 with a session or `initialize`, see `legacy`;
+/// else 2026-07-28: decode and protocol checks) → the method (`serve`: authorize, validate,
+/// execute, validate). Every authenticated request ends as an audit decision.
 async fn mcp_post(
     State(edge): State<Arc<Edge>>,
     headers: HeaderMap,
@@ -676,6 +693,18 @@ async fn mcp_post(
     };
     let handled = match admitted {
         Err(refused) => serve::Handled::refused(refused_response(&None, &refused), None, refused.rejection),
+        Ok(()) if legacy::is_legacy_post(&headers, &body) => {
+            let x = legacy::Exchange {
+                edge: &edge,
+                headers: &headers,
+                authority: &authority,
+                trace_id: &trace_id,
+                recorded: &recorded,
+            };
+            let posted = legacy::post(&x, &body).await;
+            (method, id) = (posted.method, posted.id);
+            posted.handled
+        }
         Ok(()) => match decode(&edge.config, &body, &headers) {
             Ok(None) => return StatusCode::ACCEPTED.into_response(),
             Err(e) => {
@@ -697,39 +726,89 @@ async fn mcp_post(
             }
         },
     };
-    let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
     let label = method_label(&method.unwrap_or_else(|| body_method(&body)));
-    metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
     metrics::histogram!("writ_edge_request_seconds", "method" => label).record(started.elapsed().as_secs_f64());
-    let reason = handled.denied.as_ref().map(|r| r.reason);
-    let decision = audit::request_decision(&trace_id, &authority, label, handled.name.as_deref(), reason);
-    // Denials (and strict tenants' decisions) are on the record before the client hears of
-    // them; allowed reads are group-committed within the flush window. A decision that went
-    // to the ledger with the command the request made is on the record already.
+    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(), &recorded).await {
+        return RpcError::rejected(&fail).with_id(&id).into_response();
+    }
+    traced(handled.response, &trace_id)
+}
+
+fn traced(mut response: Response, trace_id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(trace_id) {
+        response.headers_mut().insert(writ_client::TRACE_HEADER, v);
+    }
+    response
+}
+
+/// Counts a handled request and records its decision in the tenant's audit. Denials (and strict
+/// tenants' decisions) are on the record before the client hears of them; allowed reads are
+/// group-committed within the flush window. A decision that went to the ledger with the command
+/// the request made (`recorded`, `Command::Audited`) is on the record already.
+async fn record(
+    edge: &Edge,
+    authority: &Authority,
+    headers: &HeaderMap,
+    trace_id: &str,
+    method: &str,
+    handled: &serve::Verdict,
+    recorded: &std::sync::atomic::AtomicBool,
+) -> Result<(), Rejection> {
+    let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
+    let label = method_label(method);
+    metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
+    let decision = audit::request_decision(trace_id, authority, label, handled.name.as_deref(), handled.denied);
     let strict = handled.denied.is_some()
         || handled.effectful
         || edge.verifier.with_state(|s| {
             s.tenants.get(&authority.tenant_id).is_some_and(|t| t.settings.audit_mode == AuditMode::Strict)
         });
     if recorded.load(std::sync::atomic::Ordering::Acquire) {
-        // Recorded with the request's command (`Command::Audited`).
+        Ok(())
+    } else if handled.denied.is_some() {
+        edge.audit.commit_denial(&authority.tenant_id, decision, Some(credential(headers))).await
     } else if strict {
-        let committed = if handled.denied.is_some() {
-            edge.audit.commit_denial(&authority.tenant_id, decision, Some(credential(&headers))).await
-        } else {
-            edge.audit.commit(&authority.tenant_id, decision, Some(credential(&headers))).await
-        };
-        if let Err(fail) = committed {
-            return RpcError::rejected(&fail).with_id(&id).into_response();
-        }
+        edge.audit.commit(&authority.tenant_id, decision, Some(credential(headers))).await
     } else {
-        edge.audit.buffer(&authority.tenant_id, decision, Some(credential(&headers))).await;
+        edge.audit.buffer(&authority.tenant_id, decision, Some(credential(headers))).await;
+        Ok(())
     }
-    let mut response = handled.response;
-    if let Ok(v) = HeaderValue::from_str(&trace_id) {
-        response.headers_mut().insert(writ_client::TRACE_HEADER, v);
+}
+
+/// `GET /mcp`: the 2025 wire's stream of server notifications for a session; 405 without one.
+async fn mcp_get(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
+    if !headers.contains_key(legacy::SESSION_HEADER) {
+        return not_allowed_response();
     }
-    response
+    let authority = match gate(&edge, &headers).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let trace_id = uuid::Uuid::new_v4().to_string();
+    let handled = legacy::get_stream(&edge, &headers, &authority, &trace_id).await;
+    let unrecorded = std::sync::atomic::AtomicBool::new(false);
+    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, "GET", &handled.verdict(), &unrecorded).await {
+        return RpcError::rejected(&fail).into_response();
+    }
+    traced(handled.response, &trace_id)
+}
+
+/// `DELETE /mcp`: ends the 2025 wire's session the request names; 405 without one.
+async fn mcp_delete(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
+    if !headers.contains_key(legacy::SESSION_HEADER) {
+        return not_allowed_response();
+    }
+    let authority = match gate(&edge, &headers).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let trace_id = uuid::Uuid::new_v4().to_string();
+    let handled = legacy::delete(&edge, &headers, &authority);
+    let unrecorded = std::sync::atomic::AtomicBool::new(false);
+    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, "DELETE", &handled.verdict(), &unrecorded).await {
+        return RpcError::rejected(&fail).into_response();
+    }
+    traced(handled.response, &trace_id)
 }
 
 #[cfg(test)]

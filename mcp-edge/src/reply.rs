@@ -24,7 +24,7 @@ enum Msg {
 }
 
 /// Log levels of MCP (RFC 5424 names), least severe first.
-const LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+pub(crate) const LEVELS: &[&str] = &["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
 /// Lets a handler stream notifications for its request: progress only when the request
 /// carried a `progressToken`, log messages only at or above the request's `logLevel` (none

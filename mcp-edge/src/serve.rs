@@ -73,7 +73,18 @@ pub struct Handled {
     pub effectful: bool,
 }
 
+/// What the audit records of a handled request.
+pub struct Verdict {
+    pub name: Option<String>,
+    pub denied: Option<ReasonCode>,
+    pub effectful: bool,
+}
+
 impl Handled {
+    pub(crate) fn verdict(&self) -> Verdict {
+        Verdict { name: self.name.clone(), denied: self.denied.as_ref().map(|r| r.reason), effectful: self.effectful }
+    }
+
     pub(crate) fn allowed(response: Response, name: Option<String>) -> Handled {
         Handled { response, name, denied: None, effectful: false }
     }

@@ -6,13 +6,13 @@ use writ_api::auth::Authority;
 use writ_api::catalog::{Execution, Risk};
 use writ_api::state::LedgerState;
 
-use crate::jsonrpc::{META_SERVER_INFO, PROTOCOL_VERSION};
+use crate::jsonrpc::META_SERVER_INFO;
 use crate::EdgeConfig;
 
 /// How long clients may cache a tools list (private: it depends on the principal's scopes).
 pub const TOOLS_TTL_MS: u64 = 5_000;
 
-fn server_info() -> Value {
+pub(crate) fn server_info() -> Value {
     json!({"name": "writ-edge", "version": env!("CARGO_PKG_VERSION")})
 }
 
@@ -27,7 +27,7 @@ pub fn discover(config: &EdgeConfig) -> Value {
     }
     json!({
         "resultType": "complete",
-        "supportedVersions": [PROTOCOL_VERSION],
+        "supportedVersions": crate::legacy::supported_versions(),
         "capabilities": capabilities,
         "instructions": "Writ: tools are your tenant's catalog actions your token's scopes allow.",
         "ttlMs": 0,

