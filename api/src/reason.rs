@@ -143,6 +143,7 @@ reason_catalog! {
     UPSTREAM_DIGEST_MISMATCH = 91, 409, -32009, "The upstream is not as the request saw it: nothing is pending to approve, the pending tool set has another digest than the one named, or a fuse record names an older configuration. Sync again and approve what was shown.";
     SESSION_NOT_FOUND = 92, 404, -32001, "The Mcp-Session-Id (2025 wire) is unknown, forged, expired or ended, or was opened by another tenant, principal or credential: initialize a new session.";
     SESSION_INVALID = 93, 400, -32600, "The 2025 session wire was misused: a request without Mcp-Session-Id, initialize inside a session, an oversized clientInfo or capabilities, or a response nothing waits for.";
+    SESSION_PEER_UNREACHABLE = 94, 503, -32010, "The edge replica whose call waits for this client response (2025 wire) could not be reached: the call times out and can be made again.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -129,6 +129,11 @@ pub struct LedgerState {
     /// operations (state format 10).
     #[serde(skip)]
     pub anonymous: BTreeMap<String, BTreeMap<String, String>>,
+    /// Records of MCP sessions of the 2025 wire, by tenant id then session id
+    /// (`Command::SetSessionState`; expired ones are dropped as the tenant's next is folded).
+    /// Encoded after the anonymous access (state format 11).
+    #[serde(skip)]
+    pub sessions: BTreeMap<String, BTreeMap<String, crate::session::McpSessionV1>>,
     /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
     /// inputs of operations that are no longer live, and its fold drops an operation's inputs
     /// when it stops being live. Never encoded: a node's state is never a projection.
@@ -696,6 +701,11 @@ impl LedgerState {
                     self.anonymous.remove(tenant_id);
                 }
             }
+            Event::SessionStateSetV1 { tenant_id, session_id, session } => {
+                let sessions = self.sessions.entry(tenant_id.clone()).or_default();
+                sessions.retain(|_, s| s.expires_at_ms > env.at_ms);
+                sessions.insert(session_id.clone(), session.clone());
+            }
             Event::UpstreamFuseChangedV1 { tenant_id, name, edge_id, fuse } => {
                 let fuses = &mut self.upstream_mut(tenant_id, name, env)?.fuses;
                 fuses.insert(edge_id.clone(), fuse.clone());
@@ -785,6 +795,7 @@ impl LedgerState {
         self.upstreams.remove(tenant_id);
         self.upstream_operations.remove(tenant_id);
         self.anonymous.remove(tenant_id);
+        self.sessions.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -1014,21 +1025,22 @@ impl LedgerState {
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
     /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 10): format 1's layout, then the revocations (format
+    /// The canonical encoding (state format 11): format 1's layout, then the revocations (format
     /// 2), then the proposals (format 3), then the work items and operation histories (format
     /// 4), then the evidence records (format 5), the compacted operations (format 6), the
     /// upstreams (format 7) and the upstream operations waiting for their attempt (format 8).
     /// Format 9 has 8's layout with a tenant's audit times as runs
     /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
-    /// adds the anonymous access of edges.
+    /// adds the anonymous access of edges, format 11 the records of MCP sessions.
     pub fn encode(&self) -> Vec<u8> {
         let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
+        let tail = (tail, &self.sessions);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 10, without the
-    /// anonymous access for 8 and 9, without the
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 11, without the
+    /// session records for 10, without the anonymous access too for 8 and 9, without the
     /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
@@ -1060,6 +1072,7 @@ impl LedgerState {
             upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
             upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
             anonymous: BTreeMap<String, BTreeMap<String, String>>,
+            sessions: BTreeMap<String, BTreeMap<String, crate::session::McpSessionV1>>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
             1 => (dec(body, bounded).map_err(undecodable)?, Tail::default()),
@@ -1122,7 +1135,7 @@ impl LedgerState {
                 };
                 (state, tail)
             }
-            _ => {
+            10 => {
                 let (
                     state,
                     revocations,
@@ -1141,6 +1154,30 @@ impl LedgerState {
                     upstreams,
                     upstream_operations,
                     anonymous,
+                    ..Default::default()
+                };
+                (state, tail)
+            }
+            _ => {
+                let (
+                    state,
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    ((evidence, compacted, upstreams, upstream_operations, anonymous), sessions),
+                ) = dec(body, bounded).map_err(undecodable)?;
+                let tail = Tail {
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    evidence,
+                    compacted,
+                    upstreams,
+                    upstream_operations,
+                    anonymous,
+                    sessions,
                 };
                 (state, tail)
             }
@@ -1155,10 +1192,11 @@ impl LedgerState {
             upstreams,
             upstream_operations,
             anonymous,
+            sessions,
         } = tail;
         (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
         (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
-        (state.upstream_operations, state.anonymous) = (upstream_operations, anonymous);
+        (state.upstream_operations, state.anonymous, state.sessions) = (upstream_operations, anonymous, sessions);
         state.rebuild_index();
         Ok(state)
     }

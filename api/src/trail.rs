@@ -105,6 +105,7 @@ fn subject(event: &Event) -> Subject {
         }
         Event::PrincipalCreatedV1 { spec, .. } => ("principal", Some(spec.principal_id.clone()), None, None),
         Event::AnonymousAccessSetV1 { principal_id, .. } => ("principal", principal_id.clone(), None, None),
+        Event::SessionStateSetV1 { session, .. } => ("session", Some(session.principal_id.clone()), None, None),
         Event::PrincipalRevokedV1 { principal_id, .. }
         | Event::ScopeRevokedV1 { principal_id, .. }
         | Event::ScopeGrantedV1 { principal_id, .. } => ("principal", Some(principal_id.clone()), None, None),
@@ -182,6 +183,7 @@ fn domain_of_command(command: &str) -> &'static str {
         ("unknown_effect", "operation"),
         ("expire_due", "operation"),
         ("anonymous", "principal"),
+        ("session", "session"),
         ("tenant", "tenant"),
         ("principal", "principal"),
         ("scope", "principal"),

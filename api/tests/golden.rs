@@ -987,7 +987,36 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "session_state_set_v1",
+            req(Command::SetSessionState {
+                tenant_id: "t-1".into(),
+                session_id: SESSION_ID.into(),
+                session: mcp_session(),
+            }),
+            Some(env(
+                71,
+                67,
+                Event::SessionStateSetV1 {
+                    tenant_id: "t-1".into(),
+                    session_id: SESSION_ID.into(),
+                    session: mcp_session(),
+                },
+            )),
+        ),
     ]
+}
+
+const SESSION_ID: &str = "0123456789abcdef0123456789abcdef";
+
+fn mcp_session() -> writ_api::session::McpSessionV1 {
+    writ_api::session::McpSessionV1 {
+        principal_id: "p-1".into(),
+        expires_at_ms: 1_800_000_000_000,
+        log_level: Some("info".into()),
+        subscriptions: vec!["writ://audit/recent".into()],
+        ended: false,
+    }
 }
 
 /// A cancel of `op-1` by `p-1` under the token `j-1`, as an edge submits it.
@@ -1281,8 +1310,9 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // state format); anonymous access came with state format 10.
     (8, &["batch"]),
     (9, &["verified", "create_tenant_with", "anonymous_access_set_v1"]),
-    // Principals created with their quotas came after state format 10 was pinned.
-    (10, &["create_principal_with"]),
+    // Principals created with their quotas came after state format 10 was pinned; session records
+    // came with state format 11.
+    (10, &["create_principal_with", "session_state_set_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1341,6 +1371,10 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
     if format >= 8 {
         // And an upstream operation waiting for its attempt.
         state.upstream_operations.entry("t-1".into()).or_default().insert("op-2".into(), "shop/place_order".into());
+    }
+    if format >= 11 {
+        // And an MCP session's record.
+        state.sessions.entry("t-1".into()).or_default().insert(SESSION_ID.into(), mcp_session());
     }
     state
 }

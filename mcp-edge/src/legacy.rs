@@ -127,7 +127,55 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
 /// The session a request names, if this caller opened it and it has not ended.
 fn session_of(edge: &Edge, authority: &Authority, headers: &HeaderMap, sid: &str) -> Option<Session> {
     let s = session::open(&edge.config.seal_key, authority, crate::bearer(headers), sid, now_ms())?;
-    (!edge.sessions.get(&s).ended).then_some(s)
+    (!session::record(&edge.verifier, authority, &s).ended).then_some(s)
+}
+
+/// How long a change waits for this replica to follow the ledger past it (the next request
+/// may come here).
+const FOLLOW_WAIT: Duration = Duration::from_secs(5);
+
+/// Records what the client changed of its session (`Command::SetSessionState`, the
+/// principal's act under the request's credential), unless nothing changed; then waits for
+/// this replica to hold it.
+async fn change(
+    edge: &Edge,
+    authority: &Authority,
+    headers: &HeaderMap,
+    trace_id: &str,
+    session: &Session,
+    f: impl FnOnce(&mut writ_api::session::McpSessionV1),
+) -> Result<(), Rejection> {
+    use writ_api::ledger::{Command, Outcome};
+    let current = session::record(&edge.verifier, authority, session);
+    let mut next = current.clone();
+    f(&mut next);
+    if next == current {
+        return Ok(());
+    }
+    let set = Command::SetSessionState {
+        tenant_id: authority.tenant_id.clone(),
+        session_id: session.nonce.clone(),
+        session: next,
+    };
+    let command = Command::OnBehalfOf { authority_ref: authority.reference(), command: Box::new(set) };
+    let request = writ_api::dto::SubmitRequest::acting(trace_id, command, crate::credential(headers));
+    let submitted = edge.ledger.submit(request).await?;
+    match submitted.outcome {
+        Outcome::Applied { events, .. } => {
+            let revision = events.iter().map(|e| e.revision).max().unwrap_or(0);
+            let mut revisions = edge.verifier.revisions();
+            let _ = tokio::time::timeout(FOLLOW_WAIT, revisions.wait_for(|r| *r >= revision)).await;
+            Ok(())
+        }
+        Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
+        _ => Err(Rejection::new(ReasonCode::INTERNAL, "unexpected ledger outcome")),
+    }
+}
+
+/// A refused change: its reason's answer, in band.
+fn change_refused(r: Rejection, id: &Option<Value>, name: Option<String>) -> Handled {
+    let e = RpcError::rejected(&r).in_band().with_id(id);
+    Handled::refused(e.into_response(), name, r)
 }
 
 async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>, method: Option<&str>) -> Handled {
@@ -139,15 +187,7 @@ async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>
     let ok = |result: Value| Handled::allowed(jsonrpc::result(id, result), None);
     match (method, id) {
         // The client's response to one of this session's server requests.
-        (None, Some(answered)) => match x.edge.pending.deliver(&session.nonce, answered, msg.clone()) {
-            true => Handled::allowed(StatusCode::ACCEPTED.into_response(), None),
-            false => refusal(
-                StatusCode::BAD_REQUEST,
-                ReasonCode::SESSION_INVALID,
-                "no request of this session on this replica waits for this response",
-                &None,
-            ),
-        },
+        (None, Some(answered)) => answer(x, &session, answered, msg).await,
         (None, None) => refusal(StatusCode::BAD_REQUEST, ReasonCode::INPUT_INVALID, "not a JSON-RPC message", &None),
         // Notifications (`initialized`, `cancelled`, `roots/list_changed`) need no answer.
         (Some(_), None) => Handled::allowed(StatusCode::ACCEPTED.into_response(), None),
@@ -155,13 +195,89 @@ async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>
             refusal(StatusCode::BAD_REQUEST, ReasonCode::SESSION_INVALID, "the session is already initialized", id)
         }
         (Some("ping"), _) => ok(json!({})),
-        (Some("logging/setLevel"), _) => set_level(x, &session, msg, id),
-        (Some(m @ ("resources/subscribe" | "resources/unsubscribe")), _) => subscribe(x, &session, msg, id, m),
+        (Some("logging/setLevel"), _) => set_level(x, &session, msg, id).await,
+        (Some(m @ ("resources/subscribe" | "resources/unsubscribe")), _) => subscribe(x, &session, msg, id, m).await,
         (Some(m), _) if MODERN_ONLY.contains(&m) || !crate::served(&x.edge.config, m) => {
             let e = RpcError::new(StatusCode::OK, jsonrpc::METHOD_NOT_FOUND, format!("method {m} is not served"));
             Handled::allowed(e.with_id(id).into_response(), None)
         }
         (Some(_), _) => bridge(x, &session, msg).await,
+    }
+}
+
+/// Header marking a client response one replica forwarded to another (never forwarded again).
+const FORWARDED_HEADER: &str = "x-writ-forwarded";
+
+/// What a server request's id is bound to: the session it was sent in.
+fn request_binding(authority: &Authority, nonce: &str) -> crate::seal::Binding {
+    crate::seal::Binding {
+        tenant_id: authority.tenant_id.clone(),
+        principal_id: authority.principal_id.clone(),
+        purpose: format!("server request {nonce}"),
+    }
+}
+
+/// A server request's id: sealed, naming the replica whose call waits for the response, so
+/// that the replica the response lands on can hand it over (and no client can make a replica
+/// call an address of its choosing).
+fn request_id(edge: &Edge, authority: &Authority, nonce: &str) -> String {
+    let data = json!({"r": uuid::Uuid::new_v4().to_string(), "p": edge.config.peer_url});
+    crate::seal::seal(
+        &edge.config.seal_key,
+        &request_binding(authority, nonce),
+        now_ms() + INPUT_WAIT.as_millis() as u64,
+        data,
+    )
+}
+
+/// A client response: to the call on this replica waiting for it, else forwarded to the
+/// replica its id names.
+async fn answer(x: &Exchange<'_>, session: &Session, answered: &Value, msg: &Value) -> Handled {
+    if x.edge.pending.deliver(&session.nonce, answered, msg.clone()) {
+        return Handled::allowed(StatusCode::ACCEPTED.into_response(), None);
+    }
+    let unknown = || {
+        refusal(
+            StatusCode::BAD_REQUEST,
+            ReasonCode::SESSION_INVALID,
+            "no request of this session waits for this response",
+            &None,
+        )
+    };
+    let key = &x.edge.config.seal_key;
+    let Some(peer) = answered
+        .as_str()
+        .and_then(|id| crate::seal::open(key, &request_binding(x.authority, &session.nonce), now_ms(), id).ok())
+        .and_then(|data| data["p"].as_str().map(str::to_string))
+    else {
+        return unknown();
+    };
+    if x.headers.contains_key(FORWARDED_HEADER) || Some(&peer) == x.edge.config.peer_url.as_ref() {
+        return unknown();
+    }
+    let mut forward = x.edge.peers.post(&peer).header(FORWARDED_HEADER, "1").json(msg);
+    for name in [header::AUTHORIZATION, header::HOST, header::ORIGIN] {
+        if let Some(v) = x.headers.get(&name) {
+            forward = forward.header(name, v.clone());
+        }
+    }
+    for name in [SESSION_HEADER, "mcp-protocol-version"] {
+        if let Some(v) = x.headers.get(name) {
+            forward = forward.header(name, v.clone());
+        }
+    }
+    match forward.send().await {
+        Ok(r) if r.status() == StatusCode::ACCEPTED => Handled::allowed(StatusCode::ACCEPTED.into_response(), None),
+        Ok(_) => unknown(),
+        Err(e) => {
+            tracing::info!(%peer, error = %e, "a client response could not be forwarded");
+            let r = Rejection::new(
+                ReasonCode::SESSION_PEER_UNREACHABLE,
+                "the replica waiting for this response is unreachable",
+            );
+            let e = RpcError::rejected(&r);
+            Handled::refused(e.into_response(), None, r)
+        }
     }
 }
 
@@ -224,46 +340,38 @@ fn initialize(x: &Exchange<'_>, msg: &Value, id: &Option<Value>) -> Handled {
     Handled::allowed(response, None)
 }
 
-fn set_level(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>) -> Handled {
+async fn set_level(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>) -> Handled {
     let level = msg["params"]["level"].as_str().unwrap_or_default();
     if !crate::reply::LEVELS.contains(&level) {
         let e = RpcError::reason(ReasonCode::INPUT_INVALID, format!("level must be one of {:?}", crate::reply::LEVELS));
         return Handled::allowed(e.in_band().with_id(id).into_response(), None);
     }
-    x.edge.sessions.update(session, now_ms(), |s| s.log_level = Some(level.to_string()));
-    Handled::allowed(jsonrpc::result(id, json!({})), None)
+    let set = |r: &mut writ_api::session::McpSessionV1| r.log_level = Some(level.to_string());
+    match change(x.edge, x.authority, x.headers, x.trace_id, session, set).await {
+        Ok(()) => Handled::allowed(jsonrpc::result(id, json!({})), None),
+        Err(r) => change_refused(r, id, None),
+    }
 }
 
-fn subscribe(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>, method: &str) -> Handled {
-    let uri = msg["params"]["uri"].as_str().unwrap_or_default();
+async fn subscribe(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>, method: &str) -> Handled {
+    let uri = msg["params"]["uri"].as_str().unwrap_or_default().to_string();
     if let Err(e) = x.authority.require(serve::RESOURCES_SCOPE) {
         let r = crate::challenge(&x.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, serve::RESOURCES_SCOPE);
-        return Handled::refused(r, Some(uri.to_string()), e);
+        return Handled::refused(r, Some(uri), e);
     }
-    let bad = |reason, message: String| {
-        Handled::allowed(RpcError::reason(reason, message).in_band().with_id(id).into_response(), None)
-    };
-    if uri.is_empty() || uri.len() > session::URI_BYTES_MAX {
-        return bad(ReasonCode::INPUT_INVALID, format!("uri must be 1..{} bytes", session::URI_BYTES_MAX));
-    }
-    let state = x.edge.sessions.get(session);
-    if method == "resources/subscribe"
-        && !state.subscriptions.contains(uri)
-        && state.subscriptions.len() >= session::SUBSCRIPTIONS_MAX
-    {
-        return bad(
-            ReasonCode::QUOTA_EXCEEDED,
-            format!("at most {} subscriptions per session", session::SUBSCRIPTIONS_MAX),
-        );
-    }
-    x.edge.sessions.update(session, now_ms(), |s| {
-        if method == "resources/subscribe" {
-            s.subscriptions.insert(uri.to_string());
-        } else {
-            s.subscriptions.remove(uri);
+    let subscribing = method == "resources/subscribe";
+    let edit = |r: &mut writ_api::session::McpSessionV1| match (r.subscriptions.binary_search(&uri), subscribing) {
+        (Err(at), true) => r.subscriptions.insert(at, uri.clone()),
+        (Ok(at), false) => {
+            r.subscriptions.remove(at);
         }
-    });
-    Handled { response: jsonrpc::result(id, json!({})), name: Some(uri.to_string()), denied: None, effectful: false }
+        _ => {}
+    };
+    // The ledger checks the bounds (URI length, subscriptions per session).
+    match change(x.edge, x.authority, x.headers, x.trace_id, session, edit).await {
+        Ok(()) => Handled::allowed(jsonrpc::result(id, json!({})), Some(uri)),
+        Err(r) => change_refused(r, id, Some(uri)),
+    }
 }
 
 /// The 2026-07-28 request a 2025 request means: the session's context in `_meta`.
@@ -275,7 +383,7 @@ fn modern(x: &Exchange<'_>, session: &Session, msg: &Value) -> Request {
     if session.client_info.is_object() {
         meta.insert("io.modelcontextprotocol/clientInfo".into(), session.client_info.clone());
     }
-    if let Some(level) = x.edge.sessions.get(session).log_level {
+    if let Some(level) = session::record(&x.edge.verifier, x.authority, session).log_level {
         meta.insert(jsonrpc::META_LOG_LEVEL.into(), json!(level));
     }
     params["_meta"] = Value::Object(meta);
@@ -409,7 +517,7 @@ async fn converse(o: &Owned, nonce: &str, mut req: Request, first: First, tx: &m
             let e = RpcError::reason(ReasonCode::INPUT_INVALID, "the call asked for input too many times");
             return Some(jsonrpc::response(&req.id, Err(&e)));
         }
-        let responses = match ask(&o.edge, nonce, &requests, tx).await {
+        let responses = match ask(&o.edge, &o.authority, nonce, &requests, tx).await {
             Ok(r) => r,
             Err(Asked::Gone) => return None,
             Err(Asked::Failed(e)) => return Some(jsonrpc::response(&req.id, Err(&e))),
@@ -462,13 +570,14 @@ enum Asked {
 /// Sends `requests` as server requests and waits for each response: the results by key.
 async fn ask(
     edge: &Edge,
+    authority: &Authority,
     nonce: &str,
     requests: &Map<String, Value>,
     tx: &mpsc::Sender<Value>,
 ) -> Result<Map<String, Value>, Asked> {
     let mut waiting = Vec::new();
     for (key, ask) in requests {
-        let id = format!("writ-{}", uuid::Uuid::new_v4());
+        let id = request_id(edge, authority, nonce);
         let Some(wait) = edge.pending.register(nonce, &id) else {
             let e = RpcError::reason(ReasonCode::QUOTA_EXCEEDED, "too many calls wait for client input on this edge");
             return Err(Asked::Failed(e));
@@ -617,14 +726,20 @@ fn sse_messages(response: Response) -> impl futures::Stream<Item = Value> {
     })
 }
 
-/// DELETE with a session: ends it for every later request. Without a session: 405.
-pub(crate) fn delete(edge: &Edge, headers: &HeaderMap, authority: &Authority) -> Handled {
+/// DELETE with a session: ends it on every replica for every later request. Without a
+/// session: 405.
+pub(crate) async fn delete(edge: &Edge, headers: &HeaderMap, authority: &Authority, trace_id: &str) -> Handled {
     let Some(sid) = crate::header_value(headers, SESSION_HEADER) else {
         return Handled::allowed(crate::not_allowed_response(), None);
     };
     let Some(session) = session_of(edge, authority, headers, &sid) else { return session_not_found(&None) };
-    edge.sessions.update(&session, now_ms(), |s| s.ended = true);
-    Handled::allowed(StatusCode::NO_CONTENT.into_response(), None)
+    match change(edge, authority, headers, trace_id, &session, |r| r.ended = true).await {
+        Ok(()) => Handled::allowed(StatusCode::NO_CONTENT.into_response(), None),
+        Err(r) => {
+            let e = RpcError::rejected(&r);
+            Handled::refused(e.into_response(), None, r)
+        }
+    }
 }
 
 #[cfg(test)]

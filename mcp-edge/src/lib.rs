@@ -90,6 +90,10 @@ pub struct EdgeConfig {
     /// This edge's name in the ledger's records of its upstream fuses (default: the canonical
     /// URL's host and port).
     pub edge_id: String,
+    /// Where the other replicas reach this one's MCP endpoint: a client's response to a server
+    /// request of the 2025 wire that lands on another replica is forwarded here, to the call
+    /// waiting for it. `None`: such responses are refused on other replicas.
+    pub peer_url: Option<String>,
 }
 
 impl EdgeConfig {
@@ -113,6 +117,7 @@ impl EdgeConfig {
             anonymous: None,
             fixtures_tenant: None,
             edge_id: split_origin(canonical_url).0.split_once("://").map_or(canonical_url, |(_, a)| a).to_string(),
+            peer_url: None,
         }
     }
 
@@ -131,7 +136,8 @@ impl EdgeConfig {
         format!("{origin}/.well-known/oauth-protected-resource{path}")
     }
 
-    fn mcp_path(&self) -> String {
+    /// The path of the MCP endpoint (`/mcp`).
+    pub fn mcp_path(&self) -> String {
         let (_, path) = split_origin(&self.canonical_url);
         if path.is_empty() {
             "/".into()
@@ -206,10 +212,10 @@ pub(crate) struct Edge {
     tool_lists: serve::ToolLists,
     /// Connections to, and fuses of, tenants' upstream MCP servers.
     upstreams: upstream::Upstreams,
-    /// What sessions of the 2025 wire changed after `initialize`.
-    sessions: session::Sessions,
     /// Server requests of the 2025 wire waiting for the client's response.
     pending: legacy::Pending,
+    /// Forwards such responses to the replica whose call waits for them.
+    peers: reqwest::Client,
 }
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
@@ -243,8 +249,12 @@ pub fn router(
         listens,
         tool_lists,
         upstreams,
-        sessions: Default::default(),
         pending: Default::default(),
+        peers: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("the peer client: {e}"))?,
     });
     let mut r = Router::new()
         .route(&mcp, get(mcp_get).delete(mcp_delete).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)))
@@ -803,7 +813,7 @@ async fn mcp_delete(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Respon
         Err(r) => return r,
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
-    let handled = legacy::delete(&edge, &headers, &authority);
+    let handled = legacy::delete(&edge, &headers, &authority, &trace_id).await;
     let unrecorded = std::sync::atomic::AtomicBool::new(false);
     if let Err(fail) = record(&edge, &authority, &headers, &trace_id, "DELETE", &handled.verdict(), &unrecorded).await {
         return RpcError::rejected(&fail).into_response();

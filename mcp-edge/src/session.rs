@@ -5,14 +5,14 @@
 //! session from its id alone, and opening one costs no ledger write and no edge memory.
 //!
 //! What a session changes after `initialize` (its log level, its resource subscriptions, its
-//! end) is [`SessionState`], keyed by the nonce in [`Sessions`]: a bounded map on this replica.
-
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+//! end) is a ledger record every replica follows ([`record`]; `writ_api::session`), written
+//! only when the client changes it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use writ_api::auth::Authority;
+use writ_api::session::McpSessionV1;
+use writ_client::verifier::Verifier;
 
 use crate::seal::{self, Binding, SealKey};
 
@@ -25,12 +25,6 @@ pub const SESSION_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 pub const CLIENT_INFO_BYTES_MAX: usize = 512;
 /// Largest `capabilities` object an `initialize` may carry (bytes of JSON).
 pub const CAPABILITIES_BYTES_MAX: usize = 2048;
-/// Most resource subscriptions one session holds.
-pub const SUBSCRIPTIONS_MAX: usize = 64;
-/// Longest subscribed URI (bytes).
-pub const URI_BYTES_MAX: usize = 1024;
-/// Most sessions with state one replica keeps (expired ones go first, then the oldest).
-pub const SESSION_STATES_MAX: usize = 65_536;
 
 /// What a session id carries besides its binding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,45 +107,20 @@ pub fn open(key: &SealKey, authority: &Authority, bearer: Option<&str>, id: &str
     serde_json::from_value(data).ok()
 }
 
-/// What a session changed after `initialize`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionState {
-    /// The least severe level of `notifications/message` the client asked for.
-    pub log_level: Option<String>,
-    pub subscriptions: BTreeSet<String>,
-    /// Ended by DELETE: every later request with the id is refused.
-    pub ended: bool,
-    expires_at_ms: u64,
-}
-
-/// Session states of this replica, by nonce (bounded by [`SESSION_STATES_MAX`]).
-#[derive(Default)]
-pub struct Sessions(Mutex<HashMap<String, SessionState>>);
-
-impl Sessions {
-    pub fn get(&self, session: &Session) -> SessionState {
-        self.lock().get(&session.nonce).cloned().unwrap_or_default()
-    }
-
-    /// Applies `change` to the session's state.
-    pub fn update(&self, session: &Session, now_ms: u64, change: impl FnOnce(&mut SessionState)) {
-        let mut map = self.lock();
-        if !map.contains_key(&session.nonce) && map.len() >= SESSION_STATES_MAX {
-            map.retain(|_, s| s.expires_at_ms > now_ms);
-            if map.len() >= SESSION_STATES_MAX {
-                let oldest = map.iter().min_by_key(|(_, s)| s.expires_at_ms).map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    map.remove(&k);
-                }
-            }
-        }
-        let state = map.entry(session.nonce.clone()).or_default();
-        state.expires_at_ms = session.expires_at_ms;
-        change(state);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionState>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The record of what `session` changed after `initialize` (`Command::SetSessionState`), as the
+/// replica holds it; a fresh one when there is none. One that names another principal counts
+/// as ended (a session id is never reused).
+pub fn record(verifier: &Verifier, authority: &Authority, session: &Session) -> McpSessionV1 {
+    let fresh = || McpSessionV1 {
+        principal_id: authority.principal_id.clone(),
+        expires_at_ms: session.expires_at_ms,
+        ..McpSessionV1::default()
+    };
+    let held = verifier.with_state(|s| s.sessions.get(&authority.tenant_id)?.get(&session.nonce).cloned());
+    match held {
+        Some(r) if r.principal_id == authority.principal_id => r,
+        Some(_) => McpSessionV1 { ended: true, ..fresh() },
+        None => fresh(),
     }
 }
 
@@ -193,23 +162,5 @@ mod tests {
         let big = json!({"name": "x".repeat(CLIENT_INFO_BYTES_MAX)});
         assert_eq!(open_new(&key, &a, None, "2025-11-25", &json!({}), &big, 0), Err(Refused::Oversized("clientInfo")));
         assert!(open_new(&key, &a, None, "2025-11-25", &json!([1]), &json!({}), 0).is_err());
-    }
-
-    #[test]
-    fn session_states_stay_bounded() {
-        let sessions = Sessions::default();
-        let s = |n: usize, x: u64| Session {
-            version: "2025-11-25".into(),
-            capabilities: json!({}),
-            client_info: Value::Null,
-            nonce: n.to_string(),
-            expires_at_ms: x,
-        };
-        for n in 0..SESSION_STATES_MAX + 10 {
-            sessions.update(&s(n, 10 + n as u64), 5, |st| st.log_level = Some("info".into()));
-        }
-        assert_eq!(sessions.lock().len(), SESSION_STATES_MAX);
-        assert_eq!(sessions.get(&s(0, 10)), SessionState::default(), "the oldest went first");
-        assert_eq!(sessions.get(&s(SESSION_STATES_MAX + 9, 0)).log_level.as_deref(), Some("info"));
     }
 }

@@ -25,6 +25,10 @@ struct RawEdgeConfig {
     /// The canonical URI clients use (and tokens name as audience); default
     /// `https://<listen>/mcp` with `[tls]`, `http://<listen>/mcp` without.
     canonical_url: Option<String>,
+    /// Where the other edge replicas reach this one's `/mcp` (default: the listen address,
+    /// unless it is unspecified): a client response of the 2025 wire that lands on another
+    /// replica is forwarded here, to the call waiting for it.
+    peer_url: Option<String>,
     /// The MCP listener's certificate (`writ pki issue edge NAME --host …`): `/mcp` over HTTPS.
     tls: Option<RawCertKey>,
     /// The audiences Writ tokens may name here (default: the canonical URL and the cluster's
@@ -94,6 +98,7 @@ pub struct EdgeFileConfig {
     pub tls: Option<RawCertKey>,
     pub trusted_proxies: Vec<std::net::IpAddr>,
     pub canonical_url: Option<String>,
+    pub peer_url: Option<String>,
     pub ledger: Vec<String>,
     pub admin: Vec<String>,
     pub ledger_tls: crate::config::TlsConfig,
@@ -158,9 +163,9 @@ impl EdgeFileConfig {
             field: "ledger_tls",
             message: "[ledger_tls] cert, key and ca are required: nodes serve their client API only to a certificate naming an edge (`writ pki issue edge NAME`)".into(),
         })?;
-        if let Some(u) = &raw.canonical_url {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(ConfigError::Invalid { field: "canonical_url", message: "must be an http(s) URL".into() });
+        for (field, url) in [("canonical_url", &raw.canonical_url), ("peer_url", &raw.peer_url)] {
+            if url.as_ref().is_some_and(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
+                return Err(ConfigError::Invalid { field, message: "must be an http(s) URL".into() });
             }
         }
         if let Some(v) = env("WRIT_EDGE_SEAL_KEY_FILE") {
@@ -205,6 +210,7 @@ impl EdgeFileConfig {
             tls: raw.tls,
             trusted_proxies,
             canonical_url: raw.canonical_url,
+            peer_url: raw.peer_url,
             ledger: raw.ledger,
             admin,
             ledger_tls,
@@ -261,6 +267,8 @@ pub struct EdgeOptions {
     /// Plain HTTP behind these TLS-terminating proxies only.
     pub trusted_proxies: Vec<std::net::IpAddr>,
     pub canonical_url: Option<String>,
+    /// See `RawEdgeConfig::peer_url`.
+    pub peer_url: Option<String>,
     pub allowed_hosts: Vec<String>,
     pub allowed_origins: Vec<String>,
     pub seal_key: SealKey,
@@ -288,6 +296,7 @@ impl EdgeOptions {
             cluster_ca_pem: None,
             trusted_proxies: Vec::new(),
             canonical_url: None,
+            peer_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             seal_key,
@@ -447,6 +456,10 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     }
     config.fixtures_tenant = options.fixtures_tenant;
     config.edge_id = options.edge_id.unwrap_or_else(|| local_addr.to_string());
+    config.peer_url = options.peer_url.or_else(|| {
+        let path = config.mcp_path();
+        (!local_addr.ip().is_unspecified()).then(|| format!("{scheme}://{local_addr}{path}"))
+    });
     let audiences =
         options.token_audiences.unwrap_or_else(|| vec![url.clone(), crate::config::TOKEN_AUDIENCE_DEFAULT.to_string()]);
     let verifier = Verifier::follow_with(ledger.clone(), audiences, writ_client::verifier::STALENESS_MAX_DEFAULT);
@@ -593,6 +606,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         cluster_ca_pem: Some(cluster_ca_pem),
         trusted_proxies: cfg.trusted_proxies,
         canonical_url: cfg.canonical_url,
+        peer_url: cfg.peer_url,
         allowed_hosts: cfg.allowed_hosts,
         allowed_origins: cfg.allowed_origins,
         seal_key: load_or_create_seal_key(&cfg.seal_key_file)?,

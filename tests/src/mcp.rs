@@ -1,4 +1,5 @@
-//! A minimal MCP 2026-07-28 client for tests that check the edge at the wire level.
+//! A minimal MCP 2026-07-28 client for tests that check the edge at the wire level, and the
+//! tenants those tests serve.
 
 use serde_json::{json, Value};
 
@@ -52,4 +53,22 @@ pub async fn try_rpc(
     let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let body = r.bytes().await.map_err(|e| e.to_string())?;
     Ok((status, challenge, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+}
+
+/// Creates tenant `name` with a catalog of `actions`, a principal `agent` (preset `full`), a
+/// site `<name>-site` and a `press.v1` device `<name>-press` there.
+pub async fn tenant(admin: &crate::procs::Admin, url: &str, name: &str, actions: Vec<Value>) {
+    admin.post_ok(url, "/v1/tenants", json!({"name": name})).await;
+    admin.post_ok(url, &format!("/v1/tenants/{name}/catalogs"), json!({"actions": actions})).await;
+    let agent = json!({"name": "agent", "kind": "agent", "preset": "full"});
+    admin.post_ok(url, &format!("/v1/tenants/{name}/principals"), agent).await;
+    admin.post_ok(url, &format!("/v1/tenants/{name}/sites"), json!({"name": format!("{name}-site")})).await;
+    let device = json!({"name": format!("{name}-press"), "site": format!("{name}-site"), "device_class": "press.v1"});
+    admin.post_ok(url, &format!("/v1/tenants/{name}/devices"), device).await;
+}
+
+/// A catalog action answered by the edge's built-in `handler`, needing `scope` when given.
+pub fn builtin(id: &str, handler: &str, scope: Option<&str>) -> Value {
+    json!({"id": id, "title": id, "input_schema": {"type": "object"}, "risk": "low",
+           "execution": {"builtin": handler}, "scope": scope})
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Value};
-use writ_tests::mcp::{meta, rpc};
-use writ_tests::procs::{Admin, Cluster, EdgeProc};
+use writ_tests::mcp::{builtin, meta, rpc, tenant};
+use writ_tests::procs::{Cluster, EdgeProc};
 
 /// A 3-node cluster and two edges sharing one canonical URL (edge 1's) and seal key.
 async fn cluster_with_two_edges() -> (Cluster, tempfile::TempDir, EdgeProc, EdgeProc) {
@@ -38,21 +38,6 @@ async fn read_until(frames: &mut Frames, seen: &mut String, want: &str) -> bool 
 
 fn tool_names(list: &Value) -> Vec<String> {
     list["result"]["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
-}
-
-async fn tenant(admin: &Admin, url: &str, name: &str, actions: Vec<Value>) {
-    admin.post_ok(url, "/v1/tenants", json!({"name": name})).await;
-    admin.post_ok(url, &format!("/v1/tenants/{name}/catalogs"), json!({"actions": actions})).await;
-    let agent = json!({"name": "agent", "kind": "agent", "preset": "full"});
-    admin.post_ok(url, &format!("/v1/tenants/{name}/principals"), agent).await;
-    admin.post_ok(url, &format!("/v1/tenants/{name}/sites"), json!({"name": format!("{name}-site")})).await;
-    let device = json!({"name": format!("{name}-press"), "site": format!("{name}-site"), "device_class": "press.v1"});
-    admin.post_ok(url, &format!("/v1/tenants/{name}/devices"), device).await;
-}
-
-fn builtin(id: &str, handler: &str, scope: Option<&str>) -> Value {
-    json!({"id": id, "title": id, "input_schema": {"type": "object"}, "risk": "low",
-           "execution": {"builtin": handler}, "scope": scope})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,7 +277,11 @@ async fn burst(edges: &[String], token: &str, n: usize) -> (usize, Vec<(Value, S
 }
 
 /// Granted requests per quota window for `principal_id`, from the ledger's audit trail.
-async fn grants_per_window(admin: &Admin, url: &str, tenant: &str) -> std::collections::BTreeMap<u64, u64> {
+async fn grants_per_window(
+    admin: &writ_tests::procs::Admin,
+    url: &str,
+    tenant: &str,
+) -> std::collections::BTreeMap<u64, u64> {
     let page = admin.get(url, &format!("/v1/tenants/{tenant}/audit?domain=quota&limit=1000")).await.unwrap();
     let mut windows = std::collections::BTreeMap::new();
     for r in page["records"].as_array().unwrap() {

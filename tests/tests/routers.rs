@@ -415,7 +415,9 @@ async fn lists_discovery_read_audit_and_failing_closed() {
     let trace = headers["x-writ-trace-id"].to_str().unwrap();
     assert!(denied.iter().any(|d| d["trace_id"] == trace && d["reason_code"] == "APP_SCOPE_FORBIDDEN"), "{denied:#?}");
     let (status, _, discover) = r.call(Some(reader), "server/discover", json!({})).await;
-    assert_eq!((status, &discover["result"]["supportedVersions"]), (200, &json!(["2026-07-28"])));
+    // The 2025 versions are served on the same endpoint through `initialize`.
+    let versions = json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"]);
+    assert_eq!((status, &discover["result"]["supportedVersions"]), (200, &versions));
     // Cross-origin requests and the removed GET stream.
     let cross = axum::http::Request::builder()
         .method("POST")

@@ -844,3 +844,52 @@ fn an_older_form_leaves_the_state_the_command_would() {
     assert_eq!(once.principal_quotas, older.principal_quotas);
     assert_eq!(Command::ResumeTenant { tenant_id: "a".into() }.older_form(), None);
 }
+
+/// An MCP session's record is its principal's: bounded, final once ended, a repeat a no-op,
+/// and kept across the state's encoding; expired records go as the tenant's next is folded.
+#[test]
+fn session_records_belong_to_their_principal_and_end_for_good() {
+    use crate::session::McpSessionV1;
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-1", "agent", &[]) }));
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-2", "other", &[]) }));
+    let id = |n: u8| format!("{n:032x}");
+    let record =
+        |p: &str, expires: u64| McpSessionV1 { principal_id: p.into(), expires_at_ms: expires, ..Default::default() };
+    let set =
+        |n: u8, s: McpSessionV1| Command::SetSessionState { tenant_id: "a".into(), session_id: id(n), session: s };
+    let refused = |st: &LedgerState, cmd: Command| decide(st, &cmd, 1_000).err().map(|r| r.reason);
+    let info = McpSessionV1 { log_level: Some("info".into()), ..record("p-1", 50_000) };
+    assert!(matches!(st.execute(&req(1_000, set(1, info.clone()))).0, Outcome::Applied { .. }));
+    assert_eq!(decide(&st, &set(1, info.clone()), 1_000).map(|e| e.len()), Ok(0), "a repeat is a no-op");
+    assert_eq!(refused(&st, set(1, record("p-2", 50_000))), Some(ReasonCode::SESSION_NOT_FOUND), "another's");
+    assert_eq!(refused(&st, set(2, record("ghost", 50_000))), Some(ReasonCode::PRINCIPAL_NOT_FOUND));
+    assert_eq!(refused(&st, set(2, record("p-1", 500))), Some(ReasonCode::SESSION_NOT_FOUND), "expired");
+    let mut loud = record("p-1", 50_000);
+    loud.log_level = Some("shout".into());
+    assert_eq!(refused(&st, set(2, loud)), Some(ReasonCode::INPUT_INVALID));
+    let ended = McpSessionV1 { ended: true, ..info.clone() };
+    assert!(matches!(st.execute(&req(1_000, set(1, ended))).0, Outcome::Applied { .. }));
+    assert_eq!(refused(&st, set(1, info)), Some(ReasonCode::SESSION_NOT_FOUND), "ended is final");
+    assert!(st.sessions["a"][&id(1)].ended);
+    let back = LedgerState::decode_versioned(&st.encode_versioned()).unwrap();
+    assert_eq!(back.sessions, st.sessions);
+    // Through an edge: the principal's act under its token (which needs `tools:list`).
+    let tokened = |jti: &str, scopes: &[&str]| {
+        let mut st = st.clone();
+        st.execute(&req(1_000, issue(jti, "p-1", scopes, 3600, None)));
+        st
+    };
+    let act = |n: u8, jti: &str| Command::OnBehalfOf {
+        authority_ref: jti.into(),
+        command: Box::new(set(n, McpSessionV1 { log_level: Some("debug".into()), ..record("p-1", 50_000) })),
+    };
+    let listing = tokened("j-1", &["tools:list"]);
+    assert_eq!(decide(&listing, &act(4, "j-1"), 1_000).map(|e| e.len()), Ok(1));
+    let unscoped = tokened("j-2", &["ops:read"]);
+    assert_eq!(decide(&unscoped, &act(4, "j-2"), 1_000).err().map(|r| r.reason), Some(ReasonCode::APP_SCOPE_FORBIDDEN));
+    // Folding a later record drops the expired one.
+    assert!(matches!(st.execute(&req(60_000, set(3, record("p-1", 90_000)))).0, Outcome::Applied { .. }));
+    assert_eq!(st.sessions["a"].keys().cloned().collect::<Vec<_>>(), vec![id(3)]);
+}

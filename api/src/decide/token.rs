@@ -42,6 +42,10 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         Command::SetAnonymousAccess { tenant_id, edge_id, principal_id } => {
             anonymous_access(state, tenant_id, edge_id, principal_id.as_deref())
         }
+        Command::SetSessionState { tenant_id, session_id, session } => {
+            session_state(state, tenant_id, session_id, session, now)
+        }
+        Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
         Command::SetTenantIssuer { tenant_id, issuer } => {
             existing(state, tenant_id)?;
             issuer.validate()?;
@@ -254,5 +258,42 @@ fn anonymous_access(
         tenant_id: tenant_id.to_string(),
         edge_id: edge_id.to_string(),
         principal_id: principal_id.map(str::to_string),
+    }])
+}
+
+/// An MCP session's record: the principal's own, active, in an active tenant; bounded
+/// (`crate::session::validate`, and [`crate::session::SESSIONS_PER_TENANT_MAX`] live records per
+/// tenant); an ended session takes no change; a repeat is a no-op.
+fn session_state(
+    state: &LedgerState,
+    tenant_id: &str,
+    session_id: &str,
+    session: &crate::session::McpSessionV1,
+    now: u64,
+) -> Result<Vec<Event>, Rejection> {
+    use crate::session::SESSIONS_PER_TENANT_MAX;
+    active(state, tenant_id)?;
+    active_principal(state, tenant_id, &session.principal_id)?;
+    crate::session::validate(session_id, session, now)?;
+    let sessions = state.sessions.get(tenant_id);
+    let not_found = || Rejection::new(ReasonCode::SESSION_NOT_FOUND, "no such session for this principal");
+    match sessions.and_then(|m| m.get(session_id)) {
+        Some(known) if known.principal_id != session.principal_id || known.ended => return Err(not_found()),
+        Some(known) if known == session => return Ok(vec![]),
+        Some(_) => {}
+        None => {
+            let live = sessions.map_or(0, |m| m.values().filter(|s| s.expires_at_ms > now).count());
+            if live >= SESSIONS_PER_TENANT_MAX {
+                return Err(Rejection::new(
+                    ReasonCode::QUOTA_EXCEEDED,
+                    format!("at most {SESSIONS_PER_TENANT_MAX} MCP sessions with a record per tenant"),
+                ));
+            }
+        }
+    }
+    Ok(vec![Event::SessionStateSetV1 {
+        tenant_id: tenant_id.to_string(),
+        session_id: session_id.to_string(),
+        session: session.clone(),
     }])
 }
