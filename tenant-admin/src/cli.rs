@@ -146,6 +146,37 @@ pub enum Noun {
     /// gap-free revision and an approved scope (actions, devices, cost ceiling).
     #[command(subcommand)]
     Work(WorkCmd),
+    /// What an agent host's configuration must contain to reach a principal through an edge:
+    /// the MCP URL, the bearer header and the CA note, in that host's own format
+    /// (docs/clients.md: which protocol era and auth each host speaks).
+    ClientConfig {
+        #[arg(long)]
+        tenant: String,
+        /// Principal id or name.
+        #[arg(long)]
+        principal: String,
+        #[arg(long, value_enum)]
+        host: crate::client_config::Host,
+        /// The edge's MCP URL (default: $WRIT_MCP_URL, which `writ dev` writes to its env file).
+        #[arg(long = "mcp-url", env = "WRIT_MCP_URL")]
+        mcp_url: String,
+        /// Issue a token for the principal now (audience: the URL) and put it in the
+        /// configuration, shown once; without it the configuration reads --token-env.
+        #[arg(long)]
+        issue_token: bool,
+        /// Lifetime of the issued token, e.g. `8h` (clamped to the tenant's bounds).
+        #[arg(long, value_parser = parse_duration_s)]
+        ttl: Option<u64>,
+        /// The environment variable the host reads the token from.
+        #[arg(long, default_value = "WRIT_TOKEN")]
+        token_env: String,
+        /// The CA file the host must trust when the edge's certificate is private.
+        #[arg(long)]
+        ca_file: Option<std::path::PathBuf>,
+        /// The server's name in the host's configuration.
+        #[arg(long, default_value = "writ")]
+        name: String,
+    },
     /// A consistent backup of the ledger (state, audit, evidence, events) from the node the
     /// admin URL names, streamed to --out and checked (its digest) before it is kept; restore
     /// it with `writ node restore`.
@@ -1761,6 +1792,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         // Handled in `run`: contexts need no endpoint.
         Noun::Context(cmd) => context_cmd(cmd, out),
         Noun::Backup { out: path } => backup(c, out, path).await,
+        Noun::ClientConfig { .. } => client_config(c, &args.noun).await,
         Noun::Cluster(cmd) => {
             let node = match cmd {
                 ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),
@@ -1953,6 +1985,34 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
             }
         },
     }
+}
+
+/// `client-config`: checks the principal (or issues its token), then prints the host's
+/// configuration.
+async fn client_config(c: &AdminClient, noun: &Noun) -> Result<(), Failure> {
+    use crate::client_config::{render, Bearer};
+    let Noun::ClientConfig { tenant, principal, host, mcp_url: url, issue_token, ttl, token_env, ca_file, name } = noun
+    else {
+        unreachable!("called for client-config only")
+    };
+    let issued = if *issue_token {
+        let request = IssueTokenRequest {
+            principal: principal.clone(),
+            scopes: Vec::new(),
+            ttl_s: *ttl,
+            audience: Some(url.clone()),
+        };
+        Some(c.issue_token(tenant, &request).await.map_err(failed)?.token)
+    } else {
+        c.principal(tenant, principal).await.map_err(failed)?;
+        None
+    };
+    let bearer = match &issued {
+        Some(token) => Bearer::Literal(token),
+        None => Bearer::Env(token_env),
+    };
+    print!("{}", render(*host, name, url, &bearer, ca_file.as_deref()));
+    Ok(())
 }
 
 async fn token_cmd(c: &AdminClient, out: Output, cmd: &TokenCmd) -> Result<(), Failure> {

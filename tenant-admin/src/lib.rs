@@ -7,6 +7,7 @@
 mod audit;
 mod catalogs;
 pub mod cli;
+pub mod client_config;
 pub mod context;
 mod credentials;
 pub mod enroll;

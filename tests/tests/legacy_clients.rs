@@ -235,3 +235,40 @@ async fn mcp_inspector_cli_lists_and_calls_tools_on_both_edges() {
         assert_eq!(called["structuredContent"]["devices"][0]["name"], "alpha-press", "{called}");
     }
 }
+
+/// `writ admin client-config` prints what a host's configuration must contain; the printed
+/// URL and header connect a real 2025-era client (the Inspector's CLI), and an unknown
+/// principal is refused with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_config_prints_a_configuration_a_real_client_connects_with() {
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let mcp = dev.var("WRIT_MCP_URL").to_string();
+    let args = ["client-config", "--tenant", "demo", "--principal", "demo-agent", "--mcp-url", &mcp];
+    let (code, out, err) = dev.cli(&[&args[..], &["--host", "cursor", "--issue-token"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let body: String = out.lines().filter(|l| !l.starts_with('#')).collect();
+    let config: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("JSON: {out}"));
+    let server = &config["mcpServers"]["writ"];
+    assert_eq!(server["url"], mcp.as_str());
+    let header = format!("Authorization: {}", server["headers"]["Authorization"].as_str().unwrap());
+
+    let cli = tools_dir().join("inspector/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    let listed = tokio::process::Command::new(node())
+        .arg(&cli)
+        .args(["--cli", server["url"].as_str().unwrap(), "--transport", "http", "--header", &header])
+        .args(["--method", "tools/list"])
+        .kill_on_drop(true)
+        .output();
+    let listed = tokio::time::timeout(Duration::from_secs(60), listed).await.expect("in time").expect("runs");
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let listed: Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    assert!(listed["tools"].as_array().unwrap().iter().any(|t| t["name"] == "list_devices"), "{listed}");
+
+    let (code, codex, err) = dev.cli(&[&args[..], &["--host", "codex"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(codex.contains(&format!("url = \"{mcp}\"")) && codex.contains("bearer_token_env_var = \"WRIT_TOKEN\""));
+    let (code, _, err) =
+        dev.cli(&["client-config", "--tenant", "demo", "--principal", "ghost", "--mcp-url", &mcp, "--host", "vscode"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("PRINCIPAL_NOT_FOUND"), "{err}");
+}
