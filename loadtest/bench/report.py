@@ -51,8 +51,12 @@ for kind in ("discover", "read"):
         # tools/list also against an rmcp server listing as many tools as the edge does.
         wide = point(runs.get(f"p2-mcpwide-{kind}-c{c}"))
         tools = (runs.get(f"p2-writ-{kind}-c{c}") or {}).get("setup", {}).get("tools_listed")
+        legacy = point(runs.get(f"p2-writ25-{kind}-c{c}"))
         out["p2"].append({"request": "tools/list" if kind == "discover" else "tools/call greet", "connections": c,
                           "writ": w, "rmcp": m, "rmcp_same_tools": wide, "tools_listed": tools,
+                          "writ_2025_session": legacy,
+                          "ratio_throughput_2025_vs_2026": ratio(legacy and legacy["ops_per_s"], w and w["ops_per_s"]),
+                          "ratio_p99_2025_vs_2026": ratio(legacy and legacy["p99_ms"], w and w["p99_ms"]),
                           "ratio_throughput_same_tools": ratio(w and w["ops_per_s"], wide and wide["ops_per_s"]),
                           "ratio_cpu_per_request_same_tools": ratio(w and w["cpu_s_per_1000"], wide and wide["cpu_s_per_1000"]),
                           "ratio_throughput": ratio(w and w["ops_per_s"], m and m["ops_per_s"]),
@@ -140,6 +144,14 @@ for p in out["p2"]:
               f"{f(m.get('cpu_s_per_1000'),3)} | {f(p['ratio_throughput'],3)} | {f(p['ratio_p99'],3)} | "
               f"{f(p['ratio_cpu_per_request'],3)} | {f(p.get('ratio_throughput_same_tools'),3)} | "
               f"{f(p.get('ratio_cpu_per_request_same_tools'),3)} |")
+md += ["", "### P2 through a session of the 2025 wire (same edge, same run)", "",
+       "| request | connections | 2025 req/s | 2025 p99 ms | 2025 edge CPU s/1000 | req/s 2025/2026 | p99 2025/2026 |",
+       "|---|---:|---:|---:|---:|---:|---:|"]
+for p in out["p2"]:
+    l = p.get("writ_2025_session") or {}
+    md.append(f"| {p['request']} | {p['connections']} | {f(l.get('ops_per_s'))} | {f(l.get('p99_ms'),2)} | "
+              f"{f(l.get('cpu_s_per_1000'),3)} | {f(p.get('ratio_throughput_2025_vs_2026'),3)} | "
+              f"{f(p.get('ratio_p99_2025_vs_2026'),3)} |")
 md += ["", "## P5 federation: `greet` through a Writ edge to its upstream (the bare rmcp server) vs on the upstream directly", "",
        "Added latency = Writ's percentile minus the direct one (same load generator, same upstream). "
        "Edge CPU is the edge process's per proxied call (the upstream's own CPU is not in it).", "",

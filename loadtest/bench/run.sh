@@ -172,6 +172,9 @@ runs p2 && for c in $CONNECTIONS; do
     log "P2 $c connections: $kind on one writ edge, then on the bare rmcp server"
     point "p2-writ-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
       --mix "$kind=1" --watch-pids "$EDGE_PID"
+    # The same through a session of the 2025 wire (one per tenant, `initialize` once).
+    point "p2-writ25-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
+      --mix "$kind=1" --wire 2025-11-25 --watch-pids "$EDGE_PID"
     point "p2-mcp-$kind-c$c" mcp "${common[@]}" --url "$BASE_URL" --concurrency "$c" --mix "$kind=1" \
       --watch-pids "$BASE_PID"
     if [ "$kind" = discover ]; then

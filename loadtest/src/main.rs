@@ -59,6 +59,10 @@ struct WritArgs {
     /// tenants' `greet` action (P5: the cost of a call through Writ to an upstream).
     #[arg(long)]
     upstream: Option<String>,
+    /// The MCP wire the agents speak: `2026-07-28` (stateless, `_meta`), or `2025-11-25` (one
+    /// session per tenant opened with `initialize`, continued on every edge).
+    #[arg(long, default_value = "2026-07-28", value_parser = ["2026-07-28", "2025-11-25"])]
+    wire: String,
     /// Tenant name prefix; existing tenants of that name are reused.
     #[arg(long, default_value = "lt")]
     prefix: String,
@@ -172,8 +176,16 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
     // The executors connect their dispatch streams while the first requests are decided.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let run_id = run_id();
+    let http = a.load.http(tls.as_ref());
+    let mut sessions = std::collections::HashMap::new();
+    if a.wire == mcp::SESSION_PROTOCOL_VERSION {
+        for t in &tenants {
+            let sid = mcp::initialize(&http, &edges[0], Some(&t.token)).await?;
+            sessions.insert(t.token.clone(), sid);
+        }
+    }
     let load = Arc::new(WritLoad {
-        http: a.load.http(tls.as_ref()),
+        http,
         edges,
         tenants: tenants.clone(),
         mix,
@@ -184,11 +196,12 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         run_id: run_id.clone(),
         seen: Mutex::new(writ::Seen::default()),
         tools_listed: Default::default(),
+        sessions,
     });
     let since_ms = now_ms();
     let mut summary = a.load.measure("writ", load.clone()).await?;
     summary.setup = json!({"run_id": run_id, "tenants": setup.tenants, "idle_tenants": setup.idle_tenants,
-                           "upstream": setup.upstream,
+                           "upstream": setup.upstream, "wire": a.wire,
                            "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
                            "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
                            "device_share": a.device_share,

@@ -49,19 +49,56 @@ pub async fn call_as<T: Answer>(
     url: &str,
     token: Option<&str>,
     method: &str,
+    params: Value,
+) -> Result<T, String> {
+    call_in(http, url, token, None, method, params).await
+}
+
+/// The protocol version of the 2025 wire a session is opened with.
+pub const SESSION_PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// Opens a session of the 2025 wire (`initialize`): its `Mcp-Session-Id`.
+pub async fn initialize(http: &reqwest::Client, url: &str, token: Option<&str>) -> Result<String, String> {
+    let params = json!({"protocolVersion": SESSION_PROTOCOL_VERSION, "capabilities": {},
+                        "clientInfo": {"name": "writ-loadtest", "version": env!("CARGO_PKG_VERSION")}});
+    let mut rb = http.post(url).header("Accept", "application/json, text/event-stream");
+    if let Some(t) = token {
+        rb = rb.bearer_auth(t);
+    }
+    let r = rb.json(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})).send().await;
+    let r = r.map_err(transport)?;
+    let status = r.status();
+    match r.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        Some(sid) if status.is_success() => Ok(sid.to_string()),
+        _ => Err(format!("HTTP_{}", status.as_u16())),
+    }
+}
+
+/// [`call_as`] on the 2026-07-28 wire (`session` `None`: `_meta` and the transport headers), or
+/// in a session of the 2025 wire.
+pub async fn call_in<T: Answer>(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    session: Option<&str>,
+    method: &str,
     mut params: Value,
 ) -> Result<T, String> {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    let mut rb = http
-        .post(url)
-        .header("MCP-Protocol-Version", PROTOCOL_VERSION)
-        .header("Mcp-Method", method)
-        .header("Accept", "application/json, text/event-stream");
-    if let Some(name) = params.get("name").and_then(Value::as_str) {
-        rb = rb.header("Mcp-Name", name);
+    let mut rb = http.post(url).header("Accept", "application/json, text/event-stream");
+    match session {
+        Some(sid) => {
+            rb = rb.header("MCP-Protocol-Version", SESSION_PROTOCOL_VERSION).header("Mcp-Session-Id", sid);
+        }
+        None => {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            });
+            rb = rb.header("MCP-Protocol-Version", PROTOCOL_VERSION).header("Mcp-Method", method);
+            if let Some(name) = params.get("name").and_then(Value::as_str) {
+                rb = rb.header("Mcp-Name", name);
+            }
+        }
     }
     if let Some(t) = token {
         rb = rb.bearer_auth(t);

@@ -442,6 +442,9 @@ pub struct WritLoad {
     /// Most tools one `tools/list` answered (the size of the list the edge renders; `make bench`
     /// starts an rmcp baseline with as many).
     pub tools_listed: std::sync::atomic::AtomicUsize,
+    /// Sessions of the 2025 wire by token (`--wire 2025-11-25`; empty: the 2026-07-28 wire). A
+    /// session continues on any edge.
+    pub sessions: std::collections::HashMap<String, String>,
 }
 
 impl WritLoad {
@@ -464,7 +467,8 @@ impl WritLoad {
         let mut result = Err(String::new());
         for i in 0..self.edges.len() {
             let edge = &self.edges[(first + i) % self.edges.len()];
-            result = mcp::call_as(&self.http, edge, Some(token), method, params.clone()).await;
+            let session = self.sessions.get(token).map(String::as_str);
+            result = mcp::call_in(&self.http, edge, Some(token), session, method, params.clone()).await;
             if !matches!(&result, Err(reason) if reason == "CONNECT") {
                 break;
             }
