@@ -76,6 +76,9 @@ pub(crate) struct Posted {
     pub handled: Handled,
     pub method: Option<String>,
     pub id: Option<Value>,
+    /// A notification or a client response, accepted: like a 2026 notification it is no
+    /// request decision (a refused one is).
+    pub quiet: bool,
 }
 
 fn refusal(status: StatusCode, reason: ReasonCode, message: &str, id: &Option<Value>) -> Handled {
@@ -101,12 +104,22 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
         Ok(_) => {
             let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::INVALID_REQUEST, "batches are not supported");
             let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
-            return Posted { handled: Handled::refused(e.into_response(), None, r), method: None, id: None };
+            return Posted {
+                handled: Handled::refused(e.into_response(), None, r),
+                method: None,
+                id: None,
+                quiet: false,
+            };
         }
         Err(e) => {
             let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::PARSE_ERROR, format!("invalid JSON: {e}"));
             let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
-            return Posted { handled: Handled::refused(e.into_response(), None, r), method: None, id: None };
+            return Posted {
+                handled: Handled::refused(e.into_response(), None, r),
+                method: None,
+                id: None,
+                quiet: false,
+            };
         }
     };
     let id = msg.get("id").filter(|v| !v.is_null()).cloned();
@@ -121,7 +134,8 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
         ),
         Some(sid) => in_session(x, &sid, &msg, &id, method.as_deref()).await,
     };
-    Posted { handled, method, id }
+    let quiet = (method.is_none() || id.is_none()) && handled.denied.is_none();
+    Posted { handled, method, id, quiet }
 }
 
 /// The session a request names, if this caller opened it and it has not ended.
@@ -438,17 +452,21 @@ async fn bridge(x: &Exchange<'_>, session: &Session, msg: &Value) -> Handled {
     let req = modern(x, session, msg);
     let handled = round(x, &req).await;
     let Handled { response, name, denied, effectful } = handled;
+    // Only these methods ask for input (MRTR); every other JSON answer passes unread.
+    let may_ask = matches!(req.method.as_str(), "tools/call" | "prompts/get" | "resources/read");
+    if is_json(&response) && !(may_ask && response.status() == StatusCode::OK) {
+        return Handled { response: framed(response), name, denied, effectful };
+    }
     if is_json(&response) {
-        let status = response.status();
         let (parts, body) = response.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, ANSWER_BYTES_MAX).await else {
             let e = RpcError::reason(ReasonCode::INTERNAL, "the answer could not be read").with_id(&req.id);
             return Handled { response: e.into_response(), name, denied, effectful };
         };
-        let parsed: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if status != StatusCode::OK || input_required(&parsed).is_none() {
-            let response = framed(Response::from_parts(parts, Body::from(bytes)));
-            return Handled { response, name, denied, effectful };
+        let asks = bytes.windows(16).any(|w| w == b"\"input_required\"");
+        let parsed = if asks { serde_json::from_slice(&bytes).unwrap_or(Value::Null) } else { Value::Null };
+        if input_required(&parsed).is_none() {
+            return Handled { response: Response::from_parts(parts, Body::from(bytes)), name, denied, effectful };
         }
         let response = stream(x, session, req, First::Message(parsed));
         return Handled { response, name, denied, effectful };

@@ -712,6 +712,9 @@ async fn mcp_post(
                 recorded: &recorded,
             };
             let posted = legacy::post(&x, &body).await;
+            if posted.quiet {
+                return posted.handled.response;
+            }
             (method, id) = (posted.method, posted.id);
             posted.handled
         }
