@@ -707,17 +707,98 @@ pub(crate) async fn get_stream(
         return handled; // refused (scope or the stream cap)
     }
     let Handled { response, name, denied, effectful } = handled;
-    let frames = sse_messages(response).filter_map(|mut msg| async move {
+    let changes = sse_messages(response).filter_map(|mut msg| async move {
         if msg["method"] == "notifications/subscriptions/acknowledged" {
             return None;
         }
         if let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) {
             params.remove("_meta");
         }
-        Some(Ok::<_, std::convert::Infallible>(Event::default().event("message").data(msg.to_string())))
+        Some(msg)
     });
+    // The stream lasts as long as the listen stream does (its cap, deadline, authority).
+    let lasting = changes.map(Some).chain(futures::stream::once(async { None }));
+    let updates = resource_updates(edge.clone(), authority.clone(), session).map(Some);
+    let frames = futures::stream::select(lasting, updates)
+        .take_while(|m| std::future::ready(m.is_some()))
+        .filter_map(|m| async move { m })
+        .map(|msg| Ok::<_, std::convert::Infallible>(Event::default().event("message").data(msg.to_string())));
     let response = Sse::new(frames).keep_alive(KeepAlive::default()).into_response();
     Handled { response, name, denied, effectful }
+}
+
+/// Where a subscribed resource is: the ledger revision of an operation's last change, or the
+/// ledger time of a work item's — for the resources that change and that the caller may read.
+fn resource_mark(state: &writ_api::state::LedgerState, a: &Authority, uri: &str) -> Option<Mark> {
+    if serve::resource_scope(uri).is_some_and(|scope| a.require(scope).is_err()) {
+        return None;
+    }
+    if let Some(id) = uri.strip_prefix(serve::OPERATIONS_URI).filter(|id| !id.contains('/')) {
+        return state.operations.get(&a.tenant_id)?.get(id).map(|op| Mark::Revision(op.revision));
+    }
+    let id = uri.strip_prefix(serve::WORK_URI)?;
+    state.works.get(&a.tenant_id)?.get(id).map(|w| Mark::Time(w.updated_at_ms))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    Revision(u64),
+    Time(u64),
+}
+
+impl Mark {
+    /// Whether a resource first seen at this mark changed since a look at ledger `revision`
+    /// and time `clock_ms` (a change in the look's millisecond counts: at least once).
+    fn after(self, (revision, clock_ms): (u64, u64)) -> bool {
+        match self {
+            Mark::Revision(r) => r > revision,
+            Mark::Time(t) => t >= clock_ms,
+        }
+    }
+}
+
+/// `notifications/resources/updated` for the session's subscribed resources as the ledger
+/// moves (the subscriptions read from the session's record each time); ends with the session.
+/// A resource is announced when its mark moves; one subscribed since the previous look, when
+/// it changed since that look ([`Mark::after`]).
+fn resource_updates(edge: Arc<Edge>, authority: Authority, session: Session) -> impl futures::Stream<Item = Value> {
+    type Seen = std::collections::BTreeMap<String, Option<Mark>>;
+    let marks = |s: &writ_api::state::LedgerState, a: &Authority, subs: &[String]| -> Seen {
+        subs.iter().map(|u| (u.clone(), resource_mark(s, a, u))).collect()
+    };
+    // Changes from the moment the stream opens are announced.
+    let record = session::record(&edge.verifier, &authority, &session);
+    let start = edge.verifier.with_state(|s| ((s.revision, s.clock_ms), marks(s, &authority, &record.subscriptions)));
+    let revisions = edge.verifier.revisions();
+    let state = (start, revisions, Vec::<Value>::new());
+    futures::stream::unfold(state, move |((mut looked, mut seen), mut revisions, mut queued)| {
+        let (edge, authority, session) = (edge.clone(), authority.clone(), session.clone());
+        async move {
+            loop {
+                if let Some(msg) = queued.pop() {
+                    return Some((msg, ((looked, seen), revisions, queued)));
+                }
+                revisions.changed().await.ok()?;
+                let record = session::record(&edge.verifier, &authority, &session);
+                if record.ended {
+                    return None;
+                }
+                let (now, current) = edge
+                    .verifier
+                    .with_state(|s| ((s.revision, s.clock_ms), marks(s, &authority, &record.subscriptions)));
+                for (uri, mark) in &current {
+                    let moved = match seen.get(uri) {
+                        Some(before) => before != mark,
+                        None => mark.is_some_and(|m| m.after(looked)),
+                    };
+                    if moved {
+                        queued.push(jsonrpc::notification("notifications/resources/updated", json!({"uri": uri})));
+                    }
+                }
+                (looked, seen) = (now, current);
+            }
+        }
+    })
 }
 
 /// The JSON-RPC messages of an event-stream answer.

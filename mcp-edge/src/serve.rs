@@ -642,7 +642,7 @@ pub const WORK_URI: &str = "writ://work/";
 
 /// The scope a resource needs beyond `resources:read`, if it needs one: without it the
 /// resource does not exist for the caller (the refusal is audited like any other).
-fn resource_scope(uri: &str) -> Option<&'static str> {
+pub(crate) fn resource_scope(uri: &str) -> Option<&'static str> {
     if uri == AUDIT_URI {
         Some(AUDIT_SCOPE)
     } else if uri.starts_with(OPERATIONS_URI) {

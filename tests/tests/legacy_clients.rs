@@ -272,3 +272,93 @@ async fn client_config_prints_a_configuration_a_real_client_connects_with() {
     assert_ne!(code, 0);
     assert!(err.contains("PRINCIPAL_NOT_FOUND"), "{err}");
 }
+
+/// A subscribed resource (a work item) is announced on the session's GET stream when it
+/// changes; after unsubscribing it no longer is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribed_resource_is_announced_on_the_sessions_get_stream() {
+    let dev = writ_tests::procs::DevProcess::start(&[]).await;
+    let mcp = dev.var("WRIT_MCP_URL").to_string();
+    // A principal that may read work items (the demo agent may not: it would be told nothing).
+    let create = ["principal", "create", "--tenant", "demo", "watcher", "--kind", "agent", "--scope", "tools:list"];
+    let (code, _, err) = dev.cli(&[&create[..], &["--scope", "resources:read", "--scope", "work:read"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, issued, err) =
+        dev.cli(&["--output", "json", "token", "issue", "--tenant", "demo", "watcher", "--audience", &mcp]);
+    assert_eq!(code, 0, "{err}");
+    let token = serde_json::from_str::<Value>(&issued).expect("JSON")["token"].as_str().unwrap().to_string();
+    for id in ["wo-1", "wo-2"] {
+        let (code, _, err) = dev.cli(&[
+            "work",
+            "create",
+            "--tenant",
+            "demo",
+            id,
+            "--title",
+            "Press job",
+            "--owner",
+            "line 2",
+            "--action",
+            "home_press",
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |sid: Option<&str>, body: Value| {
+        let mut rb = http.post(&mcp).bearer_auth(&token).header("Accept", "application/json, text/event-stream");
+        if let Some(sid) = sid {
+            rb = rb.header("Mcp-Session-Id", sid).header("MCP-Protocol-Version", "2025-11-25");
+        }
+        rb.json(&body).send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let opened = post(None, init).await.unwrap();
+    let sid = opened.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let subscribe =
+        |method: &str, uri: &str| json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": {"uri": uri}});
+    let r = post(Some(&sid), subscribe("resources/subscribe", "writ://work/wo-1")).await.unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["result"], json!({}));
+    let stream = http
+        .get(&mcp)
+        .bearer_auth(&token)
+        .header("Mcp-Session-Id", &sid)
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut frames: Frames = Box::pin(stream.bytes_stream());
+    let update = |id: &str| {
+        let args = ["work", "update", "--tenant", "demo", id, "--title", "Press job, revised"];
+        let (code, _, err) = dev.cli(&args);
+        assert_eq!(code, 0, "{err}");
+    };
+    update("wo-1");
+    let line = next_update(&mut frames).await;
+    assert!(line.contains("writ://work/wo-1"), "{line}");
+    // Unsubscribed from wo-1, subscribed to wo-2: a change of wo-1 is not announced, of wo-2 is.
+    post(Some(&sid), subscribe("resources/unsubscribe", "writ://work/wo-1")).await.unwrap();
+    post(Some(&sid), subscribe("resources/subscribe", "writ://work/wo-2")).await.unwrap();
+    update("wo-1");
+    update("wo-2");
+    let line = next_update(&mut frames).await;
+    assert!(line.contains("writ://work/wo-2"), "only the subscribed item: {line}");
+}
+
+type Frames = futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>;
+
+/// The next `notifications/resources/updated` line of an event stream (15 s at most).
+async fn next_update(frames: &mut Frames) -> String {
+    let reading = async {
+        let mut seen = String::new();
+        while let Some(Ok(chunk)) = futures::StreamExt::next(frames).await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if let Some(line) = seen.lines().find(|l| l.contains("notifications/resources/updated")) {
+                return line.to_string();
+            }
+        }
+        panic!("the stream ended: {seen}")
+    };
+    tokio::time::timeout(Duration::from_secs(15), reading).await.expect("an update in time")
+}
