@@ -9,8 +9,8 @@
 //!   (`elicitation/create`, `sampling/createMessage`, `roots/list`) on the call's event stream;
 //!   the client's responses, POSTed with the session id, resume the call;
 //! - `ping`, `logging/setLevel` and `resources/subscribe|unsubscribe` are answered here;
-//! - the GET stream carries list changes (the 2026 listen stream, untagged), DELETE ends the
-//!   session;
+//! - the GET stream carries list changes (the 2026 listen stream, untagged) and updates of the
+//!   session's subscribed resources; DELETE ends the session;
 //! - JSON-RPC errors travel with HTTP 200 (the 2025 transport's framing), except the
 //!   authentication and admission answers, which keep their status and challenge.
 
