@@ -34,6 +34,7 @@ use crate::jsonrpc::{self, Request, RpcError};
 use crate::serve::{self, Handled};
 use crate::session::{self, Session, LEGACY_VERSIONS};
 use crate::Edge;
+use writ_api::session::McpSessionV1;
 
 /// The session header of the 2025 wire.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -99,27 +100,17 @@ fn session_not_found(id: &Option<Value>) -> Handled {
 
 /// Answers one POST of the 2025 wire.
 pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
-    let msg = match serde_json::from_slice::<Value>(body) {
-        Ok(v) if v.is_object() => v,
-        Ok(_) => {
-            let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::INVALID_REQUEST, "batches are not supported");
-            let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
-            return Posted {
-                handled: Handled::refused(e.into_response(), None, r),
-                method: None,
-                id: None,
-                quiet: false,
-            };
-        }
+    let decoded = match serde_json::from_slice::<Value>(body) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err(RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::INVALID_REQUEST, "batches are not supported")),
+        Err(e) => Err(RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::PARSE_ERROR, format!("invalid JSON: {e}"))),
+    };
+    let msg = match decoded {
+        Ok(msg) => msg,
         Err(e) => {
-            let e = RpcError::new(StatusCode::BAD_REQUEST, jsonrpc::PARSE_ERROR, format!("invalid JSON: {e}"));
             let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
-            return Posted {
-                handled: Handled::refused(e.into_response(), None, r),
-                method: None,
-                id: None,
-                quiet: false,
-            };
+            let handled = Handled::refused(e.into_response(), None, r);
+            return Posted { handled, method: None, id: None, quiet: false };
         }
     };
     let id = msg.get("id").filter(|v| !v.is_null()).cloned();
@@ -138,10 +129,11 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
     Posted { handled, method, id, quiet }
 }
 
-/// The session a request names, if this caller opened it and it has not ended.
-fn session_of(edge: &Edge, authority: &Authority, headers: &HeaderMap, sid: &str) -> Option<Session> {
+/// The session a request names, if this caller opened it and it has not ended, with its record.
+fn session_of(edge: &Edge, authority: &Authority, headers: &HeaderMap, sid: &str) -> Option<(Session, McpSessionV1)> {
     let s = session::open(&edge.config.seal_key, authority, crate::bearer(headers), sid, now_ms())?;
-    (!session::record(&edge.verifier, authority, &s).ended).then_some(s)
+    let record = session::record(&edge.verifier, authority, &s);
+    (!record.ended).then_some((s, record))
 }
 
 /// How long a change waits for this replica to follow the ledger past it (the next request
@@ -157,7 +149,7 @@ async fn change(
     headers: &HeaderMap,
     trace_id: &str,
     session: &Session,
-    f: impl FnOnce(&mut writ_api::session::McpSessionV1),
+    f: impl FnOnce(&mut McpSessionV1),
 ) -> Result<(), Rejection> {
     use writ_api::ledger::{Command, Outcome};
     let current = session::record(&edge.verifier, authority, session);
@@ -193,7 +185,9 @@ fn change_refused(r: Rejection, id: &Option<Value>, name: Option<String>) -> Han
 }
 
 async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>, method: Option<&str>) -> Handled {
-    let Some(session) = session_of(x.edge, x.authority, x.headers, sid) else { return session_not_found(id) };
+    let Some((session, record)) = session_of(x.edge, x.authority, x.headers, sid) else {
+        return session_not_found(id);
+    };
     if crate::header_value(x.headers, "mcp-protocol-version").is_some_and(|v| v != session.version) {
         let message = format!("MCP-Protocol-Version must be the session's version {}", session.version);
         return refusal(StatusCode::BAD_REQUEST, ReasonCode::PROTOCOL_VERSION_UNSUPPORTED, &message, id);
@@ -215,7 +209,7 @@ async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>
             let e = RpcError::new(StatusCode::OK, jsonrpc::METHOD_NOT_FOUND, format!("method {m} is not served"));
             Handled::allowed(e.with_id(id).into_response(), None)
         }
-        (Some(_), _) => bridge(x, &session, msg).await,
+        (Some(_), _) => bridge(x, &session, record.log_level.as_deref(), msg).await,
     }
 }
 
@@ -360,7 +354,7 @@ async fn set_level(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option
         let e = RpcError::reason(ReasonCode::INPUT_INVALID, format!("level must be one of {:?}", crate::reply::LEVELS));
         return Handled::allowed(e.in_band().with_id(id).into_response(), None);
     }
-    let set = |r: &mut writ_api::session::McpSessionV1| r.log_level = Some(level.to_string());
+    let set = |r: &mut McpSessionV1| r.log_level = Some(level.to_string());
     match change(x.edge, x.authority, x.headers, x.trace_id, session, set).await {
         Ok(()) => Handled::allowed(jsonrpc::result(id, json!({})), None),
         Err(r) => change_refused(r, id, None),
@@ -374,7 +368,7 @@ async fn subscribe(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option
         return Handled::refused(r, Some(uri), e);
     }
     let subscribing = method == "resources/subscribe";
-    let edit = |r: &mut writ_api::session::McpSessionV1| match (r.subscriptions.binary_search(&uri), subscribing) {
+    let edit = |r: &mut McpSessionV1| match (r.subscriptions.binary_search(&uri), subscribing) {
         (Err(at), true) => r.subscriptions.insert(at, uri.clone()),
         (Ok(at), false) => {
             r.subscriptions.remove(at);
@@ -389,7 +383,7 @@ async fn subscribe(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option
 }
 
 /// The 2026-07-28 request a 2025 request means: the session's context in `_meta`.
-fn modern(x: &Exchange<'_>, session: &Session, msg: &Value) -> Request {
+fn modern(session: &Session, log_level: Option<&str>, msg: &Value) -> Request {
     let mut params = msg.get("params").filter(|p| p.is_object()).cloned().unwrap_or_else(|| json!({}));
     let mut meta = params.get("_meta").and_then(Value::as_object).cloned().unwrap_or_default();
     meta.insert(jsonrpc::META_PROTOCOL_VERSION.into(), json!(jsonrpc::PROTOCOL_VERSION));
@@ -397,7 +391,7 @@ fn modern(x: &Exchange<'_>, session: &Session, msg: &Value) -> Request {
     if session.client_info.is_object() {
         meta.insert("io.modelcontextprotocol/clientInfo".into(), session.client_info.clone());
     }
-    if let Some(level) = session::record(&x.edge.verifier, x.authority, session).log_level {
+    if let Some(level) = log_level {
         meta.insert(jsonrpc::META_LOG_LEVEL.into(), json!(level));
     }
     params["_meta"] = Value::Object(meta);
@@ -448,8 +442,8 @@ fn framed(response: Response) -> Response {
 /// A request the request path answers: JSON when it needed nothing from the client, else an
 /// event stream carrying its notifications, the client requests it needs answered, and its
 /// final response.
-async fn bridge(x: &Exchange<'_>, session: &Session, msg: &Value) -> Handled {
-    let req = modern(x, session, msg);
+async fn bridge(x: &Exchange<'_>, session: &Session, log_level: Option<&str>, msg: &Value) -> Handled {
+    let req = modern(session, log_level, msg);
     let handled = round(x, &req).await;
     let Handled { response, name, denied, effectful } = handled;
     // Only these methods ask for input (MRTR); every other JSON answer passes unread.
@@ -693,7 +687,9 @@ pub(crate) async fn get_stream(
     let Some(sid) = crate::header_value(headers, SESSION_HEADER) else {
         return Handled::allowed(crate::not_allowed_response(), None);
     };
-    let Some(session) = session_of(edge, authority, headers, &sid) else { return session_not_found(&None) };
+    let Some((session, record)) = session_of(edge, authority, headers, &sid) else {
+        return session_not_found(&None);
+    };
     if !crate::reply::accepts_sse(headers) {
         return Handled::allowed(StatusCode::NOT_ACCEPTABLE.into_response(), None);
     }
@@ -701,7 +697,7 @@ pub(crate) async fn get_stream(
                         "params": {"notifications": {"toolsListChanged": true, "promptsListChanged": true}}});
     let recorded = AtomicBool::new(false);
     let x = Exchange { edge, headers, authority, trace_id, recorded: &recorded };
-    let req = modern(&x, &session, &listen);
+    let req = modern(&session, record.log_level.as_deref(), &listen);
     let handled = round(&x, &req).await;
     if is_json(&handled.response) {
         return handled; // refused (scope or the stream cap)
@@ -831,7 +827,7 @@ pub(crate) async fn delete(edge: &Edge, headers: &HeaderMap, authority: &Authori
     let Some(sid) = crate::header_value(headers, SESSION_HEADER) else {
         return Handled::allowed(crate::not_allowed_response(), None);
     };
-    let Some(session) = session_of(edge, authority, headers, &sid) else { return session_not_found(&None) };
+    let Some((session, _)) = session_of(edge, authority, headers, &sid) else { return session_not_found(&None) };
     match change(edge, authority, headers, trace_id, &session, |r| r.ended = true).await {
         Ok(()) => Handled::allowed(StatusCode::NO_CONTENT.into_response(), None),
         Err(r) => {

@@ -257,7 +257,10 @@ pub fn router(
             .map_err(|e| format!("the peer client: {e}"))?,
     });
     let mut r = Router::new()
-        .route(&mcp, get(mcp_get).delete(mcp_delete).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)))
+        .route(
+            &mcp,
+            get(mcp_session).delete(mcp_session).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)),
+        )
         .route(&prm, get(resource_metadata));
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
@@ -788,8 +791,9 @@ async fn record(
     }
 }
 
-/// `GET /mcp`: the 2025 wire's stream of server notifications for a session; 405 without one.
-async fn mcp_get(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
+/// `GET /mcp` (the 2025 wire's stream of server notifications for a session) and `DELETE /mcp`
+/// (ends the session the request names); 405 without a session, as on the 2026 wire.
+async fn mcp_session(State(edge): State<Arc<Edge>>, method: axum::http::Method, headers: HeaderMap) -> Response {
     if !headers.contains_key(legacy::SESSION_HEADER) {
         return not_allowed_response();
     }
@@ -798,27 +802,13 @@ async fn mcp_get(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response 
         Err(r) => return r,
     };
     let trace_id = uuid::Uuid::new_v4().to_string();
-    let handled = legacy::get_stream(&edge, &headers, &authority, &trace_id).await;
-    let unrecorded = std::sync::atomic::AtomicBool::new(false);
-    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, "GET", &handled.verdict(), &unrecorded).await {
-        return RpcError::rejected(&fail).into_response();
-    }
-    traced(handled.response, &trace_id)
-}
-
-/// `DELETE /mcp`: ends the 2025 wire's session the request names; 405 without one.
-async fn mcp_delete(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
-    if !headers.contains_key(legacy::SESSION_HEADER) {
-        return not_allowed_response();
-    }
-    let authority = match gate(&edge, &headers).await {
-        Ok(a) => a,
-        Err(r) => return r,
+    let (handled, label) = if method == axum::http::Method::DELETE {
+        (legacy::delete(&edge, &headers, &authority, &trace_id).await, "DELETE")
+    } else {
+        (legacy::get_stream(&edge, &headers, &authority, &trace_id).await, "GET")
     };
-    let trace_id = uuid::Uuid::new_v4().to_string();
-    let handled = legacy::delete(&edge, &headers, &authority, &trace_id).await;
     let unrecorded = std::sync::atomic::AtomicBool::new(false);
-    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, "DELETE", &handled.verdict(), &unrecorded).await {
+    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(), &unrecorded).await {
         return RpcError::rejected(&fail).into_response();
     }
     traced(handled.response, &trace_id)
