@@ -17,7 +17,7 @@ use crate::quota::{PrincipalQuotasV1, PrincipalQuotasV2};
 use crate::reason::ReasonCode;
 use crate::revocation::RevokedRoleCertificateV1;
 use crate::settings::{TenantSettingsPatch, TenantSettingsV1};
-use crate::token::{SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
+use crate::token::{IssuerKeysV1, IssuerSourceV1, SigningKeyV1, TenantIssuerV1, TokenRecordV1, TokenRequestV1};
 
 /// Stream that holds events not owned by any tenant (e.g. rejections of unknown tenants).
 pub const CLUSTER_STREAM: &str = "_cluster";
@@ -468,6 +468,20 @@ pub enum Command {
         session_id: String,
         session: crate::session::McpSessionV1,
     },
+    /// Register (or replace) a tenant issuer known by its URL, with the keys the admin server
+    /// just fetched from its discovery document's `jwks_uri`.
+    SetIssuerSource {
+        tenant_id: String,
+        source: IssuerSourceV1,
+        keys: IssuerKeysV1,
+    },
+    /// The keys a node fetched again from a discovered issuer (nodes only; a no-op when they
+    /// equal the recorded ones).
+    ObserveIssuerKeys {
+        tenant_id: String,
+        issuer: String,
+        keys: IssuerKeysV1,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -490,7 +504,9 @@ pub struct BatchedCommand {
 /// 8: tenants and principals created with their settings and quotas
 /// (`Command::CreateTenantWith`, `Command::CreatePrincipalWith`), anonymous access recorded in
 /// the ledger (`Command::SetAnonymousAccess`). 9: MCP session records (`Command::SetSessionState`).
-pub const LEDGER_VERSION: u32 = 9;
+/// 10: tenant issuers known by their URL (`Command::SetIssuerSource`,
+/// `Command::ObserveIssuerKeys`).
+pub const LEDGER_VERSION: u32 = 10;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -541,7 +557,9 @@ impl Command {
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. }
             | Command::SetAnonymousAccess { .. }
-            | Command::SetSessionState { .. } => Domain::Token,
+            | Command::SetSessionState { .. }
+            | Command::SetIssuerSource { .. }
+            | Command::ObserveIssuerKeys { .. } => Domain::Token,
             Command::CreateSite { .. } | Command::CreateDevice { .. } => Domain::Site,
             Command::PublishCatalog { .. } => Domain::Catalog,
             Command::CreateEnrollment { .. }
@@ -706,6 +724,7 @@ impl Command {
             | Command::SetAnonymousAccess { .. }
             | Command::CreatePrincipalWith { .. } => 8,
             Command::SetSessionState { .. } => 9,
+            Command::SetIssuerSource { .. } | Command::ObserveIssuerKeys { .. } => 10,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -914,6 +933,8 @@ impl Command {
             Command::CreateTenant { .. } | Command::CreateTenantWith { .. } => "create_tenant",
             Command::SetAnonymousAccess { .. } => "set_anonymous_access",
             Command::SetSessionState { .. } => "set_session_state",
+            Command::SetIssuerSource { .. } => "set_issuer_source",
+            Command::ObserveIssuerKeys { .. } => "observe_issuer_keys",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
@@ -984,6 +1005,8 @@ impl Command {
             | Command::CreateTenantWith { tenant_id, .. }
             | Command::SetAnonymousAccess { tenant_id, .. }
             | Command::SetSessionState { tenant_id, .. }
+            | Command::SetIssuerSource { tenant_id, .. }
+            | Command::ObserveIssuerKeys { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }
@@ -1418,6 +1441,13 @@ pub enum Event {
         session_id: String,
         session: crate::session::McpSessionV1,
     },
+    /// A tenant issuer known by its URL: where its keys come from (its keys themselves are a
+    /// `TenantIssuerSetV1`).
+    IssuerSourceSetV1 {
+        tenant_id: String,
+        source: IssuerSourceV1,
+        jwks_uri: String,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1448,7 +1478,8 @@ impl Event {
             | Event::ScopeGrantedV1 { .. }
             | Event::TenantDeletedV1 { .. }
             | Event::TenantPurgedV1 { .. }
-            | Event::AnonymousAccessSetV1 { .. } => true,
+            | Event::AnonymousAccessSetV1 { .. }
+            | Event::IssuerSourceSetV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
             | Event::SessionStateSetV1 { .. }
             | Event::CommandRejectedV1 { .. }
@@ -1587,6 +1618,7 @@ impl Event {
             Event::OperationUpstreamBoundV1 { .. } => "operation_upstream_bound",
             Event::AnonymousAccessSetV1 { .. } => "anonymous_access_set",
             Event::SessionStateSetV1 { .. } => "session_state_set",
+            Event::IssuerSourceSetV1 { .. } => "issuer_source_set",
         }
     }
 }

@@ -133,7 +133,8 @@ pub mod format {
     /// 9: a tenant's audit times are runs (`crate::audit::AuditTimes`), not a time per record.
     /// 10: then by the anonymous access of edges (`LedgerState::anonymous`).
     /// 11: then by the records of MCP sessions (`LedgerState::sessions`).
-    pub const STATE_FORMAT_VERSION: u32 = 11;
+    /// 12: then by the sources of issuers known by their URL (`LedgerState::issuer_sources`).
+    pub const STATE_FORMAT_VERSION: u32 = 12;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

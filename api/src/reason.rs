@@ -144,6 +144,8 @@ reason_catalog! {
     SESSION_NOT_FOUND = 92, 404, -32001, "The Mcp-Session-Id (2025 wire) is unknown, forged, expired or ended, or was opened by another tenant, principal or credential: initialize a new session.";
     SESSION_INVALID = 93, 400, -32600, "The 2025 session wire was misused: a request without Mcp-Session-Id, initialize inside a session, an oversized clientInfo or capabilities, or a response nothing waits for.";
     SESSION_PEER_UNREACHABLE = 94, 503, -32010, "The edge replica whose call waits for this client response (2025 wire) could not be reached: the call times out and can be made again.";
+    ISSUER_DISCOVERY_FAILED = 95, 502, -32603, "A tenant issuer's discovery document or key set could not be fetched or was refused: unreachable, slow, too large, redirected, at a private address the operator did not allow, or not naming the issuer.";
+    AUTH_TENANT_MISMATCH = 96, 401, -32001, "The bearer token belongs to another tenant than the tenant-scoped MCP URL it was presented at.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -134,6 +134,11 @@ pub struct LedgerState {
     /// Encoded after the anonymous access (state format 11).
     #[serde(skip)]
     pub sessions: BTreeMap<String, BTreeMap<String, crate::session::McpSessionV1>>,
+    /// Tenant issuers known by their URL, by `iss`: where their keys (in
+    /// [`LedgerState::issuers`]) are fetched from. Encoded after the session records (state
+    /// format 12).
+    #[serde(skip)]
+    pub issuer_sources: BTreeMap<String, crate::token::IssuerSource>,
     /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
     /// inputs of operations that are no longer live, and its fold drops an operation's inputs
     /// when it stops being live. Never encoded: a node's state is never a projection.
@@ -481,6 +486,16 @@ impl LedgerState {
             }
             Event::TenantIssuerRemovedV1 { issuer, .. } => {
                 self.issuers.remove(issuer);
+                self.issuer_sources.remove(issuer);
+            }
+            Event::IssuerSourceSetV1 { tenant_id, source, jwks_uri } => {
+                let view = crate::token::IssuerSource {
+                    tenant_id: tenant_id.clone(),
+                    spec: source.clone(),
+                    jwks_uri: jwks_uri.clone(),
+                    revision: env.revision,
+                };
+                self.issuer_sources.insert(source.issuer.clone(), view);
             }
             Event::CatalogPublishedV1 { tenant_id, version, catalog } => {
                 let versions = self.catalogs.entry(tenant_id.clone()).or_default();
@@ -802,6 +817,7 @@ impl LedgerState {
             self.issuers.iter().filter(|(_, i)| i.tenant_id == tenant_id).map(|(iss, _)| iss.clone()).collect();
         for iss in issuers {
             self.issuers.remove(&iss);
+            self.issuer_sources.remove(&iss);
             self.revocations.issuer_tokens.remove(&iss);
         }
         self.rebuild_index();
@@ -1031,16 +1047,17 @@ impl LedgerState {
     /// upstreams (format 7) and the upstream operations waiting for their attempt (format 8).
     /// Format 9 has 8's layout with a tenant's audit times as runs
     /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
-    /// adds the anonymous access of edges, format 11 the records of MCP sessions.
+    /// adds the anonymous access of edges, format 11 the records of MCP sessions, format 12 the
+    /// sources of tenant issuers known by their URL.
     pub fn encode(&self) -> Vec<u8> {
         let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
-        let tail = (tail, &self.sessions);
+        let tail = (tail, &self.sessions, &self.issuer_sources);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 11, without the
-    /// session records for 10, without the anonymous access too for 8 and 9, without the
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 12, without the
+    /// issuer sources for 11, without the session records too for 10, without the anonymous access too for 8 and 9, without the
     /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
@@ -1073,6 +1090,7 @@ impl LedgerState {
             upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
             anonymous: BTreeMap<String, BTreeMap<String, String>>,
             sessions: BTreeMap<String, BTreeMap<String, crate::session::McpSessionV1>>,
+            issuer_sources: BTreeMap<String, crate::token::IssuerSource>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
             1 => (dec(body, bounded).map_err(undecodable)?, Tail::default()),
@@ -1158,7 +1176,7 @@ impl LedgerState {
                 };
                 (state, tail)
             }
-            _ => {
+            11 => {
                 let (
                     state,
                     revocations,
@@ -1178,6 +1196,31 @@ impl LedgerState {
                     upstream_operations,
                     anonymous,
                     sessions,
+                    ..Default::default()
+                };
+                (state, tail)
+            }
+            _ => {
+                let (
+                    state,
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    ((evidence, compacted, upstreams, upstream_operations, anonymous), sessions, issuer_sources),
+                ) = dec(body, bounded).map_err(undecodable)?;
+                let tail = Tail {
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    evidence,
+                    compacted,
+                    upstreams,
+                    upstream_operations,
+                    anonymous,
+                    sessions,
+                    issuer_sources,
                 };
                 (state, tail)
             }
@@ -1193,10 +1236,12 @@ impl LedgerState {
             upstream_operations,
             anonymous,
             sessions,
+            issuer_sources,
         } = tail;
         (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
         (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
         (state.upstream_operations, state.anonymous, state.sessions) = (upstream_operations, anonymous, sessions);
+        state.issuer_sources = issuer_sources;
         state.rebuild_index();
         Ok(state)
     }

@@ -131,6 +131,93 @@ impl TenantIssuerV1 {
     }
 }
 
+/// A tenant issuer known by its URL (SPEC E9): its keys come from the `jwks_uri` of its
+/// discovery document (OpenID Connect discovery, or RFC 8414 metadata), fetched by the admin
+/// server when it is registered and again by the leader while it leads; tokens are verified
+/// against the keys the ledger recorded, never against a fetch in the request path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerSourceV1 {
+    /// The issuer's URL: `https://…`, or `http://` to a loopback address when
+    /// `allow_private_network` is set.
+    pub issuer: String,
+    /// The audience its tokens carry for this tenant: the tenant's MCP URL.
+    pub audience: String,
+    /// Whether the issuer, its `jwks_uri` and the names they use may resolve to loopback or
+    /// private addresses (an IdP inside the operator's network); off, only public addresses.
+    #[serde(default)]
+    pub allow_private_network: bool,
+}
+
+/// The key set a discovered issuer's `jwks_uri` answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerKeysV1 {
+    pub jwks_uri: String,
+    /// The JWKS document as fetched (JSON text), checked like an inline one.
+    pub jwks: String,
+}
+
+/// A discovered issuer as the ledger holds it (its keys live in [`TenantIssuer`] like an
+/// inline issuer's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuerSource {
+    pub tenant_id: String,
+    pub spec: IssuerSourceV1,
+    pub jwks_uri: String,
+    /// The ledger revision that last changed its keys or source.
+    pub revision: u64,
+}
+
+/// Whether `url` is an `http(s)` URL Writ may fetch an issuer's documents from: `https`, or
+/// `http` to a literal loopback address when private networks are allowed. No credentials,
+/// query or fragment; at most [`ISSUER_BYTES_MAX`] bytes.
+pub fn check_issuer_url(url: &str, allow_private_network: bool) -> Result<(), Rejection> {
+    let invalid = |m: String| Rejection::new(ReasonCode::INPUT_INVALID, m);
+    if url.is_empty() || url.len() > ISSUER_BYTES_MAX || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(format!("'{url}' must be 1..={ISSUER_BYTES_MAX} bytes without spaces")));
+    }
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid(format!("'{url}' is not a URL")))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() || authority.contains('@') || rest.contains(['?', '#']) {
+        return Err(invalid(format!("'{url}' must name a host, without credentials, query or fragment")));
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let loopback = host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match scheme {
+        "https" => Ok(()),
+        "http" if loopback && allow_private_network => Ok(()),
+        _ => Err(invalid(format!(
+            "'{url}' must be https (http only to a loopback address with allow_private_network)"
+        ))),
+    }
+}
+
+impl IssuerSourceV1 {
+    pub fn validate(&self) -> Result<(), Rejection> {
+        check_issuer_url(&self.issuer, self.allow_private_network)?;
+        if self.audience.is_empty() || self.audience.len() > ISSUER_BYTES_MAX {
+            return Err(Rejection::new(
+                ReasonCode::INPUT_INVALID,
+                format!("audience must be 1..={ISSUER_BYTES_MAX} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The issuer view its fetched `keys` make (checked like an inline issuer).
+    pub fn issuer_with(&self, keys: &IssuerKeysV1) -> Result<TenantIssuerV1, Rejection> {
+        check_issuer_url(&keys.jwks_uri, self.allow_private_network)?;
+        let issuer =
+            TenantIssuerV1 { issuer: self.issuer.clone(), audience: self.audience.clone(), jwks: keys.jwks.clone() };
+        issuer.validate()?;
+        Ok(issuer)
+    }
+}
+
 /// A tenant issuer as the ledger holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantIssuer {

@@ -119,7 +119,9 @@ fn subject(event: &Event) -> Subject {
         Event::DeviceCreatedV1 { .. } => ("device", None, None, None),
         Event::SigningKeyRegisteredV1 { .. } | Event::SigningKeyRetiredV1 { .. } => ("signing_key", None, None, None),
         Event::RoleCertificateRevokedV1 { .. } => ("certificate", None, None, None),
-        Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } => ("issuer", None, None, None),
+        Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } | Event::IssuerSourceSetV1 { .. } => {
+            ("issuer", None, None, None)
+        }
         Event::CatalogPublishedV1 { .. } => ("catalog", None, None, None),
         Event::EnrollmentCreatedV1 { .. }
         | Event::ExecutorEnrolledV1 { .. }

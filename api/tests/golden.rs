@@ -1004,7 +1004,45 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "issuer_source_set_v1",
+            req(Command::SetIssuerSource { tenant_id: "t-1".into(), source: issuer_source(), keys: issuer_keys() }),
+            Some(env(
+                72,
+                68,
+                Event::IssuerSourceSetV1 {
+                    tenant_id: "t-1".into(),
+                    source: issuer_source(),
+                    jwks_uri: issuer_keys().jwks_uri,
+                },
+            )),
+        ),
+        (
+            "observe_issuer_keys",
+            req(Command::ObserveIssuerKeys {
+                tenant_id: "t-1".into(),
+                issuer: issuer_source().issuer,
+                keys: issuer_keys(),
+            }),
+            None,
+        ),
     ]
+}
+
+fn issuer_source() -> writ_api::token::IssuerSourceV1 {
+    writ_api::token::IssuerSourceV1 {
+        issuer: "https://login.acme.example".into(),
+        audience: "https://edge.example/t/acme/mcp".into(),
+        allow_private_network: false,
+    }
+}
+
+fn issuer_keys() -> writ_api::token::IssuerKeysV1 {
+    writ_api::token::IssuerKeysV1 {
+        jwks_uri: "https://login.acme.example/jwks".into(),
+        jwks: r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"d1"}]}"#
+            .into(),
+    }
 }
 
 const SESSION_ID: &str = "0123456789abcdef0123456789abcdef";
@@ -1313,6 +1351,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Principals created with their quotas came after state format 10 was pinned; session records
     // came with state format 11.
     (10, &["create_principal_with", "session_state_set_v1"]),
+    // Issuers known by their URL came with state format 12.
+    (11, &["issuer_source_set_v1", "observe_issuer_keys"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1375,6 +1415,16 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
     if format >= 11 {
         // And an MCP session's record.
         state.sessions.entry("t-1".into()).or_default().insert(SESSION_ID.into(), mcp_session());
+    }
+    if format >= 12 {
+        // And an issuer known by its URL (its tenant is deleted by then, so set as written).
+        let source = writ_api::token::IssuerSource {
+            tenant_id: "t-1".into(),
+            spec: issuer_source(),
+            jwks_uri: issuer_keys().jwks_uri,
+            revision: 72,
+        };
+        state.issuer_sources.insert(source.spec.issuer.clone(), source);
     }
     state
 }

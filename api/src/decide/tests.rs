@@ -893,3 +893,62 @@ fn session_records_belong_to_their_principal_and_end_for_good() {
     assert!(matches!(st.execute(&req(60_000, set(3, record("p-1", 90_000)))).0, Outcome::Applied { .. }));
     assert_eq!(st.sessions["a"].keys().cloned().collect::<Vec<_>>(), vec![id(3)]);
 }
+
+/// An issuer known by its URL: registered with the keys fetched at registration, refreshed by
+/// the keys a node observes (a no-op when unchanged), never replaced inline, gone with the
+/// issuer; its URLs must be https (loopback http only when private networks are allowed).
+#[test]
+fn an_issuer_known_by_its_url_takes_the_keys_observed_from_it() {
+    use crate::token::{IssuerKeysV1, IssuerSourceV1, TenantIssuerV1};
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    st.execute(&req(1, create("b", "bolt")));
+    let jwks = |x: &str, kid: &str| format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","x":"{x}","kid":"{kid}"}}]}}"#);
+    let key1 = jwks("11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", "k1");
+    let key2 = jwks("3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08", "k2");
+    let keys = |jwks: &str| IssuerKeysV1 { jwks_uri: "https://idp.example/jwks".into(), jwks: jwks.into() };
+    let source = |issuer: &str, allow: bool| IssuerSourceV1 {
+        issuer: issuer.into(),
+        audience: "https://edge.example/t/acme/mcp".into(),
+        allow_private_network: allow,
+    };
+    let set = |tenant: &str, s: IssuerSourceV1, k: IssuerKeysV1| Command::SetIssuerSource {
+        tenant_id: tenant.into(),
+        source: s,
+        keys: k,
+    };
+    let observe = |k: IssuerKeysV1| Command::ObserveIssuerKeys {
+        tenant_id: "a".into(),
+        issuer: "https://idp.example".into(),
+        keys: k,
+    };
+    let refused = |st: &LedgerState, cmd: Command| decide(st, &cmd, 1).err().map(|r| r.reason);
+    for bad in ["http://idp.example", "http://127.0.0.1:9", "https://u:p@idp.example", "https://idp.example/?q", "idp"] {
+        assert_eq!(refused(&st, set("a", source(bad, false), keys(&key1))), Some(ReasonCode::INPUT_INVALID), "{bad}");
+    }
+    assert_eq!(decide(&st, &set("a", source("http://127.0.0.1:9", true), keys(&key1)), 1).map(|e| e.len()), Ok(2));
+    assert_eq!(refused(&st, set("a", source("https://idp.example", false), keys("{}"))), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(refused(&st, observe(keys(&key1))), Some(ReasonCode::ISSUER_NOT_FOUND), "not registered yet");
+
+    assert!(matches!(st.execute(&req(1, set("a", source("https://idp.example", false), keys(&key1)))).0, Outcome::Applied { .. }));
+    assert_eq!(st.issuers["https://idp.example"].spec.jwks, key1);
+    assert_eq!(st.issuer_sources["https://idp.example"].jwks_uri, "https://idp.example/jwks");
+    assert_eq!(refused(&st, set("b", source("https://idp.example", false), keys(&key1))), Some(ReasonCode::ISSUER_CONFLICT));
+    let inline = TenantIssuerV1 { issuer: "https://idp.example".into(), audience: "x".into(), jwks: key2.clone() };
+    let inline = Command::SetTenantIssuer { tenant_id: "a".into(), issuer: inline };
+    assert_eq!(refused(&st, inline), Some(ReasonCode::ISSUER_CONFLICT), "its keys come from discovery");
+
+    assert_eq!(decide(&st, &observe(keys(&key1)), 1).map(|e| e.len()), Ok(0), "unchanged keys: nothing");
+    assert!(matches!(st.execute(&req(2, observe(keys(&key2)))).0, Outcome::Applied { .. }));
+    assert_eq!(st.issuers["https://idp.example"].spec.jwks, key2, "the observed keys replace the old ones");
+    let moved = IssuerKeysV1 { jwks_uri: "https://idp.example/v2/jwks".into(), jwks: key2.clone() };
+    assert_eq!(decide(&st, &observe(moved), 1).map(|e| e.len()), Ok(1), "a moved jwks_uri alone");
+    let private = IssuerKeysV1 { jwks_uri: "http://127.0.0.1:9/jwks".into(), jwks: key2.clone() };
+    assert_eq!(refused(&st, observe(private)), Some(ReasonCode::INPUT_INVALID), "a jwks_uri the source may not use");
+    let back = LedgerState::decode_versioned(&st.encode_versioned()).unwrap();
+    assert_eq!(back.issuer_sources, st.issuer_sources);
+
+    let remove = Command::RemoveTenantIssuer { tenant_id: "a".into(), issuer: "https://idp.example".into() };
+    assert!(matches!(st.execute(&req(3, remove)).0, Outcome::Applied { .. }));
+    assert!(st.issuer_sources.is_empty() && !st.issuers.contains_key("https://idp.example"));
+}

@@ -49,14 +49,31 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         Command::SetTenantIssuer { tenant_id, issuer } => {
             existing(state, tenant_id)?;
             issuer.validate()?;
-            if let Some(owner) = state.issuers.get(&issuer.issuer).filter(|i| i.tenant_id != *tenant_id) {
+            issuer_free(state, tenant_id, &issuer.issuer)?;
+            if state.issuer_sources.contains_key(&issuer.issuer) {
                 return Err(Rejection::new(
                     ReasonCode::ISSUER_CONFLICT,
-                    format!("issuer '{}' is registered for another tenant ({})", issuer.issuer, owner.tenant_id),
+                    format!("issuer '{}' is registered by its URL: its keys come from discovery", issuer.issuer),
                 ));
             }
             Ok(vec![Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer: issuer.clone() }])
         }
+        Command::SetIssuerSource { tenant_id, source, keys } => {
+            existing(state, tenant_id)?;
+            source.validate()?;
+            let issuer = source.issuer_with(keys)?;
+            issuer_free(state, tenant_id, &issuer.issuer)?;
+            let events = vec![
+                Event::IssuerSourceSetV1 {
+                    tenant_id: tenant_id.clone(),
+                    source: source.clone(),
+                    jwks_uri: keys.jwks_uri.clone(),
+                },
+                Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer },
+            ];
+            Ok(events)
+        }
+        Command::ObserveIssuerKeys { tenant_id, issuer, keys } => observed_keys(state, tenant_id, issuer, keys),
         Command::RemoveTenantIssuer { tenant_id, issuer } => {
             existing(state, tenant_id)?;
             match state.issuers.get(issuer) {
@@ -296,4 +313,44 @@ fn session_state(
         session_id: session_id.to_string(),
         session: session.clone(),
     }])
+}
+
+/// Refuses an issuer registered for another tenant.
+fn issuer_free(state: &LedgerState, tenant_id: &str, issuer: &str) -> Result<(), Rejection> {
+    match state.issuers.get(issuer).filter(|i| i.tenant_id != tenant_id) {
+        Some(owner) => Err(Rejection::new(
+            ReasonCode::ISSUER_CONFLICT,
+            format!("issuer '{issuer}' is registered for another tenant ({})", owner.tenant_id),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A discovered issuer's keys fetched again: its new key set (and `jwks_uri`, when the
+/// discovery document moved it), nothing when both are unchanged.
+fn observed_keys(
+    state: &LedgerState,
+    tenant_id: &str,
+    issuer: &str,
+    keys: &crate::token::IssuerKeysV1,
+) -> Result<Vec<Event>, Rejection> {
+    existing(state, tenant_id)?;
+    let source = state
+        .issuer_sources
+        .get(issuer)
+        .filter(|s| s.tenant_id == tenant_id)
+        .ok_or_else(|| Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL")))?;
+    let view = source.spec.issuer_with(keys)?;
+    let mut events = Vec::new();
+    if source.jwks_uri != keys.jwks_uri {
+        events.push(Event::IssuerSourceSetV1 {
+            tenant_id: tenant_id.to_string(),
+            source: source.spec.clone(),
+            jwks_uri: keys.jwks_uri.clone(),
+        });
+    }
+    if state.issuers.get(issuer).is_none_or(|known| known.spec != view) {
+        events.push(Event::TenantIssuerSetV1 { tenant_id: tenant_id.to_string(), issuer: view });
+    }
+    Ok(events)
 }
