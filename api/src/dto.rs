@@ -879,6 +879,21 @@ pub struct IssuerList {
     pub issuers: Vec<TenantIssuer>,
 }
 
+/// `POST /client/issuer-refresh`: an edge met a token of a discovered issuer signed by a key
+/// the ledger does not hold; the node fetches the issuer's keys again (rate-limited).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerRefreshRequest {
+    pub issuer: String,
+}
+
+/// The answer: the revision that recorded new keys, none when nothing changed (or the node
+/// fetched them too recently to fetch again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuerRefreshed {
+    pub revision: Option<u64>,
+}
+
 /// `POST /v1/tenants/{tenant}/issuers/remove`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -190,9 +190,9 @@ pub fn check_issuer_url(url: &str, allow_private_network: bool) -> Result<(), Re
     match scheme {
         "https" => Ok(()),
         "http" if loopback && allow_private_network => Ok(()),
-        _ => Err(invalid(format!(
-            "'{url}' must be https (http only to a loopback address with allow_private_network)"
-        ))),
+        _ => {
+            Err(invalid(format!("'{url}' must be https (http only to a loopback address with allow_private_network)")))
+        }
     }
 }
 

@@ -1040,8 +1040,9 @@ fn issuer_source() -> writ_api::token::IssuerSourceV1 {
 fn issuer_keys() -> writ_api::token::IssuerKeysV1 {
     writ_api::token::IssuerKeysV1 {
         jwks_uri: "https://login.acme.example/jwks".into(),
-        jwks: r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"d1"}]}"#
-            .into(),
+        jwks:
+            r#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"d1"}]}"#
+                .into(),
     }
 }
 

@@ -364,7 +364,14 @@ async fn set_level(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option
 async fn subscribe(x: &Exchange<'_>, session: &Session, msg: &Value, id: &Option<Value>, method: &str) -> Handled {
     let uri = msg["params"]["uri"].as_str().unwrap_or_default().to_string();
     if let Err(e) = x.authority.require(serve::RESOURCES_SCOPE) {
-        let r = crate::challenge(&x.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, serve::RESOURCES_SCOPE);
+        let r = crate::challenge(
+            &x.edge.config,
+            x.headers,
+            StatusCode::FORBIDDEN,
+            e.reason,
+            &e.message,
+            serve::RESOURCES_SCOPE,
+        );
         return Handled::refused(r, Some(uri), e);
     }
     let subscribing = method == "resources/subscribe";

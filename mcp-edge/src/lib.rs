@@ -136,6 +136,27 @@ impl EdgeConfig {
         format!("{origin}/.well-known/oauth-protected-resource{path}")
     }
 
+    /// One tenant's MCP URL, `{origin}/t/{tenant}{MCP path}`: where its agents connect, the
+    /// `resource` of its protected-resource metadata, and the audience its own issuers' tokens
+    /// carry. A path rather than a host name per tenant: one certificate and one DNS name serve
+    /// every tenant, and loopback and private deployments work unchanged.
+    pub fn tenant_url(&self, tenant: &str) -> String {
+        let (origin, path) = split_origin(&self.canonical_url);
+        format!("{origin}/t/{tenant}{path}")
+    }
+
+    /// Where the protected-resource metadata of the endpoint a request came in on lives: the
+    /// tenant's, when it came through a tenant's MCP URL ([`URL_TENANT_HEADER`]).
+    pub fn resource_metadata_url_for(&self, headers: &HeaderMap) -> String {
+        match url_tenant(headers) {
+            Some(tenant) => {
+                let (origin, path) = split_origin(&self.canonical_url);
+                format!("{origin}/.well-known/oauth-protected-resource/t/{tenant}{path}")
+            }
+            None => self.resource_metadata_url(),
+        }
+    }
+
     /// The path of the MCP endpoint (`/mcp`).
     pub fn mcp_path(&self) -> String {
         let (_, path) = split_origin(&self.canonical_url);
@@ -216,7 +237,43 @@ pub(crate) struct Edge {
     pending: legacy::Pending,
     /// Forwards such responses to the replica whose call waits for them.
     peers: reqwest::Client,
+    /// When this edge last asked the ledger to fetch each discovered issuer's keys again.
+    issuer_refreshes: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
+
+/// The header that carries, inside the edge, the tenant of the MCP URL a request came in on
+/// (`/t/{tenant}/mcp`). Whatever a client sends under this name is dropped first.
+pub(crate) const URL_TENANT_HEADER: &str = "x-writ-url-tenant";
+
+/// The tenant of the MCP URL a request came in on, if it came through one.
+pub(crate) fn url_tenant(headers: &HeaderMap) -> Option<&str> {
+    headers.get(URL_TENANT_HEADER).and_then(|v| v.to_str().ok())
+}
+
+/// Drops a client's [`URL_TENANT_HEADER`] and sets it from the path of a tenant's MCP URL.
+async fn mark_url_tenant(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    req.headers_mut().remove(URL_TENANT_HEADER);
+    let tenant = req.uri().path().strip_prefix("/t/").and_then(|rest| rest.split('/').next());
+    let value = tenant.filter(|t| writ_api::rejection::validate_tenant_name(t).is_ok());
+    match (req.uri().path().starts_with("/t/"), value.map(HeaderValue::from_str)) {
+        (false, _) => {}
+        (true, Some(Ok(v))) => {
+            req.headers_mut().insert(URL_TENANT_HEADER, v);
+        }
+        (true, _) => {
+            let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, "the URL names no valid tenant");
+            return RpcError::rejected(&e).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The least time between two requests of this edge for one issuer's keys.
+const ISSUER_REFRESH_INTERVAL_MIN: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a request waits for the edge's replica to hold keys the ledger just recorded.
+const ISSUER_REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Most issuers whose last refresh an edge remembers (older entries are forgotten first).
+const ISSUER_REFRESHES_KEPT_MAX: usize = 1024;
 
 /// The edge's router: the MCP endpoint and the protected-resource metadata. `ledger` is where
 /// decisions are recorded and quota slices leased (through `audit`, which must be flushed on
@@ -255,13 +312,22 @@ pub fn router(
             .timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(|e| format!("the peer client: {e}"))?,
+        issuer_refreshes: Default::default(),
     });
+    let endpoint = || {
+        get(mcp_session)
+            .delete(mcp_session)
+            .post(mcp_post)
+            .layer(axum::middleware::from_fn(bound_headers))
+            .layer(axum::middleware::from_fn(mark_url_tenant))
+    };
+    let tenant_mcp = format!("/t/{{tenant}}{}", if mcp == "/" { "" } else { mcp.as_str() });
+    let tenant_prm = format!("/.well-known/oauth-protected-resource{tenant_mcp}");
     let mut r = Router::new()
-        .route(
-            &mcp,
-            get(mcp_session).delete(mcp_session).post(mcp_post).layer(axum::middleware::from_fn(bound_headers)),
-        )
-        .route(&prm, get(resource_metadata));
+        .route(&mcp, endpoint())
+        .route(&tenant_mcp, endpoint())
+        .route(&prm, get(resource_metadata))
+        .route(&tenant_prm, get(tenant_resource_metadata));
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }
@@ -381,6 +447,38 @@ async fn resource_metadata(State(edge): State<Arc<Edge>>, headers: HeaderMap) ->
         "authorization_servers": edge.config.authorization_servers,
         "scopes_supported": writ_api::principal::RolePreset::Delegate.scopes(),
         "bearer_methods_supported": ["header"],
+    }))
+    .into_response()
+}
+
+/// The protected-resource metadata (RFC 9728) of one tenant's MCP URL: its own issuers known
+/// by their URL as its authorization servers (Writ's where it has none).
+async fn tenant_resource_metadata(
+    State(edge): State<Arc<Edge>>,
+    axum::extract::Path(tenant): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = check_host_and_origin(&edge.config, &headers) {
+        return e.into_response();
+    }
+    let servers = edge.verifier.with_state(|s| {
+        let t = s.tenant(&tenant).filter(|t| t.name == tenant && t.closed().is_none())?;
+        let own = s.issuer_sources.values().filter(|src| src.tenant_id == t.id);
+        Some(own.map(|src| src.spec.issuer.clone()).collect::<Vec<_>>())
+    });
+    let Some(mut servers) = servers else {
+        let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}' is served here"));
+        return RpcError::rejected(&e).into_response();
+    };
+    if servers.is_empty() {
+        servers.clone_from(&edge.config.authorization_servers);
+    }
+    Json(json!({
+        "resource": edge.config.tenant_url(&tenant),
+        "authorization_servers": servers,
+        "scopes_supported": writ_api::principal::RolePreset::Delegate.scopes(),
+        "bearer_methods_supported": ["header"],
+        "resource_name": format!("Writ: tenant {tenant}"),
     }))
     .into_response()
 }
@@ -527,6 +625,7 @@ fn refused_response(id: &Option<Value>, refused: &admission::Refused) -> Respons
 /// A bearer-auth failure as an HTTP answer with its RFC 6750 / RFC 9728 challenge.
 pub(crate) fn challenge(
     config: &EdgeConfig,
+    headers: &HeaderMap,
     status: StatusCode,
     reason: ReasonCode,
     message: &str,
@@ -536,7 +635,8 @@ pub(crate) fn challenge(
         StatusCode::FORBIDDEN => "insufficient_scope",
         _ => "invalid_token",
     };
-    let mut value = format!("Bearer resource_metadata=\"{}\", scope=\"{scope}\"", config.resource_metadata_url());
+    let mut value =
+        format!("Bearer resource_metadata=\"{}\", scope=\"{scope}\"", config.resource_metadata_url_for(headers));
     if reason != ReasonCode::AUTH_TOKEN_MISSING {
         value = format!("{value}, error=\"{error}\", error_description=\"{}\"", message.replace('"', "'"));
     }
@@ -567,17 +667,41 @@ pub(crate) fn credential(headers: &HeaderMap) -> writ_api::grant::Credential {
     }
 }
 
+/// Who the request is ([`verified`]); on a tenant's MCP URL, only that tenant's principals.
 async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
-    let failed = |e: Rejection| {
-        let status = writ_client::http_status(e.reason);
-        if status == StatusCode::UNAUTHORIZED {
-            challenge(&edge.config, status, e.reason, &e.message, LIST_SCOPE)
-        } else {
-            RpcError::rejected(&e).into_response()
-        }
-    };
+    let authority = verified(edge, headers).await?;
+    let Some(tenant) = url_tenant(headers) else { return Ok(authority) };
+    if edge.verifier.with_state(|s| s.tenant(tenant).is_some_and(|t| t.name == tenant && t.id == authority.tenant_id)) {
+        return Ok(authority);
+    }
+    let message = format!("this is the MCP URL of tenant '{tenant}': the credential is another tenant's");
+    let e = Rejection::new(ReasonCode::AUTH_TENANT_MISMATCH, message);
+    // On the credential's own tenant's record (a denial: once per window, then counted).
+    let method = method_label(&header_value(headers, "mcp-method").unwrap_or_default());
+    let trace_id = uuid::Uuid::new_v4().to_string();
+    let decision = audit::request_decision(&trace_id, &authority, method, None, Some(e.reason));
+    if let Err(fail) = edge.audit.commit_denial(&authority.tenant_id, decision, Some(credential(headers))).await {
+        return Err(RpcError::rejected(&fail).into_response());
+    }
+    Err(auth_failed(edge, headers, e))
+}
+
+/// An authentication failure: 401 with its challenge, or the reason's own status.
+fn auth_failed(edge: &Edge, headers: &HeaderMap, e: Rejection) -> Response {
+    let status = writ_client::http_status(e.reason);
+    if status == StatusCode::UNAUTHORIZED {
+        challenge(&edge.config, headers, status, e.reason, &e.message, LIST_SCOPE)
+    } else {
+        RpcError::rejected(&e).into_response()
+    }
+}
+
+/// The authority of the request's bearer token (or of the anonymous access), before the tenant
+/// of the URL is compared with it.
+async fn verified(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
+    let failed = |e: Rejection| auth_failed(edge, headers, e);
     match (bearer(headers), &edge.config.anonymous) {
-        (Some(token), _) => match edge.verifier.verify(token).await {
+        (Some(token), _) => match verify_token(edge, token).await {
             Ok(a) => Ok(a),
             Err(e) if e.reason == ReasonCode::TENANT_SUSPENDED => {
                 // The token is authentic (the tenant gate comes after the signature): the
@@ -592,12 +716,67 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
         (None, Some(anon)) => edge.verifier.anonymous(&anon.tenant, &anon.principal).await.map_err(failed),
         (None, None) => Err(challenge(
             &edge.config,
+            headers,
             StatusCode::UNAUTHORIZED,
             ReasonCode::AUTH_TOKEN_MISSING,
             "a bearer token is required",
             LIST_SCOPE,
         )),
     }
+}
+
+/// Verifies a bearer token; one of an issuer known by its URL that names a key the ledger does
+/// not hold (the issuer rotated its keys) has the ledger fetch the issuer's keys again — at
+/// most once per [`ISSUER_REFRESH_INTERVAL_MIN`] per issuer from this edge, the nodes limiting
+/// their fetches too — and is verified once more against what the ledger then recorded.
+async fn verify_token(edge: &Edge, token: &str) -> Result<Authority, Rejection> {
+    let first = edge.verifier.verify(token).await;
+    if first.is_ok() {
+        return first;
+    }
+    let Some(issuer) = unknown_discovered_key(edge, token) else { return first };
+    if !may_refresh(edge, &issuer) {
+        return first;
+    }
+    match edge.ledger.refresh_issuer(&issuer).await {
+        Ok(Some(revision)) if edge.verifier.wait_for(revision, ISSUER_REFRESH_WAIT).await => {
+            edge.verifier.verify(token).await
+        }
+        Ok(_) => first,
+        Err(e) => {
+            tracing::warn!(%issuer, reason = %e.reason, message = %e.message, "issuer keys could not be refreshed");
+            first
+        }
+    }
+}
+
+/// The issuer of `token` when it is one known by its URL and the token names a key id the
+/// ledger does not hold for it.
+fn unknown_discovered_key(edge: &Edge, token: &str) -> Option<String> {
+    let (header, claims) = (writ_api::auth::segment(token, 0)?, writ_api::auth::segment(token, 1)?);
+    let (iss, kid) = (claims["iss"].as_str()?, header["kid"].as_str()?);
+    let unknown = edge.verifier.with_state(|s| {
+        let held = s.issuers.get(iss).and_then(|i| i.keys()).is_some_and(|keys| keys.find(kid).is_some());
+        s.issuer_sources.contains_key(iss) && !held
+    });
+    unknown.then(|| iss.to_string())
+}
+
+/// Whether this edge may ask for `issuer`'s keys now (and remembers that it did).
+fn may_refresh(edge: &Edge, issuer: &str) -> bool {
+    let mut asked = edge.issuer_refreshes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = std::time::Instant::now();
+    if asked.get(issuer).is_some_and(|at| now.duration_since(*at) < ISSUER_REFRESH_INTERVAL_MIN) {
+        return false;
+    }
+    if asked.len() >= ISSUER_REFRESHES_KEPT_MAX {
+        asked.retain(|_, at| now.duration_since(*at) < ISSUER_REFRESH_INTERVAL_MIN);
+        if asked.len() >= ISSUER_REFRESHES_KEPT_MAX {
+            return false;
+        }
+    }
+    asked.insert(issuer.to_string(), now);
+    true
 }
 
 /// Records a TENANT_SUSPENDED denial for a verified token's tenant and principal.

@@ -216,7 +216,11 @@ fn guarded(c: &Call<'_>, scope: &str, name: Option<String>, f: impl FnOnce(&Call
 
 /// A caller without `scope`: 403 with the challenge naming it.
 fn scope_refused(c: &Call<'_>, scope: &str, name: Option<String>, e: Rejection) -> Handled {
-    Handled::refused(crate::challenge(&c.edge.config, StatusCode::FORBIDDEN, e.reason, &e.message, scope), name, e)
+    Handled::refused(
+        crate::challenge(&c.edge.config, c.headers, StatusCode::FORBIDDEN, e.reason, &e.message, scope),
+        name,
+        e,
+    )
 }
 
 /// `subscriptions/listen` within the principal's cap of open streams on this edge

@@ -96,6 +96,8 @@ struct RawRaft {
     snapshot_chunk_bytes: Option<u64>,
     rpc_body_bytes_max: Option<usize>,
     upstream_watch_s: Option<u64>,
+    /// How often the leader fetches discovered issuers' keys again (seconds; 0: never).
+    issuer_watch_s: Option<u64>,
 }
 
 pub use crate::pki::TlsConfig;
@@ -257,6 +259,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         rpc_body_bytes_max: raw.raft.rpc_body_bytes_max.unwrap_or(defaults.rpc_body_bytes_max),
         data_quota_bytes: raw.raft.data_quota_bytes,
         upstream_watch_ms: raw.raft.upstream_watch_s.map_or(defaults.upstream_watch_ms, |s| s.saturating_mul(1000)),
+        issuer_watch_ms: raw.raft.issuer_watch_s.map_or(defaults.issuer_watch_ms, |s| s.saturating_mul(1000)),
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
         return Err(ConfigError::ElectionTimeoutBelowHeartbeat {

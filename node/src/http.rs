@@ -77,6 +77,7 @@ pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
         .route("/client/cluster", get(client_cluster))
         .route("/client/watch", get(client_watch))
         .route("/client/snapshot", get(client_snapshot))
+        .route("/client/issuer-refresh", post(client_issuer_refresh))
         .layer(DefaultBodyLimit::max(CLIENT_BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn_with_state(node.clone(), |State(n), req, next| {
             admit(n, req, next, "client", Role::may_follow)
@@ -438,6 +439,16 @@ async fn client_query(
         return Err(forbidden(&identity, "run this query".into()));
     }
     Ok(Json(st.node.query_request(req).await?).into_response())
+}
+
+/// An edge met a token of a discovered issuer signed by a key the ledger does not hold: this
+/// node fetches the issuer's keys again (at most once per `ISSUER_FETCH_INTERVAL_MIN`).
+async fn client_issuer_refresh(
+    State(st): State<NodeState>,
+    ValidJson(req): ValidJson<writ_api::dto::IssuerRefreshRequest>,
+) -> Result<Response, ApiError> {
+    let revision = st.node.refresh_issuer(&req.issuer).await?;
+    Ok(Json(writ_api::dto::IssuerRefreshed { revision }).into_response())
 }
 
 async fn client_read_index(State(st): State<NodeState>) -> Result<Response, ApiError> {

@@ -23,7 +23,7 @@
 //! **Fatal path (SPEC L7).** [`LedgerNode::stopped`] resolves when the node must stop serving:
 //! openraft's core stopped on a fatal error, or a store reader found a corrupt record.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ use writ_api::dto::{
     ClusterChange, ClusterStatus, MemberStatus, NodeStatus, Query, QueryRequest, QueryResult, Role, SubmitRequest,
     SubmitResponse, WatchFilter, WatchLine, WATCH_HEARTBEAT,
 };
-use writ_api::ledger::{Command, LedgerRequest};
+use writ_api::ledger::{Command, LedgerRequest, Outcome};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 use writ_client::{unavailable, CallError, Ledger, WatchStream, LEDGER_CALL_TIMEOUT};
@@ -137,7 +137,13 @@ pub struct RaftSettings {
     /// How often the leader lists every upstream MCP server's tools to find drift without an
     /// operator's sync (`LedgerNode::start_upstream_watch`; `[raft] upstream_watch_s`); 0: never.
     pub upstream_watch_ms: u64,
+    /// How often the leader fetches the keys of every issuer known by its URL again
+    /// (`LedgerNode::start_issuer_watch`; `[raft] issuer_watch_s`); 0: never.
+    pub issuer_watch_ms: u64,
 }
+
+/// The default period of the issuer key watch (five minutes).
+pub const ISSUER_WATCH_MS_DEFAULT: u64 = 5 * 60 * 1000;
 
 /// The default period of the upstream watch (five minutes).
 pub const UPSTREAM_WATCH_MS_DEFAULT: u64 = 5 * 60 * 1000;
@@ -158,6 +164,7 @@ impl Default for RaftSettings {
             min_free_disk_bytes: crate::storage::MIN_FREE_DISK_BYTES_DEFAULT,
             data_quota_bytes: None,
             upstream_watch_ms: UPSTREAM_WATCH_MS_DEFAULT,
+            issuer_watch_ms: ISSUER_WATCH_MS_DEFAULT,
         }
     }
 }
@@ -217,7 +224,14 @@ pub struct LedgerNode {
     pub rpc_body_bytes_max: usize,
     /// Proposes this node's writes while it leads, many commands per entry under load.
     batcher: crate::batcher::Batcher,
+    /// When this node last fetched each discovered issuer's keys (at most one fetch per
+    /// [`ISSUER_FETCH_INTERVAL_MIN`]: an issuer whose key ids change on every token, or a flood
+    /// of tokens with unknown key ids, costs one fetch per interval).
+    issuer_fetches: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
+
+/// The least time between two fetches of one issuer's keys by one node.
+pub const ISSUER_FETCH_INTERVAL_MIN: Duration = Duration::from_secs(30);
 
 /// What the batcher proposes through: this node's Raft, gated on every member's version.
 struct RaftProposer {
@@ -350,6 +364,7 @@ impl LedgerNode {
                 .ledger_version_max
                 .map_or(writ_api::ledger::LEDGER_VERSION, |cap| cap.min(writ_api::ledger::LEDGER_VERSION)),
             versions: Default::default(),
+            issuer_fetches: Default::default(),
             storage: crate::storage::StorageWatch::new(dir, settings.min_free_disk_bytes, settings.data_quota_bytes),
             log_stats,
             snapshot_every_log_bytes: staggered(settings.snapshot_every_log_bytes, id),
@@ -706,6 +721,61 @@ impl LedgerNode {
                 metrics::counter!("writ_upstream_watch_total", "outcome" => outcome).increment(1);
             }
         });
+    }
+
+    /// Keeps discovered issuers' keys current without an operator: while this node leads, every
+    /// `period` it fetches each one's keys again ([`LedgerNode::refresh_issuer`]);
+    /// `writ_issuer_watch_total{outcome}` counts the looks. Stops with the node.
+    pub fn start_issuer_watch(self: &Arc<Self>, period: Duration) {
+        if period.is_zero() {
+            return;
+        }
+        self.while_leading(period, |node, _| async move {
+            let issuers: Vec<String> = {
+                let applied = node.sm.read();
+                let st = &applied.state;
+                let active = |t: &str| st.tenants.get(t).is_some_and(|t| t.closed().is_none());
+                st.issuer_sources.iter().filter(|(_, s)| active(&s.tenant_id)).map(|(iss, _)| iss.clone()).collect()
+            };
+            for issuer in issuers {
+                let outcome = match node.refresh_issuer(&issuer).await {
+                    Ok(Some(_)) => "changed",
+                    Ok(None) => "unchanged",
+                    Err(e) => {
+                        tracing::warn!(%issuer, reason = %e.reason, message = %e.message, "issuer keys not refreshed");
+                        "failed"
+                    }
+                };
+                metrics::counter!("writ_issuer_watch_total", "outcome" => outcome).increment(1);
+            }
+        });
+    }
+
+    /// Fetches a discovered issuer's keys again and records them (`ObserveIssuerKeys`):
+    /// `Some(revision)` when the ledger took new keys, `None` when they were unchanged or this
+    /// node fetched them less than [`ISSUER_FETCH_INTERVAL_MIN`] ago.
+    pub async fn refresh_issuer(&self, issuer: &str) -> Result<Option<u64>, Rejection> {
+        let source = self.sm.read().state.issuer_sources.get(issuer).cloned().ok_or_else(|| {
+            Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL"))
+        })?;
+        {
+            let mut fetched = self.issuer_fetches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            if fetched.get(issuer).is_some_and(|at| now.duration_since(*at) < ISSUER_FETCH_INTERVAL_MIN) {
+                return Ok(None);
+            }
+            let known = &self.sm.read().state.issuer_sources;
+            fetched.retain(|iss, _| known.contains_key(iss));
+            fetched.insert(issuer.to_string(), now);
+        }
+        let keys = writ_client::discovery::fetch_keys(&source.spec).await?;
+        let command = Command::ObserveIssuerKeys { tenant_id: source.tenant_id, issuer: issuer.to_string(), keys };
+        let req = SubmitRequest::new(format!("issuer-refresh-{}", self.clock.now_ms()), command);
+        match self.submit_request(req, false).await?.outcome {
+            Outcome::Applied { events, .. } => Ok(events.last().map(|e| e.revision)),
+            Outcome::Rejected { reason, message, .. } => Err(Rejection::new(reason, message)),
+            other => Err(internal(&format!("unexpected outcome {other:?}"))),
+        }
     }
 
     /// An edge's submit as the log is to record it: the principals its decisions name vouched
@@ -1262,6 +1332,10 @@ impl Ledger for LedgerNode {
     }
     fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<WatchStream, Rejection>> {
         Box::pin(async move { LedgerNode::watch(self, filter) })
+    }
+    fn refresh_issuer(&self, issuer: &str) -> BoxFuture<'_, Result<Option<u64>, Rejection>> {
+        let issuer = issuer.to_string();
+        Box::pin(async move { LedgerNode::refresh_issuer(self, &issuer).await })
     }
 }
 

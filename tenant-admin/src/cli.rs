@@ -1297,6 +1297,21 @@ pub enum IssuerCmd {
         #[arg(long)]
         jwks_file: std::path::PathBuf,
     },
+    /// Register (or replace) an issuer by its URL: its keys are fetched through OpenID / RFC
+    /// 8414 discovery (and fetched again by the ledger's leader while it leads).
+    Discover {
+        #[arg(long)]
+        tenant: String,
+        /// The issuer's URL (`https://…`).
+        issuer: String,
+        /// The `aud` its tokens must carry: the tenant's MCP URL (`…/t/<tenant>/mcp`).
+        #[arg(long)]
+        audience: String,
+        /// Let the issuer and its key set live at loopback or private addresses (an IdP
+        /// inside your network); `http://` only to a loopback address.
+        #[arg(long)]
+        allow_private_network: bool,
+    },
     List {
         #[arg(long)]
         tenant: String,
@@ -2100,6 +2115,16 @@ async fn issuer_cmd(c: &AdminClient, out: Output, cmd: &IssuerCmd) -> Result<(),
             let spec = TenantIssuerV1 { issuer: issuer.clone(), audience: audience.clone(), jwks };
             let set = c.set_issuer(tenant, &spec).await.map_err(failed)?;
             show(out, &set, |i| print_issuers(std::slice::from_ref(i)))
+        }
+        IssuerCmd::Discover { tenant, issuer, audience, allow_private_network } => {
+            let source = writ_api::token::IssuerSourceV1 {
+                issuer: issuer.clone(),
+                audience: audience.clone(),
+                allow_private_network: *allow_private_network,
+            };
+            show(out, &c.discover_issuer(tenant, &source).await.map_err(failed)?, |s| {
+                say!("issuer {} registered; keys from {} (revision {})", s.spec.issuer, s.jwks_uri, s.revision)
+            })
         }
         IssuerCmd::List { tenant } => {
             show(out, &c.list_issuers(tenant).await.map_err(failed)?, |l| print_issuers(&l.issuers))

@@ -193,6 +193,7 @@ fn paths() -> Value {
             "/v1/cluster/signing-keys/{kid}/retire": {"parameters": params(&["kid"]), "post": op("Retire a token-signing key: its tokens are refused, its node makes a new key", None, "Credentials")},
             "/v1/cluster/certificates/revoke": {"post": op("Revoke a role certificate of the cluster PKI: every node refuses it", Some("RevokeCertificate"), "Credentials")},
             "/v1/tenants/{tenant}/executor-cas/{fingerprint}/retire": {"parameters": params(&["tenant", "fingerprint"]), "post": op("Retire an executor CA: executors it certified enroll again", None, "Credentials")},
+            "/v1/tenants/{tenant}/issuers/discover": {"parameters": tenant_param, "post": op("Register or replace a tenant issuer by its URL (keys fetched through discovery)", Some("IssuerSource"), "IssuerSourceView")},
             "/v1/tenants/{tenant}/issuers/revoke-token": {"parameters": tenant_param, "post": op("Revoke a token id of a tenant issuer", Some("RevokeIssuerToken"), "IssuerTokenRevocation")},
             "/v1/tenants/{tenant}/anonymous/{edge}": {"parameters": params(&["tenant", "edge"]),
                 "put": op("Let an edge (its certificate's id) act without a token as one principal", Some("AnonymousAccess"), "Credentials"),
@@ -405,6 +406,12 @@ fn schemas() -> Value {
         "TokenInspection": {"type": "object", "required": ["valid"], "properties": {"valid": {"type": "boolean"}, "reason": {"type": ["string", "null"]}}},
         "TenantIssuer": {"type": "object", "additionalProperties": false, "required": ["issuer", "audience", "jwks"], "properties": {
             "issuer": {"type": "string"}, "audience": {"type": "string"}, "jwks": {"type": "string", "description": "JWKS JSON text"}}},
+        "IssuerSource": {"type": "object", "additionalProperties": false, "required": ["issuer", "audience"], "properties": {
+            "issuer": {"type": "string", "maxLength": 512}, "audience": {"type": "string", "maxLength": 512},
+            "allow_private_network": {"type": "boolean", "default": false}}},
+        "IssuerSourceView": {"type": "object", "required": ["tenant_id", "spec", "jwks_uri", "revision"], "properties": {
+            "tenant_id": {"type": "string"}, "spec": {"$ref": "#/components/schemas/IssuerSource"},
+            "jwks_uri": {"type": "string"}, "revision": {"type": "integer"}}},
         "IssuerList": {"type": "object", "properties": {"issuers": {"type": "array", "items": {"type": "object"}}}},
         "RemoveIssuer": {"type": "object", "additionalProperties": false, "required": ["issuer"], "properties": {"issuer": {"type": "string"}}},
         "RevokeIssuerToken": {"type": "object", "additionalProperties": false, "required": ["issuer", "jti"], "properties": {

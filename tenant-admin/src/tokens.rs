@@ -15,7 +15,7 @@ use writ_api::dto::{
     RemoveIssuerRequest, RevokedToken, TokenInspection, TokenList, PAGE_LIMIT_DEFAULT,
 };
 use writ_api::ledger::{Command, Event};
-use writ_api::token::{TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
+use writ_api::token::{IssuerSource, IssuerSourceV1, TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
 use writ_api::{ReasonCode, Rejection};
 use writ_client::now_ms;
 
@@ -34,6 +34,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/v1/tokens/inspect", post(inspect_token))
         .route("/v1/tenants/{tenant}/issuers", get(list_issuers).put(set_issuer))
         .route("/v1/tenants/{tenant}/issuers/remove", post(remove_issuer))
+        .route("/v1/tenants/{tenant}/issuers/discover", post(discover_issuer))
 }
 
 /// The signer to sign with: this node's key, registered in the ledger and not retired. A key
@@ -248,6 +249,23 @@ async fn set_issuer(
     let events = submit(&st, Command::SetTenantIssuer { tenant_id: t.id.clone(), issuer: b.clone() }).await?;
     let revision = events.first().map(|e| e.revision).unwrap_or_default();
     Ok(Json(TenantIssuer::new(t.id, b, revision)))
+}
+
+/// Registers (or replaces) an issuer known by its URL: this server fetches its discovery
+/// document and key set (bounded, no redirects, public addresses unless the body allows
+/// private networks) and records both; the leader fetches the keys again while it leads.
+async fn discover_issuer(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(source): ValidJson<IssuerSourceV1>,
+) -> Result<Json<IssuerSource>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let keys = writ_client::discovery::fetch_keys(&source).await?;
+    let jwks_uri = keys.jwks_uri.clone();
+    let command = Command::SetIssuerSource { tenant_id: t.id.clone(), source: source.clone(), keys };
+    let events = submit(&st, command).await?;
+    let revision = events.first().map(|e| e.revision).unwrap_or_default();
+    Ok(Json(IssuerSource { tenant_id: t.id, spec: source, jwks_uri, revision }))
 }
 
 async fn remove_issuer(

@@ -261,6 +261,7 @@ impl SimCluster {
             min_free_disk_bytes: 0,
             data_quota_bytes: None,
             upstream_watch_ms: 0,
+            issuer_watch_ms: 0,
         };
         let mut nodes = BTreeMap::new();
         let mut clocks = BTreeMap::new();

@@ -395,6 +395,15 @@ impl AdminClient {
         self.call(reqwest::Method::PUT, &tenant_path(tenant, "/issuers"), Some(issuer)).await
     }
 
+    /// Registers an issuer by its URL: the admin server fetches its keys through discovery.
+    pub async fn discover_issuer(
+        &self,
+        tenant: &str,
+        source: &writ_api::token::IssuerSourceV1,
+    ) -> Result<writ_api::token::IssuerSource, AdminError> {
+        self.post(&tenant_path(tenant, "/issuers/discover"), source).await
+    }
+
     pub async fn remove_issuer(&self, tenant: &str, request: &RemoveIssuerRequest) -> Result<(), AdminError> {
         self.post(&tenant_path(tenant, "/issuers/remove"), request).await
     }

@@ -91,7 +91,7 @@ fn host_port(url: &str) -> Option<(&str, Option<&str>)> {
 }
 
 /// The host of `url` as a literal address, if it is one.
-fn literal_host(url: &str) -> Option<(IpAddr, Option<u16>)> {
+pub fn literal_host(url: &str) -> Option<(IpAddr, Option<u16>)> {
     let (host, port) = host_port(url)?;
     Some((host.parse().ok()?, port.and_then(|p| p.parse().ok())))
 }

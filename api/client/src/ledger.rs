@@ -45,6 +45,12 @@ pub trait Ledger: Send + Sync + 'static {
     /// Events in revision order from `filter.from`, stored ones first and then live, with
     /// heartbeats while idle. REVISION_COMPACTED when `from` is below what is retained.
     fn watch(&self, filter: WatchFilter) -> BoxFuture<'_, Result<WatchStream, Rejection>>;
+    /// Asks the ledger to fetch a discovered issuer's keys again (a token named a key it does
+    /// not hold): the revision that recorded new keys, if any.
+    fn refresh_issuer(&self, issuer: &str) -> BoxFuture<'_, Result<Option<u64>, Rejection>> {
+        let message = format!("this ledger cannot refresh issuer '{issuer}'");
+        Box::pin(async move { Err(unavailable(message)) })
+    }
 }
 
 /// Runs `query` and takes out the answer of the type the caller expects; another shape is an
@@ -413,6 +419,19 @@ impl Ledger for HttpLedger {
                 async move { self.http.watch(&n, &filter).await }
             })
             .await
+        })
+    }
+
+    fn refresh_issuer(&self, issuer: &str) -> BoxFuture<'_, Result<Option<u64>, Rejection>> {
+        let req = writ_api::dto::IssuerRefreshRequest { issuer: issuer.to_string() };
+        Box::pin(async move {
+            let answer: writ_api::dto::IssuerRefreshed = self
+                .first_ok(|n| {
+                    let req = req.clone();
+                    async move { self.http.post(&n, "/client/issuer-refresh", &req, false).await }
+                })
+                .await?;
+            Ok(answer.revision)
         })
     }
 }

@@ -12,6 +12,7 @@
 //! The pure core (`writ-api`) stays free of IO; this crate is where IO meets it.
 
 pub mod admin;
+pub mod discovery;
 pub mod egress;
 pub mod files;
 pub mod ledger;

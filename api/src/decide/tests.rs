@@ -923,17 +923,27 @@ fn an_issuer_known_by_its_url_takes_the_keys_observed_from_it() {
         keys: k,
     };
     let refused = |st: &LedgerState, cmd: Command| decide(st, &cmd, 1).err().map(|r| r.reason);
-    for bad in ["http://idp.example", "http://127.0.0.1:9", "https://u:p@idp.example", "https://idp.example/?q", "idp"] {
+    for bad in ["http://idp.example", "http://127.0.0.1:9", "https://u:p@idp.example", "https://idp.example/?q", "idp"]
+    {
         assert_eq!(refused(&st, set("a", source(bad, false), keys(&key1))), Some(ReasonCode::INPUT_INVALID), "{bad}");
     }
     assert_eq!(decide(&st, &set("a", source("http://127.0.0.1:9", true), keys(&key1)), 1).map(|e| e.len()), Ok(2));
-    assert_eq!(refused(&st, set("a", source("https://idp.example", false), keys("{}"))), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(
+        refused(&st, set("a", source("https://idp.example", false), keys("{}"))),
+        Some(ReasonCode::INPUT_INVALID)
+    );
     assert_eq!(refused(&st, observe(keys(&key1))), Some(ReasonCode::ISSUER_NOT_FOUND), "not registered yet");
 
-    assert!(matches!(st.execute(&req(1, set("a", source("https://idp.example", false), keys(&key1)))).0, Outcome::Applied { .. }));
+    assert!(matches!(
+        st.execute(&req(1, set("a", source("https://idp.example", false), keys(&key1)))).0,
+        Outcome::Applied { .. }
+    ));
     assert_eq!(st.issuers["https://idp.example"].spec.jwks, key1);
     assert_eq!(st.issuer_sources["https://idp.example"].jwks_uri, "https://idp.example/jwks");
-    assert_eq!(refused(&st, set("b", source("https://idp.example", false), keys(&key1))), Some(ReasonCode::ISSUER_CONFLICT));
+    assert_eq!(
+        refused(&st, set("b", source("https://idp.example", false), keys(&key1))),
+        Some(ReasonCode::ISSUER_CONFLICT)
+    );
     let inline = TenantIssuerV1 { issuer: "https://idp.example".into(), audience: "x".into(), jwks: key2.clone() };
     let inline = Command::SetTenantIssuer { tenant_id: "a".into(), issuer: inline };
     assert_eq!(refused(&st, inline), Some(ReasonCode::ISSUER_CONFLICT), "its keys come from discovery");

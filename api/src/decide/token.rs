@@ -335,11 +335,9 @@ fn observed_keys(
     keys: &crate::token::IssuerKeysV1,
 ) -> Result<Vec<Event>, Rejection> {
     existing(state, tenant_id)?;
-    let source = state
-        .issuer_sources
-        .get(issuer)
-        .filter(|s| s.tenant_id == tenant_id)
-        .ok_or_else(|| Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL")))?;
+    let source = state.issuer_sources.get(issuer).filter(|s| s.tenant_id == tenant_id).ok_or_else(|| {
+        Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL"))
+    })?;
     let view = source.spec.issuer_with(keys)?;
     let mut events = Vec::new();
     if source.jwks_uri != keys.jwks_uri {

@@ -1,0 +1,64 @@
+// A real OpenID provider run by the tests as a tenant's own IdP: the certified npm package
+// `oidc-provider`, issuing JWT access tokens by client credentials for the resource a client
+// names (RFC 8707), signed by one ES256 key whose key id the test chooses (a restart with
+// another key id is a key rotation).
+//
+// Usage: node oidc_provider.mjs PROVIDER_MODULES PORT KID CLIENT_ID CLIENT_SECRET SCOPES RESOURCE...
+// PORT 0 picks a free one. Prints {"issuer": ...} once listening; exits when stdin closes.
+
+import crypto from "node:crypto";
+import http from "node:http";
+
+const [modules, port, kid, clientId, clientSecret, scopes, ...resources] = process.argv.slice(2);
+const oidc = await import(`${modules}/oidc-provider/lib/index.js`);
+const Provider = oidc.default;
+
+const { privateKey } = crypto.generateKeyPairSync("ec", { namedCurve: "P-256" });
+const signing = { ...privateKey.export({ format: "jwk" }), kid, alg: "ES256", use: "sig" };
+
+const server = http.createServer();
+await new Promise((resolve) => server.listen(Number(port), "127.0.0.1", resolve));
+const issuer = `http://127.0.0.1:${server.address().port}`;
+
+const provider = new Provider(issuer, {
+  clients: [
+    {
+      client_id: clientId,
+      client_secret: clientSecret,
+      grant_types: ["client_credentials"],
+      redirect_uris: [],
+      response_types: [],
+      scope: scopes,
+      token_endpoint_auth_method: "client_secret_basic",
+      id_token_signed_response_alg: "ES256",
+    },
+  ],
+  jwks: { keys: [signing] },
+  scopes: scopes.split(" "),
+  ttl: { ClientCredentials: 600 },
+  features: {
+    devInteractions: { enabled: false },
+    clientCredentials: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: async () => resources[0],
+      useGrantedResource: async () => true,
+      getResourceServerInfo: async (_ctx, indicator) => {
+        if (!resources.includes(indicator)) throw new oidc.errors.InvalidTarget();
+        return {
+          scope: scopes,
+          audience: indicator,
+          accessTokenTTL: 600,
+          accessTokenFormat: "jwt",
+          jwt: { sign: { alg: "ES256", kid } },
+        };
+      },
+    },
+  },
+});
+provider.proxy = false;
+server.on("request", provider.callback());
+
+console.log(JSON.stringify({ issuer }));
+process.stdin.on("end", () => process.exit(0));
+process.stdin.resume();

