@@ -810,6 +810,27 @@ pub struct IssueTokenRequest {
     pub audience: Option<String>,
 }
 
+/// The admin route an edge forwards a token exchange to (RFC 8693 at `/t/{tenant}/oauth/token`):
+/// authenticated by the subject token itself, not the operator token.
+pub const ADMIN_TOKEN_EXCHANGE_PATH: &str = "/v1/token-exchange";
+
+/// `POST /v1/token-exchange`: the holder of a Writ token with `tokens:delegate` asks for a
+/// narrower child of it (same principal and audience, scopes within it, expiry no later).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenExchangeRequest {
+    /// The tenant (name or id) whose token endpoint was called.
+    pub tenant: String,
+    /// The token exchanged: a Writ token of that tenant.
+    pub subject_token: String,
+    /// Scopes of the child (a subset of the subject token's); empty means all of them.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Requested lifetime (clamped by the tenant's limits and the subject token's expiry).
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
 /// `POST /v1/tenants/{tenant}/tokens/{jti}/delegate`: mint a child token of `jti`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -505,7 +505,8 @@ pub struct BatchedCommand {
 /// (`Command::CreateTenantWith`, `Command::CreatePrincipalWith`), anonymous access recorded in
 /// the ledger (`Command::SetAnonymousAccess`). 9: MCP session records (`Command::SetSessionState`).
 /// 10: tenant issuers known by their URL (`Command::SetIssuerSource`,
-/// `Command::ObserveIssuerKeys`).
+/// `Command::ObserveIssuerKeys`), a principal's own delegation (`Command::IssueToken` inside
+/// `Command::OnBehalfOf`).
 pub const LEDGER_VERSION: u32 = 10;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
@@ -662,6 +663,10 @@ impl Command {
             Command::SetSessionState { session, .. } => {
                 Some((session.principal_id.as_str(), crate::session::SESSION_SCOPE))
             }
+            // A principal narrowing its own token into a child (token exchange).
+            Command::IssueToken { request, .. } if request.parent_jti.is_some() => {
+                Some((request.principal_id.as_str(), crate::principal::DELEGATE_SCOPE))
+            }
             _ => None,
         }
     }
@@ -718,6 +723,8 @@ impl Command {
     /// exhaustive match, so a new command forces the decision.
     pub fn ledger_version(&self) -> u32 {
         match self {
+            // A principal's own delegation (token exchange) came with version 10.
+            Command::OnBehalfOf { command, .. } if matches!(**command, Command::IssueToken { .. }) => 10,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
             Command::Verified { command, .. } => command.ledger_version().max(7),
             Command::CreateTenantWith { .. }

@@ -62,8 +62,10 @@ const PARAMETERIZED_PREFIXES: &[&str] = &["tools:call:", "devices:use:"];
 const READ_ONLY_SCOPES: &[&str] = &["tools:list", "context:read", "resources:read", "ops:read"];
 /// What `full` adds to `readOnly`: act on any tool and device.
 const ACTING_SCOPES: &[&str] = &["tools:call:*", "devices:use:*", "ops:execute", "ops:cancel", "observe:capture"];
+/// The scope that lets a token mint narrower children of itself.
+pub const DELEGATE_SCOPE: &str = "tokens:delegate";
 /// What `delegate` adds to `full`: mint child tokens.
-const DELEGATING_SCOPES: &[&str] = &["tokens:delegate"];
+const DELEGATING_SCOPES: &[&str] = &[DELEGATE_SCOPE];
 
 impl RolePreset {
     /// The scopes a preset grants (`readOnly ⊂ full ⊂ delegate` by construction).

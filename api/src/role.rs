@@ -94,13 +94,19 @@ impl Role {
     }
 
     /// Whether this role may call the admin API route `path` on a listener that requires client
-    /// certificates: operators every route, edges only `/v1/enroll` and `/v1/renew` (the
-    /// enrollments and renewals they forward); the operator token (or the enrollment token, or
-    /// the renewal proof) is checked after this, as everywhere.
+    /// certificates: operators every route, edges only `/v1/enroll`, `/v1/renew` and
+    /// `/v1/token-exchange` (the enrollments, renewals and token exchanges they forward); the
+    /// operator token (or the enrollment token, the renewal proof, the subject token) is checked
+    /// after this, as everywhere.
     pub fn may_administer(self, path: &str) -> bool {
         match self {
             Role::Operator => true,
-            Role::Edge => [crate::executor::ADMIN_ENROLL_PATH, crate::executor::ADMIN_RENEW_PATH].contains(&path),
+            Role::Edge => [
+                crate::executor::ADMIN_ENROLL_PATH,
+                crate::executor::ADMIN_RENEW_PATH,
+                crate::dto::ADMIN_TOKEN_EXCHANGE_PATH,
+            ]
+            .contains(&path),
             Role::Node => false,
         }
     }

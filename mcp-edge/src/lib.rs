@@ -22,6 +22,7 @@ pub mod executors;
 pub mod fixtures;
 pub mod jsonrpc;
 mod legacy;
+pub mod oauth;
 mod operations;
 mod reply;
 pub mod seal;

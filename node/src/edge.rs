@@ -474,6 +474,18 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     }
     let admin =
         Arc::new(AdminForwarder { urls: options.admin_urls, http: http.build().map_err(std::io::Error::other)? });
+    let forwarder = admin.clone();
+    let to_admin: writ_mcp_edge::executors::AdminForward =
+        Arc::new(move |path: &'static str, body: axum::body::Bytes| {
+            let forwarder = forwarder.clone();
+            Box::pin(async move {
+                use axum::response::IntoResponse;
+                match forwarder.post(path, body).await {
+                    Ok(bytes) => ([(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+                    Err(refused) => refused,
+                }
+            })
+        });
     let executor_endpoint = match options.executor {
         None => None,
         Some(x) => {
@@ -497,26 +509,12 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
             let addr = listener.local_addr()?;
             writ_client::egress::register_own_listener(addr);
             let executor_url = x.url.clone().unwrap_or_else(|| format!("https://{addr}"));
-            let forwarder = admin.clone();
-            let renewals: writ_mcp_edge::executors::AdminForward =
-                Arc::new(move |path: &'static str, body: axum::body::Bytes| {
-                    let forwarder = forwarder.clone();
-                    Box::pin(async move {
-                        use axum::response::IntoResponse;
-                        match forwarder.post(path, body).await {
-                            Ok(bytes) => {
-                                ([(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
-                            }
-                            Err(refused) => refused,
-                        }
-                    })
-                });
             let gate = writ_mcp_edge::executors::ExecutorGate::new(
                 ledger.clone(),
                 verifier.clone(),
                 audit.clone(),
                 x.refusal_window,
-                Some(renewals),
+                Some(to_admin.clone()),
             );
             let ca_pem = tls.ca_pem.clone();
             servers.push(tokio::spawn(crate::executor_tls::serve(listener, tls, gate, drain.clone())));
@@ -551,10 +549,12 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         axum::routing::post(move |body: axum::body::Bytes| forward_enrollment(admin.clone(), endpoint.clone(), body)),
         &config,
     );
+    let token_route = writ_mcp_edge::host_checked(writ_mcp_edge::oauth::token_route(to_admin), &config);
     let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
         .map_err(std::io::Error::other)?
         .route("/metrics", metrics_route)
-        .route(writ_api::executor::ENROLL_PATH, enroll_route);
+        .route(writ_api::executor::ENROLL_PATH, enroll_route)
+        .route(writ_mcp_edge::oauth::TOKEN_PATH, token_route);
     let accept = crate::tls::Accept {
         tls: match options.tls {
             Some(credential) => Some(

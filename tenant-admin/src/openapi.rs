@@ -193,6 +193,9 @@ fn paths() -> Value {
             "/v1/cluster/signing-keys/{kid}/retire": {"parameters": params(&["kid"]), "post": op("Retire a token-signing key: its tokens are refused, its node makes a new key", None, "Credentials")},
             "/v1/cluster/certificates/revoke": {"post": op("Revoke a role certificate of the cluster PKI: every node refuses it", Some("RevokeCertificate"), "Credentials")},
             "/v1/tenants/{tenant}/executor-cas/{fingerprint}/retire": {"parameters": params(&["tenant", "fingerprint"]), "post": op("Retire an executor CA: executors it certified enroll again", None, "Credentials")},
+            "/v1/token-exchange": {"post": {"summary": "RFC 8693 token exchange forwarded by an edge: a narrower child of the subject token (authenticated by the subject token, not the operator token)",
+                "security": [], "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenExchange"}}}},
+                "responses": ok_or_errors("IssuedToken")}},
             "/v1/tenants/{tenant}/issuers/discover": {"parameters": tenant_param, "post": op("Register or replace a tenant issuer by its URL (keys fetched through discovery)", Some("IssuerSource"), "IssuerSourceView")},
             "/v1/tenants/{tenant}/issuers/revoke-token": {"parameters": tenant_param, "post": op("Revoke a token id of a tenant issuer", Some("RevokeIssuerToken"), "IssuerTokenRevocation")},
             "/v1/tenants/{tenant}/anonymous/{edge}": {"parameters": params(&["tenant", "edge"]),
@@ -406,6 +409,9 @@ fn schemas() -> Value {
         "TokenInspection": {"type": "object", "required": ["valid"], "properties": {"valid": {"type": "boolean"}, "reason": {"type": ["string", "null"]}}},
         "TenantIssuer": {"type": "object", "additionalProperties": false, "required": ["issuer", "audience", "jwks"], "properties": {
             "issuer": {"type": "string"}, "audience": {"type": "string"}, "jwks": {"type": "string", "description": "JWKS JSON text"}}},
+        "TokenExchange": {"type": "object", "additionalProperties": false, "required": ["tenant", "subject_token"], "properties": {
+            "tenant": {"type": "string"}, "subject_token": {"type": "string"},
+            "scopes": {"type": "array", "items": {"type": "string"}}, "ttl_s": {"type": "integer", "minimum": 0}}},
         "IssuerSource": {"type": "object", "additionalProperties": false, "required": ["issuer", "audience"], "properties": {
             "issuer": {"type": "string", "maxLength": 512}, "audience": {"type": "string", "maxLength": 512},
             "allow_private_network": {"type": "boolean", "default": false}}},

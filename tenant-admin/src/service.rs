@@ -130,6 +130,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::work::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .merge(crate::enroll::public_routes())
+        .merge(crate::tokens::public_routes())
         .route("/v1/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(ADMIN_BODY_BYTES_MAX))

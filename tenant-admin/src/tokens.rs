@@ -12,7 +12,7 @@ use writ_api::auth::Signer;
 use writ_api::auth::WritClaims;
 use writ_api::dto::{
     DelegateTokenRequest, InspectTokenRequest, IssueTokenRequest, IssuedToken, IssuerList, Query as LedgerQuery,
-    RemoveIssuerRequest, RevokedToken, TokenInspection, TokenList, PAGE_LIMIT_DEFAULT,
+    RemoveIssuerRequest, RevokedToken, TokenExchangeRequest, TokenInspection, TokenList, PAGE_LIMIT_DEFAULT,
 };
 use writ_api::ledger::{Command, Event};
 use writ_api::token::{IssuerSource, IssuerSourceV1, TenantIssuer, TenantIssuerV1, Token, TokenRequestV1, WRIT_ISSUER};
@@ -24,6 +24,11 @@ use crate::service::{find_principal, find_tenant, optional_json, query, submit, 
 
 /// Lifetime asked for when a request names none (the tenant's bounds still apply).
 pub const TOKEN_TTL_DEFAULT_S: u64 = 3600;
+
+/// Routes that authenticate by what they carry (the subject token), not the operator token.
+pub(crate) fn public_routes() -> Router<Shared> {
+    Router::new().route(writ_api::dto::ADMIN_TOKEN_EXCHANGE_PATH, post(exchange_token))
+}
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
@@ -75,12 +80,24 @@ async fn issue(
     request: TokenRequestV1,
     audience: Option<String>,
 ) -> Result<IssuedToken, Rejection> {
+    let command = Command::IssueToken { tenant_id: tenant_id.clone(), request };
+    issue_signed(st, tenant_id, command, audience).await
+}
+
+/// Records `command` (an `IssueToken`, bare or as a principal's verified act) and signs the
+/// token the ledger recorded for `audience`.
+async fn issue_signed(
+    st: &AdminState,
+    tenant_id: String,
+    command: Command,
+    audience: Option<String>,
+) -> Result<IssuedToken, Rejection> {
     let audience = audience.unwrap_or_else(|| st.token_audience.clone());
     if audience.is_empty() || audience.len() > writ_api::token::ISSUER_BYTES_MAX {
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, "audience must be 1..=512 bytes"));
     }
     let signer = registered_signer(st).await?;
-    let events = submit(st, Command::IssueToken { tenant_id: tenant_id.clone(), request }).await?;
+    let events = submit(st, command).await?;
     let Some((revision, Event::TokenIssuedV1 { token, .. })) = events.into_iter().next().map(|e| (e.revision, e.event))
     else {
         return Err(Rejection::new(ReasonCode::INTERNAL, "the ledger recorded no token"));
@@ -195,6 +212,44 @@ async fn delegate_token(
         parent_jti: Some(jti),
     };
     Ok((StatusCode::CREATED, Json(issue(&st, t.id, request, b.audience).await?)))
+}
+
+/// RFC 8693 token exchange, forwarded by an edge: the subject token's holder gets a narrower
+/// child of it — the principal's own act, verified here like an edge's (the child's audience is
+/// the subject token's; the ledger checks `tokens:delegate`, the scopes, the expiry and the
+/// depth).
+async fn exchange_token(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<TokenExchangeRequest>,
+) -> Result<Json<IssuedToken>, ApiError> {
+    let t = find_tenant(&st, b.tenant).await?;
+    let audience = writ_api::auth::segment(&b.subject_token, 1)
+        .and_then(|claims| claims["aud"].as_str().map(str::to_string))
+        .ok_or_else(|| Rejection::new(ReasonCode::AUTH_TOKEN_INVALID, "the subject token lacks claim 'aud'"))?;
+    let authority = st.view.verify(&b.subject_token, std::slice::from_ref(&audience), now_ms()).await?;
+    if authority.tenant_id != t.id {
+        let message = "the subject token belongs to another tenant than this token endpoint's";
+        return Err(Rejection::new(ReasonCode::AUTH_TENANT_MISMATCH, message).into());
+    }
+    let Some(parent) = authority.token_id.clone().filter(|_| authority.issuer == WRIT_ISSUER) else {
+        let message = "only a Writ-issued token is exchanged (the ledger's record of it is the child's parent)";
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, message).into());
+    };
+    let request = TokenRequestV1 {
+        jti: new_jti(),
+        principal_id: authority.principal_id.clone(),
+        scopes: b.scopes.into_iter().collect(),
+        ttl_s: b.ttl_s.unwrap_or(TOKEN_TTL_DEFAULT_S),
+        parent_jti: Some(parent.clone()),
+    };
+    let act = Command::OnBehalfOf {
+        authority_ref: parent,
+        command: Box::new(Command::IssueToken { tenant_id: t.id.clone(), request }),
+    };
+    let credential = writ_api::grant::Credential::Bearer(b.subject_token);
+    let presenter = writ_api::grant::Presenter { edge_id: "oauth-token-endpoint", node: "admin-api" };
+    let verified = st.view.with_state(|s| writ_api::grant::admit(s, act, Some(&credential), &presenter, now_ms()))?;
+    Ok(Json(issue_signed(&st, t.id, verified, Some(audience)).await?))
 }
 
 async fn revoke_token(

@@ -272,3 +272,98 @@ async fn discovery_refuses_hostile_issuers_and_registers_nothing() {
     let listed = cluster.admin.get(admin, "/v1/tenants/alpha/issuers").await.unwrap();
     assert_eq!(listed["issuers"], json!([]), "nothing registered: {listed}");
 }
+
+/// `POST /t/{tenant}/oauth/token` with a form.
+async fn token_endpoint(edge: &EdgeProc, tenant: &str, pairs: &[(&str, &str)]) -> (u16, Value) {
+    let body: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={}", form_encoded(v))).collect();
+    let r = reqwest::Client::builder().no_proxy().build().unwrap();
+    let r = r
+        .post(format!("http://127.0.0.1:{}/t/{tenant}/oauth/token", edge.port))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.join("&"))
+        .send()
+        .await
+        .expect("edge reachable");
+    assert_eq!(r.headers().get("cache-control").and_then(|v| v.to_str().ok()), Some("no-store"));
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// RFC 8693 at the tenant's token endpoint: a principal holding `tokens:delegate` narrows its
+/// own token into a child without an operator; more than the parent, another tenant's
+/// endpoint, a second hop and a bad form are refused with their reasons; revoking the parent
+/// revokes the child on the edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_exchanges_its_token_for_a_narrower_child_without_an_operator() {
+    const EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+    const ACCESS: &str = "urn:ietf:params:oauth:token-type:access_token";
+    let (cluster, _dir, edge) = deployment().await;
+    let urls = cluster.all_urls();
+    let admin = &urls[0];
+    let planner = json!({"name": "planner", "kind": "agent", "preset": "delegate"});
+    cluster.admin.post_ok(admin, "/v1/tenants/alpha/principals", planner).await;
+    let issued = cluster
+        .admin
+        .post_ok(admin, "/v1/tenants/alpha/tokens", json!({"principal": "planner", "audience": edge.url()}))
+        .await;
+    let (parent, parent_jti) =
+        (issued["token"].as_str().unwrap().to_string(), issued["jti"].as_str().unwrap().to_string());
+    let edge = &edge;
+    let exchange = |subject: &str, scope: &str| {
+        let (subject, scope) = (subject.to_string(), scope.to_string());
+        async move {
+            let pairs = [
+                ("grant_type", EXCHANGE),
+                ("subject_token", &subject),
+                ("subject_token_type", ACCESS),
+                ("scope", &scope),
+            ];
+            token_endpoint(edge, "alpha", &pairs).await
+        }
+    };
+
+    let (status, answer) = exchange(&parent, "tools:list tokens:delegate").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!((answer["token_type"].as_str(), answer["issued_token_type"].as_str()), (Some("Bearer"), Some(ACCESS)));
+    assert_eq!(answer["scope"], "tokens:delegate tools:list");
+    assert!(answer["expires_in"].as_u64().is_some_and(|s| s > 0 && s <= 3600), "{answer}");
+    let child = answer["access_token"].as_str().unwrap().to_string();
+    let claims = writ_api::auth::segment(&child, 1).unwrap();
+    assert_eq!((claims["sub"].clone(), claims["aud"].clone()), (issued["principal_id"].clone(), json!(edge.url())));
+    let (status, _, body) = rpc(&edge.url(), Some(&child), "tools/list", json!({})).await;
+    assert_eq!(status, 200, "the child lists tools: {body}");
+    let call = json!({"name": "list_devices", "arguments": {}});
+    let (_, _, body) = rpc(&edge.url(), Some(&child), "tools/call", call.clone()).await;
+    assert_eq!(body["error"]["data"]["reason"], "TOOL_NOT_FOUND", "it cannot call what it was not given: {body}");
+    let (_, _, body) = rpc(&edge.url(), Some(&parent), "tools/call", call).await;
+    assert!(body["error"].is_null(), "its parent can: {body}");
+
+    // More than the parent holds; a second hop; another tenant's endpoint; a bad form.
+    let (status, answer) = exchange(&parent, "audit:read").await;
+    assert_eq!(
+        (status, answer["error"].as_str(), answer["reason"].as_str()),
+        (400, Some("invalid_scope"), Some("APP_SCOPE_FORBIDDEN")),
+        "{answer}"
+    );
+    let (status, answer) = exchange(&child, "tools:list").await;
+    assert_eq!((status, answer["reason"].as_str()), (400, Some("DELEGATION_DEPTH_EXCEEDED")), "{answer}");
+    let pairs = [("grant_type", EXCHANGE), ("subject_token", parent.as_str()), ("subject_token_type", ACCESS)];
+    let (status, answer) = token_endpoint(edge, "beta", &pairs).await;
+    assert_eq!(
+        (status, answer["error"].as_str(), answer["reason"].as_str()),
+        (400, Some("invalid_grant"), Some("AUTH_TENANT_MISMATCH")),
+        "{answer}"
+    );
+    let (status, answer) = token_endpoint(edge, "alpha", &[("grant_type", "password")]).await;
+    assert_eq!((status, answer["error"].as_str()), (400, Some("unsupported_grant_type")), "{answer}");
+    let elsewhere = [&pairs[..], &[("resource", "https://elsewhere.example/mcp")]].concat();
+    let (status, answer) = token_endpoint(edge, "alpha", &elsewhere).await;
+    assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_target")), "{answer}");
+
+    // The operator revokes the parent: the child is refused on the edge too.
+    cluster.admin.post_ok(admin, &format!("/v1/tenants/alpha/tokens/{parent_jti}/revoke"), json!({})).await;
+    writ_tests::eventually("the child revoked with its parent", Duration::from_secs(10), || async {
+        let (status, _, body) = rpc(&edge.url(), Some(&child), "tools/list", json!({})).await;
+        (status == 401 && body["error"]["data"]["reason"] == "AUTH_TOKEN_REVOKED").then_some(())
+    })
+    .await;
+}

@@ -962,3 +962,36 @@ fn an_issuer_known_by_its_url_takes_the_keys_observed_from_it() {
     assert!(matches!(st.execute(&req(3, remove)).0, Outcome::Applied { .. }));
     assert!(st.issuer_sources.is_empty() && !st.issuers.contains_key("https://idp.example"));
 }
+
+/// Token exchange: a principal's own act narrows the token it presents into a child — with
+/// `tokens:delegate`, scopes within the parent's, never from another of its tokens.
+#[test]
+fn a_principal_delegates_only_from_the_token_it_presents() {
+    let mut st = LedgerState::default();
+    let t0 = 1_000_000;
+    st.execute(&req(t0, create("a", "acme")));
+    let mut delegate = spec("p-del", "planner", &[]);
+    delegate.preset = Some(RolePreset::Delegate);
+    st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: delegate }));
+    st.execute(&req(t0, issue("root", "p-del", &[], 600, None)));
+    st.execute(&req(t0, issue("other", "p-del", &[], 600, None)));
+    st.execute(&req(t0, issue("plain", "p-del", &["ops:read"], 600, None)));
+    let exchange = |via: &str, child: &str, parent: &str, scopes: &[&str]| Command::OnBehalfOf {
+        authority_ref: via.into(),
+        command: Box::new(issue(child, "p-del", scopes, 60, Some(parent))),
+    };
+    let refused = |st: &LedgerState, cmd: &Command| decide(st, cmd, t0).err().map(|r| r.reason);
+    assert_eq!(exchange("root", "c", "root", &[]).ledger_version(), 10, "gated to members that know the act");
+    assert_eq!(refused(&st, &exchange("root", "c", "other", &["ops:read"])), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(refused(&st, &exchange("plain", "c", "plain", &["ops:read"])), Some(ReasonCode::APP_SCOPE_FORBIDDEN));
+    assert_eq!(refused(&st, &exchange("root", "c", "root", &["nope:x"])), Some(ReasonCode::INPUT_INVALID));
+    let ok = exchange("root", "c", "root", &["ops:read", "tokens:delegate"]);
+    assert!(matches!(st.execute(&req(t0, ok)).0, Outcome::Applied { .. }));
+    let child = st.token("a", "c").expect("the child");
+    assert_eq!((child.record.depth, child.record.parent_jti.as_deref()), (1, Some("root")));
+    assert!(child.record.scopes.iter().eq(["ops:read", "tokens:delegate"].iter()));
+    // Its own child would exceed the depth limit; revoking the parent cascades.
+    assert_eq!(refused(&st, &exchange("c", "g", "c", &["ops:read"])), Some(ReasonCode::DELEGATION_DEPTH_EXCEEDED));
+    st.execute(&req(t0, Command::RevokeToken { tenant_id: "a".into(), jti: "root".into() }));
+    assert_eq!(st.token("a", "c").and_then(|t| t.revoked_via.clone()).as_deref(), Some("root"));
+}

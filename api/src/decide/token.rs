@@ -45,7 +45,18 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         Command::SetSessionState { tenant_id, session_id, session } => {
             session_state(state, tenant_id, session_id, session, now)
         }
-        Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
+        Command::OnBehalfOf { authority_ref, command } => {
+            // A principal delegates only from the very token it presents.
+            if let Command::IssueToken { request, .. } = &**command {
+                if request.parent_jti.as_deref() != Some(authority_ref.as_str()) {
+                    return Err(Rejection::new(
+                        ReasonCode::INPUT_INVALID,
+                        "a principal's child token descends from the token that asks for it",
+                    ));
+                }
+            }
+            super::on_behalf_of(state, authority_ref, command, now)
+        }
         Command::SetTenantIssuer { tenant_id, issuer } => {
             existing(state, tenant_id)?;
             issuer.validate()?;
