@@ -467,7 +467,7 @@ async fn tenant_resource_metadata(
         let own = s.issuer_sources.values().filter(|src| src.tenant_id == t.id);
         Some(own.map(|src| src.spec.issuer.clone()).collect::<Vec<_>>())
     });
-    let Some(mut servers) = servers else {
+    let (Some(mut servers), Some(scopes)) = (servers, tenant_scopes(&edge, &tenant)) else {
         let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}' is served here"));
         return RpcError::rejected(&e).into_response();
     };
@@ -477,11 +477,33 @@ async fn tenant_resource_metadata(
     Json(json!({
         "resource": edge.config.tenant_url(&tenant),
         "authorization_servers": servers,
-        "scopes_supported": writ_api::principal::RolePreset::Delegate.scopes(),
+        "scopes_supported": scopes,
         "bearer_methods_supported": ["header"],
         "resource_name": format!("Writ: tenant {tenant}"),
     }))
     .into_response()
+}
+
+/// Most scopes a tenant's challenge and metadata name (a larger catalog names `tools:call:*`).
+const TENANT_SCOPES_MAX: usize = 32;
+
+/// The scopes a session on `tenant`'s MCP URL uses: `tools:list` and its current catalog's
+/// action scopes (sorted); `None` for a tenant this edge does not serve.
+fn tenant_scopes(edge: &Edge, tenant: &str) -> Option<Vec<String>> {
+    edge.verifier.with_state(|s| {
+        let t = s.tenant(tenant).filter(|t| t.name == tenant && t.closed().is_none())?;
+        let mut scopes: Vec<String> = s
+            .catalog(&t.id, None)
+            .map(|c| c.catalog.actions.iter().map(|a| a.scope.clone()).collect())
+            .unwrap_or_default();
+        scopes.sort();
+        scopes.dedup();
+        if scopes.len() > TENANT_SCOPES_MAX {
+            scopes = vec!["tools:call:*".to_string()];
+        }
+        scopes.insert(0, LIST_SCOPE.to_string());
+        Some(scopes)
+    })
 }
 
 /// DNS-rebinding protection: `Host` must be an allowed host; an `Origin`, when present, must be
@@ -687,11 +709,16 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
     Err(auth_failed(edge, headers, e))
 }
 
-/// An authentication failure: 401 with its challenge, or the reason's own status.
+/// An authentication failure: 401 with its challenge, or the reason's own status. On a
+/// tenant's MCP URL the challenge asks for what a session there needs: listing, and calling
+/// the tenant's catalog actions (a client asks for the scopes a 401 names, and tools it may
+/// not call are hidden, never a 403 to step up from); on `/mcp`, for listing.
 fn auth_failed(edge: &Edge, headers: &HeaderMap, e: Rejection) -> Response {
     let status = writ_client::http_status(e.reason);
     if status == StatusCode::UNAUTHORIZED {
-        challenge(&edge.config, headers, status, e.reason, &e.message, LIST_SCOPE)
+        let scopes = url_tenant(headers).and_then(|t| tenant_scopes(edge, t));
+        let scope = scopes.map_or_else(|| LIST_SCOPE.to_string(), |s| s.join(" "));
+        challenge(&edge.config, headers, status, e.reason, &e.message, &scope)
     } else {
         RpcError::rejected(&e).into_response()
     }
@@ -715,14 +742,7 @@ async fn verified(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Respons
             Err(e) => Err(failed(e)),
         },
         (None, Some(anon)) => edge.verifier.anonymous(&anon.tenant, &anon.principal).await.map_err(failed),
-        (None, None) => Err(challenge(
-            &edge.config,
-            headers,
-            StatusCode::UNAUTHORIZED,
-            ReasonCode::AUTH_TOKEN_MISSING,
-            "a bearer token is required",
-            LIST_SCOPE,
-        )),
+        (None, None) => Err(failed(Rejection::new(ReasonCode::AUTH_TOKEN_MISSING, "a bearer token is required"))),
     }
 }
 

@@ -30,7 +30,8 @@ try {
   const token = authProvider.tokens()?.access_token ?? null;
   console.log(JSON.stringify({ tools, read: read.structuredContent ?? read, token, requests }));
   await client.close();
+  process.exit(0);
 } catch (e) {
   console.log(JSON.stringify({ error: String(e?.message ?? e), requests }));
-  process.exitCode = 1;
+  process.exit(1);
 }

@@ -5,11 +5,15 @@
 //
 // Usage: node oidc_provider.mjs PROVIDER_MODULES PORT KID CLIENT_ID CLIENT_SECRET SCOPES RESOURCE...
 // PORT 0 picks a free one. Prints {"issuer": ...} once listening; exits when stdin closes.
+// Clients: CLIENT_ID (client credentials, the secret) and `host` (authorization code + PKCE,
+// public, redirect URI HOST_REDIRECT); its sign-in is the package's development login form
+// (any login is an account of that name) and consent page.
 
 import crypto from "node:crypto";
 import http from "node:http";
 
 const [modules, port, kid, clientId, clientSecret, scopes, ...resources] = process.argv.slice(2);
+const HOST_REDIRECT = "http://127.0.0.1:1/callback";
 const oidc = await import(`${modules}/oidc-provider/lib/index.js`);
 const Provider = oidc.default;
 
@@ -32,12 +36,22 @@ const provider = new Provider(issuer, {
       token_endpoint_auth_method: "client_secret_basic",
       id_token_signed_response_alg: "ES256",
     },
+    {
+      // A host that opens a browser: authorization code with PKCE, no secret.
+      client_id: "host",
+      grant_types: ["authorization_code"],
+      redirect_uris: [HOST_REDIRECT],
+      response_types: ["code"],
+      scope: scopes,
+      token_endpoint_auth_method: "none",
+      id_token_signed_response_alg: "ES256",
+    },
   ],
   jwks: { keys: [signing] },
   scopes: scopes.split(" "),
   ttl: { ClientCredentials: 600 },
   features: {
-    devInteractions: { enabled: false },
+    devInteractions: { enabled: true },
     clientCredentials: { enabled: true },
     resourceIndicators: {
       enabled: true,
@@ -60,5 +74,8 @@ provider.proxy = false;
 server.on("request", provider.callback());
 
 console.log(JSON.stringify({ issuer }));
+// Nothing more on stdout (the test reads one line and closes it): the development pages'
+// debug output goes to stderr.
+console.log = console.info = console.debug = console.error;
 process.stdin.on("end", () => process.exit(0));
 process.stdin.resume();

@@ -2,7 +2,8 @@
 //! `oidc-provider`, installed by `make nodedeps`) issues JWT access tokens by client
 //! credentials; Writ discovers its keys, names it in the tenant's protected-resource metadata,
 //! and a headless agent — the TypeScript SDK 1.x client with its client-credentials provider —
-//! gets a token by itself from nothing but the tenant's MCP URL. The provider's key rotation
+//! gets a token by itself from nothing but the tenant's MCP URL, and so does a host that opens
+//! a browser (the SDK's authorization code flow with PKCE, the sign-in played by the test). The provider's key rotation
 //! reaches every verifier through the ledger; tokens of one tenant are refused at another's
 //! URL and tokens for another resource anywhere; registration refuses private addresses the
 //! operator did not allow.
@@ -148,10 +149,11 @@ async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
     .await;
     assert_eq!(prm["resource"], alpha, "RFC 9728: the resource is the URL the client uses");
     assert_eq!(prm["bearer_methods_supported"], json!(["header"]));
-    assert!(prm["scopes_supported"].as_array().is_some_and(|s| !s.is_empty()), "{prm}");
+    assert_eq!(prm["scopes_supported"], json!(["tools:list", "tools:call:list_devices"]), "{prm}");
     let (status, challenge, _) = rpc(&alpha, None, "tools/list", json!({})).await;
     assert_eq!(status, 401);
     assert!(challenge.contains(&format!("resource_metadata=\"{prm_url}\"")), "{challenge}");
+    assert!(challenge.contains(&format!("scope=\"{SCOPES}\"")), "{challenge}");
     let (status, body) =
         get_json(&format!("http://127.0.0.1:{}/.well-known/oauth-protected-resource/t/nobody/mcp", edge.port)).await;
     assert_eq!((status, body["error"]["data"]["reason"].as_str()), (404, Some("TENANT_NOT_FOUND")), "{body}");
@@ -163,9 +165,9 @@ async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
         .arg(script)
         .arg(&sdk)
         .args([&alpha, CLIENT, SECRET, SCOPES, "list_devices"])
-        .output()
-        .await
-        .expect("the SDK client runs");
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out).await.expect("the SDK client ends").expect("it runs");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     });
@@ -176,6 +178,31 @@ async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
     assert!(urls.contains(&prm_url.as_str()), "the client read the metadata: {urls:?}");
     assert!(urls.iter().any(|u| u.starts_with(&idp.issuer)), "and asked the IdP: {urls:?}");
     let token = report["token"].as_str().expect("the token it got").to_string();
+
+    // A host that opens a browser: the SDK's authorization code flow with PKCE (S256) and the
+    // resource indicator, the user's sign-in and consent played against the provider's pages.
+    let script = format!("{}/node/oauth_code_client.mjs", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new(node())
+        .arg(script)
+        .arg(&sdk)
+        .args([&alpha, "host", "http://127.0.0.1:1/callback", CLIENT, "list_devices"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out).await.expect("the SDK client ends").expect("it runs");
+    let code_flow: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(code_flow["error"].is_null(), "{code_flow}");
+    let asked = &code_flow["authorization"];
+    assert_eq!(
+        (asked["code_challenge_method"].as_str(), asked["resource"].as_str()),
+        (Some("S256"), Some(alpha.as_str())),
+        "{asked}"
+    );
+    assert_eq!(asked["scope"], SCOPES, "the scopes the challenge named: listing and the catalog's actions");
+    assert_eq!(code_flow["read"]["devices"][0]["name"], "alpha-press", "{code_flow}");
+    let claims = writ_api::auth::segment(code_flow["token"].as_str().unwrap(), 1).unwrap();
+    assert_eq!((claims["aud"].as_str(), claims["sub"].as_str()), (Some(alpha.as_str()), Some(CLIENT)), "{claims}");
 
     // Its token is alpha's: refused at beta's URL, a denial on alpha's record.
     let (status, challenge, body) = rpc(&tenant_url(&edge, "beta"), Some(&token), "tools/list", json!({})).await;
