@@ -75,9 +75,11 @@ impl Execution {
         }
     }
 
-    /// Whether calls become durable operations (`operation`, `task` and `upstream_operation`).
+    /// Whether calls become durable operations (`operation`, `task`, `upstream_operation`, and
+    /// `read`: a read of a site or device answered by its executor is recorded, dispatched and
+    /// evidenced like any operation; its dispatch says it is a read, so nothing is effected).
     pub fn is_operation(&self) -> bool {
-        matches!(self, Execution::Operation | Execution::Task | Execution::UpstreamOperation(_))
+        matches!(self, Execution::Operation | Execution::Task | Execution::UpstreamOperation(_) | Execution::Read)
     }
 
     /// The upstream tool (`<upstream>/<tool>`) a call is answered by, read or operation.

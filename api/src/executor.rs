@@ -81,11 +81,15 @@ pub struct Dispatch {
     /// The requester's answers to the operation's input requests (id → answer), if it had any.
     #[serde(default)]
     pub answers: BTreeMap<String, Value>,
+    /// The action is a catalog `read`: the handler reports what it reads and effects nothing.
+    #[serde(default)]
+    pub read: bool,
 }
 
 impl Dispatch {
-    /// The dispatch of `op` (device name looked up by the caller).
-    pub fn of(op: &Operation, device_name: Option<String>) -> Dispatch {
+    /// The dispatch of `op` (device name, and whether its action is a `read`, looked up by the
+    /// caller).
+    pub fn of(op: &Operation, device_name: Option<String>, read: bool) -> Dispatch {
         Dispatch {
             operation_id: op.spec.operation_id.clone(),
             action: op.spec.action.clone(),
@@ -102,6 +106,7 @@ impl Dispatch {
                 .iter()
                 .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or(Value::Null)))
                 .collect(),
+            read,
         }
     }
 }

@@ -506,7 +506,7 @@ pub struct BatchedCommand {
 /// the ledger (`Command::SetAnonymousAccess`). 9: MCP session records (`Command::SetSessionState`).
 /// 10: tenant issuers known by their URL (`Command::SetIssuerSource`,
 /// `Command::ObserveIssuerKeys`), a principal's own delegation (`Command::IssueToken` inside
-/// `Command::OnBehalfOf`).
+/// `Command::OnBehalfOf`), operations of catalog `read` actions (`LedgerState::ledger_version_of`).
 pub const LEDGER_VERSION: u32 = 10;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):

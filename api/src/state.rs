@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::audit::{AuditIndex, AuditRecordV1};
 use crate::catalog::{CatalogVersion, CATALOG_VERSIONS_KEPT};
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
-use crate::ledger::{Event, EventEnvelope, Tenant, TenantState};
+use crate::ledger::{Command, Event, EventEnvelope, Tenant, TenantState};
 use crate::principal::{Principal, PrincipalState};
 use crate::settings::TenantSettingsV1;
 use crate::token::{SigningKeyV1, TenantIssuer, Token};
@@ -983,6 +983,26 @@ impl LedgerState {
         match version {
             Some(v) => versions.get(&v),
             None => versions.values().next_back(),
+        }
+    }
+
+    /// [`Command::ledger_version`], and what this state adds to it: a submission of a catalog
+    /// `read` action needs version 10 (older members refuse it as no operation). What a
+    /// leader's version gate checks before it proposes `command` on this state.
+    pub fn ledger_version_of(&self, command: &Command) -> u32 {
+        let reads = command.layers().any(|c| match c {
+            Command::SubmitOperation { tenant_id, spec }
+            | Command::ProposeOperation { tenant_id, spec }
+            | Command::SubmitProposed { tenant_id, spec, .. } => self
+                .catalog(tenant_id, None)
+                .and_then(|v| v.catalog.actions.iter().find(|a| a.id == spec.action))
+                .is_some_and(|a| a.execution == crate::catalog::Execution::Read),
+            _ => false,
+        });
+        if reads {
+            command.ledger_version().max(10)
+        } else {
+            command.ledger_version()
         }
     }
 

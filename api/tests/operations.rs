@@ -40,6 +40,25 @@ fn a_retry_is_not_a_second_execution() {
     assert_eq!((l.op("op-1").attempts, l.op("op-1").state), (1, OperationState::Attempting));
 }
 
+/// A catalog `read` is an operation of its own (recorded, reserved, attempted, reported), which
+/// members older than ledger version 10 would refuse: the leader's gate asks for 10.
+#[test]
+fn a_read_is_recorded_like_an_operation_and_gated_to_version_10() {
+    let mut l = Ledger::new();
+    let mut s = spec("op-r", "k-r", json!({}), Some("press"), l.now + 60_000);
+    s.action = "read_press".into();
+    let read = submit(s);
+    assert_eq!(read.ledger_version(), 1, "the command alone cannot tell");
+    assert_eq!(l.state.ledger_version_of(&read), 10, "the catalog makes it a read");
+    let note = submit(spec("op-n", "k-n", json!({}), None, l.now + 60_000));
+    assert_eq!(l.state.ledger_version_of(&note), 1);
+    assert_eq!(l.ok(read), 2, "submitted + device reserved");
+    l.ok(dispatch("op-r"));
+    l.ok(start("op-r", 1));
+    l.ok(report("op-r", 1, AttemptOutcome::Effect));
+    assert_eq!(l.op("op-r").state, OperationState::EffectReported);
+}
+
 #[test]
 fn the_same_key_with_another_payload_is_refused() {
     let mut l = Ledger::new();

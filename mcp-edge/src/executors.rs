@@ -750,7 +750,10 @@ fn offer(
         metrics::histogram!("writ_edge_dispatch_lag_seconds").record(waited_ms as f64 / 1000.0);
     }
     let name = op.spec.device_id.as_ref().and_then(|d| s.device(&who.tenant_id, d)).map(|d| d.name.clone());
-    Some(Dispatch::of(op, name))
+    let action =
+        s.catalog(&who.tenant_id, None).and_then(|c| c.catalog.actions.iter().find(|a| a.id == op.spec.action));
+    let read = action.is_some_and(|a| a.execution == writ_api::catalog::Execution::Read);
+    Some(Dispatch::of(op, name, read))
 }
 
 #[cfg(test)]

@@ -831,7 +831,7 @@ pub async fn direct(
     }
     if !confirm {
         let recorded = record(c, p, &key(), DEADLINE_S_DEFAULT, None, Map::new(), None).await?;
-        return finish(c, recorded);
+        return finish_call(c, action, recorded).await;
     }
     let Some(state) = state else {
         let caps = c.req.meta(crate::jsonrpc::META_CLIENT_CAPABILITIES);
@@ -868,7 +868,70 @@ pub async fn direct(
     }
     let key = state["key"].as_str().unwrap_or_default().to_string();
     let proposal = state["proposal"].as_str();
-    finish(c, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new(), proposal).await?)
+    finish_call(c, action, record(c, p, &key, DEADLINE_S_DEFAULT, None, Map::new(), proposal).await?).await
+}
+
+/// How long a call of a catalog `read` waits for its executor's reading before it answers with
+/// the operation instead (which the caller can follow: `operation.observe`, its resource).
+pub const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A recorded direct call's answer: a `read` answers with what its executor read.
+async fn finish_call(
+    c: &Call<'_>,
+    action: &writ_api::catalog::CatalogActionV1,
+    recorded: Result<Recorded, Value>,
+) -> Result<Direct, RpcError> {
+    match recorded {
+        Ok(r) if action.execution == Execution::Read => Ok(Direct::Complete(reading(c, r).await?)),
+        other => finish(c, other),
+    }
+}
+
+/// Waits (up to [`READ_WAIT`]) for a read's attempt to end on this edge's replica, then answers
+/// with its evidence — the reading, as text and (a JSON object) as structured content — or, if
+/// the read failed, its cause as a tool error.
+async fn reading(c: &Call<'_>, recorded: Recorded) -> Result<Value, RpcError> {
+    use writ_api::operation::OperationState as S;
+    let (tenant, id) = (c.authority.tenant_id.clone(), recorded.op.spec.operation_id.clone());
+    let current = || c.edge.verifier.with_state(|s| s.operation(&tenant, &id).cloned());
+    let ended =
+        |op: &Operation| !matches!(op.state, S::Proposed | S::Verified | S::Reserved | S::Dispatched | S::Attempting);
+    let mut revisions = c.edge.verifier.revisions();
+    let waited = tokio::time::timeout(READ_WAIT, async {
+        loop {
+            if let Some(op) = current().filter(ended) {
+                return Some(op);
+            }
+            if revisions.changed().await.is_err() {
+                return None;
+            }
+        }
+    })
+    .await;
+    let Ok(Some(op)) = waited else { return Ok(view(&recorded.op, recorded.replayed)) };
+    let meta = json!({"writ/operation": view(&op, recorded.replayed)["structuredContent"]});
+    let Some(evidence) = op.evidence.last().filter(|_| matches!(op.state, S::EffectReported | S::Accepted)) else {
+        let text = format!("the read ended {}: {}", op.state.as_str(), op.cause);
+        return Ok(
+            json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}], "_meta": meta}),
+        );
+    };
+    let query = writ_api::dto::Query::GetEvidence {
+        tenant_id: tenant.clone(),
+        operation_id: id.clone(),
+        content_hash: evidence.content_hash.clone(),
+    };
+    let stored: Result<writ_api::dto::EvidenceContent, _> =
+        writ_client::query_as(c.edge.ledger.as_ref(), query, Default::default()).await;
+    let text = stored
+        .ok()
+        .and_then(|e| String::from_utf8(writ_api::evidence::from_base64(&e.content_base64)?).ok())
+        .unwrap_or_else(|| evidence.summary.clone());
+    let mut result = json!({"resultType": "complete", "content": [{"type": "text", "text": text}], "_meta": meta});
+    if let Ok(object @ Value::Object(_)) = serde_json::from_str::<Value>(&text) {
+        result["structuredContent"] = object;
+    }
+    Ok(result)
 }
 
 /// The elicitation asking the caller to confirm a high-risk (or dry-run) call, with its preview.

@@ -64,8 +64,9 @@ pub const FIXTURE_PRINCIPAL: &str = "anonymous";
 /// The fixture tenant's site, where the fixture executor runs its task tools.
 const FIXTURE_SITE: &str = "conformance-site";
 
-/// The demo tenant's catalog: one read action (answered by the edge) and one device action, so
-/// that `tools/list` shows what a principal's scopes allow.
+/// The demo tenant's catalog: a built-in read (answered by the edge), a read of the press
+/// (answered by its executor) and two device actions, so that `tools/list` shows what a
+/// principal's scopes allow.
 const DEMO_CATALOG: &str = r#"{"actions": [
   {"id": "list_devices", "title": "List the devices", "description": "The demo tenant's devices, their sites and classes.",
    "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}, "risk": "low",
@@ -75,7 +76,10 @@ const DEMO_CATALOG: &str = r#"{"actions": [
    "risk": "low", "execution": "operation", "device_class": "press.v1", "cost_units": 1},
   {"id": "move_press", "title": "Move the press", "description": "Move the demo press to a position (a durable operation).",
    "input_schema": {"type": "object", "required": ["position_mm"], "properties": {"position_mm": {"type": "number", "minimum": 0, "maximum": 500}}},
-   "risk": "high", "execution": "operation", "dry_run": true, "device_class": "press.v1", "cost_units": 1}
+   "risk": "high", "execution": "operation", "dry_run": true, "device_class": "press.v1", "cost_units": 1},
+  {"id": "read_press", "title": "Read the press", "description": "The demo press's state as its executor reads it (recorded and evidenced; nothing moves).",
+   "input_schema": {"type": "object", "properties": {}, "additionalProperties": false},
+   "risk": "low", "execution": "read", "device_class": "press.v1", "cost_units": 1}
 ]}"#;
 
 /// Provisioning is idempotent: what already exists (409) is kept.

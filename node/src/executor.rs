@@ -119,8 +119,9 @@ pub enum HandlerConfig {
     /// before running), `confirm_delete`, `multi_input` and `test_tool_with_task` answer with
     /// what their inputs were.
     ConformanceFixtures,
-    /// An external command: the dispatch as JSON on stdin; exit 0 = effect (stdout is the
-    /// evidence), exit 3 = no effect; anything else (or a timeout) is an unknown outcome and
+    /// An external command: the dispatch as JSON on stdin (`"read": true` for a catalog `read`,
+    /// which must effect nothing); exit 0 = effect, or the reading (stdout is the evidence),
+    /// exit 3 = no effect; anything else (or a timeout) is an unknown outcome and
     /// is not reported.
     Command {
         program: String,
@@ -990,6 +991,14 @@ impl Executor {
         cancel: tokio::sync::watch::Receiver<bool>,
     ) -> Option<(AttemptOutcome, String)> {
         match &self.cfg.handler {
+            HandlerConfig::Simulated { latency_ms, state, .. } if d.read => {
+                // A read: the device's local state, nothing effected (no attempt counted).
+                if !work(Duration::from_millis(*latency_ms), cancel).await {
+                    return Some((AttemptOutcome::NoEffect, "cancelled before the reading".into()));
+                }
+                let output = serde_json::json!({"device": d.device_name, "action": d.action, "state": state});
+                Some((AttemptOutcome::Effect, output.to_string()))
+            }
             HandlerConfig::Simulated { latency_ms, failure, attempts_file, .. } => {
                 if let Some(path) = attempts_file {
                     let line = format!("{}\n", d.operation_id);

@@ -1140,7 +1140,7 @@ impl LedgerNode {
     /// The version gate: a command newer than some member's ledger version is refused before
     /// it is proposed (the member would stop at it), naming who holds the cluster back.
     async fn gate(&self, command: &Command) -> Result<(), Rejection> {
-        let needs = command.ledger_version();
+        let needs = self.sm.read().state.ledger_version_of(command);
         let behind = self.members_behind(needs).await;
         if behind.is_empty() {
             return Ok(());

@@ -123,7 +123,7 @@ impl Ledger {
 }
 
 /// The test tenant's catalog: a device action, a deviceless one, a dear one, one proposed first
-/// (dry run) and a critical one.
+/// (dry run), a critical one and a read.
 pub const CATALOG: &str = r#"{"actions": [
   {"id": "move_press", "title": "Move", "description": "Moves a press.", "input_schema": {"type": "object"},
    "risk": "low", "execution": "operation", "device_class": "press.v1", "cost_units": 1},
@@ -136,7 +136,9 @@ pub const CATALOG: &str = r#"{"actions": [
    "execution": "operation", "dry_run": true, "cost_units": 1},
   {"id": "crush", "title": "Crush", "description": "Crushes with a press; needs another principal's approval.",
    "input_schema": {"type": "object"}, "risk": "critical", "execution": "operation", "device_class": "press.v1",
-   "cost_units": 1}
+   "cost_units": 1},
+  {"id": "read_press", "title": "Read", "description": "Reads a press through its executor.",
+   "input_schema": {"type": "object"}, "risk": "low", "execution": "read", "device_class": "press.v1", "cost_units": 1}
 ]}"#;
 
 pub fn spec(
