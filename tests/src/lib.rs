@@ -6,6 +6,7 @@ pub mod pki;
 pub mod procs;
 pub mod routers;
 pub mod sim;
+pub mod tools;
 pub mod upstream;
 
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
-//! A minimal MCP 2026-07-28 client for tests that check the edge at the wire level, and the
-//! tenants those tests serve.
+//! A minimal MCP 2026-07-28 client for tests that check the edge at the wire level, a session of
+//! the 2025 wire, and the tenants those tests serve.
 
 use serde_json::{json, Value};
 
@@ -71,4 +71,65 @@ pub async fn tenant(admin: &crate::procs::Admin, url: &str, name: &str, actions:
 pub fn builtin(id: &str, handler: &str, scope: Option<&str>) -> Value {
     json!({"id": id, "title": id, "input_schema": {"type": "object"}, "risk": "low",
            "execution": {"builtin": handler}, "scope": scope})
+}
+
+/// A session of the 2025 wire, opened by `initialize` (version 2025-11-25): every request it
+/// sends carries the session id and the protocol version.
+pub struct LegacySession {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    pub id: String,
+}
+
+impl LegacySession {
+    pub async fn open(url: &str, token: &str) -> LegacySession {
+        let http = reqwest::Client::builder().no_proxy().build().expect("client");
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        let opened = http
+            .post(url)
+            .bearer_auth(token)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .expect("edge reachable");
+        let id = opened.headers()["mcp-session-id"].to_str().expect("a session id").to_string();
+        LegacySession { http, url: url.into(), token: token.into(), id }
+    }
+
+    /// POSTs `body` in the session.
+    pub async fn send(&self, body: Value) -> reqwest::Response {
+        self.http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &self.id)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .json(&body)
+            .send()
+            .await
+            .expect("edge reachable")
+    }
+
+    /// [`LegacySession::send`], and the JSON-RPC answer (a JSON body, or the event stream's
+    /// last message).
+    pub async fn call(&self, body: Value) -> Value {
+        let text = self.send(body).await.text().await.expect("body");
+        let last = text.lines().rev().find_map(|l| l.strip_prefix("data: ")).unwrap_or(&text);
+        serde_json::from_str(last).unwrap_or_else(|_| panic!("not JSON-RPC: {text}"))
+    }
+
+    /// The session's GET stream of server notifications.
+    pub async fn stream(&self) -> reqwest::Response {
+        self.http
+            .get(&self.url)
+            .bearer_auth(&self.token)
+            .header("Mcp-Session-Id", &self.id)
+            .header("Accept", "text/event-stream")
+            .send()
+            .await
+            .expect("edge reachable")
+    }
 }

