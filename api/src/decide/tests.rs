@@ -147,16 +147,22 @@ fn issue(jti: &str, principal: &str, scopes: &[&str], ttl_s: u64, parent: Option
     }
 }
 
-/// The Nimi authority cases that live in the ledger: TTL clamping, scope subsets, revoked
-/// scopes, delegation depth, cascade revocation, and the domain gate before the scope gate.
-#[test]
-fn token_rules() {
+/// Tenant `a` with `p-del` ("planner", preset delegate), at `t0`.
+fn with_planner(t0: u64) -> LedgerState {
     let mut st = LedgerState::default();
-    let t0 = 1_000_000;
     st.execute(&req(t0, create("a", "acme")));
     let mut delegate = spec("p-del", "planner", &[]);
     delegate.preset = Some(RolePreset::Delegate);
     st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: delegate }));
+    st
+}
+
+/// The Nimi authority cases that live in the ledger: TTL clamping, scope subsets, revoked
+/// scopes, delegation depth, cascade revocation, and the domain gate before the scope gate.
+#[test]
+fn token_rules() {
+    let t0 = 1_000_000;
+    let mut st = with_planner(t0);
     st.execute(&req(
         t0,
         Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p-ro", "viewer", &["tools:call:scan"]) },
@@ -967,12 +973,8 @@ fn an_issuer_known_by_its_url_takes_the_keys_observed_from_it() {
 /// `tokens:delegate`, scopes within the parent's, never from another of its tokens.
 #[test]
 fn a_principal_delegates_only_from_the_token_it_presents() {
-    let mut st = LedgerState::default();
     let t0 = 1_000_000;
-    st.execute(&req(t0, create("a", "acme")));
-    let mut delegate = spec("p-del", "planner", &[]);
-    delegate.preset = Some(RolePreset::Delegate);
-    st.execute(&req(t0, Command::CreatePrincipal { tenant_id: "a".into(), spec: delegate }));
+    let mut st = with_planner(t0);
     st.execute(&req(t0, issue("root", "p-del", &[], 600, None)));
     st.execute(&req(t0, issue("other", "p-del", &[], 600, None)));
     st.execute(&req(t0, issue("plain", "p-del", &["ops:read"], 600, None)));
