@@ -240,6 +240,9 @@ pub(crate) struct Edge {
     peers: reqwest::Client,
     /// When this edge last asked the ledger to fetch each discovered issuer's keys again.
     issuer_refreshes: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// A node's admin API, where tenants' token endpoints forward their exchanges (`None`: no
+    /// token endpoint is served).
+    admin: Option<executors::AdminForward>,
 }
 
 /// The header that carries, inside the edge, the tenant of the MCP URL a request came in on
@@ -286,6 +289,18 @@ pub fn router(
     audit: AuditSink,
     config: EdgeConfig,
 ) -> Result<Router, String> {
+    router_with(ledger, verifier, audit, config, None)
+}
+
+/// [`router`], with each tenant's token endpoint (`/t/{tenant}/oauth/token`, `oauth`) forwarding
+/// to a node's admin API through `admin`.
+pub fn router_with(
+    ledger: Arc<dyn writ_client::Ledger>,
+    verifier: Verifier,
+    audit: AuditSink,
+    config: EdgeConfig,
+    admin: Option<executors::AdminForward>,
+) -> Result<Router, String> {
     config.check()?;
     let mcp = config.mcp_path();
     let prm = format!("/.well-known/oauth-protected-resource{}", if mcp == "/" { "" } else { mcp.as_str() });
@@ -314,6 +329,7 @@ pub fn router(
             .build()
             .map_err(|e| format!("the peer client: {e}"))?,
         issuer_refreshes: Default::default(),
+        admin,
     });
     let endpoint = || {
         get(mcp_session)
@@ -328,7 +344,8 @@ pub fn router(
         .route(&mcp, endpoint())
         .route(&tenant_mcp, endpoint())
         .route(&prm, get(resource_metadata))
-        .route(&tenant_prm, get(tenant_resource_metadata));
+        .route(&tenant_prm, get(tenant_resource_metadata))
+        .route(oauth::TOKEN_PATH, oauth::token_route());
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }

@@ -1,7 +1,8 @@
 //! A tenant's OAuth token endpoint, `POST /t/{tenant}/oauth/token`: RFC 8693 token exchange.
 //! The holder of a Writ token of the tenant with `tokens:delegate` exchanges it for a narrower
 //! child — the same principal and audience, scopes within the token's, an expiry no later —
-//! without an operator. The edge checks the form and forwards it to a node's admin API
+//! without an operator. The edge checks the form, admits the exchange against the subject
+//! principal's request quotas like any of its requests, and forwards it to a node's admin API
 //! (`/v1/token-exchange`), which verifies the subject token, records the child as the
 //! principal's own act and signs it: no edge holds a signing key. Revoking the parent revokes
 //! the child, as for every delegated token.
@@ -11,16 +12,17 @@
 //! OAuth error its reason code means.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::Path;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use writ_api::dto::{IssuedToken, TokenExchangeRequest, ADMIN_TOKEN_EXCHANGE_PATH};
 use writ_api::ReasonCode;
 
-use crate::executors::AdminForward;
+use crate::Edge;
 
 /// The grant type of RFC 8693.
 pub const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -36,9 +38,8 @@ pub const TOKEN_REQUEST_BYTES_MAX: usize = 16 * 1024;
 const ANSWER_BYTES_MAX: usize = 64 * 1024;
 
 /// `POST /t/{tenant}/oauth/token`.
-pub fn token_route(forward: AdminForward) -> axum::routing::MethodRouter {
-    axum::routing::post(move |Path(tenant): Path<String>, body: Bytes| token(forward.clone(), tenant, body))
-        .layer(axum::extract::DefaultBodyLimit::max(TOKEN_REQUEST_BYTES_MAX))
+pub(crate) fn token_route() -> axum::routing::MethodRouter<Arc<Edge>> {
+    axum::routing::post(token).layer(axum::extract::DefaultBodyLimit::max(TOKEN_REQUEST_BYTES_MAX))
 }
 
 /// An OAuth error answer (RFC 6749 §5.2) with Writ's reason code.
@@ -99,11 +100,37 @@ fn exchange_request(tenant: String, body: &[u8]) -> Result<TokenExchangeRequest,
     Ok(TokenExchangeRequest { tenant, subject_token: subject_token.to_string(), scopes, ttl_s: None })
 }
 
-async fn token(forward: AdminForward, tenant: String, body: Bytes) -> Response {
+async fn token(State(edge): State<Arc<Edge>>, Path(tenant): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(e) = crate::check_host_and_origin(&edge.config, &headers) {
+        return e.into_response();
+    }
+    let Some(forward) = edge.admin.clone() else {
+        let m = "this edge serves no token endpoint (no admin API to forward to)";
+        return oauth_error(StatusCode::NOT_FOUND, "invalid_request", ReasonCode::NOT_FOUND, m).into_response();
+    };
     let request = match exchange_request(tenant, &body) {
         Ok(r) => r,
         Err(refused) => return refused.into_response(),
     };
+    // An exchange is one of the subject principal's requests (a subject token this edge cannot
+    // verify goes on: the node refuses it with its reason).
+    if let Ok(authority) = crate::verify_token(&edge, &request.subject_token).await {
+        let trace_id = uuid::Uuid::new_v4().to_string();
+        if let Err(refused) = edge.admission.admit(&edge.verifier, &authority, &trace_id).await {
+            let r = &refused.rejection;
+            let (status, error) = match r.reason {
+                ReasonCode::QUOTA_EXCEEDED => (StatusCode::TOO_MANY_REQUESTS, "temporarily_unavailable"),
+                _ => (StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable"),
+            };
+            let mut answer = oauth_error(status, error, r.reason, &r.message).into_response();
+            if let Some(v) =
+                refused.retry_after.and_then(|a| HeaderValue::from_str(&(a.as_secs() + 1).to_string()).ok())
+            {
+                answer.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            return answer;
+        }
+    }
     let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
     let answer = forward(ADMIN_TOKEN_EXCHANGE_PATH, body).await;
     let status = answer.status();

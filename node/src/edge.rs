@@ -549,12 +549,10 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         axum::routing::post(move |body: axum::body::Bytes| forward_enrollment(admin.clone(), endpoint.clone(), body)),
         &config,
     );
-    let token_route = writ_mcp_edge::host_checked(writ_mcp_edge::oauth::token_route(to_admin), &config);
-    let app = writ_mcp_edge::router(ledger, verifier, audit.clone(), config)
+    let app = writ_mcp_edge::router_with(ledger, verifier, audit.clone(), config, Some(to_admin))
         .map_err(std::io::Error::other)?
         .route("/metrics", metrics_route)
-        .route(writ_api::executor::ENROLL_PATH, enroll_route)
-        .route(writ_mcp_edge::oauth::TOKEN_PATH, token_route);
+        .route(writ_api::executor::ENROLL_PATH, enroll_route);
     let accept = crate::tls::Accept {
         tls: match options.tls {
             Some(credential) => Some(

@@ -373,6 +373,22 @@ async fn a_principal_exchanges_its_token_for_a_narrower_child_without_an_operato
     let (status, answer) = token_endpoint(edge, "alpha", &elsewhere).await;
     assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_target")), "{answer}");
 
+    // Each exchange is one of the principal's requests: past its request quota, refused.
+    let quota = json!({"requests_per_minute": 1});
+    let path = format!("{admin}/v1/tenants/alpha/principals/planner/quotas");
+    let (status, body) = cluster.admin.send(reqwest::Method::PUT, &path, Some(quota)).await.unwrap();
+    assert!(status < 300, "{status} {body}");
+    let refused = writ_tests::eventually("an exchange past the quota", Duration::from_secs(20), || async {
+        let (status, answer) = exchange(&parent, "tools:list").await;
+        (status == 429).then_some(answer)
+    })
+    .await;
+    assert_eq!(
+        (refused["error"].as_str(), refused["reason"].as_str()),
+        (Some("temporarily_unavailable"), Some("QUOTA_EXCEEDED")),
+        "{refused}"
+    );
+
     // The operator revokes the parent: the child is refused on the edge too.
     cluster.admin.post_ok(admin, &format!("/v1/tenants/alpha/tokens/{parent_jti}/revoke"), json!({})).await;
     writ_tests::eventually("the child revoked with its parent", Duration::from_secs(10), || async {
