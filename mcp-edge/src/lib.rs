@@ -46,6 +46,7 @@ use writ_api::audit::RequestDecisionV1;
 use writ_api::auth::Authority;
 use writ_api::settings::AuditMode;
 use writ_api::{ReasonCode, Rejection};
+use writ_client::egress::split_origin;
 use writ_client::verifier::Verifier;
 
 use crate::audit::AuditSink;
@@ -185,14 +186,6 @@ impl EdgeConfig {
             return Err(format!("anonymous mode allows only literal loopback origins; '{o}' is not one"));
         }
         Ok(())
-    }
-}
-
-fn split_origin(url: &str) -> (&str, &str) {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    match url[after_scheme..].find('/') {
-        Some(i) => url.split_at(after_scheme + i),
-        None => (url, ""),
     }
 }
 
@@ -479,12 +472,12 @@ async fn tenant_resource_metadata(
     if let Err(e) = check_host_and_origin(&edge.config, &headers) {
         return e.into_response();
     }
-    let servers = edge.verifier.with_state(|s| {
-        let t = s.tenant(&tenant).filter(|t| t.name == tenant && t.closed().is_none())?;
+    let found = edge.verifier.with_state(|s| {
+        let t = url_tenant_of(s, &tenant)?;
         let own = s.issuer_sources.values().filter(|src| src.tenant_id == t.id);
-        Some(own.map(|src| src.spec.issuer.clone()).collect::<Vec<_>>())
+        Some((own.map(|src| src.spec.issuer.clone()).collect::<Vec<_>>(), scopes_of(s, t)))
     });
-    let (Some(mut servers), Some(scopes)) = (servers, tenant_scopes(&edge, &tenant)) else {
+    let Some((mut servers, scopes)) = found else {
         let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}' is served here"));
         return RpcError::rejected(&e).into_response();
     };
@@ -504,23 +497,23 @@ async fn tenant_resource_metadata(
 /// Most scopes a tenant's challenge and metadata name (a larger catalog names `tools:call:*`).
 const TENANT_SCOPES_MAX: usize = 32;
 
-/// The scopes a session on `tenant`'s MCP URL uses: `tools:list` and its current catalog's
-/// action scopes (sorted); `None` for a tenant this edge does not serve.
-fn tenant_scopes(edge: &Edge, tenant: &str) -> Option<Vec<String>> {
-    edge.verifier.with_state(|s| {
-        let t = s.tenant(tenant).filter(|t| t.name == tenant && t.closed().is_none())?;
-        let mut scopes: Vec<String> = s
-            .catalog(&t.id, None)
-            .map(|c| c.catalog.actions.iter().map(|a| a.scope.clone()).collect())
-            .unwrap_or_default();
-        scopes.sort();
-        scopes.dedup();
-        if scopes.len() > TENANT_SCOPES_MAX {
-            scopes = vec!["tools:call:*".to_string()];
-        }
-        scopes.insert(0, LIST_SCOPE.to_string());
-        Some(scopes)
-    })
+/// The tenant a tenant MCP URL names (by its name, as the URL is built), if it is served.
+fn url_tenant_of<'a>(s: &'a writ_api::state::LedgerState, name: &str) -> Option<&'a writ_api::ledger::Tenant> {
+    s.tenant(name).filter(|t| t.name == name && t.closed().is_none())
+}
+
+/// The scopes a session on tenant `t`'s MCP URL uses: `tools:list` and its current catalog's
+/// action scopes (sorted).
+fn scopes_of(s: &writ_api::state::LedgerState, t: &writ_api::ledger::Tenant) -> Vec<String> {
+    let mut scopes: Vec<String> =
+        s.catalog(&t.id, None).map(|c| c.catalog.actions.iter().map(|a| a.scope.clone()).collect()).unwrap_or_default();
+    scopes.sort();
+    scopes.dedup();
+    if scopes.len() > TENANT_SCOPES_MAX {
+        scopes = vec!["tools:call:*".to_string()];
+    }
+    scopes.insert(0, LIST_SCOPE.to_string());
+    scopes
 }
 
 /// DNS-rebinding protection: `Host` must be an allowed host; an `Origin`, when present, must be
@@ -711,7 +704,7 @@ pub(crate) fn credential(headers: &HeaderMap) -> writ_api::grant::Credential {
 async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Response> {
     let authority = verified(edge, headers).await?;
     let Some(tenant) = url_tenant(headers) else { return Ok(authority) };
-    if edge.verifier.with_state(|s| s.tenant(tenant).is_some_and(|t| t.name == tenant && t.id == authority.tenant_id)) {
+    if edge.verifier.with_state(|s| url_tenant_of(s, tenant).is_some_and(|t| t.id == authority.tenant_id)) {
         return Ok(authority);
     }
     let message = format!("this is the MCP URL of tenant '{tenant}': the credential is another tenant's");
@@ -733,7 +726,8 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
 fn auth_failed(edge: &Edge, headers: &HeaderMap, e: Rejection) -> Response {
     let status = writ_client::http_status(e.reason);
     if status == StatusCode::UNAUTHORIZED {
-        let scopes = url_tenant(headers).and_then(|t| tenant_scopes(edge, t));
+        let scopes =
+            url_tenant(headers).and_then(|t| edge.verifier.with_state(|s| Some(scopes_of(s, url_tenant_of(s, t)?))));
         let scope = scopes.map_or_else(|| LIST_SCOPE.to_string(), |s| s.join(" "));
         challenge(&edge.config, headers, status, e.reason, &e.message, &scope)
     } else {

@@ -225,7 +225,7 @@ async fn a_headless_agent_gets_its_token_from_the_tenants_own_idp_by_itself() {
 
 /// A hostile "issuer" on loopback: each path is one way a discovery can go wrong.
 async fn hostile_issuer() -> String {
-    use axum::response::{IntoResponse, Redirect};
+    use axum::response::Redirect;
     use axum::routing::get;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -240,10 +240,8 @@ async fn hostile_issuer() -> String {
         .route("/huge/jwks", get(|| async { format!("{{\"keys\":[],\"pad\":\"{}\"}}", "x".repeat(200_000)) }))
         .route(
             "/slow/.well-known/openid-configuration",
-            get(|| async {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                "{}".into_response()
-            }),
+            // Never answers: only the fetch's own timeout ends the request.
+            get(std::future::pending::<String>),
         )
         .route(
             "/impostor/.well-known/openid-configuration",

@@ -17,6 +17,8 @@ use serde_json::Value;
 use writ_api::token::{check_issuer_url, IssuerKeysV1, IssuerSourceV1, JWKS_BYTES_MAX};
 use writ_api::{ReasonCode, Rejection};
 
+use crate::egress::split_origin;
+
 /// How long one fetch (connect, request, body) may take.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest discovery document or key set read.
@@ -74,14 +76,6 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         next = cause.source();
     }
     text
-}
-
-fn split_origin(url: &str) -> (&str, &str) {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    match url[after_scheme..].find('/') {
-        Some(i) => url.split_at(after_scheme + i),
-        None => (url, ""),
-    }
 }
 
 /// GETs `url` as text: `None` for a 404, an error for any other non-success, a redirect, a
@@ -175,7 +169,5 @@ mod tests {
         assert!(check_literal("http://127.0.0.1:8080/jwks", true).is_ok());
         assert!(check_literal("http://169.254.169.254/latest", true).is_err(), "link-local never");
         assert!(check_literal("https://93.184.216.34/jwks", false).is_ok());
-        assert_eq!(split_origin("https://idp.example/tenant/a"), ("https://idp.example", "/tenant/a"));
-        assert_eq!(split_origin("https://idp.example"), ("https://idp.example", ""));
     }
 }

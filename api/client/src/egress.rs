@@ -77,6 +77,15 @@ fn refused(message: String) -> Rejection {
     Rejection::new(ReasonCode::UPSTREAM_FAILED, message)
 }
 
+/// `scheme://authority` and the path (with what follows it) of `url`.
+pub fn split_origin(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => url.split_at(after_scheme + i),
+        None => (url, ""),
+    }
+}
+
 /// The host and port of `url`'s authority (an IPv6 literal without its brackets).
 fn host_port(url: &str) -> Option<(&str, Option<&str>)> {
     let rest = url.split_once("://")?.1;
@@ -198,5 +207,7 @@ mod tests {
         register_own_listener("0.0.0.0:47002".parse().unwrap());
         assert!(check_literal("https://127.0.0.1:47002/mcp").is_err(), "a listener on every interface");
         assert!(check_literal("http://127.0.0.1:47003/mcp").is_ok());
+        assert_eq!(split_origin("https://idp.example/tenant/a"), ("https://idp.example", "/tenant/a"));
+        assert_eq!(split_origin("https://idp.example"), ("https://idp.example", ""));
     }
 }
