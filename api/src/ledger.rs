@@ -482,6 +482,22 @@ pub enum Command {
         issuer: String,
         keys: IssuerKeysV1,
     },
+    /// Registers (or replaces) a client of the tenant's own authorization server.
+    SetOAuthClient {
+        tenant_id: String,
+        client: crate::oauth::OAuthClientV1,
+    },
+    /// Removes a client with its pending requests and refresh tokens.
+    RemoveOAuthClient {
+        tenant_id: String,
+        client_id: String,
+    },
+    /// One step of a grant of the tenant's authorization server (nodes only: the admin server
+    /// checks what its caller presented first).
+    OAuthGrant {
+        tenant_id: String,
+        step: crate::oauth::GrantStepV1,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -507,7 +523,9 @@ pub struct BatchedCommand {
 /// 10: tenant issuers known by their URL (`Command::SetIssuerSource`,
 /// `Command::ObserveIssuerKeys`), a principal's own delegation (`Command::IssueToken` inside
 /// `Command::OnBehalfOf`), operations of catalog `read` actions (`LedgerState::ledger_version_of`).
-pub const LEDGER_VERSION: u32 = 10;
+/// 11: the tenants' own authorization servers (`Command::SetOAuthClient`,
+/// `Command::RemoveOAuthClient`, `Command::OAuthGrant`).
+pub const LEDGER_VERSION: u32 = 11;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -528,6 +546,7 @@ pub enum Domain {
     Work,
     Retention,
     Upstream,
+    OAuth,
     /// [`Command::Batch`]: executed command by command, never decided as one.
     Batch,
 }
@@ -597,6 +616,9 @@ impl Command {
             | Command::ObserveUpstreamTools { .. }
             | Command::ApproveUpstreamTools { .. }
             | Command::SetUpstreamFuse { .. } => Domain::Upstream,
+            Command::SetOAuthClient { .. } | Command::RemoveOAuthClient { .. } | Command::OAuthGrant { .. } => {
+                Domain::OAuth
+            }
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
             | Command::Verified { command, .. } => command.domain(),
@@ -732,6 +754,7 @@ impl Command {
             | Command::CreatePrincipalWith { .. } => 8,
             Command::SetSessionState { .. } => 9,
             Command::SetIssuerSource { .. } | Command::ObserveIssuerKeys { .. } => 10,
+            Command::SetOAuthClient { .. } | Command::RemoveOAuthClient { .. } | Command::OAuthGrant { .. } => 11,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -942,6 +965,9 @@ impl Command {
             Command::SetSessionState { .. } => "set_session_state",
             Command::SetIssuerSource { .. } => "set_issuer_source",
             Command::ObserveIssuerKeys { .. } => "observe_issuer_keys",
+            Command::SetOAuthClient { .. } => "set_oauth_client",
+            Command::RemoveOAuthClient { .. } => "remove_oauth_client",
+            Command::OAuthGrant { .. } => "oauth_grant",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
@@ -1014,6 +1040,9 @@ impl Command {
             | Command::SetSessionState { tenant_id, .. }
             | Command::SetIssuerSource { tenant_id, .. }
             | Command::ObserveIssuerKeys { tenant_id, .. }
+            | Command::SetOAuthClient { tenant_id, .. }
+            | Command::RemoveOAuthClient { tenant_id, .. }
+            | Command::OAuthGrant { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }
@@ -1455,6 +1484,23 @@ pub enum Event {
         source: IssuerSourceV1,
         jwks_uri: String,
     },
+    /// A client of the tenant's authorization server registered or replaced.
+    OAuthClientSetV1 {
+        tenant_id: String,
+        client: crate::oauth::OAuthClientV1,
+    },
+    /// A client removed, with its requests and refresh tokens.
+    OAuthClientRemovedV1 {
+        tenant_id: String,
+        client_id: String,
+    },
+    /// A grant step of the tenant's authorization server, at ledger time `at_ms` (what
+    /// expired by then leaves as it is folded).
+    OAuthGrantV1 {
+        tenant_id: String,
+        change: crate::oauth::GrantChangeV1,
+        at_ms: u64,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1488,6 +1534,9 @@ impl Event {
             | Event::AnonymousAccessSetV1 { .. }
             | Event::IssuerSourceSetV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
+            | Event::OAuthClientSetV1 { .. }
+            | Event::OAuthClientRemovedV1 { .. }
+            | Event::OAuthGrantV1 { .. }
             | Event::SessionStateSetV1 { .. }
             | Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
@@ -1626,6 +1675,9 @@ impl Event {
             Event::AnonymousAccessSetV1 { .. } => "anonymous_access_set",
             Event::SessionStateSetV1 { .. } => "session_state_set",
             Event::IssuerSourceSetV1 { .. } => "issuer_source_set",
+            Event::OAuthClientSetV1 { .. } => "oauth_client_set",
+            Event::OAuthClientRemovedV1 { .. } => "oauth_client_removed",
+            Event::OAuthGrantV1 { .. } => "oauth_grant",
         }
     }
 }

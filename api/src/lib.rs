@@ -15,6 +15,7 @@ pub mod evidence;
 pub mod executor;
 pub mod grant;
 pub mod ledger;
+pub mod oauth;
 pub mod operation;
 pub mod pem;
 pub mod principal;
@@ -134,7 +135,8 @@ pub mod format {
     /// 10: then by the anonymous access of edges (`LedgerState::anonymous`).
     /// 11: then by the records of MCP sessions (`LedgerState::sessions`).
     /// 12: then by the sources of issuers known by their URL (`LedgerState::issuer_sources`).
-    pub const STATE_FORMAT_VERSION: u32 = 12;
+    /// 13: then by the tenants' own authorization servers (`LedgerState::oauth`).
+    pub const STATE_FORMAT_VERSION: u32 = 13;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

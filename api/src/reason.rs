@@ -146,6 +146,13 @@ reason_catalog! {
     SESSION_PEER_UNREACHABLE = 94, 503, -32010, "The edge replica whose call waits for this client response (2025 wire) could not be reached: the call times out and can be made again.";
     ISSUER_DISCOVERY_FAILED = 95, 502, -32603, "A tenant issuer's discovery document or key set could not be fetched or was refused: unreachable, slow, too large, redirected, at a private address the operator did not allow, or not naming the issuer.";
     AUTH_TENANT_MISMATCH = 96, 401, -32001, "The bearer token belongs to another tenant than the tenant-scoped MCP URL it was presented at.";
+    OAUTH_CLIENT_UNKNOWN = 97, 401, -32001, "The OAuth client is not registered with this tenant's authorization server, or its assertion (private_key_jwt) did not verify against its registered keys.";
+    OAUTH_GRANT_INVALID = 98, 400, -32602, "The authorization code or refresh token is unknown, expired, already used, or belongs to another client or redirect URI.";
+    OAUTH_PKCE_INVALID = 99, 400, -32602, "PKCE is missing or wrong: only S256 challenges are accepted, and the verifier must match the request's challenge.";
+    OAUTH_REDIRECT_INVALID = 100, 400, -32602, "The redirect URI is not one the client registered (exact match).";
+    OAUTH_RESOURCE_INVALID = 101, 400, -32602, "The resource (RFC 8707) is not this tenant's MCP URL.";
+    OAUTH_ACCESS_DENIED = 102, 403, -32003, "An operator denied the authorization request, or it is not approved yet.";
+    OAUTH_CLIENT_METADATA_FAILED = 103, 502, -32603, "A client ID metadata document could not be fetched or was refused: unreachable, slow, too large, redirected, at a private address the operator did not allow, or not naming its own URL as client_id.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -139,6 +139,11 @@ pub struct LedgerState {
     /// format 12).
     #[serde(skip)]
     pub issuer_sources: BTreeMap<String, crate::token::IssuerSource>,
+    /// Each tenant's own authorization server, by tenant id: its clients, open requests,
+    /// refresh tokens and used assertions ([`crate::oauth`]). Encoded after the issuer sources
+    /// (state format 13).
+    #[serde(skip)]
+    pub oauth: BTreeMap<String, crate::oauth::TenantOAuth>,
     /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
     /// inputs of operations that are no longer live, and its fold drops an operation's inputs
     /// when it stops being live. Never encoded: a node's state is never a projection.
@@ -497,6 +502,18 @@ impl LedgerState {
                 };
                 self.issuer_sources.insert(source.issuer.clone(), view);
             }
+            Event::OAuthClientSetV1 { tenant_id, client } => {
+                let oauth = self.oauth.entry(tenant_id.clone()).or_default();
+                oauth.clients.insert(client.client_id.clone(), client.clone());
+            }
+            Event::OAuthClientRemovedV1 { tenant_id, client_id } => {
+                if let Some(oauth) = self.oauth.get_mut(tenant_id) {
+                    oauth.remove_client(client_id);
+                }
+            }
+            Event::OAuthGrantV1 { tenant_id, change, at_ms } => {
+                self.oauth.entry(tenant_id.clone()).or_default().apply(change, *at_ms);
+            }
             Event::CatalogPublishedV1 { tenant_id, version, catalog } => {
                 let versions = self.catalogs.entry(tenant_id.clone()).or_default();
                 versions.insert(
@@ -811,6 +828,7 @@ impl LedgerState {
         self.upstream_operations.remove(tenant_id);
         self.anonymous.remove(tenant_id);
         self.sessions.remove(tenant_id);
+        self.oauth.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -1068,16 +1086,17 @@ impl LedgerState {
     /// Format 9 has 8's layout with a tenant's audit times as runs
     /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
     /// adds the anonymous access of edges, format 11 the records of MCP sessions, format 12 the
-    /// sources of tenant issuers known by their URL.
+    /// sources of tenant issuers known by their URL, format 13 the tenants' own authorization
+    /// servers.
     pub fn encode(&self) -> Vec<u8> {
         let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
-        let tail = (tail, &self.sessions, &self.issuer_sources);
+        let tail = (tail, &self.sessions, &self.issuer_sources, &self.oauth);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
             .expect("ledger state is always encodable")
     }
 
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 12, without the
-    /// issuer sources for 11, without the session records too for 10, without the anonymous access too for 8 and 9, without the
+    /// Reads the body of state format `version` ([`LedgerState::encode`] for 13, without the
+    /// authorization servers for 12, without the issuer sources too for 11, without the session records too for 10, without the anonymous access too for 8 and 9, without the
     /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
     /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
     /// like a message ([`crate::decode`]); the indexes are rebuilt.
@@ -1111,6 +1130,7 @@ impl LedgerState {
             anonymous: BTreeMap<String, BTreeMap<String, String>>,
             sessions: BTreeMap<String, BTreeMap<String, crate::session::McpSessionV1>>,
             issuer_sources: BTreeMap<String, crate::token::IssuerSource>,
+            oauth: BTreeMap<String, crate::oauth::TenantOAuth>,
         }
         let (mut state, tail): (LedgerState, Tail) = match version {
             1 => (dec(body, bounded).map_err(undecodable)?, Tail::default()),
@@ -1220,7 +1240,7 @@ impl LedgerState {
                 };
                 (state, tail)
             }
-            _ => {
+            12 => {
                 let (
                     state,
                     revocations,
@@ -1241,6 +1261,32 @@ impl LedgerState {
                     anonymous,
                     sessions,
                     issuer_sources,
+                    ..Default::default()
+                };
+                (state, tail)
+            }
+            _ => {
+                let (
+                    state,
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    ((evidence, compacted, upstreams, upstream_operations, anonymous), sessions, issuer_sources, oauth),
+                ) = dec(body, bounded).map_err(undecodable)?;
+                let tail = Tail {
+                    revocations,
+                    proposals,
+                    works,
+                    history,
+                    evidence,
+                    compacted,
+                    upstreams,
+                    upstream_operations,
+                    anonymous,
+                    sessions,
+                    issuer_sources,
+                    oauth,
                 };
                 (state, tail)
             }
@@ -1257,11 +1303,12 @@ impl LedgerState {
             anonymous,
             sessions,
             issuer_sources,
+            oauth,
         } = tail;
         (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
         (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
         (state.upstream_operations, state.anonymous, state.sessions) = (upstream_operations, anonymous, sessions);
-        state.issuer_sources = issuer_sources;
+        (state.issuer_sources, state.oauth) = (issuer_sources, oauth);
         state.rebuild_index();
         Ok(state)
     }

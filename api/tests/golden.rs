@@ -1026,7 +1026,110 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "oauth_client_set_v1",
+            req(Command::SetOAuthClient { tenant_id: "t-1".into(), client: oauth_client() }),
+            Some(env(73, 69, Event::OAuthClientSetV1 { tenant_id: "t-1".into(), client: oauth_client() })),
+        ),
+        (
+            "oauth_client_removed_v1",
+            req(Command::RemoveOAuthClient { tenant_id: "t-1".into(), client_id: oauth_client().client_id }),
+            Some(env(
+                74,
+                70,
+                Event::OAuthClientRemovedV1 { tenant_id: "t-1".into(), client_id: oauth_client().client_id },
+            )),
+        ),
+        (
+            "oauth_grant_v1_requested",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Request(auth_request().request),
+            }),
+            Some(env(
+                75,
+                71,
+                Event::OAuthGrantV1 {
+                    tenant_id: "t-1".into(),
+                    change: writ_api::oauth::GrantChangeV1::Requested(auth_request()),
+                    at_ms: 1_700_000_000_000,
+                },
+            )),
+        ),
+        (
+            "oauth_grant_v1_redeemed",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Redeem {
+                    client_id: oauth_client().client_id,
+                    proof: writ_api::oauth::GrantProofV1::Code {
+                        request_id: "req-1".into(),
+                        code_digest: "c".repeat(64),
+                        verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
+                    },
+                    token: token_request(),
+                    refresh: Some(writ_api::oauth::NewRefreshV1 {
+                        refresh_id: "rt-1".into(),
+                        secret_digest: "d".repeat(64),
+                    }),
+                },
+            }),
+            Some(env(
+                76,
+                72,
+                Event::OAuthGrantV1 {
+                    tenant_id: "t-1".into(),
+                    change: writ_api::oauth::GrantChangeV1::Redeemed {
+                        client_id: oauth_client().client_id,
+                        used: writ_api::oauth::UsedProofV1::Code { request_id: "req-1".into() },
+                        refresh: Some(refresh_token()),
+                    },
+                    at_ms: 1_700_000_000_000,
+                },
+            )),
+        ),
     ]
+}
+
+fn oauth_client() -> writ_api::oauth::OAuthClientV1 {
+    writ_api::oauth::OAuthClientV1 {
+        client_id: "https://host.example/writ-client.json".into(),
+        principal_id: "p-1".into(),
+        scopes: ["tools:list".to_string()].into(),
+        redirect_uris: vec!["http://127.0.0.1:8123/callback".into()],
+        jwks: None,
+        name: Some("host".into()),
+    }
+}
+
+fn auth_request() -> writ_api::oauth::AuthRequest {
+    writ_api::oauth::AuthRequest {
+        request: writ_api::oauth::AuthRequestV1 {
+            request_id: "req-1".into(),
+            client_id: oauth_client().client_id,
+            redirect_uri: "http://127.0.0.1:8123/callback".into(),
+            code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
+            scopes: ["tools:list".to_string()].into(),
+            audience: "https://edge.example/t/acme/mcp".into(),
+            state: Some("xyz".into()),
+            browser_digest: "b".repeat(64),
+        },
+        status: writ_api::oauth::AuthStatusV1::Pending,
+        requested_at_ms: 1_700_000_000_000,
+        expires_at_ms: 1_700_000_600_000,
+    }
+}
+
+fn refresh_token() -> writ_api::oauth::RefreshTokenV1 {
+    writ_api::oauth::RefreshTokenV1 {
+        refresh_id: "rt-1".into(),
+        secret_digest: "d".repeat(64),
+        client_id: oauth_client().client_id,
+        principal_id: "p-1".into(),
+        scopes: ["tools:list".to_string()].into(),
+        audience: "https://edge.example/t/acme/mcp".into(),
+        expires_at_ms: 1_702_592_000_000,
+    }
 }
 
 fn issuer_source() -> writ_api::token::IssuerSourceV1 {
@@ -1354,6 +1457,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     (10, &["create_principal_with", "session_state_set_v1"]),
     // Issuers known by their URL came with state format 12.
     (11, &["issuer_source_set_v1", "observe_issuer_keys"]),
+    // The tenants' authorization servers came with state format 13.
+    (12, &["oauth_client_set_v1", "oauth_client_removed_v1", "oauth_grant_v1_requested", "oauth_grant_v1_redeemed"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1426,6 +1531,14 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
             revision: 72,
         };
         state.issuer_sources.insert(source.spec.issuer.clone(), source);
+    }
+    if format >= 13 {
+        // And a tenant's authorization server (set as written, its tenant being deleted).
+        let oauth = state.oauth.entry("t-1".into()).or_default();
+        oauth.clients.insert(oauth_client().client_id, oauth_client());
+        oauth.requests.insert("req-1".into(), auth_request());
+        oauth.refresh_tokens.insert("rt-1".into(), refresh_token());
+        oauth.assertions.insert(writ_api::oauth::assertion_key("agent", "j-1"), 1_700_000_300_000);
     }
     state
 }

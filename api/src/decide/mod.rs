@@ -9,6 +9,7 @@
 mod audit;
 mod catalog;
 mod executor;
+mod oauth;
 pub mod operation;
 mod principal;
 mod quota;
@@ -61,6 +62,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Work => work::decide(state, cmd, now),
         Domain::Retention => retention::decide(state, cmd, now),
         Domain::Upstream => upstream::decide(state, cmd, now),
+        Domain::OAuth => oauth::decide(state, cmd, now),
         // Reached only by a batch inside a batch: a leader never forms one.
         Domain::Batch => Err(Rejection::new(ReasonCode::INPUT_INVALID, "a batch may hold single commands only")),
     }

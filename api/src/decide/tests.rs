@@ -997,3 +997,106 @@ fn a_principal_delegates_only_from_the_token_it_presents() {
     st.execute(&req(t0, Command::RevokeToken { tenant_id: "a".into(), jti: "root".into() }));
     assert_eq!(st.token("a", "c").and_then(|t| t.revoked_via.clone()).as_deref(), Some("root"));
 }
+
+/// A tenant's authorization server: a code only for the approved request of the browser that
+/// asked, redeemed once with the right verifier; refresh tokens rotate and bind to their client;
+/// an assertion is used once; removing the client ends its grants.
+#[test]
+fn authorization_grants_are_single_use_and_bound() {
+    use crate::oauth::*;
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    let planner = spec("p", "planner", &["tools:list", "tools:call:read_press"]);
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: planner }));
+    let client = OAuthClientV1 {
+        client_id: "https://host.example/client.json".into(),
+        principal_id: "p".into(),
+        scopes: ["tools:list".to_string()].into(),
+        redirect_uris: vec!["http://127.0.0.1:9/cb".into()],
+        jwks: None,
+        name: None,
+    };
+    let run = |st: &mut LedgerState, at: u64, cmd: Command| match st.execute(&req(at, cmd)).0 {
+        Outcome::Applied { .. } => None,
+        Outcome::Rejected { reason, .. } => Some(reason),
+        other => panic!("{other:?}"),
+    };
+    let too_wide = OAuthClientV1 { scopes: ["audit:read".to_string()].into(), ..client.clone() };
+    let set = |c: OAuthClientV1| Command::SetOAuthClient { tenant_id: "a".into(), client: c };
+    assert_eq!(run(&mut st, 2, set(too_wide)), Some(ReasonCode::APP_SCOPE_FORBIDDEN));
+    assert_eq!(run(&mut st, 2, set(client.clone())), None);
+    let step = |s: GrantStepV1| Command::OAuthGrant { tenant_id: "a".into(), step: s };
+    let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    let request = AuthRequestV1 {
+        request_id: "r1".into(),
+        client_id: client.client_id.clone(),
+        redirect_uri: "http://127.0.0.1:9/cb".into(),
+        code_challenge: s256_challenge(verifier),
+        scopes: ["tools:list".to_string()].into(),
+        audience: "https://e/t/acme/mcp".into(),
+        state: None,
+        browser_digest: digest("browser"),
+    };
+    let elsewhere = AuthRequestV1 { redirect_uri: "http://127.0.0.1:9/other".into(), ..request.clone() };
+    assert_eq!(run(&mut st, 3, step(GrantStepV1::Request(elsewhere))), Some(ReasonCode::OAUTH_REDIRECT_INVALID));
+    let plain = AuthRequestV1 { code_challenge: "plain".into(), ..request.clone() };
+    assert_eq!(run(&mut st, 3, step(GrantStepV1::Request(plain))), Some(ReasonCode::OAUTH_PKCE_INVALID));
+    assert_eq!(run(&mut st, 3, step(GrantStepV1::Request(request.clone()))), None);
+    let code = |browser: &str| {
+        step(GrantStepV1::Code {
+            request_id: "r1".into(),
+            browser_digest: digest(browser),
+            code_digest: digest("code"),
+        })
+    };
+    assert_eq!(run(&mut st, 4, code("browser")), Some(ReasonCode::OAUTH_ACCESS_DENIED), "not approved yet");
+    let approve = step(GrantStepV1::Decide { request_id: "r1".into(), approve: true, operator: "ops".into() });
+    assert_eq!(run(&mut st, 4, approve.clone()), None);
+    assert_eq!(run(&mut st, 4, approve), Some(ReasonCode::OAUTH_GRANT_INVALID), "decided once");
+    assert_eq!(run(&mut st, 5, code("another")), Some(ReasonCode::OAUTH_GRANT_INVALID));
+    assert_eq!(run(&mut st, 5, code("browser")), None);
+    let token = |jti: &str| TokenRequestV1 {
+        jti: jti.into(),
+        principal_id: "p".into(),
+        scopes: ["tools:list".to_string()].into(),
+        ttl_s: 600,
+        parent_jti: None,
+    };
+    let redeem = |proof: GrantProofV1, jti: &str, refresh: Option<&str>| {
+        step(GrantStepV1::Redeem {
+            client_id: client.client_id.clone(),
+            proof,
+            token: token(jti),
+            refresh: refresh
+                .map(|id| NewRefreshV1 { refresh_id: id.into(), secret_digest: digest(&format!("secret-{id}")) }),
+        })
+    };
+    let by_code =
+        |v: &str| GrantProofV1::Code { request_id: "r1".into(), code_digest: digest("code"), verifier: v.into() };
+    let wrong = "x".repeat(43);
+    assert_eq!(run(&mut st, 6, redeem(by_code(&wrong), "j1", Some("rt1"))), Some(ReasonCode::OAUTH_PKCE_INVALID));
+    assert_eq!(run(&mut st, 6, redeem(by_code(verifier), "j1", Some("rt1"))), None);
+    assert_eq!(st.token("a", "j1").map(|t| t.record.principal_id.as_str()), Some("p"), "a ledger token record");
+    assert_eq!(
+        run(&mut st, 6, redeem(by_code(verifier), "j2", Some("rt2"))),
+        Some(ReasonCode::OAUTH_GRANT_INVALID),
+        "a code is redeemed once"
+    );
+    let by_refresh =
+        |id: &str| GrantProofV1::Refresh { refresh_id: id.into(), secret_digest: digest(&format!("secret-{id}")) };
+    assert_eq!(run(&mut st, 7, redeem(by_refresh("rt1"), "j3", Some("rt3"))), None);
+    assert_eq!(
+        run(&mut st, 7, redeem(by_refresh("rt1"), "j4", Some("rt4"))),
+        Some(ReasonCode::OAUTH_GRANT_INVALID),
+        "a refresh token is replaced when used"
+    );
+    let assertion = || GrantProofV1::Assertion { jti: "a1".into(), expires_at_ms: 60_000 };
+    assert_eq!(run(&mut st, 8, redeem(assertion(), "j5", None)), None);
+    assert_eq!(run(&mut st, 8, redeem(assertion(), "j6", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN), "replayed");
+    let late = GrantProofV1::Assertion { jti: "a2".into(), expires_at_ms: 8 + ASSERTION_LIFETIME_MAX_MS + 1 };
+    assert_eq!(run(&mut st, 8, redeem(late, "j7", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN), "too long-lived");
+    let remove = Command::RemoveOAuthClient { tenant_id: "a".into(), client_id: client.client_id.clone() };
+    assert_eq!(run(&mut st, 9, remove), None);
+    assert!(st.oauth["a"].refresh_tokens.is_empty() && st.oauth["a"].clients.is_empty());
+    assert_eq!(run(&mut st, 9, redeem(by_refresh("rt3"), "j8", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN));
+}

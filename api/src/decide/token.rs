@@ -181,7 +181,7 @@ fn retired(message: String) -> Rejection {
 /// The rules of issuing a token: domain gate (tenant active) before scope gate; lifetime clamped
 /// to the tenant's bounds and, for a delegated token, to its parent's; a delegated token's scopes
 /// are a subset of its parent's, which must hold `tokens:delegate`, within the depth limit.
-fn decide_token(
+pub(super) fn decide_token(
     state: &LedgerState,
     tenant_id: &str,
     req: &TokenRequestV1,
