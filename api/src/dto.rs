@@ -1075,3 +1075,122 @@ mod tests {
         assert!(WatchLine::unframe(&mut garbage).unwrap_err().contains("undecodable"));
     }
 }
+
+/// The route an edge forwards the steps of a tenant's own authorization server to: its
+/// authorization endpoint, the browser collecting its code, its token endpoint.
+pub const ADMIN_OAUTH_GRANT_PATH: &str = "/v1/oauth/grant";
+
+/// `PUT /v1/tenants/{tenant}/oauth/clients`: registers a client of the tenant's authorization
+/// server as `principal`. A client id that is an `https://` URL with neither redirect URIs nor
+/// keys given is a client ID metadata document: it is fetched (bounded, no redirects, public
+/// addresses unless allowed) and must name that URL as its `client_id`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthClientRequest {
+    pub client_id: String,
+    /// The principal (name or id) the client acts as.
+    pub principal: String,
+    /// The most it may be given (empty: the principal's scopes).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub redirect_uris: Option<Vec<String>>,
+    /// Public keys (JWKS JSON text) for `private_key_jwt`.
+    #[serde(default)]
+    pub jwks: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Let the metadata document live at a loopback or private address.
+    #[serde(default)]
+    pub allow_private_network: bool,
+}
+
+/// `GET /v1/tenants/{tenant}/oauth/clients`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OAuthClientList {
+    pub clients: Vec<crate::oauth::OAuthClientV1>,
+}
+
+/// `POST /v1/tenants/{tenant}/oauth/clients/remove`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveOAuthClientRequest {
+    pub client_id: String,
+}
+
+/// An open authorization request as an operator sees it before deciding.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuthRequestView {
+    pub request_id: String,
+    pub client_id: String,
+    pub client_name: Option<String>,
+    pub principal_id: String,
+    pub redirect_uri: String,
+    pub scopes: Vec<String>,
+    pub audience: String,
+    /// `pending`, `approved`, `denied` or `code_issued`.
+    pub status: String,
+    pub decided_by: Option<String>,
+    pub requested_at_ms: u64,
+    pub expires_at_ms: u64,
+}
+
+/// `GET /v1/tenants/{tenant}/oauth/requests`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuthRequestList {
+    pub requests: Vec<AuthRequestView>,
+}
+
+/// A step of a tenant's authorization server, forwarded by an edge (`POST /v1/oauth/grant`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OAuthGrantRequest {
+    /// A browser's authorization request (already checked for form by the edge).
+    Authorize {
+        tenant: String,
+        client_id: String,
+        redirect_uri: String,
+        code_challenge: String,
+        scopes: Vec<String>,
+        /// The tenant's MCP URL the token is for.
+        resource: String,
+        state: Option<String>,
+        browser_digest: String,
+    },
+    /// The browser that asked collects the code of its approved request.
+    Code { tenant: String, request_id: String, browser_digest: String, code_digest: String },
+    /// The token endpoint.
+    Token {
+        tenant: String,
+        grant: TokenGrant,
+        #[serde(default)]
+        scopes: Vec<String>,
+        /// What a client assertion's `aud` may name: the tenant's issuer and token endpoint.
+        #[serde(default)]
+        assertion_audiences: Vec<String>,
+        /// The resource asked for: must be the tenant's MCP URL (it always is for a client
+        /// assertion's token).
+        #[serde(default)]
+        resource: Option<String>,
+    },
+}
+
+/// The grant presented at a tenant's token endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "grant_type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenGrant {
+    AuthorizationCode { client_id: String, code: String, code_verifier: String, redirect_uri: String },
+    RefreshToken { client_id: String, refresh_token: String },
+    ClientCredentials { client_assertion: String },
+}
+
+/// What a grant step answers: the request's id, or a token (and its refresh token).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OAuthGrantAnswer {
+    #[serde(default)]
+    pub request_id: Option<String>,
+    #[serde(default)]
+    pub token: Option<IssuedToken>,
+    #[serde(default)]
+    pub refresh_token: Option<String>,
+}

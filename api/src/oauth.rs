@@ -224,13 +224,13 @@ pub struct RefreshTokenV1 {
 /// What proves a token request at the token endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GrantProofV1 {
-    /// A code and the PKCE verifier of its request's challenge.
-    Code { request_id: String, code_digest: String, verifier: String },
+    /// A code, the PKCE verifier of its request's challenge and the redirect URI it was sent to.
+    Code { code_digest: String, verifier: String, redirect_uri: String },
     /// A refresh token of the client (replaced by a new one).
     Refresh { refresh_id: String, secret_digest: String },
     /// A client assertion (`private_key_jwt`) the node verified against the client's keys:
-    /// its `jti` is used once.
-    Assertion { jti: String, expires_at_ms: u64 },
+    /// its `jti` is used once; the token is for `audience` (the tenant's MCP URL).
+    Assertion { jti: String, expires_at_ms: u64, audience: String },
 }
 
 /// A new refresh token to record with the access token: its id and the digest of its secret.
@@ -249,7 +249,9 @@ pub enum GrantStepV1 {
     Decide { request_id: String, approve: bool, operator: String },
     /// The browser that asked collects the code of its approved request.
     Code { request_id: String, browser_digest: String, code_digest: String },
-    /// A token for a code, a refresh token or a client assertion (the token endpoint).
+    /// A token for a code, a refresh token or a client assertion (the token endpoint). The
+    /// token's scopes are the request's for a code; within the refresh token's or the client's
+    /// (empty: all of them) otherwise.
     Redeem { client_id: String, proof: GrantProofV1, token: TokenRequestV1, refresh: Option<NewRefreshV1> },
 }
 
@@ -262,11 +264,13 @@ pub enum GrantChangeV1 {
         status: AuthStatusV1,
     },
     /// The proof was used (a code's request or a refresh token leaves; an assertion is
-    /// remembered until it expires) and `refresh`, if any, recorded.
+    /// remembered until it expires) and `refresh`, if any, recorded; the token issued with it
+    /// is for `audience`.
     Redeemed {
         client_id: String,
         used: UsedProofV1,
         refresh: Option<RefreshTokenV1>,
+        audience: String,
     },
 }
 
@@ -311,7 +315,7 @@ impl TenantOAuth {
                     r.status = status.clone();
                 }
             }
-            GrantChangeV1::Redeemed { client_id, used, refresh } => {
+            GrantChangeV1::Redeemed { client_id, used, refresh, .. } => {
                 match used {
                     UsedProofV1::Code { request_id } => {
                         self.requests.remove(request_id);
@@ -398,11 +402,63 @@ mod tests {
         let r = AuthRequest { request, status: AuthStatusV1::Pending, requested_at_ms: 0, expires_at_ms: 10 };
         t.apply(&GrantChangeV1::Requested(r), 0);
         let used = UsedProofV1::Assertion { jti: "j".into(), expires_at_ms: 20 };
-        t.apply(&GrantChangeV1::Redeemed { client_id: "c".into(), used, refresh: None }, 1);
+        let audience = "https://e/t/a/mcp".to_string();
+        t.apply(&GrantChangeV1::Redeemed { client_id: "c".into(), used, refresh: None, audience }, 1);
         assert_eq!((t.requests.len(), t.assertions.len()), (1, 1));
         t.expire(10);
         assert_eq!((t.requests.len(), t.assertions.len()), (0, 1));
         t.remove_client("c");
         assert!(t.assertions.is_empty());
     }
+}
+
+/// The claims of a client assertion (RFC 7523 §3) Writ reads.
+#[derive(Deserialize)]
+struct AssertionClaims {
+    jti: String,
+    exp: u64,
+}
+
+/// The client a client assertion claims to be (its `sub`, unverified: the key to check it with).
+pub fn assertion_client(assertion: &str) -> Option<String> {
+    let claims = crate::auth::segment(assertion, 1)?;
+    let (iss, sub) = (claims["iss"].as_str()?, claims["sub"].as_str()?);
+    (iss == sub).then(|| sub.to_string())
+}
+
+/// Verifies a `private_key_jwt` client assertion of `client` (RFC 7523): signed by one of its
+/// registered keys with an asymmetric algorithm, `iss` = `sub` = its id, `aud` one of
+/// `audiences` (the tenant's issuer or token endpoint), unexpired at `now_ms`. Its `jti` and
+/// expiry (ms) come back, for the ledger to use it once.
+pub fn verify_assertion(
+    client: &OAuthClientV1,
+    assertion: &str,
+    audiences: &[String],
+    now_ms: u64,
+) -> Result<(String, u64), Rejection> {
+    use jsonwebtoken::Algorithm;
+    let refused = |m: &str| Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, m);
+    let header = jsonwebtoken::decode_header(assertion).map_err(|_| refused("the client assertion is not a JWT"))?;
+    if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
+        return Err(refused("client assertions are signed with the client's private key (private_key_jwt)"));
+    }
+    let keys = client.keys().ok_or_else(|| refused("the client has no registered keys"))?;
+    let mut v = jsonwebtoken::Validation::new(header.alg);
+    v.set_issuer(&[&client.client_id]);
+    v.sub = Some(client.client_id.clone());
+    v.set_audience(audiences);
+    v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    v.leeway = 0;
+    v.validate_exp = false;
+    let candidates = keys.keys.iter().filter(|k| header.kid.is_none() || k.common.key_id == header.kid);
+    let claims = candidates
+        .filter_map(|jwk| jsonwebtoken::DecodingKey::from_jwk(jwk).ok())
+        .find_map(|key| jsonwebtoken::decode::<AssertionClaims>(assertion, &key, &v).ok())
+        .ok_or_else(|| refused("the client assertion does not verify against the client's keys, issuer and audience"))?
+        .claims;
+    let expires_at_ms = claims.exp.saturating_mul(1000);
+    if expires_at_ms <= now_ms {
+        return Err(refused("the client assertion has expired"));
+    }
+    Ok((claims.jti, expires_at_ms))
 }

@@ -94,8 +94,9 @@ impl Role {
     }
 
     /// Whether this role may call the admin API route `path` on a listener that requires client
-    /// certificates: operators every route, edges only `/v1/enroll`, `/v1/renew` and
-    /// `/v1/token-exchange` (the enrollments, renewals and token exchanges they forward); the
+    /// certificates: operators every route, edges only `/v1/enroll`, `/v1/renew`,
+    /// `/v1/token-exchange` and `/v1/oauth/grant` (the enrollments, renewals, token exchanges
+    /// and authorization steps they forward); the
     /// operator token (or the enrollment token, the renewal proof, the subject token) is checked
     /// after this, as everywhere.
     pub fn may_administer(self, path: &str) -> bool {
@@ -105,6 +106,7 @@ impl Role {
                 crate::executor::ADMIN_ENROLL_PATH,
                 crate::executor::ADMIN_RENEW_PATH,
                 crate::dto::ADMIN_TOKEN_EXCHANGE_PATH,
+                crate::dto::ADMIN_OAUTH_GRANT_PATH,
             ]
             .contains(&path),
             Role::Node => false,

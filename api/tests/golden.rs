@@ -1063,7 +1063,7 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 step: writ_api::oauth::GrantStepV1::Redeem {
                     client_id: oauth_client().client_id,
                     proof: writ_api::oauth::GrantProofV1::Code {
-                        request_id: "req-1".into(),
+                        redirect_uri: "http://127.0.0.1:8123/callback".into(),
                         code_digest: "c".repeat(64),
                         verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
                     },
@@ -1083,6 +1083,7 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                         client_id: oauth_client().client_id,
                         used: writ_api::oauth::UsedProofV1::Code { request_id: "req-1".into() },
                         refresh: Some(refresh_token()),
+                        audience: "https://edge.example/t/acme/mcp".into(),
                     },
                     at_ms: 1_700_000_000_000,
                 },

@@ -12,6 +12,7 @@ pub mod context;
 mod credentials;
 pub mod enroll;
 pub mod error;
+mod oauth;
 mod openapi;
 mod operations;
 pub mod service;

@@ -45,7 +45,7 @@ pub(crate) fn routes() -> Router<Shared> {
 /// The signer to sign with: this node's key, registered in the ledger and not retired. A key
 /// the ledger retired is replaced by a new one first, which is then registered. (A token signed
 /// within the replica's lag after a retirement is refused by every verifier: ask again.)
-async fn registered_signer(st: &AdminState) -> Result<Arc<Signer>, Rejection> {
+pub(crate) async fn registered_signer(st: &AdminState) -> Result<Arc<Signer>, Rejection> {
     let mut signer = st.signing_keys.current();
     let replace = |signer: &Signer| {
         st.signing_keys
@@ -93,13 +93,28 @@ async fn issue_signed(
     audience: Option<String>,
 ) -> Result<IssuedToken, Rejection> {
     let audience = audience.unwrap_or_else(|| st.token_audience.clone());
+    check_audience(&audience)?;
+    let signer = registered_signer(st).await?;
+    let events = submit(st, command).await?;
+    sign_recorded(&signer, tenant_id, &events, audience)
+}
+
+/// An audience a token may be signed for (checked before anything is recorded).
+pub(crate) fn check_audience(audience: &str) -> Result<(), Rejection> {
     if audience.is_empty() || audience.len() > writ_api::token::ISSUER_BYTES_MAX {
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, "audience must be 1..=512 bytes"));
     }
-    let signer = registered_signer(st).await?;
-    let events = submit(st, command).await?;
-    let Some((revision, Event::TokenIssuedV1 { token, .. })) = events.into_iter().next().map(|e| (e.revision, e.event))
-    else {
+    Ok(())
+}
+
+/// Signs the token the first of `events` recorded, for `audience`.
+pub(crate) fn sign_recorded(
+    signer: &Signer,
+    tenant_id: String,
+    events: &[writ_api::ledger::EventEnvelope],
+    audience: String,
+) -> Result<IssuedToken, Rejection> {
+    let Some((revision, Event::TokenIssuedV1 { token, .. })) = events.first().map(|e| (e.revision, &e.event)) else {
         return Err(Rejection::new(ReasonCode::INTERNAL, "the ledger recorded no token"));
     };
     let scopes: Vec<String> = token.scopes.iter().cloned().collect();
@@ -117,19 +132,19 @@ async fn issue_signed(
     };
     Ok(IssuedToken {
         token: signer.sign(&claims)?,
-        jti: token.jti,
+        jti: token.jti.clone(),
         tenant_id,
-        principal_id: token.principal_id,
+        principal_id: token.principal_id.clone(),
         scopes,
         audience,
         expires_at_ms: token.expires_at_ms,
-        parent_jti: token.parent_jti,
+        parent_jti: token.parent_jti.clone(),
         depth: token.depth,
         revision,
     })
 }
 
-fn new_jti() -> String {
+pub(crate) fn new_jti() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 

@@ -46,6 +46,22 @@ pub async fn fetch_keys(source: &IssuerSourceV1) -> Result<IssuerKeysV1, Rejecti
     Ok(keys)
 }
 
+/// A client ID metadata document (the client's id is its URL): fetched like an issuer's
+/// documents, it must name that very URL as its `client_id`.
+pub async fn fetch_client_metadata(url: &str, allow_private: bool) -> Result<Value, Rejection> {
+    let refused = |m: String| Rejection::new(ReasonCode::OAUTH_CLIENT_METADATA_FAILED, m);
+    check_issuer_url(url, allow_private).map_err(|r| refused(r.message))?;
+    let client = client(allow_private).map_err(|r| refused(r.message))?;
+    let body = fetch(&client, url, allow_private).await.map_err(|r| refused(r.message))?;
+    let body = body.ok_or_else(|| refused(format!("{url} answered 404")))?;
+    let document: Value =
+        serde_json::from_str(&body).map_err(|e| refused(format!("{url} is not a JSON document: {e}")))?;
+    if document["client_id"].as_str() != Some(url) {
+        return Err(refused(format!("{url} names client_id {}, not its own URL", document["client_id"])));
+    }
+    Ok(document)
+}
+
 /// The issuer's metadata: OpenID discovery first, RFC 8414 where that is absent; either must
 /// name exactly this issuer (RFC 8414 §3.3, OpenID Discovery §4.3).
 async fn discovery_document(client: &reqwest::Client, source: &IssuerSourceV1) -> Result<Value, Rejection> {

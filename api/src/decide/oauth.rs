@@ -136,72 +136,91 @@ fn grant(state: &LedgerState, tenant_id: &str, step: &GrantStepV1, now: u64) -> 
             if token.principal_id != client.principal_id || token.parent_jti.is_some() {
                 return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a client's token is its principal's own"));
             }
-            within(&token.scopes, &allowed_scopes(state, tenant_id, client)?)?;
-            let (used, refresh) = redeem(&oauth, client_id, proof, refresh.as_ref(), &token.scopes, now)?;
-            if refresh.is_some()
-                && oauth.refresh_tokens.len() >= REFRESH_TOKENS_MAX
-                && !matches!(used, UsedProofV1::Refresh { .. })
-            {
-                let m = format!("the tenant holds {REFRESH_TOKENS_MAX} refresh tokens: revoke some clients' first");
+            let allowed = allowed_scopes(state, tenant_id, client)?;
+            let redeemed = redeem(&oauth, client, proof, refresh.as_ref(), &token.scopes, &allowed, now)?;
+            let rotating = matches!(redeemed.used, UsedProofV1::Refresh { .. });
+            if redeemed.refresh.is_some() && !rotating && oauth.refresh_tokens.len() >= REFRESH_TOKENS_MAX {
+                let m = format!("the tenant holds {REFRESH_TOKENS_MAX} refresh tokens: remove unused clients first");
                 return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, m));
             }
-            let issued = super::token::decide_token(state, tenant_id, token, now)?;
-            Ok(vec![
-                Event::TokenIssuedV1 { tenant_id: tenant_id.to_string(), token: issued },
-                change(GrantChangeV1::Redeemed { client_id: client_id.clone(), used, refresh }),
-            ])
+            let request = TokenRequestV1 { scopes: redeemed.scopes, ..token.clone() };
+            let issued = super::token::decide_token(state, tenant_id, &request, now)?;
+            let change = change(GrantChangeV1::Redeemed {
+                client_id: client_id.clone(),
+                used: redeemed.used,
+                refresh: redeemed.refresh,
+                audience: redeemed.audience,
+            });
+            Ok(vec![Event::TokenIssuedV1 { tenant_id: tenant_id.to_string(), token: issued }, change])
         }
     }
 }
 
-/// Checks `proof` for `client_id`: what it uses up, and the refresh token to record.
+/// What a redemption uses up and yields.
+struct Redeemed {
+    used: UsedProofV1,
+    refresh: Option<RefreshTokenV1>,
+    scopes: BTreeSet<String>,
+    audience: String,
+}
+
+/// `asked` within `granted`; empty: all of `granted`.
+fn narrowed(asked: &BTreeSet<String>, granted: &BTreeSet<String>) -> Result<BTreeSet<String>, Rejection> {
+    within(asked, granted)?;
+    Ok(if asked.is_empty() { granted.clone() } else { asked.clone() })
+}
+
+/// Checks `proof` for `client`: what it uses up, the token's scopes and audience, and the
+/// refresh token to record.
 fn redeem(
     oauth: &TenantOAuth,
-    client_id: &str,
+    client: &OAuthClientV1,
     proof: &GrantProofV1,
     refresh: Option<&NewRefreshV1>,
-    scopes: &BTreeSet<String>,
+    asked: &BTreeSet<String>,
+    allowed: &BTreeSet<String>,
     now: u64,
-) -> Result<(UsedProofV1, Option<RefreshTokenV1>), Rejection> {
-    let new_refresh = |audience: &str, scopes: &BTreeSet<String>, principal_id: &str| {
+) -> Result<Redeemed, Rejection> {
+    let client_id = client.client_id.as_str();
+    let new_refresh = |audience: &str, scopes: &BTreeSet<String>| {
         refresh.map(|r| RefreshTokenV1 {
             refresh_id: r.refresh_id.clone(),
             secret_digest: r.secret_digest.clone(),
             client_id: client_id.to_string(),
-            principal_id: principal_id.to_string(),
+            principal_id: client.principal_id.clone(),
             scopes: scopes.clone(),
             audience: audience.to_string(),
             expires_at_ms: now.saturating_add(REFRESH_TTL_MS),
         })
     };
-    let principal = oauth.clients.get(client_id).map(|c| c.principal_id.as_str()).unwrap_or_default();
     match proof {
-        GrantProofV1::Code { request_id, code_digest, verifier } => {
-            let r = oauth.requests.get(request_id).ok_or_else(|| grant_invalid("the code is unknown or expired"))?;
-            let issued = matches!(&r.status, AuthStatusV1::CodeIssued { code_digest: d, .. } if d == code_digest);
-            if !issued || r.request.client_id != client_id {
-                return Err(grant_invalid("the code is unknown, expired, used, or another client's"));
-            }
+        GrantProofV1::Code { code_digest, verifier, redirect_uri } => {
+            let r = oauth.requests.values().find(|r| {
+                matches!(&r.status, AuthStatusV1::CodeIssued { code_digest: d, .. } if d == code_digest)
+                    && r.request.client_id == client_id
+                    && r.request.redirect_uri == *redirect_uri
+            });
+            let r = r.ok_or_else(|| grant_invalid("the code is unknown, expired, used, or another client's"))?;
             if s256_challenge(verifier) != r.request.code_challenge {
                 return Err(Rejection::new(ReasonCode::OAUTH_PKCE_INVALID, "the code verifier does not match"));
             }
-            if *scopes != r.request.scopes {
-                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "a code's token has the request's scopes"));
-            }
-            let refresh = new_refresh(&r.request.audience, scopes, principal);
-            Ok((UsedProofV1::Code { request_id: request_id.clone() }, refresh))
+            let scopes = narrowed(&r.request.scopes, allowed)?;
+            let used = UsedProofV1::Code { request_id: r.request.request_id.clone() };
+            let refresh = new_refresh(&r.request.audience, &scopes);
+            Ok(Redeemed { used, refresh, scopes, audience: r.request.audience.clone() })
         }
         GrantProofV1::Refresh { refresh_id, secret_digest } => {
             let r = oauth.refresh_tokens.get(refresh_id);
             let r = r
                 .filter(|r| r.client_id == client_id && r.secret_digest == *secret_digest)
                 .ok_or_else(|| grant_invalid("the refresh token is unknown, expired, used, or another client's"))?;
-            within(scopes, &r.scopes)?;
-            let kept = if scopes.is_empty() { &r.scopes } else { scopes };
-            let refresh = new_refresh(&r.audience, kept, principal);
-            Ok((UsedProofV1::Refresh { refresh_id: refresh_id.clone() }, refresh))
+            let scopes = narrowed(asked, &narrowed(&r.scopes, allowed)?)?;
+            let used = UsedProofV1::Refresh { refresh_id: refresh_id.clone() };
+            // The replacement keeps the whole grant, whatever this token narrowed.
+            let refresh = new_refresh(&r.audience, &r.scopes);
+            Ok(Redeemed { used, refresh, scopes, audience: r.audience.clone() })
         }
-        GrantProofV1::Assertion { jti, expires_at_ms } => {
+        GrantProofV1::Assertion { jti, expires_at_ms, audience } => {
             if jti.is_empty() || jti.len() > 128 || refresh.is_some() {
                 return Err(Rejection::new(ReasonCode::INPUT_INVALID, "an assertion names a jti of 1..=128 bytes"));
             }
@@ -216,7 +235,11 @@ fn redeem(
                 let m = format!("the tenant remembers {ASSERTIONS_MAX} unexpired assertions: try again later");
                 return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, m));
             }
-            Ok((UsedProofV1::Assertion { jti: jti.clone(), expires_at_ms: *expires_at_ms }, None))
+            if audience.is_empty() || audience.len() > crate::token::ISSUER_BYTES_MAX {
+                return Err(Rejection::new(ReasonCode::INPUT_INVALID, "the token's audience must be 1..=512 bytes"));
+            }
+            let used = UsedProofV1::Assertion { jti: jti.clone(), expires_at_ms: *expires_at_ms };
+            Ok(Redeemed { used, refresh: None, scopes: narrowed(asked, allowed)?, audience: audience.clone() })
         }
     }
 }

@@ -1071,8 +1071,11 @@ fn authorization_grants_are_single_use_and_bound() {
                 .map(|id| NewRefreshV1 { refresh_id: id.into(), secret_digest: digest(&format!("secret-{id}")) }),
         })
     };
-    let by_code =
-        |v: &str| GrantProofV1::Code { request_id: "r1".into(), code_digest: digest("code"), verifier: v.into() };
+    let by_code = |v: &str| GrantProofV1::Code {
+        code_digest: digest("code"),
+        verifier: v.into(),
+        redirect_uri: "http://127.0.0.1:9/cb".into(),
+    };
     let wrong = "x".repeat(43);
     assert_eq!(run(&mut st, 6, redeem(by_code(&wrong), "j1", Some("rt1"))), Some(ReasonCode::OAUTH_PKCE_INVALID));
     assert_eq!(run(&mut st, 6, redeem(by_code(verifier), "j1", Some("rt1"))), None);
@@ -1090,10 +1093,12 @@ fn authorization_grants_are_single_use_and_bound() {
         Some(ReasonCode::OAUTH_GRANT_INVALID),
         "a refresh token is replaced when used"
     );
-    let assertion = || GrantProofV1::Assertion { jti: "a1".into(), expires_at_ms: 60_000 };
+    let aud = || "https://e/t/acme/mcp".to_string();
+    let assertion = || GrantProofV1::Assertion { jti: "a1".into(), expires_at_ms: 60_000, audience: aud() };
     assert_eq!(run(&mut st, 8, redeem(assertion(), "j5", None)), None);
     assert_eq!(run(&mut st, 8, redeem(assertion(), "j6", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN), "replayed");
-    let late = GrantProofV1::Assertion { jti: "a2".into(), expires_at_ms: 8 + ASSERTION_LIFETIME_MAX_MS + 1 };
+    let late =
+        GrantProofV1::Assertion { jti: "a2".into(), expires_at_ms: 8 + ASSERTION_LIFETIME_MAX_MS + 1, audience: aud() };
     assert_eq!(run(&mut st, 8, redeem(late, "j7", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN), "too long-lived");
     let remove = Command::RemoveOAuthClient { tenant_id: "a".into(), client_id: client.client_id.clone() };
     assert_eq!(run(&mut st, 9, remove), None);

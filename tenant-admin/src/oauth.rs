@@ -1,0 +1,279 @@
+//! Admin routes of the tenants' own authorization servers. Operators register clients (each
+//! bound to one principal; a client known by its metadata document is read from it) and decide
+//! the authorization requests browsers made; edges forward each step of a grant
+//! (`/v1/oauth/grant`): the request, the browser collecting its code, the token endpoint. The
+//! ledger decides every step; this module verifies client assertions, makes the secrets it
+//! hands out (refresh tokens) and signs the tokens the ledger recorded.
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::Value;
+use writ_api::dto::{
+    AuthRequestList, AuthRequestView, OAuthClientList, OAuthClientRequest, OAuthGrantAnswer, OAuthGrantRequest,
+    RemoveOAuthClientRequest, TokenGrant,
+};
+use writ_api::ledger::{Command, Event, EventEnvelope};
+use writ_api::oauth::{
+    digest, is_pkce_value, AuthRequestV1, AuthStatusV1, GrantChangeV1, GrantProofV1, GrantStepV1, NewRefreshV1,
+    OAuthClientV1, TEXT_BYTES_MAX,
+};
+use writ_api::token::TokenRequestV1;
+use writ_api::{ReasonCode, Rejection};
+use writ_client::now_ms;
+
+use crate::error::{ApiError, ValidJson};
+use crate::service::{find_principal, find_tenant, submit, AdminState, Shared};
+use crate::tokens::{new_jti, registered_signer, sign_recorded, TOKEN_TTL_DEFAULT_S};
+
+/// Operator routes.
+pub(crate) fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/v1/tenants/{tenant}/oauth/clients", get(list_clients).put(set_client))
+        .route("/v1/tenants/{tenant}/oauth/clients/remove", post(remove_client))
+        .route("/v1/tenants/{tenant}/oauth/requests", get(list_requests))
+        .route("/v1/tenants/{tenant}/oauth/requests/{request}/approve", post(approve))
+        .route("/v1/tenants/{tenant}/oauth/requests/{request}/deny", post(deny))
+}
+
+/// The route edges forward grant steps to (each authenticated by what it carries).
+pub(crate) fn public_routes() -> Router<Shared> {
+    Router::new().route(writ_api::dto::ADMIN_OAUTH_GRANT_PATH, post(grant))
+}
+
+async fn set_client(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<OAuthClientRequest>,
+) -> Result<Json<OAuthClientV1>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let p = find_principal(&st, t.id.clone(), b.principal).await?;
+    let mut client = OAuthClientV1 {
+        client_id: b.client_id,
+        principal_id: p.id,
+        scopes: b.scopes.into_iter().collect(),
+        redirect_uris: b.redirect_uris.clone().unwrap_or_default(),
+        jwks: b.jwks,
+        name: b.name,
+    };
+    if b.redirect_uris.is_none() && client.jwks.is_none() && client.client_id.starts_with("https://") {
+        let document =
+            writ_client::discovery::fetch_client_metadata(&client.client_id, b.allow_private_network).await?;
+        from_metadata(&mut client, &document)?;
+    }
+    client.validate()?;
+    submit(&st, Command::SetOAuthClient { tenant_id: t.id, client: client.clone() }).await?;
+    Ok(Json(client))
+}
+
+/// Takes a client ID metadata document's redirect URIs, inline keys and name.
+fn from_metadata(client: &mut OAuthClientV1, document: &Value) -> Result<(), Rejection> {
+    let invalid = |m: &str| Rejection::new(ReasonCode::OAUTH_CLIENT_METADATA_FAILED, m);
+    let uris = document["redirect_uris"].as_array().map(|a| a.iter().filter_map(Value::as_str).map(String::from));
+    client.redirect_uris = uris.map(Iterator::collect).unwrap_or_default();
+    if document["jwks"].is_object() {
+        client.jwks = Some(document["jwks"].to_string());
+    } else if document["jwks_uri"].is_string() {
+        return Err(invalid("the document names a jwks_uri: register its keys inline (jwks) instead"));
+    }
+    if client.name.is_none() {
+        client.name = document["client_name"].as_str().map(|n| writ_api::audit::truncated(n, TEXT_BYTES_MAX));
+    }
+    Ok(())
+}
+
+fn tenant_oauth<T>(st: &AdminState, tenant_id: &str, f: impl FnOnce(&writ_api::oauth::TenantOAuth) -> T) -> T {
+    st.view.with_state(|s| f(s.oauth.get(tenant_id).unwrap_or(&Default::default())))
+}
+
+async fn list_clients(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<OAuthClientList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(OAuthClientList { clients: tenant_oauth(&st, &t.id, |o| o.clients.values().cloned().collect()) }))
+}
+
+async fn remove_client(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(b): ValidJson<RemoveOAuthClientRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let events = submit(&st, Command::RemoveOAuthClient { tenant_id: t.id, client_id: b.client_id.clone() }).await?;
+    let revision = events.first().map(|e| e.revision).unwrap_or_default();
+    Ok(Json(serde_json::json!({"client_id": b.client_id, "revision": revision})))
+}
+
+async fn list_requests(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+) -> Result<Json<AuthRequestList>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    let now = now_ms();
+    let requests = tenant_oauth(&st, &t.id, |o| {
+        let live = o.requests.values().filter(|r| r.expires_at_ms > now);
+        live.map(|r| {
+            let client = o.clients.get(&r.request.client_id);
+            let (status, by) = match &r.status {
+                AuthStatusV1::Pending => ("pending", None),
+                AuthStatusV1::Approved { by } => ("approved", Some(by.clone())),
+                AuthStatusV1::Denied { by } => ("denied", Some(by.clone())),
+                AuthStatusV1::CodeIssued { by, .. } => ("code_issued", Some(by.clone())),
+            };
+            AuthRequestView {
+                request_id: r.request.request_id.clone(),
+                client_id: r.request.client_id.clone(),
+                client_name: client.and_then(|c| c.name.clone()),
+                principal_id: client.map(|c| c.principal_id.clone()).unwrap_or_default(),
+                redirect_uri: r.request.redirect_uri.clone(),
+                scopes: r.request.scopes.iter().cloned().collect(),
+                audience: r.request.audience.clone(),
+                status: status.into(),
+                decided_by: by,
+                requested_at_ms: r.requested_at_ms,
+                expires_at_ms: r.expires_at_ms,
+            }
+        })
+        .collect()
+    });
+    Ok(Json(AuthRequestList { requests }))
+}
+
+async fn decide(st: &AdminState, tenant: String, request_id: String, approve: bool) -> Result<Json<Value>, ApiError> {
+    let t = find_tenant(st, tenant).await?;
+    let step = GrantStepV1::Decide { request_id: request_id.clone(), approve, operator: "operator".into() };
+    let events = submit(st, Command::OAuthGrant { tenant_id: t.id, step }).await?;
+    let revision = events.first().map(|e| e.revision).unwrap_or_default();
+    let status = if approve { "approved" } else { "denied" };
+    Ok(Json(serde_json::json!({"request_id": request_id, "status": status, "revision": revision})))
+}
+
+async fn approve(
+    State(st): State<Shared>,
+    Path((tenant, request)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    decide(&st, tenant, request, true).await
+}
+
+async fn deny(
+    State(st): State<Shared>,
+    Path((tenant, request)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    decide(&st, tenant, request, false).await
+}
+
+/// One step of a grant, forwarded by an edge.
+async fn grant(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<OAuthGrantRequest>,
+) -> Result<Json<OAuthGrantAnswer>, ApiError> {
+    match b {
+        OAuthGrantRequest::Authorize {
+            tenant,
+            client_id,
+            redirect_uri,
+            code_challenge,
+            scopes,
+            resource,
+            state,
+            browser_digest,
+        } => {
+            let t = find_tenant(&st, tenant).await?;
+            let request_id = uuid::Uuid::new_v4().simple().to_string();
+            let request = AuthRequestV1 {
+                request_id: request_id.clone(),
+                client_id,
+                redirect_uri,
+                code_challenge,
+                scopes: scopes.into_iter().collect(),
+                audience: resource,
+                state,
+                browser_digest,
+            };
+            submit(&st, Command::OAuthGrant { tenant_id: t.id, step: GrantStepV1::Request(request) }).await?;
+            Ok(Json(OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() }))
+        }
+        OAuthGrantRequest::Code { tenant, request_id, browser_digest, code_digest } => {
+            let t = find_tenant(&st, tenant).await?;
+            let step = GrantStepV1::Code { request_id, browser_digest, code_digest };
+            submit(&st, Command::OAuthGrant { tenant_id: t.id, step }).await?;
+            Ok(Json(OAuthGrantAnswer::default()))
+        }
+        OAuthGrantRequest::Token { tenant, grant, scopes, assertion_audiences, resource } => {
+            let t = find_tenant(&st, tenant).await?;
+            let scopes = scopes.into_iter().collect();
+            Ok(Json(token(&st, t.id, grant, scopes, &assertion_audiences, resource).await?))
+        }
+    }
+}
+
+/// A new refresh token: `<id>.<secret>`, recorded as its id and the digest of the whole.
+fn new_refresh() -> (String, NewRefreshV1) {
+    let refresh_id = uuid::Uuid::new_v4().simple().to_string();
+    let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let token = format!("{refresh_id}.{secret}");
+    let recorded = NewRefreshV1 { refresh_id, secret_digest: digest(&token) };
+    (token, recorded)
+}
+
+/// The token endpoint's grants: the proof and client the ledger checks, then the signature.
+async fn token(
+    st: &AdminState,
+    tenant_id: String,
+    grant: TokenGrant,
+    scopes: std::collections::BTreeSet<String>,
+    assertion_audiences: &[String],
+    resource: Option<String>,
+) -> Result<OAuthGrantAnswer, Rejection> {
+    let (client_id, proof, refresh) = match grant {
+        TokenGrant::AuthorizationCode { client_id, code, code_verifier, redirect_uri } => {
+            if !is_pkce_value(&code_verifier) {
+                return Err(Rejection::new(ReasonCode::OAUTH_PKCE_INVALID, "code_verifier is missing or malformed"));
+            }
+            let proof = GrantProofV1::Code { code_digest: digest(&code), verifier: code_verifier, redirect_uri };
+            (client_id, proof, Some(new_refresh()))
+        }
+        TokenGrant::RefreshToken { client_id, refresh_token } => {
+            let refresh_id = refresh_token.split('.').next().unwrap_or_default().to_string();
+            let proof = GrantProofV1::Refresh { refresh_id, secret_digest: digest(&refresh_token) };
+            (client_id, proof, Some(new_refresh()))
+        }
+        TokenGrant::ClientCredentials { client_assertion } => {
+            let unknown = || Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, "the client assertion names no client");
+            let client_id = writ_api::oauth::assertion_client(&client_assertion).ok_or_else(unknown)?;
+            let client = tenant_oauth(st, &tenant_id, |o| o.clients.get(&client_id).cloned());
+            let client = client.ok_or_else(|| {
+                Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, format!("no client '{client_id}' is registered"))
+            })?;
+            let (jti, expires_at_ms) =
+                writ_api::oauth::verify_assertion(&client, &client_assertion, assertion_audiences, now_ms())?;
+            let audience = resource.clone().ok_or_else(|| {
+                Rejection::new(ReasonCode::OAUTH_RESOURCE_INVALID, "the resource (the tenant's MCP URL) is required")
+            })?;
+            (client_id, GrantProofV1::Assertion { jti, expires_at_ms, audience }, None)
+        }
+    };
+    let principal_id = tenant_oauth(st, &tenant_id, |o| o.clients.get(&client_id).map(|c| c.principal_id.clone()))
+        .ok_or_else(|| {
+            Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, format!("no client '{client_id}' is registered"))
+        })?;
+    let request = TokenRequestV1 { jti: new_jti(), principal_id, scopes, ttl_s: TOKEN_TTL_DEFAULT_S, parent_jti: None };
+    let (refresh_token, refresh) = refresh.unzip();
+    let step = GrantStepV1::Redeem { client_id, proof, token: request, refresh };
+    let signer = registered_signer(st).await?;
+    let events = submit(st, Command::OAuthGrant { tenant_id: tenant_id.clone(), step }).await?;
+    // A code's or refresh token's audience is its request's (the edge checked both are its
+    // tenant's MCP URL).
+    let audience = redeemed_audience(&events)?;
+    let token = sign_recorded(&signer, tenant_id, &events, audience)?;
+    Ok(OAuthGrantAnswer { request_id: None, token: Some(token), refresh_token })
+}
+
+/// The audience the ledger recorded for a redemption's token.
+fn redeemed_audience(events: &[EventEnvelope]) -> Result<String, Rejection> {
+    events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::OAuthGrantV1 { change: GrantChangeV1::Redeemed { audience, .. }, .. } => Some(audience.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| Rejection::new(ReasonCode::INTERNAL, "the ledger recorded no redemption"))
+}
