@@ -313,10 +313,11 @@ fn verify_writ(
         ));
     }
     let key = state.signing_keys.get(kid).ok_or_else(|| invalid(format!("unknown signing key '{kid}'")))?;
+    let audiences = with_tenant_urls(state, bearer, audiences);
     let claims = jsonwebtoken::decode::<WritClaims>(
         bearer,
         &DecodingKey::from_ed_der(&key.public_key),
-        &validation(Algorithm::EdDSA, WRIT_ISSUER, audiences),
+        &validation(Algorithm::EdDSA, WRIT_ISSUER, &audiences),
     )
     .map_err(map_jwt_error)?
     .claims;
@@ -324,6 +325,18 @@ fn verify_writ(
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_NOT_YET_VALID, "the token is not valid yet"));
     }
     recorded_authority(state, &claims.tid, &claims.jti, &claims.sub, now_ms)
+}
+
+/// `audiences` and, for each, the MCP URL of the tenant the token claims (its `tid`): a token a
+/// tenant's own authorization server issued for that URL. The signature covers the claim, so a
+/// token only ever matches its own tenant's URL.
+fn with_tenant_urls(state: &LedgerState, bearer: &str, audiences: &[String]) -> Vec<String> {
+    let claimed = segment(bearer, 1).and_then(|c| Some(state.tenants.get(c["tid"].as_str()?)?.name.clone()));
+    let mut all = audiences.to_vec();
+    if let Some(name) = claimed {
+        all.extend(audiences.iter().map(|a| crate::token::tenant_url(a, &name)));
+    }
+    all
 }
 
 /// The authority of the Writ token `jti` of `tenant_id` held by `principal_id`, from the

@@ -1157,8 +1157,8 @@ pub enum OAuthGrantRequest {
         state: Option<String>,
         browser_digest: String,
     },
-    /// The browser that asked collects the code of its approved request.
-    Code { tenant: String, request_id: String, browser_digest: String, code_digest: String },
+    /// The browser that asked collects the code of its approved request (the node makes it).
+    Code { tenant: String, request_id: String, browser_digest: String },
     /// The token endpoint.
     Token {
         tenant: String,
@@ -1184,11 +1184,15 @@ pub enum TokenGrant {
     ClientCredentials { client_assertion: String },
 }
 
-/// What a grant step answers: the request's id, or a token (and its refresh token).
+/// What a grant step answers: the request's id, its code, or a token (and its refresh token).
+/// Codes and refresh tokens start with the ledger revision that recorded them (`<rev>.…`), so
+/// whichever node they reach next waits until it holds them.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OAuthGrantAnswer {
     #[serde(default)]
     pub request_id: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
     #[serde(default)]
     pub token: Option<IssuedToken>,
     #[serde(default)]

@@ -169,6 +169,23 @@ pub struct IssuerSource {
     pub revision: u64,
 }
 
+/// `scheme://authority` and the path (with what follows it) of `url`.
+pub fn split_origin(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => url.split_at(after_scheme + i),
+        None => (url, ""),
+    }
+}
+
+/// The MCP URL of tenant `tenant` (by name) on the endpoint `canonical`:
+/// `{origin}/t/{tenant}{path}` — where its agents connect, and the audience of the tokens of its
+/// own authorization server and issuers.
+pub fn tenant_url(canonical: &str, tenant: &str) -> String {
+    let (origin, path) = split_origin(canonical);
+    format!("{origin}/t/{tenant}{path}")
+}
+
 /// Whether `url` is an `http(s)` URL Writ may fetch an issuer's documents from: `https`, or
 /// `http` to a literal loopback address when private networks are allowed. No credentials,
 /// query or fragment; at most [`ISSUER_BYTES_MAX`] bytes.

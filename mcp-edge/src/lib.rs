@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod audit;
+mod authorize;
 mod builtin;
 pub mod caps;
 pub mod executors;
@@ -143,8 +144,13 @@ impl EdgeConfig {
     /// carry. A path rather than a host name per tenant: one certificate and one DNS name serve
     /// every tenant, and loopback and private deployments work unchanged.
     pub fn tenant_url(&self, tenant: &str) -> String {
-        let (origin, path) = split_origin(&self.canonical_url);
-        format!("{origin}/t/{tenant}{path}")
+        writ_api::token::tenant_url(&self.canonical_url, tenant)
+    }
+
+    /// The issuer of tenant `tenant`'s own authorization server, `{origin}/t/{tenant}` (its RFC
+    /// 8414 metadata at `{origin}/.well-known/oauth-authorization-server/t/{tenant}`).
+    pub fn tenant_issuer(&self, tenant: &str) -> String {
+        format!("{}/t/{tenant}", split_origin(&self.canonical_url).0)
     }
 
     /// Where the protected-resource metadata of the endpoint a request came in on lives: the
@@ -338,7 +344,8 @@ pub fn router_with(
         .route(&tenant_mcp, endpoint())
         .route(&prm, get(resource_metadata))
         .route(&tenant_prm, get(tenant_resource_metadata))
-        .route(oauth::TOKEN_PATH, oauth::token_route());
+        .route(oauth::TOKEN_PATH, oauth::token_route())
+        .merge(authorize::routes());
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));
     }
@@ -463,7 +470,8 @@ async fn resource_metadata(State(edge): State<Arc<Edge>>, headers: HeaderMap) ->
 }
 
 /// The protected-resource metadata (RFC 9728) of one tenant's MCP URL: its own issuers known
-/// by their URL as its authorization servers (Writ's where it has none).
+/// by their URL as its authorization servers; where it has none, its own authorization server on
+/// this edge (`{origin}/t/{tenant}`; Writ's ledger where the edge forwards to no admin API).
 async fn tenant_resource_metadata(
     State(edge): State<Arc<Edge>>,
     axum::extract::Path(tenant): axum::extract::Path<String>,
@@ -481,7 +489,10 @@ async fn tenant_resource_metadata(
         let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}' is served here"));
         return RpcError::rejected(&e).into_response();
     };
-    if servers.is_empty() {
+    if servers.is_empty() && edge.admin.is_some() {
+        // No IdP of its own: the tenant's own authorization server on this edge.
+        servers.push(edge.config.tenant_issuer(&tenant));
+    } else if servers.is_empty() {
         servers.clone_from(&edge.config.authorization_servers);
     }
     Json(json!({

@@ -59,6 +59,8 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_UNAVAILABLE: i32 = 3;
 pub const EXIT_AUTH: i32 = 4;
 
+mod oauth;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
     #[default]
@@ -122,6 +124,9 @@ pub enum Noun {
     /// A tenant's own token issuers (issuer + audience + inline JWKS).
     #[command(subcommand)]
     Issuer(IssuerCmd),
+    /// The tenant's own OAuth authorization server: its clients and the requests operators approve.
+    #[command(subcommand)]
+    Oauth(oauth::OAuthCmd),
     /// Signing keys, role certificates and executor CAs: show, retire, revoke.
     #[command(subcommand)]
     Credential(CredentialCmd),
@@ -1952,6 +1957,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         },
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
+        Noun::Oauth(cmd) => oauth::oauth_cmd(c, out, cmd).await,
         Noun::Credential(cmd) => credential_cmd(c, out, cmd).await,
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
         Noun::Upstream(cmd) => upstream_cmd(c, out, cmd).await,

@@ -165,7 +165,7 @@ async fn grant(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<OAuthGrantRequest>,
 ) -> Result<Json<OAuthGrantAnswer>, ApiError> {
-    match b {
+    let answer = match b {
         OAuthGrantRequest::Authorize {
             tenant,
             client_id,
@@ -189,29 +189,105 @@ async fn grant(
                 browser_digest,
             };
             submit(&st, Command::OAuthGrant { tenant_id: t.id, step: GrantStepV1::Request(request) }).await?;
-            Ok(Json(OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() }))
+            OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() }
         }
-        OAuthGrantRequest::Code { tenant, request_id, browser_digest, code_digest } => {
+        OAuthGrantRequest::Code { tenant, request_id, browser_digest } => {
             let t = find_tenant(&st, tenant).await?;
-            let step = GrantStepV1::Code { request_id, browser_digest, code_digest };
-            submit(&st, Command::OAuthGrant { tenant_id: t.id, step }).await?;
-            Ok(Json(OAuthGrantAnswer::default()))
+            let secret = new_secret();
+            let step = GrantStepV1::Code { request_id, browser_digest, code_digest: digest(&secret) };
+            let events = submit(&st, Command::OAuthGrant { tenant_id: t.id, step }).await?;
+            let revision = events.first().map(|e| e.revision).unwrap_or_default();
+            OAuthGrantAnswer { code: Some(format!("{revision}.{secret}")), ..Default::default() }
         }
         OAuthGrantRequest::Token { tenant, grant, scopes, assertion_audiences, resource } => {
             let t = find_tenant(&st, tenant).await?;
             let scopes = scopes.into_iter().collect();
-            Ok(Json(token(&st, t.id, grant, scopes, &assertion_audiences, resource).await?))
+            let refused = |r: Rejection| {
+                metrics::counter!("writ_oauth_token_refused_total", "reason" => r.reason.as_str()).increment(1);
+                r
+            };
+            token(&st, t.id, grant, scopes, &assertion_audiences, resource).await.map_err(refused)?
         }
-    }
+    };
+    Ok(Json(answer))
 }
 
-/// A new refresh token: `<id>.<secret>`, recorded as its id and the digest of the whole.
-fn new_refresh() -> (String, NewRefreshV1) {
-    let refresh_id = uuid::Uuid::new_v4().simple().to_string();
-    let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    let token = format!("{refresh_id}.{secret}");
-    let recorded = NewRefreshV1 { refresh_id, secret_digest: digest(&token) };
-    (token, recorded)
+/// 256 random bits, hex.
+fn new_secret() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// `<rev>.<rest>`: waits (briefly) until this node's view holds revision `rev`, and gives `rest`.
+async fn recorded<'a>(st: &AdminState, value: &'a str) -> Result<&'a str, Rejection> {
+    let invalid = || Rejection::new(ReasonCode::OAUTH_GRANT_INVALID, "the code or refresh token is malformed");
+    let (revision, rest) = value.split_once('.').ok_or_else(invalid)?;
+    let revision: u64 = revision.parse().map_err(|_| invalid())?;
+    st.view.wait_for(revision, RECORDED_WAIT).await;
+    Ok(rest)
+}
+
+/// How long a redemption waits for this node's view to hold the code or refresh token.
+const RECORDED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a token request proves, checked against this node's view first: a code, refresh token
+/// or assertion the ledger would refuse is refused here, so failed guesses are never recorded
+/// (they are counted by `writ_oauth_token_refused_total`).
+async fn proof_of(
+    st: &AdminState,
+    tenant_id: &str,
+    grant: TokenGrant,
+    assertion_audiences: &[String],
+    resource: Option<String>,
+) -> Result<(String, GrantProofV1, bool), Rejection> {
+    let unknown_grant = || Rejection::new(ReasonCode::OAUTH_GRANT_INVALID, "the grant is unknown, expired or used");
+    match grant {
+        TokenGrant::AuthorizationCode { client_id, code, code_verifier, redirect_uri } => {
+            if !is_pkce_value(&code_verifier) {
+                return Err(Rejection::new(ReasonCode::OAUTH_PKCE_INVALID, "code_verifier is missing or malformed"));
+            }
+            let code_digest = digest(recorded(st, &code).await?);
+            let known = tenant_oauth(st, tenant_id, |o| {
+                o.requests
+                    .values()
+                    .any(|r| matches!(&r.status, AuthStatusV1::CodeIssued { code_digest: d, .. } if *d == code_digest))
+            });
+            if !known {
+                return Err(unknown_grant());
+            }
+            Ok((client_id, GrantProofV1::Code { code_digest, verifier: code_verifier, redirect_uri }, true))
+        }
+        TokenGrant::RefreshToken { client_id, refresh_token } => {
+            let rest = recorded(st, &refresh_token).await?;
+            let refresh_id = rest.split('.').next().unwrap_or_default().to_string();
+            let secret_digest = digest(rest);
+            let known = tenant_oauth(st, tenant_id, |o| {
+                o.refresh_tokens.get(&refresh_id).is_some_and(|r| r.secret_digest == secret_digest)
+            });
+            if !known {
+                return Err(unknown_grant());
+            }
+            Ok((client_id, GrantProofV1::Refresh { refresh_id, secret_digest }, true))
+        }
+        TokenGrant::ClientCredentials { client_assertion } => {
+            let unknown = |m: String| Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, m);
+            let client_id = writ_api::oauth::assertion_client(&client_assertion)
+                .ok_or_else(|| unknown("the client assertion names no client (iss = sub)".into()))?;
+            let client = tenant_oauth(st, tenant_id, |o| o.clients.get(&client_id).cloned())
+                .ok_or_else(|| unknown(format!("no client '{client_id}' is registered")))?;
+            let (jti, expires_at_ms) =
+                writ_api::oauth::verify_assertion(&client, &client_assertion, assertion_audiences, now_ms())?;
+            let used = tenant_oauth(st, tenant_id, |o| {
+                o.assertions.contains_key(&writ_api::oauth::assertion_key(&client_id, &jti))
+            });
+            if used {
+                return Err(unknown("the assertion was used already".into()));
+            }
+            let audience = resource.ok_or_else(|| {
+                Rejection::new(ReasonCode::OAUTH_RESOURCE_INVALID, "the resource (the tenant's MCP URL) is required")
+            })?;
+            Ok((client_id, GrantProofV1::Assertion { jti, expires_at_ms, audience }, false))
+        }
+    }
 }
 
 /// The token endpoint's grants: the proof and client the ledger checks, then the signature.
@@ -223,48 +299,26 @@ async fn token(
     assertion_audiences: &[String],
     resource: Option<String>,
 ) -> Result<OAuthGrantAnswer, Rejection> {
-    let (client_id, proof, refresh) = match grant {
-        TokenGrant::AuthorizationCode { client_id, code, code_verifier, redirect_uri } => {
-            if !is_pkce_value(&code_verifier) {
-                return Err(Rejection::new(ReasonCode::OAUTH_PKCE_INVALID, "code_verifier is missing or malformed"));
-            }
-            let proof = GrantProofV1::Code { code_digest: digest(&code), verifier: code_verifier, redirect_uri };
-            (client_id, proof, Some(new_refresh()))
-        }
-        TokenGrant::RefreshToken { client_id, refresh_token } => {
-            let refresh_id = refresh_token.split('.').next().unwrap_or_default().to_string();
-            let proof = GrantProofV1::Refresh { refresh_id, secret_digest: digest(&refresh_token) };
-            (client_id, proof, Some(new_refresh()))
-        }
-        TokenGrant::ClientCredentials { client_assertion } => {
-            let unknown = || Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, "the client assertion names no client");
-            let client_id = writ_api::oauth::assertion_client(&client_assertion).ok_or_else(unknown)?;
-            let client = tenant_oauth(st, &tenant_id, |o| o.clients.get(&client_id).cloned());
-            let client = client.ok_or_else(|| {
-                Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, format!("no client '{client_id}' is registered"))
-            })?;
-            let (jti, expires_at_ms) =
-                writ_api::oauth::verify_assertion(&client, &client_assertion, assertion_audiences, now_ms())?;
-            let audience = resource.clone().ok_or_else(|| {
-                Rejection::new(ReasonCode::OAUTH_RESOURCE_INVALID, "the resource (the tenant's MCP URL) is required")
-            })?;
-            (client_id, GrantProofV1::Assertion { jti, expires_at_ms, audience }, None)
-        }
-    };
+    let (client_id, proof, refreshes) = proof_of(st, &tenant_id, grant, assertion_audiences, resource).await?;
     let principal_id = tenant_oauth(st, &tenant_id, |o| o.clients.get(&client_id).map(|c| c.principal_id.clone()))
         .ok_or_else(|| {
             Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, format!("no client '{client_id}' is registered"))
         })?;
     let request = TokenRequestV1 { jti: new_jti(), principal_id, scopes, ttl_s: TOKEN_TTL_DEFAULT_S, parent_jti: None };
-    let (refresh_token, refresh) = refresh.unzip();
+    // A refresh token is `<rev>.<id>.<secret>`; the ledger keeps the id and the digest of `<id>.<secret>`.
+    let (refresh_id, secret) = (uuid::Uuid::new_v4().simple().to_string(), new_secret());
+    let refresh = refreshes.then(|| NewRefreshV1 {
+        refresh_id: refresh_id.clone(),
+        secret_digest: digest(&format!("{refresh_id}.{secret}")),
+    });
+    let has_refresh = refresh.is_some();
     let step = GrantStepV1::Redeem { client_id, proof, token: request, refresh };
     let signer = registered_signer(st).await?;
     let events = submit(st, Command::OAuthGrant { tenant_id: tenant_id.clone(), step }).await?;
-    // A code's or refresh token's audience is its request's (the edge checked both are its
-    // tenant's MCP URL).
     let audience = redeemed_audience(&events)?;
     let token = sign_recorded(&signer, tenant_id, &events, audience)?;
-    Ok(OAuthGrantAnswer { request_id: None, token: Some(token), refresh_token })
+    let refresh_token = has_refresh.then(|| format!("{}.{refresh_id}.{secret}", token.revision));
+    Ok(OAuthGrantAnswer { token: Some(token), refresh_token, ..Default::default() })
 }
 
 /// The audience the ledger recorded for a redemption's token.

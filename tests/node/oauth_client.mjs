@@ -4,13 +4,19 @@
 // the authorization server's metadata (RFC 8414 / OpenID discovery) → a token for the resource
 // (RFC 8707) → the request again.
 //
+// A CLIENT_SECRET of `key:<file>` authenticates with private_key_jwt instead (the SDK's
+// PrivateKeyJwtProvider, ES256, the PKCS#8 key in <file>).
+//
 // Usage: node oauth_client.mjs SDK_DIR URL CLIENT_ID CLIENT_SECRET SCOPE READ_TOOL
 // Prints one JSON line: the tools listed and READ_TOOL's structured result, or {"error": ...}.
 
 const [sdkDir, url, clientId, clientSecret, scope, readTool] = process.argv.slice(2);
 const { Client } = await import(`${sdkDir}/dist/esm/client/index.js`);
 const { StreamableHTTPClientTransport } = await import(`${sdkDir}/dist/esm/client/streamableHttp.js`);
-const { ClientCredentialsProvider } = await import(`${sdkDir}/dist/esm/client/auth-extensions.js`);
+const { ClientCredentialsProvider, PrivateKeyJwtProvider } = await import(
+  `${sdkDir}/dist/esm/client/auth-extensions.js`
+);
+const { readFileSync } = await import("node:fs");
 
 const requests = [];
 const recording = async (input, init) => {
@@ -20,7 +26,14 @@ const recording = async (input, init) => {
   return response;
 };
 
-const authProvider = new ClientCredentialsProvider({ clientId, clientSecret, scope });
+const authProvider = clientSecret.startsWith("key:")
+  ? new PrivateKeyJwtProvider({
+      clientId,
+      privateKey: readFileSync(clientSecret.slice(4), "utf8"),
+      algorithm: "ES256",
+      scope,
+    })
+  : new ClientCredentialsProvider({ clientId, clientSecret, scope });
 const transport = new StreamableHTTPClientTransport(new URL(url), { authProvider, fetch: recording });
 const client = new Client({ name: "writ-oauth-test", version: "1.0.0" });
 try {

@@ -4,6 +4,8 @@
 // server's metadata, and sends the user to sign in; this script plays the user against the
 // provider's sign-in and consent pages (following redirects and cookies by hand) and hands the
 // code back; the SDK redeems it with its PKCE verifier and the resource, and calls tools.
+// A CLIENT_ID that is an https URL is a client ID metadata document (the SDK's URL-based client
+// id); a page that reloads itself (an authorization waiting for an operator) is reloaded.
 //
 // Usage: node oauth_code_client.mjs SDK_DIR URL CLIENT_ID REDIRECT_URI LOGIN READ_TOOL
 // Prints one JSON line: the authorization request's parameters, the tools listed and
@@ -36,7 +38,7 @@ const step = async (target, init = {}) => {
 let code;
 async function signIn(authorizationUrl) {
   let next = authorizationUrl.toString();
-  for (let i = 0; i < 16; i++) {
+  for (let i = 0; i < 120; i++) {
     if (next.startsWith(redirectUri)) {
       const back = new URL(next);
       if (back.searchParams.get("error")) throw new Error(`authorization refused: ${next}`);
@@ -49,6 +51,11 @@ async function signIn(authorizationUrl) {
       continue;
     }
     const page = await res.text();
+    const reload = /http-equiv="refresh" content="(\d+)"/.exec(page);
+    if (res.status === 200 && reload) {
+      await new Promise((done) => setTimeout(done, Number(reload[1]) * 1000));
+      continue;
+    }
     const action = /action="([^"]+)"/.exec(page);
     if (!action) throw new Error(`no form at ${next} (${res.status}): ${page.slice(0, 300)}`);
     const target = new URL(action[1], next).toString();
@@ -65,9 +72,11 @@ async function signIn(authorizationUrl) {
 
 let verifier;
 let tokens;
-let info = { client_id: clientId };
+const byMetadata = clientId.startsWith("https://");
+let info = byMetadata ? undefined : { client_id: clientId };
 let authorization;
 const provider = {
+  clientMetadataUrl: byMetadata ? clientId : undefined,
   get redirectUrl() {
     return redirectUri;
   },
@@ -110,7 +119,7 @@ try {
     const result = await client.callTool({ name: readTool, arguments: {} });
     read = result.structuredContent ?? result;
   }
-  console.log(JSON.stringify({ authorization, tools, read, token: tokens?.access_token }));
+  console.log(JSON.stringify({ authorization, tools, read, token: tokens?.access_token, refresh_token: tokens?.refresh_token }));
   await client.close();
   process.exit(0);
 } catch (e) {

@@ -61,3 +61,17 @@ pub fn http(identity: Option<(Role, &str)>) -> reqwest::Client {
 pub fn edge_ledger(urls: Vec<String>, edge: &str) -> HttpLedger {
     HttpLedger::with_http(urls, NodeHttp::with_tls(Some(&client_tls(Role::Edge, edge))))
 }
+
+/// Serves `app` over HTTPS on a loopback port (0: any), with a certificate of the test CA for
+/// 127.0.0.1 and localhost; its port. Processes trust it with `SSL_CERT_FILE` = [`ca_file`].
+pub async fn serve_https(app: axum::Router) -> u16 {
+    use writ_node::tls::{spawn, Accept, ClientAuth, Drain, ServerTls};
+    let files = credential(Role::Edge, "https-fixture");
+    let credential = writ_client::tls::CredentialFiles::load(&files.cert, &files.key, None).expect("credential");
+    let tls = ServerTls::new(credential, None, ClientAuth::None).expect("server tls");
+    // Never drained: the server lives as long as the test process.
+    let drain = Box::leak(Box::new(Drain::default()));
+    let addr = "127.0.0.1:0".parse().expect("address");
+    let (bound, _) = spawn(addr, app, Accept::tls(tls, "fixture"), drain, Duration::from_secs(1)).await.expect("bind");
+    bound.port()
+}

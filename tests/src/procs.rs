@@ -166,6 +166,9 @@ pub struct NodeProc {
     /// More `[raft]` settings for its next start (e.g. `ledger_version_max = 1`; a
     /// `snapshot_every_entries` here replaces the harness's 100,000).
     pub raft_extra: String,
+    /// More environment variables of its process (e.g. `SSL_CERT_FILE` to trust a test CA for
+    /// what it fetches).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -209,6 +212,7 @@ impl NodeProc {
             .arg(&cfg)
             .env("WRIT_LOG", "info,openraft=warn")
             .env("RUST_BACKTRACE", "0")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log.try_clone().expect("log"))
@@ -288,6 +292,7 @@ impl Cluster {
                 port: 0,
                 dir: root.path().join(format!("n{id}")),
                 raft_extra: String::new(),
+                env: Vec::new(),
                 child: None,
             })
             .collect();

@@ -395,3 +395,438 @@ async fn a_principal_exchanges_its_token_for_a_narrower_child_without_an_operato
     })
     .await;
 }
+
+/// Where the test host's browser is sent back to (nothing listens: the code is read from the
+/// redirect itself).
+const REDIRECT: &str = "http://127.0.0.1:1/callback";
+
+/// `writ admin ARGS` against `url`, off the runtime's threads (the node may be fetching from a
+/// server this process runs).
+async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let (url, args): (String, Vec<String>) = (url.into(), args.iter().map(|a| a.to_string()).collect());
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        writ_tests::procs::run_cli(&url, &args)
+    })
+    .await
+    .expect("the CLI runs")
+}
+
+/// Client ID metadata documents over HTTPS (the test CA): `host.json` names itself and
+/// [`REDIRECT`]; the others are ways a document goes wrong. Its base URL.
+async fn client_documents() -> String {
+    use axum::http::HeaderMap;
+    use axum::response::Redirect;
+    use axum::routing::get;
+    let own = |headers: &HeaderMap, name: &str| {
+        let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or_default().to_string();
+        format!("https://{host}/{name}")
+    };
+    let app = axum::Router::new()
+        .route(
+            "/host.json",
+            get(move |h: HeaderMap| async move {
+                axum::Json(json!({"client_id": own(&h, "host.json"), "client_name": "writ-test-host",
+                    "redirect_uris": [REDIRECT], "grant_types": ["authorization_code", "refresh_token"],
+                    "response_types": ["code"], "token_endpoint_auth_method": "none"}))
+            }),
+        )
+        .route(
+            "/impostor.json",
+            get(|| async {
+                axum::Json(json!({"client_id": "https://elsewhere.example/c.json", "redirect_uris": [REDIRECT]}))
+            }),
+        )
+        .route("/huge.json", get(|| async { format!("{{\"pad\":\"{}\"}}", "x".repeat(200_000)) }))
+        .route("/redirect.json", get(|| async { Redirect::temporary("/host.json") }));
+    format!("https://127.0.0.1:{}", writ_tests::pki::serve_https(app).await)
+}
+
+/// A one-node cluster whose node trusts the test CA for what it fetches, one edge, tenants
+/// `alpha` and `beta`.
+async fn trusting_deployment() -> (Cluster, tempfile::TempDir, EdgeProc) {
+    let ca = writ_tests::pki::ca_file().display().to_string();
+    let cluster = Cluster::start_with(1, |n| n.env.push(("SSL_CERT_FILE".into(), ca.clone()))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let urls = cluster.all_urls();
+    let edge = EdgeProc::start(dir.path(), &urls, None).await;
+    for name in ["alpha", "beta"] {
+        tenant(&cluster.admin, &urls[0], name, vec![builtin("list_devices", "writ.devices", None)]).await;
+    }
+    (cluster, dir, edge)
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+/// The `Location` of a redirect and its query parameters.
+fn location(r: &reqwest::Response) -> (String, std::collections::HashMap<String, String>) {
+    let at = r.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let query = at.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    (at.clone(), serde_urlencoded::from_str(query).unwrap_or_default())
+}
+
+/// Writ's own authorization server for a tenant without an IdP: a client known by its client
+/// ID metadata document (registered through the CLI; bad documents refused), RFC 8414 metadata
+/// named by the tenant's protected-resource metadata, and the TypeScript SDK's own code flow
+/// with PKCE from the MCP URL alone — the browser waiting until an operator approves the
+/// request through the CLI — then refresh tokens that rotate and die with their client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_signs_in_at_writs_own_authorization_server_with_an_operators_approval() {
+    let (cluster, _dir, edge) = trusting_deployment().await;
+    let admin = cluster.all_urls()[0].clone();
+    let alpha = tenant_url(&edge, "alpha");
+    let docs = client_documents().await;
+    let host = format!("{docs}/host.json");
+
+    // Registration reads the document: bad ones are refused, nothing is registered.
+    let set = |id: &str, allow: bool| {
+        let mut args = vec!["oauth", "client", "set", "--tenant", "alpha", id, "--principal", "agent"];
+        args.extend(["--scope", "tools:list", "--scope", "tools:call:list_devices"]);
+        if allow {
+            args.push("--allow-private-network");
+        }
+        args.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    for (name, why) in
+        [("impostor.json", "names client_id"), ("huge.json", "larger than"), ("redirect.json", "redirects")]
+    {
+        let args = set(&format!("{docs}/{name}"), true);
+        let (code, _, err) = cli(&admin, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        assert!(code != 0 && err.contains("OAUTH_CLIENT_METADATA_FAILED") && err.contains(why), "{name}: {err}");
+    }
+    let (code, _, err) = cli(&admin, &set(&host, false).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert!(code != 0 && err.contains("not a public address"), "loopback needs the operator's consent: {err}");
+    let (code, out, err) = cli(&admin, &set(&host, true).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(code, 0, "{out}{err}");
+
+    // RFC 9728 names the tenant's own authorization server; its RFC 8414 metadata is complete.
+    let origin = format!("http://127.0.0.1:{}", edge.port);
+    let issuer = format!("{origin}/t/alpha");
+    let (status, prm) = get_json(&format!("{origin}/.well-known/oauth-protected-resource/t/alpha/mcp")).await;
+    assert_eq!((status, &prm["authorization_servers"]), (200, &json!([issuer])), "{prm}");
+    let (status, meta) = get_json(&format!("{origin}/.well-known/oauth-authorization-server/t/alpha")).await;
+    assert_eq!(status, 200, "{meta}");
+    assert_eq!(meta["issuer"], issuer, "RFC 8414 §3.3: the issuer is the one the document is at");
+    for required in ["authorization_endpoint", "token_endpoint", "response_types_supported"] {
+        assert!(!meta[required].is_null(), "RFC 8414 §2 requires {required}: {meta}");
+    }
+    assert_eq!(meta["code_challenge_methods_supported"], json!(["S256"]));
+    assert_eq!(meta["client_id_metadata_document_supported"], true);
+    let (status, _) = get_json(&format!("{origin}/.well-known/oauth-authorization-server/t/nobody")).await;
+    assert_eq!(status, 404);
+
+    // The SDK's code flow; the browser waits until an operator approves through the CLI.
+    let sdk = writ_tests::tools::dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
+    let script = format!("{}/node/oauth_code_client.mjs", env!("CARGO_MANIFEST_DIR"));
+    let flow = tokio::process::Command::new(writ_tests::tools::node())
+        .arg(script)
+        .arg(&sdk)
+        .args([&alpha, &host, REDIRECT, "-", "list_devices"])
+        .kill_on_drop(true)
+        .output();
+    let flow = tokio::spawn(flow);
+    let pending = writ_tests::eventually("the request waits for an operator", Duration::from_secs(60), || async {
+        let list = cluster.admin.get(&admin, "/v1/tenants/alpha/oauth/requests").await.ok()?;
+        let r = list["requests"].as_array()?.iter().find(|r| r["status"] == "pending")?.clone();
+        Some(r)
+    })
+    .await;
+    assert_eq!(
+        (pending["client_id"].as_str(), pending["audience"].as_str()),
+        (Some(host.as_str()), Some(alpha.as_str()))
+    );
+    let id = pending["request_id"].as_str().unwrap();
+    let (code, out, err) = cli(&admin, &["oauth", "request", "approve", "--tenant", "alpha", id]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let out =
+        tokio::time::timeout(Duration::from_secs(120), flow).await.expect("the SDK client ends").unwrap().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(report["error"].is_null(), "{report}");
+    assert_eq!(
+        (report["authorization"]["client_id"].as_str(), report["authorization"]["code_challenge_method"].as_str()),
+        (Some(host.as_str()), Some("S256")),
+        "{report}"
+    );
+    assert_eq!(report["read"]["devices"][0]["name"], "alpha-press", "{report}");
+    let claims = writ_api::auth::segment(report["token"].as_str().unwrap(), 1).unwrap();
+    assert_eq!(claims["aud"], alpha, "RFC 8707: the token is for the tenant's MCP URL");
+    let jti = claims["jti"].as_str().unwrap();
+    let record = cluster.admin.get(&admin, &format!("/v1/tenants/alpha/tokens/{jti}")).await.unwrap();
+    assert_eq!(record["record"]["jti"], jti, "every issued token is a ledger record");
+
+    // Refresh tokens rotate: the new one works, the used one is refused.
+    let refresh = report["refresh_token"].as_str().expect("a refresh token").to_string();
+    let by_refresh = |r: &str| {
+        [("grant_type", "refresh_token"), ("client_id", host.as_str()), ("refresh_token", r)]
+            .map(|(k, v)| (k, v.to_string()))
+    };
+    let pairs = by_refresh(&refresh);
+    let (status, answer) =
+        token_endpoint(&edge, "alpha", &pairs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _, body) = rpc(&alpha, answer["access_token"].as_str(), "tools/list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, again) =
+        token_endpoint(&edge, "alpha", &pairs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+    assert_eq!(
+        (status, again["error"].as_str(), again["reason"].as_str()),
+        (400, Some("invalid_grant"), Some("OAUTH_GRANT_INVALID"))
+    );
+
+    bad_authorization_requests(&cluster, &edge, &host).await;
+
+    // Removing the client ends its refresh tokens.
+    let next = answer["refresh_token"].as_str().unwrap().to_string();
+    let (code, out, err) = cli(&admin, &["oauth", "client", "remove", "--tenant", "alpha", &host]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let pairs = by_refresh(&next);
+    let refused = writ_tests::eventually("the removed client's refresh refused", Duration::from_secs(10), || async {
+        let (status, answer) =
+            token_endpoint(&edge, "alpha", &pairs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+        (status == 400).then_some(answer)
+    })
+    .await;
+    assert_eq!(refused["reason"], "OAUTH_GRANT_INVALID", "{refused}");
+}
+
+/// The authorization endpoint's bad inputs, by hand: nothing redirected before the client and
+/// redirect URI are known; PKCE and the resource refused back to the client; a code redeemed
+/// with a wrong verifier, then once; another browser's and a denied request; guesses at the
+/// token endpoint refused without a ledger record.
+async fn bad_authorization_requests(cluster: &Cluster, edge: &EdgeProc, host: &str) {
+    let admin = cluster.all_urls()[0].clone();
+    let http = no_redirects();
+    let authorize = format!("http://127.0.0.1:{}/t/alpha/oauth/authorize", edge.port);
+    let verifier = "v".repeat(43);
+    let challenge = writ_api::oauth::s256_challenge(&verifier);
+    let ask = |extra: &[(&str, &str)]| {
+        let mut q: std::collections::BTreeMap<&str, &str> = [
+            ("response_type", "code"),
+            ("client_id", host),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge_method", "S256"),
+            ("state", "s-1"),
+        ]
+        .into();
+        q.extend(extra.iter().copied());
+        http.get(format!("{authorize}?{}", serde_urlencoded::to_string(&q).unwrap())).send()
+    };
+    let r =
+        ask(&[("code_challenge", challenge.as_str()), ("client_id", "https://unknown.example/c.json")]).await.unwrap();
+    assert_eq!(r.status(), 401, "an unregistered client: a page, no redirect");
+    assert!(r.headers().get("location").is_none() && r.text().await.unwrap().contains("OAUTH_CLIENT_UNKNOWN"));
+    let r =
+        ask(&[("code_challenge", challenge.as_str()), ("redirect_uri", "http://127.0.0.1:2/elsewhere")]).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().get("location").is_none() && r.text().await.unwrap().contains("OAUTH_REDIRECT_INVALID"));
+    for (case, extra, error, reason) in [
+        ("no challenge", vec![], "invalid_request", "OAUTH_PKCE_INVALID"),
+        (
+            "plain",
+            vec![("code_challenge", challenge.as_str()), ("code_challenge_method", "plain")],
+            "invalid_request",
+            "OAUTH_PKCE_INVALID",
+        ),
+        (
+            "another resource",
+            vec![("code_challenge", challenge.as_str()), ("resource", "https://elsewhere.example/mcp")],
+            "invalid_target",
+            "OAUTH_RESOURCE_INVALID",
+        ),
+    ] {
+        let r = ask(&extra).await.unwrap();
+        let (at, q) = location(&r);
+        assert!(r.status() == 302 && at.starts_with(REDIRECT), "{case}: {} {at}", r.status());
+        assert_eq!(
+            (q["error"].as_str(), q["error_description"].as_str(), q["state"].as_str()),
+            (error, reason, "s-1"),
+            "{case}"
+        );
+    }
+
+    // A request made properly, approved through the admin API; its page needs its browser's cookie.
+    let made = ask(&[("code_challenge", challenge.as_str())]).await.unwrap();
+    assert_eq!(made.status(), 303);
+    let wait = format!("http://127.0.0.1:{}{}", edge.port, location(&made).0);
+    let cookie = made.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let id = wait.split("request=").nth(1).unwrap().to_string();
+    let page = http.get(&wait).send().await.unwrap();
+    assert_eq!(page.status(), 400, "without the cookie of the browser that asked");
+    let page = http.get(&wait).header("cookie", &cookie).send().await.unwrap();
+    assert!(page.status() == 200 && page.text().await.unwrap().contains("http-equiv=\"refresh\""), "it waits");
+    cluster.admin.post_ok(&admin, &format!("/v1/tenants/alpha/oauth/requests/{id}/approve"), json!({})).await;
+    let code = writ_tests::eventually("the code comes back", Duration::from_secs(10), || async {
+        let r = http.get(&wait).header("cookie", &cookie).send().await.ok()?;
+        let (at, q) = location(&r);
+        (r.status() == 302 && at.starts_with(REDIRECT)).then(|| q["code"].clone())
+    })
+    .await;
+    let redeem = |v: &str| {
+        let pairs = [
+            ("grant_type", "authorization_code"),
+            ("client_id", host),
+            ("code", code.as_str()),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", v),
+        ];
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        async move {
+            token_endpoint(edge, "alpha", &pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>())
+                .await
+        }
+    };
+    let (status, answer) = redeem(&"w".repeat(43)).await;
+    assert_eq!(
+        (status, answer["error"].as_str(), answer["reason"].as_str()),
+        (400, Some("invalid_grant"), Some("OAUTH_PKCE_INVALID")),
+        "{answer}"
+    );
+    let (status, answer) = redeem(&verifier).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = redeem(&verifier).await;
+    assert_eq!(
+        (status, answer["reason"].as_str()),
+        (400, Some("OAUTH_GRANT_INVALID")),
+        "a code is used once: {answer}"
+    );
+
+    // A denied request sends the client access_denied.
+    let made = ask(&[("code_challenge", challenge.as_str())]).await.unwrap();
+    let wait = format!("http://127.0.0.1:{}{}", edge.port, location(&made).0);
+    let cookie = made.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let id = wait.split("request=").nth(1).unwrap().to_string();
+    let (code, out, err) = cli(&admin, &["oauth", "request", "deny", "--tenant", "alpha", &id]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let denied = writ_tests::eventually("the denial comes back", Duration::from_secs(10), || async {
+        let r = http.get(&wait).header("cookie", &cookie).send().await.ok()?;
+        (r.status() == 302).then(|| location(&r).1)
+    })
+    .await;
+    assert_eq!((denied["error"].as_str(), denied["state"].as_str()), ("access_denied", "s-1"));
+
+    // Guesses at the token endpoint are refused before the ledger: no record per guess.
+    let before = cluster.admin.get(&admin, "/v1/tenants/alpha/audit?limit=1000").await.unwrap()["records"]
+        .as_array()
+        .unwrap()
+        .len();
+    for i in 0..20 {
+        let guess = format!("{i}.not-a-code");
+        let pairs = [
+            ("grant_type", "authorization_code"),
+            ("client_id", host),
+            ("code", guess.as_str()),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", verifier.as_str()),
+        ];
+        let (status, answer) = token_endpoint(edge, "alpha", &pairs).await;
+        assert_eq!((status, answer["reason"].as_str()), (400, Some("OAUTH_GRANT_INVALID")), "{answer}");
+    }
+    let pairs =
+        [("grant_type", "authorization_code"), ("client_id", host), ("code", "1.x"), ("redirect_uri", REDIRECT)];
+    let (status, answer) = token_endpoint(edge, "alpha", &pairs).await;
+    assert_eq!((status, answer["reason"].as_str()), (400, Some("OAUTH_PKCE_INVALID")), "no verifier: {answer}");
+    let after = cluster.admin.get(&admin, "/v1/tenants/alpha/audit?limit=1000").await.unwrap()["records"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(before, after, "refused guesses leave no audit records to flood");
+}
+
+/// A headless agent of a tenant without an IdP: the SDK's private_key_jwt provider gets a token
+/// from the tenant's own authorization server with nothing but its key and the MCP URL; an
+/// assertion is used once, and one signed by another key is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_headless_agent_authenticates_with_its_private_key_at_writs_own_server() {
+    let (cluster, dir, edge) = deployment().await;
+    let admin = cluster.all_urls()[0].clone();
+    let alpha = tenant_url(&edge, "alpha");
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let raw = key.public_key_raw();
+    let b64 = |b: &[u8]| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+    };
+    let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "x": b64(&raw[1..33]), "y": b64(&raw[33..65]),
+                                "kid": "k1", "alg": "ES256", "use": "sig"}]});
+    let (key_file, jwks_file) = (dir.path().join("agent.pem"), dir.path().join("agent.jwks"));
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    std::fs::write(&jwks_file, jwks.to_string()).unwrap();
+    let jwks_arg = jwks_file.display().to_string();
+    let args = [
+        "oauth",
+        "client",
+        "set",
+        "--tenant",
+        "alpha",
+        "ci-agent",
+        "--principal",
+        "agent",
+        "--jwks-file",
+        &jwks_arg,
+        "--scope",
+        "tools:list",
+        "--scope",
+        "tools:call:list_devices",
+    ];
+    let (code, out, err) = cli(&admin, &args).await;
+    assert_eq!(code, 0, "{out}{err}");
+
+    let sdk = writ_tests::tools::dir().join("mcp-ts1/node_modules/@modelcontextprotocol/sdk");
+    let script = format!("{}/node/oauth_client.mjs", env!("CARGO_MANIFEST_DIR"));
+    let key_arg = format!("key:{}", key_file.display());
+    let out = tokio::process::Command::new(writ_tests::tools::node())
+        .arg(script)
+        .arg(&sdk)
+        .args([&alpha, "ci-agent", &key_arg, SCOPES, "list_devices"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out).await.expect("the SDK client ends").expect("it runs");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(report["error"].is_null(), "{report}");
+    assert_eq!(report["read"]["devices"][0]["name"], "alpha-press", "{report}");
+    let issuer = format!("http://127.0.0.1:{}/t/alpha", edge.port);
+    let urls: Vec<&str> = report["requests"].as_array().unwrap().iter().map(|r| r["url"].as_str().unwrap()).collect();
+    assert!(urls.contains(&format!("{issuer}/oauth/token").as_str()), "it found the token endpoint itself: {urls:?}");
+
+    // An assertion is used once; another key's is refused.
+    let assertion = |key_pem: &str, jti: &str| {
+        let claims = json!({"iss": "ci-agent", "sub": "ci-agent", "aud": issuer, "jti": jti,
+                            "exp": writ_client::now_ms() / 1000 + 60});
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(key_pem.as_bytes()).unwrap();
+        jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256), &claims, &key).unwrap()
+    };
+    let by = |a: &str| {
+        [
+            ("grant_type", "client_credentials"),
+            ("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"),
+            ("client_assertion", a),
+            ("scope", "tools:list"),
+        ]
+        .map(|(k, v)| (k, v.to_string()))
+    };
+    let once = by(&assertion(&key.serialize_pem(), "replayed"));
+    let once: Vec<(&str, &str)> = once.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, answer) = token_endpoint(&edge, "alpha", &once).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["refresh_token"].is_null(), "client credentials get no refresh token");
+    let (status, answer) = token_endpoint(&edge, "alpha", &once).await;
+    assert_eq!(
+        (status, answer["error"].as_str(), answer["reason"].as_str()),
+        (401, Some("invalid_client"), Some("OAUTH_CLIENT_UNKNOWN")),
+        "{answer}"
+    );
+    let other = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let forged = by(&assertion(&other.serialize_pem(), "forged"));
+    let forged: Vec<(&str, &str)> = forged.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, answer) = token_endpoint(&edge, "alpha", &forged).await;
+    assert_eq!((status, answer["reason"].as_str()), (401, Some("OAUTH_CLIENT_UNKNOWN")), "{answer}");
+    // And its token is alpha's: refused at beta's URL.
+    let (status, _, body) = rpc(&tenant_url(&edge, "beta"), report["token"].as_str(), "tools/list", json!({})).await;
+    assert_eq!((status, body["error"]["data"]["reason"].as_str()), (401, Some("AUTH_TENANT_MISMATCH")), "{body}");
+}

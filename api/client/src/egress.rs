@@ -77,14 +77,7 @@ fn refused(message: String) -> Rejection {
     Rejection::new(ReasonCode::UPSTREAM_FAILED, message)
 }
 
-/// `scheme://authority` and the path (with what follows it) of `url`.
-pub fn split_origin(url: &str) -> (&str, &str) {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    match url[after_scheme..].find('/') {
-        Some(i) => url.split_at(after_scheme + i),
-        None => (url, ""),
-    }
-}
+pub use writ_api::token::split_origin;
 
 /// The host and port of `url`'s authority (an IPv6 literal without its brackets).
 fn host_port(url: &str) -> Option<(&str, Option<&str>)> {
