@@ -170,6 +170,9 @@ struct TenantClaims {
     scope: Option<String>,
     /// Or an array (`scp`), as some issuers send.
     scp: Option<Vec<String>>,
+    /// The other claims (one of them may name the principal: the tenant's `principal_claim`).
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 fn map_jwt_error(e: jsonwebtoken::errors::Error) -> Rejection {
@@ -457,6 +460,20 @@ pub fn principal_authority(
 /// How far in the future a tenant token's `iat` may lie (clock skew between its issuer and Writ).
 pub const CLOCK_SKEW_MS: u64 = 60_000;
 
+/// The principal (id or name) a tenant issuer's token names: its `sub`, or the claim the
+/// tenant maps principals from.
+fn principal_named<'a>(state: &LedgerState, tenant_id: &str, claims: &'a TenantClaims) -> Result<&'a str, Rejection> {
+    let claim = state.oauth.get(tenant_id).and_then(|o| o.settings.principal_claim.as_deref());
+    match claim {
+        None | Some("sub") => Ok(&claims.sub),
+        Some(c) => claims
+            .other
+            .get(c)
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| invalid(format!("the token lacks claim '{c}', which names this tenant's principals"))),
+    }
+}
+
 fn verify_tenant_issued(
     state: &LedgerState,
     bearer: &str,
@@ -499,9 +516,10 @@ fn verify_tenant_issued(
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, "the issuer's token id was revoked"));
     }
     domain_gate(state, &issuer.tenant_id)?;
+    let who = principal_named(state, &issuer.tenant_id, &claims)?;
     let p = state
-        .principal(&issuer.tenant_id, &claims.sub)
-        .ok_or_else(|| invalid(format!("no principal '{}' in the issuer's tenant", claims.sub)))?;
+        .principal(&issuer.tenant_id, who)
+        .ok_or_else(|| invalid(format!("no principal '{who}' in the issuer's tenant")))?;
     if p.state != PrincipalState::Active {
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_REVOKED, format!("principal '{}' was revoked", p.name)));
     }

@@ -498,6 +498,11 @@ pub enum Command {
         tenant_id: String,
         step: crate::oauth::GrantStepV1,
     },
+    /// Sets a tenant's authorization settings (delegation depth, principal claim).
+    SetOAuthSettings {
+        tenant_id: String,
+        settings: crate::oauth::OAuthSettingsV1,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -524,7 +529,8 @@ pub struct BatchedCommand {
 /// `Command::ObserveIssuerKeys`), a principal's own delegation (`Command::IssueToken` inside
 /// `Command::OnBehalfOf`), operations of catalog `read` actions (`LedgerState::ledger_version_of`).
 /// 11: the tenants' own authorization servers (`Command::SetOAuthClient`,
-/// `Command::RemoveOAuthClient`, `Command::OAuthGrant`).
+/// `Command::RemoveOAuthClient`, `Command::OAuthGrant`) and their settings
+/// (`Command::SetOAuthSettings`).
 pub const LEDGER_VERSION: u32 = 11;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
@@ -616,9 +622,10 @@ impl Command {
             | Command::ObserveUpstreamTools { .. }
             | Command::ApproveUpstreamTools { .. }
             | Command::SetUpstreamFuse { .. } => Domain::Upstream,
-            Command::SetOAuthClient { .. } | Command::RemoveOAuthClient { .. } | Command::OAuthGrant { .. } => {
-                Domain::OAuth
-            }
+            Command::SetOAuthClient { .. }
+            | Command::RemoveOAuthClient { .. }
+            | Command::OAuthGrant { .. }
+            | Command::SetOAuthSettings { .. } => Domain::OAuth,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
             | Command::Verified { command, .. } => command.domain(),
@@ -754,7 +761,10 @@ impl Command {
             | Command::CreatePrincipalWith { .. } => 8,
             Command::SetSessionState { .. } => 9,
             Command::SetIssuerSource { .. } | Command::ObserveIssuerKeys { .. } => 10,
-            Command::SetOAuthClient { .. } | Command::RemoveOAuthClient { .. } | Command::OAuthGrant { .. } => 11,
+            Command::SetOAuthClient { .. }
+            | Command::RemoveOAuthClient { .. }
+            | Command::OAuthGrant { .. }
+            | Command::SetOAuthSettings { .. } => 11,
             Command::Batch { commands } => commands.iter().map(|c| c.command.ledger_version()).fold(6, u32::max),
             // A catalog is read by every member: one naming an upstream needs members that know
             // that execution (and its operations the event that binds them to it).
@@ -968,6 +978,7 @@ impl Command {
             Command::SetOAuthClient { .. } => "set_oauth_client",
             Command::RemoveOAuthClient { .. } => "remove_oauth_client",
             Command::OAuthGrant { .. } => "oauth_grant",
+            Command::SetOAuthSettings { .. } => "set_oauth_settings",
             Command::SuspendTenant { .. } => "suspend_tenant",
             Command::ResumeTenant { .. } => "resume_tenant",
             Command::SetTenantSettings { .. } => "set_tenant_settings",
@@ -1043,6 +1054,7 @@ impl Command {
             | Command::SetOAuthClient { tenant_id, .. }
             | Command::RemoveOAuthClient { tenant_id, .. }
             | Command::OAuthGrant { tenant_id, .. }
+            | Command::SetOAuthSettings { tenant_id, .. }
             | Command::SuspendTenant { tenant_id, .. }
             | Command::ResumeTenant { tenant_id }
             | Command::SetTenantSettings { tenant_id, .. }
@@ -1501,6 +1513,11 @@ pub enum Event {
         change: crate::oauth::GrantChangeV1,
         at_ms: u64,
     },
+    /// A tenant's authorization settings changed.
+    OAuthSettingsSetV1 {
+        tenant_id: String,
+        settings: crate::oauth::OAuthSettingsV1,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1532,7 +1549,8 @@ impl Event {
             | Event::TenantDeletedV1 { .. }
             | Event::TenantPurgedV1 { .. }
             | Event::AnonymousAccessSetV1 { .. }
-            | Event::IssuerSourceSetV1 { .. } => true,
+            | Event::IssuerSourceSetV1 { .. }
+            | Event::OAuthSettingsSetV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
             | Event::OAuthClientSetV1 { .. }
             | Event::OAuthClientRemovedV1 { .. }
@@ -1678,6 +1696,7 @@ impl Event {
             Event::OAuthClientSetV1 { .. } => "oauth_client_set",
             Event::OAuthClientRemovedV1 { .. } => "oauth_client_removed",
             Event::OAuthGrantV1 { .. } => "oauth_grant",
+            Event::OAuthSettingsSetV1 { .. } => "oauth_settings_set",
         }
     }
 }

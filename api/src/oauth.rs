@@ -282,9 +282,53 @@ pub enum UsedProofV1 {
     Assertion { jti: String, expires_at_ms: u64 },
 }
 
+/// Deepest delegation chain a tenant may allow (`OAuthSettingsV1::delegation_depth_max`).
+pub const DELEGATION_DEPTH_LIMIT: u32 = 8;
+/// Longest claim name a tenant maps principals from.
+pub const CLAIM_BYTES_MAX: usize = 64;
+
+/// A tenant's settings of its authorization: how deep its principals may delegate (token
+/// exchange and operators' delegation alike), and which claim of its own issuers' tokens names
+/// the principal (`sub` when unset).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettingsV1 {
+    #[serde(default = "default_depth")]
+    pub delegation_depth_max: u32,
+    #[serde(default)]
+    pub principal_claim: Option<String>,
+}
+
+fn default_depth() -> u32 {
+    crate::token::DELEGATION_DEPTH_MAX_DEFAULT
+}
+
+impl Default for OAuthSettingsV1 {
+    fn default() -> Self {
+        OAuthSettingsV1 { delegation_depth_max: default_depth(), principal_claim: None }
+    }
+}
+
+impl OAuthSettingsV1 {
+    pub fn validate(&self) -> Result<(), Rejection> {
+        if self.delegation_depth_max > DELEGATION_DEPTH_LIMIT {
+            return Err(invalid(format!("delegation_depth_max is at most {DELEGATION_DEPTH_LIMIT}")));
+        }
+        let claim_ok = |c: &String| {
+            (1..=CLAIM_BYTES_MAX).contains(&c.len())
+                && c.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+        };
+        if self.principal_claim.as_ref().is_some_and(|c| !claim_ok(c)) {
+            return Err(invalid(format!("principal_claim must be 1..={CLAIM_BYTES_MAX} of [A-Za-z0-9_.:-]")));
+        }
+        Ok(())
+    }
+}
+
 /// A tenant's authorization server state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantOAuth {
+    pub settings: OAuthSettingsV1,
     pub clients: BTreeMap<String, OAuthClientV1>,
     pub requests: BTreeMap<String, AuthRequest>,
     pub refresh_tokens: BTreeMap<String, RefreshTokenV1>,

@@ -511,6 +511,9 @@ impl LedgerState {
                     oauth.remove_client(client_id);
                 }
             }
+            Event::OAuthSettingsSetV1 { tenant_id, settings } => {
+                self.oauth.entry(tenant_id.clone()).or_default().settings = settings.clone();
+            }
             Event::OAuthGrantV1 { tenant_id, change, at_ms } => {
                 self.oauth.entry(tenant_id.clone()).or_default().apply(change, *at_ms);
             }

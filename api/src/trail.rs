@@ -124,7 +124,9 @@ fn subject(event: &Event) -> Subject {
         }
         Event::CatalogPublishedV1 { .. } => ("catalog", None, None, None),
         Event::OAuthClientSetV1 { client, .. } => ("oauth", Some(client.principal_id.clone()), None, None),
-        Event::OAuthClientRemovedV1 { .. } | Event::OAuthGrantV1 { .. } => ("oauth", None, None, None),
+        Event::OAuthClientRemovedV1 { .. } | Event::OAuthGrantV1 { .. } | Event::OAuthSettingsSetV1 { .. } => {
+            ("oauth", None, None, None)
+        }
         Event::EnrollmentCreatedV1 { .. }
         | Event::ExecutorEnrolledV1 { .. }
         | Event::ExecutorRevokedV1 { .. }

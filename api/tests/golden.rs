@@ -1089,7 +1089,16 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "oauth_settings_set_v1",
+            req(Command::SetOAuthSettings { tenant_id: "t-1".into(), settings: oauth_settings() }),
+            Some(env(77, 73, Event::OAuthSettingsSetV1 { tenant_id: "t-1".into(), settings: oauth_settings() })),
+        ),
     ]
+}
+
+fn oauth_settings() -> writ_api::oauth::OAuthSettingsV1 {
+    writ_api::oauth::OAuthSettingsV1 { delegation_depth_max: 2, principal_claim: Some("client_id".into()) }
 }
 
 fn oauth_client() -> writ_api::oauth::OAuthClientV1 {
@@ -1459,7 +1468,16 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Issuers known by their URL came with state format 12.
     (11, &["issuer_source_set_v1", "observe_issuer_keys"]),
     // The tenants' authorization servers came with state format 13.
-    (12, &["oauth_client_set_v1", "oauth_client_removed_v1", "oauth_grant_v1_requested", "oauth_grant_v1_redeemed"]),
+    (
+        12,
+        &[
+            "oauth_client_set_v1",
+            "oauth_client_removed_v1",
+            "oauth_grant_v1_requested",
+            "oauth_grant_v1_redeemed",
+            "oauth_settings_set_v1",
+        ],
+    ),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1536,6 +1554,7 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
     if format >= 13 {
         // And a tenant's authorization server (set as written, its tenant being deleted).
         let oauth = state.oauth.entry("t-1".into()).or_default();
+        oauth.settings = oauth_settings();
         oauth.clients.insert(oauth_client().client_id, oauth_client());
         oauth.requests.insert("req-1".into(), auth_request());
         oauth.refresh_tokens.insert("rt-1".into(), refresh_token());

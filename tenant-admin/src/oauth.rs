@@ -16,7 +16,7 @@ use writ_api::dto::{
 use writ_api::ledger::{Command, Event, EventEnvelope};
 use writ_api::oauth::{
     digest, is_pkce_value, AuthRequestV1, AuthStatusV1, GrantChangeV1, GrantProofV1, GrantStepV1, NewRefreshV1,
-    OAuthClientV1, TEXT_BYTES_MAX,
+    OAuthClientV1, OAuthSettingsV1, TEXT_BYTES_MAX,
 };
 use writ_api::token::TokenRequestV1;
 use writ_api::{ReasonCode, Rejection};
@@ -31,6 +31,7 @@ pub(crate) fn routes() -> Router<Shared> {
     Router::new()
         .route("/v1/tenants/{tenant}/oauth/clients", get(list_clients).put(set_client))
         .route("/v1/tenants/{tenant}/oauth/clients/remove", post(remove_client))
+        .route("/v1/tenants/{tenant}/oauth/settings", get(get_settings).put(set_settings))
         .route("/v1/tenants/{tenant}/oauth/requests", get(list_requests))
         .route("/v1/tenants/{tenant}/oauth/requests/{request}/approve", post(approve))
         .route("/v1/tenants/{tenant}/oauth/requests/{request}/deny", post(deny))
@@ -80,6 +81,22 @@ fn from_metadata(client: &mut OAuthClientV1, document: &Value) -> Result<(), Rej
         client.name = document["client_name"].as_str().map(|n| writ_api::audit::truncated(n, TEXT_BYTES_MAX));
     }
     Ok(())
+}
+
+async fn get_settings(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<OAuthSettingsV1>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    Ok(Json(tenant_oauth(&st, &t.id, |o| o.settings.clone())))
+}
+
+async fn set_settings(
+    State(st): State<Shared>,
+    Path(tenant): Path<String>,
+    ValidJson(settings): ValidJson<OAuthSettingsV1>,
+) -> Result<Json<OAuthSettingsV1>, ApiError> {
+    let t = find_tenant(&st, tenant).await?;
+    settings.validate()?;
+    submit(&st, Command::SetOAuthSettings { tenant_id: t.id, settings: settings.clone() }).await?;
+    Ok(Json(settings))
 }
 
 fn tenant_oauth<T>(st: &AdminState, tenant_id: &str, f: impl FnOnce(&writ_api::oauth::TenantOAuth) -> T) -> T {

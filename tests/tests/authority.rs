@@ -328,6 +328,21 @@ async fn tenant_issuer_tokens_verify_with_the_inline_jwks() {
     assert_eq!(code, 0);
     let shown: Value = serde_json::from_str(&out).expect("json");
     assert!(shown["tenant"]["revoked_issuer_tokens"]["https://idp.example"]["idp-tok-1"].is_u64(), "{shown}");
+
+    // The tenant maps its principals from another claim: `client_id` names svc-1, whatever `sub` is.
+    let (code, out, err) =
+        run_cli(&url, &["oauth", "settings", "--tenant", "own-idp", "--principal-claim", "client_id"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut mapped = claims("writ-prod", now + 300);
+    (mapped["sub"], mapped["client_id"]) = (json!("user-7@idp.example"), json!("svc-1"));
+    let by_claim = writ_tests::eventually("the claim mapping applies", Duration::from_secs(10), || async {
+        verifier.verify(&sign(mapped.clone(), "idp-1")).await.ok()
+    })
+    .await;
+    assert_eq!(by_claim.principal_name, "svc-1");
+    let unmapped = claims("writ-prod", now + 300);
+    let refused = verifier.verify(&sign(unmapped, "idp-1")).await.expect_err("no client_id claim");
+    assert!(refused.message.contains("client_id"), "{}", refused.message);
     node.shutdown().await;
 }
 

@@ -358,6 +358,16 @@ async fn a_principal_exchanges_its_token_for_a_narrower_child_without_an_operato
     );
     let (status, answer) = exchange(&child, "tools:list").await;
     assert_eq!((status, answer["reason"].as_str()), (400, Some("DELEGATION_DEPTH_EXCEEDED")), "{answer}");
+    // The depth is the tenant's setting: at 2, the child may narrow itself once more.
+    let (code, out, err) = cli(admin, &["oauth", "settings", "--tenant", "alpha", "--delegation-depth-max", "2"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (status, answer) = writ_tests::eventually("a second hop at depth 2", Duration::from_secs(10), || async {
+        let (status, answer) = exchange(&child, "tools:list").await;
+        (status == 200).then_some((status, answer))
+    })
+    .await;
+    let grandchild = answer["access_token"].as_str().unwrap().to_string();
+    assert_eq!((status, answer["scope"].as_str()), (200, Some("tools:list")), "{answer}");
     let pairs = [("grant_type", EXCHANGE), ("subject_token", parent.as_str()), ("subject_token_type", ACCESS)];
     let (status, answer) = token_endpoint(edge, "beta", &pairs).await;
     assert_eq!(
@@ -394,6 +404,12 @@ async fn a_principal_exchanges_its_token_for_a_narrower_child_without_an_operato
         (status == 401 && body["error"]["data"]["reason"] == "AUTH_TOKEN_REVOKED").then_some(())
     })
     .await;
+    let (status, _, body) = rpc(&edge.url(), Some(&grandchild), "tools/list", json!({})).await;
+    assert_eq!(
+        (status, body["error"]["data"]["reason"].as_str()),
+        (401, Some("AUTH_TOKEN_REVOKED")),
+        "the cascade: {body}"
+    );
 }
 
 /// Where the test host's browser is sent back to (nothing listens: the code is read from the

@@ -20,6 +20,11 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             client_of(state, tenant_id, client_id)?;
             Ok(vec![Event::OAuthClientRemovedV1 { tenant_id: tenant_id.clone(), client_id: client_id.clone() }])
         }
+        Command::SetOAuthSettings { tenant_id, settings } => {
+            active(state, tenant_id)?;
+            settings.validate()?;
+            Ok(vec![Event::OAuthSettingsSetV1 { tenant_id: tenant_id.clone(), settings: settings.clone() }])
+        }
         Command::OAuthGrant { tenant_id, step } => {
             active(state, tenant_id)?;
             grant(state, tenant_id, step, now)

@@ -1105,3 +1105,41 @@ fn authorization_grants_are_single_use_and_bound() {
     assert!(st.oauth["a"].refresh_tokens.is_empty() && st.oauth["a"].clients.is_empty());
     assert_eq!(run(&mut st, 9, redeem(by_refresh("rt3"), "j8", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN));
 }
+
+/// The delegation depth is the tenant's setting (1 unless it says otherwise, at most 8).
+#[test]
+fn a_tenant_sets_how_deep_its_principals_delegate() {
+    use crate::oauth::OAuthSettingsV1;
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    let planner = spec("p", "planner", &["tools:list", "tokens:delegate"]);
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: planner }));
+    let issue = |jti: &str, parent: Option<&str>| Command::IssueToken {
+        tenant_id: "a".into(),
+        request: TokenRequestV1 {
+            jti: jti.into(),
+            principal_id: "p".into(),
+            scopes: ["tools:list".to_string(), "tokens:delegate".to_string()].into(),
+            ttl_s: 600,
+            parent_jti: parent.map(str::to_string),
+        },
+    };
+    let refused = |st: &mut LedgerState, cmd: Command| match st.execute(&req(2, cmd)).0 {
+        Outcome::Rejected { reason, .. } => Some(reason),
+        _ => None,
+    };
+    assert_eq!(refused(&mut st, issue("j0", None)), None);
+    assert_eq!(refused(&mut st, issue("j1", Some("j0"))), None);
+    assert_eq!(refused(&mut st, issue("j2", Some("j1"))), Some(ReasonCode::DELEGATION_DEPTH_EXCEEDED));
+    let set = |depth: u32| Command::SetOAuthSettings {
+        tenant_id: "a".into(),
+        settings: OAuthSettingsV1 { delegation_depth_max: depth, principal_claim: None },
+    };
+    assert_eq!(refused(&mut st, set(9)), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(refused(&mut st, set(2)), None);
+    assert_eq!(refused(&mut st, issue("j2", Some("j1"))), None);
+    assert_eq!(refused(&mut st, issue("j3", Some("j2"))), Some(ReasonCode::DELEGATION_DEPTH_EXCEEDED));
+    let bad_claim = OAuthSettingsV1 { delegation_depth_max: 1, principal_claim: Some("a b".into()) };
+    let bad_claim = Command::SetOAuthSettings { tenant_id: "a".into(), settings: bad_claim };
+    assert_eq!(refused(&mut st, bad_claim), Some(ReasonCode::INPUT_INVALID));
+}

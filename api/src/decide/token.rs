@@ -210,10 +210,12 @@ pub(super) fn decide_token(
                 return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the parent token has expired"));
             }
             let depth = parent.record.depth + 1;
-            if depth > DELEGATION_DEPTH_MAX_DEFAULT {
+            let limit =
+                state.oauth.get(tenant_id).map_or(DELEGATION_DEPTH_MAX_DEFAULT, |o| o.settings.delegation_depth_max);
+            if depth > limit {
                 return Err(Rejection::new(
                     ReasonCode::DELEGATION_DEPTH_EXCEEDED,
-                    format!("delegation depth {depth} exceeds the limit of {DELEGATION_DEPTH_MAX_DEFAULT}"),
+                    format!("delegation depth {depth} exceeds the tenant's limit of {limit}"),
                 ));
             }
             // The depth limit is structural and answered first; then the right to delegate.

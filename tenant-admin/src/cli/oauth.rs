@@ -3,7 +3,7 @@
 
 use clap::Subcommand;
 use writ_api::dto::{AuthRequestList, OAuthClientList, OAuthClientRequest, RemoveOAuthClientRequest};
-use writ_api::oauth::OAuthClientV1;
+use writ_api::oauth::{OAuthClientV1, OAuthSettingsV1};
 use writ_client::AdminClient;
 
 use super::{failed, print_table, show, Failure, Output, EXIT_USAGE};
@@ -16,6 +16,17 @@ pub enum OAuthCmd {
     /// Authorization requests waiting for an operator.
     #[command(subcommand)]
     Request(RequestCmd),
+    /// Show, or change, the tenant's delegation depth and the claim naming its principals.
+    Settings {
+        #[arg(long)]
+        tenant: String,
+        /// How many delegation hops (token exchange, delegate) a token chain may have (0..=8).
+        #[arg(long)]
+        delegation_depth_max: Option<u32>,
+        /// The claim of the tenant's own issuers' tokens that names the principal (default `sub`).
+        #[arg(long)]
+        principal_claim: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -95,6 +106,22 @@ pub(super) async fn oauth_cmd(c: &AdminClient, out: Output, cmd: &OAuthCmd) -> R
     match cmd {
         OAuthCmd::Client(cmd) => client_cmd(c, out, cmd).await,
         OAuthCmd::Request(cmd) => request_cmd(c, out, cmd).await,
+        OAuthCmd::Settings { tenant, delegation_depth_max, principal_claim } => {
+            let path = format!("/v1/tenants/{tenant}/oauth/settings");
+            let mut settings: OAuthSettingsV1 =
+                c.call(reqwest::Method::GET, &path, None::<&()>).await.map_err(failed)?;
+            if delegation_depth_max.is_some() || principal_claim.is_some() {
+                settings.delegation_depth_max = delegation_depth_max.unwrap_or(settings.delegation_depth_max);
+                if let Some(claim) = principal_claim {
+                    settings.principal_claim = (claim != "sub").then(|| claim.clone());
+                }
+                settings = c.call(reqwest::Method::PUT, &path, Some(&settings)).await.map_err(failed)?;
+            }
+            show(out, &settings, |s| {
+                let claim = s.principal_claim.as_deref().unwrap_or("sub");
+                say!("delegation depth at most {}; principals named by claim '{claim}'", s.delegation_depth_max)
+            })
+        }
     }
 }
 
