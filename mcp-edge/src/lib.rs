@@ -76,7 +76,8 @@ pub struct EdgeConfig {
     /// The canonical URI of the MCP endpoint, e.g. `https://edge.example/mcp`: the audience
     /// Writ tokens must carry and the `resource` of the protected-resource metadata.
     pub canonical_url: String,
-    /// Issuers listed in the protected-resource metadata.
+    /// Authorization servers the shared MCP URL's protected-resource metadata names (none by
+    /// default: each tenant's URL names its own).
     pub authorization_servers: Vec<String>,
     /// Host names (without port) accepted in `Host` and `Origin`.
     pub allowed_hosts: Vec<String>,
@@ -112,7 +113,7 @@ impl EdgeConfig {
         allowed_hosts.dedup();
         EdgeConfig {
             canonical_url: canonical_url.to_string(),
-            authorization_servers: vec![writ_api::token::WRIT_ISSUER.to_string()],
+            authorization_servers: Vec::new(),
             allowed_hosts,
             allowed_origins: Vec::new(),
             body_bytes_max: BODY_BYTES_MAX_DEFAULT,
@@ -460,18 +461,22 @@ async fn resource_metadata(State(edge): State<Arc<Edge>>, headers: HeaderMap) ->
     if let Err(e) = check_host_and_origin(&edge.config, &headers) {
         return e.into_response();
     }
-    Json(json!({
+    let mut prm = json!({
         "resource": edge.config.canonical_url,
-        "authorization_servers": edge.config.authorization_servers,
         "scopes_supported": writ_api::principal::RolePreset::Delegate.scopes(),
         "bearer_methods_supported": ["header"],
-    }))
-    .into_response()
+    });
+    // The shared URL serves every tenant: no one authorization server is its own (clients
+    // that get tokens by themselves connect to their tenant's URL).
+    if !edge.config.authorization_servers.is_empty() {
+        prm["authorization_servers"] = json!(edge.config.authorization_servers);
+    }
+    Json(prm).into_response()
 }
 
 /// The protected-resource metadata (RFC 9728) of one tenant's MCP URL: its own issuers known
 /// by their URL as its authorization servers; where it has none, its own authorization server on
-/// this edge (`{origin}/t/{tenant}`; Writ's ledger where the edge forwards to no admin API).
+/// this edge (`{origin}/t/{tenant}`; none where the edge forwards to no admin API).
 async fn tenant_resource_metadata(
     State(edge): State<Arc<Edge>>,
     axum::extract::Path(tenant): axum::extract::Path<String>,
@@ -492,8 +497,6 @@ async fn tenant_resource_metadata(
     if servers.is_empty() && edge.admin.is_some() {
         // No IdP of its own: the tenant's own authorization server on this edge.
         servers.push(edge.config.tenant_issuer(&tenant));
-    } else if servers.is_empty() {
-        servers.clone_from(&edge.config.authorization_servers);
     }
     Json(json!({
         "resource": edge.config.tenant_url(&tenant),
