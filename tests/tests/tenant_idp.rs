@@ -1,12 +1,20 @@
-//! A tenant's own identity provider, by its URL: a real OpenID provider (the npm
-//! `oidc-provider`, installed by `make nodedeps`) issues JWT access tokens by client
-//! credentials; Writ discovers its keys, names it in the tenant's protected-resource metadata,
-//! and a headless agent — the TypeScript SDK 1.x client with its client-credentials provider —
-//! gets a token by itself from nothing but the tenant's MCP URL, and so does a host that opens
-//! a browser (the SDK's authorization code flow with PKCE, the sign-in played by the test). The provider's key rotation
-//! reaches every verifier through the ledger; tokens of one tenant are refused at another's
-//! URL and tokens for another resource anywhere; registration refuses private addresses the
-//! operator did not allow.
+//! How a client gets a token by itself, from nothing but a tenant's MCP URL.
+//!
+//! A tenant's own IdP, by its URL: a real OpenID provider (the npm `oidc-provider`, installed
+//! by `make nodedeps`) issues JWT access tokens; Writ discovers its keys, names it in the
+//! tenant's protected-resource metadata, and a headless agent — the TypeScript SDK 1.x client
+//! with its client-credentials provider — gets a token by itself, and so does a host that opens
+//! a browser (the SDK's authorization code flow with PKCE, the sign-in played by the test). The
+//! provider's key rotation reaches every verifier through the ledger; tokens of one tenant are
+//! refused at another's URL and tokens for another resource anywhere; registration refuses
+//! private addresses the operator did not allow.
+//!
+//! A tenant without an IdP: Writ's own authorization server. The SDK's code flow with a client
+//! ID metadata document (served over HTTPS here), the browser waiting until an operator
+//! approves through the CLI; refresh tokens; the SDK's `private_key_jwt` provider for a
+//! headless agent; and the bad inputs (PKCE, redirect URIs, resources, replayed codes and
+//! assertions, guesses that must not flood the audit). Token exchange and the tenant's
+//! delegation depth.
 
 use std::process::Stdio;
 use std::time::Duration;
