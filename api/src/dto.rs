@@ -1159,6 +1159,11 @@ pub enum OAuthGrantRequest {
     },
     /// The browser that asked collects the code of its approved request (the node makes it).
     Code { tenant: String, request_id: String, browser_digest: String },
+    /// A step the edge refused before forwarding it (the form, PKCE, the resource): recorded in
+    /// the tenant's audit trail like the node's own refusals.
+    Refused { tenant: String, client_id: Option<String>, method: String, reason: crate::reason::ReasonCode },
+    /// The revocation endpoint (RFC 7009): a client revokes one of its refresh tokens.
+    Revoke { tenant: String, client_id: String, token: String },
     /// The token endpoint.
     Token {
         tenant: String,

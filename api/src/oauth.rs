@@ -253,6 +253,8 @@ pub enum GrantStepV1 {
     /// token's scopes are the request's for a code; within the refresh token's or the client's
     /// (empty: all of them) otherwise.
     Redeem { client_id: String, proof: GrantProofV1, token: TokenRequestV1, refresh: Option<NewRefreshV1> },
+    /// The client revokes one of its refresh tokens (RFC 7009).
+    Revoke { client_id: String, refresh_id: String, secret_digest: String },
 }
 
 /// What a grant step changed (`Event::OAuthGrantV1`), at ledger time `at_ms`.
@@ -271,6 +273,10 @@ pub enum GrantChangeV1 {
         used: UsedProofV1,
         refresh: Option<RefreshTokenV1>,
         audience: String,
+    },
+    /// A refresh token revoked by its client.
+    Revoked {
+        refresh_id: String,
     },
 }
 
@@ -358,6 +364,9 @@ impl TenantOAuth {
                 if let Some(r) = self.requests.get_mut(request_id) {
                     r.status = status.clone();
                 }
+            }
+            GrantChangeV1::Revoked { refresh_id } => {
+                self.refresh_tokens.remove(refresh_id);
             }
             GrantChangeV1::Redeemed { client_id, used, refresh, .. } => {
                 match used {

@@ -1094,6 +1094,117 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::SetOAuthSettings { tenant_id: "t-1".into(), settings: oauth_settings() }),
             Some(env(77, 73, Event::OAuthSettingsSetV1 { tenant_id: "t-1".into(), settings: oauth_settings() })),
         ),
+        (
+            "oauth_grant_v1_decided",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Decide {
+                    request_id: "req-1".into(),
+                    approve: true,
+                    operator: "operator".into(),
+                },
+            }),
+            Some(env(
+                78,
+                74,
+                Event::OAuthGrantV1 {
+                    tenant_id: "t-1".into(),
+                    change: writ_api::oauth::GrantChangeV1::Decided {
+                        request_id: "req-1".into(),
+                        status: writ_api::oauth::AuthStatusV1::CodeIssued {
+                            by: "operator".into(),
+                            code_digest: "c".repeat(64),
+                            expires_at_ms: 1_700_000_060_000,
+                        },
+                    },
+                    at_ms: 1_700_000_000_000,
+                },
+            )),
+        ),
+        (
+            "oauth_grant_v1_code",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Code {
+                    request_id: "req-1".into(),
+                    browser_digest: "b".repeat(64),
+                    code_digest: "c".repeat(64),
+                },
+            }),
+            None,
+        ),
+        (
+            "oauth_grant_v1_assertion",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Redeem {
+                    client_id: "agent".into(),
+                    proof: writ_api::oauth::GrantProofV1::Assertion {
+                        jti: "j-1".into(),
+                        expires_at_ms: 1_700_000_300_000,
+                        audience: "https://edge.example/t/acme/mcp".into(),
+                    },
+                    token: token_request(),
+                    refresh: None,
+                },
+            }),
+            Some(env(
+                79,
+                75,
+                Event::OAuthGrantV1 {
+                    tenant_id: "t-1".into(),
+                    change: writ_api::oauth::GrantChangeV1::Redeemed {
+                        client_id: "agent".into(),
+                        used: writ_api::oauth::UsedProofV1::Assertion {
+                            jti: "j-1".into(),
+                            expires_at_ms: 1_700_000_300_000,
+                        },
+                        refresh: None,
+                        audience: "https://edge.example/t/acme/mcp".into(),
+                    },
+                    at_ms: 1_700_000_000_000,
+                },
+            )),
+        ),
+        (
+            "oauth_grant_v1_refresh_revoked",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Revoke {
+                    client_id: oauth_client().client_id,
+                    refresh_id: "rt-1".into(),
+                    secret_digest: "d".repeat(64),
+                },
+            }),
+            Some(env(
+                80,
+                76,
+                Event::OAuthGrantV1 {
+                    tenant_id: "t-1".into(),
+                    change: writ_api::oauth::GrantChangeV1::Revoked { refresh_id: "rt-1".into() },
+                    at_ms: 1_700_000_000_000,
+                },
+            )),
+        ),
+        (
+            "oauth_grant_v1_refreshed",
+            req(Command::OAuthGrant {
+                tenant_id: "t-1".into(),
+                step: writ_api::oauth::GrantStepV1::Redeem {
+                    client_id: oauth_client().client_id,
+                    proof: writ_api::oauth::GrantProofV1::Refresh {
+                        refresh_id: "rt-1".into(),
+                        secret_digest: "d".repeat(64),
+                    },
+                    token: token_request(),
+                    refresh: Some(writ_api::oauth::NewRefreshV1 {
+                        refresh_id: "rt-2".into(),
+                        secret_digest: "e".repeat(64),
+                    }),
+                },
+            }),
+            None,
+        ),
     ]
 }
 
@@ -1476,6 +1587,11 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "oauth_grant_v1_requested",
             "oauth_grant_v1_redeemed",
             "oauth_settings_set_v1",
+            "oauth_grant_v1_decided",
+            "oauth_grant_v1_code",
+            "oauth_grant_v1_assertion",
+            "oauth_grant_v1_refresh_revoked",
+            "oauth_grant_v1_refreshed",
         ],
     ),
 ];

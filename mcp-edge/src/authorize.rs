@@ -63,6 +63,8 @@ async fn metadata(State(edge): State<Arc<Edge>>, Path(tenant): Path<String>, hea
         "issuer": issuer,
         "authorization_endpoint": format!("{issuer}/oauth/authorize"),
         "token_endpoint": format!("{issuer}/oauth/token"),
+        "revocation_endpoint": format!("{issuer}/oauth/revoke"),
+        "revocation_endpoint_auth_methods_supported": ["none"],
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
         "grant_types_supported": [
@@ -136,6 +138,27 @@ fn query_of(raw: Option<&str>) -> Result<HashMap<String, String>, &'static str> 
     serde_urlencoded::from_str(raw).map_err(|_| "the authorization request is not a query string")
 }
 
+/// The method names the audit records refusals under.
+pub(crate) const AUTHORIZE_METHOD: &str = "oauth/authorize";
+pub(crate) const TOKEN_METHOD: &str = "oauth/token";
+
+/// Has the node record a refusal this edge made in the tenant's audit trail (in the background:
+/// the node records at most one per kind per window, so a flood of them costs no ledger entries).
+pub(crate) fn note_refusal(edge: &Arc<Edge>, tenant: &str, client_id: Option<&str>, method: &str, reason: ReasonCode) {
+    let step = OAuthGrantRequest::Refused {
+        tenant: tenant.to_string(),
+        client_id: client_id.map(|c| writ_api::audit::truncated(c, writ_api::token::ISSUER_BYTES_MAX)),
+        method: method.to_string(),
+        reason,
+    };
+    let edge = edge.clone();
+    tokio::spawn(async move {
+        if let Err(e) = forward(&edge, &step).await {
+            tracing::debug!(reason = %e.reason, "a refusal could not be recorded");
+        }
+    });
+}
+
 /// Forwards a grant step to the admin API.
 pub(crate) async fn forward(edge: &Edge, step: &OAuthGrantRequest) -> Result<OAuthGrantAnswer, Rejection> {
     let Some(forward) = edge.admin.clone() else {
@@ -183,16 +206,31 @@ async fn authorize(
         Some((client.redirect_uris.iter().any(|u| u == redirect_uri), oauth.requests.len()))
     });
     match registered {
-        None => return refused_page(ReasonCode::OAUTH_CLIENT_UNKNOWN, "this client is not registered with the tenant: ask an operator to register it (writ admin oauth client set)"),
-        Some((false, _)) => return refused_page(ReasonCode::OAUTH_REDIRECT_INVALID, "the redirect URI is not one the client registered"),
+        None => {
+            note_refusal(&edge, &tenant, Some(client_id), AUTHORIZE_METHOD, ReasonCode::OAUTH_CLIENT_UNKNOWN);
+            return refused_page(ReasonCode::OAUTH_CLIENT_UNKNOWN, "this client is not registered with the tenant: ask an operator to register it (writ admin oauth client set)");
+        }
+        Some((false, _)) => {
+            note_refusal(&edge, &tenant, Some(client_id), AUTHORIZE_METHOD, ReasonCode::OAUTH_REDIRECT_INVALID);
+            return refused_page(
+                ReasonCode::OAUTH_REDIRECT_INVALID,
+                "the redirect URI is not one the client registered",
+            );
+        }
         Some((true, open)) if open >= REQUESTS_MAX => {
-            return refused_page(ReasonCode::QUOTA_EXCEEDED, "too many authorization requests are open: try again later")
+            return refused_page(
+                ReasonCode::QUOTA_EXCEEDED,
+                "too many authorization requests are open: try again later",
+            )
         }
         Some(_) => {}
     }
     let issuer = edge.config.tenant_issuer(&tenant);
     let state = field("state").filter(|s| s.len() <= TEXT_BYTES_MAX);
-    let back = |error: &str, reason: ReasonCode| error_back(redirect_uri, state, error, reason, &issuer);
+    let back = |error: &str, reason: ReasonCode| {
+        note_refusal(&edge, &tenant, Some(client_id), AUTHORIZE_METHOD, reason);
+        error_back(redirect_uri, state, error, reason, &issuer)
+    };
     if field("state").is_some() && state.is_none() {
         return back("invalid_request", ReasonCode::INPUT_INVALID);
     }

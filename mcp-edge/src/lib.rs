@@ -346,6 +346,7 @@ pub fn router_with(
         .route(&prm, get(resource_metadata))
         .route(&tenant_prm, get(tenant_resource_metadata))
         .route(oauth::TOKEN_PATH, oauth::token_route())
+        .route(oauth::REVOKE_PATH, oauth::revoke_route())
         .merge(authorize::routes());
     if prm != "/.well-known/oauth-protected-resource" {
         r = r.route("/.well-known/oauth-protected-resource", get(resource_metadata));

@@ -44,9 +44,49 @@ pub const TOKEN_REQUEST_BYTES_MAX: usize = 16 * 1024;
 /// Largest answer read back from the admin API.
 const ANSWER_BYTES_MAX: usize = 64 * 1024;
 
+/// Where a tenant's revocation endpoint is (RFC 7009).
+pub const REVOKE_PATH: &str = "/t/{tenant}/oauth/revoke";
+
 /// `POST /t/{tenant}/oauth/token`.
 pub(crate) fn token_route() -> axum::routing::MethodRouter<Arc<Edge>> {
     axum::routing::post(token).layer(axum::extract::DefaultBodyLimit::max(TOKEN_REQUEST_BYTES_MAX))
+}
+
+/// `POST /t/{tenant}/oauth/revoke`.
+pub(crate) fn revoke_route() -> axum::routing::MethodRouter<Arc<Edge>> {
+    axum::routing::post(revoke).layer(axum::extract::DefaultBodyLimit::max(TOKEN_REQUEST_BYTES_MAX))
+}
+
+/// RFC 7009: a client revokes one of its refresh tokens (`token`, `client_id`). An unknown or
+/// another client's token is no error (§2.2); access tokens are short-lived and revoked by an
+/// operator (`writ admin token revoke`), so they are `unsupported_token_type` here.
+async fn revoke(
+    State(edge): State<Arc<Edge>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = crate::check_host_and_origin(&edge.config, &headers) {
+        return e.into_response();
+    }
+    let form = match form_of(&body) {
+        Ok(f) => f,
+        Err(refused) => return refused.into_response(),
+    };
+    let field = |name: &str| form.get(name).filter(|v| !v.is_empty()).cloned();
+    let (Some(token), Some(client_id)) = (field("token"), field("client_id")) else {
+        return invalid("token and client_id are required").into_response();
+    };
+    if token.split('.').count() == 3 && writ_api::auth::segment(&token, 1).is_some() {
+        let m = "access tokens are revoked by an operator (writ admin token revoke)";
+        return oauth_error(StatusCode::BAD_REQUEST, "unsupported_token_type", ReasonCode::INPUT_INVALID, m)
+            .into_response();
+    }
+    let step = OAuthGrantRequest::Revoke { tenant, client_id, token };
+    match crate::authorize::forward(&edge, &step).await {
+        Ok(_) => no_store(StatusCode::OK.into_response()),
+        Err(r) => refusal_of(r.reason, &r.message).into_response(),
+    }
 }
 
 /// An OAuth error answer (RFC 6749 §5.2) with Writ's reason code.
@@ -187,9 +227,13 @@ async fn token(State(edge): State<Arc<Edge>>, Path(tenant): Path<String>, header
     answer.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// A grant of the tenant's own authorization server.
-async fn granted(edge: &Edge, tenant: String, form: &Form) -> Result<Response, Refusal> {
-    let step = grant_request(edge, tenant, form)?;
+/// A grant of the tenant's own authorization server (a form this edge refuses is recorded in
+/// the tenant's audit trail through the node, like the node's own refusals).
+async fn granted(edge: &Arc<Edge>, tenant: String, form: &Form) -> Result<Response, Refusal> {
+    let step = grant_request(edge, tenant.clone(), form).inspect_err(|r| {
+        let client = form.get("client_id").map(String::as_str);
+        crate::authorize::note_refusal(edge, &tenant, client, crate::authorize::TOKEN_METHOD, r.reason);
+    })?;
     match crate::authorize::forward(edge, &step).await {
         Ok(OAuthGrantAnswer { token: Some(issued), refresh_token, .. }) => {
             let mut body = token_body(&issued);

@@ -177,14 +177,46 @@ async fn deny(
     decide(&st, tenant, request, false).await
 }
 
-/// One step of a grant, forwarded by an edge.
+/// One step of a grant, forwarded by an edge. A refused step is recorded in the tenant's audit
+/// trail without flooding it ([`record_refusal`]).
 async fn grant(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<OAuthGrantRequest>,
 ) -> Result<Json<OAuthGrantAnswer>, ApiError> {
-    let answer = match b {
+    let (tenant, client_id, method) = match &b {
+        OAuthGrantRequest::Authorize { tenant, client_id, .. } => (tenant, Some(client_id.clone()), AUTHORIZE_METHOD),
+        OAuthGrantRequest::Code { tenant, .. } => (tenant, None, AUTHORIZE_METHOD),
+        OAuthGrantRequest::Revoke { tenant, client_id, token } => {
+            // RFC 7009 §2.2: an invalid token is no error; nothing is recorded for one.
+            let t = find_tenant(&st, tenant.clone()).await?;
+            if let Err(r) = revoke(&st, &t.id, client_id, token).await {
+                metrics::counter!("writ_oauth_token_refused_total", "reason" => r.reason.as_str()).increment(1);
+            }
+            return Ok(Json(OAuthGrantAnswer::default()));
+        }
+        OAuthGrantRequest::Token { tenant, grant, .. } => (tenant, grant_client(grant), TOKEN_METHOD),
+        OAuthGrantRequest::Refused { tenant, client_id, method, reason } => {
+            let t = find_tenant(&st, tenant.clone()).await?;
+            let method = if method == AUTHORIZE_METHOD { AUTHORIZE_METHOD } else { TOKEN_METHOD };
+            record_refusal(&st, &t.id, client_id.as_deref(), method, *reason).await;
+            return Ok(Json(OAuthGrantAnswer::default()));
+        }
+    };
+    let t = find_tenant(&st, tenant.clone()).await?;
+    match step(&st, &t.id, b).await {
+        Ok(answer) => Ok(Json(answer)),
+        Err(r) => {
+            metrics::counter!("writ_oauth_token_refused_total", "reason" => r.reason.as_str()).increment(1);
+            record_refusal(&st, &t.id, client_id.as_deref(), method, r.reason).await;
+            Err(r.into())
+        }
+    }
+}
+
+/// Runs one grant step of tenant `tenant_id`.
+async fn step(st: &AdminState, tenant_id: &str, b: OAuthGrantRequest) -> Result<OAuthGrantAnswer, Rejection> {
+    match b {
         OAuthGrantRequest::Authorize {
-            tenant,
             client_id,
             redirect_uri,
             code_challenge,
@@ -192,8 +224,8 @@ async fn grant(
             resource,
             state,
             browser_digest,
+            ..
         } => {
-            let t = find_tenant(&st, tenant).await?;
             let request_id = uuid::Uuid::new_v4().simple().to_string();
             let request = AuthRequestV1 {
                 request_id: request_id.clone(),
@@ -205,28 +237,137 @@ async fn grant(
                 state,
                 browser_digest,
             };
-            submit(&st, Command::OAuthGrant { tenant_id: t.id, step: GrantStepV1::Request(request) }).await?;
-            OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() }
+            submit_grant(st, tenant_id, GrantStepV1::Request(request)).await?;
+            Ok(OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() })
         }
-        OAuthGrantRequest::Code { tenant, request_id, browser_digest } => {
-            let t = find_tenant(&st, tenant).await?;
+        OAuthGrantRequest::Code { request_id, browser_digest, .. } => {
             let secret = new_secret();
             let step = GrantStepV1::Code { request_id, browser_digest, code_digest: digest(&secret) };
-            let events = submit(&st, Command::OAuthGrant { tenant_id: t.id, step }).await?;
+            let events = submit_grant(st, tenant_id, step).await?;
             let revision = events.first().map(|e| e.revision).unwrap_or_default();
-            OAuthGrantAnswer { code: Some(format!("{revision}.{secret}")), ..Default::default() }
+            Ok(OAuthGrantAnswer { code: Some(format!("{revision}.{secret}")), ..Default::default() })
         }
-        OAuthGrantRequest::Token { tenant, grant, scopes, assertion_audiences, resource } => {
-            let t = find_tenant(&st, tenant).await?;
+        OAuthGrantRequest::Token { grant, scopes, assertion_audiences, resource, .. } => {
             let scopes = scopes.into_iter().collect();
-            let refused = |r: Rejection| {
-                metrics::counter!("writ_oauth_token_refused_total", "reason" => r.reason.as_str()).increment(1);
-                r
-            };
-            token(&st, t.id, grant, scopes, &assertion_audiences, resource).await.map_err(refused)?
+            token(st, tenant_id.to_string(), grant, scopes, &assertion_audiences, resource).await
         }
+        OAuthGrantRequest::Refused { .. } | OAuthGrantRequest::Revoke { .. } => Ok(OAuthGrantAnswer::default()),
+    }
+}
+
+/// Revokes the client's refresh token `token` (`<rev>.<id>.<secret>`).
+async fn revoke(st: &AdminState, tenant_id: &str, client_id: &str, token: &str) -> Result<(), Rejection> {
+    let rest = recorded(st, token).await?;
+    let refresh_id = rest.split('.').next().unwrap_or_default().to_string();
+    let step = GrantStepV1::Revoke { client_id: client_id.to_string(), refresh_id, secret_digest: digest(rest) };
+    submit_grant(st, tenant_id, step).await.map(|_| ())
+}
+
+/// Submits a grant step the ledger would decide to accept on this node's replica: one it would
+/// refuse (an unknown, used or expired code or refresh token, a wrong verifier, a replayed
+/// assertion, a full request queue) is refused here, so no refusal of an unauthenticated
+/// caller becomes a ledger entry of its own.
+async fn submit_grant(st: &AdminState, tenant_id: &str, step: GrantStepV1) -> Result<Vec<EventEnvelope>, Rejection> {
+    let command = Command::OAuthGrant { tenant_id: tenant_id.to_string(), step };
+    st.view.with_state(|s| writ_api::decide::decide(s, &command, now_ms().max(s.clock_ms)))?;
+    submit(st, command).await
+}
+
+/// The method names refusals are recorded under.
+const AUTHORIZE_METHOD: &str = "oauth/authorize";
+const TOKEN_METHOD: &str = "oauth/token";
+/// How long repeats of one refusal are counted before the next one is recorded.
+const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most refusals counted at once (past it, the oldest windows are forgotten).
+const REFUSAL_KEYS_MAX: usize = 4096;
+
+/// The client a token request names (for the audit of its refusal).
+fn grant_client(grant: &TokenGrant) -> Option<String> {
+    match grant {
+        TokenGrant::AuthorizationCode { client_id, .. } | TokenGrant::RefreshToken { client_id, .. } => {
+            Some(client_id.clone())
+        }
+        TokenGrant::ClientCredentials { client_assertion } => writ_api::oauth::assertion_client(client_assertion),
+    }
+}
+
+/// What refusal a window counts: tenant, who (the client's principal, else `unauthenticated`),
+/// method, reason.
+type RefusalKey = (String, String, &'static str, ReasonCode);
+
+/// Refusals of the authorization servers' steps being counted: when each key's window opened,
+/// and how often it repeated since.
+#[derive(Default)]
+pub(crate) struct Refusals(std::sync::Mutex<std::collections::BTreeMap<RefusalKey, (std::time::Instant, u64)>>);
+
+impl Refusals {
+    /// Whether this refusal is recorded now (the first of its key in a window), with how many
+    /// repeats of it the previous window counted.
+    fn record_now(&self, key: RefusalKey) -> Option<u64> {
+        let mut counted = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if let Some((since, repeats)) = counted.get_mut(&key) {
+            if now.duration_since(*since) < REFUSAL_WINDOW {
+                *repeats += 1;
+                return None;
+            }
+            let previous = *repeats;
+            (*since, *repeats) = (now, 0);
+            return Some(previous);
+        }
+        if counted.len() >= REFUSAL_KEYS_MAX {
+            counted.retain(|_, (since, _)| now.duration_since(*since) < REFUSAL_WINDOW);
+        }
+        if counted.len() < REFUSAL_KEYS_MAX {
+            counted.insert(key, (now, 0));
+        }
+        Some(0)
+    }
+}
+
+/// Records a refused grant step in the tenant's audit trail as a denied decision — of the
+/// client's principal when the client is registered (named by its id), else of
+/// `unauthenticated` (no client-chosen text) — at most once per kind per [`REFUSAL_WINDOW`],
+/// the repeats counted into the next record: hammering a refusal cannot flood the trail.
+async fn record_refusal(
+    st: &AdminState,
+    tenant_id: &str,
+    client_id: Option<&str>,
+    method: &'static str,
+    reason: ReasonCode,
+) {
+    let principal =
+        client_id.and_then(|c| tenant_oauth(st, tenant_id, |o| o.clients.get(c).map(|c| c.principal_id.clone())));
+    let (who, name) = match principal {
+        Some(p) => (p, client_id.map(str::to_string)),
+        None => ("unauthenticated".to_string(), None),
     };
-    Ok(Json(answer))
+    let Some(repeats) = st.oauth_refusals.record_now((tenant_id.to_string(), who.clone(), method, reason)) else {
+        return;
+    };
+    let name = match repeats {
+        0 => name,
+        n => Some(format!(
+            "{} (and {n} more in the previous {} s)",
+            name.as_deref().unwrap_or(method),
+            REFUSAL_WINDOW.as_secs()
+        )),
+    };
+    let bounded = |t: &str| writ_api::audit::truncated(t, writ_api::audit::DECISION_FIELD_BYTES_MAX);
+    let decision = writ_api::audit::RequestDecisionV1 {
+        trace_id: uuid::Uuid::new_v4().to_string(),
+        principal_id: who,
+        token_id: None,
+        parent_token_id: None,
+        method: method.to_string(),
+        name: name.as_deref().map(bounded),
+        outcome: "denied".into(),
+        reason: Some(reason),
+    };
+    let command = Command::RecordDecisions { tenant_id: tenant_id.to_string(), decisions: vec![decision] };
+    if let Err(e) = submit(st, command).await {
+        tracing::warn!(reason = %e.reason, message = %e.message, "an authorization refusal could not be recorded");
+    }
 }
 
 /// 256 random bits, hex.
@@ -246,9 +387,8 @@ async fn recorded<'a>(st: &AdminState, value: &'a str) -> Result<&'a str, Reject
 /// How long a redemption waits for this node's view to hold the code or refresh token.
 const RECORDED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// What a token request proves, checked against this node's view first: a code, refresh token
-/// or assertion the ledger would refuse is refused here, so failed guesses are never recorded
-/// (they are counted by `writ_oauth_token_refused_total`).
+/// What a token request proves, in the ledger's terms. Codes and refresh tokens are waited for
+/// (their revision) so that this node's replica holds them when the step is checked.
 async fn proof_of(
     st: &AdminState,
     tenant_id: &str,
@@ -256,34 +396,18 @@ async fn proof_of(
     assertion_audiences: &[String],
     resource: Option<String>,
 ) -> Result<(String, GrantProofV1, bool), Rejection> {
-    let unknown_grant = || Rejection::new(ReasonCode::OAUTH_GRANT_INVALID, "the grant is unknown, expired or used");
     match grant {
         TokenGrant::AuthorizationCode { client_id, code, code_verifier, redirect_uri } => {
             if !is_pkce_value(&code_verifier) {
                 return Err(Rejection::new(ReasonCode::OAUTH_PKCE_INVALID, "code_verifier is missing or malformed"));
             }
             let code_digest = digest(recorded(st, &code).await?);
-            let known = tenant_oauth(st, tenant_id, |o| {
-                o.requests
-                    .values()
-                    .any(|r| matches!(&r.status, AuthStatusV1::CodeIssued { code_digest: d, .. } if *d == code_digest))
-            });
-            if !known {
-                return Err(unknown_grant());
-            }
             Ok((client_id, GrantProofV1::Code { code_digest, verifier: code_verifier, redirect_uri }, true))
         }
         TokenGrant::RefreshToken { client_id, refresh_token } => {
             let rest = recorded(st, &refresh_token).await?;
             let refresh_id = rest.split('.').next().unwrap_or_default().to_string();
-            let secret_digest = digest(rest);
-            let known = tenant_oauth(st, tenant_id, |o| {
-                o.refresh_tokens.get(&refresh_id).is_some_and(|r| r.secret_digest == secret_digest)
-            });
-            if !known {
-                return Err(unknown_grant());
-            }
-            Ok((client_id, GrantProofV1::Refresh { refresh_id, secret_digest }, true))
+            Ok((client_id, GrantProofV1::Refresh { refresh_id, secret_digest: digest(rest) }, true))
         }
         TokenGrant::ClientCredentials { client_assertion } => {
             let unknown = |m: String| Rejection::new(ReasonCode::OAUTH_CLIENT_UNKNOWN, m);
@@ -293,12 +417,6 @@ async fn proof_of(
                 .ok_or_else(|| unknown(format!("no client '{client_id}' is registered")))?;
             let (jti, expires_at_ms) =
                 writ_api::oauth::verify_assertion(&client, &client_assertion, assertion_audiences, now_ms())?;
-            let used = tenant_oauth(st, tenant_id, |o| {
-                o.assertions.contains_key(&writ_api::oauth::assertion_key(&client_id, &jti))
-            });
-            if used {
-                return Err(unknown("the assertion was used already".into()));
-            }
             let audience = resource.ok_or_else(|| {
                 Rejection::new(ReasonCode::OAUTH_RESOURCE_INVALID, "the resource (the tenant's MCP URL) is required")
             })?;
@@ -331,7 +449,7 @@ async fn token(
     let has_refresh = refresh.is_some();
     let step = GrantStepV1::Redeem { client_id, proof, token: request, refresh };
     let signer = registered_signer(st).await?;
-    let events = submit(st, Command::OAuthGrant { tenant_id: tenant_id.clone(), step }).await?;
+    let events = submit_grant(st, &tenant_id, step).await?;
     let audience = redeemed_audience(&events)?;
     let token = sign_recorded(&signer, tenant_id, &events, audience)?;
     let refresh_token = has_refresh.then(|| format!("{}.{refresh_id}.{secret}", token.revision));

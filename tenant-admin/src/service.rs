@@ -79,6 +79,8 @@ pub(crate) struct AdminState {
     pub(crate) ca_secret: [u8; 32],
     pub(crate) executor_cert_ttl_s: u64,
     pub(crate) edge_ca_pins: Vec<String>,
+    /// Refusals of tenants' authorization servers, recorded without flooding.
+    pub(crate) oauth_refusals: crate::oauth::Refusals,
 }
 
 pub(crate) type Shared = Arc<AdminState>;
@@ -95,6 +97,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         ca_secret: config.ca_secret,
         executor_cert_ttl_s: config.executor_cert_ttl_s,
         edge_ca_pins: config.edge_ca_pins,
+        oauth_refusals: Default::default(),
     });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))

@@ -462,7 +462,9 @@ async fn client_documents() -> String {
             }),
         )
         .route("/huge.json", get(|| async { format!("{{\"pad\":\"{}\"}}", "x".repeat(200_000)) }))
-        .route("/redirect.json", get(|| async { Redirect::temporary("/host.json") }));
+        .route("/redirect.json", get(|| async { Redirect::temporary("/host.json") }))
+        // Never answers: only the fetch's own timeout ends the request.
+        .route("/slow.json", get(std::future::pending::<String>));
     format!("https://127.0.0.1:{}", writ_tests::pki::serve_https(app).await)
 }
 
@@ -513,9 +515,12 @@ async fn a_host_signs_in_at_writs_own_authorization_server_with_an_operators_app
         }
         args.into_iter().map(String::from).collect::<Vec<_>>()
     };
-    for (name, why) in
-        [("impostor.json", "names client_id"), ("huge.json", "larger than"), ("redirect.json", "redirects")]
-    {
+    for (name, why) in [
+        ("impostor.json", "names client_id"),
+        ("huge.json", "larger than"),
+        ("redirect.json", "redirects"),
+        ("slow.json", "timed out"),
+    ] {
         let args = set(&format!("{docs}/{name}"), true);
         let (code, _, err) = cli(&admin, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
         assert!(code != 0 && err.contains("OAUTH_CLIENT_METADATA_FAILED") && err.contains(why), "{name}: {err}");
@@ -601,27 +606,54 @@ async fn a_host_signs_in_at_writs_own_authorization_server_with_an_operators_app
         (400, Some("invalid_grant"), Some("OAUTH_GRANT_INVALID"))
     );
 
-    bad_authorization_requests(&cluster, &edge, &host).await;
+    let other = bad_authorization_requests(&cluster, &edge, &host).await;
+
+    // The client revokes a refresh token (RFC 7009): it is refused from then on; an unknown one
+    // is no error; an access token is not revoked here.
+    let next = answer["refresh_token"].as_str().unwrap().to_string();
+    let revoke = |token: &str| {
+        let pairs = [("token", token.to_string()), ("client_id", host.clone())];
+        let body = serde_urlencoded::to_string(pairs).unwrap();
+        let url = format!("http://127.0.0.1:{}/t/alpha/oauth/revoke", edge.port);
+        async move {
+            let r = reqwest::Client::builder().no_proxy().build().unwrap();
+            let r = r.post(url).header("content-type", "application/x-www-form-urlencoded").body(body).send();
+            let r = r.await.expect("edge reachable");
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    assert_eq!(revoke(&next).await.0, 200);
+    assert_eq!(revoke("1.unknown.token").await.0, 200, "RFC 7009 §2.2: an invalid token is no error");
+    let (status, body) = revoke(answer["access_token"].as_str().unwrap()).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("unsupported_token_type")), "{body}");
+    let pairs = by_refresh(&next);
+    let (status, refused) =
+        token_endpoint(&edge, "alpha", &pairs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+    assert_eq!((status, refused["reason"].as_str()), (400, Some("OAUTH_GRANT_INVALID")), "revoked: {refused}");
 
     // Removing the client ends its refresh tokens.
-    let next = answer["refresh_token"].as_str().unwrap().to_string();
+    let next = other;
     let (code, out, err) = cli(&admin, &["oauth", "client", "remove", "--tenant", "alpha", &host]).await;
     assert_eq!(code, 0, "{out}{err}");
     let pairs = by_refresh(&next);
     let refused = writ_tests::eventually("the removed client's refresh refused", Duration::from_secs(10), || async {
         let (status, answer) =
             token_endpoint(&edge, "alpha", &pairs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
-        (status == 400).then_some(answer)
+        (status == 401).then_some(answer)
     })
     .await;
-    assert_eq!(refused["reason"], "OAUTH_GRANT_INVALID", "{refused}");
+    assert_eq!(
+        (refused["error"].as_str(), refused["reason"].as_str()),
+        (Some("invalid_client"), Some("OAUTH_CLIENT_UNKNOWN"))
+    );
 }
 
 /// The authorization endpoint's bad inputs, by hand: nothing redirected before the client and
 /// redirect URI are known; PKCE and the resource refused back to the client; a code redeemed
 /// with a wrong verifier, then once; another browser's and a denied request; guesses at the
-/// token endpoint refused without a ledger record.
-async fn bad_authorization_requests(cluster: &Cluster, edge: &EdgeProc, host: &str) {
+/// token endpoint refused before the ledger and audited without flooding. Its answer: the refresh
+/// token of the code it redeemed.
+async fn bad_authorization_requests(cluster: &Cluster, edge: &EdgeProc, host: &str) -> String {
     let admin = cluster.all_urls()[0].clone();
     let http = no_redirects();
     let authorize = format!("http://127.0.0.1:{}/t/alpha/oauth/authorize", edge.port);
@@ -711,6 +743,7 @@ async fn bad_authorization_requests(cluster: &Cluster, edge: &EdgeProc, host: &s
     );
     let (status, answer) = redeem(&verifier).await;
     assert_eq!(status, 200, "{answer}");
+    let refresh = answer["refresh_token"].as_str().expect("a refresh token").to_string();
     let (status, answer) = redeem(&verifier).await;
     assert_eq!(
         (status, answer["reason"].as_str()),
@@ -732,11 +765,13 @@ async fn bad_authorization_requests(cluster: &Cluster, edge: &EdgeProc, host: &s
     .await;
     assert_eq!((denied["error"].as_str(), denied["state"].as_str()), ("access_denied", "s-1"));
 
-    // Guesses at the token endpoint are refused before the ledger: no record per guess.
-    let before = cluster.admin.get(&admin, "/v1/tenants/alpha/audit?limit=1000").await.unwrap()["records"]
-        .as_array()
-        .unwrap()
-        .len();
+    // Guesses at the token endpoint are refused before the ledger, and audited without
+    // flooding: at most one record per kind of refusal in a window, whatever their number.
+    let audit = || async {
+        let path = "/v1/tenants/alpha/audit?outcome=denied&limit=1000";
+        cluster.admin.get(&admin, path).await.unwrap()["records"].as_array().unwrap().clone()
+    };
+    let before = audit().await.len();
     for i in 0..20 {
         let guess = format!("{i}.not-a-code");
         let pairs = [
@@ -749,15 +784,19 @@ async fn bad_authorization_requests(cluster: &Cluster, edge: &EdgeProc, host: &s
         let (status, answer) = token_endpoint(edge, "alpha", &pairs).await;
         assert_eq!((status, answer["reason"].as_str()), (400, Some("OAUTH_GRANT_INVALID")), "{answer}");
     }
+    let records = audit().await;
+    assert!(records.len() <= before + 1, "20 guesses, at most one record: {} → {}", before, records.len());
+    assert!(
+        records
+            .iter()
+            .any(|r| r["reason_code"] == "OAUTH_GRANT_INVALID" && r["detail"].to_string().contains("oauth/token")),
+        "the refusal is on the tenant's record: {records:?}"
+    );
     let pairs =
         [("grant_type", "authorization_code"), ("client_id", host), ("code", "1.x"), ("redirect_uri", REDIRECT)];
     let (status, answer) = token_endpoint(edge, "alpha", &pairs).await;
     assert_eq!((status, answer["reason"].as_str()), (400, Some("OAUTH_PKCE_INVALID")), "no verifier: {answer}");
-    let after = cluster.admin.get(&admin, "/v1/tenants/alpha/audit?limit=1000").await.unwrap()["records"]
-        .as_array()
-        .unwrap()
-        .len();
-    assert_eq!(before, after, "refused guesses leave no audit records to flood");
+    refresh
 }
 
 /// A headless agent of a tenant without an IdP: the SDK's private_key_jwt provider gets a token

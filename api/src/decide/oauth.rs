@@ -136,6 +136,13 @@ fn grant(state: &LedgerState, tenant_id: &str, step: &GrantStepV1, now: u64) -> 
             };
             Ok(vec![change(GrantChangeV1::Decided { request_id: request_id.clone(), status })])
         }
+        GrantStepV1::Revoke { client_id, refresh_id, secret_digest } => {
+            let own = oauth.refresh_tokens.get(refresh_id);
+            if !own.is_some_and(|r| r.client_id == *client_id && r.secret_digest == *secret_digest) {
+                return Err(grant_invalid("no such refresh token of this client"));
+            }
+            Ok(vec![change(GrantChangeV1::Revoked { refresh_id: refresh_id.clone() })])
+        }
         GrantStepV1::Redeem { client_id, proof, token, refresh } => {
             let client = client_of(state, tenant_id, client_id)?;
             if token.principal_id != client.principal_id || token.parent_jti.is_some() {

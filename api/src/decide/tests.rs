@@ -1100,6 +1100,16 @@ fn authorization_grants_are_single_use_and_bound() {
     let late =
         GrantProofV1::Assertion { jti: "a2".into(), expires_at_ms: 8 + ASSERTION_LIFETIME_MAX_MS + 1, audience: aud() };
     assert_eq!(run(&mut st, 8, redeem(late, "j7", None)), Some(ReasonCode::OAUTH_CLIENT_UNKNOWN), "too long-lived");
+    let revoke = |id: &str, by: &str| {
+        step(GrantStepV1::Revoke {
+            client_id: by.into(),
+            refresh_id: id.into(),
+            secret_digest: digest(&format!("secret-{id}")),
+        })
+    };
+    assert_eq!(run(&mut st, 8, revoke("rt3", "someone-else")), Some(ReasonCode::OAUTH_GRANT_INVALID));
+    assert_eq!(run(&mut st, 8, revoke("rt3", &client.client_id)), None);
+    assert_eq!(run(&mut st, 8, redeem(by_refresh("rt3"), "j9", Some("rt9"))), Some(ReasonCode::OAUTH_GRANT_INVALID));
     let remove = Command::RemoveOAuthClient { tenant_id: "a".into(), client_id: client.client_id.clone() };
     assert_eq!(run(&mut st, 9, remove), None);
     assert!(st.oauth["a"].refresh_tokens.is_empty() && st.oauth["a"].clients.is_empty());
