@@ -151,13 +151,21 @@ pub(crate) fn note_refusal(edge: &Arc<Edge>, tenant: &str, client_id: Option<&st
         method: method.to_string(),
         reason,
     };
+    // At most NOTES_IN_FLIGHT at once: a flood of refusals costs no more (past it they are
+    // counted by `writ_edge_requests_refused_total` only).
+    let Ok(permit) = NOTES.try_acquire() else { return };
     let edge = edge.clone();
     tokio::spawn(async move {
         if let Err(e) = forward(&edge, &step).await {
             tracing::debug!(reason = %e.reason, "a refusal could not be recorded");
         }
+        drop(permit);
     });
 }
+
+/// Most refusal notes on their way to a node at once.
+const NOTES_IN_FLIGHT: usize = 16;
+static NOTES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(NOTES_IN_FLIGHT);
 
 /// Forwards a grant step to the admin API.
 pub(crate) async fn forward(edge: &Edge, step: &OAuthGrantRequest) -> Result<OAuthGrantAnswer, Rejection> {

@@ -94,8 +94,10 @@ fn form_encoded(v: &str) -> String {
 }
 
 /// A one-node cluster, one edge, tenants `alpha` (agent `agent` may list devices) and `beta`.
+/// The node trusts the test CA for what it fetches (the HTTPS documents some tests serve).
 async fn deployment() -> (Cluster, tempfile::TempDir, EdgeProc) {
-    let cluster = Cluster::start(1).await;
+    let ca = writ_tests::pki::ca_file().display().to_string();
+    let cluster = Cluster::start_with(1, |n| n.env.push(("SSL_CERT_FILE".into(), ca.clone()))).await;
     let dir = tempfile::tempdir().unwrap();
     let urls = cluster.all_urls();
     let edge = EdgeProc::start(dir.path(), &urls, None).await;
@@ -468,20 +470,6 @@ async fn client_documents() -> String {
     format!("https://127.0.0.1:{}", writ_tests::pki::serve_https(app).await)
 }
 
-/// A one-node cluster whose node trusts the test CA for what it fetches, one edge, tenants
-/// `alpha` and `beta`.
-async fn trusting_deployment() -> (Cluster, tempfile::TempDir, EdgeProc) {
-    let ca = writ_tests::pki::ca_file().display().to_string();
-    let cluster = Cluster::start_with(1, |n| n.env.push(("SSL_CERT_FILE".into(), ca.clone()))).await;
-    let dir = tempfile::tempdir().unwrap();
-    let urls = cluster.all_urls();
-    let edge = EdgeProc::start(dir.path(), &urls, None).await;
-    for name in ["alpha", "beta"] {
-        tenant(&cluster.admin, &urls[0], name, vec![builtin("list_devices", "writ.devices", None)]).await;
-    }
-    (cluster, dir, edge)
-}
-
 fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
@@ -500,7 +488,7 @@ fn location(r: &reqwest::Response) -> (String, std::collections::HashMap<String,
 /// request through the CLI — then refresh tokens that rotate and die with their client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_signs_in_at_writs_own_authorization_server_with_an_operators_approval() {
-    let (cluster, _dir, edge) = trusting_deployment().await;
+    let (cluster, _dir, edge) = deployment().await;
     let admin = cluster.all_urls()[0].clone();
     let alpha = tenant_url(&edge, "alpha");
     let docs = client_documents().await;
