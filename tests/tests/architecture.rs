@@ -431,3 +431,116 @@ fn every_format_and_ledger_version_is_documented() {
     assert_eq!(rows("## State formats"), formats, "docs/design/formats.md: state formats");
     assert_eq!(rows("## Ledger versions"), versions, "docs/design/formats.md: ledger versions");
 }
+
+/// Longest a product function may be, in lines.
+const FUNCTION_LINES_MAX: usize = 120;
+
+/// The product functions that were longer than [`FUNCTION_LINES_MAX`] when the limit came, with
+/// the lines each may have at most: each may only shrink, and leaves this list once it is within
+/// the limit. Tables of literal data (the OpenAPI document, the conformance catalog) are here too.
+const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("api/src/decide/operation.rs", "decide", 331),
+    ("mcp-edge/src/builtin.rs", "call", 253),
+    ("tenant-admin/src/openapi.rs", "schemas", 208),
+    ("api/src/state.rs", "decode_body_bounded", 205),
+    ("tenant-admin/src/cli.rs", "execute", 201),
+    ("mcp-edge/src/fixtures.rs", "conformance_catalog", 194),
+    ("api/src/query.rs", "answer", 177),
+    ("loadtest/src/verify.rs", "verify", 171),
+    ("mcp-edge/src/operations.rs", "tools", 170),
+    ("api/src/decide/token.rs", "decide", 168),
+    ("mcp-edge/src/serve.rs", "call_tool", 164),
+    ("node/src/dev.rs", "run", 162),
+    ("api/src/state.rs", "fold_operation", 159),
+    ("tenant-admin/src/openapi.rs", "paths", 158),
+    ("api/src/decide/executor.rs", "decide", 152),
+    ("node/src/edge.rs", "start_edge", 141),
+    ("node/src/config.rs", "validate", 137),
+    ("node/src/main.rs", "main", 128),
+    ("node/src/server.rs", "start_node", 124),
+];
+
+/// Each function of `text` (outside its unit tests) with its length in lines: from its `fn`
+/// line to the line closing it at the same indentation.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.split("\n#[cfg(test)]").next().unwrap_or_default().lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let indent = line.len() - code.len();
+        let after_qualifiers = ["pub(crate) ", "pub(super) ", "pub ", "async ", "const ", "unsafe "]
+            .iter()
+            .fold(code, |rest, q| rest.strip_prefix(q).unwrap_or(rest));
+        let Some(signature) = after_qualifiers.strip_prefix("fn ") else { continue };
+        if line.trim_end().ends_with(';') {
+            continue;
+        }
+        let name: String = signature.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let closing = lines[at + 1..]
+            .iter()
+            .position(|l| l.len() > indent && l[..indent].trim().is_empty() && l[indent..].starts_with('}'));
+        if let Some(end) = closing {
+            found.push((name, end + 2));
+        }
+    }
+    found
+}
+
+/// The product functions longer than [`FUNCTION_LINES_MAX`]: (file, function, lines).
+fn long_functions() -> Vec<(String, String, usize)> {
+    let mut long = Vec::new();
+    for dir in
+        ["api/src", "api/client/src", "raft-store/src", "node/src", "mcp-edge/src", "tenant-admin/src", "loadtest/src"]
+    {
+        for file in files_under(&root().join(dir), ".rs") {
+            let relative = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
+            if relative.ends_with("tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("source");
+            for (name, n) in function_lengths(&text) {
+                if n > FUNCTION_LINES_MAX {
+                    long.push((relative.clone(), name, n));
+                }
+            }
+        }
+    }
+    long
+}
+
+/// No product function grows past 120 lines: a new long one fails here, a listed one may only
+/// shrink, and one back within the limit must leave the list.
+#[test]
+fn functions_stay_short_enough_to_read_at_once() {
+    let long = long_functions();
+    let mut faults = Vec::new();
+    for (file, name, n) in &long {
+        match LONG_FUNCTIONS.iter().find(|(f, fun, _)| f == file && fun == name) {
+            None => faults.push(format!("{file}: {name} has {n} lines (at most {FUNCTION_LINES_MAX}): split it")),
+            Some((_, _, ceiling)) if n > ceiling => {
+                faults.push(format!("{file}: {name} grew to {n} lines (it may only shrink from {ceiling})"))
+            }
+            Some(_) => {}
+        }
+    }
+    for (file, name, _) in LONG_FUNCTIONS {
+        if !long.iter().any(|(f, fun, _)| f == file && fun == name) {
+            faults.push(format!(
+                "{file}: {name} is within {FUNCTION_LINES_MAX} lines now: remove it from LONG_FUNCTIONS"
+            ));
+        }
+    }
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
+}
+
+/// The length check sees a long function wherever it is, and nothing in unit tests.
+#[test]
+fn the_length_check_finds_a_long_function() {
+    let body = "    let x = 1;\n".repeat(FUNCTION_LINES_MAX);
+    let text = format!(
+        "//! m\n\npub(crate) async fn short() {{\n}}\n\nimpl X {{\n    fn long(&self) {{\n{body}    }}\n}}\n\n\
+         #[cfg(test)]\nmod tests {{\n    fn also_long() {{\n{body}    }}\n}}\n"
+    );
+    let found = function_lengths(&text);
+    assert_eq!(found, [("short".to_string(), 2), ("long".to_string(), FUNCTION_LINES_MAX + 2)]);
+}
