@@ -1157,8 +1157,9 @@ pub enum OAuthGrantRequest {
         state: Option<String>,
         browser_digest: String,
     },
-    /// The browser that asked collects the code of its approved request (the node makes it).
-    Code { tenant: String, request_id: String, browser_digest: String },
+    /// The browser that asked collects the code of its approved request (the node makes it,
+    /// once its replica holds `revision`: the edge's, which saw the approval).
+    Code { tenant: String, request_id: String, browser_digest: String, revision: u64 },
     /// A step the edge refused before forwarding it (the form, PKCE, the resource): recorded in
     /// the tenant's audit trail like the node's own refusals.
     Refused { tenant: String, client_id: Option<String>, method: String, reason: crate::reason::ReasonCode },

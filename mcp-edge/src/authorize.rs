@@ -360,6 +360,7 @@ async fn wait(
                 tenant: tenant.clone(),
                 request_id: id.clone(),
                 browser_digest: digest(browser),
+                revision: edge.verifier.revision(),
             };
             match forward(&edge, &step).await {
                 Ok(OAuthGrantAnswer { code: Some(code), .. }) => {

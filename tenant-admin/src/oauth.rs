@@ -240,7 +240,8 @@ async fn step(st: &AdminState, tenant_id: &str, b: OAuthGrantRequest) -> Result<
             submit_grant(st, tenant_id, GrantStepV1::Request(request)).await?;
             Ok(OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() })
         }
-        OAuthGrantRequest::Code { request_id, browser_digest, .. } => {
+        OAuthGrantRequest::Code { request_id, browser_digest, revision, .. } => {
+            st.view.wait_for(revision, RECORDED_WAIT).await;
             let secret = new_secret();
             let step = GrantStepV1::Code { request_id, browser_digest, code_digest: digest(&secret) };
             let events = submit_grant(st, tenant_id, step).await?;
