@@ -608,57 +608,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::SubmitOperation { spec, .. } => submit(state, tenant, spec, None, now),
         Command::SubmitProposed { spec, proposal_id, .. } => submit(state, tenant, spec, Some(proposal_id), now),
         Command::ProposeOperation { spec, .. } => propose(state, tenant, spec, now),
-        Command::AnswerInputs { operation_id, by_principal_id, answers, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            let requester = &op.spec.principal_id == by_principal_id;
-            let approving = answers.contains_key(APPROVAL_REQUEST);
-            if !requester && !approving {
-                return Err(not_found(operation_id)); // only its requester answers
-            }
-            if op.state != Proposed {
-                return Err(conflict(op, "only an operation waiting for input takes answers"));
-            }
-            if approving {
-                approver_may_approve(state, tenant_id, op, by_principal_id, answers)?;
-            }
-            let mut fresh: BTreeMap<String, String> = BTreeMap::new();
-            for (id, answer) in answers {
-                if op.spec.input_requests.contains_key(id) && !op.answers.contains_key(id) {
-                    json_text_ok("an answer", id, answer)?;
-                    // The approval records who gave it.
-                    let answer = if id == APPROVAL_REQUEST {
-                        let mut v: Value =
-                            serde_json::from_str(answer).map_err(|_| invalid("the approval is not JSON"))?;
-                        v["approver"] = Value::String(by_principal_id.clone());
-                        v.to_string()
-                    } else {
-                        answer.clone()
-                    };
-                    fresh.insert(id.clone(), answer);
-                }
-            }
-            if fresh.is_empty() {
-                return Ok(vec![]);
-            }
-            let all: BTreeMap<&String, &String> = op.answers.iter().chain(fresh.iter()).collect();
-            let complete = all.len() == op.spec.input_requests.len();
-            let accepted = |a: &str| serde_json::from_str::<Value>(a).is_ok_and(|v| v["action"] == "accept");
-            let declined = all.iter().find(|(_, a)| !accepted(a)).map(|(id, _)| id.to_string());
-            let mut events = vec![Event::OperationInputsAnsweredV1 {
-                tenant_id: t.clone(),
-                operation_id: operation_id.clone(),
-                answers: fresh.clone(),
-            }];
-            match (complete, declined) {
-                (false, _) => {}
-                (true, Some(id)) => events.push(transition(op, Cancelled, format!("input '{id}' was declined"))),
-                (true, None) => {
-                    events.push(transition(op, Verified, "every input was answered"));
-                    events.push(reserve(state, tenant_id, &op.spec)?);
-                }
-            }
-            Ok(events)
-        }
+        Command::AnswerInputs { .. } => answer_inputs(state, tenant_id, cmd, now),
         Command::DispatchOperation { operation_id, executor_id, .. } => {
             let op = find(state, tenant_id, operation_id)?;
             if state.upstream_operation(tenant_id, operation_id).is_some() {
@@ -674,110 +624,10 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 _ => Err(conflict(op, "only a reserved operation is dispatched")),
             }
         }
-        Command::StartAttempt { operation_id, executor_id, fencing_token, lease_ms, .. } => {
-            lease_ms_ok(*lease_ms)?;
-            let op = find(state, tenant_id, operation_id)?;
-            let mut events = claim(state, op, executor_id, "an attempt starts")?;
-            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
-                return Err(stale(op, *fencing_token));
-            }
-            events.push(Event::OperationTransitionedV1 {
-                tenant_id: t.clone(),
-                operation_id: operation_id.clone(),
-                from: Dispatched,
-                to: Attempting,
-                cause: format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
-            });
-            events.push(Event::AttemptLeaseExtendedV1 {
-                tenant_id: t,
-                device_id: op.spec.device_id.clone(),
-                operation_id: operation_id.clone(),
-                expires_at_ms: now + lease_ms,
-            });
-            Ok(events)
-        }
-        Command::RefuseDispatch { operation_id, executor_id, fencing_token, reason, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
-            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
-                return Err(stale(op, *fencing_token));
-            }
-            validate_reason(reason)?;
-            events.push(Event::OperationTransitionedV1 {
-                tenant_id: t.clone(),
-                operation_id: operation_id.clone(),
-                from: Dispatched,
-                to: Failed,
-                cause: format!("refused by executor '{executor_id}' before any attempt: {reason}"),
-            });
-            events.extend(release(op));
-            Ok(events)
-        }
-        Command::RefuseDispatchV2 { operation_id, executor_id, fencing_token, reason, message, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
-            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
-                return Err(stale(op, *fencing_token));
-            }
-            validate_reason(message)?;
-            if !EXECUTOR_REFUSALS.contains(reason) {
-                let allowed: Vec<&str> = EXECUTOR_REFUSALS.iter().map(|r| r.as_str()).collect();
-                return Err(invalid(format!("an executor refuses with one of {}", allowed.join(", "))));
-            }
-            events.push(Event::OperationRefusedV1 {
-                tenant_id: t.clone(),
-                operation_id: operation_id.clone(),
-                executor_id: executor_id.clone(),
-                reason: *reason,
-                cause: format!("refused by executor '{executor_id}' before any attempt: {reason}: {message}"),
-            });
-            events.extend(release(op));
-            Ok(events)
-        }
-        Command::StoreEvidence { operation_id, mime_type, content_hash, content_base64, by, .. } => {
-            use crate::evidence::*;
-            let op = find(state, tenant_id, operation_id)?;
-            if let Uploader::Executor { executor_id } = by {
-                if op.executor_id.as_deref() != Some(executor_id.as_str()) {
-                    return Err(not_found(operation_id)); // not its operation
-                }
-            }
-            if op.attempts == 0 {
-                return Err(conflict(op, "evidence is of an attempt: only an attempted operation takes it"));
-            }
-            let bytes = checked_bytes(mime_type, content_base64, content_hash)?;
-            let blobs = state.evidence.get(tenant_id);
-            let slot = crate::state::evidence_slot(operation_id, content_hash);
-            if blobs.is_some_and(|m| m.contains_key(&slot)) {
-                return Ok(vec![]); // stored already (a retried upload)
-            }
-            let prefix = crate::state::evidence_slot(operation_id, "");
-            let of_operation =
-                blobs.map_or(0, |m| m.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).count());
-            if of_operation >= EVIDENCE_PER_OPERATION_MAX {
-                let msg = format!(
-                    "operation '{operation_id}' carries {EVIDENCE_PER_OPERATION_MAX} blobs of evidence, its most"
-                );
-                return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
-            }
-            let used = state.index.evidence_bytes.get(tenant_id).copied().unwrap_or(0);
-            if used + bytes.len() as u64 > EVIDENCE_BYTES_PER_TENANT_MAX {
-                let msg =
-                    format!("the tenant keeps {used} bytes of evidence; {EVIDENCE_BYTES_PER_TENANT_MAX} is its most");
-                return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
-            }
-            Ok(vec![Event::EvidenceStoredV1 {
-                tenant_id: t,
-                blob: EvidenceBlobV1 {
-                    content_hash: content_hash.clone(),
-                    operation_id: operation_id.clone(),
-                    mime_type: mime_type.clone(),
-                    size: bytes.len() as u64,
-                    by: by.clone(),
-                    at_ms: now,
-                },
-            }])
-        }
+        Command::StartAttempt { .. } => start_attempt(state, tenant_id, cmd, now),
+        Command::RefuseDispatch { .. } => refuse_dispatch(state, tenant_id, cmd, now),
+        Command::RefuseDispatchV2 { .. } => refuse_dispatch_v2(state, tenant_id, cmd, now),
+        Command::StoreEvidence { .. } => store_evidence(state, tenant_id, cmd, now),
         Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
             lease_ms_ok(*lease_ms)?;
             let op = find(state, tenant_id, operation_id)?;
@@ -794,139 +644,363 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
                 expires_at_ms: now + lease_ms,
             }])
         }
-        Command::ReportAttempt { operation_id, fencing_token, outcome, evidence, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            if !matches!(op.state, Attempting | UnknownEffect) {
-                return Err(conflict(op, "only an attempted operation reports an outcome"));
-            }
-            if op.fencing_token.is_some_and(|f| f != *fencing_token) {
-                return Err(stale(op, *fencing_token));
-            }
-            let late = if op.state == UnknownEffect { " (late: after the lease expired)" } else { "" };
-            let mut events: Vec<Event> = evidence
-                .iter()
-                .map(|e| Event::EvidenceReportedV1 {
-                    tenant_id: t.clone(),
-                    operation_id: operation_id.clone(),
-                    evidence: e.clone(),
-                })
-                .collect();
-            events.push(match outcome {
-                AttemptOutcome::Effect => {
-                    transition(op, EffectReported, format!("the executor reported the effect{late}"))
-                }
-                AttemptOutcome::NoEffect if op.cancel_requested => transition(
-                    op,
-                    Cancelled,
-                    format!("cancelled during the attempt; the executor reported no effect{late}"),
-                ),
-                AttemptOutcome::NoEffect => transition(op, Failed, format!("the executor reported no effect{late}")),
-            });
-            events.extend(release(op));
-            Ok(events)
-        }
-        Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, content, .. } => {
-            let report = |evidence: EvidenceV1| Command::ReportAttempt {
-                tenant_id: t.clone(),
-                operation_id: operation_id.clone(),
-                fencing_token: *fencing_token,
-                outcome: *outcome,
-                evidence: Some(evidence),
-            };
-            // The report's own checks (state, fencing) come first and decide alone whether it stands.
-            decide(state, &report(evidence.clone()), now)?;
-            let op = find(state, tenant_id, operation_id)?;
-            let store = Command::StoreEvidence {
-                tenant_id: t.clone(),
-                operation_id: operation_id.clone(),
-                mime_type: content.mime_type.clone(),
-                content_hash: evidence.content_hash.clone(),
-                content_base64: content.content_base64.clone(),
-                by: crate::evidence::Uploader::Executor { executor_id: op.executor_id.clone().unwrap_or_default() },
-            };
-            // The blob is stored while the operation is still attempted; a blob the store
-            // refuses (a full quota) leaves the report standing, its reference saying why.
-            let mut reported = evidence.clone();
-            let mut events = match decide(state, &store, now) {
-                Ok(stored) => stored,
-                Err(refused) => {
-                    reported.evidence_return_ref = format!("not stored: {}", refused.reason);
-                    Vec::new()
-                }
-            };
-            events.extend(decide(state, &report(reported), now)?);
-            Ok(events)
-        }
-        Command::RecordObservation { operation_id, observer_id, evidence, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            if !matches!(op.state, Attempting | EffectReported | UnknownEffect) {
-                return Err(conflict(op, "observations are recorded for attempted operations"));
-            }
-            if observer_id == &op.spec.principal_id {
-                return Err(invalid(
-                    "the observer must be another principal than the one that asked for the operation",
-                ));
-            }
-            if state.principals.get(tenant_id).is_none_or(|m| !m.contains_key(observer_id)) {
-                return Err(Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such observer"));
-            }
-            let observation =
-                ObservationV1 { observer_id: observer_id.clone(), evidence: evidence.clone(), at_ms: now };
-            Ok(vec![Event::ObservationRecordedV1 { tenant_id: t, operation_id: operation_id.clone(), observation }])
-        }
-        Command::DecideOperation { operation_id, by_principal_id, verdict, note, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            if op.state != EffectReported {
-                return Err(conflict(op, "only a reported effect is accepted or rejected"));
-            }
-            match verdict {
-                Verdict::Accept if op.observations.is_empty() => Err(Rejection::new(
-                    ReasonCode::OBSERVATION_REQUIRED,
-                    "no independent observation is linked to this operation; the executor's evidence alone cannot accept it",
-                )),
-                Verdict::Accept => Ok(vec![transition(op, Accepted, format!("accepted by '{by_principal_id}': {note}"))]),
-                Verdict::Reject => Ok(vec![transition(op, Rejected, format!("rejected by '{by_principal_id}': {note}"))]),
-            }
-        }
-        Command::ResolveUnknownEffect { operation_id, by_principal_id, outcome, note, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            if op.state != UnknownEffect {
-                return Err(conflict(op, "only an unknown effect is resolved"));
-            }
-            let mut events = vec![match outcome {
-                AttemptOutcome::Effect => {
-                    transition(op, EffectReported, format!("resolved by '{by_principal_id}': effect happened: {note}"))
-                }
-                AttemptOutcome::NoEffect => {
-                    transition(op, Failed, format!("resolved by '{by_principal_id}': no effect: {note}"))
-                }
-            }];
-            events.extend(release(op));
-            Ok(events)
-        }
-        Command::CancelOperation { operation_id, by_principal_id, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
-            if op.state == Attempting {
-                // The executor is told (lease renewals) and reports the true outcome.
-                return Ok(if op.cancel_requested {
-                    vec![]
-                } else {
-                    vec![Event::OperationCancelRequestedV1 {
-                        tenant_id: t,
-                        operation_id: operation_id.clone(),
-                        by_principal_id: by_principal_id.clone(),
-                    }]
-                });
-            }
-            if !op.state.is_waiting() {
-                return Err(conflict(op, "an operation is cancelled only before or during its attempt"));
-            }
-            let mut events = vec![transition(op, Cancelled, format!("cancelled by '{by_principal_id}'"))];
-            events.extend(release(op));
-            Ok(events)
-        }
+        Command::ReportAttempt { .. } => report_attempt(state, tenant_id, cmd, now),
+        Command::ReportAttemptV2 { .. } => report_attempt_v2(state, tenant_id, cmd, now),
+        Command::RecordObservation { .. } => record_observation(state, tenant_id, cmd, now),
+        Command::DecideOperation { .. } => decide_operation(state, tenant_id, cmd, now),
+        Command::ResolveUnknownEffect { .. } => resolve_unknown_effect(state, tenant_id, cmd, now),
+        Command::CancelOperation { .. } => cancel_operation(state, tenant_id, cmd, now),
         Command::ExpireDue { .. } => Ok(vec![]),
         Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
         other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{} is not an operation command", other.kind()))),
     }
+}
+
+/// A requester's answers to its operation's input requests, or an approver's approval.
+fn answer_inputs(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::AnswerInputs { operation_id, by_principal_id, answers, .. } = cmd else { return Err(misrouted(cmd)) };
+    let t = tenant_id.to_string();
+    let op = find(state, tenant_id, operation_id)?;
+    let requester = &op.spec.principal_id == by_principal_id;
+    let approving = answers.contains_key(APPROVAL_REQUEST);
+    if !requester && !approving {
+        return Err(not_found(operation_id)); // only its requester answers
+    }
+    if op.state != Proposed {
+        return Err(conflict(op, "only an operation waiting for input takes answers"));
+    }
+    if approving {
+        approver_may_approve(state, tenant_id, op, by_principal_id, answers)?;
+    }
+    let mut fresh: BTreeMap<String, String> = BTreeMap::new();
+    for (id, answer) in answers {
+        if op.spec.input_requests.contains_key(id) && !op.answers.contains_key(id) {
+            json_text_ok("an answer", id, answer)?;
+            // The approval records who gave it.
+            let answer = if id == APPROVAL_REQUEST {
+                let mut v: Value = serde_json::from_str(answer).map_err(|_| invalid("the approval is not JSON"))?;
+                v["approver"] = Value::String(by_principal_id.clone());
+                v.to_string()
+            } else {
+                answer.clone()
+            };
+            fresh.insert(id.clone(), answer);
+        }
+    }
+    if fresh.is_empty() {
+        return Ok(vec![]);
+    }
+    let all: BTreeMap<&String, &String> = op.answers.iter().chain(fresh.iter()).collect();
+    let complete = all.len() == op.spec.input_requests.len();
+    let accepted = |a: &str| serde_json::from_str::<Value>(a).is_ok_and(|v| v["action"] == "accept");
+    let declined = all.iter().find(|(_, a)| !accepted(a)).map(|(id, _)| id.to_string());
+    let mut events = vec![Event::OperationInputsAnsweredV1 {
+        tenant_id: t.clone(),
+        operation_id: operation_id.clone(),
+        answers: fresh.clone(),
+    }];
+    match (complete, declined) {
+        (false, _) => {}
+        (true, Some(id)) => events.push(transition(op, Cancelled, format!("input '{id}' was declined"))),
+        (true, None) => {
+            events.push(transition(op, Verified, "every input was answered"));
+            events.push(reserve(state, tenant_id, &op.spec)?);
+        }
+    }
+    Ok(events)
+}
+
+/// An executor starts its attempt of a dispatched operation (its fencing token, a lease).
+fn start_attempt(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::StartAttempt { operation_id, executor_id, fencing_token, lease_ms, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    lease_ms_ok(*lease_ms)?;
+    let op = find(state, tenant_id, operation_id)?;
+    let mut events = claim(state, op, executor_id, "an attempt starts")?;
+    if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+        return Err(stale(op, *fencing_token));
+    }
+    events.push(Event::OperationTransitionedV1 {
+        tenant_id: t.clone(),
+        operation_id: operation_id.clone(),
+        from: Dispatched,
+        to: Attempting,
+        cause: format!("attempt {} started by executor '{executor_id}'", op.attempts + 1),
+    });
+    events.push(Event::AttemptLeaseExtendedV1 {
+        tenant_id: t,
+        device_id: op.spec.device_id.clone(),
+        operation_id: operation_id.clone(),
+        expires_at_ms: now + lease_ms,
+    });
+    Ok(events)
+}
+
+/// An executor refuses a dispatched operation before attempting it (a free-text reason).
+fn refuse_dispatch(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::RefuseDispatch { operation_id, executor_id, fencing_token, reason, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    let op = find(state, tenant_id, operation_id)?;
+    let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
+    if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+        return Err(stale(op, *fencing_token));
+    }
+    validate_reason(reason)?;
+    events.push(Event::OperationTransitionedV1 {
+        tenant_id: t.clone(),
+        operation_id: operation_id.clone(),
+        from: Dispatched,
+        to: Failed,
+        cause: format!("refused by executor '{executor_id}' before any attempt: {reason}"),
+    });
+    events.extend(release(op));
+    Ok(events)
+}
+
+/// An executor refuses a dispatched operation before attempting it (a coded reason).
+fn refuse_dispatch_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::RefuseDispatchV2 { operation_id, executor_id, fencing_token, reason, message, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    let op = find(state, tenant_id, operation_id)?;
+    let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
+    if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+        return Err(stale(op, *fencing_token));
+    }
+    validate_reason(message)?;
+    if !EXECUTOR_REFUSALS.contains(reason) {
+        let allowed: Vec<&str> = EXECUTOR_REFUSALS.iter().map(|r| r.as_str()).collect();
+        return Err(invalid(format!("an executor refuses with one of {}", allowed.join(", "))));
+    }
+    events.push(Event::OperationRefusedV1 {
+        tenant_id: t.clone(),
+        operation_id: operation_id.clone(),
+        executor_id: executor_id.clone(),
+        reason: *reason,
+        cause: format!("refused by executor '{executor_id}' before any attempt: {reason}: {message}"),
+    });
+    events.extend(release(op));
+    Ok(events)
+}
+
+/// A blob of evidence of an attempted operation, within the operation's and the tenant's bounds.
+fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::StoreEvidence { operation_id, mime_type, content_hash, content_base64, by, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    use crate::evidence::*;
+    let op = find(state, tenant_id, operation_id)?;
+    if let Uploader::Executor { executor_id } = by {
+        if op.executor_id.as_deref() != Some(executor_id.as_str()) {
+            return Err(not_found(operation_id)); // not its operation
+        }
+    }
+    if op.attempts == 0 {
+        return Err(conflict(op, "evidence is of an attempt: only an attempted operation takes it"));
+    }
+    let bytes = checked_bytes(mime_type, content_base64, content_hash)?;
+    let blobs = state.evidence.get(tenant_id);
+    let slot = crate::state::evidence_slot(operation_id, content_hash);
+    if blobs.is_some_and(|m| m.contains_key(&slot)) {
+        return Ok(vec![]); // stored already (a retried upload)
+    }
+    let prefix = crate::state::evidence_slot(operation_id, "");
+    let of_operation =
+        blobs.map_or(0, |m| m.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).count());
+    if of_operation >= EVIDENCE_PER_OPERATION_MAX {
+        let msg =
+            format!("operation '{operation_id}' carries {EVIDENCE_PER_OPERATION_MAX} blobs of evidence, its most");
+        return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
+    }
+    let used = state.index.evidence_bytes.get(tenant_id).copied().unwrap_or(0);
+    if used + bytes.len() as u64 > EVIDENCE_BYTES_PER_TENANT_MAX {
+        let msg = format!("the tenant keeps {used} bytes of evidence; {EVIDENCE_BYTES_PER_TENANT_MAX} is its most");
+        return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
+    }
+    Ok(vec![Event::EvidenceStoredV1 {
+        tenant_id: t,
+        blob: EvidenceBlobV1 {
+            content_hash: content_hash.clone(),
+            operation_id: operation_id.clone(),
+            mime_type: mime_type.clone(),
+            size: bytes.len() as u64,
+            by: by.clone(),
+            at_ms: now,
+        },
+    }])
+}
+
+/// An attempt's outcome, with its evidence references.
+fn report_attempt(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::ReportAttempt { operation_id, fencing_token, outcome, evidence, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    let op = find(state, tenant_id, operation_id)?;
+    if !matches!(op.state, Attempting | UnknownEffect) {
+        return Err(conflict(op, "only an attempted operation reports an outcome"));
+    }
+    if op.fencing_token.is_some_and(|f| f != *fencing_token) {
+        return Err(stale(op, *fencing_token));
+    }
+    let late = if op.state == UnknownEffect { " (late: after the lease expired)" } else { "" };
+    let mut events: Vec<Event> = evidence
+        .iter()
+        .map(|e| Event::EvidenceReportedV1 {
+            tenant_id: t.clone(),
+            operation_id: operation_id.clone(),
+            evidence: e.clone(),
+        })
+        .collect();
+    events.push(match outcome {
+        AttemptOutcome::Effect => transition(op, EffectReported, format!("the executor reported the effect{late}")),
+        AttemptOutcome::NoEffect if op.cancel_requested => {
+            transition(op, Cancelled, format!("cancelled during the attempt; the executor reported no effect{late}"))
+        }
+        AttemptOutcome::NoEffect => transition(op, Failed, format!("the executor reported no effect{late}")),
+    });
+    events.extend(release(op));
+    Ok(events)
+}
+
+/// An attempt's outcome with its evidence blob: the report stands alone; the blob is stored if it can be.
+fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, content, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    let report = |evidence: EvidenceV1| Command::ReportAttempt {
+        tenant_id: t.clone(),
+        operation_id: operation_id.clone(),
+        fencing_token: *fencing_token,
+        outcome: *outcome,
+        evidence: Some(evidence),
+    };
+    // The report's own checks (state, fencing) come first and decide alone whether it stands.
+    decide(state, &report(evidence.clone()), now)?;
+    let op = find(state, tenant_id, operation_id)?;
+    let store = Command::StoreEvidence {
+        tenant_id: t.clone(),
+        operation_id: operation_id.clone(),
+        mime_type: content.mime_type.clone(),
+        content_hash: evidence.content_hash.clone(),
+        content_base64: content.content_base64.clone(),
+        by: crate::evidence::Uploader::Executor { executor_id: op.executor_id.clone().unwrap_or_default() },
+    };
+    // The blob is stored while the operation is still attempted; a blob the store
+    // refuses (a full quota) leaves the report standing, its reference saying why.
+    let mut reported = evidence.clone();
+    let mut events = match decide(state, &store, now) {
+        Ok(stored) => stored,
+        Err(refused) => {
+            reported.evidence_return_ref = format!("not stored: {}", refused.reason);
+            Vec::new()
+        }
+    };
+    events.extend(decide(state, &report(reported), now)?);
+    Ok(events)
+}
+
+/// An independent observation of an attempted operation.
+fn record_observation(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::RecordObservation { operation_id, observer_id, evidence, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let t = tenant_id.to_string();
+    let op = find(state, tenant_id, operation_id)?;
+    if !matches!(op.state, Attempting | EffectReported | UnknownEffect) {
+        return Err(conflict(op, "observations are recorded for attempted operations"));
+    }
+    if observer_id == &op.spec.principal_id {
+        return Err(invalid("the observer must be another principal than the one that asked for the operation"));
+    }
+    if state.principals.get(tenant_id).is_none_or(|m| !m.contains_key(observer_id)) {
+        return Err(Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, "no such observer"));
+    }
+    let observation = ObservationV1 { observer_id: observer_id.clone(), evidence: evidence.clone(), at_ms: now };
+    Ok(vec![Event::ObservationRecordedV1 { tenant_id: t, operation_id: operation_id.clone(), observation }])
+}
+
+/// A reported effect accepted (with an observation) or rejected.
+fn decide_operation(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::DecideOperation { operation_id, by_principal_id, verdict, note, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let op = find(state, tenant_id, operation_id)?;
+    if op.state != EffectReported {
+        return Err(conflict(op, "only a reported effect is accepted or rejected"));
+    }
+    match verdict {
+        Verdict::Accept if op.observations.is_empty() => Err(Rejection::new(
+            ReasonCode::OBSERVATION_REQUIRED,
+            "no independent observation is linked to this operation; the executor's evidence alone cannot accept it",
+        )),
+        Verdict::Accept => Ok(vec![transition(op, Accepted, format!("accepted by '{by_principal_id}': {note}"))]),
+        Verdict::Reject => Ok(vec![transition(op, Rejected, format!("rejected by '{by_principal_id}': {note}"))]),
+    }
+}
+
+/// An operator says what happened to an operation whose effect is unknown.
+fn resolve_unknown_effect(
+    state: &LedgerState,
+    tenant_id: &str,
+    cmd: &Command,
+    _now: u64,
+) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::ResolveUnknownEffect { operation_id, by_principal_id, outcome, note, .. } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    let op = find(state, tenant_id, operation_id)?;
+    if op.state != UnknownEffect {
+        return Err(conflict(op, "only an unknown effect is resolved"));
+    }
+    let mut events = vec![match outcome {
+        AttemptOutcome::Effect => {
+            transition(op, EffectReported, format!("resolved by '{by_principal_id}': effect happened: {note}"))
+        }
+        AttemptOutcome::NoEffect => {
+            transition(op, Failed, format!("resolved by '{by_principal_id}': no effect: {note}"))
+        }
+    }];
+    events.extend(release(op));
+    Ok(events)
+}
+
+/// A cancellation: asked of the executor during an attempt, at once before it.
+fn cancel_operation(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    use OperationState::*;
+    let Command::CancelOperation { operation_id, by_principal_id, .. } = cmd else { return Err(misrouted(cmd)) };
+    let t = tenant_id.to_string();
+    let op = find(state, tenant_id, operation_id)?;
+    if op.state == Attempting {
+        // The executor is told (lease renewals) and reports the true outcome.
+        return Ok(if op.cancel_requested {
+            vec![]
+        } else {
+            vec![Event::OperationCancelRequestedV1 {
+                tenant_id: t,
+                operation_id: operation_id.clone(),
+                by_principal_id: by_principal_id.clone(),
+            }]
+        });
+    }
+    if !op.state.is_waiting() {
+        return Err(conflict(op, "an operation is cancelled only before or during its attempt"));
+    }
+    let mut events = vec![transition(op, Cancelled, format!("cancelled by '{by_principal_id}'"))];
+    events.extend(release(op));
+    Ok(events)
 }
