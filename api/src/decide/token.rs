@@ -11,79 +11,17 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             tenant_id: tenant_id.clone(),
             token: decide_token(state, tenant_id, request, now)?,
         }]),
-        Command::RevokeToken { tenant_id, jti } => {
-            existing(state, tenant_id)?;
-            let token = state
-                .token(tenant_id, jti)
-                .ok_or_else(|| Rejection::new(ReasonCode::TOKEN_NOT_FOUND, format!("no token '{jti}'")))?;
-            if token.revoked_at_ms.is_some() {
-                return Err(Rejection::new(
-                    ReasonCode::TOKEN_ALREADY_REVOKED,
-                    format!("token '{jti}' is already revoked"),
-                ));
-            }
-            let cascade = state.live_descendants(tenant_id, jti);
-            Ok(vec![Event::TokenRevokedV1 { tenant_id: tenant_id.clone(), jti: jti.clone(), cascade }])
-        }
-        Command::RegisterSigningKey { key } => {
-            key.validate()?;
-            if state.revocations.signing_keys.contains_key(&key.kid) {
-                return Err(retired(format!("signing key '{}' was retired", key.kid)));
-            }
-            match state.signing_keys.get(&key.kid) {
-                Some(known) if known == key => Ok(vec![]),
-                Some(_) => Err(Rejection::new(
-                    ReasonCode::SIGNING_KEY_CONFLICT,
-                    format!("key id '{}' is registered with a different key", key.kid),
-                )),
-                None => Ok(vec![Event::SigningKeyRegisteredV1 { key: key.clone() }]),
-            }
-        }
+        Command::RevokeToken { .. } => revoke_token(state, cmd, now),
+        Command::RegisterSigningKey { .. } => register_signing_key(state, cmd, now),
         Command::SetAnonymousAccess { tenant_id, edge_id, principal_id } => {
             anonymous_access(state, tenant_id, edge_id, principal_id.as_deref())
         }
         Command::SetSessionState { tenant_id, session_id, session } => {
             session_state(state, tenant_id, session_id, session, now)
         }
-        Command::OnBehalfOf { authority_ref, command } => {
-            // A principal delegates only from the very token it presents.
-            if let Command::IssueToken { request, .. } = &**command {
-                if request.parent_jti.as_deref() != Some(authority_ref.as_str()) {
-                    return Err(Rejection::new(
-                        ReasonCode::INPUT_INVALID,
-                        "a principal's child token descends from the token that asks for it",
-                    ));
-                }
-            }
-            super::on_behalf_of(state, authority_ref, command, now)
-        }
-        Command::SetTenantIssuer { tenant_id, issuer } => {
-            existing(state, tenant_id)?;
-            issuer.validate()?;
-            issuer_free(state, tenant_id, &issuer.issuer)?;
-            if state.issuer_sources.contains_key(&issuer.issuer) {
-                return Err(Rejection::new(
-                    ReasonCode::ISSUER_CONFLICT,
-                    format!("issuer '{}' is registered by its URL: its keys come from discovery", issuer.issuer),
-                ));
-            }
-            Ok(vec![Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer: issuer.clone() }])
-        }
-        Command::SetIssuerSource { tenant_id, source, keys } => {
-            existing(state, tenant_id)?;
-            source.validate()?;
-            let issuer = source.issuer_with(keys)?;
-            issuer_free(state, tenant_id, &issuer.issuer)?;
-            let events = vec![
-                Event::IssuerSourceSetV1 {
-                    tenant_id: tenant_id.clone(),
-                    source: source.clone(),
-                    jwks_uri: keys.jwks_uri.clone(),
-                },
-                Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer },
-            ];
-            Ok(events)
-        }
+        Command::OnBehalfOf { .. } => principal_act(state, cmd, now),
+        Command::SetTenantIssuer { .. } => set_tenant_issuer(state, cmd, now),
+        Command::SetIssuerSource { .. } => set_issuer_source(state, cmd, now),
         Command::ObserveIssuerKeys { tenant_id, issuer, keys } => observed_keys(state, tenant_id, issuer, keys),
         Command::RemoveTenantIssuer { tenant_id, issuer } => {
             existing(state, tenant_id)?;
@@ -94,47 +32,7 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                 _ => Err(Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' in this tenant"))),
             }
         }
-        Command::RevokeIssuerToken { tenant_id, issuer, jti } => {
-            let tenant = existing(state, tenant_id)?;
-            if state.issuers.get(issuer).is_none_or(|i| i.tenant_id != *tenant_id) {
-                return Err(Rejection::new(
-                    ReasonCode::ISSUER_NOT_FOUND,
-                    format!("no issuer '{issuer}' in this tenant"),
-                ));
-            }
-            if jti.is_empty() || jti.len() > JTI_BYTES_MAX {
-                return Err(Rejection::new(
-                    ReasonCode::INPUT_INVALID,
-                    format!("jti must be 1..={JTI_BYTES_MAX} bytes"),
-                ));
-            }
-            let revoked = state.revocations.issuer_tokens.get(issuer);
-            if revoked.and_then(|m| m.get(jti)).is_some_and(|until| *until > now) {
-                return Err(Rejection::new(
-                    ReasonCode::TOKEN_ALREADY_REVOKED,
-                    format!("token id '{jti}' of '{issuer}' is already revoked"),
-                ));
-            }
-            if revoked.map_or(0, |m| m.values().filter(|until| **until > now).count()) >= ISSUER_REVOCATIONS_MAX {
-                return Err(Rejection::new(
-                    ReasonCode::QUOTA_EXCEEDED,
-                    format!(
-                        "issuer '{issuer}' holds {ISSUER_REVOCATIONS_MAX} revoked token ids; each is dropped when                          the tokens carrying it have expired"
-                    ),
-                ));
-            }
-            // Kept until every token that carried the id has expired: the issuer's tokens live at
-            // most the tenant's token_ttl_max_s from their iat, which may run ahead by the skew.
-            let until_ms = now
-                .saturating_add(tenant.settings.token_ttl_max_s.saturating_mul(1000))
-                .saturating_add(crate::auth::CLOCK_SKEW_MS);
-            Ok(vec![Event::IssuerTokenRevokedV1 {
-                tenant_id: tenant_id.clone(),
-                issuer: issuer.clone(),
-                jti: jti.clone(),
-                until_ms,
-            }])
-        }
+        Command::RevokeIssuerToken { .. } => revoke_issuer_token(state, cmd, now),
         Command::RetireSigningKey { kid } => {
             if state.revocations.signing_keys.contains_key(kid) {
                 return Err(retired(format!("signing key '{kid}' is already retired")));
@@ -172,6 +70,123 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         }
         other => Err(misrouted(other)),
     }
+}
+
+/// A token revoked, with every live descendant (the cascade).
+fn revoke_token(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::RevokeToken { tenant_id, jti } = cmd else { return Err(misrouted(cmd)) };
+    existing(state, tenant_id)?;
+    let token = state
+        .token(tenant_id, jti)
+        .ok_or_else(|| Rejection::new(ReasonCode::TOKEN_NOT_FOUND, format!("no token '{jti}'")))?;
+    if token.revoked_at_ms.is_some() {
+        return Err(Rejection::new(ReasonCode::TOKEN_ALREADY_REVOKED, format!("token '{jti}' is already revoked")));
+    }
+    let cascade = state.live_descendants(tenant_id, jti);
+    Ok(vec![Event::TokenRevokedV1 { tenant_id: tenant_id.clone(), jti: jti.clone(), cascade }])
+}
+
+/// A node's token-signing key: registered once, never again once retired.
+fn register_signing_key(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::RegisterSigningKey { key } = cmd else { return Err(misrouted(cmd)) };
+    key.validate()?;
+    if state.revocations.signing_keys.contains_key(&key.kid) {
+        return Err(retired(format!("signing key '{}' was retired", key.kid)));
+    }
+    match state.signing_keys.get(&key.kid) {
+        Some(known) if known == key => Ok(vec![]),
+        Some(_) => Err(Rejection::new(
+            ReasonCode::SIGNING_KEY_CONFLICT,
+            format!("key id '{}' is registered with a different key", key.kid),
+        )),
+        None => Ok(vec![Event::SigningKeyRegisteredV1 { key: key.clone() }]),
+    }
+}
+
+/// A principal's own act under the authority it presents (its own delegation descends from that token).
+fn principal_act(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::OnBehalfOf { authority_ref, command } = cmd else { return Err(misrouted(cmd)) };
+    // A principal delegates only from the very token it presents.
+    if let Command::IssueToken { request, .. } = &**command {
+        if request.parent_jti.as_deref() != Some(authority_ref.as_str()) {
+            return Err(Rejection::new(
+                ReasonCode::INPUT_INVALID,
+                "a principal's child token descends from the token that asks for it",
+            ));
+        }
+    }
+    super::on_behalf_of(state, authority_ref, command, now)
+}
+
+/// A tenant issuer with its inline keys (an issuer known by its URL keeps its own).
+fn set_tenant_issuer(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::SetTenantIssuer { tenant_id, issuer } = cmd else { return Err(misrouted(cmd)) };
+    existing(state, tenant_id)?;
+    issuer.validate()?;
+    issuer_free(state, tenant_id, &issuer.issuer)?;
+    if state.issuer_sources.contains_key(&issuer.issuer) {
+        return Err(Rejection::new(
+            ReasonCode::ISSUER_CONFLICT,
+            format!("issuer '{}' is registered by its URL: its keys come from discovery", issuer.issuer),
+        ));
+    }
+    Ok(vec![Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer: issuer.clone() }])
+}
+
+/// A tenant issuer known by its URL, with the keys just fetched from it.
+fn set_issuer_source(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::SetIssuerSource { tenant_id, source, keys } = cmd else { return Err(misrouted(cmd)) };
+    existing(state, tenant_id)?;
+    source.validate()?;
+    let issuer = source.issuer_with(keys)?;
+    issuer_free(state, tenant_id, &issuer.issuer)?;
+    let events = vec![
+        Event::IssuerSourceSetV1 {
+            tenant_id: tenant_id.clone(),
+            source: source.clone(),
+            jwks_uri: keys.jwks_uri.clone(),
+        },
+        Event::TenantIssuerSetV1 { tenant_id: tenant_id.clone(), issuer },
+    ];
+    Ok(events)
+}
+
+/// One token id of a tenant issuer revoked until every token that carried it has expired (bounded per issuer).
+fn revoke_issuer_token(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    let Command::RevokeIssuerToken { tenant_id, issuer, jti } = cmd else { return Err(misrouted(cmd)) };
+    let tenant = existing(state, tenant_id)?;
+    if state.issuers.get(issuer).is_none_or(|i| i.tenant_id != *tenant_id) {
+        return Err(Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' in this tenant")));
+    }
+    if jti.is_empty() || jti.len() > JTI_BYTES_MAX {
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, format!("jti must be 1..={JTI_BYTES_MAX} bytes")));
+    }
+    let revoked = state.revocations.issuer_tokens.get(issuer);
+    if revoked.and_then(|m| m.get(jti)).is_some_and(|until| *until > now) {
+        return Err(Rejection::new(
+            ReasonCode::TOKEN_ALREADY_REVOKED,
+            format!("token id '{jti}' of '{issuer}' is already revoked"),
+        ));
+    }
+    if revoked.map_or(0, |m| m.values().filter(|until| **until > now).count()) >= ISSUER_REVOCATIONS_MAX {
+        return Err(Rejection::new(
+            ReasonCode::QUOTA_EXCEEDED,
+            format!(
+                "issuer '{issuer}' holds {ISSUER_REVOCATIONS_MAX} revoked token ids; each is dropped when                          the tokens carrying it have expired"
+            ),
+        ));
+    }
+    // Kept until every token that carried the id has expired: the issuer's tokens live at
+    // most the tenant's token_ttl_max_s from their iat, which may run ahead by the skew.
+    let until_ms = now
+        .saturating_add(tenant.settings.token_ttl_max_s.saturating_mul(1000))
+        .saturating_add(crate::auth::CLOCK_SKEW_MS);
+    Ok(vec![Event::IssuerTokenRevokedV1 {
+        tenant_id: tenant_id.clone(),
+        issuer: issuer.clone(),
+        jti: jti.clone(),
+        until_ms,
+    }])
 }
 
 fn retired(message: String) -> Rejection {
