@@ -22,6 +22,39 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
         Query::ListAudit { .. } | Query::RecentAudit { .. } | Query::GetEvidence { .. } => {
             Err(Rejection::new(ReasonCode::INTERNAL, "audit pages and evidence are answered from the store"))
         }
+        q @ (Query::ListTenants { .. }
+        | Query::ListPrincipals { .. }
+        | Query::GetPrincipal { .. }
+        | Query::ListSites { .. }
+        | Query::GetSite { .. }
+        | Query::GetTenantStorage { .. }
+        | Query::ListDevices { .. }
+        | Query::GetDevice { .. }
+        | Query::GetPrincipalQuotas { .. }
+        | Query::GetTenant { .. }) => answer_tenancy(state, q),
+        q @ (Query::ListTokens { .. }
+        | Query::GetToken { .. }
+        | Query::ListIssuers { .. }
+        | Query::ListExecutors { .. }
+        | Query::GetEnrollment { .. }
+        | Query::ListExecutorCas { .. }
+        | Query::Credentials { .. }) => answer_credentials(state, q),
+        q @ (Query::ListOperations { .. }
+        | Query::GetWork { .. }
+        | Query::ListWork { .. }
+        | Query::GetOperationHistory { .. }
+        | Query::GetOperation { .. }
+        | Query::GetOperationByKey { .. }
+        | Query::ListUpstreams { .. }
+        | Query::GetUpstream { .. }
+        | Query::ListCatalogs { .. }
+        | Query::GetCatalog { .. }) => answer_work(state, q),
+    }
+}
+
+/// Tenants, principals and their quotas, sites, devices, storage.
+fn answer_tenancy(state: &LedgerState, query: Query) -> Result<QueryResult, Rejection> {
+    match query {
         Query::ListTenants { after, limit } => {
             let (tenants, next_cursor) = state.list_tenants(after.as_deref(), page_limit(limit)?);
             Ok(QueryResult::Tenants { tenants, next_cursor })
@@ -44,51 +77,11 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .cloned()
             .map(|site| QueryResult::Site { site })
             .ok_or_else(|| Rejection::new(ReasonCode::SITE_NOT_FOUND, format!("no site '{site}'"))),
-        Query::ListTokens { tenant_id, principal_id, after, limit } => {
-            let (tokens, next_cursor) =
-                state.list_tokens(&tenant_id, principal_id.as_deref(), after.as_deref(), page_limit(limit)?);
-            Ok(QueryResult::Tokens { tokens, next_cursor })
-        }
-        Query::ListOperations { tenant_id, filter, after, limit } => {
-            let (operations, next_cursor) =
-                state.list_operations(&tenant_id, &filter, after.as_deref(), page_limit(limit)?);
-            Ok(QueryResult::Operations { operations, next_cursor })
-        }
-        Query::GetWork { tenant_id, work_id } => state
-            .works
-            .get(&tenant_id)
-            .and_then(|m| m.get(&work_id))
-            .cloned()
-            .map(|w| QueryResult::Work(Box::new(w)))
-            .ok_or_else(|| Rejection::new(ReasonCode::WORK_NOT_FOUND, format!("no work item '{work_id}'"))),
-        Query::ListWork { tenant_id, state: in_state, after, limit } => {
-            let (work, next_cursor) = state.list_work(&tenant_id, in_state, after.as_deref(), page_limit(limit)?);
-            Ok(QueryResult::Works { work, next_cursor })
-        }
-        Query::ListUpstreams { tenant_id } => Ok(QueryResult::Upstreams {
-            upstreams: state
-                .upstreams
-                .get(&tenant_id)
-                .map(|m| m.values().map(|u| u.summary()).collect())
-                .unwrap_or_default(),
-        }),
-        Query::GetUpstream { tenant_id, name } => state
-            .upstream(&tenant_id, &name)
-            .cloned()
-            .map(|u| QueryResult::Upstream(Box::new(u)))
-            .ok_or_else(|| Rejection::new(ReasonCode::UPSTREAM_NOT_FOUND, format!("no upstream '{name}'"))),
         Query::GetTenantStorage { tenant_id } => {
             if !state.tenants.contains_key(&tenant_id) {
                 return Err(Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant_id}'")));
             }
             Ok(QueryResult::Storage(Box::new(crate::retention::storage(state, &tenant_id))))
-        }
-        Query::GetOperationHistory { tenant_id, operation_id } => {
-            let operation = state.operation(&tenant_id, &operation_id).cloned().ok_or_else(|| {
-                Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
-            })?;
-            let transitions = state.operation_history(&tenant_id, &operation_id).to_vec();
-            Ok(QueryResult::History(Box::new(crate::dto::OperationHistory { operation, transitions })))
         }
         Query::ListDevices { tenant_id, site_id, after, limit } => {
             let (devices, next_cursor) =
@@ -100,6 +93,30 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .cloned()
             .map(|device| QueryResult::Device { device })
             .ok_or_else(|| Rejection::new(ReasonCode::DEVICE_NOT_FOUND, format!("no device '{device}'"))),
+        Query::GetPrincipalQuotas { tenant_id, principal } => {
+            let p = state.principal(&tenant_id, &principal).ok_or_else(|| {
+                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))
+            })?;
+            let quotas = state.principal_quotas.get(&tenant_id).and_then(|m| m.get(&p.id)).cloned().unwrap_or_default();
+            Ok(QueryResult::PrincipalQuotas(PrincipalQuotasView { principal_id: p.id.clone(), quotas }))
+        }
+        Query::GetTenant { tenant } => state
+            .tenant(&tenant)
+            .cloned()
+            .map(|tenant| QueryResult::Tenant { tenant })
+            .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}'"))),
+        other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{other:?} is answered elsewhere"))),
+    }
+}
+
+/// Tokens, issuers, executors and their enrollments and CAs, signing keys and revocations.
+fn answer_credentials(state: &LedgerState, query: Query) -> Result<QueryResult, Rejection> {
+    match query {
+        Query::ListTokens { tenant_id, principal_id, after, limit } => {
+            let (tokens, next_cursor) =
+                state.list_tokens(&tenant_id, principal_id.as_deref(), after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Tokens { tokens, next_cursor })
+        }
         Query::GetToken { tenant_id, jti } => state
             .token(&tenant_id, &jti)
             .cloned()
@@ -108,18 +125,6 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
         Query::ListIssuers { tenant_id } => Ok(QueryResult::Issuers {
             issuers: state.issuers.values().filter(|i| i.tenant_id == tenant_id).cloned().collect(),
         }),
-        Query::ListCatalogs { tenant_id } => Ok(QueryResult::Catalogs {
-            catalogs: state
-                .catalogs
-                .get(&tenant_id)
-                .map(|v| v.values().rev().map(|c| c.summary()).collect())
-                .unwrap_or_default(),
-        }),
-        Query::GetCatalog { tenant_id, version } => state
-            .catalog(&tenant_id, version)
-            .cloned()
-            .map(|catalog| QueryResult::Catalog { catalog })
-            .ok_or_else(|| Rejection::new(ReasonCode::CATALOG_NOT_FOUND, "no such catalog version")),
         Query::ListExecutors { tenant_id } => Ok(QueryResult::Executors {
             executors: state.executors.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
         }),
@@ -130,26 +135,6 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
             .cloned()
             .map(|enrollment| QueryResult::Enrollment { enrollment })
             .ok_or_else(|| Rejection::new(ReasonCode::ENROLLMENT_TOKEN_INVALID, "unknown enrollment token")),
-        Query::GetOperation { tenant_id, operation_id } => state
-            .operation(&tenant_id, &operation_id)
-            .cloned()
-            .map(|op| QueryResult::Operation(Box::new(op)))
-            .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))),
-        Query::GetOperationByKey { tenant_id, principal_id, idempotency_key } => state
-            .idempotency
-            .get(&tenant_id)
-            .and_then(|m| m.get(&idempotency_slot(&principal_id, &idempotency_key)))
-            .and_then(|id| state.operation(&tenant_id, id))
-            .cloned()
-            .map(|op| QueryResult::Operation(Box::new(op)))
-            .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no operation under this idempotency key")),
-        Query::GetPrincipalQuotas { tenant_id, principal } => {
-            let p = state.principal(&tenant_id, &principal).ok_or_else(|| {
-                Rejection::new(ReasonCode::PRINCIPAL_NOT_FOUND, format!("no principal '{principal}'"))
-            })?;
-            let quotas = state.principal_quotas.get(&tenant_id).and_then(|m| m.get(&p.id)).cloned().unwrap_or_default();
-            Ok(QueryResult::PrincipalQuotas(PrincipalQuotasView { principal_id: p.id.clone(), quotas }))
-        }
         Query::ListExecutorCas { tenant_id } => Ok(QueryResult::ExecutorCas {
             cas: state.executor_cas.get(&tenant_id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
         }),
@@ -186,10 +171,73 @@ pub fn answer(state: &LedgerState, query: Query) -> Result<QueryResult, Rejectio
                 tenant,
             })))
         }
-        Query::GetTenant { tenant } => state
-            .tenant(&tenant)
+        other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{other:?} is answered elsewhere"))),
+    }
+}
+
+/// Operations and their histories, work items, catalogs, upstreams.
+fn answer_work(state: &LedgerState, query: Query) -> Result<QueryResult, Rejection> {
+    match query {
+        Query::ListOperations { tenant_id, filter, after, limit } => {
+            let (operations, next_cursor) =
+                state.list_operations(&tenant_id, &filter, after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Operations { operations, next_cursor })
+        }
+        Query::GetWork { tenant_id, work_id } => state
+            .works
+            .get(&tenant_id)
+            .and_then(|m| m.get(&work_id))
             .cloned()
-            .map(|tenant| QueryResult::Tenant { tenant })
-            .ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, format!("no tenant '{tenant}'"))),
+            .map(|w| QueryResult::Work(Box::new(w)))
+            .ok_or_else(|| Rejection::new(ReasonCode::WORK_NOT_FOUND, format!("no work item '{work_id}'"))),
+        Query::ListWork { tenant_id, state: in_state, after, limit } => {
+            let (work, next_cursor) = state.list_work(&tenant_id, in_state, after.as_deref(), page_limit(limit)?);
+            Ok(QueryResult::Works { work, next_cursor })
+        }
+        Query::GetOperationHistory { tenant_id, operation_id } => {
+            let operation = state.operation(&tenant_id, &operation_id).cloned().ok_or_else(|| {
+                Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
+            })?;
+            let transitions = state.operation_history(&tenant_id, &operation_id).to_vec();
+            Ok(QueryResult::History(Box::new(crate::dto::OperationHistory { operation, transitions })))
+        }
+        Query::GetOperation { tenant_id, operation_id } => state
+            .operation(&tenant_id, &operation_id)
+            .cloned()
+            .map(|op| QueryResult::Operation(Box::new(op)))
+            .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))),
+        Query::GetOperationByKey { tenant_id, principal_id, idempotency_key } => state
+            .idempotency
+            .get(&tenant_id)
+            .and_then(|m| m.get(&idempotency_slot(&principal_id, &idempotency_key)))
+            .and_then(|id| state.operation(&tenant_id, id))
+            .cloned()
+            .map(|op| QueryResult::Operation(Box::new(op)))
+            .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no operation under this idempotency key")),
+        Query::ListUpstreams { tenant_id } => Ok(QueryResult::Upstreams {
+            upstreams: state
+                .upstreams
+                .get(&tenant_id)
+                .map(|m| m.values().map(|u| u.summary()).collect())
+                .unwrap_or_default(),
+        }),
+        Query::GetUpstream { tenant_id, name } => state
+            .upstream(&tenant_id, &name)
+            .cloned()
+            .map(|u| QueryResult::Upstream(Box::new(u)))
+            .ok_or_else(|| Rejection::new(ReasonCode::UPSTREAM_NOT_FOUND, format!("no upstream '{name}'"))),
+        Query::ListCatalogs { tenant_id } => Ok(QueryResult::Catalogs {
+            catalogs: state
+                .catalogs
+                .get(&tenant_id)
+                .map(|v| v.values().rev().map(|c| c.summary()).collect())
+                .unwrap_or_default(),
+        }),
+        Query::GetCatalog { tenant_id, version } => state
+            .catalog(&tenant_id, version)
+            .cloned()
+            .map(|catalog| QueryResult::Catalog { catalog })
+            .ok_or_else(|| Rejection::new(ReasonCode::CATALOG_NOT_FOUND, "no such catalog version")),
+        other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{other:?} is answered elsewhere"))),
     }
 }

@@ -444,7 +444,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("api/src/state.rs", "decode_body_bounded", 205),
     ("tenant-admin/src/cli.rs", "execute", 201),
     ("mcp-edge/src/fixtures.rs", "conformance_catalog", 194),
-    ("api/src/query.rs", "answer", 177),
     ("loadtest/src/verify.rs", "verify", 171),
     ("mcp-edge/src/operations.rs", "tools", 170),
     ("mcp-edge/src/serve.rs", "call_tool", 164),
