@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test deps pydeps nodedeps etcddeps promdeps build lint docs bench soak sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test test-fast deps pydeps nodedeps etcddeps promdeps build lint docs bench soak sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -46,7 +46,7 @@ deps:
 # A narrower selection (`cargo build -p writ-node`, `cargo test -p writ-raft-store`) reuses the
 # workspace build's RocksDB: every member that builds it depends on api/workspace-hack, which
 # carries the workspace's union of features (kept current by cargo-hakari; checked by `lint` and
-# by tests/tests/architecture.rs).
+# by tests/fast/tests/architecture.rs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 build: deps
@@ -115,20 +115,28 @@ etcddeps:
 promdeps:
 	@command -v prometheus >/dev/null || { echo "installing: prometheus"; $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
 
-## test: the whole suite (what CI runs): lint, then every crate's tests, cluster tests included.
+## test: the whole suite (what CI runs): lint, then all three tiers — the core (writ-api's
+## tests, api/tests/core.rs), the fast tier (the client, admin, edge and tests/fast) and the
+## cluster tier (real processes, tests/tests/main.rs) — and every other crate's own tests.
 test: lint build pydeps nodedeps etcddeps promdeps
 	$(CARGO) test --workspace
 	$(MAKE) sim-mutants
 
+## test-fast: the core and fast tiers only: no node, no store, no RocksDB build, no tools to
+## install (tests/fast/tests/architecture.rs keeps writ-tests-fast free of them).
+FAST_TIERS := -p writ-api -p writ-client -p writ-tenant-admin -p writ-mcp-edge -p writ-tests-fast
+test-fast: deps
+	$(CARGO) test $(FAST_TIERS)
+
 ## sim: the deterministic simulation of operations over SEEDS seeds (api/tests/sim.rs; `make
-## test` runs 200). One seed: WRIT_SIM_SEED=N cargo test -p writ-api --test sim -- --nocapture.
+## test` runs 200). One seed: WRIT_SIM_SEED=N cargo test -p writ-api --test core sim:: -- --nocapture.
 SEEDS ?= 2000
 sim:
-	WRIT_SIM_SEEDS=$(SEEDS) $(CARGO) test -p writ-api --release --test sim -- --nocapture
+	WRIT_SIM_SEEDS=$(SEEDS) $(CARGO) test -p writ-api --release --test core sim:: -- --nocapture
 
 ## sim-mutants: shows the simulation catches two deliberately reintroduced bugs (writ_api::mutants).
 sim-mutants:
-	$(CARGO) test -p writ-api --features sim-mutants --test sim reintroduced_bugs_are_caught -- --nocapture
+	$(CARGO) test -p writ-api --features sim-mutants --test core sim::reintroduced_bugs_are_caught -- --nocapture
 
 ## bench: P1–P4 against a release 3-node cluster + 2 edges, etcd and the bare rmcp server
 ## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Not part of `test`.

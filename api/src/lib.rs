@@ -1,7 +1,7 @@
 //! Writ's pure core: commands, events, the state machine (`decide` then `apply`), reason codes,
 //! wire DTOs and canonical encodings. This crate is the one serialization boundary of the
 //! workspace, and it does no IO: no network, no storage, no clock, no randomness (enforced by
-//! `tests/tests/architecture.rs` and this crate's `clippy.toml`). Clients live in `writ-client`.
+//! `tests/fast/tests/architecture.rs` and this crate's `clippy.toml`). Clients live in `writ-client`.
 
 pub mod audit;
 pub mod auth;

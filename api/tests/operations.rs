@@ -17,9 +17,7 @@ use writ_api::settings::TenantSettingsPatch;
 use writ_api::work::{WorkChangeV1, WorkScopeV1, WorkState};
 use writ_api::ReasonCode;
 
-mod support;
-
-use support::*;
+use crate::support::*;
 
 #[test]
 fn a_retry_is_not_a_second_execution() {

@@ -18,16 +18,14 @@
 //! device), one holder per device with fencing tokens that only grow, every live operation
 //! holding its device, the tenant's operation quota never overshot, replicas at the same index
 //! with equal digests; at the end, nothing acknowledged lost and every replica equal. One seed
-//! replays a run exactly: `WRIT_SIM_SEED=<seed> cargo test -p writ-api --test sim`. `make test`
+//! replays a run exactly: `WRIT_SIM_SEED=<seed> cargo test -p writ-api --test core sim::`. `make test`
 //! runs `SEEDS_DEFAULT` seeds; `make sim SEEDS=N` runs N. `make sim-mutants` shows two
 //! deliberately reintroduced bugs caught (`writ_api::mutants`).
 
-mod support;
-
 use std::collections::BTreeMap;
 
+use crate::support::*;
 use serde_json::json;
-use support::*;
 use writ_api::ledger::{BatchedCommand, Command, Event, LedgerRequest, Outcome};
 use writ_api::operation::{AttemptOutcome, OperationState};
 use writ_api::settings::{QuotasV1, TenantSettingsPatch};
@@ -219,7 +217,7 @@ impl World {
     fn fail(&self, why: String) -> ! {
         let start = self.trail.len().saturating_sub(30);
         panic!(
-            "seed {} broke an invariant: {why}\nlast steps:\n  {}\nreplay: WRIT_SIM_SEED={} cargo test -p writ-api --test sim -- --nocapture",
+            "seed {} broke an invariant: {why}\nlast steps:\n  {}\nreplay: WRIT_SIM_SEED={} cargo test -p writ-api --test core sim:: -- --nocapture",
             self.seed,
             self.trail[start..].join("\n  "),
             self.seed

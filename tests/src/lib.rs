@@ -1,37 +1,11 @@
-//! Shared helpers for the cross-crate tests: a harness that runs real `writ node` processes,
-//! an admin API client, the routers on an in-memory ledger, and bounded polling.
+//! Shared helpers for the cluster tier: a harness that runs real `writ node` processes and an
+//! admin API client. Bounded polling and the test log come from the fast tier's crate.
 
 pub mod mcp;
 pub mod pki;
 pub mod procs;
-pub mod routers;
 pub mod sim;
 pub mod tools;
 pub mod upstream;
 
-use std::time::{Duration, Instant};
-
-/// Polls `check` every 50 ms until it returns `Some`, or panics with `what` after `limit`.
-pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Installs a test log subscriber once (quiet unless WRIT_TEST_LOG is set).
-pub fn init_test_log() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let filter = std::env::var("WRIT_TEST_LOG").unwrap_or_else(|_| "error".into());
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
-    });
-}
+pub use writ_tests_fast::{eventually, init_test_log};

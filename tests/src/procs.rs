@@ -9,8 +9,7 @@ use serde_json::{json, Value};
 
 use crate::eventually;
 
-/// Operator token used by every test cluster.
-pub const TEST_OPERATOR_TOKEN: &str = "test-operator-token-0123456789";
+pub use writ_tests_fast::TEST_OPERATOR_TOKEN;
 
 /// The `writ` binary built by `cargo build -p writ-node` (what `make test` does first).
 pub fn writ_bin() -> PathBuf {

@@ -5,7 +5,7 @@
 //!
 //! Also retention (issue 18) applied alike on every replica and carried by snapshots.
 //!
-//! Reproduce a failing seed: `WRIT_SIM_SEED=<seed> cargo test -p writ-tests --test sim`.
+//! Reproduce a failing seed: `WRIT_SIM_SEED=<seed> cargo test -p writ-tests --test cluster sim::`.
 
 use std::time::Duration;
 
@@ -120,7 +120,7 @@ async fn partitioned_leader_commits_nothing_and_replicas_converge() {
         let outcome = tokio::spawn(run_seed(seed)).await;
         if let Err(e) = outcome {
             panic!(
-                "simulation failed for seed {seed}: {e}\nreproduce: WRIT_SIM_SEED={seed} cargo test -p writ-tests --test sim -- --nocapture"
+                "simulation failed for seed {seed}: {e}\nreproduce: WRIT_SIM_SEED={seed} cargo test -p writ-tests --test cluster sim:: -- --nocapture"
             );
         }
     }

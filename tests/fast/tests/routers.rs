@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use serde_json::{json, Value};
-use writ_tests::routers::{meta, Routers, EDGE_URL};
+use writ_tests_fast::routers::{meta, Routers, EDGE_URL};
 
 fn names(list: &Value) -> Vec<&str> {
     list["result"]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect()
@@ -438,13 +438,13 @@ async fn lists_discovery_read_audit_and_failing_closed() {
     // Fail-close (E6): with the ledger gone the replica goes stale, every request is refused
     // with LEDGER_UNAVAILABLE, and the edge reports not ready.
     r.ledger.stop();
-    writ_tests::eventually("the edge to fail closed", Duration::from_secs(15), || async {
+    writ_tests_fast::eventually("the edge to fail closed", Duration::from_secs(15), || async {
         let (status, _, body) = r.call(Some(reader), "tools/list", json!({})).await;
         (status == 503 && body["error"]["data"]["reason"] == "LEDGER_UNAVAILABLE").then_some(())
     })
     .await;
     // Readiness reads the same replica on its own probe: it follows within the same bound.
-    writ_tests::eventually("the edge to report not ready", Duration::from_secs(15), || async {
+    writ_tests_fast::eventually("the edge to report not ready", Duration::from_secs(15), || async {
         (r.edge_get("/readyz").await.0 == 503).then_some(())
     })
     .await;
@@ -467,7 +467,7 @@ async fn a_tenants_allowed_origins_are_enforced_at_the_edge() {
         let r = &r;
         async move {
             let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list",
-                              "params": {"_meta": writ_tests::routers::meta("2026-07-28")}});
+                              "params": {"_meta": writ_tests_fast::routers::meta("2026-07-28")}});
             let mut headers = vec![("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
             headers.extend(origin.map(|o| ("origin", o)));
             r.mcp(Some(&token), &headers, Body::from(body.to_string())).await

@@ -21,7 +21,7 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 /// prints; a failure fails the test with cargo's message.
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Vec<u8> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
     let out = std::process::Command::new(cargo)
         .args(args)
         .args(["--locked", "--offline", "--manifest-path", manifest])
@@ -126,6 +126,14 @@ fn the_load_tester_is_a_client_of_public_interfaces() {
     assert!(paths.is_empty(), "writ-loadtest must not link the node or the store:\n{}", paths.join("\n"));
 }
 
+/// The fast tier runs without the storage engine: `make test-fast` never waits for RocksDB's C++.
+#[test]
+fn the_fast_tier_links_no_node_store_or_rocksdb() {
+    let paths =
+        forbidden_paths(&workspace_graph(), "writ-tests-fast", &["writ-node", "writ-raft-store", "librocksdb-sys"]);
+    assert!(paths.is_empty(), "writ-tests-fast must not build the node or the store:\n{}", paths.join("\n"));
+}
+
 #[test]
 fn the_checker_finds_a_forbidden_dependency_added_anywhere_below() {
     let mut graph = Graph::new();
@@ -139,7 +147,7 @@ fn the_checker_finds_a_forbidden_dependency_added_anywhere_below() {
 /// Top-level modules of the pure core and the crate modules each one uses (`crate::x`), from
 /// the source with comments and test modules left out.
 fn core_module_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../api/src");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../api/src");
     let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut files = vec![src.clone()];
     while let Some(path) = files.pop() {
@@ -291,7 +299,7 @@ fn rocksdb_build_unit(selection: &[&str]) -> BTreeSet<String> {
 #[test]
 fn one_crate_alone_builds_rocksdb_as_the_workspace_does() {
     // The dependency rules above skip the hack's edges; that is sound only while it exports nothing.
-    let hack = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../api/workspace-hack/src/lib.rs"))
+    let hack = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../api/workspace-hack/src/lib.rs"))
         .expect("read the hack's lib.rs");
     assert!(hack.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with("//")), "{hack}");
 
@@ -319,7 +327,7 @@ fn one_crate_alone_builds_rocksdb_as_the_workspace_does() {
 /// in docs/metrics.md, and the list names nothing the code no longer records.
 #[test]
 fn every_metric_is_documented() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut recorded = BTreeSet::new();
     let mut stack: Vec<std::path::PathBuf> =
         ["api", "raft-store", "node", "mcp-edge", "tenant-admin"].iter().map(|d| root.join(d)).collect();
@@ -357,7 +365,7 @@ fn every_metric_is_documented() {
 
 /// The workspace's root directory.
 fn root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// Every file under `dir` (recursively) whose name ends with `suffix`, outside `target/`.

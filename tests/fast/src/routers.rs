@@ -11,7 +11,7 @@ use writ_client::{Ledger, MemoryLedger, Verifier};
 use writ_mcp_edge::audit::AuditSink;
 use writ_mcp_edge::EdgeConfig;
 
-use crate::procs::TEST_OPERATOR_TOKEN;
+use crate::TEST_OPERATOR_TOKEN;
 
 /// The canonical URL of the edge under test (the token audience); requests carry its host.
 pub const EDGE_URL: &str = "http://127.0.0.1:8080/mcp";
@@ -63,10 +63,13 @@ impl Routers {
 
     /// An admin API request with the operator token.
     pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Answer {
-        let mut rb = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Bearer {TEST_OPERATOR_TOKEN}"));
+        self.admin_as(TEST_OPERATOR_TOKEN, method, path, body).await
+    }
+
+    /// An admin API request with `credential` (a named operator's session, or any bearer).
+    pub async fn admin_as(&self, credential: &str, method: &str, path: &str, body: Option<Value>) -> Answer {
+        let mut rb =
+            Request::builder().method(method).uri(path).header("authorization", format!("Bearer {credential}"));
         let body = match body {
             Some(b) => {
                 rb = rb.header("content-type", "application/json");

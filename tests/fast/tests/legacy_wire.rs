@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use serde_json::{json, Value};
-use writ_tests::routers::{Answer, Routers};
+use writ_tests_fast::routers::{Answer, Routers};
 
 fn catalog() -> Value {
     json!({"actions": [{"id": "list_devices", "title": "devices", "risk": "low",
