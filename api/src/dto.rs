@@ -1204,3 +1204,62 @@ pub struct OAuthGrantAnswer {
     #[serde(default)]
     pub refresh_token: Option<String>,
 }
+
+/// `PUT /v1/operators`: creates or changes a named operator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetOperatorRequest {
+    pub name: String,
+    pub role: crate::operator::OperatorRole,
+    /// The one tenant (id or name) the operator works on; absent: the whole cluster.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// How the operator signs in through an OpenID provider.
+    #[serde(default)]
+    pub sign_in: Option<crate::operator::SignInV1>,
+}
+
+/// `GET /v1/operators`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorList {
+    pub operators: Vec<crate::operator::OperatorV1>,
+}
+
+/// `POST /v1/operators/{name}/sessions`: a session for the operator (handed out once).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenOperatorSessionRequest {
+    /// Lifetime in seconds (default 8 h, at most 12 h).
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+/// A session just opened: its credential is shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorSessionAnswer {
+    pub operator: String,
+    pub session_id: String,
+    /// `wos_…`: the bearer credential of the admin API for this session.
+    pub credential: String,
+    pub expires_at_ms: u64,
+}
+
+/// `POST /v1/operators/{name}/sessions/close`: one session, or all (sign out everywhere).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloseOperatorSessionsRequest {
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// `GET /v1/operators/me`: who the caller is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorWhoAmI {
+    /// What acts are recorded under: `operator:<name>`, or `break-glass`.
+    pub actor: String,
+    pub role: crate::operator::OperatorRole,
+    pub tenant_id: Option<String>,
+    pub session_id: Option<String>,
+}

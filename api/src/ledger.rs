@@ -503,6 +503,31 @@ pub enum Command {
         tenant_id: String,
         settings: crate::oauth::OAuthSettingsV1,
     },
+    /// Creates or changes a named operator (`crate::operator`).
+    SetOperator {
+        operator: crate::operator::OperatorV1,
+    },
+    /// Removes an operator and closes its sessions.
+    RemoveOperator {
+        name: String,
+    },
+    /// Opens a session of an operator; the admin API made its secret and keeps only its digest.
+    OpenOperatorSession {
+        session: crate::operator::OperatorSessionV1,
+    },
+    /// Closes one session of an operator, or all of them (signing out everywhere).
+    CloseOperatorSessions {
+        operator: String,
+        session_id: Option<String>,
+    },
+    /// `command` made by the operator of session `session_id` through the admin API: every
+    /// replica checks that the session stands and that its role and scope allow the act
+    /// (`crate::decide::operator::check`), and records `OperatorActedV1` before the command's events.
+    /// Formed by a node's admin API only (an edge may not submit it).
+    ByOperator {
+        session_id: String,
+        command: Box<Command>,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -530,8 +555,9 @@ pub struct BatchedCommand {
 /// `Command::OnBehalfOf`), operations of catalog `read` actions (`LedgerState::ledger_version_of`).
 /// 11: the tenants' own authorization servers (`Command::SetOAuthClient`,
 /// `Command::RemoveOAuthClient`, `Command::OAuthGrant`) and their settings
-/// (`Command::SetOAuthSettings`).
-pub const LEDGER_VERSION: u32 = 11;
+/// (`Command::SetOAuthSettings`). 12: named operators, their sessions and acts
+/// (`Command::SetOperator`, `Command::ByOperator`, …).
+pub const LEDGER_VERSION: u32 = 12;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -553,6 +579,7 @@ pub enum Domain {
     Retention,
     Upstream,
     OAuth,
+    Operator,
     /// [`Command::Batch`]: executed command by command, never decided as one.
     Batch,
 }
@@ -626,20 +653,26 @@ impl Command {
             | Command::RemoveOAuthClient { .. }
             | Command::OAuthGrant { .. }
             | Command::SetOAuthSettings { .. } => Domain::OAuth,
+            Command::SetOperator { .. }
+            | Command::RemoveOperator { .. }
+            | Command::OpenOperatorSession { .. }
+            | Command::CloseOperatorSessions { .. } => Domain::Operator,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => command.domain(),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.domain(),
             Command::Batch { .. } => Domain::Batch,
         }
     }
 
-    /// The command a wrapper (`Audited`, `OnBehalfOf`, `Verified`) carries; `None` for a plain
-    /// command (a batch is no wrapper: its commands are entries of their own).
+    /// The command a wrapper (`Audited`, `OnBehalfOf`, `Verified`, `ByOperator`) carries; `None`
+    /// for a plain command (a batch is no wrapper: its commands are entries of their own).
     pub fn wrapped(&self) -> Option<&Command> {
         match self {
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => Some(command),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => Some(command),
             _ => None,
         }
     }
@@ -664,7 +697,8 @@ impl Command {
             | Command::RefuseDispatchV2 { executor_id, .. } => Some(executor_id),
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => command.claimant(),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.claimant(),
             _ => None,
         }
     }
@@ -719,7 +753,8 @@ impl Command {
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => command.operation_id(),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.operation_id(),
             _ => None,
         }
     }
@@ -756,6 +791,11 @@ impl Command {
             Command::OnBehalfOf { command, .. } if matches!(**command, Command::IssueToken { .. }) => 10,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
             Command::Verified { command, .. } => command.ledger_version().max(7),
+            Command::ByOperator { command, .. } => command.ledger_version().max(12),
+            Command::SetOperator { .. }
+            | Command::RemoveOperator { .. }
+            | Command::OpenOperatorSession { .. }
+            | Command::CloseOperatorSessions { .. } => 12,
             Command::CreateTenantWith { .. }
             | Command::SetAnonymousAccess { .. }
             | Command::CreatePrincipalWith { .. } => 8,
@@ -892,7 +932,8 @@ impl Command {
         match self {
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => command.blob_content(),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.blob_content(),
             Command::StoreEvidence { content_base64, .. } => Some(content_base64),
             Command::ReportAttemptV2 { content, .. } => Some(&content.content_base64),
             _ => None,
@@ -959,7 +1000,9 @@ impl Command {
                 token_id: Some(authority_ref.clone()),
                 parent_token_id: None,
             },
-            Command::Audited { command, .. } | Command::Verified { command, .. } => command.subject(),
+            Command::Audited { command, .. }
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.subject(),
             Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
                 principal(principal_id)
             }
@@ -1016,7 +1059,8 @@ impl Command {
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => command.kind(),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.kind(),
             Command::RenewExecutorCertificate { .. } => "renew_executor_certificate",
             Command::RevokeIssuerToken { .. } => "revoke_issuer_token",
             Command::RetireSigningKey { .. } => "retire_signing_key",
@@ -1024,6 +1068,10 @@ impl Command {
             Command::RevokeRoleCertificate { .. } => "revoke_role_certificate",
             Command::ProposeOperation { .. } => "propose_operation",
             Command::SubmitProposed { .. } => "submit_operation",
+            Command::SetOperator { .. } => "set_operator",
+            Command::RemoveOperator { .. } => "remove_operator",
+            Command::OpenOperatorSession { .. } => "open_operator_session",
+            Command::CloseOperatorSessions { .. } => "close_operator_sessions",
             Command::CreateWork { .. } => "create_work",
             Command::GrantScope { .. } => "grant_scope",
             Command::DeleteTenant { .. } => "delete_tenant",
@@ -1111,10 +1159,15 @@ impl Command {
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. }
             | Command::PurgeTenant { .. }
+            | Command::SetOperator { .. }
+            | Command::RemoveOperator { .. }
+            | Command::OpenOperatorSession { .. }
+            | Command::CloseOperatorSessions { .. }
             | Command::Batch { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
-            | Command::Verified { command, .. } => command.stream(),
+            | Command::Verified { command, .. }
+            | Command::ByOperator { command, .. } => command.stream(),
         }
     }
 }
@@ -1518,6 +1571,31 @@ pub enum Event {
         tenant_id: String,
         settings: crate::oauth::OAuthSettingsV1,
     },
+    /// An operator created or changed (cluster stream).
+    OperatorSetV1 {
+        operator: crate::operator::OperatorV1,
+    },
+    /// An operator removed with its sessions (cluster stream).
+    OperatorRemovedV1 {
+        name: String,
+    },
+    /// An operator signed in (cluster stream).
+    OperatorSessionOpenedV1 {
+        session: crate::operator::OperatorSessionV1,
+    },
+    /// One session of an operator, or all of them, closed (cluster stream).
+    OperatorSessionsClosedV1 {
+        operator: String,
+        session_id: Option<String>,
+    },
+    /// Who made the command whose events follow in the same entry: a named operator with its
+    /// role, on the stream the command changes (a tenant's audit names the person).
+    OperatorActedV1 {
+        tenant_id: String,
+        operator: String,
+        role: crate::operator::OperatorRole,
+        command: String,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1552,6 +1630,11 @@ impl Event {
             | Event::IssuerSourceSetV1 { .. }
             | Event::OAuthSettingsSetV1 { .. } => true,
             Event::TenantCreatedV1 { .. }
+            | Event::OperatorSetV1 { .. }
+            | Event::OperatorRemovedV1 { .. }
+            | Event::OperatorSessionOpenedV1 { .. }
+            | Event::OperatorSessionsClosedV1 { .. }
+            | Event::OperatorActedV1 { .. }
             | Event::OAuthClientSetV1 { .. }
             | Event::OAuthClientRemovedV1 { .. }
             | Event::OAuthGrantV1 { .. }
@@ -1697,6 +1780,11 @@ impl Event {
             Event::OAuthClientRemovedV1 { .. } => "oauth_client_removed",
             Event::OAuthGrantV1 { .. } => "oauth_grant",
             Event::OAuthSettingsSetV1 { .. } => "oauth_settings_set",
+            Event::OperatorSetV1 { .. } => "operator_set",
+            Event::OperatorRemovedV1 { .. } => "operator_removed",
+            Event::OperatorSessionOpenedV1 { .. } => "operator_session_opened",
+            Event::OperatorSessionsClosedV1 { .. } => "operator_sessions_closed",
+            Event::OperatorActedV1 { .. } => "operator_acted",
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod grant;
 pub mod ledger;
 pub mod oauth;
 pub mod operation;
+pub mod operator;
 pub mod pem;
 pub mod principal;
 pub mod query;
@@ -136,7 +137,9 @@ pub mod format {
     /// 11: then by the records of MCP sessions (`LedgerState::sessions`).
     /// 12: then by the sources of issuers known by their URL (`LedgerState::issuer_sources`).
     /// 13: then by the tenants' own authorization servers (`LedgerState::oauth`).
-    pub const STATE_FORMAT_VERSION: u32 = 13;
+    /// 14: sections — format 13's body with its length in front, then the operators
+    /// (`LedgerState::operators`).
+    pub const STATE_FORMAT_VERSION: u32 = 14;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

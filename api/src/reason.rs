@@ -153,6 +153,10 @@ reason_catalog! {
     OAUTH_RESOURCE_INVALID = 101, 400, -32602, "The resource (RFC 8707) is not this tenant's MCP URL.";
     OAUTH_ACCESS_DENIED = 102, 403, -32003, "An operator denied the authorization request, or it is not approved yet.";
     OAUTH_CLIENT_METADATA_FAILED = 103, 502, -32603, "A client ID metadata document could not be fetched or was refused: unreachable, slow, too large, redirected, at a private address the operator did not allow, or not naming its own URL as client_id.";
+    OPERATOR_SESSION_INVALID = 104, 401, -32001, "The operator session is unknown, expired, signed out, or its operator was removed: sign in again.";
+    OPERATOR_ROLE_REQUIRED = 105, 403, -32003, "The operator's role does not allow this act (viewer reads; operator configures and cancels; approver decides operations; admin does everything).";
+    OPERATOR_SCOPE_VIOLATION = 106, 403, -32003, "The act is outside the operator's scope: another tenant than the operator's, the cluster, or naming another person as the one who acts.";
+    OPERATOR_NOT_FOUND = 107, 404, -32602, "No such operator.";
 }
 
 impl std::fmt::Display for ReasonCode {

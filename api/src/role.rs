@@ -235,6 +235,13 @@ mod tests {
         }))));
         assert!(!Role::Edge.may_submit(&audited(issuer.clone())), "a decision does not widen what an edge submits");
         assert!(!Role::Edge.may_submit(&audited(audited(lease.clone()))));
+        // An operator's act is formed by a node's admin API only, in any wrapping.
+        let by_operator = |command: Command| Command::ByOperator { session_id: "s".into(), command: Box::new(command) };
+        assert!(
+            !Role::Edge.may_submit(&by_operator(lease.clone())) && Role::Node.may_submit(&by_operator(lease.clone()))
+        );
+        assert!(!Role::Edge.may_submit(&audited(by_operator(lease.clone()))));
+        assert!(!Role::Edge.may_submit(&wrapped(by_operator(lease.clone()))));
         let dispatch =
             Command::DispatchOperation { tenant_id: "t".into(), operation_id: "o".into(), executor_id: "x".into() };
         assert!(!Role::Edge.may_submit(&dispatch), "an executor's start claims; edges no longer dispatch");

@@ -146,6 +146,10 @@ pub struct LedgerState {
     /// (state format 13).
     #[serde(skip)]
     pub oauth: BTreeMap<String, crate::oauth::TenantOAuth>,
+    /// The named operators and their sessions ([`crate::operator`]): a section of its own
+    /// after the format-13 body (state format 14).
+    #[serde(skip)]
+    pub operators: crate::operator::Operators,
     /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
     /// inputs of operations that are no longer live, and its fold drops an operation's inputs
     /// when it stops being live. Never encoded: a node's state is never a projection.
@@ -417,6 +421,11 @@ impl LedgerState {
             | Event::OAuthClientRemovedV1 { .. }
             | Event::OAuthSettingsSetV1 { .. }
             | Event::OAuthGrantV1 { .. } => self.fold_oauth(env),
+            Event::OperatorSetV1 { .. }
+            | Event::OperatorRemovedV1 { .. }
+            | Event::OperatorSessionOpenedV1 { .. }
+            | Event::OperatorSessionsClosedV1 { .. }
+            | Event::OperatorActedV1 { .. } => self.fold_operator(env),
             Event::SiteCreatedV1 { .. } | Event::DeviceCreatedV1 { .. } => self.fold_site(env),
             Event::CatalogPublishedV1 { .. } => self.fold_catalog(env),
             Event::EnrollmentCreatedV1 { .. }
@@ -769,8 +778,20 @@ impl LedgerState {
     /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
     /// adds the anonymous access of edges, format 11 the records of MCP sessions, format 12 the
     /// sources of tenant issuers known by their URL, format 13 the tenants' own authorization
-    /// servers.
+    /// servers. From format 14 on, the body is sections: format 13's body with its length
+    /// (u64 LE) in front, then one section per domain added since — the operators (14).
     pub fn encode(&self) -> Vec<u8> {
+        let base = self.encode_base();
+        let operators = crate::encode(&self.operators).expect("operators are always encodable");
+        let mut out = Vec::with_capacity(8 + base.len() + operators.len());
+        out.extend_from_slice(&(base.len() as u64).to_le_bytes());
+        out.extend_from_slice(&base);
+        out.extend_from_slice(&operators);
+        out
+    }
+
+    /// The body of state format 13.
+    fn encode_base(&self) -> Vec<u8> {
         let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
         let tail = (tail, &self.sessions, &self.issuer_sources, &self.oauth);
         crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
@@ -790,6 +811,21 @@ impl LedgerState {
     /// only by the input ([`crate::decode_unbounded`]: a state that outgrew 64 MiB, read from a
     /// source that vouches for it — a checksummed snapshot or backup, a node's answer).
     fn decode_body_bounded(version: u32, body: &[u8], bounded: bool) -> Result<LedgerState, String> {
+        if version < 14 {
+            return LedgerState::decode_base(version, body, bounded);
+        }
+        let undecodable = |what: &str| format!("undecodable ledger state (format {version}): {what}");
+        let (len, rest) = body.split_at_checked(8).ok_or_else(|| undecodable("no section length"))?;
+        let len = usize::try_from(u64::from_le_bytes(len.try_into().expect("8 bytes"))).unwrap_or(usize::MAX);
+        let (base, operators) = rest.split_at_checked(len).ok_or_else(|| undecodable("a section is truncated"))?;
+        let mut state = LedgerState::decode_base(13, base, bounded)?;
+        let operators = if bounded { crate::decode(operators) } else { crate::decode_unbounded(operators) };
+        state.operators = operators.map_err(|e| undecodable(&e.to_string()))?;
+        Ok(state)
+    }
+
+    /// Reads the body of state format `version` up to 13 (one value, no sections).
+    fn decode_base(version: u32, body: &[u8], bounded: bool) -> Result<LedgerState, String> {
         fn dec<T: serde::de::DeserializeOwned>(body: &[u8], bounded: bool) -> Result<T, bincode::error::DecodeError> {
             if bounded {
                 crate::decode(body)

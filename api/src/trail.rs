@@ -127,6 +127,11 @@ fn subject(event: &Event) -> Subject {
         Event::OAuthClientRemovedV1 { .. } | Event::OAuthGrantV1 { .. } | Event::OAuthSettingsSetV1 { .. } => {
             ("oauth", None, None, None)
         }
+        Event::OperatorSetV1 { .. }
+        | Event::OperatorRemovedV1 { .. }
+        | Event::OperatorSessionOpenedV1 { .. }
+        | Event::OperatorSessionsClosedV1 { .. }
+        | Event::OperatorActedV1 { .. } => ("operator", None, None, None),
         Event::EnrollmentCreatedV1 { .. }
         | Event::ExecutorEnrolledV1 { .. }
         | Event::ExecutorRevokedV1 { .. }
@@ -178,6 +183,7 @@ fn subject(event: &Event) -> Subject {
 
 fn domain_of_command(command: &str) -> &'static str {
     const DOMAINS: &[(&str, &str)] = &[
+        ("operator", "operator"),
         ("upstream", "upstream"),
         ("quota", "quota"),
         ("retention", "retention"),

@@ -1205,7 +1205,76 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        (
+            "operator_set_v1",
+            req(Command::SetOperator { operator: operator() }),
+            Some(env(81, 1, Event::OperatorSetV1 { operator: operator() })),
+        ),
+        (
+            "operator_session_opened_v1",
+            req(Command::OpenOperatorSession { session: operator_session() }),
+            Some(env(82, 2, Event::OperatorSessionOpenedV1 { session: operator_session() })),
+        ),
+        (
+            "operator_acted_v1",
+            req(Command::ByOperator {
+                session_id: operator_session().session_id,
+                command: Box::new(Command::CreateSite {
+                    tenant_id: "t-1".into(),
+                    site_id: "s-2".into(),
+                    name: "plant-2".into(),
+                    display_name: None,
+                }),
+            }),
+            Some(env(
+                83,
+                77,
+                Event::OperatorActedV1 {
+                    tenant_id: "t-1".into(),
+                    operator: "ann".into(),
+                    role: writ_api::operator::OperatorRole::Approver,
+                    command: "create_site".into(),
+                },
+            )),
+        ),
+        (
+            "operator_sessions_closed_v1",
+            req(Command::CloseOperatorSessions { operator: "ann".into(), session_id: Some("f".repeat(32)) }),
+            Some(env(
+                84,
+                3,
+                Event::OperatorSessionsClosedV1 { operator: "ann".into(), session_id: Some("f".repeat(32)) },
+            )),
+        ),
+        (
+            "operator_removed_v1",
+            req(Command::RemoveOperator { name: "zed".into() }),
+            Some(env(85, 4, Event::OperatorRemovedV1 { name: "zed".into() })),
+        ),
     ]
+}
+
+fn operator() -> writ_api::operator::OperatorV1 {
+    writ_api::operator::OperatorV1 {
+        name: "ann".into(),
+        role: writ_api::operator::OperatorRole::Approver,
+        tenant_id: None,
+        display_name: Some("Ann".into()),
+        sign_in: Some(writ_api::operator::SignInV1 {
+            issuer: "https://login.acme.example".into(),
+            subject: "248289761001".into(),
+        }),
+    }
+}
+
+fn operator_session() -> writ_api::operator::OperatorSessionV1 {
+    writ_api::operator::OperatorSessionV1 {
+        session_id: "a".repeat(32),
+        operator: "ann".into(),
+        secret_sha256: "b".repeat(64),
+        opened_at_ms: 1_700_000_000_000,
+        expires_at_ms: 1_700_003_600_000,
+    }
 }
 
 fn oauth_settings() -> writ_api::oauth::OAuthSettingsV1 {
@@ -1594,6 +1663,17 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "oauth_grant_v1_refreshed",
         ],
     ),
+    // Named operators came with state format 14.
+    (
+        13,
+        &[
+            "operator_set_v1",
+            "operator_session_opened_v1",
+            "operator_acted_v1",
+            "operator_sessions_closed_v1",
+            "operator_removed_v1",
+        ],
+    ),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1694,6 +1774,7 @@ fn the_state_format_is_versioned_and_pinned() {
     );
     assert!(!state.works.is_empty() && !state.history.is_empty(), "the sample state holds work items and histories");
     assert!(!state.compacted.is_empty() && !state.evidence.is_empty(), "the sample state holds evidence and bindings");
+    assert!(!state.operators.sessions.is_empty(), "the sample state holds an operator and a session");
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
     assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);

@@ -60,6 +60,7 @@ pub const EXIT_UNAVAILABLE: i32 = 3;
 pub const EXIT_AUTH: i32 = 4;
 
 mod oauth;
+mod operator;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
@@ -127,6 +128,9 @@ pub enum Noun {
     /// The tenant's own OAuth authorization server: its clients and the requests operators approve.
     #[command(subcommand)]
     Oauth(oauth::OAuthCmd),
+    /// The named people who run Writ: roles (viewer, operator, approver, admin), sessions.
+    #[command(subcommand)]
+    Operator(operator::OperatorCmd),
     /// Signing keys, role certificates and executor CAs: show, retire, revoke.
     #[command(subcommand)]
     Credential(CredentialCmd),
@@ -1806,6 +1810,24 @@ pub async fn run(args: AdminArgs) -> i32 {
     }
 }
 
+/// `writ admin cluster version`: each member's ledger version and the cluster's.
+async fn cluster_version(c: &AdminClient, out: Output) -> Result<(), Failure> {
+    let status = c.cluster_status().await.map_err(failed)?;
+    let nodes: std::collections::BTreeMap<u64, Option<u32>> =
+        status.members.iter().map(|m| (m.node_id, m.status.as_ref().map(|s| s.ledger_version))).collect();
+    // A member that does not answer holds the cluster at the oldest version.
+    let cluster = nodes.values().map(|v| v.unwrap_or(1)).min().unwrap_or(1);
+    let view = serde_json::json!({"cluster": cluster, "newest": writ_api::ledger::LEDGER_VERSION, "nodes": nodes});
+    show(out, &view, |v| {
+        let rows = nodes
+            .iter()
+            .map(|(id, ver)| vec![id.to_string(), ver.map_or("unreachable".into(), |v| v.to_string())])
+            .collect();
+        print_table(&["NODE", "LEDGER_VERSION"], rows);
+        say!("cluster version {} (this build's newest: {})", v["cluster"], v["newest"]);
+    })
+}
+
 async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
     let out = args.output;
     match &args.noun {
@@ -1816,25 +1838,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Cluster(cmd) => {
             let node = match cmd {
                 ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),
-                ClusterCmd::Version => {
-                    let status = c.cluster_status().await.map_err(failed)?;
-                    let nodes: std::collections::BTreeMap<u64, Option<u32>> = status
-                        .members
-                        .iter()
-                        .map(|m| (m.node_id, m.status.as_ref().map(|s| s.ledger_version)))
-                        .collect();
-                    // A member that does not answer holds the cluster at the oldest version.
-                    let cluster = nodes.values().map(|v| v.unwrap_or(1)).min().unwrap_or(1);
-                    let view = serde_json::json!({"cluster": cluster, "newest": writ_api::ledger::LEDGER_VERSION, "nodes": nodes});
-                    return show(out, &view, |v| {
-                        let rows = nodes
-                            .iter()
-                            .map(|(id, ver)| vec![id.to_string(), ver.map_or("unreachable".into(), |v| v.to_string())])
-                            .collect();
-                        print_table(&["NODE", "LEDGER_VERSION"], rows);
-                        say!("cluster version {} (this build's newest: {})", v["cluster"], v["newest"]);
-                    });
-                }
+                ClusterCmd::Version => return cluster_version(c, out).await,
                 ClusterCmd::AddLearner { node_id, addr } => {
                     c.add_learner(&AddLearnerRequest { node_id: *node_id, addr: addr.clone() }).await
                 }
@@ -1958,6 +1962,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
         Noun::Oauth(cmd) => oauth::oauth_cmd(c, out, cmd).await,
+        Noun::Operator(cmd) => operator::operator_cmd(c, out, cmd).await,
         Noun::Credential(cmd) => credential_cmd(c, out, cmd).await,
         Noun::Catalog(cmd) => catalog_cmd(c, out, cmd).await,
         Noun::Upstream(cmd) => upstream_cmd(c, out, cmd).await,

@@ -15,6 +15,8 @@ pub mod error;
 mod oauth;
 mod openapi;
 mod operations;
+mod operators;
+mod refusals;
 pub mod service;
 pub mod signing;
 mod tokens;

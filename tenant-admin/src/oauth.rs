@@ -156,7 +156,8 @@ async fn list_requests(
 
 async fn decide(st: &AdminState, tenant: String, request_id: String, approve: bool) -> Result<Json<Value>, ApiError> {
     let t = find_tenant(st, tenant).await?;
-    let step = GrantStepV1::Decide { request_id: request_id.clone(), approve, operator: "operator".into() };
+    let step =
+        GrantStepV1::Decide { request_id: request_id.clone(), approve, operator: crate::service::actor().name() };
     let events = submit(st, Command::OAuthGrant { tenant_id: t.id, step }).await?;
     let revision = events.first().map(|e| e.revision).unwrap_or_default();
     let status = if approve { "approved" } else { "denied" };
@@ -277,11 +278,6 @@ async fn submit_grant(st: &AdminState, tenant_id: &str, step: GrantStepV1) -> Re
 /// The method names refusals are recorded under.
 const AUTHORIZE_METHOD: &str = "oauth/authorize";
 const TOKEN_METHOD: &str = "oauth/token";
-/// How long repeats of one refusal are counted before the next one is recorded.
-const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
-/// Most refusals counted at once (past it, the oldest windows are forgotten).
-const REFUSAL_KEYS_MAX: usize = 4096;
-
 /// The client a token request names (for the audit of its refusal).
 fn grant_client(grant: &TokenGrant) -> Option<String> {
     match grant {
@@ -292,44 +288,9 @@ fn grant_client(grant: &TokenGrant) -> Option<String> {
     }
 }
 
-/// What refusal a window counts: tenant, who (the client's principal, else `unauthenticated`),
-/// method, reason.
-type RefusalKey = (String, String, &'static str, ReasonCode);
-
-/// Refusals of the authorization servers' steps being counted: when each key's window opened,
-/// and how often it repeated since.
-#[derive(Default)]
-pub(crate) struct Refusals(std::sync::Mutex<std::collections::BTreeMap<RefusalKey, (std::time::Instant, u64)>>);
-
-impl Refusals {
-    /// Whether this refusal is recorded now (the first of its key in a window), with how many
-    /// repeats of it the previous window counted.
-    fn record_now(&self, key: RefusalKey) -> Option<u64> {
-        let mut counted = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = std::time::Instant::now();
-        if let Some((since, repeats)) = counted.get_mut(&key) {
-            if now.duration_since(*since) < REFUSAL_WINDOW {
-                *repeats += 1;
-                return None;
-            }
-            let previous = *repeats;
-            (*since, *repeats) = (now, 0);
-            return Some(previous);
-        }
-        if counted.len() >= REFUSAL_KEYS_MAX {
-            counted.retain(|_, (since, _)| now.duration_since(*since) < REFUSAL_WINDOW);
-        }
-        if counted.len() < REFUSAL_KEYS_MAX {
-            counted.insert(key, (now, 0));
-        }
-        Some(0)
-    }
-}
-
 /// Records a refused grant step in the tenant's audit trail as a denied decision — of the
 /// client's principal when the client is registered (named by its id), else of
-/// `unauthenticated` (no client-chosen text) — at most once per kind per [`REFUSAL_WINDOW`],
-/// the repeats counted into the next record: hammering a refusal cannot flood the trail.
+/// `unauthenticated` (no client-chosen text), without flooding it ([`crate::refusals`]).
 async fn record_refusal(
     st: &AdminState,
     tenant_id: &str,
@@ -343,32 +304,7 @@ async fn record_refusal(
         Some(p) => (p, client_id.map(str::to_string)),
         None => ("unauthenticated".to_string(), None),
     };
-    let Some(repeats) = st.oauth_refusals.record_now((tenant_id.to_string(), who.clone(), method, reason)) else {
-        return;
-    };
-    let name = match repeats {
-        0 => name,
-        n => Some(format!(
-            "{} (and {n} more in the previous {} s)",
-            name.as_deref().unwrap_or(method),
-            REFUSAL_WINDOW.as_secs()
-        )),
-    };
-    let bounded = |t: &str| writ_api::audit::truncated(t, writ_api::audit::DECISION_FIELD_BYTES_MAX);
-    let decision = writ_api::audit::RequestDecisionV1 {
-        trace_id: uuid::Uuid::new_v4().to_string(),
-        principal_id: who,
-        token_id: None,
-        parent_token_id: None,
-        method: method.to_string(),
-        name: name.as_deref().map(bounded),
-        outcome: "denied".into(),
-        reason: Some(reason),
-    };
-    let command = Command::RecordDecisions { tenant_id: tenant_id.to_string(), decisions: vec![decision] };
-    if let Err(e) = submit(st, command).await {
-        tracing::warn!(reason = %e.reason, message = %e.message, "an authorization refusal could not be recorded");
-    }
+    crate::refusals::record(st, tenant_id, who, name, method, reason).await;
 }
 
 /// 256 random bits, hex.

@@ -88,12 +88,66 @@ pub fn document() -> Value {
         "openapi": "3.1.0",
         "info": {"title": "Writ admin API", "version": env!("CARGO_PKG_VERSION")},
         "security": [{"operator": []}],
-        "paths": paths(),
+        "paths": merged(paths(), operator_paths()),
         "components": {
             "securitySchemes": {"operator": {"type": "http", "scheme": "bearer"}},
             "responses": {"Error": {"description": "Rejected", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
-            "schemas": schemas()
+            "schemas": merged(schemas(), operator_schemas())
         }
+    })
+}
+
+/// `a` with the members of `b` (both objects).
+fn merged(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+/// The named operators and their sessions.
+fn operator_paths() -> Value {
+    json!({
+        "/v1/operators": {
+            "get": op("The named operators", None, "OperatorList"),
+            "put": op("Create or change an operator (admin)", Some("SetOperator"), "Operator")},
+        "/v1/operators/me": {"get": op("Who the caller's credential is", None, "OperatorWhoAmI")},
+        "/v1/operators/{name}": {"parameters": params(&["name"]),
+            "get": op("One operator", None, "Operator"),
+            "delete": op("Remove an operator and close its sessions (admin)", None, "Operator")},
+        "/v1/operators/{name}/sessions": {"parameters": params(&["name"]),
+            "post": op("Open a session for an operator; its credential is shown once (admin)", Some("OpenOperatorSession"), "OperatorSession")},
+        "/v1/operators/{name}/sessions/close": {"parameters": params(&["name"]),
+            "post": op("Close one session of an operator, or all of them (the operator itself, or an admin)", Some("CloseOperatorSessions"), "OperatorSignOut")}
+    })
+}
+
+fn operator_schemas() -> Value {
+    let role = json!({"enum": ["viewer", "operator", "approver", "admin"]});
+    let sign_in = json!({"type": ["object", "null"], "additionalProperties": false, "required": ["issuer", "subject"],
+        "properties": {"issuer": {"type": "string"}, "subject": {"type": "string"}}});
+    json!({
+        "SetOperator": {"type": "object", "additionalProperties": false, "required": ["name", "role"], "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9._@-]{1,128}$"}, "role": role,
+            "tenant": {"type": ["string", "null"]}, "display_name": {"type": ["string", "null"], "maxLength": 200},
+            "sign_in": sign_in}},
+        "Operator": {"type": "object", "required": ["name", "role"], "properties": {
+            "name": {"type": "string"}, "role": role, "tenant_id": {"type": ["string", "null"]},
+            "display_name": {"type": ["string", "null"]}, "sign_in": sign_in}},
+        "OperatorList": {"type": "object", "required": ["operators"], "properties": {
+            "operators": {"type": "array", "items": {"$ref": "#/components/schemas/Operator"}}}},
+        "OperatorWhoAmI": {"type": "object", "required": ["actor", "role"], "properties": {
+            "actor": {"type": "string"}, "role": role, "tenant_id": {"type": ["string", "null"]},
+            "session_id": {"type": ["string", "null"]}}},
+        "OpenOperatorSession": {"type": "object", "additionalProperties": false, "properties": {
+            "ttl_s": {"type": ["integer", "null"], "minimum": 1, "maximum": 43200}}},
+        "OperatorSession": {"type": "object", "required": ["operator", "session_id", "credential", "expires_at_ms"], "properties": {
+            "operator": {"type": "string"}, "session_id": {"type": "string"}, "credential": {"type": "string"},
+            "expires_at_ms": {"type": "integer"}}},
+        "CloseOperatorSessions": {"type": "object", "additionalProperties": false, "properties": {
+            "session_id": {"type": ["string", "null"]}}},
+        "OperatorSignOut": {"type": "object", "required": ["operator", "closed"], "properties": {
+            "operator": {"type": "string"}, "closed": {"type": "boolean"}}}
     })
 }
 

@@ -1,8 +1,8 @@
 //! Operator actions on operations (SPEC D6, D7, X3): the queue (a filtered list, with what needs
 //! a human: unknown effects and reported effects awaiting a verdict), show one, cancel it before its attempt,
 //! accept or reject a reported effect (acceptance still needs an independent observation, which
-//! the ledger checks), and resolve an `unknown_effect` after reconciling it. The operator acts
-//! as the principal `operator` in the operation's history.
+//! the ledger checks), and resolve an `unknown_effect` after reconciling it. The history names
+//! the operator who acted (`operator:<name>`, or `break-glass` for the shared token).
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
@@ -15,10 +15,7 @@ use writ_api::ledger::Command;
 use writ_api::operation::{Operation, OperationState, Verdict};
 
 use crate::error::{ApiError, ValidJson, ValidQuery};
-use crate::service::{find_device, find_principal, find_tenant, query, submit, AdminState, Shared};
-
-/// Who the operation history names when the operator acts.
-pub const OPERATOR: &str = "operator";
+use crate::service::{actor, find_device, find_principal, find_tenant, query, submit, AdminState, Shared};
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
@@ -122,7 +119,7 @@ async fn cancel(
     act(&st, tenant, operation, |tenant_id| Command::CancelOperation {
         tenant_id,
         operation_id: id,
-        by_principal_id: OPERATOR.into(),
+        by_principal_id: actor().name(),
     })
     .await
 }
@@ -138,7 +135,7 @@ async fn decide(
     act(&st, tenant, operation, |tenant_id| Command::DecideOperation {
         tenant_id,
         operation_id: id,
-        by_principal_id: OPERATOR.into(),
+        by_principal_id: actor().name(),
         verdict,
         note,
     })
@@ -170,7 +167,7 @@ async fn resolve(
     act(&st, tenant, operation, |tenant_id| Command::ResolveUnknownEffect {
         tenant_id,
         operation_id: id,
-        by_principal_id: OPERATOR.into(),
+        by_principal_id: actor().name(),
         outcome: b.outcome,
         note: b.note,
     })

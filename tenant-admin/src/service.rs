@@ -79,8 +79,8 @@ pub(crate) struct AdminState {
     pub(crate) ca_secret: [u8; 32],
     pub(crate) executor_cert_ttl_s: u64,
     pub(crate) edge_ca_pins: Vec<String>,
-    /// Refusals of tenants' authorization servers, recorded without flooding.
-    pub(crate) oauth_refusals: crate::oauth::Refusals,
+    /// Refusals (authorization servers' steps, operators' acts), recorded without flooding.
+    pub(crate) refusals: crate::refusals::Refusals,
 }
 
 pub(crate) type Shared = Arc<AdminState>;
@@ -97,7 +97,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         ca_secret: config.ca_secret,
         executor_cert_ttl_s: config.executor_cert_ttl_s,
         edge_ca_pins: config.edge_ca_pins,
-        oauth_refusals: Default::default(),
+        refusals: Default::default(),
     });
     let api = Router::new()
         .route("/v1/cluster/status", get(cluster_status))
@@ -132,6 +132,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::enroll::operator_routes())
         .merge(crate::operations::routes())
         .merge(crate::work::routes())
+        .merge(crate::operators::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_operator))
         .merge(crate::enroll::public_routes())
         .merge(crate::tokens::public_routes())
@@ -143,30 +144,75 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
     api.fallback(not_found)
 }
 
+/// Authenticates the caller — the shared operator token (break-glass) or a named operator's
+/// session — and lets a named operator through only to what its role and scope allow here:
+/// reads and cluster changes (acts that become ledger commands are checked by the ledger, see
+/// [`submit`]). A refusal of a tenant's operator is recorded in that tenant's trail.
 async fn require_operator(State(st): State<Shared>, req: Request, next: Next) -> Response {
-    let presented =
-        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let Some(token) = presented else {
-        return unauthorized(ReasonCode::AUTH_TOKEN_MISSING, "an operator bearer token is required");
+    let actor = match authenticate(&st, req.headers()).await {
+        Ok(actor) => actor,
+        Err(resp) => return resp,
     };
-    let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-    // Constant-time comparison of fixed-length digests.
-    let diff = digest.iter().zip(st.operator_token_sha256.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    if diff != 0 {
-        return unauthorized(ReasonCode::AUTH_TOKEN_INVALID, "the operator token is not valid");
+    if let Err(refusal) = crate::operators::permit(&st, &actor, req.method(), req.uri().path()).await {
+        return ApiError::from(refusal).into_response();
     }
     let trace = request_trace(req.headers());
-    let mut resp = TRACE.scope(trace.clone(), next.run(req)).await;
+    let mut resp = TRACE.scope(trace.clone(), ACTOR.scope(actor, next.run(req))).await;
     if let Ok(v) = HeaderValue::from_str(&trace) {
         resp.headers_mut().insert(TRACE_HEADER, v);
     }
     resp
 }
 
+/// Who the bearer credential of an admin request is.
+async fn authenticate(st: &AdminState, headers: &axum::http::HeaderMap) -> Result<Actor, Response> {
+    let presented =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let Some(token) = presented.map(str::trim) else {
+        return Err(unauthorized(ReasonCode::AUTH_TOKEN_MISSING, "an operator bearer token is required"));
+    };
+    if token.starts_with(writ_api::operator::SESSION_PREFIX) {
+        let session = crate::operators::session_actor(st, token).await;
+        return session.map_err(|r| unauthorized(r.reason, &r.message));
+    }
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    if !crate::operators::same_digest(&digest, &st.operator_token_sha256) {
+        return Err(unauthorized(ReasonCode::AUTH_TOKEN_INVALID, "the operator token is not valid"));
+    }
+    Ok(Actor::BreakGlass)
+}
+
+/// Who an admin request acts as.
+#[derive(Debug, Clone)]
+pub(crate) enum Actor {
+    /// The shared operator token: the break-glass path, the cluster's admin, recorded as
+    /// `break-glass`.
+    BreakGlass,
+    /// A named operator's session.
+    Operator { session_id: String, operator: writ_api::operator::OperatorV1 },
+}
+
+impl Actor {
+    /// The name this actor's acts are recorded under (operation histories, work, approvals).
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Actor::BreakGlass => "break-glass".into(),
+            Actor::Operator { operator, .. } => operator.actor(),
+        }
+    }
+}
+
+/// Who the admin request being served acts as (the break-glass actor outside a request).
+pub(crate) fn actor() -> Actor {
+    ACTOR.try_with(Clone::clone).unwrap_or(Actor::BreakGlass)
+}
+
 tokio::task_local! {
     /// The trace id of the admin request being served: every ledger command it submits carries
     /// it, and the response's `x-writ-trace-id` names it.
     static TRACE: String;
+    /// Who the admin request being served acts as.
+    static ACTOR: Actor;
 }
 
 /// Longest trace id taken from a caller.
@@ -243,7 +289,21 @@ async fn submit_compatible(st: &AdminState, command: Command) -> Result<(), Reje
     }
 }
 
+/// Submits `command` as the request's actor: a named operator's inside `Command::ByOperator`,
+/// so every replica checks the session, role and scope and records who acted.
 pub(crate) async fn submit(
+    st: &AdminState,
+    command: Command,
+) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {
+    let command = match ACTOR.try_with(Clone::clone) {
+        Ok(Actor::Operator { session_id, .. }) => Command::ByOperator { session_id, command: Box::new(command) },
+        _ => command,
+    };
+    submit_plain(st, command).await
+}
+
+/// Submits `command` as it is (the node's own act, or one already attributed).
+pub(crate) async fn submit_plain(
     st: &AdminState,
     command: Command,
 ) -> Result<Vec<writ_api::ledger::EventEnvelope>, Rejection> {

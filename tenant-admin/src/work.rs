@@ -12,7 +12,6 @@ use writ_api::ledger::Command;
 use writ_api::work::{WorkChangeV1, WorkItem, WorkScopeV1, WorkState};
 
 use crate::error::{ApiError, ValidJson, ValidQuery};
-use crate::operations::OPERATOR;
 use crate::service::{find_device, find_tenant, query, submit, AdminState, Shared};
 
 pub(crate) fn routes() -> Router<Shared> {
@@ -55,7 +54,7 @@ async fn create(
         title: b.title,
         owner: b.owner,
         scope,
-        by: OPERATOR.into(),
+        by: crate::service::actor().name(),
     };
     submit(&st, cmd).await?;
     Ok((StatusCode::CREATED, Json(find(&st, t.id, b.id).await?)))
@@ -77,7 +76,7 @@ async fn revise(
         work_id: work.clone(),
         expected_revision: b.expected_revision,
         change,
-        by: OPERATOR.into(),
+        by: crate::service::actor().name(),
     };
     submit(&st, cmd).await?;
     Ok(Json(find(&st, t.id, work).await?))

@@ -438,6 +438,31 @@ async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
     .expect("the CLI runs")
 }
 
+/// `writ admin ARGS` with `credential` (a named operator's session) against `url`.
+async fn cli_as(url: &str, credential: &str, args: &[&str]) -> (i32, String, String) {
+    let (url, credential) = (url.to_string(), credential.to_string());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        writ_tests::procs::run_cli_as(&url, &credential, &writ_tests::pki::ca_file(), &args)
+    })
+    .await
+    .expect("the CLI runs")
+}
+
+/// An operator of tenant `alpha` with `role`, made and handed a session through the CLI (with
+/// the break-glass token): the session's credential.
+async fn operator_session(admin: &str, name: &str, role: &str) -> String {
+    let (code, out, err) = cli(admin, &["operator", "set", name, "--role", role, "--tenant", "alpha"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cli(admin, &["operator", "session", name, "--ttl", "10m"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let credential = out.trim().to_string();
+    let (code, me, err) = cli_as(admin, &credential, &["operator", "whoami"]).await;
+    assert!(code == 0 && me.contains(&format!("operator:{name} ({role})")), "{me}{err}");
+    credential
+}
+
 /// Client ID metadata documents over HTTPS (the test CA): `host.json` names itself and
 /// [`REDIRECT`]; the others are ways a document goes wrong. Its base URL.
 async fn client_documents() -> String {
@@ -555,8 +580,17 @@ async fn a_host_signs_in_at_writs_own_authorization_server_with_an_operators_app
         (Some(host.as_str()), Some(alpha.as_str()))
     );
     let id = pending["request_id"].as_str().unwrap();
-    let (code, out, err) = cli(&admin, &["oauth", "request", "approve", "--tenant", "alpha", id]).await;
+    // A named approver of the tenant decides, with a session an admin handed out; the trail
+    // names her, and a viewer could not have.
+    let ann = operator_session(&admin, "ann", "approver").await;
+    let viewer = operator_session(&admin, "vic", "viewer").await;
+    let (code, _, err) = cli_as(&admin, &viewer, &["oauth", "request", "approve", "--tenant", "alpha", id]).await;
+    assert!(code != 0 && err.contains("OPERATOR_ROLE_REQUIRED"), "{err}");
+    let (code, out, err) = cli_as(&admin, &ann, &["oauth", "request", "approve", "--tenant", "alpha", id]).await;
     assert_eq!(code, 0, "{out}{err}");
+    let acted = cluster.admin.get(&admin, "/v1/tenants/alpha/audit?operation=operator_acted").await.unwrap();
+    let acted = acted["records"].as_array().unwrap();
+    assert!(acted.iter().any(|r| r["detail"].as_str().unwrap_or_default().contains("\"ann\"")), "{acted:?}");
     let out =
         tokio::time::timeout(Duration::from_secs(120), flow).await.expect("the SDK client ends").unwrap().unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {

@@ -34,11 +34,16 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Ve
 }
 
 /// Who a decision may be about: a principal of the tenant, one of its executors
-/// (`executor:<id>`), a certificate an executor endpoint refused (`executor-cert:<16 hex>`), or
-/// a caller that never authenticated (`unauthenticated`) — never a name an edge made up.
+/// (`executor:<id>`), a certificate an executor endpoint refused (`executor-cert:<16 hex>`), an
+/// operator of the tenant (`operator:<name>`, refused by the admin API), or a caller that
+/// never authenticated (`unauthenticated`) — never a name an edge made up.
 fn known_subject(state: &LedgerState, tenant_id: &str, subject: &str) -> bool {
     if subject == "unauthenticated" || state.principals.get(tenant_id).is_some_and(|m| m.contains_key(subject)) {
         return true;
+    }
+    if let Some(name) = subject.strip_prefix("operator:") {
+        let operator = state.operators.operators.get(name);
+        return operator.is_some_and(|o| o.tenant_id.as_deref() == Some(tenant_id));
     }
     if let Some(id) = subject.strip_prefix("executor:") {
         return state.executors.get(tenant_id).is_some_and(|m| m.contains_key(id));

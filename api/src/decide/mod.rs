@@ -11,6 +11,7 @@ mod catalog;
 mod executor;
 mod oauth;
 pub mod operation;
+pub mod operator;
 mod principal;
 mod quota;
 mod retention;
@@ -63,6 +64,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Retention => retention::decide(state, cmd, now),
         Domain::Upstream => upstream::decide(state, cmd, now),
         Domain::OAuth => oauth::decide(state, cmd, now),
+        Domain::Operator => operator::decide(state, cmd, now),
         // Reached only by a batch inside a batch: a leader never forms one.
         Domain::Batch => Err(Rejection::new(ReasonCode::INPUT_INVALID, "a batch may hold single commands only")),
     }
@@ -137,6 +139,11 @@ impl LedgerState {
             Command::Verified { grant, command } => (command.as_ref(), Some(grant)),
             other => (other, None),
         };
+        // A named operator's act: recorded as theirs once their session and role allow it.
+        let (command, session) = match command {
+            Command::ByOperator { session_id, command } => (command.as_ref(), Some(session_id)),
+            other => (other, None),
+        };
         // A request's decision travelling with the command it made is recorded after it.
         let (command, decision) = match command {
             Command::Audited { decision, command } => (command.as_ref(), Some(decision)),
@@ -153,9 +160,13 @@ impl LedgerState {
         }
         let granted =
             grant.map_or(Ok(()), |g| crate::grant::check(self, g, command, now, |c| operation::scopes_needed(self, c)));
-        let decided = granted.and_then(|()| match decision {
-            Some(d) => audit::audited(d, command).and_then(|()| decide(self, command, now)),
-            None => decide(self, command, now),
+        let acted = granted.and_then(|()| session.map(|s| self.operator_acted(s, command, now)).transpose());
+        let decided = acted.and_then(|acted| {
+            let events = match decision {
+                Some(d) => audit::audited(d, command).and_then(|()| decide(self, command, now)),
+                None => decide(self, command, now),
+            }?;
+            Ok(acted.into_iter().chain(events).collect::<Vec<Event>>())
         });
         let stream = command.stream().to_string();
         let (outcome, refusal) = match decided {
@@ -196,6 +207,18 @@ impl LedgerState {
         outcome
     }
 
+    /// Who acts, when an operator's session stands and allows `command`
+    /// ([`operator::check`]): the event naming them before the command's own.
+    fn operator_acted(&self, session_id: &str, command: &Command, now: u64) -> Result<Event, Rejection> {
+        let operator = operator::check(&self.operators, session_id, command, now)?;
+        Ok(Event::OperatorActedV1 {
+            tenant_id: command.stream().to_string(),
+            operator: operator.name.clone(),
+            role: operator.role,
+            command: command.kind().to_string(),
+        })
+    }
+
     /// The operation `command` is about, as it stands now (a submission that was a replay:
     /// the prior operation its idempotency key is bound to).
     fn operation_view(&self, command: &Command) -> Option<crate::operation::Operation> {
@@ -205,7 +228,9 @@ impl LedgerState {
                 let slot = crate::state::idempotency_slot(&spec.principal_id, &spec.idempotency_key);
                 self.idempotency.get(tenant_id)?.get(&slot)?.as_str()
             }
-            Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => {
+            Command::OnBehalfOf { command, .. }
+            | Command::Audited { command, .. }
+            | Command::ByOperator { command, .. } => {
                 return self.operation_view(command);
             }
             other => other.operation_id()?,

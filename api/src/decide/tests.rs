@@ -1153,3 +1153,98 @@ fn a_tenant_sets_how_deep_its_principals_delegate() {
     let bad_claim = Command::SetOAuthSettings { tenant_id: "a".into(), settings: bad_claim };
     assert_eq!(refused(&mut st, bad_claim), Some(ReasonCode::INPUT_INVALID));
 }
+
+#[test]
+fn named_operators_act_within_their_role_and_scope() {
+    use crate::operator::{OperatorRole, OperatorSessionV1, OperatorV1};
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    st.execute(&req(1, create("b", "beta")));
+    let op = |name: &str, role, tenant: Option<&str>| Command::SetOperator {
+        operator: OperatorV1 {
+            name: name.into(),
+            role,
+            tenant_id: tenant.map(str::to_string),
+            display_name: None,
+            sign_in: None,
+        },
+    };
+    let session = |c: char, name: &str| Command::OpenOperatorSession {
+        session: OperatorSessionV1 {
+            session_id: c.to_string().repeat(32),
+            operator: name.into(),
+            secret_sha256: "0".repeat(64),
+            opened_at_ms: 0,
+            expires_at_ms: 1_000,
+        },
+    };
+    let by = |c: char, command: Command| Command::ByOperator {
+        session_id: c.to_string().repeat(32),
+        command: Box::new(command),
+    };
+    let site = |t: &str, id: &str| Command::CreateSite {
+        tenant_id: t.into(),
+        site_id: id.into(),
+        name: id.into(),
+        display_name: None,
+    };
+    for setup in [
+        op("vic", OperatorRole::Viewer, None),
+        op("otto", OperatorRole::Operator, Some("a")),
+        op("ann", OperatorRole::Approver, Some("a")),
+        session('1', "vic"),
+        session('2', "otto"),
+        session('3', "ann"),
+    ] {
+        assert!(matches!(st.execute(&req(10, setup)).0, Outcome::Applied { .. }));
+    }
+    let cancel = |who: &str| Command::CancelOperation {
+        tenant_id: "a".into(),
+        operation_id: "op-1".into(),
+        by_principal_id: who.into(),
+    };
+    let cases: Vec<(Command, Option<ReasonCode>)> = vec![
+        (op("Bad Name", OperatorRole::Viewer, None), Some(ReasonCode::INPUT_INVALID)),
+        (op("zed", OperatorRole::Viewer, Some("zz")), Some(ReasonCode::TENANT_NOT_FOUND)),
+        (session('4', "nobody"), Some(ReasonCode::OPERATOR_NOT_FOUND)),
+        (by('1', site("a", "s1")), Some(ReasonCode::OPERATOR_ROLE_REQUIRED)),
+        (by('3', site("a", "s1")), Some(ReasonCode::OPERATOR_ROLE_REQUIRED)),
+        (by('2', site("b", "s1")), Some(ReasonCode::OPERATOR_SCOPE_VIOLATION)),
+        (by('2', op("otto", OperatorRole::Admin, None)), Some(ReasonCode::OPERATOR_ROLE_REQUIRED)),
+        (by('2', cancel("operator:ann")), Some(ReasonCode::OPERATOR_SCOPE_VIOLATION)),
+        (by('2', cancel("operator:otto")), Some(ReasonCode::OPERATION_NOT_FOUND)),
+        (by('9', site("a", "s1")), Some(ReasonCode::OPERATOR_SESSION_INVALID)),
+        (by('2', site("a", "s1")), None),
+    ];
+    for (cmd, want) in cases {
+        let (outcome, events) = st.execute(&req(20, cmd.clone()));
+        let got = match outcome {
+            Outcome::Rejected { reason, .. } => Some(reason),
+            _ => None,
+        };
+        assert_eq!(got, want, "{cmd:?}");
+        if want.is_none() {
+            // Who acted comes first, on the tenant's stream, then the act itself.
+            assert!(matches!(&events[0].event, Event::OperatorActedV1 { operator, tenant_id, .. }
+                if operator == "otto" && tenant_id == "a"));
+            assert!(matches!(&events[1].event, Event::SiteCreatedV1 { .. }));
+        }
+    }
+    // A viewer signs itself out (no other change), and its session is gone on every replica.
+    let own = Command::CloseOperatorSessions { operator: "vic".into(), session_id: None };
+    assert!(matches!(st.execute(&req(30, by('1', own))).0, Outcome::Applied { .. }));
+    let after = by('1', Command::CloseOperatorSessions { operator: "vic".into(), session_id: None });
+    let (outcome, _) = st.execute(&req(31, after));
+    assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::OPERATOR_SESSION_INVALID, .. }));
+    // Past its lifetime (ledger time), a session acts no more; removing an operator ends its own.
+    let (outcome, _) = st.execute(&req(2_000, by('3', cancel("operator:ann"))));
+    assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::OPERATOR_SESSION_INVALID, .. }));
+    st.execute(&req(2_001, session('5', "otto")));
+    st.execute(&req(2_002, Command::RemoveOperator { name: "otto".into() }));
+    let (outcome, _) = st.execute(&req(2_003, by('5', site("a", "s2"))));
+    assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::OPERATOR_SESSION_INVALID, .. }));
+    // The operators survive an encode and decode (state format 14).
+    let back = LedgerState::decode_versioned(&st.encode_versioned()).expect("decodes");
+    assert_eq!(back.operators, st.operators);
+    assert_eq!(back.digest(), st.digest());
+}

@@ -181,6 +181,23 @@ impl LedgerState {
         Ok(())
     }
 
+    /// Named operators and their sessions.
+    pub(super) fn fold_operator(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
+        match &env.event {
+            Event::OperatorSetV1 { operator } => {
+                self.operators.operators.insert(operator.name.clone(), operator.clone());
+            }
+            Event::OperatorRemovedV1 { name } => self.operators.remove(name),
+            Event::OperatorSessionOpenedV1 { session } => self.operators.open(session.clone()),
+            Event::OperatorSessionsClosedV1 { operator, session_id } => {
+                self.operators.close(operator, session_id.as_deref());
+            }
+            Event::OperatorActedV1 { .. } => {}
+            _ => return Err(CorruptEvent::new(env, "an event of another domain")),
+        }
+        Ok(())
+    }
+
     /// Sites and devices.
     pub(super) fn fold_site(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
         match &env.event {

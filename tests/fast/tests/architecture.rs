@@ -449,8 +449,8 @@ const FUNCTION_LINES_MAX: usize = 120;
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("mcp-edge/src/builtin.rs", "call", 253),
     ("tenant-admin/src/openapi.rs", "schemas", 208),
-    ("api/src/state.rs", "decode_body_bounded", 205),
-    ("tenant-admin/src/cli.rs", "execute", 201),
+    ("api/src/state.rs", "decode_base", 205),
+    ("tenant-admin/src/cli.rs", "execute", 184),
     ("mcp-edge/src/fixtures.rs", "conformance_catalog", 194),
     ("loadtest/src/verify.rs", "verify", 171),
     ("mcp-edge/src/operations.rs", "tools", 170),

@@ -4,5 +4,6 @@
 
 mod architecture;
 mod legacy_wire;
+mod operators;
 mod reasons;
 mod routers;
