@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test test-fast deps pydeps nodedeps etcddeps promdeps build lint docs bench soak sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test test-fast deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench soak sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -22,6 +22,9 @@ MCP_TS1_VERSION := 1.29.0
 INSPECTOR_VERSION := 0.21.1
 # A real OpenID provider, a tenant's own IdP in the tests (certified npm package).
 OIDC_PROVIDER_VERSION := 9.13.3
+# The operations desk's browser tests: Selenium driving Debian's chromium, axe-core in the page.
+SELENIUM_VERSION := 4.38.0
+AXE_CORE_VERSION := 4.11.0
 NODE_MAJOR := 22
 # Node tools live outside the clone (like the cargo cache) and are installed when missing.
 WRIT_TOOLS ?= $(HOME)/.cache/writ/tools
@@ -78,6 +81,8 @@ pydeps:
 	  python3 -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_PY_VERSION)"
 	@kubernetes-validate --version 2>/dev/null | grep -qx "$(KUBERNETES_VALIDATE_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)"
+	@python3 -c 'import importlib.metadata as m; assert m.version("selenium") == "$(SELENIUM_VERSION)"' 2>/dev/null || \
+	  python3 -m pip install --quiet --disable-pip-version-check "selenium==$(SELENIUM_VERSION)"
 	@"$(WRIT_TOOLS)/py-mcp1/bin/python" -c 'import importlib.metadata as m; assert m.version("mcp") == "$(MCP_PY1_VERSION)"' 2>/dev/null || \
 	  { python3 -m venv "$(WRIT_TOOLS)/py-mcp1" && "$(WRIT_TOOLS)/py-mcp1/bin/pip" install --quiet --disable-pip-version-check "mcp==$(MCP_PY1_VERSION)"; }
 
@@ -104,6 +109,14 @@ nodedeps:
 	@grep -qs '"version": "$(OIDC_PROVIDER_VERSION)"' "$(WRIT_TOOLS)/oidc/node_modules/oidc-provider/package.json" || \
 	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/oidc" \
 	    "oidc-provider@$(OIDC_PROVIDER_VERSION)"
+	@grep -qs '"version": "$(AXE_CORE_VERSION)"' "$(WRIT_TOOLS)/axe/node_modules/axe-core/package.json" || \
+	  PATH="$$(dirname $(NODE22)):$$PATH" npm install --silent --no-audit --no-fund --prefix "$(WRIT_TOOLS)/axe" \
+	    "axe-core@$(AXE_CORE_VERSION)"
+
+## browserdeps: Debian's chromium and chromium-driver, the real browser of the desk's tests.
+browserdeps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { echo "installing: chromium chromium-driver"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; }
 
 ## etcddeps: etcd (Debian etcd-server), the comparison system of `make bench` and of the
 ## loadtest smoke's etcd driver test.
@@ -118,7 +131,7 @@ promdeps:
 ## test: the whole suite (what CI runs): lint, then all three tiers — the core (writ-api's
 ## tests, api/tests/core.rs), the fast tier (the client, admin, edge and tests/fast) and the
 ## cluster tier (real processes, tests/tests/main.rs) — and every other crate's own tests.
-test: lint build pydeps nodedeps etcddeps promdeps
+test: lint build pydeps nodedeps etcddeps promdeps browserdeps
 	$(CARGO) test --workspace
 	$(MAKE) sim-mutants
 

@@ -528,6 +528,10 @@ pub enum Command {
         session_id: String,
         command: Box<Command>,
     },
+    /// Sets (or clears) the OpenID provider operators sign in to the console with.
+    SetConsoleSignIn {
+        sign_in: Option<crate::operator::ConsoleSignInV1>,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -656,7 +660,8 @@ impl Command {
             Command::SetOperator { .. }
             | Command::RemoveOperator { .. }
             | Command::OpenOperatorSession { .. }
-            | Command::CloseOperatorSessions { .. } => Domain::Operator,
+            | Command::CloseOperatorSessions { .. }
+            | Command::SetConsoleSignIn { .. } => Domain::Operator,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
             | Command::Verified { command, .. }
@@ -795,7 +800,8 @@ impl Command {
             Command::SetOperator { .. }
             | Command::RemoveOperator { .. }
             | Command::OpenOperatorSession { .. }
-            | Command::CloseOperatorSessions { .. } => 12,
+            | Command::CloseOperatorSessions { .. }
+            | Command::SetConsoleSignIn { .. } => 12,
             Command::CreateTenantWith { .. }
             | Command::SetAnonymousAccess { .. }
             | Command::CreatePrincipalWith { .. } => 8,
@@ -1072,6 +1078,7 @@ impl Command {
             Command::RemoveOperator { .. } => "remove_operator",
             Command::OpenOperatorSession { .. } => "open_operator_session",
             Command::CloseOperatorSessions { .. } => "close_operator_sessions",
+            Command::SetConsoleSignIn { .. } => "set_console_sign_in",
             Command::CreateWork { .. } => "create_work",
             Command::GrantScope { .. } => "grant_scope",
             Command::DeleteTenant { .. } => "delete_tenant",
@@ -1163,6 +1170,7 @@ impl Command {
             | Command::RemoveOperator { .. }
             | Command::OpenOperatorSession { .. }
             | Command::CloseOperatorSessions { .. }
+            | Command::SetConsoleSignIn { .. }
             | Command::Batch { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
@@ -1596,6 +1604,10 @@ pub enum Event {
         role: crate::operator::OperatorRole,
         command: String,
     },
+    /// The console's sign-in provider set or cleared (cluster stream).
+    ConsoleSignInSetV1 {
+        sign_in: Option<crate::operator::ConsoleSignInV1>,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1634,6 +1646,7 @@ impl Event {
             | Event::OperatorRemovedV1 { .. }
             | Event::OperatorSessionOpenedV1 { .. }
             | Event::OperatorSessionsClosedV1 { .. }
+            | Event::ConsoleSignInSetV1 { .. }
             | Event::OperatorActedV1 { .. }
             | Event::OAuthClientSetV1 { .. }
             | Event::OAuthClientRemovedV1 { .. }
@@ -1784,6 +1797,7 @@ impl Event {
             Event::OperatorRemovedV1 { .. } => "operator_removed",
             Event::OperatorSessionOpenedV1 { .. } => "operator_session_opened",
             Event::OperatorSessionsClosedV1 { .. } => "operator_sessions_closed",
+            Event::ConsoleSignInSetV1 { .. } => "console_sign_in_set",
             Event::OperatorActedV1 { .. } => "operator_acted",
         }
     }

@@ -144,11 +144,35 @@ pub struct OperatorSessionV1 {
     pub expires_at_ms: u64,
 }
 
-/// The operators and their open sessions, as every replica keeps them (state format 14).
+/// The OpenID provider operators sign in to the console with (authorization code + PKCE, a
+/// public client: no secret to keep).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleSignInV1 {
+    pub issuer: String,
+    pub client_id: String,
+    /// Let the provider live at a loopback or private address.
+    #[serde(default)]
+    pub allow_private_network: bool,
+}
+
+impl ConsoleSignInV1 {
+    pub fn validate(&self) -> Result<(), Rejection> {
+        crate::token::check_issuer_url(&self.issuer, self.allow_private_network)?;
+        if self.client_id.is_empty() || self.client_id.len() > SIGN_IN_BYTES_MAX {
+            return Err(invalid(format!("a client id is 1..={SIGN_IN_BYTES_MAX} bytes")));
+        }
+        Ok(())
+    }
+}
+
+/// The operators, their open sessions and the console's sign-in provider, as every replica
+/// keeps them (state format 14).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operators {
     pub operators: BTreeMap<String, OperatorV1>,
     pub sessions: BTreeMap<String, OperatorSessionV1>,
+    pub console_sign_in: Option<ConsoleSignInV1>,
 }
 
 impl Operators {
@@ -180,6 +204,11 @@ impl Operators {
     pub fn remove(&mut self, operator: &str) {
         self.operators.remove(operator);
         self.close(operator, None);
+    }
+
+    /// The operator who signs in as `subject` of `issuer`.
+    pub fn signing_in(&self, issuer: &str, subject: &str) -> Option<&OperatorV1> {
+        self.operators.values().find(|o| o.sign_in.as_ref().is_some_and(|s| s.issuer == issuer && s.subject == subject))
     }
 
     /// The session `session_id` with its operator, if it stands at `now_ms`.
@@ -260,6 +289,55 @@ pub fn parse_credential(credential: &str) -> Option<(u64, &str, &str)> {
     let revision = parts.next()?.parse().ok()?;
     let (id, secret) = (parts.next()?, parts.next()?);
     (id.len() == 32 && !secret.is_empty() && secret.len() <= 128).then_some((revision, id, secret))
+}
+
+#[derive(Deserialize)]
+struct IdTokenClaims {
+    sub: String,
+    nonce: Option<String>,
+}
+
+/// Verifies an OpenID Connect ID token of the console's provider: signed with an asymmetric
+/// algorithm by a key of `jwks` (JSON text), issued by `issuer` for `client_id`, unexpired at
+/// `now_ms` (no leeway beyond 60 s), carrying `nonce`. Answers its subject.
+pub fn verify_id_token(
+    id_token: &str,
+    jwks: &str,
+    issuer: &str,
+    client_id: &str,
+    nonce: &str,
+    now_ms: u64,
+) -> Result<String, Rejection> {
+    use jsonwebtoken::Algorithm;
+    let refused = |m: &str| Rejection::new(ReasonCode::OPERATOR_SIGN_IN_FAILED, m);
+    let header = jsonwebtoken::decode_header(id_token).map_err(|_| refused("the ID token is not a JWT"))?;
+    if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
+        return Err(refused("the ID token must be signed with the provider's key"));
+    }
+    let keys: jsonwebtoken::jwk::JwkSet =
+        serde_json::from_str(jwks).map_err(|_| refused("the provider's key set is not a JWKS"))?;
+    let mut v = jsonwebtoken::Validation::new(header.alg);
+    v.set_issuer(&[issuer]);
+    v.set_audience(&[client_id]);
+    v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    v.validate_exp = false;
+    let claims = keys
+        .keys
+        .iter()
+        .filter(|k| header.kid.is_none() || k.common.key_id == header.kid)
+        .filter_map(|jwk| jsonwebtoken::DecodingKey::from_jwk(jwk).ok())
+        .find_map(|key| jsonwebtoken::decode::<serde_json::Value>(id_token, &key, &v).ok())
+        .ok_or_else(|| refused("the ID token does not verify against the provider's keys, issuer and client"))?
+        .claims;
+    let exp_ms = claims["exp"].as_u64().unwrap_or(0).saturating_mul(1000);
+    if exp_ms.saturating_add(60_000) <= now_ms {
+        return Err(refused("the ID token has expired"));
+    }
+    let claims: IdTokenClaims = serde_json::from_value(claims).map_err(|_| refused("the ID token lacks a subject"))?;
+    if claims.nonce.as_deref() != Some(nonce) {
+        return Err(refused("the ID token's nonce is not this sign-in's"));
+    }
+    Ok(claims.sub)
 }
 
 #[cfg(test)]

@@ -157,6 +157,8 @@ reason_catalog! {
     OPERATOR_ROLE_REQUIRED = 105, 403, -32003, "The operator's role does not allow this act (viewer reads; operator configures and cancels; approver decides operations; admin does everything).";
     OPERATOR_SCOPE_VIOLATION = 106, 403, -32003, "The act is outside the operator's scope: another tenant than the operator's, the cluster, or naming another person as the one who acts.";
     OPERATOR_NOT_FOUND = 107, 404, -32602, "No such operator.";
+    OPERATOR_SIGN_IN_FAILED = 108, 401, -32001, "Console sign-in failed: no provider is set, the provider refused or could not be reached, the answer did not verify (state, nonce, signature, issuer, client), or no operator signs in as that subject.";
+    CONSOLE_REQUEST_FORGED = 109, 403, -32003, "A console change without its session's CSRF token, or sent from another origin: nothing was changed.";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -131,6 +131,7 @@ fn subject(event: &Event) -> Subject {
         | Event::OperatorRemovedV1 { .. }
         | Event::OperatorSessionOpenedV1 { .. }
         | Event::OperatorSessionsClosedV1 { .. }
+        | Event::ConsoleSignInSetV1 { .. }
         | Event::OperatorActedV1 { .. } => ("operator", None, None, None),
         Event::EnrollmentCreatedV1 { .. }
         | Event::ExecutorEnrolledV1 { .. }

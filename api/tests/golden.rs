@@ -1251,6 +1251,11 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::RemoveOperator { name: "zed".into() }),
             Some(env(85, 4, Event::OperatorRemovedV1 { name: "zed".into() })),
         ),
+        (
+            "console_sign_in_set_v1",
+            req(Command::SetConsoleSignIn { sign_in: Some(console_sign_in()) }),
+            Some(env(86, 5, Event::ConsoleSignInSetV1 { sign_in: Some(console_sign_in()) })),
+        ),
     ]
 }
 
@@ -1264,6 +1269,14 @@ fn operator() -> writ_api::operator::OperatorV1 {
             issuer: "https://login.acme.example".into(),
             subject: "248289761001".into(),
         }),
+    }
+}
+
+fn console_sign_in() -> writ_api::operator::ConsoleSignInV1 {
+    writ_api::operator::ConsoleSignInV1 {
+        issuer: "https://login.acme.example".into(),
+        client_id: "writ-console".into(),
+        allow_private_network: false,
     }
 }
 
@@ -1672,6 +1685,7 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "operator_acted_v1",
             "operator_sessions_closed_v1",
             "operator_removed_v1",
+            "console_sign_in_set_v1",
         ],
     ),
 ];
@@ -1775,6 +1789,7 @@ fn the_state_format_is_versioned_and_pinned() {
     assert!(!state.works.is_empty() && !state.history.is_empty(), "the sample state holds work items and histories");
     assert!(!state.compacted.is_empty() && !state.evidence.is_empty(), "the sample state holds evidence and bindings");
     assert!(!state.operators.sessions.is_empty(), "the sample state holds an operator and a session");
+    assert!(state.operators.console_sign_in.is_some(), "the sample state holds the console's sign-in provider");
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
     assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);

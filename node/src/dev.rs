@@ -282,14 +282,44 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             }
         }));
     }
+    let console =
+        console_operator(&admin).await.map_err(|e| std::io::Error::other(format!("console operator: {e}")))?;
+    let executor = edge.executor_endpoint.as_ref().map(|e| e.0.clone()).unwrap_or_else(|| "-".into());
+    let links = Links { admin: &running.url, token: &token, ca_file: &ca_file, mcp: &edge.url, executor: &executor };
+    announce(&args, &links, &demo_token, &console)?;
+    let node = running.node.clone();
+    let fatal = tokio::select! {
+        _ = crate::wait_for_shutdown_signal() => None,
+        cause = node.stopped() => Some(cause),
+    };
+    executors.iter().for_each(|x| x.abort());
+    edge.shutdown().await;
+    running.shutdown().await;
+    // A node that stopped on a fatal error must not look like a clean exit (SPEC L7).
+    fatal.map_or(Ok(()), |cause| Err(std::io::Error::other(format!("the ledger stopped: {cause}"))))
+}
+
+/// Where `writ dev` serves what.
+struct Links<'a> {
+    admin: &'a str,
+    token: &'a str,
+    ca_file: &'a std::path::Path,
+    mcp: &'a str,
+    executor: &'a str,
+}
+
+/// Writes the env file and tells the user what runs where.
+fn announce(args: &DevArgs, links: &Links<'_>, demo_token: &str, console: &str) -> std::io::Result<()> {
     let env_path = args.data_dir.join("env");
     writ_client::files::replace(
         &env_path,
         &format!(
-            "export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={token}\nexport WRIT_CA_FILE={}\nexport WRIT_MCP_URL={}\nexport WRIT_DEMO_TOKEN={demo_token}\n",
-            running.url,
-            ca_file.display(),
-            edge.url
+            "export WRIT_ADMIN_URL={}\nexport WRIT_ADMIN_TOKEN={}\nexport WRIT_CA_FILE={}\nexport WRIT_MCP_URL={}\nexport WRIT_DEMO_TOKEN={demo_token}\nexport WRIT_CONSOLE_URL={}/console\nexport WRIT_CONSOLE_CREDENTIAL={console}\n",
+            links.admin,
+            links.token,
+            links.ca_file.display(),
+            links.mcp,
+            links.admin
         ),
         true,
     )?;
@@ -303,6 +333,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
          \n  MCP edge   {mcp}   (bearer: $WRIT_DEMO_TOKEN, tenant `demo`, principal `demo-agent`){fixtures}\
          \n  executors  {executor}   (mutual TLS; the simulated demo executor drives `demo-press`)\
          \n  admin API  {url}/v1   (OpenAPI: {url}/v1/openapi.json; TLS from the dev CA $WRIT_CA_FILE)\
+         \n  console    {url}/console   (operator `dev-admin`: sign in with $WRIT_CONSOLE_CREDENTIAL)\
          \n  health     {url}/healthz  {url}/readyz\
          \n  metrics    {url}/metrics\
          \n  data       {data}\
@@ -316,9 +347,9 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
          \n    -H 'Mcp-Method: tools/list' -H 'Content-Type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\
          \n    \"params\":{{\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{}}}}}}}}'\
          \n\nStop with Ctrl-C; data is kept in {data}.\n",
-        url = running.url,
-        mcp = edge.url,
-        executor = edge.executor_endpoint.as_ref().map(|e| e.0.as_str()).unwrap_or("-"),
+        url = links.admin,
+        mcp = links.mcp,
+        executor = links.executor,
         fixtures = if args.conformance_fixtures {
             "\n             without a token: conformance fixtures (tenant `conformance`, principal `anonymous`)"
         } else {
@@ -327,14 +358,25 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         data = args.data_dir.display(),
         env = env_path.display(),
     );
-    let node = running.node.clone();
-    let fatal = tokio::select! {
-        _ = crate::wait_for_shutdown_signal() => None,
-        cause = node.stopped() => Some(cause),
+    Ok(())
+}
+
+/// The first operator of a fresh `writ dev`, `dev-admin` (admin): a session credential to sign in
+/// to the console with (a new one at each start).
+async fn console_operator(admin: &AdminClient) -> Result<String, String> {
+    let operator = writ_api::dto::SetOperatorRequest {
+        name: "dev-admin".into(),
+        role: writ_api::operator::OperatorRole::Admin,
+        tenant: None,
+        display_name: Some("writ dev's first operator".into()),
+        sign_in: None,
     };
-    executors.iter().for_each(|x| x.abort());
-    edge.shutdown().await;
-    running.shutdown().await;
-    // A node that stopped on a fatal error must not look like a clean exit (SPEC L7).
-    fatal.map_or(Ok(()), |cause| Err(std::io::Error::other(format!("the ledger stopped: {cause}"))))
+    let _: writ_api::operator::OperatorV1 =
+        admin.call(reqwest::Method::PUT, "/v1/operators", Some(&operator)).await.map_err(|e| e.to_string())?;
+    let session = writ_api::dto::OpenOperatorSessionRequest { ttl_s: None };
+    let opened: writ_api::dto::OperatorSessionAnswer = admin
+        .call(reqwest::Method::POST, "/v1/operators/dev-admin/sessions", Some(&session))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(opened.credential)
 }

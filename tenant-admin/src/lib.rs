@@ -8,6 +8,7 @@ mod audit;
 mod catalogs;
 pub mod cli;
 pub mod client_config;
+mod console;
 pub mod context;
 mod credentials;
 pub mod enroll;

@@ -154,7 +154,12 @@ async fn list_requests(
     Ok(Json(AuthRequestList { requests }))
 }
 
-async fn decide(st: &AdminState, tenant: String, request_id: String, approve: bool) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn decide(
+    st: &AdminState,
+    tenant: String,
+    request_id: String,
+    approve: bool,
+) -> Result<Json<Value>, ApiError> {
     let t = find_tenant(st, tenant).await?;
     let step =
         GrantStepV1::Decide { request_id: request_id.clone(), approve, operator: crate::service::actor().name() };

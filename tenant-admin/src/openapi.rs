@@ -117,6 +117,9 @@ fn operator_paths() -> Value {
             "delete": op("Remove an operator and close its sessions (admin)", None, "Operator")},
         "/v1/operators/{name}/sessions": {"parameters": params(&["name"]),
             "post": op("Open a session for an operator; its credential is shown once (admin)", Some("OpenOperatorSession"), "OperatorSession")},
+        "/v1/console/sign-in": {
+            "get": op("The OpenID provider operators sign in to the console with", None, "ConsoleSignIn"),
+            "put": op("Set the console's sign-in provider (admin; its discovery must answer)", Some("ConsoleSignIn"), "ConsoleSignIn")},
         "/v1/operators/{name}/sessions/close": {"parameters": params(&["name"]),
             "post": op("Close one session of an operator, or all of them (the operator itself, or an admin)", Some("CloseOperatorSessions"), "OperatorSignOut")}
     })
@@ -146,6 +149,9 @@ fn operator_schemas() -> Value {
             "expires_at_ms": {"type": "integer"}}},
         "CloseOperatorSessions": {"type": "object", "additionalProperties": false, "properties": {
             "session_id": {"type": ["string", "null"]}}},
+        "ConsoleSignIn": {"type": "object", "additionalProperties": false, "required": ["issuer", "client_id"], "properties": {
+            "issuer": {"type": "string"}, "client_id": {"type": "string", "minLength": 1, "maxLength": 512},
+            "allow_private_network": {"type": "boolean"}}},
         "OperatorSignOut": {"type": "object", "required": ["operator", "closed"], "properties": {
             "operator": {"type": "string"}, "closed": {"type": "boolean"}}}
     })

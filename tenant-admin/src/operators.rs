@@ -12,7 +12,9 @@ use writ_api::dto::{
     SetOperatorRequest,
 };
 use writ_api::ledger::{Command, Event};
-use writ_api::operator::{OperatorAct, OperatorRole, OperatorSessionV1, OperatorV1, SESSION_TTL_MAX_MS};
+use writ_api::operator::{
+    ConsoleSignInV1, OperatorAct, OperatorRole, OperatorSessionV1, OperatorV1, SESSION_TTL_MAX_MS,
+};
 use writ_api::{ReasonCode, Rejection};
 use writ_client::now_ms;
 
@@ -33,6 +35,25 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/v1/operators/{name}", get(show).delete(remove))
         .route("/v1/operators/{name}/sessions", post(open_session))
         .route("/v1/operators/{name}/sessions/close", post(close_sessions))
+        .route("/v1/console/sign-in", get(show_provider).put(set_provider))
+}
+
+/// The OpenID provider operators sign in to the console with.
+async fn show_provider(State(st): State<Shared>) -> Result<Json<ConsoleSignInV1>, ApiError> {
+    let provider = st.view.with_state(|s| s.operators.console_sign_in.clone());
+    Ok(Json(provider.ok_or_else(|| Rejection::new(ReasonCode::NOT_FOUND, "no sign-in provider is set"))?))
+}
+
+/// Sets the console's sign-in provider, once its discovery answers.
+async fn set_provider(
+    State(st): State<Shared>,
+    ValidJson(b): ValidJson<ConsoleSignInV1>,
+) -> Result<Json<ConsoleSignInV1>, ApiError> {
+    b.validate()?;
+    writ_client::discovery::sign_in_provider(&b.issuer, b.allow_private_network).await?;
+    let events = submit(&st, Command::SetConsoleSignIn { sign_in: Some(b.clone()) }).await?;
+    caught_up(&st, &events).await;
+    Ok(Json(b))
 }
 
 /// What the admin API checks itself of a named operator's request: reads and cluster changes
@@ -64,7 +85,8 @@ pub(crate) async fn permit(st: &AdminState, actor: &Actor, method: &Method, path
 /// administer, reads read; `None` for a change the ledger checks.
 fn checked_here(method: &Method, path: &str) -> Option<OperatorAct> {
     let administers = path == "/v1/cluster/backup"
-        || (method != Method::GET && (path.starts_with("/v1/cluster/") || path.starts_with("/v1/operators")));
+        || (method != Method::GET
+            && ["/v1/cluster/", "/v1/operators", "/v1/console/"].iter().any(|p| path.starts_with(p)));
     if administers {
         Some(OperatorAct::Administer)
     } else {

@@ -138,6 +138,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::tokens::public_routes())
         .merge(crate::oauth::public_routes())
         .route("/v1/openapi.json", get(openapi))
+        .merge(crate::console::routes())
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(ADMIN_BODY_BYTES_MAX))
         .with_state(state);
@@ -200,6 +201,11 @@ impl Actor {
             Actor::Operator { operator, .. } => operator.actor(),
         }
     }
+}
+
+/// Runs `work` as `actor`, under a new trace id (a console request's acts).
+pub(crate) async fn acting<F: std::future::Future>(actor: Actor, work: F) -> F::Output {
+    TRACE.scope(uuid::Uuid::new_v4().to_string(), ACTOR.scope(actor, work)).await
 }
 
 /// Who the admin request being served acts as (the break-glass actor outside a request).

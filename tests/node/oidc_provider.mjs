@@ -6,8 +6,10 @@
 // Usage: node oidc_provider.mjs PROVIDER_MODULES PORT KID CLIENT_ID CLIENT_SECRET SCOPES RESOURCE...
 // PORT 0 picks a free one. Prints {"issuer": ...} once listening; exits when stdin closes.
 // Clients: CLIENT_ID (client credentials, the secret) and `host` (authorization code + PKCE,
-// public, redirect URI HOST_REDIRECT); its sign-in is the package's development login form
-// (any login is an account of that name) and consent page.
+// public, redirect URI HOST_REDIRECT); with CONSOLE_REDIRECT in the environment also
+// `writ-console` (the operations desk's sign-in: authorization code + PKCE, public, ID tokens).
+// Sign-in is the package's development login form (any login is an account of that name, its
+// `sub`) and consent page.
 
 import crypto from "node:crypto";
 import http from "node:http";
@@ -46,6 +48,19 @@ const provider = new Provider(issuer, {
       token_endpoint_auth_method: "none",
       id_token_signed_response_alg: "ES256",
     },
+    ...(process.env.CONSOLE_REDIRECT
+      ? [
+          {
+            client_id: "writ-console",
+            grant_types: ["authorization_code"],
+            redirect_uris: [process.env.CONSOLE_REDIRECT],
+            response_types: ["code"],
+            scope: "openid",
+            token_endpoint_auth_method: "none",
+            id_token_signed_response_alg: "ES256",
+          },
+        ]
+      : []),
   ],
   jwks: { keys: [signing] },
   scopes: scopes.split(" "),

@@ -7,6 +7,7 @@ mod authority;
 mod catalog;
 mod cluster;
 mod conformance;
+mod console;
 mod corruption;
 mod deploy_files;
 mod deploy_script;

@@ -16,11 +16,9 @@
 //! assertions, guesses that must not flood the audit). Token exchange and the tenant's
 //! delegation depth.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use writ_tests::mcp::{builtin, rpc, tenant};
 use writ_tests::procs::{Cluster, EdgeProc};
 
@@ -28,39 +26,20 @@ const CLIENT: &str = "agent";
 const SECRET: &str = "agent-secret";
 const SCOPES: &str = "tools:list tools:call:list_devices";
 
-/// The OpenID provider, running until dropped (its stdin closes with it).
-struct Idp {
-    child: tokio::process::Child,
-    issuer: String,
+/// The OpenID provider of these tests: clients `agent` (client credentials) and `host`.
+struct Idp(writ_tests::idp::OpenIdProvider);
+
+impl std::ops::Deref for Idp {
+    type Target = writ_tests::idp::OpenIdProvider;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Idp {
     /// Starts the provider on `port` (0: any) signing with key id `kid`, for `resources`.
     async fn start(port: u16, kid: &str, resources: &[&str]) -> Idp {
-        let modules = writ_tests::tools::dir().join("oidc/node_modules");
-        assert!(modules.join("oidc-provider").exists(), "oidc-provider is not installed: run `make nodedeps`");
-        let script = format!("{}/node/oidc_provider.mjs", env!("CARGO_MANIFEST_DIR"));
-        let mut child = tokio::process::Command::new(writ_tests::tools::node())
-            .arg(script)
-            .arg(modules)
-            .args([&port.to_string(), kid, CLIENT, SECRET, SCOPES])
-            .args(resources)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the OpenID provider starts");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
-        let line = line.expect("the provider reports its issuer").expect("stdout").expect("a line");
-        let issuer =
-            serde_json::from_str::<Value>(&line).expect("JSON")["issuer"].as_str().expect("issuer").to_string();
-        Idp { child, issuer }
-    }
-
-    fn port(&self) -> u16 {
-        self.issuer.rsplit(':').next().and_then(|p| p.parse().ok()).expect("issuer port")
+        Idp(writ_tests::idp::OpenIdProvider::start(port, kid, &[CLIENT, SECRET, SCOPES], resources, None).await)
     }
 
     /// A client-credentials token for `resource`, straight from the provider.
@@ -77,8 +56,8 @@ impl Idp {
         body["access_token"].as_str().unwrap_or_else(|| panic!("a token: {body}")).to_string()
     }
 
-    async fn stop(mut self) {
-        self.child.kill().await.expect("the provider stops");
+    async fn stop(self) {
+        self.0.stop().await;
     }
 }
 

@@ -62,6 +62,63 @@ pub async fn fetch_client_metadata(url: &str, allow_private: bool) -> Result<Val
     Ok(document)
 }
 
+/// What the console needs of the OpenID provider operators sign in with.
+#[derive(Debug, Clone)]
+pub struct SignInProvider {
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
+    /// Its key set (JSON text), to verify ID tokens with.
+    pub jwks: String,
+}
+
+/// Discovers the console's sign-in provider `issuer`: its endpoints and keys, each URL held to
+/// the issuer's own rules.
+pub async fn sign_in_provider(issuer: &str, allow_private: bool) -> Result<SignInProvider, Rejection> {
+    let source =
+        IssuerSourceV1 { issuer: issuer.to_string(), audience: String::new(), allow_private_network: allow_private };
+    let client = client(allow_private)?;
+    let document = discovery_document(&client, &source).await?;
+    let endpoint = |name: &str| {
+        let url = document[name].as_str().ok_or_else(|| failed(format!("'{issuer}' names no {name}")))?;
+        check_issuer_url(url, allow_private)?;
+        Ok::<String, Rejection>(url.to_string())
+    };
+    let (authorization_endpoint, token_endpoint, jwks_uri) =
+        (endpoint("authorization_endpoint")?, endpoint("token_endpoint")?, endpoint("jwks_uri")?);
+    let jwks =
+        fetch(&client, &jwks_uri, allow_private).await?.ok_or_else(|| failed(format!("{jwks_uri} answered 404")))?;
+    Ok(SignInProvider { authorization_endpoint, token_endpoint, jwks })
+}
+
+/// Redeems an authorization code at a sign-in provider's token endpoint (a public client with
+/// PKCE): the ID token it answers.
+pub async fn redeem_sign_in_code(
+    provider: &SignInProvider,
+    allow_private: bool,
+    form: &[(&str, &str)],
+) -> Result<String, Rejection> {
+    let url = &provider.token_endpoint;
+    check_literal(url, allow_private)?;
+    let response = client(allow_private)?
+        .post(url)
+        .header("accept", "application/json")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string(form).map_err(|e| failed(format!("the token request: {e}")))?)
+        .send()
+        .await
+        .map_err(|e| failed(format!("{url}: {}", error_chain(&e))))?;
+    let status = response.status();
+    if response.content_length().is_some_and(|n| n > DOCUMENT_BYTES_MAX as u64) {
+        return Err(failed(format!("{url} answered more than {DOCUMENT_BYTES_MAX} bytes")));
+    }
+    let body = response.bytes().await.map_err(|e| failed(format!("{url}: {e}")))?;
+    if body.len() > DOCUMENT_BYTES_MAX || !status.is_success() {
+        return Err(failed(format!("{url} answered {status}")));
+    }
+    let answer: Value = serde_json::from_slice(&body).map_err(|e| failed(format!("{url}: not JSON: {e}")))?;
+    answer["id_token"].as_str().map(str::to_string).ok_or_else(|| failed(format!("{url} answered no id_token")))
+}
+
 /// The issuer's metadata: OpenID discovery first, RFC 8414 where that is absent; either must
 /// name exactly this issuer (RFC 8414 §3.3, OpenID Discovery §4.3).
 async fn discovery_document(client: &reqwest::Client, source: &IssuerSourceV1) -> Result<Value, Rejection> {

@@ -42,6 +42,12 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             let session = OperatorSessionV1 { opened_at_ms: now, expires_at_ms: now + lifetime, ..session.clone() };
             Ok(vec![Event::OperatorSessionOpenedV1 { session }])
         }
+        Command::SetConsoleSignIn { sign_in } => {
+            if let Some(sign_in) = sign_in {
+                sign_in.validate()?;
+            }
+            Ok(vec![Event::ConsoleSignInSetV1 { sign_in: sign_in.clone() }])
+        }
         Command::CloseOperatorSessions { operator, session_id } => {
             known(state, operator)?;
             Ok(vec![Event::OperatorSessionsClosedV1 { operator: operator.clone(), session_id: session_id.clone() }])
@@ -138,6 +144,7 @@ pub fn act_of(command: &Command) -> OperatorAct {
         | Command::RemoveOperator { .. }
         | Command::OpenOperatorSession { .. }
         | Command::CloseOperatorSessions { .. }
+        | Command::SetConsoleSignIn { .. }
         | Command::Batch { .. } => OperatorAct::Administer,
         _ => OperatorAct::Configure,
     }

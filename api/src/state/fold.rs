@@ -192,6 +192,7 @@ impl LedgerState {
             Event::OperatorSessionsClosedV1 { operator, session_id } => {
                 self.operators.close(operator, session_id.as_deref());
             }
+            Event::ConsoleSignInSetV1 { sign_in } => self.operators.console_sign_in = sign_in.clone(),
             Event::OperatorActedV1 { .. } => {}
             _ => return Err(CorruptEvent::new(env, "an event of another domain")),
         }

@@ -8,7 +8,7 @@ use writ_api::dto::{
     CloseOperatorSessionsRequest, OpenOperatorSessionRequest, OperatorList, OperatorSessionAnswer, OperatorWhoAmI,
     SetOperatorRequest,
 };
-use writ_api::operator::{OperatorRole, OperatorV1, SignInV1};
+use writ_api::operator::{ConsoleSignInV1, OperatorRole, OperatorV1, SignInV1};
 use writ_client::AdminClient;
 
 use super::{failed, parse_duration_s, print_table, show, Failure, Output};
@@ -56,6 +56,24 @@ pub enum OperatorCmd {
     },
     /// Who the credential in use is.
     Whoami,
+    /// The OpenID provider operators sign in to the console with.
+    #[command(subcommand)]
+    Provider(ProviderCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProviderCmd {
+    /// Set it: its issuer URL and the console's client id there (a public client, PKCE).
+    Set {
+        #[arg(long)]
+        issuer: String,
+        #[arg(long)]
+        client_id: String,
+        /// Let the provider live at a loopback or private address.
+        #[arg(long)]
+        allow_private_network: bool,
+    },
+    Show,
 }
 
 fn parse_role(s: &str) -> Result<OperatorRole, String> {
@@ -115,6 +133,20 @@ pub(super) async fn operator_cmd(c: &AdminClient, out: Output, cmd: &OperatorCmd
             let request = CloseOperatorSessionsRequest { session_id: session.clone() };
             let answer: serde_json::Value = c.call(Method::POST, &path, Some(&request)).await.map_err(failed)?;
             show(out, &answer, |_| say!("signed {name} out"))
+        }
+        OperatorCmd::Provider(ProviderCmd::Set { issuer, client_id, allow_private_network }) => {
+            let provider = ConsoleSignInV1 {
+                issuer: issuer.clone(),
+                client_id: client_id.clone(),
+                allow_private_network: *allow_private_network,
+            };
+            let set: ConsoleSignInV1 =
+                c.call(Method::PUT, "/v1/console/sign-in", Some(&provider)).await.map_err(failed)?;
+            show(out, &set, |p| say!("operators sign in at {} as client {}", p.issuer, p.client_id))
+        }
+        OperatorCmd::Provider(ProviderCmd::Show) => {
+            let p: ConsoleSignInV1 = c.call(Method::GET, "/v1/console/sign-in", None::<&()>).await.map_err(failed)?;
+            show(out, &p, |p| say!("operators sign in at {} as client {}", p.issuer, p.client_id))
         }
         OperatorCmd::Whoami => {
             let me: OperatorWhoAmI = c.call(Method::GET, "/v1/operators/me", None::<&()>).await.map_err(failed)?;

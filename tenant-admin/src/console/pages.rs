@@ -1,0 +1,230 @@
+//! The desk's pages: *Now* — what needs a human (authorization requests waiting for an
+//! operator, operations whose effect is unknown or awaits a verdict) in the operator's scope —
+//! its live updates, and the changes made from it.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::extract::{Form, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use serde::Deserialize;
+use writ_api::ledger::Command;
+use writ_api::oauth::AuthStatusV1;
+use writ_api::operation::OperationState;
+use writ_api::state::LedgerState;
+use writ_api::{ReasonCode, Rejection};
+use writ_client::now_ms;
+
+use super::{check_change, desk, esc, page, refusal, Desk, SESSION_COOKIE};
+use crate::service::{acting, submit, Actor, Shared};
+
+/// Most items of each kind the *Now* page lists.
+const ITEMS_MAX: usize = 100;
+/// Most event streams the console serves at once (each waits on the replica).
+const STREAMS_MAX: usize = 256;
+/// How often an idle event stream checks that its session still stands.
+const STREAM_CHECK: Duration = Duration::from_secs(15);
+
+static STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// A change's form: only its CSRF token (a missing one is refused like a wrong one).
+#[derive(Deserialize)]
+pub(crate) struct ChangeForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+pub(crate) async fn now(State(st): State<Shared>, headers: HeaderMap) -> Response {
+    let desk = match desk(&st, &headers).await {
+        Ok(d) => d,
+        Err(to_sign_in) => return to_sign_in,
+    };
+    let body = format!("<section id=\"now\" aria-live=\"polite\">{}</section>", now_html(&st, &desk));
+    Html(page("Now", Some(&desk), &body)).into_response()
+}
+
+/// The *Now* section alone (what the script swaps in when the ledger moved).
+pub(crate) async fn now_fragment(State(st): State<Shared>, headers: HeaderMap) -> Response {
+    match desk(&st, &headers).await {
+        Ok(desk) => Html(now_html(&st, &desk)).into_response(),
+        Err(_) => StatusCode::UNAUTHORIZED.into_response(),
+    }
+}
+
+/// The tenants (id, name) the desk's operator works on.
+fn tenants_in_scope(s: &LedgerState, desk: &Desk) -> Vec<(String, String)> {
+    let only = match &desk.actor {
+        Actor::Operator { operator, .. } => operator.tenant_id.clone(),
+        Actor::BreakGlass => None,
+    };
+    s.tenants
+        .values()
+        .filter(|t| only.as_ref().is_none_or(|o| *o == t.id))
+        .map(|t| (t.id.clone(), t.name.clone()))
+        .collect()
+}
+
+fn now_html(st: &Shared, desk: &Desk) -> String {
+    let now = now_ms();
+    st.view.with_state(|s| {
+        let tenants = tenants_in_scope(s, desk);
+        let requests = requests_html(s, &tenants, desk, now);
+        let operations = operations_html(s, &tenants);
+        format!(
+            "<h2>Authorization requests waiting for an operator</h2>{requests}\
+             <h2>Operations that need a human</h2>{operations}"
+        )
+    })
+}
+
+fn requests_html(s: &LedgerState, tenants: &[(String, String)], desk: &Desk, now: u64) -> String {
+    let mut rows = Vec::new();
+    for (id, name) in tenants {
+        let Some(oauth) = s.oauth.get(id) else { continue };
+        let waiting = oauth.requests.values().filter(|r| r.expires_at_ms > now && r.status == AuthStatusV1::Pending);
+        for r in waiting.take(ITEMS_MAX.saturating_sub(rows.len())) {
+            let client = oauth.clients.get(&r.request.client_id);
+            let principal = client
+                .and_then(|c| s.principals.get(id).and_then(|p| p.get(&c.principal_id)))
+                .map_or("?", |p| p.name.as_str());
+            let scopes: Vec<&str> = r.request.scopes.iter().map(String::as_str).collect();
+            let action = |decision: &str, label: &str| {
+                format!(
+                    "<form method=\"post\" action=\"/console/oauth/{}/{}/{decision}\"><input type=\"hidden\" \
+                     name=\"csrf\" value=\"{}\"><button type=\"submit\">{label}</button></form>",
+                    esc(name),
+                    esc(&r.request.request_id),
+                    esc(&desk.csrf)
+                )
+            };
+            rows.push(format!(
+                "<tr id=\"request-{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"acts\">{}{}</td></tr>",
+                esc(&r.request.request_id),
+                esc(name),
+                esc(&r.request.client_id),
+                esc(principal),
+                esc(&scopes.join(" ")),
+                action("approve", "Approve"),
+                action("deny", "Deny")
+            ));
+        }
+    }
+    table(&["Tenant", "Client", "Acts as", "Scopes", "Decide"], &rows, "No authorization request is waiting.")
+}
+
+fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
+    let mut rows = Vec::new();
+    for (id, name) in tenants {
+        let Some(ops) = s.operations.get(id) else { continue };
+        let attention =
+            ops.values().filter(|o| matches!(o.state, OperationState::UnknownEffect | OperationState::EffectReported));
+        for op in attention.take(ITEMS_MAX.saturating_sub(rows.len())) {
+            rows.push(format!(
+                "<tr id=\"operation-{}\"><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&op.spec.operation_id),
+                esc(name),
+                esc(&op.spec.operation_id),
+                esc(&op.spec.action),
+                esc(op.state.as_str()),
+                esc(&op.cause)
+            ));
+        }
+    }
+    table(&["Tenant", "Operation", "Action", "State", "Why"], &rows, "No operation needs a human.")
+}
+
+fn table(heads: &[&str], rows: &[String], empty: &str) -> String {
+    if rows.is_empty() {
+        return format!("<p class=\"empty\">{}</p>", esc(empty));
+    }
+    let heads: String = heads.iter().map(|h| format!("<th scope=\"col\">{}</th>", esc(h))).collect();
+    format!("<table><thead><tr>{heads}</tr></thead><tbody>{}</tbody></table>", rows.concat())
+}
+
+/// Server-sent events: `change` each time this node's replica moves, while the session stands.
+pub(crate) async fn events(State(st): State<Shared>, headers: HeaderMap) -> Response {
+    let credential = match desk(&st, &headers).await {
+        Ok(_) => super::cookie(&headers, SESSION_COOKIE).unwrap_or_default(),
+        Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
+    };
+    if STREAMS.fetch_add(1, Ordering::SeqCst) >= STREAMS_MAX {
+        STREAMS.fetch_sub(1, Ordering::SeqCst);
+        let busy = Rejection::new(ReasonCode::QUOTA_EXCEEDED, "too many console streams are open on this node");
+        return refusal(None, &busy);
+    }
+    let revision = st.view.with_state(|s| s.revision);
+    let state = (st, credential, revision, StreamSlot);
+    let stream = futures::stream::unfold(state, |(st, credential, seen, slot)| async move {
+        loop {
+            let moved = st.view.wait_for(seen + 1, STREAM_CHECK).await;
+            crate::operators::session_actor(&st, &credential).await.ok()?;
+            if moved {
+                let revision = st.view.with_state(|s| s.revision);
+                let event = SseEvent::default().event("change").data(revision.to_string());
+                return Some((Ok::<_, Infallible>(event), (st, credential, revision, slot)));
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// One of the [`STREAMS_MAX`] event streams, given back when its stream ends.
+struct StreamSlot;
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        STREAMS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Approves or denies an authorization request, as the signed-in operator.
+pub(crate) async fn decide_request(
+    State(st): State<Shared>,
+    Path((tenant, request, decision)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    Form(form): Form<ChangeForm>,
+) -> Response {
+    let desk = match desk(&st, &headers).await {
+        Ok(d) => d,
+        Err(to_sign_in) => return to_sign_in,
+    };
+    let approve = match decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        _ => return refusal(Some(&desk), &Rejection::new(ReasonCode::NOT_FOUND, "no such decision")),
+    };
+    if let Err(r) = check_change(&desk, &headers, &form.csrf) {
+        return refusal(Some(&desk), &r);
+    }
+    match acting(desk.actor.clone(), crate::oauth::decide(&st, tenant, request, approve)).await {
+        Ok(_) => (StatusCode::SEE_OTHER, [(header::LOCATION, "/console")]).into_response(),
+        Err(e) => refusal(Some(&desk), &e.0),
+    }
+}
+
+/// Signs this session out (the others of the operator stay).
+pub(crate) async fn sign_out(State(st): State<Shared>, headers: HeaderMap, Form(form): Form<ChangeForm>) -> Response {
+    let desk = match desk(&st, &headers).await {
+        Ok(d) => d,
+        Err(to_sign_in) => return to_sign_in,
+    };
+    if let Err(r) = check_change(&desk, &headers, &form.csrf) {
+        return refusal(Some(&desk), &r);
+    }
+    let Actor::Operator { operator, .. } = &desk.actor else { return refusal(Some(&desk), &unexpected()) };
+    let close =
+        Command::CloseOperatorSessions { operator: operator.name.clone(), session_id: Some(desk.session_id.clone()) };
+    if let Err(r) = acting(desk.actor.clone(), submit(&st, close)).await {
+        return refusal(Some(&desk), &r);
+    }
+    let clear = format!("{SESSION_COOKIE}=; Path=/console; Max-Age=0; Secure; HttpOnly; SameSite=Strict");
+    (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/sign-in".to_string()), (header::SET_COOKIE, clear)])
+        .into_response()
+}
+
+fn unexpected() -> Rejection {
+    Rejection::new(ReasonCode::INTERNAL, "a console session is a named operator's")
+}

@@ -1,0 +1,264 @@
+//! The operations desk, through `writ dev` and a real browser: operators sign in through a real
+//! OpenID provider (the npm `oidc-provider`), see an authorization request arrive without
+//! reloading (server-sent events from the ledger), approve it as themselves; a viewer is
+//! refused by the server, not by a hidden button; axe-core finds no serious or critical
+//! violation on any page. Debian's chromium and chromedriver, driven by Selenium
+//! (`make browserdeps`, `make pydeps`). And the bad inputs at the HTTP boundary: forged
+//! changes, strangers, a callback this browser did not start.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use writ_tests::idp::OpenIdProvider;
+use writ_tests::procs::{run_cli_as, DevProcess};
+
+/// Where the demo host's browser is sent back to (nothing listens).
+const REDIRECT: &str = "http://127.0.0.1:1/callback";
+
+/// `writ admin ARGS` against `dev` with `credential`.
+fn cli(dev: &DevProcess, credential: &str, args: &[&str]) -> String {
+    let ca = std::path::Path::new(dev.var("WRIT_CA_FILE"));
+    let (code, out, err) = run_cli_as(dev.var("WRIT_ADMIN_URL"), credential, ca, args);
+    assert_eq!(code, 0, "writ admin {args:?}: {out}{err}");
+    out
+}
+
+/// `writ dev` with a sign-in provider, operators `ann` (approver) and `vic` (viewer) who sign
+/// in there, and a client of the demo tenant's own authorization server.
+async fn desk() -> (DevProcess, OpenIdProvider) {
+    let dev = DevProcess::start(&[]).await;
+    let callback = format!("{}/console/callback", dev.var("WRIT_ADMIN_URL"));
+    let client = ["agent", "agent-secret", "openid"];
+    let idp = OpenIdProvider::start(0, "k1", &client, &["https://unused.example/mcp"], Some(&callback)).await;
+    let token = dev.var("WRIT_ADMIN_TOKEN").to_string();
+    let provider = ["operator", "provider", "set", "--issuer", &idp.issuer, "--client-id", "writ-console"];
+    cli(&dev, &token, &[&provider[..], &["--allow-private-network"]].concat());
+    for (name, role) in [("ann", "approver"), ("vic", "viewer")] {
+        let sign_in = ["--sign-in-issuer", idp.issuer.as_str(), "--sign-in-subject", name];
+        cli(&dev, &token, &[&["operator", "set", name, "--role", role][..], &sign_in].concat());
+    }
+    let client = ["oauth", "client", "set", "--tenant", "demo", "host-1", "--principal", "demo-agent"];
+    cli(&dev, &token, &[&client[..], &["--redirect-uri", REDIRECT]].concat());
+    (dev, idp)
+}
+
+/// A browser's authorization request to the demo tenant's server, left waiting: its id.
+async fn request(dev: &DevProcess) -> String {
+    let edge = dev.var("WRIT_MCP_URL").trim_end_matches("/mcp").to_string();
+    let challenge = writ_api::oauth::s256_challenge(&"v".repeat(43));
+    let query = serde_urlencoded::to_string([
+        ("response_type", "code"),
+        ("client_id", "host-1"),
+        ("redirect_uri", REDIRECT),
+        ("code_challenge", challenge.as_str()),
+        ("code_challenge_method", "S256"),
+        ("state", "s-1"),
+    ])
+    .unwrap();
+    let http = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let made = http.get(format!("{edge}/t/demo/oauth/authorize?{query}")).send().await.expect("the edge answers");
+    assert_eq!(made.status(), 303, "the request waits for an operator");
+    let at = made.headers()["location"].to_str().unwrap().to_string();
+    at.split("request=").nth(1).expect("the waiting page names the request").to_string()
+}
+
+/// The demo tenant's authorization request `id` as the admin API lists it.
+async fn listed(dev: &DevProcess, id: &str) -> Value {
+    let token = dev.var("WRIT_ADMIN_TOKEN").to_string();
+    let out = cli(dev, &token, &["--output", "json", "oauth", "request", "list", "--tenant", "demo"]);
+    let list: Value = serde_json::from_str(&out).expect("JSON");
+    list["requests"].as_array().unwrap().iter().find(|r| r["request_id"] == id).cloned().unwrap_or(Value::Null)
+}
+
+/// The browser script (`tests/python/console_browser.py`): one JSON command, one JSON answer.
+struct Browser {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Browser {
+    fn start(origin: &str, shots: &std::path::Path) -> Browser {
+        let axe = writ_tests::tools::dir().join("axe/node_modules/axe-core/axe.min.js");
+        assert!(axe.exists(), "axe-core is not installed: run `make nodedeps`");
+        let script = format!("{}/python/console_browser.py", env!("CARGO_MANIFEST_DIR"));
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(origin)
+            .arg(axe)
+            .arg(shots)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the browser script starts (make pydeps browserdeps)");
+        let (stdin, stdout) = (child.stdin.take().unwrap(), BufReader::new(child.stdout.take().unwrap()));
+        Browser { child, stdin, stdout }
+    }
+
+    /// Sends `command`, answers what the browser saw (blocking: run off the runtime's threads
+    /// only where the runtime must serve meanwhile).
+    fn send(&mut self, command: Value) -> Value {
+        writeln!(self.stdin, "{command}").expect("the browser script reads");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("the browser script answers");
+        let answer: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        assert!(answer["error"].is_null(), "{command}: {answer}");
+        answer
+    }
+
+    /// axe-core on the current page: it ran its rules, and found no serious or critical
+    /// violation.
+    fn accessible(&mut self, page: &str) {
+        let found = self.send(json!({"do": "axe"}));
+        assert!(found["passes"].as_u64().unwrap_or(0) > 0, "{page}: axe ran no rule: {found}");
+        let bad: Vec<&Value> = found["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical") | None))
+            .collect();
+        assert!(bad.is_empty(), "{page}: {bad:?}");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"do": "quit"}));
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
+    let (dev, _idp) = desk().await;
+    let shots = std::env::var_os("WRIT_CONSOLE_SHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("writ-console-shots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut browser = Browser::start(dev.var("WRIT_ADMIN_URL"), &shots);
+
+    // Ann signs in at the provider and lands on the desk: nothing waits yet.
+    let signed = browser.send(json!({"do": "sign_in", "login": "ann"}));
+    assert!(signed["bar"].as_str().unwrap().contains("operator:ann (approver)"), "{signed}");
+    browser.accessible("now, empty");
+    // A request arrives while she looks: pushed, not reloaded.
+    let first = request(&dev).await;
+    let row = browser.send(json!({"do": "wait_row", "prefix": "request-"}));
+    assert_eq!(
+        (row["id"].as_str(), row["reloaded"].as_bool()),
+        (Some(format!("request-{first}").as_str()), Some(false))
+    );
+    browser.send(json!({"do": "screenshot", "name": "now"}));
+    browser.accessible("now, a request waiting");
+    let decided = browser.send(json!({"do": "decide", "row": format!("request-{first}"), "button": "Approve"}));
+    assert!(decided["url"].as_str().unwrap().ends_with("/console"), "{decided}");
+    let first = listed(&dev, &first).await;
+    assert_eq!((first["status"].as_str(), first["decided_by"].as_str()), (Some("approved"), Some("operator:ann")));
+    let signed_out = browser.send(json!({"do": "sign_out"}));
+    assert!(signed_out["url"].as_str().unwrap().ends_with("/console/sign-in"), "{signed_out}");
+    browser.send(json!({"do": "screenshot", "name": "sign-in"}));
+    browser.accessible("sign-in");
+
+    // Vic, a viewer, sees the next request but the server refuses his approval.
+    browser.send(json!({"do": "sign_in", "login": "vic"}));
+    let second = request(&dev).await;
+    browser.send(json!({"do": "wait_row", "prefix": "request-"}));
+    let refused = browser.send(json!({"do": "decide", "row": format!("request-{second}"), "button": "Approve"}));
+    assert!(refused["text"].as_str().unwrap().contains("OPERATOR_ROLE_REQUIRED"), "{refused}");
+    browser.send(json!({"do": "screenshot", "name": "refused"}));
+    browser.accessible("refused");
+    assert_eq!(listed(&dev, &second).await["status"], "pending", "nothing changed");
+}
+
+/// An HTTP client of the admin listener that trusts the dev CA and follows no redirect.
+fn admin_http(dev: &DevProcess) -> reqwest::Client {
+    let trust = writ_client::ClientTls::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE"))).expect("dev CA");
+    trust
+        .apply(reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_desk_refuses_forged_changes_and_strangers() {
+    let (dev, _idp) = desk().await;
+    let (origin, http) = (dev.var("WRIT_ADMIN_URL").to_string(), admin_http(&dev));
+    let token = dev.var("WRIT_ADMIN_TOKEN").to_string();
+    let ann = cli(&dev, &token, &["operator", "session", "ann", "--ttl", "10m"]).trim().to_string();
+    let session = format!("writ_session={ann}");
+
+    // Without a session, or with a forged one: the sign-in page, nothing else.
+    for cookie in ["", "writ_session=wos_1.0123456789abcdef0123456789abcdef.guess"] {
+        let r = http.get(format!("{origin}/console")).header("cookie", cookie).send().await.unwrap();
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/console/sign-in"));
+    }
+    // The desk: strict headers, no inline script, the session's CSRF token in its forms.
+    let id = request(&dev).await;
+    let page = http.get(format!("{origin}/console")).header("cookie", &session).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    let html = page.text().await.unwrap();
+    assert!(!html.contains("<script>") && html.contains(&format!("request-{id}")), "{html}");
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().to_string();
+
+    // Forged changes: no token, a wrong one, another origin. Each refused, nothing changed.
+    let approve = format!("{origin}/console/oauth/demo/{id}/approve");
+    let host_origin = origin.clone();
+    for (form, from) in [
+        ("", host_origin.as_str()),
+        ("csrf=0000", host_origin.as_str()),
+        (&*format!("csrf={csrf}"), "https://evil.example"),
+    ] {
+        let r = http
+            .post(&approve)
+            .header("cookie", &session)
+            .header("origin", from)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{form} from {from}");
+        assert!(r.text().await.unwrap().contains("CONSOLE_REQUEST_FORGED"));
+    }
+    assert_eq!(listed(&dev, &id).await["status"], "pending");
+    // `writ dev`'s first operator signs in with the credential its env file holds, from this
+    // origin only; a made-up credential signs nobody in.
+    assert!(dev.var("WRIT_CONSOLE_URL").ends_with("/console"));
+    let sign_in = |credential: String, from: &str| {
+        http.post(format!("{origin}/console/sign-in/credential"))
+            .header("origin", from)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string([("credential", credential)]).unwrap())
+            .send()
+    };
+    let first = dev.var("WRIT_CONSOLE_CREDENTIAL").to_string();
+    let r = sign_in(first.clone(), "https://evil.example").await.unwrap();
+    assert!(r.status() == 403 && r.text().await.unwrap().contains("CONSOLE_REQUEST_FORGED"));
+    let r = sign_in(format!("{first}x"), &origin).await.unwrap();
+    assert!(r.status() == 401 && r.text().await.unwrap().contains("OPERATOR_SESSION_INVALID"));
+    let r = sign_in(first, &origin).await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/console"));
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("Secure") && cookie.contains("SameSite=Strict"), "{cookie}");
+    // A callback this browser did not start.
+    let r = http.get(format!("{origin}/console/callback?code=c&state=s")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("OPERATOR_SIGN_IN_FAILED"));
+    // The real change goes through, as ann.
+    let r = http
+        .post(&approve)
+        .header("cookie", &session)
+        .header("origin", &origin)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(listed(&dev, &id).await["decided_by"], "operator:ann");
+}
