@@ -7,6 +7,8 @@ the Rust test that drives Writ decides what happens between the browser's steps:
   {"do": "sign_in", "login": "ann"}   a fresh browser signs in at the OpenID provider
   {"do": "wait_row", "prefix": "request-"}   waits (no reload) for a row to arrive
   {"do": "decide", "row": "request-…", "button": "Approve"}
+  {"do": "open", "path": "/console/operations/…"}
+  {"do": "click", "button": "Reject"}
   {"do": "sign_out"}
   {"do": "axe"}      axe-core's violations of the page (id, impact)
   {"do": "screenshot", "name": "now"}
@@ -70,6 +72,20 @@ def decide(driver, row, button):
     return {"url": driver.current_url, "text": driver.find_element(By.TAG_NAME, "main").text}
 
 
+def open_page(driver, path):
+    driver.get(f"{ORIGIN}{path}")
+    wait(driver).until(EC.presence_of_element_located((By.TAG_NAME, "main")))
+    return {"url": driver.current_url, "text": driver.find_element(By.TAG_NAME, "main").text}
+
+
+def click(driver, button):
+    target = driver.find_element(By.XPATH, f"//button[.='{button}']")
+    target.click()
+    wait(driver).until(EC.staleness_of(target))
+    wait(driver).until(EC.presence_of_element_located((By.TAG_NAME, "main")))
+    return {"url": driver.current_url, "text": driver.find_element(By.TAG_NAME, "main").text}
+
+
 def sign_out(driver):
     target = driver.find_element(By.XPATH, "//button[.='Sign out']")
     target.click()
@@ -102,6 +118,10 @@ def main():
                 answer = wait_row(driver, command["prefix"])
             elif what == "decide":
                 answer = decide(driver, command["row"], command["button"])
+            elif what == "open":
+                answer = open_page(driver, command["path"])
+            elif what == "click":
+                answer = click(driver, command["button"])
             elif what == "sign_out":
                 answer = sign_out(driver)
             elif what == "axe":

@@ -1,6 +1,7 @@
 //! Shared helpers for the cluster tier: a harness that runs real `writ node` processes and an
 //! admin API client. Bounded polling and the test log come from the fast tier's crate.
 
+pub mod desk;
 pub mod idp;
 pub mod mcp;
 pub mod pki;

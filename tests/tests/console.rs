@@ -156,6 +156,25 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     assert!(decided["url"].as_str().unwrap().ends_with("/console"), "{decided}");
     let first = listed(&dev, &first).await;
     assert_eq!((first["status"].as_str(), first["decided_by"].as_str()), (Some("approved"), Some("operator:ann")));
+    // The demo executor reports a reading: the operation waits for a verdict, pushed to the
+    // desk; its page shows the call and its timeline, and Ann rejects it as herself.
+    let (_, _, reading) = writ_tests::mcp::rpc(
+        dev.var("WRIT_MCP_URL"),
+        Some(dev.var("WRIT_DEMO_TOKEN")),
+        "tools/call",
+        json!({"name": "read_press"}),
+    )
+    .await;
+    let operation =
+        reading["result"]["_meta"]["writ/operation"]["operation_id"].as_str().expect("an operation").to_string();
+    let row = browser.send(json!({"do": "wait_row", "prefix": "operation-"}));
+    assert_eq!(row["id"].as_str(), Some(format!("operation-{operation}").as_str()), "{row}");
+    let shown = browser.send(json!({"do": "open", "path": format!("/console/operations/demo/{operation}")}));
+    assert!(shown["text"].as_str().unwrap().contains("effect_reported"), "{shown}");
+    browser.send(json!({"do": "screenshot", "name": "operation"}));
+    browser.accessible("operation");
+    let rejected = browser.send(json!({"do": "click", "button": "Reject"}));
+    assert!(rejected["text"].as_str().unwrap().contains("rejected by 'operator:ann'"), "{rejected}");
     let signed_out = browser.send(json!({"do": "sign_out"}));
     assert!(signed_out["url"].as_str().unwrap().ends_with("/console/sign-in"), "{signed_out}");
     browser.send(json!({"do": "screenshot", "name": "sign-in"}));

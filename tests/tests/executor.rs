@@ -333,19 +333,34 @@ async fn unknown_effect_reconciliation_and_independent_acceptance() {
     x.set_handler("kind = \"simulated\"\nattempts_file = \"attempts.log\"", None);
     x.start();
 
-    let (code, out, err) = w.dev.cli(&[
-        "operation",
-        "resolve",
-        "--tenant",
-        "demo",
-        &id,
-        "--outcome",
-        "no-effect",
-        "--note",
-        "press found at home",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    // At the desk: it is among what needs a human; its page offers to resolve it, bound to the
+    // call it shows (a stale page changes nothing), and the person who resolved it is recorded.
+    let desk = writ_tests::desk::Desk::sign_in(&w.dev).await;
+    let (status, now) = desk.get("/console").await;
+    assert!(status == 200 && now.contains(&format!("operation-{id}")), "{now}");
+    let page = format!("/console/operations/demo/{id}");
+    let (status, shown) = desk.get(&page).await;
+    assert!(status == 200 && shown.contains("unknown_effect") && shown.contains("Resolve"), "{shown}");
+    let (csrf, digest) = (writ_tests::desk::hidden(&shown, "csrf"), writ_tests::desk::hidden(&shown, "digest"));
+    let resolve = format!("{page}/resolve");
+    let other_call = "0".repeat(64);
+    let stale = [("csrf", csrf.as_str()), ("digest", other_call.as_str()), ("outcome", "no_effect")];
+    let (status, refused) = desk.post(&resolve, &stale).await;
+    assert!(status == 409 && refused.contains("OPERATION_STATE_CONFLICT"), "{status} {refused}");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("digest", digest.as_str()),
+        ("outcome", "no_effect"),
+        ("note", "press found at home"),
+    ];
+    let (status, back) = desk.post(&resolve, &form).await;
+    assert_eq!((status, back.as_str()), (303, page.as_str()));
     assert_eq!(w.readback(&agent, &id).await["state"], "failed");
+    let (_, timeline) = desk.get(&page).await;
+    assert!(timeline.contains("resolved by &#39;operator:dev-admin&#39;"), "{timeline}");
+    // The CLI's resolution of it now is a conflict, with its reason.
+    let (code, _, err) = w.dev.cli(&["operation", "resolve", "--tenant", "demo", &id, "--outcome", "no-effect"]);
+    assert!(code != 0 && err.contains("OPERATION_STATE_CONFLICT"), "{err}");
     assert_eq!(queue(&["--needs-attention"]), Vec::<Value>::new(), "resolved: nothing waits for a human");
     let next = op_id(&w.execute(&agent, press("press-e", "e-3")).await);
     let reported = w.wait_state(&agent, &next, "effect_reported").await;

@@ -10,6 +10,7 @@
 //! origin; every answer carries a strict Content-Security-Policy (no inline script or style),
 //! refuses framing and caching, and sends no referrer to other origins.
 
+mod operation;
 mod pages;
 mod sign_in;
 
@@ -40,6 +41,8 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/console/callback", get(sign_in::callback))
         .route("/console/sign-out", post(pages::sign_out))
         .route("/console/oauth/{tenant}/{request}/{decision}", post(pages::decide_request))
+        .route("/console/operations/{tenant}/{operation}", get(operation::show))
+        .route("/console/operations/{tenant}/{operation}/{act}", post(operation::decide))
         .route("/console/static/desk.js", get(|| async { asset("text/javascript", include_str!("desk.js")) }))
         .route("/console/static/desk.css", get(|| async { asset("text/css", include_str!("desk.css")) }))
         .layer(middleware::map_response(secure_headers))
@@ -168,6 +171,21 @@ pub(crate) fn page(title: &str, desk: Option<&Desk>, body: &str) -> String {
     )
 }
 
+/// `ms` since the epoch as `YYYY-MM-DD hh:mm:ss` (UTC).
+pub(crate) fn utc(ms: u64) -> String {
+    let (days, secs) = ((ms / 86_400_000) as i64, (ms / 1000) % 86_400);
+    // Days to a civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let (day, month) = (doy - (153 * mp + 2) / 5 + 1, if mp < 10 { mp + 3 } else { mp - 9 });
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
 /// A refusal as a page: its reason code, message and status.
 pub(crate) fn refusal(desk: Option<&Desk>, r: &Rejection) -> Response {
     let (status, _) = writ_client::http_answer(r);
@@ -189,6 +207,13 @@ mod tests {
         let shown = esc(hostile);
         assert!(!shown.contains('<') && !shown.contains('>') && !shown.contains('"') && !shown.contains('\''));
         assert_eq!(shown.matches("&amp;").count(), 1, "{shown}");
+    }
+
+    #[test]
+    fn times_are_shown_as_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_700_000_000_000), "2023-11-14 22:13:20");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
     }
 
     #[test]

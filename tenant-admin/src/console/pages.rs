@@ -54,17 +54,17 @@ pub(crate) async fn now_fragment(State(st): State<Shared>, headers: HeaderMap) -
     }
 }
 
+/// Whether the desk's operator works on tenant `tenant_id` (a cluster operator: every tenant).
+pub(crate) fn in_scope(desk: &Desk, tenant_id: &str) -> bool {
+    match &desk.actor {
+        Actor::Operator { operator, .. } => operator.tenant_id.as_deref().is_none_or(|t| t == tenant_id),
+        Actor::BreakGlass => true,
+    }
+}
+
 /// The tenants (id, name) the desk's operator works on.
 fn tenants_in_scope(s: &LedgerState, desk: &Desk) -> Vec<(String, String)> {
-    let only = match &desk.actor {
-        Actor::Operator { operator, .. } => operator.tenant_id.clone(),
-        Actor::BreakGlass => None,
-    };
-    s.tenants
-        .values()
-        .filter(|t| only.as_ref().is_none_or(|o| *o == t.id))
-        .map(|t| (t.id.clone(), t.name.clone()))
-        .collect()
+    s.tenants.values().filter(|t| in_scope(desk, &t.id)).map(|t| (t.id.clone(), t.name.clone())).collect()
 }
 
 fn now_html(st: &Shared, desk: &Desk) -> String {
@@ -123,9 +123,12 @@ fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
             ops.values().filter(|o| matches!(o.state, OperationState::UnknownEffect | OperationState::EffectReported));
         for op in attention.take(ITEMS_MAX.saturating_sub(rows.len())) {
             rows.push(format!(
-                "<tr id=\"operation-{}\"><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr id=\"operation-{}\"><td>{}</td><td><a href=\"/console/operations/{}/{}\"><code>{}</code></a></td>\
+                 <td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&op.spec.operation_id),
                 esc(name),
+                esc(name),
+                esc(&op.spec.operation_id),
                 esc(&op.spec.operation_id),
                 esc(&op.spec.action),
                 esc(op.state.as_str()),
