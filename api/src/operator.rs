@@ -127,9 +127,12 @@ impl OperatorV1 {
     }
 }
 
+/// How the name an operator's acts are recorded under starts.
+pub const ACTOR_PREFIX: &str = "operator:";
+
 /// The name an operator's acts are recorded under.
 pub fn actor_name(operator: &str) -> String {
-    format!("operator:{operator}")
+    format!("{ACTOR_PREFIX}{operator}")
 }
 
 /// A signed-in session of an operator.

@@ -1425,3 +1425,52 @@ fn an_upstream_operation_is_performed_only_by_an_edge_once_and_never_offered_to_
     assert_eq!(copy.upstream_operation(T, "op-5"), Some("shop/place_order"));
     assert_eq!(copy.digest(), l.state.digest());
 }
+
+/// A named operator approves a critical call too — with its own session (`Command::ByOperator`),
+/// when its role decides and it works on the tenant — and no command names an operator
+/// without that operator's session.
+#[test]
+fn a_named_approver_approves_a_critical_call_with_its_own_session() {
+    use writ_api::operation::APPROVAL_REQUEST;
+    use writ_api::operator::{OperatorRole, OperatorSessionV1, OperatorV1};
+    let mut l = Ledger::new();
+    for (name, role) in [("ann", OperatorRole::Approver), ("vic", OperatorRole::Viewer)] {
+        let operator =
+            OperatorV1 { name: name.into(), role, tenant_id: Some(T.into()), display_name: None, sign_in: None };
+        l.ok(Command::SetOperator { operator });
+        let session_id = if name == "ann" { "a" } else { "b" }.repeat(32);
+        let session = OperatorSessionV1 {
+            session_id,
+            operator: name.into(),
+            secret_sha256: "0".repeat(64),
+            opened_at_ms: l.now,
+            expires_at_ms: l.now + 3_600_000,
+        };
+        l.ok(Command::OpenOperatorSession { session });
+    }
+    let mut s = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 600_000);
+    s.action = "crush".into();
+    l.ok(propose("prop-1", s.clone()));
+    l.ok(submit_proposed("prop-1", s.clone()));
+    let approve = |by: &str| Command::AnswerInputs {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: by.into(),
+        answers: [(
+            APPROVAL_REQUEST.to_string(),
+            json!({"action": "accept", "content": {"payload_hash": s.payload_hash}}).to_string(),
+        )]
+        .into(),
+    };
+    let by = |session: &str, command: Command| Command::ByOperator {
+        session_id: session.repeat(32),
+        command: Box::new(command),
+    };
+    assert_eq!(l.refused(approve("operator:ann")), ReasonCode::OPERATOR_SCOPE_VIOLATION, "no session, no operator");
+    assert_eq!(l.refused(by("b", approve("operator:vic"))), ReasonCode::OPERATOR_ROLE_REQUIRED, "a viewer");
+    assert_eq!(l.refused(by("a", approve("operator:vic"))), ReasonCode::OPERATOR_SCOPE_VIOLATION, "another's name");
+    l.ok(by("a", approve("operator:ann")));
+    let op = l.op("op-1");
+    assert_eq!(op.state, OperationState::Reserved);
+    assert!(op.answers[APPROVAL_REQUEST].contains("\"approver\":\"operator:ann\""), "{:?}", op.answers);
+}

@@ -79,12 +79,17 @@ async fn export_audit(
         return Err(ApiError::new(ReasonCode::INPUT_INVALID, "export takes no limit; it streams every record"));
     }
     let t = find_tenant(&st, tenant).await?;
-    let filter = p.filter();
+    Ok(export_stream(st, t.id, p.filter(), p.after))
+}
+
+/// Every record of `tenant_id`'s trail matching `filter` after `after`, as a streamed NDJSON
+/// body (the admin API's export and the desk's).
+pub(crate) fn export_stream(st: Shared, tenant_id: String, filter: AuditFilter, after: Option<u64>) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
-        let mut after = p.after;
+        let mut after = after;
         loop {
-            let (lines, next) = match page(&st, &t.id, after, PAGE_LIMIT_MAX, &filter).await {
+            let (lines, next) = match page(&st, &tenant_id, after, PAGE_LIMIT_MAX, &filter).await {
                 Ok(pg) => {
                     let mut buf = Vec::new();
                     for r in &pg.records {
@@ -109,5 +114,5 @@ async fn export_audit(
     });
     let body =
         Body::from_stream(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }));
-    Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+    ([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }

@@ -72,6 +72,32 @@ async fn listed(dev: &DevProcess, id: &str) -> Value {
     list["requests"].as_array().unwrap().iter().find(|r| r["request_id"] == id).cloned().unwrap_or(Value::Null)
 }
 
+/// The demo agent's call of a critical action (published for it), verified and waiting for
+/// another person's approval: its operation id.
+async fn critical_call(dev: &DevProcess) -> String {
+    let (url, mcp, agent) = (dev.var("WRIT_ADMIN_URL"), dev.var("WRIT_MCP_URL"), dev.var("WRIT_DEMO_TOKEN"));
+    let admin =
+        writ_tests::procs::Admin::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE")), dev.var("WRIT_ADMIN_TOKEN"));
+    let catalog = json!({"actions": [
+        {"id": "crush", "title": "Crush", "description": "Crushes with the press.", "input_schema": {"type": "object"},
+         "risk": "critical", "execution": "operation", "device_class": "press.v1", "cost_units": 1}]});
+    admin.post_ok(url, "/v1/tenants/demo/catalogs", catalog).await;
+    let tool = |name: &'static str, arguments: Value| async move {
+        writ_tests::mcp::rpc(mcp, Some(agent), "tools/call", json!({"name": name, "arguments": arguments})).await.2
+    };
+    let call = json!({"action": "crush", "input": {}, "device": "demo-press"});
+    let proposed = writ_tests::eventually("the critical call proposed", Duration::from_secs(20), || async {
+        let r = tool("operation.propose", call.clone()).await;
+        r["result"]["structuredContent"]["proposal"].as_str().map(str::to_string)
+    })
+    .await;
+    let mut args = call.clone();
+    (args["idempotency_key"], args["deadline_s"], args["proposal"]) = (json!("crush-1"), json!(600), json!(proposed));
+    let called = tool("operation.execute", args).await;
+    assert_eq!(called["result"]["structuredContent"]["state"], "proposed", "{called}");
+    called["result"]["structuredContent"]["operation_id"].as_str().expect("id").to_string()
+}
+
 /// The browser script (`tests/python/console_browser.py`): one JSON command, one JSON answer.
 struct Browser {
     child: Child,
@@ -175,6 +201,31 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     browser.accessible("operation");
     let rejected = browser.send(json!({"do": "click", "button": "Reject"}));
     assert!(rejected["text"].as_str().unwrap().contains("rejected by 'operator:ann'"), "{rejected}");
+    // A critical call waits for a second person: it arrives at the desk, and Ann approves
+    // exactly that call from its page (the ledger records her as its approver).
+    browser.send(json!({"do": "open", "path": "/console"}));
+    let id = critical_call(&dev).await;
+    browser.send(json!({"do": "wait_row", "prefix": format!("operation-{id}")}));
+    let shown = browser.send(json!({"do": "open", "path": format!("/console/operations/demo/{id}")}));
+    assert!(shown["text"].as_str().unwrap().contains("crush"), "{shown}");
+    browser.send(json!({"do": "screenshot", "name": "approval"}));
+    browser.accessible("approval");
+    let approved = browser.send(json!({"do": "click", "button": "Approve this call"}));
+    assert!(!approved["text"].as_str().unwrap().contains("Approve this call"), "{approved}");
+    let admin =
+        writ_tests::procs::Admin::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE")), dev.var("WRIT_ADMIN_TOKEN"));
+    let op = admin.get(dev.var("WRIT_ADMIN_URL"), &format!("/v1/tenants/demo/operations/{id}")).await.unwrap();
+    assert!(op["answers"]["approval"].as_str().unwrap().contains("\"approver\":\"operator:ann\""), "{op}");
+    assert_ne!(op["state"], "proposed", "{op}");
+    // The trail names her: the audit page finds her acts, and so does its export.
+    let audit = browser.send(json!({"do": "open", "path": "/console/audit?tenant=demo&principal=operator:ann"}));
+    assert!(audit["text"].as_str().unwrap().contains("\"operator\":\"ann\""), "{audit}");
+    browser.send(json!({"do": "screenshot", "name": "audit"}));
+    browser.accessible("audit");
+    let cluster = browser.send(json!({"do": "open", "path": "/console/cluster"}));
+    assert!(cluster["text"].as_str().unwrap().contains("leader"), "{cluster}");
+    browser.send(json!({"do": "screenshot", "name": "cluster"}));
+    browser.accessible("cluster");
     let signed_out = browser.send(json!({"do": "sign_out"}));
     assert!(signed_out["url"].as_str().unwrap().ends_with("/console/sign-in"), "{signed_out}");
     browser.send(json!({"do": "screenshot", "name": "sign-in"}));
@@ -264,6 +315,13 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/console"));
     let cookie = r.headers()["set-cookie"].to_str().unwrap();
     assert!(cookie.contains("HttpOnly") && cookie.contains("Secure") && cookie.contains("SameSite=Strict"), "{cookie}");
+    // The audit export: NDJSON of the search, for the signed-in operator only.
+    let export = format!("{origin}/console/audit/export?tenant=demo&operation=tenant_created");
+    let r = http.get(&export).header("cookie", &session).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    let lines: Vec<Value> = r.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() == 1 && lines[0]["operation"] == "tenant_created", "{lines:?}");
+    assert_eq!(http.get(&export).send().await.unwrap().status(), 303, "signed out: the sign-in page");
     // A callback this browser did not start.
     let r = http.get(format!("{origin}/console/callback?code=c&state=s")).send().await.unwrap();
     assert_eq!(r.status(), 401);

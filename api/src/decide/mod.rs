@@ -160,7 +160,10 @@ impl LedgerState {
         }
         let granted =
             grant.map_or(Ok(()), |g| crate::grant::check(self, g, command, now, |c| operation::scopes_needed(self, c)));
-        let acted = granted.and_then(|()| session.map(|s| self.operator_acted(s, command, now)).transpose());
+        let acted = granted.and_then(|()| match session {
+            Some(s) => self.operator_acted(s, command, now).map(Some),
+            None => operator::unattributed(command).map(|()| None),
+        });
         let decided = acted.and_then(|acted| {
             let events = match decision {
                 Some(d) => audit::audited(d, command).and_then(|()| decide(self, command, now)),

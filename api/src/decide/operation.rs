@@ -436,6 +436,10 @@ fn approver_may_approve(
     if answers.len() != 1 {
         return Err(invalid("an approver answers only the approval"));
     }
+    if let Some(operator) = approver_id.strip_prefix(crate::operator::ACTOR_PREFIX) {
+        operator_may_approve(state, tenant_id, operator)?;
+        return approves_this_call(op, answers);
+    }
     let approver = state
         .principals
         .get(tenant_id)
@@ -448,12 +452,38 @@ fn approver_may_approve(
         let msg = format!("principal '{}' does not hold {APPROVE_SCOPE}", approver.name);
         return Err(Rejection::new(ReasonCode::APP_SCOPE_FORBIDDEN, msg));
     }
+    approves_this_call(op, answers)
+}
+
+/// An approval that accepts names the operation's payload digest: it approves exactly this call.
+fn approves_this_call(op: &Operation, answers: &BTreeMap<String, String>) -> Result<(), Rejection> {
     let answer: Value = answers
         .get(APPROVAL_REQUEST)
         .and_then(|a| serde_json::from_str(a).ok())
         .ok_or_else(|| invalid("the approval is not JSON"))?;
     if answer["action"] == "accept" && answer["content"]["payload_hash"] != op.spec.payload_hash.as_str() {
         return Err(invalid("the approval names another call (payload digest): read the operation again"));
+    }
+    Ok(())
+}
+
+/// A named operator approves when its role decides and it works on this tenant (that the act
+/// is that operator's own, made with its session, `Command::ByOperator` checks).
+fn operator_may_approve(state: &LedgerState, tenant_id: &str, name: &str) -> Result<(), Rejection> {
+    let operator = state
+        .operators
+        .operators
+        .get(name)
+        .ok_or_else(|| Rejection::new(ReasonCode::OPERATOR_NOT_FOUND, "no such operator"))?;
+    if !operator.role.may(crate::operator::OperatorAct::Decide) {
+        let msg = format!("operator '{name}' ({}) does not approve", operator.role.as_str());
+        return Err(Rejection::new(ReasonCode::OPERATOR_ROLE_REQUIRED, msg));
+    }
+    if operator.tenant_id.as_deref().is_some_and(|t| t != tenant_id) {
+        return Err(Rejection::new(
+            ReasonCode::OPERATOR_SCOPE_VIOLATION,
+            format!("operator '{name}' works on another tenant"),
+        ));
     }
     Ok(())
 }

@@ -106,11 +106,24 @@ pub fn check<'a>(
     Ok(operator)
 }
 
+/// A command made without an operator's session may not name an operator as the one who acts:
+/// an operator's name in a command is always that operator's own act.
+pub fn unattributed(command: &Command) -> Result<(), Rejection> {
+    match acting_name(command).filter(|n| n.starts_with(crate::operator::ACTOR_PREFIX)) {
+        Some(named) => {
+            let msg = format!("the act names '{named}', but no session of that operator makes it");
+            Err(Rejection::new(ReasonCode::OPERATOR_SCOPE_VIOLATION, msg))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Who a command says acts, where it says so.
 fn acting_name(command: &Command) -> Option<&str> {
     use crate::oauth::GrantStepV1;
     match command {
-        Command::DecideOperation { by_principal_id, .. }
+        Command::AnswerInputs { by_principal_id, .. }
+        | Command::DecideOperation { by_principal_id, .. }
         | Command::ResolveUnknownEffect { by_principal_id, .. }
         | Command::CancelOperation { by_principal_id, .. } => Some(by_principal_id),
         Command::CreateWork { by, .. } | Command::ReviseWork { by, .. } => Some(by),

@@ -10,6 +10,8 @@
 //! origin; every answer carries a strict Content-Security-Policy (no inline script or style),
 //! refuses framing and caching, and sends no referrer to other origins.
 
+mod audit;
+mod cluster;
 mod operation;
 mod pages;
 mod sign_in;
@@ -42,6 +44,9 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/console/sign-out", post(pages::sign_out))
         .route("/console/oauth/{tenant}/{request}/{decision}", post(pages::decide_request))
         .route("/console/operations/{tenant}/{operation}", get(operation::show))
+        .route("/console/audit", get(audit::search))
+        .route("/console/audit/export", get(audit::export))
+        .route("/console/cluster", get(cluster::show))
         .route("/console/operations/{tenant}/{operation}/{act}", post(operation::decide))
         .route("/console/static/desk.js", get(|| async { asset("text/javascript", include_str!("desk.js")) }))
         .route("/console/static/desk.css", get(|| async { asset("text/css", include_str!("desk.css")) }))
@@ -166,7 +171,8 @@ pub(crate) fn page(title: &str, desk: Option<&Desk>, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title} · Writ</title>\
          <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"stylesheet\" href=\"/console/static/desk.css\">\
          <script src=\"/console/static/desk.js\" defer></script></head><body><header><nav aria-label=\"Desk\">\
-         <a href=\"/console\">Now</a></nav>{bar}</header><main><h1>{title}</h1>{body}</main></body></html>",
+         <a href=\"/console\">Now</a> <a href=\"/console/audit\">Audit</a> \
+         <a href=\"/console/cluster\">Cluster</a></nav>{bar}</header><main><h1>{title}</h1>{body}</main></body></html>",
         title = esc(title)
     )
 }

@@ -9,7 +9,7 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use writ_api::dto::{OperationHistory, Query as LedgerQuery};
 use writ_api::ledger::Command;
-use writ_api::operation::{AttemptOutcome, Operation, OperationState, Verdict};
+use writ_api::operation::{AttemptOutcome, Operation, OperationState, Verdict, APPROVAL_REQUEST};
 use writ_api::{ReasonCode, Rejection};
 
 use super::pages::in_scope;
@@ -112,7 +112,11 @@ fn actions_html(tenant: &str, op: &Operation, desk: &Desk) -> String {
             esc(&op.spec.call_digest())
         )
     };
+    let approval = super::pages::needs_human(op) == Some("awaiting approval");
     let forms = match op.state {
+        OperationState::Proposed if approval => {
+            format!("{}{}", form("approve", "Approve this call", ""), form("decline", "Decline", ""))
+        }
         OperationState::UnknownEffect => form(
             "resolve",
             "Resolve",
@@ -183,7 +187,7 @@ pub(crate) async fn decide(
             let msg = "the call is not the one the page showed: reload it before deciding";
             return Err(Rejection::new(ReasonCode::OPERATION_STATE_CONFLICT, msg));
         }
-        let command = command(&desk, id, operation.clone(), &act, &form)?;
+        let command = command(&desk, &op, &act, &form)?;
         acting(desk.actor.clone(), submit(&st, command)).await.map(|_| ())
     };
     match done.await {
@@ -195,13 +199,9 @@ pub(crate) async fn decide(
     }
 }
 
-fn command(
-    desk: &Desk,
-    tenant_id: String,
-    operation_id: String,
-    act: &str,
-    form: &DecisionForm,
-) -> Result<Command, Rejection> {
+fn command(desk: &Desk, op: &Operation, act: &str, form: &DecisionForm) -> Result<Command, Rejection> {
+    let (tenant_id, operation_id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
+    let payload_hash = op.spec.payload_hash.clone();
     let (by_principal_id, note) = (desk.actor.name(), form.note.clone());
     let verdict = |verdict| Command::DecideOperation {
         tenant_id: tenant_id.clone(),
@@ -214,6 +214,14 @@ fn command(
         "accept" => verdict(Verdict::Accept),
         "reject" => verdict(Verdict::Reject),
         "cancel" => Command::CancelOperation { tenant_id, operation_id, by_principal_id },
+        "approve" | "decline" => {
+            let answer = match act {
+                "approve" => serde_json::json!({"action": "accept", "content": {"payload_hash": payload_hash}}),
+                _ => serde_json::json!({"action": "decline", "content": {"note": note}}),
+            };
+            let answers = [(APPROVAL_REQUEST.to_string(), answer.to_string())].into();
+            Command::AnswerInputs { tenant_id, operation_id, by_principal_id, answers }
+        }
         "resolve" => {
             let outcome = form.outcome.ok_or_else(|| Rejection::new(ReasonCode::INPUT_INVALID, "say what happened"))?;
             Command::ResolveUnknownEffect { tenant_id, operation_id, by_principal_id, outcome, note }

@@ -119,9 +119,8 @@ fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
     let mut rows = Vec::new();
     for (id, name) in tenants {
         let Some(ops) = s.operations.get(id) else { continue };
-        let attention =
-            ops.values().filter(|o| matches!(o.state, OperationState::UnknownEffect | OperationState::EffectReported));
-        for op in attention.take(ITEMS_MAX.saturating_sub(rows.len())) {
+        let attention = ops.values().filter_map(|o| needs_human(o).map(|why| (o, why)));
+        for (op, why) in attention.take(ITEMS_MAX.saturating_sub(rows.len())) {
             rows.push(format!(
                 "<tr id=\"operation-{}\"><td>{}</td><td><a href=\"/console/operations/{}/{}\"><code>{}</code></a></td>\
                  <td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -131,12 +130,28 @@ fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
                 esc(&op.spec.operation_id),
                 esc(&op.spec.operation_id),
                 esc(&op.spec.action),
-                esc(op.state.as_str()),
+                esc(why),
                 esc(&op.cause)
             ));
         }
     }
-    table(&["Tenant", "Operation", "Action", "State", "Why"], &rows, "No operation needs a human.")
+    table(&["Tenant", "Operation", "Action", "Needs", "Why"], &rows, "No operation needs a human.")
+}
+
+/// What a human must do about `op`, if anything: approve a critical call, reconcile an unknown
+/// effect, give a verdict on a reported one.
+pub(crate) fn needs_human(op: &writ_api::operation::Operation) -> Option<&'static str> {
+    use writ_api::operation::APPROVAL_REQUEST;
+    match op.state {
+        OperationState::Proposed
+            if op.spec.input_requests.contains_key(APPROVAL_REQUEST) && !op.answers.contains_key(APPROVAL_REQUEST) =>
+        {
+            Some("awaiting approval")
+        }
+        OperationState::UnknownEffect => Some("unknown effect"),
+        OperationState::EffectReported => Some("awaiting a verdict"),
+        _ => None,
+    }
 }
 
 fn table(heads: &[&str], rows: &[String], empty: &str) -> String {
