@@ -222,6 +222,14 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     assert!(audit["text"].as_str().unwrap().contains("\"operator\":\"ann\""), "{audit}");
     browser.send(json!({"do": "screenshot", "name": "audit"}));
     browser.accessible("audit");
+    // The tenant's page: settings against what it holds, principals, tokens, devices. Ann
+    // approves but does not configure: revoking a token is refused to her by the server.
+    let tenant = browser.send(json!({"do": "open", "path": "/console/tenants/demo"}));
+    assert!(tenant["text"].as_str().unwrap().contains("demo-press"), "{tenant}");
+    browser.send(json!({"do": "screenshot", "name": "tenant"}));
+    browser.accessible("tenant");
+    let refused = browser.send(json!({"do": "click", "button": "Revoke"}));
+    assert!(refused["text"].as_str().unwrap().contains("OPERATOR_ROLE_REQUIRED"), "{refused}");
     let cluster = browser.send(json!({"do": "open", "path": "/console/cluster"}));
     assert!(cluster["text"].as_str().unwrap().contains("leader"), "{cluster}");
     browser.send(json!({"do": "screenshot", "name": "cluster"}));
@@ -338,4 +346,16 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
         .unwrap();
     assert_eq!(r.status(), 303);
     assert_eq!(listed(&dev, &id).await["decided_by"], "operator:ann");
+
+    // An admin revokes the demo agent's token from the tenant's page; the edge refuses it then.
+    let desk = writ_tests::desk::Desk::sign_in(&dev).await;
+    let token = dev.var("WRIT_DEMO_TOKEN");
+    let jti = writ_api::auth::segment(token, 1).and_then(|c| c["jti"].as_str().map(str::to_string)).unwrap();
+    let (status, page) = desk.get("/console/tenants/demo").await;
+    assert!(status == 200 && page.contains(&format!("token-{jti}")), "{page}");
+    let csrf = writ_tests::desk::hidden(&page, "csrf");
+    let (status, back) = desk.post(&format!("/console/tenants/demo/tokens/{jti}/revoke"), &[("csrf", &csrf)]).await;
+    assert_eq!((status, back.as_str()), (303, "/console/tenants/demo"));
+    let (status, _, _) = writ_tests::mcp::rpc(dev.var("WRIT_MCP_URL"), Some(token), "tools/list", json!({})).await;
+    assert_eq!(status, 401, "a revoked token");
 }

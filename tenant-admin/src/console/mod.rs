@@ -15,6 +15,7 @@ mod cluster;
 mod operation;
 mod pages;
 mod sign_in;
+mod tenants;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware;
@@ -47,6 +48,9 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/console/audit", get(audit::search))
         .route("/console/audit/export", get(audit::export))
         .route("/console/cluster", get(cluster::show))
+        .route("/console/tenants", get(tenants::list))
+        .route("/console/tenants/{tenant}", get(tenants::show))
+        .route("/console/tenants/{tenant}/tokens/{jti}/revoke", post(tenants::revoke_token))
         .route("/console/operations/{tenant}/{operation}/{act}", post(operation::decide))
         .route("/console/static/desk.js", get(|| async { asset("text/javascript", include_str!("desk.js")) }))
         .route("/console/static/desk.css", get(|| async { asset("text/css", include_str!("desk.css")) }))
@@ -171,7 +175,7 @@ pub(crate) fn page(title: &str, desk: Option<&Desk>, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title} · Writ</title>\
          <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"stylesheet\" href=\"/console/static/desk.css\">\
          <script src=\"/console/static/desk.js\" defer></script></head><body><header><nav aria-label=\"Desk\">\
-         <a href=\"/console\">Now</a> <a href=\"/console/audit\">Audit</a> \
+         <a href=\"/console\">Now</a> <a href=\"/console/tenants\">Tenants</a> <a href=\"/console/audit\">Audit</a> \
          <a href=\"/console/cluster\">Cluster</a></nav>{bar}</header><main><h1>{title}</h1>{body}</main></body></html>",
         title = esc(title)
     )

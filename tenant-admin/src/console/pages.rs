@@ -37,6 +37,12 @@ pub(crate) struct ChangeForm {
     csrf: String,
 }
 
+impl ChangeForm {
+    pub(crate) fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 pub(crate) async fn now(State(st): State<Shared>, headers: HeaderMap) -> Response {
     let desk = match desk(&st, &headers).await {
         Ok(d) => d,
