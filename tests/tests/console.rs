@@ -347,6 +347,48 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     assert_eq!(r.status(), 303);
     assert_eq!(listed(&dev, &id).await["decided_by"], "operator:ann");
 
+    // An operator of another tenant sees none of this one: not its pages, its operations, its
+    // trail or the cluster.
+    cli(&dev, &token, &["tenant", "create", "acme"]);
+    cli(&dev, &token, &["operator", "set", "tina", "--role", "operator", "--tenant", "acme"]);
+    let tina = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "10m"]).trim().to_string();
+    let as_tina =
+        |path: &str| http.get(format!("{origin}{path}")).header("cookie", format!("writ_session={tina}")).send();
+    for path in ["/console/tenants/demo", &format!("/console/operations/demo/{id}"), "/console/cluster"] {
+        let r = as_tina(path).await.unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        assert!(r.text().await.unwrap().contains("OPERATOR_SCOPE_VIOLATION"), "{path}");
+    }
+    let r = as_tina("/console/audit?tenant=demo").await.unwrap();
+    assert!(r.status() == 404 && r.text().await.unwrap().contains("TENANT_NOT_FOUND"));
+    let now = as_tina("/console").await.unwrap().text().await.unwrap();
+    assert!(!now.contains(&format!("request-{id}")) && now.contains("operator:tina"), "{now}");
+    // Signing out everywhere ends every session of the operator, on every browser.
+    let other = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "10m"]).trim().to_string();
+    let page = as_tina("/console").await.unwrap().text().await.unwrap();
+    let csrf_tina = page.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().to_string();
+    let r = http
+        .post(format!("{origin}/console/sign-out/everywhere"))
+        .header("cookie", format!("writ_session={tina}"))
+        .header("origin", &origin)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf_tina}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    for gone in [&tina, &other] {
+        let r = http.get(format!("{origin}/console")).header("cookie", format!("writ_session={gone}")).send().await;
+        assert_eq!(r.unwrap().status(), 303, "signed out everywhere");
+    }
+    // A session past its lifetime is no session: the desk sends its browser to sign in again.
+    let brief = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "1s"]).trim().to_string();
+    writ_tests::eventually("the session expires", Duration::from_secs(20), || async {
+        let r = http.get(format!("{origin}/console")).header("cookie", format!("writ_session={brief}")).send().await;
+        (r.ok()?.status() == 303).then_some(())
+    })
+    .await;
+
     // An admin revokes the demo agent's token from the tenant's page; the edge refuses it then.
     let desk = writ_tests::desk::Desk::sign_in(&dev).await;
     let token = dev.var("WRIT_DEMO_TOKEN");

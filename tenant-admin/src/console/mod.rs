@@ -43,6 +43,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/console/sign-in/credential", post(sign_in::with_credential))
         .route("/console/callback", get(sign_in::callback))
         .route("/console/sign-out", post(pages::sign_out))
+        .route("/console/sign-out/everywhere", post(pages::sign_out_everywhere))
         .route("/console/oauth/{tenant}/{request}/{decision}", post(pages::decide_request))
         .route("/console/operations/{tenant}/{operation}", get(operation::show))
         .route("/console/audit", get(audit::search))
@@ -166,7 +167,8 @@ pub(crate) fn page(title: &str, desk: Option<&Desk>, body: &str) -> String {
         };
         format!(
             "<form class=\"bar\" method=\"post\" action=\"/console/sign-out\"><span>{} ({role})</span>\
-             <input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">Sign out</button></form>",
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">Sign out</button>\
+             <button type=\"submit\" formaction=\"/console/sign-out/everywhere\">Sign out everywhere</button></form>",
             esc(&d.actor.name()),
             esc(&d.csrf)
         )

@@ -231,17 +231,30 @@ pub(crate) async fn decide_request(
 
 /// Signs this session out (the others of the operator stay).
 pub(crate) async fn sign_out(State(st): State<Shared>, headers: HeaderMap, Form(form): Form<ChangeForm>) -> Response {
-    let desk = match desk(&st, &headers).await {
+    signed_out(&st, &headers, &form, false).await
+}
+
+/// Signs the operator out of every session, on every browser and node.
+pub(crate) async fn sign_out_everywhere(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<ChangeForm>,
+) -> Response {
+    signed_out(&st, &headers, &form, true).await
+}
+
+async fn signed_out(st: &Shared, headers: &HeaderMap, form: &ChangeForm, everywhere: bool) -> Response {
+    let desk = match desk(st, headers).await {
         Ok(d) => d,
         Err(to_sign_in) => return to_sign_in,
     };
-    if let Err(r) = check_change(&desk, &headers, &form.csrf) {
+    if let Err(r) = check_change(&desk, headers, &form.csrf) {
         return refusal(Some(&desk), &r);
     }
     let Actor::Operator { operator, .. } = &desk.actor else { return refusal(Some(&desk), &unexpected()) };
-    let close =
-        Command::CloseOperatorSessions { operator: operator.name.clone(), session_id: Some(desk.session_id.clone()) };
-    if let Err(r) = acting(desk.actor.clone(), submit(&st, close)).await {
+    let session_id = (!everywhere).then(|| desk.session_id.clone());
+    let close = Command::CloseOperatorSessions { operator: operator.name.clone(), session_id };
+    if let Err(r) = acting(desk.actor.clone(), submit(st, close)).await {
         return refusal(Some(&desk), &r);
     }
     let clear = format!("{SESSION_COOKIE}=; Path=/console; Max-Age=0; Secure; HttpOnly; SameSite=Strict");
