@@ -20,6 +20,7 @@ import sys
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
@@ -64,12 +65,26 @@ def wait_row(driver, prefix):
     return {"id": row.get_attribute("id"), "reloaded": driver.execute_script("return window.__writMark !== 1;")}
 
 
-def decide(driver, row, button):
-    target = driver.find_element(By.ID, row).find_element(By.XPATH, f".//button[.='{button}']")
-    target.click()
-    wait(driver).until(EC.staleness_of(target))
+def submit(driver, find):
+    """Clicks the button `find` locates and waits for the page the form leads to. The desk swaps
+    its sections in when the ledger moves, so a button may be replaced under the click: it is
+    found again. A mark on the document tells the next page from this one."""
+    driver.execute_script("window.__writNav = 1;")
+    for _ in range(10):
+        try:
+            find().click()
+            break
+        except (StaleElementReferenceException, WebDriverException):
+            # The click may have landed before the error: never click on the next page.
+            if driver.execute_script("return window.__writNav !== 1;"):
+                break
+    wait(driver).until(lambda d: d.execute_script("return window.__writNav !== 1;"))
     wait(driver).until(EC.presence_of_element_located((By.TAG_NAME, "main")))
     return {"url": driver.current_url, "text": driver.find_element(By.TAG_NAME, "main").text}
+
+
+def decide(driver, row, button):
+    return submit(driver, lambda: driver.find_element(By.ID, row).find_element(By.XPATH, f".//button[.='{button}']"))
 
 
 def open_page(driver, path):
@@ -79,18 +94,11 @@ def open_page(driver, path):
 
 
 def click(driver, button):
-    target = driver.find_element(By.XPATH, f"//button[.='{button}']")
-    target.click()
-    wait(driver).until(EC.staleness_of(target))
-    wait(driver).until(EC.presence_of_element_located((By.TAG_NAME, "main")))
-    return {"url": driver.current_url, "text": driver.find_element(By.TAG_NAME, "main").text}
+    return submit(driver, lambda: driver.find_element(By.XPATH, f"//button[.='{button}']"))
 
 
 def sign_out(driver):
-    target = driver.find_element(By.XPATH, "//button[.='Sign out']")
-    target.click()
-    wait(driver).until(EC.staleness_of(target))
-    return {"url": driver.current_url}
+    return submit(driver, lambda: driver.find_element(By.XPATH, "//button[.='Sign out']"))
 
 
 def axe(driver):

@@ -25,10 +25,10 @@ fn cli(dev: &DevProcess, credential: &str, args: &[&str]) -> String {
     out
 }
 
-/// `writ dev` with a sign-in provider, operators `ann` (approver) and `vic` (viewer) who sign
-/// in there, and a client of the demo tenant's own authorization server.
-async fn desk() -> (DevProcess, OpenIdProvider) {
-    let dev = DevProcess::start(&[]).await;
+/// `writ dev` (with `extra` arguments) with a sign-in provider, operators `ann` (approver) and
+/// `vic` (viewer) who sign in there, and a client of the demo tenant's own authorization server.
+async fn desk(extra: &[&str]) -> (DevProcess, OpenIdProvider) {
+    let dev = DevProcess::start(extra).await;
     let callback = format!("{}/console/callback", dev.var("WRIT_ADMIN_URL"));
     let client = ["agent", "agent-secret", "openid"];
     let idp = OpenIdProvider::start(0, "k1", &client, &["https://unused.example/mcp"], Some(&callback)).await;
@@ -158,7 +158,7 @@ impl Drop for Browser {
 
 #[tokio::test]
 async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
-    let (dev, _idp) = desk().await;
+    let (dev, _idp) = desk(&[]).await;
     let shots = std::env::var_os("WRIT_CONSOLE_SHOTS")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("writ-console-shots"));
@@ -226,6 +226,7 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     // approves but does not configure: revoking a token is refused to her by the server.
     let tenant = browser.send(json!({"do": "open", "path": "/console/tenants/demo"}));
     assert!(tenant["text"].as_str().unwrap().contains("demo-press"), "{tenant}");
+    assert!(tenant["text"].as_str().unwrap().contains("enrolled"), "its executor: {tenant}");
     browser.send(json!({"do": "screenshot", "name": "tenant"}));
     browser.accessible("tenant");
     let refused = browser.send(json!({"do": "click", "button": "Revoke"}));
@@ -262,7 +263,8 @@ fn admin_http(dev: &DevProcess) -> reqwest::Client {
 
 #[tokio::test]
 async fn the_desk_refuses_forged_changes_and_strangers() {
-    let (dev, _idp) = desk().await;
+    // The demo executor's certificate lives an hour: an alarm on the desk.
+    let (dev, _idp) = desk(&["--executor-cert-ttl-s", "3600"]).await;
     let (origin, http) = (dev.var("WRIT_ADMIN_URL").to_string(), admin_http(&dev));
     let token = dev.var("WRIT_ADMIN_TOKEN").to_string();
     let ann = cli(&dev, &token, &["operator", "session", "ann", "--ttl", "10m"]).trim().to_string();
@@ -281,6 +283,7 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     assert_eq!(page.headers()["x-frame-options"], "DENY");
     let html = page.text().await.unwrap();
     assert!(!html.contains("<script>") && html.contains(&format!("request-{id}")), "{html}");
+    assert!(html.contains("its certificate expires"), "the executor's certificate is an alarm: {html}");
     let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().to_string();
 
     // Forged changes: no token, a wrong one, another origin. Each refused, nothing changed.

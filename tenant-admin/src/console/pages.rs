@@ -79,9 +79,10 @@ fn now_html(st: &Shared, desk: &Desk) -> String {
         let tenants = tenants_in_scope(s, desk);
         let requests = requests_html(s, &tenants, desk, now);
         let operations = operations_html(s, &tenants);
+        let alarms = alarms_html(s, &tenants, now);
         format!(
             "<h2>Authorization requests waiting for an operator</h2>{requests}\
-             <h2>Operations that need a human</h2>{operations}"
+             <h2>Operations that need a human</h2>{operations}<h2>Alarms</h2>{alarms}"
         )
     })
 }
@@ -142,6 +143,31 @@ fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
         }
     }
     table(&["Tenant", "Operation", "Action", "Needs", "Why"], &rows, "No operation needs a human.")
+}
+
+/// How soon an executor certificate's expiry is an alarm.
+const CERT_WARNING_MS: u64 = 7 * 24 * 3_600_000;
+
+/// What else needs an operator's eye: upstream tools that changed and wait for review,
+/// executor certificates that expire within a week.
+fn alarms_html(s: &LedgerState, tenants: &[(String, String)], now: u64) -> String {
+    let mut rows = Vec::new();
+    for (id, name) in tenants {
+        for u in s.upstreams.get(id).into_iter().flat_map(|m| m.values()).filter(|u| u.pending.is_some()) {
+            let what = format!("upstream '{}': its tools changed and wait for review", u.name);
+            rows.push(format!("<tr><td>{}</td><td>{}</td></tr>", esc(name), esc(&what)));
+        }
+        let executors = s.executors.get(id).into_iter().flat_map(|m| m.values());
+        for x in executors.filter(|x| x.revoked_at_ms.is_none() && x.cert.not_after_ms < now + CERT_WARNING_MS) {
+            let what = format!("executor '{}': its certificate expires {} UTC", x.id, super::utc(x.cert.not_after_ms));
+            rows.push(format!("<tr><td>{}</td><td>{}</td></tr>", esc(name), esc(&what)));
+        }
+        if rows.len() >= ITEMS_MAX {
+            break;
+        }
+    }
+    rows.truncate(ITEMS_MAX);
+    table(&["Tenant", "What"], &rows, "No alarm.")
 }
 
 /// What a human must do about `op`, if anything: approve a critical call, reconcile an unknown

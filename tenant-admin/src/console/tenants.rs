@@ -76,10 +76,11 @@ pub(crate) async fn show(State(st): State<Shared>, Path(name): Path<String>, hea
             true,
         )
         .await?;
-        let (principals, devices) = st.view.with_state(|s| (principals_html(s, &t), devices_html(s, &t)));
+        let (principals, devices, executors) =
+            st.view.with_state(|s| (principals_html(s, &t), devices_html(s, &t), executors_html(s, &t)));
         Ok::<_, Rejection>(format!(
             "<h2>Settings and quotas</h2>{}<h2>What it holds</h2>{}<h2>Principals</h2>{principals}\
-             <h2>Live tokens</h2>{}<h2>Sites and devices</h2>{devices}",
+             <h2>Live tokens</h2>{}<h2>Sites and devices</h2>{devices}<h2>Executors</h2>{executors}",
             pairs_html(&serde_json::to_value(&t.settings).unwrap_or_default()),
             pairs_html(&serde_json::to_value(&storage).unwrap_or_default()),
             tokens_html(&st, &t, &tokens, &desk)
@@ -186,6 +187,33 @@ fn devices_html(s: &LedgerState, t: &Tenant) -> String {
     format!(
         "<table><thead><tr><th scope=\"col\">Device</th><th scope=\"col\">Site</th><th scope=\"col\">Class</th>\
          <th scope=\"col\">Held by</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
+fn executors_html(s: &LedgerState, t: &Tenant) -> String {
+    let rows: String = s
+        .executors
+        .get(&t.id)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .take(ROWS_MAX)
+        .map(|x| {
+            let site =
+                s.sites.get(&t.id).and_then(|m| m.get(&x.site_id)).map_or(x.site_id.as_str(), |v| v.name.as_str());
+            let state = x.revoked_at_ms.map_or("enrolled".to_string(), |at| format!("revoked {}", utc(at)));
+            format!(
+                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&x.id),
+                esc(site),
+                x.device_ids.len(),
+                utc(x.cert.not_after_ms),
+                esc(&state)
+            )
+        })
+        .collect();
+    format!(
+        "<table><thead><tr><th scope=\"col\">Executor</th><th scope=\"col\">Site</th><th scope=\"col\">Devices</th>\
+         <th scope=\"col\">Certificate expires (UTC)</th><th scope=\"col\">State</th></tr></thead><tbody>{rows}</tbody></table>"
     )
 }
 
