@@ -251,6 +251,13 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     assert_eq!(listed(&dev, &second).await["status"], "pending", "nothing changed");
 }
 
+/// A form posted to `url` with `cookie`, from `origin`.
+async fn post_form(http: &reqwest::Client, url: &str, cookie: &str, origin: &str, body: String) -> reqwest::Response {
+    let request = http.post(url).header("origin", origin).header("content-type", "application/x-www-form-urlencoded");
+    let request = if cookie.is_empty() { request } else { request.header("cookie", cookie) };
+    request.body(body).send().await.expect("the console answers")
+}
+
 /// An HTTP client of the admin listener that trusts the dev CA and follows no redirect.
 fn admin_http(dev: &DevProcess) -> reqwest::Client {
     let trust = writ_client::ClientTls::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE"))).expect("dev CA");
@@ -284,7 +291,7 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     let html = page.text().await.unwrap();
     assert!(!html.contains("<script>") && html.contains(&format!("request-{id}")), "{html}");
     assert!(html.contains("its certificate expires"), "the executor's certificate is an alarm: {html}");
-    let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().to_string();
+    let csrf = writ_tests::desk::hidden(&html, "csrf");
 
     // Forged changes: no token, a wrong one, another origin. Each refused, nothing changed.
     let approve = format!("{origin}/console/oauth/demo/{id}/approve");
@@ -294,15 +301,7 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
         ("csrf=0000", host_origin.as_str()),
         (&*format!("csrf={csrf}"), "https://evil.example"),
     ] {
-        let r = http
-            .post(&approve)
-            .header("cookie", &session)
-            .header("origin", from)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form.to_string())
-            .send()
-            .await
-            .unwrap();
+        let r = post_form(&http, &approve, &session, from, form.to_string()).await;
         assert_eq!(r.status(), 403, "{form} from {from}");
         assert!(r.text().await.unwrap().contains("CONSOLE_REQUEST_FORGED"));
     }
@@ -310,19 +309,18 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     // `writ dev`'s first operator signs in with the credential its env file holds, from this
     // origin only; a made-up credential signs nobody in.
     assert!(dev.var("WRIT_CONSOLE_URL").ends_with("/console"));
-    let sign_in = |credential: String, from: &str| {
-        http.post(format!("{origin}/console/sign-in/credential"))
-            .header("origin", from)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(serde_urlencoded::to_string([("credential", credential)]).unwrap())
-            .send()
+    let credential_url = format!("{origin}/console/sign-in/credential");
+    let sign_in = |credential: String, from: String| {
+        let (http, url) = (http.clone(), credential_url.clone());
+        let form = serde_urlencoded::to_string([("credential", credential)]).unwrap();
+        async move { post_form(&http, &url, "", &from, form).await }
     };
     let first = dev.var("WRIT_CONSOLE_CREDENTIAL").to_string();
-    let r = sign_in(first.clone(), "https://evil.example").await.unwrap();
+    let r = sign_in(first.clone(), "https://evil.example".into()).await;
     assert!(r.status() == 403 && r.text().await.unwrap().contains("CONSOLE_REQUEST_FORGED"));
-    let r = sign_in(format!("{first}x"), &origin).await.unwrap();
+    let r = sign_in(format!("{first}x"), origin.clone()).await;
     assert!(r.status() == 401 && r.text().await.unwrap().contains("OPERATOR_SESSION_INVALID"));
-    let r = sign_in(first, &origin).await.unwrap();
+    let r = sign_in(first, origin.clone()).await;
     assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/console"));
     let cookie = r.headers()["set-cookie"].to_str().unwrap();
     assert!(cookie.contains("HttpOnly") && cookie.contains("Secure") && cookie.contains("SameSite=Strict"), "{cookie}");
@@ -338,15 +336,7 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     assert_eq!(r.status(), 401);
     assert!(r.text().await.unwrap().contains("OPERATOR_SIGN_IN_FAILED"));
     // The real change goes through, as ann.
-    let r = http
-        .post(&approve)
-        .header("cookie", &session)
-        .header("origin", &origin)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let r = post_form(&http, &approve, &session, &origin, format!("csrf={csrf}")).await;
     assert_eq!(r.status(), 303);
     assert_eq!(listed(&dev, &id).await["decided_by"], "operator:ann");
 
@@ -369,16 +359,9 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     // Signing out everywhere ends every session of the operator, on every browser.
     let other = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "10m"]).trim().to_string();
     let page = as_tina("/console").await.unwrap().text().await.unwrap();
-    let csrf_tina = page.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().to_string();
-    let r = http
-        .post(format!("{origin}/console/sign-out/everywhere"))
-        .header("cookie", format!("writ_session={tina}"))
-        .header("origin", &origin)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("csrf={csrf_tina}"))
-        .send()
-        .await
-        .unwrap();
+    let csrf_tina = writ_tests::desk::hidden(&page, "csrf");
+    let everywhere = format!("{origin}/console/sign-out/everywhere");
+    let r = post_form(&http, &everywhere, &format!("writ_session={tina}"), &origin, format!("csrf={csrf_tina}")).await;
     assert_eq!(r.status(), 303);
     for gone in [&tina, &other] {
         let r = http.get(format!("{origin}/console")).header("cookie", format!("writ_session={gone}")).send().await;

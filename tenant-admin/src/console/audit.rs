@@ -2,7 +2,6 @@
 //! kind), outcome and reason, a page at a time, and the same search exported as NDJSON.
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use writ_api::audit::{AuditFilter, AuditRecordV1};
@@ -10,7 +9,7 @@ use writ_api::dto::{AuditPage, Query as LedgerQuery, PAGE_LIMIT_DEFAULT};
 use writ_api::{ReasonCode, Rejection};
 
 use super::pages::in_scope;
-use super::{desk, esc, page, refusal, utc, Desk};
+use super::{esc, page, refusal, utc, Desk};
 use crate::service::{query, AdminState, Shared};
 
 /// The search form's fields (an empty field is no condition).
@@ -72,11 +71,7 @@ impl Search {
     }
 }
 
-pub(crate) async fn search(State(st): State<Shared>, headers: HeaderMap, Query(search): Query<Search>) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
+pub(crate) async fn search(State(st): State<Shared>, desk: Desk, Query(search): Query<Search>) -> Response {
     let form = form_html(&st, &desk, &search);
     if search.tenant.is_empty() {
         return Html(page("Audit", Some(&desk), &form)).into_response();
@@ -105,11 +100,7 @@ pub(crate) async fn search(State(st): State<Shared>, headers: HeaderMap, Query(s
 }
 
 /// The search as NDJSON, every matching record, streamed (`GET /v1/…/audit/export`'s body).
-pub(crate) async fn export(State(st): State<Shared>, headers: HeaderMap, Query(search): Query<Search>) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
+pub(crate) async fn export(State(st): State<Shared>, desk: Desk, Query(search): Query<Search>) -> Response {
     match search.resolve(&st, &desk) {
         Ok((tenant_id, filter)) => crate::audit::export_stream(st, tenant_id, filter, search.after),
         Err(r) => refusal(Some(&desk), &r),

@@ -3,18 +3,13 @@
 //! cluster runs at (the oldest any member understands).
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use writ_api::dto::MemberStatus;
 
-use super::{desk, esc, page, refusal};
+use super::{esc, page, refusal, Desk};
 use crate::service::Shared;
 
-pub(crate) async fn show(State(st): State<Shared>, headers: HeaderMap) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
+pub(crate) async fn show(State(st): State<Shared>, desk: Desk) -> Response {
     if let crate::service::Actor::Operator { operator, .. } = &desk.actor {
         if operator.tenant_id.is_some() {
             let r = writ_api::Rejection::new(

@@ -89,6 +89,15 @@ pub(crate) struct Desk {
     pub(crate) csrf: String,
 }
 
+/// A handler's signed-in desk; without one, the browser is sent to sign in.
+impl axum::extract::FromRequestParts<Shared> for Desk {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, st: &Shared) -> Result<Desk, Response> {
+        desk(st, &parts.headers).await
+    }
+}
+
 /// The desk of the caller's session cookie, or the way to the sign-in page.
 pub(crate) async fn desk(st: &AdminState, headers: &HeaderMap) -> Result<Desk, Response> {
     let to_sign_in = || {

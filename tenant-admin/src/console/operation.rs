@@ -13,7 +13,7 @@ use writ_api::operation::{AttemptOutcome, Operation, OperationState, Verdict, AP
 use writ_api::{ReasonCode, Rejection};
 
 use super::pages::in_scope;
-use super::{check_change, desk, esc, page, refusal, Desk};
+use super::{check_change, esc, page, refusal, Desk};
 use crate::service::{acting, query, submit, AdminState, Shared};
 
 /// Longest input shown on the page (the rest is cut, marked so).
@@ -37,12 +37,8 @@ async fn history(st: &AdminState, tenant_id: &str, operation: &str) -> Result<Op
 pub(crate) async fn show(
     State(st): State<Shared>,
     Path((tenant, operation)): Path<(String, String)>,
-    headers: HeaderMap,
+    desk: Desk,
 ) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
     let found = match tenant_id(&st, &desk, &tenant) {
         Ok(id) => history(&st, &id, &operation).await,
         Err(r) => Err(r),
@@ -172,13 +168,10 @@ pub(crate) struct DecisionForm {
 pub(crate) async fn decide(
     State(st): State<Shared>,
     Path((tenant, operation, act)): Path<(String, String, String)>,
+    desk: Desk,
     headers: HeaderMap,
     Form(form): Form<DecisionForm>,
 ) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
     let done = async {
         check_change(&desk, &headers, &form.csrf)?;
         let id = tenant_id(&st, &desk, &tenant)?;

@@ -43,11 +43,7 @@ impl ChangeForm {
     }
 }
 
-pub(crate) async fn now(State(st): State<Shared>, headers: HeaderMap) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
+pub(crate) async fn now(State(st): State<Shared>, desk: Desk) -> Response {
     let body = format!("<section id=\"now\" aria-live=\"polite\">{}</section>", now_html(&st, &desk));
     Html(page("Now", Some(&desk), &body)).into_response()
 }
@@ -186,7 +182,8 @@ pub(crate) fn needs_human(op: &writ_api::operation::Operation) -> Option<&'stati
     }
 }
 
-fn table(heads: &[&str], rows: &[String], empty: &str) -> String {
+/// A table of `rows` under `heads`, or `empty` when there is none.
+pub(crate) fn table(heads: &[&str], rows: &[String], empty: &str) -> String {
     if rows.is_empty() {
         return format!("<p class=\"empty\">{}</p>", esc(empty));
     }
@@ -234,13 +231,10 @@ impl Drop for StreamSlot {
 pub(crate) async fn decide_request(
     State(st): State<Shared>,
     Path((tenant, request, decision)): Path<(String, String, String)>,
+    desk: Desk,
     headers: HeaderMap,
     Form(form): Form<ChangeForm>,
 ) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
     let approve = match decision.as_str() {
         "approve" => true,
         "deny" => false,
@@ -256,24 +250,26 @@ pub(crate) async fn decide_request(
 }
 
 /// Signs this session out (the others of the operator stay).
-pub(crate) async fn sign_out(State(st): State<Shared>, headers: HeaderMap, Form(form): Form<ChangeForm>) -> Response {
-    signed_out(&st, &headers, &form, false).await
+pub(crate) async fn sign_out(
+    State(st): State<Shared>,
+    desk: Desk,
+    headers: HeaderMap,
+    Form(form): Form<ChangeForm>,
+) -> Response {
+    signed_out(&st, desk, &headers, &form, false).await
 }
 
 /// Signs the operator out of every session, on every browser and node.
 pub(crate) async fn sign_out_everywhere(
     State(st): State<Shared>,
+    desk: Desk,
     headers: HeaderMap,
     Form(form): Form<ChangeForm>,
 ) -> Response {
-    signed_out(&st, &headers, &form, true).await
+    signed_out(&st, desk, &headers, &form, true).await
 }
 
-async fn signed_out(st: &Shared, headers: &HeaderMap, form: &ChangeForm, everywhere: bool) -> Response {
-    let desk = match desk(st, headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
+async fn signed_out(st: &Shared, desk: Desk, headers: &HeaderMap, form: &ChangeForm, everywhere: bool) -> Response {
     if let Err(r) = check_change(&desk, headers, &form.csrf) {
         return refusal(Some(&desk), &r);
     }

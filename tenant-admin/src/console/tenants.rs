@@ -11,19 +11,15 @@ use writ_api::ledger::{Command, Tenant};
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 
-use super::pages::{in_scope, ChangeForm};
-use super::{check_change, desk, esc, page, refusal, utc, Desk};
+use super::pages::{in_scope, table, ChangeForm};
+use super::{check_change, esc, page, refusal, utc, Desk};
 use crate::service::{acting, query, submit, AdminState, Shared};
 
 /// Most rows of each table on a tenant's page.
 const ROWS_MAX: usize = 200;
 
-pub(crate) async fn list(State(st): State<Shared>, headers: HeaderMap) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
-    let rows: String = st.view.with_state(|s| {
+pub(crate) async fn list(State(st): State<Shared>, desk: Desk) -> Response {
+    let rows: Vec<String> = st.view.with_state(|s| {
         s.tenants
             .values()
             .filter(|t| in_scope(&desk, &t.id))
@@ -39,10 +35,7 @@ pub(crate) async fn list(State(st): State<Shared>, headers: HeaderMap) -> Respon
             })
             .collect()
     });
-    let body = format!(
-        "<table><thead><tr><th scope=\"col\">Tenant</th><th scope=\"col\">Name</th><th scope=\"col\">State</th></tr></thead>\
-         <tbody>{rows}</tbody></table>"
-    );
+    let body = table(&["Tenant", "Name", "State"], &rows, "No tenant is yours.");
     Html(page("Tenants", Some(&desk), &body)).into_response()
 }
 
@@ -56,11 +49,7 @@ fn tenant(st: &AdminState, desk: &Desk, name: &str) -> Result<Tenant, Rejection>
     Ok(t)
 }
 
-pub(crate) async fn show(State(st): State<Shared>, Path(name): Path<String>, headers: HeaderMap) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
+pub(crate) async fn show(State(st): State<Shared>, Path(name): Path<String>, desk: Desk) -> Response {
     let shown = async {
         let t = tenant(&st, &desk, &name)?;
         let storage: writ_api::retention::TenantStorageV1 =
@@ -110,7 +99,7 @@ fn pairs_html(value: &Value) -> String {
 }
 
 fn principals_html(s: &LedgerState, t: &Tenant) -> String {
-    let rows: String = s
+    let rows: Vec<String> = s
         .principals
         .get(&t.id)
         .into_iter()
@@ -126,16 +115,13 @@ fn principals_html(s: &LedgerState, t: &Tenant) -> String {
             )
         })
         .collect();
-    format!(
-        "<table><thead><tr><th scope=\"col\">Principal</th><th scope=\"col\">Kind</th><th scope=\"col\">State</th>\
-         <th scope=\"col\">Scopes</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    table(&["Principal", "Kind", "State", "Scopes"], &rows, "No principal.")
 }
 
 fn tokens_html(st: &AdminState, t: &Tenant, tokens: &TokenList, desk: &Desk) -> String {
     let now = writ_client::now_ms();
     let names = |id: &str| st.view.with_state(|s| s.principal(&t.id, id).map_or(id.to_string(), |p| p.name.clone()));
-    let rows: String = tokens
+    let rows: Vec<String> = tokens
         .tokens
         .iter()
         .filter(|k| k.revoked_at_ms.is_none() && k.record.expires_at_ms > now)
@@ -152,18 +138,12 @@ fn tokens_html(st: &AdminState, t: &Tenant, tokens: &TokenList, desk: &Desk) -> 
             )
         })
         .collect();
-    if rows.is_empty() {
-        return "<p class=\"empty\">No live token.</p>".into();
-    }
-    format!(
-        "<table><thead><tr><th scope=\"col\">Token</th><th scope=\"col\">Principal</th><th scope=\"col\">Expires (UTC)</th>\
-         <th scope=\"col\">Revoke</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    table(&["Token", "Principal", "Expires (UTC)", "Revoke"], &rows, "No live token.")
 }
 
 fn devices_html(s: &LedgerState, t: &Tenant) -> String {
     let leases = s.device_leases.get(&t.id);
-    let rows: String = s
+    let rows: Vec<String> = s
         .devices
         .get(&t.id)
         .into_iter()
@@ -184,14 +164,11 @@ fn devices_html(s: &LedgerState, t: &Tenant) -> String {
             )
         })
         .collect();
-    format!(
-        "<table><thead><tr><th scope=\"col\">Device</th><th scope=\"col\">Site</th><th scope=\"col\">Class</th>\
-         <th scope=\"col\">Held by</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    table(&["Device", "Site", "Class", "Held by"], &rows, "No device.")
 }
 
 fn executors_html(s: &LedgerState, t: &Tenant) -> String {
-    let rows: String = s
+    let rows: Vec<String> = s
         .executors
         .get(&t.id)
         .into_iter()
@@ -211,23 +188,17 @@ fn executors_html(s: &LedgerState, t: &Tenant) -> String {
             )
         })
         .collect();
-    format!(
-        "<table><thead><tr><th scope=\"col\">Executor</th><th scope=\"col\">Site</th><th scope=\"col\">Devices</th>\
-         <th scope=\"col\">Certificate expires (UTC)</th><th scope=\"col\">State</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    table(&["Executor", "Site", "Devices", "Certificate expires (UTC)", "State"], &rows, "No executor.")
 }
 
 /// Revokes a token (and its delegated children), as the signed-in operator.
 pub(crate) async fn revoke_token(
     State(st): State<Shared>,
     Path((name, jti)): Path<(String, String)>,
+    desk: Desk,
     headers: HeaderMap,
     Form(form): Form<ChangeForm>,
 ) -> Response {
-    let desk = match desk(&st, &headers).await {
-        Ok(d) => d,
-        Err(to_sign_in) => return to_sign_in,
-    };
     let done = async {
         check_change(&desk, &headers, form.csrf())?;
         let t = tenant(&st, &desk, &name)?;
