@@ -1234,6 +1234,9 @@ pub struct OpenOperatorSessionRequest {
     /// Lifetime in seconds (default 8 h, at most 12 h).
     #[serde(default)]
     pub ttl_s: Option<u64>,
+    /// How long it may go unused, in seconds (default: no idle limit).
+    #[serde(default)]
+    pub idle_s: Option<u64>,
 }
 
 /// A session just opened: its credential is shown this once.

@@ -532,6 +532,11 @@ pub enum Command {
     SetConsoleSignIn {
         sign_in: Option<crate::operator::ConsoleSignInV1>,
     },
+    /// Records that a session was used (its idle limit counts from here); the admin API submits
+    /// it at most every `crate::operator::USE_RECORDED_EVERY_MS` per session.
+    UseOperatorSession {
+        session_id: String,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -661,7 +666,8 @@ impl Command {
             | Command::RemoveOperator { .. }
             | Command::OpenOperatorSession { .. }
             | Command::CloseOperatorSessions { .. }
-            | Command::SetConsoleSignIn { .. } => Domain::Operator,
+            | Command::SetConsoleSignIn { .. }
+            | Command::UseOperatorSession { .. } => Domain::Operator,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
             | Command::Verified { command, .. }
@@ -801,7 +807,8 @@ impl Command {
             | Command::RemoveOperator { .. }
             | Command::OpenOperatorSession { .. }
             | Command::CloseOperatorSessions { .. }
-            | Command::SetConsoleSignIn { .. } => 12,
+            | Command::SetConsoleSignIn { .. }
+            | Command::UseOperatorSession { .. } => 12,
             Command::CreateTenantWith { .. }
             | Command::SetAnonymousAccess { .. }
             | Command::CreatePrincipalWith { .. } => 8,
@@ -1079,6 +1086,7 @@ impl Command {
             Command::OpenOperatorSession { .. } => "open_operator_session",
             Command::CloseOperatorSessions { .. } => "close_operator_sessions",
             Command::SetConsoleSignIn { .. } => "set_console_sign_in",
+            Command::UseOperatorSession { .. } => "use_operator_session",
             Command::CreateWork { .. } => "create_work",
             Command::GrantScope { .. } => "grant_scope",
             Command::DeleteTenant { .. } => "delete_tenant",
@@ -1171,6 +1179,7 @@ impl Command {
             | Command::OpenOperatorSession { .. }
             | Command::CloseOperatorSessions { .. }
             | Command::SetConsoleSignIn { .. }
+            | Command::UseOperatorSession { .. }
             | Command::Batch { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
@@ -1608,6 +1617,11 @@ pub enum Event {
     ConsoleSignInSetV1 {
         sign_in: Option<crate::operator::ConsoleSignInV1>,
     },
+    /// A session was used at ledger time `at_ms` (cluster stream).
+    OperatorSessionUsedV1 {
+        session_id: String,
+        at_ms: u64,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1647,6 +1661,7 @@ impl Event {
             | Event::OperatorSessionOpenedV1 { .. }
             | Event::OperatorSessionsClosedV1 { .. }
             | Event::ConsoleSignInSetV1 { .. }
+            | Event::OperatorSessionUsedV1 { .. }
             | Event::OperatorActedV1 { .. }
             | Event::OAuthClientSetV1 { .. }
             | Event::OAuthClientRemovedV1 { .. }
@@ -1798,6 +1813,7 @@ impl Event {
             Event::OperatorSessionOpenedV1 { .. } => "operator_session_opened",
             Event::OperatorSessionsClosedV1 { .. } => "operator_sessions_closed",
             Event::ConsoleSignInSetV1 { .. } => "console_sign_in_set",
+            Event::OperatorSessionUsedV1 { .. } => "operator_session_used",
             Event::OperatorActedV1 { .. } => "operator_acted",
         }
     }

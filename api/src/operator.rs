@@ -145,7 +145,41 @@ pub struct OperatorSessionV1 {
     pub secret_sha256: String,
     pub opened_at_ms: u64,
     pub expires_at_ms: u64,
+    /// How long the session may go unused (0: no idle limit, only its lifetime).
+    #[serde(default)]
+    pub idle_timeout_ms: u64,
+    /// When it was last used, as the ledger recorded it (at most every [`USE_RECORDED_EVERY_MS`]).
+    #[serde(default)]
+    pub last_used_at_ms: u64,
 }
+
+impl OperatorSessionV1 {
+    /// Whether the session still stands at `now_ms`: within its lifetime, and used recently
+    /// enough (its idle limit counted from its last recorded use, or its opening).
+    pub fn stands(&self, now_ms: u64) -> Result<(), Rejection> {
+        if self.expires_at_ms <= now_ms {
+            return Err(Rejection::new(ReasonCode::OPERATOR_SESSION_INVALID, "the operator session has expired"));
+        }
+        let used = self.last_used_at_ms.max(self.opened_at_ms);
+        if self.idle_timeout_ms > 0 && used.saturating_add(self.idle_timeout_ms) <= now_ms {
+            return Err(Rejection::new(
+                ReasonCode::OPERATOR_SESSION_INVALID,
+                "the operator session went unused too long",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a use at `now_ms` is worth recording (the last one recorded is that old).
+    pub fn use_worth_recording(&self, now_ms: u64) -> bool {
+        self.idle_timeout_ms > 0 && self.last_used_at_ms.max(self.opened_at_ms) + USE_RECORDED_EVERY_MS <= now_ms
+    }
+}
+
+/// How often a session's use is recorded in the ledger (its idle limit is counted from there).
+pub const USE_RECORDED_EVERY_MS: u64 = 60_000;
+/// The longest idle limit a session may have.
+pub const IDLE_TIMEOUT_MAX_MS: u64 = SESSION_TTL_MAX_MS;
 
 /// The OpenID provider operators sign in to the console with (authorization code + PKCE, a
 /// public client: no secret to keep).
@@ -198,6 +232,13 @@ impl Operators {
         self.sessions.insert(session.session_id.clone(), session);
     }
 
+    /// Records a use of `session_id` at ledger time `at_ms`.
+    pub fn used(&mut self, session_id: &str, at_ms: u64) {
+        if let Some(s) = self.sessions.get_mut(session_id) {
+            s.last_used_at_ms = s.last_used_at_ms.max(at_ms);
+        }
+    }
+
     /// Closes one session of `operator`, or all of them.
     pub fn close(&mut self, operator: &str, session_id: Option<&str>) {
         self.sessions.retain(|id, s| s.operator != operator || session_id.is_some_and(|only| only != id));
@@ -220,9 +261,7 @@ impl Operators {
             .sessions
             .get(session_id)
             .ok_or_else(|| Rejection::new(ReasonCode::OPERATOR_SESSION_INVALID, "no such operator session"))?;
-        if session.expires_at_ms <= now_ms {
-            return Err(Rejection::new(ReasonCode::OPERATOR_SESSION_INVALID, "the operator session has expired"));
-        }
+        session.stands(now_ms)?;
         let operator = self
             .operators
             .get(&session.operator)
@@ -277,6 +316,9 @@ pub fn validate_session(session: &OperatorSessionV1) -> Result<(), Rejection> {
     let lifetime = session.expires_at_ms.saturating_sub(session.opened_at_ms);
     if lifetime == 0 || lifetime > SESSION_TTL_MAX_MS {
         return Err(invalid(format!("a session lives up to {} h", SESSION_TTL_MAX_MS / 3_600_000)));
+    }
+    if session.idle_timeout_ms > IDLE_TIMEOUT_MAX_MS {
+        return Err(invalid("a session's idle limit is at most its longest lifetime"));
     }
     Ok(())
 }
@@ -354,6 +396,8 @@ mod tests {
             secret_sha256: "0".repeat(64),
             opened_at_ms: at,
             expires_at_ms: at + 1000,
+            idle_timeout_ms: 0,
+            last_used_at_ms: 0,
         }
     }
 
@@ -393,6 +437,18 @@ mod tests {
         assert_eq!(ops.sessions.len(), SESSIONS_PER_OPERATOR_MAX - 1);
         ops.remove("alice");
         assert!(ops.sessions.is_empty() && ops.operators.is_empty());
+    }
+
+    #[test]
+    fn an_unused_session_ends_before_its_lifetime() {
+        let mut s = session('a', "alice", 0);
+        (s.expires_at_ms, s.idle_timeout_ms) = (10 * USE_RECORDED_EVERY_MS, 2 * USE_RECORDED_EVERY_MS);
+        assert!(s.stands(2 * USE_RECORDED_EVERY_MS - 1).is_ok());
+        assert!(s.stands(2 * USE_RECORDED_EVERY_MS).is_err(), "unused for its idle limit");
+        assert!(!s.use_worth_recording(USE_RECORDED_EVERY_MS - 1) && s.use_worth_recording(USE_RECORDED_EVERY_MS));
+        s.last_used_at_ms = USE_RECORDED_EVERY_MS;
+        assert!(s.stands(3 * USE_RECORDED_EVERY_MS - 1).is_ok(), "a recorded use moves the limit");
+        assert!(s.stands(10 * USE_RECORDED_EVERY_MS).is_err(), "never past its lifetime");
     }
 
     #[test]

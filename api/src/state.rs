@@ -426,6 +426,7 @@ impl LedgerState {
             | Event::OperatorSessionOpenedV1 { .. }
             | Event::OperatorSessionsClosedV1 { .. }
             | Event::ConsoleSignInSetV1 { .. }
+            | Event::OperatorSessionUsedV1 { .. }
             | Event::OperatorActedV1 { .. } => self.fold_operator(env),
             Event::SiteCreatedV1 { .. } | Event::DeviceCreatedV1 { .. } => self.fold_site(env),
             Event::CatalogPublishedV1 { .. } => self.fold_catalog(env),

@@ -131,7 +131,8 @@ fn subject(event: &Event) -> Subject {
         | Event::OperatorRemovedV1 { .. }
         | Event::OperatorSessionOpenedV1 { .. }
         | Event::OperatorSessionsClosedV1 { .. }
-        | Event::ConsoleSignInSetV1 { .. } => ("operator", None, None, None),
+        | Event::ConsoleSignInSetV1 { .. }
+        | Event::OperatorSessionUsedV1 { .. } => ("operator", None, None, None),
         // The person who acted, as a search by principal finds them.
         Event::OperatorActedV1 { operator, .. } => {
             ("operator", Some(crate::operator::actor_name(operator)), None, None)

@@ -1252,6 +1252,15 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             Some(env(85, 4, Event::OperatorRemovedV1 { name: "zed".into() })),
         ),
         (
+            "operator_session_used_v1",
+            req(Command::UseOperatorSession { session_id: operator_session().session_id }),
+            Some(env(
+                87,
+                6,
+                Event::OperatorSessionUsedV1 { session_id: operator_session().session_id, at_ms: 1_700_000_000_000 },
+            )),
+        ),
+        (
             "console_sign_in_set_v1",
             req(Command::SetConsoleSignIn { sign_in: Some(console_sign_in()) }),
             Some(env(86, 5, Event::ConsoleSignInSetV1 { sign_in: Some(console_sign_in()) })),
@@ -1287,6 +1296,8 @@ fn operator_session() -> writ_api::operator::OperatorSessionV1 {
         secret_sha256: "b".repeat(64),
         opened_at_ms: 1_700_000_000_000,
         expires_at_ms: 1_700_003_600_000,
+        idle_timeout_ms: 1_800_000,
+        last_used_at_ms: 1_700_000_000_000,
     }
 }
 
@@ -1686,6 +1697,7 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "operator_sessions_closed_v1",
             "operator_removed_v1",
             "console_sign_in_set_v1",
+            "operator_session_used_v1",
         ],
     ),
 ];

@@ -1445,6 +1445,8 @@ fn a_named_approver_approves_a_critical_call_with_its_own_session() {
             secret_sha256: "0".repeat(64),
             opened_at_ms: l.now,
             expires_at_ms: l.now + 3_600_000,
+            idle_timeout_ms: 0,
+            last_used_at_ms: 0,
         };
         l.ok(Command::OpenOperatorSession { session });
     }

@@ -373,7 +373,7 @@ async fn console_operator(admin: &AdminClient) -> Result<String, String> {
     };
     let _: writ_api::operator::OperatorV1 =
         admin.call(reqwest::Method::PUT, "/v1/operators", Some(&operator)).await.map_err(|e| e.to_string())?;
-    let session = writ_api::dto::OpenOperatorSessionRequest { ttl_s: None };
+    let session = writ_api::dto::OpenOperatorSessionRequest { ttl_s: None, idle_s: None };
     let opened: writ_api::dto::OperatorSessionAnswer = admin
         .call(reqwest::Method::POST, "/v1/operators/dev-admin/sessions", Some(&session))
         .await

@@ -143,7 +143,8 @@ fn operator_schemas() -> Value {
             "actor": {"type": "string"}, "role": role, "tenant_id": {"type": ["string", "null"]},
             "session_id": {"type": ["string", "null"]}}},
         "OpenOperatorSession": {"type": "object", "additionalProperties": false, "properties": {
-            "ttl_s": {"type": ["integer", "null"], "minimum": 1, "maximum": 43200}}},
+            "ttl_s": {"type": ["integer", "null"], "minimum": 1, "maximum": 43200},
+            "idle_s": {"type": ["integer", "null"], "minimum": 0, "maximum": 43200}}},
         "OperatorSession": {"type": "object", "required": ["operator", "session_id", "credential", "expires_at_ms"], "properties": {
             "operator": {"type": "string"}, "session_id": {"type": "string"}, "credential": {"type": "string"},
             "expires_at_ms": {"type": "integer"}}},

@@ -120,13 +120,23 @@ pub(crate) async fn session_actor(st: &AdminState, credential: &str) -> Result<A
     let (revision, session_id, secret) = writ_api::operator::parse_credential(credential).ok_or_else(invalid)?;
     st.view.wait_for(revision, SESSION_WAIT).await;
     let digest = writ_api::oauth::digest(secret);
-    st.view.with_state(|s| {
-        let (session, operator) = s.operators.session(session_id, now_ms())?;
+    let now = now_ms();
+    let (actor, record_use) = st.view.with_state(|s| {
+        let (session, operator) = s.operators.session(session_id, now)?;
         if !same_digest(session.secret_sha256.as_bytes(), digest.as_bytes()) {
             return Err(invalid());
         }
-        Ok(Actor::Operator { session_id: session_id.to_string(), operator: operator.clone() })
-    })
+        let actor = Actor::Operator { session_id: session_id.to_string(), operator: operator.clone() };
+        Ok((actor, session.use_worth_recording(now)))
+    })?;
+    if record_use {
+        // The node's own act: its idle limit is every replica's to count.
+        let used = Command::UseOperatorSession { session_id: session_id.to_string() };
+        if let Err(e) = crate::service::submit_plain(st, used).await {
+            tracing::warn!(reason = %e.reason, message = %e.message, "a session's use could not be recorded");
+        }
+    }
+    Ok(actor)
 }
 
 /// Compares two digests in constant time.
@@ -193,16 +203,18 @@ async fn open_session(
         let msg = format!("ttl_s must be 1..={}", SESSION_TTL_MAX_MS / 1000);
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, msg).into());
     }
-    let (answer, _) = open(&st, &name, ttl_s * 1000).await?;
+    let idle_ms = b.idle_s.unwrap_or(0).saturating_mul(1000);
+    let (answer, _) = open(&st, &name, ttl_s * 1000, idle_ms).await?;
     Ok(Json(answer))
 }
 
-/// Records a new session of `operator` living `ttl_ms`: its answer (with the credential) and
-/// the session as recorded.
+/// Records a new session of `operator` living `ttl_ms`, ending after `idle_ms` unused (0: no
+/// idle limit): its answer (with the credential) and the session as recorded.
 pub(crate) async fn open(
     st: &AdminState,
     operator: &str,
     ttl_ms: u64,
+    idle_ms: u64,
 ) -> Result<(OperatorSessionAnswer, OperatorSessionV1), Rejection> {
     let session_id = uuid::Uuid::new_v4().simple().to_string();
     let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
@@ -213,6 +225,8 @@ pub(crate) async fn open(
         secret_sha256: writ_api::oauth::digest(&secret),
         opened_at_ms: now,
         expires_at_ms: now + ttl_ms,
+        idle_timeout_ms: idle_ms,
+        last_used_at_ms: now,
     };
     let events = submit(st, Command::OpenOperatorSession { session }).await?;
     let recorded = events.iter().find_map(|e| match &e.event {

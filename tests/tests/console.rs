@@ -367,13 +367,18 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
         let r = http.get(format!("{origin}/console")).header("cookie", format!("writ_session={gone}")).send().await;
         assert_eq!(r.unwrap().status(), 303, "signed out everywhere");
     }
-    // A session past its lifetime is no session: the desk sends its browser to sign in again.
-    let brief = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "1s"]).trim().to_string();
-    writ_tests::eventually("the session expires", Duration::from_secs(20), || async {
-        let r = http.get(format!("{origin}/console")).header("cookie", format!("writ_session={brief}")).send().await;
-        (r.ok()?.status() == 303).then_some(())
-    })
-    .await;
+    // A session past its lifetime, or unused past its idle limit (long before its 10 minutes),
+    // is no session: the desk sends its browser to sign in again.
+    let brief = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "1s"]);
+    let idle = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "10m", "--idle", "1s"]);
+    for (what, credential) in [("expires", brief.trim()), ("goes idle", idle.trim())] {
+        writ_tests::eventually(&format!("the session {what}"), Duration::from_secs(20), || async {
+            let cookie = format!("writ_session={credential}");
+            let r = http.get(format!("{origin}/console")).header("cookie", cookie).send().await;
+            (r.ok()?.status() == 303).then_some(())
+        })
+        .await;
+    }
 
     // An admin revokes the demo agent's token from the tenant's page; the edge refuses it then.
     let desk = writ_tests::desk::Desk::sign_in(&dev).await;

@@ -39,8 +39,17 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             }
             // Opened at ledger time, so every replica expires it alike.
             let lifetime = session.expires_at_ms - session.opened_at_ms;
-            let session = OperatorSessionV1 { opened_at_ms: now, expires_at_ms: now + lifetime, ..session.clone() };
+            let session = OperatorSessionV1 {
+                opened_at_ms: now,
+                expires_at_ms: now + lifetime,
+                last_used_at_ms: now,
+                ..session.clone()
+            };
             Ok(vec![Event::OperatorSessionOpenedV1 { session }])
+        }
+        Command::UseOperatorSession { session_id } => {
+            state.operators.session(session_id, now)?;
+            Ok(vec![Event::OperatorSessionUsedV1 { session_id: session_id.clone(), at_ms: now }])
         }
         Command::SetConsoleSignIn { sign_in } => {
             if let Some(sign_in) = sign_in {
@@ -158,6 +167,7 @@ pub fn act_of(command: &Command) -> OperatorAct {
         | Command::OpenOperatorSession { .. }
         | Command::CloseOperatorSessions { .. }
         | Command::SetConsoleSignIn { .. }
+        | Command::UseOperatorSession { .. }
         | Command::Batch { .. } => OperatorAct::Administer,
         _ => OperatorAct::Configure,
     }

@@ -1176,6 +1176,8 @@ fn named_operators_act_within_their_role_and_scope() {
             secret_sha256: "0".repeat(64),
             opened_at_ms: 0,
             expires_at_ms: 1_000,
+            idle_timeout_ms: 0,
+            last_used_at_ms: 0,
         },
     };
     let by = |c: char, command: Command| Command::ByOperator {
@@ -1243,6 +1245,13 @@ fn named_operators_act_within_their_role_and_scope() {
     st.execute(&req(2_002, Command::RemoveOperator { name: "otto".into() }));
     let (outcome, _) = st.execute(&req(2_003, by('5', site("a", "s2"))));
     assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::OPERATOR_SESSION_INVALID, .. }));
+    // A recorded use: stamped at ledger time on every replica; an ended session takes none.
+    let (outcome, events) = st.execute(&req(2_004, Command::UseOperatorSession { session_id: "2".repeat(32) }));
+    assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::OPERATOR_SESSION_INVALID, .. }), "{events:?}");
+    st.execute(&req(2_005, session('6', "ann")));
+    let used = st.execute(&req(2_006, Command::UseOperatorSession { session_id: "6".repeat(32) })).1;
+    assert!(matches!(&used[0].event, Event::OperatorSessionUsedV1 { at_ms: 2_006, .. }), "{used:?}");
+    assert_eq!(st.operators.sessions[&"6".repeat(32)].last_used_at_ms, 2_006);
     // The operators survive an encode and decode (state format 14).
     let back = LedgerState::decode_versioned(&st.encode_versioned()).expect("decodes");
     assert_eq!(back.operators, st.operators);

@@ -193,6 +193,7 @@ impl LedgerState {
                 self.operators.close(operator, session_id.as_deref());
             }
             Event::ConsoleSignInSetV1 { sign_in } => self.operators.console_sign_in = sign_in.clone(),
+            Event::OperatorSessionUsedV1 { session_id, at_ms } => self.operators.used(session_id, *at_ms),
             Event::OperatorActedV1 { .. } => {}
             _ => return Err(CorruptEvent::new(env, "an event of another domain")),
         }

@@ -47,6 +47,9 @@ pub enum OperatorCmd {
         /// Lifetime (e.g. 8h; at most 12h).
         #[arg(long, value_parser = parse_duration_s)]
         ttl: Option<u64>,
+        /// How long it may go unused before it ends (e.g. 30m; default: no idle limit).
+        #[arg(long, value_parser = parse_duration_s)]
+        idle: Option<u64>,
     },
     /// Close one session of an operator, or all of them (sign out everywhere).
     SignOut {
@@ -122,9 +125,9 @@ pub(super) async fn operator_cmd(c: &AdminClient, out: Output, cmd: &OperatorCmd
             let gone: OperatorV1 = c.call(Method::DELETE, &path, None::<&()>).await.map_err(failed)?;
             show(out, &gone, |o| say!("removed operator {}", o.name))
         }
-        OperatorCmd::Session { name, ttl } => {
+        OperatorCmd::Session { name, ttl, idle } => {
             let path = format!("/v1/operators/{name}/sessions");
-            let request = OpenOperatorSessionRequest { ttl_s: *ttl };
+            let request = OpenOperatorSessionRequest { ttl_s: *ttl, idle_s: *idle };
             let answer: OperatorSessionAnswer = c.call(Method::POST, &path, Some(&request)).await.map_err(failed)?;
             show(out, &answer, |a| say!("{}", a.credential))
         }

@@ -30,8 +30,10 @@ use crate::service::{Actor, AdminState, Shared};
 
 /// The session cookie: a named operator's session credential.
 const SESSION_COOKIE: &str = "writ_session";
-/// How long a console session lives (the most a session may).
+/// How long a console session lives.
 const SESSION_TTL_MS: u64 = 8 * 3_600_000;
+/// How long a console session may go unused.
+const SESSION_IDLE_MS: u64 = 30 * 60_000;
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()

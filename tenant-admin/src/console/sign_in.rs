@@ -208,6 +208,6 @@ async fn signed_in(st: &AdminState, headers: &HeaderMap, answer: Callback) -> Re
     let operator = operator.ok_or_else(|| {
         failed(format!("no operator signs in as '{}' of this provider", writ_api::audit::truncated(&subject, 128)))
     })?;
-    let (answer, _) = crate::operators::open(st, &operator, SESSION_TTL_MS).await?;
+    let (answer, _) = crate::operators::open(st, &operator, SESSION_TTL_MS, super::SESSION_IDLE_MS).await?;
     Ok(answer.credential)
 }
