@@ -34,6 +34,8 @@ pub const RENEW_PROOF_SKEW_MS: u64 = 5 * 60 * 1000;
 pub const CERT_BACKDATE_MS: u64 = 5 * 60 * 1000;
 /// Longest PEM CSR (or certificate) a renewal carries.
 pub const RENEW_PEM_MAX_BYTES: usize = 8 * 1024;
+/// Longest renewal proof (base64 of a signature: 684 characters for RSA-4096).
+pub const RENEW_PROOF_MAX_BYTES: usize = 1024;
 /// A dispatch stream sends a heartbeat at least this often.
 pub const HEARTBEAT_MS: u64 = 2_000;
 

@@ -246,11 +246,16 @@ async fn renew(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<writ_api::executor::ForwardedRenewal>,
 ) -> Result<Json<EnrollResponse>, ApiError> {
-    use writ_api::executor::{renewal_message, RENEW_PEM_MAX_BYTES, RENEW_PROOF_SKEW_MS};
-    if b.certificate.len() > RENEW_PEM_MAX_BYTES || b.renewal.csr.len() > RENEW_PEM_MAX_BYTES {
+    use writ_api::executor::{renewal_message, RENEW_PEM_MAX_BYTES, RENEW_PROOF_MAX_BYTES, RENEW_PROOF_SKEW_MS};
+    if b.certificate.len() > RENEW_PEM_MAX_BYTES
+        || b.renewal.csr.len() > RENEW_PEM_MAX_BYTES
+        || b.renewal.proof.len() > RENEW_PROOF_MAX_BYTES
+    {
         return Err(ApiError::new(
             ReasonCode::INPUT_INVALID,
-            format!("certificate and CSR are at most {RENEW_PEM_MAX_BYTES} bytes of PEM"),
+            format!(
+                "certificate and CSR are at most {RENEW_PEM_MAX_BYTES} bytes of PEM, the proof {RENEW_PROOF_MAX_BYTES}"
+            ),
         ));
     }
     let current = writ_api::pem::first(&b.certificate, "CERTIFICATE")

@@ -459,7 +459,7 @@ fn schemas() -> Value {
             "renewal": {"type": "object", "additionalProperties": false, "required": ["csr", "issued_at_ms", "proof"], "properties": {
                 "csr": {"type": "string", "maxLength": 8192, "description": "PEM CERTIFICATE REQUEST of the new key"},
                 "issued_at_ms": {"type": "integer", "minimum": 0},
-                "proof": {"type": "string", "description": "base64 signature of the current key over writ/executor-renew/v1\\0<fingerprint>\\0<issued_at_ms>\\0<sha256 of the CSR DER, hex>"}}}}},
+                "proof": {"type": "string", "maxLength": 1024, "description": "base64 signature of the current key over writ/executor-renew/v1\\0<fingerprint>\\0<issued_at_ms>\\0<sha256 of the CSR DER, hex>"}}}}},
         "EnrollResponse": {"type": "object", "required": ["executor_id", "certificate", "ca_certificate", "fingerprint", "serial"], "properties": {
             "executor_id": {"type": "string"}, "tenant_id": {"type": "string"}, "site_id": {"type": "string"},
             "device_ids": {"type": "array", "items": {"type": "string"}}, "certificate": {"type": "string"},
