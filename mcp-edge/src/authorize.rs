@@ -304,16 +304,6 @@ fn waiting_redirect(edge: &Edge, tenant: &str, id: &str, browser: &str) -> Respo
     r
 }
 
-/// The value of cookie `name` in the request.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
-}
-
 /// `GET /t/{tenant}/oauth/authorize/wait?request=…`.
 async fn wait(
     State(edge): State<Arc<Edge>>,
@@ -341,7 +331,7 @@ async fn wait(
             "no such open authorization request (it may have expired)",
         );
     };
-    let browser = cookie(&headers, &cookie_name(id)).unwrap_or_default();
+    let browser = writ_client::cookie(&headers, &cookie_name(id)).unwrap_or_default();
     if digest(browser) != request.request.browser_digest {
         return refused_page(ReasonCode::OAUTH_GRANT_INVALID, "this request was made from another browser");
     }

@@ -36,6 +36,17 @@ pub fn http_status(reason: writ_api::ReasonCode) -> reqwest::StatusCode {
     reqwest::StatusCode::from_u16(reason.http_status()).expect("the reason catalog holds valid HTTP statuses")
 }
 
+/// The value of cookie `name` in a request's headers (exact name; the first one).
+pub fn cookie<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(reqwest::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find_map(|(k, v)| (k == name).then_some(v))
+}
+
 /// A rejection as an HTTP answer: its reason's status and the JSON error body.
 pub fn http_answer(r: &writ_api::Rejection) -> (reqwest::StatusCode, writ_api::dto::ErrorBody) {
     let body = writ_api::dto::ErrorBody {

@@ -100,15 +100,25 @@ impl axum::extract::FromRequestParts<Shared> for Desk {
     }
 }
 
+/// The session cookie holding `credential` for `max_age_ms` (an empty one for 0: cleared).
+pub(crate) fn session_cookie(credential: &str, max_age_ms: u64) -> String {
+    format!(
+        "{SESSION_COOKIE}={credential}; Path=/console; Max-Age={}; Secure; HttpOnly; SameSite=Strict",
+        max_age_ms / 1000
+    )
+}
+
+/// To the sign-in page, with the session cookie cleared.
+pub(crate) fn to_sign_in() -> Response {
+    let clear = session_cookie("", 0);
+    (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/sign-in".to_string()), (header::SET_COOKIE, clear)])
+        .into_response()
+}
+
 /// The desk of the caller's session cookie, or the way to the sign-in page.
 pub(crate) async fn desk(st: &AdminState, headers: &HeaderMap) -> Result<Desk, Response> {
-    let to_sign_in = || {
-        let clear = format!("{SESSION_COOKIE}=; Path=/console; Max-Age=0; Secure; HttpOnly; SameSite=Strict");
-        (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/sign-in".to_string()), (header::SET_COOKIE, clear)])
-            .into_response()
-    };
-    let credential = cookie(headers, SESSION_COOKIE).ok_or_else(to_sign_in)?;
-    match crate::operators::session_actor(st, &credential).await {
+    let credential = writ_client::cookie(headers, SESSION_COOKIE).ok_or_else(to_sign_in)?;
+    match crate::operators::session_actor(st, credential).await {
         Ok(actor @ Actor::Operator { .. }) => {
             let Actor::Operator { session_id, .. } = &actor else { unreachable!() };
             let (session_id, csrf) = (session_id.clone(), keyed(st, "csrf", session_id));
@@ -128,18 +138,6 @@ pub(crate) fn check_change(desk: &Desk, headers: &HeaderMap, csrf: &str) -> Resu
         return Err(Rejection::new(ReasonCode::CONSOLE_REQUEST_FORGED, "this change did not come from your console"));
     }
     Ok(())
-}
-
-/// A cookie's value.
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
 }
 
 /// HMAC-SHA256 (hex) of `purpose` and `text` under this node's console key (derived from its
@@ -243,7 +241,7 @@ mod tests {
     fn cookies_are_read_by_exact_name() {
         let mut headers = HeaderMap::new();
         headers.insert(header::COOKIE, HeaderValue::from_static("a=1; writ_session_x=2; writ_session=wos_3"));
-        assert_eq!(cookie(&headers, SESSION_COOKIE).as_deref(), Some("wos_3"));
-        assert_eq!(cookie(&headers, "b"), None);
+        assert_eq!(writ_client::cookie(&headers, SESSION_COOKIE), Some("wos_3"));
+        assert_eq!(writ_client::cookie(&headers, "b"), None);
     }
 }

@@ -194,7 +194,7 @@ pub(crate) fn table(heads: &[&str], rows: &[String], empty: &str) -> String {
 /// Server-sent events: `change` each time this node's replica moves, while the session stands.
 pub(crate) async fn events(State(st): State<Shared>, headers: HeaderMap) -> Response {
     let credential = match desk(&st, &headers).await {
-        Ok(_) => super::cookie(&headers, SESSION_COOKIE).unwrap_or_default(),
+        Ok(_) => writ_client::cookie(&headers, SESSION_COOKIE).unwrap_or_default().to_string(),
         Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
     };
     if STREAMS.fetch_add(1, Ordering::SeqCst) >= STREAMS_MAX {
@@ -279,9 +279,7 @@ async fn signed_out(st: &Shared, desk: Desk, headers: &HeaderMap, form: &ChangeF
     if let Err(r) = acting(desk.actor.clone(), submit(st, close)).await {
         return refusal(Some(&desk), &r);
     }
-    let clear = format!("{SESSION_COOKIE}=; Path=/console; Max-Age=0; Secure; HttpOnly; SameSite=Strict");
-    (StatusCode::SEE_OTHER, [(header::LOCATION, "/console/sign-in".to_string()), (header::SET_COOKIE, clear)])
-        .into_response()
+    super::to_sign_in()
 }
 
 fn unexpected() -> Rejection {

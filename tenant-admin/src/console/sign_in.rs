@@ -13,7 +13,7 @@ use writ_api::{ReasonCode, Rejection};
 use writ_client::discovery::{redeem_sign_in_code, sign_in_provider};
 use writ_client::now_ms;
 
-use super::{cookie, esc, keyed, page, refusal, SESSION_COOKIE, SESSION_TTL_MS};
+use super::{esc, keyed, page, refusal, session_cookie, SESSION_TTL_MS};
 use crate::service::{AdminState, Shared};
 
 /// The cookie holding a sign-in under way: state, nonce, PKCE verifier, expiry, and their MAC.
@@ -70,10 +70,7 @@ pub(crate) async fn with_credential(
     let credential = form.credential.trim();
     match crate::operators::session_actor(&st, credential).await {
         Ok(crate::service::Actor::Operator { .. }) => {
-            let session = format!(
-                "{SESSION_COOKIE}={credential}; Path=/console; Max-Age={}; Secure; HttpOnly; SameSite=Strict",
-                SESSION_TTL_MS / 1000
-            );
+            let session = session_cookie(credential, SESSION_TTL_MS);
             (StatusCode::SEE_OTHER, [(header::LOCATION, "/console".to_string()), (header::SET_COOKIE, session)])
                 .into_response()
         }
@@ -144,10 +141,7 @@ pub(crate) struct Callback {
 pub(crate) async fn callback(State(st): State<Shared>, headers: HeaderMap, Query(answer): Query<Callback>) -> Response {
     match signed_in(&st, &headers, answer).await {
         Ok(credential) => {
-            let session = format!(
-                "{SESSION_COOKIE}={credential}; Path=/console; Max-Age={}; Secure; HttpOnly; SameSite=Strict",
-                SESSION_TTL_MS / 1000
-            );
+            let session = session_cookie(&credential, SESSION_TTL_MS);
             let done = format!("{SIGN_IN_COOKIE}=; Path=/console; Max-Age=0; Secure; HttpOnly; SameSite=Lax");
             // A page of this origin moves on to the desk: a redirect chain that began at the
             // provider would not carry the SameSite=Strict cookie.
@@ -172,7 +166,8 @@ async fn signed_in(st: &AdminState, headers: &HeaderMap, answer: Callback) -> Re
     if let Some(error) = answer.error {
         return Err(failed(format!("the provider answered {}", writ_api::audit::truncated(&error, 64))));
     }
-    let sealed = cookie(headers, SIGN_IN_COOKIE).ok_or_else(|| failed("this browser started no sign-in"))?;
+    let sealed =
+        writ_client::cookie(headers, SIGN_IN_COOKIE).ok_or_else(|| failed("this browser started no sign-in"))?;
     let (sealed, mac) = sealed.rsplit_once('.').ok_or_else(|| failed("the sign-in cookie is malformed"))?;
     if !crate::operators::same_digest(mac.as_bytes(), keyed(st, "sign-in", sealed).as_bytes()) {
         return Err(failed("the sign-in cookie was not made here"));
