@@ -127,6 +127,43 @@ pub struct Executor {
     pub revision: u64,
 }
 
+/// Whether an executor is connected to an edge, as the edges say (SPEC O3's executor
+/// liveness): an edge records a dispatch stream when it opens and when it closes, and confirms
+/// an open one every [`PRESENCE_CONFIRM_MS`]; a connection not confirmed for
+/// [`PRESENCE_STALE_MS`] is reported as stale (its edge may be gone). The operation last
+/// dispatched to the executor is kept with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorPresenceV1 {
+    /// The edge whose dispatch stream the executor holds (or last held).
+    pub edge_id: String,
+    pub connected: bool,
+    /// When the connection (or disconnection) began, ledger time.
+    pub since_ms: u64,
+    /// When an edge last said so.
+    pub confirmed_at_ms: u64,
+    /// The operation last dispatched to the executor and when.
+    pub last_dispatch: Option<(String, u64)>,
+}
+
+/// How often an edge confirms an open dispatch stream.
+pub const PRESENCE_CONFIRM_MS: u64 = 120_000;
+/// Unconfirmed for this long, a connection is stale.
+pub const PRESENCE_STALE_MS: u64 = 3 * PRESENCE_CONFIRM_MS;
+
+impl ExecutorPresenceV1 {
+    /// The executor's liveness in words at time `now`.
+    pub fn liveness(&self, now: u64) -> String {
+        let ago = |at: u64| format!("{} s ago", now.saturating_sub(at) / 1000);
+        match self.connected {
+            true if now.saturating_sub(self.confirmed_at_ms) > PRESENCE_STALE_MS => {
+                format!("stale: edge {} last confirmed it {}", self.edge_id, ago(self.confirmed_at_ms))
+            }
+            true => format!("connected to edge {} (confirmed {})", self.edge_id, ago(self.confirmed_at_ms)),
+            false => format!("disconnected from edge {} {}", self.edge_id, ago(self.since_ms)),
+        }
+    }
+}
+
 /// A tenant's executor CA certificate (one per node that signs enrollments; each node derives
 /// its own CA key, and the ledger holds every CA certificate executors may chain to).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -640,6 +640,10 @@ pub struct NodeStatus {
     /// with STORAGE_FULL (`writ_node::storage`).
     #[serde(default)]
     pub storage_alarm: bool,
+    /// The other members whose storage alarm was on when they last said (each member asks the
+    /// others every few seconds): the leader refuses writes while this is not empty either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub short_members: Vec<u64>,
 }
 
 fn first_ledger_version() -> u32 {

@@ -537,6 +537,14 @@ pub enum Command {
     UseOperatorSession {
         session_id: String,
     },
+    /// An edge says an executor's dispatch stream opened (or is still open) or closed
+    /// (`crate::device::ExecutorPresenceV1`); submitted by that edge under its own id.
+    SetExecutorPresence {
+        tenant_id: String,
+        executor_id: String,
+        edge_id: String,
+        connected: bool,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -565,8 +573,9 @@ pub struct BatchedCommand {
 /// 11: the tenants' own authorization servers (`Command::SetOAuthClient`,
 /// `Command::RemoveOAuthClient`, `Command::OAuthGrant`) and their settings
 /// (`Command::SetOAuthSettings`). 12: named operators, their sessions and acts
-/// (`Command::SetOperator`, `Command::ByOperator`, …).
-pub const LEDGER_VERSION: u32 = 12;
+/// (`Command::SetOperator`, `Command::ByOperator`, …). 13: executor presence
+/// (`Command::SetExecutorPresence`).
+pub const LEDGER_VERSION: u32 = 13;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -629,7 +638,8 @@ impl Command {
             | Command::RevokeExecutor { .. }
             | Command::RegisterExecutorCa { .. }
             | Command::RenewExecutorCertificate { .. }
-            | Command::RetireExecutorCa { .. } => Domain::Executor,
+            | Command::RetireExecutorCa { .. }
+            | Command::SetExecutorPresence { .. } => Domain::Executor,
             Command::RecordDecisions { .. } => Domain::Audit,
             Command::SetPrincipalQuotas { .. }
             | Command::SetPrincipalQuotasV2 { .. }
@@ -809,6 +819,7 @@ impl Command {
             | Command::CloseOperatorSessions { .. }
             | Command::SetConsoleSignIn { .. }
             | Command::UseOperatorSession { .. } => 12,
+            Command::SetExecutorPresence { .. } => 13,
             Command::CreateTenantWith { .. }
             | Command::SetAnonymousAccess { .. }
             | Command::CreatePrincipalWith { .. } => 8,
@@ -1087,6 +1098,7 @@ impl Command {
             Command::CloseOperatorSessions { .. } => "close_operator_sessions",
             Command::SetConsoleSignIn { .. } => "set_console_sign_in",
             Command::UseOperatorSession { .. } => "use_operator_session",
+            Command::SetExecutorPresence { .. } => "set_executor_presence",
             Command::CreateWork { .. } => "create_work",
             Command::GrantScope { .. } => "grant_scope",
             Command::DeleteTenant { .. } => "delete_tenant",
@@ -1169,7 +1181,8 @@ impl Command {
             | Command::RemoveUpstream { tenant_id, .. }
             | Command::ObserveUpstreamTools { tenant_id, .. }
             | Command::ApproveUpstreamTools { tenant_id, .. }
-            | Command::SetUpstreamFuse { tenant_id, .. } => tenant_id,
+            | Command::SetUpstreamFuse { tenant_id, .. }
+            | Command::SetExecutorPresence { tenant_id, .. } => tenant_id,
             Command::RegisterSigningKey { .. }
             | Command::RetireSigningKey { .. }
             | Command::RevokeRoleCertificate { .. }
@@ -1622,6 +1635,16 @@ pub enum Event {
         session_id: String,
         at_ms: u64,
     },
+    /// An executor's connection as its edge said at `at_ms`; `changed`: it connected,
+    /// disconnected or moved to another edge (audited), else a confirmation (not audited).
+    ExecutorPresenceV1 {
+        tenant_id: String,
+        executor_id: String,
+        edge_id: String,
+        connected: bool,
+        changed: bool,
+        at_ms: u64,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1679,6 +1702,7 @@ impl Event {
             | Event::ExecutorCaRegisteredV1 { .. }
             | Event::ExecutorCertRenewedV1 { .. }
             | Event::ExecutorCaRetiredV1 { .. }
+            | Event::ExecutorPresenceV1 { .. }
             | Event::RoleCertificateRevokedV1 { .. }
             | Event::RequestDecidedV1 { .. }
             | Event::RequestsDecidedV1 { .. }
@@ -1814,6 +1838,7 @@ impl Event {
             Event::OperatorSessionsClosedV1 { .. } => "operator_sessions_closed",
             Event::ConsoleSignInSetV1 { .. } => "console_sign_in_set",
             Event::OperatorSessionUsedV1 { .. } => "operator_session_used",
+            Event::ExecutorPresenceV1 { .. } => "executor_presence",
             Event::OperatorActedV1 { .. } => "operator_acted",
         }
     }

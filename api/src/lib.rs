@@ -139,7 +139,9 @@ pub mod format {
     /// 13: then by the tenants' own authorization servers (`LedgerState::oauth`).
     /// 14: sections — format 13's body with its length in front, then the operators
     /// (`LedgerState::operators`).
-    pub const STATE_FORMAT_VERSION: u32 = 14;
+    /// 15: every section with its length in front, then the executors' presence
+    /// (`LedgerState::executor_presence`).
+    pub const STATE_FORMAT_VERSION: u32 = 15;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

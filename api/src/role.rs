@@ -78,6 +78,7 @@ impl Role {
                         | Command::RefuseDispatchV2 { .. }
                         | Command::StoreEvidence { by: crate::evidence::Uploader::Executor { .. }, .. }
                         | Command::SetUpstreamFuse { .. }
+                        | Command::SetExecutorPresence { .. }
                 ) || matches!(
                     // A principal's act only with the authority it was admitted under (the ledger
                     // re-checks it), never bare.

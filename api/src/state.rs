@@ -150,6 +150,10 @@ pub struct LedgerState {
     /// after the format-13 body (state format 14).
     #[serde(skip)]
     pub operators: crate::operator::Operators,
+    /// Tenant id → executor id → its connection as the edges last said
+    /// ([`crate::device::ExecutorPresenceV1`]): a section of its own (state format 15).
+    #[serde(skip)]
+    pub executor_presence: BTreeMap<String, BTreeMap<String, crate::device::ExecutorPresenceV1>>,
     /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
     /// inputs of operations that are no longer live, and its fold drops an operation's inputs
     /// when it stops being live. Never encoded: a node's state is never a projection.
@@ -435,7 +439,8 @@ impl LedgerState {
             | Event::ExecutorRevokedV1 { .. }
             | Event::ExecutorCertRenewedV1 { .. }
             | Event::ExecutorCaRegisteredV1 { .. }
-            | Event::ExecutorCaRetiredV1 { .. } => self.fold_executor(env),
+            | Event::ExecutorCaRetiredV1 { .. }
+            | Event::ExecutorPresenceV1 { .. } => self.fold_executor(env),
             Event::OperationProposedV1 { .. }
             | Event::ProposalUsedV1 { .. }
             | Event::OperationSubmittedV1 { .. }
@@ -522,6 +527,7 @@ impl LedgerState {
         self.anonymous.remove(tenant_id);
         self.sessions.remove(tenant_id);
         self.oauth.remove(tenant_id);
+        self.executor_presence.remove(tenant_id);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =
@@ -780,15 +786,18 @@ impl LedgerState {
     /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
     /// adds the anonymous access of edges, format 11 the records of MCP sessions, format 12 the
     /// sources of tenant issuers known by their URL, format 13 the tenants' own authorization
-    /// servers. From format 14 on, the body is sections: format 13's body with its length
-    /// (u64 LE) in front, then one section per domain added since — the operators (14).
+    /// servers. From format 14 on, the body is sections: each section's length (u64 LE), then
+    /// its bytes — format 13's body, then one section per domain added since: the operators
+    /// (14), the executors' presence (15). Format 14 wrote its last section without a length.
     pub fn encode(&self) -> Vec<u8> {
         let base = self.encode_base();
         let operators = crate::encode(&self.operators).expect("operators are always encodable");
-        let mut out = Vec::with_capacity(8 + base.len() + operators.len());
-        out.extend_from_slice(&(base.len() as u64).to_le_bytes());
-        out.extend_from_slice(&base);
-        out.extend_from_slice(&operators);
+        let presence = crate::encode(&self.executor_presence).expect("presence is always encodable");
+        let mut out = Vec::with_capacity(24 + base.len() + operators.len() + presence.len());
+        for section in [&base, &operators, &presence] {
+            out.extend_from_slice(&(section.len() as u64).to_le_bytes());
+            out.extend_from_slice(section);
+        }
         out
     }
 
@@ -817,12 +826,26 @@ impl LedgerState {
             return LedgerState::decode_base(version, body, bounded);
         }
         let undecodable = |what: &str| format!("undecodable ledger state (format {version}): {what}");
-        let (len, rest) = body.split_at_checked(8).ok_or_else(|| undecodable("no section length"))?;
-        let len = usize::try_from(u64::from_le_bytes(len.try_into().expect("8 bytes"))).unwrap_or(usize::MAX);
-        let (base, operators) = rest.split_at_checked(len).ok_or_else(|| undecodable("a section is truncated"))?;
-        let mut state = LedgerState::decode_base(13, base, bounded)?;
-        let operators = if bounded { crate::decode(operators) } else { crate::decode_unbounded(operators) };
-        state.operators = operators.map_err(|e| undecodable(&e.to_string()))?;
+        let mut rest = body;
+        let mut section = |last: bool| -> Result<&[u8], String> {
+            if last {
+                return Ok(std::mem::take(&mut rest));
+            }
+            let (len, after) = rest.split_at_checked(8).ok_or_else(|| undecodable("no section length"))?;
+            let len = usize::try_from(u64::from_le_bytes(len.try_into().expect("8 bytes"))).unwrap_or(usize::MAX);
+            let (bytes, after) = after.split_at_checked(len).ok_or_else(|| undecodable("a section is truncated"))?;
+            rest = after;
+            Ok(bytes)
+        };
+        fn dec<T: serde::de::DeserializeOwned>(bytes: &[u8], bounded: bool) -> Result<T, String> {
+            let decoded = if bounded { crate::decode(bytes) } else { crate::decode_unbounded(bytes) };
+            decoded.map_err(|e| e.to_string())
+        }
+        let mut state = LedgerState::decode_base(13, section(false)?, bounded)?;
+        state.operators = dec(section(version == 14)?, bounded).map_err(|e| undecodable(&e))?;
+        if version >= 15 {
+            state.executor_presence = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
+        }
         Ok(state)
     }
 

@@ -18,6 +18,8 @@ pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<
         Event::RequestsDecidedV1 { decisions, .. } => {
             decisions.iter().zip(first_seq..).map(|(d, seq)| decision_record(env, d, tenant_id, seq)).collect()
         }
+        // A connection confirmed every few minutes would flood the trail: only changes are kept.
+        Event::ExecutorPresenceV1 { changed: false, .. } => Vec::new(),
         _ => vec![record_for(env, tenant_id, first_seq)],
     }
 }
@@ -142,7 +144,8 @@ fn subject(event: &Event) -> Subject {
         | Event::ExecutorRevokedV1 { .. }
         | Event::ExecutorCaRegisteredV1 { .. }
         | Event::ExecutorCertRenewedV1 { .. }
-        | Event::ExecutorCaRetiredV1 { .. } => ("executor", None, None, None),
+        | Event::ExecutorCaRetiredV1 { .. }
+        | Event::ExecutorPresenceV1 { .. } => ("executor", None, None, None),
         Event::RequestDecidedV1 { .. } | Event::RequestsDecidedV1 { .. } => ("request", None, None, None),
         Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
             ("principal", Some(principal_id.clone()), None, None)

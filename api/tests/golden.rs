@@ -1265,6 +1265,27 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::SetConsoleSignIn { sign_in: Some(console_sign_in()) }),
             Some(env(86, 5, Event::ConsoleSignInSetV1 { sign_in: Some(console_sign_in()) })),
         ),
+        (
+            "executor_presence_v1",
+            req(Command::SetExecutorPresence {
+                tenant_id: "t-1".into(),
+                executor_id: "x-1".into(),
+                edge_id: "edge-1:8443".into(),
+                connected: true,
+            }),
+            Some(env(
+                88,
+                91,
+                Event::ExecutorPresenceV1 {
+                    tenant_id: "t-1".into(),
+                    executor_id: "x-1".into(),
+                    edge_id: "edge-1:8443".into(),
+                    connected: true,
+                    changed: true,
+                    at_ms: 1_700_000_000_000,
+                },
+            )),
+        ),
     ]
 }
 
@@ -1700,6 +1721,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
             "operator_session_used_v1",
         ],
     ),
+    // Executor presence came with state format 15.
+    (14, &["executor_presence_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).
@@ -1782,6 +1805,17 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
         oauth.refresh_tokens.insert("rt-1".into(), refresh_token());
         oauth.assertions.insert(writ_api::oauth::assertion_key("agent", "j-1"), 1_700_000_300_000);
     }
+    if format >= 15 {
+        // And an executor's connection (set as written, its tenant being deleted).
+        let presence = writ_api::device::ExecutorPresenceV1 {
+            edge_id: "edge-1:8443".into(),
+            connected: true,
+            since_ms: 1_700_000_000_000,
+            confirmed_at_ms: 1_700_000_120_000,
+            last_dispatch: Some(("op-1".into(), 1_700_000_060_000)),
+        };
+        state.executor_presence.entry("t-1".into()).or_default().insert("x-1".into(), presence);
+    }
     state
 }
 
@@ -1802,6 +1836,7 @@ fn the_state_format_is_versioned_and_pinned() {
     assert!(!state.compacted.is_empty() && !state.evidence.is_empty(), "the sample state holds evidence and bindings");
     assert!(!state.operators.sessions.is_empty(), "the sample state holds an operator and a session");
     assert!(state.operators.console_sign_in.is_some(), "the sample state holds the console's sign-in provider");
+    assert!(!state.executor_presence.is_empty(), "the sample state holds an executor's connection");
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
     assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);

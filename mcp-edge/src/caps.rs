@@ -31,6 +31,11 @@ impl StreamCaps {
         *n += 1;
         Some(StreamPermit { caps: self.clone(), key })
     }
+
+    /// How many streams `key` holds open.
+    pub fn open(&self, key: &str) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied().unwrap_or(0)
+    }
 }
 
 impl Drop for StreamPermit {

@@ -75,6 +75,43 @@ struct Gate {
     streams: crate::caps::StreamCaps,
     /// Where certificate renewals go (none: this edge does not renew).
     admin: Option<AdminForward>,
+    /// This edge's id, under which it records executors' connections.
+    edge_id: String,
+    /// What this edge says of executors' connections, submitted in order by one task.
+    presence: tokio::sync::mpsc::Sender<Command>,
+}
+
+/// Connection records waiting to be submitted; beyond, one is dropped (logged): the next
+/// confirmation says it again.
+const PRESENCE_QUEUED_MAX: usize = 1024;
+
+impl Gate {
+    /// Says that `who` is (still) connected to this edge, or no longer.
+    fn say_presence(&self, who: &Identity, connected: bool) {
+        let command = Command::SetExecutorPresence {
+            tenant_id: who.tenant_id.clone(),
+            executor_id: who.executor_id.clone(),
+            edge_id: self.edge_id.clone(),
+            connected,
+        };
+        if self.presence.try_send(command).is_err() {
+            tracing::warn!(executor = %who.executor_id, connected, "connection record dropped: the queue is full");
+        }
+    }
+}
+
+/// Submits connection records in order, each retried a few times (logged when it gives up).
+async fn submit_presence(ledger: Arc<dyn Ledger>, mut records: tokio::sync::mpsc::Receiver<Command>) {
+    while let Some(command) = records.recv().await {
+        for attempt in 0..5u32 {
+            let req = SubmitRequest::new(uuid::Uuid::new_v4().to_string(), command.clone());
+            match ledger.submit(req).await {
+                Ok(_) => break,
+                Err(e) if attempt == 4 => tracing::warn!(error = %e.message, "recording a connection failed"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200 << attempt)).await,
+            }
+        }
+    }
 }
 
 /// Default window over which handshakes refused at the TLS layer are audited: one aggregate
@@ -239,15 +276,18 @@ fn offers<'a>(state: &'a LedgerState, who: &Identity) -> Vec<&'a Operation> {
 }
 
 impl ExecutorGate {
-    /// A gate whose TLS refusals are audited once per claimed tenant and `refusal_window`, and
-    /// which forwards certificate renewals through `admin` (none: it does not renew).
+    /// A gate of edge `edge_id` whose TLS refusals are audited once per claimed tenant and
+    /// `refusal_window`, and which forwards certificate renewals through `admin` (none: it does
+    /// not renew).
     pub fn new(
         ledger: Arc<dyn Ledger>,
         verifier: Verifier,
         audit: AuditSink,
-        refusal_window: std::time::Duration,
+        (edge_id, refusal_window): (String, std::time::Duration),
         admin: Option<AdminForward>,
     ) -> ExecutorGate {
+        let (presence, records) = tokio::sync::mpsc::channel(PRESENCE_QUEUED_MAX);
+        tokio::spawn(submit_presence(ledger.clone(), records));
         let inner = Arc::new(Gate {
             ledger,
             verifier,
@@ -255,6 +295,8 @@ impl ExecutorGate {
             tls_refusals: Default::default(),
             streams: Default::default(),
             admin,
+            edge_id,
+            presence,
         });
         let window = refusal_window.max(std::time::Duration::from_secs(1));
         tokio::spawn(aggregate_tls_refusals(Arc::downgrade(&inner), window));
@@ -588,9 +630,13 @@ async fn dispatch_stream(State(g): State<ExecutorGate>, Extension(peer): Extensi
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         // The executor's slot is held as long as the stream is fed.
-        let _permit = permit;
         metrics::gauge!("writ_edge_dispatch_streams_open").increment(1.0);
-        feed(g, peer, who, tx).await;
+        let key = format!("{}/{}", who.tenant_id, who.executor_id);
+        feed(g.clone(), peer, &who, tx).await;
+        drop(permit);
+        if g.inner.streams.open(&key) == 0 {
+            g.inner.say_presence(&who, false);
+        }
         metrics::gauge!("writ_edge_dispatch_streams_open").decrement(1.0);
     });
     let body =
@@ -615,7 +661,7 @@ fn line(frame: &DispatchFrame) -> Bytes {
 /// dispatch changes: an event about one operation looks at that operation only; everything is
 /// looked at when the stream opens, on each heartbeat, after a change to the tenant's executors
 /// or a snapshot, and when the stream fell behind the changes.
-async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::sync::mpsc::Sender<Bytes>) {
+async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: &Identity, tx: tokio::sync::mpsc::Sender<Bytes>) {
     let verifier = &g.inner.verifier;
     // Subscribed before the first look, so no change falls between the two.
     let mut changes = verifier.dispatch_changes();
@@ -628,6 +674,9 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
     if tx.send(line(&hello)).await.is_err() {
         return;
     }
+    g.inner.say_presence(who, true);
+    let confirm_every = Duration::from_millis(writ_api::device::PRESENCE_CONFIRM_MS);
+    let mut confirmed = Instant::now();
     // Offered on this stream, and when.
     let mut offered: BTreeMap<String, Instant> = BTreeMap::new();
     let mut look = Look { everything: true, touched: BTreeSet::new() };
@@ -638,7 +687,7 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
         if look.everything || !look.touched.is_empty() {
             let checked = verifier.with_state(|s| {
                 identify(s, &peer.0, now_ms())?;
-                Ok::<_, Refusal>(look.offers(s, &who, &mut offered))
+                Ok::<_, Refusal>(look.offers(s, who, &mut offered))
             });
             look = Look { everything: false, touched: BTreeSet::new() };
             let end = match (&checked, verifier.is_current()) {
@@ -659,9 +708,13 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
             }
         }
         tokio::select! {
-            change = changes.recv() => if !look.take(&who, change) { return },
+            change = changes.recv() => if !look.take(who, change) { return },
             _ = tick.tick() => {
                 look.everything = true;
+                if confirmed.elapsed() >= confirm_every {
+                    g.inner.say_presence(who, true);
+                    confirmed = Instant::now();
+                }
                 if tx.send(line(&DispatchFrame::Heartbeat { now_ms: now_ms() })).await.is_err() {
                     return;
                 }
@@ -675,7 +728,7 @@ async fn feed(g: ExecutorGate, peer: ExecutorPeer, who: Identity, tx: tokio::syn
                 Err(tokio::sync::broadcast::error::TryRecvError::Closed) => return,
                 Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => look.everything = true,
                 Ok(change) => {
-                    look.take(&who, Ok(change));
+                    look.take(who, Ok(change));
                 }
             }
         }

@@ -513,7 +513,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
                 ledger.clone(),
                 verifier.clone(),
                 audit.clone(),
-                x.refusal_window,
+                (config.edge_id.clone(), x.refusal_window),
                 Some(to_admin.clone()),
             );
             let ca_pem = tls.ca_pem.clone();

@@ -407,11 +407,16 @@ async fn client_submit(
     if !identity.role.may_submit(&req.command) {
         return Err(forbidden(&identity, format!("submit {}", req.command.kind())));
     }
-    // An edge records its own upstream fuses only, under the id its certificate names.
-    let innermost = req.command.innermost();
-    if let (Role::Edge, writ_api::ledger::Command::SetUpstreamFuse { edge_id, .. }) = (identity.role, innermost) {
+    // An edge records its own upstream fuses and executor connections only, under the id its
+    // certificate names.
+    let edge_id = match req.command.innermost() {
+        writ_api::ledger::Command::SetUpstreamFuse { edge_id, .. }
+        | writ_api::ledger::Command::SetExecutorPresence { edge_id, .. } => Some(edge_id),
+        _ => None,
+    };
+    if let (Role::Edge, Some(edge_id)) = (identity.role, edge_id) {
         if *edge_id != identity.id {
-            return Err(forbidden(&identity, format!("record the upstream fuse of edge '{edge_id}'")));
+            return Err(forbidden(&identity, format!("record '{}' for edge '{edge_id}'", req.command.kind())));
         }
     }
     // An edge performs upstream operations under its own certificate's id only.

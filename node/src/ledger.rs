@@ -1132,6 +1132,7 @@ impl LedgerNode {
             ledger_version: self.ledger_version,
             event_floor: applied.event_floor,
             storage_alarm: self.storage.alarm(),
+            short_members: self.short_members(),
         };
         drop(applied);
         NodeStatus { state_digest: encoded.map(|e| writ_api::sha256_hex(&e)).unwrap_or_default(), ..status }

@@ -45,6 +45,16 @@ fn another_edges_fuse(tenant_id: &str) -> Command {
     Command::SetUpstreamFuse { tenant_id: tenant_id.into(), name: "shop".into(), edge_id: "another-edge".into(), fuse }
 }
 
+/// An executor's connection to the edge `another-edge`, as if that edge said so.
+fn another_edges_presence(tenant_id: &str) -> Command {
+    Command::SetExecutorPresence {
+        tenant_id: tenant_id.into(),
+        executor_id: "x-1".into(),
+        edge_id: "another-edge".into(),
+        connected: true,
+    }
+}
+
 /// A start of a missing operation claimed for `claimant`.
 fn start_as(claimant: &str, tenant_id: &str) -> Command {
     Command::StartAttempt {
@@ -117,8 +127,10 @@ async fn every_client_and_raft_route_refuses_callers_without_the_right_role() {
         ("/raft/vote", json!({})),
         ("/raft/pre-vote", json!({})),
         ("/raft/append", json!({})),
-        // It records its own upstream fuses and performs upstream operations as itself only.
+        // It records its own upstream fuses and executor connections, and performs upstream
+        // operations as itself only.
         ("/client/submit", submit(another_edges_fuse(&tenant_id))),
+        ("/client/submit", submit(another_edges_presence(&tenant_id))),
         ("/client/submit", submit(start_as("edge:another-edge", &tenant_id))),
     ];
     for (path, body) in &refused {

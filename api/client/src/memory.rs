@@ -190,6 +190,7 @@ impl MemoryLedger {
             ledger_version: writ_api::ledger::LEDGER_VERSION,
             event_floor: 1,
             storage_alarm: false,
+            short_members: Vec::new(),
         }
     }
 

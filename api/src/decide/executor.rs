@@ -23,8 +23,50 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         Command::RegisterExecutorCa { .. } => register_executor_ca(state, cmd, now),
         Command::RenewExecutorCertificate { .. } => renew_executor_certificate(state, cmd, now),
         Command::RetireExecutorCa { .. } => retire_executor_ca(state, cmd, now),
+        Command::SetExecutorPresence { .. } => set_presence(state, cmd, now),
         other => Err(misrouted(other)),
     }
+}
+
+/// An edge's word on an executor's dispatch stream. Nothing is recorded when it would change
+/// nothing: a confirmation sooner than half the confirmation period after the last one, or a
+/// disconnection from an edge the executor has since left (a late close must not hide the
+/// newer connection).
+fn set_presence(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+    use crate::device::PRESENCE_CONFIRM_MS;
+    let Command::SetExecutorPresence { tenant_id, executor_id, edge_id, connected } = cmd else {
+        return Err(misrouted(cmd));
+    };
+    existing(state, tenant_id)?;
+    let edge_ok = !edge_id.is_empty()
+        && edge_id.len() <= super::upstream::EDGE_ID_BYTES_MAX
+        && edge_id.bytes().all(|b| b.is_ascii_graphic());
+    if !edge_ok {
+        let msg = format!("edge id must be 1..={} visible characters", super::upstream::EDGE_ID_BYTES_MAX);
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, msg));
+    }
+    match state.executors.get(tenant_id).and_then(|m| m.get(executor_id)) {
+        None => return Err(Rejection::new(ReasonCode::EXECUTOR_NOT_FOUND, format!("no executor '{executor_id}'"))),
+        Some(x) if x.revoked_at_ms.is_some() && *connected => {
+            return Err(Rejection::new(ReasonCode::EXECUTOR_REVOKED, "the executor is revoked"))
+        }
+        Some(_) => {}
+    }
+    let was = state.executor_presence.get(tenant_id).and_then(|m| m.get(executor_id));
+    let same = was.is_some_and(|p| p.connected == *connected && p.edge_id == *edge_id);
+    let recent = was.is_some_and(|p| now.saturating_sub(p.confirmed_at_ms) < PRESENCE_CONFIRM_MS / 2);
+    let left = !*connected && was.is_some_and(|p| p.edge_id != *edge_id);
+    if (same && recent) || left {
+        return Ok(Vec::new());
+    }
+    Ok(vec![Event::ExecutorPresenceV1 {
+        tenant_id: tenant_id.clone(),
+        executor_id: executor_id.clone(),
+        edge_id: edge_id.clone(),
+        connected: *connected,
+        changed: !same,
+        at_ms: now,
+    }])
 }
 
 /// A one-time, expiring enrollment for a site's devices.

@@ -379,8 +379,51 @@ fn executor_certificates_renew_from_a_mapped_certificate_until_revoked() {
     assert_eq!(refused(&st, renew(4, expired)), Some(ReasonCode::INPUT_INVALID));
     let foreign_ca = ExecutorCertV1 { ca_fingerprint: "ff".repeat(32), ..cert(5) };
     assert_eq!(refused(&st, renew(4, foreign_ca)), Some(ReasonCode::INPUT_INVALID));
+    executor_presence_is_what_its_edges_say(&mut st);
     ok(&mut st, Command::RevokeExecutor { tenant_id: "a".into(), executor_id: "x".into() });
     assert_eq!(refused(&st, renew(4, cert(5))), Some(ReasonCode::EXECUTOR_REVOKED));
+    let reconnect = presence("x", "e1", true);
+    assert_eq!(refused(&st, reconnect), Some(ReasonCode::EXECUTOR_REVOKED), "a revoked executor connects no more");
+}
+
+fn presence(executor: &str, edge: &str, connected: bool) -> Command {
+    Command::SetExecutorPresence {
+        tenant_id: "a".into(),
+        executor_id: executor.into(),
+        edge_id: edge.into(),
+        connected,
+    }
+}
+
+/// Edges say when executor `x` of tenant `a` opens and closes its dispatch stream: a change is
+/// audited, a confirmation is kept at most once per half period and not audited, and a late
+/// close from an edge the executor has left changes nothing.
+fn executor_presence_is_what_its_edges_say(st: &mut LedgerState) {
+    use crate::device::PRESENCE_CONFIRM_MS;
+    let reason = |st: &LedgerState, cmd: Command| decide(st, &cmd, 10_000).err().map(|r| r.reason);
+    assert_eq!(reason(st, presence("y", "e1", true)), Some(ReasonCode::EXECUTOR_NOT_FOUND));
+    assert_eq!(reason(st, presence("x", "", true)), Some(ReasonCode::INPUT_INVALID));
+    assert_eq!(reason(st, presence("x", "e\n1", true)), Some(ReasonCode::INPUT_INVALID));
+    let audited = |st: &LedgerState| st.audit["a"].next_seq;
+    let before = audited(st);
+    st.execute(&req(10_000, presence("x", "e1", true)));
+    let now = |st: &LedgerState| st.executor_presence["a"]["x"].clone();
+    assert_eq!((now(st).connected, now(st).since_ms, audited(st)), (true, 10_000, before + 1));
+    let soon = 10_000 + PRESENCE_CONFIRM_MS / 2 - 1;
+    assert_eq!(decide(st, &presence("x", "e1", true), soon).map(|e| e.len()), Ok(0), "confirmed just now");
+    let later = 10_000 + PRESENCE_CONFIRM_MS;
+    st.execute(&req(later, presence("x", "e1", true)));
+    assert_eq!((now(st).since_ms, now(st).confirmed_at_ms, audited(st)), (10_000, later, before + 1), "not audited");
+    st.execute(&req(later + 1, presence("x", "e2", true)));
+    assert_eq!((now(st).edge_id.as_str(), now(st).since_ms, audited(st)), ("e2", later + 1, before + 2));
+    assert_eq!(decide(st, &presence("x", "e1", false), later + 2).map(|e| e.len()), Ok(0), "e1's late close");
+    st.execute(&req(later + 3, presence("x", "e2", false)));
+    assert_eq!((now(st).connected, now(st).since_ms), (false, later + 3));
+    assert!(now(st).liveness(later + 5_003).starts_with("disconnected from edge e2 5 s ago"), "{:?}", now(st));
+    assert!(crate::role::Role::Edge.may_submit(&presence("x", "e2", true)));
+    // A replica reading the state's encoding has the same connections.
+    let copy = LedgerState::decode_versioned(&st.encode_versioned()).unwrap();
+    assert_eq!((copy.digest(), &copy.executor_presence), (st.digest(), &st.executor_presence));
 }
 
 /// Revocations and retirements (SPEC S1): each refused twice with its reason, bounded, dropped

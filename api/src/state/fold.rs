@@ -325,6 +325,20 @@ impl LedgerState {
             Event::ExecutorCaRegisteredV1 { tenant_id, ca } => {
                 self.executor_cas.entry(tenant_id.clone()).or_default().insert(ca.fingerprint.clone(), ca.clone());
             }
+            Event::ExecutorPresenceV1 { tenant_id, executor_id, edge_id, connected, changed, at_ms } => {
+                let presence = self.executor_presence.entry(tenant_id.clone()).or_default();
+                let was = presence.get(executor_id);
+                let since_ms = if *changed { *at_ms } else { was.map_or(*at_ms, |p| p.since_ms) };
+                let last_dispatch = was.and_then(|p| p.last_dispatch.clone());
+                let now = crate::device::ExecutorPresenceV1 {
+                    edge_id: edge_id.clone(),
+                    connected: *connected,
+                    since_ms,
+                    confirmed_at_ms: *at_ms,
+                    last_dispatch,
+                };
+                presence.insert(executor_id.clone(), now);
+            }
             Event::ExecutorCaRetiredV1 { tenant_id, fingerprint } => {
                 if let Some(cas) = self.executor_cas.get_mut(tenant_id) {
                     cas.remove(fingerprint);
@@ -382,7 +396,17 @@ impl LedgerState {
             | Event::ObservationRecordedV1 { .. }
             | Event::OperationInputsAnsweredV1 { .. }
             | Event::OperationCancelRequestedV1 { .. }
-            | Event::OperationRefusedV1 { .. } => fold_operation(self, env)?,
+            | Event::OperationRefusedV1 { .. } => {
+                if let Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } = &env.event {
+                    // Kept only for executors an edge has said something of (ledger version 13
+                    // on), so a replay of older entries folds to the same state.
+                    let presence = self.executor_presence.get_mut(tenant_id).and_then(|m| m.get_mut(executor_id));
+                    if let Some(p) = presence {
+                        p.last_dispatch = Some((operation_id.clone(), env.at_ms));
+                    }
+                }
+                fold_operation(self, env)?
+            }
             Event::EvidenceStoredV1 { tenant_id, blob } => {
                 *self.index.evidence_bytes.entry(tenant_id.clone()).or_default() += blob.size;
                 let slot = evidence_slot(&blob.operation_id, &blob.content_hash);
