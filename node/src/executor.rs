@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,8 +35,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use writ_api::dto::{EnrollRequest, ErrorBody};
 use writ_api::executor::{
-    AttemptRequest, Dispatch, DispatchFrame, ExecutorEnrollment, OperationStatus, RefuseRequest, ReportRequest,
-    DISPATCH_PATH, ENROLL_PATH, HEARTBEAT_MS, OPERATIONS_PATH,
+    AttemptRequest, Dispatch, DispatchFrame, EvidenceUpload, ExecutorEnrollment, OperationStatus, RefuseRequest,
+    ReportRequest, DISPATCH_PATH, ENROLL_PATH, HEARTBEAT_MS, OPERATIONS_PATH,
 };
 use writ_api::operation::{AttemptOutcome, EvidenceV1};
 use writ_api::ReasonCode;
@@ -112,6 +113,10 @@ pub enum HandlerConfig {
         /// The device's local state, checked against an operation's preconditions.
         #[serde(default)]
         state: BTreeMap<String, String>,
+        /// A camera over the device: each effect also uploads a PNG frame of it as evidence
+        /// (`crate::camera`).
+        #[serde(default)]
+        camera: bool,
     },
     /// The MCP conformance fixtures' task tools (the tenant `writ dev --conformance-fixtures`
     /// provisions): `slow_compute` sleeps `seconds` (cancellable), `failing_job` reports a tool
@@ -122,7 +127,8 @@ pub enum HandlerConfig {
     /// An external command: the dispatch as JSON on stdin (`"read": true` for a catalog `read`,
     /// which must effect nothing); exit 0 = effect, or the reading (stdout is the evidence),
     /// exit 3 = no effect; anything else (or a timeout) is an unknown outcome and
-    /// is not reported.
+    /// is not reported. Files it leaves in `$WRIT_EVIDENCE_DIR` (camera frames, logs) are
+    /// uploaded as evidence of the attempt before the report.
     Command {
         program: String,
         #[serde(default)]
@@ -341,7 +347,7 @@ pub async fn enroll(edge: &str, token: &str, out: &Path, ca: Option<&Path>) -> R
              edges = [{}]\ncert = \"executor.crt\"\nkey = \"executor.key\"\nedge_ca = \"edge-ca.crt\"\n\
              lease_ms = {}\n\n# The built-in simulated device; for a real site use the command handler:\n\
              # kind = \"command\", program = \"/path/to/handler\", args = [], timeout_s = 60\n\
-             [handler]\nkind = \"simulated\"\nlatency_ms = 0\nattempts_file = \"attempts.log\"\n",
+             [handler]\nkind = \"simulated\"\nlatency_ms = 0\nattempts_file = \"attempts.log\"\ncamera = true\n",
             e.enrolled.executor_id,
             e.enrolled.tenant_id,
             e.enrolled.site_id,
@@ -927,10 +933,13 @@ impl Executor {
         };
         let result = self.attempt(&d, cancel).await;
         renewer.abort();
-        let Some((outcome, output)) = result else {
+        let Some(Attempted { outcome, output, captured }) = result else {
             tracing::warn!(operation = %id, "outcome unknown: not reported (the ledger will mark unknown_effect)");
             return;
         };
+        for capture in captured {
+            self.upload(edge, &id, capture).await;
+        }
         self.report(edge, &id, d.fencing_token, outcome, output).await;
     }
 
@@ -984,22 +993,36 @@ impl Executor {
         }
     }
 
+    /// Uploads what the attempt captured to the ledger's evidence store (before the report,
+    /// while the attempt is the operation's). A blob that is refused or cannot be sent is
+    /// logged and left out: the report still goes.
+    async fn upload(&self, edge: &str, id: &str, capture: Captured) {
+        let upload = EvidenceUpload {
+            content_hash: hex::encode(Sha256::digest(&capture.bytes)),
+            content_base64: writ_api::evidence::to_base64(&capture.bytes),
+            mime_type: capture.mime_type.into(),
+        };
+        match self.post_any(edge, id, "evidence", &upload).await {
+            Ok(_) => metrics::counter!("writ_executor_evidence_uploads_total", "result" => "stored").increment(1),
+            Err(e) => {
+                metrics::counter!("writ_executor_evidence_uploads_total", "result" => "failed").increment(1);
+                tracing::warn!(operation = %id, error = %e, hash = %upload.content_hash, "evidence not stored");
+            }
+        }
+    }
+
     /// Performs the attempt; `None` when its outcome is not known.
-    async fn attempt(
-        &self,
-        d: &Dispatch,
-        cancel: tokio::sync::watch::Receiver<bool>,
-    ) -> Option<(AttemptOutcome, String)> {
+    async fn attempt(&self, d: &Dispatch, cancel: tokio::sync::watch::Receiver<bool>) -> Option<Attempted> {
         match &self.cfg.handler {
             HandlerConfig::Simulated { latency_ms, state, .. } if d.read => {
                 // A read: the device's local state, nothing effected (no attempt counted).
                 if !work(Duration::from_millis(*latency_ms), cancel).await {
-                    return Some((AttemptOutcome::NoEffect, "cancelled before the reading".into()));
+                    return Some((AttemptOutcome::NoEffect, "cancelled before the reading".to_string()).into());
                 }
                 let output = serde_json::json!({"device": d.device_name, "action": d.action, "state": state});
-                Some((AttemptOutcome::Effect, output.to_string()))
+                Some((AttemptOutcome::Effect, output.to_string()).into())
             }
-            HandlerConfig::Simulated { latency_ms, failure, attempts_file, .. } => {
+            HandlerConfig::Simulated { latency_ms, failure, attempts_file, camera, .. } => {
                 if let Some(path) = attempts_file {
                     let line = format!("{}\n", d.operation_id);
                     let appended = std::fs::OpenOptions::new()
@@ -1017,19 +1040,44 @@ impl Executor {
                 }
                 let extra = if *failure == FailureMode::Slow { 3 * self.cfg.lease_ms } else { 0 };
                 if !work(Duration::from_millis(latency_ms + extra), cancel).await {
-                    return Some((AttemptOutcome::NoEffect, "cancelled before the effect".into()));
+                    return Some((AttemptOutcome::NoEffect, "cancelled before the effect".to_string()).into());
                 }
                 if *failure == FailureMode::ReportLost {
                     return None;
                 }
                 let output =
                     serde_json::json!({"device": d.device_name, "action": d.action, "input": d.input, "done": true});
-                Some((AttemptOutcome::Effect, output.to_string()))
+                let mut attempted = Attempted::from((AttemptOutcome::Effect, output.to_string()));
+                if *camera {
+                    let bytes = crate::camera::frame(d.operation_id.as_bytes());
+                    attempted.captured.push(Captured { mime_type: "image/png", bytes });
+                }
+                Some(attempted)
             }
             HandlerConfig::Command { program, args, timeout_s } => run_command(program, args, *timeout_s, d).await,
-            HandlerConfig::ConformanceFixtures => Some(fixture(d, cancel).await),
+            HandlerConfig::ConformanceFixtures => Some(fixture(d, cancel).await.into()),
         }
     }
+}
+
+/// How an attempt ended: its outcome, its output (the report's evidence) and what it captured
+/// besides (frames of the effect, files its handler wrote), uploaded before the report.
+struct Attempted {
+    outcome: AttemptOutcome,
+    output: String,
+    captured: Vec<Captured>,
+}
+
+impl From<(AttemptOutcome, String)> for Attempted {
+    fn from((outcome, output): (AttemptOutcome, String)) -> Attempted {
+        Attempted { outcome, output, captured: Vec::new() }
+    }
+}
+
+/// A blob an attempt captured, with its media type (one of `EVIDENCE_MIME_TYPES`).
+struct Captured {
+    mime_type: &'static str,
+    bytes: Vec<u8>,
 }
 
 /// Works for `duration` unless cancelled first; whether it finished.
@@ -1074,10 +1122,79 @@ async fn fixture(d: &Dispatch, cancel: tokio::sync::watch::Receiver<bool>) -> (A
     }
 }
 
-async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatch) -> Option<(AttemptOutcome, String)> {
+/// Runs the command handler on `d`, with `WRIT_EVIDENCE_DIR` naming a fresh private directory
+/// whose files it leaves there are uploaded as evidence ([`captured_files`]).
+async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatch) -> Option<Attempted> {
+    let dir = std::env::temp_dir().join(format!("writ-evidence-{}", hex::encode(rand::random::<[u8; 8]>())));
+    let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    if let Err(e) = made {
+        tracing::error!(dir = %dir.display(), error = %e, "no evidence directory for the handler");
+    }
+    let ran = run_handler(program, args, timeout_s, d, &dir).await;
+    let captured = captured_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    ran.map(|(outcome, output)| Attempted { outcome, output, captured })
+}
+
+/// The files a handler left in `dir` (regular files, in name order), at most one less than an
+/// operation's evidence count, each at most `EVIDENCE_BYTES_MAX` (others are logged and left
+/// out), typed by their first bytes or name.
+fn captured_files(dir: &Path) -> Vec<Captured> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut paths: Vec<PathBuf> =
+        entries.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.path()).collect();
+    paths.sort();
+    let kept = writ_api::evidence::EVIDENCE_PER_OPERATION_MAX - 1;
+    if paths.len() > kept {
+        tracing::warn!(files = paths.len(), kept, "the handler left more evidence files than an operation keeps");
+        paths.truncate(kept);
+    }
+    let read = |p: &PathBuf| match std::fs::read(p) {
+        Ok(bytes) if !bytes.is_empty() && bytes.len() <= writ_api::evidence::EVIDENCE_BYTES_MAX => Some(bytes),
+        Ok(bytes) => {
+            tracing::warn!(file = %p.display(), bytes = bytes.len(), "evidence file empty or too large: left out");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(file = %p.display(), error = %e, "evidence file unreadable");
+            None
+        }
+    };
+    paths.iter().filter_map(|p| read(p).map(|bytes| Captured { mime_type: media_type(p, &bytes), bytes })).collect()
+}
+
+/// A captured file's media type: images and PDFs by their signature, text by its name, other
+/// bytes as `application/octet-stream` (never a type that a browser would run).
+fn media_type(path: &Path, bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        return "image/png";
+    }
+    if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        return "image/jpeg";
+    }
+    if bytes.starts_with(b"%PDF-") {
+        return "application/pdf";
+    }
+    let text = std::str::from_utf8(bytes).is_ok();
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") if serde_json::from_slice::<serde_json::Value>(bytes).is_ok() => "application/json",
+        Some("csv") if text => "text/csv",
+        Some("txt" | "log") if text => "text/plain",
+        _ => "application/octet-stream",
+    }
+}
+
+async fn run_handler(
+    program: &str,
+    args: &[String],
+    timeout_s: u64,
+    d: &Dispatch,
+    evidence_dir: &Path,
+) -> Option<(AttemptOutcome, String)> {
     use tokio::io::AsyncWriteExt;
     let mut child = tokio::process::Command::new(program)
         .args(args)
+        .env("WRIT_EVIDENCE_DIR", evidence_dir)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -1115,6 +1232,26 @@ async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handler_s_files_are_typed_by_their_bytes_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).unwrap();
+        file("a.png", &crate::camera::frame(b"x"));
+        file("b.html", b"<script>alert(1)</script>");
+        file("c.json", b"{\"ok\": true}");
+        file("d.txt", &[0xff, 0xfe]);
+        file("e.bin", &vec![1u8; writ_api::evidence::EVIDENCE_BYTES_MAX + 1]);
+        file("f.empty", b"");
+        let types: Vec<&str> = captured_files(dir.path()).iter().map(|c| c.mime_type).collect();
+        assert_eq!(types, ["image/png", "application/octet-stream", "application/json", "application/octet-stream"]);
+        for i in 0..20 {
+            file(&format!("z{i:02}.txt"), b"line");
+        }
+        std::fs::remove_file(dir.path().join("e.bin")).unwrap();
+        std::fs::remove_file(dir.path().join("f.empty")).unwrap();
+        assert_eq!(captured_files(dir.path()).len(), writ_api::evidence::EVIDENCE_PER_OPERATION_MAX - 1);
+    }
 
     #[test]
     fn enrollment_goes_over_https_or_to_literal_loopback_only() {

@@ -12,6 +12,7 @@
 pub mod alloc;
 #[cfg(feature = "server")]
 pub mod batcher;
+pub mod camera;
 #[cfg(feature = "server")]
 pub mod config;
 #[cfg(feature = "server")]

@@ -10,6 +10,7 @@ the Rust test that drives Writ decides what happens between the browser's steps:
   {"do": "open", "path": "/console/operations/…"}
   {"do": "click", "button": "Reject"}
   {"do": "sign_out"}
+  {"do": "images"}   the page's images as the browser decoded them (alt, natural size)
   {"do": "axe"}      axe-core's violations of the page (id, impact)
   {"do": "screenshot", "name": "now"}
   {"do": "quit"}
@@ -101,6 +102,13 @@ def sign_out(driver):
     return submit(driver, lambda: driver.find_element(By.XPATH, "//button[.='Sign out']"))
 
 
+def images(driver):
+    # Waits until every image finished loading (decoded or failed), then reports each.
+    wait(driver).until(lambda d: d.execute_script("return Array.from(document.images).every(i => i.complete);"))
+    return {"images": driver.execute_script(
+        "return Array.from(document.images).map(i => ({alt: i.alt, width: i.naturalWidth, height: i.naturalHeight}));")}
+
+
 def axe(driver):
     with open(AXE_JS, encoding="utf-8") as f:
         driver.execute_script(f.read())
@@ -132,6 +140,8 @@ def main():
                 answer = click(driver, command["button"])
             elif what == "sign_out":
                 answer = sign_out(driver)
+            elif what == "images":
+                answer = images(driver)
             elif what == "axe":
                 answer = axe(driver)
             elif what == "screenshot":

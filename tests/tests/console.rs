@@ -217,6 +217,22 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     let op = admin.get(dev.var("WRIT_ADMIN_URL"), &format!("/v1/tenants/demo/operations/{id}")).await.unwrap();
     assert!(op["answers"]["approval"].as_str().unwrap().contains("\"approver\":\"operator:ann\""), "{op}");
     assert_ne!(op["state"], "proposed", "{op}");
+    // The press crushes, and its camera's frame comes back as evidence: the operation's page
+    // shows the image as the browser decoded it, beside the report's own evidence.
+    let path = format!("/v1/tenants/demo/operations/{id}");
+    writ_tests::eventually("the press reports with its evidence", Duration::from_secs(30), || async {
+        let op = admin.get(dev.var("WRIT_ADMIN_URL"), &path).await.ok()?;
+        (!op["evidence"].as_array()?.is_empty()).then_some(())
+    })
+    .await;
+    let shown = browser.send(json!({"do": "open", "path": format!("/console/operations/demo/{id}")}));
+    assert!(shown["text"].as_str().unwrap().contains("image/png"), "{shown}");
+    let images = browser.send(json!({"do": "images"}));
+    let image = &images["images"][0];
+    assert_eq!((image["width"].as_u64(), image["height"].as_u64()), (Some(96), Some(64)), "{images}");
+    assert!(image["alt"].as_str().unwrap().starts_with("Evidence image"), "{images}");
+    browser.send(json!({"do": "screenshot", "name": "evidence"}));
+    browser.accessible("evidence");
     // The trail names her: the audit page finds her acts, and so does its export.
     let audit = browser.send(json!({"do": "open", "path": "/console/audit?tenant=demo&principal=operator:ann"}));
     assert!(audit["text"].as_str().unwrap().contains("\"operator\":\"ann\""), "{audit}");
@@ -227,6 +243,9 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     let tenant = browser.send(json!({"do": "open", "path": "/console/tenants/demo"}));
     assert!(tenant["text"].as_str().unwrap().contains("demo-press"), "{tenant}");
     assert!(tenant["text"].as_str().unwrap().contains("enrolled"), "its executor: {tenant}");
+    let text = tenant["text"].as_str().unwrap();
+    assert!(text.contains("connected to edge") && text.contains(&format!("{id} ")), "liveness, last dispatch: {text}");
+    assert!(text.contains("Catalog versions") && text.contains("+crush"), "the catalog's change: {text}");
     browser.send(json!({"do": "screenshot", "name": "tenant"}));
     browser.accessible("tenant");
     let refused = browser.send(json!({"do": "click", "button": "Revoke"}));
@@ -347,11 +366,15 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     let tina = cli(&dev, &token, &["operator", "session", "tina", "--ttl", "10m"]).trim().to_string();
     let as_tina =
         |path: &str| http.get(format!("{origin}{path}")).header("cookie", format!("writ_session={tina}")).send();
-    for path in ["/console/tenants/demo", &format!("/console/operations/demo/{id}"), "/console/cluster"] {
+    let blob = format!("/console/operations/demo/{id}/evidence/{}", "0".repeat(64));
+    for path in ["/console/tenants/demo", &format!("/console/operations/demo/{id}"), &blob, "/console/cluster"] {
         let r = as_tina(path).await.unwrap();
         assert_eq!(r.status(), 403, "{path}");
         assert!(r.text().await.unwrap().contains("OPERATOR_SCOPE_VIOLATION"), "{path}");
     }
+    // Evidence the tenant does not hold: refused by name, for its own operators too.
+    let r = http.get(format!("{origin}{blob}")).header("cookie", &session).send().await.unwrap();
+    assert!(r.status() == 404 && r.text().await.unwrap().contains("EVIDENCE_NOT_FOUND"));
     let r = as_tina("/console/audit?tenant=demo").await.unwrap();
     assert!(r.status() == 404 && r.text().await.unwrap().contains("TENANT_NOT_FOUND"));
     let now = as_tina("/console").await.unwrap().text().await.unwrap();

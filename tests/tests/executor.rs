@@ -1260,13 +1260,15 @@ async fn work_items_hold_operations_to_their_revision_and_scope() {
 }
 
 /// An executor's output is evidence, and secrets a handler prints never leave the executor:
-/// not in the stored blob, the summary an agent reads, nor the audit.
+/// not in the stored blob, the summary an agent reads, nor the audit. A camera frame the
+/// handler leaves in its evidence directory is stored too, typed by its bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_an_executors_output_are_redacted_before_they_leave_it() {
     let w = World::start().await;
     w.device("press-s").await;
     let script = "cat >/dev/null; echo 'homed'; echo 'Authorization: Bearer k-SECRET-1'; \
-                  echo 'GET /cam?user=ann&access_token=k-SECRET-2'";
+                  echo 'GET /cam?user=ann&access_token=k-SECRET-2'; \
+                  printf '\\377\\330\\377\\340frame' > \"$WRIT_EVIDENCE_DIR/cam.jpg\"";
     let handler = format!("kind = \"command\"\nprogram = \"/bin/sh\"\nargs = [\"-c\", {script:?}]");
     let mut x = w.executor("sec-x", &["press-s"], &handler).await;
     x.start();
@@ -1286,6 +1288,10 @@ async fn secrets_in_an_executors_output_are_redacted_before_they_leave_it() {
     for leaked in [done.to_string(), text, audit] {
         assert!(!leaked.contains("k-SECRET"), "a secret left the executor: {leaked}");
     }
+    let frame = writ_api::sha256_hex(b"\xff\xd8\xff\xe0frame");
+    let uri = writ_api::evidence::evidence_uri(&op_id(&done), &frame);
+    let blob = rpc(w.mcp(), Some(&agent), "resources/read", json!({"uri": uri})).await.2;
+    assert_eq!(blob["result"]["contents"][0]["mimeType"], "image/jpeg", "{blob}\n{}", x.log());
 }
 
 /// Issue 21: the evidence store. The executor stores its attempt's output; the agent reads it

@@ -547,6 +547,25 @@ async fn the_leader_finds_upstream_drift_without_a_sync() {
     assert_eq!(view["upstream"]["pinned"]["digest"], pinned, "nothing is pinned without an approval");
     let shown = dev.cli_ok(&["upstream", "show", "--tenant", "demo", "weather"]);
     assert!(shown.contains("pending"), "{shown}");
+    // At the desk: the drift is an alarm on Now, and the tenant's page shows its diff with an
+    // approval bound to the digest it shows — a stale digest pins nothing, the shown one pins.
+    let desk = writ_tests::desk::Desk::sign_in(&dev.dev).await;
+    let (_, now) = desk.get("/console").await;
+    assert!(now.contains("upstream &#39;weather&#39;: its tools changed"), "{now}");
+    let (_, page) = desk.get("/console/tenants/demo").await;
+    assert!(page.contains("~forecast (") && page.contains("Approve these tools"), "{page}");
+    let (csrf, digest) = (writ_tests::desk::hidden(&page, "csrf"), writ_tests::desk::hidden(&page, "digest"));
+    assert_eq!(digest, view["upstream"]["pending"]["digest"].as_str().unwrap());
+    let approve = "/console/tenants/demo/upstreams/weather/approve";
+    let (status, refused) = desk.post(approve, &[("csrf", &csrf), ("digest", pinned.as_str().unwrap())]).await;
+    assert!(status == 409 && refused.contains("UPSTREAM_DIGEST_MISMATCH"), "{status} {refused}");
+    let (status, back) = desk.post(approve, &[("csrf", &csrf), ("digest", &digest)]).await;
+    assert_eq!((status, back.as_str()), (303, "/console/tenants/demo"));
+    let after = dev.upstream("weather").await;
+    assert_eq!(
+        (after["upstream"]["pinned"]["digest"].as_str(), after["upstream"]["pending"].is_null()),
+        (Some(digest.as_str()), true)
+    );
 }
 
 /// Drift pinning: a changed upstream (description and schema) becomes a pending diff; agents

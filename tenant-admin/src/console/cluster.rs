@@ -1,5 +1,5 @@
 //! The desk's cluster page: the members as the serving node sees them — leader, role, term,
-//! how far each has applied, its ledger version and state digest — and the version the
+//! how far each has applied, its ledger version, storage alarm and state digest — and the version the
 //! cluster runs at (the oldest any member understands).
 
 use axum::extract::State;
@@ -32,7 +32,7 @@ pub(crate) async fn show(State(st): State<Shared>, desk: Desk) -> Response {
         "<p>Leader: node {leader}. The cluster runs ledger version {version} (this build's newest: {}).</p>\
          <table><thead><tr><th scope=\"col\">Node</th><th scope=\"col\">Address</th><th scope=\"col\">Role</th>\
          <th scope=\"col\">Term</th><th scope=\"col\">Applied</th><th scope=\"col\">Behind</th>\
-         <th scope=\"col\">Ledger version</th><th scope=\"col\">State digest</th></tr></thead><tbody>{rows}</tbody></table>",
+         <th scope=\"col\">Ledger version</th><th scope=\"col\">Storage</th><th scope=\"col\">State digest</th></tr></thead><tbody>{rows}</tbody></table>",
         writ_api::ledger::LEDGER_VERSION
     );
     Html(page("Cluster", Some(&desk), &body)).into_response()
@@ -42,7 +42,7 @@ fn member_html(m: &MemberStatus, leader: Option<u64>, newest: u64) -> String {
     let Some(s) = &m.status else {
         let why = m.error.as_deref().unwrap_or("unreachable");
         return format!(
-            "<tr><td>{}</td><td>{}</td><td colspan=\"6\">unreachable: {}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td colspan=\"7\">unreachable: {}</td></tr>",
             m.node_id,
             esc(&m.addr),
             esc(why)
@@ -52,13 +52,14 @@ fn member_html(m: &MemberStatus, leader: Option<u64>, newest: u64) -> String {
     let role = if leader == Some(m.node_id) { "leader".to_string() } else { format!("{:?}", s.role).to_lowercase() };
     let digest: String = s.state_digest.chars().take(16).collect();
     format!(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{applied}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{applied}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
         m.node_id,
         esc(&m.addr),
         esc(&role),
         s.term,
         newest.saturating_sub(applied),
         s.ledger_version,
+        if s.storage_alarm { "short of space (alarm)" } else { "ok" },
         esc(&digest)
     )
 }

@@ -12,6 +12,7 @@
 
 mod audit;
 mod cluster;
+mod evidence;
 mod operation;
 mod pages;
 mod sign_in;
@@ -54,7 +55,9 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/console/tenants", get(tenants::list))
         .route("/console/tenants/{tenant}", get(tenants::show))
         .route("/console/tenants/{tenant}/tokens/{jti}/revoke", post(tenants::revoke_token))
+        .route("/console/tenants/{tenant}/upstreams/{name}/approve", post(tenants::approve_upstream))
         .route("/console/operations/{tenant}/{operation}/{act}", post(operation::decide))
+        .route("/console/operations/{tenant}/{operation}/evidence/{hash}", get(evidence::serve))
         .route("/console/static/desk.js", get(|| async { asset("text/javascript", include_str!("desk.js")) }))
         .route("/console/static/desk.css", get(|| async { asset("text/css", include_str!("desk.css")) }))
         .layer(middleware::map_response(secure_headers))

@@ -20,7 +20,7 @@ use crate::service::{acting, query, submit, AdminState, Shared};
 const INPUT_SHOWN_BYTES_MAX: usize = 4096;
 
 /// The tenant id of `tenant` (id or name) when it is in the desk's scope.
-fn tenant_id(st: &AdminState, desk: &Desk, tenant: &str) -> Result<String, Rejection> {
+pub(crate) fn tenant_id(st: &AdminState, desk: &Desk, tenant: &str) -> Result<String, Rejection> {
     let found = st.view.with_state(|s| s.tenant(tenant).map(|t| t.id.clone()));
     let id = found.ok_or_else(|| Rejection::new(ReasonCode::TENANT_NOT_FOUND, "no such tenant"))?;
     if !in_scope(desk, &id) {
@@ -45,9 +45,12 @@ pub(crate) async fn show(
     };
     match found {
         Ok(h) => {
-            let names = st.view.with_state(|s| named(s, &h.operation));
+            let (names, evidence) = st
+                .view
+                .with_state(|s| (named(s, &h.operation), super::evidence::evidence_html(s, &tenant, &h.operation)));
             let call = call_html(&h.operation, names);
-            let body = format!("{call}{}{}", actions_html(&tenant, &h.operation, &desk), timeline_html(&h));
+            let actions = actions_html(&tenant, &h.operation, &desk);
+            let body = format!("{call}{evidence}{actions}{}", timeline_html(&h));
             Html(page(&format!("Operation {}", h.operation.spec.operation_id), Some(&desk), &body)).into_response()
         }
         Err(r) => refusal(Some(&desk), &r),
@@ -85,13 +88,7 @@ fn call_html(op: &Operation, (device, principal): (String, String)) -> String {
         ("Call digest", spec.call_digest()),
     ];
     let rows: String = rows.iter().map(|(k, v)| format!("<dt>{k}</dt><dd><code>{}</code></dd>", esc(v))).collect();
-    let evidence: String = op
-        .evidence
-        .iter()
-        .map(|e| format!("<li><code>{}</code> {}</li>", esc(&e.content_hash), esc(&e.summary)))
-        .collect();
-    let evidence = if evidence.is_empty() { "<p>None yet.</p>".to_string() } else { format!("<ul>{evidence}</ul>") };
-    format!("<dl>{rows}</dl><h2>Input</h2><pre>{}</pre><h2>Evidence</h2>{evidence}", esc(&input))
+    format!("<dl>{rows}</dl><h2>Input</h2><pre>{}</pre>", esc(&input))
 }
 
 /// What a human may do with the operation in its state, as forms bound to its call digest.

@@ -44,14 +44,14 @@ impl ChangeForm {
 }
 
 pub(crate) async fn now(State(st): State<Shared>, desk: Desk) -> Response {
-    let body = format!("<section id=\"now\" aria-live=\"polite\">{}</section>", now_html(&st, &desk));
+    let body = format!("<section id=\"now\" aria-live=\"polite\">{}</section>", now_html(&st, &desk).await);
     Html(page("Now", Some(&desk), &body)).into_response()
 }
 
 /// The *Now* section alone (what the script swaps in when the ledger moved).
 pub(crate) async fn now_fragment(State(st): State<Shared>, headers: HeaderMap) -> Response {
     match desk(&st, &headers).await {
-        Ok(desk) => Html(now_html(&st, &desk)).into_response(),
+        Ok(desk) => Html(now_html(&st, &desk).await).into_response(),
         Err(_) => StatusCode::UNAUTHORIZED.into_response(),
     }
 }
@@ -69,13 +69,14 @@ fn tenants_in_scope(s: &LedgerState, desk: &Desk) -> Vec<(String, String)> {
     s.tenants.values().filter(|t| in_scope(desk, &t.id)).map(|t| (t.id.clone(), t.name.clone())).collect()
 }
 
-fn now_html(st: &Shared, desk: &Desk) -> String {
+async fn now_html(st: &Shared, desk: &Desk) -> String {
     let now = now_ms();
+    let storage = storage_alarms(st, desk).await;
     st.view.with_state(|s| {
         let tenants = tenants_in_scope(s, desk);
         let requests = requests_html(s, &tenants, desk, now);
         let operations = operations_html(s, &tenants);
-        let alarms = alarms_html(s, &tenants, now);
+        let alarms = alarms_html(s, &tenants, now, storage);
         format!(
             "<h2>Authorization requests waiting for an operator</h2>{requests}\
              <h2>Operations that need a human</h2>{operations}<h2>Alarms</h2>{alarms}"
@@ -144,19 +145,52 @@ fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
 /// How soon an executor certificate's expiry is an alarm.
 const CERT_WARNING_MS: u64 = 7 * 24 * 3_600_000;
 
-/// What else needs an operator's eye: upstream tools that changed and wait for review,
-/// executor certificates that expire within a week.
-fn alarms_html(s: &LedgerState, tenants: &[(String, String)], now: u64) -> String {
-    let mut rows = Vec::new();
+/// The cluster's storage alarms as the serving node knows them (its own, and the members that
+/// last said they were short of space), for cluster-wide operators: rows of the alarm table.
+async fn storage_alarms(st: &Shared, desk: &Desk) -> Vec<String> {
+    let cluster_wide = match &desk.actor {
+        Actor::Operator { operator, .. } => operator.tenant_id.is_none(),
+        Actor::BreakGlass => true,
+    };
+    if !cluster_wide {
+        return Vec::new();
+    }
+    let status = match st.ledger.node_status().await {
+        Ok(s) => s,
+        Err(r) => return vec![alarm_row("cluster", &format!("this node's status is unknown: {}", r.message))],
+    };
+    let mut short = status.short_members.clone();
+    if status.storage_alarm {
+        short.insert(0, status.node_id);
+    }
+    let why = "its data directory is short of space: the cluster refuses writes (STORAGE_FULL) until it is freed";
+    short.iter().map(|id| alarm_row("cluster", &format!("storage alarm on node {id}: {why}"))).collect()
+}
+
+fn alarm_row(scope: &str, what: &str) -> String {
+    format!("<tr><td>{}</td><td>{}</td></tr>", esc(scope), esc(what))
+}
+
+/// What else needs an operator's eye: the cluster's storage alarms (`storage`, rows), upstream
+/// tools that changed and wait for review, executor certificates that expire within a week,
+/// executor connections their edge stopped confirming.
+fn alarms_html(s: &LedgerState, tenants: &[(String, String)], now: u64, storage: Vec<String>) -> String {
+    let mut rows = storage;
     for (id, name) in tenants {
         for u in s.upstreams.get(id).into_iter().flat_map(|m| m.values()).filter(|u| u.pending.is_some()) {
             let what = format!("upstream '{}': its tools changed and wait for review", u.name);
-            rows.push(format!("<tr><td>{}</td><td>{}</td></tr>", esc(name), esc(&what)));
+            rows.push(alarm_row(name, &what));
         }
         let executors = s.executors.get(id).into_iter().flat_map(|m| m.values());
         for x in executors.filter(|x| x.revoked_at_ms.is_none() && x.cert.not_after_ms < now + CERT_WARNING_MS) {
             let what = format!("executor '{}': its certificate expires {} UTC", x.id, super::utc(x.cert.not_after_ms));
-            rows.push(format!("<tr><td>{}</td><td>{}</td></tr>", esc(name), esc(&what)));
+            rows.push(alarm_row(name, &what));
+        }
+        let stale = |p: &&writ_api::device::ExecutorPresenceV1| {
+            p.connected && now.saturating_sub(p.confirmed_at_ms) > writ_api::device::PRESENCE_STALE_MS
+        };
+        for (x, p) in s.executor_presence.get(id).into_iter().flat_map(|m| m.iter()).filter(|(_, p)| stale(p)) {
+            rows.push(alarm_row(name, &format!("executor '{x}': {}", p.liveness(now))));
         }
         if rows.len() >= ITEMS_MAX {
             break;

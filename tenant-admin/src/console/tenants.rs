@@ -1,11 +1,15 @@
 //! The desk's tenant pages: the tenants in the operator's scope, and each one's settings and
-//! quotas against what it holds now, its principals and live tokens (revocable here), and its
-//! sites and devices with the operation holding each device and its fencing token.
+//! quotas against what it holds now, its principals and live tokens (revocable here), its
+//! catalog versions with what each changed, its upstream MCP servers with tool changes waiting
+//! for review (approvable here, bound to the digest shown), and its sites and devices with the
+//! operation holding each device and its fencing token.
 
 use axum::extract::{Form, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::Value;
+use writ_api::catalog::{ActionChange, CatalogDiff};
 use writ_api::dto::{Query as LedgerQuery, TokenList};
 use writ_api::ledger::{Command, Tenant};
 use writ_api::state::LedgerState;
@@ -67,9 +71,11 @@ pub(crate) async fn show(State(st): State<Shared>, Path(name): Path<String>, des
         .await?;
         let (principals, devices, executors) =
             st.view.with_state(|s| (principals_html(s, &t), devices_html(s, &t), executors_html(s, &t)));
+        let (catalogs, upstreams) = st.view.with_state(|s| (catalogs_html(s, &t), upstreams_html(s, &t, &desk)));
         Ok::<_, Rejection>(format!(
             "<h2>Settings and quotas</h2>{}<h2>What it holds</h2>{}<h2>Principals</h2>{principals}\
-             <h2>Live tokens</h2>{}<h2>Sites and devices</h2>{devices}<h2>Executors</h2>{executors}",
+             <h2>Live tokens</h2>{}<h2>Catalog versions</h2>{catalogs}<h2>Upstream MCP servers</h2>{upstreams}\
+             <h2>Sites and devices</h2>{devices}<h2>Executors</h2>{executors}",
             pairs_html(&serde_json::to_value(&t.settings).unwrap_or_default()),
             pairs_html(&serde_json::to_value(&storage).unwrap_or_default()),
             tokens_html(&st, &t, &tokens, &desk)
@@ -168,6 +174,8 @@ fn devices_html(s: &LedgerState, t: &Tenant) -> String {
 }
 
 fn executors_html(s: &LedgerState, t: &Tenant) -> String {
+    let now = writ_client::now_ms();
+    let presence = s.executor_presence.get(&t.id);
     let rows: Vec<String> = s
         .executors
         .get(&t.id)
@@ -178,17 +186,136 @@ fn executors_html(s: &LedgerState, t: &Tenant) -> String {
             let site =
                 s.sites.get(&t.id).and_then(|m| m.get(&x.site_id)).map_or(x.site_id.as_str(), |v| v.name.as_str());
             let state = x.revoked_at_ms.map_or("enrolled".to_string(), |at| format!("revoked {}", utc(at)));
+            let p = presence.and_then(|m| m.get(&x.id));
+            let liveness = p.map_or("never connected".to_string(), |p| p.liveness(now));
+            let last = p.and_then(|p| p.last_dispatch.as_ref()).map_or("—".to_string(), |(op, at)| {
+                format!("<a href=\"/console/operations/{}/{}\">{}</a> {} UTC", esc(&t.name), esc(op), esc(op), utc(*at))
+            });
             format!(
-                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr id=\"executor-{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{last}</td><td>{}</td><td>{}</td></tr>",
+                esc(&x.id),
                 esc(&x.id),
                 esc(site),
                 x.device_ids.len(),
+                esc(&liveness),
                 utc(x.cert.not_after_ms),
                 esc(&state)
             )
         })
         .collect();
-    table(&["Executor", "Site", "Devices", "Certificate expires (UTC)", "State"], &rows, "No executor.")
+    let heads = ["Executor", "Site", "Devices", "Connection", "Last dispatch", "Certificate expires (UTC)", "State"];
+    table(&heads, &rows, "No executor.")
+}
+
+/// Catalog versions shown, newest first.
+const VERSIONS_SHOWN: usize = 20;
+
+/// The tenant's catalog versions, newest first, each with what it changed from the one before.
+fn catalogs_html(s: &LedgerState, t: &Tenant) -> String {
+    let versions: Vec<&writ_api::catalog::CatalogVersion> =
+        s.catalogs.get(&t.id).into_iter().flat_map(|m| m.values().rev()).take(VERSIONS_SHOWN + 1).collect();
+    let rows: Vec<String> = versions
+        .iter()
+        .take(VERSIONS_SHOWN)
+        .enumerate()
+        .map(|(i, v)| {
+            let changes = versions.get(i + 1).map_or("first version".to_string(), |before| {
+                let d = CatalogDiff::between(before, v);
+                diff_text(&d.added, &d.removed, &d.changed)
+            });
+            format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+                v.version,
+                utc(v.published_at_ms),
+                v.catalog.actions.len(),
+                esc(&v.catalog.digest.chars().take(16).collect::<String>()),
+                esc(&changes)
+            )
+        })
+        .collect();
+    table(&["Version", "Published (UTC)", "Actions", "Digest", "Changes"], &rows, "No catalog published.")
+}
+
+/// A diff in words: `+added −removed ~changed (fields)`.
+fn diff_text(added: &[String], removed: &[String], changed: &[ActionChange]) -> String {
+    let mut parts: Vec<String> = added.iter().map(|a| format!("+{a}")).collect();
+    parts.extend(removed.iter().map(|r| format!("−{r}")));
+    parts.extend(changed.iter().map(|c| format!("~{} ({})", c.id, c.fields.join(", "))));
+    if parts.is_empty() {
+        "no action changed".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// The tenant's upstreams: what is pinned, which edges' fuses are open, and a tool change
+/// waiting for review with its diff and an approval bound to the pending set's digest.
+fn upstreams_html(s: &LedgerState, t: &Tenant, desk: &Desk) -> String {
+    let rows: Vec<String> = s
+        .upstreams
+        .get(&t.id)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .take(ROWS_MAX)
+        .map(|u| {
+            let view = writ_api::upstream::UpstreamView::of(u.clone());
+            let review = match (&u.pending, &view.pending_diff) {
+                (Some(p), Some(d)) => format!(
+                    "{} <form method=\"post\" action=\"/console/tenants/{}/upstreams/{}/approve\"><input type=\"hidden\" \
+                     name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"digest\" value=\"{}\">\
+                     <button type=\"submit\">Approve these tools</button></form>",
+                    esc(&diff_text(&d.added, &d.removed, &d.changed)),
+                    esc(&t.name),
+                    esc(&u.name),
+                    esc(&desk.csrf),
+                    esc(&p.digest)
+                ),
+                _ => "nothing waits".into(),
+            };
+            let open: Vec<&str> = u.fuses.iter().filter(|(_, f)| f.open).map(|(edge, _)| edge.as_str()).collect();
+            format!(
+                "<tr id=\"upstream-{}\"><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{review}</td></tr>",
+                esc(&u.name),
+                esc(&u.name),
+                esc(&u.spec.url),
+                u.pinned.as_ref().map_or(0, |p| p.tools.len()),
+                if open.is_empty() { "none".to_string() } else { esc(&open.join(", ")) },
+            )
+        })
+        .collect();
+    table(&["Upstream", "URL", "Pinned tools", "Open fuses", "Tool changes"], &rows, "No upstream.")
+}
+
+/// An approval of an upstream's pending tools: the digest of the set the page showed.
+#[derive(Deserialize)]
+pub(crate) struct ReviewForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    digest: String,
+}
+
+/// Pins the upstream's pending tool set, as the signed-in operator, if it is still the set
+/// whose digest the page showed (the ledger refuses UPSTREAM_DIGEST_MISMATCH otherwise).
+pub(crate) async fn approve_upstream(
+    State(st): State<Shared>,
+    Path((name, upstream)): Path<(String, String)>,
+    desk: Desk,
+    headers: HeaderMap,
+    Form(form): Form<ReviewForm>,
+) -> Response {
+    let done = async {
+        check_change(&desk, &headers, &form.csrf)?;
+        let t = tenant(&st, &desk, &name)?;
+        let approve = Command::ApproveUpstreamTools { tenant_id: t.id, name: upstream, digest: form.digest };
+        acting(desk.actor.clone(), submit(&st, approve)).await.map(|_| ())
+    };
+    match done.await {
+        Ok(()) => {
+            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("/console/tenants/{}", t_path(&name)))]).into_response()
+        }
+        Err(r) => refusal(Some(&desk), &r),
+    }
 }
 
 /// Revokes a token (and its delegated children), as the signed-in operator.
