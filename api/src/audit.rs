@@ -426,9 +426,22 @@ pub struct AuditFilter {
     pub reason_code: Option<ReasonCode>,
     /// Only records at or after this ledger time (ms).
     pub since_ms: Option<u64>,
+    /// Only records of this trace (a request, and every command it submitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl AuditFilter {
+    /// The filter's own bounds: a trace id is at most `TRACE_ID_BYTES_MAX` bytes.
+    pub fn check(&self) -> Result<(), crate::Rejection> {
+        let max = crate::dto::TRACE_ID_BYTES_MAX;
+        if self.trace_id.as_ref().is_some_and(|t| t.len() > max) {
+            let msg = format!("a trace id is at most {max} bytes");
+            return Err(crate::Rejection::new(crate::ReasonCode::INPUT_INVALID, msg));
+        }
+        Ok(())
+    }
+
     pub fn matches(&self, r: &AuditRecordV1) -> bool {
         self.domain.as_ref().is_none_or(|d| *d == r.domain)
             && self.operation.as_ref().is_none_or(|o| *o == r.operation)
@@ -436,6 +449,7 @@ impl AuditFilter {
             && self.principal_id.as_ref().is_none_or(|p| r.principal_id.as_ref() == Some(p))
             && self.reason_code.is_none_or(|c| r.reason_code == Some(c))
             && self.since_ms.is_none_or(|t| r.at_ms >= t)
+            && self.trace_id.as_ref().is_none_or(|t| *t == r.trace_id)
     }
 }
 

@@ -32,18 +32,22 @@ struct AuditParams {
     principal: Option<String>,
     reason: Option<ReasonCode>,
     since_ms: Option<u64>,
+    trace: Option<String>,
 }
 
 impl AuditParams {
-    fn filter(&self) -> AuditFilter {
-        AuditFilter {
+    fn filter(&self) -> Result<AuditFilter, ApiError> {
+        let filter = AuditFilter {
             domain: self.domain.clone(),
             operation: self.operation.clone(),
             outcome: self.outcome.clone(),
             principal_id: self.principal.clone(),
             reason_code: self.reason,
             since_ms: self.since_ms,
-        }
+            trace_id: self.trace.clone(),
+        };
+        filter.check()?;
+        Ok(filter)
     }
 }
 
@@ -64,7 +68,7 @@ async fn list_audit(
     ValidQuery(p): ValidQuery<AuditParams>,
 ) -> Result<Json<AuditPage>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
-    Ok(Json(page(&st, &t.id, p.after, p.limit.unwrap_or(PAGE_LIMIT_DEFAULT), &p.filter()).await?))
+    Ok(Json(page(&st, &t.id, p.after, p.limit.unwrap_or(PAGE_LIMIT_DEFAULT), &p.filter()?).await?))
 }
 
 /// Streams every matching record as NDJSON, page by page (each page a linearizable read), so
@@ -78,8 +82,9 @@ async fn export_audit(
     if p.limit.is_some() {
         return Err(ApiError::new(ReasonCode::INPUT_INVALID, "export takes no limit; it streams every record"));
     }
+    let filter = p.filter()?;
     let t = find_tenant(&st, tenant).await?;
-    Ok(export_stream(st, t.id, p.filter(), p.after))
+    Ok(export_stream(st, t.id, filter, p.after))
 }
 
 /// Every record of `tenant_id`'s trail matching `filter` after `after`, as a streamed NDJSON

@@ -635,6 +635,9 @@ pub struct AuditFilterArgs {
     /// Reason code, e.g. DELEGATION_DEPTH_EXCEEDED.
     #[arg(long)]
     pub reason: Option<String>,
+    /// Trace id: a request's records and those of every command it submitted.
+    #[arg(long)]
+    pub trace: Option<String>,
 }
 
 impl AuditFilterArgs {
@@ -646,6 +649,7 @@ impl AuditFilterArgs {
             principal_id: self.principal.clone(),
             reason_code: self.reason.as_ref().map(|r| parsed("reason", Value::from(r.as_str()))).transpose()?,
             since_ms: None,
+            trace_id: self.trace.clone(),
         })
     }
 }

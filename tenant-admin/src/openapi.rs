@@ -59,6 +59,7 @@ fn audit_params(with_limit: bool) -> Value {
         json!({"name": "principal", "in": "query", "schema": {"type": "string"}}),
         json!({"name": "reason", "in": "query", "schema": {"type": "string", "pattern": "^[A-Z_]+$"}}),
         json!({"name": "since_ms", "in": "query", "schema": {"type": "integer", "minimum": 0}}),
+        json!({"name": "trace", "in": "query", "schema": {"type": "string", "maxLength": 64}}),
     ];
     if with_limit {
         p.push(json!({"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}));

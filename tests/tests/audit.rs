@@ -108,6 +108,17 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     let exported: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("ndjson")).collect();
     assert_eq!(exported, on_leader);
+    // One request's records, found by its trace id (the CLI's `--trace`, the API's `trace`).
+    let trace = denied["trace_id"].as_str().unwrap();
+    let out = std::process::Command::new(writ_bin())
+        .args(["admin", "--output", "json", "audit", "list", "--tenant", "audited", "--trace", trace])
+        .env("WRIT_CA_FILE", writ_tests::pki::ca_file())
+        .env("WRIT_ADMIN_URL", &urls[(leader % 3) as usize])
+        .env("WRIT_ADMIN_TOKEN", TEST_OPERATOR_TOKEN)
+        .output()
+        .expect("run list");
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{out:?}"));
+    assert_eq!(listed["records"], json!([denied]), "{listed}");
 
     // Retention by count: keep the newest 4 (the settings change itself is a record).
     let settings = format!("{w}/v1/tenants/{tenant}/settings");

@@ -226,7 +226,9 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     })
     .await;
     let shown = browser.send(json!({"do": "open", "path": format!("/console/operations/demo/{id}")}));
-    assert!(shown["text"].as_str().unwrap().contains("image/png"), "{shown}");
+    let text = shown["text"].as_str().unwrap();
+    assert!(text.contains("image/png"), "{shown}");
+    assert!(text.contains("Audit records") && text.contains("operation_submitted"), "its trail: {text}");
     let images = browser.send(json!({"do": "images"}));
     let image = &images["images"][0];
     assert_eq!((image["width"].as_u64(), image["height"].as_u64()), (Some(96), Some(64)), "{images}");
@@ -350,6 +352,19 @@ async fn the_desk_refuses_forged_changes_and_strangers() {
     let lines: Vec<Value> = r.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(lines.len() == 1 && lines[0]["operation"] == "tenant_created", "{lines:?}");
     assert_eq!(http.get(&export).send().await.unwrap().status(), 303, "signed out: the sign-in page");
+    // Searches by trace and time: bounded and well formed, or refused by name.
+    let long = "t".repeat(65);
+    for bad in [format!("trace={long}"), "since=yesterday".to_string(), "since=2026-02-30".to_string()] {
+        let r = http.get(format!("{origin}/console/audit?tenant=demo&{bad}")).header("cookie", &session).send().await;
+        let r = r.unwrap();
+        assert!(r.status() == 400 && r.text().await.unwrap().contains("INPUT_INVALID"), "{bad}");
+    }
+    let since = format!("{origin}/console/audit?tenant=demo&operation=tenant_created&since=2000-01-01");
+    let r = http.get(&since).header("cookie", &session).send().await.unwrap().text().await.unwrap();
+    assert!(r.contains("tenant_created</td>"), "{r}");
+    let later = since.replace("2000-01-01", "2999-01-01");
+    let r = http.get(&later).header("cookie", &session).send().await.unwrap().text().await.unwrap();
+    assert!(r.contains("No record matches."), "{r}");
     // A callback this browser did not start.
     let r = http.get(format!("{origin}/console/callback?code=c&state=s")).send().await.unwrap();
     assert_eq!(r.status(), 401);

@@ -791,6 +791,7 @@ fn audit_path(tenant: &str, rest: &str, filter: &AuditFilter, after: Option<u64>
         ("operation", &filter.operation),
         ("outcome", &filter.outcome),
         ("principal", &filter.principal_id),
+        ("trace", &filter.trace_id),
     ];
     pairs.extend(text.iter().filter_map(|(k, v)| v.as_ref().map(|v| (*k, v.clone()))));
     if let Some(reason) = filter.reason_code {

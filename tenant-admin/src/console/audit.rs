@@ -1,5 +1,6 @@
 //! The desk's audit page: a tenant's trail searched by principal, operation (event or command
-//! kind), outcome and reason, a page at a time, and the same search exported as NDJSON.
+//! kind), outcome, reason, trace and time, a page at a time, and the same search exported as
+//! NDJSON.
 
 use axum::extract::{Query, State};
 use axum::response::{Html, IntoResponse, Response};
@@ -21,7 +22,24 @@ pub(crate) struct Search {
     operation: String,
     outcome: String,
     reason: String,
+    trace: String,
+    /// `YYYY-MM-DD` or `YYYY-MM-DD hh:mm`, UTC: records from then on.
+    since: String,
     after: Option<u64>,
+}
+
+/// `YYYY-MM-DD` or `YYYY-MM-DD hh:mm` (or with a `T`), UTC, as ms since the epoch.
+fn utc_ms(text: &str) -> Result<u64, Rejection> {
+    let bad = || Rejection::new(ReasonCode::INPUT_INVALID, "a time is YYYY-MM-DD or YYYY-MM-DD hh:mm (UTC)");
+    let (date, clock) = text.split_once([' ', 'T']).unwrap_or((text, "00:00"));
+    let num = |s: &str| s.parse::<u16>().map_err(|_| bad());
+    let mut d = date.splitn(3, '-');
+    let (y, m, day) = (num(d.next().unwrap_or(""))?, num(d.next().unwrap_or(""))?, num(d.next().unwrap_or(""))?);
+    let (h, min) = clock.split_once(':').ok_or_else(bad)?;
+    let month = time::Month::try_from(u8::try_from(m).map_err(|_| bad())?).map_err(|_| bad())?;
+    let date = time::Date::from_calendar_date(i32::from(y), month, u8::try_from(day).map_err(|_| bad())?);
+    let at = date.map_err(|_| bad())?.with_hms(num(h)? as u8, num(min)? as u8, 0).map_err(|_| bad())?;
+    u64::try_from(at.assume_utc().unix_timestamp()).map(|s| s * 1000).map_err(|_| bad())
 }
 
 fn some(text: &str) -> Option<String> {
@@ -51,8 +69,11 @@ impl Search {
                 operation: some(&self.operation),
                 outcome: some(&self.outcome),
                 reason_code: reason,
+                trace_id: some(&self.trace),
+                since_ms: some(&self.since).map(|t| utc_ms(&t)).transpose()?,
                 ..AuditFilter::default()
             };
+            filter.check()?;
             Ok((tenant.id.clone(), filter))
         })
     }
@@ -65,6 +86,8 @@ impl Search {
             ("operation", self.operation.as_str()),
             ("outcome", self.outcome.as_str()),
             ("reason", self.reason.as_str()),
+            ("trace", self.trace.as_str()),
+            ("since", self.since.as_str()),
             ("after", after.as_str()),
         ];
         serde_urlencoded::to_string(pairs.iter().filter(|(_, v)| !v.is_empty()).collect::<Vec<_>>()).unwrap_or_default()
@@ -127,15 +150,17 @@ fn form_html(st: &AdminState, desk: &Desk, search: &Search) -> String {
     };
     format!(
         "<form method=\"get\" action=\"/console/audit\" class=\"search\"><label for=\"tenant\">Tenant</label>\
-         <select id=\"tenant\" name=\"tenant\">{tenants}</select>{}{}{}{}<button type=\"submit\">Search</button></form>",
+         <select id=\"tenant\" name=\"tenant\">{tenants}</select>{}{}{}{}{}{}<button type=\"submit\">Search</button></form>",
         field("principal", "Principal", &search.principal),
         field("operation", "Operation", &search.operation),
         field("outcome", "Outcome", &search.outcome),
-        field("reason", "Reason", &search.reason)
+        field("reason", "Reason", &search.reason),
+        field("trace", "Trace", &search.trace),
+        field("since", "Since (UTC)", &search.since)
     )
 }
 
-fn records_html(records: &[AuditRecordV1]) -> String {
+pub(crate) fn records_html(records: &[AuditRecordV1]) -> String {
     if records.is_empty() {
         return "<p class=\"empty\">No record matches.</p>".into();
     }
@@ -160,4 +185,19 @@ fn records_html(records: &[AuditRecordV1]) -> String {
          <th scope=\"col\">Operation</th><th scope=\"col\">Outcome</th><th scope=\"col\">Reason</th>\
          <th scope=\"col\">Principal</th><th scope=\"col\">Detail</th></tr></thead><tbody>{rows}</tbody></table>"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_read_as_utc_dates() {
+        assert_eq!(utc_ms("1970-01-02"), Ok(86_400_000));
+        assert_eq!(utc_ms("2026-12-03 20:15"), Ok(1_796_328_900_000));
+        assert_eq!(utc_ms("2026-12-03T20:15").map(utc), Ok("2026-12-03 20:15:00".to_string()));
+        for bad in ["yesterday", "2026-13-01", "2026-02-30", "2026-12-03 25:00", "2026-12"] {
+            assert_eq!(utc_ms(bad).unwrap_err().reason, ReasonCode::INPUT_INVALID, "{bad}");
+        }
+    }
 }

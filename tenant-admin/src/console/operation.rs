@@ -43,6 +43,10 @@ pub(crate) async fn show(
         Ok(id) => history(&st, &id, &operation).await,
         Err(r) => Err(r),
     };
+    let trail = match &found {
+        Ok(h) => audit_html(&st, &tenant, h).await,
+        Err(_) => String::new(),
+    };
     match found {
         Ok(h) => {
             let (names, evidence) = st
@@ -50,7 +54,7 @@ pub(crate) async fn show(
                 .with_state(|s| (named(s, &h.operation), super::evidence::evidence_html(s, &tenant, &h.operation)));
             let call = call_html(&h.operation, names);
             let actions = actions_html(&tenant, &h.operation, &desk);
-            let body = format!("{call}{evidence}{actions}{}", timeline_html(&h));
+            let body = format!("{call}{evidence}{actions}{}{trail}", timeline_html(&h));
             Html(page(&format!("Operation {}", h.operation.spec.operation_id), Some(&desk), &body)).into_response()
         }
         Err(r) => refusal(Some(&desk), &r),
@@ -124,6 +128,42 @@ fn actions_html(tenant: &str, op: &Operation, desk: &Desk) -> String {
         return String::new();
     }
     format!("<h2>Decide</h2>{forms}")
+}
+
+/// Traces whose audit records an operation's page shows (its call's, then its transitions').
+const TRACES_SHOWN: usize = 8;
+/// Records shown per trace.
+const RECORDS_PER_TRACE: u32 = 50;
+
+/// The audit records of the operation's traces — the call that made it and each command that
+/// moved it — oldest first, with a search of each trace.
+async fn audit_html(st: &AdminState, tenant: &str, h: &OperationHistory) -> String {
+    let mut traces = vec![h.operation.spec.trace_id.clone()];
+    for t in &h.transitions {
+        if !traces.contains(&t.trace_id) {
+            traces.push(t.trace_id.clone());
+        }
+    }
+    traces.truncate(TRACES_SHOWN);
+    let mut records = Vec::new();
+    for trace in &traces {
+        let filter = writ_api::audit::AuditFilter { trace_id: Some(trace.clone()), ..Default::default() };
+        let tenant_id = h.operation.tenant_id.clone();
+        let q = LedgerQuery::ListAudit { tenant_id, after: None, limit: RECORDS_PER_TRACE, filter };
+        match query::<writ_api::dto::AuditPage>(st, q, false).await {
+            Ok(page) => records.extend(page.records),
+            Err(r) => return format!("<h2>Audit records</h2><p>Not read: {}</p>", esc(&r.message)),
+        }
+    }
+    records.sort_by_key(|r| r.seq);
+    let links: String = traces
+        .iter()
+        .map(|t| {
+            let q = serde_urlencoded::to_string([("tenant", tenant), ("trace", t.as_str())]).unwrap_or_default();
+            format!("<li><a href=\"/console/audit?{}\">Trace <code>{}</code></a></li>", esc(&q), esc(t))
+        })
+        .collect();
+    format!("<h2>Audit records</h2>{}<ul>{links}</ul>", super::audit::records_html(&records))
 }
 
 fn timeline_html(h: &OperationHistory) -> String {
