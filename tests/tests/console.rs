@@ -206,6 +206,12 @@ async fn operators_sign_in_and_decide_at_the_desk_in_a_real_browser() {
     browser.send(json!({"do": "open", "path": "/console"}));
     let id = critical_call(&dev).await;
     browser.send(json!({"do": "wait_row", "prefix": format!("operation-{id}")}));
+    // The agent that asked cannot approve its own call.
+    let own = json!({"name": "operation.approve", "arguments": {"operation_id": id, "approve": true}});
+    let (_, _, own) =
+        writ_tests::mcp::rpc(dev.var("WRIT_MCP_URL"), Some(dev.var("WRIT_DEMO_TOKEN")), "tools/call", own).await;
+    let refused = own["error"]["data"]["reason"].as_str().or(own["result"]["_meta"]["writ/reason"].as_str());
+    assert!(matches!(refused, Some("TOOL_NOT_FOUND" | "APP_SCOPE_FORBIDDEN")), "self-approval refused: {own}");
     let shown = browser.send(json!({"do": "open", "path": format!("/console/operations/demo/{id}")}));
     assert!(shown["text"].as_str().unwrap().contains("crush"), "{shown}");
     browser.send(json!({"do": "screenshot", "name": "approval"}));
