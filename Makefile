@@ -11,6 +11,9 @@ MCP_PY_VERSION := 2.3.0
 # The 2025-era Python client (`mcp<2`), in its own virtual environment beside the 2.x one.
 MCP_PY1_VERSION := 1.30.0
 KUBERNETES_VALIDATE_VERSION := 1.37.0
+# The official OpenTelemetry SDK (the trace test's agent host and traced upstream) and the
+# official OTLP protobuf definitions (its receiver decodes with them).
+OTEL_PY_VERSION := 1.45.2
 # Generates and checks api/workspace-hack (feature unification; see `lint`).
 HAKARI_VERSION := 0.9.39
 # The MCP conformance runner (pinned; 0.2.x has the 2026-07-28 requirements) and the Node it needs.
@@ -73,7 +76,7 @@ lint: deps
 
 ## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;
 ## the official MCP SDK as a real client of the edge, 2.x and, in its own venv, 1.x;
-## kubernetes-validate for deploy/kubernetes).
+## kubernetes-validate for deploy/kubernetes; the OpenTelemetry SDK and OTLP definitions).
 pydeps:
 	@schemathesis --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)" || \
 	  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$(SCHEMATHESIS_VERSION)"
@@ -83,6 +86,9 @@ pydeps:
 	  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)"
 	@python3 -c 'import importlib.metadata as m; assert m.version("selenium") == "$(SELENIUM_VERSION)"' 2>/dev/null || \
 	  python3 -m pip install --quiet --disable-pip-version-check "selenium==$(SELENIUM_VERSION)"
+	@python3 -c 'import importlib.metadata as m; assert m.version("opentelemetry-exporter-otlp-proto-http") == "$(OTEL_PY_VERSION)"' 2>/dev/null || \
+	  python3 -m pip install --quiet --disable-pip-version-check "opentelemetry-sdk==$(OTEL_PY_VERSION)" \
+	    "opentelemetry-proto==$(OTEL_PY_VERSION)" "opentelemetry-exporter-otlp-proto-http==$(OTEL_PY_VERSION)"
 	@"$(WRIT_TOOLS)/py-mcp1/bin/python" -c 'import importlib.metadata as m; assert m.version("mcp") == "$(MCP_PY1_VERSION)"' 2>/dev/null || \
 	  { python3 -m venv "$(WRIT_TOOLS)/py-mcp1" && "$(WRIT_TOOLS)/py-mcp1/bin/pip" install --quiet --disable-pip-version-check "mcp==$(MCP_PY1_VERSION)"; }
 

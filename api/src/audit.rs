@@ -434,7 +434,7 @@ pub struct AuditFilter {
 impl AuditFilter {
     /// The filter's own bounds: a trace id is at most `TRACE_ID_BYTES_MAX` bytes.
     pub fn check(&self) -> Result<(), crate::Rejection> {
-        let max = crate::dto::TRACE_ID_BYTES_MAX;
+        let max = crate::trace::TRACE_ID_BYTES_MAX;
         if self.trace_id.as_ref().is_some_and(|t| t.len() > max) {
             let msg = format!("a trace id is at most {max} bytes");
             return Err(crate::Rejection::new(crate::ReasonCode::INPUT_INVALID, msg));

@@ -146,7 +146,7 @@ pub struct SubmitRequest {
 }
 
 /// Longest trace id a submit may carry (a UUID is 36 bytes; W3C trace ids 32).
-pub const TRACE_ID_BYTES_MAX: usize = 64;
+pub use crate::trace::TRACE_ID_BYTES_MAX;
 /// Most vouchers one submit carries.
 pub const VOUCHERS_MAX: usize = 64;
 

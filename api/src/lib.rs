@@ -53,6 +53,7 @@ pub mod session;
 pub mod settings;
 pub mod state;
 pub mod token;
+pub mod trace;
 pub mod trail;
 pub mod upstream;
 pub mod work;

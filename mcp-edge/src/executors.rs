@@ -158,6 +158,15 @@ fn traced(mut response: Response, trace_id: &str) -> Response {
     response
 }
 
+/// Serves a request as part of the executor's trace when it names one (`traceparent`): what
+/// the edge then submits for it continues the attempt's span.
+async fn continue_trace(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match writ_client::trace::caller(req.headers()) {
+        Some(cx) => writ_client::trace::within(&cx, next.run(req)).await,
+        None => next.run(req).await,
+    }
+}
+
 fn error_response(r: &Rejection) -> Response {
     let (status, body) = writ_client::http_answer(r);
     (status, Json(body)).into_response()
@@ -334,6 +343,7 @@ impl ExecutorGate {
             .route(&format!("{OPERATIONS_PATH}/{{id}}/refuse"), post(refuse))
             .route(&format!("{OPERATIONS_PATH}/{{id}}/evidence"), post(evidence))
             .with_state(self.clone())
+            .layer(axum::middleware::from_fn(continue_trace))
     }
 
     /// Maps the peer to an executor; a refusal is audited (committed before the answer).

@@ -114,11 +114,24 @@ pub fn raw_result(id: &Option<Value>, result_json: &str) -> Response {
     ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// The JSON-RPC response message for `id`.
+/// The key of a result's `_meta` that names the request's trace (32 hex digits, W3C).
+pub const META_TRACE_ID: &str = "writ/trace_id";
+
+/// The JSON-RPC response message for `id`; a result names the trace it was made in (an empty
+/// one, such as `ping`'s, stays empty as the protocol asks).
 pub fn response(id: &Option<Value>, outcome: Result<Value, &RpcError>) -> Value {
     let id = id.clone().unwrap_or(Value::Null);
     match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Ok(mut result) => {
+            let fields = result.as_object_mut().filter(|f| !f.is_empty());
+            if let (Some(current), Some(fields)) = (writ_client::trace::current(), fields) {
+                let meta = fields.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(META_TRACE_ID.into(), Value::String(current.trace_id));
+                }
+            }
+            json!({"jsonrpc": "2.0", "id": id, "result": result})
+        }
         Err(e) => {
             let mut error = json!({"code": e.code, "message": e.message});
             if let Some(d) = &e.data {

@@ -31,6 +31,7 @@ mod serve;
 pub mod session;
 mod surfaces;
 mod tasks;
+mod trace;
 mod upstream;
 
 use std::sync::Arc;
@@ -918,13 +919,15 @@ async fn mcp_post(
         Ok(a) => a,
         Err(r) => return r,
     };
-    let trace_id = uuid::Uuid::new_v4().to_string();
+    let mut span = trace::server_span(trace::incoming(&headers, &body));
+    let trace_id = span.context().trace_hex();
     let started = std::time::Instant::now();
     // The method as the decoded request names it; for a request refused before (or at) its
     // decoding, as the body names it — never the header's free text. Audited and counted only
     // as one of the known methods, or `other`.
     let mut method = None;
     let mut id = None;
+    let mut protocol = headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).map(str::to_string);
     let recorded = std::sync::atomic::AtomicBool::new(false);
     let admitted = match tenant_origin(&edge, &authority, &headers) {
         Err(refused) => Err(admission::Refused::from(refused)),
@@ -940,7 +943,7 @@ async fn mcp_post(
                 trace_id: &trace_id,
                 recorded: &recorded,
             };
-            let posted = legacy::post(&x, &body).await;
+            let posted = writ_client::trace::within(span.context(), legacy::post(&x, &body)).await;
             if posted.quiet {
                 return posted.handled.response;
             }
@@ -956,6 +959,8 @@ async fn mcp_post(
             Ok(Some(req)) => {
                 method = Some(req.method.clone());
                 id = req.id.clone();
+                let meta = &req.params()["_meta"][jsonrpc::META_PROTOCOL_VERSION];
+                protocol = meta.as_str().map(str::to_string).or(protocol);
                 let call = serve::Call {
                     edge: &edge,
                     req: &req,
@@ -964,12 +969,25 @@ async fn mcp_post(
                     trace_id: &trace_id,
                     recorded: &recorded,
                 };
-                serve::handle(call).await
+                writ_client::trace::within(span.context(), serve::handle(call)).await
             }
         },
     };
     let label = method_label(&method.unwrap_or_else(|| body_method(&body)));
-    metrics::histogram!("writ_edge_request_seconds", "method" => label).record(started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed().as_secs_f64();
+    metrics::histogram!("writ_edge_request_seconds", "method" => label).record(elapsed);
+    metrics::histogram!("mcp_server_operation_duration_seconds", "mcp_method_name" => label).record(elapsed);
+    let finished = trace::Finished {
+        method: label,
+        target: handled.name.as_deref(),
+        id: id.as_ref(),
+        protocol: protocol.as_deref(),
+        tenant: &authority.tenant_id,
+        principal: &authority.principal_id,
+        denied: handled.denied.as_ref().map(|r| r.reason),
+    };
+    trace::finish(&mut span, finished);
+    span.end();
     if let Err(fail) = record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(), &recorded).await {
         return RpcError::rejected(&fail).with_id(&id).into_response();
     }

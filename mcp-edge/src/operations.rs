@@ -595,7 +595,9 @@ pub async fn perform(
     notify: crate::reply::Notifier,
 ) -> Result<Value, RpcError> {
     let Pending { op, replayed, action } = pending;
-    let done = edge.upstreams.perform(&edge, &trace_id, &action, op, Some(notify)).await;
+    let (trace, id) = (op.spec.trace_id.clone(), op.spec.operation_id.clone());
+    let perform = edge.upstreams.perform(&edge, &trace_id, &action, op, Some(notify));
+    let done = writ_client::trace::within_operation(&trace, &id, perform).await;
     Ok(performed_answer(&done, replayed))
 }
 
@@ -704,7 +706,26 @@ async fn record(
         }
         None => Command::SubmitOperation { tenant_id, spec: spec.clone() },
     };
-    match submit_call(c, command).await? {
+    // The submission's span has the id every later step of the operation derives from its
+    // record (`writ_api::trace::operation_span_id`): the executor's attempt and an upstream's
+    // call continue the trace under it.
+    let span_id = writ_api::trace::operation_span_id(c.trace_id, &spec.operation_id);
+    let submitted = match writ_client::trace::child(span_id) {
+        Some(cx) => {
+            let kind = opentelemetry::trace::SpanKind::Internal;
+            let mut span = writ_telemetry::Span::start(cx, kind, || format!("writ.operation.submit {}", p.action.id));
+            span.set("writ.operation.id", spec.operation_id.clone());
+            span.set("writ.action", p.action.id.clone());
+            let submitted = writ_client::trace::within(span.context(), submit_call(c, command)).await;
+            if let Ok(Outcome::Rejected { reason, .. }) = &submitted {
+                span.fail(reason.as_str());
+            }
+            span.end();
+            submitted
+        }
+        None => submit_call(c, command).await,
+    };
+    match submitted? {
         Outcome::Rejected { reason, message, .. } => Ok(Err(refused(&Rejection::new(reason, message)))),
         // The operation as the submission left it (the prior one, for a replay).
         Outcome::Applied { operation: Some(op), .. } => {

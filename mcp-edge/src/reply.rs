@@ -99,7 +99,7 @@ where
             .and_then(Value::as_str)
             .and_then(|l| LEVELS.iter().position(|x| *x == l)),
     };
-    let work = handler(notifier);
+    let work = writ_client::trace::resume(writ_client::trace::current(), handler(notifier));
     let guard = AbortOnDrop(tokio::spawn(async move {
         let outcome = work.await;
         let _ = tx.send(Msg::Done(outcome)).await;

@@ -354,7 +354,38 @@ impl Upstreams {
         ))
     }
 
+    /// One call of the upstream's tool, as a client span of the current trace (when the call is
+    /// made for one) whose context the upstream continues (`_meta.traceparent`).
     async fn attempt(
+        &self,
+        t: &Target,
+        arguments: serde_json::Map<String, Value>,
+        meta: Option<serde_json::Map<String, Value>>,
+        notify: Option<&crate::reply::Notifier>,
+    ) -> Result<Value, UpstreamError> {
+        let Some(cx) = writ_client::trace::child(writ_telemetry::span_id()) else {
+            return self.attempt_untraced(t, arguments, meta, notify).await;
+        };
+        let client = opentelemetry::trace::SpanKind::Client;
+        let mut span = writ_telemetry::Span::start(cx, client, || format!("tools/call {}", t.tool.name));
+        span.set("mcp.method.name", "tools/call");
+        span.set("gen_ai.tool.name", t.tool.name.clone());
+        span.set("gen_ai.operation.name", "execute_tool");
+        span.set("writ.upstream", t.upstream.clone());
+        let mut meta = meta.unwrap_or_default();
+        meta.insert("traceparent".into(), Value::String(span.context().traceparent()));
+        if let Some(state) = &span.context().tracestate {
+            meta.insert("tracestate".into(), Value::String(state.clone()));
+        }
+        let result = self.attempt_untraced(t, arguments, Some(meta), notify).await;
+        if result.is_err() {
+            span.fail("upstream_failed");
+        }
+        span.end();
+        result
+    }
+
+    async fn attempt_untraced(
         &self,
         t: &Target,
         arguments: serde_json::Map<String, Value>,

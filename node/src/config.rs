@@ -37,6 +37,9 @@ struct RawNodeConfig {
     tls: Option<RawTls>,
     #[serde(default)]
     authority: RawAuthority,
+    /// Where spans go over OTLP/HTTP (the collector's base URL); absent: no export unless the
+    /// `OTEL_EXPORTER_OTLP_*` environment names one.
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,10 +107,17 @@ pub use crate::pki::TlsConfig;
 
 type RawTls = TlsConfig;
 
+/// An `otlp_endpoint` setting (`crate::observe::otlp_endpoint`).
+pub fn otlp_endpoint(raw: Option<String>) -> Result<Option<String>, ConfigError> {
+    crate::observe::otlp_endpoint(raw).map_err(|message| ConfigError::Invalid { field: "otlp_endpoint", message })
+}
+
 /// A validated node configuration.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: u64,
+    /// The OTLP/HTTP collector spans go to (`writ_telemetry::Settings::endpoint`).
+    pub otlp_endpoint: Option<String>,
     /// The peer listener: Raft and the ledger client API, mutual TLS with role identities.
     pub listen: SocketAddr,
     /// The admin API (`/v1`, HTTPS, operator token); `None`: served on `listen` (one-port mode).
@@ -185,6 +195,9 @@ impl NodeConfig {
         if let Some(v) = env("WRIT_PROBE_LISTEN") {
             raw.probe_listen = Some(v);
         }
+        if let Some(v) = env("WRIT_OTLP_ENDPOINT") {
+            raw.otlp_endpoint = Some(v);
+        }
         if let Some(v) = env("WRIT_ADVERTISE_URL") {
             raw.advertise_url = Some(v);
         }
@@ -204,6 +217,16 @@ impl NodeConfig {
 /// Parses an `ip:port` setting.
 pub fn socket_addr(field: &'static str, text: &str) -> Result<SocketAddr, ConfigError> {
     text.parse().map_err(|_| ConfigError::Invalid { field, message: format!("'{text}' is not ip:port") })
+}
+
+/// `authority.token_audience`, or the cluster's default audience.
+fn token_audience(raw: Option<String>) -> Result<String, ConfigError> {
+    let token_audience = raw.unwrap_or_else(|| TOKEN_AUDIENCE_DEFAULT.to_string());
+    if token_audience.is_empty() || token_audience.len() > writ_api::token::ISSUER_BYTES_MAX {
+        let message = "must be 1..=512 bytes".into();
+        return Err(ConfigError::Invalid { field: "authority.token_audience", message });
+    }
+    Ok(token_audience)
 }
 
 fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
@@ -286,13 +309,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     if raw.bootstrap && !members.contains_key(&node_id) {
         return Err(ConfigError::BootstrapWithoutSelf { node_id });
     }
-    let token_audience = raw.authority.token_audience.unwrap_or_else(|| TOKEN_AUDIENCE_DEFAULT.to_string());
-    if token_audience.is_empty() || token_audience.len() > writ_api::token::ISSUER_BYTES_MAX {
-        return Err(ConfigError::Invalid {
-            field: "authority.token_audience",
-            message: "must be 1..=512 bytes".into(),
-        });
-    }
+    let token_audience = token_audience(raw.authority.token_audience.clone())?;
     let executor_cert_ttl_s =
         raw.authority.executor_cert_ttl_s.unwrap_or(writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S);
     let ttl_bounds =
@@ -329,6 +346,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     }
     Ok(NodeConfig {
         node_id,
+        otlp_endpoint: otlp_endpoint(raw.otlp_endpoint)?,
         listen,
         admin_listen,
         admin_require_client_certificate: raw.admin_require_client_certificate,
@@ -353,6 +371,17 @@ mod tests {
     }
 
     const BASE: &str = "node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"/tmp/x\"\noperator_token = \"0123456789abcdef\"\n[tls]\ncert = \"n.pem\"\nkey = \"n-key.pem\"\nca = \"ca.pem\"\n";
+
+    #[test]
+    fn an_otlp_endpoint_is_an_http_url_of_bounded_length() {
+        let with = |url: &str| NodeConfig::parse(&format!("otlp_endpoint = \"{url}\"\n{BASE}"), &no_env);
+        assert_eq!(with("http://127.0.0.1:4318").unwrap().otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert_eq!(NodeConfig::parse(BASE, &no_env).unwrap().otlp_endpoint, None, "off by default");
+        let long = format!("https://{}", "a".repeat(3000));
+        for bad in ["ftp://collector:4318", "collector:4318", long.as_str()] {
+            assert!(matches!(with(bad), Err(ConfigError::Invalid { field: "otlp_endpoint", .. })), "{bad:.40}");
+        }
+    }
 
     #[test]
     fn valid_config_parses_and_env_overrides() {

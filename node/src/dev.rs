@@ -56,6 +56,10 @@ pub struct DevArgs {
     /// without a sync; recorded as pending, served only once approved); 0: never.
     #[arg(long, default_value_t = crate::ledger::UPSTREAM_WATCH_MS_DEFAULT / 1000)]
     pub upstream_watch_s: u64,
+    /// Export spans to this OTLP/HTTP collector (base URL, e.g. `http://127.0.0.1:4318`); the
+    /// standard `OTEL_EXPORTER_OTLP_*` variables work too.
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The tenant and principal of `--conformance-fixtures`.
@@ -202,6 +206,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         probe_listen: None,
         advertise_url: None,
         data_dir: args.data_dir.join("node"),
+        otlp_endpoint: args.otlp_endpoint.clone(),
         operator_token: token.clone(),
         bootstrap: true,
         members: Default::default(),
@@ -225,6 +230,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     if !args.edge_listen.ip().is_loopback() {
         return Err(std::io::Error::other("writ dev only binds loopback addresses"));
     }
+    crate::observe::start_telemetry(args.otlp_endpoint.as_deref(), "dev", "dev");
     let running = crate::start_node(&cfg).await?;
     let seal_key =
         crate::edge::load_or_create_seal_key(&args.data_dir.join("edge-seal-key")).map_err(std::io::Error::other)?;
@@ -248,16 +254,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     let admin = AdminClient::with_tls(running.url.clone(), token.clone(), Some(&trust));
     let edge =
         crate::edge::start_edge(options, running.node.clone() as std::sync::Arc<dyn writ_client::Ledger>).await?;
-    // The node elects itself within a second; provisioning waits for it.
-    let mut demo = Err(String::new());
-    for _ in 0..50 {
-        demo = provision_demo(&admin, &edge.url).await;
-        if demo.is_ok() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    let demo_token = demo.map_err(|e| std::io::Error::other(format!("demo tenant: {e}")))?;
+    let demo_token = provision_demo_once_elected(&admin, &edge.url).await?;
     let demo_site = ("demo", "demo-site", &["demo-press"][..]);
     let executor_cfg = site_executor(&admin, &edge.url, &args.data_dir.join("executor"), demo_site)
         .await
@@ -297,6 +294,19 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
     running.shutdown().await;
     // A node that stopped on a fatal error must not look like a clean exit (SPEC L7).
     fatal.map_or(Ok(()), |cause| Err(std::io::Error::other(format!("the ledger stopped: {cause}"))))
+}
+
+/// [`provision_demo`] once the node has elected itself (within a second; tried for ten).
+async fn provision_demo_once_elected(admin: &AdminClient, edge_url: &str) -> std::io::Result<String> {
+    let mut demo = Err(String::new());
+    for _ in 0..50 {
+        demo = provision_demo(admin, edge_url).await;
+        if demo.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    demo.map_err(|e| std::io::Error::other(format!("demo tenant: {e}")))
 }
 
 /// Where `writ dev` serves what.

@@ -20,6 +20,8 @@ use crate::config::ConfigError;
 #[serde(deny_unknown_fields)]
 struct RawEdgeConfig {
     listen: Option<String>,
+    /// Where spans go over OTLP/HTTP (the collector's base URL).
+    otlp_endpoint: Option<String>,
     /// `/healthz`, `/readyz`, `/metrics` over plain HTTP on their own address (optional).
     probe_listen: Option<String>,
     /// The canonical URI clients use (and tokens name as audience); default
@@ -93,6 +95,7 @@ struct RawAnonymous {
 #[derive(Debug, Clone)]
 pub struct EdgeFileConfig {
     pub listen: SocketAddr,
+    pub otlp_endpoint: Option<String>,
     pub token_audiences: Option<Vec<String>>,
     pub probe_listen: Option<SocketAddr>,
     pub tls: Option<RawCertKey>,
@@ -138,6 +141,9 @@ impl EdgeFileConfig {
         }
         if let Some(v) = env("WRIT_EDGE_PROBE_LISTEN") {
             raw.probe_listen = Some(v);
+        }
+        if let Some(v) = env("WRIT_OTLP_ENDPOINT") {
+            raw.otlp_endpoint = Some(v);
         }
         let listen_text = raw.listen.ok_or(ConfigError::Missing("listen", "EDGE_LISTEN"))?;
         let listen = crate::config::socket_addr("listen", &listen_text)?;
@@ -205,6 +211,7 @@ impl EdgeFileConfig {
         }
         Ok(EdgeFileConfig {
             listen,
+            otlp_endpoint: crate::config::otlp_endpoint(raw.otlp_endpoint)?,
             token_audiences: raw.token_audiences,
             probe_listen,
             tls: raw.tls,
@@ -585,6 +592,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
     let identity = writ_client::tls::read_certs(&t.cert)
         .and_then(|c| crate::pki::identity_of(&c[0]))
         .map_err(|e| format!("{}: {e}", t.cert.display()))?;
+    crate::observe::start_telemetry(cfg.otlp_endpoint.as_deref(), "edge", &identity.id);
     if identity.role != writ_api::role::Role::Edge {
         return Err(format!("{}: names {identity}, not an edge (`writ pki issue edge NAME`)", t.cert.display()));
     }

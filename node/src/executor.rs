@@ -181,6 +181,10 @@ pub struct ExecutorConfig {
     /// logged as `probes listening`). Off when absent.
     #[serde(default)]
     pub probe_listen: Option<std::net::SocketAddr>,
+    /// Export spans of attempts to this OTLP/HTTP collector (base URL); the standard
+    /// `OTEL_EXPORTER_OTLP_*` variables work too.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
     /// Store each attempt's output in the ledger's evidence store with its report (its
     /// `evidence_return_ref` is then `writ://operations/{id}/evidence/{hash}`, which agents
     /// read with `ops:read`); `false`: only its hash and a summary travel, and the ref names
@@ -219,6 +223,8 @@ impl ExecutorConfig {
         if !(100..=writ_api::operation::LEASE_MS_MAX).contains(&cfg.lease_ms) {
             return Err(format!("{}: lease_ms must be 100..={}", path.display(), writ_api::operation::LEASE_MS_MAX));
         }
+        cfg.otlp_endpoint = crate::observe::otlp_endpoint(cfg.otlp_endpoint.take())
+            .map_err(|e| format!("{}: otlp_endpoint: {e}", path.display()))?;
         Ok(cfg)
     }
 }
@@ -251,6 +257,8 @@ pub async fn run_cli(args: ExecutorArgs) -> u8 {
         },
         ExecutorCmd::Run { config } => match ExecutorConfig::load(&config) {
             Ok(cfg) => {
+                let instance = config.display().to_string();
+                crate::observe::start_telemetry(cfg.otlp_endpoint.as_deref(), "executor", &instance);
                 let shutdown = crate::wait_for_shutdown_signal();
                 tokio::select! {
                     r = run(cfg) => r,
@@ -851,7 +859,11 @@ impl Executor {
         body: &T,
     ) -> Result<OperationStatus, CallError> {
         let url = format!("{edge}{OPERATIONS_PATH}/{id}/{verb}");
-        let sent = self.http().post(&url).json(body).timeout(Duration::from_secs(15)).send().await;
+        let mut request = self.http().post(&url).json(body).timeout(Duration::from_secs(15));
+        if let Some(parent) = writ_client::trace::traceparent() {
+            request = request.header(writ_client::TRACEPARENT_HEADER, parent);
+        }
+        let sent = request.send().await;
         let r = sent.map_err(CallError::from_transport)?;
         if r.status().is_success() {
             return r
@@ -868,7 +880,28 @@ impl Executor {
         })
     }
 
+    /// Handles a dispatch as a span of the operation's trace (under its submission's span,
+    /// which the dispatch names by its trace and operation ids).
     async fn handle(self: Arc<Self>, edge: &str, d: Dispatch, edge_now_ms: u64, received: Instant) {
+        let parent = writ_api::trace::operation_traceparent(&d.trace_id, &d.operation_id);
+        let Some(parent) = parent.as_deref().and_then(writ_api::trace::Parent::parse) else {
+            return self.attempt_dispatch(edge, d, edge_now_ms, received).await;
+        };
+        let cx = writ_api::trace::TraceContext::child_of(Some(parent), None, writ_telemetry::fresh_ids);
+        let consumer = opentelemetry::trace::SpanKind::Consumer;
+        let mut span = writ_telemetry::Span::start(cx, consumer, || format!("writ.executor.attempt {}", d.action));
+        span.set("writ.operation.id", d.operation_id.clone());
+        span.set("writ.action", d.action.clone());
+        span.set("writ.fencing_token", d.fencing_token as i64);
+        if let Some(device) = &d.device_name {
+            span.set("writ.device", device.clone());
+        }
+        let cx = span.context().clone();
+        writ_client::trace::within(&cx, self.attempt_dispatch(edge, d, edge_now_ms, received)).await;
+        span.end();
+    }
+
+    async fn attempt_dispatch(self: Arc<Self>, edge: &str, d: Dispatch, edge_now_ms: u64, received: Instant) {
         let id = d.operation_id.clone();
         if !self.memory.lock().expect("memory lock").taken.insert(id.clone()) {
             return; // already handled (a reconnect resends what is still waiting)

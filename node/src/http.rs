@@ -431,7 +431,13 @@ async fn client_submit(
         Role::Edge => st.node.admit_edge(&identity.id, req).await?,
         _ => req,
     };
-    wire_answer(&headers, &st.node.submit_request(req, forwarded(&headers)).await?)
+    let submit = st.node.submit_request(req, forwarded(&headers));
+    // The submission continues the caller's trace, when it names one (`traceparent`).
+    let answer = match writ_client::trace::caller(&headers) {
+        Some(cx) => writ_client::trace::within(&cx, submit).await?,
+        None => submit.await?,
+    };
+    wire_answer(&headers, &answer)
 }
 
 async fn client_query(

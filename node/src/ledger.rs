@@ -809,15 +809,36 @@ impl LedgerNode {
     }
 
     /// Proposes a command; a follower forwards it once to the leader. The leader stamps it.
+    /// A submission made for a trace (the caller's, `writ_client::trace`) is a span of it.
     pub async fn submit_request(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
         req.check()?;
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(LEDGER_CALL_TIMEOUT, self.submit_inner(req, forwarded))
+        let mut span = self.submit_span(&req);
+        let submit = tokio::time::timeout(LEDGER_CALL_TIMEOUT, self.submit_inner(req, forwarded));
+        let result = writ_client::trace::within(span.context(), submit)
             .await
             .unwrap_or_else(|_| Err(unavailable("commit outcome unknown: deadline passed")));
         metrics::histogram!("writ_ledger_submit_seconds").record(started.elapsed().as_secs_f64());
         metrics::counter!("writ_ledger_submits_total", "ok" => result.is_ok().to_string()).increment(1);
+        crate::observe::submitted(&mut span, &result);
+        span.end();
         result
+    }
+
+    /// The span of a submission made for the current task's trace (inert without one: the
+    /// node's own commands, clients that do not trace).
+    fn submit_span(&self, req: &SubmitRequest) -> writ_telemetry::Span {
+        let kind = req.command.innermost().kind();
+        let Some(cx) = writ_client::trace::child(writ_telemetry::span_id()) else {
+            return writ_telemetry::Span::inert(writ_api::trace::TraceContext::child_of(None, None, || {
+                ([1; 16], [1; 8])
+            }));
+        };
+        let server = opentelemetry::trace::SpanKind::Server;
+        let mut span = writ_telemetry::Span::start(cx, server, || format!("writ.ledger.submit {kind}"));
+        span.set("writ.command", kind);
+        span.set("writ.node.id", self.id as i64);
+        span
     }
 
     /// The leader proposes; a follower forwards once to the leader. With no leader it can

@@ -31,3 +31,55 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
 pub fn build_info(role: &'static str) {
     metrics::gauge!("writ_build_info", "role" => role, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
+
+/// What a traced submission came to, on its span: the Raft index it committed at and the
+/// revision it reached as events, a refusal as the span's `error.type`.
+pub fn submitted(span: &mut writ_telemetry::Span, result: &Result<writ_api::dto::SubmitResponse, writ_api::Rejection>) {
+    use opentelemetry::KeyValue;
+    use writ_api::ledger::Outcome;
+    let answer = match result {
+        Ok(answer) => answer,
+        Err(e) => return span.fail(e.reason.as_str()),
+    };
+    let index = answer.log_index as i64;
+    span.set("writ.raft.log_index", index);
+    span.event("committed", vec![KeyValue::new("writ.raft.log_index", index)]);
+    match &answer.outcome {
+        Outcome::Applied { events, .. } => {
+            let revision = events.last().map_or(0, |e| e.revision) as i64;
+            span.event("applied", vec![KeyValue::new("writ.revision", revision)]);
+        }
+        Outcome::Rejected { reason, revision, .. } => {
+            span.event("applied", vec![KeyValue::new("writ.revision", *revision as i64)]);
+            span.fail(reason.as_str());
+        }
+        Outcome::Internal | Outcome::Batch(_) => {}
+    }
+}
+
+/// Starts exporting spans when `endpoint` (the role's `otlp_endpoint`) or the `OTEL_*`
+/// environment names a collector; a collector that cannot be used is logged, never fatal.
+pub fn start_telemetry(endpoint: Option<&str>, role: &str, instance: &str) {
+    let settings = writ_telemetry::Settings {
+        endpoint: endpoint.map(str::to_string),
+        service: format!("writ-{role}"),
+        role: role.to_string(),
+        instance: instance.to_string(),
+    };
+    if let Err(e) = writ_telemetry::init(&settings) {
+        tracing::error!(error = %e, "spans are not exported");
+    }
+}
+
+/// Longest OTLP endpoint URL accepted.
+pub const OTLP_ENDPOINT_BYTES_MAX: usize = 2048;
+
+/// An `otlp_endpoint` setting: an `http://` or `https://` base URL (blank: none).
+pub fn otlp_endpoint(raw: Option<String>) -> Result<Option<String>, String> {
+    let Some(url) = raw.map(|u| u.trim().to_string()).filter(|u| !u.is_empty()) else { return Ok(None) };
+    let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.len() <= OTLP_ENDPOINT_BYTES_MAX;
+    if !ok {
+        return Err(format!("an http:// or https:// URL of at most {OTLP_ENDPOINT_BYTES_MAX} bytes"));
+    }
+    Ok(Some(url))
+}

@@ -58,16 +58,16 @@ impl RunningNode {
 /// and the ledger client API, mutual TLS), the admin API (HTTPS) and the probes (plain HTTP),
 /// the last two on the peer listener unless they have their own addresses.
 pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
-    let check_own =
-        writ_api::role::Identity::new(writ_api::role::Role::Node, &cfg.node_id.to_string()).expect("node id ≥ 1");
-    let cfg_node_id = cfg.node_id;
+    let id = cfg.node_id.to_string();
+    crate::observe::start_telemetry(cfg.otlp_endpoint.as_deref(), "node", &id);
+    let check_own = writ_api::role::Identity::new(writ_api::role::Role::Node, &id).expect("node id ≥ 1");
     // The node's credential, followed on disk: a rotated certificate must still name this node.
     let credential = writ_client::tls::CredentialFiles::load(
         &cfg.tls.cert,
         &cfg.tls.key,
         Some(Arc::new(move |cert| match pki::identity_of(cert) {
             Ok(id) if id == check_own => Ok(()),
-            Ok(id) => Err(format!("names {id}, not {check_own} (issue it with `writ pki issue node {}`)", cfg_node_id)),
+            Ok(named) => Err(format!("names {named}, not {check_own} (issue it with `writ pki issue node {id}`)")),
             Err(e) => Err(e),
         })),
     )

@@ -2,7 +2,7 @@
 (mcp 2.x), over Streamable HTTP, serving both protocol eras (2026-07-28 stateless and
 2025-11-25 with `initialize` and a session) on one endpoint.
 
-Usage: upstream_server.py [--variant v1|v2] [--token TOKEN] [--oauth CLIENT_ID:SECRET [--token-ttl S]]
+Usage: upstream_server.py [--variant v1|v2] [--token TOKEN] [--oauth CLIENT_ID:SECRET [--token-ttl S]] [--otlp URL]
 
 Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
 `CALL <tool> <json arguments>` per tool call it runs (what the tests count), and
@@ -10,6 +10,9 @@ Binds 127.0.0.1 port 0 and prints `{"port": N}` on its first line; then one line
 OAuth 2.0 authorization server too: `POST /token` grants `client_credentials` to that client
 (HTTP Basic) with tokens living `--token-ttl` seconds (one line `TOKEN <scope>` per grant, `DENIED`
 per refusal), and the MCP endpoint takes only its live tokens.
+
+With `--otlp` its spans (the MCP SDK's server spans, which continue the trace a request's
+`_meta.traceparent` names) go to that OTLP/HTTP collector as service `upstream`.
 
 Tools: `forecast` (read-only and idempotent; structured output), `place_order` (an effect:
 echoes the idempotency key and operation id Writ sent in `_meta`; `out-of-stock` fails), `slow` (sleeps as long as
@@ -128,13 +131,28 @@ def build(variant):
     return server
 
 
+def traced(otlp):
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "upstream"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{otlp}/v1/traces")))
+    trace.set_tracer_provider(provider)
+
+
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--variant", default="v1")
     parser.add_argument("--token", default=None)
     parser.add_argument("--oauth", default=None)
     parser.add_argument("--token-ttl", type=float, default=3600)
+    parser.add_argument("--otlp", default=None)
     args = parser.parse_args()
+    if args.otlp:
+        traced(args.otlp)
     issued = {}  # token -> expiry (monotonic seconds)
     server = build(args.variant)
     app = server.streamable_http_app(host="127.0.0.1")

@@ -4,6 +4,7 @@
 pub mod desk;
 pub mod idp;
 pub mod mcp;
+pub mod otlp;
 pub mod pki;
 pub mod procs;
 pub mod sim;

@@ -497,6 +497,7 @@ impl Admin {
 pub fn node_config(dir: &Path, id: u64, tls: writ_node::config::TlsConfig) -> writ_node::config::NodeConfig {
     let edge_ca = tls.ca.clone();
     writ_node::config::NodeConfig {
+        otlp_endpoint: None,
         node_id: id,
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: None,

@@ -27,4 +27,5 @@ mod prometheus;
 mod schemathesis;
 mod sim;
 mod tenant_idp;
+mod traces;
 mod trust;

@@ -31,6 +31,10 @@ pub const LEDGER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const FORWARDED_HEADER: &str = "x-writ-forwarded";
 /// Header carrying the trace id from the edge or admin request to the ledger.
 pub const TRACE_HEADER: &str = "x-writ-trace-id";
+/// The W3C trace context header: the span a request continues.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// The W3C vendor trace state that travels with it.
+pub const TRACESTATE_HEADER: &str = "tracestate";
 
 /// The ledger as its clients see it. Every error is a [`Rejection`] with a reason code.
 pub trait Ledger: Send + Sync + 'static {
@@ -182,6 +186,9 @@ impl NodeHttp {
             .body(body);
         if forwarded {
             rb = rb.header(FORWARDED_HEADER, "1");
+        }
+        if let Some(parent) = crate::trace::traceparent() {
+            rb = rb.header(TRACEPARENT_HEADER, parent);
         }
         let resp = ok(rb.send().await).await?;
         let binary = is_binary(&resp);

@@ -18,13 +18,14 @@ pub mod files;
 pub mod ledger;
 pub mod memory;
 pub mod tls;
+pub mod trace;
 pub mod upstream;
 pub mod verifier;
 
 pub use admin::{AdminClient, AdminError};
 pub use ledger::{
     query_as, unavailable, CallError, HttpLedger, Ledger, NodeHttp, WatchStream, FORWARDED_HEADER, LEDGER_CALL_TIMEOUT,
-    TRACE_HEADER,
+    TRACEPARENT_HEADER, TRACESTATE_HEADER, TRACE_HEADER,
 };
 pub use memory::MemoryLedger;
 pub use tls::ClientTls;

@@ -455,7 +455,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("loadtest/src/verify.rs", "verify", 171),
     ("mcp-edge/src/operations.rs", "tools", 170),
     ("mcp-edge/src/serve.rs", "call_tool", 164),
-    ("node/src/dev.rs", "run", 122),
     ("api/src/state.rs", "fold_operation", 159),
     ("tenant-admin/src/openapi.rs", "paths", 158),
     ("node/src/edge.rs", "start_edge", 141),
