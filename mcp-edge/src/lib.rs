@@ -1016,7 +1016,11 @@ async fn record(
 ) -> Result<(), Rejection> {
     let outcome = if handled.denied.is_some() { "denied" } else { "allowed" };
     let label = method_label(method);
-    metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => outcome).increment(1);
+    // A refusal Writ is to blame for (a 5xx reason: the ledger unreachable, storage full, an
+    // internal fault) is the error ratio's numerator, apart from the caller's refusals.
+    let fault = handled.denied.is_some_and(|r| r.http_status() >= 500);
+    let counted = if fault { "failed" } else { outcome };
+    metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => counted).increment(1);
     let decision = audit::request_decision(trace_id, authority, label, handled.name.as_deref(), handled.denied);
     let strict = handled.denied.is_some()
         || handled.effectful

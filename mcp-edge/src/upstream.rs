@@ -327,6 +327,9 @@ impl Upstreams {
         let slot = slots.entry((t.tenant_id.clone(), t.upstream.clone())).or_default();
         if slot.config_version != t.config_version {
             let was_open = slot.open && slot.config_version != 0;
+            if slot.open {
+                metrics::gauge!("writ_upstream_fuses_open").decrement(1.0);
+            }
             *slot = Slot { config_version: t.config_version, ..Slot::default() };
             if was_open {
                 self.record(edge, t, fuse(false, 0, "the upstream's configuration changed", t.config_version));
@@ -487,6 +490,7 @@ impl Upstreams {
         let closing = slot.open && matches!(gate, Gate::Probe);
         slot.failures = 0;
         if closing {
+            metrics::gauge!("writ_upstream_fuses_open").decrement(1.0);
             *slot = Slot { config_version: t.config_version, connection: slot.connection.take(), ..Slot::default() };
             self.record(edge, t, fuse(false, 0, "a half-open probe succeeded", t.config_version));
         }
@@ -516,6 +520,7 @@ impl Upstreams {
         slot.backoff_ms = FUSE_BACKOFF_MIN_MS;
         slot.probe_at = Some(Instant::now() + jittered(slot.backoff_ms));
         metrics::counter!("writ_upstream_fuse_opened_total").increment(1);
+        metrics::gauge!("writ_upstream_fuses_open").increment(1.0);
         tracing::warn!(upstream = %t.upstream, tenant = %t.tenant_id, failures = slot.failures, "upstream fuse opened");
         self.record(edge, t, fuse(true, slot.failures, &why.message, t.config_version));
         true

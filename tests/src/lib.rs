@@ -11,4 +11,4 @@ pub mod sim;
 pub mod tools;
 pub mod upstream;
 
-pub use writ_tests_fast::{eventually, init_test_log};
+pub use writ_tests_fast::{dashboard_queries, eventually, init_test_log};

@@ -739,7 +739,8 @@ async fn operations_are_served_as_mcp_tasks() {
     assert_eq!(w.readback(&agent, &wid).await["state"], "proposed", "nothing reserved while it waits");
     let yes = json!({"taskId": wid, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}});
     let ack = call(&agent, "tasks/update", yes, true).await["result"].clone();
-    assert_eq!(ack, json!({"resultType": "complete"}));
+    assert_eq!(ack["_meta"]["writ/trace_id"].as_str().map(str::len), Some(32), "an ack names its trace: {ack}");
+    assert_eq!(bare(ack), json!({"resultType": "complete"}));
     settle(wid, "completed").await;
     let declined = direct(json!({"position_mm": 20})).await["result"]["taskId"].as_str().unwrap().to_string();
     let no =
@@ -757,12 +758,12 @@ async fn operations_are_served_as_mcp_tasks() {
     let lid = call(&agent, "tools/call", long, true).await["result"]["taskId"].as_str().unwrap().to_string();
     w.wait_state(&agent, &lid, "attempting").await;
     let ack = call(&agent, "tasks/cancel", json!({"taskId": lid}), true).await["result"].clone();
-    assert_eq!(ack, json!({"resultType": "complete"}));
+    assert_eq!(bare(ack), json!({"resultType": "complete"}));
     let over = settle(lid.clone(), "cancelled").await;
     let op = w.readback(&agent, &lid).await;
     assert_eq!((op["state"].as_str(), op["attempts"].as_u64()), (Some("cancelled"), Some(1)), "{over}");
     let again = call(&agent, "tasks/cancel", json!({"taskId": lid}), true).await["result"].clone();
-    assert_eq!(again, json!({"resultType": "complete"}), "cancelling a settled task is an idempotent ack");
+    assert_eq!(bare(again), json!({"resultType": "complete"}), "cancelling a settled task is an idempotent ack");
     let unknown = call(&agent, "tasks/cancel", json!({"taskId": "op-nope"}), true).await;
     assert_eq!(unknown["error"]["code"], -32602);
 }
@@ -1369,4 +1370,12 @@ async fn evidence_is_stored_and_read_back_by_hash_within_its_tenant() {
     assert_eq!(reason(&forged), "INPUT_INVALID", "{forged}");
     let audit = w.audit().await;
     assert_eq!(audit.iter().filter(|r| r["operation"] == "evidence_stored").count(), 2, "each blob stored is audited");
+}
+
+/// A result without its `_meta` (which names the request's trace).
+fn bare(mut result: Value) -> Value {
+    if let Some(fields) = result.as_object_mut() {
+        fields.remove("_meta");
+    }
+    result
 }

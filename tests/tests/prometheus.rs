@@ -1,7 +1,8 @@
 //! A real Prometheus server (Debian `prometheus`, installed by `make test`) scrapes a `writ dev`
 //! (issue 19): the histograms Writ exports aggregate in PromQL, and
 //! `histogram_quantile(0.99, …)` over the scraped `writ_edge_request_seconds` buckets returns a
-//! sane p99 for requests the test made.
+//! sane p99 for requests the test made, and every query of the dashboards that ship returns
+//! data. The alert rules pass `promtool`'s check and their unit tests.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -26,11 +27,17 @@ async fn a_real_prometheus_scrapes_writ_and_computes_a_p99_from_its_histograms()
     let target = admin_url.trim_start_matches("https://").trim_end_matches('/').to_string();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("prometheus.yml");
+    // The node (its admin listener) and the edge (`/metrics` beside `/mcp`), as a deployment
+    // scrapes both roles.
+    let (edge_scheme, edge_rest) = mcp.split_once("://").expect("the edge's URL");
+    let edge_target = edge_rest.trim_end_matches("/mcp");
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: writ\n    scheme: https\n    \
-             tls_config:\n      ca_file: {ca}\n    static_configs:\n      - targets: ['{target}']\n",
+             tls_config:\n      ca_file: {ca}\n    static_configs:\n      - targets: ['{target}']\n  \
+             - job_name: writ-edge\n    scheme: {edge_scheme}\n    tls_config:\n      ca_file: {ca}\n    \
+             static_configs:\n      - targets: ['{edge_target}']\n",
             ca = dev.var("WRIT_CA_FILE"),
         ),
     )
@@ -81,4 +88,34 @@ async fn a_real_prometheus_scrapes_writ_and_computes_a_p99_from_its_histograms()
     let listed =
         methods["data"]["result"].as_array().expect("result").iter().any(|r| r["metric"]["method"] == "tools/list");
     assert!(listed, "{methods}");
+    // Every panel of the dashboards that ship (deploy/grafana) returns data for a `writ dev`
+    // that served a read of the press (an operation its executor performed).
+    let (_, _, read) = writ_tests::mcp::rpc(mcp, Some(token), "tools/call", json!({"name": "read_press"})).await;
+    assert!(read["result"]["_meta"]["writ/operation"].is_object(), "{read}");
+    for (dashboard, panel, expr) in writ_tests::dashboard_queries() {
+        let (dashboard, panel, expr) = (&dashboard, &panel, &expr);
+        let what = format!("{dashboard} / {panel}: {expr}");
+        writ_tests::eventually(&format!("data for {what}"), Duration::from_secs(60), || async move {
+            let r = query(expr.clone()).await?;
+            assert_eq!(r["status"], "success", "{dashboard} / {panel}: {r}");
+            r["data"]["result"].as_array().is_some_and(|rows| !rows.is_empty()).then_some(())
+        })
+        .await;
+    }
+}
+
+/// The alert rules that ship pass `promtool check rules`, and their unit tests (series that
+/// fire each alert and series that must not) pass `promtool test rules`.
+#[test]
+fn the_alert_rules_pass_promtool_and_their_unit_tests() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus");
+    for args in [["check", "rules", "writ-alerts.yml"], ["test", "rules", "writ-alerts.test.yml"]] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("promtool (installed by `make test`: Debian package `prometheus`)");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("SUCCESS"), "promtool {args:?}: {text}");
+    }
 }

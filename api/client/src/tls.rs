@@ -179,8 +179,12 @@ impl CredentialFiles {
             check(&chain[0]).map_err(|e| ("identity", format!("{}: {e}", cert.display())))?;
         }
         let key_der = read_key(key).map_err(|e| ("unusable", e))?;
-        CertifiedKey::from_der(chain, key_der, &provider())
-            .map_err(|e| ("unusable", format!("{} / {}: {e}", cert.display(), key.display())))
+        let expires = parse_certificate(&chain[0]).map(|c| c.validity().not_after.timestamp()).unwrap_or(0);
+        let pair = CertifiedKey::from_der(chain, key_der, &provider())
+            .map_err(|e| ("unusable", format!("{} / {}: {e}", cert.display(), key.display())))?;
+        // When the certificate this process presents runs out (an alert's input: renew before).
+        metrics::gauge!("writ_tls_certificate_expiry_timestamp_seconds").set(expires as f64);
+        Ok(pair)
     }
 
     /// The pair in use now, after looking at the files if the period has passed.

@@ -32,3 +32,27 @@ pub fn init_test_log() {
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
     });
 }
+
+/// Every panel query of the dashboards under `deploy/grafana/`: (dashboard, panel, PromQL).
+pub fn dashboard_queries() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana");
+    let mut files: Vec<std::path::PathBuf> =
+        std::fs::read_dir(&dir).expect("deploy/grafana").flatten().map(|e| e.path()).collect();
+    files.sort();
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+        let d: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(file).unwrap()).expect("dashboard JSON");
+        for panel in d["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                let expr = target["expr"].as_str().expect("expr").to_string();
+                out.push((
+                    d["title"].as_str().unwrap().to_string(),
+                    panel["title"].as_str().unwrap().to_string(),
+                    expr,
+                ));
+            }
+        }
+    }
+    out
+}

@@ -4,6 +4,7 @@
 
 mod architecture;
 mod legacy_wire;
+mod observability;
 mod operators;
 mod reasons;
 mod routers;
