@@ -1,7 +1,7 @@
 //! An OTLP/HTTP collector for the trace tests: `tests/python/otlp_receiver.py` as a real process
 //! (decoding with the official `opentelemetry-proto`), keeping every span it received.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -10,35 +10,13 @@ use serde_json::Value;
 pub struct Receiver {
     pub port: u16,
     child: Child,
-    spans: Arc<Mutex<Vec<Value>>>,
+    spans: Arc<Mutex<Vec<String>>>,
 }
 
 impl Receiver {
     /// Starts it and waits for its port.
     pub fn start() -> Receiver {
-        use std::io::BufRead;
-        let mut child = Command::new("python3")
-            .arg(crate::upstream::python_dir().join("otlp_receiver.py"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the OTLP receiver (python3 with opentelemetry-proto: `make pydeps`)");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spans: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let kept = spans.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if v.get("port").is_some() {
-                    let _ = tx.send(v);
-                } else {
-                    kept.lock().unwrap().push(v);
-                }
-            }
-        });
-        let first = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the receiver reports its port");
-        let port = first["port"].as_u64().expect("a port") as u16;
+        let (child, port, spans) = crate::upstream::spawn_reporting("otlp_receiver.py", &[], |l| l.starts_with('{'));
         Receiver { port, child, spans }
     }
 
@@ -49,7 +27,7 @@ impl Receiver {
 
     /// Every span received so far.
     pub fn spans(&self) -> Vec<Value> {
-        self.spans.lock().unwrap().clone()
+        self.spans.lock().unwrap().iter().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 }
 

@@ -13,6 +13,56 @@ pub fn python_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python")
 }
 
+/// Starts `tests/python/<script>` with `args`, waits for the `{"port": N}` line it prints first
+/// and keeps every later line `keep` accepts (read on a thread of its own): the process, its
+/// port and the kept lines.
+pub fn spawn_reporting(
+    script: &str,
+    args: &[&str],
+    keep: impl Fn(&str) -> bool + Send + 'static,
+) -> (Child, u16, Arc<Mutex<Vec<String>>>) {
+    use std::io::BufRead;
+    let mut child = Command::new("python3")
+        .arg(python_dir().join(script))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {script} (python3 with its packages: `make pydeps`): {e}"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let port = serde_json::from_str::<serde_json::Value>(&line).ok().and_then(|v| v["port"].as_u64());
+            match port {
+                Some(port) => {
+                    let _ = tx.send(port);
+                }
+                None if keep(&line) => kept.lock().unwrap().push(line),
+                None => {}
+            }
+        }
+    });
+    let port =
+        rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap_or_else(|_| panic!("{script} reports its port"));
+    (child, port as u16, lines)
+}
+
+/// Runs `tests/python/<script>` with `args` and reads the one JSON object it prints.
+pub async fn python_report(script: &str, args: &[&str]) -> serde_json::Value {
+    let out = tokio::process::Command::new("python3")
+        .current_dir(python_dir())
+        .arg(python_dir().join(script))
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("python3 runs {script} (make pydeps installs its packages): {e}"));
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{script}'s report is not JSON: {e}"))
+}
+
 /// `tests/python/upstream_server.py` running on a port of its own, killed on drop; every
 /// `CALL <tool> <args>` and `AUTH <header>` line it prints is kept.
 pub struct UpstreamServer {
@@ -24,31 +74,8 @@ pub struct UpstreamServer {
 impl UpstreamServer {
     /// Starts it with `args` (e.g. `["--variant", "v2"]`) and waits for its port.
     pub fn start(args: &[&str]) -> UpstreamServer {
-        use std::io::BufRead;
-        let mut child = Command::new("python3")
-            .arg(python_dir().join("upstream_server.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the upstream server (python3 with mcp: `make pydeps`)");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-        let kept = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if ["CALL ", "AUTH ", "TOKEN ", "DENIED"].iter().any(|p| line.starts_with(p)) {
-                    kept.lock().unwrap().push(line);
-                } else if line.starts_with('{') {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let first = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the upstream reports its port");
-        let port = serde_json::from_str::<serde_json::Value>(&first).expect("port line")["port"]
-            .as_u64()
-            .expect("a port") as u16;
+        let kept = |line: &str| ["CALL ", "AUTH ", "TOKEN ", "DENIED"].iter().any(|p| line.starts_with(p));
+        let (child, port, lines) = spawn_reporting("upstream_server.py", args, kept);
         UpstreamServer { port, child, lines }
     }
 

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use writ_tests::eventually;
 use writ_tests::mcp::rpc;
 use writ_tests::procs::{canned, Admin, DevProcess};
-use writ_tests::upstream::{python_dir, EverythingServer, UpstreamServer};
+use writ_tests::upstream::{EverythingServer, UpstreamServer};
 
 struct Dev {
     dev: DevProcess,
@@ -141,16 +141,9 @@ async fn python_call(dev: &Dev, token: &str, tool: &str, args: Value) -> Value {
 
 /// [`python_call`], asking for log messages at `log_level` when given.
 async fn python_call_logged(dev: &Dev, token: &str, tool: &str, args: Value, log_level: Option<&str>) -> Value {
-    let out = tokio::process::Command::new("python3")
-        .current_dir(python_dir())
-        .arg(python_dir().join("call_tool.py"))
-        .args([dev.mcp(), token, tool, &args.to_string()])
-        .args(log_level)
-        .output()
-        .await
-        .expect("python3 runs (make pydeps installs mcp)");
-    assert!(out.status.success(), "python client: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("the client's report is JSON")
+    let args = args.to_string();
+    let args = [&[dev.mcp(), token, tool, args.as_str()][..], log_level.as_slice()].concat();
+    writ_tests::upstream::python_report("call_tool.py", &args).await
 }
 
 /// A credential file of tenant `demo` holding `content`: `<dir>/demo/upstream-token` (a

@@ -25,16 +25,8 @@ fn catalog() -> Value {
 
 /// The agent host's turn: its trace and span ids, and each tool's error flag.
 async fn agent_turn(dev: &DevProcess, otlp: &str, tools: &[&str]) -> Value {
-    let script = writ_tests::upstream::python_dir().join("otel_agent.py");
-    let out = tokio::process::Command::new("python3")
-        .arg(script)
-        .args([dev.var("WRIT_MCP_URL"), dev.var("WRIT_DEMO_TOKEN"), otlp])
-        .args(tools)
-        .output()
-        .await
-        .expect("python3 runs (make pydeps installs the OpenTelemetry SDK)");
-    assert!(out.status.success(), "agent: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("the agent's report is JSON")
+    let args = [&[dev.var("WRIT_MCP_URL"), dev.var("WRIT_DEMO_TOKEN"), otlp][..], tools].concat();
+    writ_tests::upstream::python_report("otel_agent.py", &args).await
 }
 
 /// Writ's span of `trace` named `name`.

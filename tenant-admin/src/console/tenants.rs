@@ -304,18 +304,9 @@ pub(crate) async fn approve_upstream(
     headers: HeaderMap,
     Form(form): Form<ReviewForm>,
 ) -> Response {
-    let done = async {
-        check_change(&desk, &headers, &form.csrf)?;
-        let t = tenant(&st, &desk, &name)?;
-        let approve = Command::ApproveUpstreamTools { tenant_id: t.id, name: upstream, digest: form.digest };
-        acting(desk.actor.clone(), submit(&st, approve)).await.map(|_| ())
-    };
-    match done.await {
-        Ok(()) => {
-            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("/console/tenants/{}", t_path(&name)))]).into_response()
-        }
-        Err(r) => refusal(Some(&desk), &r),
-    }
+    let digest = form.digest;
+    let approve = |tenant_id| Command::ApproveUpstreamTools { tenant_id, name: upstream, digest };
+    change(&st, &desk, &headers, (&name, &form.csrf), approve).await
 }
 
 /// Revokes a token (and its delegated children), as the signed-in operator.
@@ -326,17 +317,28 @@ pub(crate) async fn revoke_token(
     headers: HeaderMap,
     Form(form): Form<ChangeForm>,
 ) -> Response {
+    change(&st, &desk, &headers, (&name, form.csrf()), |tenant_id| Command::RevokeToken { tenant_id, jti }).await
+}
+
+/// Submits the command `make` forms for tenant `name` (in the desk's scope; the form carries
+/// `csrf`) as the signed-in operator, then shows the tenant's page again.
+async fn change(
+    st: &Shared,
+    desk: &Desk,
+    headers: &HeaderMap,
+    (name, csrf): (&str, &str),
+    make: impl FnOnce(String) -> Command,
+) -> Response {
     let done = async {
-        check_change(&desk, &headers, form.csrf())?;
-        let t = tenant(&st, &desk, &name)?;
-        let revoke = Command::RevokeToken { tenant_id: t.id, jti };
-        acting(desk.actor.clone(), submit(&st, revoke)).await.map(|_| ())
+        check_change(desk, headers, csrf)?;
+        let t = tenant(st, desk, name)?;
+        acting(desk.actor.clone(), submit(st, make(t.id))).await.map(|_| ())
     };
     match done.await {
         Ok(()) => {
-            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("/console/tenants/{}", t_path(&name)))]).into_response()
+            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("/console/tenants/{}", t_path(name)))]).into_response()
         }
-        Err(r) => refusal(Some(&desk), &r),
+        Err(r) => refusal(Some(desk), &r),
     }
 }
 
