@@ -14,6 +14,7 @@ pub mod dto;
 pub mod evidence;
 pub mod executor;
 pub mod grant;
+pub mod health;
 pub mod ledger;
 pub mod oauth;
 pub mod operation;

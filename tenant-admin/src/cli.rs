@@ -1598,6 +1598,11 @@ pub enum TenantCmd {
     Storage {
         tenant: String,
     },
+    /// Each tool of the tenant's catalog as a state (connected, degraded, fused, unreachable)
+    /// with why: connected executors, pinned and fused upstreams.
+    Health {
+        tenant: String,
+    },
     /// Change settings; only the flags given change.
     Set(SetArgs),
 }
@@ -1983,13 +1988,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                 show(out, &c.create_tenant(&request).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
             }
             TenantCmd::List { after, limit } => {
-                let page = Page { after: after.clone(), limit: Some(*limit) };
-                show(out, &c.list_tenants(&page).await.map_err(failed)?, |l: &TenantList| {
-                    print_tenants(&l.tenants);
-                    if let Some(next) = &l.next_cursor {
-                        say!("(more: --after {next})");
-                    }
-                })
+                list_tenants(c, out, Page { after: after.clone(), limit: Some(*limit) }).await
             }
             TenantCmd::Show { tenant } => show(out, &c.tenant(tenant).await.map_err(failed)?, print_settings),
             TenantCmd::Purge { tenant } => {
@@ -1998,6 +1997,7 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
                 Ok(())
             }
             TenantCmd::Storage { tenant } => show(out, &c.tenant_storage(tenant).await.map_err(failed)?, print_storage),
+            TenantCmd::Health { tenant } => show(out, &c.tenant_health(tenant).await.map_err(failed)?, print_health),
             TenantCmd::Delete { tenant, note } => {
                 let deleted = c.delete_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
                 show(out, &deleted.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
@@ -2331,6 +2331,21 @@ fn print_settings(t: &Tenant) {
     ];
     say!();
     print_table(&["SETTING", "VALUE"], rows);
+}
+
+/// `tenant list`: one page of tenants, and the cursor of the next.
+async fn list_tenants(c: &AdminClient, out: Output, page: Page) -> Result<(), Failure> {
+    show(out, &c.list_tenants(&page).await.map_err(failed)?, |l: &TenantList| {
+        print_tenants(&l.tenants);
+        if let Some(next) = &l.next_cursor {
+            say!("(more: --after {next})");
+        }
+    })
+}
+
+fn print_health(h: &writ_api::health::TenantHealth) {
+    let rows = h.tools.iter().map(|t| vec![t.tool.clone(), t.state.as_str().to_string(), t.why.clone()]).collect();
+    print_table(&["TOOL", "STATE", "WHY"], rows);
 }
 
 fn print_storage(s: &writ_api::retention::TenantStorageV1) {

@@ -89,11 +89,11 @@ pub fn document() -> Value {
         "openapi": "3.1.0",
         "info": {"title": "Writ admin API", "version": env!("CARGO_PKG_VERSION")},
         "security": [{"operator": []}],
-        "paths": merged(paths(), operator_paths()),
+        "paths": merged(merged(paths(), operator_paths()), health_paths()),
         "components": {
             "securitySchemes": {"operator": {"type": "http", "scheme": "bearer"}},
             "responses": {"Error": {"description": "Rejected", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
-            "schemas": merged(schemas(), operator_schemas())
+            "schemas": merged(merged(schemas(), operator_schemas()), health_schemas())
         }
     })
 }
@@ -107,6 +107,20 @@ fn merged(mut a: Value, b: Value) -> Value {
 }
 
 /// The named operators and their sessions.
+/// A tenant's tools' health (`writ_api::health`).
+fn health_paths() -> Value {
+    json!({"/v1/tenants/{tenant}/health": {"parameters": params(&["tenant"]), "get": op(
+        "Each tool of the tenant's catalog as a state (connected, degraded, fused, unreachable) with why", None, "TenantHealth")}})
+}
+
+fn health_schemas() -> Value {
+    json!({"TenantHealth": {"type": "object", "required": ["catalog_version", "tools"], "properties": {
+        "catalog_version": {"type": ["integer", "null"]},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["tool", "state", "why"], "properties": {
+            "tool": {"type": "string"}, "state": {"enum": ["connected", "degraded", "fused", "unreachable"]},
+            "why": {"type": "string"}}}}}}})
+}
+
 fn operator_paths() -> Value {
     json!({
         "/v1/operators": {

@@ -327,6 +327,14 @@ async fn calls_are_governed_before_and_after_the_upstream() {
     })
     .await;
     assert!(open <= 1, "{open} connections to the upstream stay open");
+    // The edge records its open fuse: the upstream's tools are fused for operators to see.
+    let fused = eventually("the fuse is recorded", Duration::from_secs(20), || async {
+        let health = dev.admin.get(dev.admin_url(), "/v1/tenants/demo/health").await.ok()?;
+        let slow = health["tools"].as_array()?.iter().find(|t| t["tool"] == "weather.slow")?.clone();
+        (slow["state"] == "fused").then_some(slow)
+    })
+    .await;
+    assert!(fused["why"].as_str().unwrap().starts_with("open on 1 edges"), "{fused}");
     let audit = dev.audit().await;
     assert!(
         audit
@@ -746,4 +754,55 @@ async fn upstream_calls_cannot_be_turned() {
         assert!(err.contains("UPSTREAM_INVALID") && err.contains("not a credential of tenant 'demo'"), "{err}");
     }
     assert_eq!(secret_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// Every tool has a health state operators read (`writ admin tenant health`, the desk): the
+/// edge's own tool and the demo executor's are connected; an upstream's tool is unreachable
+/// until its tools are pinned, connected once they are, and degraded when they drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_has_a_health_state_operators_read() {
+    let (v1, v2) = (UpstreamServer::start(&[]), UpstreamServer::start(&["--variant", "v2"]));
+    let gateway = writ_tests::upstream::Gateway::start(v1.port).await;
+    let dev = DevProcess::start(&[]).await;
+    let admin = Admin::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE")), dev.var("WRIT_ADMIN_TOKEN"));
+    let catalog = json!({"actions": [
+        {"id": "list_devices", "title": "Devices", "description": "The tenant's devices.", "risk": "low",
+         "input_schema": {"type": "object"}, "execution": {"builtin": "writ.devices"}},
+        {"id": "read_press", "title": "Read the press", "description": "Its state.", "risk": "low",
+         "input_schema": {"type": "object"}, "execution": "read", "device_class": "press.v1", "cost_units": 1},
+        {"id": "weather.forecast", "title": "Forecast", "risk": "low",
+         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+         "execution": {"upstream": "weather/forecast"}}]});
+    admin.post_ok(dev.var("WRIT_ADMIN_URL"), "/v1/tenants/demo/catalogs", catalog).await;
+    let cli = |args: &[&str]| {
+        let (code, out, err) = dev.cli(args);
+        assert_eq!(code, 0, "writ admin {args:?}: {out}{err}");
+        out
+    };
+    cli(&["upstream", "add", "--tenant", "demo", "weather", "--mcp-url", &gateway.url(), "--auth", "none"]);
+    let states = || {
+        let health: Value = serde_json::from_str(&cli(&["--output", "json", "tenant", "health", "demo"])).unwrap();
+        let tools = health["tools"].as_array().unwrap().iter();
+        tools
+            .map(|t| (t["tool"].as_str().unwrap().to_string(), t["state"].as_str().unwrap().to_string()))
+            .collect::<Vec<_>>()
+    };
+    let expect = |forecast: &str| {
+        [("list_devices", "connected"), ("read_press", "connected"), ("weather.forecast", forecast)]
+            .map(|(t, s)| (t.to_string(), s.to_string()))
+            .to_vec()
+    };
+    eventually("the demo executor's connection is recorded", Duration::from_secs(20), || async {
+        (states() == expect("unreachable")).then_some(())
+    })
+    .await;
+    cli(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
+    assert_eq!(states(), expect("connected"), "pinned");
+    gateway.point_to(v2.port);
+    cli(&["upstream", "sync", "--tenant", "demo", "weather"]);
+    assert_eq!(states(), expect("degraded"), "its tools drifted and wait for review");
+    let desk = writ_tests::desk::Desk::sign_in(&dev).await;
+    let (_, page) = desk.get("/console/tenants/demo").await;
+    assert!(page.contains("Tool health") && page.contains("tool-weather.forecast"), "{page}");
+    assert!(page.contains("weather&#39;s tools changed and wait for review"), "{page}");
 }

@@ -254,6 +254,10 @@ impl AdminClient {
         self.get(&tenant_path(tenant, "/storage")).await
     }
 
+    pub async fn tenant_health(&self, tenant: &str) -> Result<writ_api::health::TenantHealth, AdminError> {
+        self.get(&tenant_path(tenant, "/health")).await
+    }
+
     pub async fn resume_tenant(&self, tenant: &str) -> Result<Tenant, AdminError> {
         self.post(&tenant_path(tenant, "/resume"), &serde_json::json!({})).await
     }

@@ -386,6 +386,38 @@ fn executor_certificates_renew_from_a_mapped_certificate_until_revoked() {
     assert_eq!(refused(&st, reconnect), Some(ReasonCode::EXECUTOR_REVOKED), "a revoked executor connects no more");
 }
 
+/// A tool an executor performs is connected while an executor of it is connected and
+/// confirmed, degraded once its edge stopped confirming it, unreachable once disconnected.
+fn tool_health_follows_presence(st: &mut LedgerState, confirmed_at: u64) {
+    use crate::health::{tenant_health, ToolState};
+    let action = crate::catalog::CatalogActionV1 {
+        id: "job".into(),
+        title: "Job".into(),
+        description: "A task".into(),
+        input_schema: "{}".into(),
+        output_schema: None,
+        risk: crate::catalog::Risk::Low,
+        execution: crate::catalog::Execution::Task,
+        dry_run: false,
+        idempotent: false,
+        device_class: None,
+        cost_units: 1,
+        scope: "tools:call:job".into(),
+    };
+    let catalog = crate::catalog::CatalogV1 { actions: vec![action], digest: "d".into() };
+    let version =
+        crate::catalog::CatalogVersion { tenant_id: "a".into(), version: 1, published_at_ms: 0, revision: 1, catalog };
+    st.catalogs.entry("a".into()).or_default().insert(1, version);
+    let state = |st: &LedgerState, at: u64| tenant_health(st, "a", at).tools[0].state;
+    assert_eq!(state(st, confirmed_at), ToolState::Connected);
+    let stale = confirmed_at + crate::device::PRESENCE_STALE_MS + 1;
+    assert_eq!(state(st, stale), ToolState::Degraded, "its edge stopped confirming it");
+    let mut gone = st.clone();
+    gone.execute(&req(confirmed_at + 1, presence("x", "e1", false)));
+    assert_eq!(state(&gone, confirmed_at + 1), ToolState::Unreachable);
+    st.catalogs.remove("a");
+}
+
 fn presence(executor: &str, edge: &str, connected: bool) -> Command {
     Command::SetExecutorPresence {
         tenant_id: "a".into(),
@@ -414,6 +446,7 @@ fn executor_presence_is_what_its_edges_say(st: &mut LedgerState) {
     let later = 10_000 + PRESENCE_CONFIRM_MS;
     st.execute(&req(later, presence("x", "e1", true)));
     assert_eq!((now(st).since_ms, now(st).confirmed_at_ms, audited(st)), (10_000, later, before + 1), "not audited");
+    tool_health_follows_presence(st, later);
     st.execute(&req(later + 1, presence("x", "e2", true)));
     assert_eq!((now(st).edge_id.as_str(), now(st).since_ms, audited(st)), ("e2", later + 1, before + 2));
     assert_eq!(decide(st, &presence("x", "e1", false), later + 2).map(|e| e.len()), Ok(0), "e1's late close");

@@ -72,10 +72,11 @@ pub(crate) async fn show(State(st): State<Shared>, Path(name): Path<String>, des
         let (principals, devices, executors) =
             st.view.with_state(|s| (principals_html(s, &t), devices_html(s, &t), executors_html(s, &t)));
         let (catalogs, upstreams) = st.view.with_state(|s| (catalogs_html(s, &t), upstreams_html(s, &t, &desk)));
+        let health = st.view.with_state(|s| health_html(s, &t));
         Ok::<_, Rejection>(format!(
-            "<h2>Settings and quotas</h2>{}<h2>What it holds</h2>{}<h2>Principals</h2>{principals}\
-             <h2>Live tokens</h2>{}<h2>Catalog versions</h2>{catalogs}<h2>Upstream MCP servers</h2>{upstreams}\
-             <h2>Sites and devices</h2>{devices}<h2>Executors</h2>{executors}",
+            "<h2>Tool health</h2>{health}<h2>Settings and quotas</h2>{}<h2>What it holds</h2>{}\
+             <h2>Principals</h2>{principals}<h2>Live tokens</h2>{}<h2>Catalog versions</h2>{catalogs}\
+             <h2>Upstream MCP servers</h2>{upstreams}<h2>Sites and devices</h2>{devices}<h2>Executors</h2>{executors}",
             pairs_html(&serde_json::to_value(&t.settings).unwrap_or_default()),
             pairs_html(&serde_json::to_value(&storage).unwrap_or_default()),
             tokens_html(&st, &t, &tokens, &desk)
@@ -205,6 +206,26 @@ fn executors_html(s: &LedgerState, t: &Tenant) -> String {
         .collect();
     let heads = ["Executor", "Site", "Devices", "Connection", "Last dispatch", "Certificate expires (UTC)", "State"];
     table(&heads, &rows, "No executor.")
+}
+
+/// Each tool of the tenant's current catalog as a state, with why (`writ_api::health`).
+fn health_html(s: &LedgerState, t: &Tenant) -> String {
+    let health = writ_api::health::tenant_health(s, &t.id, writ_client::now_ms());
+    let rows: Vec<String> = health
+        .tools
+        .iter()
+        .take(ROWS_MAX)
+        .map(|h| {
+            format!(
+                "<tr id=\"tool-{}\"><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&h.tool),
+                esc(&h.tool),
+                h.state.as_str(),
+                esc(&h.why)
+            )
+        })
+        .collect();
+    table(&["Tool", "State", "Why"], &rows, "No catalog published.")
 }
 
 /// Catalog versions shown, newest first.
