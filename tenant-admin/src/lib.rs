@@ -13,6 +13,7 @@ pub mod context;
 mod credentials;
 pub mod enroll;
 pub mod error;
+mod health;
 mod oauth;
 mod openapi;
 mod operations;

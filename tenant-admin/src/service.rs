@@ -112,7 +112,6 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .route("/v1/tenants/{tenant}/resume", post(resume_tenant))
         .route("/v1/tenants/{tenant}/purge", post(purge_tenant))
         .route("/v1/tenants/{tenant}/storage", get(tenant_storage))
-        .route("/v1/tenants/{tenant}/health", get(tenant_health))
         .route("/v1/tenants/{tenant}/settings", axum::routing::patch(set_tenant_settings))
         .route("/v1/tenants/{tenant}/sites", post(create_site).get(list_sites))
         .route("/v1/tenants/{tenant}/sites/{site}", get(show_site))
@@ -129,6 +128,7 @@ pub fn router(ledger: Arc<dyn Ledger>, config: AdminConfig) -> Router {
         .merge(crate::credentials::routes())
         .merge(crate::catalogs::routes())
         .merge(crate::upstreams::routes())
+        .merge(crate::health::routes())
         .merge(crate::audit::routes())
         .merge(crate::enroll::operator_routes())
         .merge(crate::operations::routes())
@@ -437,17 +437,6 @@ async fn tenant_storage(
 ) -> Result<Json<TenantStorageV1>, ApiError> {
     let t = find_tenant(&st, tenant).await?;
     Ok(Json(query(&st, LedgerQuery::GetTenantStorage { tenant_id: t.id }, false).await?))
-}
-
-/// `GET /v1/tenants/{t}/health`: each tool of the tenant's catalog as a state — connected,
-/// degraded, fused or unreachable — with why (`writ_api::health`), from this node's replica.
-async fn tenant_health(
-    State(st): State<Shared>,
-    Path(tenant): Path<String>,
-) -> Result<Json<writ_api::health::TenantHealth>, ApiError> {
-    let t = find_tenant(&st, tenant).await?;
-    let now = writ_client::now_ms();
-    Ok(Json(st.view.with_state(|s| writ_api::health::tenant_health(s, &t.id, now))))
 }
 
 async fn resume_tenant(State(st): State<Shared>, Path(tenant): Path<String>) -> Result<Json<Tenant>, ApiError> {

@@ -796,8 +796,33 @@ async fn every_tool_has_a_health_state_operators_read() {
         (states() == expect("unreachable")).then_some(())
     })
     .await;
+    // A stream of the health says the whole picture first, then each tool that changes.
+    let url = format!("{}/v1/tenants/demo/health/events", dev.var("WRIT_ADMIN_URL"));
+    let trust = writ_client::ClientTls::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE"))).unwrap();
+    let http = trust.apply(reqwest::Client::builder().no_proxy()).build().unwrap();
+    let mut events = http.get(url).bearer_auth(dev.var("WRIT_ADMIN_TOKEN")).send().await.unwrap();
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let mut said = String::new();
+    let mut next_event = async || loop {
+        if let Some((event, rest)) = said.split_once("\n\n").map(|(e, r)| (e.to_string(), r.to_string())) {
+            said = rest;
+            if !event.starts_with(':') {
+                return event;
+            }
+            continue;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(30), events.chunk()).await.expect("an event in time");
+        said.push_str(&String::from_utf8_lossy(&chunk.unwrap().expect("the stream stays open")));
+    };
+    let first = next_event().await;
+    assert!(first.starts_with("event: health") && first.contains("\"weather.forecast\""), "{first}");
     cli(&["upstream", "sync", "--tenant", "demo", "weather", "--approve"]);
     assert_eq!(states(), expect("connected"), "pinned");
+    let change = next_event().await;
+    assert!(
+        change.starts_with("event: tool") && change.contains("\"tool\":\"weather.forecast\",\"state\":\"connected\""),
+        "{change}"
+    );
     gateway.point_to(v2.port);
     cli(&["upstream", "sync", "--tenant", "demo", "weather"]);
     assert_eq!(states(), expect("degraded"), "its tools drifted and wait for review");
