@@ -125,3 +125,16 @@ fn upstream_health(s: &LedgerState, tenant_id: &str, target: &str) -> (ToolState
         None => (ToolState::Connected, format!("pinned on {name}")),
     }
 }
+
+/// How many tools of active tenants are in each state at `now_ms` (the bounded aggregate a
+/// metric can carry; a tool's own state is in [`tenant_health`]).
+pub fn tools_by_health(s: &LedgerState, now_ms: u64) -> [(ToolState, u64); 4] {
+    let mut counts = ToolState::ALL.map(|state| (state, 0u64));
+    let active = s.tenants.values().filter(|t| t.state == crate::ledger::TenantState::Active);
+    for tenant in active {
+        for tool in tenant_health(s, &tenant.id, now_ms).tools {
+            counts[ToolState::ALL.iter().position(|x| *x == tool.state).unwrap_or(0)].1 += 1;
+        }
+    }
+    counts
+}

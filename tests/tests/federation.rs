@@ -796,10 +796,16 @@ async fn every_tool_has_a_health_state_operators_read() {
         (states() == expect("unreachable")).then_some(())
     })
     .await;
-    // A stream of the health says the whole picture first, then each tool that changes.
-    let url = format!("{}/v1/tenants/demo/health/events", dev.var("WRIT_ADMIN_URL"));
+    // The node's metrics count the tools by state (the demo tenant's and nobody else's here).
     let trust = writ_client::ClientTls::trusting(std::path::Path::new(dev.var("WRIT_CA_FILE"))).unwrap();
     let http = trust.apply(reqwest::Client::builder().no_proxy()).build().unwrap();
+    let metrics =
+        http.get(format!("{}/metrics", dev.var("WRIT_ADMIN_URL"))).send().await.unwrap().text().await.unwrap();
+    for line in ["writ_tools_by_health{state=\"unreachable\"} 1", "writ_tools_by_health{state=\"connected\"} 2"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
+    // A stream of the health says the whole picture first, then each tool that changes.
+    let url = format!("{}/v1/tenants/demo/health/events", dev.var("WRIT_ADMIN_URL"));
     let mut events = http.get(url).bearer_auth(dev.var("WRIT_ADMIN_TOKEN")).send().await.unwrap();
     assert_eq!(events.headers()["content-type"], "text/event-stream");
     let mut said = String::new();
