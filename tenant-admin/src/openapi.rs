@@ -494,7 +494,7 @@ fn schemas() -> Value {
         "Token": {"type": "object"},
         "RevokedToken": {"type": "object", "properties": {"jti": {"type": "string"}, "cascade": {"type": "array", "items": {"type": "string"}}, "revision": {"type": "integer"}}},
         "InspectToken": {"type": "object", "additionalProperties": false, "required": ["token"], "properties": {
-            "token": {"type": "string"}, "audience": {"type": ["string", "null"]}}},
+            "token": {"type": "string", "maxLength": 16384}, "audience": {"type": ["string", "null"], "maxLength": 512}}},
         "TokenInspection": {"type": "object", "required": ["valid"], "properties": {"valid": {"type": "boolean"}, "reason": {"type": ["string", "null"]}}},
         "TenantIssuer": {"type": "object", "additionalProperties": false, "required": ["issuer", "audience", "jwks"], "properties": {
             "issuer": {"type": "string"}, "audience": {"type": "string"}, "jwks": {"type": "string", "description": "JWKS JSON text"}}},

@@ -286,6 +286,11 @@ async fn inspect_token(
     State(st): State<Shared>,
     ValidJson(b): ValidJson<InspectTokenRequest>,
 ) -> Result<Json<TokenInspection>, ApiError> {
+    let (token_max, audience_max) = (writ_api::auth::BEARER_BYTES_MAX, writ_api::token::ISSUER_BYTES_MAX);
+    if b.token.len() > token_max || b.audience.as_ref().is_some_and(|a| a.len() > audience_max) {
+        let message = format!("a token is at most {token_max} bytes, an audience at most {audience_max}");
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, message).into());
+    }
     // Another audience than this node's: verify against the same state with that audience.
     let audience = b.audience.as_ref().unwrap_or(&st.token_audience);
     let verdict = st.view.verify(&b.token, std::slice::from_ref(audience), now_ms()).await;

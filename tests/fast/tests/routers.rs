@@ -348,6 +348,9 @@ async fn admin_routes_answer_with_reason_codes() {
     let issued = r.admin_ok("POST", "/v1/tenants/acme/tokens", Some(json!({"principal": "bot"}))).await;
     let inspected = r.admin_ok("POST", "/v1/tokens/inspect", Some(json!({"token": issued["token"]}))).await;
     assert_eq!(inspected["valid"], true, "{inspected}");
+    let long = json!({"token": "t".repeat(writ_api::auth::BEARER_BYTES_MAX + 1)});
+    let (status, _, refused) = r.admin("POST", "/v1/tokens/inspect", Some(long)).await;
+    assert_eq!((status, &refused["reason"]), (400, &json!("INPUT_INVALID")), "a token past its bound");
     let trail = audit(&r, "acme", "limit=1000").await;
     let kinds: Vec<&str> = trail.iter().filter_map(|rec| rec["operation"].as_str()).collect();
     for kind in ["tenant_created", "tenant_suspended", "device_created", "principal_created", "token_issued"] {
