@@ -53,6 +53,18 @@ impl Parent {
         }
         Some(Parent { trace_id, span_id, sampled: flags & 1 == 1 })
     }
+
+    /// This span as the one work continues in (a callee's spans are its children), with its
+    /// `tracestate` when well formed and bounded.
+    pub fn as_current(self, tracestate: Option<&str>) -> TraceContext {
+        TraceContext {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent_span_id: None,
+            sampled: self.sampled,
+            tracestate: tracestate.filter(|s| tracestate_ok(s)).map(str::to_string),
+        }
+    }
 }
 
 impl TraceContext {

@@ -12,15 +12,19 @@ use writ_telemetry::Span;
 
 /// The context a request continues, or a new trace.
 pub fn incoming(headers: &HeaderMap, body: &[u8]) -> TraceContext {
-    let (parent, state) = meta_context(body).unwrap_or_else(|| header_context(headers));
-    TraceContext::child_of(parent.as_deref().and_then(Parent::parse), state.as_deref(), writ_telemetry::fresh_ids)
+    let caller = match meta_context(body) {
+        Some((parent, state)) => Parent::parse(&parent).map(|p| p.as_current(state.as_deref())),
+        None => writ_client::trace::caller(headers),
+    };
+    match caller {
+        Some(caller) => caller.child(writ_telemetry::span_id()),
+        None => TraceContext::child_of(None, None, writ_telemetry::fresh_ids),
+    }
 }
-
-type Named = (Option<String>, Option<String>);
 
 /// `params._meta.traceparent` and `.tracestate` of a request that names them (the body is
 /// parsed for them only when it holds the word).
-fn meta_context(body: &[u8]) -> Option<Named> {
+fn meta_context(body: &[u8]) -> Option<(String, Option<String>)> {
     const WORD: &[u8] = b"traceparent";
     if !body.windows(WORD.len()).any(|w| w == WORD) {
         return None;
@@ -36,20 +40,7 @@ fn meta_context(body: &[u8]) -> Option<Named> {
     }
     let meta = serde_json::from_slice::<Request>(body).ok()?.params?.meta?;
     let text = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_string);
-    let parent = text("traceparent")?;
-    Some((Some(parent), text("tracestate")))
-}
-
-/// The `traceparent` and `tracestate` headers, each only when sent once.
-fn header_context(headers: &HeaderMap) -> Named {
-    let one = |name: &str| {
-        let mut values = headers.get_all(name).iter();
-        match (values.next(), values.next()) {
-            (Some(v), None) => v.to_str().ok().map(str::to_string),
-            _ => None,
-        }
-    };
-    (one(writ_client::TRACEPARENT_HEADER), one(writ_client::TRACESTATE_HEADER))
+    Some((text("traceparent")?, text("tracestate")))
 }
 
 /// The edge's span of one request.

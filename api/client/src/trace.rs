@@ -48,16 +48,7 @@ pub fn child(span_id: [u8; 8]) -> Option<writ_api::trace::TraceContext> {
 pub async fn within_operation<F: Future>(trace_id: &str, operation_id: &str, work: F) -> F::Output {
     let parent = writ_api::trace::operation_traceparent(trace_id, operation_id);
     match parent.as_deref().and_then(writ_api::trace::Parent::parse) {
-        Some(p) => {
-            let cx = writ_api::trace::TraceContext {
-                trace_id: p.trace_id,
-                span_id: p.span_id,
-                parent_span_id: None,
-                sampled: p.sampled,
-                tracestate: None,
-            };
-            within(&cx, work).await
-        }
+        Some(p) => within(&p.as_current(None), work).await,
         None => work.await,
     }
 }
@@ -73,15 +64,7 @@ pub fn caller(headers: &reqwest::header::HeaderMap) -> Option<writ_api::trace::T
         }
     };
     let parent = writ_api::trace::Parent::parse(one(crate::TRACEPARENT_HEADER)?)?;
-    let state = one(crate::TRACESTATE_HEADER).filter(|s| writ_api::trace::tracestate_ok(s)).map(str::to_string);
-    let cx = writ_api::trace::TraceContext {
-        trace_id: parent.trace_id,
-        span_id: parent.span_id,
-        parent_span_id: None,
-        sampled: parent.sampled,
-        tracestate: state,
-    };
-    Some(cx)
+    Some(parent.as_current(one(crate::TRACESTATE_HEADER)))
 }
 
 /// Runs `work` for `current` (what [`current`] returned where the work was made), so a task

@@ -106,12 +106,7 @@ fn pairs_html(value: &Value) -> String {
 }
 
 fn principals_html(s: &LedgerState, t: &Tenant) -> String {
-    let rows: Vec<String> = s
-        .principals
-        .get(&t.id)
-        .into_iter()
-        .flat_map(|m| m.values())
-        .take(ROWS_MAX)
+    let rows: Vec<String> = of_tenant(&s.principals, t)
         .map(|p| {
             format!(
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -148,17 +143,24 @@ fn tokens_html(st: &AdminState, t: &Tenant, tokens: &TokenList, desk: &Desk) -> 
     table(&["Token", "Principal", "Expires (UTC)", "Revoke"], &rows, "No live token.")
 }
 
+/// The tenant's entries of a per-tenant map, at most [`ROWS_MAX`] of them.
+fn of_tenant<'a, V>(
+    map: &'a std::collections::BTreeMap<String, std::collections::BTreeMap<String, V>>,
+    t: &Tenant,
+) -> impl Iterator<Item = &'a V> {
+    map.get(&t.id).into_iter().flat_map(|m| m.values()).take(ROWS_MAX)
+}
+
+/// A site's name (its id when it is gone).
+fn site_name<'a>(s: &'a LedgerState, t: &Tenant, site_id: &'a str) -> &'a str {
+    s.sites.get(&t.id).and_then(|m| m.get(site_id)).map_or(site_id, |x| x.name.as_str())
+}
+
 fn devices_html(s: &LedgerState, t: &Tenant) -> String {
     let leases = s.device_leases.get(&t.id);
-    let rows: Vec<String> = s
-        .devices
-        .get(&t.id)
-        .into_iter()
-        .flat_map(|m| m.values())
-        .take(ROWS_MAX)
+    let rows: Vec<String> = of_tenant(&s.devices, t)
         .map(|d| {
-            let site =
-                s.sites.get(&t.id).and_then(|m| m.get(&d.site_id)).map_or(d.site_id.as_str(), |x| x.name.as_str());
+            let site = site_name(s, t, &d.site_id);
             let held = leases
                 .and_then(|m| m.get(&d.id))
                 .map_or("free".to_string(), |l| format!("{} (fencing token {})", l.operation_id, l.fencing_token));
@@ -177,15 +179,9 @@ fn devices_html(s: &LedgerState, t: &Tenant) -> String {
 fn executors_html(s: &LedgerState, t: &Tenant) -> String {
     let now = writ_client::now_ms();
     let presence = s.executor_presence.get(&t.id);
-    let rows: Vec<String> = s
-        .executors
-        .get(&t.id)
-        .into_iter()
-        .flat_map(|m| m.values())
-        .take(ROWS_MAX)
+    let rows: Vec<String> = of_tenant(&s.executors, t)
         .map(|x| {
-            let site =
-                s.sites.get(&t.id).and_then(|m| m.get(&x.site_id)).map_or(x.site_id.as_str(), |v| v.name.as_str());
+            let site = site_name(s, t, &x.site_id);
             let state = x.revoked_at_ms.map_or("enrolled".to_string(), |at| format!("revoked {}", utc(at)));
             let p = presence.and_then(|m| m.get(&x.id));
             let liveness = p.map_or("never connected".to_string(), |p| p.liveness(now));
@@ -272,12 +268,7 @@ fn diff_text(added: &[String], removed: &[String], changed: &[ActionChange]) -> 
 /// The tenant's upstreams: what is pinned, which edges' fuses are open, and a tool change
 /// waiting for review with its diff and an approval bound to the pending set's digest.
 fn upstreams_html(s: &LedgerState, t: &Tenant, desk: &Desk) -> String {
-    let rows: Vec<String> = s
-        .upstreams
-        .get(&t.id)
-        .into_iter()
-        .flat_map(|m| m.values())
-        .take(ROWS_MAX)
+    let rows: Vec<String> = of_tenant(&s.upstreams, t)
         .map(|u| {
             let view = writ_api::upstream::UpstreamView::of(u.clone());
             let review = match (&u.pending, &view.pending_diff) {
