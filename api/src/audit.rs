@@ -52,7 +52,251 @@ impl RequestDecisionV1 {
     }
 }
 
-/// One audit record. Every field is always present (null when it does not apply).
+/// Who acted and through what (the authority chain): the agent host and protocol version the
+/// request came over, what the ledger knows of the principal and its delegation, the catalog
+/// and policy that allowed the call, the upstream connector it reached, and the operation and
+/// attempt it made. An edge reports the client fields (what the client said of itself); the
+/// ledger fills every other field from its own state when it records the decision, so an edge
+/// cannot forge them. Every text field is within [`DECISION_FIELD_BYTES_MAX`] and the chain within
+/// [`DELEGATION_RECORDED_MAX`] links.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorityChainV1 {
+    /// The MCP client's `clientInfo.name` and `.version`, as it sent them.
+    pub client_name: Option<String>,
+    pub client_version: Option<String>,
+    /// The MCP protocol version the client spoke (`2025-11-25`, `2026-07-28`).
+    pub protocol_version: Option<String>,
+    /// `human`, `agent`, `device`, `service` (a principal), `executor` or `operator`.
+    pub principal_kind: Option<String>,
+    /// Token ids from the root of the delegation down to the token used.
+    pub delegation: Vec<String>,
+    /// The tenant's catalog version when the decision was recorded, and its digest (the policy
+    /// every call was checked against).
+    pub catalog_version: Option<u64>,
+    pub policy_digest: Option<String>,
+    /// The upstream MCP server (connector) the tool runs on, and its name there.
+    pub upstream: Option<String>,
+    pub upstream_tool: Option<String>,
+    pub operation_id: Option<String>,
+    /// The operation's attempt (`<operation id>/<fencing token>`).
+    pub attempt_id: Option<String>,
+}
+
+/// Most delegation links an authority chain records (a chain is at most a few links deep; a
+/// longer one keeps its newest links).
+pub const DELEGATION_RECORDED_MAX: usize = 16;
+
+impl AuthorityChainV1 {
+    /// Every text field within [`DECISION_FIELD_BYTES_MAX`], the chain within its bound.
+    pub fn is_bounded(&self) -> bool {
+        let texts = [&self.client_name, &self.client_version, &self.protocol_version, &self.principal_kind];
+        let more = [&self.policy_digest, &self.upstream, &self.upstream_tool, &self.operation_id, &self.attempt_id];
+        texts.into_iter().chain(more).flatten().chain(&self.delegation).all(|f| f.len() <= DECISION_FIELD_BYTES_MAX)
+            && self.delegation.len() <= DELEGATION_RECORDED_MAX
+    }
+
+    /// One line for a listing: `agent via claude-code 2.1.0 (2025-11-25) · tokens j0 > j1 ·
+    /// catalog v3 ab12cd34 · upstream shop/place_order · operation op-1 · attempt op-1/7`,
+    /// with only the parts the chain has.
+    pub fn summary(&self) -> String {
+        let mut who = self.principal_kind.clone().unwrap_or_default();
+        if let Some(client) = &self.client_name {
+            let version = self.client_version.as_deref().map(|v| format!(" {v}")).unwrap_or_default();
+            who = format!("{who} via {client}{version}").trim_start().to_string();
+        }
+        if let Some(protocol) = &self.protocol_version {
+            who = format!("{who} ({protocol})").trim_start().to_string();
+        }
+        let digest = self.policy_digest.as_deref().map(|d| format!(" {}", &d[..d.len().min(8)])).unwrap_or_default();
+        let upstream = self.upstream.as_ref().map(|u| match &self.upstream_tool {
+            Some(t) => format!("upstream {u}/{t}"),
+            None => format!("upstream {u}"),
+        });
+        let parts = [
+            (!who.is_empty()).then_some(who),
+            (!self.delegation.is_empty()).then(|| format!("tokens {}", self.delegation.join(" > "))),
+            self.catalog_version.map(|v| format!("catalog v{v}{digest}")),
+            upstream,
+            self.operation_id.as_ref().map(|o| format!("operation {o}")),
+            self.attempt_id.as_ref().map(|a| format!("attempt {a}")),
+        ];
+        parts.into_iter().flatten().collect::<Vec<_>>().join(" · ")
+    }
+
+    /// What a stored record's fields name of the chain (operation, attempt, tool and upstream),
+    /// for records written without one: read from the event's fields, never stored.
+    pub fn of_detail(detail: &Value) -> Option<AuthorityChainV1> {
+        let spec = &detail["spec"];
+        let text = |v: &Value| v.as_str().map(|s| truncated(s, DECISION_FIELD_BYTES_MAX));
+        let operation_id = text(&detail["operation_id"]).or_else(|| text(&spec["operation_id"]));
+        let fencing = detail["fencing_token"].as_u64();
+        let attempt_id = operation_id.as_ref().zip(fencing).map(|(op, f)| format!("{op}/{f}"));
+        let (upstream, upstream_tool) = match text(&detail["upstream_id"]) {
+            Some(u) => (Some(u), text(&detail["tool"])),
+            None => (None, None),
+        };
+        let found = AuthorityChainV1 { operation_id, attempt_id, upstream, upstream_tool, ..Default::default() };
+        (found != AuthorityChainV1::default()).then_some(found)
+    }
+}
+
+/// A request's decision with the authority chain it was made under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestDecisionV2 {
+    pub decision: RequestDecisionV1,
+    pub authority: AuthorityChainV1,
+}
+
+impl RequestDecisionV2 {
+    pub fn is_bounded(&self) -> bool {
+        self.decision.is_bounded() && self.authority.is_bounded()
+    }
+}
+
+/// One audit record, as the API lists it: every field is always present (null when it does
+/// not apply). Records of request decisions carry the authority chain they were decided
+/// under; a page fills the chain of other records from their event's fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub seq: u64,
+    pub at_ms: u64,
+    pub revision: u64,
+    pub trace_id: String,
+    pub tenant_id: String,
+    pub domain: String,
+    pub operation: String,
+    pub outcome: String,
+    pub reason_code: Option<ReasonCode>,
+    pub principal_id: Option<String>,
+    pub token_id: Option<String>,
+    pub parent_token_id: Option<String>,
+    pub detail: String,
+    pub authority: Option<AuthorityChainV1>,
+}
+
+/// First eight bytes of a stored record that carries an authority chain: a sequence no
+/// record reaches (a chain-less record is stored as its [`AuditRecordV1`] bytes, whose first
+/// eight are its sequence).
+const STORED_WITH_AUTHORITY: [u8; 8] = [0xff; 8];
+
+impl AuditRecord {
+    /// The record's stored bytes, which the tenant's hash chain covers: those of
+    /// [`AuditRecordV1`] for a record without an authority chain (so every record written before
+    /// chains existed keeps its bytes), else [`STORED_WITH_AUTHORITY`] and the whole record.
+    pub fn stored(&self) -> Vec<u8> {
+        let encoded = match &self.authority {
+            // The fields of `AuditRecordV1` in its order (bincode writes a struct as its fields).
+            None => crate::encode(&(
+                self.seq,
+                self.at_ms,
+                self.revision,
+                &self.trace_id,
+                &self.tenant_id,
+                &self.domain,
+                &self.operation,
+                &self.outcome,
+                self.reason_code,
+                &self.principal_id,
+                &self.token_id,
+                &self.parent_token_id,
+                &self.detail,
+            )),
+            Some(_) => crate::encode(self).map(|body| [&STORED_WITH_AUTHORITY[..], &body].concat()),
+        };
+        encoded.expect("audit records encode")
+    }
+
+    /// What [`AuditRecord::stored`] wrote.
+    pub fn from_stored(bytes: &[u8]) -> Result<AuditRecord, String> {
+        match bytes.strip_prefix(&STORED_WITH_AUTHORITY[..]) {
+            Some(body) => crate::decode_unbounded(body).map_err(|e| e.to_string()),
+            None => crate::decode_unbounded::<AuditRecordV1>(bytes).map(AuditRecord::from).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The record as a page shows it: with the chain its event's fields name, if it has none.
+    pub fn presented(mut self) -> AuditRecord {
+        if self.authority.is_none() {
+            self.authority = serde_json::from_str(&self.detail).ok().and_then(|d| AuthorityChainV1::of_detail(&d));
+        }
+        self
+    }
+}
+
+impl From<AuditRecordV1> for AuditRecord {
+    fn from(r: AuditRecordV1) -> AuditRecord {
+        let AuditRecordV1 {
+            seq,
+            at_ms,
+            revision,
+            trace_id,
+            tenant_id,
+            domain,
+            operation,
+            outcome,
+            reason_code,
+            principal_id,
+            token_id,
+            parent_token_id,
+            detail,
+        } = r;
+        AuditRecord {
+            seq,
+            at_ms,
+            revision,
+            trace_id,
+            tenant_id,
+            domain,
+            operation,
+            outcome,
+            reason_code,
+            principal_id,
+            token_id,
+            parent_token_id,
+            detail,
+            authority: None,
+        }
+    }
+}
+
+impl From<AuditRecord> for AuditRecordV1 {
+    fn from(r: AuditRecord) -> AuditRecordV1 {
+        let AuditRecord {
+            seq,
+            at_ms,
+            revision,
+            trace_id,
+            tenant_id,
+            domain,
+            operation,
+            outcome,
+            reason_code,
+            principal_id,
+            token_id,
+            parent_token_id,
+            detail,
+            authority: _,
+        } = r;
+        AuditRecordV1 {
+            seq,
+            at_ms,
+            revision,
+            trace_id,
+            tenant_id,
+            domain,
+            operation,
+            outcome,
+            reason_code,
+            principal_id,
+            token_id,
+            parent_token_id,
+            detail,
+        }
+    }
+}
+
+/// One audit record as stored before records carried an authority chain: the stored form of a
+/// chain-less record ([`AuditRecord::stored`]) and what older snapshot formats hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecordV1 {
     /// Per-tenant sequence, gap-free from 1 (retention removes the oldest).
@@ -395,11 +639,11 @@ pub const AUDIT_SCAN_MAX: usize = 10_000;
 /// Cursors are sequences, so they stay valid while records are appended or retention drops
 /// old ones.
 pub fn page<E>(
-    records: impl Iterator<Item = Result<AuditRecordV1, E>>,
+    records: impl Iterator<Item = Result<AuditRecord, E>>,
     after: u64,
     limit: usize,
     filter: &AuditFilter,
-) -> Result<(Vec<AuditRecordV1>, Option<u64>), E> {
+) -> Result<(Vec<AuditRecord>, Option<u64>), E> {
     let mut out = Vec::new();
     let mut last = after;
     for (scanned, record) in records.enumerate() {
@@ -409,7 +653,7 @@ pub fn page<E>(
         let record = record?;
         last = record.seq;
         if filter.matches(&record) {
-            out.push(record);
+            out.push(record.presented());
         }
     }
     Ok((out, None))
@@ -442,7 +686,7 @@ impl AuditFilter {
         Ok(())
     }
 
-    pub fn matches(&self, r: &AuditRecordV1) -> bool {
+    pub fn matches(&self, r: &AuditRecord) -> bool {
         self.domain.as_ref().is_none_or(|d| *d == r.domain)
             && self.operation.as_ref().is_none_or(|o| *o == r.operation)
             && self.outcome.as_ref().is_none_or(|o| *o == r.outcome)
@@ -457,6 +701,35 @@ impl AuditFilter {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_chain_reads_as_one_line_and_records_without_one_show_what_their_event_names() {
+        let chain = AuthorityChainV1 {
+            client_name: Some("claude-code".into()),
+            client_version: Some("2.1.0".into()),
+            protocol_version: Some("2025-11-25".into()),
+            principal_kind: Some("agent".into()),
+            delegation: vec!["j0".into(), "j1".into()],
+            catalog_version: Some(3),
+            policy_digest: Some("ab12cd34ef".into()),
+            upstream: Some("shop".into()),
+            upstream_tool: Some("place_order".into()),
+            operation_id: Some("op-1".into()),
+            attempt_id: Some("op-1/7".into()),
+        };
+        assert_eq!(
+            chain.summary(),
+            "agent via claude-code 2.1.0 (2025-11-25) · tokens j0 > j1 · catalog v3 ab12cd34 · \
+             upstream shop/place_order · operation op-1 · attempt op-1/7"
+        );
+        assert_eq!(AuthorityChainV1::default().summary(), "");
+        let started = json!({"operation_id": "op-9", "fencing_token": 4, "executor_id": "x-1"});
+        let named = AuthorityChainV1::of_detail(&started).expect("an operation");
+        assert_eq!((named.operation_id.as_deref(), named.attempt_id.as_deref()), (Some("op-9"), Some("op-9/4")));
+        let submitted = json!({"spec": {"operation_id": "op-2", "action": "move"}});
+        assert_eq!(AuthorityChainV1::of_detail(&submitted).and_then(|c| c.operation_id).as_deref(), Some("op-2"));
+        assert_eq!(AuthorityChainV1::of_detail(&json!({"name": "acme"})), None, "nothing to name");
+    }
 
     #[test]
     fn redaction_reaches_every_depth() {

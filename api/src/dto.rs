@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{AuditFilter, AuditRecordV1};
+use crate::audit::{AuditFilter, AuditRecord};
 use crate::catalog::{CatalogSummary, CatalogVersion};
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
 use crate::ledger::{Command, EventEnvelope, Outcome, Tenant};
@@ -454,7 +454,7 @@ pub enum QueryResult {
     Issuers { issuers: Vec<TenantIssuer> },
     Catalogs { catalogs: Vec<CatalogSummary> },
     Catalog { catalog: CatalogVersion },
-    Audit { records: Vec<AuditRecordV1>, next_cursor: Option<u64> },
+    Audit { records: Vec<AuditRecord>, next_cursor: Option<u64> },
     Executors { executors: Vec<Executor> },
     Enrollment { enrollment: Enrollment },
     ExecutorCas { cas: Vec<ExecutorCaV1> },
@@ -936,7 +936,7 @@ pub struct CatalogList {
 /// `after` for the next page (absent at the end).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AuditPage {
-    pub records: Vec<AuditRecordV1>,
+    pub records: Vec<AuditRecord>,
     pub next_cursor: Option<u64>,
 }
 

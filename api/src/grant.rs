@@ -111,7 +111,13 @@ fn decided_principals<'a>(state: &LedgerState, command: &'a Command) -> std::col
     for layer in command.layers() {
         let (tenant_id, decisions) = match layer {
             Command::RecordDecisions { tenant_id, decisions } => (tenant_id.as_str(), decisions.iter().collect()),
+            Command::RecordDecisionsV2 { tenant_id, decisions } => {
+                (tenant_id.as_str(), decisions.iter().map(|d| &d.decision).collect())
+            }
             Command::Audited { decision, command } if acts(command).is_empty() => (command.stream(), vec![decision]),
+            Command::AuditedV2 { decision, command } if acts(command).is_empty() => {
+                (command.stream(), vec![&decision.decision])
+            }
             _ => continue,
         };
         for d in decisions {
@@ -176,9 +182,11 @@ fn anonymous(state: &LedgerState, tenant_id: &str, principal_id: &str, edge_id: 
 /// Every act of `command` is by the authority's principal, in its tenant, under the authority
 /// it names, and within the scope the act states.
 fn bind(authority: &Authority, command: &Command) -> Result<(), Rejection> {
-    let decided_for_another = command.layers().any(
-        |layer| matches!(layer, Command::Audited { decision, .. } if decision.principal_id != authority.principal_id),
-    );
+    let decided_for_another = command.layers().any(|layer| match layer {
+        Command::Audited { decision, .. } => decision.principal_id != authority.principal_id,
+        Command::AuditedV2 { decision, .. } => decision.decision.principal_id != authority.principal_id,
+        _ => false,
+    });
     if decided_for_another {
         return Err(unverified("the request's decision names another principal than its credential"));
     }

@@ -545,6 +545,17 @@ pub enum Command {
         edge_id: String,
         connected: bool,
     },
+    /// [`Command::RecordDecisions`] with each decision's authority chain: the client fields as
+    /// the edge saw them; the ledger fills the rest when it records them.
+    RecordDecisionsV2 {
+        tenant_id: String,
+        decisions: Vec<crate::audit::RequestDecisionV2>,
+    },
+    /// [`Command::Audited`] with the decision's authority chain.
+    AuditedV2 {
+        decision: crate::audit::RequestDecisionV2,
+        command: Box<Command>,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -574,8 +585,9 @@ pub struct BatchedCommand {
 /// `Command::RemoveOAuthClient`, `Command::OAuthGrant`) and their settings
 /// (`Command::SetOAuthSettings`). 12: named operators, their sessions and acts
 /// (`Command::SetOperator`, `Command::ByOperator`, …). 13: executor presence
-/// (`Command::SetExecutorPresence`).
-pub const LEDGER_VERSION: u32 = 13;
+/// (`Command::SetExecutorPresence`). 14: request decisions with their authority chain
+/// (`Command::RecordDecisionsV2`, `Command::AuditedV2`).
+pub const LEDGER_VERSION: u32 = 14;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -640,7 +652,7 @@ impl Command {
             | Command::RenewExecutorCertificate { .. }
             | Command::RetireExecutorCa { .. }
             | Command::SetExecutorPresence { .. } => Domain::Executor,
-            Command::RecordDecisions { .. } => Domain::Audit,
+            Command::RecordDecisions { .. } | Command::RecordDecisionsV2 { .. } => Domain::Audit,
             Command::SetPrincipalQuotas { .. }
             | Command::SetPrincipalQuotasV2 { .. }
             | Command::LeaseRequestQuota { .. } => Domain::Quota,
@@ -680,6 +692,7 @@ impl Command {
             | Command::UseOperatorSession { .. } => Domain::Operator,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.domain(),
             Command::Batch { .. } => Domain::Batch,
@@ -692,6 +705,7 @@ impl Command {
         match self {
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => Some(command),
             _ => None,
@@ -718,6 +732,7 @@ impl Command {
             | Command::RefuseDispatchV2 { executor_id, .. } => Some(executor_id),
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.claimant(),
             _ => None,
@@ -774,6 +789,7 @@ impl Command {
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.operation_id(),
             _ => None,
@@ -804,6 +820,43 @@ impl Command {
         }
     }
 
+    /// This command with its request decisions recorded without their authority chains
+    /// (`RecordDecisionsV2` as `RecordDecisions`, `AuditedV2` as `Audited`), through every
+    /// wrapper: what a leader proposes while a member cannot read chains yet, so decisions are
+    /// never held back by a rolling upgrade.
+    pub fn without_authority_chains(&self) -> Command {
+        let inner = |c: &Command| Box::new(c.without_authority_chains());
+        match self {
+            Command::RecordDecisionsV2 { tenant_id, decisions } => Command::RecordDecisions {
+                tenant_id: tenant_id.clone(),
+                decisions: decisions.iter().map(|d| d.decision.clone()).collect(),
+            },
+            Command::AuditedV2 { decision, command } => {
+                Command::Audited { decision: decision.decision.clone(), command: inner(command) }
+            }
+            Command::Audited { decision, command } => {
+                Command::Audited { decision: decision.clone(), command: inner(command) }
+            }
+            Command::Verified { grant, command } => Command::Verified { grant: grant.clone(), command: inner(command) },
+            Command::ByOperator { session_id, command } => {
+                Command::ByOperator { session_id: session_id.clone(), command: inner(command) }
+            }
+            Command::OnBehalfOf { authority_ref, command } => {
+                Command::OnBehalfOf { authority_ref: authority_ref.clone(), command: inner(command) }
+            }
+            Command::Batch { commands } => Command::Batch {
+                commands: commands
+                    .iter()
+                    .map(|b| BatchedCommand {
+                        trace_id: b.trace_id.clone(),
+                        command: b.command.without_authority_chains(),
+                    })
+                    .collect(),
+            },
+            other => other.clone(),
+        }
+    }
+
     /// The oldest ledger version ([`LEDGER_VERSION`]) that decodes and decides this command: an
     /// exhaustive match, so a new command forces the decision.
     pub fn ledger_version(&self) -> u32 {
@@ -811,6 +864,8 @@ impl Command {
             // A principal's own delegation (token exchange) came with version 10.
             Command::OnBehalfOf { command, .. } if matches!(**command, Command::IssueToken { .. }) => 10,
             Command::OnBehalfOf { command, .. } | Command::Audited { command, .. } => command.ledger_version(),
+            Command::AuditedV2 { command, .. } => command.ledger_version().max(14),
+            Command::RecordDecisionsV2 { .. } => 14,
             Command::Verified { command, .. } => command.ledger_version().max(7),
             Command::ByOperator { command, .. } => command.ledger_version().max(12),
             Command::SetOperator { .. }
@@ -956,6 +1011,7 @@ impl Command {
         match self {
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.blob_content(),
             Command::StoreEvidence { content_base64, .. } => Some(content_base64),
@@ -1025,6 +1081,7 @@ impl Command {
                 parent_token_id: None,
             },
             Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.subject(),
             Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
@@ -1064,7 +1121,7 @@ impl Command {
             Command::CompleteEnrollment { .. } => "complete_enrollment",
             Command::RevokeExecutor { .. } => "revoke_executor",
             Command::RegisterExecutorCa { .. } => "register_executor_ca",
-            Command::RecordDecisions { .. } => "record_decisions",
+            Command::RecordDecisions { .. } | Command::RecordDecisionsV2 { .. } => "record_decisions",
             Command::SetPrincipalQuotas { .. } => "set_principal_quotas",
             Command::LeaseRequestQuota { .. } => "lease_request_quota",
             Command::SubmitOperation { .. } => "submit_operation",
@@ -1083,6 +1140,7 @@ impl Command {
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.kind(),
             Command::RenewExecutorCertificate { .. } => "renew_executor_certificate",
@@ -1149,6 +1207,7 @@ impl Command {
             | Command::RevokeExecutor { tenant_id, .. }
             | Command::RegisterExecutorCa { tenant_id, .. }
             | Command::RecordDecisions { tenant_id, .. }
+            | Command::RecordDecisionsV2 { tenant_id, .. }
             | Command::SetPrincipalQuotas { tenant_id, .. }
             | Command::LeaseRequestQuota { tenant_id, .. }
             | Command::SubmitOperation { tenant_id, .. }
@@ -1196,6 +1255,7 @@ impl Command {
             | Command::Batch { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.stream(),
         }
@@ -1645,6 +1705,12 @@ pub enum Event {
         changed: bool,
         at_ms: u64,
     },
+    /// Request decisions with the authority chain each was decided under, completed by the
+    /// ledger ([`Command::RecordDecisionsV2`], [`Command::AuditedV2`]): one audit record each.
+    RequestsDecidedV2 {
+        tenant_id: String,
+        decisions: Vec<crate::audit::RequestDecisionV2>,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1706,6 +1772,7 @@ impl Event {
             | Event::RoleCertificateRevokedV1 { .. }
             | Event::RequestDecidedV1 { .. }
             | Event::RequestsDecidedV1 { .. }
+            | Event::RequestsDecidedV2 { .. }
             | Event::PrincipalQuotasSetV1 { .. }
             | Event::PrincipalQuotasSetV2 { .. }
             | Event::RequestQuotaLeasedV1 { .. }
@@ -1787,7 +1854,7 @@ impl Event {
             Event::ExecutorRevokedV1 { .. } => "executor_revoked",
             Event::ExecutorCaRegisteredV1 { .. } => "executor_ca_registered",
             Event::RequestDecidedV1 { .. } => "request_decided",
-            Event::RequestsDecidedV1 { .. } => "requests_decided",
+            Event::RequestsDecidedV1 { .. } | Event::RequestsDecidedV2 { .. } => "requests_decided",
             Event::PrincipalQuotasSetV1 { .. } => "principal_quotas_set",
             Event::RequestQuotaLeasedV1 { .. } => "request_quota_leased",
             Event::OperationSubmittedV1 { .. } => "operation_submitted",

@@ -66,6 +66,7 @@ impl Role {
                 matches!(
                     command,
                     Command::RecordDecisions { .. }
+                        | Command::RecordDecisionsV2 { .. }
                         | Command::LeaseRequestQuota { .. }
                         | Command::SubmitOperation { .. }
                         | Command::ProposeOperation { .. }
@@ -87,8 +88,9 @@ impl Role {
                 ) || matches!(
                     // What an edge may submit, with the decision of the request that made it.
                     command,
-                    Command::Audited { command, .. }
-                        if !matches!(**command, Command::Audited { .. }) && self.may_submit(command)
+                    Command::Audited { command, .. } | Command::AuditedV2 { command, .. }
+                        if !matches!(**command, Command::Audited { .. } | Command::AuditedV2 { .. })
+                            && self.may_submit(command)
                 )
             }
         }
@@ -236,6 +238,12 @@ mod tests {
         }))));
         assert!(!Role::Edge.may_submit(&audited(issuer.clone())), "a decision does not widen what an edge submits");
         assert!(!Role::Edge.may_submit(&audited(audited(lease.clone()))));
+        let chained = crate::audit::RequestDecisionV2 { decision: decision.clone(), authority: Default::default() };
+        let audited_v2 =
+            |command: Command| Command::AuditedV2 { decision: chained.clone(), command: Box::new(command) };
+        assert!(Role::Edge.may_submit(&audited_v2(lease.clone())));
+        assert!(!Role::Edge.may_submit(&audited_v2(issuer.clone())), "nor does a decision with its chain");
+        assert!(!Role::Edge.may_submit(&audited_v2(audited(lease.clone()))));
         // An operator's act is formed by a node's admin API only, in any wrapping.
         let by_operator = |command: Command| Command::ByOperator { session_id: "s".into(), command: Box::new(command) };
         assert!(

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::audit::{AuditIndex, AuditRecordV1};
+use crate::audit::{AuditIndex, AuditRecord};
 use crate::catalog::{CatalogVersion, CATALOG_VERSIONS_KEPT};
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
 use crate::ledger::{Command, Event, EventEnvelope, Tenant, TenantState};
@@ -347,7 +347,7 @@ impl LedgerState {
         stream: &str,
         trace_id: &str,
         event: Event,
-        audit: &mut Vec<AuditRecordV1>,
+        audit: &mut Vec<AuditRecord>,
     ) -> EventEnvelope {
         let seq = self.stream_seq.get(stream).copied().unwrap_or(0) + 1;
         let env = EventEnvelope {
@@ -369,7 +369,7 @@ impl LedgerState {
     /// Events were validated by `decide` before they were appended; an event that does not fit
     /// the state means the node's event log is corrupt, which must stop the node, not be
     /// papered over: this panics (the node's fatal path, see `raft-store`).
-    pub fn apply_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecordV1> {
+    pub fn apply_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecord> {
         match self.fold_event(env) {
             Ok(records) => records,
             Err(corrupt) => panic!("{corrupt}"),
@@ -379,7 +379,7 @@ impl LedgerState {
     /// Folds one event into the views, or says why it does not fit ([`CorruptEvent`]). A
     /// follower of the ledger (an edge's replica) uses this and fails closed on an error; the
     /// state is then partly folded and must be replaced by a fresh snapshot.
-    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<AuditRecordV1>, CorruptEvent> {
+    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<AuditRecord>, CorruptEvent> {
         self.fold_views(env)?;
         Ok(self.audit_event(env))
     }
@@ -473,18 +473,19 @@ impl LedgerState {
             Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
             | Event::RequestDecidedV1 { .. }
-            | Event::RequestsDecidedV1 { .. } => Ok(()),
+            | Event::RequestsDecidedV1 { .. }
+            | Event::RequestsDecidedV2 { .. } => Ok(()),
         }
     }
 
     /// Records an event of a tenant stream in the tenant's audit index and applies retention.
-    fn audit_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecordV1> {
+    fn audit_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecord> {
         let Some(tenant) = self.tenants.get(&env.stream) else { return Vec::new() };
         let (max_events, max_age_s) = (tenant.settings.audit_max_events, tenant.settings.audit_max_age_s);
         let index = self.audit.entry(env.stream.clone()).or_default();
         let records = records_for(env, &env.stream, index.next_seq.max(1));
         for record in &records {
-            index.push(env.at_ms, &crate::encode(record).expect("audit records encode"));
+            index.push(env.at_ms, &record.stored());
         }
         index.retain(max_events, max_age_s, env.at_ms);
         records

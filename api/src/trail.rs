@@ -6,26 +6,38 @@
 
 use serde_json::Value;
 
-use crate::audit::{redact, AuditRecordV1, RequestDecisionV1};
+use crate::audit::{redact, AuditRecord, AuthorityChainV1, RequestDecisionV1};
 use crate::ledger::{Event, EventEnvelope};
 
 /// The records an event of a tenant stream produces, from sequence `first_seq` on: one per
 /// decision of a batch of request decisions, else one. Redaction happens here, so no
 /// unredacted secret is ever stored or listed.
-pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<AuditRecordV1> {
+pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<AuditRecord> {
     match &env.event {
-        Event::RequestDecidedV1 { decision, .. } => vec![decision_record(env, decision, tenant_id, first_seq)],
+        Event::RequestDecidedV1 { decision, .. } => vec![decision_record(env, decision, None, tenant_id, first_seq)],
         Event::RequestsDecidedV1 { decisions, .. } => {
-            decisions.iter().zip(first_seq..).map(|(d, seq)| decision_record(env, d, tenant_id, seq)).collect()
+            decisions.iter().zip(first_seq..).map(|(d, seq)| decision_record(env, d, None, tenant_id, seq)).collect()
         }
+        Event::RequestsDecidedV2 { decisions, .. } => decisions
+            .iter()
+            .zip(first_seq..)
+            .map(|(d, seq)| decision_record(env, &d.decision, Some(&d.authority), tenant_id, seq))
+            .collect(),
         // A connection confirmed every few minutes would flood the trail: only changes are kept.
         Event::ExecutorPresenceV1 { changed: false, .. } => Vec::new(),
         _ => vec![record_for(env, tenant_id, first_seq)],
     }
 }
 
-/// The record of one request decision (its own trace id; the event's time and revision).
-fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, seq: u64) -> AuditRecordV1 {
+/// The record of one request decision (its own trace id; the event's time and revision), with
+/// the authority chain it was decided under when the event carries one.
+fn decision_record(
+    env: &EventEnvelope,
+    d: &RequestDecisionV1,
+    authority: Option<&AuthorityChainV1>,
+    tenant_id: &str,
+    seq: u64,
+) -> AuditRecord {
     #[derive(serde::Serialize)]
     struct Detail<'a> {
         method: &'a str,
@@ -37,7 +49,7 @@ fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, 
     let name = d.name.as_deref().map(|n| crate::audit::redact_str(n).unwrap_or_else(|| n.to_string()));
     let detail = Detail { method: method.as_deref().unwrap_or(&d.method), name: name.as_deref() };
     let detail = serde_json::to_string(&detail).unwrap_or_default();
-    AuditRecordV1 {
+    AuditRecord {
         seq,
         at_ms: env.at_ms,
         revision: env.revision,
@@ -51,11 +63,24 @@ fn decision_record(env: &EventEnvelope, d: &RequestDecisionV1, tenant_id: &str, 
         token_id: d.token_id.clone(),
         parent_token_id: d.parent_token_id.clone(),
         detail,
+        authority: authority.map(redacted_client),
+    }
+}
+
+/// The chain with the client's own texts redacted like a request's (they are what the client
+/// chose to send); the ledger's fields are ids and digests.
+fn redacted_client(chain: &AuthorityChainV1) -> AuthorityChainV1 {
+    let clean = |t: &Option<String>| t.as_deref().map(|t| crate::audit::redact_str(t).unwrap_or_else(|| t.to_string()));
+    AuthorityChainV1 {
+        client_name: clean(&chain.client_name),
+        client_version: clean(&chain.client_version),
+        protocol_version: clean(&chain.protocol_version),
+        ..chain.clone()
     }
 }
 
 /// The record of any other event of a tenant stream, at sequence `seq`.
-fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
+fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecord {
     let (domain, principal_id, token_id, parent_token_id) = subject(&env.event);
     let (operation, outcome, reason_code) = match &env.event {
         Event::CommandRejectedV1 { command, reason, .. } | Event::CommandRejectedV2 { command, reason, .. } => {
@@ -74,7 +99,7 @@ fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
         Err(_) => Value::Null,
     };
     redact(&mut detail);
-    AuditRecordV1 {
+    AuditRecord {
         seq,
         at_ms: env.at_ms,
         revision: env.revision,
@@ -88,6 +113,7 @@ fn record_for(env: &EventEnvelope, tenant_id: &str, seq: u64) -> AuditRecordV1 {
         token_id,
         parent_token_id,
         detail: detail.to_string(),
+        authority: None,
     }
 }
 
@@ -146,7 +172,9 @@ fn subject(event: &Event) -> Subject {
         | Event::ExecutorCertRenewedV1 { .. }
         | Event::ExecutorCaRetiredV1 { .. }
         | Event::ExecutorPresenceV1 { .. } => ("executor", None, None, None),
-        Event::RequestDecidedV1 { .. } | Event::RequestsDecidedV1 { .. } => ("request", None, None, None),
+        Event::RequestDecidedV1 { .. } | Event::RequestsDecidedV1 { .. } | Event::RequestsDecidedV2 { .. } => {
+            ("request", None, None, None)
+        }
         Event::PrincipalQuotasSetV1 { principal_id, .. } | Event::PrincipalQuotasSetV2 { principal_id, .. } => {
             ("principal", Some(principal_id.clone()), None, None)
         }
@@ -224,7 +252,7 @@ fn domain_of_command(command: &str) -> &'static str {
 mod tests {
     use super::*;
 
-    fn decided(method: &str, name: Option<&str>) -> AuditRecordV1 {
+    fn decided(method: &str, name: Option<&str>) -> AuditRecord {
         let decision = RequestDecisionV1 {
             trace_id: "tr".into(),
             principal_id: "p".into(),
@@ -255,5 +283,32 @@ mod tests {
         // A name holding a JSON document is redacted inside.
         let detail = decided("tools/call", Some(r#"{"api_key":"s3cret","n":1}"#)).detail;
         assert!(!detail.contains("s3cret") && detail.contains(crate::audit::REDACTED), "{detail}");
+    }
+
+    #[test]
+    fn a_clients_own_texts_in_a_chain_are_redacted() {
+        let decision = RequestDecisionV1 {
+            trace_id: "tr".into(),
+            principal_id: "p".into(),
+            token_id: None,
+            parent_token_id: None,
+            method: "tools/list".into(),
+            name: None,
+            outcome: "allowed".into(),
+            reason: None,
+        };
+        let authority = AuthorityChainV1 {
+            client_name: Some("host?access_token=t-9".into()),
+            client_version: Some("1.0".into()),
+            principal_kind: Some("agent".into()),
+            ..Default::default()
+        };
+        let decisions = vec![crate::audit::RequestDecisionV2 { decision, authority }];
+        let event = Event::RequestsDecidedV2 { tenant_id: "t".into(), decisions };
+        let env = EventEnvelope { revision: 7, stream: "t".into(), seq: 3, at_ms: 5, trace_id: "x".into(), event };
+        let chain = records_for(&env, "t", 1).remove(0).authority.expect("a chain");
+        let name = chain.client_name.expect("a name");
+        assert!(!name.contains("t-9") && name.starts_with("host?access_token="), "{name}");
+        assert_eq!((chain.client_version.as_deref(), chain.principal_kind.as_deref()), (Some("1.0"), Some("agent")));
     }
 }

@@ -1286,7 +1286,82 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
                 },
             )),
         ),
+        (
+            "requests_decided_v2",
+            req(Command::RecordDecisionsV2 { tenant_id: "t-1".into(), decisions: vec![chained_decision()] }),
+            Some(env(
+                89,
+                92,
+                Event::RequestsDecidedV2 { tenant_id: "t-1".into(), decisions: vec![chained_decision()] },
+            )),
+        ),
+        (
+            "audited_v2",
+            req(Command::AuditedV2 {
+                decision: chained_decision(),
+                command: Box::new(Command::StartAttempt {
+                    tenant_id: "t-1".into(),
+                    operation_id: "op-1".into(),
+                    executor_id: "x-1".into(),
+                    fencing_token: 1,
+                    lease_ms: 30_000,
+                }),
+            }),
+            None,
+        ),
     ]
+}
+
+/// A decision with every field of its authority chain.
+fn chained_decision() -> writ_api::audit::RequestDecisionV2 {
+    writ_api::audit::RequestDecisionV2 { decision: decision(), authority: authority_chain() }
+}
+
+fn authority_chain() -> writ_api::audit::AuthorityChainV1 {
+    writ_api::audit::AuthorityChainV1 {
+        client_name: Some("claude-desktop".into()),
+        client_version: Some("1.4.2".into()),
+        protocol_version: Some("2025-11-25".into()),
+        principal_kind: Some("agent".into()),
+        delegation: vec!["jti-root".into(), "jti-1".into()],
+        catalog_version: Some(3),
+        policy_digest: Some("ab".repeat(32)),
+        upstream: Some("shop".into()),
+        upstream_tool: Some("place_order".into()),
+        operation_id: Some("op-1".into()),
+        attempt_id: Some("op-1/7".into()),
+    }
+}
+
+/// An audit record as a node stores it: a record without an authority chain keeps the bytes
+/// of `AuditRecordV1` (so the hash chain over records written before chains existed holds);
+/// one with a chain has its own pinned form; both read back.
+#[test]
+fn stored_audit_records_are_pinned() {
+    use writ_api::audit::{AuditRecord, AuditRecordV1};
+    let v1 = AuditRecordV1 {
+        seq: 7,
+        at_ms: 1_700_000_000_000,
+        revision: 42,
+        trace_id: "tr-1".into(),
+        tenant_id: "t-1".into(),
+        domain: "request".into(),
+        operation: "tools/call".into(),
+        outcome: "allowed".into(),
+        reason_code: None,
+        principal_id: Some("p-1".into()),
+        token_id: Some("jti-1".into()),
+        parent_token_id: Some("jti-root".into()),
+        detail: r#"{"method":"tools/call","name":"press.move"}"#.into(),
+    };
+    let plain = AuditRecord::from(v1.clone());
+    assert_eq!(plain.stored(), writ_api::encode(&v1).unwrap(), "a chain-less record is stored as before");
+    check("audit_record_v1", &plain.stored());
+    let chained = AuditRecord { authority: Some(authority_chain()), ..plain.clone() };
+    check("audit_record_with_authority", &chained.stored());
+    for record in [plain, chained] {
+        assert_eq!(AuditRecord::from_stored(&record.stored()).unwrap(), record);
+    }
 }
 
 fn operator() -> writ_api::operator::OperatorV1 {
@@ -1723,6 +1798,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     ),
     // Executor presence came with state format 15.
     (14, &["executor_presence_v1"]),
+    // Decisions with their authority chains came after state format 15 (no state change).
+    (15, &["requests_decided_v2", "audited_v2"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

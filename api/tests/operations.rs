@@ -687,7 +687,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
 fn execute_grouped(
     requests: &[LedgerRequest],
     sizes: &[usize],
-) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::AuditRecordV1>, writ_api::state::LedgerState) {
+) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::AuditRecord>, writ_api::state::LedgerState) {
     let mut state = Ledger::new().state;
     let (mut outcomes, mut events, mut audit) = (Vec::new(), Vec::new(), Vec::new());
     let mut sizes = sizes.iter().cycle();
@@ -1352,6 +1352,48 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     let decoded = writ_api::state::LedgerState::decode_versioned(&l.state.encode_versioned()).expect("decodes");
     assert_eq!(decoded.digest(), l.state.digest());
     assert!(invariant_violations(&l.state).is_empty());
+}
+
+/// A command with a decision and its authority chain: the decision is recorded after the
+/// command's events with the operation (and, for an executor's start, the attempt) it made.
+#[test]
+fn a_command_with_its_decisions_chain_records_the_operation_and_attempt() {
+    use writ_api::audit::{AuthorityChainV1, RequestDecisionV1, RequestDecisionV2};
+    use writ_api::ledger::Event;
+    let mut l = Ledger::new();
+    let decision = |principal: &str, token: Option<&str>| RequestDecisionV2 {
+        decision: RequestDecisionV1 {
+            trace_id: "tr-1".into(),
+            principal_id: principal.into(),
+            token_id: token.map(str::to_string),
+            parent_token_id: None,
+            method: "tools/call".into(),
+            name: Some("move_press".into()),
+            outcome: "allowed".into(),
+            reason: None,
+        },
+        authority: AuthorityChainV1 { client_name: Some("agent-host".into()), ..Default::default() },
+    };
+    let audited =
+        |d: RequestDecisionV2, command: Command| Command::AuditedV2 { decision: d, command: Box::new(command) };
+    let chain = |outcome: Outcome| match outcome {
+        Outcome::Applied { events, .. } => match &events.last().expect("events").event {
+            Event::RequestsDecidedV2 { decisions, .. } => decisions[0].authority.clone(),
+            other => panic!("the decision comes last, got {other:?}"),
+        },
+        other => panic!("applied, got {other:?}"),
+    };
+    let s = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000);
+    let submitted = chain(l.run(audited(decision("agent", Some("jti-agent")), submit(s))));
+    assert_eq!(submitted.operation_id.as_deref(), Some("op-1"));
+    assert_eq!(
+        (submitted.principal_kind.as_deref(), submitted.delegation.as_slice()),
+        (Some("agent"), &["jti-agent".to_string()][..])
+    );
+    assert_eq!((submitted.client_name.as_deref(), submitted.attempt_id), (Some("agent-host"), None));
+    let started = chain(l.run(audited(decision("executor:x-1", None), start_by("x-1", "op-1", 1))));
+    assert_eq!(started.principal_kind.as_deref(), Some("executor"));
+    assert_eq!((started.operation_id.as_deref(), started.attempt_id.as_deref()), (Some("op-1"), Some("op-1/1")));
 }
 
 #[test]

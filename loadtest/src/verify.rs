@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
-use writ_api::audit::AuditRecordV1;
+use writ_api::audit::AuditRecord;
 
 use crate::writ::{Admin, Seen, Tenant};
 
@@ -242,7 +242,7 @@ pub struct Trail {
 }
 
 impl Trail {
-    pub fn read(records: &[AuditRecordV1], run_id: &str) -> Trail {
+    pub fn read(records: &[AuditRecord], run_id: &str) -> Trail {
         let mut t = Trail::default();
         let prefix = format!("{run_id}-");
         // device → (operation, hold expiry)
@@ -298,8 +298,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn rec(seq: u64, at_ms: u64, operation: &str, detail: Value) -> AuditRecordV1 {
-        AuditRecordV1 {
+    fn rec(seq: u64, at_ms: u64, operation: &str, detail: Value) -> AuditRecord {
+        AuditRecord {
             seq,
             at_ms,
             revision: seq,
@@ -313,10 +313,11 @@ mod tests {
             token_id: None,
             parent_token_id: None,
             detail: detail.to_string(),
+            authority: None,
         }
     }
 
-    fn submitted(seq: u64, at_ms: u64, op: &str, key: &str) -> AuditRecordV1 {
+    fn submitted(seq: u64, at_ms: u64, op: &str, key: &str) -> AuditRecord {
         rec(
             seq,
             at_ms,
@@ -325,7 +326,7 @@ mod tests {
         )
     }
 
-    fn reserved(seq: u64, at_ms: u64, op: &str, device: &str, expires: u64) -> AuditRecordV1 {
+    fn reserved(seq: u64, at_ms: u64, op: &str, device: &str, expires: u64) -> AuditRecord {
         rec(seq, at_ms, "device_reserved", json!({"device_id": device, "operation_id": op, "expires_at_ms": expires}))
     }
 

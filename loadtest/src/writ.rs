@@ -89,7 +89,7 @@ impl Admin {
     }
 
     /// The NDJSON audit export of a tenant (`query` without the leading `?`).
-    pub async fn audit(&self, tenant: &str, query: &str) -> Result<Vec<writ_api::audit::AuditRecordV1>, String> {
+    pub async fn audit(&self, tenant: &str, query: &str) -> Result<Vec<writ_api::audit::AuditRecord>, String> {
         let path = format!("/v1/tenants/{tenant}/audit/export?{query}");
         let mut last = String::new();
         for node in &self.nodes {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use writ_api::audit::{RequestDecisionV1, DECISIONS_PER_COMMAND_MAX};
+use writ_api::audit::{AuthorityChainV1, RequestDecisionV1, RequestDecisionV2, DECISIONS_PER_COMMAND_MAX};
 use writ_api::dto::{SubmitRequest, SubmitResponse, VOUCHERS_MAX};
 use writ_api::ledger::{Command, Outcome};
 use writ_api::Rejection;
@@ -32,16 +32,18 @@ pub const DENIAL_NAMES_MAX: usize = 8;
 type DenialKey = (String, String, String, Option<String>, Option<writ_api::ReasonCode>);
 
 /// The decision about an authenticated request of `authority` (SPEC D10): `method` and the
-/// `name` it named (both truncated to the ledger's bound), refused with `reason` if any.
+/// `name` it named (both truncated to the ledger's bound), refused with `reason` if any, with
+/// the client the request came from (the ledger completes the authority chain).
 pub fn request_decision(
     trace_id: &str,
     authority: &writ_api::auth::Authority,
+    client: &AuthorityChainV1,
     method: &str,
     name: Option<&str>,
     reason: Option<writ_api::ReasonCode>,
-) -> RequestDecisionV1 {
+) -> RequestDecisionV2 {
     let bounded = |t: &str| writ_api::audit::truncated(t, writ_api::audit::DECISION_FIELD_BYTES_MAX);
-    RequestDecisionV1 {
+    let decision = RequestDecisionV1 {
         trace_id: trace_id.to_string(),
         principal_id: authority.principal_id.clone(),
         token_id: authority.token_id.clone(),
@@ -50,13 +52,40 @@ pub fn request_decision(
         name: name.map(bounded),
         outcome: if reason.is_some() { "denied" } else { "allowed" }.into(),
         reason,
+    };
+    RequestDecisionV2 { decision, authority: client.clone() }
+}
+
+/// The client a request came from, as an authority chain's client fields: `clientInfo`'s
+/// name and version (the 2026 wire's `_meta`, or a 2025 session's `initialize`) and the
+/// protocol version it spoke, each truncated to the ledger's bound.
+pub fn client(client_info: &serde_json::Value, protocol_version: Option<&str>) -> AuthorityChainV1 {
+    let bounded = |v: &serde_json::Value| {
+        v.as_str().map(|t| writ_api::audit::truncated(t, writ_api::audit::DECISION_FIELD_BYTES_MAX))
+    };
+    AuthorityChainV1 {
+        client_name: bounded(&client_info["name"]),
+        client_version: bounded(&client_info["version"]),
+        protocol_version: protocol_version
+            .map(|v| writ_api::audit::truncated(v, writ_api::audit::DECISION_FIELD_BYTES_MAX)),
+        ..Default::default()
     }
 }
 
-/// `command` carrying `decision` (`Command::Audited`): one log entry records both, and the
+/// The client a decoded request came from: `_meta`'s `clientInfo`, and the protocol version
+/// of its 2025 session, else of its `MCP-Protocol-Version` header, else of its `_meta`.
+pub fn client_of(req: &crate::jsonrpc::Request, headers: &axum::http::HeaderMap) -> AuthorityChainV1 {
+    let meta = &req.params()["_meta"];
+    let header = crate::header_value(headers, "mcp-protocol-version");
+    let version = req.session_version.clone().or(header);
+    let version = version.as_deref().or(meta[crate::jsonrpc::META_PROTOCOL_VERSION].as_str());
+    client(&meta["io.modelcontextprotocol/clientInfo"], version)
+}
+
+/// `command` carrying `decision` (`Command::AuditedV2`): one log entry records both, and the
 /// ledger writes whether the command was allowed or refused.
-pub fn with_decision(decision: RequestDecisionV1, command: Command) -> Command {
-    Command::Audited { decision, command: Box::new(command) }
+pub fn with_decision(decision: RequestDecisionV2, command: Command) -> Command {
+    Command::AuditedV2 { decision, command: Box::new(command) }
 }
 
 /// How many denials of `key`'s tenant, principal, method and reason this window counts under
@@ -82,7 +111,7 @@ pub const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(5);
 pub type Voucher = Option<writ_api::grant::Credential>;
 
 enum Queued {
-    Decision(Box<(String, RequestDecisionV1, Voucher)>),
+    Decision(Box<(String, RequestDecisionV2, Voucher)>),
     /// Commit everything queued before this, then answer.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -131,16 +160,11 @@ impl AuditSink {
     pub async fn commit_denial(
         &self,
         tenant_id: &str,
-        decision: RequestDecisionV1,
+        decision: RequestDecisionV2,
         voucher: Voucher,
     ) -> Result<(), Rejection> {
-        let mut key = (
-            tenant_id.to_string(),
-            decision.principal_id.clone(),
-            decision.method.clone(),
-            decision.name.clone(),
-            decision.reason,
-        );
+        let d = &decision.decision;
+        let mut key = (tenant_id.to_string(), d.principal_id.clone(), d.method.clone(), d.name.clone(), d.reason);
         {
             let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
             if !repeats.contains_key(&key) && named_denials(&repeats, &key) >= DENIAL_NAMES_MAX {
@@ -191,6 +215,7 @@ impl AuditSink {
                 outcome: "denied".into(),
                 reason,
             };
+            let decision = RequestDecisionV2 { decision, authority: AuthorityChainV1::default() };
             self.buffer(&tenant_id, decision, voucher).await;
         }
     }
@@ -199,14 +224,14 @@ impl AuditSink {
     pub async fn commit(
         &self,
         tenant_id: &str,
-        decision: RequestDecisionV1,
+        decision: RequestDecisionV2,
         voucher: Voucher,
     ) -> Result<(), Rejection> {
         submit(self.ledger.as_ref(), tenant_id, &[(decision, voucher)]).await
     }
 
     /// Queues an allowed read's decision; waits (backpressure) when the buffer is full.
-    pub async fn buffer(&self, tenant_id: &str, decision: RequestDecisionV1, voucher: Voucher) {
+    pub async fn buffer(&self, tenant_id: &str, decision: RequestDecisionV2, voucher: Voucher) {
         if self.buffered.send(Queued::Decision(Box::new((tenant_id.to_string(), decision, voucher)))).await.is_err() {
             tracing::error!("audit flusher is gone");
         }
@@ -257,14 +282,14 @@ impl WeakSink {
 async fn submit(
     ledger: &dyn Ledger,
     tenant_id: &str,
-    decisions: &[(RequestDecisionV1, Voucher)],
+    decisions: &[(RequestDecisionV2, Voucher)],
 ) -> Result<(), Rejection> {
-    let trace_id = decisions.first().map(|(d, _)| d.trace_id.clone()).unwrap_or_default();
+    let trace_id = decisions.first().map(|(d, _)| d.decision.trace_id.clone()).unwrap_or_default();
     let vouchers: BTreeMap<&str, &writ_api::grant::Credential> =
-        decisions.iter().filter_map(|(d, v)| Some((d.principal_id.as_str(), v.as_ref()?))).collect();
+        decisions.iter().filter_map(|(d, v)| Some((d.decision.principal_id.as_str(), v.as_ref()?))).collect();
     let mut request = SubmitRequest::new(
         trace_id,
-        Command::RecordDecisions {
+        Command::RecordDecisionsV2 {
             tenant_id: tenant_id.to_string(),
             decisions: decisions.iter().map(|(d, _)| d.clone()).collect(),
         },
@@ -284,9 +309,9 @@ async fn submit(
 /// buffered) so none is lost.
 async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<Queued>) {
     while let Some(first) = rx.recv().await {
-        let mut batch: BTreeMap<String, Vec<(RequestDecisionV1, Voucher)>> = BTreeMap::new();
+        let mut batch: BTreeMap<String, Vec<(RequestDecisionV2, Voucher)>> = BTreeMap::new();
         let mut waiters = Vec::new();
-        let mut take = |q: Queued, batch: &mut BTreeMap<String, Vec<(RequestDecisionV1, Voucher)>>| match q {
+        let mut take = |q: Queued, batch: &mut BTreeMap<String, Vec<(RequestDecisionV2, Voucher)>>| match q {
             Queued::Decision(queued) => {
                 let (t, d, v) = *queued;
                 batch.entry(t).or_default().push((d, v));
@@ -318,17 +343,17 @@ async fn flusher(ledger: Arc<dyn Ledger>, mut rx: mpsc::Receiver<Queued>) {
 
 /// `decisions` in commands of at most [`DECISIONS_PER_COMMAND_MAX`] decisions naming at most
 /// [`VOUCHERS_MAX`] principals.
-fn chunks(decisions: &[(RequestDecisionV1, Voucher)]) -> Vec<&[(RequestDecisionV1, Voucher)]> {
+fn chunks(decisions: &[(RequestDecisionV2, Voucher)]) -> Vec<&[(RequestDecisionV2, Voucher)]> {
     let mut out = Vec::new();
     let (mut start, mut principals) = (0, std::collections::BTreeSet::new());
     for (i, (d, _)) in decisions.iter().enumerate() {
         let full = i - start == DECISIONS_PER_COMMAND_MAX
-            || (!principals.contains(d.principal_id.as_str()) && principals.len() == VOUCHERS_MAX);
+            || (!principals.contains(d.decision.principal_id.as_str()) && principals.len() == VOUCHERS_MAX);
         if full {
             out.push(&decisions[start..i]);
             (start, principals) = (i, Default::default());
         }
-        principals.insert(d.principal_id.as_str());
+        principals.insert(d.decision.principal_id.as_str());
     }
     if start < decisions.len() {
         out.push(&decisions[start..]);
@@ -336,7 +361,7 @@ fn chunks(decisions: &[(RequestDecisionV1, Voucher)]) -> Vec<&[(RequestDecisionV
     out
 }
 
-async fn commit_retrying(ledger: &dyn Ledger, tenant: &str, chunk: &[(RequestDecisionV1, Voucher)]) {
+async fn commit_retrying(ledger: &dyn Ledger, tenant: &str, chunk: &[(RequestDecisionV2, Voucher)]) {
     let mut delay = Duration::from_millis(50);
     loop {
         match submit(ledger, tenant, chunk).await {
@@ -390,6 +415,7 @@ mod tests {
                 outcome: "denied".into(),
                 reason: Some(writ_api::ReasonCode::TOOL_NOT_FOUND),
             };
+            let d = RequestDecisionV2 { decision: d, authority: client(&serde_json::json!({"name": "c"}), None) };
             sink.commit_denial("t", d, None).await.expect("denial");
         }
         assert_eq!(records() - before, DENIAL_NAMES_MAX as u64 + 1, "one commit per name up to the cap, then one");
@@ -398,24 +424,27 @@ mod tests {
     /// A batch is cut where a command would exceed the decisions or the vouchers it may carry.
     #[test]
     fn batches_are_cut_at_the_decisions_and_vouchers_a_command_carries() {
-        let decision = |p: usize| RequestDecisionV1 {
-            trace_id: "t".into(),
-            principal_id: format!("p-{p}"),
-            token_id: None,
-            parent_token_id: None,
-            method: "tools/list".into(),
-            name: None,
-            outcome: "allowed".into(),
-            reason: None,
+        let decision = |p: usize| RequestDecisionV2 {
+            decision: RequestDecisionV1 {
+                trace_id: "t".into(),
+                principal_id: format!("p-{p}"),
+                token_id: None,
+                parent_token_id: None,
+                method: "tools/list".into(),
+                name: None,
+                outcome: "allowed".into(),
+                reason: None,
+            },
+            authority: AuthorityChainV1::default(),
         };
-        let many: Vec<(RequestDecisionV1, Voucher)> = (0..3000).map(|i| (decision(i % 100), None)).collect();
+        let many: Vec<(RequestDecisionV2, Voucher)> = (0..3000).map(|i| (decision(i % 100), None)).collect();
         let cut = chunks(&many);
         assert_eq!(cut.iter().map(|c| c.len()).sum::<usize>(), 3000, "nothing lost");
         for c in &cut {
-            let principals: std::collections::BTreeSet<_> = c.iter().map(|(d, _)| &d.principal_id).collect();
+            let principals: std::collections::BTreeSet<_> = c.iter().map(|(d, _)| &d.decision.principal_id).collect();
             assert!(c.len() <= DECISIONS_PER_COMMAND_MAX && principals.len() <= VOUCHERS_MAX);
         }
-        let one: Vec<(RequestDecisionV1, Voucher)> = (0..2500).map(|_| (decision(1), None)).collect();
+        let one: Vec<(RequestDecisionV2, Voucher)> = (0..2500).map(|_| (decision(1), None)).collect();
         assert_eq!(chunks(&one).iter().map(|c| c.len()).collect::<Vec<_>>(), [1000, 1000, 500]);
     }
 }

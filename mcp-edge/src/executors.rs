@@ -28,7 +28,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast::error::RecvError;
-use writ_api::audit::RequestDecisionV1;
+use writ_api::audit::{RequestDecisionV1, RequestDecisionV2};
 use writ_api::dto::{ErrorBody, SubmitRequest};
 use writ_api::executor::{
     AttemptRequest, Dispatch, DispatchFrame, EvidenceUpload, ForwardedRenewal, OperationStatus, RefuseRequest,
@@ -243,8 +243,10 @@ fn operation_trace(s: &LedgerState, tenant_id: &str, operation_id: &str) -> Stri
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
-fn decision(principal_id: String, method: &str, name: Option<String>, reason: Option<ReasonCode>) -> RequestDecisionV1 {
-    RequestDecisionV1 {
+/// An executor's request decision: no MCP client to name (the ledger fills the executor's kind,
+/// and the operation and attempt a command with it is about).
+fn decision(principal_id: String, method: &str, name: Option<String>, reason: Option<ReasonCode>) -> RequestDecisionV2 {
+    let decision = RequestDecisionV1 {
         trace_id: uuid::Uuid::new_v4().to_string(),
         principal_id,
         token_id: None,
@@ -253,7 +255,8 @@ fn decision(principal_id: String, method: &str, name: Option<String>, reason: Op
         name,
         outcome: if reason.is_some() { "denied" } else { "allowed" }.to_string(),
         reason,
-    }
+    };
+    RequestDecisionV2 { decision, authority: Default::default() }
 }
 
 /// Whether `op` is the executor's to act on: dispatched to it, or waiting in `reserved` for one
@@ -379,7 +382,7 @@ impl ExecutorGate {
         });
         let principal = format!("executor:{}", who.executor_id);
         let mut d = decision(principal, method, Some(operation_id.to_string()), None);
-        d.trace_id = trace_id.clone();
+        d.decision.trace_id = trace_id.clone();
         let submitted = if offered {
             self.submit(crate::audit::with_decision(d.clone(), command), &trace_id).await
         } else {
@@ -392,8 +395,8 @@ impl ExecutorGate {
             Ok(Ok(op)) => Json(OperationStatus::from(&op)).into_response(),
             Ok(Err(refused)) => error_response(&refused),
             Err(e) => {
-                d.outcome = "denied".into();
-                d.reason = Some(e.reason);
+                d.decision.outcome = "denied".into();
+                d.decision.reason = Some(e.reason);
                 match self.inner.audit.commit_denial(&who.tenant_id, d, None).await {
                     Ok(()) => error_response(&e),
                     Err(fail) => error_response(&fail),

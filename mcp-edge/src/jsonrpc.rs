@@ -30,6 +30,10 @@ pub struct Request {
     pub method: String,
     #[serde(default)]
     pub params: Option<Value>,
+    /// The protocol version a 2025 session negotiated, for a request the edge translated from
+    /// it (its `_meta` names the version the request path serves); never read from the wire.
+    #[serde(skip)]
+    pub session_version: Option<String>,
 }
 
 impl Request {

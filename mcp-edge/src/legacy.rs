@@ -80,6 +80,8 @@ pub(crate) struct Posted {
     /// A notification or a client response, accepted: like a 2026 notification it is no
     /// request decision (a refused one is).
     pub quiet: bool,
+    /// The client it came from, for its request decision.
+    pub client: writ_api::audit::AuthorityChainV1,
 }
 
 fn refusal(status: StatusCode, reason: ReasonCode, message: &str, id: &Option<Value>) -> Handled {
@@ -110,7 +112,9 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
         Err(e) => {
             let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
             let handled = Handled::refused(e.into_response(), None, r);
-            return Posted { handled, method: None, id: None, quiet: false };
+            let client =
+                crate::audit::client(&Value::Null, crate::header_value(x.headers, "mcp-protocol-version").as_deref());
+            return Posted { handled, method: None, id: None, quiet: false, client };
         }
     };
     let id = msg.get("id").filter(|v| !v.is_null()).cloned();
@@ -126,7 +130,27 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
         Some(sid) => in_session(x, &sid, &msg, &id, method.as_deref()).await,
     };
     let quiet = (method.is_none() || id.is_none()) && handled.denied.is_none();
-    Posted { handled, method, id, quiet }
+    Posted { handled, method, id, quiet, client: posted_client(x, &msg) }
+}
+
+/// The client a 2025 POST came from: its session's, or what its `initialize` says.
+fn posted_client(x: &Exchange<'_>, msg: &Value) -> writ_api::audit::AuthorityChainV1 {
+    match crate::header_value(x.headers, SESSION_HEADER) {
+        Some(_) => session_client(x.edge, x.authority, x.headers),
+        None => crate::audit::client(&msg["params"]["clientInfo"], msg["params"]["protocolVersion"].as_str()),
+    }
+}
+
+/// The client of the session a request names (`initialize`'s `clientInfo` and the version it
+/// negotiated); nothing when it names none of this caller's.
+pub(crate) fn session_client(
+    edge: &Edge,
+    authority: &Authority,
+    headers: &HeaderMap,
+) -> writ_api::audit::AuthorityChainV1 {
+    let session =
+        crate::header_value(headers, SESSION_HEADER).and_then(|sid| session_of(edge, authority, headers, &sid));
+    session.map(|(s, _)| crate::audit::client(&s.client_info, Some(&s.version))).unwrap_or_default()
 }
 
 /// The session a request names, if this caller opened it and it has not ended, with its record.
@@ -407,6 +431,7 @@ fn modern(session: &Session, log_level: Option<&str>, msg: &Value) -> Request {
         id: msg.get("id").cloned(),
         method: msg["method"].as_str().unwrap_or_default().to_string(),
         params: Some(params),
+        session_version: Some(session.version.clone()),
     }
 }
 
@@ -553,7 +578,7 @@ async fn converse(o: &Owned, nonce: &str, mut req: Request, first: First, tx: &m
             recorded: &recorded,
         };
         let handled = round(&x, &req).await;
-        let verdict = handled.verdict();
+        let verdict = handled.verdict(crate::audit::client_of(&req, &o.headers));
         if let Err(e) =
             crate::record(&o.edge, &o.authority, &o.headers, &o.trace_id, &req.method, &verdict, &recorded).await
         {

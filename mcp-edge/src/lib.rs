@@ -728,7 +728,8 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
     // On the credential's own tenant's record (a denial: once per window, then counted).
     let method = method_label(&header_value(headers, "mcp-method").unwrap_or_default());
     let trace_id = uuid::Uuid::new_v4().to_string();
-    let decision = audit::request_decision(&trace_id, &authority, method, None, Some(e.reason));
+    let client = audit::client(&serde_json::Value::Null, header_value(headers, "mcp-protocol-version").as_deref());
+    let decision = audit::request_decision(&trace_id, &authority, &client, method, None, Some(e.reason));
     if let Err(fail) = edge.audit.commit_denial(&authority.tenant_id, decision, Some(credential(headers))).await {
         return Err(RpcError::rejected(&fail).into_response());
     }
@@ -854,6 +855,8 @@ async fn audit_suspended(edge: &Edge, headers: &HeaderMap, token: &str, e: &Reje
         outcome: "denied".into(),
         reason: Some(e.reason),
     };
+    let client = audit::client(&serde_json::Value::Null, header_value(headers, "mcp-protocol-version").as_deref());
+    let decision = writ_api::audit::RequestDecisionV2 { decision, authority: client };
     edge.audit.commit(&tenant_id, decision, Some(credential(headers))).await
 }
 
@@ -929,6 +932,7 @@ async fn mcp_post(
     let mut id = None;
     let mut protocol = headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).map(str::to_string);
     let recorded = std::sync::atomic::AtomicBool::new(false);
+    let mut client = audit::client(&serde_json::Value::Null, protocol.as_deref());
     let admitted = match tenant_origin(&edge, &authority, &headers) {
         Err(refused) => Err(admission::Refused::from(refused)),
         Ok(()) => edge.admission.admit(&edge.verifier, &authority, &trace_id).await,
@@ -947,7 +951,7 @@ async fn mcp_post(
             if posted.quiet {
                 return posted.handled.response;
             }
-            (method, id) = (posted.method, posted.id);
+            (method, id, client) = (posted.method, posted.id, posted.client);
             posted.handled
         }
         Ok(()) => match decode(&edge.config, &body, &headers) {
@@ -961,6 +965,7 @@ async fn mcp_post(
                 id = req.id.clone();
                 let meta = &req.params()["_meta"][jsonrpc::META_PROTOCOL_VERSION];
                 protocol = meta.as_str().map(str::to_string).or(protocol);
+                client = audit::client_of(&req, &headers);
                 let call = serve::Call {
                     edge: &edge,
                     req: &req,
@@ -988,7 +993,8 @@ async fn mcp_post(
     };
     trace::finish(&mut span, finished);
     span.end();
-    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(), &recorded).await {
+    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(client), &recorded).await
+    {
         return RpcError::rejected(&fail).with_id(&id).into_response();
     }
     traced(handled.response, &trace_id)
@@ -1021,7 +1027,8 @@ async fn record(
     let fault = handled.denied.is_some_and(|r| r.http_status() >= 500);
     let counted = if fault { "failed" } else { outcome };
     metrics::counter!("writ_edge_requests_total", "method" => label, "outcome" => counted).increment(1);
-    let decision = audit::request_decision(trace_id, authority, label, handled.name.as_deref(), handled.denied);
+    let decision =
+        audit::request_decision(trace_id, authority, &handled.client, label, handled.name.as_deref(), handled.denied);
     let strict = handled.denied.is_some()
         || handled.effectful
         || edge.verifier.with_state(|s| {
@@ -1056,7 +1063,10 @@ async fn mcp_session(State(edge): State<Arc<Edge>>, method: axum::http::Method, 
         (legacy::get_stream(&edge, &headers, &authority, &trace_id).await, "GET")
     };
     let unrecorded = std::sync::atomic::AtomicBool::new(false);
-    if let Err(fail) = record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(), &unrecorded).await {
+    let client = legacy::session_client(&edge, &authority, &headers);
+    if let Err(fail) =
+        record(&edge, &authority, &headers, &trace_id, label, &handled.verdict(client), &unrecorded).await
+    {
         return RpcError::rejected(&fail).into_response();
     }
     traced(handled.response, &trace_id)

@@ -655,7 +655,8 @@ fn spec_of(
 /// request's decision (one log entry for both), resubmitting while the outcome is uncertain.
 async fn submit_call(c: &Call<'_>, command: Command) -> Result<Outcome, RpcError> {
     let name = c.req.params()["name"].as_str();
-    let decision = crate::audit::request_decision(c.trace_id, c.authority, &c.req.method, name, None);
+    let client = crate::audit::client_of(c.req, c.headers);
+    let decision = crate::audit::request_decision(c.trace_id, c.authority, &client, &c.req.method, name, None);
     let command = crate::audit::with_decision(decision, command);
     let req = c.submit_request(command);
     let submitted = submit_replayable(c.edge.ledger.as_ref(), req).await.map_err(|e| RpcError::rejected(&e))?;

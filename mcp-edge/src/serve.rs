@@ -78,11 +78,15 @@ pub struct Verdict {
     pub name: Option<String>,
     pub denied: Option<ReasonCode>,
     pub effectful: bool,
+    /// The client the request came from (`crate::audit::client`).
+    pub client: writ_api::audit::AuthorityChainV1,
 }
 
 impl Handled {
-    pub(crate) fn verdict(&self) -> Verdict {
-        Verdict { name: self.name.clone(), denied: self.denied.as_ref().map(|r| r.reason), effectful: self.effectful }
+    /// What the audit records of this answer to a request from `client`.
+    pub(crate) fn verdict(&self, client: writ_api::audit::AuthorityChainV1) -> Verdict {
+        let denied = self.denied.as_ref().map(|r| r.reason);
+        Verdict { name: self.name.clone(), denied, effectful: self.effectful, client }
     }
 
     pub(crate) fn allowed(response: Response, name: Option<String>) -> Handled {

@@ -855,12 +855,8 @@ impl LedgerNode {
                 if let Some(refused) = self.storage.refusal(&req.command, &self.short_members()) {
                     return Err(refused);
                 }
-                self.gate(&req.command).await?;
-                let request = LedgerRequest {
-                    stamp_ms: self.clock.now_ms(),
-                    trace_id: req.trace_id.clone(),
-                    command: req.command.clone(),
-                };
+                let command = self.gate(&req.command).await?;
+                let request = LedgerRequest { stamp_ms: self.clock.now_ms(), trace_id: req.trace_id.clone(), command };
                 // A command with evidence bytes is an entry of its own; the rest are batched.
                 let proposed = if request.command.carries_blob() {
                     write(&self.raft, request).await
@@ -1161,11 +1157,18 @@ impl LedgerNode {
 
     /// The version gate: a command newer than some member's ledger version is refused before
     /// it is proposed (the member would stop at it), naming who holds the cluster back.
-    async fn gate(&self, command: &Command) -> Result<(), Rejection> {
+    /// Returns what to propose: the command, or (while a member cannot read authority chains)
+    /// the command with its request decisions recorded without them.
+    async fn gate(&self, command: &Command) -> Result<Command, Rejection> {
         let needs = self.sm.read().state.ledger_version_of(command);
         let behind = self.members_behind(needs).await;
         if behind.is_empty() {
-            return Ok(());
+            return Ok(command.clone());
+        }
+        let plain = command.without_authority_chains();
+        let plain_needs = self.sm.read().state.ledger_version_of(&plain);
+        if plain != *command && self.members_behind(plain_needs).await.is_empty() {
+            return Ok(plain);
         }
         metrics::counter!("writ_ledger_version_gated_total").increment(1);
         Err(Rejection::new(

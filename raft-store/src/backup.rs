@@ -96,7 +96,7 @@ fn restore_into(db_dir: &Path, input: impl Read) -> io::Result<(BackupSummary, L
     let read = read_backup(io::BufReader::new(input), |kind, key, value| {
         let cf = match kind {
             FRAME_AUDIT => {
-                checked_decode::<writ_api::audit::AuditRecordV1>(value, "audit record")?;
+                crate::codec::record_of(value)?;
                 CF_AUDIT
             }
             FRAME_EVENT => {

@@ -18,25 +18,50 @@ fn checksum(payload: &[u8]) -> [u8; CHECKSUM_BYTES] {
 
 pub(crate) fn checked_encode<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
     let payload = writ_api::encode(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let mut out = Vec::with_capacity(CHECKSUM_BYTES + payload.len());
-    out.extend_from_slice(&checksum(&payload));
-    out.extend_from_slice(&payload);
-    Ok(out)
+    Ok(checked_bytes(&payload))
 }
 
-pub(crate) fn checked_decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> io::Result<T> {
-    let corrupt = |detail: String| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt {what}: {detail}"));
+/// `payload` behind its checksum.
+pub(crate) fn checked_bytes(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(CHECKSUM_BYTES + payload.len());
+    out.extend_from_slice(&checksum(payload));
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The payload `checked_bytes` wrote, once its checksum vouches for it.
+pub(crate) fn checked_payload<'a>(bytes: &'a [u8], what: &str) -> io::Result<&'a [u8]> {
+    let corrupt = |detail: &str| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt {what}: {detail}"));
     if bytes.len() < CHECKSUM_BYTES {
-        return Err(corrupt("record shorter than its checksum".into()));
+        return Err(corrupt("record shorter than its checksum"));
     }
     let (sum, payload) = bytes.split_at(CHECKSUM_BYTES);
     if sum != checksum(payload) {
-        return Err(corrupt("checksum mismatch".into()));
+        return Err(corrupt("checksum mismatch"));
     }
+    Ok(payload)
+}
+
+pub(crate) fn checked_decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> io::Result<T> {
+    let payload = checked_payload(bytes, what)?;
     // The checksum vouches for the bytes, so no size bound: a snapshot carries every retained
     // audit record and outgrows any single message (a 64 MiB bound here once stopped every
     // node that had to read its snapshot back).
-    writ_api::decode_unbounded(payload).map_err(|e| corrupt(e.to_string()))
+    writ_api::decode_unbounded(payload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt {what}: {e}")))
+}
+
+/// An audit record as the node stores it: its stored bytes (`AuditRecord::stored`) behind
+/// their checksum.
+pub(crate) fn checked_record(record: &writ_api::audit::AuditRecord) -> Vec<u8> {
+    checked_bytes(&record.stored())
+}
+
+/// What `checked_record` wrote.
+pub(crate) fn record_of(bytes: &[u8]) -> io::Result<writ_api::audit::AuditRecord> {
+    let payload = checked_payload(bytes, "audit record")?;
+    writ_api::audit::AuditRecord::from_stored(payload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}")))
 }
 
 #[cfg(test)]

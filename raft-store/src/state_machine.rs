@@ -26,7 +26,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
-use writ_api::audit::{self, record_key, AuditFilter, AuditRecordV1};
+use writ_api::audit::{self, record_key, AuditFilter, AuditRecord, AuditRecordV1};
 use writ_api::format;
 use writ_api::ledger::{EventEnvelope, Outcome};
 use writ_api::operation::ProposalV1;
@@ -344,7 +344,7 @@ impl StateMachine {
         after: u64,
         limit: usize,
         filter: &AuditFilter,
-    ) -> io::Result<(Vec<AuditRecordV1>, Option<u64>)> {
+    ) -> io::Result<(Vec<AuditRecord>, Option<u64>)> {
         self.latch(self.read_audit_page(tenant_id, after, limit, filter))
     }
 
@@ -354,7 +354,7 @@ impl StateMachine {
         after: u64,
         limit: usize,
         filter: &AuditFilter,
-    ) -> io::Result<(Vec<AuditRecordV1>, Option<u64>)> {
+    ) -> io::Result<(Vec<AuditRecord>, Option<u64>)> {
         let (first, next) = match self.read().state.audit.get(tenant_id) {
             Some(i) => (i.first_seq, i.next_seq),
             None => return Ok((Vec::new(), None)),
@@ -364,9 +364,9 @@ impl StateMachine {
         opts.set_iterate_upper_bound(record_key(tenant_id, next));
         let start = record_key(tenant_id, after.saturating_add(1).max(first));
         let records = self.inner.db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).map(
-            |item| -> io::Result<AuditRecordV1> {
+            |item| -> io::Result<AuditRecord> {
                 let (_, value) = item.map_err(io::Error::other)?;
-                checked_decode(&value, "audit record")
+                crate::codec::record_of(&value)
             },
         );
         audit::page(records, after, limit, filter)
@@ -593,7 +593,7 @@ impl StateMachine {
         let state = crate::snapshot::read_records(reader, |kind, key, value| {
             let cf = match kind {
                 FRAME_AUDIT => {
-                    checked_decode::<AuditRecordV1>(value, "audit record")?;
+                    crate::codec::record_of(value)?;
                     audit_cf
                 }
                 FRAME_EVIDENCE => evidence_cf,
@@ -812,7 +812,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 produced.push(Arc::new(StoredEvent { envelope: env, record }));
             }
             for record in audit {
-                batch.put_cf(audit_cf, record_key(&record.tenant_id, record.seq), checked_encode(&record)?);
+                batch.put_cf(
+                    audit_cf,
+                    record_key(&record.tenant_id, record.seq),
+                    crate::codec::checked_record(&record),
+                );
                 audited.insert(record.tenant_id);
             }
             if let Some(responder) = responder {
@@ -1052,13 +1056,13 @@ mod tests {
 
     /// A store at log index 9 holding one audit record (installed from a snapshot file of the
     /// format before streaming); the record, and the file's position.
-    fn store_with_a_record(dir: &Path) -> (StateMachine, AuditRecordV1, SnapshotMetaOf<TypeConfig>) {
+    fn store_with_a_record(dir: &Path) -> (StateMachine, AuditRecord, SnapshotMetaOf<TypeConfig>) {
         let seed = tempfile::tempdir().unwrap();
         let (_log, sm) = crate::open(seed.path()).unwrap();
         let (record, meta, path, _) = older_snapshot_with_a_record(&sm);
         let (_log, store) = crate::open(dir).unwrap();
         store.install_snapshot_file(&meta, &SnapshotHandle::file(path)).unwrap();
-        (store, record, meta)
+        (store, record.into(), meta)
     }
 
     /// A node's own snapshot holds its state only: the audit records stay in its column
@@ -1162,6 +1166,6 @@ mod tests {
         assert!(path.exists(), "another store's file is copied, not moved");
         assert_eq!(sm2.read().state.digest(), digest);
         let (records, _) = sm2.audit_page("t", 0, 10, &AuditFilter::default()).unwrap();
-        assert_eq!(records, vec![record]);
+        assert_eq!(records, vec![AuditRecord::from(record)]);
     }
 }

@@ -174,7 +174,7 @@ proptest! {
         let mut written: Vec<(u64, u64)> = Vec::new();
         let mut kept: std::collections::BTreeSet<u64> = Default::default();
         let (mut max_events, mut max_age_s) = (writ_api::settings::AUDIT_MAX_EVENTS_DEFAULT, None::<u64>);
-        let apply_model = |written: &mut Vec<(u64, u64)>, kept: &mut std::collections::BTreeSet<u64>, records: Vec<writ_api::audit::AuditRecordV1>, max_events: u64, max_age_s: Option<u64>| {
+        let apply_model = |written: &mut Vec<(u64, u64)>, kept: &mut std::collections::BTreeSet<u64>, records: Vec<writ_api::audit::AuditRecord>, max_events: u64, max_age_s: Option<u64>| {
             for r in records {
                 written.push((r.seq, r.at_ms));
                 kept.insert(r.seq);

@@ -690,10 +690,13 @@ async fn audit_cmd(c: &AdminClient, out: Output, cmd: &AuditCmd) -> Result<(), F
                             r.reason_code.map(|c| c.to_string()).unwrap_or_default(),
                             r.principal_id.clone().unwrap_or_default(),
                             r.token_id.clone().unwrap_or_default(),
+                            r.authority.as_ref().map(|a| a.summary()).unwrap_or_default(),
                         ]
                     })
                     .collect();
-                print_table(&["SEQ", "AT_MS", "DOMAIN", "OPERATION", "OUTCOME", "REASON", "PRINCIPAL", "TOKEN"], rows);
+                let columns =
+                    ["SEQ", "AT_MS", "DOMAIN", "OPERATION", "OUTCOME", "REASON", "PRINCIPAL", "TOKEN", "AUTHORITY"];
+                print_table(&columns, rows);
                 if let Some(next) = p.next_cursor {
                     say!("(more: --after {next})");
                 }

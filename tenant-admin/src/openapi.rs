@@ -93,7 +93,7 @@ pub fn document() -> Value {
         "components": {
             "securitySchemes": {"operator": {"type": "http", "scheme": "bearer"}},
             "responses": {"Error": {"description": "Rejected", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
-            "schemas": merged(merged(schemas(), operator_schemas()), health_schemas())
+            "schemas": merged(merged(merged(schemas(), operator_schemas()), health_schemas()), audit_schemas())
         }
     })
 }
@@ -119,6 +119,26 @@ fn health_schemas() -> Value {
         "tools": {"type": "array", "items": {"type": "object", "required": ["tool", "state", "why"], "properties": {
             "tool": {"type": "string"}, "state": {"enum": ["connected", "degraded", "fused", "unreachable"]},
             "why": {"type": "string"}}}}}}})
+}
+
+/// An audit record and the authority chain it carries.
+fn audit_schemas() -> Value {
+    json!({
+        "AuditRecord": {"type": "object", "required": ["seq", "at_ms", "revision", "trace_id", "tenant_id", "domain", "operation", "outcome", "reason_code", "principal_id", "token_id", "parent_token_id", "detail", "authority"], "properties": {
+            "seq": {"type": "integer"}, "at_ms": {"type": "integer"}, "revision": {"type": "integer"},
+            "trace_id": {"type": "string"}, "tenant_id": {"type": "string"}, "domain": {"type": "string"},
+            "operation": {"type": "string"}, "outcome": {"type": "string"}, "reason_code": {"type": ["string", "null"]},
+            "principal_id": {"type": ["string", "null"]}, "token_id": {"type": ["string", "null"]},
+            "parent_token_id": {"type": ["string", "null"]}, "detail": {"type": "string"},
+            "authority": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/AuthorityChain"}]}}},
+        "AuthorityChain": {"type": "object", "description": "Who acted and through what: the client's fields as it reported them, the rest from the ledger's state.", "properties": {
+            "client_name": {"type": ["string", "null"]}, "client_version": {"type": ["string", "null"]},
+            "protocol_version": {"type": ["string", "null"]}, "principal_kind": {"type": ["string", "null"]},
+            "delegation": {"type": "array", "maxItems": 16, "items": {"type": "string"}},
+            "catalog_version": {"type": ["integer", "null"]}, "policy_digest": {"type": ["string", "null"]},
+            "upstream": {"type": ["string", "null"]}, "upstream_tool": {"type": ["string", "null"]},
+            "operation_id": {"type": ["string", "null"]}, "attempt_id": {"type": ["string", "null"]}}}
+    })
 }
 
 fn operator_paths() -> Value {
@@ -427,12 +447,6 @@ fn schemas() -> Value {
         "AuditPage": {"type": "object", "required": ["records"], "properties": {
             "records": {"type": "array", "items": {"$ref": "#/components/schemas/AuditRecord"}},
             "next_cursor": {"type": ["integer", "null"]}}},
-        "AuditRecord": {"type": "object", "required": ["seq", "at_ms", "revision", "trace_id", "tenant_id", "domain", "operation", "outcome", "reason_code", "principal_id", "token_id", "parent_token_id", "detail"], "properties": {
-            "seq": {"type": "integer"}, "at_ms": {"type": "integer"}, "revision": {"type": "integer"},
-            "trace_id": {"type": "string"}, "tenant_id": {"type": "string"}, "domain": {"type": "string"},
-            "operation": {"type": "string"}, "outcome": {"type": "string"}, "reason_code": {"type": ["string", "null"]},
-            "principal_id": {"type": ["string", "null"]}, "token_id": {"type": ["string", "null"]},
-            "parent_token_id": {"type": ["string", "null"]}, "detail": {"type": "string"}}},
         "CatalogList": {"type": "object", "properties": {"catalogs": {"type": "array", "items": {"type": "object"}}}},
         "CatalogVersion": {"type": "object", "required": ["version", "catalog"], "properties": {"version": {"type": "integer"}, "catalog": {"type": "object"}}},
         "CatalogDocument": {"type": "object", "additionalProperties": false, "required": ["actions"], "properties": {"actions": {"type": "array", "maxItems": 1000, "items": {

@@ -64,7 +64,8 @@ async def main():
 
     headers = {} if token == "-" else {"Authorization": f"Bearer {token}"}
     async with streamablehttp_client(url, headers=headers, httpx_client_factory=factory) as (read, write, session_id):
-        async with ClientSession(read, write, elicitation_callback=elicit) as client:
+        me = types.Implementation(name="writ-legacy-probe", version="1.0.7")
+        async with ClientSession(read, write, elicitation_callback=elicit, client_info=me) as client:
             init = await client.initialize()
             read_result = await client.call_tool(read_tool, {})
             ask_result = await client.call_tool(ask_tool, {})

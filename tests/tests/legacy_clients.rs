@@ -183,6 +183,24 @@ async fn python_sdk_v1_session_continues_across_edges_and_an_edge_restart() {
     assert_eq!(one["ask"], json!(["Hello, Ada!"]), "{one}");
     let ports = ports_served(&one);
     assert!(ports.contains(&(e1.port as u64)) && ports.contains(&(e2.port as u64)), "both edges served: {one}");
+    // The client named itself at initialize: its calls' decisions carry that and the protocol
+    // version of its session, on whichever edge served them.
+    let path = "/v1/tenants/alpha/audit?domain=request&operation=tools/call";
+    let page = writ_tests::eventually("both calls' decisions", Duration::from_secs(30), || async {
+        let page = cluster.admin.get(&cluster.all_urls()[0], path).await.ok()?;
+        (page["records"].as_array()?.len() >= 2).then_some(page)
+    })
+    .await;
+    for chain in page["records"].as_array().unwrap().iter().map(|r| &r["authority"]) {
+        assert_eq!(
+            (chain["client_name"].as_str(), chain["client_version"].as_str()),
+            (Some("writ-legacy-probe"), Some("1.0.7"))
+        );
+        assert_eq!(
+            (chain["protocol_version"].as_str(), chain["principal_kind"].as_str()),
+            (Some("2025-11-25"), Some("agent"))
+        );
+    }
 
     e1.kill();
     let e1b = EdgeProc::start(dir.path(), &cluster.all_urls(), Some(&canonical)).await;

@@ -114,6 +114,37 @@ async fn one_trace_covers_the_agent_the_edge_the_ledger_the_executor_and_an_upst
     // The trace id is the one the audit records and the operation carry.
     let audit = admin.get(dev.var("WRIT_ADMIN_URL"), &format!("/v1/tenants/demo/audit?trace={trace}")).await.unwrap();
     assert!(!audit["records"].as_array().unwrap().is_empty(), "{audit}");
+    authority_chains_are_on_the_record(&dev, &admin, &trace).await;
+}
+
+/// Each request decision of the agent's turn carries the authority chain: the client and the
+/// protocol it spoke, the principal's kind and token, the catalog and its digest, and the
+/// upstream or operation the call reached; `writ admin audit list` shows it.
+async fn authority_chains_are_on_the_record(dev: &DevProcess, admin: &Admin, trace: &str) {
+    let url = dev.var("WRIT_ADMIN_URL");
+    let path = format!("/v1/tenants/demo/audit?trace={trace}&domain=request");
+    let page = admin.get(url, &path).await.unwrap();
+    let records = page["records"].as_array().unwrap();
+    let call = |name: &str| {
+        let found =
+            records.iter().find(|r| r["operation"] == "tools/call" && r["detail"].as_str().unwrap().contains(name));
+        found.unwrap_or_else(|| panic!("no decision for {name}: {page}"))["authority"].clone()
+    };
+    let forecast = call("weather.forecast");
+    assert_eq!(
+        (forecast["upstream"].as_str(), forecast["upstream_tool"].as_str()),
+        (Some("weather"), Some("forecast"))
+    );
+    assert_eq!(forecast["protocol_version"], "2026-07-28", "{forecast}");
+    assert_eq!(forecast["principal_kind"], "agent", "{forecast}");
+    assert_eq!(forecast["delegation"].as_array().map(Vec::len), Some(1), "{forecast}");
+    assert!(forecast["catalog_version"].as_u64() >= Some(1), "{forecast}");
+    assert_eq!(forecast["policy_digest"].as_str().map(str::len), Some(64), "{forecast}");
+    let press = call("read_press");
+    assert!(press["operation_id"].as_str().is_some_and(|o| !o.is_empty()), "{press}");
+    let (code, out, err) = dev.cli(&["audit", "list", "--tenant", "demo", "--trace", trace]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("upstream weather/forecast") && out.contains("agent"), "{out}");
 }
 
 /// Hostile trace context is ignored: the request starts a trace of its own, and nothing of

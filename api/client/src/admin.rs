@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use writ_api::audit::{AuditFilter, AuditRecordV1};
+use writ_api::audit::{AuditFilter, AuditRecord};
 use writ_api::catalog::CatalogVersion;
 use writ_api::device::{Device, Site};
 use writ_api::dto::{
@@ -553,7 +553,7 @@ impl AdminClient {
     }
 
     /// Every audit record of the tenant matching `filter`, page by page.
-    pub async fn audit_all(&self, tenant: &str, filter: &AuditFilter) -> Result<Vec<AuditRecordV1>, AdminError> {
+    pub async fn audit_all(&self, tenant: &str, filter: &AuditFilter) -> Result<Vec<AuditRecord>, AdminError> {
         let mut records = Vec::new();
         let mut after = None;
         loop {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::future::BoxFuture;
-use writ_api::audit::{self, AuditRecordV1};
+use writ_api::audit::{self, AuditRecord};
 use writ_api::dto::{
     ClusterChange, ClusterStatus, MemberStatus, NodeStatus, Query, QueryRequest, QueryResult, Role, SubmitRequest,
     SubmitResponse, WatchFilter, WatchLine, WATCH_HEARTBEAT,
@@ -33,7 +33,7 @@ struct Inner {
     /// Every event, in revision order (index = revision - 1).
     events: Vec<EventEnvelope>,
     /// Retained audit bodies by (tenant, sequence).
-    audit: BTreeMap<(String, u64), AuditRecordV1>,
+    audit: BTreeMap<(String, u64), AuditRecord>,
     /// Evidence blobs by `writ_api::evidence::blob_key`.
     blobs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Commands executed (the "log index").

@@ -24,7 +24,7 @@ pub(crate) mod work;
 #[cfg(test)]
 mod tests;
 
-use crate::audit::AuditRecordV1;
+use crate::audit::{AuditRecord, RequestDecisionV1, RequestDecisionV2};
 use crate::ledger::{
     Command, Domain, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM,
 };
@@ -96,6 +96,29 @@ fn misrouted(cmd: &Command) -> Rejection {
     Rejection::new(ReasonCode::INTERNAL, format!("{} is not decided by this domain", cmd.kind()))
 }
 
+/// The decision travelling with a command (`Command::Audited`, `Command::AuditedV2`).
+#[derive(Clone, Copy)]
+enum Decision<'a> {
+    V1(&'a RequestDecisionV1),
+    V2(&'a RequestDecisionV2),
+}
+
+impl<'a> Decision<'a> {
+    fn plain(self) -> &'a RequestDecisionV1 {
+        match self {
+            Decision::V1(d) => d,
+            Decision::V2(d) => &d.decision,
+        }
+    }
+
+    fn authority(self) -> Option<&'a crate::audit::AuthorityChainV1> {
+        match self {
+            Decision::V1(_) => None,
+            Decision::V2(d) => Some(&d.authority),
+        }
+    }
+}
+
 impl LedgerState {
     /// Executes one log entry's request: advance the clock, decide, and apply what was decided.
     /// A rejection is itself an event, so every command leaves a trace. Returns the outcome
@@ -107,7 +130,7 @@ impl LedgerState {
 
     /// [`LedgerState::execute`], also returning the audit records the events produced (for
     /// the node to store).
-    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditRecordV1>) {
+    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditRecord>) {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let mut audit = Vec::new();
         let mut envelopes = Vec::new();
@@ -131,7 +154,7 @@ impl LedgerState {
         trace_id: &str,
         command: &Command,
         all: &mut Vec<EventEnvelope>,
-        audit: &mut Vec<AuditRecordV1>,
+        audit: &mut Vec<AuditRecord>,
     ) -> Outcome {
         let now = self.clock_ms;
         // An edge's act comes with the grant of the credential a node verified for it.
@@ -146,7 +169,8 @@ impl LedgerState {
         };
         // A request's decision travelling with the command it made is recorded after it.
         let (command, decision) = match command {
-            Command::Audited { decision, command } => (command.as_ref(), Some(decision)),
+            Command::Audited { decision, command } => (command.as_ref(), Some(Decision::V1(decision))),
+            Command::AuditedV2 { decision, command } => (command.as_ref(), Some(Decision::V2(decision))),
             other => (other, None),
         };
         // Time-driven transitions of the tenant come first, so the command is decided on a
@@ -166,7 +190,7 @@ impl LedgerState {
         });
         let decided = acted.and_then(|acted| {
             let events = match decision {
-                Some(d) => audit::audited(d, command).and_then(|()| decide(self, command, now)),
+                Some(d) => audit::audited(d.plain(), d.authority(), command).and_then(|()| decide(self, command, now)),
                 None => decide(self, command, now),
             }?;
             Ok(acted.into_iter().chain(events).collect::<Vec<Event>>())
@@ -198,8 +222,15 @@ impl LedgerState {
             }
         };
         if let Some(d) = decision.filter(|_| self.tenants.contains_key(&stream)) {
-            let decision = audit::decided(d, refusal);
-            let event = Event::RequestDecidedV1 { tenant_id: stream.clone(), decision };
+            let tenant_id = stream.clone();
+            let event = match d {
+                Decision::V1(d) => Event::RequestDecidedV1 { tenant_id, decision: audit::decided(d, refusal) },
+                Decision::V2(d) => {
+                    let decided = RequestDecisionV2 { decision: audit::decided(&d.decision, refusal), ..d.clone() };
+                    let decisions = vec![audit::completed(self, &stream, &decided, Some(command))];
+                    Event::RequestsDecidedV2 { tenant_id, decisions }
+                }
+            };
             envelopes.push(self.append(&stream, trace_id, event, audit));
         }
         let outcome = outcome.unwrap_or_else(|| Outcome::Applied {
@@ -233,6 +264,7 @@ impl LedgerState {
             }
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
+            | Command::AuditedV2 { command, .. }
             | Command::ByOperator { command, .. } => {
                 return self.operation_view(command);
             }

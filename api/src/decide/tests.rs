@@ -1333,3 +1333,84 @@ fn named_operators_act_within_their_role_and_scope() {
     assert_eq!(back.operators, st.operators);
     assert_eq!(back.digest(), st.digest());
 }
+
+/// A decision's authority chain: the ledger keeps the client fields the edge reported and
+/// fills every other field from its own state — the principal's kind, the token's delegation,
+/// the catalog and the upstream the tool runs on — whatever the edge claimed; the audit record
+/// carries the chain, and an unbounded one is refused.
+#[test]
+fn a_decision_records_the_authority_chain_the_ledger_knows() {
+    use crate::audit::{AuthorityChainV1, RequestDecisionV1, RequestDecisionV2};
+    let mut st = LedgerState::default();
+    st.execute(&req(1, create("a", "acme")));
+    let planner = spec("p", "planner", &["tools:list", "tokens:delegate"]);
+    st.execute(&req(1, Command::CreatePrincipal { tenant_id: "a".into(), spec: planner }));
+    for (jti, parent) in [("j0", None), ("j1", Some("j0"))] {
+        let request = TokenRequestV1 {
+            jti: jti.into(),
+            principal_id: "p".into(),
+            scopes: ["tools:list".to_string(), "tokens:delegate".to_string()].into(),
+            ttl_s: 600,
+            parent_jti: parent.map(str::to_string),
+        };
+        let issued = st.execute(&req(2, Command::IssueToken { tenant_id: "a".into(), request })).0;
+        assert!(matches!(issued, Outcome::Applied { .. }), "{issued:?}");
+    }
+    let doc = r#"{"actions": [{"id": "order", "title": "Order", "input_schema": {"type": "object"},
+        "risk": "low", "execution": {"upstream_operation": "shop/place_order"}}]}"#;
+    let catalog = crate::catalog::compile(doc.as_bytes()).expect("catalog");
+    let digest = catalog.digest.clone();
+    st.execute(&req(3, Command::PublishCatalog { tenant_id: "a".into(), catalog }));
+    let decision = RequestDecisionV1 {
+        trace_id: "tr-1".into(),
+        principal_id: "p".into(),
+        token_id: Some("j1".into()),
+        parent_token_id: Some("j0".into()),
+        method: "tools/call".into(),
+        name: Some("order".into()),
+        outcome: "allowed".into(),
+        reason: None,
+    };
+    // The edge claims more than the client told it: only the client fields stand.
+    let reported = AuthorityChainV1 {
+        client_name: Some("claude-code".into()),
+        client_version: Some("2.1.0".into()),
+        protocol_version: Some("2025-11-25".into()),
+        principal_kind: Some("human".into()),
+        delegation: vec!["forged".into()],
+        catalog_version: Some(99),
+        ..Default::default()
+    };
+    let record = |authority: AuthorityChainV1| Command::RecordDecisionsV2 {
+        tenant_id: "a".into(),
+        decisions: vec![RequestDecisionV2 { decision: decision.clone(), authority }],
+    };
+    let (outcome, events, records) = st.execute_audited(&req(4, record(reported)));
+    assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    let expected = AuthorityChainV1 {
+        client_name: Some("claude-code".into()),
+        client_version: Some("2.1.0".into()),
+        protocol_version: Some("2025-11-25".into()),
+        principal_kind: Some("agent".into()),
+        delegation: vec!["j0".into(), "j1".into()],
+        catalog_version: Some(1),
+        policy_digest: Some(digest),
+        upstream: Some("shop".into()),
+        upstream_tool: Some("place_order".into()),
+        operation_id: None,
+        attempt_id: None,
+    };
+    assert!(
+        matches!(&events[0].event, Event::RequestsDecidedV2 { decisions, .. } if decisions[0].authority == expected),
+        "{events:?}"
+    );
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].authority.as_ref(), Some(&expected), "the record carries the chain");
+    let unbounded = AuthorityChainV1 { client_name: Some("c".repeat(300)), ..Default::default() };
+    let refused = st.execute(&req(5, record(unbounded))).0;
+    assert!(matches!(refused, Outcome::Rejected { reason: ReasonCode::INPUT_INVALID, .. }), "{refused:?}");
+    // A gated cluster records the same decisions without chains.
+    let plain = record(AuthorityChainV1::default()).without_authority_chains();
+    assert!(matches!(&plain, Command::RecordDecisions { decisions, .. } if decisions == &vec![decision.clone()]));
+    assert_eq!((record(AuthorityChainV1::default()).ledger_version(), plain.ledger_version()), (14, 1));
+}

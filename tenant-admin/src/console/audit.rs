@@ -5,7 +5,7 @@
 use axum::extract::{Query, State};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
-use writ_api::audit::{AuditFilter, AuditRecordV1};
+use writ_api::audit::{AuditFilter, AuditRecord};
 use writ_api::dto::{AuditPage, Query as LedgerQuery, PAGE_LIMIT_DEFAULT};
 use writ_api::{ReasonCode, Rejection};
 
@@ -160,7 +160,7 @@ fn form_html(st: &AdminState, desk: &Desk, search: &Search) -> String {
     )
 }
 
-pub(crate) fn records_html(records: &[AuditRecordV1]) -> String {
+pub(crate) fn records_html(records: &[AuditRecord]) -> String {
     if records.is_empty() {
         return "<p class=\"empty\">No record matches.</p>".into();
     }
@@ -168,7 +168,7 @@ pub(crate) fn records_html(records: &[AuditRecordV1]) -> String {
         .iter()
         .map(|r| {
             format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td></tr>",
                 r.seq,
                 utc(r.at_ms),
                 esc(&r.domain),
@@ -176,6 +176,7 @@ pub(crate) fn records_html(records: &[AuditRecordV1]) -> String {
                 esc(&r.outcome),
                 r.reason_code.map_or("", |c| c.as_str()),
                 esc(r.principal_id.as_deref().unwrap_or("")),
+                esc(&r.authority.as_ref().map(|a| a.summary()).unwrap_or_default()),
                 esc(&r.detail)
             )
         })
@@ -183,7 +184,8 @@ pub(crate) fn records_html(records: &[AuditRecordV1]) -> String {
     format!(
         "<table><thead><tr><th scope=\"col\">#</th><th scope=\"col\">At (UTC)</th><th scope=\"col\">Domain</th>\
          <th scope=\"col\">Operation</th><th scope=\"col\">Outcome</th><th scope=\"col\">Reason</th>\
-         <th scope=\"col\">Principal</th><th scope=\"col\">Detail</th></tr></thead><tbody>{rows}</tbody></table>"
+         <th scope=\"col\">Principal</th><th scope=\"col\">Authority</th><th scope=\"col\">Detail</th></tr></thead>\
+         <tbody>{rows}</tbody></table>"
     )
 }
 
