@@ -52,9 +52,13 @@ for kind in ("discover", "read"):
         wide = point(runs.get(f"p2-mcpwide-{kind}-c{c}"))
         tools = (runs.get(f"p2-writ-{kind}-c{c}") or {}).get("setup", {}).get("tools_listed")
         legacy = point(runs.get(f"p2-writ25-{kind}-c{c}"))
+        traced = point(runs.get(f"p2-writtraced-{kind}-c{c}"))
         out["p2"].append({"request": "tools/list" if kind == "discover" else "tools/call greet", "connections": c,
                           "writ": w, "rmcp": m, "rmcp_same_tools": wide, "tools_listed": tools,
-                          "writ_2025_session": legacy,
+                          "writ_2025_session": legacy, "writ_traced": traced,
+                          "ratio_throughput_traced": ratio(traced and traced["ops_per_s"], w and w["ops_per_s"]),
+                          "ratio_p99_traced": ratio(traced and traced["p99_ms"], w and w["p99_ms"]),
+                          "ratio_cpu_traced": ratio(traced and traced["cpu_s_per_1000"], w and w["cpu_s_per_1000"]),
                           "ratio_throughput_2025_vs_2026": ratio(legacy and legacy["ops_per_s"], w and w["ops_per_s"]),
                           "ratio_p99_2025_vs_2026": ratio(legacy and legacy["p99_ms"], w and w["p99_ms"]),
                           "ratio_throughput_same_tools": ratio(w and w["ops_per_s"], wide and wide["ops_per_s"]),
@@ -103,6 +107,10 @@ if os.path.exists(terms):
     writ_ops = sum(s["ok"] for l, s in runs.items() if l.startswith("p1-writ-"))
     if "log_after" in t and writ_ops:
         out["p1_raft_entries_per_op"] = (t["log_after"] - t["log_before"]) / writ_ops
+otlp = os.path.join(a.raw, "p2-otlp.txt")
+if os.path.exists(otlp):
+    with open(otlp) as fh:
+        out["p2_otlp_sink"] = json.load(fh)
 out["runs"] = runs
 os.makedirs(a.out, exist_ok=True)
 with open(os.path.join(a.out, "latest.json"), "w") as fh:
@@ -152,6 +160,18 @@ for p in out["p2"]:
     md.append(f"| {p['request']} | {p['connections']} | {f(l.get('ops_per_s'))} | {f(l.get('p99_ms'),2)} | "
               f"{f(l.get('cpu_s_per_1000'),3)} | {f(p.get('ratio_throughput_2025_vs_2026'),3)} | "
               f"{f(p.get('ratio_p99_2025_vs_2026'),3)} |")
+md += ["", "### P2 with OpenTelemetry tracing on (same edge restarted with OTLP export, sampling 1.0, same run)", "",
+       "Each traced point follows its untraced one; the sink on the same machine takes every export and decodes nothing.", "",
+       "| request | connections | traced req/s | traced p99 ms | traced edge CPU s/1000 | req/s on/off | p99 on/off | CPU/req on/off |",
+       "|---|---:|---:|---:|---:|---:|---:|---:|"]
+for p in out["p2"]:
+    t = p.get("writ_traced") or {}
+    md.append(f"| {p['request']} | {p['connections']} | {f(t.get('ops_per_s'))} | {f(t.get('p99_ms'),2)} | "
+              f"{f(t.get('cpu_s_per_1000'),3)} | {f(p.get('ratio_throughput_traced'),3)} | "
+              f"{f(p.get('ratio_p99_traced'),3)} | {f(p.get('ratio_cpu_traced'),3)} |")
+if "p2_otlp_sink" in out:
+    md += ["", f"The sink took {out['p2_otlp_sink']['exports']} OTLP exports ({out['p2_otlp_sink']['bytes']} bytes) "
+               "from the traced points."]
 md += ["", "## P5 federation: `greet` through a Writ edge to its upstream (the bare rmcp server) vs on the upstream directly", "",
        "Added latency = Writ's percentile minus the direct one (same load generator, same upstream). "
        "Edge CPU is the edge process's per proxied call (the upstream's own CPU is not in it).", "",

@@ -30,6 +30,7 @@ LT=$BIN/writ-loadtest
 ETCD_PIDS=()
 BASE_PID=
 WIDE_PID=
+SINK_PID=
 started=$(date +%s)
 
 log() { echo "== [$(( $(date +%s) - started ))s] $*" >&2; }
@@ -38,6 +39,7 @@ cleanup() {
   set +e
   [ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
   [ -n "$WIDE_PID" ] && kill "$WIDE_PID" 2>/dev/null
+  [ -n "$SINK_PID" ] && kill "$SINK_PID" 2>/dev/null
   for p in "${ETCD_PIDS[@]}"; do kill "$p" 2>/dev/null; done
   WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
   wait 2>/dev/null
@@ -167,11 +169,58 @@ start_wide_baseline() {
   WIDE_URL=$(head -1 "$WORK/wide.url")
   log "rmcp baseline with $n tools (as many as the writ edge lists)"
 }
+# An OTLP/HTTP sink for the traced points: takes every export, answers 200, keeps nothing (it
+# shares the machine, so it decodes nothing); counts requests and bytes in $WORK/otlp.stats.
+SINK_PID=
+start_otlp_sink() {
+  python3 - "$WORK/otlp.stats" > "$WORK/otlp.url" 2>"$WORK/otlp.log" <<'PY' &
+import http.server, sys, threading
+stats, lock, seen = sys.argv[1], threading.Lock(), [0, 0]
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        with lock:
+            seen[0] += 1; seen[1] += len(body)
+            open(stats, "w").write(f'{{"exports": {seen[0]}, "bytes": {seen[1]}}}')
+        self.send_response(200); self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
+server.serve_forever()
+PY
+  SINK_PID=$!
+  for _ in $(seq 1 50); do [ -s "$WORK/otlp.url" ] && break; sleep 0.1; done
+  SINK_URL=$(head -1 "$WORK/otlp.url")
+}
+# edge_traced on|off: restarts the first edge exporting every request's spans to the sink
+# (OTEL_* as every OpenTelemetry SDK reads them; sampling 1.0), or with tracing off.
+edge_traced() {
+  kill "$EDGE_PID"
+  for _ in $(seq 1 100); do kill -0 "$EDGE_PID" 2>/dev/null || break; sleep 0.1; done
+  if [ "$1" = on ]; then
+    OTEL_EXPORTER_OTLP_ENDPOINT=$SINK_URL OTEL_TRACES_SAMPLER=always_on writ_up
+  else
+    writ_up
+  fi
+  EDGE_PID=${WRIT_EDGE_PIDS%% *}
+  for _ in $(seq 1 150); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$FIRST_EDGE")" != 000 ] && return
+    sleep 0.2
+  done
+  echo "the edge did not come back" >&2
+}
+runs p2 && start_otlp_sink
 runs p2 && for c in $CONNECTIONS; do
   for kind in discover read; do
-    log "P2 $c connections: $kind on one writ edge, then on the bare rmcp server"
+    log "P2 $c connections: $kind on one writ edge (tracing off, then on), then on the bare rmcp server"
     point "p2-writ-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
       --mix "$kind=1" --watch-pids "$EDGE_PID"
+    edge_traced on
+    point "p2-writtraced-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
+      --mix "$kind=1" --watch-pids "$EDGE_PID"
+    edge_traced off
     # The same through a session of the 2025 wire (one per tenant, `initialize` once).
     point "p2-writ25-$kind-c$c" writ "${common[@]}" --prefix p2 --edges "$FIRST_EDGE" --concurrency "$c" \
       --mix "$kind=1" --wire 2025-11-25 --watch-pids "$EDGE_PID"
@@ -184,6 +233,8 @@ runs p2 && for c in $CONNECTIONS; do
     fi
   done
 done
+
+runs p2 && { cp "$WORK/otlp.stats" "$RAW/p2-otlp.txt" 2>/dev/null || echo "!! the OTLP sink took no export" >&2; }
 
 # --- P5 federation --------------------------------------------------------------------------
 # The bare rmcp server as a tenant's upstream: `greet` through a Writ edge (token, admission,
