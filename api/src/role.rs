@@ -79,6 +79,7 @@ impl Role {
                         | Command::RefuseDispatchV2 { .. }
                         | Command::StoreEvidence { by: crate::evidence::Uploader::Executor { .. }, .. }
                         | Command::SetUpstreamFuse { .. }
+                        | Command::ObserveUpstreamTools { .. }
                         | Command::SetExecutorPresence { .. }
                 ) || matches!(
                     // A principal's act only with the authority it was admitted under (the ledger
@@ -210,6 +211,10 @@ mod tests {
         assert!(!Role::Edge.may_submit(&issuer));
         assert!(Role::Edge.may_submit(&lease));
         assert!(!Role::Operator.may_submit(&lease));
+        // Edges watch upstreams for drift: an observed set is only ever pending.
+        let tools = crate::upstream::UpstreamToolsV1::new(Vec::new(), 0).expect("an empty set");
+        let observed = Command::ObserveUpstreamTools { tenant_id: "t".into(), name: "u".into(), tools };
+        assert!(Role::Edge.may_submit(&observed));
         assert!(!Role::Edge.may_replicate() && !Role::Edge.may_change_membership() && Role::Edge.may_follow());
         // A principal's act: only wrapped in the authority it was admitted under.
         let cancel =

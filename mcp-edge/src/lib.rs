@@ -19,6 +19,7 @@ pub mod audit;
 mod authorize;
 mod builtin;
 pub mod caps;
+pub mod drift;
 pub mod executors;
 pub mod fixtures;
 pub mod jsonrpc;

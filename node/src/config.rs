@@ -98,6 +98,7 @@ struct RawRaft {
     snapshot_every_log_bytes: Option<u64>,
     snapshot_chunk_bytes: Option<u64>,
     rpc_body_bytes_max: Option<usize>,
+    /// Refused with a pointer to the edges' `upstream_watch_s` (the edges watch upstreams).
     upstream_watch_s: Option<u64>,
     /// How often the leader fetches discovered issuers' keys again (seconds; 0: never).
     issuer_watch_s: Option<u64>,
@@ -229,7 +230,29 @@ fn token_audience(raw: Option<String>) -> Result<String, ConfigError> {
     Ok(token_audience)
 }
 
+/// Keys that moved elsewhere: refused with where they went.
+fn moved_keys(raw: &RawNodeConfig) -> Result<(), ConfigError> {
+    if raw.raft.upstream_watch_s.is_some() {
+        return Err(ConfigError::Invalid {
+            field: "raft.upstream_watch_s",
+            message: "the edges watch upstreams now (the ledger never calls a tenant's URL): \
+                      set upstream_watch_s in each edge's config instead"
+                .into(),
+        });
+    }
+    if raw.authority.anonymous.is_some() {
+        return Err(ConfigError::Invalid {
+            field: "authority.anonymous",
+            message:
+                "anonymous access is recorded in the ledger: `writ admin credential anonymous` (see docs/deploy.md)"
+                    .into(),
+        });
+    }
+    Ok(())
+}
+
 fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
+    moved_keys(&raw)?;
     let node_id = raw.node_id.ok_or(ConfigError::Missing("node_id", "NODE_ID"))?;
     if node_id == 0 {
         return Err(ConfigError::NodeIdZero);
@@ -281,7 +304,6 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         snapshot_chunk_bytes: raw.raft.snapshot_chunk_bytes.unwrap_or(defaults.snapshot_chunk_bytes),
         rpc_body_bytes_max: raw.raft.rpc_body_bytes_max.unwrap_or(defaults.rpc_body_bytes_max),
         data_quota_bytes: raw.raft.data_quota_bytes,
-        upstream_watch_ms: raw.raft.upstream_watch_s.map_or(defaults.upstream_watch_ms, |s| s.saturating_mul(1000)),
         issuer_watch_ms: raw.raft.issuer_watch_s.map_or(defaults.issuer_watch_ms, |s| s.saturating_mul(1000)),
     };
     if raft.election_min_ms <= 2 * raft.heartbeat_ms {
@@ -318,14 +340,6 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         return Err(ConfigError::Invalid {
             field: "authority.executor_cert_ttl_s",
             message: format!("must be {}..={} s", ttl_bounds.start(), ttl_bounds.end()),
-        });
-    }
-    if raw.authority.anonymous.is_some() {
-        return Err(ConfigError::Invalid {
-            field: "authority.anonymous",
-            message:
-                "anonymous access is recorded in the ledger: `writ admin credential anonymous` (see docs/deploy.md)"
-                    .into(),
         });
     }
     let authority = AuthorityConfig {
@@ -435,5 +449,12 @@ mod tests {
         let e = NodeConfig::parse(&format!("{BASE}{entry}"), &no_env).unwrap_err();
         assert!(matches!(e, ConfigError::Invalid { field: "authority.anonymous", .. }), "{e}");
         assert!(e.to_string().contains("credential anonymous"), "{e}");
+    }
+
+    #[test]
+    fn the_upstream_watch_in_a_node_config_says_where_it_went() {
+        let e = NodeConfig::parse(&BASE.replace("[tls]", "[raft]\nupstream_watch_s = 60\n[tls]"), &no_env).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { field: "raft.upstream_watch_s", .. }), "{e}");
+        assert!(e.to_string().contains("each edge's config"), "{e}");
     }
 }

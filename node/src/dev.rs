@@ -52,9 +52,9 @@ pub struct DevArgs {
     /// issued while ahead are not yet valid at the edge until the wall clock catches up.
     #[arg(long, default_value_t = 0)]
     pub ledger_clock_ahead_s: u64,
-    /// Seconds between the leader's looks at every upstream MCP server's tools (drift found
+    /// Seconds between the edge's looks at every upstream MCP server's tools (drift found
     /// without a sync; recorded as pending, served only once approved); 0: never.
-    #[arg(long, default_value_t = crate::ledger::UPSTREAM_WATCH_MS_DEFAULT / 1000)]
+    #[arg(long, default_value_t = writ_mcp_edge::drift::WATCH_S_DEFAULT)]
     pub upstream_watch_s: u64,
     /// Export spans to this OTLP/HTTP collector (base URL, e.g. `http://127.0.0.1:4318`); the
     /// standard `OTEL_EXPORTER_OTLP_*` variables work too.
@@ -215,7 +215,6 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
             election_min_ms: 300,
             election_max_ms: 600,
             clock_ahead_ms: args.ledger_clock_ahead_s.saturating_mul(1000),
-            upstream_watch_ms: args.upstream_watch_s.saturating_mul(1000),
             ..RaftSettings::default()
         },
         tls: crate::pki::credential(&pki, &node_identity),
@@ -248,6 +247,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         refusal_window: std::time::Duration::from_secs(args.executor_refusal_window_s),
     });
     options.admin_urls = vec![running.url.clone()];
+    options.upstream_watch = std::time::Duration::from_secs(args.upstream_watch_s);
     let ca_file = std::fs::canonicalize(pki.join(crate::pki::CA_CERT_FILE))?;
     let trust = writ_client::ClientTls::trusting(&ca_file).map_err(std::io::Error::other)?;
     options.admin_tls = Some(trust.clone());

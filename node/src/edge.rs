@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::net::TcpListener;
@@ -22,6 +23,9 @@ struct RawEdgeConfig {
     listen: Option<String>,
     /// Where spans go over OTLP/HTTP (the collector's base URL).
     otlp_endpoint: Option<String>,
+    /// Seconds between this edge's looks at every upstream MCP server's tools (drift recorded
+    /// as pending; `writ_mcp_edge::drift`); 0: never. Default 300.
+    upstream_watch_s: Option<u64>,
     /// `/healthz`, `/readyz`, `/metrics` over plain HTTP on their own address (optional).
     probe_listen: Option<String>,
     /// The canonical URI clients use (and tokens name as audience); default
@@ -96,6 +100,7 @@ struct RawAnonymous {
 pub struct EdgeFileConfig {
     pub listen: SocketAddr,
     pub otlp_endpoint: Option<String>,
+    pub upstream_watch: Duration,
     pub token_audiences: Option<Vec<String>>,
     pub probe_listen: Option<SocketAddr>,
     pub tls: Option<RawCertKey>,
@@ -212,6 +217,7 @@ impl EdgeFileConfig {
         Ok(EdgeFileConfig {
             listen,
             otlp_endpoint: crate::config::otlp_endpoint(raw.otlp_endpoint)?,
+            upstream_watch: Duration::from_secs(raw.upstream_watch_s.unwrap_or(writ_mcp_edge::drift::WATCH_S_DEFAULT)),
             token_audiences: raw.token_audiences,
             probe_listen,
             tls: raw.tls,
@@ -288,6 +294,8 @@ pub struct EdgeOptions {
     pub executor: Option<ExecutorEndpointOptions>,
     /// Admin API base URLs of ledger nodes, where executor enrollments are forwarded.
     pub admin_urls: Vec<String>,
+    /// Between the looks at every upstream's tools (`writ_mcp_edge::drift`); zero: never.
+    pub upstream_watch: Duration,
     /// How the enrollment forwarder reaches them (the cluster CA; this edge's credential).
     pub admin_tls: Option<writ_client::ClientTls>,
 }
@@ -312,6 +320,7 @@ impl EdgeOptions {
             edge_id: None,
             executor: None,
             admin_urls: Vec::new(),
+            upstream_watch: Duration::from_secs(writ_mcp_edge::drift::WATCH_S_DEFAULT),
             admin_tls: None,
         }
     }
@@ -481,18 +490,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     }
     let admin =
         Arc::new(AdminForwarder { urls: options.admin_urls, http: http.build().map_err(std::io::Error::other)? });
-    let forwarder = admin.clone();
-    let to_admin: writ_mcp_edge::executors::AdminForward =
-        Arc::new(move |path: &'static str, body: axum::body::Bytes| {
-            let forwarder = forwarder.clone();
-            Box::pin(async move {
-                use axum::response::IntoResponse;
-                match forwarder.post(path, body).await {
-                    Ok(bytes) => ([(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-                    Err(refused) => refused,
-                }
-            })
-        });
+    let to_admin = admin_forward(admin.clone());
     let executor_endpoint = match options.executor {
         None => None,
         Some(x) => {
@@ -550,6 +548,8 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         }
     };
     let replica = verifier.clone();
+    let drift = writ_mcp_edge::drift::watch(verifier.clone(), ledger.clone(), options.upstream_watch, drain.started());
+    servers.push(tokio::spawn(drift));
     // Beside `/mcp`, under the same Host and Origin rules.
     let metrics_route = writ_mcp_edge::host_checked(metrics_route, &config);
     let enroll_route = writ_mcp_edge::host_checked(
@@ -581,6 +581,21 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     crate::alloc::start_releasing_free_memory();
     tracing::info!(%url, allocator = crate::alloc::in_use(), "edge serving");
     Ok(RunningEdge { url, local_addr, probe_url, executor_endpoint, drain: drain_handle, servers, audit })
+}
+
+/// What the executor API forwards to the nodes' admin API (enrollments, renewals), answered
+/// with the node's JSON or its refusal.
+fn admin_forward(forwarder: Arc<AdminForwarder>) -> writ_mcp_edge::executors::AdminForward {
+    Arc::new(move |path: &'static str, body: axum::body::Bytes| {
+        let forwarder = forwarder.clone();
+        Box::pin(async move {
+            use axum::response::IntoResponse;
+            match forwarder.post(path, body).await {
+                Ok(bytes) => ([(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+                Err(refused) => refused,
+            }
+        })
+    })
 }
 
 /// `writ edge --config FILE`.
@@ -621,6 +636,7 @@ pub async fn run(config: &Path) -> Result<(), String> {
         edge_id: Some(identity.id.clone()),
         executor: cfg.executor,
         admin_urls: cfg.admin.clone(),
+        upstream_watch: cfg.upstream_watch,
         admin_tls: Some(tls),
     };
     let edge = start_edge(options, ledger).await.map_err(|e| format!("edge: {e}"))?;
@@ -658,6 +674,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.listen.port(), 8080);
+        assert_eq!(ok.upstream_watch, Duration::from_secs(writ_mcp_edge::drift::WATCH_S_DEFAULT));
+        let watch = "listen = \"127.0.0.1:8080\"\nupstream_watch_s = 0\nledger = [\"https://127.0.0.1:7700\"]\n";
+        let watched = EdgeFileConfig::parse(&format!("{watch}seal_key_file = \"k\"\n{tls}"), &no_env).unwrap();
+        assert!(watched.upstream_watch.is_zero(), "0: the edge never watches");
         let open = EdgeFileConfig::parse("listen = \"0.0.0.0:8080\"\nledger = [\"https://127.0.0.1:7700\"]\n", &no_env);
         assert!(matches!(open, Err(ConfigError::TlsRequiredOutsideLoopback { .. })));
         let base = "ledger = [\"https://10.0.0.1:7700\"]\nseal_key_file = \"k\"\n";

@@ -134,9 +134,6 @@ pub struct RaftSettings {
     /// may use (`crate::storage`): below or beyond, the storage alarm refuses writes.
     pub min_free_disk_bytes: u64,
     pub data_quota_bytes: Option<u64>,
-    /// How often the leader lists every upstream MCP server's tools to find drift without an
-    /// operator's sync (`LedgerNode::start_upstream_watch`; `[raft] upstream_watch_s`); 0: never.
-    pub upstream_watch_ms: u64,
     /// How often the leader fetches the keys of every issuer known by its URL again
     /// (`LedgerNode::start_issuer_watch`; `[raft] issuer_watch_s`); 0: never.
     pub issuer_watch_ms: u64,
@@ -144,9 +141,6 @@ pub struct RaftSettings {
 
 /// The default period of the issuer key watch (five minutes).
 pub const ISSUER_WATCH_MS_DEFAULT: u64 = 5 * 60 * 1000;
-
-/// The default period of the upstream watch (five minutes).
-pub const UPSTREAM_WATCH_MS_DEFAULT: u64 = 5 * 60 * 1000;
 
 impl Default for RaftSettings {
     fn default() -> Self {
@@ -163,7 +157,6 @@ impl Default for RaftSettings {
             ledger_version_max: None,
             min_free_disk_bytes: crate::storage::MIN_FREE_DISK_BYTES_DEFAULT,
             data_quota_bytes: None,
-            upstream_watch_ms: UPSTREAM_WATCH_MS_DEFAULT,
             issuer_watch_ms: ISSUER_WATCH_MS_DEFAULT,
         }
     }
@@ -672,53 +665,6 @@ impl LedgerNode {
                 if node.is_leader() {
                     work(node, tick).await;
                 }
-            }
-        });
-    }
-
-    /// Finds upstream drift without an operator (issue 20, "drift pinning"): while this node
-    /// leads, every `period` it lists each upstream's tools (one at a time, each within the
-    /// upstream's own timeouts, over a connection of its own with the credential resolved on
-    /// this host) and records a set that differs from the pending one — or from the pinned one
-    /// when none is pending — with `ObserveUpstreamTools`: a pending diff an operator approves,
-    /// never served before. An upstream that cannot be listed is skipped until the next look
-    /// (`writ_upstream_watch_total{outcome}`). Stops with the node.
-    pub fn start_upstream_watch(self: &Arc<Self>, period: Duration) {
-        if period.is_zero() {
-            return;
-        }
-        self.while_leading(period, |node, _| async move {
-            let upstreams: Vec<(String, writ_api::upstream::UpstreamV1)> = {
-                let applied = node.sm.read();
-                let st = &applied.state;
-                st.upstreams
-                    .iter()
-                    .filter(|(t, _)| st.tenants.get(*t).is_some_and(|t| t.closed().is_none()))
-                    .flat_map(|(t, m)| m.values().map(move |u| (t.clone(), u.clone())))
-                    .collect()
-            };
-            for (tenant_id, u) in upstreams {
-                let known = u.pending.as_ref().or(u.pinned.as_ref()).map(|s| s.digest.clone());
-                let outcome = match writ_client::upstream::observe(&u.spec).await {
-                    Ok((tools, _)) if Some(&tools.digest) == known.as_ref() => "unchanged",
-                    Ok((tools, _)) => {
-                        let command = Command::ObserveUpstreamTools { tenant_id, name: u.name.clone(), tools };
-                        let req =
-                            SubmitRequest::new(format!("upstream-watch-{}", node.clock.now_ms()), command);
-                        match node.submit_request(req, false).await {
-                            Ok(_) => "changed",
-                            Err(e) => {
-                                tracing::warn!(upstream = %u.name, reason = %e.reason, message = %e.message, "recording upstream drift failed");
-                                "failed"
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(upstream = %u.name, message = %e.message, "upstream watch could not list tools");
-                        "unreachable"
-                    }
-                };
-                metrics::counter!("writ_upstream_watch_total", "outcome" => outcome).increment(1);
             }
         });
     }

@@ -110,7 +110,6 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     node.start_snapshot_by_log_size();
     node.start_failure_detector();
     node.start_version_watch();
-    node.start_upstream_watch(Duration::from_millis(cfg.raft.upstream_watch_ms));
     node.start_issuer_watch(Duration::from_millis(cfg.raft.issuer_watch_ms));
     let signing_keys = writ_tenant_admin::signing::SigningKeys::load_or_create(&cfg.authority.signing_key_file)?;
     // Executor CA keys come from their own secret, never from the token-signing key.

@@ -260,7 +260,6 @@ impl SimCluster {
             // The simulation is about the ledger, not the machine's disk.
             min_free_disk_bytes: 0,
             data_quota_bytes: None,
-            upstream_watch_ms: 0,
             issuer_watch_ms: 0,
         };
         let mut nodes = BTreeMap::new();

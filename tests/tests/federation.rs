@@ -518,10 +518,10 @@ async fn oauth_client_credentials_are_asked_for_kept_and_renewed() {
     assert!(upstream.grants().1 >= 1);
 }
 
-/// Drift found without an operator: the leader's watch lists the upstream's tools and records a
+/// Drift found without an operator: the edge's watch lists the upstream's tools and records a
 /// change as pending (shown with its diff), which is not served until approved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_finds_upstream_drift_without_a_sync() {
+async fn an_edge_finds_upstream_drift_without_a_sync() {
     let v1 = UpstreamServer::start(&[]);
     let v2 = UpstreamServer::start(&["--variant", "v2"]);
     let gateway = writ_tests::upstream::Gateway::start(v1.port).await;

@@ -448,7 +448,7 @@ const FUNCTION_LINES_MAX: usize = 120;
 /// the limit. Tables of literal data (the OpenAPI document, the conformance catalog) are here too.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("mcp-edge/src/builtin.rs", "call", 253),
-    ("tenant-admin/src/openapi.rs", "schemas", 208),
+    ("tenant-admin/src/openapi.rs", "schemas", 202),
     ("api/src/state.rs", "decode_base", 205),
     ("tenant-admin/src/cli.rs", "execute", 184),
     ("mcp-edge/src/fixtures.rs", "conformance_catalog", 194),
@@ -457,8 +457,8 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("mcp-edge/src/serve.rs", "call_tool", 164),
     ("api/src/state.rs", "fold_operation", 159),
     ("tenant-admin/src/openapi.rs", "paths", 158),
-    ("node/src/edge.rs", "start_edge", 141),
-    ("node/src/config.rs", "validate", 137),
+    ("node/src/edge.rs", "start_edge", 132),
+    ("node/src/config.rs", "validate", 124),
     ("node/src/main.rs", "main", 128),
     ("node/src/server.rs", "start_node", 124),
 ];
