@@ -73,6 +73,8 @@ lint: deps
 	$(CARGO) hakari generate --diff --quiet
 	$(CARGO) hakari verify --quiet
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The slim client binary (`writ admin|executor|pki`, no RocksDB or openraft) still builds.
+	$(CARGO) clippy -p writ-node --no-default-features --bin writ -- -D warnings
 
 ## pydeps: Python tools the tests drive (schemathesis against the admin API's OpenAPI document;
 ## the official MCP SDK as a real client of the edge, 2.x and, in its own venv, 1.x;
@@ -143,7 +145,7 @@ test: lint build pydeps nodedeps etcddeps promdeps browserdeps
 
 ## test-fast: the core and fast tiers only: no node, no store, no RocksDB build, no tools to
 ## install (tests/fast/tests/architecture.rs keeps writ-tests-fast free of them).
-FAST_TIERS := -p writ-api -p writ-client -p writ-tenant-admin -p writ-mcp-edge -p writ-tests-fast
+FAST_TIERS := -p writ-api -p writ-client -p writ-tenant-admin -p writ-mcp-edge -p writ-executor -p writ-tests-fast
 test-fast: deps
 	$(CARGO) test $(FAST_TIERS)
 

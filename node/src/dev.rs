@@ -136,7 +136,7 @@ async fn site_executor(
     edge_url: &str,
     dir: &Path,
     (tenant, site, devices): (&str, &str, &[&str]),
-) -> Result<crate::executor::ExecutorConfig, String> {
+) -> Result<writ_executor::ExecutorConfig, String> {
     let config = dir.join("executor.toml");
     if !config.exists() {
         let request = CreateEnrollmentRequest {
@@ -145,9 +145,9 @@ async fn site_executor(
             ttl_s: Some(600),
         };
         let created = admin.create_enrollment(tenant, &request).await.map_err(|e| format!("enrollment: {e}"))?;
-        crate::executor::enroll(edge_url, &created.token, dir, None).await?;
+        writ_executor::enroll(edge_url, &created.token, dir, None).await?;
     }
-    crate::executor::ExecutorConfig::load(&config)
+    writ_executor::ExecutorConfig::load(&config)
 }
 
 /// Provisions the conformance fixture tenant: its anonymous principal, its site and the fixture
@@ -260,7 +260,7 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         .await
         .map_err(|e| std::io::Error::other(format!("demo executor: {e}")))?;
     let mut executors = vec![tokio::spawn(async move {
-        if let Err(e) = crate::executor::run(executor_cfg).await {
+        if let Err(e) = writ_executor::run(executor_cfg).await {
             tracing::error!(error = %e, "demo executor stopped");
         }
     })];
@@ -271,10 +271,10 @@ pub async fn run(args: DevArgs) -> std::io::Result<()> {
         let mut cfg = site_executor(&admin, &edge.url, &dir, (FIXTURE_TENANT, FIXTURE_SITE, &[]))
             .await
             .map_err(|e| std::io::Error::other(format!("fixture executor: {e}")))?;
-        cfg.handler = crate::executor::HandlerConfig::ConformanceFixtures;
+        cfg.handler = writ_executor::HandlerConfig::ConformanceFixtures;
         cfg.lease_ms = 1_500;
         executors.push(tokio::spawn(async move {
-            if let Err(e) = crate::executor::run(cfg).await {
+            if let Err(e) = writ_executor::run(cfg).await {
                 tracing::error!(error = %e, "fixture executor stopped");
             }
         }));

@@ -1,7 +1,8 @@
 //! The `writ` binary's library: a ledger node (Raft member + client API + admin API), the MCP
 //! edge, the single-process dev mode (feature `server`, the default), and what an operator's
-//! laptop or a site PC needs (`writ admin`, `writ executor`, `writ pki`), which builds without
-//! RocksDB and openraft (`--no-default-features`: the slim client binary). `main.rs` only
+//! laptop or a site PC needs (`writ admin`, `writ executor` from the `writ-executor` crate,
+//! `writ pki`), which builds without RocksDB and openraft (`--no-default-features`: the slim
+//! client binary). `main.rs` only
 //! parses arguments and calls in here.
 //!
 //! Architecture invariant: the clock and the peer transport of a node are injected
@@ -12,14 +13,12 @@
 pub mod alloc;
 #[cfg(feature = "server")]
 pub mod batcher;
-pub mod camera;
 #[cfg(feature = "server")]
 pub mod config;
 #[cfg(feature = "server")]
 pub mod dev;
 #[cfg(feature = "server")]
 pub mod edge;
-pub mod executor;
 #[cfg(feature = "server")]
 pub mod executor_tls;
 #[cfg(feature = "server")]

@@ -49,7 +49,7 @@ enum Cmd {
     /// Operate a cluster through its admin API.
     Admin(Box<writ_tenant_admin::cli::AdminArgs>),
     /// A site executor: enroll with a token, then serve dispatched operations.
-    Executor(writ_node::executor::ExecutorArgs),
+    Executor(writ_executor::ExecutorArgs),
     /// The cluster PKI, offline: create the CA, issue node, edge and operator credentials.
     #[command(subcommand)]
     Pki(PkiCmd),
@@ -194,7 +194,7 @@ fn main() -> ExitCode {
             Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(*args).await as u8),
             Cmd::Executor(args) => {
                 init_tracing();
-                ExitCode::from(writ_node::executor::run_cli(args).await)
+                ExitCode::from(writ_executor::run_cli(args, writ_node::wait_for_shutdown_signal()).await)
             }
             #[cfg(feature = "server")]
             Cmd::Dev(args) => {
@@ -255,10 +255,12 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            #[cfg(feature = "server")]
             Cmd::Node { config: None, .. } => {
                 eprintln!("error: writ node needs --config FILE (or a subcommand: restore)");
                 ExitCode::from(2)
             }
+            #[cfg(feature = "server")]
             Cmd::Node { config: Some(config), check, action: None } => {
                 init_tracing();
                 let cfg = match NodeConfig::load(&config, &|k| std::env::var(k).ok()) {

@@ -7,6 +7,8 @@
 //! than slows a request; one task sends them in batches. While off, a [`Span`] is inert: no
 //! allocation, no clock read.
 
+pub mod process;
+
 use std::borrow::Cow;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};

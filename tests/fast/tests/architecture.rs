@@ -126,6 +126,17 @@ fn the_load_tester_is_a_client_of_public_interfaces() {
     assert!(paths.is_empty(), "writ-loadtest must not link the node or the store:\n{}", paths.join("\n"));
 }
 
+/// The reference executor is a site's own trust domain: it reaches Writ through an edge's
+/// executor API only, and links neither the ledger, the store nor the edge.
+#[test]
+fn the_executor_links_no_ledger_store_or_edge() {
+    let heavy = ["writ-node", "writ-raft-store", "writ-mcp-edge", "writ-tenant-admin", "openraft", "librocksdb-sys"];
+    let graph = workspace_graph();
+    assert!(graph.get("writ-node").is_some_and(|d| d.contains("writ-executor")), "`writ executor` is its crate");
+    let paths = forbidden_paths(&graph, "writ-executor", &heavy);
+    assert!(paths.is_empty(), "writ-executor must stay a client of an edge:\n{}", paths.join("\n"));
+}
+
 /// The fast tier runs without the storage engine: `make test-fast` never waits for RocksDB's C++.
 #[test]
 fn the_fast_tier_links_no_node_store_or_rocksdb() {

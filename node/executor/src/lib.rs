@@ -22,6 +22,8 @@
 //! its CSR is signed for with the current key. After a renewal the executor reconnects with the
 //! new certificate; calls in flight finish with the old one, which stays valid until it expires.
 
+pub mod camera;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -223,14 +225,14 @@ impl ExecutorConfig {
         if !(100..=writ_api::operation::LEASE_MS_MAX).contains(&cfg.lease_ms) {
             return Err(format!("{}: lease_ms must be 100..={}", path.display(), writ_api::operation::LEASE_MS_MAX));
         }
-        cfg.otlp_endpoint = crate::observe::otlp_endpoint(cfg.otlp_endpoint.take())
+        cfg.otlp_endpoint = writ_telemetry::process::otlp_endpoint(cfg.otlp_endpoint.take())
             .map_err(|e| format!("{}: otlp_endpoint: {e}", path.display()))?;
         Ok(cfg)
     }
 }
 
-/// `writ executor …`; returns the process exit code.
-pub async fn run_cli(args: ExecutorArgs) -> u8 {
+/// `writ executor …`; returns the process exit code. `run` stops when `shutdown` resolves.
+pub async fn run_cli(args: ExecutorArgs, shutdown: impl std::future::Future<Output = ()>) -> u8 {
     let result = match args.cmd {
         ExecutorCmd::Enroll { edge, token, out, ca } => enroll(&edge, &token, &out, ca.as_deref()).await.map(|e| {
             println!(
@@ -258,8 +260,7 @@ pub async fn run_cli(args: ExecutorArgs) -> u8 {
         ExecutorCmd::Run { config } => match ExecutorConfig::load(&config) {
             Ok(cfg) => {
                 let instance = config.display().to_string();
-                crate::observe::start_telemetry(cfg.otlp_endpoint.as_deref(), "executor", &instance);
-                let shutdown = crate::wait_for_shutdown_signal();
+                writ_telemetry::process::start_telemetry(cfg.otlp_endpoint.as_deref(), "executor", &instance);
                 tokio::select! {
                     r = run(cfg) => r,
                     _ = shutdown => Ok(()),
@@ -610,8 +611,8 @@ pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
 fn probe_router(x: Arc<Executor>) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
-    let metrics = crate::observe::install_metrics();
-    crate::observe::build_info("executor");
+    let metrics = writ_telemetry::process::install_metrics();
+    writ_telemetry::process::build_info("executor");
     axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(

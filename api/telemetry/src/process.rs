@@ -1,0 +1,61 @@
+//! What every Writ process (node, edge, executor) sets up once: its Prometheus recorder, the
+//! `writ_build_info` gauge, and span export over OTLP when a collector is named.
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+/// Buckets of every `*_seconds` histogram: 0.5 ms to 10 s.
+pub const SECONDS_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Buckets of every other histogram (counts, e.g. a group commit's appends): 1 to 1,024.
+pub const COUNT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+/// Installs the Prometheus recorder once per process and returns its handle. Histograms are
+/// exported as Prometheus histograms (buckets), never as summaries: bucket counts add up across
+/// replicas, quantiles do not.
+pub fn install_metrics() -> Option<PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+            PrometheusBuilder::new()
+                .set_buckets(COUNT_BUCKETS)
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS))
+                .ok()?
+                .install_recorder()
+                .ok()
+        })
+        .clone()
+}
+
+/// `writ_build_info{role, version} 1`: which build each process runs (set when its metrics are
+/// rendered).
+pub fn build_info(role: &'static str) {
+    metrics::gauge!("writ_build_info", "role" => role, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
+/// Starts exporting spans when `endpoint` (the role's `otlp_endpoint`) or the `OTEL_*`
+/// environment names a collector; a collector that cannot be used is logged, never fatal.
+pub fn start_telemetry(endpoint: Option<&str>, role: &str, instance: &str) {
+    let settings = crate::Settings {
+        endpoint: endpoint.map(str::to_string),
+        service: format!("writ-{role}"),
+        role: role.to_string(),
+        instance: instance.to_string(),
+    };
+    if let Err(e) = crate::init(&settings) {
+        tracing::error!(error = %e, "spans are not exported");
+    }
+}
+
+/// Longest OTLP endpoint URL accepted.
+pub const OTLP_ENDPOINT_BYTES_MAX: usize = 2048;
+
+/// An `otlp_endpoint` setting: an `http://` or `https://` base URL (blank: none).
+pub fn otlp_endpoint(raw: Option<String>) -> Result<Option<String>, String> {
+    let Some(url) = raw.map(|u| u.trim().to_string()).filter(|u| !u.is_empty()) else { return Ok(None) };
+    let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.len() <= OTLP_ENDPOINT_BYTES_MAX;
+    if !ok {
+        return Err(format!("an http:// or https:// URL of at most {OTLP_ENDPOINT_BYTES_MAX} bytes"));
+    }
+    Ok(Some(url))
+}
