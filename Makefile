@@ -145,7 +145,7 @@ test: lint build pydeps nodedeps etcddeps promdeps browserdeps
 
 ## test-fast: the core and fast tiers only: no node, no store, no RocksDB build, no tools to
 ## install (tests/fast/tests/architecture.rs keeps writ-tests-fast free of them).
-FAST_TIERS := -p writ-api -p writ-client -p writ-tenant-admin -p writ-mcp-edge -p writ-executor -p writ-tests-fast
+FAST_TIERS := -p writ-api -p writ-client -p writ-tenant-admin -p writ-admin-cli -p writ-mcp-edge -p writ-executor -p writ-tests-fast
 test-fast: deps
 	$(CARGO) test $(FAST_TIERS)
 

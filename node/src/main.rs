@@ -47,7 +47,7 @@ enum Cmd {
         check: bool,
     },
     /// Operate a cluster through its admin API.
-    Admin(Box<writ_tenant_admin::cli::AdminArgs>),
+    Admin(Box<writ_admin_cli::AdminArgs>),
     /// A site executor: enroll with a token, then serve dispatched operations.
     Executor(writ_executor::ExecutorArgs),
     /// The cluster PKI, offline: create the CA, issue node, edge and operator credentials.
@@ -191,7 +191,7 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.cmd {
             Cmd::Pki(cmd) => pki(cmd),
-            Cmd::Admin(args) => ExitCode::from(writ_tenant_admin::cli::run(*args).await as u8),
+            Cmd::Admin(args) => ExitCode::from(writ_admin_cli::run(*args).await as u8),
             Cmd::Executor(args) => {
                 init_tracing();
                 ExitCode::from(writ_executor::run_cli(args, writ_node::wait_for_shutdown_signal()).await)
@@ -261,47 +261,52 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
             #[cfg(feature = "server")]
-            Cmd::Node { config: Some(config), check, action: None } => {
-                init_tracing();
-                let cfg = match NodeConfig::load(&config, &|k| std::env::var(k).ok()) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("error: {}: {e}", config.display());
-                        return ExitCode::from(2);
-                    }
-                };
-                if check {
-                    println!("{}: valid configuration of node {}", config.display(), cfg.node_id);
-                    return ExitCode::SUCCESS;
+            Cmd::Node { config: Some(config), check, action: None } => run_node(&config, check).await,
+        }
+    })
+}
+
+/// `writ node --config FILE [--check]`: serves until a shutdown signal, or exits at once on the
+/// fatal path.
+#[cfg(feature = "server")]
+async fn run_node(config: &std::path::Path, check: bool) -> ExitCode {
+    init_tracing();
+    let cfg = match NodeConfig::load(config, &|k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {}: {e}", config.display());
+            return ExitCode::from(2);
+        }
+    };
+    if check {
+        println!("{}: valid configuration of node {}", config.display(), cfg.node_id);
+        return ExitCode::SUCCESS;
+    }
+    match writ_node::start_node(&cfg).await {
+        Ok(running) => {
+            // What a supervisor or test reads to learn the bound address (the
+            // config may say port 0).
+            println!("Writ node {} serving at {}", cfg.node_id, running.url);
+            println!("Writ node {} admin API at {}", cfg.node_id, running.admin_url);
+            println!("Writ node {} probes at {}", cfg.node_id, running.probe_url);
+            let node = running.node.clone();
+            tokio::select! {
+                _ = writ_node::wait_for_shutdown_signal() => {
+                    running.shutdown().await;
+                    ExitCode::SUCCESS
                 }
-                match writ_node::start_node(&cfg).await {
-                    Ok(running) => {
-                        // What a supervisor or test reads to learn the bound address (the
-                        // config may say port 0).
-                        println!("Writ node {} serving at {}", cfg.node_id, running.url);
-                        println!("Writ node {} admin API at {}", cfg.node_id, running.admin_url);
-                        println!("Writ node {} probes at {}", cfg.node_id, running.probe_url);
-                        let node = running.node.clone();
-                        tokio::select! {
-                            _ = writ_node::wait_for_shutdown_signal() => {
-                                running.shutdown().await;
-                                ExitCode::SUCCESS
-                            }
-                            cause = node.stopped() => {
-                                // Fatal path (SPEC L7): never serve or apply past corruption.
-                                tracing::error!(%cause, "node stops");
-                                eprintln!("fatal: node {}: {cause}", cfg.node_id);
-                                // At once: no orderly teardown of a store found corrupt.
-                                std::process::exit(i32::from(writ_node::EXIT_FATAL))
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("error: node {}: {e}", cfg.node_id);
-                        ExitCode::from(1)
-                    }
+                cause = node.stopped() => {
+                    // Fatal path (SPEC L7): never serve or apply past corruption.
+                    tracing::error!(%cause, "node stops");
+                    eprintln!("fatal: node {}: {cause}", cfg.node_id);
+                    // At once: no orderly teardown of a store found corrupt.
+                    std::process::exit(i32::from(writ_node::EXIT_FATAL))
                 }
             }
         }
-    })
+        Err(e) => {
+            eprintln!("error: node {}: {e}", cfg.node_id);
+            ExitCode::from(1)
+        }
+    }
 }

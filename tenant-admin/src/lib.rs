@@ -1,4 +1,5 @@
-//! Writ's admin API service (`/v1`) and the `writ admin` CLI client.
+//! Writ's admin API service (`/v1`) and the operations desk (`/console`); the `writ admin` CLI
+//! is the `writ-admin-cli` crate beside this one, a client of the API.
 //!
 //! Architecture invariant: this crate talks to the ledger only through
 //! `writ_client::Ledger`; it never touches Raft or RocksDB.
@@ -6,10 +7,7 @@
 
 mod audit;
 mod catalogs;
-pub mod cli;
-pub mod client_config;
 mod console;
-pub mod context;
 mod credentials;
 pub mod enroll;
 pub mod error;

@@ -30,10 +30,10 @@ use writ_client::{AdminClient, AdminError};
 /// quietly with success, as Unix filters do, instead of panicking on the closed pipe.
 macro_rules! say {
     () => {
-        $crate::cli::write_stdout(format_args!(""))
+        $crate::write_stdout(format_args!(""))
     };
     ($($arg:tt)*) => {
-        $crate::cli::write_stdout(format_args!($($arg)*))
+        $crate::write_stdout(format_args!($($arg)*))
     };
 }
 
@@ -59,6 +59,8 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_UNAVAILABLE: i32 = 3;
 pub const EXIT_AUTH: i32 = 4;
 
+pub mod client_config;
+pub mod context;
 mod oauth;
 mod operator;
 
