@@ -224,74 +224,12 @@ impl AuditRecord {
 }
 
 impl From<AuditRecordV1> for AuditRecord {
+    #[rustfmt::skip]
     fn from(r: AuditRecordV1) -> AuditRecord {
-        let AuditRecordV1 {
-            seq,
-            at_ms,
-            revision,
-            trace_id,
-            tenant_id,
-            domain,
-            operation,
-            outcome,
-            reason_code,
-            principal_id,
-            token_id,
-            parent_token_id,
-            detail,
-        } = r;
-        AuditRecord {
-            seq,
-            at_ms,
-            revision,
-            trace_id,
-            tenant_id,
-            domain,
-            operation,
-            outcome,
-            reason_code,
-            principal_id,
-            token_id,
-            parent_token_id,
-            detail,
-            authority: None,
-        }
-    }
-}
-
-impl From<AuditRecord> for AuditRecordV1 {
-    fn from(r: AuditRecord) -> AuditRecordV1 {
-        let AuditRecord {
-            seq,
-            at_ms,
-            revision,
-            trace_id,
-            tenant_id,
-            domain,
-            operation,
-            outcome,
-            reason_code,
-            principal_id,
-            token_id,
-            parent_token_id,
-            detail,
-            authority: _,
-        } = r;
-        AuditRecordV1 {
-            seq,
-            at_ms,
-            revision,
-            trace_id,
-            tenant_id,
-            domain,
-            operation,
-            outcome,
-            reason_code,
-            principal_id,
-            token_id,
-            parent_token_id,
-            detail,
-        }
+        let AuditRecordV1 { seq, at_ms, revision, trace_id, tenant_id, domain, operation, outcome, reason_code,
+            principal_id, token_id, parent_token_id, detail } = r;
+        AuditRecord { seq, at_ms, revision, trace_id, tenant_id, domain, operation, outcome, reason_code,
+            principal_id, token_id, parent_token_id, detail, authority: None }
     }
 }
 

@@ -82,6 +82,12 @@ pub fn client_of(req: &crate::jsonrpc::Request, headers: &axum::http::HeaderMap)
     client(&meta["io.modelcontextprotocol/clientInfo"], version)
 }
 
+/// The client of a request known by its headers only (refused before its body was read): the
+/// protocol version it names.
+pub fn client_of_headers(headers: &axum::http::HeaderMap) -> AuthorityChainV1 {
+    client(&serde_json::Value::Null, crate::header_value(headers, "mcp-protocol-version").as_deref())
+}
+
 /// `command` carrying `decision` (`Command::AuditedV2`): one log entry records both, and the
 /// ledger writes whether the command was allowed or refused.
 pub fn with_decision(decision: RequestDecisionV2, command: Command) -> Command {

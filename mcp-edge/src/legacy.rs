@@ -112,8 +112,7 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
         Err(e) => {
             let r = Rejection::new(ReasonCode::INPUT_INVALID, e.message.clone());
             let handled = Handled::refused(e.into_response(), None, r);
-            let client =
-                crate::audit::client(&Value::Null, crate::header_value(x.headers, "mcp-protocol-version").as_deref());
+            let client = crate::audit::client_of_headers(x.headers);
             return Posted { handled, method: None, id: None, quiet: false, client };
         }
     };

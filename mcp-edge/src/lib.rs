@@ -729,7 +729,7 @@ async fn authenticate(edge: &Edge, headers: &HeaderMap) -> Result<Authority, Res
     // On the credential's own tenant's record (a denial: once per window, then counted).
     let method = method_label(&header_value(headers, "mcp-method").unwrap_or_default());
     let trace_id = uuid::Uuid::new_v4().to_string();
-    let client = audit::client(&serde_json::Value::Null, header_value(headers, "mcp-protocol-version").as_deref());
+    let client = audit::client_of_headers(headers);
     let decision = audit::request_decision(&trace_id, &authority, &client, method, None, Some(e.reason));
     if let Err(fail) = edge.audit.commit_denial(&authority.tenant_id, decision, Some(credential(headers))).await {
         return Err(RpcError::rejected(&fail).into_response());
@@ -856,7 +856,7 @@ async fn audit_suspended(edge: &Edge, headers: &HeaderMap, token: &str, e: &Reje
         outcome: "denied".into(),
         reason: Some(e.reason),
     };
-    let client = audit::client(&serde_json::Value::Null, header_value(headers, "mcp-protocol-version").as_deref());
+    let client = audit::client_of_headers(headers);
     let decision = writ_api::audit::RequestDecisionV2 { decision, authority: client };
     edge.audit.commit(&tenant_id, decision, Some(credential(headers))).await
 }
@@ -933,7 +933,7 @@ async fn mcp_post(
     let mut id = None;
     let mut protocol = headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).map(str::to_string);
     let recorded = std::sync::atomic::AtomicBool::new(false);
-    let mut client = audit::client(&serde_json::Value::Null, protocol.as_deref());
+    let mut client = audit::client_of_headers(&headers);
     let admitted = match tenant_origin(&edge, &authority, &headers) {
         Err(refused) => Err(admission::Refused::from(refused)),
         Ok(()) => edge.admission.admit(&edge.verifier, &authority, &trace_id).await,

@@ -72,7 +72,10 @@ pub(super) fn completed(
     let catalog = state.catalog(tenant_id, None);
     let (upstream, upstream_tool) = upstream_of(catalog, &d.decision).unwrap_or_default();
     let operation_id = command.and_then(Command::operation_id).map(str::to_string);
-    let attempt_id = operation_id.as_ref().zip(command.and_then(fencing_token)).map(|(op, f)| format!("{op}/{f}"));
+    let attempt_id = operation_id
+        .as_ref()
+        .zip(command.and_then(|c| fencing_token(c.innermost())))
+        .map(|(op, f)| format!("{op}/{f}"));
     let authority = AuthorityChainV1 {
         client_name: reported.client_name.clone(),
         client_version: reported.client_version.clone(),
