@@ -27,6 +27,7 @@ pub enum ToolState {
 }
 
 impl ToolState {
+    /// Every state, in declaration order (`state as usize` is its index).
     pub const ALL: [ToolState; 4] =
         [ToolState::Connected, ToolState::Degraded, ToolState::Fused, ToolState::Unreachable];
 
@@ -107,15 +108,15 @@ fn executor_health(s: &LedgerState, tenant_id: &str, class: Option<&str>, now_ms
 
 /// An upstream's tool (`<upstream>/<tool>`): pinned, fused, drifted or missing.
 fn upstream_health(s: &LedgerState, tenant_id: &str, target: &str) -> (ToolState, String) {
-    let Some((name, tool)) = target.split_once('/') else {
+    let Ok((name, tool)) = crate::catalog::parse_upstream_target(target) else {
         return (ToolState::Unreachable, format!("'{target}' names no upstream tool"));
     };
     let Some(u) = s.upstreams.get(tenant_id).and_then(|m| m.get(name)) else {
         return (ToolState::Unreachable, format!("no upstream '{name}'"));
     };
-    let open: Vec<&str> = u.fuses.iter().filter(|(_, f)| f.open).map(|(e, _)| e.as_str()).collect();
-    if !open.is_empty() {
-        return (ToolState::Fused, format!("open on {} edges", open.len()));
+    let open = u.fuses.values().filter(|f| f.open).count();
+    if open > 0 {
+        return (ToolState::Fused, format!("open on {open} edges"));
     }
     if u.pinned.as_ref().and_then(|p| p.tool(tool)).is_none() {
         return (ToolState::Unreachable, format!("'{tool}' is not among {name}'s approved tools"));
@@ -133,7 +134,7 @@ pub fn tools_by_health(s: &LedgerState, now_ms: u64) -> [(ToolState, u64); 4] {
     let active = s.tenants.values().filter(|t| t.state == crate::ledger::TenantState::Active);
     for tenant in active {
         for tool in tenant_health(s, &tenant.id, now_ms).tools {
-            counts[ToolState::ALL.iter().position(|x| *x == tool.state).unwrap_or(0)].1 += 1;
+            counts[tool.state as usize].1 += 1;
         }
     }
     counts

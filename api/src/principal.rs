@@ -27,6 +27,18 @@ pub enum PrincipalKind {
     Service,
 }
 
+impl PrincipalKind {
+    /// The kind as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrincipalKind::Human => "human",
+            PrincipalKind::Agent => "agent",
+            PrincipalKind::Device => "device",
+            PrincipalKind::Service => "service",
+        }
+    }
+}
+
 /// Role presets: named scope bundles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum RolePreset {
@@ -217,6 +229,13 @@ impl Principal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_spelled_as_the_api_spells_it() {
+        for kind in [PrincipalKind::Human, PrincipalKind::Agent, PrincipalKind::Device, PrincipalKind::Service] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+    }
 
     #[test]
     fn scope_grammar() {

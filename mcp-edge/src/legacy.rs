@@ -118,26 +118,26 @@ pub(crate) async fn post(x: &Exchange<'_>, body: &[u8]) -> Posted {
     };
     let id = msg.get("id").filter(|v| !v.is_null()).cloned();
     let method = msg.get("method").and_then(Value::as_str).map(str::to_string);
-    let handled = match crate::header_value(x.headers, SESSION_HEADER) {
-        None if method.as_deref() == Some("initialize") => initialize(x, &msg, &id),
-        None => refusal(
-            StatusCode::BAD_REQUEST,
-            ReasonCode::SESSION_INVALID,
-            "Mcp-Session-Id is required: send initialize first",
-            &id,
-        ),
-        Some(sid) => in_session(x, &sid, &msg, &id, method.as_deref()).await,
+    // The client it came from: what its `initialize` says, or its session's.
+    let (handled, client) = match crate::header_value(x.headers, SESSION_HEADER) {
+        None if method.as_deref() == Some("initialize") => {
+            let params = &msg["params"];
+            (initialize(x, &msg, &id), crate::audit::client(&params["clientInfo"], params["protocolVersion"].as_str()))
+        }
+        None => {
+            let message = "Mcp-Session-Id is required: send initialize first";
+            (refusal(StatusCode::BAD_REQUEST, ReasonCode::SESSION_INVALID, message, &id), Default::default())
+        }
+        Some(sid) => match session_of(x.edge, x.authority, x.headers, &sid) {
+            None => (session_not_found(&id), Default::default()),
+            Some((session, record)) => {
+                let client = crate::audit::client(&session.client_info, Some(&session.version));
+                (in_session(x, &session, &record, &msg, &id, method.as_deref()).await, client)
+            }
+        },
     };
     let quiet = (method.is_none() || id.is_none()) && handled.denied.is_none();
-    Posted { handled, method, id, quiet, client: posted_client(x, &msg) }
-}
-
-/// The client a 2025 POST came from: its session's, or what its `initialize` says.
-fn posted_client(x: &Exchange<'_>, msg: &Value) -> writ_api::audit::AuthorityChainV1 {
-    match crate::header_value(x.headers, SESSION_HEADER) {
-        Some(_) => session_client(x.edge, x.authority, x.headers),
-        None => crate::audit::client(&msg["params"]["clientInfo"], msg["params"]["protocolVersion"].as_str()),
-    }
+    Posted { handled, method, id, quiet, client }
 }
 
 /// The client of the session a request names (`initialize`'s `clientInfo` and the version it
@@ -207,10 +207,14 @@ fn change_refused(r: Rejection, id: &Option<Value>, name: Option<String>) -> Han
     Handled::refused(e.into_response(), name, r)
 }
 
-async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>, method: Option<&str>) -> Handled {
-    let Some((session, record)) = session_of(x.edge, x.authority, x.headers, sid) else {
-        return session_not_found(id);
-    };
+async fn in_session(
+    x: &Exchange<'_>,
+    session: &Session,
+    record: &McpSessionV1,
+    msg: &Value,
+    id: &Option<Value>,
+    method: Option<&str>,
+) -> Handled {
     if crate::header_value(x.headers, "mcp-protocol-version").is_some_and(|v| v != session.version) {
         let message = format!("MCP-Protocol-Version must be the session's version {}", session.version);
         return refusal(StatusCode::BAD_REQUEST, ReasonCode::PROTOCOL_VERSION_UNSUPPORTED, &message, id);
@@ -218,7 +222,7 @@ async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>
     let ok = |result: Value| Handled::allowed(jsonrpc::result(id, result), None);
     match (method, id) {
         // The client's response to one of this session's server requests.
-        (None, Some(answered)) => answer(x, &session, answered, msg).await,
+        (None, Some(answered)) => answer(x, session, answered, msg).await,
         (None, None) => refusal(StatusCode::BAD_REQUEST, ReasonCode::INPUT_INVALID, "not a JSON-RPC message", &None),
         // Notifications (`initialized`, `cancelled`, `roots/list_changed`) need no answer.
         (Some(_), None) => Handled::allowed(StatusCode::ACCEPTED.into_response(), None),
@@ -226,13 +230,13 @@ async fn in_session(x: &Exchange<'_>, sid: &str, msg: &Value, id: &Option<Value>
             refusal(StatusCode::BAD_REQUEST, ReasonCode::SESSION_INVALID, "the session is already initialized", id)
         }
         (Some("ping"), _) => ok(json!({})),
-        (Some("logging/setLevel"), _) => set_level(x, &session, msg, id).await,
-        (Some(m @ ("resources/subscribe" | "resources/unsubscribe")), _) => subscribe(x, &session, msg, id, m).await,
+        (Some("logging/setLevel"), _) => set_level(x, session, msg, id).await,
+        (Some(m @ ("resources/subscribe" | "resources/unsubscribe")), _) => subscribe(x, session, msg, id, m).await,
         (Some(m), _) if MODERN_ONLY.contains(&m) || !crate::served(&x.edge.config, m) => {
             let e = RpcError::new(StatusCode::OK, jsonrpc::METHOD_NOT_FOUND, format!("method {m} is not served"));
             Handled::allowed(e.with_id(id).into_response(), None)
         }
-        (Some(_), _) => bridge(x, &session, record.log_level.as_deref(), msg).await,
+        (Some(_), _) => bridge(x, session, record.log_level.as_deref(), msg).await,
     }
 }
 

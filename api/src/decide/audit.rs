@@ -70,7 +70,7 @@ pub(super) fn completed(
 ) -> RequestDecisionV2 {
     let reported = &d.authority;
     let catalog = state.catalog(tenant_id, None);
-    let (upstream, upstream_tool) = upstream_of(catalog, &d.decision).unwrap_or_default();
+    let (upstream, upstream_tool) = upstream_of(catalog, &d.decision).unzip();
     let operation_id = command.and_then(Command::operation_id).map(str::to_string);
     let attempt_id = operation_id
         .as_ref()
@@ -102,8 +102,7 @@ fn principal_kind(state: &LedgerState, tenant_id: &str, subject: &str) -> Option
         return Some("operator".into());
     }
     let principal = state.principals.get(tenant_id)?.get(subject)?;
-    let kind = serde_json::to_value(principal.kind).ok()?;
-    kind.as_str().map(str::to_string)
+    Some(principal.kind.as_str().to_string())
 }
 
 /// The token ids from the root of `jti`'s delegation down to it (its newest
@@ -120,18 +119,15 @@ fn delegation(state: &LedgerState, tenant_id: &str, jti: Option<&str>) -> Vec<St
     chain
 }
 
-/// The upstream (and its tool) a `tools/call` decision's tool runs on, per the catalog.
-fn upstream_of(
-    catalog: Option<&crate::catalog::CatalogVersion>,
-    d: &RequestDecisionV1,
-) -> Option<(Option<String>, Option<String>)> {
+/// The upstream and its tool a `tools/call` decision's tool runs on, per the catalog.
+fn upstream_of(catalog: Option<&crate::catalog::CatalogVersion>, d: &RequestDecisionV1) -> Option<(String, String)> {
     let name = d.name.as_deref().filter(|_| d.method == "tools/call")?;
     let action = catalog?.catalog.actions.iter().find(|a| a.id == name)?;
     match &action.execution {
         crate::catalog::Execution::Upstream(target) | crate::catalog::Execution::UpstreamOperation(target) => {
-            let (upstream, tool) = target.split_once('/').unwrap_or((target, ""));
-            let bounded = |t: &str| crate::audit::truncated(t, crate::audit::DECISION_FIELD_BYTES_MAX);
-            Some((Some(bounded(upstream)), (!tool.is_empty()).then(|| bounded(tool))))
+            // Published targets were checked; both parts are within the chain's text bound.
+            let (upstream, tool) = crate::catalog::parse_upstream_target(target).ok()?;
+            Some((upstream.to_string(), tool.to_string()))
         }
         _ => None,
     }
