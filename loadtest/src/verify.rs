@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
-use writ_api::audit::AuditRecord;
+use writ_api::audit::{AuditFilter, AuditRecord};
+use writ_api::operation::{Operation, OperationState};
 
 use crate::writ::{Admin, Seen, Tenant};
 
@@ -50,8 +51,8 @@ impl Verification {
 
 /// States in which an operation no longer waits on the system (an operator may still act on
 /// `unknown_effect`, and an agent may still decide on `effect_reported`).
-fn settled(state: &str) -> bool {
-    matches!(state, "effect_reported" | "accepted" | "rejected" | "expired" | "failed" | "cancelled" | "unknown_effect")
+fn settled(state: OperationState) -> bool {
+    state.is_terminal() || matches!(state, OperationState::EffectReported | OperationState::UnknownEffect)
 }
 
 /// Checks the invariants for the operations of run `run_id` (idempotency keys `{run_id}-…`),
@@ -67,17 +68,42 @@ pub async fn verify(
 ) -> Result<Verification, String> {
     let mut v = Verification::default();
     // 1. Every acknowledged operation is in the ledger and settles, attempted at most once.
+    let ops = settle(&mut v, admin, tenants, seen, drain).await;
+    // 2. The audit trail of each tenant since the run began.
+    let mut trails = Vec::new();
+    for t in tenants {
+        trails.push(trail_of(admin, t, run_id, since_ms, drain).await?);
+    }
+    check_trails(&mut v, tenants, seen, &ops, &trails, operations_per_minute);
+    // 3. What the devices saw and what agents were told.
+    check_devices(&mut v, tenants);
+    v.check(
+        "retries got the same operation; changed payloads were refused",
+        seen.violations.clone(),
+        "every retry and reuse answered correctly".into(),
+    );
+    Ok(v)
+}
+
+/// Reads every acknowledged operation until all have settled or `drain` ends; checks that none
+/// is lost, all settled and none was attempted twice. Returns what the ledger said of each.
+async fn settle(
+    v: &mut Verification,
+    admin: &Admin,
+    tenants: &[Tenant],
+    seen: &Seen,
+    drain: Duration,
+) -> BTreeMap<String, Operation> {
     let started = Instant::now();
     let mut pending: Vec<usize> = (0..seen.acked.len()).collect();
-    let mut ops: BTreeMap<String, Value> = BTreeMap::new();
+    let mut ops: BTreeMap<String, Operation> = BTreeMap::new();
     let mut lost = Vec::new();
     let mut unreadable: Option<String> = None;
     loop {
-        let answers: Vec<(usize, Result<Option<Value>, String>)> = futures::stream::iter(pending.iter().copied())
+        let answers: Vec<(usize, Result<Option<Operation>, String>)> = futures::stream::iter(pending.iter().copied())
             .map(|i| async move {
                 let a = &seen.acked[i];
-                let path = format!("/v1/tenants/{}/operations/{}", tenants[a.tenant].name, a.operation_id);
-                (i, admin.get(&path).await)
+                (i, admin.operation(&tenants[a.tenant].name, &a.operation_id).await)
             })
             .buffer_unordered(32)
             .collect()
@@ -87,7 +113,7 @@ pub async fn verify(
             match answer {
                 Ok(None) => lost.push(seen.acked[i].operation_id.clone()),
                 Ok(Some(op)) => {
-                    if !settled(op["state"].as_str().unwrap_or_default()) {
+                    if !settled(op.state) {
                         still.push(i);
                     }
                     ops.insert(seen.acked[i].operation_id.clone(), op);
@@ -108,7 +134,7 @@ pub async fn verify(
     }
     v.drain_s = started.elapsed().as_secs_f64();
     for op in ops.values() {
-        *v.states.entry(op["state"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+        *v.states.entry(op.state.as_str().to_string()).or_default() += 1;
     }
     v.acknowledged_lost = lost.len() as u64;
     let n = seen.acked.len();
@@ -118,91 +144,95 @@ pub async fn verify(
         .map(|i| {
             let id = &seen.acked[*i].operation_id;
             match ops.get(id) {
-                Some(o) => format!("{id}: {}", o["state"].as_str().unwrap_or("?")),
+                Some(o) => format!("{id}: {}", o.state.as_str()),
                 None => format!("{id}: unreadable ({})", unreadable.as_deref().unwrap_or("?")),
             }
         })
         .collect();
-    v.check(
-        "every acknowledged operation settled",
-        unsettled,
-        format!("all settled within {:.1} s: {:?}", v.drain_s, v.states),
-    );
+    let detail = format!("all settled within {:.1} s: {:?}", v.drain_s, v.states);
+    v.check("every acknowledged operation settled", unsettled, detail);
     let twice: Vec<String> = ops
         .iter()
-        .filter(|(_, op)| op["attempts"].as_u64().unwrap_or(0) > 1)
-        .map(|(id, op)| format!("{id}: {} attempts", op["attempts"]))
+        .filter(|(_, op)| op.attempts > 1)
+        .map(|(id, op)| format!("{id}: {} attempts", op.attempts))
         .collect();
     v.check("no operation attempted twice (ledger)", twice, "at most one attempt each".into());
+    ops
+}
 
-    // 2. The audit trail of each tenant since the run began.
-    let acked: BTreeSet<&str> = seen.acked.iter().map(|a| a.operation_id.as_str()).collect();
-    // Whole quota windows, from one before the run began (ledger time may trail this clock).
-    let window_start =
-        since_ms.saturating_sub(writ_api::quota::WINDOW_MS) / writ_api::quota::WINDOW_MS * writ_api::quota::WINDOW_MS;
+/// The operation records of the tenant's audit trail from one whole quota window before the
+/// run began (ledger time may trail this clock), read as a [`Trail`] of run `run_id`.
+async fn trail_of(admin: &Admin, t: &Tenant, run_id: &str, since_ms: u64, drain: Duration) -> Result<Trail, String> {
+    let window = writ_api::quota::WINDOW_MS;
+    let filter = AuditFilter {
+        domain: Some("operation".into()),
+        since_ms: Some(since_ms.saturating_sub(window) / window * window),
+        ..Default::default()
+    };
+    let asked = Instant::now();
+    loop {
+        match admin.audit(&t.name, &filter).await {
+            Ok(records) => return Ok(Trail::read(&records, run_id)),
+            Err(e) if asked.elapsed() >= drain => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+/// What the tenants' trails say against the ledger and the agents: one operation per key,
+/// every acknowledged one audited, attempts agreeing, no quota overshoot, no overlapping
+/// reservations.
+fn check_trails(
+    v: &mut Verification,
+    tenants: &[Tenant],
+    seen: &Seen,
+    ops: &BTreeMap<String, Operation>,
+    trails: &[Trail],
+    operations_per_minute: Option<u64>,
+) {
     let (mut keys, mut audited, mut quota, mut overlaps, mut attempts_off) =
         (Vec::new(), BTreeSet::new(), Vec::new(), Vec::new(), Vec::new());
     let mut submitted_total = 0u64;
-    for (ti, t) in tenants.iter().enumerate() {
-        let query = format!("domain=operation&since_ms={window_start}");
-        let asked = Instant::now();
-        let records = loop {
-            match admin.audit(&t.name, &query).await {
-                Ok(records) => break records,
-                Err(e) if asked.elapsed() >= drain => return Err(e),
-                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-            }
-        };
-        let a = Trail::read(&records, run_id);
+    for (ti, (t, a)) in tenants.iter().zip(trails).enumerate() {
         submitted_total += a.by_key.values().map(BTreeSet::len).sum::<usize>() as u64;
-        for (key, ids) in &a.by_key {
-            if ids.len() > 1 {
-                keys.push(format!("{}: key {key} → {ids:?}", t.name));
-            }
+        for (key, ids) in a.by_key.iter().filter(|(_, ids)| ids.len() > 1) {
+            keys.push(format!("{}: key {key} → {ids:?}", t.name));
         }
         audited.extend(a.by_key.values().flatten().cloned());
-        if let Some(limit) = operations_per_minute {
-            for ((principal, window), count) in &a.per_minute {
-                if *count > limit {
-                    quota.push(format!(
-                        "{}: {principal} had {count} operations in minute {window} (limit {limit})",
-                        t.name
-                    ));
-                }
+        for ((principal, window), count) in &a.per_minute {
+            if let Some(limit) = operations_per_minute.filter(|limit| count > limit) {
+                quota
+                    .push(format!("{}: {principal} had {count} operations in minute {window} (limit {limit})", t.name));
             }
         }
         overlaps.extend(a.overlaps.iter().map(|o| format!("{}: {o}", t.name)));
         for ack in seen.acked.iter().filter(|ack| ack.tenant == ti) {
             let id = &ack.operation_id;
-            let ledger = ops.get(id).and_then(|op| op["attempts"].as_u64()).unwrap_or(0);
+            let ledger = ops.get(id).map_or(0, |op| u64::from(op.attempts));
             let trail = a.attempts.get(id).copied().unwrap_or(0);
             if ledger != trail {
                 attempts_off.push(format!("{id}: ledger says {ledger} attempts, audit has {trail}"));
             }
         }
     }
-    v.check(
-        "one operation per idempotency key (audit)",
-        keys,
-        format!(
-            "{submitted_total} operations submitted in this run, one per key ({} executes ended without an answer)",
-            seen.uncertain.len()
-        ),
-    );
+    let uncertain = seen.uncertain.len();
+    let detail = format!("{submitted_total} operations submitted in this run, one per key ({uncertain} executes ended without an answer)");
+    v.check("one operation per idempotency key (audit)", keys, detail);
+    let acked: BTreeSet<&str> = seen.acked.iter().map(|a| a.operation_id.as_str()).collect();
     let unaudited: Vec<String> = acked.iter().filter(|id| !audited.contains(**id)).map(|id| id.to_string()).collect();
     v.check("every acknowledged operation audited", unaudited, format!("{} acknowledged ⊆ audited", acked.len()));
     v.check("audit attempts agree with the ledger", attempts_off, "attempt transitions = attempts".into());
-    v.check(
-        "no quota overshoot",
-        quota,
-        match operations_per_minute {
-            Some(l) => format!("≤ {l} operations per principal per minute; {} refusals seen", seen.quota_refusals),
-            None => "no operation quota set".into(),
-        },
-    );
+    let detail = match operations_per_minute {
+        Some(l) => format!("≤ {l} operations per principal per minute; {} refusals seen", seen.quota_refusals),
+        None => "no operation quota set".into(),
+    };
+    v.check("no quota overshoot", quota, detail);
     v.check("no overlapping device reservations", overlaps, "reservations of each device are disjoint".into());
+}
 
-    // 3. What the devices saw and what agents were told.
+/// Every line of the simulated devices' attempt logs is distinct: no device saw an operation
+/// twice.
+fn check_devices(v: &mut Verification, tenants: &[Tenant]) {
     let mut repeated = Vec::new();
     let mut device_attempts = 0;
     for t in tenants {
@@ -215,17 +245,8 @@ pub async fn verify(
             }
         }
     }
-    v.check(
-        "no operation attempted twice (device logs)",
-        repeated,
-        format!("{device_attempts} device attempts, all distinct"),
-    );
-    v.check(
-        "retries got the same operation; changed payloads were refused",
-        seen.violations.clone(),
-        "every retry and reuse answered correctly".into(),
-    );
-    Ok(v)
+    let detail = format!("{device_attempts} device attempts, all distinct");
+    v.check("no operation attempted twice (device logs)", repeated, detail);
 }
 
 /// What a tenant's audit trail says about operations.

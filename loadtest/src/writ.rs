@@ -11,116 +11,108 @@ use futures::StreamExt;
 use rand::Rng;
 use serde_json::{json, Value};
 
+use writ_api::audit::{AuditFilter, AuditRecord};
+use writ_api::dto::{
+    CreateDeviceRequest, CreateEnrollmentRequest, CreatePrincipalRequest, CreateSiteRequest, CreateTenantRequest,
+    IssueTokenRequest,
+};
+use writ_api::operation::Operation;
+use writ_api::principal::{PrincipalKind, RolePreset};
+use writ_api::quota::PrincipalQuotasV2;
+use writ_api::settings::{QuotasV1, TenantSettingsPatch};
+use writ_api::upstream::UpstreamBody;
+use writ_client::AdminError;
+
 use crate::engine::{Outcome, Workload};
 use crate::mcp;
 
-/// The admin API of a cluster: every node serves it; requests go to the first node that
-/// answers (a killed node is skipped). Each node is spoken to through
-/// [`writ_client::AdminClient`].
+/// The admin API of a cluster through [`writ_client::AdminClient`]: every node serves it, a
+/// request goes to the first node that answers, and a call the cluster could not answer (a
+/// killed node, an election) is asked again for up to [`ADMIN_RETRY`].
 pub struct Admin {
-    nodes: Vec<writ_client::AdminClient>,
+    client: writ_client::AdminClient,
 }
 
+/// How long a call the cluster cannot answer is asked again.
+pub const ADMIN_RETRY: Duration = Duration::from_secs(30);
+
 impl Admin {
-    /// Admin clients of `urls`, trusting `tls`'s CA (nodes serve TLS from the cluster CA).
+    /// An admin client of `urls`, trusting `tls`'s CA (nodes serve TLS from the cluster CA).
     pub fn new(urls: Vec<String>, token: String, tls: Option<&writ_client::ClientTls>) -> Admin {
         let mut b = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).pool_max_idle_per_host(64);
         if let Some(t) = tls {
             b = t.apply(b);
         }
         let http = b.build().expect("HTTP client builds");
-        Admin {
-            nodes: urls
-                .into_iter()
-                .map(|u| writ_client::AdminClient::with_http(u, token.clone(), http.clone()))
-                .collect(),
-        }
+        Admin { client: writ_client::AdminClient::with_http(urls.join(","), token, http) }
     }
 
-    /// `(status, body)` from the first node that answers without a transport error or a 5xx.
-    pub async fn send(
+    /// `call`'s answer, asked again half a second later while the cluster cannot answer.
+    async fn attempt<T, F: std::future::Future<Output = Result<T, AdminError>>>(
         &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<(u16, Value), String> {
-        let mut last = String::from("no admin URL");
-        for _round in 0..3 {
-            for node in &self.nodes {
-                let url = node.base();
-                match node.send(method.clone(), path, body).await {
-                    Ok(r) if r.status().is_server_error() => last = format!("{url}{path}: HTTP {}", r.status()),
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let bytes = r.bytes().await.map_err(|e| format!("{url}{path}: {e}"))?;
-                        return Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
-                    }
-                    Err(e) => last = format!("{url}{path}: {e}"),
+        call: impl Fn() -> F,
+    ) -> Result<T, AdminError> {
+        let started = Instant::now();
+        loop {
+            match call().await {
+                Err(e) if e.is_unavailable() && started.elapsed() < ADMIN_RETRY => {
+                    tokio::time::sleep(Duration::from_millis(500)).await
                 }
+                answer => return answer,
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        Err(last)
-    }
-
-    /// POSTs `body`; `Ok(Some(answer))` when created, `Ok(None)` when it already existed (409).
-    pub async fn create(&self, path: &str, body: Value) -> Result<Option<Value>, String> {
-        match self.send(reqwest::Method::POST, path, Some(&body)).await? {
-            (200..=299, v) => Ok(Some(v)),
-            (409, _) => Ok(None),
-            (status, v) => Err(format!("POST {path}: HTTP {status}: {v}")),
         }
     }
 
-    pub async fn request(&self, method: reqwest::Method, path: &str, body: Value) -> Result<Value, String> {
-        match self.send(method.clone(), path, Some(&body)).await? {
-            (200..=299, v) => Ok(v),
-            (status, v) => Err(format!("{method} {path}: HTTP {status}: {v}")),
+    /// `call`'s answer; an error names `what` failed.
+    pub async fn ask<T, F: std::future::Future<Output = Result<T, AdminError>>>(
+        &self,
+        what: &str,
+        call: impl Fn() -> F,
+    ) -> Result<T, String> {
+        self.attempt(call).await.map_err(|e| format!("{what}: {e}"))
+    }
+
+    /// `Some(created)`, or `None` when it already existed (`409`).
+    pub async fn create<T, F: std::future::Future<Output = Result<T, AdminError>>>(
+        &self,
+        what: &str,
+        call: impl Fn() -> F,
+    ) -> Result<Option<T>, String> {
+        match self.attempt(call).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.status() == Some(409) => Ok(None),
+            Err(e) => Err(format!("{what}: {e}")),
         }
     }
 
-    /// GETs `path`; `None` on 404.
-    pub async fn get(&self, path: &str) -> Result<Option<Value>, String> {
-        match self.send(reqwest::Method::GET, path, None).await? {
-            (200..=299, v) => Ok(Some(v)),
-            (404, _) => Ok(None),
-            (status, v) => Err(format!("GET {path}: HTTP {status}: {v}")),
+    /// The tenant's operation, or `None` when the ledger has none of that id (`404`).
+    pub async fn operation(&self, tenant: &str, id: &str) -> Result<Option<Operation>, String> {
+        match self.attempt(|| self.client.operation(tenant, id)).await {
+            Ok(op) => Ok(Some(op)),
+            Err(e) if e.status() == Some(404) => Ok(None),
+            Err(e) => Err(format!("operation {id}: {e}")),
         }
     }
 
-    /// The NDJSON audit export of a tenant (`query` without the leading `?`).
-    pub async fn audit(&self, tenant: &str, query: &str) -> Result<Vec<writ_api::audit::AuditRecord>, String> {
-        let path = format!("/v1/tenants/{tenant}/audit/export?{query}");
-        let mut last = String::new();
-        for node in &self.nodes {
-            let r = match node.send(reqwest::Method::GET, &path, None).await {
-                Ok(r) if r.status().is_success() => r,
-                Ok(r) => {
-                    last = format!("{path}: HTTP {}", r.status());
-                    continue;
+    /// The tenant's audit records matching `filter`, read from its NDJSON export.
+    pub async fn audit(&self, tenant: &str, filter: &AuditFilter) -> Result<Vec<AuditRecord>, String> {
+        let what = format!("audit export of {tenant}");
+        let response = self.ask(&what, || self.client.audit_export(tenant, filter, None)).await?;
+        let mut records = Vec::new();
+        let mut buf = Vec::new();
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk.map_err(|e| format!("{what}: {e}"))?);
+            while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=i).collect();
+                let v: Value = serde_json::from_slice(&line).map_err(|e| format!("{what}: {e}"))?;
+                if let Some(err) = v.get("error") {
+                    return Err(format!("{what}: export failed: {err}"));
                 }
-                Err(e) => {
-                    last = format!("{path}: {e}");
-                    continue;
-                }
-            };
-            let mut records = Vec::new();
-            let mut buf = Vec::new();
-            let mut body = r.bytes_stream();
-            while let Some(chunk) = body.next().await {
-                buf.extend_from_slice(&chunk.map_err(|e| format!("{path}: {e}"))?);
-                while let Some(i) = buf.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=i).collect();
-                    let v: Value = serde_json::from_slice(&line).map_err(|e| format!("{path}: {e}"))?;
-                    if let Some(err) = v.get("error") {
-                        return Err(format!("{path}: export failed: {err}"));
-                    }
-                    records.push(serde_json::from_value(v).map_err(|e| format!("{path}: {e}"))?);
-                }
+                records.push(serde_json::from_value(v).map_err(|e| format!("{what}: {e}"))?);
             }
-            return Ok(records);
         }
-        Err(last)
+        Ok(records)
     }
 }
 
@@ -197,19 +189,77 @@ fn catalog_with(upstream: Option<&str>) -> Value {
 /// Adds (or points) the tenant's upstream at `url`, pins its tools and publishes the catalog
 /// whose `greet` it answers.
 async fn provision_upstream(admin: &Admin, tenant: &str, url: &str) -> Result<(), String> {
-    let t = format!("/v1/tenants/{tenant}");
-    let body = json!({"name": UPSTREAM, "url": url, "protocol": "2026-07-28"});
-    if admin.create(&format!("{t}/upstreams"), body).await?.is_none() {
-        let patch = json!({"url": url, "protocol": "2026-07-28"});
-        admin.request(reqwest::Method::PATCH, &format!("{t}/upstreams/{UPSTREAM}"), patch).await?;
+    let body = UpstreamBody {
+        name: Some(UPSTREAM.into()),
+        url: Some(url.into()),
+        protocol: Some("2026-07-28".into()),
+        ..Default::default()
+    };
+    if admin.create("add upstream", || admin.client.add_upstream(tenant, &body)).await?.is_none() {
+        let patch = UpstreamBody { name: None, ..body.clone() };
+        admin.ask("set upstream", || admin.client.set_upstream(tenant, UPSTREAM, &patch)).await?;
     }
-    let synced = admin.request(reqwest::Method::POST, &format!("{t}/upstreams/{UPSTREAM}/sync"), json!({})).await?;
-    if synced["pending"] == json!(true) {
-        let digest = json!({"digest": synced["observed_digest"]});
-        admin.request(reqwest::Method::POST, &format!("{t}/upstreams/{UPSTREAM}/approve"), digest).await?;
+    let synced = admin.ask("sync upstream", || admin.client.sync_upstream(tenant, UPSTREAM)).await?;
+    if synced.pending {
+        let digest = synced.observed_digest.as_str();
+        admin.ask("approve upstream", || admin.client.approve_upstream(tenant, UPSTREAM, digest)).await?;
     }
-    admin.create(&format!("{t}/catalogs"), catalog_with(Some(UPSTREAM))).await?;
+    let catalog = catalog_with(Some(UPSTREAM));
+    admin.create("publish catalog", || admin.client.publish_catalog(tenant, &catalog)).await?;
     Ok(())
+}
+
+/// Creates the tenant with its catalog and agent principal (and, for a loaded tenant, its
+/// site); `false` when it already existed (it is reused as it is).
+async fn create_tenant(
+    admin: &Admin,
+    name: &str,
+    settings: Option<TenantSettingsPatch>,
+    loaded: bool,
+) -> Result<bool, String> {
+    let request = CreateTenantRequest { name: name.into(), display_name: None, settings };
+    if admin.create("create tenant", || admin.client.create_tenant(&request)).await?.is_none() {
+        return Ok(false);
+    }
+    let catalog = catalog();
+    admin.create("publish catalog", || admin.client.publish_catalog(name, &catalog)).await?;
+    let agent = CreatePrincipalRequest {
+        name: AGENT.into(),
+        kind: PrincipalKind::Agent,
+        preset: Some(RolePreset::Full),
+        scopes: Vec::new(),
+        metadata: BTreeMap::new(),
+        quotas: None,
+    };
+    admin.create("create principal", || admin.client.create_principal(name, &agent)).await?;
+    if loaded {
+        let site = CreateSiteRequest { name: SITE.into(), display_name: None };
+        admin.create("create site", || admin.client.create_site(name, &site)).await?;
+    }
+    Ok(true)
+}
+
+/// A loaded tenant's settings, quotas, devices and agent token.
+async fn configure(admin: &Admin, s: &Setup, name: &str, devices: &[String]) -> Result<String, String> {
+    let settings = TenantSettingsPatch { audit_max_events: Some(s.audit_max_events), ..Default::default() };
+    admin.ask("set tenant settings", || admin.client.set_tenant_settings(name, &settings)).await?;
+    let quotas = PrincipalQuotasV2 {
+        operations_per_minute: s.operations_per_minute,
+        concurrent_operations: s.concurrent_operations,
+        ..Default::default()
+    };
+    admin.ask("set principal quotas", || admin.client.set_principal_quotas(name, AGENT, &quotas)).await?;
+    for d in devices {
+        let device = CreateDeviceRequest { name: d.clone(), site: SITE.into(), device_class: DEVICE_CLASS.into() };
+        admin.create("create device", || admin.client.create_device(name, &device)).await?;
+    }
+    let request = IssueTokenRequest {
+        principal: AGENT.into(),
+        scopes: Vec::new(),
+        ttl_s: Some(3600),
+        audience: Some(s.audience.clone()),
+    };
+    Ok(admin.ask("issue token", || admin.client.issue_token(name, &request)).await?.token)
 }
 
 /// Provisions the loaded tenants (idempotently: existing ones are reused) and the idle ones.
@@ -217,31 +267,11 @@ pub async fn provision(admin: &Admin, s: &Setup) -> Result<Vec<Tenant>, String> 
     let mut tenants = Vec::new();
     for i in 0..s.tenants {
         let name = format!("{}-{i}", s.prefix);
-        let t = format!("/v1/tenants/{name}");
         // The run sets its own limits (the agent's quotas below), not a fresh tenant's defaults.
-        let body = json!({"name": name, "settings": {"quotas": {}}});
-        if admin.create("/v1/tenants", body).await?.is_some() {
-            admin.create(&format!("{t}/catalogs"), catalog()).await?;
-            admin.create(&format!("{t}/principals"), json!({"name": AGENT, "kind": "agent", "preset": "full"})).await?;
-            admin.create(&format!("{t}/sites"), json!({"name": SITE})).await?;
-        }
-        admin
-            .request(reqwest::Method::PATCH, &format!("{t}/settings"), json!({"audit_max_events": s.audit_max_events}))
-            .await?;
-        let quotas = json!({"operations_per_minute": s.operations_per_minute,
-                            "concurrent_operations": s.concurrent_operations});
-        admin.request(reqwest::Method::PUT, &format!("{t}/principals/{AGENT}/quotas"), quotas).await?;
+        let settings = TenantSettingsPatch { quotas: Some(QuotasV1::default()), ..Default::default() };
+        create_tenant(admin, &name, Some(settings), true).await?;
         let devices: Vec<String> = (0..s.devices).map(|d| format!("d{d}")).collect();
-        for d in &devices {
-            admin
-                .create(&format!("{t}/devices"), json!({"name": d, "site": SITE, "device_class": DEVICE_CLASS}))
-                .await?;
-        }
-        let token = admin
-            .create(&format!("{t}/tokens"), json!({"principal": AGENT, "audience": s.audience, "ttl_s": 3600}))
-            .await?
-            .and_then(|v| v["token"].as_str().map(str::to_string))
-            .ok_or("the token answer has no token")?;
+        let token = configure(admin, s, &name, &devices).await?;
         if let Some(url) = &s.upstream {
             provision_upstream(admin, &name, url).await?;
         }
@@ -259,22 +289,12 @@ async fn provision_idle(admin: &Admin, s: &Setup) -> Result<(), String> {
         return Ok(());
     }
     let started = Instant::now();
-    let results: Vec<Result<(), String>> = futures::stream::iter(0..s.idle_tenants)
-        .map(|i| async move {
-            let name = format!("{}-idle-{i}", s.prefix);
-            if admin.create("/v1/tenants", json!({"name": name})).await?.is_some() {
-                let t = format!("/v1/tenants/{name}");
-                admin.create(&format!("{t}/catalogs"), catalog()).await?;
-                admin
-                    .create(&format!("{t}/principals"), json!({"name": AGENT, "kind": "agent", "preset": "full"}))
-                    .await?;
-            }
-            Ok(())
-        })
+    let results: Vec<Result<bool, String>> = futures::stream::iter(0..s.idle_tenants)
+        .map(|i| async move { create_tenant(admin, &format!("{}-idle-{i}", s.prefix), None, false).await })
         .buffer_unordered(32)
         .collect()
         .await;
-    results.into_iter().collect::<Result<(), String>>()?;
+    results.into_iter().collect::<Result<Vec<bool>, String>>()?;
     eprintln!("{} idle tenants provisioned in {:.1} s", s.idle_tenants, started.elapsed().as_secs_f64());
     Ok(())
 }
@@ -291,11 +311,8 @@ async fn enroll(
     if config.exists() {
         return Ok(());
     }
-    let token = admin
-        .create(&format!("/v1/tenants/{tenant}/executors/enrollments"), json!({"site": SITE, "devices": devices}))
-        .await?
-        .and_then(|v| v["token"].as_str().map(str::to_string))
-        .ok_or("the enrollment answer has no token")?;
+    let request = CreateEnrollmentRequest { site: SITE.into(), devices: devices.to_vec(), ttl_s: None };
+    let token = admin.ask("create enrollment", || admin.client.create_enrollment(tenant, &request)).await?.token;
     let out = tokio::process::Command::new(&s.writ_bin)
         .args(["executor", "enroll", "--edge", &s.enroll_edge, "--token", &token, "--out"])
         .arg(dir)

@@ -126,6 +126,18 @@ fn the_load_tester_is_a_client_of_public_interfaces() {
     assert!(paths.is_empty(), "writ-loadtest must not link the node or the store:\n{}", paths.join("\n"));
 }
 
+/// The load tester speaks to the admin API through the typed client only: no route is spelled
+/// in its sources, so a route that changes breaks its build, not a benchmark run.
+#[test]
+fn the_load_tester_spells_no_admin_route() {
+    let spelled: Vec<String> = files_under(&root().join("loadtest/src"), ".rs")
+        .into_iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap_or_default().contains("\"/v1"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(spelled.is_empty(), "admin routes spelled by hand (use writ_client::AdminClient): {spelled:?}");
+}
+
 /// The reference executor is a site's own trust domain: it reaches Writ through an edge's
 /// executor API only, and links neither the ledger, the store nor the edge.
 #[test]
@@ -506,7 +518,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("api/src/state.rs", "decode_base", 205),
     ("tenant-admin/cli/src/lib.rs", "execute", 184),
     ("mcp-edge/src/fixtures.rs", "conformance_catalog", 194),
-    ("loadtest/src/verify.rs", "verify", 171),
     ("mcp-edge/src/operations.rs", "tools", 170),
     ("mcp-edge/src/serve.rs", "call_tool", 164),
     ("api/src/state.rs", "fold_operation", 159),
