@@ -116,7 +116,51 @@ fn announce(c: &ToolCall, list: ChangedList) -> ToolAnswer {
 /// Runs built-in handler `name`.
 pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswer, RpcError> {
     debug_assert_eq!(MISSING_CLIENT_CAPABILITY, ReasonCode::CLIENT_CAPABILITY_MISSING.jsonrpc_code() as i64);
+    if let Some(answer) = content_tool(name, &c, &notify).await? {
+        return Ok(answer);
+    }
+    if let Some(answer) = input_required_tool(name, &c)? {
+        return Ok(answer);
+    }
+    if let Some(answer) = client_request_tool(name, &c)? {
+        return Ok(answer);
+    }
     Ok(match name {
+        "conformance.trigger_tool_change" => announce(&c, ChangedList::Tools),
+        "conformance.trigger_prompt_change" => announce(&c, ChangedList::Prompts),
+        "writ.devices" => {
+            let devices = c.verifier.with_state(|s| {
+                let sites = s.sites.get(&c.tenant_id);
+                s.devices
+                    .get(&c.tenant_id)
+                    .map(|ds| {
+                        ds.values()
+                            .map(|d| {
+                                let site = sites.and_then(|m| m.get(&d.site_id)).map(|s| s.name.clone());
+                                json!({"name": d.name, "id": d.id, "site": site, "device_class": d.device_class})
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+            });
+            let structured = json!({"devices": devices});
+            ToolAnswer::Complete(json!({
+                "content": [{"type": "text", "text": structured.to_string()}],
+                "structuredContent": structured,
+            }))
+        }
+        other => {
+            return Err(RpcError::reason(
+                ReasonCode::INTERNAL,
+                format!("built-in handler '{other}' is not implemented"),
+            ))
+        }
+    })
+}
+
+/// The conformance tools that answer with content, progress or log messages.
+async fn content_tool(name: &str, c: &ToolCall, notify: &Notifier) -> Result<Option<ToolAnswer>, RpcError> {
+    Ok(Some(match name {
         "conformance.simple_text" => text("This is a simple text response for testing."),
         "conformance.greet" => text(format!("Hello, {}!", c.args["name"].as_str().unwrap_or("World"))),
         "conformance.image_content" => {
@@ -158,6 +202,24 @@ pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswe
         }
         "conformance.json_schema_2020_12" => text(format!("JSON Schema 2020-12 tool called with: {}", c.args)),
         "conformance.custom_header" => text(format!("value: {}", c.args["value"].as_str().unwrap_or_default())),
+        "conformance.tool_with_logging" => {
+            for (i, message) in
+                ["Tool execution started", "Tool processing data", "Tool execution completed"].into_iter().enumerate()
+            {
+                if i > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                notify.log("info", json!(message)).await;
+            }
+            text("Tool with logging executed successfully")
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// The conformance tools of multi-round tool calls (`InputRequired` until the client answers).
+fn input_required_tool(name: &str, c: &ToolCall) -> Result<Option<ToolAnswer>, RpcError> {
+    Ok(Some(match name {
         "conformance.input_required_elicitation" => {
             require_caps(&c.client_caps, &["elicitation"])?;
             match elicited(&c.inputs, "user_name", "name") {
@@ -253,6 +315,62 @@ pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswe
                 },
             }
         }
+        _ => return Ok(None),
+    }))
+}
+
+/// The conformance tools that ask the client to sample or elicit.
+fn client_request_tool(name: &str, c: &ToolCall) -> Result<Option<ToolAnswer>, RpcError> {
+    Ok(Some(match name {
+        "conformance.sampling" => {
+            require_caps(&c.client_caps, &["sampling"])?;
+            match c.inputs.get("sampling") {
+                Some(r) => text(format!(
+                    "LLM response: {}",
+                    r.get("content").and_then(|t| t.get("text")).and_then(Value::as_str).unwrap_or("no response")
+                )),
+                None => ToolAnswer::InputRequired {
+                    requests: json!({"sampling": sample(c.args["prompt"].as_str().unwrap_or_default(), 100)}),
+                    state: Value::Null,
+                },
+            }
+        }
+        "conformance.elicitation" => {
+            let schema = json!({"type": "object", "required": ["username", "email"], "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"}}});
+            let message = c.args["message"].as_str().unwrap_or_default();
+            elicited_reply(c, "User response", message, schema)?
+        }
+        "conformance.elicitation_sep1034_defaults" => {
+            let schema = json!({"type": "object", "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "default": true}}});
+            elicited_reply(
+                c,
+                "Elicitation completed",
+                "Please review and update the form fields with defaults",
+                schema,
+            )?
+        }
+        "conformance.elicitation_sep1330_enums" => {
+            let titled = |prefix: &str, title: &str| {
+                (1..=3)
+                    .map(|i| json!({"const": format!("{prefix}{i}"), "title": format!("{title} {i}")}))
+                    .collect::<Vec<_>>()
+            };
+            let schema = json!({"type": "object", "properties": {
+                "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                "titledSingle": {"type": "string", "oneOf": titled("value", "Option")},
+                "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                               "enumNames": ["Option One", "Option Two", "Option Three"]},
+                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                "titledMulti": {"type": "array", "items": {"anyOf": titled("value", "Choice")}}}});
+            elicited_reply(c, "Elicitation completed", "Please select options from the enum fields", schema)?
+        }
         "conformance.input_required_capabilities" => {
             let mut requests = Map::new();
             if has_cap(&c.client_caps, "elicitation") {
@@ -276,96 +394,8 @@ pub async fn call(name: &str, c: ToolCall, notify: Notifier) -> Result<ToolAnswe
                 }
             }
         }
-        "conformance.tool_with_logging" => {
-            for (i, message) in
-                ["Tool execution started", "Tool processing data", "Tool execution completed"].into_iter().enumerate()
-            {
-                if i > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-                notify.log("info", json!(message)).await;
-            }
-            text("Tool with logging executed successfully")
-        }
-        "conformance.sampling" => {
-            require_caps(&c.client_caps, &["sampling"])?;
-            match c.inputs.get("sampling") {
-                Some(r) => text(format!(
-                    "LLM response: {}",
-                    r.get("content").and_then(|t| t.get("text")).and_then(Value::as_str).unwrap_or("no response")
-                )),
-                None => ToolAnswer::InputRequired {
-                    requests: json!({"sampling": sample(c.args["prompt"].as_str().unwrap_or_default(), 100)}),
-                    state: Value::Null,
-                },
-            }
-        }
-        "conformance.elicitation" => {
-            let schema = json!({"type": "object", "required": ["username", "email"], "properties": {
-                "username": {"type": "string", "description": "User's response"},
-                "email": {"type": "string", "description": "User's email address"}}});
-            let message = c.args["message"].as_str().unwrap_or_default();
-            elicited_reply(&c, "User response", message, schema)?
-        }
-        "conformance.elicitation_sep1034_defaults" => {
-            let schema = json!({"type": "object", "properties": {
-                "name": {"type": "string", "default": "John Doe"},
-                "age": {"type": "integer", "default": 30},
-                "score": {"type": "number", "default": 95.5},
-                "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
-                "verified": {"type": "boolean", "default": true}}});
-            elicited_reply(
-                &c,
-                "Elicitation completed",
-                "Please review and update the form fields with defaults",
-                schema,
-            )?
-        }
-        "conformance.elicitation_sep1330_enums" => {
-            let titled = |prefix: &str, title: &str| {
-                (1..=3)
-                    .map(|i| json!({"const": format!("{prefix}{i}"), "title": format!("{title} {i}")}))
-                    .collect::<Vec<_>>()
-            };
-            let schema = json!({"type": "object", "properties": {
-                "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
-                "titledSingle": {"type": "string", "oneOf": titled("value", "Option")},
-                "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
-                               "enumNames": ["Option One", "Option Two", "Option Three"]},
-                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
-                "titledMulti": {"type": "array", "items": {"anyOf": titled("value", "Choice")}}}});
-            elicited_reply(&c, "Elicitation completed", "Please select options from the enum fields", schema)?
-        }
-        "conformance.trigger_tool_change" => announce(&c, ChangedList::Tools),
-        "conformance.trigger_prompt_change" => announce(&c, ChangedList::Prompts),
-        "writ.devices" => {
-            let devices = c.verifier.with_state(|s| {
-                let sites = s.sites.get(&c.tenant_id);
-                s.devices
-                    .get(&c.tenant_id)
-                    .map(|ds| {
-                        ds.values()
-                            .map(|d| {
-                                let site = sites.and_then(|m| m.get(&d.site_id)).map(|s| s.name.clone());
-                                json!({"name": d.name, "id": d.id, "site": site, "device_class": d.device_class})
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .unwrap_or_default()
-            });
-            let structured = json!({"devices": devices});
-            ToolAnswer::Complete(json!({
-                "content": [{"type": "text", "text": structured.to_string()}],
-                "structuredContent": structured,
-            }))
-        }
-        other => {
-            return Err(RpcError::reason(
-                ReasonCode::INTERNAL,
-                format!("built-in handler '{other}' is not implemented"),
-            ))
-        }
-    })
+        _ => return Ok(None),
+    }))
 }
 
 #[cfg(test)]

@@ -456,130 +456,160 @@ fn input_required(c: &Call<'_>, bind: &Binding, requests: Value, state: Value) -
     json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed})
 }
 
+/// The `operation.*` and `work.*` tools every tenant has (answered by `operation_tool`).
+const OPERATION_TOOLS: [&str; 9] = [
+    operations::SEARCH,
+    operations::PROPOSE,
+    operations::EXECUTE,
+    operations::READBACK,
+    operations::OBSERVE,
+    operations::DECIDE,
+    operations::APPROVE,
+    operations::WORK_CREATE,
+    operations::WORK_UPDATE,
+];
+
+/// A catalog tool's call, checked: the action, its arguments (valid against its schema), the
+/// client's input responses and the request state sealed to this call.
+struct ToolRequest {
+    name: String,
+    action: CatalogActionV1,
+    digest: String,
+    args: Value,
+    inputs: Map<String, Value>,
+    state: Option<Value>,
+    bind: Binding,
+}
+
 async fn call_tool(c: &Call<'_>) -> Handled {
-    let params = c.req.params();
-    let name = params["name"].as_str().unwrap_or_default().to_string();
-    let id = &c.req.id;
-    let fail = |e: RpcError, denied: Option<Rejection>| Handled {
-        response: e.with_id(id).into_response(),
-        name: Some(name.clone()),
-        denied,
-        effectful: false,
-    };
-    if [
-        operations::SEARCH,
-        operations::PROPOSE,
-        operations::EXECUTE,
-        operations::READBACK,
-        operations::OBSERVE,
-        operations::DECIDE,
-        operations::APPROVE,
-        operations::WORK_CREATE,
-        operations::WORK_UPDATE,
-    ]
-    .contains(&name.as_str())
-    {
+    let name = c.req.params()["name"].as_str().unwrap_or_default().to_string();
+    if OPERATION_TOOLS.contains(&name.as_str()) {
         return operation_tool(c, &name).await;
     }
-    let (action, digest) = match find_tool(c, &name) {
-        Ok(found) => found,
-        Err(denied) => {
-            let e = RpcError::reason(ReasonCode::TOOL_NOT_FOUND, format!("unknown tool '{name}'"))
-                .in_band()
-                .with_detail("name", json!(name));
-            return fail(e, denied);
-        }
+    let t = match tool_request(c, name) {
+        Ok(t) => t,
+        Err(handled) => return *handled,
     };
+    match t.action.execution.clone() {
+        Execution::Upstream(_) => call_upstream(c, t).await,
+        Execution::Builtin(handler) => call_builtin(c, t, handler).await,
+        _ => call_action(c, t).await,
+    }
+}
+
+/// A refusal of the call of tool `name`.
+fn refused_call(c: &Call<'_>, name: &str, e: RpcError, denied: Option<Rejection>) -> Box<Handled> {
+    Box::new(Handled {
+        response: e.with_id(&c.req.id).into_response(),
+        name: Some(name.to_string()),
+        denied,
+        effectful: false,
+    })
+}
+
+/// Finds the tool and checks its call: arguments an object matching the tool's parameter
+/// headers and input schema (a mismatch is the model's to correct: a tool execution error),
+/// input responses, request state.
+fn tool_request(c: &Call<'_>, name: String) -> Result<ToolRequest, Box<Handled>> {
+    let (params, id) = (c.req.params(), &c.req.id);
+    let (action, digest) = find_tool(c, &name).map_err(|denied| {
+        let e = RpcError::reason(ReasonCode::TOOL_NOT_FOUND, format!("unknown tool '{name}'"))
+            .in_band()
+            .with_detail("name", json!(name));
+        refused_call(c, &name, e, denied)
+    })?;
     let args = match params.get("arguments") {
         None | Some(Value::Null) => json!({}),
         Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => return fail(invalid("arguments must be an object"), None),
+        Some(_) => return Err(refused_call(c, &name, invalid("arguments must be an object"), None)),
     };
     // Only a schema that names parameter headers is read for them (not parsed per call).
     if action.input_schema.contains("x-mcp-header") {
         let schema: Value = serde_json::from_str(&action.input_schema).unwrap_or(Value::Null);
-        if let Err(e) = check_param_headers(&schema, &args, c.headers) {
-            return fail(e, None);
+        check_param_headers(&schema, &args, c.headers).map_err(|e| refused_call(c, &name, e, None))?;
+    }
+    let validator = c.edge.validators.get(&digest, &action, false).map_err(|e| refused_call(c, &name, e, None))?;
+    if let Some(v) = validator {
+        let errors = crate::operations::schema_errors(&v, &args);
+        if !errors.is_empty() {
+            let text =
+                format!("INPUT_INVALID: the arguments do not match the tool's input schema: {}", errors.join("; "));
+            let result = json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
+                                "_meta": {"writ/reason": "INPUT_INVALID", "writ/errors": errors}});
+            return Err(Box::new(Handled::allowed(jsonrpc::result(id, result), Some(name))));
         }
     }
-    match c.edge.validators.get(&digest, &action, false) {
-        Ok(Some(v)) => {
-            let errors = crate::operations::schema_errors(&v, &args);
-            if !errors.is_empty() {
-                // A tool execution error (the model can correct its arguments), not a protocol error.
-                let text =
-                    format!("INPUT_INVALID: the arguments do not match the tool's input schema: {}", errors.join("; "));
-                let result = json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
-                                    "_meta": {"writ/reason": "INPUT_INVALID", "writ/errors": errors}});
+    let inputs = input_responses(params).map_err(|e| refused_call(c, &name, e, None))?;
+    let bind = binding(c, format!("tools/call {name} {}", writ_api::sha256_hex(args.to_string().as_bytes())));
+    let state = request_state(c, &bind).map_err(|e| refused_call(c, &name, e, None))?;
+    Ok(ToolRequest { name, action, digest, args, inputs, state, bind })
+}
+
+/// A tool answered by a tenant's upstream MCP server, called in the reply's task (progress
+/// relayed over SSE; cancelled with the request).
+async fn call_upstream(c: &Call<'_>, t: ToolRequest) -> Handled {
+    let ToolRequest { name, action, args, .. } = t;
+    let prepared = match c.edge.upstreams.prepare(c.edge, &c.authority.tenant_id, &action, &args) {
+        Ok(p) => p,
+        // Arguments the pinned schema refuses are the model's to correct, like the action's.
+        Err(r) if r.reason == ReasonCode::INPUT_INVALID => {
+            return Handled::allowed(jsonrpc::result(&c.req.id, crate::upstream::refusal_result(&r)), Some(name));
+        }
+        Err(r) => return *refused_call(c, &name, RpcError::rejected(&r).in_band(), Some(r)),
+    };
+    let (edge, failure) = (c.edge.clone(), Arc::new(std::sync::Mutex::new(None::<Rejection>)));
+    let seen = failure.clone();
+    let sse = reply::accepts_sse(c.headers);
+    let response = reply::run(&c.req.id, c.req.params().get("_meta"), sse, move |notify| async move {
+        match edge.upstreams.call(&edge, prepared, &action, args, notify).await {
+            Ok(mut result) => {
+                result["resultType"] = json!("complete");
+                Ok(result)
+            }
+            Err(r) => {
+                let e = RpcError::rejected(&r).in_band();
+                *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+                Err(e)
+            }
+        }
+    })
+    .await;
+    // A failure known before the response (JSON, or SSE before any notification) is a
+    // denial with its reason; one after streamed progress is in the stream only.
+    let denied = failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    Handled { response, name: Some(name), denied, effectful: false }
+}
+
+/// An action the ledger records as an operation (or confirms first).
+async fn call_action(c: &Call<'_>, t: ToolRequest) -> Handled {
+    let id = &c.req.id;
+    let ToolRequest { name, action, args, inputs, state, bind, .. } = t;
+    // The conformance fixtures' task tools: extra input requests, or an MRTR round first.
+    let (mut args, mut asks) = (args, serde_json::Map::new());
+    if is_fixture_tenant(c) {
+        match fixtures::task_prelude(&name, args, &inputs) {
+            fixtures::Prelude::Ask(requests) => {
+                let result = input_required(c, &bind, requests, json!({}));
                 return Handled::allowed(jsonrpc::result(id, result), Some(name));
             }
+            fixtures::Prelude::Run { args: a, input_requests } => (args, asks) = (a, input_requests),
         }
-        Ok(None) => {}
-        Err(e) => return fail(e, None),
     }
-    let inputs = match input_responses(params) {
-        Ok(i) => i,
-        Err(e) => return fail(e, None),
-    };
-    let bind = binding(c, format!("tools/call {name} {}", writ_api::sha256_hex(args.to_string().as_bytes())));
-    let state = match request_state(c, &bind) {
-        Ok(s) => s,
-        Err(e) => return fail(e, None),
-    };
-    if let Execution::Upstream(_) = &action.execution {
-        let prepared = match c.edge.upstreams.prepare(c.edge, &c.authority.tenant_id, &action, &args) {
-            Ok(p) => p,
-            // Arguments the pinned schema refuses are the model's to correct, like the action's.
-            Err(r) if r.reason == ReasonCode::INPUT_INVALID => {
-                return Handled::allowed(jsonrpc::result(id, crate::upstream::refusal_result(&r)), Some(name));
-            }
-            Err(r) => return fail(RpcError::rejected(&r).in_band(), Some(r)),
-        };
-        // The call runs in reply's task (progress relayed over SSE; cancelled with the request).
-        let (edge, failure) = (c.edge.clone(), Arc::new(std::sync::Mutex::new(None::<Rejection>)));
-        let seen = failure.clone();
-        let sse = reply::accepts_sse(c.headers);
-        let response = reply::run(id, params.get("_meta"), sse, move |notify| async move {
-            match edge.upstreams.call(&edge, prepared, &action, args, notify).await {
-                Ok(mut result) => {
-                    result["resultType"] = json!("complete");
-                    Ok(result)
-                }
-                Err(r) => {
-                    let e = RpcError::rejected(&r).in_band();
-                    *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
-                    Err(e)
-                }
-            }
-        })
-        .await;
-        // A failure known before the response (JSON, or SSE before any notification) is a
-        // denial with its reason; one after streamed progress is in the stream only.
-        let denied = failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        return Handled { response, name: Some(name), denied, effectful: false };
-    }
-    let Execution::Builtin(handler) = action.execution.clone() else {
-        // The conformance fixtures' task tools: extra input requests, or an MRTR round first.
-        let (mut args, mut asks) = (args, serde_json::Map::new());
-        if is_fixture_tenant(c) {
-            match fixtures::task_prelude(&name, args, &inputs) {
-                fixtures::Prelude::Ask(requests) => {
-                    let result = input_required(c, &bind, requests, json!({}));
-                    return Handled::allowed(jsonrpc::result(id, result), Some(name));
-                }
-                fixtures::Prelude::Run { args: a, input_requests } => (args, asks) = (a, input_requests),
-            }
+    let response = match operations::direct(c, &action, args, &inputs, state, asks).await {
+        Ok(operations::Direct::Complete(result)) => jsonrpc::result(id, result),
+        Ok(operations::Direct::Confirm { requests, state }) => {
+            jsonrpc::result(id, input_required(c, &bind, requests, state))
         }
-        let response = match operations::direct(c, &action, args, &inputs, state, asks).await {
-            Ok(operations::Direct::Complete(result)) => jsonrpc::result(id, result),
-            Ok(operations::Direct::Confirm { requests, state }) => {
-                jsonrpc::result(id, input_required(c, &bind, requests, state))
-            }
-            Ok(operations::Direct::Perform(pending)) => perform_upstream(c, *pending).await,
-            Err(e) => e.with_id(id).into_response(),
-        };
-        return Handled { response, name: Some(name), denied: None, effectful: true };
+        Ok(operations::Direct::Perform(pending)) => perform_upstream(c, *pending).await,
+        Err(e) => e.with_id(id).into_response(),
     };
+    Handled { response, name: Some(name), denied: None, effectful: true }
+}
+
+/// A handler built into the edge, run in the reply's task; its result is checked against the
+/// tool's output schema, and an `InputRequired` answer's state is sealed to this call.
+async fn call_builtin(c: &Call<'_>, t: ToolRequest, handler: String) -> Handled {
+    let ToolRequest { name, action, digest, args, inputs, state, bind } = t;
     let tool_call = ToolCall {
         tenant_id: c.authority.tenant_id.clone(),
         args,
@@ -591,28 +621,24 @@ async fn call_tool(c: &Call<'_>) -> Handled {
     };
     let output = match c.edge.validators.get(&digest, &action, true) {
         Ok(v) => v,
-        Err(e) => return fail(e, None),
+        Err(e) => return *refused_call(c, &name, e, None),
     };
-    let (key, sealed_bind) = (c.edge.config.seal_key.clone(), bind);
+    let key = c.edge.config.seal_key.clone();
     let sse = reply::accepts_sse(c.headers);
-    let response = reply::run(id, params.get("_meta"), sse, move |notify| async move {
+    let response = reply::run(&c.req.id, c.req.params().get("_meta"), sse, move |notify| async move {
         match builtin::call(&handler, tool_call, notify).await? {
             ToolAnswer::Complete(mut result) => {
                 if let (Some(v), false) = (&output, result["isError"] == json!(true)) {
-                    let ok = result.get("structuredContent").is_some_and(|s| v.is_valid(s));
-                    if !ok {
-                        return Err(RpcError::reason(
-                            ReasonCode::OUTPUT_INVALID,
-                            "the tool's result does not match its output schema",
-                        )
-                        .in_band());
+                    if !result.get("structuredContent").is_some_and(|s| v.is_valid(s)) {
+                        let msg = "the tool's result does not match its output schema";
+                        return Err(RpcError::reason(ReasonCode::OUTPUT_INVALID, msg).in_band());
                     }
                 }
                 result["resultType"] = json!("complete");
                 Ok(result)
             }
             ToolAnswer::InputRequired { requests, state } => {
-                let sealed = seal::seal(&key, &sealed_bind, now_ms() + REQUEST_STATE_TTL_MS, state);
+                let sealed = seal::seal(&key, &bind, now_ms() + REQUEST_STATE_TTL_MS, state);
                 Ok(json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
             }
         }
