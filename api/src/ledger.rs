@@ -4,6 +4,7 @@
 //! compatibility promise: variants are only ever appended, and a changed shape is a new `V2`
 //! variant. `api/tests/golden.rs` pins the bytes.
 
+pub use crate::tenant::{Tenant, TenantState};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -246,7 +247,7 @@ pub enum Command {
     /// on the principal's behalf: `authority_ref` names the token (or tenant issuer) the edge
     /// admitted the request under, and the ledger re-derives that authority and checks the
     /// scope the act needs before deciding `command` (SPEC S3; see
-    /// `decide::operation::on_behalf_of`). Edges may submit those acts only this way.
+    /// `operation::decide::on_behalf_of`). Edges may submit those acts only this way.
     OnBehalfOf {
         authority_ref: String,
         command: Box<Command>,
@@ -522,7 +523,7 @@ pub enum Command {
     },
     /// `command` made by the operator of session `session_id` through the admin API: every
     /// replica checks that the session stands and that its role and scope allow the act
-    /// (`crate::decide::operator::check`), and records `OperatorActedV1` before the command's events.
+    /// (`crate::operator::decide::check`), and records `OperatorActedV1` before the command's events.
     /// Formed by a node's admin API only (an edge may not submit it).
     ByOperator {
         session_id: String,
@@ -1942,47 +1943,6 @@ pub enum Outcome {
     /// A [`Command::Batch`]'s outcomes, one per command in its order (the leader answers each
     /// proposer with its own).
     Batch(Vec<Outcome>),
-}
-
-/// Lifecycle state of a tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TenantState {
-    Active,
-    Suspended,
-    /// A tombstone: final; nothing of the tenant is served or changed any more.
-    Deleted,
-}
-
-/// The tenant view, derived from tenant events.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tenant {
-    pub id: String,
-    pub name: String,
-    pub display_name: Option<String>,
-    pub state: TenantState,
-    pub created_at_ms: u64,
-    pub updated_at_ms: u64,
-    /// Revision of the last event that changed this tenant.
-    pub revision: u64,
-    pub settings: TenantSettingsV1,
-}
-
-impl Tenant {
-    /// Why the tenant takes no request now — suspended or deleted — if it takes none: the one
-    /// domain gate every path (tokens, commands, executors) asks.
-    pub fn closed(&self) -> Option<crate::rejection::Rejection> {
-        use crate::rejection::Rejection;
-        match self.state {
-            TenantState::Active => None,
-            TenantState::Suspended => {
-                Some(Rejection::new(ReasonCode::TENANT_SUSPENDED, format!("tenant '{}' is suspended", self.name)))
-            }
-            TenantState::Deleted => {
-                Some(Rejection::new(ReasonCode::TENANT_DELETED, format!("tenant '{}' was deleted", self.name)))
-            }
-        }
-    }
 }
 
 impl std::fmt::Display for LedgerRequest {

@@ -53,6 +53,7 @@ pub mod role;
 pub mod session;
 pub mod settings;
 pub mod state;
+pub mod tenant;
 pub mod token;
 pub mod trace;
 pub mod trail;

@@ -1,23 +1,21 @@
-//! The ledger's state and its fold: `LedgerState` holds every view, derived only from events,
-//! and `fold_event` folds one event into it (`crate::decide` says which events a command
-//! appends). No IO, no clock, no randomness, no hash-map iteration: the same log yields
-//! byte-identical state (and digest) on every replica.
+//! The ledger's state: `LedgerState` holds every view, derived only from events, and
+//! `fold_event` folds one event into it — [`LedgerState::fold_views`] checks the event's place
+//! in the log and hands it to its domain's fold (`crate::operation`'s `fold.rs`, …;
+//! `crate::decide` says which events a command appends). No IO, no clock, no randomness, no
+//! hash-map iteration: the same log yields byte-identical state (and digest) on every replica.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::audit::{AuditIndex, AuditRecord};
-use crate::catalog::{CatalogVersion, CATALOG_VERSIONS_KEPT};
+use crate::catalog::CatalogVersion;
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
 use crate::ledger::{Command, Event, EventEnvelope, Tenant, TenantState};
-use crate::principal::{Principal, PrincipalState};
-use crate::settings::TenantSettingsV1;
+use crate::principal::Principal;
 use crate::token::{SigningKeyV1, TenantIssuer, Token};
 use crate::trail::records_for;
 use serde::{Deserialize, Serialize};
 
-mod fold;
-
-use crate::operation::{DeviceLease, Operation, OperationState, DISPATCH_START_MS};
+use crate::operation::{DeviceLease, Operation, OperationState};
 use crate::quota::{PrincipalQuotasV2, QuotaWindow};
 
 /// Every view of the ledger, derived only from events. Snapshots are this struct, encoded.
@@ -201,7 +199,7 @@ pub struct OperationIndex {
 
 impl OperationIndex {
     /// Moves `operation_id` of `tenant_id` from what `old` indexed to what `new` does.
-    fn update(&mut self, old: Option<&Operation>, new: Option<&Operation>) {
+    pub(crate) fn update(&mut self, old: Option<&Operation>, new: Option<&Operation>) {
         let Some(any) = new.or(old) else { return };
         let (tenant, id) = (&any.tenant_id, &any.spec.operation_id);
         if let Some(old) = old {
@@ -284,7 +282,7 @@ impl OperationIndex {
 }
 
 /// Removes `item` from the set of `key`, dropping the set when it empties.
-fn remove_from<K: Ord, T: Ord>(map: &mut BTreeMap<K, BTreeSet<T>>, key: &K, item: &T) {
+pub(crate) fn remove_from<K: Ord, T: Ord>(map: &mut BTreeMap<K, BTreeSet<T>>, key: &K, item: &T) {
     if let Some(set) = map.get_mut(key) {
         set.remove(item);
         if set.is_empty() {
@@ -326,13 +324,13 @@ impl std::fmt::Display for CorruptEvent {
 
 impl std::error::Error for CorruptEvent {}
 
-fn unknown(env: &EventEnvelope, what: &str, id: &str) -> CorruptEvent {
+pub(crate) fn unknown(env: &EventEnvelope, what: &str, id: &str) -> CorruptEvent {
     CorruptEvent::new(env, format!("unknown {what} '{id}'"))
 }
 
 impl LedgerState {
     /// A principal's own quotas (all unset: none of its own).
-    fn set_principal_quotas(&mut self, tenant_id: &str, principal_id: &str, quotas: PrincipalQuotasV2) {
+    pub(crate) fn set_principal_quotas(&mut self, tenant_id: &str, principal_id: &str, quotas: PrincipalQuotasV2) {
         let by_tenant = self.principal_quotas.entry(tenant_id.to_string()).or_default();
         if quotas == PrincipalQuotasV2::default() {
             by_tenant.remove(principal_id);
@@ -465,10 +463,10 @@ impl LedgerState {
             | Event::UpstreamToolsApprovedV1 { .. }
             | Event::UpstreamFuseChangedV1 { .. }
             | Event::OperationUpstreamBoundV1 { .. } => self.fold_upstream(env),
-            Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => fold_work(self, env),
+            Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => self.fold_work(env),
             Event::OperationsCompactedV1 { .. }
             | Event::BindingsReleasedV1 { .. }
-            | Event::CredentialsRetiredV1 { .. } => fold_retention(self, env),
+            | Event::CredentialsRetiredV1 { .. } => self.fold_retention(env),
             // Only audit records.
             Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }
@@ -493,7 +491,7 @@ impl LedgerState {
 
     /// Forgets everything of a purged tenant (its stream's sequence stays: ids are never
     /// reused); the node drops its audit records and evidence blobs (`Event::TenantPurgedV1`).
-    fn purge_tenant(&mut self, tenant_id: &str, name: &str) {
+    pub(crate) fn purge_tenant(&mut self, tenant_id: &str, name: &str) {
         self.tenants.remove(tenant_id);
         self.tenant_names.remove(name);
         self.principals.remove(tenant_id);
@@ -541,7 +539,7 @@ impl LedgerState {
         self.rebuild_index();
     }
 
-    fn set_tenant_state(
+    pub(crate) fn set_tenant_state(
         &mut self,
         tenant_id: &str,
         state: TenantState,
@@ -554,7 +552,7 @@ impl LedgerState {
         Ok(())
     }
 
-    fn principal_mut(
+    pub(crate) fn principal_mut(
         &mut self,
         tenant_id: &str,
         principal_id: &str,
@@ -755,7 +753,7 @@ impl LedgerState {
         self.upstreams.get(tenant_id)?.get(name)
     }
 
-    fn upstream_mut(
+    pub(crate) fn upstream_mut(
         &mut self,
         tenant_id: &str,
         name: &str,
@@ -1191,318 +1189,8 @@ fn page_by_name<T>(
     (rows.into_iter().map(|(_, v)| v).collect(), next)
 }
 
-/// Folds an operation event into the state; an event naming an operation the state does not
-/// hold is [`CorruptEvent`].
-fn fold_operation(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
-    // An operation is taken out of the map (no copy), changed, and stored back with its
-    // indexes moved from what it was to what it is.
-    let op_mut = |state: &mut LedgerState, tenant_id: &str, operation_id: &str| -> Result<Operation, CorruptEvent> {
-        let op = state
-            .operations
-            .get_mut(tenant_id)
-            .and_then(|m| m.remove(operation_id))
-            .ok_or_else(|| CorruptEvent::new(env, format!("unknown operation '{operation_id}'")))?;
-        state.index.update(Some(&op), None);
-        Ok(op)
-    };
-    let store = |state: &mut LedgerState, mut op: Operation| {
-        op.updated_at_ms = env.at_ms;
-        op.revision = env.revision;
-        let live = state.live_operations.entry(op.tenant_id.clone()).or_default();
-        if op.is_live() {
-            live.insert(op.spec.operation_id.clone());
-        } else {
-            live.remove(&op.spec.operation_id);
-            if state.projection {
-                op.drop_inputs();
-            }
-        }
-        state.index.update(None, Some(&op));
-        if !op.state.is_waiting() {
-            // Attempted or ended: nobody claims it any more.
-            if let Some(m) = state.upstream_operations.get_mut(&op.tenant_id) {
-                m.remove(&op.spec.operation_id);
-                if m.is_empty() {
-                    state.upstream_operations.remove(&op.tenant_id);
-                }
-            }
-        }
-        state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
-    };
-    match &env.event {
-        Event::OperationSubmittedV1 { tenant_id, spec } => {
-            state.operation_windows.entry(tenant_id.clone()).or_default().record(env.at_ms, spec.cost_units);
-            state
-                .principal_operation_windows
-                .entry(tenant_id.clone())
-                .or_default()
-                .entry(spec.principal_id.clone())
-                .or_default()
-                .record(env.at_ms, spec.cost_units);
-            state
-                .idempotency
-                .entry(tenant_id.clone())
-                .or_default()
-                .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
-            // A work item it names carries it (decide checked the item's scope and bounds).
-            if let Some(w) = spec.work_ref.as_ref().and_then(|r| state.works.get_mut(tenant_id)?.get_mut(&r.id)) {
-                w.operations.push(spec.operation_id.clone());
-                w.cost_used += spec.cost_units;
-            }
-            let waiting = !spec.input_requests.is_empty();
-            let op = Operation {
-                tenant_id: tenant_id.clone(),
-                spec: spec.clone(),
-                state: if waiting { OperationState::Proposed } else { OperationState::Verified },
-                executor_id: None,
-                fencing_token: None,
-                attempts: 0,
-                lease_expires_at_ms: None,
-                evidence: Vec::new(),
-                observations: Vec::new(),
-                answers: BTreeMap::new(),
-                cancel_requested: false,
-                cause: if waiting { "waiting for the requester's input" } else { "recorded" }.into(),
-                created_at_ms: env.at_ms,
-                updated_at_ms: env.at_ms,
-                revision: env.revision,
-            };
-            store(state, op);
-        }
-        Event::DeviceReservedV1 { tenant_id, device_id, operation_id, fencing_token, expires_at_ms } => {
-            state.fencing.entry(tenant_id.clone()).or_default().insert(device_id.clone(), *fencing_token);
-            let lease = DeviceLease {
-                operation_id: operation_id.clone(),
-                fencing_token: *fencing_token,
-                expires_at_ms: *expires_at_ms,
-            };
-            state.device_leases.entry(tenant_id.clone()).or_default().insert(device_id.clone(), lease);
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.state = OperationState::Reserved;
-            op.fencing_token = Some(*fencing_token);
-            store(state, op);
-        }
-        Event::DeviceReleasedV1 { tenant_id, device_id, operation_id } => {
-            if let Some(leases) = state.device_leases.get_mut(tenant_id) {
-                if leases.get(device_id).is_some_and(|l| &l.operation_id == operation_id) {
-                    leases.remove(device_id);
-                }
-            }
-        }
-        Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.state = OperationState::Dispatched;
-            op.executor_id = Some(executor_id.clone());
-            op.lease_expires_at_ms = Some(env.at_ms + DISPATCH_START_MS);
-            store(state, op);
-        }
-        Event::OperationTransitionedV1 { tenant_id, operation_id, to, cause, .. } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            if *to == OperationState::Attempting {
-                op.attempts += 1;
-            }
-            op.state = *to;
-            op.cause = cause.clone();
-            if *to == OperationState::Reserved {
-                // Offered again: no executor holds it.
-                op.executor_id = None;
-                op.lease_expires_at_ms = None;
-            }
-            store(state, op);
-        }
-        Event::OperationInputsAnsweredV1 { tenant_id, operation_id, answers } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.answers.extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
-            store(state, op);
-        }
-        Event::OperationCancelRequestedV1 { tenant_id, operation_id, by_principal_id } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.cancel_requested = true;
-            op.cause = format!("cancellation requested by '{by_principal_id}' during the attempt");
-            store(state, op);
-        }
-        Event::AttemptLeaseExtendedV1 { tenant_id, device_id, operation_id, expires_at_ms } => {
-            if let Some(l) = device_id.as_ref().and_then(|d| state.device_leases.get_mut(tenant_id)?.get_mut(d)) {
-                if &l.operation_id == operation_id {
-                    l.expires_at_ms = *expires_at_ms;
-                }
-            }
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.lease_expires_at_ms = Some(*expires_at_ms);
-            store(state, op);
-        }
-        Event::EvidenceReportedV1 { tenant_id, operation_id, evidence } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.evidence.push(evidence.clone());
-            store(state, op);
-        }
-        Event::ObservationRecordedV1 { tenant_id, operation_id, observation } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.observations.push(observation.clone());
-            store(state, op);
-        }
-        Event::OperationRefusedV1 { tenant_id, operation_id, cause, .. } => {
-            let mut op = op_mut(state, tenant_id, operation_id)?;
-            op.state = OperationState::Failed;
-            op.cause = cause.clone();
-            store(state, op);
-        }
-        _ => {}
-    }
-    record_transition(state, env);
-    Ok(())
-}
-
-/// Folds [`Event::WorkCreatedV1`] and [`Event::WorkRevisedV1`].
-fn fold_work(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
-    use crate::work::{WorkItem, WorkState};
-    match &env.event {
-        Event::WorkCreatedV1 { tenant_id, work_id, title, owner, scope, by } => {
-            let item = WorkItem {
-                id: work_id.clone(),
-                tenant_id: tenant_id.clone(),
-                title: title.clone(),
-                owner: owner.clone(),
-                state: WorkState::Open,
-                revision: 1,
-                scope: scope.clone(),
-                cost_used: 0,
-                operations: Vec::new(),
-                note: String::new(),
-                updated_by: by.clone(),
-                created_at_ms: env.at_ms,
-                updated_at_ms: env.at_ms,
-            };
-            state.works.entry(tenant_id.clone()).or_default().insert(work_id.clone(), item);
-        }
-        Event::WorkRevisedV1 { tenant_id, work_id, revision, change, by, .. } => {
-            let item = state
-                .works
-                .get_mut(tenant_id)
-                .and_then(|m| m.get_mut(work_id))
-                .ok_or_else(|| CorruptEvent::new(env, format!("unknown work item '{work_id}'")))?;
-            if *revision != item.revision + 1 {
-                return Err(CorruptEvent::new(env, format!("work revision gap after {}", item.revision)));
-            }
-            let change = change.clone();
-            item.title = change.title.unwrap_or(std::mem::take(&mut item.title));
-            item.owner = change.owner.unwrap_or(std::mem::take(&mut item.owner));
-            item.scope = change.scope.unwrap_or(std::mem::take(&mut item.scope));
-            item.state = change.state.unwrap_or(item.state);
-            item.note = change.note.unwrap_or_default();
-            item.revision = *revision;
-            item.updated_by = by.clone();
-            item.updated_at_ms = env.at_ms;
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// Appends the transition `env` made (if it made one) to its operation's history, keeping the
-/// first and the newest ([`crate::operation::HISTORY_KEPT`] in all).
-fn record_transition(state: &mut LedgerState, env: &EventEnvelope) {
-    use crate::operation::{TransitionV1, HISTORY_KEPT};
-    use OperationState::*;
-    let (tenant_id, operation_id, from, to, cause, reason) = match &env.event {
-        Event::OperationSubmittedV1 { tenant_id, spec } => {
-            let (to, cause) = if spec.input_requests.is_empty() {
-                (Verified, "recorded")
-            } else {
-                (Proposed, "recorded; waiting for the requester's input")
-            };
-            (tenant_id, &spec.operation_id, None, to, cause.to_string(), None)
-        }
-        Event::DeviceReservedV1 { tenant_id, device_id, operation_id, fencing_token, .. } => {
-            let cause = format!("device '{device_id}' reserved with fencing token {fencing_token}");
-            (tenant_id, operation_id, Some(Verified), Reserved, cause, None)
-        }
-        Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } => {
-            let cause = format!("dispatched to executor '{executor_id}'");
-            (tenant_id, operation_id, Some(Reserved), Dispatched, cause, None)
-        }
-        Event::OperationTransitionedV1 { tenant_id, operation_id, from, to, cause } => {
-            (tenant_id, operation_id, Some(*from), *to, cause.clone(), None)
-        }
-        Event::OperationRefusedV1 { tenant_id, operation_id, reason, cause, .. } => {
-            (tenant_id, operation_id, Some(Dispatched), Failed, cause.clone(), Some(*reason))
-        }
-        _ => return,
-    };
-    let steps = state.history.entry(tenant_id.clone()).or_default().entry(operation_id.clone()).or_default();
-    if steps.len() >= HISTORY_KEPT {
-        steps.remove(1);
-    }
-    steps.push(TransitionV1 {
-        from,
-        to,
-        cause,
-        reason,
-        at_ms: env.at_ms,
-        revision: env.revision,
-        trace_id: env.trace_id.clone(),
-    });
-}
-
-/// Folds the retention events ([`crate::retention`]): compacts finished operations to their
-/// bindings, releases bindings (and their keys), drops retired token records and enrollments.
-fn fold_retention(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), CorruptEvent> {
-    match &env.event {
-        Event::OperationsCompactedV1 { tenant_id, operation_ids } => {
-            for id in operation_ids {
-                let op = state.operations.get_mut(tenant_id).and_then(|m| m.remove(id));
-                let op = op.ok_or_else(|| unknown(env, "operation", id))?;
-                state.index.update(Some(&op), None);
-                if let Some(h) = state.history.get_mut(tenant_id) {
-                    h.remove(id);
-                }
-                let at = (op.updated_at_ms, id.clone());
-                state.index.compacted.entry(tenant_id.clone()).or_default().insert(at);
-                state.compacted.entry(tenant_id.clone()).or_default().insert(id.clone(), op.binding());
-            }
-            drop_empty(&mut state.operations, tenant_id);
-            drop_empty(&mut state.history, tenant_id);
-        }
-        Event::BindingsReleasedV1 { tenant_id, operation_ids } => {
-            for id in operation_ids {
-                let op = state.compacted.get_mut(tenant_id).and_then(|m| m.remove(id));
-                let op = op.ok_or_else(|| unknown(env, "compacted operation", id))?;
-                remove_from(&mut state.index.compacted, tenant_id, &(op.updated_at_ms, id.clone()));
-                if let Some(keys) = state.idempotency.get_mut(tenant_id) {
-                    keys.remove(&idempotency_slot(&op.spec.principal_id, &op.spec.idempotency_key));
-                }
-            }
-            drop_empty(&mut state.compacted, tenant_id);
-            drop_empty(&mut state.idempotency, tenant_id);
-        }
-        Event::CredentialsRetiredV1 { tenant_id, jtis, enrollments } => {
-            for jti in jtis {
-                let token = state.tokens.get_mut(tenant_id).and_then(|m| m.remove(jti));
-                let token = token.ok_or_else(|| unknown(env, "token", jti))?;
-                remove_from(&mut state.index.token_expiry, tenant_id, &(token.record.expires_at_ms, jti.clone()));
-                if let Some(children) = state.token_children.get_mut(tenant_id) {
-                    children.remove(jti);
-                    if let Some(parent) = &token.record.parent_jti {
-                        remove_from(children, parent, jti);
-                    }
-                }
-            }
-            for id in enrollments {
-                let e = state.enrollments.get_mut(tenant_id).and_then(|m| m.remove(id));
-                let e = e.ok_or_else(|| unknown(env, "enrollment", id))?;
-                remove_from(&mut state.index.enrollment_expiry, tenant_id, &(e.expires_at_ms, id.clone()));
-            }
-            drop_empty(&mut state.tokens, tenant_id);
-            drop_empty(&mut state.token_children, tenant_id);
-            drop_empty(&mut state.enrollments, tenant_id);
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
 /// Drops `key`'s map when it is empty (so a tenant's emptied views leave no trace).
-fn drop_empty<K: Ord, V>(map: &mut BTreeMap<String, BTreeMap<K, V>>, key: &str) {
+pub(crate) fn drop_empty<K: Ord, V>(map: &mut BTreeMap<String, BTreeMap<K, V>>, key: &str) {
     if map.get(key).is_some_and(|m| m.is_empty()) {
         map.remove(key);
     }

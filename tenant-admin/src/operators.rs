@@ -1,7 +1,7 @@
 //! Named operators on the admin API: who they are (`/v1/operators`), their sessions (a
 //! credential handed out once, kept in the ledger as a digest), and what a session lets its
 //! operator reach here ([`permit`]); what it lets them change is checked by the ledger
-//! (`writ_api::decide::operator::check`, through `Command::ByOperator`).
+//! (`writ_api::operator::decide::check`, through `Command::ByOperator`).
 
 use axum::extract::{Path, State};
 use axum::http::Method;

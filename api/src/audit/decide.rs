@@ -1,9 +1,9 @@
 //! Request decisions (SPEC D10) recorded by edges, in bounded batches.
 
-use super::prelude::*;
 use crate::audit::{AuthorityChainV1, RequestDecisionV1, RequestDecisionV2, DELEGATION_RECORDED_MAX};
+use crate::decide::prelude::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::RecordDecisions { tenant_id, decisions } => {
             check_decisions(state, tenant_id, decisions.iter())?;
@@ -62,7 +62,7 @@ fn check_decision(state: &LedgerState, tenant_id: &str, d: &RequestDecisionV1) -
 /// token's delegation, the tenant's catalog (its version and digest) and the upstream the
 /// named tool runs on — and, for a decision travelling with its command, the operation and
 /// attempt the command is about.
-pub(super) fn completed(
+pub(crate) fn completed(
     state: &LedgerState,
     tenant_id: &str,
     d: &RequestDecisionV2,
@@ -166,7 +166,7 @@ fn known_subject(state: &LedgerState, tenant_id: &str, subject: &str) -> bool {
 
 /// Whether `decision` may travel with `command` (`Command::Audited`): a bounded decision, with
 /// a command that is neither another audited command nor a batch of decisions.
-pub(super) fn audited(
+pub(crate) fn audited(
     decision: &RequestDecisionV1,
     authority: Option<&AuthorityChainV1>,
     command: &Command,
@@ -189,7 +189,7 @@ pub(super) fn audited(
 
 /// The decision as the ledger records it: allowed when its command applied, else denied with
 /// the command's rejection reason.
-pub(super) fn decided(decision: &RequestDecisionV1, refusal: Option<ReasonCode>) -> RequestDecisionV1 {
+pub(crate) fn decided(decision: &RequestDecisionV1, refusal: Option<ReasonCode>) -> RequestDecisionV1 {
     RequestDecisionV1 {
         outcome: if refusal.is_some() { "denied" } else { "allowed" }.into(),
         reason: refusal,

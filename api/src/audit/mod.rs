@@ -635,6 +635,8 @@ impl AuditFilter {
     }
 }
 
+pub mod decide;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,8 @@
 //! Catalogs (SPEC D4): a checked catalog becomes the next version unless its digest equals the newest one.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::PublishCatalog { tenant_id, catalog } => {
             existing(state, tenant_id)?;

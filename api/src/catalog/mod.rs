@@ -553,6 +553,9 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+pub mod decide;
+mod fold;
+
 #[cfg(test)]
 mod tests {
     use super::*;

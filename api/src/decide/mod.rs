@@ -1,25 +1,27 @@
 //! `decide`: what a command does to the state at ledger time `now`, without changing it —
 //! events to append, or a [`Rejection`] (which becomes a rejection event; a business-rule
 //! failure never panics). One function per domain, chosen by `Command::domain` (an exhaustive
-//! match, so a new command forces a decision about where its rules live).
+//! match, so a new command forces a decision about where its rules live); each lives in its
+//! domain's folder beside the domain's types and fold (`crate::operation::decide`, …).
 //!
 //! Also `LedgerState::execute`, which runs one log entry: advance ledger time, append the
 //! transitions that time made due, decide, and fold the events (`state.rs`).
 
-mod audit;
-mod catalog;
-mod executor;
-mod oauth;
-pub mod operation;
-pub mod operator;
-mod principal;
-mod quota;
-mod retention;
-mod site;
-mod tenant;
-mod token;
-pub mod upstream;
-pub(crate) mod work;
+// Each domain's rules live in its own folder beside its types (`crate::operation::decide`, …).
+use crate::audit::decide as audit;
+use crate::catalog::decide as catalog;
+use crate::device::decide as site;
+use crate::executor::decide as executor;
+use crate::oauth::decide as oauth;
+pub use crate::operation::decide as operation;
+pub use crate::operator::decide as operator;
+use crate::principal::decide as principal;
+use crate::quota::decide as quota;
+use crate::retention::decide as retention;
+use crate::tenant::decide as tenant;
+use crate::token::decide as token;
+pub use crate::upstream::decide as upstream;
+pub(crate) use crate::work::decide as work;
 
 #[cfg(test)]
 mod tests;
@@ -34,18 +36,18 @@ use crate::rejection::Rejection;
 use crate::state::LedgerState;
 
 /// What every domain's rules use.
-mod prelude {
-    pub(super) use super::{active, active_principal, existing, misrouted};
-    pub(super) use crate::catalog::check_stored;
-    pub(super) use crate::device::{validate_device, validate_site, ENROLLMENT_TTL_MAX_S};
-    pub(super) use crate::ledger::{Command, Event, TenantState, CLUSTER_STREAM};
-    pub(super) use crate::principal::{scope_covers, validate_scope};
-    pub(super) use crate::reason::ReasonCode;
-    pub(super) use crate::rejection::{
+pub(crate) mod prelude {
+    pub(crate) use super::{active, active_principal, existing, misrouted};
+    pub(crate) use crate::catalog::check_stored;
+    pub(crate) use crate::device::{validate_device, validate_site, ENROLLMENT_TTL_MAX_S};
+    pub(crate) use crate::ledger::{Command, Event, TenantState, CLUSTER_STREAM};
+    pub(crate) use crate::principal::{scope_covers, validate_scope};
+    pub(crate) use crate::reason::ReasonCode;
+    pub(crate) use crate::rejection::{
         validate_tenant_name, validate_text, Rejection, DISPLAY_NAME_BYTES_MAX, NOTE_BYTES_MAX,
     };
-    pub(super) use crate::state::LedgerState;
-    pub(super) use crate::token::{TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
+    pub(crate) use crate::state::LedgerState;
+    pub(crate) use crate::token::{TokenRecordV1, TokenRequestV1, DELEGATION_DEPTH_MAX_DEFAULT};
 }
 
 /// Decides what `cmd` does to `state` at ledger time `now`.
@@ -92,26 +94,26 @@ pub(crate) fn on_behalf_of(
 }
 
 /// A command routed to a domain that does not decide it (a bug in [`decide`], not bad input).
-fn misrouted(cmd: &Command) -> Rejection {
+pub(crate) fn misrouted(cmd: &Command) -> Rejection {
     Rejection::new(ReasonCode::INTERNAL, format!("{} is not decided by this domain", cmd.kind()))
 }
 
 /// The decision travelling with a command (`Command::Audited`, `Command::AuditedV2`).
 #[derive(Clone, Copy)]
-enum Decision<'a> {
+pub(crate) enum Decision<'a> {
     V1(&'a RequestDecisionV1),
     V2(&'a RequestDecisionV2),
 }
 
 impl<'a> Decision<'a> {
-    fn plain(self) -> &'a RequestDecisionV1 {
+    pub(crate) fn plain(self) -> &'a RequestDecisionV1 {
         match self {
             Decision::V1(d) => d,
             Decision::V2(d) => &d.decision,
         }
     }
 
-    fn authority(self) -> Option<&'a crate::audit::AuthorityChainV1> {
+    pub(crate) fn authority(self) -> Option<&'a crate::audit::AuthorityChainV1> {
         match self {
             Decision::V1(_) => None,
             Decision::V2(d) => Some(&d.authority),

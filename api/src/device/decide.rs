@@ -1,8 +1,8 @@
 //! Sites and devices (SPEC D5): tenant-unique names; a device belongs to a site of its tenant.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreateSite { tenant_id, site_id, name, display_name } => {
             existing(state, tenant_id)?;

@@ -171,3 +171,6 @@ pub struct ExecutorCaV1 {
     pub fingerprint: String,
     pub cert_der: Vec<u8>,
 }
+
+pub mod decide;
+mod fold;

@@ -1,9 +1,9 @@
 //! Executor enrollment (SPEC X1): one-time expiring enrollments, their atomic completion with a certificate record, revocation, and tenant executor CAs.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::revocation::EXECUTOR_CA_RETIREMENTS_MAX;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreateEnrollment { .. } => create_enrollment(state, cmd, now),
         Command::CompleteEnrollment { .. } => complete_enrollment(state, cmd, now),
@@ -39,10 +39,10 @@ fn set_presence(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Even
     };
     existing(state, tenant_id)?;
     let edge_ok = !edge_id.is_empty()
-        && edge_id.len() <= super::upstream::EDGE_ID_BYTES_MAX
+        && edge_id.len() <= crate::upstream::decide::EDGE_ID_BYTES_MAX
         && edge_id.bytes().all(|b| b.is_ascii_graphic());
     if !edge_ok {
-        let msg = format!("edge id must be 1..={} visible characters", super::upstream::EDGE_ID_BYTES_MAX);
+        let msg = format!("edge id must be 1..={} visible characters", crate::upstream::decide::EDGE_ID_BYTES_MAX);
         return Err(Rejection::new(ReasonCode::INPUT_INVALID, msg));
     }
     match state.executors.get(tenant_id).and_then(|m| m.get(executor_id)) {

@@ -276,6 +276,9 @@ pub struct ForwardedRenewal {
     pub renewal: RenewRequest,
 }
 
+pub mod decide;
+mod fold;
+
 #[cfg(test)]
 mod tests {
     use super::*;

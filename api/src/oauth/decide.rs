@@ -5,14 +5,14 @@
 
 use std::collections::BTreeSet;
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::oauth::{
     s256_challenge, AuthRequest, AuthStatusV1, GrantChangeV1, GrantProofV1, GrantStepV1, NewRefreshV1, OAuthClientV1,
     RefreshTokenV1, TenantOAuth, UsedProofV1, ASSERTIONS_MAX, ASSERTION_LIFETIME_MAX_MS, CLIENTS_MAX, CODE_TTL_MS,
     REFRESH_TOKENS_MAX, REFRESH_TTL_MS, REQUESTS_MAX, REQUEST_TTL_MS,
 };
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::SetOAuthClient { tenant_id, client } => set_client(state, tenant_id, client),
         Command::RemoveOAuthClient { tenant_id, client_id } => {
@@ -156,7 +156,7 @@ fn grant(state: &LedgerState, tenant_id: &str, step: &GrantStepV1, now: u64) -> 
                 return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, m));
             }
             let request = TokenRequestV1 { scopes: redeemed.scopes, ..token.clone() };
-            let issued = super::token::decide_token(state, tenant_id, &request, now)?;
+            let issued = crate::token::decide::decide_token(state, tenant_id, &request, now)?;
             let change = change(GrantChangeV1::Redeemed {
                 client_id: client_id.clone(),
                 used: redeemed.used,

@@ -402,6 +402,9 @@ pub fn assertion_key(client_id: &str, jti: &str) -> String {
     format!("{client_id}\u{0}{jti}")
 }
 
+pub mod decide;
+mod fold;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::prelude::*;
 use crate::catalog::Execution;
+use crate::decide::prelude::*;
 use crate::operation::*;
 use crate::principal::PrincipalState;
 use crate::state::idempotency_slot;
@@ -395,7 +395,7 @@ fn propose(
         return Err(invalid(format!("proposal id '{id}' is taken")));
     }
     let (checked, _) = recheck_authority(state, &tenant.id, spec, now)?;
-    super::work::admits(state, &tenant.id, &checked)?;
+    crate::work::decide::admits(state, &tenant.id, &checked)?;
     let live: Vec<_> = live.into_iter().flat_map(|m| m.values()).filter(|p| p.expires_at_ms > now).collect();
     let own = live.iter().filter(|p| p.principal_id == spec.principal_id).count();
     if own >= PROPOSALS_PER_PRINCIPAL_MAX || live.len() >= PROPOSALS_PER_TENANT_MAX {
@@ -588,7 +588,7 @@ fn submit(
     // Anything new passes the re-check and the verification rule; its cost is the catalog's.
     let (spec, demands) = recheck_authority(state, tenant_id, spec, now)?;
     let spec = &spec;
-    super::work::admits(state, tenant_id, spec)?;
+    crate::work::decide::admits(state, tenant_id, spec)?;
     if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
         return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
     }
@@ -681,7 +681,9 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::ResolveUnknownEffect { .. } => resolve_unknown_effect(state, tenant_id, cmd, now),
         Command::CancelOperation { .. } => cancel_operation(state, tenant_id, cmd, now),
         Command::ExpireDue { .. } => Ok(vec![]),
-        Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
+        Command::OnBehalfOf { authority_ref, command } => {
+            crate::decide::on_behalf_of(state, authority_ref, command, now)
+        }
         other => Err(Rejection::new(ReasonCode::INTERNAL, format!("{} is not an operation command", other.kind()))),
     }
 }

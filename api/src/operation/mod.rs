@@ -24,7 +24,7 @@
 //!
 //! Every transition is an `OperationTransitionedV1` event with its cause.
 //!
-//! This module holds the types and pure helpers; the rules are `crate::decide::operation`
+//! This module holds the types and pure helpers; the rules are `crate::operation::decide`
 //! (what a command does) and the operation part of `LedgerState::fold_event` (what an event
 //! changes).
 
@@ -351,7 +351,7 @@ impl Operation {
         self.answers.clear();
     }
 
-    /// The ledger time at which time alone changes it (`decide::operation::due`): its deadline
+    /// The ledger time at which time alone changes it (`operation::decide::due`): its deadline
     /// while waiting, its attempt lease while dispatched or attempting, whichever comes first.
     pub fn due_at(&self) -> Option<u64> {
         let deadline = self.state.is_waiting().then_some(self.spec.deadline_ms);
@@ -491,6 +491,9 @@ impl OperationFilter {
 /// Operations scanned per list call at most (a filtered page may come back short; the cursor
 /// still moves on, as for audit pages).
 pub const OPERATIONS_SCAN_MAX: usize = 10_000;
+
+pub mod decide;
+mod fold;
 
 #[cfg(test)]
 mod tests {

@@ -1,12 +1,12 @@
 //! Named operators: who they are, their role and scope, their sessions, and what their acts
 //! (`Command::ByOperator`, unwrapped in `LedgerState::execute`) may be: [`check`].
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::operator::{
     validate, validate_session, OperatorAct, OperatorSessionV1, OperatorV1, Operators, OPERATORS_MAX,
 };
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::SetOperator { operator } => {
             validate(operator)?;

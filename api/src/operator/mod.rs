@@ -2,7 +2,7 @@
 //! the whole cluster or one tenant, and their sign-in sessions. The admin API authenticates a
 //! session by its secret (kept here only as a SHA-256 digest) and submits the person's acts
 //! inside `Command::ByOperator`; every replica then checks, at ledger time, that the session
-//! still stands and that its role and scope allow the act (`crate::decide::operator::check`), and records who acted.
+//! still stands and that its role and scope allow the act (`crate::operator::decide::check`), and records who acted.
 
 use std::collections::BTreeMap;
 
@@ -384,6 +384,9 @@ pub fn verify_id_token(
     }
     Ok(claims.sub)
 }
+
+pub mod decide;
+mod fold;
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,9 @@
 //! Principals (SPEC D2): creation with a name unique in the tenant, revocation, and taking one
 //! scope away or granting one more.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, _now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreatePrincipal { tenant_id, spec } => created(state, tenant_id, spec),
         Command::CreatePrincipalWith { tenant_id, spec, quotas } => {

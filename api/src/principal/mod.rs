@@ -226,6 +226,9 @@ impl Principal {
     }
 }
 
+pub mod decide;
+mod fold;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,8 @@
 //! Quotas (SPEC D9): principals' own limits and request-quota slices leased to edges.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::SetPrincipalQuotas { tenant_id, principal, quotas } => {
             existing(state, tenant_id)?;

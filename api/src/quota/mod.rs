@@ -165,6 +165,9 @@ pub fn grantable(
     n
 }
 
+pub mod decide;
+mod fold;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! `now` (see `crate::retention` for the rules), oldest first, at most
 //! [`RETIRED_PER_ENTRY`] of each kind per entry.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::retention::{horizon_ms, RETIRED_PER_ENTRY};
 
 /// The ids whose time (plus `after_ms`) has come, oldest first, bounded.

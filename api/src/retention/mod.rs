@@ -139,3 +139,6 @@ pub fn record_counts(state: &LedgerState) -> [(&'static str, u64); 8] {
         ("audit_records", state.audit.values().map(|a| a.len()).sum()),
     ]
 }
+
+pub mod decide;
+mod fold;

@@ -1,9 +1,9 @@
 //! Tenants (SPEC D1): creation with a unique name, suspension and resumption, settings patched and validated as a whole (the event carries the complete result).
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::settings::TenantSettingsV1;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreateTenant { tenant_id, name, display_name } => created(state, tenant_id, name, display_name),
         Command::CreateTenantWith { tenant_id, name, display_name, settings } => {

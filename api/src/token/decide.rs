@@ -1,11 +1,11 @@
 //! Tokens and issuers (SPEC D2, D3): recording a token (domain gate, lifetime bounds, delegation subset and depth), cascading revocation, node signing keys and tenant issuers.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::revocation::{
     normalize_serial, ISSUER_REVOCATIONS_MAX, JTI_BYTES_MAX, ROLE_REVOCATIONS_MAX, SERIAL_HEX_MAX,
 };
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::IssueToken { tenant_id, request } => Ok(vec![Event::TokenIssuedV1 {
             tenant_id: tenant_id.clone(),
@@ -115,7 +115,7 @@ fn principal_act(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Eve
             ));
         }
     }
-    super::on_behalf_of(state, authority_ref, command, now)
+    crate::decide::on_behalf_of(state, authority_ref, command, now)
 }
 
 /// A tenant issuer with its inline keys (an issuer known by its URL keeps its own).
@@ -196,7 +196,7 @@ fn retired(message: String) -> Rejection {
 /// The rules of issuing a token: domain gate (tenant active) before scope gate; lifetime clamped
 /// to the tenant's bounds and, for a delegated token, to its parent's; a delegated token's scopes
 /// are a subset of its parent's, which must hold `tokens:delegate`, within the depth limit.
-pub(super) fn decide_token(
+pub(crate) fn decide_token(
     state: &LedgerState,
     tenant_id: &str,
     req: &TokenRequestV1,

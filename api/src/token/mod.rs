@@ -276,3 +276,6 @@ impl std::fmt::Debug for ParsedJwks {
         f.write_str("ParsedJwks")
     }
 }
+
+pub mod decide;
+mod fold;

@@ -2,13 +2,13 @@
 //! tool sets that become a pending diff, approval of exactly the set that was shown, and the
 //! fuses edges record.
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::upstream::{validate_name, UpstreamV1, FUSE_REASON_BYTES_MAX, UPSTREAMS_PER_TENANT_MAX};
 
 /// Longest edge id a fuse is recorded under.
 pub const EDGE_ID_BYTES_MAX: usize = 128;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     let tenant_id = cmd.stream();
     existing(state, tenant_id)?;
     let found = |name: &str| {

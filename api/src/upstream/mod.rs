@@ -601,6 +601,9 @@ fn invalid(message: impl Into<String>) -> Rejection {
     Rejection::new(ReasonCode::UPSTREAM_INVALID, message)
 }
 
+pub mod decide;
+mod fold;
+
 #[cfg(test)]
 mod tests {
     use super::*;

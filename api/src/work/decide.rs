@@ -2,11 +2,11 @@
 //! revise them; every change is the item's next revision; an operation naming one is admitted
 //! only at its current revision and within its approved scope ([`admits`]).
 
-use super::prelude::*;
+use crate::decide::prelude::*;
 use crate::operation::OperationSpecV1;
 use crate::work::*;
 
-pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
+pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
     match cmd {
         Command::CreateWork { tenant_id, work_id, title, owner, scope, by } => {
             active(state, tenant_id)?;
@@ -73,7 +73,9 @@ pub(super) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
                 operations,
             }])
         }
-        Command::OnBehalfOf { authority_ref, command } => super::on_behalf_of(state, authority_ref, command, now),
+        Command::OnBehalfOf { authority_ref, command } => {
+            crate::decide::on_behalf_of(state, authority_ref, command, now)
+        }
         _ => Err(misrouted(cmd)),
     }
 }

@@ -4,7 +4,7 @@
 //! and how many cost units its operations may use. An operation naming `work_ref` is refused
 //! with `STALE_REVISION` when the item has moved past the revision it names, and with
 //! `WORK_SCOPE_EXCEEDED` / `COST_CEILING_EXCEEDED` outside the approved scope
-//! (`decide::work::admits`). Closing an item (completed or cancelled) records its operations.
+//! (`work::decide::admits`). Closing an item (completed or cancelled) records its operations.
 
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +146,9 @@ pub fn validate_texts(title: Option<&str>, owner: Option<&str>, note: Option<&st
     }
     validate_text("note", note, NOTE_BYTES_MAX)
 }
+
+pub mod decide;
+mod fold;
 
 #[cfg(test)]
 mod tests {
