@@ -94,6 +94,40 @@ pub fn decode_unbounded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<
     whole(bytes, bincode::serde::decode_from_slice(bytes, unbounded)?)
 }
 
+/// Values [`encode`]d one after another (as a tuple's elements are), read in turn — bounded like
+/// [`decode`] (64 MiB in all) or not, like [`decode_unbounded`].
+pub(crate) struct Sequence<'a> {
+    rest: &'a [u8],
+    bounded: bool,
+}
+
+impl<'a> Sequence<'a> {
+    pub(crate) fn new(bytes: &'a [u8], bounded: bool) -> Sequence<'a> {
+        Sequence { rest: bytes, bounded }
+    }
+
+    /// The next value.
+    pub(crate) fn next<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, bincode::error::DecodeError> {
+        const BOUND: usize = 64 * 1024 * 1024;
+        if self.bounded && self.rest.len() > BOUND {
+            return Err(bincode::error::DecodeError::LimitExceeded);
+        }
+        let unbounded = bincode::config::standard().with_little_endian().with_fixed_int_encoding();
+        let (value, used) = if self.bounded {
+            bincode::serde::decode_from_slice(self.rest, bincode_config())?
+        } else {
+            bincode::serde::decode_from_slice(self.rest, unbounded)?
+        };
+        self.rest = &self.rest[used..];
+        Ok(value)
+    }
+
+    /// Nothing may follow the last value.
+    pub(crate) fn finish(self) -> Result<(), bincode::error::DecodeError> {
+        whole(self.rest, ((), 0))
+    }
+}
+
 fn whole<T>(bytes: &[u8], (value, used): (T, usize)) -> Result<T, bincode::error::DecodeError> {
     if used != bytes.len() {
         return Err(bincode::error::DecodeError::OtherString(format!(

@@ -848,211 +848,54 @@ impl LedgerState {
         Ok(state)
     }
 
-    /// Reads the body of state format `version` up to 13 (one value, no sections).
+    /// Reads the body of state format `version` up to 13: the state in format 1's layout, then
+    /// each view a later format appended after its predecessor's, in order (the body is one
+    /// tuple, whose encoding is its elements' encodings one after another).
     fn decode_base(version: u32, body: &[u8], bounded: bool) -> Result<LedgerState, String> {
-        fn dec<T: serde::de::DeserializeOwned>(body: &[u8], bounded: bool) -> Result<T, bincode::error::DecodeError> {
-            if bounded {
-                crate::decode(body)
-            } else {
-                crate::decode_unbounded(body)
-            }
-        }
         let undecodable = |e: bincode::error::DecodeError| format!("undecodable ledger state (format {version}): {e}");
-        /// What each format appended after format 1's layout (absent ones stay empty).
-        #[derive(Default)]
-        struct Tail {
-            revocations: crate::revocation::Revocations,
-            proposals: BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>,
-            works: BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>,
-            history: BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>,
-            evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
-            compacted: BTreeMap<String, BTreeMap<String, Operation>>,
-            upstreams: BTreeMap<String, BTreeMap<String, crate::upstream::UpstreamV1>>,
-            upstream_operations: BTreeMap<String, BTreeMap<String, String>>,
-            anonymous: BTreeMap<String, BTreeMap<String, String>>,
-            sessions: BTreeMap<String, BTreeMap<String, crate::session::McpSessionV1>>,
-            issuer_sources: BTreeMap<String, crate::token::IssuerSource>,
-            oauth: BTreeMap<String, crate::oauth::TenantOAuth>,
+        // The format that appended each view: 2 the revocations, 3 the proposals, 4 the work
+        // items and histories, 5 the evidence, 6 the compacted operations, 7 the upstreams, 8
+        // their waiting operations (9 changed no layout), 10 the anonymous access, 11 the MCP
+        // sessions, 12 the issuer sources, 13 OAuth.
+        let mut r = crate::Sequence::new(body, bounded);
+        let mut s: LedgerState = r.next().map_err(undecodable)?;
+        let read = |since: u32| version >= since;
+        if read(2) {
+            s.revocations = r.next().map_err(undecodable)?;
         }
-        let (mut state, tail): (LedgerState, Tail) = match version {
-            1 => (dec(body, bounded).map_err(undecodable)?, Tail::default()),
-            2 => {
-                let (state, revocations) = dec(body, bounded).map_err(undecodable)?;
-                (state, Tail { revocations, ..Default::default() })
-            }
-            3 => {
-                let (state, revocations, proposals) = dec(body, bounded).map_err(undecodable)?;
-                (state, Tail { revocations, proposals, ..Default::default() })
-            }
-            4 => {
-                let (state, revocations, proposals, works, history) = dec(body, bounded).map_err(undecodable)?;
-                (state, Tail { revocations, proposals, works, history, ..Default::default() })
-            }
-            5 => {
-                let (state, revocations, proposals, works, history, evidence) =
-                    dec(body, bounded).map_err(undecodable)?;
-                (state, Tail { revocations, proposals, works, history, evidence, ..Default::default() })
-            }
-            6 => {
-                let (state, revocations, proposals, works, history, (evidence, compacted)) =
-                    dec(body, bounded).map_err(undecodable)?;
-                (state, Tail { revocations, proposals, works, history, evidence, compacted, ..Default::default() })
-            }
-            7 => {
-                let (state, revocations, proposals, works, history, (evidence, compacted, upstreams)) =
-                    dec(body, bounded).map_err(undecodable)?;
-                let tail = Tail {
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    evidence,
-                    compacted,
-                    upstreams,
-                    ..Default::default()
-                };
-                (state, tail)
-            }
-            8 | 9 => {
-                let (
-                    state,
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    (evidence, compacted, upstreams, upstream_operations),
-                ) = dec(body, bounded).map_err(undecodable)?;
-                let tail = Tail {
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    evidence,
-                    compacted,
-                    upstreams,
-                    upstream_operations,
-                    ..Default::default()
-                };
-                (state, tail)
-            }
-            10 => {
-                let (
-                    state,
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    (evidence, compacted, upstreams, upstream_operations, anonymous),
-                ) = dec(body, bounded).map_err(undecodable)?;
-                let tail = Tail {
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    evidence,
-                    compacted,
-                    upstreams,
-                    upstream_operations,
-                    anonymous,
-                    ..Default::default()
-                };
-                (state, tail)
-            }
-            11 => {
-                let (
-                    state,
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    ((evidence, compacted, upstreams, upstream_operations, anonymous), sessions),
-                ) = dec(body, bounded).map_err(undecodable)?;
-                let tail = Tail {
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    evidence,
-                    compacted,
-                    upstreams,
-                    upstream_operations,
-                    anonymous,
-                    sessions,
-                    ..Default::default()
-                };
-                (state, tail)
-            }
-            12 => {
-                let (
-                    state,
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    ((evidence, compacted, upstreams, upstream_operations, anonymous), sessions, issuer_sources),
-                ) = dec(body, bounded).map_err(undecodable)?;
-                let tail = Tail {
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    evidence,
-                    compacted,
-                    upstreams,
-                    upstream_operations,
-                    anonymous,
-                    sessions,
-                    issuer_sources,
-                    ..Default::default()
-                };
-                (state, tail)
-            }
-            _ => {
-                let (
-                    state,
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    ((evidence, compacted, upstreams, upstream_operations, anonymous), sessions, issuer_sources, oauth),
-                ) = dec(body, bounded).map_err(undecodable)?;
-                let tail = Tail {
-                    revocations,
-                    proposals,
-                    works,
-                    history,
-                    evidence,
-                    compacted,
-                    upstreams,
-                    upstream_operations,
-                    anonymous,
-                    sessions,
-                    issuer_sources,
-                    oauth,
-                };
-                (state, tail)
-            }
-        };
-        let Tail {
-            revocations,
-            proposals,
-            works,
-            history,
-            evidence,
-            compacted,
-            upstreams,
-            upstream_operations,
-            anonymous,
-            sessions,
-            issuer_sources,
-            oauth,
-        } = tail;
-        (state.revocations, state.proposals, state.works, state.history) = (revocations, proposals, works, history);
-        (state.evidence, state.compacted, state.upstreams) = (evidence, compacted, upstreams);
-        (state.upstream_operations, state.anonymous, state.sessions) = (upstream_operations, anonymous, sessions);
-        (state.issuer_sources, state.oauth) = (issuer_sources, oauth);
-        state.rebuild_index();
-        Ok(state)
+        if read(3) {
+            s.proposals = r.next().map_err(undecodable)?;
+        }
+        if read(4) {
+            (s.works, s.history) = (r.next().map_err(undecodable)?, r.next().map_err(undecodable)?);
+        }
+        if read(5) {
+            s.evidence = r.next().map_err(undecodable)?;
+        }
+        if read(6) {
+            s.compacted = r.next().map_err(undecodable)?;
+        }
+        if read(7) {
+            s.upstreams = r.next().map_err(undecodable)?;
+        }
+        if read(8) {
+            s.upstream_operations = r.next().map_err(undecodable)?;
+        }
+        if read(10) {
+            s.anonymous = r.next().map_err(undecodable)?;
+        }
+        if read(11) {
+            s.sessions = r.next().map_err(undecodable)?;
+        }
+        if read(12) {
+            s.issuer_sources = r.next().map_err(undecodable)?;
+        }
+        if read(13) {
+            s.oauth = r.next().map_err(undecodable)?;
+        }
+        r.finish().map_err(undecodable)?;
+        s.rebuild_index();
+        Ok(s)
     }
 
     /// Turns this state into the projection that followers of the ledger load and fold (an

@@ -287,37 +287,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     if operator_token.len() < OPERATOR_TOKEN_BYTES_MIN {
         return Err(ConfigError::OperatorTokenTooShort);
     }
-    let defaults = RaftSettings::default();
-    let raft = RaftSettings {
-        heartbeat_ms: raw.raft.heartbeat_ms.unwrap_or(defaults.heartbeat_ms),
-        election_min_ms: raw.raft.election_min_ms.unwrap_or(defaults.election_min_ms),
-        election_max_ms: raw.raft.election_max_ms.unwrap_or(defaults.election_max_ms),
-        snapshot_every_entries: raw.raft.snapshot_every_entries.unwrap_or(defaults.snapshot_every_entries),
-        keep_entries_behind_snapshot: raw
-            .raft
-            .keep_entries_behind_snapshot
-            .unwrap_or(defaults.keep_entries_behind_snapshot),
-        clock_ahead_ms: 0,
-        ledger_version_max: raw.raft.ledger_version_max,
-        min_free_disk_bytes: raw.raft.min_free_disk_bytes.unwrap_or(defaults.min_free_disk_bytes),
-        snapshot_every_log_bytes: raw.raft.snapshot_every_log_bytes.unwrap_or(defaults.snapshot_every_log_bytes),
-        snapshot_chunk_bytes: raw.raft.snapshot_chunk_bytes.unwrap_or(defaults.snapshot_chunk_bytes),
-        rpc_body_bytes_max: raw.raft.rpc_body_bytes_max.unwrap_or(defaults.rpc_body_bytes_max),
-        data_quota_bytes: raw.raft.data_quota_bytes,
-        issuer_watch_ms: raw.raft.issuer_watch_s.map_or(defaults.issuer_watch_ms, |s| s.saturating_mul(1000)),
-    };
-    if raft.election_min_ms <= 2 * raft.heartbeat_ms {
-        return Err(ConfigError::ElectionTimeoutBelowHeartbeat {
-            election_min_ms: raft.election_min_ms,
-            heartbeat_ms: raft.heartbeat_ms,
-        });
-    }
-    if raft.election_max_ms <= raft.election_min_ms {
-        return Err(ConfigError::ElectionRangeEmpty {
-            election_min_ms: raft.election_min_ms,
-            election_max_ms: raft.election_max_ms,
-        });
-    }
+    let raft = raft_settings(&raw.raft)?;
     let mut members = BTreeMap::new();
     for m in raw.members {
         if m.id == 0 || !m.addr.starts_with("https://") {
@@ -331,33 +301,7 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
     if raw.bootstrap && !members.contains_key(&node_id) {
         return Err(ConfigError::BootstrapWithoutSelf { node_id });
     }
-    let token_audience = token_audience(raw.authority.token_audience.clone())?;
-    let executor_cert_ttl_s =
-        raw.authority.executor_cert_ttl_s.unwrap_or(writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S);
-    let ttl_bounds =
-        writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MIN_S..=writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MAX_S;
-    if !ttl_bounds.contains(&executor_cert_ttl_s) {
-        return Err(ConfigError::Invalid {
-            field: "authority.executor_cert_ttl_s",
-            message: format!("must be {}..={} s", ttl_bounds.start(), ttl_bounds.end()),
-        });
-    }
-    let authority = AuthorityConfig {
-        signing_key_file: raw.authority.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
-        executor_ca_secret_file: raw
-            .authority
-            .executor_ca_secret_file
-            .unwrap_or_else(|| data_dir.join("executor-ca-secret")),
-        token_audience,
-        executor_cert_ttl_s,
-        edge_ca_files: raw.authority.edge_ca_files.unwrap_or_else(|| vec![tls.ca.clone()]),
-    };
-    if authority.edge_ca_files.is_empty() || authority.edge_ca_files.len() > writ_api::executor::ENROLLMENT_PINS_MAX {
-        return Err(ConfigError::Invalid {
-            field: "authority.edge_ca_files",
-            message: format!("1..={} files", writ_api::executor::ENROLLMENT_PINS_MAX),
-        });
-    }
+    let authority = authority_config(raw.authority, &data_dir, &tls.ca)?;
     Ok(NodeConfig {
         node_id,
         otlp_endpoint: otlp_endpoint(raw.otlp_endpoint)?,
@@ -374,6 +318,73 @@ fn validate(raw: RawNodeConfig) -> Result<NodeConfig, ConfigError> {
         raft,
         tls,
     })
+}
+
+/// The `[raft]` settings with their defaults, checked: elections wait longer than two
+/// heartbeats, and the election range is not empty.
+fn raft_settings(raw: &RawRaft) -> Result<RaftSettings, ConfigError> {
+    let defaults = RaftSettings::default();
+    let raft = RaftSettings {
+        heartbeat_ms: raw.heartbeat_ms.unwrap_or(defaults.heartbeat_ms),
+        election_min_ms: raw.election_min_ms.unwrap_or(defaults.election_min_ms),
+        election_max_ms: raw.election_max_ms.unwrap_or(defaults.election_max_ms),
+        snapshot_every_entries: raw.snapshot_every_entries.unwrap_or(defaults.snapshot_every_entries),
+        keep_entries_behind_snapshot: raw.keep_entries_behind_snapshot.unwrap_or(defaults.keep_entries_behind_snapshot),
+        clock_ahead_ms: 0,
+        ledger_version_max: raw.ledger_version_max,
+        min_free_disk_bytes: raw.min_free_disk_bytes.unwrap_or(defaults.min_free_disk_bytes),
+        snapshot_every_log_bytes: raw.snapshot_every_log_bytes.unwrap_or(defaults.snapshot_every_log_bytes),
+        snapshot_chunk_bytes: raw.snapshot_chunk_bytes.unwrap_or(defaults.snapshot_chunk_bytes),
+        rpc_body_bytes_max: raw.rpc_body_bytes_max.unwrap_or(defaults.rpc_body_bytes_max),
+        data_quota_bytes: raw.data_quota_bytes,
+        issuer_watch_ms: raw.issuer_watch_s.map_or(defaults.issuer_watch_ms, |s| s.saturating_mul(1000)),
+    };
+    if raft.election_min_ms <= 2 * raft.heartbeat_ms {
+        return Err(ConfigError::ElectionTimeoutBelowHeartbeat {
+            election_min_ms: raft.election_min_ms,
+            heartbeat_ms: raft.heartbeat_ms,
+        });
+    }
+    if raft.election_max_ms <= raft.election_min_ms {
+        return Err(ConfigError::ElectionRangeEmpty {
+            election_min_ms: raft.election_min_ms,
+            election_max_ms: raft.election_max_ms,
+        });
+    }
+    Ok(raft)
+}
+
+/// The `[authority]` settings with their defaults (keys under the data directory, the node's
+/// own CA as the edges' CA), checked.
+fn authority_config(
+    raw: RawAuthority,
+    data_dir: &std::path::Path,
+    tls_ca: &std::path::Path,
+) -> Result<AuthorityConfig, ConfigError> {
+    let token_audience = token_audience(raw.token_audience.clone())?;
+    let executor_cert_ttl_s = raw.executor_cert_ttl_s.unwrap_or(writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_S);
+    let ttl_bounds =
+        writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MIN_S..=writ_tenant_admin::enroll::EXECUTOR_CERT_TTL_MAX_S;
+    if !ttl_bounds.contains(&executor_cert_ttl_s) {
+        return Err(ConfigError::Invalid {
+            field: "authority.executor_cert_ttl_s",
+            message: format!("must be {}..={} s", ttl_bounds.start(), ttl_bounds.end()),
+        });
+    }
+    let authority = AuthorityConfig {
+        signing_key_file: raw.signing_key_file.unwrap_or_else(|| data_dir.join("signing-key.pem")),
+        executor_ca_secret_file: raw.executor_ca_secret_file.unwrap_or_else(|| data_dir.join("executor-ca-secret")),
+        token_audience,
+        executor_cert_ttl_s,
+        edge_ca_files: raw.edge_ca_files.unwrap_or_else(|| vec![tls_ca.to_path_buf()]),
+    };
+    if authority.edge_ca_files.is_empty() || authority.edge_ca_files.len() > writ_api::executor::ENROLLMENT_PINS_MAX {
+        return Err(ConfigError::Invalid {
+            field: "authority.edge_ca_files",
+            message: format!("1..={} files", writ_api::executor::ENROLLMENT_PINS_MAX),
+        });
+    }
+    Ok(authority)
 }
 
 #[cfg(test)]

@@ -491,25 +491,11 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     let admin =
         Arc::new(AdminForwarder { urls: options.admin_urls, http: http.build().map_err(std::io::Error::other)? });
     let to_admin = admin_forward(admin.clone());
-    let executor_endpoint = match options.executor {
+    let executor_endpoint = match &options.executor {
         None => None,
         Some(x) => {
             let credential = options.tls.as_ref().or(options.ledger_credential.as_ref());
-            let tls = match (credential, &options.cluster_ca_pem) {
-                (Some(credential), Some(ca)) => crate::executor_tls::EdgeTls::cluster(credential.clone(), ca.clone()),
-                _ => {
-                    let mut hosts = x.hosts.clone();
-                    if hosts.is_empty() {
-                        hosts = vec![x.listen.ip().to_string(), "localhost".to_string()];
-                    }
-                    let secret = x.tls_secret_file.as_ref().ok_or_else(|| {
-                        std::io::Error::other(
-                            "executor.tls_secret_file is required without the edge's cluster credential",
-                        )
-                    })?;
-                    crate::executor_tls::EdgeTls::derived(secret, &hosts).map_err(std::io::Error::other)?
-                }
-            };
+            let tls = executor_endpoint_tls(credential, options.cluster_ca_pem.as_ref(), x)?;
             let listener = TcpListener::bind(x.listen).await?;
             let addr = listener.local_addr()?;
             writ_client::egress::register_own_listener(addr);
@@ -581,6 +567,28 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     crate::alloc::start_releasing_free_memory();
     tracing::info!(%url, allocator = crate::alloc::in_use(), "edge serving");
     Ok(RunningEdge { url, local_addr, probe_url, executor_endpoint, drain: drain_handle, servers, audit })
+}
+
+/// The executor endpoint's server TLS: the edge's cluster credential and CA when it has them,
+/// else a certificate derived from the endpoint's own secret for its host names.
+fn executor_endpoint_tls(
+    credential: Option<&Arc<writ_client::tls::CredentialFiles>>,
+    cluster_ca_pem: Option<&String>,
+    x: &ExecutorEndpointOptions,
+) -> std::io::Result<crate::executor_tls::EdgeTls> {
+    Ok(match (credential, cluster_ca_pem) {
+        (Some(credential), Some(ca)) => crate::executor_tls::EdgeTls::cluster(credential.clone(), ca.clone()),
+        _ => {
+            let mut hosts = x.hosts.clone();
+            if hosts.is_empty() {
+                hosts = vec![x.listen.ip().to_string(), "localhost".to_string()];
+            }
+            let secret = x.tls_secret_file.as_ref().ok_or_else(|| {
+                std::io::Error::other("executor.tls_secret_file is required without the edge's cluster credential")
+            })?;
+            crate::executor_tls::EdgeTls::derived(secret, &hosts).map_err(std::io::Error::other)?
+        }
+    })
 }
 
 /// What the executor API forwards to the nodes' admin API (enrollments, renewals), answered

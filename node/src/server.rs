@@ -60,18 +60,7 @@ impl RunningNode {
 pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let id = cfg.node_id.to_string();
     crate::observe::start_telemetry(cfg.otlp_endpoint.as_deref(), "node", &id);
-    let check_own = writ_api::role::Identity::new(writ_api::role::Role::Node, &id).expect("node id ≥ 1");
-    // The node's credential, followed on disk: a rotated certificate must still name this node.
-    let credential = writ_client::tls::CredentialFiles::load(
-        &cfg.tls.cert,
-        &cfg.tls.key,
-        Some(Arc::new(move |cert| match pki::identity_of(cert) {
-            Ok(id) if id == check_own => Ok(()),
-            Ok(named) => Err(format!("names {named}, not {check_own} (issue it with `writ pki issue node {id}`)")),
-            Err(e) => Err(e),
-        })),
-    )
-    .map_err(std::io::Error::other)?;
+    let credential = node_credential(cfg)?;
     let split = cfg.admin_listen.is_some() && cfg.probe_listen.is_some();
     let auth = if split { tls::ClientAuth::Required } else { tls::ClientAuth::Optional };
     let peer_tls = tls::ServerTls::new(credential.clone(), Some(&cfg.tls.ca), auth).map_err(std::io::Error::other)?;
@@ -79,19 +68,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let local_addr = listener.local_addr()?;
     writ_client::egress::register_own_listener(local_addr);
     let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("https://{local_addr}"));
-    // Every peer call has a deadline: this default, or the one set per Raft RPC. Raft RPCs and
-    // client calls share one connection per peer over HTTP/2 (ALPN), presenting this node's
-    // credential; heartbeats never queue behind a snapshot.
-    let client_tls =
-        writ_client::ClientTls::with_credential(&cfg.tls.ca, credential.clone()).map_err(std::io::Error::other)?;
-    let http = client_tls
-        .apply(reqwest::Client::builder())
-        .no_proxy()
-        .connect_timeout(PEER_CONNECT_TIMEOUT)
-        .timeout(writ_client::LEDGER_CALL_TIMEOUT)
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build()
-        .map_err(std::io::Error::other)?;
+    let http = peer_client(cfg, &credential)?;
     std::fs::create_dir_all(&cfg.data_dir)?;
     let node = LedgerNode::start(
         cfg.node_id,
@@ -111,23 +88,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     node.start_failure_detector();
     node.start_version_watch();
     node.start_issuer_watch(Duration::from_millis(cfg.raft.issuer_watch_ms));
-    let signing_keys = writ_tenant_admin::signing::SigningKeys::load_or_create(&cfg.authority.signing_key_file)?;
-    // Executor CA keys come from their own secret, never from the token-signing key.
-    let ca_secret =
-        edge::load_or_create_secret(&cfg.authority.executor_ca_secret_file).map_err(std::io::Error::other)?;
-    let admin = writ_tenant_admin::router(
-        node.clone() as Arc<dyn Ledger>,
-        writ_tenant_admin::AdminConfig {
-            operator_token: cfg.operator_token.clone(),
-            signing_keys,
-            token_audience: cfg.authority.token_audience.clone(),
-            ca_secret,
-            executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
-            edge_ca_pins: edge_ca_pins(&cfg.authority.edge_ca_files)?,
-            state: Some(node.clone() as Arc<dyn writ_client::verifier::StateView>),
-            backup: Some(node.clone() as Arc<dyn writ_tenant_admin::BackupSource>),
-        },
-    );
+    let admin = admin_router(cfg, &node)?;
     let drain = tls::Drain::default();
     let probes = http::probe_router(node.clone(), crate::observe::install_metrics(), drain.clone());
     let mut servers = Vec::new();
@@ -179,6 +140,63 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     }
     tracing::info!(node_id = cfg.node_id, %url, %admin_url, %probe_url, "node serving");
     Ok(RunningNode { node, local_addr, url, admin_url, probe_url, drain, servers })
+}
+
+/// The node's credential, followed on disk: a rotated certificate must still name this node.
+fn node_credential(cfg: &NodeConfig) -> std::io::Result<Arc<writ_client::tls::CredentialFiles>> {
+    let id = cfg.node_id.to_string();
+    let check_own = writ_api::role::Identity::new(writ_api::role::Role::Node, &id).expect("node id ≥ 1");
+    writ_client::tls::CredentialFiles::load(
+        &cfg.tls.cert,
+        &cfg.tls.key,
+        Some(Arc::new(move |cert| match pki::identity_of(cert) {
+            Ok(id) if id == check_own => Ok(()),
+            Ok(named) => Err(format!("names {named}, not {check_own} (issue it with `writ pki issue node {id}`)")),
+            Err(e) => Err(e),
+        })),
+    )
+    .map_err(std::io::Error::other)
+}
+
+/// The client of peer calls: every call has a deadline (this default, or the one set per Raft
+/// RPC); Raft RPCs and client calls share one connection per peer over HTTP/2 (ALPN),
+/// presenting this node's credential, so heartbeats never queue behind a snapshot.
+fn peer_client(
+    cfg: &NodeConfig,
+    credential: &Arc<writ_client::tls::CredentialFiles>,
+) -> std::io::Result<reqwest::Client> {
+    let client_tls =
+        writ_client::ClientTls::with_credential(&cfg.tls.ca, credential.clone()).map_err(std::io::Error::other)?;
+    client_tls
+        .apply(reqwest::Client::builder())
+        .no_proxy()
+        .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .timeout(writ_client::LEDGER_CALL_TIMEOUT)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(std::io::Error::other)
+}
+
+/// The admin API of this node: its token-signing keys and executor CA secret (each its own
+/// file), answered from the node's ledger, state and backups.
+fn admin_router(cfg: &NodeConfig, node: &Arc<LedgerNode>) -> std::io::Result<axum::Router> {
+    let signing_keys = writ_tenant_admin::signing::SigningKeys::load_or_create(&cfg.authority.signing_key_file)?;
+    // Executor CA keys come from their own secret, never from the token-signing key.
+    let ca_secret =
+        edge::load_or_create_secret(&cfg.authority.executor_ca_secret_file).map_err(std::io::Error::other)?;
+    Ok(writ_tenant_admin::router(
+        node.clone() as Arc<dyn Ledger>,
+        writ_tenant_admin::AdminConfig {
+            operator_token: cfg.operator_token.clone(),
+            signing_keys,
+            token_audience: cfg.authority.token_audience.clone(),
+            ca_secret,
+            executor_cert_ttl_s: cfg.authority.executor_cert_ttl_s,
+            edge_ca_pins: edge_ca_pins(&cfg.authority.edge_ca_files)?,
+            state: Some(node.clone() as Arc<dyn writ_client::verifier::StateView>),
+            backup: Some(node.clone() as Arc<dyn writ_tenant_admin::BackupSource>),
+        },
+    ))
 }
 
 /// sha256 (hex) of the first certificate of each PEM file: the edge CAs enrollment tokens pin.

@@ -1849,130 +1849,10 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Context(cmd) => context_cmd(cmd, out),
         Noun::Backup { out: path } => backup(c, out, path).await,
         Noun::ClientConfig { .. } => client_config(c, &args.noun).await,
-        Noun::Cluster(cmd) => {
-            let node = match cmd {
-                ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),
-                ClusterCmd::Version => return cluster_version(c, out).await,
-                ClusterCmd::AddLearner { node_id, addr } => {
-                    c.add_learner(&AddLearnerRequest { node_id: *node_id, addr: addr.clone() }).await
-                }
-                ClusterCmd::Membership { voters } => {
-                    c.change_membership(&MembershipRequest { voters: voters.clone() }).await
-                }
-                ClusterCmd::Snapshot => c.snapshot().await,
-                ClusterCmd::Purge => c.purge_log().await,
-            };
-            print_json(&node.map_err(failed)?);
-            Ok(())
-        }
-        Noun::Principal(cmd) => {
-            let principal = match cmd {
-                PrincipalCmd::Create { tenant, name, kind, preset, scopes, metadata, no_quotas } => {
-                    let request = CreatePrincipalRequest {
-                        name: name.clone(),
-                        kind: match kind {
-                            KindArg::Human => PrincipalKind::Human,
-                            KindArg::Agent => PrincipalKind::Agent,
-                            KindArg::Device => PrincipalKind::Device,
-                            KindArg::Service => PrincipalKind::Service,
-                        },
-                        preset: preset.map(|p| match p {
-                            PresetArg::ReadOnly => RolePreset::ReadOnly,
-                            PresetArg::Full => RolePreset::Full,
-                            PresetArg::Delegate => RolePreset::Delegate,
-                        }),
-                        scopes: scopes.clone(),
-                        metadata: metadata.iter().cloned().collect(),
-                        quotas: no_quotas.then(Default::default),
-                    };
-                    c.create_principal(tenant, &request).await
-                }
-                PrincipalCmd::List { tenant, after, limit } => {
-                    let page = Page { after: after.clone(), limit: Some(*limit) };
-                    let list = c.list_principals(tenant, &page).await.map_err(failed)?;
-                    return show(out, &list, |l| {
-                        print_principals(&l.principals);
-                        if let Some(next) = &l.next_cursor {
-                            say!("(more: --after {next})");
-                        }
-                    });
-                }
-                PrincipalCmd::Show { tenant, principal } => c.principal(tenant, principal).await,
-                PrincipalCmd::Revoke { tenant, principal, note } => {
-                    c.revoke_principal(tenant, principal, &RevokePrincipalRequest { note: note.clone() }).await
-                }
-                PrincipalCmd::GrantScope { tenant, principal, scope } => {
-                    c.grant_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
-                }
-                PrincipalCmd::RevokeScope { tenant, principal, scope } => {
-                    c.revoke_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
-                }
-                PrincipalCmd::Quotas {
-                    tenant,
-                    principal,
-                    requests_per_minute,
-                    operations_per_minute,
-                    cost_units_per_day,
-                    concurrent_operations,
-                    clear,
-                } => {
-                    let given = [requests_per_minute, operations_per_minute, cost_units_per_day, concurrent_operations];
-                    // A change replaces the principal's limits: the flags given are the new set.
-                    let view = if *clear || given.iter().any(|g| g.is_some()) {
-                        let quotas = PrincipalQuotasV2 {
-                            requests_per_minute: *requests_per_minute,
-                            operations_per_minute: *operations_per_minute,
-                            cost_units_per_day: *cost_units_per_day,
-                            concurrent_operations: *concurrent_operations,
-                        };
-                        c.set_principal_quotas(tenant, principal, &quotas).await
-                    } else {
-                        c.principal_quotas(tenant, principal).await
-                    };
-                    return show(out, &view.map_err(failed)?, |q| {
-                        let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
-                        let quotas = &q.quotas;
-                        print_table(
-                            &["PRINCIPAL", "REQUESTS/MIN", "OPERATIONS/MIN", "COST/DAY", "CONCURRENT"],
-                            vec![vec![
-                                q.principal_id.clone(),
-                                show(quotas.requests_per_minute),
-                                show(quotas.operations_per_minute),
-                                show(quotas.cost_units_per_day),
-                                show(quotas.concurrent_operations),
-                            ]],
-                        );
-                    });
-                }
-            };
-            show(out, &principal.map_err(failed)?, |p| print_principals(std::slice::from_ref(p)))
-        }
-        Noun::Site(cmd) => match cmd {
-            SiteCmd::Create { tenant, name, display_name } => {
-                let request = CreateSiteRequest { name: name.clone(), display_name: display_name.clone() };
-                show(out, &c.create_site(tenant, &request).await.map_err(failed)?, |s| {
-                    print_sites(std::slice::from_ref(s))
-                })
-            }
-            SiteCmd::List { tenant, after, limit } => {
-                let page = Page { after: after.clone(), limit: Some(*limit) };
-                show(out, &c.list_sites(tenant, &page).await.map_err(failed)?, |l| print_sites(&l.sites))
-            }
-        },
-        Noun::Device(cmd) => match cmd {
-            DeviceCmd::Create { tenant, site, name, class } => {
-                let request =
-                    CreateDeviceRequest { name: name.clone(), site: site.clone(), device_class: class.clone() };
-                show(out, &c.create_device(tenant, &request).await.map_err(failed)?, |d| {
-                    print_devices(std::slice::from_ref(d))
-                })
-            }
-            DeviceCmd::List { tenant, site, after, limit } => {
-                let page = Page { after: after.clone(), limit: Some(*limit) };
-                let list = c.list_devices(tenant, site.as_deref(), &page).await.map_err(failed)?;
-                show(out, &list, |l| print_devices(&l.devices))
-            }
-        },
+        Noun::Cluster(cmd) => cluster_cmd(c, out, cmd).await,
+        Noun::Principal(cmd) => principal_cmd(c, out, cmd).await,
+        Noun::Site(cmd) => site_cmd(c, out, cmd).await,
+        Noun::Device(cmd) => device_cmd(c, out, cmd).await,
         Noun::Token(cmd) => token_cmd(c, out, cmd).await,
         Noun::Issuer(cmd) => issuer_cmd(c, out, cmd).await,
         Noun::Oauth(cmd) => oauth::oauth_cmd(c, out, cmd).await,
@@ -1984,41 +1864,176 @@ async fn execute(c: &AdminClient, args: &AdminArgs) -> Result<(), Failure> {
         Noun::Executor(cmd) => executor_cmd(c, out, cmd).await,
         Noun::Operation(cmd) => operation_cmd(c, out, cmd).await,
         Noun::Work(cmd) => work_cmd(c, out, cmd).await,
-        Noun::Tenant(cmd) => match cmd {
-            TenantCmd::Create(a) => {
-                let settings =
-                    a.no_quotas.then(|| TenantSettingsPatch { quotas: Some(Default::default()), ..Default::default() });
-                let request =
-                    CreateTenantRequest { name: a.name.clone(), display_name: a.display_name.clone(), settings };
-                show(out, &c.create_tenant(&request).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
-            }
-            TenantCmd::List { after, limit } => {
-                list_tenants(c, out, Page { after: after.clone(), limit: Some(*limit) }).await
-            }
-            TenantCmd::Show { tenant } => show(out, &c.tenant(tenant).await.map_err(failed)?, print_settings),
-            TenantCmd::Purge { tenant } => {
-                c.purge_tenant(tenant).await.map_err(failed)?;
-                say!("purged {tenant}");
-                Ok(())
-            }
-            TenantCmd::Storage { tenant } => show(out, &c.tenant_storage(tenant).await.map_err(failed)?, print_storage),
-            TenantCmd::Health { tenant } => show(out, &c.tenant_health(tenant).await.map_err(failed)?, print_health),
-            TenantCmd::Delete { tenant, note } => {
-                let deleted = c.delete_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
-                show(out, &deleted.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
-            }
-            TenantCmd::Suspend { tenant, note } => {
-                let suspended = c.suspend_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
-                show(out, &suspended.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
-            }
-            TenantCmd::Set(a) => {
-                let patch: TenantSettingsPatch = parsed("settings", a.patch())?;
-                show(out, &c.set_tenant_settings(&a.tenant, &patch).await.map_err(failed)?, print_settings)
-            }
-            TenantCmd::Resume { tenant } => {
-                show(out, &c.resume_tenant(tenant).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
-            }
-        },
+        Noun::Tenant(cmd) => tenant_cmd(c, out, cmd).await,
+    }
+}
+
+/// `cluster …`: status, version, membership, snapshots and log purges.
+async fn cluster_cmd(c: &AdminClient, out: Output, cmd: &ClusterCmd) -> Result<(), Failure> {
+    let node = match cmd {
+        ClusterCmd::Status => return show(out, &c.cluster_status().await.map_err(failed)?, print_cluster),
+        ClusterCmd::Version => return cluster_version(c, out).await,
+        ClusterCmd::AddLearner { node_id, addr } => {
+            c.add_learner(&AddLearnerRequest { node_id: *node_id, addr: addr.clone() }).await
+        }
+        ClusterCmd::Membership { voters } => c.change_membership(&MembershipRequest { voters: voters.clone() }).await,
+        ClusterCmd::Snapshot => c.snapshot().await,
+        ClusterCmd::Purge => c.purge_log().await,
+    };
+    print_json(&node.map_err(failed)?);
+    Ok(())
+}
+
+/// `principal …`: create, list, show, revoke, scopes and quotas.
+async fn principal_cmd(c: &AdminClient, out: Output, cmd: &PrincipalCmd) -> Result<(), Failure> {
+    let principal = match cmd {
+        PrincipalCmd::Create { tenant, name, kind, preset, scopes, metadata, no_quotas } => {
+            let request = CreatePrincipalRequest {
+                name: name.clone(),
+                kind: match kind {
+                    KindArg::Human => PrincipalKind::Human,
+                    KindArg::Agent => PrincipalKind::Agent,
+                    KindArg::Device => PrincipalKind::Device,
+                    KindArg::Service => PrincipalKind::Service,
+                },
+                preset: preset.map(|p| match p {
+                    PresetArg::ReadOnly => RolePreset::ReadOnly,
+                    PresetArg::Full => RolePreset::Full,
+                    PresetArg::Delegate => RolePreset::Delegate,
+                }),
+                scopes: scopes.clone(),
+                metadata: metadata.iter().cloned().collect(),
+                quotas: no_quotas.then(Default::default),
+            };
+            c.create_principal(tenant, &request).await
+        }
+        PrincipalCmd::List { tenant, after, limit } => {
+            let page = Page { after: after.clone(), limit: Some(*limit) };
+            let list = c.list_principals(tenant, &page).await.map_err(failed)?;
+            return show(out, &list, |l| {
+                print_principals(&l.principals);
+                if let Some(next) = &l.next_cursor {
+                    say!("(more: --after {next})");
+                }
+            });
+        }
+        PrincipalCmd::Show { tenant, principal } => c.principal(tenant, principal).await,
+        PrincipalCmd::Revoke { tenant, principal, note } => {
+            c.revoke_principal(tenant, principal, &RevokePrincipalRequest { note: note.clone() }).await
+        }
+        PrincipalCmd::GrantScope { tenant, principal, scope } => {
+            c.grant_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
+        }
+        PrincipalCmd::RevokeScope { tenant, principal, scope } => {
+            c.revoke_scope(tenant, principal, &RevokeScopeRequest { scope: scope.clone() }).await
+        }
+        PrincipalCmd::Quotas {
+            tenant,
+            principal,
+            requests_per_minute,
+            operations_per_minute,
+            cost_units_per_day,
+            concurrent_operations,
+            clear,
+        } => {
+            let given = [requests_per_minute, operations_per_minute, cost_units_per_day, concurrent_operations];
+            // A change replaces the principal's limits: the flags given are the new set.
+            let view = if *clear || given.iter().any(|g| g.is_some()) {
+                let quotas = PrincipalQuotasV2 {
+                    requests_per_minute: *requests_per_minute,
+                    operations_per_minute: *operations_per_minute,
+                    cost_units_per_day: *cost_units_per_day,
+                    concurrent_operations: *concurrent_operations,
+                };
+                c.set_principal_quotas(tenant, principal, &quotas).await
+            } else {
+                c.principal_quotas(tenant, principal).await
+            };
+            return show(out, &view.map_err(failed)?, |q| {
+                let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+                let quotas = &q.quotas;
+                print_table(
+                    &["PRINCIPAL", "REQUESTS/MIN", "OPERATIONS/MIN", "COST/DAY", "CONCURRENT"],
+                    vec![vec![
+                        q.principal_id.clone(),
+                        show(quotas.requests_per_minute),
+                        show(quotas.operations_per_minute),
+                        show(quotas.cost_units_per_day),
+                        show(quotas.concurrent_operations),
+                    ]],
+                );
+            });
+        }
+    };
+    show(out, &principal.map_err(failed)?, |p| print_principals(std::slice::from_ref(p)))
+}
+
+/// `site …`: create and list.
+async fn site_cmd(c: &AdminClient, out: Output, cmd: &SiteCmd) -> Result<(), Failure> {
+    match cmd {
+        SiteCmd::Create { tenant, name, display_name } => {
+            let request = CreateSiteRequest { name: name.clone(), display_name: display_name.clone() };
+            show(out, &c.create_site(tenant, &request).await.map_err(failed)?, |s| print_sites(std::slice::from_ref(s)))
+        }
+        SiteCmd::List { tenant, after, limit } => {
+            let page = Page { after: after.clone(), limit: Some(*limit) };
+            show(out, &c.list_sites(tenant, &page).await.map_err(failed)?, |l| print_sites(&l.sites))
+        }
+    }
+}
+
+/// `device …`: create and list.
+async fn device_cmd(c: &AdminClient, out: Output, cmd: &DeviceCmd) -> Result<(), Failure> {
+    match cmd {
+        DeviceCmd::Create { tenant, site, name, class } => {
+            let request = CreateDeviceRequest { name: name.clone(), site: site.clone(), device_class: class.clone() };
+            show(out, &c.create_device(tenant, &request).await.map_err(failed)?, |d| {
+                print_devices(std::slice::from_ref(d))
+            })
+        }
+        DeviceCmd::List { tenant, site, after, limit } => {
+            let page = Page { after: after.clone(), limit: Some(*limit) };
+            let list = c.list_devices(tenant, site.as_deref(), &page).await.map_err(failed)?;
+            show(out, &list, |l| print_devices(&l.devices))
+        }
+    }
+}
+
+/// `tenant …`: the lifecycle and settings of tenants.
+async fn tenant_cmd(c: &AdminClient, out: Output, cmd: &TenantCmd) -> Result<(), Failure> {
+    match cmd {
+        TenantCmd::Create(a) => {
+            let settings =
+                a.no_quotas.then(|| TenantSettingsPatch { quotas: Some(Default::default()), ..Default::default() });
+            let request = CreateTenantRequest { name: a.name.clone(), display_name: a.display_name.clone(), settings };
+            show(out, &c.create_tenant(&request).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
+        }
+        TenantCmd::List { after, limit } => {
+            list_tenants(c, out, Page { after: after.clone(), limit: Some(*limit) }).await
+        }
+        TenantCmd::Show { tenant } => show(out, &c.tenant(tenant).await.map_err(failed)?, print_settings),
+        TenantCmd::Purge { tenant } => {
+            c.purge_tenant(tenant).await.map_err(failed)?;
+            say!("purged {tenant}");
+            Ok(())
+        }
+        TenantCmd::Storage { tenant } => show(out, &c.tenant_storage(tenant).await.map_err(failed)?, print_storage),
+        TenantCmd::Health { tenant } => show(out, &c.tenant_health(tenant).await.map_err(failed)?, print_health),
+        TenantCmd::Delete { tenant, note } => {
+            let deleted = c.delete_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
+            show(out, &deleted.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
+        }
+        TenantCmd::Suspend { tenant, note } => {
+            let suspended = c.suspend_tenant(tenant, &SuspendTenantRequest { note: note.clone() }).await;
+            show(out, &suspended.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
+        }
+        TenantCmd::Set(a) => {
+            let patch: TenantSettingsPatch = parsed("settings", a.patch())?;
+            show(out, &c.set_tenant_settings(&a.tenant, &patch).await.map_err(failed)?, print_settings)
+        }
+        TenantCmd::Resume { tenant } => {
+            show(out, &c.resume_tenant(tenant).await.map_err(failed)?, |t| print_tenants(std::slice::from_ref(t)))
+        }
     }
 }
 

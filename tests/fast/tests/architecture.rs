@@ -532,19 +532,15 @@ fn every_format_and_ledger_version_is_documented() {
 /// Longest a product function may be, in lines.
 const FUNCTION_LINES_MAX: usize = 120;
 
-/// The product functions that were longer than [`FUNCTION_LINES_MAX`] when the limit came, with
-/// the lines each may have at most: each may only shrink, and leaves this list once it is within
-/// the limit. Tables of literal data (the OpenAPI document, the conformance catalog) are here too.
+/// The product functions longer than [`FUNCTION_LINES_MAX`]: only tables of literal data (the
+/// OpenAPI document, the conformance catalog, the operation tools' definitions), each with the
+/// lines it may have at most. An entry may only shrink, and leaves this list once it is within
+/// the limit; code is split, never listed.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("tenant-admin/src/openapi.rs", "schemas", 202),
-    ("api/src/state.rs", "decode_base", 205),
-    ("tenant-admin/cli/src/lib.rs", "execute", 184),
     ("mcp-edge/src/fixtures.rs", "conformance_catalog", 194),
     ("mcp-edge/src/operations.rs", "tools", 170),
     ("tenant-admin/src/openapi.rs", "paths", 158),
-    ("node/src/edge.rs", "start_edge", 132),
-    ("node/src/config.rs", "validate", 124),
-    ("node/src/server.rs", "start_node", 124),
 ];
 
 /// Each function of `text` (outside its unit tests) with its length in lines: from its `fn`
