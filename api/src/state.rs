@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::audit::{AuditIndex, AuditRecord};
 use crate::catalog::CatalogVersion;
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
-use crate::ledger::{Command, Event, EventEnvelope, Tenant, TenantState};
+use crate::ledger::{Command, Event, EventEnvelope, Tenant};
 use crate::principal::Principal;
 use crate::token::{SigningKeyV1, TenantIssuer, Token};
 use crate::trail::records_for;
@@ -489,219 +489,6 @@ impl LedgerState {
         records
     }
 
-    /// Forgets everything of a purged tenant (its stream's sequence stays: ids are never
-    /// reused); the node drops its audit records and evidence blobs (`Event::TenantPurgedV1`).
-    pub(crate) fn purge_tenant(&mut self, tenant_id: &str, name: &str) {
-        self.tenants.remove(tenant_id);
-        self.tenant_names.remove(name);
-        self.principals.remove(tenant_id);
-        self.principal_names.remove(tenant_id);
-        self.tokens.remove(tenant_id);
-        self.token_children.remove(tenant_id);
-        self.sites.remove(tenant_id);
-        self.site_names.remove(tenant_id);
-        self.devices.remove(tenant_id);
-        self.device_names.remove(tenant_id);
-        self.catalogs.remove(tenant_id);
-        self.audit.remove(tenant_id);
-        self.enrollments.remove(tenant_id);
-        self.executors.remove(tenant_id);
-        self.executor_cas.remove(tenant_id);
-        self.principal_quotas.remove(tenant_id);
-        self.quota_windows.remove(tenant_id);
-        self.operations.remove(tenant_id);
-        self.idempotency.remove(tenant_id);
-        self.device_leases.remove(tenant_id);
-        self.fencing.remove(tenant_id);
-        self.live_operations.remove(tenant_id);
-        self.operation_windows.remove(tenant_id);
-        self.principal_operation_windows.remove(tenant_id);
-        self.proposals.remove(tenant_id);
-        self.works.remove(tenant_id);
-        self.history.remove(tenant_id);
-        self.evidence.remove(tenant_id);
-        self.compacted.remove(tenant_id);
-        self.upstreams.remove(tenant_id);
-        self.upstream_operations.remove(tenant_id);
-        self.anonymous.remove(tenant_id);
-        self.sessions.remove(tenant_id);
-        self.oauth.remove(tenant_id);
-        self.executor_presence.remove(tenant_id);
-        self.revocations.executor_cas.remove(tenant_id);
-        self.executor_certs.retain(|_, (t, _)| t != tenant_id);
-        let issuers: Vec<String> =
-            self.issuers.iter().filter(|(_, i)| i.tenant_id == tenant_id).map(|(iss, _)| iss.clone()).collect();
-        for iss in issuers {
-            self.issuers.remove(&iss);
-            self.issuer_sources.remove(&iss);
-            self.revocations.issuer_tokens.remove(&iss);
-        }
-        self.rebuild_index();
-    }
-
-    pub(crate) fn set_tenant_state(
-        &mut self,
-        tenant_id: &str,
-        state: TenantState,
-        env: &EventEnvelope,
-    ) -> Result<(), CorruptEvent> {
-        let tenant = self.tenants.get_mut(tenant_id).ok_or_else(|| unknown(env, "tenant", tenant_id))?;
-        tenant.state = state;
-        tenant.updated_at_ms = env.at_ms;
-        tenant.revision = env.revision;
-        Ok(())
-    }
-
-    pub(crate) fn principal_mut(
-        &mut self,
-        tenant_id: &str,
-        principal_id: &str,
-        env: &EventEnvelope,
-    ) -> Result<&mut Principal, CorruptEvent> {
-        self.principals
-            .get_mut(tenant_id)
-            .and_then(|m| m.get_mut(principal_id))
-            .ok_or_else(|| unknown(env, "principal", principal_id))
-    }
-
-    /// Looks a principal of a tenant up by id, then by name.
-    pub fn principal(&self, tenant_id: &str, id_or_name: &str) -> Option<&Principal> {
-        let by_tenant = self.principals.get(tenant_id)?;
-        by_tenant.get(id_or_name).or_else(|| {
-            let id = self.principal_names.get(tenant_id)?.get(id_or_name)?;
-            by_tenant.get(id)
-        })
-    }
-
-    /// A tenant's principals ordered by name, after the cursor (a name), at most `limit`.
-    pub fn list_principals(
-        &self,
-        tenant_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<Principal>, Option<String>) {
-        let (Some(names), Some(by_id)) = (self.principal_names.get(tenant_id), self.principals.get(tenant_id)) else {
-            return (Vec::new(), None);
-        };
-        page_by_name(names, |id| by_id.get(id).cloned(), after, limit)
-    }
-
-    /// A site of a tenant by id, then by name.
-    pub fn site(&self, tenant_id: &str, id_or_name: &str) -> Option<&Site> {
-        by_id_or_name(&self.sites, &self.site_names, tenant_id, id_or_name)
-    }
-
-    /// A device of a tenant by id, then by name.
-    pub fn device(&self, tenant_id: &str, id_or_name: &str) -> Option<&Device> {
-        by_id_or_name(&self.devices, &self.device_names, tenant_id, id_or_name)
-    }
-
-    /// A tenant's sites ordered by name.
-    pub fn list_sites(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> (Vec<Site>, Option<String>) {
-        let (Some(names), Some(by_id)) = (self.site_names.get(tenant_id), self.sites.get(tenant_id)) else {
-            return (Vec::new(), None);
-        };
-        page_by_name(names, |id| by_id.get(id).cloned(), after, limit)
-    }
-
-    /// A tenant's devices (optionally of one site) ordered by name.
-    pub fn list_devices(
-        &self,
-        tenant_id: &str,
-        site_id: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<Device>, Option<String>) {
-        let (Some(names), Some(by_id)) = (self.device_names.get(tenant_id), self.devices.get(tenant_id)) else {
-            return (Vec::new(), None);
-        };
-        let in_site = |d: &Device| site_id.is_none_or(|s| d.site_id == s);
-        page_by_name(names, |id| by_id.get(id).filter(|d| in_site(d)).cloned(), after, limit)
-    }
-
-    /// A page of a tenant's operations matching `filter`, by id after `after`: at most `limit`,
-    /// scanning at most [`crate::operation::OPERATIONS_SCAN_MAX`]; the cursor is the last id scanned
-    /// when more may follow.
-    pub fn list_operations(
-        &self,
-        tenant_id: &str,
-        filter: &crate::operation::OperationFilter,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<Operation>, Option<String>) {
-        let Some(ops) = self.operations.get(tenant_id) else { return (Vec::new(), None) };
-        scan_page(ops, after, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op))
-    }
-
-    /// A page of a tenant's work items (in `state`, if given), by id after `after`, scanning at
-    /// most [`crate::work::WORK_ITEMS_PER_TENANT_MAX`] (all of them).
-    pub fn list_work(
-        &self,
-        tenant_id: &str,
-        state: Option<crate::work::WorkState>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<crate::work::WorkItem>, Option<String>) {
-        let Some(works) = self.works.get(tenant_id) else { return (Vec::new(), None) };
-        let in_state = |w: &crate::work::WorkItem| state.is_none_or(|s| w.state == s);
-        scan_page(works, after, limit, crate::work::WORK_ITEMS_PER_TENANT_MAX, in_state)
-    }
-
-    /// When the tenant's oldest evidence falls out of its audit retention (none without one).
-    pub fn next_evidence_expiry(&self, tenant_id: &str) -> Option<u64> {
-        let age_s = self.tenants.get(tenant_id)?.settings.audit_max_age_s?;
-        let (oldest, _) = self.index.evidence_by_time.get(tenant_id)?.first()?;
-        Some(oldest.saturating_add(age_s.saturating_mul(1000)))
-    }
-
-    /// An operation's evidence record by content hash ([`crate::dto::Query::GetEvidence`]).
-    pub fn evidence_record(
-        &self,
-        tenant_id: &str,
-        operation_id: &str,
-        content_hash: &str,
-    ) -> Result<&crate::evidence::EvidenceBlobV1, crate::Rejection> {
-        self.evidence.get(tenant_id).and_then(|m| m.get(&evidence_slot(operation_id, content_hash))).ok_or_else(|| {
-            let msg = format!("no evidence {content_hash} of operation '{operation_id}'");
-            crate::Rejection::new(crate::ReasonCode::EVIDENCE_NOT_FOUND, msg)
-        })
-    }
-
-    /// An operation by id: its whole record, or its binding once compacted
-    /// ([`crate::retention`]).
-    pub fn operation(&self, tenant_id: &str, operation_id: &str) -> Option<&Operation> {
-        let whole = self.operations.get(tenant_id).and_then(|m| m.get(operation_id));
-        whole.or_else(|| self.compacted.get(tenant_id)?.get(operation_id))
-    }
-
-    /// An operation's transitions, oldest first (empty for one recorded before histories were).
-    pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> &[crate::operation::TransitionV1] {
-        self.history.get(tenant_id).and_then(|m| m.get(operation_id)).map_or(&[], Vec::as_slice)
-    }
-
-    /// A page of a tenant's token records (of one principal, if given), by `jti` after `after`,
-    /// scanning at most [`crate::token::TOKENS_SCAN_MAX`]. Records hold no secret.
-    pub fn list_tokens(
-        &self,
-        tenant_id: &str,
-        principal_id: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<Token>, Option<String>) {
-        let Some(tokens) = self.tokens.get(tenant_id) else { return (Vec::new(), None) };
-        let of_principal = |t: &Token| principal_id.is_none_or(|p| t.record.principal_id == p);
-        scan_page(tokens, after, limit, crate::token::TOKENS_SCAN_MAX, of_principal)
-    }
-
-    /// A tenant's catalog: `version`, or the newest when `None`.
-    pub fn catalog(&self, tenant_id: &str, version: Option<u64>) -> Option<&CatalogVersion> {
-        let versions = self.catalogs.get(tenant_id)?;
-        match version {
-            Some(v) => versions.get(&v),
-            None => versions.values().next_back(),
-        }
-    }
-
     /// [`Command::ledger_version`], and what this state adds to it: a submission of a catalog
     /// `read` action needs version 10 (older members refuse it as no operation). What a
     /// leader's version gate checks before it proposes `command` on this state.
@@ -720,59 +507,6 @@ impl LedgerState {
         } else {
             command.ledger_version()
         }
-    }
-
-    /// A token of a tenant by `jti`.
-    pub fn token(&self, tenant_id: &str, jti: &str) -> Option<&Token> {
-        self.tokens.get(tenant_id)?.get(jti)
-    }
-
-    /// Every live (unrevoked) descendant of `jti`, sorted.
-    pub(crate) fn live_descendants(&self, tenant_id: &str, jti: &str) -> Vec<String> {
-        let Some(children) = self.token_children.get(tenant_id) else { return Vec::new() };
-        let mut out = BTreeSet::new();
-        let mut stack = vec![jti.to_string()];
-        while let Some(id) = stack.pop() {
-            for child in children.get(&id).into_iter().flatten() {
-                if out.insert(child.clone()) {
-                    stack.push(child.clone());
-                }
-            }
-        }
-        out.into_iter().filter(|id| self.token(tenant_id, id).is_some_and(|t| t.revoked_at_ms.is_none())).collect()
-    }
-
-    /// The upstream tool an edge performs operation `operation_id` with, while it waits for its
-    /// attempt (`Execution::UpstreamOperation`).
-    pub fn upstream_operation(&self, tenant_id: &str, operation_id: &str) -> Option<&str> {
-        self.upstream_operations.get(tenant_id)?.get(operation_id).map(String::as_str)
-    }
-
-    /// A tenant's upstream by name.
-    pub fn upstream(&self, tenant_id: &str, name: &str) -> Option<&crate::upstream::UpstreamV1> {
-        self.upstreams.get(tenant_id)?.get(name)
-    }
-
-    pub(crate) fn upstream_mut(
-        &mut self,
-        tenant_id: &str,
-        name: &str,
-        env: &EventEnvelope,
-    ) -> Result<&mut crate::upstream::UpstreamV1, CorruptEvent> {
-        self.upstreams
-            .get_mut(tenant_id)
-            .and_then(|m| m.get_mut(name))
-            .ok_or_else(|| CorruptEvent::new(env, format!("unknown upstream '{name}'")))
-    }
-
-    /// Looks a tenant up by id, then by name.
-    pub fn tenant(&self, id_or_name: &str) -> Option<&Tenant> {
-        self.tenants.get(id_or_name).or_else(|| self.tenant_names.get(id_or_name).and_then(|id| self.tenants.get(id)))
-    }
-
-    /// Tenants ordered by name, after the cursor (a name), at most `limit`.
-    pub fn list_tenants(&self, after: Option<&str>, limit: usize) -> (Vec<Tenant>, Option<String>) {
-        page_by_name(&self.tenant_names, |id| self.tenants.get(id).cloned(), after, limit)
     }
 
     /// Canonical encoding of the whole state (the digest's input; the body of the versioned
@@ -972,7 +706,7 @@ impl LedgerState {
 }
 
 /// Looks an entity of a tenant up by id, then through the tenant's name index.
-fn by_id_or_name<'a, T>(
+pub(crate) fn by_id_or_name<'a, T>(
     by_id: &'a BTreeMap<String, BTreeMap<String, T>>,
     names: &BTreeMap<String, BTreeMap<String, String>>,
     tenant_id: &str,
@@ -985,7 +719,7 @@ fn by_id_or_name<'a, T>(
 /// One page of `map` after the key `after`: at most `limit` values that `matches`, scanning at most
 /// `scan_max` entries. The cursor is the last key scanned when more may follow (a filtered page
 /// may be short and still have more after it).
-fn scan_page<T: Clone>(
+pub(crate) fn scan_page<T: Clone>(
     map: &BTreeMap<String, T>,
     after: Option<&str>,
     limit: usize,
@@ -1010,7 +744,7 @@ fn scan_page<T: Clone>(
 
 /// One page of a name index (`name → id`) after the cursor `after` (a name), resolved through
 /// `lookup`; the cursor of the next page is the last name returned, if more follow.
-fn page_by_name<T>(
+pub(crate) fn page_by_name<T>(
     names: &BTreeMap<String, String>,
     lookup: impl Fn(&str) -> Option<T>,
     after: Option<&str>,

@@ -555,6 +555,7 @@ fn percent_decode(s: &str) -> String {
 
 pub mod decide;
 mod fold;
+mod query;
 
 #[cfg(test)]
 mod tests {

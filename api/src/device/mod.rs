@@ -174,3 +174,4 @@ pub struct ExecutorCaV1 {
 
 pub mod decide;
 mod fold;
+mod query;

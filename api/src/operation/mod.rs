@@ -494,6 +494,7 @@ pub const OPERATIONS_SCAN_MAX: usize = 10_000;
 
 pub mod decide;
 mod fold;
+mod query;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 
 use crate::ledger::{Event, EventEnvelope};
 use crate::principal::{Principal, PrincipalState};
-use crate::state::{CorruptEvent, LedgerState};
+use crate::state::{unknown, CorruptEvent, LedgerState};
 
 impl LedgerState {
     /// Principals: created, revoked, their scopes, the edges that act as one without a token, their MCP sessions.
@@ -52,5 +52,20 @@ impl LedgerState {
             _ => return Err(CorruptEvent::new(env, "an event of another domain")),
         }
         Ok(())
+    }
+}
+
+/// What this domain's fold (and others') change it through.
+impl LedgerState {
+    pub(crate) fn principal_mut(
+        &mut self,
+        tenant_id: &str,
+        principal_id: &str,
+        env: &EventEnvelope,
+    ) -> Result<&mut Principal, CorruptEvent> {
+        self.principals
+            .get_mut(tenant_id)
+            .and_then(|m| m.get_mut(principal_id))
+            .ok_or_else(|| unknown(env, "principal", principal_id))
     }
 }

@@ -228,6 +228,7 @@ impl Principal {
 
 pub mod decide;
 mod fold;
+mod query;
 
 #[cfg(test)]
 mod tests {

@@ -49,3 +49,4 @@ impl Tenant {
 
 pub mod decide;
 mod fold;
+mod query;

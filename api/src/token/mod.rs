@@ -279,3 +279,4 @@ impl std::fmt::Debug for ParsedJwks {
 
 pub mod decide;
 mod fold;
+mod query;

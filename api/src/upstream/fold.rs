@@ -56,3 +56,18 @@ impl LedgerState {
         Ok(())
     }
 }
+
+/// What this domain's fold (and others') change it through.
+impl LedgerState {
+    pub(crate) fn upstream_mut(
+        &mut self,
+        tenant_id: &str,
+        name: &str,
+        env: &EventEnvelope,
+    ) -> Result<&mut crate::upstream::UpstreamV1, CorruptEvent> {
+        self.upstreams
+            .get_mut(tenant_id)
+            .and_then(|m| m.get_mut(name))
+            .ok_or_else(|| CorruptEvent::new(env, format!("unknown upstream '{name}'")))
+    }
+}

@@ -603,6 +603,7 @@ fn invalid(message: impl Into<String>) -> Rejection {
 
 pub mod decide;
 mod fold;
+mod query;
 
 #[cfg(test)]
 mod tests {

@@ -149,6 +149,7 @@ pub fn validate_texts(title: Option<&str>, owner: Option<&str>, note: Option<&st
 
 pub mod decide;
 mod fold;
+mod query;
 
 #[cfg(test)]
 mod tests {
