@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test test-fast deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench soak sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test test-fast deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench bench-build soak sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -58,9 +58,11 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 build: deps
 	$(CARGO) build --workspace --bins
 
-## dev: build and start `writ dev` (single-node ledger + admin API on loopback).
+## dev: build and start `writ dev` (single-node ledger + admin API on loopback); DEV_ARGS are
+## passed on (e.g. `--listen 127.0.0.1:0` and the other listeners on port 0: `bench-build`).
+DEV_ARGS ?=
 dev: build
-	$(TARGET_DIR)/debug/writ dev
+	$(TARGET_DIR)/debug/writ dev $(DEV_ARGS)
 
 # clippy shares the build's librocksdb-sys unit (the dev profile gives build scripts and
 # dependencies one debug setting in every command), so RocksDB's C++ is compiled once for both;
@@ -163,6 +165,12 @@ sim-mutants:
 ## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Not part of `test`.
 bench: deps etcddeps
 	loadtest/bench/run.sh
+
+## bench-build: SPEC P5 from a fresh clone — cold `make dev` to a serving edge, the debug
+## binary's size, a one-line edge change to passing edge tests (P5_TEST=1 adds a cold
+## `make test`); loadtest/bench/results/p5-build.md.
+bench-build: deps
+	loadtest/bench/build.sh
 
 ## soak: measurements too long for `test` — a wiped node rejoining a cluster that retains
 ## WRIT_SOAK_AUDIT audit records (1,000,000 by default): snapshot size, catch-up time, peak extra
