@@ -61,7 +61,8 @@ build: deps
 ## dev: build and start `writ dev` (single-node ledger + admin API on loopback); DEV_ARGS are
 ## passed on (e.g. `--listen 127.0.0.1:0` and the other listeners on port 0: `bench-build`).
 DEV_ARGS ?=
-dev: build
+dev: deps
+	$(CARGO) build -p writ-node --bin writ
 	$(TARGET_DIR)/debug/writ dev $(DEV_ARGS)
 
 # clippy shares the build's librocksdb-sys unit (the dev profile gives build scripts and

@@ -68,7 +68,7 @@ writ_bytes=$(stat -c %s "$CARGO_TARGET_DIR/debug/writ")
 
 # 3. A one-line change in the edge, then its tests (the build of `make dev` is warm).
 cargo test -q -p writ-mcp-edge --no-run >/dev/null 2>&1
-echo "// a one-line change" >>mcp-edge/src/caps.rs
+echo "pub const ONE_LINE_CHANGE: u32 = 1;" >>mcp-edge/src/caps.rs
 start=$(date +%s.%N)
 cargo test -q -p writ-mcp-edge >"$WORK/edge-test.log" 2>&1
 edge_s=$(echo "$(date +%s.%N) - $start" | bc)

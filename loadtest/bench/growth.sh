@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Memory per operation within the retention window (docs/performance.md, "Memory per
+# operation"): a local 3-node cluster with 2 edges (deploy/local-cluster.sh, release build),
+# `writ-loadtest` executes at GROWTH_CLIENTS clients for GROWTH_WARMUP_S (not counted), then
+# for GROWTH_SECONDS; the RSS of every node and edge before and after, and the growth per
+# million operations acknowledged in between. Every operation stays within retention (24 h
+# by default), so what grows is what the processes keep per operation.
+#
+# Knobs: GROWTH_CLIENTS (64), GROWTH_WARMUP_S (20), GROWTH_SECONDS (120), BENCH_BUILD=0 (use
+# the release binaries already built), BENCH_OUT (loadtest/bench/results). Writes
+# $BENCH_OUT/growth.json and growth.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release
+OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
+CLIENTS=${GROWTH_CLIENTS:-64}
+WARMUP=${GROWTH_WARMUP_S:-20}
+SECONDS_LOADED=${GROWTH_SECONDS:-120}
+WORK=$(mktemp -d /tmp/writ-growth.XXXXXX)
+mkdir -p "$OUT"
+
+log() { echo "== [growth] $*" >&2; }
+
+cleanup() {
+  set +e
+  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ "${BENCH_BUILD:-1}" = 1 ]; then
+  log "release build"
+  cargo build --release --workspace --bins
+fi
+
+export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
+deploy/local-cluster.sh up >/dev/null
+# shellcheck disable=SC1091
+source "$WORK/writ/env"
+for _ in $(seq 1 150); do
+  curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+    python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if s["leader"] else 1)' 2>/dev/null && break
+  sleep 0.2
+done
+
+# rss PIDS: "pid:kB …" of each process.
+rss() { for p in $1; do echo -n "$p:$(awk '/^VmRSS/ {print $2}' "/proc/$p/status") "; done; }
+
+load() { # load SECONDS LABEL
+  "$BIN/writ-loadtest" writ --work-dir "$WORK/executors" --prefix growth --concurrency "$CLIENTS" \
+    --mix execute=1 --duration "$1" --quiet --label "$2" --json "$WORK/$2.json"
+}
+
+log "warm-up: $WARMUP s at $CLIENTS clients"
+load "$WARMUP" warmup
+nodes_before=$(rss "$WRIT_NODE_PIDS")
+edges_before=$(rss "$WRIT_EDGE_PIDS")
+log "measured: $SECONDS_LOADED s at $CLIENTS clients"
+load "$SECONDS_LOADED" loaded
+nodes_after=$(rss "$WRIT_NODE_PIDS")
+edges_after=$(rss "$WRIT_EDGE_PIDS")
+
+python3 - "$WORK/loaded.json" "$nodes_before" "$nodes_after" "$edges_before" "$edges_after" \
+  "$(git rev-parse --short HEAD)" "$CLIENTS" "$SECONDS_LOADED" "$OUT/growth.json" >"$OUT/growth.md" <<'PY'
+import json, sys
+run, nb, na, eb, ea, commit, clients, seconds, out = sys.argv[1:]
+r = json.load(open(run))
+ops = sum(v.get("ok", 0) for k, v in r.get("kinds", {}).items() if k.startswith("execute"))
+def parse(s): return {p.split(":")[0]: int(p.split(":")[1]) for p in s.split()}
+rows = []
+for role, before, after in (("node", parse(nb), parse(na)), ("edge", parse(eb), parse(ea))):
+    for i, pid in enumerate(before, 1):
+        grew_mb = (after[pid] - before[pid]) / 1024
+        rows.append({"process": f"{role} {i}", "rss_before_mb": before[pid] / 1024, "rss_after_mb": after[pid] / 1024,
+                     "grew_mb": grew_mb, "mb_per_million_operations": grew_mb / ops * 1e6 if ops else None})
+json.dump({"commit": commit, "clients": int(clients), "seconds": int(seconds), "operations": ops, "rows": rows},
+          open(out, "w"), indent=1)
+print(f"# Memory per operation (at {commit}): {ops:,} operations in {seconds} s at {clients} clients\n")
+print("| process | RSS before MB | RSS after MB | grew MB | MB per million operations |\n|---|---:|---:|---:|---:|")
+for x in rows:
+    per = "-" if x["mb_per_million_operations"] is None else f"{x['mb_per_million_operations']:,.0f}"
+    print(f"| {x['process']} | {x['rss_before_mb']:.0f} | {x['rss_after_mb']:.0f} | {x['grew_mb']:.0f} | {per} |")
+PY
+cat "$OUT/growth.md"
