@@ -152,9 +152,9 @@ pub struct LedgerState {
     /// ([`crate::device::ExecutorPresenceV1`]): a section of its own (state format 15).
     #[serde(skip)]
     pub executor_presence: BTreeMap<String, BTreeMap<String, crate::device::ExecutorPresenceV1>>,
-    /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and no
-    /// inputs of operations that are no longer live, and its fold drops an operation's inputs
-    /// when it stops being live. Never encoded: a node's state is never a projection.
+    /// This state is a projection ([`LedgerState::project`]): it keeps no audit index and, of
+    /// operations, only the live ones; its fold drops an operation (and its history) when it
+    /// stops being live. Never encoded: a node's state is never a projection.
     #[serde(skip)]
     pub projection: bool,
 }
@@ -634,20 +634,27 @@ impl LedgerState {
 
     /// Turns this state into the projection that followers of the ledger load and fold (an
     /// edge's replica, `GET /client/snapshot`): what authentication, admission, dispatch and
-    /// the MCP surfaces read, without the audit index and without the input, input requests,
-    /// preconditions and answers of an operation that is no longer live (its attempt is over:
-    /// nothing dispatches it again; inputs are what an operation may carry in bulk). So it does
-    /// not grow with audit retention, and a finished operation costs it its bounded record and
-    /// history, whatever its input. [`LedgerState::fold_views`] keeps it so
-    /// ([`LedgerState::projection`]).
+    /// the MCP surfaces read. It keeps no audit index and, of operations, only the live ones
+    /// (waiting or attempting: what dispatch, admission and a caller's wait need) with their
+    /// histories — no finished operation, binding or idempotency key: an edge reads those from
+    /// the ledger (one read), which answers every replay. So the projection does not grow with
+    /// audit retention nor with the operations retention keeps. [`LedgerState::fold_views`]
+    /// keeps it so ([`LedgerState::projection`]).
     pub fn project(&mut self) {
         self.projection = true;
         self.audit.clear();
-        for op in self.operations.values_mut().flat_map(|m| m.values_mut()) {
-            if !op.is_live() {
-                op.drop_inputs();
-            }
+        for ops in self.operations.values_mut() {
+            ops.retain(|_, op| op.is_live());
         }
+        self.operations.retain(|_, ops| !ops.is_empty());
+        for (tenant, steps) in self.history.iter_mut() {
+            let live = self.operations.get(tenant);
+            steps.retain(|id, _| live.is_some_and(|m| m.contains_key(id)));
+        }
+        self.history.retain(|_, steps| !steps.is_empty());
+        self.compacted.clear();
+        self.idempotency.clear();
+        self.rebuild_index();
     }
 
     /// Rebuilds [`LedgerState::index`] from the operations (after a decode: it is not encoded).

@@ -288,6 +288,65 @@ fn only_an_independent_observation_lets_an_effect_be_accepted() {
     assert_eq!(l.refused(decide(Verdict::Reject)), ReasonCode::OPERATION_STATE_CONFLICT);
 }
 
+/// An edge's projection holds an operation while it is live, with its history, and lets it go
+/// (history and key too) once it stops being live; later events about it (an observation, the
+/// acceptance) fold as nothing there, while the ledger keeps the whole record.
+#[test]
+fn a_projection_lets_an_operation_go_when_it_stops_being_live() {
+    let mut l = Ledger::new();
+    let mut edge = l.state.clone();
+    edge.project();
+    let step = |l: &mut Ledger, edge: &mut writ_api::state::LedgerState, command: Command| {
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
+        let (outcome, events) = l.state.execute(&req);
+        assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+        for env in &events {
+            edge.fold_views(env).expect("the projection folds every event");
+        }
+    };
+    let held = |edge: &writ_api::state::LedgerState| {
+        let op = edge.operations.get(T).and_then(|m| m.get("op-1")).is_some();
+        (op, edge.history.get(T).is_some_and(|h| h.contains_key("op-1")))
+    };
+    let deadline = l.now + 60_000;
+    step(&mut l, &mut edge, submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), deadline)));
+    step(&mut l, &mut edge, dispatch("op-1"));
+    step(&mut l, &mut edge, start("op-1", 1));
+    assert_eq!(held(&edge), (true, true), "live: held with its history");
+    assert_eq!(edge.operations[T]["op-1"].spec.input, l.op("op-1").spec.input, "inputs kept while live");
+    step(&mut l, &mut edge, report("op-1", 1, AttemptOutcome::Effect));
+    assert_eq!(held(&edge), (false, false), "effect reported: no longer live, let go");
+    assert!(edge.idempotency.is_empty() && edge.operations.is_empty() && edge.history.is_empty());
+    step(
+        &mut l,
+        &mut edge,
+        Command::RecordObservation {
+            tenant_id: T.into(),
+            operation_id: "op-1".into(),
+            observer_id: "observer".into(),
+            evidence: EvidenceV1 {
+                content_hash: "cd".repeat(32),
+                evidence_return_ref: "cam://1".into(),
+                summary: "ok".into(),
+            },
+        },
+    );
+    let accept = Command::DecideOperation {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: "observer".into(),
+        verdict: Verdict::Accept,
+        note: "".into(),
+    };
+    step(&mut l, &mut edge, accept);
+    assert_eq!(held(&edge), (false, false));
+    assert_eq!(l.op("op-1").state, OperationState::Accepted, "the ledger keeps the whole record");
+    let mut expected = l.state.clone();
+    expected.project();
+    expected.clock_ms = edge.clock_ms;
+    assert_eq!(edge, expected, "folded event by event, it is the projection of the state");
+}
+
 #[test]
 fn cancel_is_immediate_before_the_attempt_and_asked_of_the_executor_during_it() {
     let mut l = Ledger::new();
@@ -642,8 +701,9 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     // executes every entry, so only a fold of the events alone lags on the clock.
     replica.clock_ms = l.state.clock_ms;
     prop_assert_eq!(&replica, &l.state);
-    // An edge's projection folded event by event is the projection of the state: live
-    // operations whole, the others without their inputs, no audit index.
+    // An edge's projection folded event by event is the projection of the state: the live
+    // operations, whole, with their histories; no finished operation, binding, idempotency key
+    // or audit index.
     projected.project();
     for env in &log {
         projected.fold_views(env).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -651,9 +711,16 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     projected.clock_ms = l.state.clock_ms;
     let mut expected = l.state.clone();
     expected.project();
-    prop_assert!(expected.audit.is_empty());
+    prop_assert!(expected.audit.is_empty() && expected.compacted.is_empty() && expected.idempotency.is_empty());
+    let live: Vec<&String> = l.state.live_operations.values().flatten().collect();
+    let held: Vec<&String> = expected.operations.values().flat_map(|m| m.keys()).collect();
+    prop_assert_eq!(held.len(), live.len());
     for op in expected.operations.values().flat_map(|m| m.values()) {
-        prop_assert_eq!(op.spec.input.is_empty(), !op.is_live(), "{} {:?}", op.spec.operation_id, op.state);
+        prop_assert!(op.is_live(), "{} {:?}", op.spec.operation_id, op.state);
+        prop_assert_eq!(&op.spec.input, &l.state.operation(T, &op.spec.operation_id).unwrap().spec.input);
+    }
+    for (tenant, steps) in &expected.history {
+        prop_assert!(steps.keys().all(|id| expected.operations.get(tenant).is_some_and(|m| m.contains_key(id))));
     }
     prop_assert_eq!(&projected, &expected);
     // Every operation of an action that demands verification used up a proposal of its own.

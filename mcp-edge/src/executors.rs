@@ -376,10 +376,7 @@ impl ExecutorGate {
     /// Submits an attempt command of `who` for `operation_id` (offered to it) with the call's
     /// audit decision, and answers with the operation's status as the command left it.
     async fn act(&self, who: &Identity, operation_id: &str, method: &str, command: Command) -> Response {
-        let (offered, trace_id) = self.inner.verifier.with_state(|s| {
-            let op = s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id));
-            (op.is_some_and(|op| offered_to(op, who)), operation_trace(s, &who.tenant_id, operation_id))
-        });
+        let (offered, trace_id) = self.offered(who, operation_id).await;
         let principal = format!("executor:{}", who.executor_id);
         let mut d = decision(principal, method, Some(operation_id.to_string()), None);
         d.decision.trace_id = trace_id.clone();
@@ -404,6 +401,28 @@ impl ExecutorGate {
             }
         };
         traced(response, &trace_id)
+    }
+
+    /// Whether `operation_id` was offered to `who`, and the trace it was submitted under: from
+    /// the replica while the operation is live; once it finished (a replica holds live
+    /// operations only: a late or repeated report), from the ledger, which decides the act.
+    async fn offered(&self, who: &Identity, operation_id: &str) -> (bool, String) {
+        let held = self.inner.verifier.with_state(|s| {
+            let op = s.operations.get(&who.tenant_id).and_then(|m| m.get(operation_id))?;
+            Some((offered_to(op, who), operation_trace(s, &who.tenant_id, operation_id)))
+        });
+        if let Some(held) = held {
+            return held;
+        }
+        let q = writ_api::dto::Query::GetOperation {
+            tenant_id: who.tenant_id.clone(),
+            operation_id: operation_id.to_string(),
+        };
+        match writ_client::query_as::<Operation>(self.inner.ledger.as_ref(), q, Default::default()).await {
+            Ok(op) if !op.spec.trace_id.is_empty() => (offered_to(&op, who), op.spec.trace_id),
+            Ok(op) => (offered_to(&op, who), uuid::Uuid::new_v4().to_string()),
+            Err(_) => (false, uuid::Uuid::new_v4().to_string()),
+        }
     }
 
     /// Submits `command`: the ledger's answer (the operation, or its refusal), or why there is
@@ -450,12 +469,9 @@ async fn status(
     };
     // Read from the ledger (linearizable), not the replica: an executor asks after an uncertain
     // start, and a replica that has not yet seen the start would answer "not started" — the
-    // executor would then never attempt (nor report) what the ledger recorded as started.
-    let known = g.inner.verifier.with_state(|s| s.operations.get(&who.tenant_id).is_some_and(|m| m.contains_key(&id)));
+    // executor would then never attempt (nor report) what the ledger recorded as started. (A
+    // replica holds live operations only, so a finished one is not there to check either.)
     let not_found = || error_response(&Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"));
-    if !known {
-        return not_found();
-    }
     let q = writ_api::dto::Query::GetOperation { tenant_id: who.tenant_id.clone(), operation_id: id };
     match writ_client::query_as::<Operation>(g.inner.ledger.as_ref(), q, Default::default()).await {
         Ok(op) if offered_to(&op, &who) => Json(OperationStatus::from(&op)).into_response(),

@@ -468,11 +468,40 @@ fn settled(state: OperationState) -> bool {
     matches!(state, Proposed | EffectReported | UnknownEffect) || state.is_terminal()
 }
 
-/// Follows `op` on the edge's replica until it settles or `wait` passes, reporting each state
-/// it reaches as progress; answers with the operation as it then is. The edge keeps nothing: a
-/// client that gives up reads it back (or executes again with the same key) anywhere.
+/// What the edge knows of `known` now, if it moved past `known`'s revision: the replica's
+/// record while the operation is live; once it left the replica (which holds live operations
+/// only, so it has finished), the ledger's (one read). `None` while the replica has not yet
+/// applied `known`'s revision, or the ledger could not answer.
+pub async fn latest(
+    verifier: &writ_client::verifier::Verifier,
+    ledger: &dyn writ_client::Ledger,
+    known: &Operation,
+) -> Option<(Operation, Option<ReasonCode>)> {
+    let (tenant_id, id) = (&known.tenant_id, &known.spec.operation_id);
+    let held = verifier.with_state(|s| match s.operations.get(tenant_id).and_then(|m| m.get(id)) {
+        Some(op) => Some(Some((op.clone(), refusal(op, s.operation_history(tenant_id, id))))),
+        None if s.revision >= known.revision => None,
+        None => Some(None),
+    });
+    let found = match held {
+        Some(found) => found,
+        None => {
+            let q = Query::GetOperationHistory { tenant_id: tenant_id.clone(), operation_id: id.clone() };
+            let h: writ_api::dto::OperationHistory = writ_client::query_as(ledger, q, Default::default()).await.ok()?;
+            let reason = refusal(&h.operation, &h.transitions);
+            Some((h.operation, reason))
+        }
+    };
+    found.filter(|(op, _)| op.revision >= known.revision)
+}
+
+/// Follows `op` until it settles or `wait` passes ([`latest`]: on the edge's replica while it
+/// is live), reporting each state it reaches as progress; answers with the operation as it
+/// then is. The edge keeps nothing: a client that gives up reads it back (or executes again
+/// with the same key) anywhere.
 pub async fn follow(
     verifier: writ_client::verifier::Verifier,
+    ledger: std::sync::Arc<dyn writ_client::Ledger>,
     op: Operation,
     replayed: bool,
     wait: std::time::Duration,
@@ -480,15 +509,9 @@ pub async fn follow(
 ) -> Result<Value, RpcError> {
     let until = tokio::time::Instant::now() + wait;
     let mut revisions = verifier.revisions();
-    let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
     let (mut current, mut reported, mut step, mut reason) = (op, None, 0.0, None);
     loop {
-        let seen = verifier.with_state(|s| {
-            let op = s.operations.get(&tenant_id).and_then(|m| m.get(&id)).cloned()?;
-            let reason = refusal(&op, s.operation_history(&tenant_id, &id));
-            Some((op, reason))
-        });
-        if let Some((newer, why)) = seen.filter(|(o, _)| o.revision >= current.revision) {
+        if let Some((newer, why)) = latest(&verifier, ledger.as_ref(), &current).await {
             current = newer;
             reason = why;
         }
@@ -914,15 +937,15 @@ async fn finish_call(
 /// the read failed, its cause as a tool error.
 async fn reading(c: &Call<'_>, recorded: Recorded) -> Result<Value, RpcError> {
     use writ_api::operation::OperationState as S;
-    let (tenant, id) = (c.authority.tenant_id.clone(), recorded.op.spec.operation_id.clone());
-    let current = || c.edge.verifier.with_state(|s| s.operation(&tenant, &id).cloned());
-    let ended =
-        |op: &Operation| !matches!(op.state, S::Proposed | S::Verified | S::Reserved | S::Dispatched | S::Attempting);
     let mut revisions = c.edge.verifier.revisions();
     let waited = tokio::time::timeout(READ_WAIT, async {
+        let mut known = recorded.op.clone();
         loop {
-            if let Some(op) = current().filter(ended) {
-                return Some(op);
+            if let Some((op, _)) = latest(&c.edge.verifier, c.edge.ledger.as_ref(), &known).await {
+                if !op.is_live() {
+                    return Some(op);
+                }
+                known = op;
             }
             if revisions.changed().await.is_err() {
                 return None;
@@ -939,8 +962,8 @@ async fn reading(c: &Call<'_>, recorded: Recorded) -> Result<Value, RpcError> {
         );
     };
     let query = writ_api::dto::Query::GetEvidence {
-        tenant_id: tenant.clone(),
-        operation_id: id.clone(),
+        tenant_id: op.tenant_id.clone(),
+        operation_id: op.spec.operation_id.clone(),
         content_hash: evidence.content_hash.clone(),
     };
     let stored: Result<writ_api::dto::EvidenceContent, _> =

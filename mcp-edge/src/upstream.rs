@@ -650,15 +650,14 @@ fn report(op: &Operation, outcome: AttemptOutcome, result: Option<&Value>) -> Co
     Command::ReportAttemptV2 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
 }
 
-/// `op` once the edge's replica shows it past `attempting` (or as it is after `wait`).
+/// `op` once the edge knows it past `attempting` (or as it is after `wait`;
+/// [`crate::operations::latest`]).
 async fn settled(edge: &crate::Edge, op: Operation, wait: Duration) -> Operation {
     let until = tokio::time::Instant::now() + wait;
     let mut revisions = edge.verifier.revisions();
-    let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
     let mut current = op;
     loop {
-        let seen = edge.verifier.with_state(|s| s.operations.get(&tenant_id).and_then(|m| m.get(&id)).cloned());
-        if let Some(newer) = seen.filter(|o| o.revision >= current.revision) {
+        if let Some((newer, _)) = crate::operations::latest(&edge.verifier, edge.ledger.as_ref(), &current).await {
             current = newer;
         }
         if current.state != OperationState::Attempting {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::ledger::{Event, EventEnvelope};
 use crate::operation::{DeviceLease, Operation, OperationSpecV1, OperationState, DISPATCH_START_MS};
-use crate::state::{evidence_slot, idempotency_slot, CorruptEvent, LedgerState};
+use crate::state::{drop_empty, evidence_slot, idempotency_slot, CorruptEvent, LedgerState};
 
 impl LedgerState {
     /// Operations (`fold_operation`), their proposals and evidence.
@@ -171,11 +171,14 @@ fn fold_submitted(state: &mut LedgerState, env: &EventEnvelope, tenant_id: &str,
         .entry(spec.principal_id.clone())
         .or_default()
         .record(env.at_ms, spec.cost_units);
-    state
-        .idempotency
-        .entry(tenant_id.to_string())
-        .or_default()
-        .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
+    // A projection answers no replay (the ledger does), so it keeps no idempotency keys.
+    if !state.projection {
+        state
+            .idempotency
+            .entry(tenant_id.to_string())
+            .or_default()
+            .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
+    }
     if let Some(w) = spec.work_ref.as_ref().and_then(|r| state.works.get_mut(tenant_id)?.get_mut(&r.id)) {
         w.operations.push(spec.operation_id.clone());
         w.cost_used += spec.cost_units;
@@ -210,11 +213,13 @@ fn change(
     operation_id: &str,
     f: impl FnOnce(&mut Operation),
 ) -> Result<(), CorruptEvent> {
-    let mut op = state
-        .operations
-        .get_mut(tenant_id)
-        .and_then(|m| m.remove(operation_id))
-        .ok_or_else(|| CorruptEvent::new(env, format!("unknown operation '{operation_id}'")))?;
+    let Some(mut op) = state.operations.get_mut(tenant_id).and_then(|m| m.remove(operation_id)) else {
+        // A projection holds live operations only: one it does not hold has finished.
+        if state.projection {
+            return Ok(());
+        }
+        return Err(CorruptEvent::new(env, format!("unknown operation '{operation_id}'")));
+    };
     state.index.update(Some(&op), None);
     f(&mut op);
     store(state, env, op);
@@ -222,7 +227,8 @@ fn change(
 }
 
 /// Stores `op` as changed by `env`: its live set, its indexes, and (once attempted or ended)
-/// no upstream claim on it any more.
+/// no upstream claim on it any more. A projection keeps live operations only
+/// ([`LedgerState::project`]): one that stops being live leaves it with its history.
 fn store(state: &mut LedgerState, env: &EventEnvelope, mut op: Operation) {
     op.updated_at_ms = env.at_ms;
     op.revision = env.revision;
@@ -231,11 +237,7 @@ fn store(state: &mut LedgerState, env: &EventEnvelope, mut op: Operation) {
         live.insert(op.spec.operation_id.clone());
     } else {
         live.remove(&op.spec.operation_id);
-        if state.projection {
-            op.drop_inputs();
-        }
     }
-    state.index.update(None, Some(&op));
     if !op.state.is_waiting() {
         if let Some(m) = state.upstream_operations.get_mut(&op.tenant_id) {
             m.remove(&op.spec.operation_id);
@@ -244,6 +246,16 @@ fn store(state: &mut LedgerState, env: &EventEnvelope, mut op: Operation) {
             }
         }
     }
+    if state.projection && !op.is_live() {
+        let tenant_id = op.tenant_id.clone();
+        if let Some(h) = state.history.get_mut(&tenant_id) {
+            h.remove(&op.spec.operation_id);
+        }
+        drop_empty(&mut state.history, &tenant_id);
+        drop_empty(&mut state.operations, &tenant_id);
+        return;
+    }
+    state.index.update(None, Some(&op));
     state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
 }
 
@@ -277,6 +289,9 @@ fn record_transition(state: &mut LedgerState, env: &EventEnvelope) {
         }
         _ => return,
     };
+    if state.projection && !state.operations.get(tenant_id).is_some_and(|m| m.contains_key(operation_id)) {
+        return;
+    }
     let steps = state.history.entry(tenant_id.clone()).or_default().entry(operation_id.clone()).or_default();
     if steps.len() >= HISTORY_KEPT {
         steps.remove(1);

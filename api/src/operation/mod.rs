@@ -336,19 +336,12 @@ impl Operation {
     /// enough to answer a replay with its outcome and refuse its key for another payload.
     pub fn binding(&self) -> Operation {
         let mut kept = self.clone();
-        kept.drop_inputs();
+        kept.spec.input = String::new();
+        kept.spec.input_requests.clear();
+        kept.spec.preconditions.clear();
+        kept.answers.clear();
         kept.observations.clear();
         kept
-    }
-
-    /// Drops what only its attempt and its record need: its input, input requests,
-    /// preconditions and answers — what an edge's projection keeps of an operation that is no
-    /// longer live ([`crate::state::LedgerState::project`]).
-    pub fn drop_inputs(&mut self) {
-        self.spec.input = String::new();
-        self.spec.input_requests.clear();
-        self.spec.preconditions.clear();
-        self.answers.clear();
     }
 
     /// The ledger time at which time alone changes it (`operation::decide::due`): its deadline

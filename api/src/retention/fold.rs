@@ -10,6 +10,10 @@ impl LedgerState {
     pub(crate) fn fold_retention(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
         match &env.event {
             Event::OperationsCompactedV1 { tenant_id, operation_ids } => {
+                // A projection holds neither finished operations nor bindings.
+                if self.projection {
+                    return Ok(());
+                }
                 for id in operation_ids {
                     let op = self.operations.get_mut(tenant_id).and_then(|m| m.remove(id));
                     let op = op.ok_or_else(|| unknown(env, "operation", id))?;
@@ -25,6 +29,9 @@ impl LedgerState {
                 drop_empty(&mut self.history, tenant_id);
             }
             Event::BindingsReleasedV1 { tenant_id, operation_ids } => {
+                if self.projection {
+                    return Ok(());
+                }
                 for id in operation_ids {
                     let op = self.compacted.get_mut(tenant_id).and_then(|m| m.remove(id));
                     let op = op.ok_or_else(|| unknown(env, "compacted operation", id))?;
