@@ -636,8 +636,8 @@ impl LedgerState {
     /// edge's replica, `GET /client/snapshot`): what authentication, admission, dispatch and
     /// the MCP surfaces read. It keeps no audit index and, of operations, only the live ones
     /// (waiting or attempting: what dispatch, admission and a caller's wait need) with their
-    /// histories — no finished operation, binding or idempotency key: an edge reads those from
-    /// the ledger (one read), which answers every replay. So the projection does not grow with
+    /// histories — no finished operation, binding, idempotency key or evidence record: an edge
+    /// reads those from the ledger (one read), which answers every replay. So the projection does not grow with
     /// audit retention nor with the operations retention keeps. [`LedgerState::fold_views`]
     /// keeps it so ([`LedgerState::projection`]).
     pub fn project(&mut self) {
@@ -654,6 +654,7 @@ impl LedgerState {
         self.history.retain(|_, steps| !steps.is_empty());
         self.compacted.clear();
         self.idempotency.clear();
+        self.evidence.clear();
         self.rebuild_index();
     }
 

@@ -317,6 +317,7 @@ fn a_projection_lets_an_operation_go_when_it_stops_being_live() {
     step(&mut l, &mut edge, report("op-1", 1, AttemptOutcome::Effect));
     assert_eq!(held(&edge), (false, false), "effect reported: no longer live, let go");
     assert!(edge.idempotency.is_empty() && edge.operations.is_empty() && edge.history.is_empty());
+    assert!(edge.evidence.is_empty() && edge.index.evidence_bytes.is_empty());
     step(
         &mut l,
         &mut edge,
@@ -712,6 +713,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     let mut expected = l.state.clone();
     expected.project();
     prop_assert!(expected.audit.is_empty() && expected.compacted.is_empty() && expected.idempotency.is_empty());
+    prop_assert!(expected.evidence.is_empty());
     let live: Vec<&String> = l.state.live_operations.values().flatten().collect();
     let held: Vec<&String> = expected.operations.values().flat_map(|m| m.keys()).collect();
     prop_assert_eq!(held.len(), live.len());

@@ -7,7 +7,8 @@
 # by default), so what grows is what the processes keep per operation.
 #
 # Knobs: GROWTH_CLIENTS (64), GROWTH_WARMUP_S (20), GROWTH_SECONDS (120), BENCH_BUILD=0 (use
-# the release binaries already built), BENCH_OUT (loadtest/bench/results). Writes
+# the release binaries already built), GROWTH_LABEL (what the binaries are; default: HEAD),
+# BENCH_OUT (loadtest/bench/results). Writes
 # $BENCH_OUT/growth.json and growth.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,7 +65,7 @@ nodes_after=$(rss "$WRIT_NODE_PIDS")
 edges_after=$(rss "$WRIT_EDGE_PIDS")
 
 python3 - "$WORK/loaded.json" "$nodes_before" "$nodes_after" "$edges_before" "$edges_after" \
-  "$(git rev-parse --short HEAD)" "$CLIENTS" "$SECONDS_LOADED" "$OUT/growth.json" >"$OUT/growth.md" <<'PY'
+  "${GROWTH_LABEL:-$(git rev-parse --short HEAD)}" "$CLIENTS" "$SECONDS_LOADED" "$OUT/growth.json" >"$OUT/growth.md" <<'PY'
 import json, sys
 run, nb, na, eb, ea, commit, clients, seconds, out = sys.argv[1:]
 r = json.load(open(run))

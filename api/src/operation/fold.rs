@@ -47,6 +47,8 @@ impl LedgerState {
                 }
                 fold_lifecycle(self, env)?
             }
+            // A projection keeps no evidence records: the edge reads evidence from the ledger.
+            Event::EvidenceStoredV1 { .. } | Event::EvidenceExpiredV1 { .. } if self.projection => {}
             Event::EvidenceStoredV1 { tenant_id, blob } => {
                 *self.index.evidence_bytes.entry(tenant_id.clone()).or_default() += blob.size;
                 let slot = evidence_slot(&blob.operation_id, &blob.content_hash);
