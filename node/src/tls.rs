@@ -162,6 +162,31 @@ async fn drained(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
 }
 
+/// Largest request body read whole before the request is routed ([`read_small_body`]).
+const SMALL_BODY_BYTES: u64 = 64 * 1024;
+
+/// Reads a body of at most [`SMALL_BODY_BYTES`] (by its `Content-Length`) whole before the
+/// request is routed. A route that answers without reading the body (a refusal by the
+/// credential check, an unknown path) would otherwise leave the rest of it unread, and HTTP/1.1
+/// closes such a connection after the answer: a client that sent the body in its own TLS
+/// record, and had already picked the connection for its next request, lost that request. A
+/// larger body is still checked for its credential before a byte of it is read.
+async fn read_small_body(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let length =
+        req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if !length.is_some_and(|n| n > 0 && n <= SMALL_BODY_BYTES) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, SMALL_BODY_BYTES as usize).await {
+        Ok(bytes) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Err(_) => {
+            (axum::http::StatusCode::BAD_REQUEST, "the request body ended before its Content-Length").into_response()
+        }
+    }
+}
+
 /// `X-Forwarded-*` handling: honoured (Host only) from trusted proxies, removed elsewhere. An
 /// HTTP/2 request names its host in `:authority` (the URI), not `Host`: it becomes the `Host`
 /// header here, so every route checks one header whatever the protocol.
@@ -193,7 +218,9 @@ async fn forwarded_headers(
 /// closed gracefully), or at `deadline` after the drain began, whichever is first.
 pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Drain, deadline: Duration) {
     let trusted = accept.trusted_proxies.is_some();
-    let app = app.layer(axum::middleware::from_fn(move |req, next| forwarded_headers(trusted, req, next)));
+    let app = app
+        .layer(axum::middleware::from_fn(read_small_body))
+        .layer(axum::middleware::from_fn(move |req, next| forwarded_headers(trusted, req, next)));
     let mut connections = tokio::task::JoinSet::new();
     let stop = drain.watch();
     loop {
@@ -318,4 +345,39 @@ pub async fn spawn(
     let local = listener.local_addr()?;
     writ_client::egress::register_own_listener(local);
     Ok((local, tokio::spawn(serve(listener, app, accept, drain.clone(), deadline))))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::{header, Request, StatusCode};
+    use futures::StreamExt;
+    use tower::ServiceExt;
+
+    /// A route that refuses without reading the body still finds it read to its end, so the
+    /// connection it came on stays open for the client's next request.
+    #[tokio::test]
+    async fn a_small_body_is_read_whole_before_a_route_refuses() {
+        let refuse = axum::Router::new().route("/v1/x", axum::routing::post(|| async { StatusCode::UNAUTHORIZED }));
+        let app = refuse.clone().layer(axum::middleware::from_fn(super::read_small_body));
+        for (app, read_whole) in [(app, true), (refuse, false)] {
+            let ended = Arc::new(AtomicBool::new(false));
+            let seen = ended.clone();
+            let chunks = futures::stream::iter([Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"{\"a\":"))])
+                .chain(futures::stream::once(async move {
+                    seen.store(true, Ordering::SeqCst);
+                    Ok(axum::body::Bytes::from_static(b"1}"))
+                }));
+            let req = Request::post("/v1/x")
+                .header(header::CONTENT_LENGTH, "7")
+                .body(Body::from_stream(chunks.boxed()))
+                .unwrap();
+            let response = app.oneshot(req).await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(ended.load(Ordering::SeqCst), read_whole, "read whole: {read_whole}");
+        }
+    }
 }
