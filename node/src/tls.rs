@@ -162,29 +162,39 @@ async fn drained(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
 }
 
-/// Largest request body read whole before the request is routed ([`read_small_body`]).
-const SMALL_BODY_BYTES: u64 = 64 * 1024;
+/// Largest request body (by its `Content-Length`) whose unread rest is read and dropped after
+/// the answer ([`drain_unread_body`]).
+const DRAINED_BODY_BYTES: u64 = 1024 * 1024;
+/// How long reading that rest may take.
+const DRAIN_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Reads a body of at most [`SMALL_BODY_BYTES`] (by its `Content-Length`) whole before the
-/// request is routed. A route that answers without reading the body (a refusal by the
-/// credential check, an unknown path) would otherwise leave the rest of it unread, and HTTP/1.1
-/// closes such a connection after the answer: a client that sent the body in its own TLS
-/// record, and had already picked the connection for its next request, lost that request. A
-/// larger body is still checked for its credential before a byte of it is read.
-async fn read_small_body(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
-    use axum::response::IntoResponse;
+/// Reads and drops what a route left unread of the request body (at most
+/// [`DRAINED_BODY_BYTES`], within [`DRAIN_BODY_TIMEOUT`]) once it has answered. A route that
+/// answers without reading the whole body — the credential check's refusal, a body over the
+/// route's bound, an unknown path — would otherwise leave it unread, and HTTP/1.1 then closes
+/// the connection: a client still sending its body, or one that had picked the connection for
+/// its next request, gets a broken connection instead of the answer. Nothing is kept of the
+/// bytes, and no route reads a body before its credential check.
+async fn drain_unread_body(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use futures::StreamExt;
     let length =
         req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if !length.is_some_and(|n| n > 0 && n <= SMALL_BODY_BYTES) {
+    if !length.is_some_and(|n| n > 0 && n <= DRAINED_BODY_BYTES) {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, SMALL_BODY_BYTES as usize).await {
-        Ok(bytes) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
-        Err(_) => {
-            (axum::http::StatusCode::BAD_REQUEST, "the request body ended before its Content-Length").into_response()
-        }
-    }
+    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
+    let read = futures::stream::unfold(shared.clone(), |s| async move {
+        let item = s.lock().await.next().await;
+        item.map(|chunk| (chunk, s))
+    });
+    let response = next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from_stream(read))).await;
+    let _ = tokio::time::timeout(DRAIN_BODY_TIMEOUT, async {
+        let mut rest = shared.lock().await;
+        while let Some(Ok(_)) = rest.next().await {}
+    })
+    .await;
+    response
 }
 
 /// `X-Forwarded-*` handling: honoured (Host only) from trusted proxies, removed elsewhere. An
@@ -219,7 +229,7 @@ async fn forwarded_headers(
 pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Drain, deadline: Duration) {
     let trusted = accept.trusted_proxies.is_some();
     let app = app
-        .layer(axum::middleware::from_fn(read_small_body))
+        .layer(axum::middleware::from_fn(drain_unread_body))
         .layer(axum::middleware::from_fn(move |req, next| forwarded_headers(trusted, req, next)));
     let mut connections = tokio::task::JoinSet::new();
     let stop = drain.watch();
@@ -357,12 +367,12 @@ mod tests {
     use futures::StreamExt;
     use tower::ServiceExt;
 
-    /// A route that refuses without reading the body still finds it read to its end, so the
+    /// A route that refuses without reading the body still has it read to its end, so the
     /// connection it came on stays open for the client's next request.
     #[tokio::test]
-    async fn a_small_body_is_read_whole_before_a_route_refuses() {
+    async fn an_unread_body_is_read_to_its_end_after_a_refusal() {
         let refuse = axum::Router::new().route("/v1/x", axum::routing::post(|| async { StatusCode::UNAUTHORIZED }));
-        let app = refuse.clone().layer(axum::middleware::from_fn(super::read_small_body));
+        let app = refuse.clone().layer(axum::middleware::from_fn(super::drain_unread_body));
         for (app, read_whole) in [(app, true), (refuse, false)] {
             let ended = Arc::new(AtomicBool::new(false));
             let seen = ended.clone();
@@ -379,5 +389,12 @@ mod tests {
             assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
             assert_eq!(ended.load(Ordering::SeqCst), read_whole, "read whole: {read_whole}");
         }
+        // A route that reads the body gets all of it.
+        let echo = axum::Router::new().route("/v1/x", axum::routing::post(|body: String| async move { body }));
+        let app = echo.layer(axum::middleware::from_fn(super::drain_unread_body));
+        let req = Request::post("/v1/x").header(header::CONTENT_LENGTH, "7").body(Body::from("{\"a\":1}")).unwrap();
+        let response = app.oneshot(req).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 64).await.unwrap();
+        assert_eq!(&body[..], b"{\"a\":1}");
     }
 }
