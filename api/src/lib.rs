@@ -90,8 +90,7 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode
 /// bound. Allocation still follows the input (serde's cautious size hints), and the encoding
 /// is [`encode`]'s.
 pub fn decode_unbounded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
-    let unbounded = bincode::config::standard().with_little_endian().with_fixed_int_encoding();
-    whole(bytes, bincode::serde::decode_from_slice(bytes, unbounded)?)
+    whole(bytes, bincode::serde::decode_from_slice(bytes, unbounded_config())?)
 }
 
 /// Values [`encode`]d one after another (as a tuple's elements are), read in turn — bounded like
@@ -108,15 +107,13 @@ impl<'a> Sequence<'a> {
 
     /// The next value.
     pub(crate) fn next<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, bincode::error::DecodeError> {
-        const BOUND: usize = 64 * 1024 * 1024;
-        if self.bounded && self.rest.len() > BOUND {
+        if self.bounded && self.rest.len() > DECODE_BYTES_MAX {
             return Err(bincode::error::DecodeError::LimitExceeded);
         }
-        let unbounded = bincode::config::standard().with_little_endian().with_fixed_int_encoding();
         let (value, used) = if self.bounded {
             bincode::serde::decode_from_slice(self.rest, bincode_config())?
         } else {
-            bincode::serde::decode_from_slice(self.rest, unbounded)?
+            bincode::serde::decode_from_slice(self.rest, unbounded_config())?
         };
         self.rest = &self.rest[used..];
         Ok(value)
@@ -138,8 +135,16 @@ fn whole<T>(bytes: &[u8], (value, used): (T, usize)) -> Result<T, bincode::error
     Ok(value)
 }
 
+/// Most bytes [`decode`] reads.
+const DECODE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 fn bincode_config() -> impl bincode::config::Config {
-    bincode::config::standard().with_little_endian().with_fixed_int_encoding().with_limit::<{ 64 * 1024 * 1024 }>()
+    bincode::config::standard().with_little_endian().with_fixed_int_encoding().with_limit::<DECODE_BYTES_MAX>()
+}
+
+/// [`encode`]'s configuration, with no bound on what a decode reads.
+fn unbounded_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_little_endian().with_fixed_int_encoding()
 }
 
 /// sha256 as lowercase hex.

@@ -86,6 +86,16 @@ struct Gate {
 const PRESENCE_QUEUED_MAX: usize = 1024;
 
 impl Gate {
+    /// The tenant's operation as the ledger holds it (linearizable): what an executor's status
+    /// ask and its act on a finished operation are checked against.
+    async fn ledger_operation(&self, tenant_id: &str, operation_id: &str) -> Result<Operation, Rejection> {
+        let q = writ_api::dto::Query::GetOperation {
+            tenant_id: tenant_id.to_string(),
+            operation_id: operation_id.to_string(),
+        };
+        writ_client::query_as::<Operation>(self.ledger.as_ref(), q, Default::default()).await
+    }
+
     /// Says that `who` is (still) connected to this edge, or no longer.
     fn say_presence(&self, who: &Identity, connected: bool) {
         let command = Command::SetExecutorPresence {
@@ -414,14 +424,10 @@ impl ExecutorGate {
         if let Some(held) = held {
             return held;
         }
-        let q = writ_api::dto::Query::GetOperation {
-            tenant_id: who.tenant_id.clone(),
-            operation_id: operation_id.to_string(),
-        };
-        match writ_client::query_as::<Operation>(self.inner.ledger.as_ref(), q, Default::default()).await {
-            Ok(op) if !op.spec.trace_id.is_empty() => (offered_to(&op, who), op.spec.trace_id),
-            Ok(op) => (offered_to(&op, who), uuid::Uuid::new_v4().to_string()),
-            Err(_) => (false, uuid::Uuid::new_v4().to_string()),
+        let fresh = || uuid::Uuid::new_v4().to_string();
+        match self.inner.ledger_operation(&who.tenant_id, operation_id).await {
+            Ok(op) => (offered_to(&op, who), Some(op.spec.trace_id).filter(|t| !t.is_empty()).unwrap_or_else(fresh)),
+            Err(_) => (false, fresh()),
         }
     }
 
@@ -472,8 +478,7 @@ async fn status(
     // executor would then never attempt (nor report) what the ledger recorded as started. (A
     // replica holds live operations only, so a finished one is not there to check either.)
     let not_found = || error_response(&Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"));
-    let q = writ_api::dto::Query::GetOperation { tenant_id: who.tenant_id.clone(), operation_id: id };
-    match writ_client::query_as::<Operation>(g.inner.ledger.as_ref(), q, Default::default()).await {
+    match g.inner.ledger_operation(&who.tenant_id, &id).await {
         Ok(op) if offered_to(&op, &who) => Json(OperationStatus::from(&op)).into_response(),
         Ok(_) => not_found(),
         Err(e) => error_response(&e),

@@ -179,7 +179,9 @@ async fn drain_unread_body(req: axum::extract::Request, next: axum::middleware::
     use futures::StreamExt;
     let length =
         req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if !length.is_some_and(|n| n > 0 && n <= DRAINED_BODY_BYTES) {
+    // HTTP/2 resets the one stream, never the connection (Raft's traffic between nodes).
+    let http1 = req.version() < axum::http::Version::HTTP_2;
+    if !http1 || !length.is_some_and(|n| n > 0 && n <= DRAINED_BODY_BYTES) {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
