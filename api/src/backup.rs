@@ -7,8 +7,8 @@
 //! u32 LE length and that many bytes — [`FRAME_MANIFEST`] (the encoded [`BackupManifestV1`]),
 //! [`FRAME_STATE`] (`LedgerState::encode_versioned`, in consecutive frames of at most
 //! [`FRAME_BYTES_MAX`] each: the state has no size cap), one frame per stored record
-//! ([`FRAME_AUDIT`], [`FRAME_EVIDENCE`], [`FRAME_EVENT`]: key length u32 LE, key, the value as
-//! the node stores it), and last [`FRAME_END`] holding the sha256 of every byte before it. A
+//! ([`FRAME_AUDIT`], [`FRAME_EVIDENCE`], [`FRAME_EVENT`], [`FRAME_COLD`]: key length u32 LE, key,
+//! the value as the node stores it), and last [`FRAME_END`] holding the sha256 of every byte before it. A
 //! reader checks that digest and the state's digest against the manifest. Pure: the callers do
 //! the IO through `std::io::{Read, Write}`.
 
@@ -26,6 +26,8 @@ pub const FRAME_STATE: u8 = 2;
 pub const FRAME_AUDIT: u8 = 3;
 pub const FRAME_EVIDENCE: u8 = 4;
 pub const FRAME_EVENT: u8 = 5;
+/// A cold row's version ([`crate::cold`]) as the node stores it.
+pub const FRAME_COLD: u8 = 6;
 pub const FRAME_END: u8 = 0xff;
 /// Largest frame a reader accepts (an evidence blob is at most 512 KiB; the state is bounded
 /// like every decode, 64 MiB).
@@ -54,17 +56,21 @@ pub struct BackupSummary {
     pub audit_records: u64,
     pub evidence_blobs: u64,
     pub events: u64,
+    /// Versions of cold rows (operations no longer live, idempotency keys, retention's rows).
+    #[serde(default)]
+    pub cold_rows: u64,
     /// Bytes of the whole backup, and its sha256 (hex): the end frame's content.
     pub bytes: u64,
     pub sha256: String,
 }
 
-/// A record kind's index in [`BackupSummary`]'s counts (audit, evidence, events).
+/// A record kind's index in [`BackupSummary`]'s counts (audit, evidence, events, cold rows).
 fn slot(kind: u8) -> Option<usize> {
     match kind {
         FRAME_AUDIT => Some(0),
         FRAME_EVIDENCE => Some(1),
         FRAME_EVENT => Some(2),
+        FRAME_COLD => Some(3),
         _ => None,
     }
 }
@@ -79,7 +85,7 @@ pub struct BackupWriter<W: Write> {
     hash: Sha256,
     bytes: u64,
     manifest: BackupManifestV1,
-    counts: [u64; 3],
+    counts: [u64; 4],
 }
 
 impl<W: Write> BackupWriter<W> {
@@ -110,7 +116,7 @@ impl<W: Write> BackupWriter<W> {
         };
         let versioned = crate::format::wrap(crate::format::STATE_MAGIC, &body);
         drop(body);
-        let mut w = BackupWriter { out, hash: Sha256::new(), bytes: 0, manifest, counts: [0; 3] };
+        let mut w = BackupWriter { out, hash: Sha256::new(), bytes: 0, manifest, counts: [0; 4] };
         w.raw(&BACKUP_MAGIC)?;
         w.raw(&crate::format::STATE_FORMAT_VERSION.to_le_bytes())?;
         let manifest = crate::encode(&w.manifest).map_err(io::Error::other)?;
@@ -142,6 +148,7 @@ impl<W: Write> BackupWriter<W> {
             audit_records: self.counts[0],
             evidence_blobs: self.counts[1],
             events: self.counts[2],
+            cold_rows: self.counts[3],
             bytes: self.bytes,
             sha256: hex::encode(digest),
         })
@@ -241,7 +248,7 @@ pub fn read_backup(
     if state.digest() != manifest.state_digest {
         return Err(invalid("the backup's state does not match its manifest's digest"));
     }
-    let mut counts = [0u64; 3];
+    let mut counts = [0u64; 4];
     let digest = loop {
         let (kind, content) = next;
         if kind == FRAME_END {
@@ -265,6 +272,7 @@ pub fn read_backup(
         audit_records: counts[0],
         evidence_blobs: counts[1],
         events: counts[2],
+        cold_rows: counts[3],
         bytes: r.bytes,
         sha256: hex::encode(computed),
     };

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod backup;
 pub mod catalog;
+pub mod cold;
 pub mod credential;
 pub mod decide;
 pub mod device;
@@ -183,7 +184,10 @@ pub mod format {
     /// (`LedgerState::operators`).
     /// 15: every section with its length in front, then the executors' presence
     /// (`LedgerState::executor_presence`).
-    pub const STATE_FORMAT_VERSION: u32 = 15;
+    /// 16: then what the cold rows add up to per tenant, then the rows not in a store
+    /// (`LedgerState::cold`); operations no longer live, bindings and idempotency keys are
+    /// rows, no longer in the body's maps.
+    pub const STATE_FORMAT_VERSION: u32 = 16;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

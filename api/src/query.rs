@@ -5,7 +5,9 @@
 use crate::dto::{PrincipalQuotasView, Query, QueryResult, PAGE_LIMIT_MAX};
 use crate::reason::ReasonCode;
 use crate::rejection::Rejection;
-use crate::state::{idempotency_slot, LedgerState};
+use std::borrow::Cow;
+
+use crate::state::LedgerState;
 
 /// A page size within `1..=PAGE_LIMIT_MAX`.
 pub fn page_limit(limit: u32) -> Result<usize, Rejection> {
@@ -195,23 +197,20 @@ fn answer_work(state: &LedgerState, query: Query) -> Result<QueryResult, Rejecti
             Ok(QueryResult::Works { work, next_cursor })
         }
         Query::GetOperationHistory { tenant_id, operation_id } => {
-            let operation = state.operation(&tenant_id, &operation_id).cloned().ok_or_else(|| {
+            let operation = state.operation(&tenant_id, &operation_id).map(Cow::into_owned).ok_or_else(|| {
                 Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))
             })?;
-            let transitions = state.operation_history(&tenant_id, &operation_id).to_vec();
+            let transitions = state.operation_history(&tenant_id, &operation_id);
             Ok(QueryResult::History(Box::new(crate::dto::OperationHistory { operation, transitions })))
         }
         Query::GetOperation { tenant_id, operation_id } => state
             .operation(&tenant_id, &operation_id)
-            .cloned()
+            .map(Cow::into_owned)
             .map(|op| QueryResult::Operation(Box::new(op)))
             .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, format!("no operation '{operation_id}'"))),
         Query::GetOperationByKey { tenant_id, principal_id, idempotency_key } => state
-            .idempotency
-            .get(&tenant_id)
-            .and_then(|m| m.get(&idempotency_slot(&principal_id, &idempotency_key)))
-            .and_then(|id| state.operation(&tenant_id, id))
-            .cloned()
+            .bound_operation(&tenant_id, &principal_id, &idempotency_key)
+            .and_then(|id| state.operation(&tenant_id, &id).map(Cow::into_owned))
             .map(|op| QueryResult::Operation(Box::new(op)))
             .ok_or_else(|| Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no operation under this idempotency key")),
         Query::ListUpstreams { tenant_id } => Ok(QueryResult::Upstreams {

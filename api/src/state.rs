@@ -157,6 +157,11 @@ pub struct LedgerState {
     /// stops being live. Never encoded: a node's state is never a projection.
     #[serde(skip)]
     pub projection: bool,
+    /// The rows that grow with traffic ([`crate::cold`]): operations no longer live, with their
+    /// histories and bindings, idempotency keys, and retention's time rows. A section of its
+    /// own (state format 16); a node keeps the rows in its store.
+    #[serde(skip)]
+    pub cold: crate::cold::ColdTier,
 }
 
 /// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
@@ -185,12 +190,6 @@ pub struct OperationIndex {
     pub evidence_bytes: BTreeMap<String, u64>,
     /// (ledger time stored, [`evidence_slot`]) per tenant: what expires first.
     pub evidence_by_time: BTreeMap<String, BTreeSet<(u64, String)>>,
-    /// (ledger time finished, operation id) of the whole records of finished operations, by
-    /// tenant: what retention compacts first ([`crate::retention`]).
-    pub finished: BTreeMap<String, BTreeSet<(u64, String)>>,
-    /// (ledger time finished, operation id) of compacted operations, by tenant: what retention
-    /// releases first.
-    pub compacted: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// (ledger time of expiry, `jti`) of token records, by tenant.
     pub token_expiry: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// (ledger time of expiry, enrollment id) of enrollments, by tenant.
@@ -216,9 +215,6 @@ impl OperationIndex {
             }
             if let Some(at) = old.due_at() {
                 remove_from(&mut self.due, tenant, &(at, id.clone()));
-            }
-            if old.state.is_terminal() {
-                remove_from(&mut self.finished, tenant, &(old.updated_at_ms, id.clone()));
             }
             if old.is_live() {
                 if let Some(by_principal) = self.live_by_principal.get_mut(tenant) {
@@ -251,9 +247,6 @@ impl OperationIndex {
             *self.by_state.entry(tenant.clone()).or_default().entry(new.state).or_default() += 1;
             if let Some(at) = new.due_at() {
                 self.due.entry(tenant.clone()).or_default().insert((at, id.clone()));
-            }
-            if new.state.is_terminal() {
-                self.finished.entry(tenant.clone()).or_default().insert((new.updated_at_ms, id.clone()));
             }
             if new.is_live() {
                 *self
@@ -397,6 +390,15 @@ impl LedgerState {
         self.stream_seq.insert(env.stream.clone(), env.seq);
         self.revision = env.revision;
         self.clock_ms = self.clock_ms.max(env.at_ms);
+        // The fold reads cold rows as they were before this event (a replay reads the same).
+        self.cold.at = env.revision - 1;
+        let folded = self.fold_domain(env);
+        self.cold.at = env.revision;
+        folded
+    }
+
+    /// Hands `env` to its domain's fold.
+    fn fold_domain(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
         match &env.event {
             Event::TenantCreatedV1 { .. }
             | Event::TenantSettingsChangedV1 { .. }
@@ -509,25 +511,29 @@ impl LedgerState {
         }
     }
 
-    /// Canonical encoding of the whole state (the digest's input; the body of the versioned
-    /// encodings in [`crate::format`]).
-    /// The canonical encoding (state format 11): format 1's layout, then the revocations (format
-    /// 2), then the proposals (format 3), then the work items and operation histories (format
-    /// 4), then the evidence records (format 5), the compacted operations (format 6), the
-    /// upstreams (format 7) and the upstream operations waiting for their attempt (format 8).
-    /// Format 9 has 8's layout with a tenant's audit times as runs
-    /// ([`crate::audit::AuditTimes`], which still reads the older time per record); format 10
-    /// adds the anonymous access of edges, format 11 the records of MCP sessions, format 12 the
-    /// sources of tenant issuers known by their URL, format 13 the tenants' own authorization
-    /// servers. From format 14 on, the body is sections: each section's length (u64 LE), then
-    /// its bytes — format 13's body, then one section per domain added since: the operators
-    /// (14), the executors' presence (15). Format 14 wrote its last section without a length.
+    /// Canonical encoding of the whole state (the body of the versioned encodings in
+    /// [`crate::format`]). Format 1's layout, then each view a later format appended (see
+    /// [`LedgerState::decode_base`]) up to format 13. From format 14 on, the body is sections:
+    /// each section's length (u64 LE), then its bytes — format 13's body, then one section per
+    /// domain added since: the operators (14), the executors' presence (15), what the cold rows
+    /// add up to per tenant and the rows not in a store (16). Format 14 wrote its last section
+    /// without a length.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_sections(true)
+    }
+
+    /// The sections of [`LedgerState::encode`]; without the pending cold rows for the digest,
+    /// which covers them through the per-tenant sums (a node's rows are in its store).
+    fn encode_sections(&self, rows: bool) -> Vec<u8> {
         let base = self.encode_base();
         let operators = crate::encode(&self.operators).expect("operators are always encodable");
         let presence = crate::encode(&self.executor_presence).expect("presence is always encodable");
-        let mut out = Vec::with_capacity(24 + base.len() + operators.len() + presence.len());
-        for section in [&base, &operators, &presence] {
+        let sums = crate::encode(&self.cold.tenants).expect("cold sums are always encodable");
+        let pending = if rows { self.cold.pending_rows() } else { &BTreeMap::new() };
+        let pending = crate::encode(pending).expect("cold rows are always encodable");
+        let sections = [&base, &operators, &presence, &sums, &pending];
+        let mut out = Vec::with_capacity(sections.iter().map(|s| 8 + s.len()).sum());
+        for section in sections {
             out.extend_from_slice(&(section.len() as u64).to_le_bytes());
             out.extend_from_slice(section);
         }
@@ -556,7 +562,9 @@ impl LedgerState {
     /// source that vouches for it — a checksummed snapshot or backup, a node's answer).
     fn decode_body_bounded(version: u32, body: &[u8], bounded: bool) -> Result<LedgerState, String> {
         if version < 14 {
-            return LedgerState::decode_base(version, body, bounded);
+            let mut state = LedgerState::decode_base(version, body, bounded)?;
+            state.cool();
+            return Ok(state);
         }
         let undecodable = |what: &str| format!("undecodable ledger state (format {version}): {what}");
         let mut rest = body;
@@ -579,6 +587,11 @@ impl LedgerState {
         if version >= 15 {
             state.executor_presence = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
         }
+        if version >= 16 {
+            state.cold.tenants = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
+            state.cold.restore_pending(dec(section(false)?, bounded).map_err(|e| undecodable(&e))?);
+        }
+        state.cool();
         Ok(state)
     }
 
@@ -655,6 +668,7 @@ impl LedgerState {
         self.compacted.clear();
         self.idempotency.clear();
         self.evidence.clear();
+        self.cold = crate::cold::ColdTier::default();
         self.rebuild_index();
     }
 
@@ -668,11 +682,6 @@ impl LedgerState {
             index.evidence_bytes.insert(tenant.clone(), blobs.values().map(|b| b.size).sum());
             let by_time = blobs.iter().map(|(slot, b)| (b.at_ms, slot.clone())).collect();
             index.evidence_by_time.insert(tenant.clone(), by_time);
-        }
-        for (tenant, ops) in &self.compacted {
-            index
-                .compacted
-                .insert(tenant.clone(), ops.values().map(|o| (o.updated_at_ms, o.spec.operation_id.clone())).collect());
         }
         for (tenant, tokens) in &self.tokens {
             let by_time = tokens.values().map(|t| (t.record.expires_at_ms, t.record.jti.clone())).collect();
@@ -707,9 +716,10 @@ impl LedgerState {
         LedgerState::decode_body_bounded(version, body, false)
     }
 
-    /// sha256 over the canonical encoding: equal on every replica at the same applied index.
+    /// sha256 over the canonical encoding, the cold rows by their per-tenant sums: equal on
+    /// every replica at the same applied index, wherever it keeps the rows.
     pub fn digest(&self) -> String {
-        crate::sha256_hex(&self.encode())
+        crate::sha256_hex(&self.encode_sections(false))
     }
 }
 

@@ -30,7 +30,7 @@ fn a_retry_is_not_a_second_execution() {
         again.operation_id = format!("op-retry-{i}");
         assert_eq!(l.ok(submit(again)), 0, "a replay appends nothing");
     }
-    assert_eq!(l.state.operations[T].len(), 1);
+    assert_eq!(all_ops(&l.state, T).len(), 1);
     l.ok(dispatch("op-1"));
     l.ok(start("op-1", 1));
     assert_eq!(l.refused(start("op-1", 1)), ReasonCode::OPERATION_STATE_CONFLICT, "one attempt");
@@ -67,7 +67,7 @@ fn the_same_key_with_another_payload_is_refused() {
     let mut other = spec("op-3", "k-1", json!({"position_mm": 121}), None, l.now + 60_000);
     other.principal_id = "other-agent".into();
     l.ok(submit(other));
-    assert_eq!(l.state.operations[T].len(), 2);
+    assert_eq!(all_ops(&l.state, T).len(), 2);
 }
 
 #[test]
@@ -632,9 +632,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
     let id = |k: u8| format!("op-{k}");
     let mut last_token: BTreeMap<String, u64> = BTreeMap::new();
     let mut requests = Vec::new();
-    let token_of = |l: &Ledger, k: u8| {
-        l.state.operations.get(T).and_then(|m| m.get(&id(k))).and_then(|o| o.fencing_token).unwrap_or(0)
-    };
+    let token_of = |l: &Ledger, k: u8| l.state.operation(T, &id(k)).and_then(|o| o.fencing_token).unwrap_or(0);
     for s in steps {
         let command = match s {
             Step::Submit { key, payload, device, ttl_ms } => {
@@ -739,14 +737,8 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
             prop_assert!(verified, "{} was recorded without a proposal", spec.operation_id);
         }
     }
-    let cancelled_during_attempt = l
-        .state
-        .operations
-        .get(T)
-        .into_iter()
-        .flat_map(|m| m.values())
-        .filter(|op| op.state == OperationState::Cancelled && op.attempts == 1)
-        .count();
+    let cancelled_during_attempt =
+        all_ops(&l.state, T).iter().filter(|op| op.state == OperationState::Cancelled && op.attempts == 1).count();
     Ok(Reached { cancelled_during_attempt, requests })
 }
 
@@ -869,9 +861,15 @@ fn a_mutated_state_breaks_the_invariants() {
     l.ok(report("op-1", 1, AttemptOutcome::NoEffect));
     assert_eq!((l.op("op-1").state, l.op("op-1").attempts), (OperationState::Cancelled, 1));
     assert!(invariant_violations(&l.state).is_empty(), "cancelled during its attempt is allowed");
+    // op-1 has finished: it is a cold row, changed where it is kept.
     let mutate = |f: &dyn Fn(&mut Operation)| {
+        use writ_api::cold::{ColdOperation, Row};
         let mut state = l.state.clone();
-        f(state.operations.get_mut(T).and_then(|m| m.get_mut("op-1")).expect("op-1"));
+        let old = state.cold.get(T, Row::Operation("op-1")).expect("op-1 is a cold row");
+        let mut row: ColdOperation = writ_api::decode(&old).expect("a cold row");
+        f(&mut row.op);
+        let new = writ_api::encode(&row).expect("encodable");
+        state.cold.put(T, Row::Operation("op-1"), state.revision, Some(&old), Some(new));
         invariant_violations(&state)
     };
     assert!(!mutate(&|op| op.cancel_requested = false).is_empty(), "a cancel nobody asked for during the attempt");
@@ -925,7 +923,7 @@ fn the_ledger_rechecks_the_authority_behind_an_operation() {
     theirs.principal_id = "other-agent".into();
     theirs.deadline_ms = l.now + 60_000;
     assert_eq!(l.refused(submit(theirs)), ReasonCode::AUTH_TOKEN_EXPIRED);
-    assert!(l.state.operations.get(T).is_none_or(|m| m.is_empty()), "nothing was recorded");
+    assert!(all_ops(&l.state, T).is_empty(), "nothing was recorded");
 }
 
 /// SPEC S3: a critical action runs only with the approval of another principal holding
@@ -1221,7 +1219,7 @@ fn an_executors_coded_refusal_fails_the_operation_with_its_reason_in_the_history
     l.ok(refuse(ReasonCode::PRECONDITION_FAILED));
     assert_eq!(l.op("op-1").state, OperationState::Failed);
     assert!(!l.state.device_leases[T].contains_key("press"), "a refused operation frees its device");
-    let steps: Vec<_> = l.state.history[T]["op-1"].iter().map(|s| (s.from, s.to, s.reason)).collect();
+    let steps: Vec<_> = l.state.operation_history(T, "op-1").iter().map(|s| (s.from, s.to, s.reason)).collect();
     use OperationState::*;
     assert_eq!(
         steps,
@@ -1232,7 +1230,7 @@ fn an_executors_coded_refusal_fails_the_operation_with_its_reason_in_the_history
             (Some(Dispatched), Failed, Some(ReasonCode::PRECONDITION_FAILED)),
         ]
     );
-    let revisions: Vec<u64> = l.state.history[T]["op-1"].iter().map(|s| s.revision).collect();
+    let revisions: Vec<u64> = l.state.operation_history(T, "op-1").iter().map(|s| s.revision).collect();
     assert!(revisions.windows(2).all(|w| w[0] < w[1]), "each step names the revision that made it: {revisions:?}");
 }
 
@@ -1355,15 +1353,15 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     // Within the tenant's idempotency retention (24 h) nothing goes.
     l.now = finished_at + day - 1;
     assert!(kinds(&run(&mut l, retention())).is_empty());
-    assert_eq!(l.state.operations[T].len(), 3);
+    assert_eq!(all_ops(&l.state, T).len(), 3);
 
     // Past it, the finished operations keep only their bindings; the live one stays whole.
     l.now = finished_at + day;
     assert_eq!(kinds(&run(&mut l, retention())), ["operations_compacted"]);
-    assert_eq!(l.state.operations[T].keys().collect::<Vec<_>>(), ["op-3"]);
-    let binding = &l.state.compacted[T]["op-1"];
+    assert_eq!(l.state.operations[T].keys().collect::<Vec<_>>(), ["op-3"], "only the live one in memory");
+    let binding = l.op("op-1");
     assert_eq!((binding.state, binding.spec.input.as_str()), (OperationState::Failed, ""), "compact, outcome kept");
-    assert!(!l.state.history[T].contains_key("op-1"), "its transitions are gone");
+    assert!(l.state.operation_history(T, "op-1").is_empty(), "its transitions are gone");
     let after = writ_api::retention::storage(&l.state, T);
     assert_eq!((after.operations, after.bindings, after.idempotency_keys), (1, 2, 3));
     assert!(after.state_bytes < before.state_bytes, "{} < {}", after.state_bytes, before.state_bytes);
@@ -1390,7 +1388,9 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     // day-long tokens, expired a day ago, and the minute-long enrollments are dropped.
     l.now = finished_at + 2 * day;
     assert_eq!(kinds(&run(&mut l, retention())), ["bindings_released", "credentials_retired"]);
-    assert!(!l.state.compacted.contains_key(T) && !l.state.tokens.contains_key(T));
+    let released = writ_api::retention::storage(&l.state, T);
+    assert!(released.bindings == 0 && !l.state.tokens.contains_key(T));
+    assert!(l.state.operation(T, "op-1").is_none(), "released");
     assert!(!l.state.enrollments.contains_key(T));
     assert_eq!(writ_api::retention::storage(&l.state, T).idempotency_keys, 1);
     assert_eq!(writ_api::retention::next_due(&l.state, T), None, "nothing else is due");

@@ -23,9 +23,11 @@
 //! deliberately reintroduced bugs caught (`writ_api::mutants`).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use crate::support::*;
 use serde_json::json;
+use writ_api::cold::ColdStore;
 use writ_api::ledger::{BatchedCommand, Command, Event, LedgerRequest, Outcome};
 use writ_api::operation::{AttemptOutcome, OperationState};
 use writ_api::settings::{QuotasV1, TenantSettingsPatch};
@@ -91,6 +93,70 @@ struct Node {
     state: LedgerState,
     applied: usize,
     up: bool,
+    /// Its store of cold rows, kept across its restarts (as its RocksDB is).
+    cold: Arc<SimCold>,
+    /// Its newest snapshots (at most two, newest last): the state as encoded once its cold rows
+    /// were written, and the log index it had.
+    snapshots: Vec<(Vec<u8>, usize)>,
+}
+
+/// A node's cold rows as its store holds them (`writ_raft_store::cold`): every version by the
+/// revision that wrote it, read as of a revision. The node writes what its state took at random
+/// points (as apply batches of any size do); what it had not written when it dies is lost, and
+/// its replay from a snapshot writes it again.
+#[derive(Debug, Default)]
+struct SimCold {
+    rows: Mutex<BTreeMap<Vec<u8>, Versions>>,
+}
+
+/// A row's versions by the revision that wrote them (`None`: deleted).
+type Versions = BTreeMap<u64, Option<Vec<u8>>>;
+
+impl ColdStore for SimCold {
+    fn get(&self, key: &[u8], at: u64) -> Option<Vec<u8>> {
+        let rows = self.rows.lock().unwrap();
+        rows.get(key)?.range(..=at).next_back()?.1.clone()
+    }
+
+    fn scan(&self, prefix: &[u8], after: Option<&[u8]>, at: u64, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let rows = self.rows.lock().unwrap();
+        rows.range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(k, _)| after.is_none_or(|a| k.as_slice() > a))
+            .filter_map(|(k, versions)| Some((k.clone(), versions.range(..=at).next_back()?.1.clone()?)))
+            .take(limit)
+            .collect()
+    }
+}
+
+impl SimCold {
+    /// Writes what `state` took since it last wrote: row versions, and a deletion of every row
+    /// of a dropped tenant.
+    fn write(&self, state: &mut LedgerState) {
+        let writes = state.cold.take_writes();
+        let mut rows = self.rows.lock().unwrap();
+        for (key, row) in writes.rows {
+            rows.entry(key).or_default().insert(row.revision, row.value);
+        }
+        for (revision, prefix) in writes.dropped {
+            for (_, versions) in rows.range_mut(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+                versions.insert(revision, None);
+            }
+        }
+    }
+
+    /// Drops the versions no replay from a snapshot at or after revision `horizon` reads.
+    fn purge(&self, horizon: u64) {
+        let mut rows = self.rows.lock().unwrap();
+        for versions in rows.values_mut() {
+            let Some((&seen, _)) = versions.range(..=horizon).next_back() else { continue };
+            versions.retain(|rev, _| *rev >= seen);
+            if versions.get(&seen).is_some_and(Option::is_none) {
+                versions.remove(&seen);
+            }
+        }
+        rows.retain(|_, versions| !versions.is_empty());
+    }
 }
 
 /// An agent's call an edge has not been answered for yet.
@@ -176,7 +242,14 @@ impl World {
         let quotas = QuotasV1 { operations_per_minute: Some(OPS_PER_MINUTE), ..Default::default() };
         let patch = TenantSettingsPatch { quotas: Some(quotas), ..Default::default() };
         base.ok(Command::SetTenantSettings { tenant_id: T.into(), patch });
-        let node = || Node { state: base.state.clone(), applied: 0, up: true };
+        let node = || {
+            let cold = Arc::new(SimCold::default());
+            let mut state = base.state.clone();
+            state.cold.attach(cold.clone());
+            cold.write(&mut state);
+            let snapshots = vec![(state.encode_versioned(), 0)];
+            Node { state, applied: 0, up: true, cold, snapshots }
+        };
         World {
             seed,
             rng: Rng(seed),
@@ -239,6 +312,14 @@ impl World {
             let i = self.nodes[node].applied;
             self.nodes[node].state.execute(&self.log[i]);
             self.nodes[node].applied += 1;
+            // Its cold rows reach its store now and then; now and then it takes a snapshot.
+            if self.rng.percent(40) {
+                let n = &mut self.nodes[node];
+                n.cold.write(&mut n.state);
+                if self.rng.percent(10) {
+                    self.snapshot(node);
+                }
+            }
             let applied = self.nodes[node].applied;
             if applied.is_multiple_of(DIGEST_EVERY) || applied == self.log.len() {
                 let digest = self.nodes[node].state.digest();
@@ -482,7 +563,7 @@ impl World {
                 // No answer: ask the leader (a linearizable read) whether the start committed.
                 let Some(leader) = self.leader else { return };
                 self.catch_up(leader, self.log.len());
-                let view = self.nodes[leader].state.operations.get(T).and_then(|m| m.get(&op)).cloned();
+                let view = self.nodes[leader].state.operation(T, &op).map(std::borrow::Cow::into_owned);
                 match view {
                     Some(v)
                         if v.state == OperationState::Attempting
@@ -551,12 +632,8 @@ impl World {
     /// the leader shows.
     fn operator_resolve(&mut self) {
         let Some(leader) = self.leader else { return };
-        let unknown: Vec<String> = self.nodes[leader]
-            .state
-            .operations
-            .get(T)
-            .into_iter()
-            .flat_map(|m| m.values())
+        let unknown: Vec<String> = all_ops(&self.nodes[leader].state, T)
+            .iter()
             .filter(|op| op.state == OperationState::UnknownEffect)
             .map(|op| op.spec.operation_id.clone())
             .collect();
@@ -600,11 +677,27 @@ impl World {
         self.note(format!("node {leader} leads"));
     }
 
-    /// A dead node restarts from its last snapshot (its state as encoded, the index it had).
+    /// A node snapshots what it applied (its cold rows written first, as a node syncs its
+    /// store before a snapshot); past its second, what only replays from before the older of
+    /// the two it keeps could read goes from its store.
+    fn snapshot(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.snapshots.push((n.state.encode_versioned(), n.applied));
+        if n.snapshots.len() > 2 {
+            n.snapshots.remove(0);
+            let oldest = LedgerState::decode_versioned(&n.snapshots[0].0).expect("a snapshot decodes");
+            n.cold.purge(oldest.revision);
+        }
+    }
+
+    /// A dead node restarts from its newest snapshot (its state as encoded, the index it had),
+    /// over its store's cold rows (some written after the snapshot), and replays the log.
     fn restart(&mut self) {
         let Some(n) = (0..NODES).find(|n| !self.nodes[*n].up) else { return };
-        let bytes = self.nodes[n].state.encode_versioned();
-        self.nodes[n].state = LedgerState::decode_versioned(&bytes).unwrap_or_else(|e| self.fail(e));
+        let (bytes, applied) = self.nodes[n].snapshots.last().cloned().expect("a node has a snapshot");
+        let mut state = LedgerState::decode_versioned(&bytes).unwrap_or_else(|e| self.fail(e));
+        state.cold.attach(self.nodes[n].cold.clone());
+        (self.nodes[n].state, self.nodes[n].applied) = (state, applied);
         self.nodes[n].up = true;
         self.note(format!("node {n} restarts at index {}", self.nodes[n].applied));
         if self.leader.is_none() {
@@ -674,7 +767,7 @@ impl World {
         if (1..NODES).any(|n| self.nodes[n].state.digest() != digest) {
             self.fail("the replicas differ after healing".into());
         }
-        let ops = self.nodes[leader].state.operations.get(T).cloned().unwrap_or_default();
+        let ops = by_id(all_ops(&self.nodes[leader].state, T));
         for (id, hash) in &self.acked {
             match ops.get(id) {
                 Some(op) if op.spec.payload_hash == *hash => {}
@@ -703,6 +796,11 @@ fn describe(outcome: &Outcome) -> String {
     }
 }
 
+/// Operations by id.
+fn by_id(ops: Vec<writ_api::operation::Operation>) -> BTreeMap<String, writ_api::operation::Operation> {
+    ops.into_iter().map(|op| (op.spec.operation_id.clone(), op)).collect()
+}
+
 /// Runs one seed; what it reached (so the workload is known to exercise the cases).
 fn run(seed: u64) -> Reached {
     let mut w = World::new(seed);
@@ -710,7 +808,7 @@ fn run(seed: u64) -> Reached {
         w.step();
     }
     w.finish();
-    let ops = w.nodes[0].state.operations.get(T).cloned().unwrap_or_default();
+    let ops = by_id(all_ops(&w.nodes[0].state, T));
     Reached {
         acked: w.acked.len(),
         attempted: w.effects.len(),

@@ -479,7 +479,7 @@ pub async fn latest(
 ) -> Option<(Operation, Option<ReasonCode>)> {
     let (tenant_id, id) = (&known.tenant_id, &known.spec.operation_id);
     let held = verifier.with_state(|s| match s.operations.get(tenant_id).and_then(|m| m.get(id)) {
-        Some(op) => Some(Some((op.clone(), refusal(op, s.operation_history(tenant_id, id))))),
+        Some(op) => Some(Some((op.clone(), refusal(op, &s.operation_history(tenant_id, id))))),
         None if s.revision >= known.revision => None,
         None => Some(None),
     });

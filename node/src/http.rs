@@ -590,7 +590,7 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
         for (state, n) in writ_api::health::tools_by_health(&a.state, writ_client::now_ms()) {
             metrics::gauge!("writ_tools_by_health", "state" => state.as_str()).set(n as f64);
         }
-        for (tenant, by_state) in &a.state.index.by_state {
+        for (tenant, by_state) in &a.state.operations_by_state() {
             let class = a.state.tenants.get(tenant).map_or(AuditMode::Standard, |t| t.settings.audit_mode).as_str();
             for (state, n) in by_state {
                 *counts.entry((class, *state)).or_default() += n;

@@ -2,8 +2,8 @@
 //! snapshot restore`; the format is `writ_api::backup`'s.
 //!
 //! **Backup** ([`crate::StateMachine::write_backup`]): the state and a RocksDB snapshot taken
-//! under one read lock, then the audit, evidence and event column families streamed from that
-//! snapshot without holding the lock.
+//! under one read lock, then the audit, evidence, event and cold-row column families streamed
+//! from that snapshot without holding the lock.
 //!
 //! **Restore** ([`restore`]) writes the records into a new RocksDB and the state as the
 //! directory's *seed* ([`SEED_FILE`] beside `db`): the state the node starts from before its
@@ -16,10 +16,13 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use writ_api::backup::{read_backup, BackupSummary, BackupWriter, FRAME_AUDIT, FRAME_EVENT, FRAME_EVIDENCE};
+use writ_api::backup::{
+    read_backup, BackupSummary, BackupWriter, FRAME_AUDIT, FRAME_COLD, FRAME_EVENT, FRAME_EVIDENCE,
+};
 use writ_api::state::LedgerState;
 
 use crate::codec::checked_decode;
+use crate::cold::CF_COLD;
 use crate::{CF_AUDIT, CF_EVENTS, CF_EVIDENCE};
 
 /// The seed file of a restored data directory.
@@ -42,7 +45,8 @@ impl crate::StateMachine {
         };
         let mut w = BackupWriter::begin(out, node_id, last_applied, &state)?;
         drop(state);
-        let kinds = [(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE), (FRAME_EVENT, CF_EVENTS)];
+        let kinds =
+            [(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE), (FRAME_EVENT, CF_EVENTS), (FRAME_COLD, CF_COLD)];
         for record in crate::state_machine::stored_records(db, &view, &kinds) {
             let (kind, key, value) = record?;
             w.record(kind, &key, &value)?;
@@ -104,6 +108,7 @@ fn restore_into(db_dir: &Path, input: impl Read) -> io::Result<(BackupSummary, L
                 CF_EVENTS
             }
             FRAME_EVIDENCE => CF_EVIDENCE,
+            FRAME_COLD => CF_COLD,
             other => return Err(invalid(format!("unknown record kind {other}"))),
         };
         batch.put_cf(db.cf_handle(cf).expect("column families are created at open"), key, value);

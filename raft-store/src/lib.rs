@@ -5,6 +5,7 @@
 
 pub mod backup;
 mod codec;
+pub mod cold;
 pub mod log_store;
 pub mod snapshot;
 pub mod state_machine;
@@ -72,13 +73,14 @@ pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
     let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     // `default` (unused) too: left out, it would get 64 MiB memtables, and RocksDB preallocates
     // 1.1 times the largest memtable for each WAL file (a tmpfs-sized disk noticed).
-    let cfs = [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE].map(|name| {
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        let mut cf = Options::default();
-        cf.set_write_buffer_size(MEMTABLE_BYTES);
-        cf.set_block_based_table_factory(&table);
-        ColumnFamilyDescriptor::new(name, cf)
-    });
+    let cfs =
+        [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE, cold::CF_COLD].map(|name| {
+            let mut table = BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            let mut cf = Options::default();
+            cf.set_write_buffer_size(MEMTABLE_BYTES);
+            cf.set_block_based_table_factory(&table);
+            ColumnFamilyDescriptor::new(name, cf)
+        });
     DB::open_cf_descriptors(&opts, path, cfs).map_err(io::Error::other)
 }

@@ -34,10 +34,11 @@ use writ_api::revocation::Revocations;
 use writ_api::state::LedgerState;
 
 use crate::codec::{checked_decode, checked_encode};
+use crate::cold::CF_COLD;
 pub use crate::snapshot::SnapshotHandle;
 use crate::snapshot::{Contents, SnapshotHeader};
 use crate::{TypeConfig, CF_AUDIT, CF_EVENTS, CF_EVIDENCE};
-use writ_api::backup::{FRAME_AUDIT, FRAME_EVIDENCE};
+use writ_api::backup::{FRAME_AUDIT, FRAME_COLD, FRAME_EVIDENCE};
 use writ_api::retention::EVENT_LOG_KEPT_MS;
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
@@ -87,6 +88,8 @@ pub struct Applied {
 
 struct Inner {
     db: Arc<DB>,
+    /// The cold rows every state this machine applies reads and writes (`crate::cold`).
+    cold: Arc<crate::cold::RocksCold>,
     snapshot_dir: PathBuf,
     /// Started from a restored backup's seed state (`crate::backup`).
     seeded: bool,
@@ -102,6 +105,9 @@ struct Inner {
     role_revocations: RwLock<Arc<std::collections::BTreeSet<String>>>,
     /// Held while a snapshot's transfer file is written, so concurrent peers write it once.
     transfers: std::sync::Mutex<()>,
+    /// State revisions of the snapshots built or installed since start, newest last (at most
+    /// [`SNAPSHOT_FILES_KEPT`]): how far back a replay may read cold rows.
+    snapshot_revisions: std::sync::Mutex<Vec<u64>>,
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -234,7 +240,9 @@ impl StateMachine {
         std::fs::create_dir_all(&snapshot_dir)?;
         let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
         let seeded = seed.is_some();
-        let applied = Applied { state: seed.unwrap_or_default(), ..Default::default() };
+        let mut applied = Applied { state: seed.unwrap_or_default(), ..Default::default() };
+        let cold = Arc::new(crate::cold::RocksCold::new(db.clone()));
+        adopt(&db, &cold, &mut applied.state)?;
         let sm = StateMachine {
             inner: Arc::new(Inner {
                 db,
@@ -245,6 +253,8 @@ impl StateMachine {
                 corruption: tokio::sync::watch::channel(None).0,
                 role_revocations: Default::default(),
                 transfers: Default::default(),
+                snapshot_revisions: Default::default(),
+                cold,
             }),
         };
         let floor = sm.first_stored_revision()?.unwrap_or(1);
@@ -482,7 +492,23 @@ impl StateMachine {
         std::fs::rename(&tmp, &path)?;
         sync_dir(&self.inner.snapshot_dir)?;
         self.prune_snapshots()?;
+        if let Some(horizon) = self.snapshot_taken(state.revision) {
+            let dropped = crate::cold::purge(&self.inner.db, horizon)?;
+            metrics::counter!("writ_cold_versions_dropped_total").increment(dropped);
+        }
         Ok((header, path))
+    }
+
+    /// Notes a snapshot at state revision `revision` as this node's newest; once every kept
+    /// snapshot's revision is known, the oldest of them: how far back a replay may read cold
+    /// rows, so what only older reads could see may go (`crate::cold::purge`).
+    fn snapshot_taken(&self, revision: u64) -> Option<u64> {
+        let mut kept = self.inner.snapshot_revisions.lock().unwrap_or_else(|e| e.into_inner());
+        kept.push(revision);
+        if kept.len() > SNAPSHOT_FILES_KEPT {
+            kept.remove(0);
+        }
+        (kept.len() == SNAPSHOT_FILES_KEPT).then(|| kept[0])
     }
 
     /// The file a peer installs for this node's snapshot `path`: the file itself when it carries
@@ -506,7 +532,8 @@ impl StateMachine {
         let state = crate::snapshot::read_state(reader)?;
         let db = &self.inner.db;
         let view = db.snapshot();
-        let records = stored_records(db, &view, &[(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE)]);
+        let kinds = [(FRAME_AUDIT, CF_AUDIT), (FRAME_EVIDENCE, CF_EVIDENCE), (FRAME_COLD, CF_COLD)];
+        let records = stored_records(db, &view, &kinds);
         let tmp = out.with_extension(TRANSFER_PART_EXTENSION);
         let summary = crate::snapshot::write(&tmp, Contents::WithRecords, &header, &state, records)?;
         std::fs::rename(&tmp, &out)?;
@@ -551,10 +578,12 @@ impl StateMachine {
                 "the snapshot file is not at the position installed",
             ));
         }
-        let (state, records) = match contents {
+        let (mut state, records) = match contents {
             Contents::WithRecords => self.install_records(reader)?,
             Contents::StateOnly => (crate::snapshot::read_state(reader)?, 0),
         };
+        adopt(&self.inner.db, &self.inner.cold, &mut state)?;
+        self.snapshot_taken(state.revision);
         let db = &self.inner.db;
         // Stored events are committed history, so they agree with any snapshot. Keep them if
         // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
@@ -585,10 +614,12 @@ impl StateMachine {
         let db = &self.inner.db;
         let audit_cf = db.cf_handle(CF_AUDIT).expect("column families are created at open");
         let evidence_cf = db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
-        // The audit and evidence column families become exactly the snapshot's records.
+        let cold_cf = db.cf_handle(CF_COLD).expect("column families are created at open");
+        // The audit, evidence and cold-row column families become exactly the snapshot's records.
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(audit_cf, Vec::<u8>::new(), vec![0xff; 1]);
         batch.delete_range_cf(evidence_cf, Vec::<u8>::new(), vec![0xff; 1]);
+        batch.delete_range_cf(cold_cf, Vec::<u8>::new(), vec![0xff; 10]);
         let mut records = 0u64;
         let state = crate::snapshot::read_records(reader, |kind, key, value| {
             let cf = match kind {
@@ -597,6 +628,7 @@ impl StateMachine {
                     audit_cf
                 }
                 FRAME_EVIDENCE => evidence_cf,
+                FRAME_COLD => cold_cf,
                 other => {
                     return Err(io::Error::new(io::ErrorKind::InvalidData, format!("snapshot record kind {other}")))
                 }
@@ -725,7 +757,21 @@ fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
     payload.state.evidence = std::mem::take(&mut payload.evidence);
     payload.state.compacted = std::mem::take(&mut payload.compacted);
     payload.state.rebuild_index();
+    payload.state.cool();
     Ok(payload)
+}
+
+/// Has `state` keep its cold rows in `cold`, writing the rows it holds (a state decoded from an
+/// older format, or without a store) there first.
+fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut LedgerState) -> io::Result<()> {
+    state.cold.attach(cold.clone());
+    let writes = state.cold.take_writes();
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let mut batch = WriteBatch::default();
+    crate::cold::write(db, &mut batch, writes);
+    db.write(batch).map_err(io::Error::other)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -823,6 +869,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 replies.push((responder, outcome));
             }
         }
+        crate::cold::write(&self.inner.db, &mut batch, a.state.cold.take_writes());
         // Retention: everything below each tenant's first retained sequence goes.
         for tenant in &audited {
             if let Some(index) = a.state.audit.get(tenant) {
@@ -1045,6 +1092,9 @@ mod tests {
         state.rebuild_index();
         let v6 = encode_payload(&SnapshotPayload::of(state.clone(), Vec::new(), blobs.clone())).unwrap();
         let read = decode_payload(&v6).unwrap();
+        // Read, the binding is a cold row, as a decode of any older format makes it.
+        state.cool();
+        assert!(state.operation("t", "op-2").is_some() && state.compacted.is_empty());
         assert_eq!((read.state, read.blobs), (state, blobs));
         // Read as an older format, newer bytes are refused, never misread.
         for older in [1u32, 2, 3, 4, 5] {

@@ -226,13 +226,12 @@ async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
     .await;
     for node in c.nodes.values() {
         let a = node.sm.read();
-        assert!(a.state.operations.get(&t).is_none_or(|m| m.is_empty()), "node {}: the record is gone", node.id);
-        assert_eq!(
-            a.state.compacted[&t]["op-1"].state,
-            writ_api::operation::OperationState::Cancelled,
-            "node {}",
-            node.id
-        );
+        assert!(a.state.operations.get(&t).is_none_or(|m| m.is_empty()), "node {}: no record in memory", node.id);
+        let storage = writ_api::retention::storage(&a.state, &t);
+        assert_eq!((storage.operations, storage.bindings), (0, 1), "node {}: the record is a binding", node.id);
+        let binding = a.state.operation(&t, "op-1").expect("the binding, read from the node's store");
+        assert_eq!(binding.state, writ_api::operation::OperationState::Cancelled, "node {}", node.id);
+        assert!(binding.spec.input.is_empty(), "node {}: compacted", node.id);
         assert_eq!(a.state.digest(), digest);
     }
     // A replay through the node that caught up by snapshot answers with the original outcome.

@@ -261,8 +261,8 @@ impl LedgerState {
         let tenant_id = command.stream();
         let id = match command {
             Command::SubmitOperation { spec, .. } | Command::SubmitProposed { spec, .. } => {
-                let slot = crate::state::idempotency_slot(&spec.principal_id, &spec.idempotency_key);
-                self.idempotency.get(tenant_id)?.get(&slot)?.as_str()
+                let id = self.bound_operation(tenant_id, &spec.principal_id, &spec.idempotency_key)?;
+                return self.operation(tenant_id, &id).map(std::borrow::Cow::into_owned);
             }
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
@@ -272,7 +272,7 @@ impl LedgerState {
             }
             other => other.operation_id()?,
         };
-        self.operation(tenant_id, id).cloned()
+        self.operation(tenant_id, id).map(std::borrow::Cow::into_owned)
     }
 }
 

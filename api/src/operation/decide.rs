@@ -9,7 +9,6 @@ use crate::catalog::Execution;
 use crate::decide::prelude::*;
 use crate::operation::*;
 use crate::principal::PrincipalState;
-use crate::state::idempotency_slot;
 
 /// An operation transition event.
 pub fn transition(op: &Operation, to: OperationState, cause: impl Into<String>) -> Event {
@@ -101,8 +100,12 @@ fn stale(op: &Operation, presented: u64) -> Rejection {
     )
 }
 
-fn find<'a>(state: &'a LedgerState, tenant_id: &str, operation_id: &str) -> Result<&'a Operation, Rejection> {
-    state.operations.get(tenant_id).and_then(|m| m.get(operation_id)).ok_or_else(|| not_found(operation_id))
+fn find<'a>(
+    state: &'a LedgerState,
+    tenant_id: &str,
+    operation_id: &str,
+) -> Result<std::borrow::Cow<'a, Operation>, Rejection> {
+    state.operation(tenant_id, operation_id).ok_or_else(|| not_found(operation_id))
 }
 
 /// The operation quotas (SPEC D9) of the tenant, then of the principal, consumed by the
@@ -179,7 +182,7 @@ fn reserve(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Resu
             if let Some(held) = held {
                 // An attempt whose effect is unknown holds its device until someone reconciles
                 // it (the device may still be moving): not a wait, a human's decision.
-                let holder = state.operations.get(tenant_id).and_then(|m| m.get(&held.operation_id));
+                let holder = state.operation(tenant_id, &held.operation_id);
                 if holder.is_some_and(|op| op.state == OperationState::UnknownEffect) {
                     return Err(Rejection::new(
                         ReasonCode::UNKNOWN_EFFECT_UNRESOLVED,
@@ -571,12 +574,11 @@ fn submit(
 ) -> Result<Vec<Event>, Rejection> {
     let tenant_id = tenant.id.as_str();
     may_submit(state, tenant, spec)?;
-    let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
-    if let Some(prior) = state.idempotency.get(tenant_id).and_then(|m| m.get(&slot)) {
+    if let Some(prior) = state.bound_operation(tenant_id, &spec.principal_id, &spec.idempotency_key) {
         // A replay answers with the prior operation whatever changed since (its proposal was
         // used by the first submission).
         // (Its whole record, or the binding retention compacted it to.)
-        let prior = state.operation(tenant_id, prior).ok_or_else(|| not_found(prior))?;
+        let prior = state.operation(tenant_id, &prior).ok_or_else(|| not_found(&prior))?;
         if prior.spec.payload_hash == spec.payload_hash {
             return Ok(vec![]); // a replay: the prior operation stands, whatever its state
         }
@@ -589,7 +591,7 @@ fn submit(
     let (spec, demands) = recheck_authority(state, tenant_id, spec, now)?;
     let spec = &spec;
     crate::work::decide::admits(state, tenant_id, spec)?;
-    if state.operations.get(tenant_id).is_some_and(|m| m.contains_key(&spec.operation_id)) {
+    if state.operation(tenant_id, &spec.operation_id).is_some() {
         return Err(invalid(format!("operation id '{}' is taken", spec.operation_id)));
     }
     let used = verified(state, tenant_id, spec, proposal_id, demands, now)?;
@@ -640,7 +642,8 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::ProposeOperation { spec, .. } => propose(state, tenant, spec, now),
         Command::AnswerInputs { .. } => answer_inputs(state, tenant_id, cmd, now),
         Command::DispatchOperation { operation_id, executor_id, .. } => {
-            let op = find(state, tenant_id, operation_id)?;
+            let found = find(state, tenant_id, operation_id)?;
+            let op = &*found;
             if state.upstream_operation(tenant_id, operation_id).is_some() {
                 return Err(not_found(operation_id)); // an edge's to perform, never dispatched
             }
@@ -660,7 +663,8 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::StoreEvidence { .. } => store_evidence(state, tenant_id, cmd, now),
         Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
             lease_ms_ok(*lease_ms)?;
-            let op = find(state, tenant_id, operation_id)?;
+            let found = find(state, tenant_id, operation_id)?;
+            let op = &*found;
             if op.state != Attempting {
                 return Err(conflict(op, "only an attempt's lease is renewed"));
             }
@@ -693,7 +697,8 @@ fn answer_inputs(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64)
     use OperationState::*;
     let Command::AnswerInputs { operation_id, by_principal_id, answers, .. } = cmd else { return Err(misrouted(cmd)) };
     let t = tenant_id.to_string();
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     let requester = &op.spec.principal_id == by_principal_id;
     let approving = answers.contains_key(APPROVAL_REQUEST);
     if !requester && !approving {
@@ -751,7 +756,8 @@ fn start_attempt(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) 
     };
     let t = tenant_id.to_string();
     lease_ms_ok(*lease_ms)?;
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     let mut events = claim(state, op, executor_id, "an attempt starts")?;
     if op.fencing_token.is_some_and(|f| f != *fencing_token) {
         return Err(stale(op, *fencing_token));
@@ -779,7 +785,8 @@ fn refuse_dispatch(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u6
         return Err(misrouted(cmd));
     };
     let t = tenant_id.to_string();
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
     if op.fencing_token.is_some_and(|f| f != *fencing_token) {
         return Err(stale(op, *fencing_token));
@@ -802,7 +809,8 @@ fn refuse_dispatch_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, _now:
         return Err(misrouted(cmd));
     };
     let t = tenant_id.to_string();
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     let mut events = claim(state, op, executor_id, "an executor refuses an operation before attempting")?;
     if op.fencing_token.is_some_and(|f| f != *fencing_token) {
         return Err(stale(op, *fencing_token));
@@ -830,7 +838,8 @@ fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64)
     };
     let t = tenant_id.to_string();
     use crate::evidence::*;
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     if let Uploader::Executor { executor_id } = by {
         if op.executor_id.as_deref() != Some(executor_id.as_str()) {
             return Err(not_found(operation_id)); // not its operation
@@ -878,7 +887,8 @@ fn report_attempt(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64
         return Err(misrouted(cmd));
     };
     let t = tenant_id.to_string();
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     if !matches!(op.state, Attempting | UnknownEffect) {
         return Err(conflict(op, "only an attempted operation reports an outcome"));
     }
@@ -920,7 +930,8 @@ fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u
     };
     // The report's own checks (state, fencing) come first and decide alone whether it stands.
     decide(state, &report(evidence.clone()), now)?;
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     let store = Command::StoreEvidence {
         tenant_id: t.clone(),
         operation_id: operation_id.clone(),
@@ -950,7 +961,8 @@ fn record_observation(state: &LedgerState, tenant_id: &str, cmd: &Command, now: 
         return Err(misrouted(cmd));
     };
     let t = tenant_id.to_string();
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     if !matches!(op.state, Attempting | EffectReported | UnknownEffect) {
         return Err(conflict(op, "observations are recorded for attempted operations"));
     }
@@ -970,7 +982,8 @@ fn decide_operation(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u
     let Command::DecideOperation { operation_id, by_principal_id, verdict, note, .. } = cmd else {
         return Err(misrouted(cmd));
     };
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     if op.state != EffectReported {
         return Err(conflict(op, "only a reported effect is accepted or rejected"));
     }
@@ -995,7 +1008,8 @@ fn resolve_unknown_effect(
     let Command::ResolveUnknownEffect { operation_id, by_principal_id, outcome, note, .. } = cmd else {
         return Err(misrouted(cmd));
     };
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     if op.state != UnknownEffect {
         return Err(conflict(op, "only an unknown effect is resolved"));
     }
@@ -1016,7 +1030,8 @@ fn cancel_operation(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u
     use OperationState::*;
     let Command::CancelOperation { operation_id, by_principal_id, .. } = cmd else { return Err(misrouted(cmd)) };
     let t = tenant_id.to_string();
-    let op = find(state, tenant_id, operation_id)?;
+    let found = find(state, tenant_id, operation_id)?;
+    let op = &*found;
     if op.state == Attempting {
         // The executor is told (lease renewals) and reports the true outcome.
         return Ok(if op.cancel_requested {

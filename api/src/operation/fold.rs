@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cold::{ColdOperation, Row};
 use crate::ledger::{Event, EventEnvelope};
 use crate::operation::{DeviceLease, Operation, OperationSpecV1, OperationState, DISPATCH_START_MS};
 use crate::state::{drop_empty, evidence_slot, idempotency_slot, CorruptEvent, LedgerState};
@@ -157,7 +158,6 @@ fn fold_lifecycle(state: &mut LedgerState, env: &EventEnvelope) -> Result<(), Co
         }
         _ => {}
     }
-    record_transition(state, env);
     Ok(())
 }
 
@@ -175,11 +175,10 @@ fn fold_submitted(state: &mut LedgerState, env: &EventEnvelope, tenant_id: &str,
         .record(env.at_ms, spec.cost_units);
     // A projection answers no replay (the ledger does), so it keeps no idempotency keys.
     if !state.projection {
-        state
-            .idempotency
-            .entry(tenant_id.to_string())
-            .or_default()
-            .insert(idempotency_slot(&spec.principal_id, &spec.idempotency_key), spec.operation_id.clone());
+        let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
+        let id = spec.operation_id.as_bytes().to_vec();
+        state.cold.put(tenant_id, Row::Key(&slot), env.revision, None, Some(id));
+        state.cold.counts(tenant_id, env.revision, |c| c.keys += 1);
     }
     if let Some(w) = spec.work_ref.as_ref().and_then(|r| state.works.get_mut(tenant_id)?.get_mut(&r.id)) {
         w.operations.push(spec.operation_id.clone());
@@ -203,11 +202,19 @@ fn fold_submitted(state: &mut LedgerState, env: &EventEnvelope, tenant_id: &str,
         updated_at_ms: env.at_ms,
         revision: env.revision,
     };
-    store(state, env, op);
+    store(state, env, Taken { op, history: Vec::new(), cold: None });
 }
 
-/// Takes the operation out of the map (no copy), lets `f` change it, and stores it back with
-/// its indexes moved from what it was to what it is.
+/// An operation taken out of the state to be changed: its history, and its cold row's bytes
+/// when it was no longer live (so its digest and counts move).
+struct Taken {
+    op: Operation,
+    history: Vec<crate::operation::TransitionV1>,
+    cold: Option<Vec<u8>>,
+}
+
+/// Takes the operation out of the state (no copy when it is live), lets `f` change it, and
+/// stores it back with its indexes moved from what it was to what it is.
 fn change(
     state: &mut LedgerState,
     env: &EventEnvelope,
@@ -215,86 +222,149 @@ fn change(
     operation_id: &str,
     f: impl FnOnce(&mut Operation),
 ) -> Result<(), CorruptEvent> {
-    let Some(mut op) = state.operations.get_mut(tenant_id).and_then(|m| m.remove(operation_id)) else {
+    let Some(mut taken) = take(state, tenant_id, operation_id) else {
         // A projection holds live operations only: one it does not hold has finished.
         if state.projection {
             return Ok(());
         }
         return Err(CorruptEvent::new(env, format!("unknown operation '{operation_id}'")));
     };
-    state.index.update(Some(&op), None);
-    f(&mut op);
-    store(state, env, op);
+    f(&mut taken.op);
+    store(state, env, taken);
     Ok(())
 }
 
-/// Stores `op` as changed by `env`: its live set, its indexes, and (once attempted or ended)
-/// no upstream claim on it any more. A projection keeps live operations only
-/// ([`LedgerState::project`]): one that stops being live leaves it with its history.
-fn store(state: &mut LedgerState, env: &EventEnvelope, mut op: Operation) {
+/// The live operation out of its maps and indexes, or the one no longer live out of its cold
+/// row's counts (a projection has no cold rows).
+fn take(state: &mut LedgerState, tenant_id: &str, operation_id: &str) -> Option<Taken> {
+    if let Some(op) = state.operations.get_mut(tenant_id).and_then(|m| m.remove(operation_id)) {
+        state.index.update(Some(&op), None);
+        let history = state.history.get_mut(tenant_id).and_then(|h| h.remove(operation_id)).unwrap_or_default();
+        return Some(Taken { op, history, cold: None });
+    }
+    if state.projection {
+        return None;
+    }
+    let bytes = state.cold.get(tenant_id, Row::Operation(operation_id))?;
+    let row: ColdOperation = crate::decode_unbounded(&bytes).expect("a cold operation row decodes");
+    // (The state's revision is the event's while it folds.)
+    count(&mut state.cold, &row, state.revision, true);
+    Some(Taken { op: row.op, history: row.history, cold: Some(bytes) })
+}
+
+/// Moves the tenant's cold counts by `row` (`out`: it leaves).
+pub(crate) fn count(cold: &mut crate::cold::ColdTier, row: &ColdOperation, revision: u64, out: bool) {
+    let transitions = row.history.len() as u64;
+    let s = row.op.state;
+    cold.counts(&row.op.tenant_id, revision, |c| {
+        let by_state = c.by_state.entry(s).or_default();
+        let (records, n) = if row.compacted { (&mut c.bindings, 0) } else { (&mut c.operations, transitions) };
+        if out {
+            *records -= 1;
+            c.transitions -= n;
+            *by_state -= 1;
+        } else {
+            *records += 1;
+            c.transitions += n;
+            *by_state += 1;
+        }
+        if c.by_state.get(&s) == Some(&0) {
+            c.by_state.remove(&s);
+        }
+    });
+}
+
+/// Stores the operation as changed by `env`: its transition in its history, its live set, its
+/// indexes, and (once attempted or ended) no upstream claim on it any more. A live operation
+/// stays in memory; one no longer live becomes a cold row, and a finished one a time row for
+/// retention. A projection keeps live operations only ([`LedgerState::project`]): one that
+/// stops being live leaves it with its history.
+fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
+    let Taken { mut op, mut history, cold } = taken;
     op.updated_at_ms = env.at_ms;
     op.revision = env.revision;
-    let live = state.live_operations.entry(op.tenant_id.clone()).or_default();
+    record_transition(&mut history, env);
+    let (tenant_id, id) = (op.tenant_id.clone(), op.spec.operation_id.clone());
+    let live = state.live_operations.entry(tenant_id.clone()).or_default();
     if op.is_live() {
-        live.insert(op.spec.operation_id.clone());
+        live.insert(id.clone());
     } else {
-        live.remove(&op.spec.operation_id);
+        live.remove(&id);
     }
     if !op.state.is_waiting() {
-        if let Some(m) = state.upstream_operations.get_mut(&op.tenant_id) {
-            m.remove(&op.spec.operation_id);
+        if let Some(m) = state.upstream_operations.get_mut(&tenant_id) {
+            m.remove(&id);
             if m.is_empty() {
-                state.upstream_operations.remove(&op.tenant_id);
+                state.upstream_operations.remove(&tenant_id);
             }
         }
     }
-    if state.projection && !op.is_live() {
-        let tenant_id = op.tenant_id.clone();
-        if let Some(h) = state.history.get_mut(&tenant_id) {
-            h.remove(&op.spec.operation_id);
+    if op.is_live() {
+        state.index.update(None, Some(&op));
+        if !history.is_empty() {
+            state.history.entry(tenant_id.clone()).or_default().insert(id.clone(), history);
         }
-        drop_empty(&mut state.history, &tenant_id);
-        drop_empty(&mut state.operations, &tenant_id);
+        state.operations.entry(tenant_id).or_default().insert(id, op);
         return;
     }
-    state.index.update(None, Some(&op));
-    state.operations.entry(op.tenant_id.clone()).or_default().insert(op.spec.operation_id.clone(), op);
+    drop_empty(&mut state.history, &tenant_id);
+    drop_empty(&mut state.operations, &tenant_id);
+    if state.projection {
+        return;
+    }
+    store_cold(state, env, ColdOperation { op, history, compacted: false }, cold);
+}
+
+/// Writes an operation no longer live as its cold row (over `old`, its row before), with the
+/// time row retention walks once it has finished.
+fn store_cold(state: &mut LedgerState, env: &EventEnvelope, row: ColdOperation, old: Option<Vec<u8>>) {
+    let (tenant_id, id) = (row.op.tenant_id.clone(), row.op.spec.operation_id.clone());
+    let before = old.as_deref().map(|b| crate::decode_unbounded::<ColdOperation>(b).expect("a cold row decodes"));
+    if let Some(before) = &before {
+        if before.op.state.is_terminal() {
+            state.cold.put(&tenant_id, Row::Finished(before.op.updated_at_ms, &id), env.revision, Some(&[]), None);
+        }
+    }
+    if row.op.state.is_terminal() {
+        state.cold.put(&tenant_id, Row::Finished(row.op.updated_at_ms, &id), env.revision, None, Some(Vec::new()));
+    }
+    let waited = before.as_ref().is_some_and(|b| b.op.state.needs_attention());
+    match (waited, row.op.state.needs_attention()) {
+        (false, true) => state.cold.put(&tenant_id, Row::Attention(&id), env.revision, None, Some(Vec::new())),
+        (true, false) => state.cold.put(&tenant_id, Row::Attention(&id), env.revision, Some(&[]), None),
+        _ => {}
+    }
+    count(&mut state.cold, &row, env.revision, false);
+    let bytes = crate::encode(&row).expect("an operation is always encodable");
+    state.cold.put(&tenant_id, Row::Operation(&id), env.revision, old.as_deref(), Some(bytes));
 }
 
 /// Appends the transition `env` made (if it made one) to its operation's history, keeping the
 /// first and the newest ([`crate::operation::HISTORY_KEPT`] in all).
-fn record_transition(state: &mut LedgerState, env: &EventEnvelope) {
+fn record_transition(steps: &mut Vec<crate::operation::TransitionV1>, env: &EventEnvelope) {
     use crate::operation::{TransitionV1, HISTORY_KEPT};
     use OperationState::*;
-    let (tenant_id, operation_id, from, to, cause, reason) = match &env.event {
-        Event::OperationSubmittedV1 { tenant_id, spec } => {
+    let (from, to, cause, reason) = match &env.event {
+        Event::OperationSubmittedV1 { spec, .. } => {
             let (to, cause) = if spec.input_requests.is_empty() {
                 (Verified, "recorded")
             } else {
                 (Proposed, "recorded; waiting for the requester's input")
             };
-            (tenant_id, &spec.operation_id, None, to, cause.to_string(), None)
+            (None, to, cause.to_string(), None)
         }
-        Event::DeviceReservedV1 { tenant_id, device_id, operation_id, fencing_token, .. } => {
+        Event::DeviceReservedV1 { device_id, fencing_token, .. } => {
             let cause = format!("device '{device_id}' reserved with fencing token {fencing_token}");
-            (tenant_id, operation_id, Some(Verified), Reserved, cause, None)
+            (Some(Verified), Reserved, cause, None)
         }
-        Event::OperationDispatchedV1 { tenant_id, operation_id, executor_id } => {
+        Event::OperationDispatchedV1 { executor_id, .. } => {
             let cause = format!("dispatched to executor '{executor_id}'");
-            (tenant_id, operation_id, Some(Reserved), Dispatched, cause, None)
+            (Some(Reserved), Dispatched, cause, None)
         }
-        Event::OperationTransitionedV1 { tenant_id, operation_id, from, to, cause } => {
-            (tenant_id, operation_id, Some(*from), *to, cause.clone(), None)
-        }
-        Event::OperationRefusedV1 { tenant_id, operation_id, reason, cause, .. } => {
-            (tenant_id, operation_id, Some(Dispatched), Failed, cause.clone(), Some(*reason))
-        }
+        Event::OperationTransitionedV1 { from, to, cause, .. } => (Some(*from), *to, cause.clone(), None),
+        Event::OperationRefusedV1 { reason, cause, .. } => (Some(Dispatched), Failed, cause.clone(), Some(*reason)),
         _ => return,
     };
-    if state.projection && !state.operations.get(tenant_id).is_some_and(|m| m.contains_key(operation_id)) {
-        return;
-    }
-    let steps = state.history.entry(tenant_id.clone()).or_default().entry(operation_id.clone()).or_default();
     if steps.len() >= HISTORY_KEPT {
         steps.remove(1);
     }
@@ -307,4 +377,56 @@ fn record_transition(state: &mut LedgerState, env: &EventEnvelope) {
         revision: env.revision,
         trace_id: env.trace_id.clone(),
     });
+}
+
+impl LedgerState {
+    /// Moves what a state decoded from an older format holds in memory and now keeps as cold
+    /// rows ([`crate::cold`]): operations no longer live with their histories, compacted
+    /// operations, idempotency keys — all written at the state's revision (a replay starts
+    /// after it). A state of the current format has none of them in memory.
+    pub fn cool(&mut self) {
+        self.cold.at = self.revision;
+        let rev = self.revision;
+        for (tenant_id, keys) in std::mem::take(&mut self.idempotency) {
+            for (slot, id) in keys {
+                self.cold.put(&tenant_id, Row::Key(&slot), rev, None, Some(id.into_bytes()));
+                self.cold.counts(&tenant_id, rev, |c| c.keys += 1);
+            }
+        }
+        let mut moved = false;
+        for ops in self.operations.values_mut() {
+            let done: Vec<String> = ops.iter().filter(|(_, op)| !op.is_live()).map(|(id, _)| id.clone()).collect();
+            for id in done {
+                let op = ops.remove(&id).expect("listed above");
+                let history = self.history.get_mut(&op.tenant_id).and_then(|h| h.remove(&id)).unwrap_or_default();
+                cool_row(&mut self.cold, ColdOperation { op, history, compacted: false }, rev);
+                moved = true;
+            }
+        }
+        for (_, ops) in std::mem::take(&mut self.compacted) {
+            for (_, op) in ops {
+                cool_row(&mut self.cold, ColdOperation { op, history: Vec::new(), compacted: true }, rev);
+            }
+        }
+        self.operations.retain(|_, m| !m.is_empty());
+        self.history.retain(|_, m| !m.is_empty());
+        if moved {
+            self.rebuild_index();
+        }
+    }
+}
+
+/// Writes `row` and its time row at `rev`, counted.
+fn cool_row(cold: &mut crate::cold::ColdTier, row: ColdOperation, rev: u64) {
+    let (tenant_id, id, at) = (row.op.tenant_id.clone(), row.op.spec.operation_id.clone(), row.op.updated_at_ms);
+    let time = if row.compacted { Row::Compacted(at, &id) } else { Row::Finished(at, &id) };
+    if row.compacted || row.op.state.is_terminal() {
+        cold.put(&tenant_id, time, rev, None, Some(Vec::new()));
+    }
+    if row.op.state.needs_attention() {
+        cold.put(&tenant_id, Row::Attention(&id), rev, None, Some(Vec::new()));
+    }
+    count(cold, &row, rev, false);
+    let bytes = crate::encode(&row).expect("an operation is always encodable");
+    cold.put(&tenant_id, Row::Operation(&id), rev, None, Some(bytes));
 }

@@ -175,6 +175,12 @@ impl OperationState {
         matches!(self, Self::Accepted | Self::Rejected | Self::Expired | Self::Failed | Self::Cancelled)
     }
 
+    /// Waits for a human: an effect nobody knows (reconcile it) or one reported and not yet
+    /// accepted or rejected.
+    pub fn needs_attention(self) -> bool {
+        matches!(self, Self::UnknownEffect | Self::EffectReported)
+    }
+
     /// Not yet attempted: the deadline still gates it and it may be cancelled.
     pub fn is_waiting(self) -> bool {
         matches!(self, Self::Proposed | Self::Verified | Self::Reserved | Self::Dispatched)
@@ -486,7 +492,7 @@ impl OperationFilter {
 pub const OPERATIONS_SCAN_MAX: usize = 10_000;
 
 pub mod decide;
-mod fold;
+pub(crate) mod fold;
 mod query;
 
 #[cfg(test)]

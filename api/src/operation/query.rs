@@ -1,7 +1,12 @@
 //! What the state answers about this domain (lookups by id or name, pages), for queries and
 //! for the rules.
 
-use crate::operation::Operation;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Unbounded};
+
+use crate::cold::{ColdOperation, Row};
+use crate::operation::{Operation, OperationState};
 use crate::state::{evidence_slot, scan_page, LedgerState};
 
 impl LedgerState {
@@ -15,8 +20,74 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<Operation>, Option<String>) {
-        let Some(ops) = self.operations.get(tenant_id) else { return (Vec::new(), None) };
-        scan_page(ops, after, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op))
+        let scan = crate::operation::OPERATIONS_SCAN_MAX.min(limit.saturating_mul(64)).max(limit) + 1;
+        if filter.needs_attention {
+            return self.attention_page(tenant_id, filter, after, limit, scan);
+        }
+        // The live operations and the cold rows, merged by id and paged as one map, up to
+        // where both sources were read (a source cut short bounds the merge).
+        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+        let hot = self.operations.get(tenant_id).map(|ops| ops.range::<String, _>((lower, Unbounded)).take(scan));
+        let mut merged: BTreeMap<String, Cow<'_, Operation>> =
+            hot.into_iter().flatten().map(|(k, v)| (k.clone(), Cow::Borrowed(v))).collect();
+        let mut bound = (merged.len() == scan).then(|| merged.keys().next_back().cloned()).flatten();
+        let cold = self.cold.operations(tenant_id, after, scan);
+        if cold.len() == scan {
+            let last = cold.last().map(|r| r.op.spec.operation_id.clone());
+            bound = bound.into_iter().chain(last).min();
+        }
+        for row in cold {
+            merged.insert(row.op.spec.operation_id.clone(), Cow::Owned(row.op));
+        }
+        if let Some(b) = &bound {
+            merged.retain(|k, _| k <= b);
+        }
+        let (page, next) =
+            scan_page(&merged, None, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op));
+        let next = next.or_else(|| bound.and_then(|_| merged.keys().next_back().cloned()));
+        (page.into_iter().map(Cow::into_owned).collect(), next)
+    }
+
+    /// [`LedgerState::list_operations`] of what waits for a human, through its index (such an
+    /// operation is never live).
+    fn attention_page(
+        &self,
+        tenant_id: &str,
+        filter: &crate::operation::OperationFilter,
+        after: Option<&str>,
+        limit: usize,
+        scan: usize,
+    ) -> (Vec<Operation>, Option<String>) {
+        let ids = self.cold.attention(tenant_id, after, scan);
+        let more = (ids.len() == scan).then(|| ids.last().cloned()).flatten();
+        let ops: BTreeMap<String, Cow<'_, Operation>> =
+            ids.into_iter().filter_map(|id| Some((id.clone(), self.operation(tenant_id, &id)?))).collect();
+        let (page, next) = scan_page(&ops, None, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op));
+        (page.into_iter().map(Cow::into_owned).collect(), next.or(more))
+    }
+
+    /// An operation no longer live, as its cold row, with the row's bytes.
+    pub(crate) fn cold_row(&self, tenant_id: &str, operation_id: &str) -> Option<(ColdOperation, Vec<u8>)> {
+        let bytes = self.cold.get(tenant_id, Row::Operation(operation_id))?;
+        Some((crate::decode_unbounded(&bytes).expect("a cold operation row decodes"), bytes))
+    }
+
+    /// The id of the operation `principal_id`'s idempotency key is bound to.
+    pub fn bound_operation(&self, tenant_id: &str, principal_id: &str, key: &str) -> Option<String> {
+        let id = self.cold.get(tenant_id, Row::Key(&crate::state::idempotency_slot(principal_id, key)))?;
+        String::from_utf8(id).ok()
+    }
+
+    /// Operations by state, live and not, by tenant (metrics).
+    pub fn operations_by_state(&self) -> BTreeMap<String, BTreeMap<OperationState, u64>> {
+        let mut all = self.index.by_state.clone();
+        for (tenant, c) in &self.cold.tenants {
+            let counts = all.entry(tenant.clone()).or_default();
+            for (s, n) in &c.by_state {
+                *counts.entry(*s).or_default() += n;
+            }
+        }
+        all
     }
 
     /// When the tenant's oldest evidence falls out of its audit retention (none without one).
@@ -41,13 +112,19 @@ impl LedgerState {
 
     /// An operation by id: its whole record, or its binding once compacted
     /// ([`crate::retention`]).
-    pub fn operation(&self, tenant_id: &str, operation_id: &str) -> Option<&Operation> {
-        let whole = self.operations.get(tenant_id).and_then(|m| m.get(operation_id));
-        whole.or_else(|| self.compacted.get(tenant_id)?.get(operation_id))
+    pub fn operation(&self, tenant_id: &str, operation_id: &str) -> Option<Cow<'_, Operation>> {
+        match self.operations.get(tenant_id).and_then(|m| m.get(operation_id)) {
+            Some(live) => Some(Cow::Borrowed(live)),
+            None => self.cold_row(tenant_id, operation_id).map(|(row, _)| Cow::Owned(row.op)),
+        }
     }
 
-    /// An operation's transitions, oldest first (empty for one recorded before histories were).
-    pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> &[crate::operation::TransitionV1] {
-        self.history.get(tenant_id).and_then(|m| m.get(operation_id)).map_or(&[], Vec::as_slice)
+    /// An operation's transitions, oldest first (empty for one recorded before histories were,
+    /// and for a compacted one).
+    pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> Vec<crate::operation::TransitionV1> {
+        match self.history.get(tenant_id).and_then(|m| m.get(operation_id)) {
+            Some(steps) => steps.clone(),
+            None => self.cold_row(tenant_id, operation_id).map(|(row, _)| row.history).unwrap_or_default(),
+        }
     }
 }

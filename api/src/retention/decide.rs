@@ -28,11 +28,11 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
     let ix = &state.index;
     let t = tenant_id.to_string();
     let mut events = Vec::new();
-    let compacted = due_ids(&ix.finished, tenant_id, h, now);
+    let compacted = state.cold.due(tenant_id, true, h, now, RETIRED_PER_ENTRY);
     if !compacted.is_empty() {
         events.push(Event::OperationsCompactedV1 { tenant_id: t.clone(), operation_ids: compacted });
     }
-    let released = due_ids(&ix.compacted, tenant_id, h.saturating_mul(2), now);
+    let released = state.cold.due(tenant_id, false, h.saturating_mul(2), now, RETIRED_PER_ENTRY);
     if !released.is_empty() {
         events.push(Event::BindingsReleasedV1 { tenant_id: t.clone(), operation_ids: released });
     }

@@ -1,7 +1,9 @@
 //! How retention's events change the state: this domain's part of
 //! [`LedgerState::fold_views`].
 
+use crate::cold::{ColdOperation, Row};
 use crate::ledger::{Event, EventEnvelope};
+use crate::operation::fold::count;
 use crate::state::{drop_empty, idempotency_slot, remove_from, unknown, CorruptEvent, LedgerState};
 
 impl LedgerState {
@@ -15,33 +17,36 @@ impl LedgerState {
                     return Ok(());
                 }
                 for id in operation_ids {
-                    let op = self.operations.get_mut(tenant_id).and_then(|m| m.remove(id));
-                    let op = op.ok_or_else(|| unknown(env, "operation", id))?;
-                    self.index.update(Some(&op), None);
-                    if let Some(h) = self.history.get_mut(tenant_id) {
-                        h.remove(id);
-                    }
-                    let at = (op.updated_at_ms, id.clone());
-                    self.index.compacted.entry(tenant_id.clone()).or_default().insert(at);
-                    self.compacted.entry(tenant_id.clone()).or_default().insert(id.clone(), op.binding());
+                    let (row, old) = self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "operation", id))?;
+                    let at = row.op.updated_at_ms;
+                    count(&mut self.cold, &row, env.revision, true);
+                    let binding = ColdOperation { op: row.op.binding(), history: Vec::new(), compacted: true };
+                    count(&mut self.cold, &binding, env.revision, false);
+                    let bytes = crate::encode(&binding).expect("an operation is always encodable");
+                    let cold = &mut self.cold;
+                    cold.put(tenant_id, Row::Finished(at, id), env.revision, Some(&[]), None);
+                    cold.put(tenant_id, Row::Compacted(at, id), env.revision, None, Some(Vec::new()));
+                    cold.put(tenant_id, Row::Operation(id), env.revision, Some(&old), Some(bytes));
                 }
-                drop_empty(&mut self.operations, tenant_id);
-                drop_empty(&mut self.history, tenant_id);
             }
             Event::BindingsReleasedV1 { tenant_id, operation_ids } => {
                 if self.projection {
                     return Ok(());
                 }
                 for id in operation_ids {
-                    let op = self.compacted.get_mut(tenant_id).and_then(|m| m.remove(id));
-                    let op = op.ok_or_else(|| unknown(env, "compacted operation", id))?;
-                    remove_from(&mut self.index.compacted, tenant_id, &(op.updated_at_ms, id.clone()));
-                    if let Some(keys) = self.idempotency.get_mut(tenant_id) {
-                        keys.remove(&idempotency_slot(&op.spec.principal_id, &op.spec.idempotency_key));
+                    let (row, old) =
+                        self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "compacted operation", id))?;
+                    count(&mut self.cold, &row, env.revision, true);
+                    let slot = idempotency_slot(&row.op.spec.principal_id, &row.op.spec.idempotency_key);
+                    let key = self.cold.get(tenant_id, Row::Key(&slot));
+                    let cold = &mut self.cold;
+                    if key.is_some() {
+                        cold.put(tenant_id, Row::Key(&slot), env.revision, key.as_deref(), None);
+                        cold.counts(tenant_id, env.revision, |c| c.keys -= 1);
                     }
+                    cold.put(tenant_id, Row::Compacted(row.op.updated_at_ms, id), env.revision, Some(&[]), None);
+                    cold.put(tenant_id, Row::Operation(id), env.revision, Some(&old), None);
                 }
-                drop_empty(&mut self.compacted, tenant_id);
-                drop_empty(&mut self.idempotency, tenant_id);
             }
             Event::CredentialsRetiredV1 { tenant_id, jtis, enrollments } => {
                 for jti in jtis {

@@ -45,8 +45,8 @@ pub fn next_due(state: &LedgerState, tenant_id: &str) -> Option<u64> {
     };
     let ix = &state.index;
     [
-        first(&ix.finished).map(|at| at.saturating_add(h)),
-        first(&ix.compacted).map(|at| at.saturating_add(h.saturating_mul(2))),
+        state.cold.oldest(tenant_id, true).map(|at| at.saturating_add(h)),
+        state.cold.oldest(tenant_id, false).map(|at| at.saturating_add(h.saturating_mul(2))),
         first(&ix.token_expiry).map(|at| at.saturating_add(h)),
         first(&ix.enrollment_expiry).map(|at| at.saturating_add(h)),
     ]
@@ -77,8 +77,8 @@ pub struct TenantStorageV1 {
     pub audit_records: u64,
     pub evidence_blobs: u64,
     pub evidence_bytes: u64,
-    /// Bytes of the tenant's views in the canonical state encoding (operations, bindings,
-    /// histories, tokens, enrollments): what snapshots and followers carry for it.
+    /// Bytes of the tenant's operations, bindings, histories, idempotency keys, tokens and
+    /// enrollments: in memory (live operations, tokens, enrollments) or as cold rows.
     pub state_bytes: u64,
     /// The tenant's retention horizon (its idempotency retention).
     pub retention_horizon_s: u64,
@@ -96,19 +96,19 @@ pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
     }
     let empty_ops = std::collections::BTreeMap::new();
     let ops = state.operations.get(tenant_id).unwrap_or(&empty_ops);
-    let bindings = state.compacted.get(tenant_id).unwrap_or(&empty_ops);
+    let cold = state.cold.tenants.get(tenant_id).cloned().unwrap_or_default();
     let history = state.history.get(tenant_id);
     let state_bytes = bytes(&ops)
-        + bytes(&bindings)
+        + cold.bytes
         + history.map_or(0, |h| bytes(&h))
         + state.tokens.get(tenant_id).map_or(0, |t| bytes(&t))
         + state.enrollments.get(tenant_id).map_or(0, |e| bytes(&e));
     TenantStorageV1 {
-        operations: ops.len() as u64,
+        operations: ops.len() as u64 + cold.operations,
         operations_live: state.live_operations.get(tenant_id).map_or(0, |l| l.len() as u64),
-        bindings: bindings.len() as u64,
-        idempotency_keys: len(&state.idempotency, tenant_id),
-        transitions: history.map_or(0, |h| h.values().map(|t| t.len() as u64).sum()),
+        bindings: cold.bindings,
+        idempotency_keys: cold.keys,
+        transitions: history.map_or(0, |h| h.values().map(|t| t.len() as u64).sum::<u64>()) + cold.transitions,
         tokens: len(&state.tokens, tenant_id),
         enrollments: len(&state.enrollments, tenant_id),
         work_items: len(&state.works, tenant_id),
@@ -128,10 +128,11 @@ pub fn record_counts(state: &LedgerState) -> [(&'static str, u64); 8] {
     fn total<K, V>(m: &std::collections::BTreeMap<String, std::collections::BTreeMap<K, V>>) -> u64 {
         m.values().map(|m| m.len() as u64).sum()
     }
+    let cold = |f: fn(&crate::cold::ColdTenant) -> u64| state.cold.tenants.values().map(f).sum::<u64>();
     [
-        ("operations", total(&state.operations)),
-        ("bindings", total(&state.compacted)),
-        ("idempotency_keys", total(&state.idempotency)),
+        ("operations", total(&state.operations) + cold(|c| c.operations)),
+        ("bindings", cold(|c| c.bindings)),
+        ("idempotency_keys", cold(|c| c.keys)),
         ("tokens", total(&state.tokens)),
         ("enrollments", total(&state.enrollments)),
         ("work_items", total(&state.works)),

@@ -83,6 +83,7 @@ impl LedgerState {
         self.sessions.remove(tenant_id);
         self.oauth.remove(tenant_id);
         self.executor_presence.remove(tenant_id);
+        self.cold.drop_tenant(tenant_id, self.revision);
         self.revocations.executor_cas.remove(tenant_id);
         self.executor_certs.retain(|_, (t, _)| t != tenant_id);
         let issuers: Vec<String> =

@@ -117,8 +117,8 @@ impl Ledger {
         }
     }
 
-    pub fn op(&self, id: &str) -> &Operation {
-        &self.state.operations[T][id]
+    pub fn op(&self, id: &str) -> Operation {
+        self.state.operation(T, id).expect("the operation exists").into_owned()
     }
 }
 
@@ -227,16 +227,30 @@ pub fn report(id: &str, fencing_token: u64, outcome: AttemptOutcome) -> Command 
     }
 }
 
+/// Every operation of `tenant_id`, live or not, in id order.
+pub fn all_ops(state: &LedgerState, tenant_id: &str) -> Vec<Operation> {
+    let (mut out, mut after) = (Vec::new(), None);
+    loop {
+        let (page, next) = state.list_operations(tenant_id, &Default::default(), after.as_deref(), 1000);
+        out.extend(page);
+        match next {
+            Some(n) => after = Some(n),
+            None => return out,
+        }
+    }
+}
+
 /// The operation invariants over a state; each violation as a sentence.
 pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     let mut violations = Vec::new();
     let mut by_state: BTreeMap<String, BTreeMap<OperationState, u64>> = BTreeMap::new();
-    for op in state.operations.values().flat_map(|m| m.values()) {
+    for op in state.tenants.keys().flat_map(|t| all_ops(state, t)) {
         *by_state.entry(op.tenant_id.clone()).or_default().entry(op.state).or_default() += 1;
     }
-    if by_state != state.index.by_state {
-        violations.push(format!("operations by state {:?}, indexed {:?}", by_state, state.index.by_state));
+    if by_state != state.operations_by_state() {
+        violations.push(format!("operations by state {:?}, counted {:?}", by_state, state.operations_by_state()));
     }
+    let ops = all_ops(state, T);
     let proposals = state.proposals.get(T).into_iter().flat_map(|m| m.values());
     let mut by_principal: BTreeMap<&str, usize> = BTreeMap::new();
     for p in proposals {
@@ -245,7 +259,7 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     if let Some((p, n)) = by_principal.iter().find(|(_, n)| **n > writ_api::operation::PROPOSALS_PER_PRINCIPAL_MAX) {
         violations.push(format!("{p} holds {n} proposals"));
     }
-    for op in state.operations.get(T).into_iter().flat_map(|m| m.values()) {
+    for op in &ops {
         if op.attempts > 1 {
             violations.push(format!("attempted {} times: {op:?}", op.attempts));
         }
@@ -270,11 +284,8 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     if rebuilt.index != state.index {
         violations.push(format!("indexes out of step: kept {:?}, rebuilt {:?}", state.index, rebuilt.index));
     }
-    let due_by_scan: std::collections::BTreeSet<&String> = state
-        .operations
-        .get(T)
-        .into_iter()
-        .flat_map(|m| m.values())
+    let due_by_scan: std::collections::BTreeSet<&String> = ops
+        .iter()
         .filter(|op| {
             let now = state.clock_ms;
             let timed = matches!(op.state, OperationState::Dispatched | OperationState::Attempting);
@@ -297,7 +308,7 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     }
     // An operation between its reservation and its outcome holds its device: nothing else may
     // take the device while an attempt may run or its effect is unknown.
-    for op in state.operations.get(T).into_iter().flat_map(|m| m.values()) {
+    for op in &ops {
         use OperationState::*;
         let holds = matches!(op.state, Reserved | Dispatched | Attempting | UnknownEffect);
         if let (true, Some(device)) = (holds, &op.spec.device_id) {
@@ -311,7 +322,7 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
         }
     }
     for (device, lease) in state.device_leases.get(T).into_iter().flat_map(|m| m.iter()) {
-        match state.operations.get(T).and_then(|m| m.get(&lease.operation_id)) {
+        match state.operation(T, &lease.operation_id) {
             Some(holder) if holder.state.is_terminal() => {
                 violations.push(format!("{device} held by finished {holder:?}"))
             }

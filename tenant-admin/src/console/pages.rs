@@ -122,7 +122,12 @@ fn requests_html(s: &LedgerState, tenants: &[(String, String)], desk: &Desk, now
 fn operations_html(s: &LedgerState, tenants: &[(String, String)]) -> String {
     let mut rows = Vec::new();
     for (id, name) in tenants {
-        let Some(ops) = s.operations.get(id) else { continue };
+        // Live ones awaiting approval, and the queue of effects to reconcile or decide.
+        let queue = writ_api::operation::OperationFilter { needs_attention: true, ..Default::default() };
+        let (waiting, _) = s.list_operations(id, &queue, None, ITEMS_MAX);
+        let live = s.operations.get(id).into_iter().flat_map(|m| m.values()).cloned();
+        let ops: std::collections::BTreeMap<String, _> =
+            live.chain(waiting).map(|o| (o.spec.operation_id.clone(), o)).collect();
         let attention = ops.values().filter_map(|o| needs_human(o).map(|why| (o, why)));
         for (op, why) in attention.take(ITEMS_MAX.saturating_sub(rows.len())) {
             rows.push(format!(

@@ -1,0 +1,443 @@
+//! Cold state: what grows with traffic and no rule reads on every command — operations that are
+//! no longer live (with their histories, and the bindings retention compacts them to), the
+//! idempotency keys, and the time rows retention walks — kept as rows outside the in-memory
+//! state. A node keeps them in a RocksDB column family written at apply; a state without a store
+//! (the pure tests, the simulation, a state decoded from bytes) keeps them in
+//! [`ColdTier::pending`], so the rules read them the same way everywhere.
+//!
+//! **Determinism.** A row is versioned by the revision of the event that wrote it, and a read is
+//! "as of" a revision: the newest version written at or before it. So a node that replays its
+//! log from a snapshot after a crash (its column family possibly holding rows of entries it is
+//! about to apply again) reads exactly what it read the first time, and every replica reads
+//! the same. Folds read as of the revision before the event they fold ([`ColdTier::at`]).
+//!
+//! **Digest.** The state's digest covers the rows through a running digest per tenant: the sum,
+//! modulo 2^256, of sha256 over each row's key and value, moved by every write — so the state
+//! digest never re-reads the rows, yet two replicas with different rows differ in it.
+//!
+//! **Tenants.** A tenant's rows share a prefix: its id and its incarnation (the revision of its
+//! first row), so a purge drops one prefix and a tenant re-created under the same id never sees
+//! the old rows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::operation::OperationState;
+
+/// Where a node keeps the rows: read as of a revision (the newest version at or before it).
+pub trait ColdStore: Send + Sync + std::fmt::Debug {
+    /// The value of `key` as of revision `at`; `None` when it has none or it was deleted.
+    fn get(&self, key: &[u8], at: u64) -> Option<Vec<u8>>;
+    /// The rows under `prefix` whose keys sort after `after` (all, without one), in key order,
+    /// as of revision `at`: at most `limit`.
+    fn scan(&self, prefix: &[u8], after: Option<&[u8]>, at: u64, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)>;
+}
+
+/// A write not yet in the store: the revision that made it, the value (`None`: deleted), and
+/// whether it replaced a row (so older versions become garbage once no replay can read them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRow {
+    pub revision: u64,
+    pub value: Option<Vec<u8>>,
+    pub replaces: bool,
+}
+
+/// What a state wrote since its store last took its writes.
+#[derive(Debug, Default)]
+pub struct ColdWrites {
+    /// The newest write of each row, by key.
+    pub rows: BTreeMap<Vec<u8>, PendingRow>,
+    /// Tenant prefixes dropped (a purge), with the revision that dropped them.
+    pub dropped: Vec<(u64, Vec<u8>)>,
+}
+
+impl ColdWrites {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.dropped.is_empty()
+    }
+}
+
+/// What a tenant's rows add up to: kept in the state (encoded, and in the digest).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdTenant {
+    /// The revision of the tenant's first row: part of every key of it.
+    pub incarnation: u64,
+    /// sha256 over each row's key and value, summed modulo 2^256.
+    pub digest: [u8; 32],
+    /// Operation records that are no longer live, whole.
+    pub operations: u64,
+    /// Operation records compacted to their bindings.
+    pub bindings: u64,
+    /// Idempotency keys bound.
+    pub keys: u64,
+    /// Transitions in the histories of the whole records.
+    pub transitions: u64,
+    /// The whole and compacted records by state.
+    pub by_state: BTreeMap<OperationState, u64>,
+    /// Bytes of the rows' keys and values.
+    pub bytes: u64,
+}
+
+/// The kinds of rows, each under its own byte after the tenant's prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Row<'a> {
+    /// An operation no longer live: [`ColdOperation`], by id.
+    Operation(&'a str),
+    /// An idempotency key: the operation id, by [`crate::state::idempotency_slot`].
+    Key(&'a str),
+    /// A finished operation's whole record, by (ledger time finished, id): what retention
+    /// compacts first. Empty value.
+    Finished(u64, &'a str),
+    /// A compacted operation, by (ledger time finished, id): what retention releases first.
+    Compacted(u64, &'a str),
+    /// An operation that waits for a human (an unknown or a reported effect), by id: the
+    /// operator's queue. Empty value.
+    Attention(&'a str),
+}
+
+impl Row<'_> {
+    fn kind(self) -> u8 {
+        match self {
+            Row::Operation(_) => b'o',
+            Row::Key(_) => b'k',
+            Row::Finished(..) => b'f',
+            Row::Compacted(..) => b'c',
+            Row::Attention(_) => b'a',
+        }
+    }
+}
+
+/// An operation record in the cold rows: whole (with its history) or compacted to its binding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdOperation {
+    pub op: crate::operation::Operation,
+    pub history: Vec<crate::operation::TransitionV1>,
+    pub compacted: bool,
+}
+
+/// The rows of a state: the store a node attached, what was written since it last took the
+/// writes, and what the rows add up to per tenant.
+#[derive(Clone, Default)]
+pub struct ColdTier {
+    store: Option<Arc<dyn ColdStore>>,
+    /// Writes not yet taken by the store, by key: every row, for a state without a store.
+    pending: BTreeMap<Vec<u8>, PendingRow>,
+    /// Tenant prefixes dropped (a purge), with the revision that dropped them, not yet taken.
+    dropped: Vec<(u64, Vec<u8>)>,
+    /// What each tenant's rows add up to, by tenant id.
+    pub tenants: BTreeMap<String, ColdTenant>,
+    /// The revision reads are as of: the state's, or the one before the event being folded.
+    pub(crate) at: u64,
+}
+
+impl std::fmt::Debug for ColdTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColdTier")
+            .field("store", &self.store.is_some())
+            .field("pending", &self.pending.len())
+            .field("tenants", &self.tenants)
+            .finish()
+    }
+}
+
+/// Two tiers are equal when their rows are: the per-tenant digests and counts say so, wherever
+/// the rows are kept.
+impl PartialEq for ColdTier {
+    fn eq(&self, other: &Self) -> bool {
+        self.tenants == other.tenants
+    }
+}
+impl Eq for ColdTier {}
+
+/// `bytes` prefixed by their length (u16, big-endian): keys built of such parts are prefix-free,
+/// so all versions of a key are adjacent in the store.
+fn part(out: &mut Vec<u8>, bytes: &[u8]) {
+    let len = u16::try_from(bytes.len()).expect("key parts are bounded well below 64 KiB");
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// The prefix of every row of `tenant_id`'s incarnation.
+pub fn tenant_prefix(tenant_id: &str, incarnation: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + tenant_id.len() + 8);
+    part(&mut out, tenant_id.as_bytes());
+    out.extend_from_slice(&incarnation.to_be_bytes());
+    out
+}
+
+fn kind_prefix(tenant: &[u8], kind: u8) -> Vec<u8> {
+    let mut out = tenant.to_vec();
+    out.push(kind);
+    out
+}
+
+/// The key of `row` under a tenant's prefix.
+fn row_key(tenant: &[u8], row: Row<'_>) -> Vec<u8> {
+    let mut out = kind_prefix(tenant, row.kind());
+    match row {
+        Row::Operation(id) | Row::Key(id) | Row::Attention(id) => part(&mut out, id.as_bytes()),
+        Row::Finished(at, id) | Row::Compacted(at, id) => {
+            out.extend_from_slice(&at.to_be_bytes());
+            part(&mut out, id.as_bytes());
+        }
+    }
+    out
+}
+
+/// The id at the end of a row key of a time kind (after its 8-byte time) or an id kind.
+fn id_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, String)> {
+    let rest = key.get(prefix_len..)?;
+    let (at, rest) = if timed {
+        let (t, r) = rest.split_at_checked(8)?;
+        (u64::from_be_bytes(t.try_into().ok()?), r)
+    } else {
+        (0, rest)
+    };
+    let id = rest.get(2..)?;
+    Some((at, String::from_utf8(id.to_vec()).ok()?))
+}
+
+fn row_hash(key: &[u8], value: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update((key.len() as u32).to_be_bytes());
+    h.update(key);
+    h.update(value);
+    h.finalize().into()
+}
+
+/// `acc += x` (or `-=`), modulo 2^256, big-endian.
+fn add(acc: &mut [u8; 32], x: &[u8; 32], subtract: bool) {
+    let mut carry = 0i16;
+    for i in (0..32).rev() {
+        let v = if subtract {
+            i16::from(acc[i]) - i16::from(x[i]) + carry
+        } else {
+            i16::from(acc[i]) + i16::from(x[i]) + carry
+        };
+        acc[i] = v.rem_euclid(256) as u8;
+        carry = v.div_euclid(256);
+    }
+}
+
+impl ColdTier {
+    /// Has the rows kept in `store` from now on (what is pending is taken with the next writes).
+    pub fn attach(&mut self, store: Arc<dyn ColdStore>) {
+        self.store = Some(store);
+    }
+
+    /// Whether a store keeps the rows.
+    pub fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// The writes since the last call, for the store to write (in the same batch as the entries
+    /// that made them); nothing without a store (the pending rows are then the rows).
+    pub fn take_writes(&mut self) -> ColdWrites {
+        if self.store.is_none() {
+            return ColdWrites::default();
+        }
+        ColdWrites { rows: std::mem::take(&mut self.pending), dropped: std::mem::take(&mut self.dropped) }
+    }
+
+    /// The pending rows (the whole set, for a state without a store): what a state's encoding
+    /// carries beside the per-tenant sums.
+    pub fn pending_rows(&self) -> &BTreeMap<Vec<u8>, PendingRow> {
+        &self.pending
+    }
+
+    /// Puts rows read back from an encoding in place as pending.
+    pub(crate) fn restore_pending(&mut self, rows: BTreeMap<Vec<u8>, PendingRow>) {
+        self.pending = rows;
+    }
+
+    fn prefix(&self, tenant_id: &str) -> Option<Vec<u8>> {
+        self.tenants.get(tenant_id).map(|t| tenant_prefix(tenant_id, t.incarnation))
+    }
+
+    /// `row` of `tenant_id` as of [`ColdTier::at`].
+    pub fn get(&self, tenant_id: &str, row: Row<'_>) -> Option<Vec<u8>> {
+        let key = row_key(&self.prefix(tenant_id)?, row);
+        match self.pending.get(&key) {
+            Some(p) => p.value.clone(),
+            None => self.store.as_ref()?.get(&key, self.at),
+        }
+    }
+
+    /// Writes `row` of `tenant_id` at `revision` (`None`: deletes it); `old` is its value before
+    /// (the caller read it), which moves the tenant's digest.
+    pub fn put(&mut self, tenant_id: &str, row: Row<'_>, revision: u64, old: Option<&[u8]>, new: Option<Vec<u8>>) {
+        let tenant = self
+            .tenants
+            .entry(tenant_id.to_string())
+            .or_insert_with(|| ColdTenant { incarnation: revision, ..ColdTenant::default() });
+        let key = row_key(&tenant_prefix(tenant_id, tenant.incarnation), row);
+        if let Some(old) = old {
+            add(&mut tenant.digest, &row_hash(&key, old), true);
+            tenant.bytes -= (key.len() + old.len()) as u64;
+        }
+        if let Some(new) = &new {
+            add(&mut tenant.digest, &row_hash(&key, new), false);
+            tenant.bytes += (key.len() + new.len()) as u64;
+        }
+        if self.store.is_none() && new.is_none() {
+            self.pending.remove(&key);
+            return;
+        }
+        let replaces = old.is_some() || self.pending.get(&key).is_some_and(|p| p.replaces);
+        self.pending.insert(key, PendingRow { revision, value: new, replaces });
+    }
+
+    /// Drops every row of `tenant_id` (a purge), at `revision`.
+    pub fn drop_tenant(&mut self, tenant_id: &str, revision: u64) {
+        let Some(prefix) = self.prefix(tenant_id) else { return };
+        self.tenants.remove(tenant_id);
+        let doomed: Vec<Vec<u8>> = self
+            .pending
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in doomed {
+            self.pending.remove(&key);
+        }
+        if self.store.is_some() {
+            self.dropped.push((revision, prefix));
+        }
+    }
+
+    /// The counts of `tenant_id`'s rows, changed by `f` (created if it has none).
+    pub fn counts(&mut self, tenant_id: &str, revision: u64, f: impl FnOnce(&mut ColdTenant)) {
+        let tenant = self
+            .tenants
+            .entry(tenant_id.to_string())
+            .or_insert_with(|| ColdTenant { incarnation: revision, ..ColdTenant::default() });
+        f(tenant);
+    }
+
+    /// Rows of one kind of `tenant_id` after `after`, in key order, as of [`ColdTier::at`]: at most
+    /// `limit`, the pending writes over the store's rows.
+    fn scan(&self, tenant_id: &str, kind: u8, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let prefix = kind_prefix(&tenant, kind);
+        let lower = after.map_or(prefix.clone(), <[u8]>::to_vec);
+        let pending = self
+            .pending
+            .range(lower..)
+            .filter(|(k, _)| after.is_none_or(|a| k.as_slice() > a))
+            .take_while(|(k, _)| k.starts_with(&prefix));
+        let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let mut cursor = after.map(<[u8]>::to_vec);
+        // Store rows, a page at a time, until `limit` survive the pending deletions.
+        if let Some(store) = &self.store {
+            loop {
+                let page = store.scan(&prefix, cursor.as_deref(), self.at, limit);
+                let full = page.len() == limit;
+                cursor = page.last().map(|(k, _)| k.clone()).or(cursor);
+                for (k, v) in page {
+                    let gone = self.pending.get(&k).is_some_and(|p| p.value.is_none());
+                    if !gone {
+                        merged.insert(k, Some(v));
+                    }
+                }
+                if !full || merged.len() >= limit {
+                    break;
+                }
+            }
+        }
+        let bound = cursor.filter(|_| merged.len() >= limit);
+        for (k, p) in pending {
+            if bound.as_ref().is_some_and(|b| k > b) {
+                break;
+            }
+            merged.insert(k.clone(), p.value.clone());
+        }
+        merged.into_iter().filter_map(|(k, v)| Some((k, v?))).take(limit).collect()
+    }
+
+    /// Ids of `tenant_id`'s rows of a time kind (`Row::Finished` or `Row::Compacted` with any
+    /// time and id) whose time plus `after_ms` is at most `now`, oldest first: at most `limit`.
+    pub fn due(&self, tenant_id: &str, finished: bool, after_ms: u64, now: u64, limit: usize) -> Vec<String> {
+        let kind = if finished { b'f' } else { b'c' };
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let len = tenant.len() + 1;
+        self.scan(tenant_id, kind, None, limit)
+            .into_iter()
+            .filter_map(|(k, _)| id_of(&k, len, true))
+            .take_while(|(at, _)| at.saturating_add(after_ms) <= now)
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    /// The time of `tenant_id`'s oldest row of a time kind.
+    pub fn oldest(&self, tenant_id: &str, finished: bool) -> Option<u64> {
+        let kind = if finished { b'f' } else { b'c' };
+        let len = self.prefix(tenant_id)?.len() + 1;
+        let (key, _) = self.scan(tenant_id, kind, None, 1).into_iter().next()?;
+        id_of(&key, len, true).map(|(at, _)| at)
+    }
+
+    /// Ids of `tenant_id`'s operations that wait for a human, after `after`, in id order: at
+    /// most `limit`.
+    pub fn attention(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<String> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let after = after.map(|id| row_key(&tenant, Row::Attention(id)));
+        let len = tenant.len() + 1;
+        let rows = self.scan(tenant_id, b'a', after.as_deref(), limit);
+        rows.into_iter().filter_map(|(k, _)| id_of(&k, len, false)).map(|(_, id)| id).collect()
+    }
+
+    /// `tenant_id`'s operation records (whole or compacted) with ids after `after`, in id
+    /// order: at most `limit`.
+    pub fn operations(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<ColdOperation> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let after = after.map(|id| row_key(&tenant, Row::Operation(id)));
+        self.scan(tenant_id, b'o', after.as_deref(), limit)
+            .into_iter()
+            .filter_map(|(_, v)| crate::decode_unbounded::<ColdOperation>(&v).ok())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_returns_to_where_it_was_when_a_row_goes() {
+        let mut tier = ColdTier::default();
+        tier.put("t", Row::Key("a"), 1, None, Some(b"x".to_vec()));
+        let one = tier.tenants["t"].digest;
+        tier.put("t", Row::Key("b"), 2, None, Some(b"y".to_vec()));
+        assert_ne!(tier.tenants["t"].digest, one);
+        tier.put("t", Row::Key("b"), 3, Some(b"y"), None);
+        assert_eq!(tier.tenants["t"].digest, one);
+        assert_eq!(tier.get("t", Row::Key("a")).as_deref(), Some(&b"x"[..]));
+        assert_eq!(tier.get("t", Row::Key("b")), None);
+    }
+
+    #[test]
+    fn time_rows_come_out_oldest_first_and_only_when_due() {
+        let mut tier = ColdTier::default();
+        for (at, id) in [(30, "c"), (10, "z"), (20, "a")] {
+            tier.put("t", Row::Finished(at, id), at, None, Some(Vec::new()));
+        }
+        assert_eq!(tier.due("t", true, 5, 26, 10), ["z", "a"]);
+        assert_eq!(tier.due("t", true, 5, 26, 1), ["z"]);
+        assert_eq!(tier.oldest("t", true), Some(10));
+        assert_eq!(tier.oldest("t", false), None);
+    }
+
+    #[test]
+    fn a_purged_tenant_created_again_sees_none_of_its_old_rows() {
+        let mut tier = ColdTier::default();
+        tier.put("t", Row::Key("a"), 1, None, Some(b"x".to_vec()));
+        tier.drop_tenant("t", 2);
+        assert!(tier.pending_rows().is_empty());
+        tier.put("t", Row::Key("b"), 3, None, Some(b"y".to_vec()));
+        assert_eq!(tier.get("t", Row::Key("a")), None);
+        assert_eq!(tier.tenants["t"].incarnation, 3);
+    }
+}
