@@ -1,7 +1,7 @@
 //! Cold state: what grows with traffic and no rule reads on every command — operations that are
 //! no longer live (with their histories, and the bindings retention compacts them to), the
-//! idempotency keys, and the time rows retention walks — kept as rows outside the in-memory
-//! state. A node keeps them in a RocksDB column family written at apply; a state without a store
+//! idempotency keys, evidence records, the operator's queue of what waits for a human, and the
+//! time rows retention and evidence expiry walk — kept as rows outside the in-memory state. A node keeps them in a RocksDB column family written at apply; a state without a store
 //! (the pure tests, the simulation, a state decoded from bytes) keeps them in
 //! [`ColdTier::pending`], so the rules read them the same way everywhere.
 //!
@@ -79,6 +79,9 @@ pub struct ColdTenant {
     pub by_state: BTreeMap<OperationState, u64>,
     /// Bytes of the rows' keys and values.
     pub bytes: u64,
+    /// Evidence records, and the bytes of the blobs they describe (the tenant's evidence quota).
+    pub evidence: u64,
+    pub evidence_bytes: u64,
 }
 
 /// The kinds of rows, each under its own byte after the tenant's prefix.
@@ -96,6 +99,11 @@ pub enum Row<'a> {
     /// An operation that waits for a human (an unknown or a reported effect), by id: the
     /// operator's queue. Empty value.
     Attention(&'a str),
+    /// An evidence record (`crate::evidence::EvidenceBlobV1`), by operation id and content hash.
+    Evidence(&'a str, &'a str),
+    /// An evidence record by (ledger time stored, operation id, content hash): what expires
+    /// first. Empty value.
+    EvidenceTime(u64, &'a str, &'a str),
 }
 
 impl Row<'_> {
@@ -106,6 +114,8 @@ impl Row<'_> {
             Row::Finished(..) => b'f',
             Row::Compacted(..) => b'c',
             Row::Attention(_) => b'a',
+            Row::Evidence(..) => b'e',
+            Row::EvidenceTime(..) => b'x',
         }
     }
 }
@@ -183,12 +193,34 @@ fn row_key(tenant: &[u8], row: Row<'_>) -> Vec<u8> {
             out.extend_from_slice(&at.to_be_bytes());
             part(&mut out, id.as_bytes());
         }
+        Row::Evidence(id, hash) => {
+            part(&mut out, id.as_bytes());
+            part(&mut out, hash.as_bytes());
+        }
+        Row::EvidenceTime(at, id, hash) => {
+            out.extend_from_slice(&at.to_be_bytes());
+            part(&mut out, id.as_bytes());
+            part(&mut out, hash.as_bytes());
+        }
     }
     out
 }
 
-/// The id at the end of a row key of a time kind (after its 8-byte time) or an id kind.
-fn id_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, String)> {
+/// The length-prefixed parts of `bytes` (the rest of a row key after its kind and time).
+fn parts(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes.split_at_checked(2)?;
+        let (p, rest) = rest.split_at_checked(usize::from(u16::from_be_bytes([len[0], len[1]])))?;
+        out.push(String::from_utf8(p.to_vec()).ok()?);
+        bytes = rest;
+    }
+    Some(out)
+}
+
+/// The time (0 for a kind without one) and the parts of a row key after its tenant's prefix
+/// and kind (`prefix_len` bytes).
+fn parts_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, Vec<String>)> {
     let rest = key.get(prefix_len..)?;
     let (at, rest) = if timed {
         let (t, r) = rest.split_at_checked(8)?;
@@ -196,8 +228,13 @@ fn id_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, String)> {
     } else {
         (0, rest)
     };
-    let id = rest.get(2..)?;
-    Some((at, String::from_utf8(id.to_vec()).ok()?))
+    Some((at, parts(rest)?))
+}
+
+/// [`parts_of`] of a key of one id.
+fn id_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, String)> {
+    let (at, mut parts) = parts_of(key, prefix_len, timed)?;
+    Some((at, parts.pop()?))
 }
 
 fn row_hash(key: &[u8], value: &[u8]) -> [u8; 32] {
@@ -317,11 +354,16 @@ impl ColdTier {
         f(tenant);
     }
 
-    /// Rows of one kind of `tenant_id` after `after`, in key order, as of [`ColdTier::at`]: at most
-    /// `limit`, the pending writes over the store's rows.
+    /// Rows of one kind of `tenant_id` after `after`, in key order: [`ColdTier::scan_prefix`].
     fn scan(&self, tenant_id: &str, kind: u8, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
-        let prefix = kind_prefix(&tenant, kind);
+        self.scan_prefix(&kind_prefix(&tenant, kind), after, limit)
+    }
+
+    /// Rows under `prefix` after `after`, in key order, as of [`ColdTier::at`]: at most `limit`,
+    /// the pending writes over the store's rows.
+    fn scan_prefix(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let prefix = prefix.to_vec();
         let lower = after.map_or(prefix.clone(), <[u8]>::to_vec);
         let pending = self
             .pending
@@ -387,6 +429,29 @@ impl ColdTier {
         let len = tenant.len() + 1;
         let rows = self.scan(tenant_id, b'a', after.as_deref(), limit);
         rows.into_iter().filter_map(|(k, _)| id_of(&k, len, false)).map(|(_, id)| id).collect()
+    }
+
+    /// `tenant_id`'s evidence records of `operation_id`: at most `limit`.
+    pub fn evidence_of(&self, tenant_id: &str, operation_id: &str, limit: usize) -> usize {
+        let Some(tenant) = self.prefix(tenant_id) else { return 0 };
+        let mut of_operation = kind_prefix(&tenant, b'e');
+        part(&mut of_operation, operation_id.as_bytes());
+        self.scan_prefix(&of_operation, None, limit).len()
+    }
+
+    /// (time stored, operation id, content hash) of `tenant_id`'s oldest evidence records,
+    /// oldest first: at most `limit`.
+    pub fn evidence_by_time(&self, tenant_id: &str, limit: usize) -> Vec<(u64, String, String)> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let len = tenant.len() + 1;
+        let rows = self.scan(tenant_id, b'x', None, limit);
+        rows.into_iter()
+            .filter_map(|(k, _)| {
+                let (at, mut p) = parts_of(&k, len, true)?;
+                let hash = p.pop()?;
+                Some((at, p.pop()?, hash))
+            })
+            .collect()
     }
 
     /// `tenant_id`'s operation records (whole or compacted) with ids after `after`, in id

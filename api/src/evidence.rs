@@ -2,7 +2,7 @@
 //! executors and observers upload what they captured of an operation's effect. A blob travels
 //! once through the log ([`crate::ledger::Command::StoreEvidence`], base64 in the command); the
 //! ledger checks its size, type, hash, the operation's state, who uploads and the tenant's
-//! quota, and keeps only its record ([`EvidenceBlobV1`], in `LedgerState::evidence`); the
+//! quota, and keeps only its record ([`EvidenceBlobV1`], a cold row: [`crate::cold::Row::Evidence`]); the
 //! bytes are kept by each node beside the audit trail ([`blob_key`]), outside the state, and
 //! read back by hash through `writ://operations/{id}/evidence/{hash}` with `ops:read`. A blob is
 //! kept as long as the tenant keeps audit records of its age (`settings.audit_max_age_s`; none:

@@ -186,10 +186,6 @@ pub struct OperationIndex {
     /// How many operations of each tenant are in each state (metrics by tenant class: the
     /// `unknown_effect` backlog, what waits for acceptance, what is in flight).
     pub by_state: BTreeMap<String, BTreeMap<OperationState, u64>>,
-    /// Bytes of stored evidence per tenant (its quota, [`crate::evidence`]).
-    pub evidence_bytes: BTreeMap<String, u64>,
-    /// (ledger time stored, [`evidence_slot`]) per tenant: what expires first.
-    pub evidence_by_time: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// (ledger time of expiry, `jti`) of token records, by tenant.
     pub token_expiry: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// (ledger time of expiry, enrollment id) of enrollments, by tenant.
@@ -677,11 +673,6 @@ impl LedgerState {
         let mut index = OperationIndex::default();
         for op in self.operations.values().flat_map(|m| m.values()) {
             index.update(None, Some(op));
-        }
-        for (tenant, blobs) in &self.evidence {
-            index.evidence_bytes.insert(tenant.clone(), blobs.values().map(|b| b.size).sum());
-            let by_time = blobs.iter().map(|(slot, b)| (b.at_ms, slot.clone())).collect();
-            index.evidence_by_time.insert(tenant.clone(), by_time);
         }
         for (tenant, tokens) in &self.tokens {
             let by_time = tokens.values().map(|t| (t.record.expires_at_ms, t.record.jti.clone())).collect();

@@ -1912,8 +1912,8 @@ fn the_state_format_is_versioned_and_pinned() {
         "the sample state holds revocations"
     );
     assert!(!state.works.is_empty() && !state.history.is_empty(), "the sample state holds work items and histories");
-    let bindings = state.cold.tenants.get("t-1").map_or(0, |c| c.bindings);
-    assert!(bindings > 0 && !state.evidence.is_empty(), "the sample state holds evidence and bindings");
+    let cold = state.cold.tenants.get("t-1").cloned().unwrap_or_default();
+    assert!(cold.bindings > 0 && cold.evidence > 0, "the sample state holds evidence and bindings");
     assert!(!state.cold.pending_rows().is_empty(), "the sample state holds cold rows");
     assert!(!state.operators.sessions.is_empty(), "the sample state holds an operator and a session");
     assert!(state.operators.console_sign_in.is_some(), "the sample state holds the console's sign-in provider");

@@ -317,7 +317,7 @@ fn a_projection_lets_an_operation_go_when_it_stops_being_live() {
     step(&mut l, &mut edge, report("op-1", 1, AttemptOutcome::Effect));
     assert_eq!(held(&edge), (false, false), "effect reported: no longer live, let go");
     assert!(edge.idempotency.is_empty() && edge.operations.is_empty() && edge.history.is_empty());
-    assert!(edge.evidence.is_empty() && edge.index.evidence_bytes.is_empty());
+    assert!(edge.evidence.is_empty() && edge.cold.tenants.is_empty());
     step(
         &mut l,
         &mut edge,
@@ -1262,7 +1262,7 @@ fn evidence_is_stored_for_an_attempt_and_expires_with_the_tenants_audit_retentio
     assert_eq!(l.refused(store(x1(), b"moved", Some("ab".repeat(32)))), ReasonCode::INPUT_INVALID, "hash checked");
     l.ok(store(x1(), b"moved", None));
     assert_eq!(l.ok(store(x1(), b"moved", None)), 0, "the same blob again is no change");
-    assert_eq!(l.state.index.evidence_bytes[T], 5);
+    assert_eq!(writ_api::retention::storage(&l.state, T).evidence_bytes, 5);
     for i in 1..EVIDENCE_PER_OPERATION_MAX {
         l.ok(store(x1(), format!("frame {i}").as_bytes(), None));
     }
@@ -1277,7 +1277,8 @@ fn evidence_is_stored_for_an_attempt_and_expires_with_the_tenants_audit_retentio
         _ => None,
     });
     assert_eq!(expired, Some(EVIDENCE_PER_OPERATION_MAX));
-    assert!(!l.state.evidence.contains_key(T) && !l.state.index.evidence_bytes.contains_key(T));
+    let left = writ_api::retention::storage(&l.state, T);
+    assert_eq!((left.evidence_blobs, left.evidence_bytes), (0, 0));
     let mut replica = l.state.clone();
     replica.rebuild_index();
     assert_eq!(replica.index, l.state.index, "the index folds as it rebuilds");
@@ -1307,7 +1308,7 @@ fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuse
     let cmd = report("op-1", 1, b"moved", "text/plain");
     let outcome = l.run(cmd.clone());
     assert_eq!(l.op("op-1").state, OperationState::EffectReported);
-    assert_eq!(l.state.evidence[T].len(), 1, "one entry: the report and its blob");
+    assert_eq!(writ_api::retention::storage(&l.state, T).evidence_blobs, 1, "one entry: the report and its blob");
     assert_eq!(cmd.stored_blob(&outcome).map(|(_, bytes)| bytes), Some(b"moved".to_vec()));
     // A blob the store refuses leaves the report standing, its reference saying why.
     l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("arm"), l.now + 60_000)));

@@ -63,11 +63,22 @@ log "measured: $SECONDS_LOADED s at $CLIENTS clients"
 load "$SECONDS_LOADED" loaded
 nodes_after=$(rss "$WRIT_NODE_PIDS")
 edges_after=$(rss "$WRIT_EDGE_PIDS")
+# What the ledger holds by kind (a node's `writ_ledger_records`): what could grow in memory.
+for u in $WRIT_NODE_URLS; do
+  curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" | grep '^writ_ledger_records' >"$WORK/records" && break
+done
 
 python3 - "$WORK/loaded.json" "$nodes_before" "$nodes_after" "$edges_before" "$edges_after" \
-  "${GROWTH_LABEL:-$(git rev-parse --short HEAD)}" "$CLIENTS" "$SECONDS_LOADED" "$OUT/growth.json" >"$OUT/growth.md" <<'PY'
-import json, sys
-run, nb, na, eb, ea, commit, clients, seconds, out = sys.argv[1:]
+  "${GROWTH_LABEL:-$(git rev-parse --short HEAD)}" "$CLIENTS" "$SECONDS_LOADED" "$OUT/growth.json" \
+  "$WORK/records" >"$OUT/growth.md" <<'PY'
+import json, os, re, sys
+run, nb, na, eb, ea, commit, clients, seconds, out, records_file = sys.argv[1:]
+records = {}
+if os.path.exists(records_file):
+    for line in open(records_file):
+        m = re.match(r'writ_ledger_records\{kind="([a-z_]+)"\} ([0-9.e+]+)', line)
+        if m:
+            records[m.group(1)] = int(float(m.group(2)))
 r = json.load(open(run))
 ops = sum(v.get("ok", 0) for k, v in r.get("kinds", {}).items() if k.startswith("execute"))
 def parse(s): return {p.split(":")[0]: int(p.split(":")[1]) for p in s.split()}
@@ -77,12 +88,14 @@ for role, before, after in (("node", parse(nb), parse(na)), ("edge", parse(eb), 
         grew_mb = (after[pid] - before[pid]) / 1024
         rows.append({"process": f"{role} {i}", "rss_before_mb": before[pid] / 1024, "rss_after_mb": after[pid] / 1024,
                      "grew_mb": grew_mb, "mb_per_million_operations": grew_mb / ops * 1e6 if ops else None})
-json.dump({"commit": commit, "clients": int(clients), "seconds": int(seconds), "operations": ops, "rows": rows},
-          open(out, "w"), indent=1)
+json.dump({"commit": commit, "clients": int(clients), "seconds": int(seconds), "operations": ops, "rows": rows,
+           "ledger_records": records}, open(out, "w"), indent=1)
 print(f"# Memory per operation (at {commit}): {ops:,} operations in {seconds} s at {clients} clients\n")
 print("| process | RSS before MB | RSS after MB | grew MB | MB per million operations |\n|---|---:|---:|---:|---:|")
 for x in rows:
     per = "-" if x["mb_per_million_operations"] is None else f"{x['mb_per_million_operations']:,.0f}"
     print(f"| {x['process']} | {x['rss_before_mb']:.0f} | {x['rss_after_mb']:.0f} | {x['grew_mb']:.0f} | {per} |")
+if records:
+    print("\nWhat the ledger holds at the end (`writ_ledger_records`): " + ", ".join(f"{k} {v:,}" for k, v in sorted(records.items())))
 PY
 cat "$OUT/growth.md"

@@ -614,7 +614,8 @@ impl LedgerNode {
                 let st = &applied.state;
                 // Operations past a deadline or lease, and evidence past its retention.
                 let due = st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now));
-                let expired = st.index.evidence_by_time.keys().filter(|t| {
+                let with_evidence = st.cold.tenants.iter().filter(|(_, c)| c.evidence > 0).map(|(t, _)| t);
+                let expired = with_evidence.filter(|t| {
                     st.next_evidence_expiry(t).is_some_and(|at| at <= now)
                         && st.index.next_due(t).is_none_or(|at| at > now)
                 });

@@ -39,15 +39,12 @@ pub fn due(state: &LedgerState, tenant_id: &str, now: u64) -> Vec<Event> {
     // Evidence older than the tenant's audit retention goes (oldest first, bounded per entry).
     if state.next_evidence_expiry(tenant_id).is_some_and(|at| at <= now) {
         let age_ms = state.tenants[tenant_id].settings.audit_max_age_s.unwrap_or(0).saturating_mul(1000);
-        let blobs: Vec<crate::evidence::EvidenceRefV1> = state.index.evidence_by_time[tenant_id]
-            .iter()
-            .take_while(|(at, _)| at.saturating_add(age_ms) <= now)
-            .take(crate::evidence::EVIDENCE_EXPIRED_PER_ENTRY)
-            .filter_map(|(_, slot)| state.evidence.get(tenant_id)?.get(slot))
-            .map(|b| crate::evidence::EvidenceRefV1 {
-                operation_id: b.operation_id.clone(),
-                content_hash: b.content_hash.clone(),
-            })
+        let blobs: Vec<crate::evidence::EvidenceRefV1> = state
+            .cold
+            .evidence_by_time(tenant_id, crate::evidence::EVIDENCE_EXPIRED_PER_ENTRY)
+            .into_iter()
+            .take_while(|(at, ..)| at.saturating_add(age_ms) <= now)
+            .map(|(_, operation_id, content_hash)| crate::evidence::EvidenceRefV1 { operation_id, content_hash })
             .collect();
         events.push(Event::EvidenceExpiredV1 { tenant_id: tenant_id.to_string(), blobs });
     }
@@ -849,20 +846,15 @@ fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64)
         return Err(conflict(op, "evidence is of an attempt: only an attempted operation takes it"));
     }
     let bytes = checked_bytes(mime_type, content_base64, content_hash)?;
-    let blobs = state.evidence.get(tenant_id);
-    let slot = crate::state::evidence_slot(operation_id, content_hash);
-    if blobs.is_some_and(|m| m.contains_key(&slot)) {
+    if state.cold.get(tenant_id, crate::cold::Row::Evidence(operation_id, content_hash)).is_some() {
         return Ok(vec![]); // stored already (a retried upload)
     }
-    let prefix = crate::state::evidence_slot(operation_id, "");
-    let of_operation =
-        blobs.map_or(0, |m| m.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).count());
-    if of_operation >= EVIDENCE_PER_OPERATION_MAX {
+    if state.cold.evidence_of(tenant_id, operation_id, EVIDENCE_PER_OPERATION_MAX) >= EVIDENCE_PER_OPERATION_MAX {
         let msg =
             format!("operation '{operation_id}' carries {EVIDENCE_PER_OPERATION_MAX} blobs of evidence, its most");
         return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
     }
-    let used = state.index.evidence_bytes.get(tenant_id).copied().unwrap_or(0);
+    let used = state.cold.tenants.get(tenant_id).map_or(0, |c| c.evidence_bytes);
     if used + bytes.len() as u64 > EVIDENCE_BYTES_PER_TENANT_MAX {
         let msg = format!("the tenant keeps {used} bytes of evidence; {EVIDENCE_BYTES_PER_TENANT_MAX} is its most");
         return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::cold::{ColdOperation, Row};
 use crate::ledger::{Event, EventEnvelope};
 use crate::operation::{DeviceLease, Operation, OperationSpecV1, OperationState, DISPATCH_START_MS};
-use crate::state::{drop_empty, evidence_slot, idempotency_slot, CorruptEvent, LedgerState};
+use crate::state::{drop_empty, idempotency_slot, CorruptEvent, LedgerState};
 
 impl LedgerState {
     /// Operations (`fold_operation`), their proposals and evidence.
@@ -50,34 +50,45 @@ impl LedgerState {
             }
             // A projection keeps no evidence records: the edge reads evidence from the ledger.
             Event::EvidenceStoredV1 { .. } | Event::EvidenceExpiredV1 { .. } if self.projection => {}
-            Event::EvidenceStoredV1 { tenant_id, blob } => {
-                *self.index.evidence_bytes.entry(tenant_id.clone()).or_default() += blob.size;
-                let slot = evidence_slot(&blob.operation_id, &blob.content_hash);
-                self.index.evidence_by_time.entry(tenant_id.clone()).or_default().insert((blob.at_ms, slot.clone()));
-                self.evidence.entry(tenant_id.clone()).or_default().insert(slot, blob.clone());
-            }
+            Event::EvidenceStoredV1 { tenant_id, blob } => store_evidence(self, env, tenant_id, blob),
             Event::EvidenceExpiredV1 { tenant_id, blobs } => {
                 for r in blobs {
-                    let slot = evidence_slot(&r.operation_id, &r.content_hash);
-                    let gone = self.evidence.get_mut(tenant_id).and_then(|m| m.remove(&slot));
-                    let gone = gone.ok_or_else(|| CorruptEvent::new(env, format!("unknown evidence '{slot}'")))?;
-                    if let Some(n) = self.index.evidence_bytes.get_mut(tenant_id) {
-                        *n -= gone.size;
-                    }
-                    if let Some(by_time) = self.index.evidence_by_time.get_mut(tenant_id) {
-                        by_time.remove(&(gone.at_ms, slot));
-                    }
-                }
-                if self.evidence.get(tenant_id).is_some_and(|m| m.is_empty()) {
-                    self.evidence.remove(tenant_id);
-                    self.index.evidence_bytes.remove(tenant_id);
-                    self.index.evidence_by_time.remove(tenant_id);
+                    let row = Row::Evidence(&r.operation_id, &r.content_hash);
+                    let old = self.cold.get(tenant_id, row);
+                    let old =
+                        old.ok_or_else(|| CorruptEvent::new(env, format!("unknown evidence '{}'", r.content_hash)))?;
+                    let gone: crate::evidence::EvidenceBlobV1 =
+                        crate::decode_unbounded(&old).expect("an evidence row decodes");
+                    let time = Row::EvidenceTime(gone.at_ms, &r.operation_id, &r.content_hash);
+                    self.cold.put(tenant_id, time, env.revision, Some(&[]), None);
+                    self.cold.put(tenant_id, row, env.revision, Some(&old), None);
+                    self.cold.counts(tenant_id, env.revision, |c| {
+                        c.evidence -= 1;
+                        c.evidence_bytes -= gone.size;
+                    });
                 }
             }
             _ => return Err(CorruptEvent::new(env, "an event of another domain")),
         }
         Ok(())
     }
+}
+
+/// A stored blob's record, and its time row (what expires first), as cold rows.
+fn store_evidence(
+    state: &mut LedgerState,
+    env: &EventEnvelope,
+    tenant_id: &str,
+    blob: &crate::evidence::EvidenceBlobV1,
+) {
+    let (id, hash) = (blob.operation_id.as_str(), blob.content_hash.as_str());
+    let bytes = crate::encode(blob).expect("an evidence record is always encodable");
+    state.cold.put(tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), env.revision, None, Some(Vec::new()));
+    state.cold.put(tenant_id, Row::Evidence(id, hash), env.revision, None, Some(bytes));
+    state.cold.counts(tenant_id, env.revision, |c| {
+        c.evidence += 1;
+        c.evidence_bytes += blob.size;
+    });
 }
 
 /// Folds an operation event into the state; an event naming an operation the state does not
@@ -401,6 +412,18 @@ impl LedgerState {
                 let history = self.history.get_mut(&op.tenant_id).and_then(|h| h.remove(&id)).unwrap_or_default();
                 cool_row(&mut self.cold, ColdOperation { op, history, compacted: false }, rev);
                 moved = true;
+            }
+        }
+        for (tenant_id, blobs) in std::mem::take(&mut self.evidence) {
+            for blob in blobs.into_values() {
+                let (id, hash) = (blob.operation_id.as_str(), blob.content_hash.as_str());
+                let bytes = crate::encode(&blob).expect("an evidence record is always encodable");
+                self.cold.put(&tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), rev, None, Some(Vec::new()));
+                self.cold.put(&tenant_id, Row::Evidence(id, hash), rev, None, Some(bytes));
+                self.cold.counts(&tenant_id, rev, |c| {
+                    c.evidence += 1;
+                    c.evidence_bytes += blob.size;
+                });
             }
         }
         for (_, ops) in std::mem::take(&mut self.compacted) {

@@ -7,7 +7,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cold::{ColdOperation, Row};
 use crate::operation::{Operation, OperationState};
-use crate::state::{evidence_slot, scan_page, LedgerState};
+use crate::state::{scan_page, LedgerState};
 
 impl LedgerState {
     /// A page of a tenant's operations matching `filter`, by id after `after`: at most `limit`,
@@ -93,7 +93,7 @@ impl LedgerState {
     /// When the tenant's oldest evidence falls out of its audit retention (none without one).
     pub fn next_evidence_expiry(&self, tenant_id: &str) -> Option<u64> {
         let age_s = self.tenants.get(tenant_id)?.settings.audit_max_age_s?;
-        let (oldest, _) = self.index.evidence_by_time.get(tenant_id)?.first()?;
+        let (oldest, ..) = self.cold.evidence_by_time(tenant_id, 1).into_iter().next()?;
         Some(oldest.saturating_add(age_s.saturating_mul(1000)))
     }
 
@@ -103,8 +103,9 @@ impl LedgerState {
         tenant_id: &str,
         operation_id: &str,
         content_hash: &str,
-    ) -> Result<&crate::evidence::EvidenceBlobV1, crate::Rejection> {
-        self.evidence.get(tenant_id).and_then(|m| m.get(&evidence_slot(operation_id, content_hash))).ok_or_else(|| {
+    ) -> Result<crate::evidence::EvidenceBlobV1, crate::Rejection> {
+        let row = self.cold.get(tenant_id, Row::Evidence(operation_id, content_hash));
+        row.map(|bytes| crate::decode_unbounded(&bytes).expect("an evidence row decodes")).ok_or_else(|| {
             let msg = format!("no evidence {content_hash} of operation '{operation_id}'");
             crate::Rejection::new(crate::ReasonCode::EVIDENCE_NOT_FOUND, msg)
         })

@@ -114,8 +114,8 @@ pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
         work_items: len(&state.works, tenant_id),
         proposals: len(&state.proposals, tenant_id),
         audit_records: state.audit.get(tenant_id).map_or(0, |a| a.len()),
-        evidence_blobs: len(&state.evidence, tenant_id),
-        evidence_bytes: state.index.evidence_bytes.get(tenant_id).copied().unwrap_or(0),
+        evidence_blobs: cold.evidence,
+        evidence_bytes: cold.evidence_bytes,
         state_bytes,
         retention_horizon_s: horizon_ms(state, tenant_id).unwrap_or(0) / 1000,
         next_retention_ms: next_due(state, tenant_id),
@@ -136,7 +136,7 @@ pub fn record_counts(state: &LedgerState) -> [(&'static str, u64); 8] {
         ("tokens", total(&state.tokens)),
         ("enrollments", total(&state.enrollments)),
         ("work_items", total(&state.works)),
-        ("evidence_blobs", total(&state.evidence)),
+        ("evidence_blobs", cold(|c| c.evidence)),
         ("audit_records", state.audit.values().map(|a| a.len()).sum()),
     ]
 }
