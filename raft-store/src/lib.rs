@@ -58,7 +58,9 @@ const MEMTABLE_BYTES: usize = 16 << 20;
 /// file alive (a gigabyte after a million audit records), and a restart replayed all of it.
 pub const WAL_BYTES_MAX: u64 = 128 << 20;
 /// The block cache, one for all column families (RocksDB gives each its own 32 MiB otherwise).
-pub const BLOCK_CACHE_BYTES: usize = 32 << 20;
+/// It also holds the tables' index and filter blocks, which RocksDB otherwise keeps outside any
+/// bound, growing with the data on disk (the audit trail, the cold rows).
+pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
 
 /// Opens (creating if missing) a RocksDB with the node's column families at `path`, within the
 /// memory and WAL bounds above.
@@ -77,8 +79,19 @@ pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
         [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE, cold::CF_COLD].map(|name| {
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
+            // Index and filter blocks in the cache, partitioned, with their top levels pinned:
+            // bounded memory without a lookup waiting on an evicted whole-table index.
+            table.set_cache_index_and_filter_blocks(true);
+            table.set_cache_index_and_filter_blocks_with_high_priority(true);
+            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+            table.set_partition_filters(true);
+            table.set_pin_top_level_index_and_filter(true);
             let mut cf = Options::default();
             cf.set_write_buffer_size(MEMTABLE_BYTES);
+            if name == cold::CF_COLD {
+                cold::tune(&mut cf, &mut table);
+            }
             cf.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(name, cf)
         });

@@ -703,6 +703,7 @@ pub(crate) fn stored_records<'a>(
         let handle = db.cf_handle(cf).expect("column families are created at open");
         let mut opts = rocksdb::ReadOptions::default();
         opts.set_snapshot(view);
+        opts.set_total_order_seek(true);
         db.iterator_cf_opt(handle, opts, IteratorMode::Start)
             .map(move |item| item.map(|(k, v)| (*kind, k.to_vec(), v.to_vec())).map_err(io::Error::other))
     })
