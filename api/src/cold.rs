@@ -15,9 +15,11 @@
 //! modulo 2^256, of sha256 over each row's key and value, moved by every write — so the state
 //! digest never re-reads the rows, yet two replicas with different rows differ in it.
 //!
-//! **Tenants.** A tenant's rows share a prefix: its id and its incarnation (the revision of its
-//! first row), so a purge drops one prefix and a tenant re-created under the same id never sees
-//! the old rows.
+//! **Tenants.** A tenant's rows share a prefix: its id and its incarnation (the ledger time it
+//! was created: [`ColdTier::open`]), so a purge drops one prefix and a tenant re-created under
+//! the same id never sees the old rows. The incarnation depends on the tenant alone, never on
+//! when a replica first wrote a row of it, so replicas that reached the same state by different
+//! paths (a fold, or the upgrade of an older snapshot at another revision) hold the same keys.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -63,7 +65,7 @@ impl ColdWrites {
 /// What a tenant's rows add up to: kept in the state (encoded, and in the digest).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColdTenant {
-    /// The revision of the tenant's first row: part of every key of it.
+    /// The ledger time the tenant was created: part of every key of it.
     pub incarnation: u64,
     /// sha256 over each row's key and value, summed modulo 2^256.
     pub digest: [u8; 32],
@@ -306,10 +308,7 @@ impl ColdTier {
     /// Writes `row` of `tenant_id` at `revision` (`None`: deletes it); `old` is its value before
     /// (the caller read it), which moves the tenant's digest.
     pub fn put(&mut self, tenant_id: &str, row: Row<'_>, revision: u64, old: Option<&[u8]>, new: Option<Vec<u8>>) {
-        let tenant = self
-            .tenants
-            .entry(tenant_id.to_string())
-            .or_insert_with(|| ColdTenant { incarnation: revision, ..ColdTenant::default() });
+        let tenant = self.tenants.entry(tenant_id.to_string()).or_default();
         let key = row_key(&tenant_prefix(tenant_id, tenant.incarnation), row);
         if let Some(old) = old {
             add(&mut tenant.digest, &row_hash(&key, old), true);
@@ -345,13 +344,15 @@ impl ColdTier {
         }
     }
 
-    /// The counts of `tenant_id`'s rows, changed by `f` (created if it has none).
-    pub fn counts(&mut self, tenant_id: &str, revision: u64, f: impl FnOnce(&mut ColdTenant)) {
-        let tenant = self
-            .tenants
-            .entry(tenant_id.to_string())
-            .or_insert_with(|| ColdTenant { incarnation: revision, ..ColdTenant::default() });
-        f(tenant);
+    /// Opens `tenant_id`'s rows under `incarnation` (the ledger time it was created), unless
+    /// they are open.
+    pub fn open(&mut self, tenant_id: &str, incarnation: u64) {
+        self.tenants.entry(tenant_id.to_string()).or_insert_with(|| ColdTenant { incarnation, ..Default::default() });
+    }
+
+    /// The counts of `tenant_id`'s rows, changed by `f`.
+    pub fn counts(&mut self, tenant_id: &str, f: impl FnOnce(&mut ColdTenant)) {
+        f(self.tenants.entry(tenant_id.to_string()).or_default());
     }
 
     /// Rows of one kind of `tenant_id` after `after`, in key order: [`ColdTier::scan_prefix`].
@@ -498,9 +499,11 @@ mod tests {
     #[test]
     fn a_purged_tenant_created_again_sees_none_of_its_old_rows() {
         let mut tier = ColdTier::default();
+        tier.open("t", 1);
         tier.put("t", Row::Key("a"), 1, None, Some(b"x".to_vec()));
         tier.drop_tenant("t", 2);
         assert!(tier.pending_rows().is_empty());
+        tier.open("t", 3);
         tier.put("t", Row::Key("b"), 3, None, Some(b"y".to_vec()));
         assert_eq!(tier.get("t", Row::Key("a")), None);
         assert_eq!(tier.tenants["t"].incarnation, 3);

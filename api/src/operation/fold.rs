@@ -62,7 +62,7 @@ impl LedgerState {
                     let time = Row::EvidenceTime(gone.at_ms, &r.operation_id, &r.content_hash);
                     self.cold.put(tenant_id, time, env.revision, Some(&[]), None);
                     self.cold.put(tenant_id, row, env.revision, Some(&old), None);
-                    self.cold.counts(tenant_id, env.revision, |c| {
+                    self.cold.counts(tenant_id, |c| {
                         c.evidence -= 1;
                         c.evidence_bytes -= gone.size;
                     });
@@ -85,7 +85,7 @@ fn store_evidence(
     let bytes = crate::encode(blob).expect("an evidence record is always encodable");
     state.cold.put(tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), env.revision, None, Some(Vec::new()));
     state.cold.put(tenant_id, Row::Evidence(id, hash), env.revision, None, Some(bytes));
-    state.cold.counts(tenant_id, env.revision, |c| {
+    state.cold.counts(tenant_id, |c| {
         c.evidence += 1;
         c.evidence_bytes += blob.size;
     });
@@ -189,7 +189,7 @@ fn fold_submitted(state: &mut LedgerState, env: &EventEnvelope, tenant_id: &str,
         let slot = idempotency_slot(&spec.principal_id, &spec.idempotency_key);
         let id = spec.operation_id.as_bytes().to_vec();
         state.cold.put(tenant_id, Row::Key(&slot), env.revision, None, Some(id));
-        state.cold.counts(tenant_id, env.revision, |c| c.keys += 1);
+        state.cold.counts(tenant_id, |c| c.keys += 1);
     }
     if let Some(w) = spec.work_ref.as_ref().and_then(|r| state.works.get_mut(tenant_id)?.get_mut(&r.id)) {
         w.operations.push(spec.operation_id.clone());
@@ -259,15 +259,15 @@ fn take(state: &mut LedgerState, tenant_id: &str, operation_id: &str) -> Option<
     let bytes = state.cold.get(tenant_id, Row::Operation(operation_id))?;
     let row: ColdOperation = crate::decode_unbounded(&bytes).expect("a cold operation row decodes");
     // (The state's revision is the event's while it folds.)
-    count(&mut state.cold, &row, state.revision, true);
+    count(&mut state.cold, &row, true);
     Some(Taken { op: row.op, history: row.history, cold: Some(bytes) })
 }
 
 /// Moves the tenant's cold counts by `row` (`out`: it leaves).
-pub(crate) fn count(cold: &mut crate::cold::ColdTier, row: &ColdOperation, revision: u64, out: bool) {
+pub(crate) fn count(cold: &mut crate::cold::ColdTier, row: &ColdOperation, out: bool) {
     let transitions = row.history.len() as u64;
     let s = row.op.state;
-    cold.counts(&row.op.tenant_id, revision, |c| {
+    cold.counts(&row.op.tenant_id, |c| {
         let by_state = c.by_state.entry(s).or_default();
         let (records, n) = if row.compacted { (&mut c.bindings, 0) } else { (&mut c.operations, transitions) };
         if out {
@@ -345,7 +345,7 @@ fn store_cold(state: &mut LedgerState, env: &EventEnvelope, row: ColdOperation, 
         (true, false) => state.cold.put(&tenant_id, Row::Attention(&id), env.revision, Some(&[]), None),
         _ => {}
     }
-    count(&mut state.cold, &row, env.revision, false);
+    count(&mut state.cold, &row, false);
     let bytes = crate::encode(&row).expect("an operation is always encodable");
     state.cold.put(&tenant_id, Row::Operation(&id), env.revision, old.as_deref(), Some(bytes));
 }
@@ -398,10 +398,13 @@ impl LedgerState {
     pub fn cool(&mut self) {
         self.cold.at = self.revision;
         let rev = self.revision;
+        for (tenant_id, tenant) in &self.tenants {
+            self.cold.open(tenant_id, tenant.created_at_ms);
+        }
         for (tenant_id, keys) in std::mem::take(&mut self.idempotency) {
             for (slot, id) in keys {
                 self.cold.put(&tenant_id, Row::Key(&slot), rev, None, Some(id.into_bytes()));
-                self.cold.counts(&tenant_id, rev, |c| c.keys += 1);
+                self.cold.counts(&tenant_id, |c| c.keys += 1);
             }
         }
         let mut moved = false;
@@ -420,7 +423,7 @@ impl LedgerState {
                 let bytes = crate::encode(&blob).expect("an evidence record is always encodable");
                 self.cold.put(&tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), rev, None, Some(Vec::new()));
                 self.cold.put(&tenant_id, Row::Evidence(id, hash), rev, None, Some(bytes));
-                self.cold.counts(&tenant_id, rev, |c| {
+                self.cold.counts(&tenant_id, |c| {
                     c.evidence += 1;
                     c.evidence_bytes += blob.size;
                 });
@@ -449,7 +452,7 @@ fn cool_row(cold: &mut crate::cold::ColdTier, row: ColdOperation, rev: u64) {
     if row.op.state.needs_attention() {
         cold.put(&tenant_id, Row::Attention(&id), rev, None, Some(Vec::new()));
     }
-    count(cold, &row, rev, false);
+    count(cold, &row, false);
     let bytes = crate::encode(&row).expect("an operation is always encodable");
     cold.put(&tenant_id, Row::Operation(&id), rev, None, Some(bytes));
 }

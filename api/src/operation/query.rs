@@ -81,7 +81,7 @@ impl LedgerState {
     /// Operations by state, live and not, by tenant (metrics).
     pub fn operations_by_state(&self) -> BTreeMap<String, BTreeMap<OperationState, u64>> {
         let mut all = self.index.by_state.clone();
-        for (tenant, c) in &self.cold.tenants {
+        for (tenant, c) in self.cold.tenants.iter().filter(|(_, c)| !c.by_state.is_empty()) {
             let counts = all.entry(tenant.clone()).or_default();
             for (s, n) in &c.by_state {
                 *counts.entry(*s).or_default() += n;

@@ -19,9 +19,9 @@ impl LedgerState {
                 for id in operation_ids {
                     let (row, old) = self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "operation", id))?;
                     let at = row.op.updated_at_ms;
-                    count(&mut self.cold, &row, env.revision, true);
+                    count(&mut self.cold, &row, true);
                     let binding = ColdOperation { op: row.op.binding(), history: Vec::new(), compacted: true };
-                    count(&mut self.cold, &binding, env.revision, false);
+                    count(&mut self.cold, &binding, false);
                     let bytes = crate::encode(&binding).expect("an operation is always encodable");
                     let cold = &mut self.cold;
                     cold.put(tenant_id, Row::Finished(at, id), env.revision, Some(&[]), None);
@@ -36,13 +36,13 @@ impl LedgerState {
                 for id in operation_ids {
                     let (row, old) =
                         self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "compacted operation", id))?;
-                    count(&mut self.cold, &row, env.revision, true);
+                    count(&mut self.cold, &row, true);
                     let slot = idempotency_slot(&row.op.spec.principal_id, &row.op.spec.idempotency_key);
                     let key = self.cold.get(tenant_id, Row::Key(&slot));
                     let cold = &mut self.cold;
                     if key.is_some() {
                         cold.put(tenant_id, Row::Key(&slot), env.revision, key.as_deref(), None);
-                        cold.counts(tenant_id, env.revision, |c| c.keys -= 1);
+                        cold.counts(tenant_id, |c| c.keys -= 1);
                     }
                     cold.put(tenant_id, Row::Compacted(row.op.updated_at_ms, id), env.revision, Some(&[]), None);
                     cold.put(tenant_id, Row::Operation(id), env.revision, Some(&old), None);

@@ -251,6 +251,13 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
         violations.push(format!("operations by state {:?}, counted {:?}", by_state, state.operations_by_state()));
     }
     let ops = all_ops(state, T);
+    // A tenant's cold rows are keyed by when it was created, whatever path a replica took.
+    for (id, tenant) in &state.tenants {
+        let incarnation = state.cold.tenants.get(id).map(|c| c.incarnation);
+        if incarnation != Some(tenant.created_at_ms) {
+            violations.push(format!("{id}'s cold rows are under {incarnation:?}, not {}", tenant.created_at_ms));
+        }
+    }
     let proposals = state.proposals.get(T).into_iter().flat_map(|m| m.values());
     let mut by_principal: BTreeMap<&str, usize> = BTreeMap::new();
     for p in proposals {
