@@ -432,12 +432,18 @@ impl ColdTier {
         rows.into_iter().filter_map(|(k, _)| id_of(&k, len, false)).map(|(_, id)| id).collect()
     }
 
-    /// `tenant_id`'s evidence records of `operation_id`: at most `limit`.
-    pub fn evidence_of(&self, tenant_id: &str, operation_id: &str, limit: usize) -> usize {
-        let Some(tenant) = self.prefix(tenant_id) else { return 0 };
+    /// `tenant_id`'s evidence records of `operation_id`, by content hash: at most `limit`.
+    pub fn evidence_of(
+        &self,
+        tenant_id: &str,
+        operation_id: &str,
+        limit: usize,
+    ) -> Vec<crate::evidence::EvidenceBlobV1> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
         let mut of_operation = kind_prefix(&tenant, b'e');
         part(&mut of_operation, operation_id.as_bytes());
-        self.scan_prefix(&of_operation, None, limit).len()
+        let rows = self.scan_prefix(&of_operation, None, limit);
+        rows.into_iter().map(|(_, v)| crate::decode_unbounded(&v).expect("an evidence row decodes")).collect()
     }
 
     /// (time stored, operation id, content hash) of `tenant_id`'s oldest evidence records,

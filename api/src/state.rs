@@ -66,9 +66,11 @@ pub struct LedgerState {
     pub principal_quotas: BTreeMap<String, BTreeMap<String, PrincipalQuotasV2>>,
     /// Request-quota grants of the current window, by tenant id.
     pub quota_windows: BTreeMap<String, QuotaWindow>,
-    /// Operations by tenant id, then operation id.
+    /// Live operations by tenant id, then operation id (one no longer live is a cold row,
+    /// [`LedgerState::cold`]; states of formats before 16 held them all here).
     pub operations: BTreeMap<String, BTreeMap<String, Operation>>,
-    /// Operation id by tenant id, then [`idempotency_slot`] (principal id and key).
+    /// Operation id by tenant id, then [`idempotency_slot`], as states before format 16 held
+    /// the keys; decoding moves them to cold rows, so it is empty.
     pub idempotency: BTreeMap<String, BTreeMap<String, String>>,
     /// Held devices by tenant id, then device id.
     pub device_leases: BTreeMap<String, BTreeMap<String, DeviceLease>>,
@@ -104,14 +106,12 @@ pub struct LedgerState {
     /// recorded under an older format have the history since the upgrade.
     #[serde(skip)]
     pub history: BTreeMap<String, BTreeMap<String, Vec<crate::operation::TransitionV1>>>,
-    /// Stored evidence records by tenant id, then [`evidence_slot`] (operation id and content
-    /// hash); the bytes are the node's. Encoded after the histories (state format 5).
+    /// Stored evidence records by tenant id, then [`evidence_slot`], as states of formats 5 to
+    /// 15 held them; decoding moves them to cold rows ([`LedgerState::cold`]), so it is empty.
     #[serde(skip)]
     pub evidence: BTreeMap<String, BTreeMap<String, crate::evidence::EvidenceBlobV1>>,
-    /// Compacted operations — the bindings that still answer replays once a finished
-    /// operation's retention ran out ([`crate::retention`]) — by tenant id, then operation id.
-    /// Their keys stay in [`LedgerState::idempotency`]. Encoded after the evidence records
-    /// (state format 6).
+    /// Compacted operations (retention's bindings) by tenant id, then operation id, as states
+    /// of formats 6 to 15 held them; decoding moves them to cold rows, so it is empty.
     #[serde(skip)]
     pub compacted: BTreeMap<String, BTreeMap<String, Operation>>,
     /// Upstream MCP servers by tenant id, then name ([`crate::upstream`]). Encoded after the

@@ -102,7 +102,7 @@ fn find<'a>(
     tenant_id: &str,
     operation_id: &str,
 ) -> Result<std::borrow::Cow<'a, Operation>, Rejection> {
-    state.operation(tenant_id, operation_id).ok_or_else(|| not_found(operation_id))
+    state.whole_operation(tenant_id, operation_id).ok_or_else(|| not_found(operation_id))
 }
 
 /// The operation quotas (SPEC D9) of the tenant, then of the principal, consumed by the
@@ -849,7 +849,7 @@ fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64)
     if state.cold.get(tenant_id, crate::cold::Row::Evidence(operation_id, content_hash)).is_some() {
         return Ok(vec![]); // stored already (a retried upload)
     }
-    if state.cold.evidence_of(tenant_id, operation_id, EVIDENCE_PER_OPERATION_MAX) >= EVIDENCE_PER_OPERATION_MAX {
+    if state.cold.evidence_of(tenant_id, operation_id, EVIDENCE_PER_OPERATION_MAX).len() >= EVIDENCE_PER_OPERATION_MAX {
         let msg =
             format!("operation '{operation_id}' carries {EVIDENCE_PER_OPERATION_MAX} blobs of evidence, its most");
         return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));

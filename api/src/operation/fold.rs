@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cold::{ColdOperation, Row};
+use crate::cold::{ColdOperation, ColdTier, Row};
 use crate::ledger::{Event, EventEnvelope};
 use crate::operation::{DeviceLease, Operation, OperationSpecV1, OperationState, DISPATCH_START_MS};
 use crate::state::{drop_empty, idempotency_slot, CorruptEvent, LedgerState};
@@ -50,7 +50,9 @@ impl LedgerState {
             }
             // A projection keeps no evidence records: the edge reads evidence from the ledger.
             Event::EvidenceStoredV1 { .. } | Event::EvidenceExpiredV1 { .. } if self.projection => {}
-            Event::EvidenceStoredV1 { tenant_id, blob } => store_evidence(self, env, tenant_id, blob),
+            Event::EvidenceStoredV1 { tenant_id, blob } => {
+                store_evidence(&mut self.cold, tenant_id, blob, env.revision)
+            }
             Event::EvidenceExpiredV1 { tenant_id, blobs } => {
                 for r in blobs {
                     let row = Row::Evidence(&r.operation_id, &r.content_hash);
@@ -74,18 +76,14 @@ impl LedgerState {
     }
 }
 
-/// A stored blob's record, and its time row (what expires first), as cold rows.
-fn store_evidence(
-    state: &mut LedgerState,
-    env: &EventEnvelope,
-    tenant_id: &str,
-    blob: &crate::evidence::EvidenceBlobV1,
-) {
+/// A stored blob's record, and its time row (what expires first), as cold rows written at
+/// `revision`.
+fn store_evidence(cold: &mut ColdTier, tenant_id: &str, blob: &crate::evidence::EvidenceBlobV1, revision: u64) {
     let (id, hash) = (blob.operation_id.as_str(), blob.content_hash.as_str());
     let bytes = crate::encode(blob).expect("an evidence record is always encodable");
-    state.cold.put(tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), env.revision, None, Some(Vec::new()));
-    state.cold.put(tenant_id, Row::Evidence(id, hash), env.revision, None, Some(bytes));
-    state.cold.counts(tenant_id, |c| {
+    cold.put(tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), revision, None, Some(Vec::new()));
+    cold.put(tenant_id, Row::Evidence(id, hash), revision, None, Some(bytes));
+    cold.counts(tenant_id, |c| {
         c.evidence += 1;
         c.evidence_bytes += blob.size;
     });
@@ -258,13 +256,15 @@ fn take(state: &mut LedgerState, tenant_id: &str, operation_id: &str) -> Option<
     }
     let bytes = state.cold.get(tenant_id, Row::Operation(operation_id))?;
     let row: ColdOperation = crate::decode_unbounded(&bytes).expect("a cold operation row decodes");
-    // (The state's revision is the event's while it folds.)
+    if row.compacted {
+        return None; // a binding takes no change
+    }
     count(&mut state.cold, &row, true);
     Some(Taken { op: row.op, history: row.history, cold: Some(bytes) })
 }
 
 /// Moves the tenant's cold counts by `row` (`out`: it leaves).
-pub(crate) fn count(cold: &mut crate::cold::ColdTier, row: &ColdOperation, out: bool) {
+pub(crate) fn count(cold: &mut ColdTier, row: &ColdOperation, out: bool) {
     let transitions = row.history.len() as u64;
     let s = row.op.state;
     cold.counts(&row.op.tenant_id, |c| {
@@ -323,31 +323,35 @@ fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
     if state.projection {
         return;
     }
-    store_cold(state, env, ColdOperation { op, history, compacted: false }, cold);
+    store_cold(&mut state.cold, ColdOperation { op, history, compacted: false }, cold, env.revision);
 }
 
-/// Writes an operation no longer live as its cold row (over `old`, its row before), with the
-/// time row retention walks once it has finished.
-fn store_cold(state: &mut LedgerState, env: &EventEnvelope, row: ColdOperation, old: Option<Vec<u8>>) {
+/// Writes an operation no longer live as its cold row at `revision` (over `old`, its row
+/// before): with the time row retention walks once it has finished or was compacted, and its
+/// place in the operator's queue while it waits for a human.
+pub(crate) fn store_cold(cold: &mut ColdTier, row: ColdOperation, old: Option<Vec<u8>>, revision: u64) {
     let (tenant_id, id) = (row.op.tenant_id.clone(), row.op.spec.operation_id.clone());
     let before = old.as_deref().map(|b| crate::decode_unbounded::<ColdOperation>(b).expect("a cold row decodes"));
-    if let Some(before) = &before {
-        if before.op.state.is_terminal() {
-            state.cold.put(&tenant_id, Row::Finished(before.op.updated_at_ms, &id), env.revision, Some(&[]), None);
-        }
+    let time_row = |r: &ColdOperation| match (r.compacted, r.op.state.is_terminal()) {
+        (true, _) => Some(Row::Compacted(r.op.updated_at_ms, &id)),
+        (false, true) => Some(Row::Finished(r.op.updated_at_ms, &id)),
+        (false, false) => None,
+    };
+    if let Some(time) = before.as_ref().and_then(time_row) {
+        cold.put(&tenant_id, time, revision, Some(&[]), None);
     }
-    if row.op.state.is_terminal() {
-        state.cold.put(&tenant_id, Row::Finished(row.op.updated_at_ms, &id), env.revision, None, Some(Vec::new()));
+    if let Some(time) = time_row(&row) {
+        cold.put(&tenant_id, time, revision, None, Some(Vec::new()));
     }
     let waited = before.as_ref().is_some_and(|b| b.op.state.needs_attention());
     match (waited, row.op.state.needs_attention()) {
-        (false, true) => state.cold.put(&tenant_id, Row::Attention(&id), env.revision, None, Some(Vec::new())),
-        (true, false) => state.cold.put(&tenant_id, Row::Attention(&id), env.revision, Some(&[]), None),
+        (false, true) => cold.put(&tenant_id, Row::Attention(&id), revision, None, Some(Vec::new())),
+        (true, false) => cold.put(&tenant_id, Row::Attention(&id), revision, Some(&[]), None),
         _ => {}
     }
-    count(&mut state.cold, &row, false);
+    count(cold, &row, false);
     let bytes = crate::encode(&row).expect("an operation is always encodable");
-    state.cold.put(&tenant_id, Row::Operation(&id), env.revision, old.as_deref(), Some(bytes));
+    cold.put(&tenant_id, Row::Operation(&id), revision, old.as_deref(), Some(bytes));
 }
 
 /// Appends the transition `env` made (if it made one) to its operation's history, keeping the
@@ -413,25 +417,18 @@ impl LedgerState {
             for id in done {
                 let op = ops.remove(&id).expect("listed above");
                 let history = self.history.get_mut(&op.tenant_id).and_then(|h| h.remove(&id)).unwrap_or_default();
-                cool_row(&mut self.cold, ColdOperation { op, history, compacted: false }, rev);
+                store_cold(&mut self.cold, ColdOperation { op, history, compacted: false }, None, rev);
                 moved = true;
             }
         }
         for (tenant_id, blobs) in std::mem::take(&mut self.evidence) {
             for blob in blobs.into_values() {
-                let (id, hash) = (blob.operation_id.as_str(), blob.content_hash.as_str());
-                let bytes = crate::encode(&blob).expect("an evidence record is always encodable");
-                self.cold.put(&tenant_id, Row::EvidenceTime(blob.at_ms, id, hash), rev, None, Some(Vec::new()));
-                self.cold.put(&tenant_id, Row::Evidence(id, hash), rev, None, Some(bytes));
-                self.cold.counts(&tenant_id, |c| {
-                    c.evidence += 1;
-                    c.evidence_bytes += blob.size;
-                });
+                store_evidence(&mut self.cold, &tenant_id, &blob, rev);
             }
         }
         for (_, ops) in std::mem::take(&mut self.compacted) {
             for (_, op) in ops {
-                cool_row(&mut self.cold, ColdOperation { op, history: Vec::new(), compacted: true }, rev);
+                store_cold(&mut self.cold, ColdOperation { op, history: Vec::new(), compacted: true }, None, rev);
             }
         }
         self.operations.retain(|_, m| !m.is_empty());
@@ -440,19 +437,4 @@ impl LedgerState {
             self.rebuild_index();
         }
     }
-}
-
-/// Writes `row` and its time row at `rev`, counted.
-fn cool_row(cold: &mut crate::cold::ColdTier, row: ColdOperation, rev: u64) {
-    let (tenant_id, id, at) = (row.op.tenant_id.clone(), row.op.spec.operation_id.clone(), row.op.updated_at_ms);
-    let time = if row.compacted { Row::Compacted(at, &id) } else { Row::Finished(at, &id) };
-    if row.compacted || row.op.state.is_terminal() {
-        cold.put(&tenant_id, time, rev, None, Some(Vec::new()));
-    }
-    if row.op.state.needs_attention() {
-        cold.put(&tenant_id, Row::Attention(&id), rev, None, Some(Vec::new()));
-    }
-    count(cold, &row, false);
-    let bytes = crate::encode(&row).expect("an operation is always encodable");
-    cold.put(&tenant_id, Row::Operation(&id), rev, None, Some(bytes));
 }

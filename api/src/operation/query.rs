@@ -120,6 +120,18 @@ impl LedgerState {
         }
     }
 
+    /// An operation's whole record (live, or no longer live), not its binding: what commands
+    /// about an operation act on.
+    pub(crate) fn whole_operation(&self, tenant_id: &str, operation_id: &str) -> Option<Cow<'_, Operation>> {
+        match self.operations.get(tenant_id).and_then(|m| m.get(operation_id)) {
+            Some(live) => Some(Cow::Borrowed(live)),
+            None => self
+                .cold_row(tenant_id, operation_id)
+                .filter(|(row, _)| !row.compacted)
+                .map(|(row, _)| Cow::Owned(row.op)),
+        }
+    }
+
     /// An operation's transitions, oldest first (empty for one recorded before histories were,
     /// and for a compacted one).
     pub fn operation_history(&self, tenant_id: &str, operation_id: &str) -> Vec<crate::operation::TransitionV1> {

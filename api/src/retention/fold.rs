@@ -3,7 +3,7 @@
 
 use crate::cold::{ColdOperation, Row};
 use crate::ledger::{Event, EventEnvelope};
-use crate::operation::fold::count;
+use crate::operation::fold::{count, store_cold};
 use crate::state::{drop_empty, idempotency_slot, remove_from, unknown, CorruptEvent, LedgerState};
 
 impl LedgerState {
@@ -18,15 +18,9 @@ impl LedgerState {
                 }
                 for id in operation_ids {
                     let (row, old) = self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "operation", id))?;
-                    let at = row.op.updated_at_ms;
                     count(&mut self.cold, &row, true);
                     let binding = ColdOperation { op: row.op.binding(), history: Vec::new(), compacted: true };
-                    count(&mut self.cold, &binding, false);
-                    let bytes = crate::encode(&binding).expect("an operation is always encodable");
-                    let cold = &mut self.cold;
-                    cold.put(tenant_id, Row::Finished(at, id), env.revision, Some(&[]), None);
-                    cold.put(tenant_id, Row::Compacted(at, id), env.revision, None, Some(Vec::new()));
-                    cold.put(tenant_id, Row::Operation(id), env.revision, Some(&old), Some(bytes));
+                    store_cold(&mut self.cold, binding, Some(old), env.revision);
                 }
             }
             Event::BindingsReleasedV1 { tenant_id, operation_ids } => {

@@ -23,13 +23,8 @@ const SHOWN_AS_IMAGES: &[&str] = &["image/png", "image/jpeg"];
 /// of evidence kept elsewhere (by the executor).
 pub(crate) fn evidence_html(s: &LedgerState, tenant: &str, op: &Operation) -> String {
     let id = &op.spec.operation_id;
-    let from = writ_api::state::evidence_slot(id, "");
-    let blobs: Vec<&EvidenceBlobV1> = s
-        .evidence
-        .get(&op.tenant_id)
-        .into_iter()
-        .flat_map(|m| m.range(from.clone()..).take_while(|(k, _)| k.starts_with(&from)).map(|(_, b)| b))
-        .collect();
+    let blobs: Vec<EvidenceBlobV1> =
+        s.cold.evidence_of(&op.tenant_id, id, writ_api::evidence::EVIDENCE_PER_OPERATION_MAX);
     let summary = |hash: &str| op.evidence.iter().find(|e| e.content_hash == hash).map(|e| e.summary.clone());
     let mut items: Vec<String> = blobs.iter().map(|b| blob_html(tenant, id, b, summary(&b.content_hash))).collect();
     for e in op.evidence.iter().filter(|e| !blobs.iter().any(|b| b.content_hash == e.content_hash)) {
