@@ -267,11 +267,6 @@ impl ColdTier {
         self.store = Some(store);
     }
 
-    /// Whether a store keeps the rows.
-    pub fn has_store(&self) -> bool {
-        self.store.is_some()
-    }
-
     /// The writes since the last call, for the store to write (in the same batch as the entries
     /// that made them); nothing without a store (the pending rows are then the rows).
     pub fn take_writes(&mut self) -> ColdWrites {
