@@ -8,11 +8,12 @@
 //! records go to the `audit` column family (key: tenant, sequence); retention deletes the
 //! range below each tenant's first retained sequence. Snapshots are files in the streamed
 //! format of `crate::snapshot`. A node's own hold the bounded state only, so building one does
-//! not grow with audit retention; the audit records and evidence blobs stay in the column
-//! families, made durable (the WAL synced) before the snapshot lets the log be purged. What a
-//! peer installs is the state followed by those records, written from the column families
-//! when a peer first needs it, so a node that installs one has the same audit history without
-//! either side holding it whole in memory.
+//! not grow with audit retention; the audit records, evidence blobs and cold rows
+//! (`crate::cold`) stay in the column families, made durable (the WAL synced) before the
+//! snapshot lets the log be purged. What a peer installs is the state followed by those
+//! records, written from the column families when a peer first needs it, so a node that
+//! installs one has the same audit history and rows without either side holding them whole
+//! in memory.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -513,7 +514,7 @@ impl StateMachine {
 
     /// The file a peer installs for this node's snapshot `path`: the file itself when it carries
     /// its records (one this node received); for a state-only one, its state, then
-    /// every audit record and evidence blob of one RocksDB snapshot of the column families.
+    /// every audit record, evidence blob and cold row of one RocksDB snapshot of the column families.
     /// Those may be ahead of the state (taken later); a peer that installs it replays the log
     /// from the snapshot's position, which writes the same records under the same keys and
     /// applies the same retention, so it converges on the same records. Written once per
