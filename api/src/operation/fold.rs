@@ -211,15 +211,51 @@ fn fold_submitted(state: &mut LedgerState, env: &EventEnvelope, tenant_id: &str,
         updated_at_ms: env.at_ms,
         revision: env.revision,
     };
-    store(state, env, Taken { op, history: Vec::new(), cold: None });
+    store(state, env, Taken { op, history: Vec::new(), before: None });
 }
 
-/// An operation taken out of the state to be changed: its history, and its cold row's bytes
-/// when it was no longer live (so its digest and counts move).
+/// An operation taken out of the state to be changed: its history, and what its cold row was
+/// when it was no longer live.
 struct Taken {
     op: Operation,
     history: Vec<crate::operation::TransitionV1>,
-    cold: Option<Vec<u8>>,
+    before: Option<Before>,
+}
+
+/// A cold operation row before a change: its bytes (the tenant's digest moves by them) and the
+/// shape its counts and time rows were kept by.
+pub(crate) struct Before {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) shape: Shape,
+}
+
+/// What a cold operation row is counted and walked by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    state: OperationState,
+    updated_at_ms: u64,
+    compacted: bool,
+    transitions: u64,
+}
+
+impl Shape {
+    pub(crate) fn of(row: &ColdOperation) -> Shape {
+        Shape {
+            state: row.op.state,
+            updated_at_ms: row.op.updated_at_ms,
+            compacted: row.compacted,
+            transitions: if row.compacted { 0 } else { row.history.len() as u64 },
+        }
+    }
+
+    /// Its retention time row: by when it finished, whole or compacted; none while undecided.
+    fn time_row(self, id: &str) -> Option<Row<'_>> {
+        match (self.compacted, self.state.is_terminal()) {
+            (true, _) => Some(Row::Compacted(self.updated_at_ms, id)),
+            (false, true) => Some(Row::Finished(self.updated_at_ms, id)),
+            (false, false) => None,
+        }
+    }
 }
 
 /// Takes the operation out of the state (no copy when it is live), lets `f` change it, and
@@ -249,7 +285,7 @@ fn take(state: &mut LedgerState, tenant_id: &str, operation_id: &str) -> Option<
     if let Some(op) = state.operations.get_mut(tenant_id).and_then(|m| m.remove(operation_id)) {
         state.index.update(Some(&op), None);
         let history = state.history.get_mut(tenant_id).and_then(|h| h.remove(operation_id)).unwrap_or_default();
-        return Some(Taken { op, history, cold: None });
+        return Some(Taken { op, history, before: None });
     }
     if state.projection {
         return None;
@@ -259,17 +295,16 @@ fn take(state: &mut LedgerState, tenant_id: &str, operation_id: &str) -> Option<
     if row.compacted {
         return None; // a binding takes no change
     }
-    count(&mut state.cold, &row, true);
-    Some(Taken { op: row.op, history: row.history, cold: Some(bytes) })
+    let before = Some(Before { bytes, shape: Shape::of(&row) });
+    Some(Taken { op: row.op, history: row.history, before })
 }
 
-/// Moves the tenant's cold counts by `row` (`out`: it leaves).
-pub(crate) fn count(cold: &mut ColdTier, row: &ColdOperation, out: bool) {
-    let transitions = row.history.len() as u64;
-    let s = row.op.state;
-    cold.counts(&row.op.tenant_id, |c| {
+/// Moves `tenant_id`'s cold counts by a row of `shape` (`out`: it leaves).
+pub(crate) fn count(cold: &mut ColdTier, tenant_id: &str, shape: Shape, out: bool) {
+    let (s, n) = (shape.state, shape.transitions);
+    cold.counts(tenant_id, |c| {
         let by_state = c.by_state.entry(s).or_default();
-        let (records, n) = if row.compacted { (&mut c.bindings, 0) } else { (&mut c.operations, transitions) };
+        let records = if shape.compacted { &mut c.bindings } else { &mut c.operations };
         if out {
             *records -= 1;
             c.transitions -= n;
@@ -291,7 +326,7 @@ pub(crate) fn count(cold: &mut ColdTier, row: &ColdOperation, out: bool) {
 /// retention. A projection keeps live operations only ([`LedgerState::project`]): one that
 /// stops being live leaves it with its history.
 fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
-    let Taken { mut op, mut history, cold } = taken;
+    let Taken { mut op, mut history, before } = taken;
     op.updated_at_ms = env.at_ms;
     op.revision = env.revision;
     record_transition(&mut history, env);
@@ -323,34 +358,34 @@ fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
     if state.projection {
         return;
     }
-    store_cold(&mut state.cold, ColdOperation { op, history, compacted: false }, cold, env.revision);
+    store_cold(&mut state.cold, ColdOperation { op, history, compacted: false }, before, env.revision);
 }
 
-/// Writes an operation no longer live as its cold row at `revision` (over `old`, its row
-/// before): with the time row retention walks once it has finished or was compacted, and its
-/// place in the operator's queue while it waits for a human.
-pub(crate) fn store_cold(cold: &mut ColdTier, row: ColdOperation, old: Option<Vec<u8>>, revision: u64) {
+/// Writes an operation no longer live as its cold row at `revision` (over `before`, its row
+/// until now): its counts, the time row retention walks once it has finished or was compacted,
+/// and its place in the operator's queue while it waits for a human.
+pub(crate) fn store_cold(cold: &mut ColdTier, row: ColdOperation, before: Option<Before>, revision: u64) {
     let (tenant_id, id) = (row.op.tenant_id.clone(), row.op.spec.operation_id.clone());
-    let before = old.as_deref().map(|b| crate::decode_unbounded::<ColdOperation>(b).expect("a cold row decodes"));
-    let time_row = |r: &ColdOperation| match (r.compacted, r.op.state.is_terminal()) {
-        (true, _) => Some(Row::Compacted(r.op.updated_at_ms, &id)),
-        (false, true) => Some(Row::Finished(r.op.updated_at_ms, &id)),
-        (false, false) => None,
-    };
-    if let Some(time) = before.as_ref().and_then(time_row) {
+    let shape = Shape::of(&row);
+    let was = before.as_ref().map(|b| b.shape);
+    if let Some(was) = was {
+        count(cold, &tenant_id, was, true);
+    }
+    if let Some(time) = was.and_then(|w| w.time_row(&id)) {
         cold.put(&tenant_id, time, revision, Some(&[]), None);
     }
-    if let Some(time) = time_row(&row) {
+    if let Some(time) = shape.time_row(&id) {
         cold.put(&tenant_id, time, revision, None, Some(Vec::new()));
     }
-    let waited = before.as_ref().is_some_and(|b| b.op.state.needs_attention());
-    match (waited, row.op.state.needs_attention()) {
+    let waited = was.is_some_and(|w| w.state.needs_attention());
+    match (waited, shape.state.needs_attention()) {
         (false, true) => cold.put(&tenant_id, Row::Attention(&id), revision, None, Some(Vec::new())),
         (true, false) => cold.put(&tenant_id, Row::Attention(&id), revision, Some(&[]), None),
         _ => {}
     }
-    count(cold, &row, false);
+    count(cold, &tenant_id, shape, false);
     let bytes = crate::encode(&row).expect("an operation is always encodable");
+    let old = before.map(|b| b.bytes);
     cold.put(&tenant_id, Row::Operation(&id), revision, old.as_deref(), Some(bytes));
 }
 

@@ -3,7 +3,7 @@
 
 use crate::cold::{ColdOperation, Row};
 use crate::ledger::{Event, EventEnvelope};
-use crate::operation::fold::{count, store_cold};
+use crate::operation::fold::{count, store_cold, Before, Shape};
 use crate::state::{drop_empty, idempotency_slot, remove_from, unknown, CorruptEvent, LedgerState};
 
 impl LedgerState {
@@ -17,10 +17,10 @@ impl LedgerState {
                     return Ok(());
                 }
                 for id in operation_ids {
-                    let (row, old) = self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "operation", id))?;
-                    count(&mut self.cold, &row, true);
+                    let (row, bytes) = self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "operation", id))?;
+                    let before = Before { bytes, shape: Shape::of(&row) };
                     let binding = ColdOperation { op: row.op.binding(), history: Vec::new(), compacted: true };
-                    store_cold(&mut self.cold, binding, Some(old), env.revision);
+                    store_cold(&mut self.cold, binding, Some(before), env.revision);
                 }
             }
             Event::BindingsReleasedV1 { tenant_id, operation_ids } => {
@@ -30,7 +30,7 @@ impl LedgerState {
                 for id in operation_ids {
                     let (row, old) =
                         self.cold_row(tenant_id, id).ok_or_else(|| unknown(env, "compacted operation", id))?;
-                    count(&mut self.cold, &row, true);
+                    count(&mut self.cold, tenant_id, Shape::of(&row), true);
                     let slot = idempotency_slot(&row.op.spec.principal_id, &row.op.spec.idempotency_key);
                     let key = self.cold.get(tenant_id, Row::Key(&slot));
                     let cold = &mut self.cold;
