@@ -175,9 +175,12 @@ bench-build: deps
 
 ## soak: measurements too long for `test` — a wiped node rejoining a cluster that retains
 ## WRIT_SOAK_AUDIT audit records (1,000,000 by default): snapshot size, catch-up time, peak extra
-## memory of sender and receiver (tests/tests/cluster.rs, `soak_*`).
+## memory of sender and receiver (tests/tests/cluster.rs, `soak_*`); then an hour of operations
+## at half of P1's 64-client rate with --verify: memory and disk per million operations, and
+## the disk retention gives back (loadtest/bench/soak.sh; SOAK_SECONDS and more knobs there).
 soak: build
 	$(CARGO) test -p writ-tests --test cluster soak_ -- --ignored --nocapture
+	bash loadtest/bench/soak.sh
 
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
 docs:

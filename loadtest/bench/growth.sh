@@ -38,14 +38,9 @@ if [ "${BENCH_BUILD:-1}" = 1 ]; then
 fi
 
 export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
-deploy/local-cluster.sh up >/dev/null
-# shellcheck disable=SC1091
-source "$WORK/writ/env"
-for _ in $(seq 1 150); do
-  curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
-    python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if s["leader"] else 1)' 2>/dev/null && break
-  sleep 0.2
-done
+# shellcheck source=loadtest/bench/lib.sh
+source loadtest/bench/lib.sh
+writ_up
 
 # rss PIDS: "pid:kB …" of each process.
 rss() { for p in $1; do echo -n "$p:$(awk '/^VmRSS/ {print $2}' "/proc/$p/status") "; done; }
@@ -64,9 +59,7 @@ load "$SECONDS_LOADED" loaded
 nodes_after=$(rss "$WRIT_NODE_PIDS")
 edges_after=$(rss "$WRIT_EDGE_PIDS")
 # What the ledger holds by kind (a node's `writ_ledger_records`): what could grow in memory.
-for u in $WRIT_NODE_URLS; do
-  curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" | grep '^writ_ledger_records' >"$WORK/records" && break
-done
+ledger_records >"$WORK/records" || true
 
 python3 - "$WORK/loaded.json" "$nodes_before" "$nodes_after" "$edges_before" "$edges_after" \
   "${GROWTH_LABEL:-$(git rev-parse --short HEAD)}" "$CLIENTS" "$SECONDS_LOADED" "$OUT/growth.json" \

@@ -100,18 +100,8 @@ etcd_healthy
 
 log "writ: 3 nodes + 2 edges (release)"
 export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
-# writ_up: starts what is not running (a killed node restarts from its data and catches up).
-writ_up() {
-  deploy/local-cluster.sh up >/dev/null
-  # shellcheck disable=SC1091
-  source "$WORK/writ/env"
-  for _ in $(seq 1 150); do
-    [ "$(curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
-      python3 -c 'import json,sys; s=json.load(sys.stdin); print(sum(1 for m in s["members"] if s["leader"] and (m["status"] or {}).get("leader") == s["leader"]))' 2>/dev/null)" = 3 ] && return
-    sleep 0.2
-  done
-  echo "writ cluster did not settle on a leader" >&2
-}
+# shellcheck source=loadtest/bench/lib.sh
+source loadtest/bench/lib.sh
 writ_up
 
 log "bare rmcp baseline"

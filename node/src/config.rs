@@ -102,7 +102,14 @@ struct RawRaft {
     upstream_watch_s: Option<u64>,
     /// How often the leader fetches discovered issuers' keys again (seconds; 0: never).
     issuer_watch_s: Option<u64>,
+    /// Seconds this node's ledger clock runs ahead of its wall clock (0): for rehearsing rules
+    /// of ledger time (retention, expiry, purge) on a test cluster, as `writ dev
+    /// --ledger-clock-ahead-s` does. Ledger time never goes back.
+    ledger_clock_ahead_s: Option<u64>,
 }
+
+/// The most `[raft] ledger_clock_ahead_s` may be: a year.
+pub const LEDGER_CLOCK_AHEAD_S_MAX: u64 = 366 * 24 * 3600;
 
 pub use crate::pki::TlsConfig;
 
@@ -330,7 +337,7 @@ fn raft_settings(raw: &RawRaft) -> Result<RaftSettings, ConfigError> {
         election_max_ms: raw.election_max_ms.unwrap_or(defaults.election_max_ms),
         snapshot_every_entries: raw.snapshot_every_entries.unwrap_or(defaults.snapshot_every_entries),
         keep_entries_behind_snapshot: raw.keep_entries_behind_snapshot.unwrap_or(defaults.keep_entries_behind_snapshot),
-        clock_ahead_ms: 0,
+        clock_ahead_ms: raw.ledger_clock_ahead_s.unwrap_or(0).saturating_mul(1000),
         ledger_version_max: raw.ledger_version_max,
         min_free_disk_bytes: raw.min_free_disk_bytes.unwrap_or(defaults.min_free_disk_bytes),
         snapshot_every_log_bytes: raw.snapshot_every_log_bytes.unwrap_or(defaults.snapshot_every_log_bytes),
@@ -349,6 +356,12 @@ fn raft_settings(raw: &RawRaft) -> Result<RaftSettings, ConfigError> {
         return Err(ConfigError::ElectionRangeEmpty {
             election_min_ms: raft.election_min_ms,
             election_max_ms: raft.election_max_ms,
+        });
+    }
+    if raw.ledger_clock_ahead_s.is_some_and(|s| s > LEDGER_CLOCK_AHEAD_S_MAX) {
+        return Err(ConfigError::Invalid {
+            field: "raft.ledger_clock_ahead_s",
+            message: format!("at most {LEDGER_CLOCK_AHEAD_S_MAX} (a year)"),
         });
     }
     Ok(raft)
@@ -460,6 +473,17 @@ mod tests {
         let e = NodeConfig::parse(&format!("{BASE}{entry}"), &no_env).unwrap_err();
         assert!(matches!(e, ConfigError::Invalid { field: "authority.anonymous", .. }), "{e}");
         assert!(e.to_string().contains("credential anonymous"), "{e}");
+    }
+
+    #[test]
+    fn the_ledger_clock_runs_ahead_only_when_asked_and_within_a_year() {
+        let with = |s: u64| {
+            NodeConfig::parse(&BASE.replace("[tls]", &format!("[raft]\nledger_clock_ahead_s = {s}\n[tls]")), &no_env)
+        };
+        assert_eq!(NodeConfig::parse(BASE, &no_env).unwrap().raft.clock_ahead_ms, 0);
+        assert_eq!(with(86_400).unwrap().raft.clock_ahead_ms, 86_400_000);
+        let e = with(LEDGER_CLOCK_AHEAD_S_MAX + 1).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { field: "raft.ledger_clock_ahead_s", .. }), "{e}");
     }
 
     #[test]

@@ -70,6 +70,12 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let url = cfg.advertise_url.clone().unwrap_or_else(|| format!("https://{local_addr}"));
     let http = peer_client(cfg, &credential)?;
     std::fs::create_dir_all(&cfg.data_dir)?;
+    if cfg.raft.clock_ahead_ms > 0 {
+        tracing::warn!(
+            ahead_ms = cfg.raft.clock_ahead_ms,
+            "the ledger clock runs ahead of the wall clock ([raft] ledger_clock_ahead_s)"
+        );
+    }
     let node = LedgerNode::start(
         cfg.node_id,
         url.clone(),

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The soak (docs/performance.md, "Soak"): a local 3-node cluster with 2 edges (release build)
+# takes `writ-loadtest` executes at a fixed rate — half of the last committed P1 rate at 64
+# clients — for SOAK_SECONDS, then `--verify`. Every SOAK_SAMPLE_S a sampler records, per
+# process, RSS, PSS and anonymous memory, each node's bytes on disk, and the operations the
+# ledger holds. The report fits memory against operations after SOAK_WARMUP_S (MB per million
+# operations, over the whole window and over each half: a fill flattens, a leak does not) and
+# disk likewise.
+#
+# Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
+# two retention horizons and the event log's seven days), so retention compacts and releases
+# what the load left and the event log drops its old events, and the sampler goes on for
+# SOAK_RECLAIM_S: the disk curve shows what retention gives back.
+#
+# Knobs: SOAK_SECONDS (3600), SOAK_RATE (ops/s; default half of P1's 64-client rate in
+# results/latest.json), SOAK_WARMUP_S (600), SOAK_SAMPLE_S (30), SOAK_RECLAIM_S (900),
+# SOAK_CLOCK_AHEAD_S (8 days), BENCH_BUILD=0 (use the release binaries already built),
+# BENCH_OUT (loadtest/bench/results). Writes $BENCH_OUT/soak.{csv,json,md}.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release
+OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
+SECONDS_LOADED=${SOAK_SECONDS:-3600}
+WARMUP=${SOAK_WARMUP_S:-600}
+SAMPLE=${SOAK_SAMPLE_S:-30}
+RECLAIM=${SOAK_RECLAIM_S:-900}
+AHEAD=${SOAK_CLOCK_AHEAD_S:-$((8 * 86400))}
+RATE=${SOAK_RATE:-$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(next(p["writ"]["ops_per_s"] for p in d["p1"] if p["clients"] == 64) / 2, 1))' loadtest/bench/results/latest.json)}
+WORK=$(mktemp -d /tmp/writ-soak.XXXXXX)
+mkdir -p "$OUT"
+started=$(date +%s)
+
+log() { echo "== [soak $(( $(date +%s) - started ))s] $*" >&2; }
+
+cleanup() {
+  set +e
+  [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null
+  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ "${BENCH_BUILD:-1}" = 1 ]; then
+  log "release build"
+  cargo build --release --workspace --bins
+fi
+
+export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
+# shellcheck source=loadtest/bench/lib.sh
+source loadtest/bench/lib.sh
+writ_up
+
+CSV=$WORK/soak.csv
+echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations" >"$CSV"
+# sample PHASE: one row per process (its pid files name what runs now: restarts change pids).
+sample() {
+  local t ops p name role i kb
+  t=$(( $(date +%s) - started ))
+  ops=$(ledger_records | awk '/kind="operations"/ {printf "%d", $2}') || true
+  for role in n e; do
+    for i in 1 2 3; do
+      p=$(cat "$WRIT_CLUSTER_DIR/$role$i/pid" 2>/dev/null) || continue
+      [ -r "/proc/$p/smaps_rollup" ] || continue
+      kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
+      name=$([ $role = n ] && echo "node $i" || echo "edge $i")
+      local disk=0
+      # (A file compaction deletes while du walks is not counted.)
+      [ $role = n ] && disk=$(du -sb "$WRIT_CLUSTER_DIR/n$i/data" 2>/dev/null | cut -f1) || true
+      echo "$t,$1,$name,$kb,$disk,${ops:-}" >>"$CSV"
+    done
+  done
+}
+sampler() { while :; do sample "$1"; sleep "$SAMPLE"; done; }
+
+log "load: $RATE operations/s for $SECONDS_LOADED s, sampled every $SAMPLE s"
+sampler load &
+SAMPLER=$!
+"$BIN/writ-loadtest" writ --work-dir "$WORK/executors" --prefix soak --rate "$RATE" --mix execute=1 \
+  --duration "$SECONDS_LOADED" --quiet --verify --drain 300 --label soak --json "$WORK/soak.json" \
+  --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS" || log "the load run failed (see the report)"
+kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
+sample load
+ledger_records >"$WORK/records-after-load" || true
+
+log "reclaim: nodes restart $AHEAD s ahead; retention runs for $RECLAIM s"
+deploy/local-cluster.sh down >/dev/null
+WRIT_CLUSTER_RAFT="ledger_clock_ahead_s = $AHEAD" writ_up
+sampler reclaim &
+SAMPLER=$!
+sleep "$RECLAIM"
+kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
+sample reclaim
+ledger_records >"$WORK/records-after-reclaim" || true
+
+cp "$CSV" "$OUT/soak.csv"
+python3 loadtest/bench/soak_report.py "$OUT/soak.csv" "$WORK/soak.json" "$WARMUP" "$RATE" \
+  "$(git rev-parse --short HEAD)" "$WORK/records-after-load" "$WORK/records-after-reclaim" \
+  "$OUT/soak.json" >"$OUT/soak.md"
+cat "$OUT/soak.md"

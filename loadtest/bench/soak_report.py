@@ -1,0 +1,126 @@
+"""The soak's report (loadtest/bench/soak.sh): memory and disk against operations, fitted by
+least squares after the warm-up, and the disk curve while retention reclaims.
+
+Arguments: samples CSV, the load run's JSON, warm-up seconds, target rate, commit, the ledger
+records after the load and after the reclaim phase, the JSON to write. Prints markdown."""
+
+import csv
+import json
+import os
+import re
+import sys
+
+
+def slope(points):
+    """Least-squares slope of y over x; None with fewer than 3 points or no spread in x."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def records(path):
+    out = {}
+    if os.path.exists(path):
+        for line in open(path):
+            m = re.match(r'writ_ledger_records\{kind="([a-z_]+)"\} ([0-9.e+]+)', line)
+            if m:
+                out[m.group(1)] = int(float(m.group(2)))
+    return out
+
+
+def fmt(v, digits=0):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def main():
+    samples_csv, run_json, warmup, rate, commit, after_load, after_reclaim, out = sys.argv[1:]
+    rows = list(csv.DictReader(open(samples_csv)))
+    run = json.load(open(run_json)) if os.path.exists(run_json) else {}
+    load = [r for r in rows if r["phase"] == "load" and r["operations"]]
+    start = min(int(r["t_s"]) for r in load)
+    measured = [r for r in load if int(r["t_s"]) >= start + int(warmup)]
+    processes = sorted({r["process"] for r in rows})
+
+    def fit(proc, field, scale, part=None):
+        pts = [(int(r["operations"]) / 1e6, int(r[field]) / scale) for r in measured if r["process"] == proc]
+        if part is not None:
+            half = len(pts) // 2
+            pts = pts[:half] if part == 0 else pts[half:]
+        return slope(pts)
+
+    memory = []
+    for p in processes:
+        mine = [r for r in measured if r["process"] == p]
+        if not mine:
+            continue
+        memory.append({
+            "process": p,
+            "rss_mb_start": int(mine[0]["rss_kb"]) / 1024,
+            "rss_mb_end": int(mine[-1]["rss_kb"]) / 1024,
+            "rss_mb_per_m": fit(p, "rss_kb", 1024),
+            "rss_mb_per_m_first_half": fit(p, "rss_kb", 1024, 0),
+            "rss_mb_per_m_second_half": fit(p, "rss_kb", 1024, 1),
+            "pss_mb_per_m": fit(p, "pss_kb", 1024),
+            "anon_mb_per_m": fit(p, "anon_kb", 1024),
+            "disk_mb_per_m": fit(p, "disk_bytes", 1 << 20) if p.startswith("node") else None,
+        })
+    ops_measured = int(measured[-1]["operations"]) - int(measured[0]["operations"]) if measured else 0
+
+    # The disk curve: node 1's bytes and the operations held, each sample of both phases.
+    curve = [(int(r["t_s"]), r["phase"], int(r["disk_bytes"]) / (1 << 20), r["operations"])
+             for r in rows if r["process"] == "node 1"]
+    nodes = [p for p in processes if p.startswith("node")]
+    disk = {}
+    for p in nodes:
+        mine = [r for r in rows if r["process"] == p]
+        at_load_end = [int(r["disk_bytes"]) for r in mine if r["phase"] == "load"][-1]
+        in_reclaim = [int(r["disk_bytes"]) for r in mine if r["phase"] == "reclaim"]
+        disk[p] = {"mb_at_load_end": at_load_end / (1 << 20),
+                   "mb_at_reclaim_end": in_reclaim[-1] / (1 << 20) if in_reclaim else None}
+
+    v = run.get("verify") or {}
+    summary = {
+        "commit": commit, "target_rate": float(rate), "warmup_s": int(warmup),
+        "throughput_per_s": run.get("throughput_per_s"), "ok": run.get("ok"), "errors": run.get("errors"),
+        "latency_ms": run.get("latency_ms"), "verify_passed": bool(v) and all(c["ok"] for c in v.get("checks", [])),
+        "acknowledged_lost": v.get("acknowledged_lost"), "operations_measured": ops_measured,
+        "memory": memory, "disk": disk, "records_after_load": records(after_load),
+        "records_after_reclaim": records(after_reclaim), "curve": curve,
+    }
+    json.dump(summary, open(out, "w"), indent=1)
+
+    lat = run.get("latency_ms") or {}
+    print(f"# Soak (at {commit}): {fmt(run.get('ok'))} operations at {rate}/s target "
+          f"({fmt(run.get('throughput_per_s'), 1)}/s reached), p99 {fmt(lat.get('p99'), 1)} ms, "
+          f"errors {sum((run.get('errors') or {}).values())}, verify "
+          f"{'passed' if summary['verify_passed'] else 'FAILED'}, acknowledged lost {fmt(v.get('acknowledged_lost'))}\n")
+    print(f"Fitted over {ops_measured:,} operations after a {warmup} s warm-up (least squares, "
+          "MB per million operations; halves: the first and second half of the samples).\n")
+    print("| process | RSS start MB | RSS end MB | RSS MB/M | first half | second half | PSS MB/M | anon MB/M | disk MB/M |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for m in memory:
+        print(f"| {m['process']} | {m['rss_mb_start']:.0f} | {m['rss_mb_end']:.0f} | {fmt(m['rss_mb_per_m'])} | "
+              f"{fmt(m['rss_mb_per_m_first_half'])} | {fmt(m['rss_mb_per_m_second_half'])} | "
+              f"{fmt(m['pss_mb_per_m'])} | {fmt(m['anon_mb_per_m'])} | {fmt(m['disk_mb_per_m'])} |")
+    print("\n## Disk while retention reclaims (nodes restarted past two retention horizons)\n")
+    print("| node | MB at the end of the load | MB at the end of the reclaim phase |\n|---|---:|---:|")
+    for p, d in disk.items():
+        print(f"| {p} | {d['mb_at_load_end']:.0f} | {fmt(d['mb_at_reclaim_end'])} |")
+    ra, rr = summary["records_after_load"], summary["records_after_reclaim"]
+    if ra:
+        print("\nRecords (`writ_ledger_records`), after the load → after the reclaim phase: " +
+              ", ".join(f"{k} {ra[k]:,} → {fmt(rr.get(k))}" for k in sorted(ra)))
+    print("\nNode 1 over time (s since start, phase, MB on disk, operations held):\n")
+    print("| s | phase | disk MB | operations |\n|---:|---|---:|---:|")
+    step = max(1, len(curve) // 40)
+    for c in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
+        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} |")
+
+
+main()
