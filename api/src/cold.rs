@@ -98,6 +98,10 @@ pub enum Row<'a> {
     Finished(u64, &'a str),
     /// A compacted operation, by (ledger time finished, id): what retention releases first.
     Compacted(u64, &'a str),
+    /// An operation whose effect was reported and that nobody accepted or rejected yet, by
+    /// (ledger time reported, id): what retention compacts once nobody decided it in time.
+    /// Empty value.
+    Reported(u64, &'a str),
     /// An operation that waits for a human (an unknown or a reported effect), by id: the
     /// operator's queue. Empty value.
     Attention(&'a str),
@@ -115,9 +119,31 @@ impl Row<'_> {
             Row::Key(_) => b'k',
             Row::Finished(..) => b'f',
             Row::Compacted(..) => b'c',
+            Row::Reported(..) => b'r',
             Row::Attention(_) => b'a',
             Row::Evidence(..) => b'e',
             Row::EvidenceTime(..) => b'x',
+        }
+    }
+}
+
+/// The time rows retention walks, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aging {
+    /// [`Row::Finished`]: finished operations, whole.
+    Finished,
+    /// [`Row::Reported`]: operations whose reported effect waits for a decision.
+    Reported,
+    /// [`Row::Compacted`]: bindings.
+    Compacted,
+}
+
+impl Aging {
+    fn kind(self) -> u8 {
+        match self {
+            Aging::Finished => Row::Finished(0, "").kind(),
+            Aging::Reported => Row::Reported(0, "").kind(),
+            Aging::Compacted => Row::Compacted(0, "").kind(),
         }
     }
 }
@@ -143,6 +169,9 @@ pub struct ColdTier {
     pub tenants: BTreeMap<String, ColdTenant>,
     /// The revision reads are as of: the state's, or the one before the event being folded.
     pub(crate) at: u64,
+    /// Decoded from a format whose rows had no [`Row::Reported`]: the store attached next is
+    /// indexed ([`ColdTier::index_reports`]) before anything reads it.
+    pub(crate) reports_unindexed: bool,
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -191,7 +220,7 @@ fn row_key(tenant: &[u8], row: Row<'_>) -> Vec<u8> {
     let mut out = kind_prefix(tenant, row.kind());
     match row {
         Row::Operation(id) | Row::Key(id) | Row::Attention(id) => part(&mut out, id.as_bytes()),
-        Row::Finished(at, id) | Row::Compacted(at, id) => {
+        Row::Finished(at, id) | Row::Compacted(at, id) | Row::Reported(at, id) => {
             out.extend_from_slice(&at.to_be_bytes());
             part(&mut out, id.as_bytes());
         }
@@ -265,6 +294,36 @@ impl ColdTier {
     /// Has the rows kept in `store` from now on (what is pending is taken with the next writes).
     pub fn attach(&mut self, store: Arc<dyn ColdStore>) {
         self.store = Some(store);
+        if std::mem::take(&mut self.reports_unindexed) {
+            self.index_reports();
+        }
+    }
+
+    /// Gives each operation whose reported effect waits for a decision its time row
+    /// ([`Row::Reported`]) as of [`ColdTier::at`], where it has none: what upgrading rows
+    /// written before such rows existed adds. The operator's queue holds every such operation.
+    pub(crate) fn index_reports(&mut self) {
+        const PAGE: usize = 1_000;
+        let tenants: Vec<String> = self.tenants.keys().cloned().collect();
+        for tenant_id in tenants {
+            let mut after: Option<String> = None;
+            loop {
+                let page = self.attention(&tenant_id, after.as_deref(), PAGE);
+                for id in &page {
+                    let Some(bytes) = self.get(&tenant_id, Row::Operation(id)) else { continue };
+                    let row: ColdOperation = crate::decode_unbounded(&bytes).expect("a cold operation row decodes");
+                    let time = Row::Reported(row.op.updated_at_ms, id);
+                    let waits = !row.compacted && row.op.state == OperationState::EffectReported;
+                    if waits && self.get(&tenant_id, time).is_none() {
+                        self.put(&tenant_id, time, self.at, None, Some(Vec::new()));
+                    }
+                }
+                if page.len() < PAGE {
+                    break;
+                }
+                after = page.last().cloned();
+            }
+        }
     }
 
     /// The writes since the last call, for the store to write (in the same batch as the entries
@@ -395,13 +454,12 @@ impl ColdTier {
         merged.into_iter().filter_map(|(k, v)| Some((k, v?))).take(limit).collect()
     }
 
-    /// Ids of `tenant_id`'s rows of a time kind (`Row::Finished` or `Row::Compacted` with any
-    /// time and id) whose time plus `after_ms` is at most `now`, oldest first: at most `limit`.
-    pub fn due(&self, tenant_id: &str, finished: bool, after_ms: u64, now: u64, limit: usize) -> Vec<String> {
-        let kind = if finished { b'f' } else { b'c' };
+    /// Ids of `tenant_id`'s time rows of `aging` whose time plus `after_ms` is at most `now`,
+    /// oldest first: at most `limit`.
+    pub fn due(&self, tenant_id: &str, aging: Aging, after_ms: u64, now: u64, limit: usize) -> Vec<String> {
         let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
         let len = tenant.len() + 1;
-        self.scan(tenant_id, kind, None, limit)
+        self.scan(tenant_id, aging.kind(), None, limit)
             .into_iter()
             .filter_map(|(k, _)| id_of(&k, len, true))
             .take_while(|(at, _)| at.saturating_add(after_ms) <= now)
@@ -409,11 +467,10 @@ impl ColdTier {
             .collect()
     }
 
-    /// The time of `tenant_id`'s oldest row of a time kind.
-    pub fn oldest(&self, tenant_id: &str, finished: bool) -> Option<u64> {
-        let kind = if finished { b'f' } else { b'c' };
+    /// The time of `tenant_id`'s oldest time row of `aging`.
+    pub fn oldest(&self, tenant_id: &str, aging: Aging) -> Option<u64> {
         let len = self.prefix(tenant_id)?.len() + 1;
-        let (key, _) = self.scan(tenant_id, kind, None, 1).into_iter().next()?;
+        let (key, _) = self.scan(tenant_id, aging.kind(), None, 1).into_iter().next()?;
         id_of(&key, len, true).map(|(at, _)| at)
     }
 
@@ -491,10 +548,11 @@ mod tests {
         for (at, id) in [(30, "c"), (10, "z"), (20, "a")] {
             tier.put("t", Row::Finished(at, id), at, None, Some(Vec::new()));
         }
-        assert_eq!(tier.due("t", true, 5, 26, 10), ["z", "a"]);
-        assert_eq!(tier.due("t", true, 5, 26, 1), ["z"]);
-        assert_eq!(tier.oldest("t", true), Some(10));
-        assert_eq!(tier.oldest("t", false), None);
+        assert_eq!(tier.due("t", Aging::Finished, 5, 26, 10), ["z", "a"]);
+        assert_eq!(tier.due("t", Aging::Finished, 5, 26, 1), ["z"]);
+        assert_eq!(tier.oldest("t", Aging::Finished), Some(10));
+        assert_eq!(tier.oldest("t", Aging::Compacted), None);
+        assert_eq!(tier.oldest("t", Aging::Reported), None);
     }
 
     #[test]

@@ -557,6 +557,11 @@ pub enum Command {
         decision: crate::audit::RequestDecisionV2,
         command: Box<Command>,
     },
+    /// [`Command::ApplyRetention`], which also compacts operations whose reported effect nobody
+    /// accepted or rejected within the tenant's idempotency retention (`crate::retention`).
+    ApplyRetentionV2 {
+        tenant_id: String,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -587,8 +592,9 @@ pub struct BatchedCommand {
 /// (`Command::SetOAuthSettings`). 12: named operators, their sessions and acts
 /// (`Command::SetOperator`, `Command::ByOperator`, …). 13: executor presence
 /// (`Command::SetExecutorPresence`). 14: request decisions with their authority chain
-/// (`Command::RecordDecisionsV2`, `Command::AuditedV2`).
-pub const LEDGER_VERSION: u32 = 14;
+/// (`Command::RecordDecisionsV2`, `Command::AuditedV2`). 15: retention of reported effects
+/// nobody decided (`Command::ApplyRetentionV2`).
+pub const LEDGER_VERSION: u32 = 15;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -675,7 +681,7 @@ impl Command {
             | Command::StoreEvidence { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
             Command::CreateWork { .. } | Command::ReviseWork { .. } => Domain::Work,
-            Command::ApplyRetention { .. } => Domain::Retention,
+            Command::ApplyRetention { .. } | Command::ApplyRetentionV2 { .. } => Domain::Retention,
             Command::PutUpstream { .. }
             | Command::RemoveUpstream { .. }
             | Command::ObserveUpstreamTools { .. }
@@ -910,6 +916,7 @@ impl Command {
             | Command::ApproveUpstreamTools { .. }
             | Command::SetUpstreamFuse { .. } => 4,
             Command::ApplyRetention { .. } => 3,
+            Command::ApplyRetentionV2 { .. } => 15,
             Command::CreateWork { .. }
             | Command::ReviseWork { .. }
             | Command::RefuseDispatchV2 { .. }
@@ -1135,7 +1142,7 @@ impl Command {
             Command::ResolveUnknownEffect { .. } => "resolve_unknown_effect",
             Command::CancelOperation { .. } => "cancel_operation",
             Command::ExpireDue { .. } => "expire_due",
-            Command::ApplyRetention { .. } => "apply_retention",
+            Command::ApplyRetention { .. } | Command::ApplyRetentionV2 { .. } => "apply_retention",
             Command::RefuseDispatch { .. } => "refuse_dispatch",
             Command::AnswerInputs { .. } => "answer_inputs",
             Command::SetPrincipalQuotasV2 { .. } => "set_principal_quotas",
@@ -1225,6 +1232,7 @@ impl Command {
             | Command::CancelOperation { tenant_id, .. }
             | Command::ExpireDue { tenant_id }
             | Command::ApplyRetention { tenant_id }
+            | Command::ApplyRetentionV2 { tenant_id }
             | Command::RefuseDispatch { tenant_id, .. }
             | Command::AnswerInputs { tenant_id, .. }
             | Command::SetPrincipalQuotasV2 { tenant_id, .. }

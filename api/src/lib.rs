@@ -187,7 +187,10 @@ pub mod format {
     /// 16: then what the cold rows add up to per tenant, then the rows not in a store
     /// (`LedgerState::cold`); operations no longer live, bindings and idempotency keys are
     /// rows, no longer in the body's maps.
-    pub const STATE_FORMAT_VERSION: u32 = 16;
+    /// 17: the same layout; an operation whose reported effect waits for a decision has a time
+    /// row (`crate::cold::Row::Reported`), which upgrading format 16 adds
+    /// (`LedgerState::upgrade_v16_to_v17`).
+    pub const STATE_FORMAT_VERSION: u32 = 17;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

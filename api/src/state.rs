@@ -588,7 +588,19 @@ impl LedgerState {
             state.cold.restore_pending(dec(section(false)?, bounded).map_err(|e| undecodable(&e))?);
         }
         state.cool();
+        if version == 16 {
+            state.upgrade_v16_to_v17();
+        }
         Ok(state)
+    }
+
+    /// Format 16 to 17: operations whose reported effect waits for a decision get their time
+    /// rows — now among the rows the state holds without a store, and in the store it is
+    /// attached to next (a node's snapshot of format 16 keeps its rows there). (Older formats
+    /// move their operations to rows through the folds' own code, which writes them.)
+    fn upgrade_v16_to_v17(&mut self) {
+        self.cold.index_reports();
+        self.cold.reports_unindexed = true;
     }
 
     /// Reads the body of state format `version` up to 13: the state in format 1's layout, then

@@ -1309,6 +1309,7 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             }),
             None,
         ),
+        ("apply_retention_v2", req(Command::ApplyRetentionV2 { tenant_id: "t-1".into() }), None),
     ]
 }
 
@@ -1800,6 +1801,7 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     (14, &["executor_presence_v1"]),
     // Decisions with their authority chains came after state format 15 (no state change).
     (15, &["requests_decided_v2", "audited_v2"]),
+    (16, &["apply_retention_v2"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

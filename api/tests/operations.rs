@@ -1394,7 +1394,7 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     assert!(l.state.operation(T, "op-1").is_none(), "released");
     assert!(!l.state.enrollments.contains_key(T));
     assert_eq!(writ_api::retention::storage(&l.state, T).idempotency_keys, 1);
-    assert_eq!(writ_api::retention::next_due(&l.state, T), None, "nothing else is due");
+    assert_eq!(writ_api::retention::next_due(&l.state, T, true), None, "nothing else is due");
     // With a new token (its jti's record is gone), the key binds a new operation.
     let request = writ_api::token::TokenRequestV1 {
         jti: "jti-agent".into(),
@@ -1421,6 +1421,90 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     assert_eq!(rebuilt.index, l.state.index);
     let decoded = writ_api::state::LedgerState::decode_versioned(&l.state.encode_versioned()).expect("decodes");
     assert_eq!(decoded.digest(), l.state.digest());
+    assert!(invariant_violations(&l.state).is_empty());
+}
+
+/// An effect reported and never decided is compacted one horizon after the report — by
+/// `ApplyRetentionV2` only, so members that cannot read it retire the same records — and an
+/// unknown effect is kept whole until someone resolves it.
+#[test]
+fn a_reported_effect_nobody_decides_is_compacted_and_an_unknown_one_kept() {
+    use writ_api::cold::Row;
+    let mut l = Ledger::new();
+    let day = 24 * 3_600_000;
+    let reported = spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000);
+    l.ok(submit(reported.clone()));
+    l.ok(dispatch("op-1"));
+    l.ok(start("op-1", 1));
+    l.ok(report("op-1", 1, AttemptOutcome::Effect));
+    let reported_at = l.now;
+    l.ok(submit(spec("op-2", "k-2", json!({"p": 2}), Some("arm"), l.now + 60_000)));
+    l.ok(dispatch("op-2"));
+    l.ok(start("op-2", 1));
+    l.now += LEASE; // no report: its effect is unknown
+    l.ok(Command::ExpireDue { tenant_id: T.into() });
+    assert_eq!(l.op("op-2").state, OperationState::UnknownEffect);
+    assert_eq!(l.state.cold.attention(T, None, 10), ["op-1", "op-2"], "both wait for a human");
+    assert_eq!(writ_api::retention::next_due(&l.state, T, true), Some(reported_at + day));
+    let v1 = || Command::ApplyRetention { tenant_id: T.into() };
+    let v2 = || Command::ApplyRetentionV2 { tenant_id: T.into() };
+    assert_eq!((v1().ledger_version(), v2().ledger_version()), (3, 15));
+
+    // A state of format 16 had no time row for the reported effect: decoding it adds the row,
+    // to the same state (the digest covers every row).
+    let mut v16 = l.state.clone();
+    let rev = v16.revision;
+    v16.cold.put(T, Row::Reported(reported_at, "op-1"), rev, Some(&[]), None);
+    assert_ne!(v16.digest(), l.state.digest());
+    let mut bytes = v16.encode_versioned();
+    bytes[8..12].copy_from_slice(&16u32.to_le_bytes());
+    let upgraded = writ_api::state::LedgerState::decode_versioned(&bytes).expect("format 16 decodes");
+    assert_eq!(upgraded.digest(), l.state.digest(), "upgraded as a fold keeps it");
+    // A node's snapshot of format 16 holds no rows (they are in its store): the store it is
+    // attached to is indexed then.
+    let store = std::sync::Arc::new(crate::sim::SimCold::default());
+    v16.cold.attach(store.clone());
+    store.write(&mut v16);
+    let mut bytes = v16.encode_versioned();
+    bytes[8..12].copy_from_slice(&16u32.to_le_bytes());
+    let mut snapshot = writ_api::state::LedgerState::decode_versioned(&bytes).expect("format 16 decodes");
+    assert!(snapshot.cold.pending_rows().is_empty());
+    assert_eq!(snapshot.digest(), v16.digest(), "nothing to index before the store is attached");
+    snapshot.cold.attach(store.clone());
+    assert_eq!(snapshot.digest(), l.state.digest(), "indexed on attach");
+    assert!(snapshot.cold.get(T, Row::Reported(reported_at, "op-1")).is_some());
+
+    l.now = reported_at + day - 1;
+    assert_eq!(l.ok(v2()), 0, "within the horizon the effect may still be decided");
+    l.now = reported_at + day;
+    assert_eq!(l.ok(v1()), 0, "a member of version 14 retires no reported effect");
+    let without_reports = writ_api::retention::next_due(&l.state, T, false);
+    assert!(without_reports.is_none_or(|at| at > l.now), "nothing else due yet: {without_reports:?}");
+    assert_eq!(l.ok(v2()), 1, "compacted");
+    let binding = l.op("op-1");
+    assert_eq!((binding.state, binding.spec.input.as_str()), (OperationState::EffectReported, ""));
+    assert_eq!(l.state.cold.attention(T, None, 10), ["op-2"], "a binding is no human's to decide");
+    let decide = Command::DecideOperation {
+        tenant_id: T.into(),
+        operation_id: "op-1".into(),
+        by_principal_id: "observer".into(),
+        verdict: Verdict::Reject,
+        note: "".into(),
+    };
+    assert_eq!(l.refused(decide), ReasonCode::OPERATION_NOT_FOUND, "no longer decided");
+    let mut replay = reported;
+    replay.operation_id = "op-1-retry".into();
+    replay.deadline_ms = l.now + 60_000;
+    let Outcome::Applied { events, operation } = l.run(submit(replay)) else { panic!("a replay") };
+    assert!(events.is_empty());
+    assert_eq!(operation.expect("its view").state, OperationState::EffectReported, "the replay says what happened");
+
+    // A horizon later the binding is released; the unknown effect is still whole.
+    l.now = reported_at + 2 * day;
+    l.ok(v2());
+    assert!(l.state.operation(T, "op-1").is_none(), "released");
+    assert_eq!(l.op("op-2").state, OperationState::UnknownEffect);
+    assert_eq!(l.state.cold.attention(T, None, 10), ["op-2"]);
     assert!(invariant_violations(&l.state).is_empty());
 }
 

@@ -105,7 +105,7 @@ struct Node {
 /// points (as apply batches of any size do); what it had not written when it dies is lost, and
 /// its replay from a snapshot writes it again.
 #[derive(Debug, Default)]
-struct SimCold {
+pub(crate) struct SimCold {
     rows: Mutex<BTreeMap<Vec<u8>, Versions>>,
 }
 
@@ -132,7 +132,7 @@ impl ColdStore for SimCold {
 impl SimCold {
     /// Writes what `state` took since it last wrote: row versions, and a deletion of every row
     /// of a dropped tenant.
-    fn write(&self, state: &mut LedgerState) {
+    pub(crate) fn write(&self, state: &mut LedgerState) {
         let writes = state.cold.take_writes();
         let mut rows = self.rows.lock().unwrap();
         for (key, row) in writes.rows {

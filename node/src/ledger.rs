@@ -18,7 +18,7 @@
 //! `ExpireDue` for each tenant with a deadline or attempt lease run out, so expiries and
 //! unknown effects do not wait for the next command; the ledger decides at the entry's stamp.
 //! Every [`RETENTION_PERIOD`] it also submits `ApplyRetention` for each tenant with records past
-//! their retention (`writ_api::retention`).
+//! their retention (`writ_api::retention`), entry after entry until none is due.
 //!
 //! **Fatal path (SPEC L7).** [`LedgerNode::stopped`] resolves when the node must stop serving:
 //! openraft's core stopped on a fatal error, or a store reader found a corrupt record.
@@ -273,6 +273,18 @@ pub const REAPER_PERIOD: Duration = Duration::from_millis(250);
 /// How often the leader's reaper looks for records past their retention (a look visits every
 /// tenant; retention is counted in days, so seconds late are nothing).
 pub const RETENTION_PERIOD: Duration = Duration::from_secs(5);
+
+/// Most `ApplyRetention` entries a look submits for one tenant (each retires at most
+/// `writ_api::retention::RETIRED_PER_ENTRY` records of each kind): far more than any rate of
+/// operations leaves due in one [`RETENTION_PERIOD`].
+pub const RETENTION_ENTRIES_PER_LOOK: usize = 100;
+
+/// Whether `tenant_id` takes changes and has records past their retention at `now`
+/// (`reported`: counting reported effects nobody decided, `Command::ApplyRetentionV2`'s).
+fn retention_due(st: &writ_api::state::LedgerState, tenant_id: &str, now: u64, reported: bool) -> bool {
+    st.tenants.get(tenant_id).is_some_and(|t| t.state != writ_api::ledger::TenantState::Deleted)
+        && writ_api::retention::next_due(st, tenant_id, reported).is_some_and(|at| at <= now)
+}
 
 /// How often a node compares the bytes appended to its log with its snapshot threshold.
 pub const SNAPSHOT_SIZE_CHECK: Duration = Duration::from_secs(1);
@@ -604,12 +616,13 @@ impl LedgerNode {
     /// [`REAPER_PERIOD`] it submits `ExpireDue` for each tenant with a deadline or attempt lease
     /// that has run out, so expiries and unknown effects do not wait for the next command, and
     /// every [`RETENTION_PERIOD`] `ApplyRetention` for each tenant with records past their
-    /// retention. The ledger decides what is due at the entry's stamp; this only triggers it.
+    /// retention, until none is due. The ledger decides what is due at the entry's stamp; this only triggers it.
     /// Stops with the node.
     pub fn start_reaper(self: &Arc<Self>) {
         self.while_leading(REAPER_PERIOD, |node, tick| async move {
             let now = node.clock.now_ms();
-            let commands: Vec<Command> = {
+            let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
+            let (expire, retire) = {
                 let applied = node.sm.read();
                 let st = &applied.state;
                 // Operations past a deadline or lease, and evidence past its retention.
@@ -619,33 +632,60 @@ impl LedgerNode {
                     st.next_evidence_expiry(t).is_some_and(|at| at <= now)
                         && st.index.next_due(t).is_none_or(|at| at > now)
                 });
-                let expire = due.chain(expired).map(|t| Command::ExpireDue { tenant_id: t.clone() });
-                // Records past their retention (`writ_api::retention`), of tenants that take changes.
-                let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
-                let retire = st
-                    .tenants
-                    .values()
-                    .filter(|_| look)
-                    .filter(|t| t.state != writ_api::ledger::TenantState::Deleted)
-                    .filter(|t| writ_api::retention::next_due(st, &t.id).is_some_and(|at| at <= now))
-                    .map(|t| Command::ApplyRetention { tenant_id: t.id.clone() });
-                expire.chain(retire).collect()
+                let expire: Vec<Command> =
+                    due.chain(expired).map(|t| Command::ExpireDue { tenant_id: t.clone() }).collect();
+                let retire: Vec<String> =
+                    st.tenants.keys().filter(|t| look && retention_due(st, t, now, true)).cloned().collect();
+                (expire, retire)
             };
-            for command in commands {
-                let kind = command.kind();
-                let req = SubmitRequest::new(format!("reaper-{now}"), command);
-                match node.submit_request(req, false).await {
-                    // A mixed-version cluster takes retention once its last member is upgraded.
-                    Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
-                        tracing::debug!(command = kind, message = %e.message, "reaper command gated")
-                    }
-                    Err(e) => {
-                        tracing::warn!(command = kind, reason = %e.reason, message = %e.message, "reaper command failed")
-                    }
-                    Ok(_) => {}
-                }
+            for command in expire {
+                let _ = node.reap(command, now).await;
+            }
+            for tenant_id in retire {
+                node.retire(&tenant_id, now).await;
             }
         });
+    }
+
+    /// Records of `tenant_id` past their retention (`writ_api::retention`): an entry retires a
+    /// bounded number, so the tenant gets entries until none is due (within a bound per look),
+    /// and retention keeps up with any rate of operations the ledger takes. While a member
+    /// cannot read `ApplyRetentionV2` yet, `ApplyRetention` retires all but reported effects.
+    async fn retire(&self, tenant_id: &str, now: u64) {
+        let mut reported = true;
+        for _ in 0..RETENTION_ENTRIES_PER_LOOK {
+            let tenant_id = tenant_id.to_string();
+            let command = if reported {
+                Command::ApplyRetentionV2 { tenant_id: tenant_id.clone() }
+            } else {
+                Command::ApplyRetention { tenant_id: tenant_id.clone() }
+            };
+            match self.reap(command, now).await {
+                Ok(()) => {}
+                Err(ReasonCode::LEDGER_VERSION_GATED) if reported => reported = false,
+                Err(_) => return,
+            }
+            if !retention_due(&self.sm.read().state, &tenant_id, now, reported) {
+                return;
+            }
+        }
+    }
+
+    /// Submits a command of the reaper: applied, or why not.
+    async fn reap(&self, command: Command, now: u64) -> Result<(), ReasonCode> {
+        let kind = command.kind();
+        match self.submit_request(SubmitRequest::new(format!("reaper-{now}"), command), false).await {
+            Ok(_) => Ok(()),
+            // A mixed-version cluster takes a newer command once its last member is upgraded.
+            Err(e) if e.reason == ReasonCode::LEDGER_VERSION_GATED => {
+                tracing::debug!(command = kind, message = %e.message, "reaper command gated");
+                Err(e.reason)
+            }
+            Err(e) => {
+                tracing::warn!(command = kind, reason = %e.reason, message = %e.message, "reaper command failed");
+                Err(e.reason)
+            }
+        }
     }
 
     /// Runs `work` every `period` while this node leads (with the count of periods so far),

@@ -118,7 +118,13 @@ impl StorageWatch {
 
 /// Commands that free space (or only move time on), taken even under the alarm.
 fn frees_space(command: &Command) -> bool {
-    matches!(command, Command::ApplyRetention { .. } | Command::PurgeTenant { .. } | Command::ExpireDue { .. })
+    matches!(
+        command,
+        Command::ApplyRetention { .. }
+            | Command::ApplyRetentionV2 { .. }
+            | Command::PurgeTenant { .. }
+            | Command::ExpireDue { .. }
+    )
 }
 
 fn free_bytes(dir: &Path) -> std::io::Result<u64> {

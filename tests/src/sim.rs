@@ -246,6 +246,16 @@ impl SimCluster {
     /// [`SimCluster::start`] on a switchboard the caller set up (links cut before the first
     /// election).
     pub async fn start_on(board: Arc<Switchboard>, n: u64, clock_start_ms: u64) -> SimCluster {
+        SimCluster::start_with(board, n, clock_start_ms, |_| None).await
+    }
+
+    /// [`SimCluster::start_on`] with each node's `ledger_version_max` (a node not yet upgraded).
+    pub async fn start_with(
+        board: Arc<Switchboard>,
+        n: u64,
+        clock_start_ms: u64,
+        ledger_version_max: impl Fn(u64) -> Option<u32>,
+    ) -> SimCluster {
         let settings = RaftSettings {
             heartbeat_ms: 50,
             election_min_ms: 400,
@@ -269,6 +279,7 @@ impl SimCluster {
             let dir = tempfile::tempdir().expect("tempdir");
             let clock = Arc::new(SimClock::new(clock_start_ms));
             clocks.insert(id, clock.clone());
+            let settings = RaftSettings { ledger_version_max: ledger_version_max(id), ..settings.clone() };
             let node = LedgerNode::start(
                 id,
                 format!("sim://n{id}"),

@@ -12,10 +12,11 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 use writ_api::dto::{Consistency, Query, QueryRequest, SubmitRequest};
 use writ_api::ledger::{Command, Outcome};
 use writ_tests::eventually;
-use writ_tests::sim::SimCluster;
+use writ_tests::sim::{SimCluster, Switchboard};
 
 fn seeds() -> Vec<u64> {
     match std::env::var("WRIT_SIM_SEED") {
@@ -126,26 +127,18 @@ async fn partitioned_leader_commits_nothing_and_replicas_converge() {
     }
 }
 
-/// Issue 18's retention on every replica (must show 2): a finished operation is compacted to its
-/// binding once the tenant's idempotency retention has passed in ledger time, by the same entry
-/// on every node; a node cut off meanwhile catches up through a snapshot (the leader's log
-/// purged) that carries the binding; every replica reaches one digest, and a replay through
-/// any node still answers with the original outcome.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
-    writ_tests::init_test_log();
-    let c = SimCluster::start(3, 1_700_000_000_000).await;
-    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
-    let t = "t-1".to_string();
-    let submit = |via: u64, command: Command| {
-        let node = c.nodes[&via].clone();
-        async move {
-            let resp = node.submit_request(SubmitRequest::new("retention", command), false).await;
-            let resp = resp.expect("submitted");
-            assert!(matches!(resp.outcome, Outcome::Applied { .. }), "{resp:?}");
-            resp.outcome
-        }
-    };
+/// Submits `command` through node `via` and expects it applied.
+async fn submit_applied(c: &SimCluster, via: u64, command: Command) -> Outcome {
+    let resp = c.nodes[&via].submit_request(SubmitRequest::new("retention", command), false).await;
+    let resp = resp.expect("submitted");
+    assert!(matches!(resp.outcome, Outcome::Applied { .. }), "{resp:?}");
+    resp.outcome
+}
+
+/// A tenant `t` with an agent, a catalog and a token, and one operation of it (`op-1`, key
+/// `k-1`) submitted and cancelled through `leader`: its spec.
+async fn a_cancelled_operation(c: &SimCluster, leader: u64, t: &str) -> writ_api::operation::OperationSpecV1 {
+    let t = t.to_string();
     let catalog = writ_api::catalog::compile(
         br#"{"actions": [{"id": "note", "title": "Note", "description": "Writes a note.", "input_schema": {"type": "object"},
              "risk": "low", "execution": "operation", "cost_units": 1}]}"#,
@@ -172,7 +165,7 @@ async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
         Command::PublishCatalog { tenant_id: t.clone(), catalog },
         Command::IssueToken { tenant_id: t.clone(), request: token },
     ] {
-        submit(leader, command).await;
+        submit_applied(c, leader, command).await;
     }
     let input = serde_json::json!({"text": "hello"});
     let spec = writ_api::operation::OperationSpecV1 {
@@ -192,10 +185,54 @@ async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
         trace_id: "retention".into(),
         input_requests: Default::default(),
     };
-    submit(leader, Command::SubmitOperation { tenant_id: t.clone(), spec: spec.clone() }).await;
+    submit_applied(c, leader, Command::SubmitOperation { tenant_id: t.clone(), spec: spec.clone() }).await;
     let cancel =
-        Command::CancelOperation { tenant_id: t.clone(), operation_id: "op-1".into(), by_principal_id: "agent".into() };
-    submit(leader, cancel).await;
+        Command::CancelOperation { tenant_id: t, operation_id: "op-1".into(), by_principal_id: "agent".into() };
+    submit_applied(c, leader, cancel).await;
+    spec
+}
+
+/// The leader's reaper applies retention without being asked, with the command every member
+/// reads: while a member is on ledger version 14, `ApplyRetentionV2` is gated and the reaper
+/// retires with `ApplyRetention` (without that fallback nothing would ever be compacted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_retires_with_the_command_every_member_reads() {
+    writ_tests::init_test_log();
+    let board = Arc::new(Switchboard::default());
+    let c = SimCluster::start_with(board, 3, 1_700_000_000_000, |id| (id == 3).then_some(14)).await;
+    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
+    let t = "t-1";
+    a_cancelled_operation(&c, leader, t).await;
+    let gated = c.nodes[&leader]
+        .submit_request(SubmitRequest::new("retention", Command::ApplyRetentionV2 { tenant_id: t.into() }), false)
+        .await
+        .expect_err("a member on version 14 cannot read it");
+    assert_eq!(gated.reason, writ_api::ReasonCode::LEDGER_VERSION_GATED, "{gated:?}");
+    c.advance_clocks(24 * 3_600_000 + 60_000);
+    for node in c.nodes.values() {
+        node.start_reaper();
+    }
+    eventually("the reaper to compact the cancelled operation", Duration::from_secs(30), || async {
+        let a = c.nodes[&leader].sm.read();
+        (writ_api::retention::storage(&a.state, t).bindings == 1).then_some(())
+    })
+    .await;
+    c.shutdown().await;
+}
+
+/// Issue 18's retention on every replica (must show 2): a finished operation is compacted to its
+/// binding once the tenant's idempotency retention has passed in ledger time, by the same entry
+/// on every node; a node cut off meanwhile catches up through a snapshot (the leader's log
+/// purged) that carries the binding; every replica reaches one digest, and a replay through
+/// any node still answers with the original outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
+    writ_tests::init_test_log();
+    let c = SimCluster::start(3, 1_700_000_000_000).await;
+    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
+    let t = "t-1".to_string();
+    let submit = |via: u64, command: Command| submit_applied(&c, via, command);
+    let spec = a_cancelled_operation(&c, leader, &t).await;
 
     // Node 3 is cut off; a day and a minute later the others compact the cancelled operation.
     let cut = *c.nodes.keys().find(|id| **id != leader).expect("a follower");

@@ -248,13 +248,21 @@ impl Shape {
         }
     }
 
-    /// Its retention time row: by when it finished, whole or compacted; none while undecided.
+    /// Its retention time row: by when it finished, whole or compacted, or when its effect was
+    /// reported while that waits for a decision; none while its effect is unknown.
     fn time_row(self, id: &str) -> Option<Row<'_>> {
-        match (self.compacted, self.state.is_terminal()) {
+        match (self.compacted, self.state) {
             (true, _) => Some(Row::Compacted(self.updated_at_ms, id)),
-            (false, true) => Some(Row::Finished(self.updated_at_ms, id)),
-            (false, false) => None,
+            (false, s) if s.is_terminal() => Some(Row::Finished(self.updated_at_ms, id)),
+            (false, OperationState::EffectReported) => Some(Row::Reported(self.updated_at_ms, id)),
+            (false, _) => None,
         }
+    }
+
+    /// Whether it is in the operator's queue: whole, and waiting for a human (a binding can no
+    /// longer be decided).
+    fn waits(self) -> bool {
+        !self.compacted && self.state.needs_attention()
     }
 }
 
@@ -362,8 +370,8 @@ fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
 }
 
 /// Writes an operation no longer live as its cold row at `revision` (over `before`, its row
-/// until now): its counts, the time row retention walks once it has finished or was compacted,
-/// and its place in the operator's queue while it waits for a human.
+/// until now): its counts, the time row retention walks (`Shape::time_row`), and its place in
+/// the operator's queue while it waits for a human.
 pub(crate) fn store_cold(cold: &mut ColdTier, row: ColdOperation, before: Option<Before>, revision: u64) {
     let (tenant_id, id) = (row.op.tenant_id.clone(), row.op.spec.operation_id.clone());
     let shape = Shape::of(&row);
@@ -377,8 +385,8 @@ pub(crate) fn store_cold(cold: &mut ColdTier, row: ColdOperation, before: Option
     if let Some(time) = shape.time_row(&id) {
         cold.put(&tenant_id, time, revision, None, Some(Vec::new()));
     }
-    let waited = was.is_some_and(|w| w.state.needs_attention());
-    match (waited, shape.state.needs_attention()) {
+    let waited = was.is_some_and(Shape::waits);
+    match (waited, shape.waits()) {
         (false, true) => cold.put(&tenant_id, Row::Attention(&id), revision, None, Some(Vec::new())),
         (true, false) => cold.put(&tenant_id, Row::Attention(&id), revision, Some(&[]), None),
         _ => {}

@@ -162,6 +162,7 @@ pub fn act_of(command: &Command) -> OperatorAct {
         | Command::RetireSigningKey { .. }
         | Command::RevokeRoleCertificate { .. }
         | Command::ApplyRetention { .. }
+        | Command::ApplyRetentionV2 { .. }
         | Command::SetOperator { .. }
         | Command::RemoveOperator { .. }
         | Command::OpenOperatorSession { .. }

@@ -1,7 +1,8 @@
-//! `Command::ApplyRetention`: the records of a tenant whose retention ran out by ledger time
-//! `now` (see `crate::retention` for the rules), oldest first, at most
-//! [`RETIRED_PER_ENTRY`] of each kind per entry.
+//! `Command::ApplyRetention` and `Command::ApplyRetentionV2`: the records of a tenant whose
+//! retention ran out by ledger time `now` (see `crate::retention` for the rules), oldest first,
+//! at most [`RETIRED_PER_ENTRY`] of each kind per entry.
 
+use crate::cold::Aging;
 use crate::decide::prelude::*;
 use crate::retention::{horizon_ms, RETIRED_PER_ENTRY};
 
@@ -28,11 +29,15 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
     let ix = &state.index;
     let t = tenant_id.to_string();
     let mut events = Vec::new();
-    let compacted = state.cold.due(tenant_id, true, h, now, RETIRED_PER_ENTRY);
+    let mut compacted = state.cold.due(tenant_id, Aging::Finished, h, now, RETIRED_PER_ENTRY);
+    // Reported effects nobody decided within a horizon: only from ledger version 15 on.
+    if matches!(cmd, Command::ApplyRetentionV2 { .. }) {
+        compacted.extend(state.cold.due(tenant_id, Aging::Reported, h, now, RETIRED_PER_ENTRY));
+    }
     if !compacted.is_empty() {
         events.push(Event::OperationsCompactedV1 { tenant_id: t.clone(), operation_ids: compacted });
     }
-    let released = state.cold.due(tenant_id, false, h.saturating_mul(2), now, RETIRED_PER_ENTRY);
+    let released = state.cold.due(tenant_id, Aging::Compacted, h.saturating_mul(2), now, RETIRED_PER_ENTRY);
     if !released.is_empty() {
         events.push(Event::BindingsReleasedV1 { tenant_id: t.clone(), operation_ids: released });
     }

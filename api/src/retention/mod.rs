@@ -8,6 +8,11 @@
 //!   record without its input, input requests, answers, preconditions, observations and
 //!   transition history (`Operation::binding`) — which still answers a replay with the original outcome
 //!   and refuses the key for another payload (`IDEMPOTENCY_KEY_REUSED`);
+//! - an operation whose **effect was reported** and that nobody accepted or rejected within one
+//!   horizon of the report is compacted the same way (`Command::ApplyRetentionV2`, ledger
+//!   version 15): its binding answers a replay with `effect_reported`, it leaves the operator's
+//!   queue, and it can no longer be decided. One whose **effect is unknown** is kept whole until
+//!   someone resolves it: it holds its device, and it is a human's to reconcile;
 //! - the **binding** is released one more horizon later: the key is free again;
 //! - a **token record** goes one horizon after it expired (an expired token is refused by its
 //!   `exp` alone; the record served revocation and listing while it mattered);
@@ -21,6 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cold::Aging;
 use crate::state::LedgerState;
 
 /// Most records of each kind one `ApplyRetention` entry drops.
@@ -37,16 +43,18 @@ pub fn horizon_ms(state: &LedgerState, tenant_id: &str) -> Option<u64> {
     Some(state.tenants.get(tenant_id)?.settings.idempotency_retention_s.saturating_mul(1000))
 }
 
-/// The earliest ledger time at which something of `tenant_id` is due for retention.
-pub fn next_due(state: &LedgerState, tenant_id: &str) -> Option<u64> {
+/// The earliest ledger time at which something of `tenant_id` is due for retention
+/// (`reported`: counting reported effects nobody decided, which `ApplyRetentionV2` compacts).
+pub fn next_due(state: &LedgerState, tenant_id: &str, reported: bool) -> Option<u64> {
     let h = horizon_ms(state, tenant_id)?;
     let first = |m: &std::collections::BTreeMap<String, std::collections::BTreeSet<(u64, String)>>| {
         m.get(tenant_id).and_then(|s| s.first()).map(|(at, _)| *at)
     };
     let ix = &state.index;
     [
-        state.cold.oldest(tenant_id, true).map(|at| at.saturating_add(h)),
-        state.cold.oldest(tenant_id, false).map(|at| at.saturating_add(h.saturating_mul(2))),
+        state.cold.oldest(tenant_id, Aging::Finished).map(|at| at.saturating_add(h)),
+        state.cold.oldest(tenant_id, Aging::Reported).filter(|_| reported).map(|at| at.saturating_add(h)),
+        state.cold.oldest(tenant_id, Aging::Compacted).map(|at| at.saturating_add(h.saturating_mul(2))),
         first(&ix.token_expiry).map(|at| at.saturating_add(h)),
         first(&ix.enrollment_expiry).map(|at| at.saturating_add(h)),
     ]
@@ -118,7 +126,7 @@ pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
         evidence_bytes: cold.evidence_bytes,
         state_bytes,
         retention_horizon_s: horizon_ms(state, tenant_id).unwrap_or(0) / 1000,
-        next_retention_ms: next_due(state, tenant_id),
+        next_retention_ms: next_due(state, tenant_id, true),
     }
 }
 

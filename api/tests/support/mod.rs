@@ -284,6 +284,26 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
             violations.push(format!("live index out of step: {op:?}"));
         }
     }
+    // Each operation no longer live has the time row retention walks and its place in the
+    // operator's queue exactly as its record says.
+    for op in &ops {
+        use writ_api::cold::{ColdOperation, Row};
+        let id = op.spec.operation_id.as_str();
+        let Some(bytes) = state.cold.get(T, Row::Operation(id)) else { continue };
+        let row: ColdOperation = writ_api::decode_unbounded(&bytes).expect("a cold operation row decodes");
+        let (at, s, whole) = (row.op.updated_at_ms, row.op.state, !row.compacted);
+        let rows = [
+            ("finished", Row::Finished(at, id), whole && s.is_terminal()),
+            ("reported", Row::Reported(at, id), whole && s == OperationState::EffectReported),
+            ("compacted", Row::Compacted(at, id), !whole),
+            ("queue", Row::Attention(id), whole && s.needs_attention()),
+        ];
+        for (what, time, want) in rows {
+            if state.cold.get(T, time).is_some() != want {
+                violations.push(format!("{id} ({s:?}, whole: {whole}) has {what} row: {}", !want));
+            }
+        }
+    }
     // The indexes kept by every fold are the ones a rebuild from the operations makes (what a
     // node decoding a snapshot does), and the due index finds exactly what a scan would.
     let mut rebuilt = state.clone();
