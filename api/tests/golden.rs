@@ -1689,14 +1689,35 @@ fn principal_spec() -> PrincipalSpecV1 {
 }
 
 fn check(name: &str, bytes: &[u8]) {
-    let path = format!("{}/tests/golden/{name}.hex", std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo"));
-    let hex_now = hex::encode(bytes);
+    pin(&format!("{name}.hex"), &hex::encode(bytes), "persisted data would no longer decode");
+}
+
+/// `text` against the golden file `file` (written by `WRIT_BLESS=1` when it does not exist yet).
+fn pin(file: &str, text: &str, why: &str) {
+    let path = format!("{}/tests/golden/{file}", std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo"));
     if std::env::var_os("WRIT_BLESS").is_some() && !std::path::Path::new(&path).exists() {
-        std::fs::write(&path, format!("{hex_now}\n")).expect("bless golden file");
+        std::fs::write(&path, format!("{}\n", text.trim_end())).expect("bless golden file");
     }
     let pinned = std::fs::read_to_string(&path)
         .unwrap_or_else(|_| panic!("missing golden file {path}: bless new samples with WRIT_BLESS=1"));
-    assert_eq!(pinned.trim(), hex_now, "encoding of {name} changed: persisted data would no longer decode");
+    assert_eq!(pinned.trim_end(), text.trim_end(), "{file} changed: {why}");
+}
+
+/// The version gate, derived from the samples: the ledger version each sample command needs is
+/// pinned (a command whose version fell would be proposed to members that cannot decode it),
+/// and the newest version this build advertises is the newest a sample needs — raising
+/// `LEDGER_VERSION` takes a sample of what it adds, and a sample beyond it fails.
+#[test]
+fn the_ledger_version_gate_is_pinned_by_the_samples() {
+    let needs: Vec<(&str, u32)> =
+        samples().iter().map(|(name, req, _)| (*name, req.command.ledger_version())).collect();
+    let table: String = needs.iter().map(|(name, v)| format!("{name} {v}\n")).collect();
+    pin("ledger_versions.txt", &table, "a command's ledger version moved; a new command needs a new variant");
+    let newest = needs.iter().map(|(_, v)| *v).max();
+    assert_eq!(newest, Some(writ_api::ledger::LEDGER_VERSION), "the newest version a sample needs");
+    for v in 1..=writ_api::ledger::LEDGER_VERSION {
+        assert!(needs.iter().any(|(_, n)| *n == v), "no sample of what ledger version {v} added");
+    }
 }
 
 #[test]
