@@ -1921,6 +1921,19 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
     state
 }
 
+/// A decoded state as text, to pin (`ledger_state_v<N>.decoded.txt`): every view as `Debug`
+/// renders it, then each cold row the state holds (key, revision, value). Each older format's
+/// decoded form is frozen this way when its bytes are, so what decoding and upgrading it makes
+/// is checked against what it made then — not only against a state today's rules build.
+fn frozen(state: &writ_api::state::LedgerState) -> String {
+    let mut out = format!("{state:#?}\n");
+    for (key, row) in state.cold.pending_rows() {
+        let value = row.value.as_deref().map_or_else(|| "deleted".to_string(), hex::encode);
+        out.push_str(&format!("row {} @{} {value}\n", hex::encode(key), row.revision));
+    }
+    out
+}
+
 /// The whole-state encoding (snapshots, what edges load) is pinned too: a change to any view
 /// fails here until `format::STATE_FORMAT_VERSION` is raised and the old layout is still read
 /// or refused on purpose.
@@ -1943,12 +1956,15 @@ fn the_state_format_is_versioned_and_pinned() {
     assert!(!state.executor_presence.is_empty(), "the sample state holds an executor's connection");
     let versioned = state.encode_versioned();
     check(&format!("ledger_state_v{STATE_FORMAT_VERSION}"), &versioned);
-    assert_eq!(LedgerState::decode_versioned(&versioned).expect("current version"), state);
+    let decoded = LedgerState::decode_versioned(&versioned).expect("current version");
+    pin(&format!("ledger_state_v{STATE_FORMAT_VERSION}.decoded.txt"), &frozen(&decoded), "decoding changed");
+    assert_eq!(decoded, state);
     // Every older format's pinned bytes still decode, to the state its samples built.
     for format in 1..STATE_FORMAT_VERSION {
         let path = format!("{}/tests/golden/ledger_state_v{format}.hex", env!("CARGO_MANIFEST_DIR"));
         let old = hex::decode(std::fs::read_to_string(&path).expect("pinned state").trim()).expect("hex");
         let decoded = LedgerState::decode_versioned(&old).expect("an older format");
+        pin(&format!("ledger_state_v{format}.decoded.txt"), &frozen(&decoded), "decoding the old bytes changed");
         assert_eq!(decoded, sample_state(format), "format {format}");
         // Upgraded at its own revision, each tenant's rows are keyed as a fold keys them.
         for (id, tenant) in &decoded.tenants {
