@@ -51,6 +51,7 @@ pub mod mutants {
     }
 }
 pub mod role;
+pub mod schema;
 pub mod session;
 pub mod settings;
 pub mod state;
@@ -190,7 +191,9 @@ pub mod format {
     /// 17: the same layout; an operation whose reported effect waits for a decision has a time
     /// row (`crate::cold::Row::Reported`), which upgrading format 16 adds
     /// (`LedgerState::upgrade_v16_to_v17`).
-    pub const STATE_FORMAT_VERSION: u32 = 17;
+    /// 18: tagged sections, one per domain, each with its own version (`crate::schema`); the
+    /// maps older formats kept finished operations, keys and evidence in are gone from it.
+    pub const STATE_FORMAT_VERSION: u32 = 18;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

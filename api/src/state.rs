@@ -508,47 +508,18 @@ impl LedgerState {
     }
 
     /// Canonical encoding of the whole state (the body of the versioned encodings in
-    /// [`crate::format`]). Format 1's layout, then each view a later format appended (see
-    /// [`LedgerState::decode_base`]) up to format 13. From format 14 on, the body is sections:
-    /// each section's length (u64 LE), then its bytes — format 13's body, then one section per
-    /// domain added since: the operators (14), the executors' presence (15), what the cold rows
-    /// add up to per tenant and the rows not in a store (16). Format 14 wrote its last section
-    /// without a length.
+    /// [`crate::format`]): tagged sections, one per domain, each with its own version
+    /// ([`crate::schema`]). Older formats are read by [`LedgerState::decode_body`].
     pub fn encode(&self) -> Vec<u8> {
-        self.encode_sections(true)
+        self.encode_schema(true)
     }
 
-    /// The sections of [`LedgerState::encode`]; without the pending cold rows for the digest,
-    /// which covers them through the per-tenant sums (a node's rows are in its store).
-    fn encode_sections(&self, rows: bool) -> Vec<u8> {
-        let base = self.encode_base();
-        let operators = crate::encode(&self.operators).expect("operators are always encodable");
-        let presence = crate::encode(&self.executor_presence).expect("presence is always encodable");
-        let sums = crate::encode(&self.cold.tenants).expect("cold sums are always encodable");
-        let pending = if rows { self.cold.pending_rows() } else { &BTreeMap::new() };
-        let pending = crate::encode(pending).expect("cold rows are always encodable");
-        let sections = [&base, &operators, &presence, &sums, &pending];
-        let mut out = Vec::with_capacity(sections.iter().map(|s| 8 + s.len()).sum());
-        for section in sections {
-            out.extend_from_slice(&(section.len() as u64).to_le_bytes());
-            out.extend_from_slice(section);
-        }
-        out
-    }
-
-    /// The body of state format 13.
-    fn encode_base(&self) -> Vec<u8> {
-        let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
-        let tail = (tail, &self.sessions, &self.issuer_sources, &self.oauth);
-        crate::encode(&(self, &self.revocations, &self.proposals, &self.works, &self.history, tail))
-            .expect("ledger state is always encodable")
-    }
-
-    /// Reads the body of state format `version` ([`LedgerState::encode`] for 13, without the
-    /// authorization servers for 12, without the issuer sources too for 11, without the session records too for 10, without the anonymous access too for 8 and 9, without the
-    /// upstream operations for 7, without the upstreams too for 6, without the compacted operations too for 5, without the evidence for 4, without the work items and
-    /// histories too for 3, without the proposals too for 2, the bare struct for 1), bounded
-    /// like a message ([`crate::decode`]); the indexes are rebuilt.
+    /// Reads the body of state format `version`, bounded like a message ([`crate::decode`]):
+    /// tagged sections from 18 on ([`crate::schema`]); untagged sections from 14 to 17 (format
+    /// 13's body, then the operators, the executors' presence from 15, the cold sums and rows
+    /// from 16); up to 13, format 1's struct with each later view appended
+    /// ([`LedgerState::decode_base`]). Each older format's upgrade follows (moving what is now
+    /// a cold row out of memory, [`LedgerState::cool`]); the indexes are rebuilt.
     pub fn decode_body(version: u32, body: &[u8]) -> Result<LedgerState, String> {
         LedgerState::decode_body_bounded(version, body, true)
     }
@@ -557,6 +528,12 @@ impl LedgerState {
     /// only by the input ([`crate::decode_unbounded`]: a state that outgrew 64 MiB, read from a
     /// source that vouches for it — a checksummed snapshot or backup, a node's answer).
     fn decode_body_bounded(version: u32, body: &[u8], bounded: bool) -> Result<LedgerState, String> {
+        if version >= 18 {
+            let mut state = LedgerState::decode_schema(body, bounded)?;
+            state.rebuild_index();
+            state.cool();
+            return Ok(state);
+        }
         if version < 14 {
             let mut state = LedgerState::decode_base(version, body, bounded)?;
             state.cool();
@@ -722,7 +699,7 @@ impl LedgerState {
     /// sha256 over the canonical encoding, the cold rows by their per-tenant sums: equal on
     /// every replica at the same applied index, wherever it keeps the rows.
     pub fn digest(&self) -> String {
-        crate::sha256_hex(&self.encode_sections(false))
+        crate::sha256_hex(&self.encode_schema(false))
     }
 }
 

@@ -1,0 +1,220 @@
+//! The persistence schema of a whole state, from state format 18 on: tagged sections, one per
+//! domain, each with its own version. A section is its tag (a length byte, then the name), its
+//! version (u32 LE), its length (u64 LE) and its bytes; the sections come in [`SECTIONS`]'
+//! order. A domain changes its layout by raising its section's version and keeping a reader of
+//! every older one, with an explicit `upgrade_<domain>_v<N>_to_v<N+1>` from each to the next;
+//! other domains' sections are untouched. An unknown tag or a version newer than this build
+//! reads is refused, never skipped (the state would be incomplete).
+//!
+//! Formats before 18 are read by [`LedgerState::decode_body`] (format 1's struct with views
+//! appended, then untagged sections); `docs/design/formats.md` lists every format.
+
+use std::collections::BTreeMap;
+
+use crate::state::LedgerState;
+
+/// Every section of format 18, in order, with the version this build writes (and the newest it
+/// reads).
+pub const SECTIONS: [(&str, u32); 16] = [
+    ("ledger", 1),
+    ("tenant", 1),
+    ("principal", 1),
+    ("token", 1),
+    ("device", 1),
+    ("executor", 1),
+    ("catalog", 1),
+    ("audit", 1),
+    ("quota", 1),
+    ("operation", 1),
+    ("work", 1),
+    ("upstream", 1),
+    ("oauth", 1),
+    ("session", 1),
+    ("operator", 1),
+    ("cold", 1),
+];
+
+fn enc<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    crate::encode(value).expect("state views are always encodable")
+}
+
+impl LedgerState {
+    /// Each section's bytes, in [`SECTIONS`]' order (`rows`: with the cold rows not in a store;
+    /// the digest covers them through the per-tenant sums instead).
+    fn section_bytes(&self, rows: bool) -> [Vec<u8>; SECTIONS.len()] {
+        let pending = if rows { self.cold.pending_rows() } else { &BTreeMap::new() };
+        [
+            enc(&(self.clock_ms, self.revision, &self.stream_seq)),
+            enc(&(&self.tenants, &self.tenant_names)),
+            enc(&(&self.principals, &self.principal_names, &self.principal_quotas, &self.anonymous)),
+            enc(&(
+                &self.tokens,
+                &self.token_children,
+                &self.signing_keys,
+                &self.issuers,
+                &self.issuer_sources,
+                &self.revocations,
+            )),
+            enc(&(
+                &self.sites,
+                &self.site_names,
+                &self.devices,
+                &self.device_names,
+                &self.device_leases,
+                &self.fencing,
+            )),
+            enc(&(
+                &self.enrollments,
+                &self.executors,
+                &self.executor_certs,
+                &self.executor_cas,
+                &self.executor_presence,
+            )),
+            enc(&self.catalogs),
+            enc(&self.audit),
+            enc(&(&self.quota_windows, &self.operation_windows, &self.principal_operation_windows)),
+            enc(&(&self.operations, &self.live_operations, &self.history, &self.proposals, &self.upstream_operations)),
+            enc(&self.works),
+            enc(&self.upstreams),
+            enc(&self.oauth),
+            enc(&self.sessions),
+            enc(&self.operators),
+            enc(&(&self.cold.tenants, pending)),
+        ]
+    }
+
+    /// The body of state format 18 ([`crate::schema`]).
+    pub(crate) fn encode_schema(&self, rows: bool) -> Vec<u8> {
+        let bytes = self.section_bytes(rows);
+        let mut out = Vec::with_capacity(bytes.iter().map(|b| b.len() + 24).sum());
+        for ((tag, version), b) in SECTIONS.iter().zip(&bytes) {
+            out.push(u8::try_from(tag.len()).expect("a short tag"));
+            out.extend_from_slice(tag.as_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        out
+    }
+
+    /// Reads a body of state format 18: every section of [`SECTIONS`], in order, each at a
+    /// version this build reads.
+    pub(crate) fn decode_schema(body: &[u8], bounded: bool) -> Result<LedgerState, String> {
+        let mut rest = body;
+        let mut state = LedgerState::default();
+        for (tag, newest) in SECTIONS {
+            let (found, version, bytes) = next_section(&mut rest)?;
+            if found != tag.as_bytes() {
+                let found = String::from_utf8_lossy(found);
+                return Err(format!("undecodable ledger state (format 18): section '{found}' where '{tag}' belongs"));
+            }
+            if version == 0 || version > newest {
+                return Err(format!(
+                    "ledger state section '{tag}' is version {version}; this build reads 1 to {newest}: upgrade it first"
+                ));
+            }
+            state.read_section(tag, bytes, bounded).map_err(|e| format!("undecodable '{tag}' section: {e}"))?;
+        }
+        if !rest.is_empty() {
+            return Err("undecodable ledger state (format 18): bytes after the last section".into());
+        }
+        Ok(state)
+    }
+
+    /// Reads section `tag` (at version 1, the only one so far) into this state.
+    fn read_section(&mut self, tag: &str, bytes: &[u8], bounded: bool) -> Result<(), String> {
+        let mut r = crate::Sequence::new(bytes, bounded);
+        let s = self;
+        let e = |e: bincode::error::DecodeError| e.to_string();
+        match tag {
+            "ledger" => (s.clock_ms, s.revision, s.stream_seq) = r.next().map_err(e)?,
+            "tenant" => (s.tenants, s.tenant_names) = r.next().map_err(e)?,
+            "principal" => (s.principals, s.principal_names, s.principal_quotas, s.anonymous) = r.next().map_err(e)?,
+            "token" => {
+                (s.tokens, s.token_children, s.signing_keys, s.issuers, s.issuer_sources, s.revocations) =
+                    r.next().map_err(e)?
+            }
+            "device" => {
+                (s.sites, s.site_names, s.devices, s.device_names, s.device_leases, s.fencing) = r.next().map_err(e)?
+            }
+            "executor" => {
+                (s.enrollments, s.executors, s.executor_certs, s.executor_cas, s.executor_presence) =
+                    r.next().map_err(e)?
+            }
+            "catalog" => s.catalogs = r.next().map_err(e)?,
+            "audit" => s.audit = r.next().map_err(e)?,
+            "quota" => (s.quota_windows, s.operation_windows, s.principal_operation_windows) = r.next().map_err(e)?,
+            "operation" => {
+                (s.operations, s.live_operations, s.history, s.proposals, s.upstream_operations) =
+                    r.next().map_err(e)?
+            }
+            "work" => s.works = r.next().map_err(e)?,
+            "upstream" => s.upstreams = r.next().map_err(e)?,
+            "oauth" => s.oauth = r.next().map_err(e)?,
+            "session" => s.sessions = r.next().map_err(e)?,
+            "operator" => s.operators = r.next().map_err(e)?,
+            "cold" => {
+                let (tenants, pending) = r.next().map_err(e)?;
+                s.cold.tenants = tenants;
+                s.cold.restore_pending(pending);
+            }
+            other => return Err(format!("no section '{other}'")),
+        }
+        r.finish().map_err(e)
+    }
+}
+
+/// The next section of `rest` (tag, version, bytes), moving past it.
+fn next_section<'a>(rest: &mut &'a [u8]) -> Result<(&'a [u8], u32, &'a [u8]), String> {
+    let truncated = || "undecodable ledger state (format 18): a section is truncated".to_string();
+    let (&len, after) = rest.split_first().ok_or_else(truncated)?;
+    let (tag, after) = after.split_at_checked(usize::from(len)).ok_or_else(truncated)?;
+    let (version, after) = after.split_at_checked(4).ok_or_else(truncated)?;
+    let (size, after) = after.split_at_checked(8).ok_or_else(truncated)?;
+    let size = usize::try_from(u64::from_le_bytes(size.try_into().expect("8 bytes"))).map_err(|_| truncated())?;
+    let (bytes, after) = after.split_at_checked(size).ok_or_else(truncated)?;
+    *rest = after;
+    Ok((tag, u32::from_le_bytes(version.try_into().expect("4 bytes")), bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> LedgerState {
+        let mut state = LedgerState { clock_ms: 7, revision: 3, ..LedgerState::default() };
+        state.stream_seq.insert("t-1".into(), 3);
+        state
+    }
+
+    #[test]
+    fn every_section_round_trips_in_order() {
+        let body = sample().encode_schema(true);
+        let mut rest = body.as_slice();
+        for (tag, version) in SECTIONS {
+            let (found, v, _) = next_section(&mut rest).expect("a section");
+            assert_eq!((found, v), (tag.as_bytes(), version));
+        }
+        assert!(rest.is_empty());
+        assert_eq!(LedgerState::decode_schema(&body, true).expect("decodes"), sample());
+    }
+
+    #[test]
+    fn a_newer_section_an_unknown_tag_or_a_cut_body_is_refused() {
+        let body = sample().encode_schema(true);
+        // The first section's version follows its tag ("ledger": a length byte and 6 bytes).
+        let mut newer = body.clone();
+        newer[7..11].copy_from_slice(&2u32.to_le_bytes());
+        let e = LedgerState::decode_schema(&newer, true).expect_err("newer");
+        assert!(e.contains("'ledger' is version 2") && e.contains("upgrade it first"), "{e}");
+        let mut renamed = body.clone();
+        renamed[1] = b'L';
+        let e = LedgerState::decode_schema(&renamed, true).expect_err("unknown tag");
+        assert!(e.contains("section 'Ledger' where 'ledger' belongs"), "{e}");
+        let e = LedgerState::decode_schema(&body[..body.len() - 1], true).expect_err("cut");
+        assert!(e.contains("truncated"), "{e}");
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(LedgerState::decode_schema(&longer, true).expect_err("trailing").contains("after the last section"));
+    }
+}
