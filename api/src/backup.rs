@@ -43,7 +43,8 @@ pub struct BackupManifestV1 {
     /// Last event revision, and ledger time, of the copied state.
     pub revision: u64,
     pub clock_ms: u64,
-    /// `LedgerState::digest` of the copied state.
+    /// sha256 of the copied state's encoding (`LedgerState::encode`, as the writing build
+    /// encoded it).
     pub state_digest: String,
     /// The ledger version of the build that wrote it.
     pub ledger_version: u32,
@@ -105,20 +106,34 @@ impl<W: Write> BackupWriter<W> {
         part_bytes: usize,
     ) -> io::Result<Self> {
         // The state is encoded once: its digest (the manifest's) is over the bytes written.
-        let body = state.encode();
+        let versioned = state.encode_versioned();
+        Self::begin_encoded(out, node_id, last_applied_index, state, &versioned, part_bytes)
+    }
+
+    /// [`BackupWriter::begin_in_parts`] with the state as `versioned` bytes already encoded
+    /// ([`LedgerState::encode_versioned`], of this build's format or an older one: `state` is
+    /// what they decode to).
+    pub fn begin_encoded(
+        out: W,
+        node_id: u64,
+        last_applied_index: u64,
+        state: &LedgerState,
+        versioned: &[u8],
+        part_bytes: usize,
+    ) -> io::Result<Self> {
+        let (format, body) =
+            crate::format::unwrap(crate::format::STATE_MAGIC, versioned).map_err(|e| invalid(e.to_string()))?;
         let manifest = BackupManifestV1 {
             node_id,
             last_applied_index,
             revision: state.revision,
             clock_ms: state.clock_ms,
-            state_digest: crate::sha256_hex(&body),
+            state_digest: crate::sha256_hex(body),
             ledger_version: crate::ledger::LEDGER_VERSION,
         };
-        let versioned = crate::format::wrap(crate::format::STATE_MAGIC, &body);
-        drop(body);
         let mut w = BackupWriter { out, hash: Sha256::new(), bytes: 0, manifest, counts: [0; 4] };
         w.raw(&BACKUP_MAGIC)?;
-        w.raw(&crate::format::STATE_FORMAT_VERSION.to_le_bytes())?;
+        w.raw(&format.to_le_bytes())?;
         let manifest = crate::encode(&w.manifest).map_err(io::Error::other)?;
         w.frame(FRAME_MANIFEST, &[&manifest])?;
         // A state larger than one frame (it outgrew 64 MiB once, and a snapshot that failed on
@@ -244,10 +259,13 @@ pub fn read_backup(
         state.extend_from_slice(&next.1);
         next = r.frame()?;
     }
-    let state = LedgerState::decode_versioned_unbounded(&state).map_err(invalid)?;
-    if state.digest() != manifest.state_digest {
+    // The manifest's digest is over the state's bytes as the writing build encoded them, so
+    // it holds whichever build (and state format) reads them.
+    let (_, body) = crate::format::unwrap(crate::format::STATE_MAGIC, &state).map_err(|e| invalid(e.to_string()))?;
+    if crate::sha256_hex(body) != manifest.state_digest {
         return Err(invalid("the backup's state does not match its manifest's digest"));
     }
+    let state = LedgerState::decode_versioned_unbounded(&state).map_err(invalid)?;
     let mut counts = [0u64; 4];
     let digest = loop {
         let (kind, content) = next;

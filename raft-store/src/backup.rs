@@ -95,7 +95,7 @@ pub fn restore(dir: &Path, input: impl Read) -> io::Result<BackupSummary> {
 /// Reads and checks the backup, writing its records (each checked as the node stores it) into
 /// a new RocksDB at `db_dir`.
 fn restore_into(db_dir: &Path, input: impl Read) -> io::Result<(BackupSummary, LedgerState)> {
-    let db = crate::open_db(db_dir)?;
+    let db = std::sync::Arc::new(crate::open_db(db_dir)?);
     let mut batch = rocksdb::WriteBatch::default();
     let read = read_backup(io::BufReader::new(input), |kind, key, value| {
         let cf = match kind {
@@ -118,8 +118,13 @@ fn restore_into(db_dir: &Path, input: impl Read) -> io::Result<(BackupSummary, L
         Ok(())
     })?;
     db.write(batch).map_err(io::Error::other)?;
+    // The state over its rows, as a node starting from it holds it: an older format's upgrade
+    // of its rows is written now, since the seed is written in this build's format.
+    let (summary, mut state) = read;
+    let cold = std::sync::Arc::new(crate::cold::RocksCold::new(db.clone()));
+    crate::state_machine::adopt(&db, &cold, &mut state)?;
     db.flush_wal(true).map_err(io::Error::other)?;
-    Ok(read)
+    Ok((summary, state))
 }
 
 /// The seed state of the data directory `dir`, if it was restored from a backup.

@@ -764,8 +764,9 @@ fn decode_payload(bytes: &[u8]) -> io::Result<SnapshotPayload> {
 }
 
 /// Has `state` keep its cold rows in `cold`, writing the rows it holds (a state decoded from an
-/// older format, or without a store) there first.
-fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut LedgerState) -> io::Result<()> {
+/// older format, or without a store) there first, with what an older format's upgrade adds to
+/// the rows already there (`ColdTier::attach`).
+pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut LedgerState) -> io::Result<()> {
     state.cold.attach(cold.clone());
     let writes = state.cold.take_writes();
     if writes.is_empty() {
