@@ -2,7 +2,8 @@
 least squares after the warm-up, and the disk curve while retention reclaims.
 
 Arguments: samples CSV, the load run's JSON, warm-up seconds, target rate, commit, the ledger
-records after the load and after the reclaim phase, the JSON to write. Prints markdown."""
+records after the load and after the reclaim phase, the JSON to write, and (optional) the edge
+resync times. Prints markdown."""
 
 import csv
 import json
@@ -39,7 +40,9 @@ def fmt(v, digits=0):
 
 
 def main():
-    samples_csv, run_json, warmup, rate, commit, after_load, after_reclaim, out = sys.argv[1:]
+    samples_csv, run_json, warmup, rate, commit, after_load, after_reclaim, out = sys.argv[1:9]
+    resync_json = sys.argv[9] if len(sys.argv) > 9 else ""
+    resync = json.load(open(resync_json)) if resync_json and os.path.exists(resync_json) else {}
     rows = list(csv.DictReader(open(samples_csv)))
     run = json.load(open(run_json)) if os.path.exists(run_json) else {}
     load = [r for r in rows if r["phase"] == "load" and r["operations"]]
@@ -81,8 +84,12 @@ def main():
         mine = [r for r in rows if r["process"] == p]
         at_load_end = [int(r["disk_bytes"]) for r in mine if r["phase"] == "load"][-1]
         in_reclaim = [int(r["disk_bytes"]) for r in mine if r["phase"] == "reclaim"]
+        # The newest snapshot's size at the end of the warm-up and of the load.
+        snaps = [int(r.get("snapshot_bytes") or 0) for r in mine if r in measured]
         disk[p] = {"mb_at_load_end": at_load_end / (1 << 20),
-                   "mb_at_reclaim_end": in_reclaim[-1] / (1 << 20) if in_reclaim else None}
+                   "mb_at_reclaim_end": in_reclaim[-1] / (1 << 20) if in_reclaim else None,
+                   "snapshot_mb_after_warmup": snaps[0] / (1 << 20) if snaps else None,
+                   "snapshot_mb_at_load_end": snaps[-1] / (1 << 20) if snaps else None}
 
     v = run.get("verify") or {}
     summary = {
@@ -91,7 +98,7 @@ def main():
         "latency_ms": run.get("latency_ms"), "verify_passed": bool(v) and all(c["ok"] for c in v.get("checks", [])),
         "acknowledged_lost": v.get("acknowledged_lost"), "operations_measured": ops_measured,
         "memory": memory, "disk": disk, "records_after_load": records(after_load),
-        "records_after_reclaim": records(after_reclaim), "curve": curve,
+        "records_after_reclaim": records(after_reclaim), "curve": curve, "edge_resync": resync,
     }
     json.dump(summary, open(out, "w"), indent=1)
 
@@ -108,10 +115,15 @@ def main():
         print(f"| {m['process']} | {m['rss_mb_start']:.0f} | {m['rss_mb_end']:.0f} | {fmt(m['rss_mb_per_m'])} | "
               f"{fmt(m['rss_mb_per_m_first_half'])} | {fmt(m['rss_mb_per_m_second_half'])} | "
               f"{fmt(m['pss_mb_per_m'])} | {fmt(m['anon_mb_per_m'])} | {fmt(m['disk_mb_per_m'])} |")
+    if resync:
+        print(f"\nEdge 1 restarted and ready (its projection loaded): {resync['before_s']} s before the load, "
+              f"{resync['after_s']} s after it.")
     print("\n## Disk while retention reclaims (nodes restarted past two retention horizons)\n")
-    print("| node | MB at the end of the load | MB at the end of the reclaim phase |\n|---|---:|---:|")
+    print("| node | MB at the end of the load | MB at the end of the reclaim phase | snapshot MB after warm-up → at the end of the load |")
+    print("|---|---:|---:|---:|")
     for p, d in disk.items():
-        print(f"| {p} | {d['mb_at_load_end']:.0f} | {fmt(d['mb_at_reclaim_end'])} |")
+        print(f"| {p} | {d['mb_at_load_end']:.0f} | {fmt(d['mb_at_reclaim_end'])} | "
+              f"{fmt(d['snapshot_mb_after_warmup'], 1)} → {fmt(d['snapshot_mb_at_load_end'], 1)} |")
     ra, rr = summary["records_after_load"], summary["records_after_reclaim"]
     if ra:
         print("\nRecords (`writ_ledger_records`), after the load → after the reclaim phase: " +

@@ -469,6 +469,32 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<String, Rejection> {
     Ok(text)
 }
 
+/// Compiled validators of stored schemas, by their canonical text ([`stored_validator`]).
+static VALIDATORS: std::sync::Mutex<std::collections::BTreeMap<String, std::sync::Arc<jsonschema::Validator>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Most validators [`stored_validator`] keeps compiled (a process's catalogs' schemas).
+pub const VALIDATORS_CACHED: usize = 256;
+
+/// The validator of a stored schema (an action's `input_schema`, canonical text as published),
+/// compiled once per process: every node checks every submission against it, and compiling
+/// cost more than validating. The cache changes what an answer costs, never the answer.
+pub fn stored_validator(text: &str) -> Result<std::sync::Arc<jsonschema::Validator>, Rejection> {
+    let cache = || VALIDATORS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(v) = cache().get(text) {
+        return Ok(v.clone());
+    }
+    let schema: Value = serde_json::from_str(text)
+        .map_err(|_| Rejection::new(ReasonCode::INTERNAL, "a stored input schema is not JSON"))?;
+    let v = std::sync::Arc::new(validator(&schema)?);
+    let mut cached = cache();
+    if cached.len() >= VALIDATORS_CACHED {
+        cached.pop_first();
+    }
+    cached.insert(text.to_string(), v.clone());
+    Ok(v)
+}
+
 /// Compiles a schema (already published, or being published) into a validator.
 pub fn validator(schema: &Value) -> Result<jsonschema::Validator, Rejection> {
     jsonschema::draft202012::options()
@@ -687,5 +713,18 @@ mod tests {
         assert!(v.is_valid(&json!({"n": 2})));
         assert!(!v.is_valid(&json!({"n": 4})));
         assert!(!v.is_valid(&json!({})));
+    }
+
+    #[test]
+    fn a_stored_schema_is_compiled_once_and_the_cache_stays_bounded() {
+        let text = r#"{"type":"object","required":["only-in-this-test"]}"#;
+        let first = stored_validator(text).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&first, &stored_validator(text).unwrap()), "compiled once");
+        assert!(!first.is_valid(&json!({})) && first.is_valid(&json!({"only-in-this-test": 1})));
+        for i in 0..VALIDATORS_CACHED + 10 {
+            stored_validator(&format!(r#"{{"type":"object","title":"t-{i}"}}"#)).unwrap();
+        }
+        assert!(VALIDATORS.lock().unwrap().len() <= VALIDATORS_CACHED);
+        assert_eq!(stored_validator("{").unwrap_err().reason, ReasonCode::INTERNAL);
     }
 }

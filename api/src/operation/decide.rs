@@ -236,10 +236,8 @@ fn recheck_authority(
     for scope in &scopes {
         authority.require(scope)?;
     }
-    let schema: Value = serde_json::from_str(&action.input_schema)
-        .map_err(|_| Rejection::new(ReasonCode::INTERNAL, "a stored input schema is not JSON"))?;
     let input: Value = serde_json::from_str(&spec.input).map_err(|_| invalid("the input is not JSON"))?;
-    let validator = crate::catalog::validator(&schema)?;
+    let validator = crate::catalog::stored_validator(&action.input_schema)?;
     let errors: Vec<String> =
         validator.iter_errors(&input).map(|e| format!("{}: {e}", e.instance_path())).take(5).collect();
     if !errors.is_empty() {
