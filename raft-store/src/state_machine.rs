@@ -109,6 +109,9 @@ struct Inner {
     /// State revisions of the snapshots built or installed since start, newest last (at most
     /// [`SNAPSHOT_FILES_KEPT`]): how far back a replay may read cold rows.
     snapshot_revisions: std::sync::Mutex<Vec<u64>>,
+    /// Per tenant, the audit sequence below which this node has deleted the records retention
+    /// dropped (since it started): an apply deletes only what retention dropped since.
+    audit_deleted_below: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -255,6 +258,7 @@ impl StateMachine {
                 role_revocations: Default::default(),
                 transfers: Default::default(),
                 snapshot_revisions: Default::default(),
+                audit_deleted_below: Default::default(),
                 cold,
             }),
         };
@@ -585,6 +589,8 @@ impl StateMachine {
         };
         adopt(&self.inner.db, &self.inner.cold, &mut state)?;
         self.snapshot_taken(state.revision);
+        // The audit family now holds the snapshot's records only.
+        self.inner.audit_deleted_below.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         let db = &self.inner.db;
         // Stored events are committed history, so they agree with any snapshot. Keep them if
         // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
@@ -873,14 +879,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
         }
         crate::cold::write(&self.inner.db, &mut batch, a.state.cold.take_writes());
-        // Retention: everything below each tenant's first retained sequence goes.
+        // Retention: everything below each tenant's first retained sequence goes — one range
+        // deletion when that moved, not one per apply (each stays in the family until a
+        // compaction passes it, and every read of the audit trail steps over it).
+        let mut deleted_below =
+            self.inner.audit_deleted_below.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut moved = Vec::new();
         for tenant in &audited {
-            if let Some(index) = a.state.audit.get(tenant) {
-                batch.delete_range_cf(audit_cf, record_key(tenant, 0), record_key(tenant, index.first_seq));
+            let Some(first) = a.state.audit.get(tenant).map(|index| index.first_seq) else { continue };
+            // (Below what was deleted: the tenant was purged and created again.)
+            let from = deleted_below.get(tenant).copied().filter(|f| *f <= first).unwrap_or(0);
+            if first > from {
+                batch.delete_range_cf(audit_cf, record_key(tenant, from), record_key(tenant, first));
+                moved.push((tenant.clone(), first));
             }
         }
         // Not synced: the log is durable, and replay rewrites identical bytes.
         self.inner.db.write(batch).map_err(io::Error::other)?;
+        deleted_below.extend(moved);
+        drop(deleted_below);
         if produced.iter().any(|e| matches!(e.envelope.event, writ_api::ledger::Event::RoleCertificateRevokedV1 { .. }))
         {
             self.refresh_role_revocations(&a.state);
@@ -930,6 +947,62 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Audit retention deletes the records it drops, one range each time a tenant's retained
+    /// range moves: after applies that each move it, the family holds the retained records
+    /// only, and a tenant purged and created again under its id has its new records kept and
+    /// dropped the same way.
+    #[tokio::test]
+    async fn audit_retention_leaves_only_the_retained_records_in_the_family() {
+        use openraft::alias::EntryOf;
+        use openraft::entry::RaftEntry;
+        use writ_api::ledger::{Command, LedgerRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, mut sm) = crate::open(dir.path()).unwrap();
+        let (mut index, mut stamp_ms) = (0, 1_700_000_000_000);
+        let mut apply = |sm: &mut StateMachine, command: Command| {
+            index += 1;
+            stamp_ms += match command {
+                // A deleted tenant is purged once its data's keeping time has passed.
+                Command::PurgeTenant { .. } => writ_api::ledger::TENANT_PURGE_AFTER_MS,
+                _ => 1,
+            };
+            let req = LedgerRequest { stamp_ms, trace_id: "tr".into(), command };
+            let entry = EntryOf::<TypeConfig>::new_normal(openraft::testing::log_id::<TypeConfig>(1, 1, index), req);
+            let mut sm = sm.clone();
+            async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }
+        };
+        let principal = |i: usize| Command::CreatePrincipal {
+            tenant_id: "t".into(),
+            spec: writ_api::principal::PrincipalSpecV1 {
+                principal_id: format!("p-{i}"),
+                name: format!("agent-{i}"),
+                kind: writ_api::principal::PrincipalKind::Agent,
+                preset: None,
+                scopes: Default::default(),
+                metadata: Default::default(),
+            },
+        };
+        let stored = |sm: &StateMachine| {
+            let cf = sm.inner.db.cf_handle(CF_AUDIT).unwrap();
+            sm.inner.db.iterator_cf(cf, IteratorMode::Start).count() as u64
+        };
+        for life in 0..2 {
+            let create = Command::CreateTenant { tenant_id: "t".into(), name: "acme".into(), display_name: None };
+            apply(&mut sm, create).await;
+            let patch = writ_api::settings::TenantSettingsPatch { audit_max_events: Some(3), ..Default::default() };
+            apply(&mut sm, Command::SetTenantSettings { tenant_id: "t".into(), patch }).await;
+            for i in 0..8 {
+                apply(&mut sm, principal(i)).await;
+            }
+            let kept = sm.read().state.audit["t"].len();
+            assert!(sm.read().state.audit["t"].first_seq > 5, "life {life}: retention moved");
+            assert_eq!(stored(&sm), kept, "life {life}: only the retained records are stored");
+            apply(&mut sm, Command::DeleteTenant { tenant_id: "t".into(), note: None }).await;
+            apply(&mut sm, Command::PurgeTenant { tenant_id: "t".into() }).await;
+            assert_eq!(stored(&sm), 0, "life {life}: purged with its tenant");
+        }
+    }
 
     /// A snapshot written before revocations existed (state format 1: the payload is the state
     /// and its audit records) still reads, with no revocations; a format-2 snapshot keeps them,
