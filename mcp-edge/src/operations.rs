@@ -223,22 +223,11 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
     tools
 }
 
-/// The errors of `args` against an operation tool's input schema. The schemas are constants per
-/// tool name, so each is compiled once per process.
+/// The errors of `args` against an operation tool's input schema (compiled once per process,
+/// like every stored schema: `writ_api::catalog::stored_validator`).
 pub fn input_errors(tool: &Value, args: &Value) -> Result<Vec<String>, Rejection> {
-    type Cache = std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<jsonschema::Validator>>>;
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    let name = tool["name"].as_str().unwrap_or_default().to_string();
-    let cache = CACHE.get_or_init(Default::default);
-    let cached = cache.lock().expect("validators").get(&name).cloned();
-    let validator = match cached {
-        Some(v) => v,
-        None => {
-            let v = std::sync::Arc::new(writ_api::catalog::validator(&tool["inputSchema"])?);
-            cache.lock().expect("validators").insert(name, v.clone());
-            v
-        }
-    };
+    let text = serde_json::to_string(&tool["inputSchema"]).expect("json value serializes");
+    let validator = writ_api::catalog::stored_validator(&text)?;
     Ok(schema_errors(&validator, args))
 }
 

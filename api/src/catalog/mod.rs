@@ -476,16 +476,17 @@ static VALIDATORS: std::sync::Mutex<std::collections::BTreeMap<String, std::sync
 /// Most validators [`stored_validator`] keeps compiled (a process's catalogs' schemas).
 pub const VALIDATORS_CACHED: usize = 256;
 
-/// The validator of a stored schema (an action's `input_schema`, canonical text as published),
-/// compiled once per process: every node checks every submission against it, and compiling
-/// cost more than validating. The cache changes what an answer costs, never the answer.
+/// The validator of a stored schema (an action's `input_schema` as published, a tool's input
+/// schema as JSON text), compiled once per process: every node checks every submission
+/// against it, and compiling cost more than validating. The cache changes what an answer
+/// costs, never the answer.
 pub fn stored_validator(text: &str) -> Result<std::sync::Arc<jsonschema::Validator>, Rejection> {
     let cache = || VALIDATORS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(v) = cache().get(text) {
         return Ok(v.clone());
     }
-    let schema: Value = serde_json::from_str(text)
-        .map_err(|_| Rejection::new(ReasonCode::INTERNAL, "a stored input schema is not JSON"))?;
+    let schema: Value =
+        serde_json::from_str(text).map_err(|_| Rejection::new(ReasonCode::INTERNAL, "a stored schema is not JSON"))?;
     let v = std::sync::Arc::new(validator(&schema)?);
     let mut cached = cache();
     if cached.len() >= VALIDATORS_CACHED {
