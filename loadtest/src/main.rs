@@ -161,6 +161,8 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         operations_per_minute: a.operations_per_minute,
         concurrent_operations: a.concurrent_operations,
         audit_max_events: a.audit_max_events,
+        // An hour past the run and its drain, within a tenant's default bound (a day).
+        token_ttl_s: (a.load.duration + a.drain + 3600.0).clamp(3600.0, 86_400.0) as u64,
         audience: a.audience.trim_end_matches('/').to_string(),
         enroll_edge: edges[0].clone(),
         executor_urls: list(&a.executor_urls),

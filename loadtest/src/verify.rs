@@ -192,6 +192,7 @@ fn check_trails(
 ) {
     let (mut keys, mut audited, mut quota, mut overlaps, mut attempts_off) =
         (Vec::new(), BTreeSet::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut beyond_retention: BTreeSet<&str> = BTreeSet::new();
     let mut submitted_total = 0u64;
     for (ti, (t, a)) in tenants.iter().zip(trails).enumerate() {
         submitted_total += a.by_key.values().map(BTreeSet::len).sum::<usize>() as u64;
@@ -199,6 +200,15 @@ fn check_trails(
             keys.push(format!("{}: key {key} → {ids:?}", t.name));
         }
         audited.extend(a.by_key.values().flatten().cloned());
+        // An operation that began at or before the oldest record read may have records the
+        // tenant's audit retention dropped: its trail is not checked.
+        let retained = |id: &str| ops.get(id).is_none_or(|op| a.oldest_ms.is_none_or(|o| op.created_at_ms > o));
+        beyond_retention.extend(
+            seen.acked
+                .iter()
+                .filter(|ack| ack.tenant == ti && !retained(&ack.operation_id))
+                .map(|ack| ack.operation_id.as_str()),
+        );
         for ((principal, window), count) in &a.per_minute {
             if let Some(limit) = operations_per_minute.filter(|limit| count > limit) {
                 quota
@@ -206,7 +216,7 @@ fn check_trails(
             }
         }
         overlaps.extend(a.overlaps.iter().map(|o| format!("{}: {o}", t.name)));
-        for ack in seen.acked.iter().filter(|ack| ack.tenant == ti) {
+        for ack in seen.acked.iter().filter(|ack| ack.tenant == ti && retained(&ack.operation_id)) {
             let id = &ack.operation_id;
             let ledger = ops.get(id).map_or(0, |op| u64::from(op.attempts));
             let trail = a.attempts.get(id).copied().unwrap_or(0);
@@ -219,8 +229,16 @@ fn check_trails(
     let detail = format!("{submitted_total} operations submitted in this run, one per key ({uncertain} executes ended without an answer)");
     v.check("one operation per idempotency key (audit)", keys, detail);
     let acked: BTreeSet<&str> = seen.acked.iter().map(|a| a.operation_id.as_str()).collect();
-    let unaudited: Vec<String> = acked.iter().filter(|id| !audited.contains(**id)).map(|id| id.to_string()).collect();
-    v.check("every acknowledged operation audited", unaudited, format!("{} acknowledged ⊆ audited", acked.len()));
+    let checked: Vec<&str> = acked.iter().copied().filter(|id| !beyond_retention.contains(id)).collect();
+    let unaudited: Vec<String> = checked.iter().filter(|id| !audited.contains(**id)).map(|id| id.to_string()).collect();
+    let detail = match beyond_retention.len() {
+        0 => format!("{} acknowledged ⊆ audited", acked.len()),
+        older => format!(
+            "{} acknowledged ⊆ audited ({older} older than the oldest record the tenants' audit retention kept: not checked)",
+            checked.len()
+        ),
+    };
+    v.check("every acknowledged operation audited", unaudited, detail);
     v.check("audit attempts agree with the ledger", attempts_off, "attempt transitions = attempts".into());
     let detail = match operations_per_minute {
         Some(l) => format!("≤ {l} operations per principal per minute; {} refusals seen", seen.quota_refusals),
@@ -260,11 +278,14 @@ pub struct Trail {
     pub attempts: BTreeMap<String, u64>,
     /// Reservations of a device taken while another operation still held it.
     pub overlaps: Vec<String>,
+    /// Ledger time of the oldest record read: the tenant's audit retention may have dropped
+    /// what came before it (a run longer than the tenant's audit keeps).
+    pub oldest_ms: Option<u64>,
 }
 
 impl Trail {
     pub fn read(records: &[AuditRecord], run_id: &str) -> Trail {
-        let mut t = Trail::default();
+        let mut t = Trail { oldest_ms: records.iter().map(|r| r.at_ms).min(), ..Trail::default() };
         let prefix = format!("{run_id}-");
         // device → (operation, hold expiry)
         let mut held: BTreeMap<String, (String, u64)> = BTreeMap::new();

@@ -133,6 +133,8 @@ pub struct Setup {
     pub concurrent_operations: Option<u64>,
     /// Audit events each loaded tenant retains.
     pub audit_max_events: u64,
+    /// Lifetime of the agents' tokens (the run and its verification fit in it).
+    pub token_ttl_s: u64,
     /// The audience of the agents' tokens: the edges' canonical URL, or the cluster's
     /// `urn:writ:mcp` that every edge accepts.
     pub audience: String,
@@ -256,7 +258,7 @@ async fn configure(admin: &Admin, s: &Setup, name: &str, devices: &[String]) -> 
     let request = IssueTokenRequest {
         principal: AGENT.into(),
         scopes: Vec::new(),
-        ttl_s: Some(3600),
+        ttl_s: Some(s.token_ttl_s),
         audience: Some(s.audience.clone()),
     };
     Ok(admin.ask("issue token", || admin.client.issue_token(name, &request)).await?.token)
