@@ -24,23 +24,9 @@ mkdir -p "$OUT"
 
 log() { echo "== [growth] $*" >&2; }
 
-cleanup() {
-  set +e
-  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-if [ "${BENCH_BUILD:-1}" = 1 ]; then
-  log "release build"
-  cargo build --release --workspace --bins
-fi
-
-export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
 # shellcheck source=loadtest/bench/lib.sh
 source loadtest/bench/lib.sh
-writ_up
+bench_cluster
 
 # rss PIDS: "pid:kB …" of each process.
 rss() { for p in $1; do echo -n "$p:$(awk '/^VmRSS/ {print $2}' "/proc/$p/status") "; done; }

@@ -1,5 +1,26 @@
-# Shared by the bench scripts (run.sh, growth.sh, soak.sh); sourced, not run. Expects WRIT_BIN
-# and WRIT_CLUSTER_DIR to be exported.
+# Shared by the bench scripts (run.sh, growth.sh, soak.sh); sourced, not run. writ_up and
+# ledger_records expect WRIT_BIN and WRIT_CLUSTER_DIR to be exported (bench_cluster does).
+
+# bench_cluster: builds the release binaries (unless BENCH_BUILD=0), starts the local cluster
+# under $WORK/writ with the binaries in $BIN, and on exit runs the caller's `on_exit` (if it
+# defines one), stops the cluster and removes $WORK. The caller defines `log`.
+bench_cluster() {
+  trap bench_cleanup EXIT
+  if [ "${BENCH_BUILD:-1}" = 1 ]; then
+    log "release build"
+    cargo build --release --workspace --bins
+  fi
+  export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
+  writ_up
+}
+
+bench_cleanup() {
+  set +e
+  if declare -F on_exit >/dev/null; then on_exit; fi
+  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
 
 # writ_up: starts what of the local cluster (deploy/local-cluster.sh) is not running — a
 # stopped node restarts from its data and catches up — and waits until every member follows

@@ -9,12 +9,17 @@
 #
 # Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
 # two retention horizons and the event log's seven days), so retention compacts and releases
-# what the load left and the event log drops its old events, and the sampler goes on for
-# SOAK_RECLAIM_S: the disk curve shows what retention gives back.
+# what the load left and the event log its week-old events, and the sampler goes on for
+# SOAK_RECLAIM_S. A third of the way in, and
+# again two thirds in, a write and then a snapshot on every node (what the log's growth
+# triggers in a cluster in service: the versions retention replaced are dropped at a snapshot
+# once the older of the two a node keeps is past them): the disk curve shows what retention
+# gives back.
 #
 # Knobs: SOAK_SECONDS (3600), SOAK_RATE (ops/s; default half of P1's 64-client rate in
 # results/latest.json), SOAK_WARMUP_S (600), SOAK_SAMPLE_S (30), SOAK_RECLAIM_S (900),
-# SOAK_CLOCK_AHEAD_S (8 days), BENCH_BUILD=0 (use the release binaries already built),
+# SOAK_CLOCK_AHEAD_S (8 days), SOAK_LABEL (what the binaries are; default: HEAD), BENCH_BUILD=0
+# (use the release binaries already built),
 # BENCH_OUT (loadtest/bench/results). Writes $BENCH_OUT/soak.{csv,json,md}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,33 +33,21 @@ SAMPLE=${SOAK_SAMPLE_S:-30}
 RECLAIM=${SOAK_RECLAIM_S:-900}
 AHEAD=${SOAK_CLOCK_AHEAD_S:-$((8 * 86400))}
 RATE=${SOAK_RATE:-$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(next(p["writ"]["ops_per_s"] for p in d["p1"] if p["clients"] == 64) / 2, 1))' loadtest/bench/results/latest.json)}
+# What the binaries are (the commit they were built from).
+LABEL=${SOAK_LABEL:-$(git rev-parse --short HEAD)}
 WORK=$(mktemp -d /tmp/writ-soak.XXXXXX)
 mkdir -p "$OUT"
 started=$(date +%s)
 
 log() { echo "== [soak $(( $(date +%s) - started ))s] $*" >&2; }
 
-cleanup() {
-  set +e
-  [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null
-  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-if [ "${BENCH_BUILD:-1}" = 1 ]; then
-  log "release build"
-  cargo build --release --workspace --bins
-fi
-
-export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
+on_exit() { [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null; }
 # shellcheck source=loadtest/bench/lib.sh
 source loadtest/bench/lib.sh
-writ_up
+bench_cluster
 
 CSV=$WORK/soak.csv
-echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations" >"$CSV"
+echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes" >"$CSV"
 # sample PHASE: one row per process (its pid files name what runs now: restarts change pids).
 sample() {
   local t ops p name role i kb
@@ -66,14 +59,38 @@ sample() {
       [ -r "/proc/$p/smaps_rollup" ] || continue
       kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
       name=$([ $role = n ] && echo "node $i" || echo "edge $i")
-      local disk=0
+      local disk=0 snap=0
       # (A file compaction deletes while du walks is not counted.)
-      [ $role = n ] && disk=$(du -sb "$WRIT_CLUSTER_DIR/n$i/data" 2>/dev/null | cut -f1) || true
-      echo "$t,$1,$name,$kb,$disk,${ops:-}" >>"$CSV"
+      if [ $role = n ]; then
+        disk=$(du -sb "$WRIT_CLUSTER_DIR/n$i/data" 2>/dev/null | cut -f1) || true
+        # The newest snapshot: the state a node keeps and sends (its own holds no cold row).
+        snap=$(find "$WRIT_CLUSTER_DIR/n$i/data/snapshots" -name '*.snap' -printf '%T@ %s\n' 2>/dev/null |
+          sort -n | tail -1 | cut -d' ' -f2) || true
+      fi
+      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0}" >>"$CSV"
     done
   done
 }
 sampler() { while :; do sample "$1"; sleep "$SAMPLE"; done; }
+
+# edge_resync: seconds for edge 1, restarted, to load the ledger's projection and be ready.
+edge_resync() {
+  local pid ready
+  pid=$(cat "$WRIT_CLUSTER_DIR/e1/pid")
+  kill "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  rm -f "$WRIT_CLUSTER_DIR/e1/pid"
+  ready=${WRIT_MCP_URLS%% *}
+  ready=${ready%/mcp}/readyz
+  local t0
+  t0=$(date +%s.%N)
+  deploy/local-cluster.sh up >/dev/null
+  for _ in $(seq 1 600); do curl -sf "$ready" >/dev/null && break; sleep 0.05; done
+  python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$(date +%s.%N)"
+}
+RESYNC_BEFORE=$(edge_resync)
+writ_up
+log "edge 1 resynced in $RESYNC_BEFORE s with an empty ledger"
 
 log "load: $RATE operations/s for $SECONDS_LOADED s, sampled every $SAMPLE s"
 sampler load &
@@ -84,19 +101,32 @@ SAMPLER=$!
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 sample load
 ledger_records >"$WORK/records-after-load" || true
+RESYNC_AFTER=$(edge_resync)
+writ_up
+log "edge 1 resynced in $RESYNC_AFTER s after the load"
+echo "{\"before_s\": $RESYNC_BEFORE, \"after_s\": $RESYNC_AFTER}" >"$WORK/resync.json"
 
 log "reclaim: nodes restart $AHEAD s ahead; retention runs for $RECLAIM s"
 deploy/local-cluster.sh down >/dev/null
 WRIT_CLUSTER_RAFT="ledger_clock_ahead_s = $AHEAD" writ_up
 sampler reclaim &
 SAMPLER=$!
-sleep "$RECLAIM"
+for round in 1 2; do
+  sleep $((RECLAIM / 3))
+  # A write first: a node builds no snapshot at the revision it already has one of.
+  "$WRIT_BIN" admin tenant create "reclaim-$round" >/dev/null || log "the write before round $round failed"
+  for u in $WRIT_NODE_URLS; do
+    "$WRIT_BIN" admin --url "$u" cluster snapshot >/dev/null || log "snapshot on $u failed"
+  done
+  log "every node built a snapshot"
+done
+sleep $((RECLAIM - 2 * (RECLAIM / 3)))
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 sample reclaim
 ledger_records >"$WORK/records-after-reclaim" || true
 
 cp "$CSV" "$OUT/soak.csv"
 python3 loadtest/bench/soak_report.py "$OUT/soak.csv" "$WORK/soak.json" "$WARMUP" "$RATE" \
-  "$(git rev-parse --short HEAD)" "$WORK/records-after-load" "$WORK/records-after-reclaim" \
-  "$OUT/soak.json" >"$OUT/soak.md"
+  "$LABEL" "$WORK/records-after-load" "$WORK/records-after-reclaim" \
+  "$OUT/soak.json" "$WORK/resync.json" >"$OUT/soak.md"
 cat "$OUT/soak.md"

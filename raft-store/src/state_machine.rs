@@ -500,6 +500,12 @@ impl StateMachine {
         if let Some(horizon) = self.snapshot_taken(state.revision) {
             let dropped = crate::cold::purge(&self.inner.db, horizon)?;
             metrics::counter!("writ_cold_versions_dropped_total").increment(dropped);
+            if dropped > 0 {
+                // The deletions reach the tables now, not when the memtable next fills (a quiet
+                // cluster may never fill it): tables they crowd are compacted (`cold::tune`).
+                let cf = self.inner.db.cf_handle(CF_COLD).expect("column families are created at open");
+                self.inner.db.flush_cf(cf).map_err(io::Error::other)?;
+            }
         }
         Ok((header, path))
     }
