@@ -616,8 +616,8 @@ impl LedgerNode {
     /// [`REAPER_PERIOD`] it submits `ExpireDue` for each tenant with a deadline or attempt lease
     /// that has run out, so expiries and unknown effects do not wait for the next command, and
     /// every [`RETENTION_PERIOD`] `ApplyRetention` for each tenant with records past their
-    /// retention, until none is due. The ledger decides what is due at the entry's stamp; this only triggers it.
-    /// Stops with the node.
+    /// retention, until none is due. The ledger decides what is due at the entry's stamp; this
+    /// only triggers it. Stops with the node.
     pub fn start_reaper(self: &Arc<Self>) {
         self.while_leading(REAPER_PERIOD, |node, tick| async move {
             let now = node.clock.now_ms();
