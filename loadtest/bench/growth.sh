@@ -12,10 +12,8 @@
 # $BENCH_OUT/growth.json and growth.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-BIN=$TARGET/release
-OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
+# shellcheck source=loadtest/bench/lib.sh
+source loadtest/bench/lib.sh
 CLIENTS=${GROWTH_CLIENTS:-64}
 WARMUP=${GROWTH_WARMUP_S:-20}
 SECONDS_LOADED=${GROWTH_SECONDS:-120}
@@ -24,8 +22,6 @@ mkdir -p "$OUT"
 
 log() { echo "== [growth] $*" >&2; }
 
-# shellcheck source=loadtest/bench/lib.sh
-source loadtest/bench/lib.sh
 bench_cluster
 
 # rss PIDS: "pid:kB …" of each process.

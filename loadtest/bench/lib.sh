@@ -1,5 +1,12 @@
-# Shared by the bench scripts (run.sh, growth.sh, soak.sh); sourced, not run. writ_up and
-# ledger_records expect WRIT_BIN and WRIT_CLUSTER_DIR to be exported (bench_cluster does).
+# Shared by the bench scripts (run.sh, growth.sh, soak.sh); sourced from the repository's root,
+# not run. writ_up and ledger_records expect WRIT_BIN and WRIT_CLUSTER_DIR to be exported
+# (bench_cluster does).
+
+# Where the release binaries are, and where results go (BENCH_OUT).
+ROOT=$PWD
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release
+OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
 
 # bench_cluster: builds the release binaries (unless BENCH_BUILD=0), starts the local cluster
 # under $WORK/writ with the binaries in $BIN, and on exit runs the caller's `on_exit` (if it

@@ -11,15 +11,13 @@
 # already built), BENCH_SCENARIOS ("p1 p2 p3 p4 p5": which to run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-BIN=$TARGET/release
+# shellcheck source=loadtest/bench/lib.sh
+source loadtest/bench/lib.sh
 SECONDS_PER_POINT=${BENCH_SECONDS:-8}
 CLIENTS=${BENCH_CLIENTS:-"1 16 64 256"}
 CONNECTIONS=${BENCH_CONNECTIONS:-"1 16 64"}
 IDLE_TENANTS=${BENCH_IDLE_TENANTS:-10000}
 AUDIT_EVENTS=${BENCH_AUDIT_EVENTS:-1000000}
-OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
 SCENARIOS=" ${BENCH_SCENARIOS:-p1 p2 p3 p4 p5} "
 runs() { [[ $SCENARIOS == *" $1 "* ]]; }
 WORK=$(mktemp -d /tmp/writ-bench.XXXXXX)
@@ -100,8 +98,6 @@ etcd_healthy
 
 log "writ: 3 nodes + 2 edges (release)"
 export WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ
-# shellcheck source=loadtest/bench/lib.sh
-source loadtest/bench/lib.sh
 writ_up
 
 log "bare rmcp baseline"

@@ -23,10 +23,8 @@
 # BENCH_OUT (loadtest/bench/results). Writes $BENCH_OUT/soak.{csv,json,md}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-BIN=$TARGET/release
-OUT=${BENCH_OUT:-$ROOT/loadtest/bench/results}
+# shellcheck source=loadtest/bench/lib.sh
+source loadtest/bench/lib.sh
 SECONDS_LOADED=${SOAK_SECONDS:-3600}
 WARMUP=${SOAK_WARMUP_S:-600}
 SAMPLE=${SOAK_SAMPLE_S:-30}
@@ -42,8 +40,6 @@ started=$(date +%s)
 log() { echo "== [soak $(( $(date +%s) - started ))s] $*" >&2; }
 
 on_exit() { [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null; }
-# shellcheck source=loadtest/bench/lib.sh
-source loadtest/bench/lib.sh
 bench_cluster
 
 CSV=$WORK/soak.csv
