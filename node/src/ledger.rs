@@ -654,18 +654,17 @@ impl LedgerNode {
     async fn retire(&self, tenant_id: &str, now: u64) {
         let mut reported = true;
         for _ in 0..RETENTION_ENTRIES_PER_LOOK {
-            let tenant_id = tenant_id.to_string();
             let command = if reported {
-                Command::ApplyRetentionV2 { tenant_id: tenant_id.clone() }
+                Command::ApplyRetentionV2 { tenant_id: tenant_id.to_string() }
             } else {
-                Command::ApplyRetention { tenant_id: tenant_id.clone() }
+                Command::ApplyRetention { tenant_id: tenant_id.to_string() }
             };
             match self.reap(command, now).await {
                 Ok(()) => {}
                 Err(ReasonCode::LEDGER_VERSION_GATED) if reported => reported = false,
                 Err(_) => return,
             }
-            if !retention_due(&self.sm.read().state, &tenant_id, now, reported) {
+            if !retention_due(&self.sm.read().state, tenant_id, now, reported) {
                 return;
             }
         }
