@@ -24,6 +24,7 @@ def point(s):
             "p999_ms": s["latency_ms"]["p999"], "errors": s["errors"],
             "cpu_s_per_1000": (s.get("servers") or {}).get("cpu_s_per_1000_requests"),
             "rss_mb": (s.get("servers") or {}).get("rss_mb"),
+            "pss_mb": (s.get("servers") or {}).get("pss_mb"),
             "cpu_ms_per_op": (s.get("servers") or {}).get("cpu_s_per_1000_requests"),
             "loadgen_cpu_ms_per_op": ratio(s["machine"].get("loadtest_cpu_s", 0) * 1000, s["requests"]),
             "verify_passed": None if v is None else all(c["ok"] for c in v["checks"]),
@@ -35,7 +36,10 @@ def levels(prefix):
 out = {"generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                    "loadavg_at_end": next(iter(runs.values()))["machine"]["loadavg"] if runs else None},
-       "build_s": a.build_s, "run_s": a.run_s, "p1": [], "p2": [], "p3": {}, "p4": {}, "p5": []}
+       "build_s": a.build_s, "run_s": a.run_s, "p1": [], "p1w": [], "p2": [], "p3": {}, "p4": {}, "p5": []}
+# Consensus commands one Writ operation takes (submission, dispatch, effect report): the
+# per-command column compares them with etcd's one put-if-absent.
+COMMANDS_PER_OPERATION = 3
 # P1's anchor is etcd over its native gRPC API (`etcd_grpc`); the HTTP/JSON gateway (`etcd`)
 # stays as a second column.
 for c in levels("p1-writ-c"):
@@ -44,7 +48,20 @@ for c in levels("p1-writ-c"):
                       "ratio_throughput": ratio(w and w["ops_per_s"], g and g["ops_per_s"]),
                       "ratio_p99": ratio(w and w["p99_ms"], g and g["p99_ms"]),
                       "ratio_throughput_gateway": ratio(w and w["ops_per_s"], e and e["ops_per_s"]),
-                      "ratio_p99_gateway": ratio(w and w["p99_ms"], e and e["p99_ms"])})
+                      "ratio_p99_gateway": ratio(w and w["p99_ms"], e and e["p99_ms"]),
+                      "ratio_per_command": ratio(w and w["ops_per_s"] * COMMANDS_PER_OPERATION, g and g["ops_per_s"])})
+# The whole operation, both sides waiting for the effect report: Writ with `wait_s` (executor's
+# CPU counted) against the same workflow on etcd over TLS with client certificates.
+def all_cpu(p):
+    return None if not p or p["cpu_ms_per_op"] is None else round(p["cpu_ms_per_op"] + (p["loadgen_cpu_ms_per_op"] or 0), 3)
+for c in levels("p1w-writ-c"):
+    w, e = point(runs.get(f"p1w-writ-c{c}")), point(runs.get(f"p1w-etcdwf-c{c}"))
+    out["p1w"].append({"clients": c, "writ": w, "etcd_workflow": e,
+                       "ratio_throughput": ratio(w and w["ops_per_s"], e and e["ops_per_s"]),
+                       "ratio_p99": ratio(w and w["p99_ms"], e and e["p99_ms"]),
+                       "ratio_cpu_per_op": ratio(w and w["cpu_ms_per_op"], e and e["cpu_ms_per_op"]),
+                       "ratio_pss": ratio(w and w["pss_mb"], e and e["pss_mb"]),
+                       "cpu_ms_per_op_with_generator": {"writ": all_cpu(w), "etcd_workflow": all_cpu(e)}})
 for kind in ("discover", "read"):
     for c in levels(f"p2-writ-{kind}-c"):
         w, m = point(runs.get(f"p2-writ-{kind}-c{c}")), point(runs.get(f"p2-mcp-{kind}-c{c}"))
@@ -135,6 +152,26 @@ for p in out["p1"]:
               f"{f(w.get('cpu_ms_per_op'),2)} / {f(g.get('cpu_ms_per_op'),2)} | {f(w.get('rss_mb'),0)} / {f(g.get('rss_mb'),0)} | "
               f"{f(w.get('loadgen_cpu_ms_per_op'),2)} / {f(g.get('loadgen_cpu_ms_per_op'),2)} | "
               f"{'passed' if w.get('verify_passed') else 'FAILED'} |")
+md += ["", f"Per consensus command: Writ's operation takes {COMMANDS_PER_OPERATION} (submission, dispatch, report), "
+       "etcd's put-if-absent one. " + ", ".join(f"{p['clients']} clients {f(p['ratio_per_command'],3)}×" for p in out["p1"]) + "."]
+if out["p1w"]:
+    md += ["", "## P1 workflow: one whole operation, the client waiting for the effect report", "",
+           "Writ `operation.execute` with `wait_s` (submission, dispatch to the executor, report) vs the same "
+           "on etcd as a user would build it (`loadtest/baselines/etcd-grpc`, `--workflow`: put-if-absent of key and "
+           "record, a watching worker's claim txn and report txn, the client watching for the report), over TLS with "
+           "client certificates. Server CPU: all Writ processes with the executor, all etcd members (its worker runs "
+           "in its load generator, so the last column adds each generator's CPU); PSS and RSS at the end.", "",
+           "| clients | Writ ops/s | Writ p99 ms | etcd workflow ops/s | etcd p99 ms | ops/s Writ/etcd | p99 Writ/etcd | "
+           "server CPU ms/op Writ / etcd | with generators Writ / etcd | PSS MB Writ / etcd | RSS MB Writ / etcd | verify Writ / etcd |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|"]
+    for p in out["p1w"]:
+        w, e = p["writ"] or {}, p["etcd_workflow"] or {}
+        both = p["cpu_ms_per_op_with_generator"]
+        ok = lambda x: "passed" if x.get("verify_passed") else "FAILED"
+        md.append(f"| {p['clients']} | {f(w.get('ops_per_s'))} | {f(w.get('p99_ms'),2)} | {f(e.get('ops_per_s'))} | "
+                  f"{f(e.get('p99_ms'),2)} | {f(p['ratio_throughput'],3)} | {f(p['ratio_p99'],3)} | "
+                  f"{f(w.get('cpu_ms_per_op'),2)} / {f(e.get('cpu_ms_per_op'),2)} | {f(both['writ'],2)} / {f(both['etcd_workflow'],2)} | "
+                  f"{f(w.get('pss_mb'),0)} / {f(e.get('pss_mb'),0)} | {f(w.get('rss_mb'),0)} / {f(e.get('rss_mb'),0)} | {ok(w)} / {ok(e)} |")
 if "p1_leader_elections" in out:
     md += ["", f"Writ leader elections while P1 ran (Raft term increase): {out['p1_leader_elections']}."]
 if "p1_raft_entries_per_op" in out:
@@ -205,7 +242,7 @@ def without_empty_tables(lines):
     # A scenario left out (BENCH_SCENARIOS) leaves a heading and a table head with no rows.
     out, section = [], []
     for line in lines + ["## end"]:
-        if line.startswith("## "):
+        if line.startswith(("## ", "### ")):
             rows = [l for l in section if l.startswith("|")]
             if not rows or len(rows) > 2:
                 out += section

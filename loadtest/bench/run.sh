@@ -8,7 +8,8 @@
 # Knobs (environment): BENCH_SECONDS per point (8), BENCH_CLIENTS P1 levels ("1 16 64 256"),
 # BENCH_CONNECTIONS P2 levels ("1 16 64"), BENCH_IDLE_TENANTS (10000), BENCH_AUDIT_EVENTS
 # (1000000), BENCH_OUT (loadtest/bench/results), BENCH_BUILD=0 (use the release binaries
-# already built), BENCH_SCENARIOS ("p1 p2 p3 p4 p5": which to run).
+# already built), BENCH_SCENARIOS ("p1 p1w p2 p3 p4 p5": which to run; p1w is the whole operation,
+# the client waiting for the effect report, against the same workflow built on etcd).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=loadtest/bench/lib.sh
@@ -18,7 +19,7 @@ CLIENTS=${BENCH_CLIENTS:-"1 16 64 256"}
 CONNECTIONS=${BENCH_CONNECTIONS:-"1 16 64"}
 IDLE_TENANTS=${BENCH_IDLE_TENANTS:-10000}
 AUDIT_EVENTS=${BENCH_AUDIT_EVENTS:-1000000}
-SCENARIOS=" ${BENCH_SCENARIOS:-p1 p2 p3 p4 p5} "
+SCENARIOS=" ${BENCH_SCENARIOS:-p1 p1w p2 p3 p4 p5} "
 runs() { [[ $SCENARIOS == *" $1 "* ]]; }
 WORK=$(mktemp -d /tmp/writ-bench.XXXXXX)
 RAW=$OUT/raw
@@ -56,6 +57,11 @@ command -v protoc >/dev/null || { # etcd-client (the gRPC baseline) compiles etc
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq protobuf-compiler >/dev/null
 }
+command -v openssl >/dev/null || { # certificates of etcd's TLS listeners
+  log "installing openssl"
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssl >/dev/null
+}
 if [ "${BENCH_BUILD:-1}" = 1 ]; then
   log "release build"
   cargo build --release --workspace --bins
@@ -68,15 +74,37 @@ ETCD_GRPC=$TARGET/baselines/release/etcd-grpc-load
 build_s=$(( $(date +%s) - started ))
 started=$(date +%s)
 
-log "etcd: 3 members on loopback"
+# etcd_tls DIR: a CA, a server certificate for 127.0.0.1 and a client certificate (ECDSA P-256,
+# as Writ's), for the members' TLS client listeners that check client certificates.
+etcd_tls() {
+  local d=$1 name
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=writ-bench-etcd-ca \
+    -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+  for name in server client; do
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=writ-bench-$name" \
+      -keyout "$d/$name.key" -out "$d/$name.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%sAuth\n' "$name" > "$d/$name.ext"
+    openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+      -extfile "$d/$name.ext" -out "$d/$name.pem" 2>/dev/null
+  done
+}
+ETCD_TLS=$WORK/etcd-tls
+etcd_tls "$ETCD_TLS"
+
+log "etcd: 3 members on loopback (plain client listeners, and TLS ones checking client certificates)"
 ETCD_URLS=""
+ETCD_TLS_URLS=""
 CLUSTER=""
 for i in 1 2 3; do CLUSTER+="e$i=http://127.0.0.1:$((23800 + i)),"; done
 # start_etcd I: member I (a restarted member finds its data and rejoins).
 start_etcd() {
   local i=$1
   etcd --name "e$i" --data-dir "$WORK/etcd$i" \
-    --listen-client-urls "http://127.0.0.1:$((23790 + i))" --advertise-client-urls "http://127.0.0.1:$((23790 + i))" \
+    --listen-client-urls "http://127.0.0.1:$((23790 + i)),https://127.0.0.1:$((23770 + i))" \
+    --advertise-client-urls "http://127.0.0.1:$((23790 + i)),https://127.0.0.1:$((23770 + i))" \
+    --cert-file "$ETCD_TLS/server.pem" --key-file "$ETCD_TLS/server.key" \
+    --trusted-ca-file "$ETCD_TLS/ca.pem" --client-cert-auth \
     --listen-peer-urls "http://127.0.0.1:$((23800 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((23800 + i))" \
     --initial-cluster "${CLUSTER%,}" --initial-cluster-state new --initial-cluster-token writ-bench \
     --log-level error >> "$WORK/etcd$i.log" 2>&1 &
@@ -92,6 +120,7 @@ etcd_healthy() {
 for i in 1 2 3; do
   start_etcd "$i"
   ETCD_URLS+="http://127.0.0.1:$((23790 + i)) "
+  ETCD_TLS_URLS+="https://127.0.0.1:$((23770 + i)) "
 done
 export WRIT_ETCD_URLS=${ETCD_URLS% }
 etcd_healthy
@@ -141,6 +170,18 @@ done
 # Leader changes while P1 ran (a tuning that causes spurious elections under load shows here).
 # Raft entries written while P1 ran (with its verification and drain), per operation.
 runs p1 && echo "{\"term_before\": $TERM_BEFORE, \"term_after\": $(writ_raft term), \"log_before\": $LOG_BEFORE, \"log_after\": $(writ_raft last_log_index)}" > "$RAW/p1-terms.txt"
+
+# --- P1 workflow -----------------------------------------------------------------------------
+# The whole operation on both sides, each client waiting for its effect report: Writ's executor
+# is counted with the servers; etcd's clients and worker speak TLS with client certificates.
+runs p1w && for c in $CLIENTS; do
+  log "P1 workflow $c clients: writ operation.execute waiting for the report, then the etcd workflow"
+  point "p1w-writ-c$c" writ "${common[@]}" --prefix p1w --concurrency "$c" --mix execute=1 --wait-s 20 --verify \
+    --drain 60 --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS"
+  point "p1w-etcdwf-c$c" etcd-grpc "${common[@]}" --workflow --endpoints "${ETCD_TLS_URLS% }" \
+    --cacert "$ETCD_TLS/ca.pem" --cert "$ETCD_TLS/client.pem" --key "$ETCD_TLS/client.key" \
+    --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"
+done
 
 # --- P2 read path ----------------------------------------------------------------------------
 # A second rmcp baseline serving as many tools as the Writ edge lists (started after the first

@@ -84,7 +84,13 @@ impl LoadArgs {
 
     /// Runs the load and returns its summary (servers' usage included).
     pub async fn measure<W: Workload>(&self, system: &str, w: Arc<W>) -> Result<Summary, String> {
-        let pids = self.pids()?;
+        self.measure_with(system, w, &[]).await
+    }
+
+    /// [`LoadArgs::measure`], counting `also` (processes the run started) with the servers.
+    pub async fn measure_with<W: Workload>(&self, system: &str, w: Arc<W>, also: &[u32]) -> Result<Summary, String> {
+        let mut pids = self.pids()?;
+        pids.extend_from_slice(also);
         let before = report::cpu_snapshot(&pids);
         let plan = self.plan();
         let rec = engine::run(&plan, w, self.fault()).await;

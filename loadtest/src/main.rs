@@ -104,6 +104,10 @@ struct WritArgs {
     /// Longest wait for acknowledged operations to settle before verifying.
     #[arg(long, default_value_t = 120.0)]
     drain: f64,
+    /// Each fresh execute waits up to this many seconds for its operation's effect report
+    /// (`wait_s`) and counts only when it saw it (0: answered once recorded).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60))]
+    wait_s: u64,
 }
 
 #[derive(Args)]
@@ -195,18 +199,21 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         changed_share: a.changed_share,
         device_share: a.device_share,
         pad: "x".repeat(a.payload_bytes.saturating_sub(30)),
+        wait_s: a.wait_s,
         run_id: run_id.clone(),
         seen: Mutex::new(writ::Seen::default()),
         tools_listed: Default::default(),
         sessions,
     });
     let since_ms = now_ms();
-    let mut summary = a.load.measure("writ", load.clone()).await?;
+    // The executors' CPU and memory are Writ's too.
+    let executor_pids: Vec<u32> = executors.iter().filter_map(writ::Executor::pid).collect();
+    let mut summary = a.load.measure_with("writ", load.clone(), &executor_pids).await?;
     summary.setup = json!({"run_id": run_id, "tenants": setup.tenants, "idle_tenants": setup.idle_tenants,
                            "upstream": setup.upstream, "wire": a.wire,
                            "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
                            "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
-                           "device_share": a.device_share,
+                           "device_share": a.device_share, "wait_s": a.wait_s, "executors": executor_pids.len(),
                            "tools_listed": load.tools_listed.load(std::sync::atomic::Ordering::Relaxed)});
     if a.verify {
         let seen = std::mem::take(&mut *load.seen.lock().expect("seen lock"));

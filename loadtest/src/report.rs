@@ -48,6 +48,8 @@ pub struct Servers {
     pub cpu_s: f64,
     pub cpu_s_per_1000_requests: f64,
     pub rss_mb: f64,
+    /// Proportional set size: shared pages split among the processes sharing them.
+    pub pss_mb: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -172,8 +174,8 @@ impl Summary {
         }
         if let Some(s) = &self.servers {
             out += &format!(
-                "  servers {:?}: {:.2} CPU s ({:.3} per 1000 requests), {:.0} MB resident\n",
-                s.pids, s.cpu_s, s.cpu_s_per_1000_requests, s.rss_mb
+                "  servers {:?}: {:.2} CPU s ({:.3} per 1000 requests), {:.0} MB resident, {:.0} MB PSS\n",
+                s.pids, s.cpu_s, s.cpu_s_per_1000_requests, s.rss_mb, s.pss_mb
             );
         }
         if let Some(f) = &self.failover {
@@ -233,6 +235,13 @@ pub fn rss_mb(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Proportional set size of a process (`/proc/PID/smaps_rollup`), in MB.
+pub fn pss_mb(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kb: f64 = text.lines().find(|l| l.starts_with("Pss:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
 /// CPU seconds of each watched process at one moment.
 pub fn cpu_snapshot(pids: &[u32]) -> BTreeMap<u32, f64> {
     pids.iter().filter_map(|p| cpu_seconds(Some(*p)).map(|c| (*p, c))).collect()
@@ -247,6 +256,7 @@ pub fn servers(pids: &[u32], before: &BTreeMap<u32, f64>, requests: u64) -> Opti
     let after = cpu_snapshot(pids);
     let cpu_s: f64 = after.iter().map(|(p, c)| c - before.get(p).copied().unwrap_or(*c)).sum();
     let rss: f64 = pids.iter().filter_map(|p| rss_mb(*p)).sum();
+    let pss: f64 = pids.iter().filter_map(|p| pss_mb(*p)).sum();
     Some(Servers {
         pids: pids.to_vec(),
         cpu_s: (cpu_s * 100.0).round() / 100.0,
@@ -256,6 +266,7 @@ pub fn servers(pids: &[u32], before: &BTreeMap<u32, f64>, requests: u64) -> Opti
             (cpu_s * 1000.0 / requests as f64 * 1e4).round() / 1e4
         },
         rss_mb: rss.round(),
+        pss_mb: pss.round(),
     })
 }
 
@@ -269,6 +280,7 @@ mod tests {
         assert!(spin > 0);
         assert!(cpu_seconds(None).is_some());
         assert!(rss_mb(std::process::id()).unwrap() > 1.0);
+        assert!(pss_mb(std::process::id()).unwrap() > 0.5);
         assert!(cpu_seconds(Some(u32::MAX)).is_none(), "no such process");
     }
 }

@@ -357,6 +357,12 @@ pub fn start_executor(writ_bin: &std::path::Path, t: &Tenant) -> Result<Executor
     Ok(Executor(child))
 }
 
+impl Executor {
+    pub fn pid(&self) -> Option<u32> {
+        self.0.id()
+    }
+}
+
 impl Drop for Executor {
     fn drop(&mut self) {
         let _ = self.0.start_kill();
@@ -456,6 +462,8 @@ pub struct WritLoad {
     pub device_share: f64,
     /// Filler making each operation's input about `payload_bytes` long.
     pub pad: String,
+    /// Seconds a fresh execute waits for its effect report (0: answered once recorded).
+    pub wait_s: u64,
     pub run_id: String,
     pub seen: Mutex<Seen>,
     /// Most tools one `tools/list` answered (the size of the list the edge renders; `make bench`
@@ -552,14 +560,18 @@ impl WritLoad {
         if let Some(d) = &device {
             args["device"] = json!(d);
         }
+        if self.wait_s > 0 {
+            args["wait_s"] = json!(self.wait_s);
+        }
         match self.tool(n, t, "operation.execute", args).await {
             Ok(r) => match r["structuredContent"]["operation_id"].as_str() {
+                Some(id) if self.wait_s > 0 && r["structuredContent"]["state"] != "effect_reported" => {
+                    // Recorded, but not reported in time: the drain and verification follow it.
+                    self.remember(Acked { tenant: ti, key, input, device, operation_id: id.to_string() });
+                    Outcome::err("execute", "REPORT_NOT_SEEN")
+                }
                 Some(id) => {
-                    let a = Acked { tenant: ti, key, input, device, operation_id: id.to_string() };
-                    let mut seen = self.seen.lock().expect("seen lock");
-                    let i = seen.acked.len();
-                    seen.acked.push(a);
-                    seen.by_tenant.entry(ti).or_default().push(i);
+                    self.remember(Acked { tenant: ti, key, input, device, operation_id: id.to_string() });
                     Outcome::ok("execute")
                 }
                 None => Outcome::err("execute", "NO_OPERATION_ID"),
@@ -574,6 +586,14 @@ impl WritLoad {
                 Outcome::err("execute", reason)
             }
         }
+    }
+
+    /// An operation the ledger acknowledged (the verification checks each).
+    fn remember(&self, a: Acked) {
+        let mut seen = self.seen.lock().expect("seen lock");
+        let i = seen.acked.len();
+        seen.by_tenant.entry(a.tenant).or_default().push(i);
+        seen.acked.push(a);
     }
 
     fn violation(&self, v: String) {

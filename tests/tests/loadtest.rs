@@ -109,6 +109,35 @@ fn mixed_load_through_both_edges_verifies_every_invariant() {
     );
     assert_eq!(code, 0, "{text}");
     assert!(s["kinds"]["read"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
+
+    // Executes that wait for their effect report count only when they saw it; the executor
+    // the run started is measured with the servers.
+    let (code, s, text) = run_loadtest(
+        &env,
+        &[
+            "writ",
+            "--duration",
+            "2",
+            "--concurrency",
+            "2",
+            "--mix",
+            "execute=1",
+            "--wait-s",
+            "20",
+            "--prefix",
+            "waited",
+            "--verify",
+            "--work-dir",
+            work_dir.to_str().expect("utf-8 path"),
+        ],
+        &json,
+    );
+    assert_eq!(code, 0, "{text}");
+    assert!(s["kinds"]["execute"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
+    assert_eq!(s["errors"], serde_json::json!({}), "{text}");
+    assert_eq!(s["setup"]["wait_s"], 20);
+    assert_eq!(s["servers"]["pids"].as_array().map(Vec::len), Some(1), "the executor: {}", s["servers"]);
+    assert!(s["servers"]["pss_mb"].as_f64().unwrap_or(0.0) > 0.0, "{}", s["servers"]);
 }
 
 #[test]
