@@ -485,6 +485,10 @@ pub const START_JOURNAL_FILE: &str = "starts.journal";
 /// Appended lines after which a running executor rewrites its journal without what it may forget.
 const START_JOURNAL_COMPACT_AFTER: usize = 10_000;
 
+/// Starts waiting for the journal's writer at most (a bound on the queue, not a tuning: the
+/// executor never has more dispatches in flight than this).
+const START_JOURNAL_QUEUE: usize = 4096;
+
 /// The operations this executor sent a start for, on disk (`starts.journal` next to its key):
 /// one line `<operation id> <forget after, ms>`, appended and synced before the start is sent.
 /// A restarted executor never starts what an earlier process may have started: after an
@@ -492,21 +496,49 @@ const START_JOURNAL_COMPACT_AFTER: usize = 10_000;
 /// earlier process's start from its own, so retrying could act on the device twice. Such an
 /// operation ends as an unknown effect, which an operator reconciles. An entry is forgotten
 /// once the operation's deadline and the longest lease have passed (no start can land then).
+///
+/// One writer thread owns the file, off the async runtime: it takes every start queued while
+/// it synced the last ones and makes them durable with one write and one sync (group commit),
+/// so starts are not limited to one per sync.
 struct StartJournal {
-    path: PathBuf,
     /// Started by an earlier process: never started again.
     earlier: BTreeSet<String>,
-    live: Mutex<JournalFile>,
+    appends: tokio::sync::mpsc::Sender<Append>,
+}
+
+/// One start to record, and who waits for it to be durable.
+struct Append {
+    id: String,
+    forget_after_ms: u64,
+    now_ms: u64,
+    durable: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
 struct JournalFile {
+    path: PathBuf,
     file: std::fs::File,
     entries: BTreeMap<String, u64>,
     appended: usize,
+    /// Syncs of appended lines so far (each covers a whole batch).
+    syncs: u64,
 }
 
 impl StartJournal {
     fn open(path: PathBuf, now_ms: u64) -> Result<StartJournal, String> {
+        let (journal, file, queue) = Self::load(path, now_ms)?;
+        std::thread::Builder::new()
+            .name("start-journal".into())
+            .spawn(move || file.serve(queue))
+            .map_err(|e| format!("start journal writer: {e}"))?;
+        Ok(journal)
+    }
+
+    /// Reads the journal, rewrites it without what may be forgotten, and returns it with the
+    /// file and the queue its writer serves.
+    fn load(
+        path: PathBuf,
+        now_ms: u64,
+    ) -> Result<(StartJournal, JournalFile, tokio::sync::mpsc::Receiver<Append>), String> {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -521,15 +553,10 @@ impl StartJournal {
             .filter(|(_, until)| *until > now_ms)
             .collect();
         let earlier = entries.keys().cloned().collect();
-        let file = Self::rewrite(&path, &entries)?;
-        Ok(StartJournal { path, earlier, live: Mutex::new(JournalFile { file, entries, appended: 0 }) })
-    }
-
-    /// Replaces the journal with `entries` and opens it for appending.
-    fn rewrite(path: &Path, entries: &BTreeMap<String, u64>) -> Result<std::fs::File, String> {
-        let text: String = entries.iter().map(|(id, until)| format!("{id} {until}\n")).collect();
-        writ_client::files::replace(path, &text, true).map_err(|e| format!("{}: {e}", path.display()))?;
-        std::fs::OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))
+        let file = JournalFile::rewrite(&path, &entries)?;
+        let (appends, queue) = tokio::sync::mpsc::channel(START_JOURNAL_QUEUE);
+        let journal = StartJournal { earlier, appends };
+        Ok((journal, JournalFile { path, file, entries, appended: 0, syncs: 0 }, queue))
     }
 
     fn started_before(&self, id: &str) -> bool {
@@ -537,17 +564,55 @@ impl StartJournal {
     }
 
     /// Records, durably, that a start of `id` is about to be sent.
-    fn record(&self, id: &str, forget_after_ms: u64, now_ms: u64) -> Result<(), String> {
-        let mut j = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        j.entries.insert(id.to_string(), forget_after_ms);
-        j.appended += 1;
-        if j.appended >= START_JOURNAL_COMPACT_AFTER {
-            j.entries.retain(|_, until| *until > now_ms);
-            j.file = Self::rewrite(&self.path, &j.entries)?;
-            j.appended = 0;
+    async fn record(&self, id: &str, forget_after_ms: u64, now_ms: u64) -> Result<(), String> {
+        let (durable, synced) = tokio::sync::oneshot::channel();
+        let append = Append { id: id.to_string(), forget_after_ms, now_ms, durable };
+        self.appends.send(append).await.map_err(|_| "the start journal's writer stopped".to_string())?;
+        synced.await.map_err(|_| "the start journal's writer stopped".to_string())?
+    }
+}
+
+impl JournalFile {
+    /// Replaces the journal with `entries` and opens it for appending.
+    fn rewrite(path: &Path, entries: &BTreeMap<String, u64>) -> Result<std::fs::File, String> {
+        let text: String = entries.iter().map(|(id, until)| format!("{id} {until}\n")).collect();
+        writ_client::files::replace(path, &text, true).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The writer: each batch is what was queued while the previous one synced. Returns (with
+    /// the file) once every sender is gone.
+    fn serve(mut self, mut queue: tokio::sync::mpsc::Receiver<Append>) -> JournalFile {
+        while let Some(first) = queue.blocking_recv() {
+            let mut batch = vec![first];
+            while let Ok(more) = queue.try_recv() {
+                batch.push(more);
+            }
+            let written = self.append(&batch);
+            for a in batch {
+                let _ = a.durable.send(written.clone());
+            }
+        }
+        self
+    }
+
+    /// Appends a batch with one write and one sync (or rewrites the journal, compacted, once
+    /// enough lines were appended).
+    fn append(&mut self, batch: &[Append]) -> Result<(), String> {
+        for a in batch {
+            self.entries.insert(a.id.clone(), a.forget_after_ms);
+        }
+        self.appended += batch.len();
+        if self.appended >= START_JOURNAL_COMPACT_AFTER {
+            let now_ms = batch.iter().map(|a| a.now_ms).max().unwrap_or(0);
+            self.entries.retain(|_, until| *until > now_ms);
+            self.file = Self::rewrite(&self.path, &self.entries)?;
+            self.appended = 0;
             return Ok(());
         }
-        let written = j.file.write_all(format!("{id} {forget_after_ms}\n").as_bytes()).and_then(|_| j.file.sync_data());
+        let lines: String = batch.iter().map(|a| format!("{} {}\n", a.id, a.forget_after_ms)).collect();
+        self.syncs += 1;
+        let written = self.file.write_all(lines.as_bytes()).and_then(|_| self.file.sync_data());
         written.map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }
@@ -924,7 +989,7 @@ impl Executor {
             return;
         }
         let forget_after = d.deadline_ms.saturating_add(writ_api::operation::LEASE_MS_MAX);
-        if let Err(e) = self.journal.record(&id, forget_after, writ_client::now_ms()) {
+        if let Err(e) = self.journal.record(&id, forget_after, writ_client::now_ms()).await {
             tracing::error!(operation = %id, error = %e, "the start journal cannot be written: not attempted");
             self.memory.lock().expect("memory lock").taken.remove(&id);
             return;
@@ -1297,14 +1362,14 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_start_journal_survives_a_restart_and_forgets_what_can_no_longer_start() {
+    #[tokio::test]
+    async fn the_start_journal_survives_a_restart_and_forgets_what_can_no_longer_start() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(START_JOURNAL_FILE);
         let j = StartJournal::open(path.clone(), 1_000).unwrap();
         assert!(!j.started_before("op-1"), "a new executor started nothing");
-        j.record("op-1", 5_000, 1_000).unwrap();
-        j.record("op-2", 9_000, 1_000).unwrap();
+        j.record("op-1", 5_000, 1_000).await.unwrap();
+        j.record("op-2", 9_000, 1_000).await.unwrap();
         assert!(!j.started_before("op-1"), "this run's own starts are its tasks' business");
         // The next run, at a time when op-1 can no longer start.
         let next = StartJournal::open(path.clone(), 6_000).unwrap();
@@ -1312,5 +1377,29 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "op-2 9000\n", "rewritten without op-1");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn starts_queued_while_the_journal_syncs_are_made_durable_by_one_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(START_JOURNAL_FILE);
+        let (journal, file, queue) = StartJournal::load(path.clone(), 1_000).unwrap();
+        // 50 starts queued before the writer runs: all in the batch it takes first.
+        let answers: Vec<_> = (0..50)
+            .map(|i| {
+                let (durable, synced) = tokio::sync::oneshot::channel();
+                let a = Append { id: format!("op-{i}"), forget_after_ms: 9_000, now_ms: 1_000, durable };
+                journal.appends.try_send(a).unwrap();
+                synced
+            })
+            .collect();
+        drop(journal);
+        let file = file.serve(queue);
+        assert_eq!(file.syncs, 1, "one sync for the whole batch");
+        for mut synced in answers {
+            assert_eq!(synced.try_recv().unwrap(), Ok(()), "every start was answered durable");
+        }
+        let next = StartJournal::open(path, 2_000).unwrap();
+        assert!((0..50).all(|i| next.started_before(&format!("op-{i}"))), "every start is on disk");
     }
 }
