@@ -156,7 +156,8 @@ md += ["", f"Per consensus command: Writ's operation takes {COMMANDS_PER_OPERATI
        "etcd's put-if-absent one. " + ", ".join(f"{p['clients']} clients {f(p['ratio_per_command'],3)}×" for p in out["p1"]) + "."]
 if out["p1w"]:
     md += ["", "## P1 workflow: one whole operation, the client waiting for the effect report", "",
-           "Writ `operation.execute` with `wait_s` (submission, dispatch to the executor, report) vs the same "
+           "Writ `operation.execute` with `wait_s` (submission, dispatch to the executor, report; the simulated "
+           "device uploads no camera frame) vs the same "
            "on etcd as a user would build it (`loadtest/baselines/etcd-grpc`, `--workflow`: put-if-absent of key and "
            "record, a watching worker's claim txn and report txn, the client watching for the report), over TLS with "
            "client certificates. Server CPU: all Writ processes with the executor, all etcd members (its worker runs "

@@ -172,12 +172,13 @@ done
 runs p1 && echo "{\"term_before\": $TERM_BEFORE, \"term_after\": $(writ_raft term), \"log_before\": $LOG_BEFORE, \"log_after\": $(writ_raft last_log_index)}" > "$RAW/p1-terms.txt"
 
 # --- P1 workflow -----------------------------------------------------------------------------
-# The whole operation on both sides, each client waiting for its effect report: Writ's executor
-# is counted with the servers; etcd's clients and worker speak TLS with client certificates.
+# The whole operation on both sides, each client waiting for its effect report, three consensus
+# writes each (Writ's simulated device takes no camera frame here): Writ's executor is counted
+# with the servers; etcd's clients and worker speak TLS with client certificates.
 runs p1w && for c in $CLIENTS; do
   log "P1 workflow $c clients: writ operation.execute waiting for the report, then the etcd workflow"
-  point "p1w-writ-c$c" writ "${common[@]}" --prefix p1w --concurrency "$c" --mix execute=1 --wait-s 20 --verify \
-    --drain 60 --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS"
+  point "p1w-writ-c$c" writ "${common[@]}" --prefix p1w --concurrency "$c" --mix execute=1 --wait-s 20 --no-camera \
+    --verify --drain 60 --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS"
   point "p1w-etcdwf-c$c" etcd-grpc "${common[@]}" --workflow --endpoints "${ETCD_TLS_URLS% }" \
     --cacert "$ETCD_TLS/ca.pem" --cert "$ETCD_TLS/client.pem" --key "$ETCD_TLS/client.key" \
     --concurrency "$c" --verify --watch-pids "${ETCD_PIDS[*]}"

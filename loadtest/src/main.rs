@@ -108,6 +108,10 @@ struct WritArgs {
     /// (`wait_s`) and counts only when it saw it (0: answered once recorded).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60))]
     wait_s: u64,
+    /// The simulated devices upload no camera frame per effect (each operation is then its
+    /// submission, dispatch and report).
+    #[arg(long)]
+    no_camera: bool,
 }
 
 #[derive(Args)]
@@ -173,6 +177,7 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
         writ_bin: writ_bin.clone(),
         work_dir: a.work_dir.clone(),
         ca: a.ca.clone(),
+        camera: !a.no_camera,
     };
     let provisioning = std::time::Instant::now();
     let tenants = writ::provision(&admin, &setup).await?;
@@ -213,7 +218,7 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
                            "upstream": setup.upstream, "wire": a.wire,
                            "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
                            "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
-                           "device_share": a.device_share, "wait_s": a.wait_s, "executors": executor_pids.len(),
+                           "device_share": a.device_share, "wait_s": a.wait_s, "camera": !a.no_camera, "executors": executor_pids.len(),
                            "tools_listed": load.tools_listed.load(std::sync::atomic::Ordering::Relaxed)});
     if a.verify {
         let seen = std::mem::take(&mut *load.seen.lock().expect("seen lock"));

@@ -148,6 +148,9 @@ pub struct Setup {
     pub work_dir: PathBuf,
     /// The cluster CA (edges serving HTTPS), passed to `writ executor enroll --ca`.
     pub ca: Option<PathBuf>,
+    /// Whether each simulated effect also uploads a camera frame as evidence (a fourth
+    /// consensus command per operation).
+    pub camera: bool,
 }
 
 /// A loaded tenant.
@@ -301,7 +304,8 @@ async fn provision_idle(admin: &Admin, s: &Setup) -> Result<(), String> {
     Ok(())
 }
 
-/// Enrolls an executor for the tenant's site and devices once (its directory is reused).
+/// Enrolls an executor for the tenant's site and devices once (its directory is reused), and
+/// sets this run's edges and camera in its config.
 async fn enroll(
     admin: &Admin,
     s: &Setup,
@@ -310,9 +314,30 @@ async fn enroll(
     dir: &std::path::Path,
 ) -> Result<(), String> {
     let config = dir.join("executor.toml");
-    if config.exists() {
-        return Ok(());
+    if !config.exists() {
+        enroll_once(admin, s, tenant, devices, dir).await?;
     }
+    let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+    let edges: Vec<String> = s.executor_urls.iter().map(|u| format!("{u:?}")).collect();
+    let text: Vec<String> = text
+        .lines()
+        .map(|l| match l {
+            l if l.starts_with("edges = ") && !edges.is_empty() => format!("edges = [{}]", edges.join(", ")),
+            l if l.starts_with("camera = ") => format!("camera = {}", s.camera),
+            l => l.to_string(),
+        })
+        .collect();
+    std::fs::write(&config, text.join("\n") + "\n").map_err(|e| e.to_string())
+}
+
+/// `writ executor enroll` into `dir`.
+async fn enroll_once(
+    admin: &Admin,
+    s: &Setup,
+    tenant: &str,
+    devices: &[String],
+    dir: &std::path::Path,
+) -> Result<(), String> {
     let request = CreateEnrollmentRequest { site: SITE.into(), devices: devices.to_vec(), ttl_s: None };
     let token = admin.ask("create enrollment", || admin.client.create_enrollment(tenant, &request)).await?.token;
     let out = tokio::process::Command::new(&s.writ_bin)
@@ -324,15 +349,6 @@ async fn enroll(
         .map_err(|e| format!("{}: {e}", s.writ_bin.display()))?;
     if !out.status.success() {
         return Err(format!("writ executor enroll: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    if !s.executor_urls.is_empty() {
-        let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
-        let edges: Vec<String> = s.executor_urls.iter().map(|u| format!("{u:?}")).collect();
-        let text: Vec<String> = text
-            .lines()
-            .map(|l| if l.starts_with("edges = ") { format!("edges = [{}]", edges.join(", ")) } else { l.to_string() })
-            .collect();
-        std::fs::write(&config, text.join("\n") + "\n").map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -126,6 +126,7 @@ fn mixed_load_through_both_edges_verifies_every_invariant() {
             "20",
             "--prefix",
             "waited",
+            "--no-camera",
             "--verify",
             "--work-dir",
             work_dir.to_str().expect("utf-8 path"),
@@ -138,6 +139,8 @@ fn mixed_load_through_both_edges_verifies_every_invariant() {
     assert_eq!(s["setup"]["wait_s"], 20);
     assert_eq!(s["servers"]["pids"].as_array().map(Vec::len), Some(1), "the executor: {}", s["servers"]);
     assert!(s["servers"]["pss_mb"].as_f64().unwrap_or(0.0) > 0.0, "{}", s["servers"]);
+    let config = std::fs::read_to_string(work_dir.join("waited-0/executor.toml")).expect("executor config");
+    assert!(config.contains("\ncamera = false\n"), "{config}");
 }
 
 #[test]
