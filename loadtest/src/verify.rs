@@ -338,6 +338,7 @@ impl Trail {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writ::Acked;
     use serde_json::json;
 
     fn rec(seq: u64, at_ms: u64, operation: &str, detail: Value) -> AuditRecord {
@@ -410,6 +411,61 @@ mod tests {
         assert_eq!(t.by_key["run-1"].len(), 2);
         assert_eq!(t.overlaps.len(), 1, "{:?}", t.overlaps);
         assert!(t.overlaps[0].contains("o2") && t.overlaps[0].contains("o1"));
+    }
+
+    /// A finished operation of tenant "t" created at `created_at_ms` with `attempts` attempts.
+    fn operation(id: &str, created_at_ms: u64, attempts: u32) -> Operation {
+        serde_json::from_value(json!({
+            "tenant_id": "t",
+            "spec": {"operation_id": id, "principal_id": "p", "authority_ref": "a", "action": "log_entry",
+                     "payload_hash": "h", "input": "{}", "idempotency_key": format!("run-{id}"), "deadline_ms": 1,
+                     "cost_units": 1, "cost_ceiling": null, "device_id": null, "work_ref": null, "preconditions": {},
+                     "trace_id": "", "input_requests": {}},
+            "state": "effect_reported", "executor_id": "x", "fencing_token": null, "attempts": attempts,
+            "lease_expires_at_ms": null, "evidence": [], "observations": [], "answers": {}, "cancel_requested": false,
+            "cause": "", "created_at_ms": created_at_ms, "updated_at_ms": created_at_ms, "revision": 1
+        }))
+        .expect("an operation")
+    }
+
+    #[test]
+    fn operations_older_than_the_retained_trail_are_not_checked_against_it() {
+        let tenant =
+            Tenant { name: "t".into(), token: String::new(), devices: vec![], executor_dir: "/nowhere".into() };
+        let acked = |id: &str| Acked {
+            tenant: 0,
+            key: format!("run-{id}"),
+            input: Value::Null,
+            device: None,
+            operation_id: id.into(),
+        };
+        // The trail starts at 4,000: retention dropped what "old" (created at 1,000) left there.
+        let trail = Trail::read(
+            &[
+                submitted(9, 4_000, "another", "other-run-1"),
+                submitted(10, 5_000, "new", "run-new"),
+                rec(11, 5_001, "operation_transitioned", json!({"operation_id": "new", "to": "attempting"})),
+            ],
+            "run",
+        );
+        let mut ops: BTreeMap<String, Operation> =
+            [("old", 1_000, 1), ("new", 5_000, 1)].map(|(id, at, n)| (id.to_string(), operation(id, at, n))).into();
+        let check = |ops: &BTreeMap<String, Operation>, ids: &[&str]| {
+            let seen = Seen { acked: ids.iter().map(|id| acked(id)).collect(), ..Seen::default() };
+            let mut v = Verification::default();
+            check_trails(&mut v, std::slice::from_ref(&tenant), &seen, ops, std::slice::from_ref(&trail), None);
+            v
+        };
+        let v = check(&ops, &["old", "new"]);
+        assert!(v.passed(), "{:?}", v.checks);
+        let audited = v.checks.iter().find(|c| c.name == "every acknowledged operation audited").expect("check");
+        assert!(audited.detail.contains("1 older than the oldest record"), "{}", audited.detail);
+        // An operation created after the trail's start is still checked: missing from it, it fails.
+        ops.insert("lost".into(), operation("lost", 6_000, 1));
+        let v = check(&ops, &["old", "new", "lost"]);
+        let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.ok).collect();
+        assert_eq!(failed.len(), 2, "unaudited and its attempts: {failed:?}");
+        assert!(failed.iter().all(|c| c.detail.contains("lost") && !c.detail.contains("old")), "{failed:?}");
     }
 
     #[test]
