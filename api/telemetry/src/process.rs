@@ -9,20 +9,38 @@ pub const SECONDS_BUCKETS: &[f64] =
 /// Buckets of every other histogram (counts, e.g. a group commit's appends): 1 to 1,024.
 pub const COUNT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
+/// How often the recorder's histogram samples are folded into their buckets.
+pub const UPKEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+/// The name of the thread that does it.
+pub const UPKEEP_THREAD: &str = "writ-metrics-up";
+
 /// Installs the Prometheus recorder once per process and returns its handle. Histograms are
 /// exported as Prometheus histograms (buckets), never as summaries: bucket counts add up across
 /// replicas, quantiles do not.
+///
+/// The recorder keeps every histogram sample until something folds it into its buckets: a
+/// scrape, or the upkeep thread started here every [`UPKEEP_PERIOD`]. Without it, a process
+/// nobody scrapes would grow by each sample it ever recorded (a few per request).
 pub fn install_metrics() -> Option<PrometheusHandle> {
     static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
             use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-            PrometheusBuilder::new()
+            let handle = PrometheusBuilder::new()
                 .set_buckets(COUNT_BUCKETS)
                 .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS))
                 .ok()?
                 .install_recorder()
-                .ok()
+                .ok()?;
+            let upkept = handle.clone();
+            let started = std::thread::Builder::new().name(UPKEEP_THREAD.into()).spawn(move || loop {
+                std::thread::sleep(UPKEEP_PERIOD);
+                upkept.run_upkeep();
+            });
+            if let Err(e) = started {
+                tracing::error!(error = %e, "metrics upkeep not started: histogram samples wait for a scrape");
+            }
+            Some(handle)
         })
         .clone()
 }
@@ -58,4 +76,27 @@ pub fn otlp_endpoint(raw: Option<String>) -> Result<Option<String>, String> {
         return Err(format!("an http:// or https:// URL of at most {OTLP_ENDPOINT_BYTES_MAX} bytes"));
     }
     Ok(Some(url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The thread names of this process (`/proc/self/task/*/comm`).
+    fn threads() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn installing_the_recorder_starts_its_upkeep_once() {
+        let handle = install_metrics().expect("installed");
+        install_metrics().expect("the same recorder");
+        assert_eq!(threads().iter().filter(|t| *t == UPKEEP_THREAD).count(), 1, "{:?}", threads());
+        metrics::histogram!("writ_test_seconds").record(0.002);
+        assert!(handle.render().contains("writ_test_seconds_bucket{le=\"0.0025\"} 1"), "{}", handle.render());
+    }
 }
