@@ -51,92 +51,88 @@ fn work_ref_schema() -> Value {
                           "revision": {"type": "integer", "minimum": 1}}})
 }
 
-/// The operation tools `authority` may call, as `tools/list` entries.
-pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
-    let mut tools = Vec::new();
-    if authority.require(EXECUTE_SCOPE).is_ok() {
-        tools.push(json!({
-            "name": EXECUTE,
-            "title": "Execute an operation",
-            "description": "Records a durable operation for a catalog action: the idempotency key binds it to this exact \
-                payload (a retry returns the same operation; the same key with another payload is refused), the ledger \
-                checks the deadline and cost ceiling and reserves the device, then an executor attempts it once. \
-                Returns the operation id and state (with wait_s, once it settles, streaming each state as progress); \
-                read it back with operation.readback.",
-            "inputSchema": {
-                "type": "object", "additionalProperties": false,
-                "required": ["action", "idempotency_key"],
-                "properties": {
-                    "action": {"type": "string", "description": "the catalog action id"},
-                    "input": {"type": "object", "description": "the action's input (its input schema applies)"},
-                    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "device": {"type": "string", "description": "device name, for actions that drive one"},
-                    "deadline_s": {"type": "integer", "minimum": 1, "maximum": DEADLINE_S_MAX,
-                                   "description": "no attempt starts after this many seconds (default 60)"},
-                    "cost_ceiling": {"type": "integer", "minimum": 0},
-                    "work_ref": work_ref_schema(),
-                    "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
-                                      "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}},
-                    "wait_s": {"type": "integer", "minimum": 0, "maximum": WAIT_S_MAX,
-                               "description": "wait up to this long for the operation to settle (effect reported, \
-                                   failed, expired, unknown effect…), reporting each state it reaches as progress \
-                                   (with the request's progressToken); 0, the default, answers at once"},
-                    "proposal": {"type": "string", "maxLength": 200,
-                                 "description": "from operation.propose: needed for dry-run, high and critical risk actions"}
-                }
-            },
-            "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
-        }));
-    }
+/// Every operation tool's `tools/list` entry, in listing order, with the scopes any one of
+/// which lets an authority call it.
+fn definitions() -> Vec<(&'static [&'static str], Value)> {
+    let mut tools: Vec<(&'static [&'static str], Value)> = Vec::new();
+    tools.push((&[EXECUTE_SCOPE], json!({
+        "name": EXECUTE,
+        "title": "Execute an operation",
+        "description": "Records a durable operation for a catalog action: the idempotency key binds it to this exact \
+            payload (a retry returns the same operation; the same key with another payload is refused), the ledger \
+            checks the deadline and cost ceiling and reserves the device, then an executor attempts it once. \
+            Returns the operation id and state (with wait_s, once it settles, streaming each state as progress); \
+            read it back with operation.readback.",
+        "inputSchema": {
+            "type": "object", "additionalProperties": false,
+            "required": ["action", "idempotency_key"],
+            "properties": {
+                "action": {"type": "string", "description": "the catalog action id"},
+                "input": {"type": "object", "description": "the action's input (its input schema applies)"},
+                "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
+                "device": {"type": "string", "description": "device name, for actions that drive one"},
+                "deadline_s": {"type": "integer", "minimum": 1, "maximum": DEADLINE_S_MAX,
+                               "description": "no attempt starts after this many seconds (default 60)"},
+                "cost_ceiling": {"type": "integer", "minimum": 0},
+                "work_ref": work_ref_schema(),
+                "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
+                                  "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}},
+                "wait_s": {"type": "integer", "minimum": 0, "maximum": WAIT_S_MAX,
+                           "description": "wait up to this long for the operation to settle (effect reported, \
+                               failed, expired, unknown effect…), reporting each state it reaches as progress \
+                               (with the request's progressToken); 0, the default, answers at once"},
+                "proposal": {"type": "string", "maxLength": 200,
+                             "description": "from operation.propose: needed for dry-run, high and critical risk actions"}
+            }
+        },
+        "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
+    })));
     // A dry run only looks: readOnly principals (context:read) may preview too.
-    if authority.require(EXECUTE_SCOPE).is_ok() || authority.require(SEARCH_SCOPE).is_ok() {
-        tools.push(json!({
-            "name": PROPOSE,
-            "title": "Propose an operation (dry run)",
-            "description": "Checks an action call as operation.execute would (scopes, input schema, device) and previews \
-                what would happen, executing nothing. The ledger records a proposal bound to you and to this exact call \
-                for 5 minutes, usable once: dry-run, high- and critical-risk actions execute only with one. Without the \
-                scopes to commit (e.g. a readOnly principal) the preview lists what is missing and carries no proposal.",
-            "inputSchema": {
-                "type": "object", "additionalProperties": false,
-                "required": ["action"],
-                "properties": {
-                    "action": {"type": "string", "description": "the catalog action id"},
-                    "input": {"type": "object", "description": "the action's input (its input schema applies)"},
-                    "device": {"type": "string", "description": "device name, for actions that drive one"},
-                    "work_ref": work_ref_schema(),
-                    "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
-                                      "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}}
-                }
-            },
-            "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
-        }));
-    }
-    if authority.require(OBSERVE_SCOPE).is_ok() {
-        tools.push(json!({
-            "name": OBSERVE,
-            "title": "Record an observation of an operation",
-            "description": "Links your own observation (content hash of what you captured, where it can be fetched, a \
-                summary) to an attempted operation. An effect is accepted only with an observation by someone other \
-                than the principal that asked for it.",
-            "inputSchema": {"type": "object", "additionalProperties": false,
-                "required": ["operation_id", "content_hash"],
-                "oneOf": [{"required": ["evidence_return_ref"]}, {"required": ["content_base64"]}],
-                "properties": {
-                    "operation_id": {"type": "string"},
-                    "content_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                    "evidence_return_ref": {"type": "string", "minLength": 1, "maxLength": 500},
-                    "content_base64": {"type": "string", "maxLength": writ_api::evidence::EVIDENCE_BYTES_MAX.div_ceil(3) * 4,
-                        "description": "the captured content itself: Writ stores it and the observation points at \
-                            writ://operations/{id}/evidence/{content_hash}"},
-                    "mime_type": {"enum": writ_api::evidence::EVIDENCE_MIME_TYPES},
-                    "summary": {"type": "string", "maxLength": 2000}
-                }},
-            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
-        }));
-    }
-    if authority.require(writ_api::operation::APPROVE_SCOPE).is_ok() {
-        tools.push(json!({
+    tools.push((&[EXECUTE_SCOPE, SEARCH_SCOPE], json!({
+        "name": PROPOSE,
+        "title": "Propose an operation (dry run)",
+        "description": "Checks an action call as operation.execute would (scopes, input schema, device) and previews \
+            what would happen, executing nothing. The ledger records a proposal bound to you and to this exact call \
+            for 5 minutes, usable once: dry-run, high- and critical-risk actions execute only with one. Without the \
+            scopes to commit (e.g. a readOnly principal) the preview lists what is missing and carries no proposal.",
+        "inputSchema": {
+            "type": "object", "additionalProperties": false,
+            "required": ["action"],
+            "properties": {
+                "action": {"type": "string", "description": "the catalog action id"},
+                "input": {"type": "object", "description": "the action's input (its input schema applies)"},
+                "device": {"type": "string", "description": "device name, for actions that drive one"},
+                "work_ref": work_ref_schema(),
+                "preconditions": {"type": "object", "maxProperties": writ_api::operation::PRECONDITIONS_MAX,
+                                  "additionalProperties": {"type": "string", "maxLength": writ_api::operation::PRECONDITION_BYTES_MAX}}
+            }
+        },
+        "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
+    })));
+    tools.push((&[OBSERVE_SCOPE], json!({
+        "name": OBSERVE,
+        "title": "Record an observation of an operation",
+        "description": "Links your own observation (content hash of what you captured, where it can be fetched, a \
+            summary) to an attempted operation. An effect is accepted only with an observation by someone other \
+            than the principal that asked for it.",
+        "inputSchema": {"type": "object", "additionalProperties": false,
+            "required": ["operation_id", "content_hash"],
+            "oneOf": [{"required": ["evidence_return_ref"]}, {"required": ["content_base64"]}],
+            "properties": {
+                "operation_id": {"type": "string"},
+                "content_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                "evidence_return_ref": {"type": "string", "minLength": 1, "maxLength": 500},
+                "content_base64": {"type": "string", "maxLength": writ_api::evidence::EVIDENCE_BYTES_MAX.div_ceil(3) * 4,
+                    "description": "the captured content itself: Writ stores it and the observation points at \
+                        writ://operations/{id}/evidence/{content_hash}"},
+                "mime_type": {"enum": writ_api::evidence::EVIDENCE_MIME_TYPES},
+                "summary": {"type": "string", "maxLength": 2000}
+            }},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+    })));
+    tools.push((
+        &[writ_api::operation::APPROVE_SCOPE],
+        json!({
             "name": APPROVE,
             "title": "Approve or refuse another principal's critical call",
             "description": "A critical-risk operation runs only once a principal other than its requester, holding \
@@ -144,22 +140,21 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
             "inputSchema": {"type": "object", "additionalProperties": false, "required": ["operation_id", "approve"],
                 "properties": {"operation_id": {"type": "string"}, "approve": {"type": "boolean"}}},
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false},
-        }));
-    }
-    if authority.require(DECIDE_SCOPE).is_ok() {
-        tools.push(json!({
-            "name": DECIDE,
-            "title": "Accept or reject a reported effect",
-            "description": "The acceptance owner's verdict on an operation whose effect was reported. Accepting needs an \
-                independent observation linked to the operation.",
-            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["operation_id", "verdict"],
-                "properties": {"operation_id": {"type": "string"}, "verdict": {"enum": ["accept", "reject"]},
-                               "note": {"type": "string", "maxLength": 2000}}},
-            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
-        }));
-    }
-    if authority.require(SEARCH_SCOPE).is_ok() {
-        tools.push(json!({
+        }),
+    ));
+    tools.push((&[DECIDE_SCOPE], json!({
+        "name": DECIDE,
+        "title": "Accept or reject a reported effect",
+        "description": "The acceptance owner's verdict on an operation whose effect was reported. Accepting needs an \
+            independent observation linked to the operation.",
+        "inputSchema": {"type": "object", "additionalProperties": false, "required": ["operation_id", "verdict"],
+            "properties": {"operation_id": {"type": "string"}, "verdict": {"enum": ["accept", "reject"]},
+                           "note": {"type": "string", "maxLength": 2000}}},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+    })));
+    tools.push((
+        &[SEARCH_SCOPE],
+        json!({
             "name": SEARCH,
             "title": "Search your context",
             "description": "What you may act on, fresh from the ledger: the catalog actions your scopes allow, the \
@@ -169,48 +164,47 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
                 "query": {"type": "string", "maxLength": 200},
                 "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX}}},
             "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
-        }));
-    }
-    if authority.require(WORK_WRITE_SCOPE).is_ok() {
-        let scope = json!({"type": "object", "additionalProperties": false, "required": ["actions"], "properties": {
-            "actions": {"type": "array", "minItems": 1, "maxItems": writ_api::work::WORK_SCOPE_ENTRIES_MAX,
-                        "items": {"type": "string", "minLength": 1, "maxLength": 128}},
-            "devices": {"type": "array", "maxItems": writ_api::work::WORK_SCOPE_ENTRIES_MAX,
-                        "items": {"type": "string", "minLength": 1, "maxLength": 128}, "description": "device names"},
-            "cost_ceiling": {"type": "integer", "minimum": 0}}});
-        tools.push(json!({
-            "name": WORK_CREATE,
-            "title": "Create a work item",
-            "description": "Creates a work item (revision 1, open): the durable business state operations are decided \
-                on, with the actions, devices and cost it allows. Operations name it as work_ref {id, revision}.",
-            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id", "title", "owner", "scope"],
-                "properties": {
-                    "id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$"},
-                    "title": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "owner": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "scope": scope.clone()}},
-            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
-        }));
-        tools.push(json!({
-            "name": WORK_UPDATE,
-            "title": "Change or close a work item",
-            "description": "Moves a work item to its next revision with the fields given, or closes it (state completed \
-                or cancelled, recording its operations). With expected_revision it is refused (STALE_REVISION) unless \
-                the item is still there; operations decided on an older revision are refused the same way.",
-            "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id"],
-                "properties": {
-                    "id": {"type": "string", "maxLength": 64},
-                    "expected_revision": {"type": "integer", "minimum": 1},
-                    "title": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "owner": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "scope": scope,
-                    "state": {"enum": ["completed", "cancelled"]},
-                    "note": {"type": "string", "maxLength": 500}}},
-            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
-        }));
-    }
-    if authority.require(READ_SCOPE).is_ok() {
-        tools.push(json!({
+        }),
+    ));
+    let scope = json!({"type": "object", "additionalProperties": false, "required": ["actions"], "properties": {
+        "actions": {"type": "array", "minItems": 1, "maxItems": writ_api::work::WORK_SCOPE_ENTRIES_MAX,
+                    "items": {"type": "string", "minLength": 1, "maxLength": 128}},
+        "devices": {"type": "array", "maxItems": writ_api::work::WORK_SCOPE_ENTRIES_MAX,
+                    "items": {"type": "string", "minLength": 1, "maxLength": 128}, "description": "device names"},
+        "cost_ceiling": {"type": "integer", "minimum": 0}}});
+    tools.push((&[WORK_WRITE_SCOPE], json!({
+        "name": WORK_CREATE,
+        "title": "Create a work item",
+        "description": "Creates a work item (revision 1, open): the durable business state operations are decided \
+            on, with the actions, devices and cost it allows. Operations name it as work_ref {id, revision}.",
+        "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id", "title", "owner", "scope"],
+            "properties": {
+                "id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$"},
+                "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                "owner": {"type": "string", "minLength": 1, "maxLength": 200},
+                "scope": scope.clone()}},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+    })));
+    tools.push((&[WORK_WRITE_SCOPE], json!({
+        "name": WORK_UPDATE,
+        "title": "Change or close a work item",
+        "description": "Moves a work item to its next revision with the fields given, or closes it (state completed \
+            or cancelled, recording its operations). With expected_revision it is refused (STALE_REVISION) unless \
+            the item is still there; operations decided on an older revision are refused the same way.",
+        "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id"],
+            "properties": {
+                "id": {"type": "string", "maxLength": 64},
+                "expected_revision": {"type": "integer", "minimum": 1},
+                "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                "owner": {"type": "string", "minLength": 1, "maxLength": 200},
+                "scope": scope,
+                "state": {"enum": ["completed", "cancelled"]},
+                "note": {"type": "string", "maxLength": 500}}},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+    })));
+    tools.push((
+        &[READ_SCOPE],
+        json!({
             "name": READBACK,
             "title": "Read an operation back",
             "description": "The operation's state, evidence, independent observations and every transition (cause, \
@@ -218,17 +212,56 @@ pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
             "inputSchema": {"type": "object", "additionalProperties": false, "properties": {
                 "operation_id": {"type": "string"}, "idempotency_key": {"type": "string"}}},
             "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true},
-        }));
-    }
+        }),
+    ));
     tools
 }
 
-/// The errors of `args` against an operation tool's input schema (compiled once per process,
-/// like every stored schema: `writ_api::catalog::stored_validator`).
-pub fn input_errors(tool: &Value, args: &Value) -> Result<Vec<String>, Rejection> {
-    let text = serde_json::to_string(&tool["inputSchema"]).expect("json value serializes");
-    let validator = writ_api::catalog::stored_validator(&text)?;
-    Ok(schema_errors(&validator, args))
+/// An operation tool as the edge serves it: its `tools/list` entry and its compiled input
+/// schema, built once per process (the definitions are the same for every caller; an
+/// authority's scopes only choose among them).
+pub struct OperationTool {
+    pub entry: Value,
+    scopes: &'static [&'static str],
+    validator: std::sync::Arc<jsonschema::Validator>,
+}
+
+impl OperationTool {
+    fn allowed(&self, authority: &writ_api::auth::Authority) -> bool {
+        self.scopes.iter().any(|scope| authority.require(scope).is_ok())
+    }
+
+    /// The errors of `args` against this tool's input schema.
+    pub fn input_errors(&self, args: &Value) -> Vec<String> {
+        schema_errors(&self.validator, args)
+    }
+}
+
+fn table() -> &'static [OperationTool] {
+    static TABLE: std::sync::LazyLock<Vec<OperationTool>> = std::sync::LazyLock::new(|| {
+        definitions()
+            .into_iter()
+            .map(|(scopes, entry)| {
+                let schema = serde_json::to_string(&entry["inputSchema"]).expect("json value serializes");
+                let validator = jsonschema::validator_for(&serde_json::from_str(&schema).expect("its own JSON"))
+                    .unwrap_or_else(|e| {
+                        panic!("operation tool {}: its input schema does not compile: {e}", entry["name"])
+                    });
+                OperationTool { entry, scopes, validator: std::sync::Arc::new(validator) }
+            })
+            .collect()
+    });
+    &TABLE
+}
+
+/// The operation tools `authority` may call, as `tools/list` entries.
+pub fn tools(authority: &writ_api::auth::Authority) -> Vec<Value> {
+    table().iter().filter(|t| t.allowed(authority)).map(|t| t.entry.clone()).collect()
+}
+
+/// The operation tool `name`, if `authority` may call it.
+pub fn tool(authority: &writ_api::auth::Authority, name: &str) -> Option<&'static OperationTool> {
+    table().iter().find(|t| t.entry["name"] == name && t.allowed(authority))
 }
 
 /// Most schema errors reported for one value, and the longest each may be: an error quotes the

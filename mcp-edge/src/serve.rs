@@ -758,8 +758,7 @@ async fn read_audit(c: &Call<'_>) -> Result<Value, RpcError> {
 /// does not exist), the tool's input schema, then the ledger.
 async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
     let id = &c.req.id;
-    let listed = operations::tools(c.authority).into_iter().find(|t| t["name"] == name);
-    let Some(tool) = listed else {
+    let Some(tool) = operations::tool(c.authority, name) else {
         let scope = match name {
             operations::EXECUTE => operations::EXECUTE_SCOPE,
             operations::SEARCH | operations::PROPOSE => operations::SEARCH_SCOPE,
@@ -776,13 +775,13 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
         return Handled { response: e.with_id(id).into_response(), name: Some(name.into()), denied, effectful: false };
     };
     let args = c.req.params().get("arguments").cloned().unwrap_or_else(|| json!({}));
-    let outcome = match operations::input_errors(&tool, &args) {
-        Ok(errors) if !errors.is_empty() => {
-            let text = format!("INPUT_INVALID: {}", errors.join("; "));
-            Ok(json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
-                      "_meta": {"writ/reason": "INPUT_INVALID"}}))
-        }
-        Ok(_) => match name {
+    let errors = tool.input_errors(&args);
+    let outcome = if !errors.is_empty() {
+        let text = format!("INPUT_INVALID: {}", errors.join("; "));
+        Ok(json!({"resultType": "complete", "isError": true, "content": [{"type": "text", "text": text}],
+                  "_meta": {"writ/reason": "INPUT_INVALID"}}))
+    } else {
+        match name {
             operations::EXECUTE => match operations::execute(c, &args).await {
                 Ok(operations::Executed::Follow { op, replayed, wait }) => {
                     // Waiting streams progress (SSE when the client accepts it).
@@ -808,8 +807,7 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
             operations::APPROVE => operations::approve(c, &args).await,
             operations::WORK_CREATE | operations::WORK_UPDATE => operations::work(c, name, &args).await,
             _ => operations::readback(c, &args).await,
-        },
-        Err(e) => Err(RpcError::rejected(&e)),
+        }
     };
     let response = match outcome {
         Ok(v) => jsonrpc::result(id, v),

@@ -95,8 +95,14 @@ mod tests {
     fn installing_the_recorder_starts_its_upkeep_once() {
         let handle = install_metrics().expect("installed");
         install_metrics().expect("the same recorder");
-        assert_eq!(threads().iter().filter(|t| *t == UPKEEP_THREAD).count(), 1, "{:?}", threads());
-        metrics::histogram!("writ_test_seconds").record(0.002);
-        assert!(handle.render().contains("writ_test_seconds_bucket{le=\"0.0025\"} 1"), "{}", handle.render());
+        // The thread names itself once it runs: wait for that, boundedly.
+        let upkeep = || threads().iter().filter(|t| *t == UPKEEP_THREAD).count();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while upkeep() == 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert_eq!(upkeep(), 1, "{:?}", threads());
+        metrics::histogram!("upkeep_test_seconds").record(0.002);
+        assert!(handle.render().contains("upkeep_test_seconds_bucket{le=\"0.0025\"} 1"), "{}", handle.render());
     }
 }
