@@ -218,7 +218,8 @@ async fn writ_run(a: WritArgs) -> Result<ExitCode, String> {
                            "upstream": setup.upstream, "wire": a.wire,
                            "setup_s": (setup_s * 10.0).round() / 10.0, "payload_bytes": a.payload_bytes,
                            "mix": a.mix, "duplicate_share": a.duplicate_share, "changed_share": a.changed_share,
-                           "device_share": a.device_share, "wait_s": a.wait_s, "camera": !a.no_camera, "executors": executor_pids.len(),
+                           "device_share": a.device_share, "wait_s": a.wait_s, "camera": !a.no_camera,
+                           "executors": executor_pids.len(),
                            "tools_listed": load.tools_listed.load(std::sync::atomic::Ordering::Relaxed)});
     if a.verify {
         let seen = std::mem::take(&mut *load.seen.lock().expect("seen lock"));

@@ -237,16 +237,16 @@ impl OperationTool {
     }
 }
 
+/// The operation tools, built on first use.
 fn table() -> &'static [OperationTool] {
     static TABLE: std::sync::LazyLock<Vec<OperationTool>> = std::sync::LazyLock::new(|| {
         definitions()
             .into_iter()
             .map(|(scopes, entry)| {
-                let schema = serde_json::to_string(&entry["inputSchema"]).expect("json value serializes");
-                let validator = jsonschema::validator_for(&serde_json::from_str(&schema).expect("its own JSON"))
-                    .unwrap_or_else(|e| {
-                        panic!("operation tool {}: its input schema does not compile: {e}", entry["name"])
-                    });
+                // Compiled as every stored schema is (JSON Schema 2020-12, formats checked).
+                let validator = writ_api::catalog::validator(&entry["inputSchema"]).unwrap_or_else(|e| {
+                    panic!("operation tool {}: its input schema does not compile: {}", entry["name"], e.message)
+                });
                 OperationTool { entry, scopes, validator: std::sync::Arc::new(validator) }
             })
             .collect()
@@ -1273,4 +1273,41 @@ pub async fn decide(c: &Call<'_>, args: &Value) -> Result<Value, RpcError> {
         note: args["note"].as_str().unwrap_or_default().to_string(),
     };
     act(c, operation_id, command).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(scopes: &[&str]) -> writ_api::auth::Authority {
+        writ_api::auth::Authority {
+            tenant_id: "t".into(),
+            principal_id: "p".into(),
+            principal_name: "p".into(),
+            issuer: writ_api::token::WRIT_ISSUER.into(),
+            token_id: None,
+            parent_token_id: None,
+            chain: Vec::new(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            revoked_scopes: Default::default(),
+            expires_at_ms: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn every_operation_tool_compiles_and_a_scope_chooses_among_them() {
+        let all: Vec<&str> = table().iter().filter_map(|t| t.entry["name"].as_str()).collect();
+        assert_eq!(all.len(), 9, "{all:?}");
+        let reader = holding(&[READ_SCOPE]);
+        assert_eq!(tools(&reader).iter().map(|t| t["name"].clone()).collect::<Vec<_>>(), [READBACK]);
+        assert!(tool(&reader, EXECUTE).is_none(), "not without its scope");
+        // A dry run needs either scope; the executor's scope lists execute before it.
+        let searcher = holding(&[SEARCH_SCOPE]);
+        assert!(tool(&searcher, PROPOSE).is_some() && tool(&searcher, EXECUTE).is_none());
+        let executor = holding(&[EXECUTE_SCOPE]);
+        let names: Vec<Value> = tools(&executor).iter().map(|t| t["name"].clone()).collect();
+        assert_eq!(names, [EXECUTE, PROPOSE]);
+        let errors = tool(&executor, EXECUTE).expect("listed").input_errors(&serde_json::json!({"wait_s": -1}));
+        assert!(!errors.is_empty(), "the input schema is checked");
+    }
 }
