@@ -102,7 +102,13 @@ impl TraceContext {
 
     /// This span as the parent a callee continues: `00-<trace>-<span>-<flags>`.
     pub fn traceparent(&self) -> String {
-        format!("00-{}-{}-{:02x}", hex(&self.trace_id), hex(&self.span_id), u8::from(self.sampled))
+        let mut out = String::with_capacity(55);
+        out.push_str("00-");
+        out.push_str(&hex(&self.trace_id));
+        out.push('-');
+        out.push_str(&hex(&self.span_id));
+        out.push_str(if self.sampled { "-01" } else { "-00" });
+        out
     }
 }
 
@@ -151,7 +157,7 @@ fn hex_bytes<const N: usize>(text: &str) -> Option<[u8; N]> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 #[cfg(test)]

@@ -467,11 +467,27 @@ pub fn record_key(tenant_id: &str, seq: u64) -> Vec<u8> {
 /// Whether a field name looks like it holds a secret (SPEC D10), whatever its case and
 /// separators: `privateKey`, `private-key`, `PRIVATE_KEY` and `private.key` alike.
 pub fn is_secret_name(name: &str) -> bool {
-    let n: String =
-        name.chars().filter(|c| !matches!(c, '_' | '-' | '.' | ' ')).map(|c| c.to_ascii_lowercase()).collect();
+    // Compared as bytes: every needle is ASCII, so a match in the UTF-8 bytes is a match in the
+    // characters. Names of field length are folded on the stack (this runs for every field).
+    let folded = name.bytes().filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' ')).map(|b| b.to_ascii_lowercase());
+    let mut short = [0u8; 64];
+    let mut len = 0;
+    let mut long = Vec::new();
+    for b in folded {
+        if len < short.len() {
+            short[len] = b;
+            len += 1;
+        } else {
+            if long.is_empty() {
+                long.extend_from_slice(&short);
+            }
+            long.push(b);
+        }
+    }
+    let n = if long.is_empty() { &short[..len] } else { &long[..] };
     ["secret", "token", "apikey", "authorization", "password", "passwd", "privatekey", "credential"]
         .iter()
-        .any(|s| n.contains(s))
+        .any(|s| n.windows(s.len()).any(|w| w == s.as_bytes()))
 }
 
 /// Replaces the value of every secret-like field, at any depth, with [`REDACTED`] — also inside
@@ -669,6 +685,22 @@ mod tests {
         let submitted = json!({"spec": {"operation_id": "op-2", "action": "move"}});
         assert_eq!(AuthorityChainV1::of_detail(&submitted).and_then(|c| c.operation_id).as_deref(), Some("op-2"));
         assert_eq!(AuthorityChainV1::of_detail(&json!({"name": "acme"})), None, "nothing to name");
+    }
+
+    #[test]
+    fn secret_names_match_whatever_their_case_separators_and_length() {
+        for secret in ["privateKey", "private-key", "PRIVATE_KEY", "private.key", "x-Auth-Token", "pass word"] {
+            assert!(is_secret_name(secret), "{secret}");
+        }
+        for plain in ["team", "name", "topic", "pässword", "", "key"] {
+            assert!(!is_secret_name(plain), "{plain}");
+        }
+        // Past the 64 bytes folded on the stack, and a needle across that boundary.
+        let long = format!("{}_secret", "x".repeat(80));
+        assert!(is_secret_name(&long));
+        let across = format!("{}apikey", "y".repeat(61));
+        assert!(is_secret_name(&across));
+        assert!(!is_secret_name(&"z".repeat(200)));
     }
 
     #[test]
