@@ -315,9 +315,25 @@ async fn enroll(
 ) -> Result<(), String> {
     let config = dir.join("executor.toml");
     if !config.exists() {
-        enroll_once(admin, s, tenant, devices, dir).await?;
+        let request = CreateEnrollmentRequest { site: SITE.into(), devices: devices.to_vec(), ttl_s: None };
+        let token = admin.ask("create enrollment", || admin.client.create_enrollment(tenant, &request)).await?.token;
+        let out = tokio::process::Command::new(&s.writ_bin)
+            .args(["executor", "enroll", "--edge", &s.enroll_edge, "--token", &token, "--out"])
+            .arg(dir)
+            .args(s.ca.iter().flat_map(|ca| [std::ffi::OsStr::new("--ca"), ca.as_os_str()]))
+            .output()
+            .await
+            .map_err(|e| format!("{}: {e}", s.writ_bin.display()))?;
+        if !out.status.success() {
+            return Err(format!("writ executor enroll: {}", String::from_utf8_lossy(&out.stderr)));
+        }
     }
-    let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+    set_run_config(&config, s)
+}
+
+/// Sets this run's edges (when given) and camera in an executor's config.
+fn set_run_config(config: &std::path::Path, s: &Setup) -> Result<(), String> {
+    let text = std::fs::read_to_string(config).map_err(|e| e.to_string())?;
     let edges: Vec<String> = s.executor_urls.iter().map(|u| format!("{u:?}")).collect();
     let text: Vec<String> = text
         .lines()
@@ -327,30 +343,7 @@ async fn enroll(
             l => l.to_string(),
         })
         .collect();
-    std::fs::write(&config, text.join("\n") + "\n").map_err(|e| e.to_string())
-}
-
-/// `writ executor enroll` into `dir`.
-async fn enroll_once(
-    admin: &Admin,
-    s: &Setup,
-    tenant: &str,
-    devices: &[String],
-    dir: &std::path::Path,
-) -> Result<(), String> {
-    let request = CreateEnrollmentRequest { site: SITE.into(), devices: devices.to_vec(), ttl_s: None };
-    let token = admin.ask("create enrollment", || admin.client.create_enrollment(tenant, &request)).await?.token;
-    let out = tokio::process::Command::new(&s.writ_bin)
-        .args(["executor", "enroll", "--edge", &s.enroll_edge, "--token", &token, "--out"])
-        .arg(dir)
-        .args(s.ca.iter().flat_map(|ca| [std::ffi::OsStr::new("--ca"), ca.as_os_str()]))
-        .output()
-        .await
-        .map_err(|e| format!("{}: {e}", s.writ_bin.display()))?;
-    if !out.status.success() {
-        return Err(format!("writ executor enroll: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(())
+    std::fs::write(config, text.join("\n") + "\n").map_err(|e| e.to_string())
 }
 
 /// The tenant's executor process (`writ executor run`), stopped when dropped.

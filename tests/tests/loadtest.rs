@@ -91,48 +91,22 @@ fn mixed_load_through_both_edges_verifies_every_invariant() {
     assert_eq!(s["failover"]["killed_at_ms"].as_u64().map(|ms| ms >= 1000), Some(true));
     assert!(s["machine"]["cpus"].as_u64().unwrap_or(0) >= 1);
 
-    // A second run reuses the tenant and its enrolled executor.
-    let (code, s, text) = run_loadtest(
-        &env,
-        &[
-            "writ",
-            "--duration",
-            "2",
-            "--concurrency",
-            "2",
-            "--mix",
-            "read=1",
-            "--work-dir",
-            work_dir.to_str().expect("utf-8 path"),
-        ],
-        &json,
-    );
+    // Two short runs of 2 clients for 2 s, reusing the executors' directory.
+    let work = work_dir.to_str().expect("utf-8 path");
+    let short = |args: &[&str]| {
+        let mut all = vec!["writ", "--duration", "2", "--concurrency", "2", "--work-dir", work];
+        all.extend_from_slice(args);
+        run_loadtest(&env, &all, &json)
+    };
+    // The second run reuses the tenant and its enrolled executor.
+    let (code, s, text) = short(&["--mix", "read=1"]);
     assert_eq!(code, 0, "{text}");
     assert!(s["kinds"]["read"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
 
     // Executes that wait for their effect report count only when they saw it; the executor
     // the run started is measured with the servers.
-    let (code, s, text) = run_loadtest(
-        &env,
-        &[
-            "writ",
-            "--duration",
-            "2",
-            "--concurrency",
-            "2",
-            "--mix",
-            "execute=1",
-            "--wait-s",
-            "20",
-            "--prefix",
-            "waited",
-            "--no-camera",
-            "--verify",
-            "--work-dir",
-            work_dir.to_str().expect("utf-8 path"),
-        ],
-        &json,
-    );
+    let (code, s, text) =
+        short(&["--mix", "execute=1", "--wait-s", "20", "--prefix", "waited", "--no-camera", "--verify"]);
     assert_eq!(code, 0, "{text}");
     assert!(s["kinds"]["execute"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
     assert_eq!(s["errors"], serde_json::json!({}), "{text}");
