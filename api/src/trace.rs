@@ -102,13 +102,8 @@ impl TraceContext {
 
     /// This span as the parent a callee continues: `00-<trace>-<span>-<flags>`.
     pub fn traceparent(&self) -> String {
-        let mut out = String::with_capacity(55);
-        out.push_str("00-");
-        out.push_str(&hex(&self.trace_id));
-        out.push('-');
-        out.push_str(&hex(&self.span_id));
-        out.push_str(if self.sampled { "-01" } else { "-00" });
-        out
+        let flags = if self.sampled { "01" } else { "00" };
+        format!("00-{}-{}-{flags}", hex(&self.trace_id), hex(&self.span_id))
     }
 }
 

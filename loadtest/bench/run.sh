@@ -34,17 +34,14 @@ started=$(date +%s)
 
 log() { echo "== [$(( $(date +%s) - started ))s] $*" >&2; }
 
-cleanup() {
-  set +e
+# What this script starts besides the Writ cluster (lib.sh's bench_cleanup stops that one).
+on_exit() {
   [ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
   [ -n "$WIDE_PID" ] && kill "$WIDE_PID" 2>/dev/null
   [ -n "$SINK_PID" ] && kill "$SINK_PID" 2>/dev/null
   for p in "${ETCD_PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  WRIT_BIN=$BIN/writ WRIT_CLUSTER_DIR=$WORK/writ deploy/local-cluster.sh down >/dev/null 2>&1
-  wait 2>/dev/null
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 # --- build and start everything -------------------------------------------------------------
 command -v etcd >/dev/null || {

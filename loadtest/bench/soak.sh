@@ -10,11 +10,10 @@
 # Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
 # two retention horizons and the event log's seven days), so retention compacts and releases
 # what the load left and the event log its week-old events, and the sampler goes on for
-# SOAK_RECLAIM_S. A third of the way in, and
-# again two thirds in, a write and then a snapshot on every node (what the log's growth
-# triggers in a cluster in service: the versions retention replaced are dropped at a snapshot
-# once the older of the two a node keeps is past them): the disk curve shows what retention
-# gives back.
+# SOAK_RECLAIM_S. A third of the way in, and again two thirds in, a write and then a snapshot
+# on every node (what the log's growth triggers in a cluster in service: the versions retention
+# replaced are dropped at a snapshot once the older of the two a node keeps is past them): the
+# disk curve shows what retention gives back.
 #
 # Knobs: SOAK_SECONDS (3600), SOAK_RATE (ops/s; default half of P1's 64-client rate in
 # results/latest.json), SOAK_WARMUP_S (600), SOAK_SAMPLE_S (30), SOAK_RECLAIM_S (900),

@@ -469,22 +469,16 @@ pub fn record_key(tenant_id: &str, seq: u64) -> Vec<u8> {
 pub fn is_secret_name(name: &str) -> bool {
     // Compared as bytes: every needle is ASCII, so a match in the UTF-8 bytes is a match in the
     // characters. Names of field length are folded on the stack (this runs for every field).
-    let folded = name.bytes().filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' ')).map(|b| b.to_ascii_lowercase());
+    let folded = || name.bytes().filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' ')).map(|b| b.to_ascii_lowercase());
     let mut short = [0u8; 64];
-    let mut len = 0;
-    let mut long = Vec::new();
-    for b in folded {
-        if len < short.len() {
-            short[len] = b;
-            len += 1;
-        } else {
-            if long.is_empty() {
-                long.extend_from_slice(&short);
-            }
-            long.push(b);
-        }
-    }
-    let n = if long.is_empty() { &short[..len] } else { &long[..] };
+    let long: Vec<u8>;
+    let n: &[u8] = if name.len() <= short.len() {
+        let len = short.iter_mut().zip(folded()).map(|(slot, b)| *slot = b).count();
+        &short[..len]
+    } else {
+        long = folded().collect();
+        &long
+    };
     ["secret", "token", "apikey", "authorization", "password", "passwd", "privatekey", "credential"]
         .iter()
         .any(|s| n.windows(s.len()).any(|w| w == s.as_bytes()))

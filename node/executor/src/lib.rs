@@ -567,8 +567,9 @@ impl StartJournal {
     async fn record(&self, id: &str, forget_after_ms: u64, now_ms: u64) -> Result<(), String> {
         let (durable, synced) = tokio::sync::oneshot::channel();
         let append = Append { id: id.to_string(), forget_after_ms, now_ms, durable };
-        self.appends.send(append).await.map_err(|_| "the start journal's writer stopped".to_string())?;
-        synced.await.map_err(|_| "the start journal's writer stopped".to_string())?
+        const STOPPED: &str = "the start journal's writer stopped";
+        self.appends.send(append).await.map_err(|_| STOPPED.to_string())?;
+        synced.await.map_err(|_| STOPPED.to_string())?
     }
 }
 
