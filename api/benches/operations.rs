@@ -22,7 +22,7 @@ const CATALOG: &str = r#"{"actions": [
 ]}"#;
 
 fn run(st: &mut LedgerState, command: Command) {
-    let (outcome, _) = st.execute(&LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command });
+    let (outcome, _) = st.execute(&LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command: command.into() });
     assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
 }
 

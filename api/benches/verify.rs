@@ -18,7 +18,7 @@ const NOW: u64 = 1_900_000_000_000;
 const AUD: &str = "urn:writ:mcp";
 
 fn run(st: &mut LedgerState, command: Command) -> u64 {
-    let (outcome, events) = st.execute(&LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command });
+    let (outcome, events) = st.execute(&LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command: command.into() });
     assert!(matches!(outcome, writ_api::ledger::Outcome::Applied { .. }), "{outcome:?}");
     events.last().map(|e| e.revision).unwrap_or(0)
 }

@@ -29,7 +29,9 @@ pub struct LedgerRequest {
     /// Leader wall-clock stamp in milliseconds; apply uses `max(stamp, last applied time)`.
     pub stamp_ms: u64,
     pub trace_id: String,
-    pub command: Command,
+    /// Shared, not copied: the leader's log cache hands the entry to the state machine and to
+    /// every follower's replication stream (serialized as the command itself).
+    pub command: std::sync::Arc<Command>,
 }
 
 /// Everything that can change ledger state.

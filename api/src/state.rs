@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::audit::{AuditIndex, AuditRecord};
+use crate::audit::{AuditIndex, StoredRecord};
 use crate::catalog::CatalogVersion;
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
 use crate::ledger::{Command, Event, EventEnvelope, Tenant};
@@ -334,7 +334,7 @@ impl LedgerState {
         stream: &str,
         trace_id: &str,
         event: Event,
-        audit: &mut Vec<AuditRecord>,
+        audit: &mut Vec<StoredRecord>,
     ) -> EventEnvelope {
         let seq = self.stream_seq.get(stream).copied().unwrap_or(0) + 1;
         let env = EventEnvelope {
@@ -356,7 +356,7 @@ impl LedgerState {
     /// Events were validated by `decide` before they were appended; an event that does not fit
     /// the state means the node's event log is corrupt, which must stop the node, not be
     /// papered over: this panics (the node's fatal path, see `raft-store`).
-    pub fn apply_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecord> {
+    pub fn apply_event(&mut self, env: &EventEnvelope) -> Vec<StoredRecord> {
         match self.fold_event(env) {
             Ok(records) => records,
             Err(corrupt) => panic!("{corrupt}"),
@@ -366,7 +366,7 @@ impl LedgerState {
     /// Folds one event into the views, or says why it does not fit ([`CorruptEvent`]). A
     /// follower of the ledger (an edge's replica) uses this and fails closed on an error; the
     /// state is then partly folded and must be replaced by a fresh snapshot.
-    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<AuditRecord>, CorruptEvent> {
+    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<StoredRecord>, CorruptEvent> {
         self.fold_views(env)?;
         Ok(self.audit_event(env))
     }
@@ -475,13 +475,14 @@ impl LedgerState {
     }
 
     /// Records an event of a tenant stream in the tenant's audit index and applies retention.
-    fn audit_event(&mut self, env: &EventEnvelope) -> Vec<AuditRecord> {
+    fn audit_event(&mut self, env: &EventEnvelope) -> Vec<StoredRecord> {
         let Some(tenant) = self.tenants.get(&env.stream) else { return Vec::new() };
         let (max_events, max_age_s) = (tenant.settings.audit_max_events, tenant.settings.audit_max_age_s);
         let index = self.audit.entry(env.stream.clone()).or_default();
-        let records = records_for(env, &env.stream, index.next_seq.max(1));
+        let records: Vec<StoredRecord> =
+            records_for(env, &env.stream, index.next_seq.max(1)).into_iter().map(StoredRecord::new).collect();
         for record in &records {
-            index.push(env.at_ms, &record.stored());
+            index.push(env.at_ms, &record.bytes);
         }
         index.retain(max_events, max_age_s, env.at_ms);
         records

@@ -18,7 +18,11 @@ use writ_api::work::{WorkChangeV1, WorkOperationV1, WorkScopeV1, WorkState};
 use writ_api::ReasonCode;
 
 fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
-    let req = |command| LedgerRequest { stamp_ms: 1_700_000_000_000, trace_id: "trace-1".into(), command };
+    let req = |command: Command| LedgerRequest {
+        stamp_ms: 1_700_000_000_000,
+        trace_id: "trace-1".into(),
+        command: command.into(),
+    };
     let env = |revision, seq, event| EventEnvelope {
         revision,
         stream: "t-1".into(),

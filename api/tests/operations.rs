@@ -297,7 +297,7 @@ fn a_projection_lets_an_operation_go_when_it_stops_being_live() {
     let mut edge = l.state.clone();
     edge.project();
     let step = |l: &mut Ledger, edge: &mut writ_api::state::LedgerState, command: Command| {
-        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.into() };
         let (outcome, events) = l.state.execute(&req);
         assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
         for env in &events {
@@ -467,7 +467,7 @@ fn a_command_carries_its_requests_decision_and_answers_with_the_operation() {
     // Refused: the rejection, then the decision as denied with its reason.
     let mut other = spec("op-2", "k-2", json!({"p": 2}), Some("press"), l.now + 60_000);
     other.principal_id = "other-agent".into();
-    let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: audited(submit(other)) };
+    let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: audited(submit(other)).into() };
     let (outcome, events, trail) = l.state.execute_audited(&req);
     assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::DEVICE_RESERVED, .. }), "{outcome:?}");
     assert!(matches!(events[0].event, Event::CommandRejectedV2 { .. }), "{events:?}");
@@ -679,7 +679,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
                 reason: "stale".into(),
             },
         };
-        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command };
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.into() };
         let (_, events) = l.state.execute(&req);
         requests.push(req);
         log.extend(events);
@@ -748,7 +748,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
 fn execute_grouped(
     requests: &[LedgerRequest],
     sizes: &[usize],
-) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::AuditRecord>, writ_api::state::LedgerState) {
+) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::StoredRecord>, writ_api::state::LedgerState) {
     let mut state = Ledger::new().state;
     let (mut outcomes, mut events, mut audit) = (Vec::new(), Vec::new(), Vec::new());
     let mut sizes = sizes.iter().cycle();
@@ -763,9 +763,16 @@ fn execute_grouped(
         } else {
             let commands = group
                 .iter()
-                .map(|r| writ_api::ledger::BatchedCommand { trace_id: r.trace_id.clone(), command: r.command.clone() })
+                .map(|r| writ_api::ledger::BatchedCommand {
+                    trace_id: r.trace_id.clone(),
+                    command: (*r.command).clone(),
+                })
                 .collect();
-            LedgerRequest { stamp_ms: first.stamp_ms, trace_id: String::new(), command: Command::Batch { commands } }
+            LedgerRequest {
+                stamp_ms: first.stamp_ms,
+                trace_id: String::new(),
+                command: Command::Batch { commands }.into(),
+            }
         };
         let (outcome, mut appended, mut records) = state.execute_audited(&entry);
         match outcome {
@@ -1326,7 +1333,7 @@ fn retention_compacts_finished_operations_to_bindings_that_still_answer_replays_
     // Every request from here on, to replay on a second replica.
     let mut log: Vec<LedgerRequest> = Vec::new();
     let mut run = |l: &mut Ledger, command: Command| {
-        log.push(LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.clone() });
+        log.push(LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.clone().into() });
         l.run(command)
     };
     let retention = || Command::ApplyRetention { tenant_id: T.into() };

@@ -373,7 +373,7 @@ impl World {
     /// Appends `command` to the log at the leader's time and applies it there.
     fn append(&mut self, leader: usize, command: Command) -> Outcome {
         self.catch_up(leader, self.log.len());
-        self.log.push(LedgerRequest { stamp_ms: self.now, trace_id: "sim".into(), command });
+        self.log.push(LedgerRequest { stamp_ms: self.now, trace_id: "sim".into(), command: command.into() });
         let i = self.log.len() - 1;
         let (outcome, events) = self.nodes[leader].state.execute(&self.log[i]);
         self.nodes[leader].applied += 1;

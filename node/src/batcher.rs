@@ -143,9 +143,10 @@ async fn propose_batch(proposer: &dyn Propose, mut batch: Vec<Pending>) {
     let mut commands = Vec::with_capacity(batch.len());
     for p in batch {
         replies.push(p.reply);
-        commands.push(BatchedCommand { trace_id: p.request.trace_id, command: p.request.command });
+        commands
+            .push(BatchedCommand { trace_id: p.request.trace_id, command: Arc::unwrap_or_clone(p.request.command) });
     }
-    let request = LedgerRequest { stamp_ms, trace_id: String::new(), command: Command::Batch { commands } };
+    let request = LedgerRequest { stamp_ms, trace_id: String::new(), command: Command::Batch { commands }.into() };
     match proposer.propose(request).await {
         Ok((index, Outcome::Batch(outcomes))) if outcomes.len() == replies.len() => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -198,7 +199,7 @@ mod tests {
                 if let Some(release) = held {
                     let _ = release.await;
                 }
-                match request.command {
+                match request.command.as_ref() {
                     Command::Batch { .. } if refuse => Err(ProposeError::NotLeader("deposed".into())),
                     Command::Batch { commands } => {
                         Ok((2, Outcome::Batch(commands.iter().map(|c| answer(&c.trace_id)).collect())))
@@ -215,7 +216,11 @@ mod tests {
     }
 
     fn request(trace_id: &str) -> LedgerRequest {
-        LedgerRequest { stamp_ms: 1, trace_id: trace_id.into(), command: Command::ExpireDue { tenant_id: "t".into() } }
+        LedgerRequest {
+            stamp_ms: 1,
+            trace_id: trace_id.into(),
+            command: Command::ExpireDue { tenant_id: "t".into() }.into(),
+        }
     }
 
     /// One submit is held in flight (one slot) while ten more arrive; returns the fake and
@@ -267,7 +272,7 @@ mod tests {
         let seen = fake.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 2, "one entry alone, then one for the ten: {seen:?}");
         assert_eq!(seen[0], request("t0"));
-        let Command::Batch { commands } = &seen[1].command else { panic!("not a batch: {:?}", seen[1]) };
+        let Command::Batch { commands } = seen[1].command.as_ref() else { panic!("not a batch: {:?}", seen[1]) };
         let traces: Vec<&str> = commands.iter().map(|c| c.trace_id.as_str()).collect();
         assert_eq!(traces, (1..=10).map(|i| format!("t{i}")).collect::<Vec<_>>(), "in arrival order");
         for (i, a) in answers.into_iter().enumerate() {
@@ -283,7 +288,7 @@ mod tests {
         let seen = fake.seen.lock().unwrap().clone();
         let sizes: Vec<usize> = seen
             .iter()
-            .map(|r| match &r.command {
+            .map(|r| match r.command.as_ref() {
                 Command::Batch { commands } => commands.len(),
                 _ => 1,
             })
@@ -291,7 +296,7 @@ mod tests {
         assert_eq!(sizes, vec![1, 3, 3, 3, 1], "{seen:?}");
         let traces: Vec<String> = seen
             .iter()
-            .flat_map(|r| match &r.command {
+            .flat_map(|r| match r.command.as_ref() {
                 Command::Batch { commands } => commands.iter().map(|c| c.trace_id.clone()).collect(),
                 _ => vec![r.trace_id.clone()],
             })
@@ -307,7 +312,7 @@ mod tests {
         let (fake, answers) = ten_behind_one(false, false).await;
         let seen = fake.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 11);
-        assert!(seen.iter().all(|r| !matches!(r.command, Command::Batch { .. })), "{seen:?}");
+        assert!(seen.iter().all(|r| !matches!(*r.command, Command::Batch { .. })), "{seen:?}");
         for (i, a) in answers.into_iter().enumerate() {
             assert_eq!(a, Ok((1, answer(&format!("t{i}")))));
         }

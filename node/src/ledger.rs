@@ -842,7 +842,11 @@ impl LedgerNode {
                     return Err(refused);
                 }
                 let command = self.gate(&req.command).await?;
-                let request = LedgerRequest { stamp_ms: self.clock.now_ms(), trace_id: req.trace_id.clone(), command };
+                let request = LedgerRequest {
+                    stamp_ms: self.clock.now_ms(),
+                    trace_id: req.trace_id.clone(),
+                    command: command.into(),
+                };
                 // A command with evidence bytes is an entry of its own; the rest are batched.
                 let proposed = if request.command.carries_blob() {
                     write(&self.raft, request).await

@@ -53,8 +53,8 @@ pub(crate) fn checked_decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what:
 
 /// An audit record as the node stores it: its stored bytes (`AuditRecord::stored`) behind
 /// their checksum.
-pub(crate) fn checked_record(record: &writ_api::audit::AuditRecord) -> Vec<u8> {
-    checked_bytes(&record.stored())
+pub(crate) fn checked_record(record: &writ_api::audit::StoredRecord) -> Vec<u8> {
+    checked_bytes(&record.bytes)
 }
 
 /// What `checked_record` wrote.

@@ -878,7 +878,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     record_key(&record.tenant_id, record.seq),
                     crate::codec::checked_record(&record),
                 );
-                audited.insert(record.tenant_id);
+                audited.insert(record.record.tenant_id);
             }
             if let Some(responder) = responder {
                 replies.push((responder, outcome));
@@ -973,7 +973,7 @@ mod tests {
                 Command::PurgeTenant { .. } => writ_api::ledger::TENANT_PURGE_AFTER_MS,
                 _ => 1,
             };
-            let req = LedgerRequest { stamp_ms, trace_id: "tr".into(), command };
+            let req = LedgerRequest { stamp_ms, trace_id: "tr".into(), command: command.into() };
             let entry = EntryOf::<TypeConfig>::new_normal(openraft::testing::log_id::<TypeConfig>(1, 1, index), req);
             let mut sm = sm.clone();
             async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }

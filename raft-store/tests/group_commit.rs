@@ -20,7 +20,7 @@ fn a_burst_of_appends_shares_wal_syncs_and_all_are_acknowledged() {
             let req = LedgerRequest {
                 stamp_ms: index,
                 trace_id: format!("t{index}"),
-                command: Command::ResumeTenant { tenant_id: format!("t-{index}") },
+                command: Command::ResumeTenant { tenant_id: format!("t-{index}") }.into(),
             };
             let entry = EntryOf::<TypeConfig>::new_normal(log_id::<TypeConfig>(1, 1, index), req);
             let (tx, rx) = TypeConfig::oneshot();

@@ -94,7 +94,7 @@ impl MemoryLedger {
 
     fn execute(&self, req: SubmitRequest) -> SubmitResponse {
         let mut inner = self.lock();
-        let request = LedgerRequest { stamp_ms: crate::now_ms(), trace_id: req.trace_id, command: req.command };
+        let request = LedgerRequest { stamp_ms: crate::now_ms(), trace_id: req.trace_id, command: req.command.into() };
         let (outcome, events, records) = inner.state.execute_audited(&request);
         for (key, bytes) in request.command.stored_blobs(&outcome) {
             inner.blobs.insert(key, bytes);
@@ -104,7 +104,7 @@ impl MemoryLedger {
         let mut tenants = Vec::new();
         for record in records {
             tenants.push(record.tenant_id.clone());
-            inner.audit.insert((record.tenant_id.clone(), record.seq), record);
+            inner.audit.insert((record.tenant_id.clone(), record.seq), record.record);
         }
         // Retention, as the node applies it: bodies below each tenant's first retained sequence go.
         for tenant in tenants {

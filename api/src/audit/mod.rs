@@ -223,6 +223,28 @@ impl AuditRecord {
     }
 }
 
+/// An audit record with its stored bytes ([`AuditRecord::stored`]), encoded once: the bytes
+/// the tenant's hash chain covers are the bytes a node writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub record: AuditRecord,
+    pub bytes: Vec<u8>,
+}
+
+impl StoredRecord {
+    pub fn new(record: AuditRecord) -> StoredRecord {
+        let bytes = record.stored();
+        StoredRecord { record, bytes }
+    }
+}
+
+impl std::ops::Deref for StoredRecord {
+    type Target = AuditRecord;
+    fn deref(&self) -> &AuditRecord {
+        &self.record
+    }
+}
+
 impl From<AuditRecordV1> for AuditRecord {
     #[rustfmt::skip]
     fn from(r: AuditRecordV1) -> AuditRecord {
@@ -292,9 +314,10 @@ impl AuditIndex {
             self.first_seq = 1;
             self.next_seq = 1;
         }
-        let mut chained = self.head.as_bytes().to_vec();
-        chained.extend_from_slice(encoded);
-        self.head = crate::sha256_hex(&chained);
+        use sha2::Digest;
+        // sha256(head ++ encoded), without building the concatenation.
+        let digest = sha2::Sha256::new().chain_update(self.head.as_bytes()).chain_update(encoded).finalize();
+        self.head = hex::encode(digest);
         self.at_ms.push(at_ms);
         self.next_seq += 1;
     }
@@ -651,6 +674,35 @@ pub mod decide;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_chain_head_is_the_hash_of_the_previous_head_and_the_stored_record() {
+        let record = AuditRecord {
+            seq: 1,
+            at_ms: 5,
+            revision: 9,
+            trace_id: "tr".into(),
+            tenant_id: "t".into(),
+            domain: "request".into(),
+            operation: "tools/list".into(),
+            outcome: "allowed".into(),
+            reason_code: None,
+            principal_id: Some("p".into()),
+            token_id: None,
+            parent_token_id: None,
+            detail: "{}".into(),
+            authority: None,
+        };
+        let stored = StoredRecord::new(record.clone());
+        assert_eq!(stored.bytes, record.stored(), "the bytes stored are the record's stored form");
+        let mut index = AuditIndex::default();
+        index.push(5, &stored.bytes);
+        index.push(5, &stored.bytes);
+        let first = crate::sha256_hex(&stored.bytes);
+        let second = crate::sha256_hex(&[first.as_bytes(), &stored.bytes[..]].concat());
+        assert_eq!(index.head, second);
+        assert_eq!((index.first_seq, index.next_seq), (1, 3));
+    }
 
     #[test]
     fn a_chain_reads_as_one_line_and_records_without_one_show_what_their_event_names() {

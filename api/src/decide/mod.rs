@@ -26,7 +26,7 @@ pub(crate) use crate::work::decide as work;
 #[cfg(test)]
 mod tests;
 
-use crate::audit::{AuditRecord, RequestDecisionV1, RequestDecisionV2};
+use crate::audit::{RequestDecisionV1, RequestDecisionV2, StoredRecord};
 use crate::ledger::{
     Command, Domain, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM,
 };
@@ -132,11 +132,11 @@ impl LedgerState {
 
     /// [`LedgerState::execute`], also returning the audit records the events produced (for
     /// the node to store).
-    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditRecord>) {
+    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let mut audit = Vec::new();
         let mut envelopes = Vec::new();
-        let outcome = match &req.command {
+        let outcome = match req.command.as_ref() {
             // Each command of a batch as if it were an entry of its own, at the entry's time.
             Command::Batch { commands } => Outcome::Batch(
                 commands
@@ -156,7 +156,7 @@ impl LedgerState {
         trace_id: &str,
         command: &Command,
         all: &mut Vec<EventEnvelope>,
-        audit: &mut Vec<AuditRecord>,
+        audit: &mut Vec<StoredRecord>,
     ) -> Outcome {
         let now = self.clock_ms;
         // An edge's act comes with the grant of the credential a node verified for it.

@@ -8,7 +8,7 @@ use crate::state::*;
 use crate::token::TokenRequestV1;
 
 fn req(stamp_ms: u64, command: Command) -> LedgerRequest {
-    LedgerRequest { stamp_ms, trace_id: "t".into(), command }
+    LedgerRequest { stamp_ms, trace_id: "t".into(), command: command.into() }
 }
 
 fn create(id: &str, name: &str) -> Command {

@@ -99,7 +99,7 @@ impl Ledger {
     }
 
     pub fn run(&mut self, command: Command) -> Outcome {
-        let req = LedgerRequest { stamp_ms: self.now, trace_id: "tr".into(), command };
+        let req = LedgerRequest { stamp_ms: self.now, trace_id: "tr".into(), command: command.into() };
         self.state.execute(&req).0
     }
 
