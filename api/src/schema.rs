@@ -83,6 +83,13 @@ impl LedgerState {
         ]
     }
 
+    /// How many bytes each section of [`SECTIONS`] takes in [`LedgerState::encode`]: which
+    /// domain a state's size is in.
+    pub fn section_sizes(&self) -> [(&'static str, usize); SECTIONS.len()] {
+        let bytes = self.section_bytes(true);
+        std::array::from_fn(|i| (SECTIONS[i].0, bytes[i].len()))
+    }
+
     /// The body of state format 18 ([`crate::schema`]).
     pub(crate) fn encode_schema(&self, rows: bool) -> Vec<u8> {
         let bytes = self.section_bytes(rows);
@@ -185,6 +192,15 @@ mod tests {
         let mut state = LedgerState { clock_ms: 7, revision: 3, ..LedgerState::default() };
         state.stream_seq.insert("t-1".into(), 3);
         state
+    }
+
+    #[test]
+    fn section_sizes_add_up_to_the_encoding_less_its_section_headers() {
+        let state = sample();
+        let sizes = state.section_sizes();
+        let headers: usize = SECTIONS.iter().map(|(tag, _)| 1 + tag.len() + 4 + 8).sum();
+        assert_eq!(sizes.iter().map(|(_, n)| n).sum::<usize>() + headers, state.encode_schema(true).len());
+        assert_eq!(sizes.map(|(tag, _)| tag), SECTIONS.map(|(tag, _)| tag));
     }
 
     #[test]
