@@ -62,8 +62,11 @@ def wait_row(driver, prefix):
     # A mark on this very document: gone if the page were reloaded.
     driver.execute_script("window.__writMark = 1;")
     selector = f"tr[id^='{prefix}']"
-    row = wait(driver).until(EC.presence_of_element_located((By.CSS_SELECTOR, selector)))
-    return {"id": row.get_attribute("id"), "reloaded": driver.execute_script("return window.__writMark !== 1;")}
+    # The id is read in the page, in the same step that finds the row: the desk swaps its
+    # sections in as the ledger moves, so an element found first may be gone when asked.
+    found = wait(driver).until(
+        lambda d: d.execute_script("const r = document.querySelector(arguments[0]); return r && r.id;", selector))
+    return {"id": found, "reloaded": driver.execute_script("return window.__writMark !== 1;")}
 
 
 def submit(driver, find):
