@@ -83,13 +83,6 @@ impl LedgerState {
         ]
     }
 
-    /// How many bytes each section of [`SECTIONS`] takes in [`LedgerState::encode`]: which
-    /// domain a state's size is in.
-    pub fn section_sizes(&self) -> [(&'static str, usize); SECTIONS.len()] {
-        let bytes = self.section_bytes(true);
-        std::array::from_fn(|i| (SECTIONS[i].0, bytes[i].len()))
-    }
-
     /// The body of state format 18 ([`crate::schema`]).
     pub(crate) fn encode_schema(&self, rows: bool) -> Vec<u8> {
         let bytes = self.section_bytes(rows);
@@ -171,6 +164,20 @@ impl LedgerState {
     }
 }
 
+/// How many bytes each section of [`SECTIONS`] takes in `body` (what [`LedgerState::encode`]
+/// wrote): which domain a state's size is in, read from its section headers.
+pub fn section_sizes(mut body: &[u8]) -> Result<[(&'static str, usize); SECTIONS.len()], String> {
+    let mut sizes = SECTIONS.map(|(tag, _)| (tag, 0));
+    for (tag, size) in &mut sizes {
+        let (found, _, bytes) = next_section(&mut body)?;
+        if found != tag.as_bytes() {
+            return Err(format!("section '{}' where '{tag}' belongs", String::from_utf8_lossy(found)));
+        }
+        *size = bytes.len();
+    }
+    Ok(sizes)
+}
+
 /// The next section of `rest` (tag, version, bytes), moving past it.
 fn next_section<'a>(rest: &mut &'a [u8]) -> Result<(&'a [u8], u32, &'a [u8]), String> {
     let truncated = || "undecodable ledger state (format 18): a section is truncated".to_string();
@@ -197,10 +204,13 @@ mod tests {
     #[test]
     fn section_sizes_add_up_to_the_encoding_less_its_section_headers() {
         let state = sample();
-        let sizes = state.section_sizes();
+        let body = state.encode_schema(true);
+        let sizes = section_sizes(&body).expect("its own encoding");
         let headers: usize = SECTIONS.iter().map(|(tag, _)| 1 + tag.len() + 4 + 8).sum();
-        assert_eq!(sizes.iter().map(|(_, n)| n).sum::<usize>() + headers, state.encode_schema(true).len());
+        assert_eq!(sizes.iter().map(|(_, n)| n).sum::<usize>() + headers, body.len());
         assert_eq!(sizes.map(|(tag, _)| tag), SECTIONS.map(|(tag, _)| tag));
+        assert_eq!(sizes[7], ("audit", crate::encode(&state.audit).unwrap().len()));
+        assert!(section_sizes(&body[..body.len() - 1]).is_err(), "a cut body is refused");
     }
 
     #[test]

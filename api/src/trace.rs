@@ -97,13 +97,13 @@ impl TraceContext {
 
     /// The trace id as Writ names it everywhere: 32 lowercase hex digits.
     pub fn trace_hex(&self) -> String {
-        hex(&self.trace_id)
+        hex::encode(self.trace_id)
     }
 
     /// This span as the parent a callee continues: `00-<trace>-<span>-<flags>`.
     pub fn traceparent(&self) -> String {
         let flags = if self.sampled { "01" } else { "00" };
-        format!("00-{}-{}-{flags}", hex(&self.trace_id), hex(&self.span_id))
+        format!("00-{}-{}-{flags}", hex::encode(self.trace_id), hex::encode(self.span_id))
     }
 }
 
@@ -124,7 +124,7 @@ pub fn operation_span_id(trace_id: &str, operation_id: &str) -> [u8; 8] {
 pub fn operation_traceparent(trace_id: &str, operation_id: &str) -> Option<String> {
     let trace: [u8; 16] = hex_bytes(trace_id)?;
     (trace != [0; 16] && trace_id.len() == 32)
-        .then(|| format!("00-{trace_id}-{}-01", hex(&operation_span_id(trace_id, operation_id))))
+        .then(|| format!("00-{trace_id}-{}-01", hex::encode(operation_span_id(trace_id, operation_id))))
 }
 
 /// Whether a `tracestate` is one to pass on: bounded, at most 32 `key=value` members of
@@ -149,10 +149,6 @@ fn hex_bytes<const N: usize>(text: &str) -> Option<[u8; N]> {
         *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(out)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
 }
 
 #[cfg(test)]
@@ -214,7 +210,7 @@ mod tests {
         let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
         let parent = operation_traceparent(trace, "op-1").unwrap();
         let p = Parent::parse(&parent).unwrap();
-        assert_eq!((hex(&p.trace_id), p.span_id), (trace.to_string(), operation_span_id(trace, "op-1")));
+        assert_eq!((hex::encode(p.trace_id), p.span_id), (trace.to_string(), operation_span_id(trace, "op-1")));
         assert_ne!(operation_span_id(trace, "op-1"), operation_span_id(trace, "op-2"));
         assert_eq!(operation_traceparent("8717eff1-77d8-42cd-8949-d3a85239289e", "op-1"), None, "not a W3C id");
     }

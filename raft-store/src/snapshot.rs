@@ -120,7 +120,11 @@ pub fn write(
     out.write_all(&(header_bytes.len() as u32).to_le_bytes())?;
     out.write_all(&header_bytes)?;
     let last_applied_index = header.last_applied.as_ref().map_or(0, |l| l.index());
-    let mut w = BackupWriter::begin(&mut out, 0, last_applied_index, state)?;
+    // Encoded once: written, and read for the size of each of its sections.
+    let versioned = state.encode_versioned();
+    record_section_sizes(&versioned);
+    let frame = writ_api::backup::FRAME_BYTES_MAX as usize;
+    let mut w = BackupWriter::begin_encoded(&mut out, 0, last_applied_index, state, &versioned, frame)?;
     for record in records {
         let (kind, key, value) = record?;
         if contents == Contents::StateOnly {
@@ -131,6 +135,21 @@ pub fn write(
     let summary = w.end()?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     Ok(summary)
+}
+
+/// `writ_state_section_bytes{section}`: the bytes of each section of the state a snapshot holds.
+fn record_section_sizes(versioned: &[u8]) {
+    let sizes = writ_api::format::unwrap(writ_api::format::STATE_MAGIC, versioned)
+        .map_err(|e| e.to_string())
+        .and_then(|(_, body)| writ_api::schema::section_sizes(body));
+    match sizes {
+        Ok(sizes) => {
+            for (section, bytes) in sizes {
+                metrics::gauge!("writ_state_section_bytes", "section" => section).set(bytes as f64);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "a snapshot's state sections not measured"),
+    }
 }
 
 /// Reads a snapshot file's header and what it carries, leaving the reader at its stream.

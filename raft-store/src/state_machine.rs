@@ -494,9 +494,6 @@ impl StateMachine {
         let path = self.snapshot_path(&header.last_applied);
         let tmp = path.with_extension("tmp");
         crate::snapshot::write(&tmp, Contents::StateOnly, &header, &state, std::iter::empty())?;
-        for (section, bytes) in state.section_sizes() {
-            metrics::gauge!("writ_state_section_bytes", "section" => section).set(bytes as f64);
-        }
         std::fs::rename(&tmp, &path)?;
         sync_dir(&self.inner.snapshot_dir)?;
         self.prune_snapshots()?;
