@@ -971,6 +971,15 @@ impl Command {
         }
     }
 
+    /// Whether the proposer of this (plain) command is answered with the events it appended.
+    /// A batch of request decisions is not: its recorder (an edge, the admin API) reads only
+    /// that it applied, and its one event holds up to a thousand decisions that every replica
+    /// would copy into an answer only the leader sends. No stored evidence comes of it
+    /// ([`Command::stored_blobs`] reads the answer's events).
+    pub fn answered_with_events(&self) -> bool {
+        !matches!(self, Command::RecordDecisions { .. } | Command::RecordDecisionsV2 { .. })
+    }
+
     /// What this command stores once `outcome` applied it — a `StoreEvidence`, bare or on a
     /// principal's behalf, with its request's decision — keyed by
     /// [`crate::evidence::blob_key`]: what a node writes beside the state (its content was
@@ -1937,10 +1946,11 @@ pub struct EventEnvelope {
 /// What applying one log entry produced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    /// The command was accepted; these events were appended. For a command about one
-    /// operation, `operation` is that operation as the command left it (for a submission that
-    /// was a replay, the prior operation), so the proposer needs no read after the write. Not
-    /// persisted: the answer to one proposal.
+    /// The command was accepted; these events were appended (none listed for a command whose
+    /// proposer reads only that it applied: [`Command::answered_with_events`]). For a command
+    /// about one operation, `operation` is that operation as the command left it (for a
+    /// submission that was a replay, the prior operation), so the proposer needs no read after
+    /// the write. Not persisted: the answer to one proposal.
     Applied {
         events: Vec<EventEnvelope>,
         #[serde(default)]

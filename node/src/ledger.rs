@@ -835,17 +835,19 @@ impl LedgerNode {
     async fn submit_inner(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
         let deadline = tokio::time::Instant::now() + self.leader_wait;
         let mut unreached = None;
+        // Shared with the entry the leader proposes, not copied (a batch of decisions is large).
+        let SubmitRequest { trace_id, command, credential, vouchers } = req;
+        let command = Arc::new(command);
         loop {
             let (leader, addr) = self.await_leader(unreached, deadline).await?;
             if leader == self.id {
-                if let Some(refused) = self.storage.refusal(&req.command, &self.short_members()) {
+                if let Some(refused) = self.storage.refusal(&command, &self.short_members()) {
                     return Err(refused);
                 }
-                let command = self.gate(&req.command).await?;
                 let request = LedgerRequest {
                     stamp_ms: self.clock.now_ms(),
-                    trace_id: req.trace_id.clone(),
-                    command: command.into(),
+                    trace_id: trace_id.clone(),
+                    command: self.gate(&command).await?,
                 };
                 // A command with evidence bytes is an entry of its own; the rest are batched.
                 let proposed = if request.command.carries_blob() {
@@ -872,7 +874,13 @@ impl LedgerNode {
                 return Err(unavailable("this node is not the leader (forwarded request is not forwarded again)"));
             }
             metrics::counter!("writ_ledger_forwards_total").increment(1);
-            match self.peers.submit(&addr, req.clone()).await {
+            let req = SubmitRequest {
+                trace_id: trace_id.clone(),
+                command: Command::clone(&command),
+                credential: credential.clone(),
+                vouchers: vouchers.clone(),
+            };
+            match self.peers.submit(&addr, req).await {
                 Err(CallError::NotSent(why)) => {
                     tracing::debug!(leader, %why, "leader not reached; waiting for another");
                     unreached = Some(leader);
@@ -1149,7 +1157,7 @@ impl LedgerNode {
     /// it is proposed (the member would stop at it), naming who holds the cluster back.
     /// Returns what to propose: the command, or (while a member cannot read authority chains)
     /// the command with its request decisions recorded without them.
-    async fn gate(&self, command: &Command) -> Result<Command, Rejection> {
+    async fn gate(&self, command: &Arc<Command>) -> Result<Arc<Command>, Rejection> {
         let needs = self.sm.read().state.ledger_version_of(command);
         let behind = self.members_behind(needs).await;
         if behind.is_empty() {
@@ -1157,8 +1165,8 @@ impl LedgerNode {
         }
         let plain = command.without_authority_chains();
         let plain_needs = self.sm.read().state.ledger_version_of(&plain);
-        if plain != *command && self.members_behind(plain_needs).await.is_empty() {
-            return Ok(plain);
+        if plain != **command && self.members_behind(plain_needs).await.is_empty() {
+            return Ok(Arc::new(plain));
         }
         metrics::counter!("writ_ledger_version_gated_total").increment(1);
         Err(Rejection::new(

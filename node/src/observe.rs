@@ -17,8 +17,9 @@ pub fn submitted(span: &mut writ_telemetry::Span, result: &Result<writ_api::dto:
     span.event("committed", vec![KeyValue::new("writ.raft.log_index", index)]);
     match &answer.outcome {
         Outcome::Applied { events, .. } => {
-            let revision = events.last().map_or(0, |e| e.revision) as i64;
-            span.event("applied", vec![KeyValue::new("writ.revision", revision)]);
+            // An answer without its events (a batch of decisions) names no revision.
+            let revision = events.last().map(|e| KeyValue::new("writ.revision", e.revision as i64));
+            span.event("applied", revision.into_iter().collect());
         }
         Outcome::Rejected { reason, revision, .. } => {
             span.event("applied", vec![KeyValue::new("writ.revision", *revision as i64)]);

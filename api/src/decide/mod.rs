@@ -236,7 +236,7 @@ impl LedgerState {
             envelopes.push(self.append(&stream, trace_id, event, audit));
         }
         let outcome = outcome.unwrap_or_else(|| Outcome::Applied {
-            events: envelopes.clone(),
+            events: if command.answered_with_events() { envelopes.clone() } else { Vec::new() },
             operation: self.operation_view(command).map(Box::new),
         });
         all.append(&mut envelopes);
