@@ -588,13 +588,8 @@ async fn a_snapshot_is_built_once_the_log_has_grown_by_its_size_threshold() {
     .await;
     assert!(status["last_applied_index"].as_u64() < Some(1_000), "{status}");
     // The snapshot says where its bytes are: the 200 tenants' names, in the tenant section.
-    let metrics = c.admin.client(&url).send(reqwest::Method::GET, "/metrics", None).await.expect("metrics");
-    let metrics = metrics.text().await.expect("metrics text");
-    let tenant_bytes = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("writ_state_section_bytes{section=\"tenant\"} "))
-        .and_then(|v| v.trim().parse::<f64>().ok());
-    assert!(tenant_bytes.is_some_and(|b| b > 40_000.0), "{tenant_bytes:?} in\n{metrics}");
+    let tenant_bytes = metric(&c, &url, "writ_state_section_bytes{section=\"tenant\"}").await;
+    assert!(tenant_bytes > 40_000, "{tenant_bytes} bytes in the tenant section");
 }
 
 /// Issue 18: the members of a cluster stagger their snapshots (`writ_node::ledger::staggered`):
