@@ -209,6 +209,13 @@ pub fn tenant_prefix(tenant_id: &str, incarnation: u64) -> Vec<u8> {
     out
 }
 
+/// The tenant's prefix and kind byte that begin row key `key` (or a prefix of the rows of one
+/// kind itself): `None` when `key` is shorter than that.
+pub fn kind_prefix_of(key: &[u8]) -> Option<&[u8]> {
+    let id_len = usize::from(u16::from_be_bytes([*key.first()?, *key.get(1)?]));
+    key.get(..2 + id_len + 8 + 1)
+}
+
 fn kind_prefix(tenant: &[u8], kind: u8) -> Vec<u8> {
     let mut out = tenant.to_vec();
     out.push(kind);
@@ -553,6 +560,17 @@ mod tests {
         assert_eq!(tier.oldest("t", Aging::Finished), Some(10));
         assert_eq!(tier.oldest("t", Aging::Compacted), None);
         assert_eq!(tier.oldest("t", Aging::Reported), None);
+    }
+
+    #[test]
+    fn a_row_key_names_the_prefix_of_its_tenant_and_kind() {
+        let tenant = tenant_prefix("tenant-a", 7);
+        let key = row_key(&tenant, Row::Finished(10, "op"));
+        let kind = kind_prefix(&tenant, b'f');
+        assert_eq!(kind_prefix_of(&key), Some(&kind[..]));
+        assert_eq!(kind_prefix_of(&kind), Some(&kind[..]), "a kind's prefix names itself");
+        assert_eq!(kind_prefix_of(&tenant), None, "a tenant's prefix has no kind");
+        assert_eq!(kind_prefix_of(&[0]), None);
     }
 
     #[test]

@@ -11,9 +11,19 @@
 //! are dropped only once no replay can read them — when the revision is at or below the oldest
 //! kept snapshot's, since a node replays its log from a snapshot and reads as of revisions at
 //! or after it ([`purge`]).
+//!
+//! **Floors.** Retention deletes time rows oldest first, and their versions stay until a
+//! snapshot lets them go: a scan from the start of a kind would step over every row retired
+//! since, so each look would cost what all the earlier ones retired. A scan that stepped over
+//! many dead rows leaves a floor for their kind — where the first row live as of its revision
+//! is — and later scans as of that revision or after start there ([`Floors`]). A floor is
+//! this node's knowledge of its own store, never replicated nor in the state: it moves where a
+//! scan starts, never what it returns.
 
+use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rocksdb::{WriteBatch, DB};
 use writ_api::cold::{ColdStore, ColdWrites};
@@ -26,20 +36,170 @@ const GARBAGE: u8 = 0xff;
 /// Garbage rows read per purge batch.
 const PURGE_BATCH: usize = 4096;
 
+/// Dead versions a scan steps over before it leaves a floor for the kind it scanned.
+const FLOOR_AFTER: usize = 64;
+
 /// Reads the cold rows from the node's RocksDB. A read that fails is corruption: the state
 /// machine cannot go on deterministically without it, so it panics (the node's fatal path).
 #[derive(Debug)]
 pub struct RocksCold {
     db: Arc<DB>,
+    floors: Mutex<Floors>,
+    /// Dead versions a scan steps over before it leaves a floor ([`FLOOR_AFTER`]).
+    floor_after: usize,
+}
+
+/// Where scans of each kind of a tenant's rows may start.
+#[derive(Debug, Default)]
+struct Floors {
+    /// Moved when a write begins and when it ends: a scan leaves a floor only when no write
+    /// began or ended while it read, and none was under way when it began, so what it read
+    /// is all the store held up to its revision.
+    generation: u64,
+    /// Writes between [`RocksCold::write`] and their commit (the [`Writing`] guards alive).
+    writing: u32,
+    /// By the kind's prefix (`writ_api::cold::kind_prefix_of`).
+    by_kind: HashMap<Vec<u8>, Floor>,
+}
+
+/// No row of the kind whose key sorts before `start` is live as of revision `at` or any after.
+/// A write of a row below `start` moves `start` down to it before it commits.
+#[derive(Debug, Clone)]
+struct Floor {
+    start: Vec<u8>,
+    at: u64,
+}
+
+/// A write of the family under way: its rows are in a batch not yet committed. Dropped once
+/// the batch is committed (or given up), it lets scans leave floors again.
+#[must_use = "the write is under way until the guard drops after the batch's commit"]
+pub(crate) struct Writing<'a>(&'a RocksCold);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut floors = self.0.floors();
+        floors.generation += 1;
+        floors.writing -= 1;
+    }
+}
+
+/// What a scan stepped over before its first live row: how many versions, and whether any
+/// of them is newer than the scan's revision (a row that may be live later).
+#[derive(Debug, Default)]
+struct Skipped {
+    versions: usize,
+    newer: bool,
 }
 
 impl RocksCold {
     pub(crate) fn new(db: Arc<DB>) -> Self {
-        RocksCold { db }
+        RocksCold { db, floors: Mutex::default(), floor_after: FLOOR_AFTER }
+    }
+
+    /// The cold rows of a RocksDB at `dir` opened as a node opens its own, alone (benches and
+    /// tools; a node's rows come with its state machine, `crate::open`). Without `floors`,
+    /// every scan starts where it is asked to, as the store read before floors existed.
+    pub fn open_alone(dir: &Path, floors: bool) -> io::Result<Self> {
+        let db = Arc::new(crate::open_db(dir)?);
+        Ok(RocksCold { floor_after: if floors { FLOOR_AFTER } else { usize::MAX }, ..RocksCold::new(db) })
+    }
+
+    /// Writes `writes` in a batch of their own, committed.
+    pub fn commit(&self, writes: ColdWrites) -> io::Result<()> {
+        let mut batch = WriteBatch::default();
+        let writing = self.write(&mut batch, writes);
+        self.db.write(batch).map_err(io::Error::other)?;
+        drop(writing);
+        Ok(())
     }
 
     fn cf(&self) -> &rocksdb::ColumnFamily {
         self.db.cf_handle(CF_COLD).expect("column families are created at open")
+    }
+
+    fn floors(&self) -> MutexGuard<'_, Floors> {
+        self.floors.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks a write under way: floors left by scans that overlap it are not kept.
+    fn begin_write(&self) -> (MutexGuard<'_, Floors>, Writing<'_>) {
+        let mut floors = self.floors();
+        floors.generation += 1;
+        floors.writing += 1;
+        (floors, Writing(self))
+    }
+
+    /// Adds the writes a state took (`ColdTier::take_writes`) to `batch`: each row's version,
+    /// and the garbage rows of replacements, deletions and dropped tenants. Floors above a row
+    /// written live move down to it now; the guard must live until `batch` is committed.
+    pub(crate) fn write(&self, batch: &mut WriteBatch, writes: ColdWrites) -> Writing<'_> {
+        let (mut floors, writing) = self.begin_write();
+        let cf = self.cf();
+        for (key, row) in writes.rows {
+            let value = match &row.value {
+                Some(v) => {
+                    floors.lower(&key);
+                    [&[1u8][..], v].concat()
+                }
+                None => vec![0],
+            };
+            batch.put_cf(cf, versioned(&key, row.revision), value);
+            if row.replaces || row.value.is_none() {
+                batch.put_cf(cf, garbage(row.revision, 0, &key), []);
+            }
+        }
+        for (revision, prefix) in writes.dropped {
+            floors.by_kind.retain(|kind, _| !kind.starts_with(&prefix));
+            batch.put_cf(cf, garbage(revision, 1, &prefix), []);
+        }
+        writing
+    }
+
+    /// Marks the whole family being replaced (a snapshot's rows installed): every floor goes,
+    /// and none is left until the guard drops after the last batch.
+    pub(crate) fn replace_all(&self) -> Writing<'_> {
+        let (mut floors, writing) = self.begin_write();
+        floors.by_kind.clear();
+        writing
+    }
+
+    /// Where a scan of `prefix` as of `at` may start (past `after`, when given), and the
+    /// generation to leave a floor under: `None` when a write is under way, `prefix` is not
+    /// one kind's, or the scan starts past `after`, above the rows a floor speaks of.
+    fn start(&self, prefix: &[u8], after: Option<&[u8]>, at: u64) -> (Vec<u8>, Option<u64>) {
+        // Past every version of `after`: its key, eight 0xff, one more byte.
+        let past_after = after.map(|a| [a, &[0xff; 9]].concat());
+        if writ_api::cold::kind_prefix_of(prefix) != Some(prefix) {
+            return (past_after.unwrap_or_else(|| prefix.to_vec()), None);
+        }
+        let floors = self.floors();
+        let floor = floors.by_kind.get(prefix).filter(|f| f.at <= at).map(|f| f.start.clone());
+        let base = floor.unwrap_or_else(|| prefix.to_vec());
+        match past_after {
+            Some(past) if past > base => (past, None),
+            _ => (base, (floors.writing == 0).then_some(floors.generation)),
+        }
+    }
+
+    /// Leaves a floor for `kind` at `start` as of `at`, unless a write began or ended since
+    /// `generation`.
+    fn leave_floor(&self, kind: &[u8], start: Vec<u8>, at: u64, generation: u64) {
+        let mut floors = self.floors();
+        if floors.generation == generation {
+            floors.by_kind.insert(kind.to_vec(), Floor { start, at });
+        }
+    }
+}
+
+impl Floors {
+    /// A row written live at `key`: its kind's floor may not be above it.
+    fn lower(&mut self, key: &[u8]) {
+        let Some(floor) = writ_api::cold::kind_prefix_of(key).and_then(|kind| self.by_kind.get_mut(kind)) else {
+            return;
+        };
+        if key < floor.start.as_slice() {
+            floor.start = key.to_vec();
+        }
     }
 }
 
@@ -116,55 +276,68 @@ impl ColdStore for RocksCold {
     }
 
     fn scan(&self, prefix: &[u8], after: Option<&[u8]>, at: u64, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        // Past every version of `after`: its key, eight 0xff, one more byte.
-        let start = after.map_or_else(|| prefix.to_vec(), |a| [a, &[0xff; 9]].concat());
+        let (start, generation) = self.start(prefix, after, at);
         let mut it = self.db.raw_iterator_cf_opt(self.cf(), in_order());
         it.seek(&start);
         let mut rows = Vec::new();
-        // The row being read, and its newest version at or before `at` (versions ascend).
-        let (mut row, mut value): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
-        while let Some(k) = it.key().filter(|k| k.starts_with(prefix) && k.len() >= prefix.len() + 8) {
-            let (key, rev) = (&k[..k.len() - 8], revision_of(k));
-            if row.as_deref() != Some(key) {
-                if let (Some(r), Some(v)) = (row.take(), value.take()) {
-                    rows.push((r, v));
-                    if rows.len() == limit {
-                        break;
+        // The dead rows stepped over before the first live one, and the last of them.
+        let (mut skipped, mut last_dead) = (Skipped::default(), None);
+        let mut row: Option<RowRead> = None;
+        while rows.len() < limit {
+            let key = it.key().filter(|k| k.starts_with(prefix) && k.len() >= prefix.len() + 8);
+            if let Some(done) = row.take_if(|r| key.is_none_or(|k| k[..k.len() - 8] != r.key[..])) {
+                match done.value {
+                    Some(v) => rows.push((done.key, v)),
+                    None if rows.is_empty() => {
+                        skipped.add(&done.skipped);
+                        last_dead = Some(done.key);
                     }
+                    None => {}
                 }
-                (row, value) = (Some(key.to_vec()), None);
+                continue;
             }
+            let Some(k) = key else { break };
+            let rev = revision_of(k);
+            let r = row.get_or_insert_with(|| RowRead::new(&k[..k.len() - 8]));
+            r.skipped.versions += 1;
+            r.skipped.newer |= rev > at;
             if rev <= at {
-                value = it.value().and_then(row_of);
+                r.value = it.value().and_then(row_of);
             }
             it.next();
         }
         if let Err(e) = it.status() {
             panic!("the cold rows cannot be read: {e}");
         }
-        if let (Some(r), Some(v), true) = (row, value, rows.len() < limit) {
-            rows.push((r, v));
+        // A floor where the first live row is, or past the last dead one when none is.
+        let floor = rows.first().map(|(r, _)| r.clone()).or_else(|| last_dead.map(|r| [&r[..], &[0xff; 9]].concat()));
+        if let (Some(floor), Some(generation)) = (floor, generation) {
+            if !skipped.newer && skipped.versions >= self.floor_after {
+                self.leave_floor(prefix, floor, at, generation);
+            }
         }
         rows
     }
 }
 
-/// Adds the writes a state took (`ColdTier::take_writes`) to `batch`: each row's version, and
-/// the garbage rows of replacements, deletions and dropped tenants.
-pub(crate) fn write(db: &DB, batch: &mut WriteBatch, writes: ColdWrites) {
-    let cf = db.cf_handle(CF_COLD).expect("column families are created at open");
-    for (key, row) in writes.rows {
-        let value = match &row.value {
-            Some(v) => [&[1u8][..], v].concat(),
-            None => vec![0],
-        };
-        batch.put_cf(cf, versioned(&key, row.revision), value);
-        if row.replaces || row.value.is_none() {
-            batch.put_cf(cf, garbage(row.revision, 0, &key), []);
-        }
+/// A row a scan is reading: its key, its newest version at or before the scan's revision
+/// (versions ascend), and its versions.
+struct RowRead {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    skipped: Skipped,
+}
+
+impl RowRead {
+    fn new(key: &[u8]) -> Self {
+        RowRead { key: key.to_vec(), value: None, skipped: Skipped::default() }
     }
-    for (revision, prefix) in writes.dropped {
-        batch.put_cf(cf, garbage(revision, 1, &prefix), []);
+}
+
+impl Skipped {
+    fn add(&mut self, row: &Skipped) {
+        self.versions += row.versions;
+        self.newer |= row.newer;
     }
 }
 
@@ -235,6 +408,7 @@ fn drop_versions(db: &DB, cf: &rocksdb::ColumnFamily, batch: &mut WriteBatch, ke
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use writ_api::cold::PendingRow;
 
     fn row(revision: u64, value: Option<&[u8]>, replaces: bool) -> PendingRow {
@@ -257,7 +431,7 @@ mod tests {
         let put = |writes: Vec<(&Vec<u8>, PendingRow)>, dropped: Vec<(u64, Vec<u8>)>| {
             let mut batch = WriteBatch::default();
             let rows = writes.into_iter().map(|(k, r)| (k.clone(), r)).collect();
-            write(&db, &mut batch, ColdWrites { rows, dropped });
+            let _writing = store.write(&mut batch, ColdWrites { rows, dropped });
             db.write(batch).unwrap();
         };
         put(vec![(&a, row(5, Some(b"a1"), false)), (&b, row(5, Some(b"b1"), false))], vec![]);
@@ -289,5 +463,94 @@ mod tests {
         assert_eq!(store.get(&a, 11).as_deref(), Some(&b"a2"[..]));
         purge(&db, 12).unwrap();
         assert_eq!(versions(&db), 0, "the dropped tenant's rows and the garbage row are gone");
+    }
+
+    /// A tenant's rows of one kind: keys `0..n` under it (big-endian, so they sort by number).
+    fn kind_rows(n: u8) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let kind = [&writ_api::cold::tenant_prefix("t", 1)[..], b"f"].concat();
+        let keys = (0..n).map(|i| [&kind[..], &u64::from(i).to_be_bytes()[..], b"\x00\x01x"].concat()).collect();
+        (kind, keys)
+    }
+
+    fn commit(store: &RocksCold, rows: Vec<(Vec<u8>, PendingRow)>) {
+        store.commit(ColdWrites { rows: rows.into_iter().collect(), dropped: vec![] }).unwrap();
+    }
+
+    fn floor(store: &RocksCold, kind: &[u8]) -> Option<(Vec<u8>, u64)> {
+        store.floors().by_kind.get(kind).map(|f| (f.start.clone(), f.at))
+    }
+
+    /// A scan that stepped over many dead rows leaves a floor at the first live one; later
+    /// scans start there and read what a store without floors reads, a row written below the
+    /// floor moves it down, and a scan as of a revision before the floor's ignores it.
+    #[test]
+    fn a_scan_over_dead_rows_leaves_a_floor_that_later_writes_move_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(crate::open_db(dir.path()).unwrap());
+        let store = RocksCold::new(db.clone());
+        let (kind, keys) = kind_rows(100);
+        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
+        // Retention at revision 2 deletes the oldest 80: 160 dead versions before row 80.
+        commit(&store, keys[..80].iter().map(|k| (k.clone(), row(2, None, true))).collect());
+        assert_eq!(store.scan(&kind, None, 2, 1), [(keys[80].clone(), vec![])]);
+        assert_eq!(floor(&store, &kind), Some((keys[80].clone(), 2)));
+        // A replay as of revision 1 reads the deleted rows: the floor is not as old.
+        assert_eq!(store.scan(&kind, None, 1, 1), [(keys[0].clone(), vec![])]);
+        // A row written live below the floor: the floor moves down to it before it commits.
+        commit(&store, vec![(keys[5].clone(), row(3, Some(b"again"), false))]);
+        assert_eq!(floor(&store, &kind), Some((keys[5].clone(), 2)));
+        assert_eq!(store.scan(&kind, None, 3, 2), [(keys[5].clone(), b"again".to_vec()), (keys[80].clone(), vec![])]);
+        // Nothing to step over from the floor on: the floor stays where it is.
+        assert_eq!(floor(&store, &kind), Some((keys[5].clone(), 2)));
+        assert_eq!(store.scan(&kind, None, 3, 100), RocksCold::new(db.clone()).scan(&kind, None, 3, 100));
+    }
+
+    /// No floor is left by a scan that overlaps a write under way, nor over dead rows that
+    /// have a version newer than the scan's revision (a row a later read may find live).
+    #[test]
+    fn no_floor_is_left_over_a_write_under_way_or_rows_newer_than_the_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(crate::open_db(dir.path()).unwrap());
+        let store = RocksCold::new(db.clone());
+        let (kind, keys) = kind_rows(100);
+        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
+        commit(&store, keys[..80].iter().map(|k| (k.clone(), row(2, None, true))).collect());
+        let mut batch = WriteBatch::default();
+        let writing = store.write(&mut batch, ColdWrites::default());
+        assert_eq!(store.scan(&kind, None, 2, 1), [(keys[80].clone(), vec![])]);
+        assert_eq!(floor(&store, &kind), None, "a write was under way");
+        drop(writing);
+        // Row 3 live again at revision 4, read as of revision 2 (a replay with the store ahead).
+        commit(&store, vec![(keys[3].clone(), row(4, Some(b"back"), true))]);
+        assert_eq!(store.scan(&kind, None, 2, 1), [(keys[80].clone(), vec![])]);
+        assert_eq!(floor(&store, &kind), None, "row 3 has a version after revision 2");
+        assert_eq!(store.scan(&kind, None, 4, 1), [(keys[3].clone(), b"back".to_vec())]);
+    }
+
+    fn step() -> impl Strategy<Value = (u8, Option<u8>, u8, u8)> {
+        // (row, value: None deletes, how far back a scan reads, its limit)
+        (0u8..40, proptest::option::weighted(0.3, 0u8..3), 0u8..3, 1u8..6)
+    }
+
+    proptest! {
+        /// Whatever rows are written, deleted and written again, a store that leaves floors
+        /// reads, as of any revision still readable, what one without floors reads.
+        #[test]
+        fn floors_never_change_what_a_scan_reads(steps in proptest::collection::vec(step(), 1..120)) {
+            let dir = tempfile::tempdir().unwrap();
+            let db = Arc::new(crate::open_db(dir.path()).unwrap());
+            let store = RocksCold { floor_after: 1, ..RocksCold::new(db.clone()) };
+            let plain = RocksCold::new(db.clone());
+            let (kind, keys) = kind_rows(40);
+            for (revision, (i, value, back, limit)) in (1u64..).zip(steps) {
+                let key = keys[usize::from(i)].clone();
+                commit(&store, vec![(key, row(revision, value.map(|v| [v]).as_ref().map(|v| &v[..]), true))]);
+                let at = revision.saturating_sub(u64::from(back));
+                let limit = usize::from(limit);
+                prop_assert_eq!(store.scan(&kind, None, at, limit), plain.scan(&kind, None, at, limit));
+                let after = Some(&keys[usize::from(i) / 2][..]);
+                prop_assert_eq!(store.scan(&kind, after, at, limit), plain.scan(&kind, after, at, limit));
+            }
+        }
     }
 }

@@ -629,6 +629,7 @@ impl StateMachine {
         let evidence_cf = db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
         let cold_cf = db.cf_handle(CF_COLD).expect("column families are created at open");
         // The audit, evidence and cold-row column families become exactly the snapshot's records.
+        let _replacing = self.inner.cold.replace_all();
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(audit_cf, Vec::<u8>::new(), vec![0xff; 1]);
         batch.delete_range_cf(evidence_cf, Vec::<u8>::new(), vec![0xff; 1]);
@@ -785,7 +786,7 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
         return Ok(());
     }
     let mut batch = WriteBatch::default();
-    crate::cold::write(db, &mut batch, writes);
+    let _writing = cold.write(&mut batch, writes);
     db.write(batch).map_err(io::Error::other)
 }
 
@@ -884,7 +885,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 replies.push((responder, outcome));
             }
         }
-        crate::cold::write(&self.inner.db, &mut batch, a.state.cold.take_writes());
+        let writing = self.inner.cold.write(&mut batch, a.state.cold.take_writes());
         // Retention: everything below each tenant's first retained sequence goes — one range
         // deletion when that moved, not one per apply (each stays in the family until a
         // compaction passes it, and every read of the audit trail steps over it).
@@ -902,6 +903,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         // Not synced: the log is durable, and replay rewrites identical bytes.
         self.inner.db.write(batch).map_err(io::Error::other)?;
+        drop(writing);
         deleted_below.extend(moved);
         drop(deleted_below);
         if produced.iter().any(|e| matches!(e.envelope.event, writ_api::ledger::Event::RoleCertificateRevokedV1 { .. }))
