@@ -480,18 +480,23 @@ mod tests {
         store.floors().by_kind.get(kind).map(|f| (f.start.clone(), f.at))
     }
 
+    /// A store of 100 rows of one kind written at revision 1, the oldest 80 deleted at
+    /// revision 2 (retention): 160 dead versions before row 80.
+    fn retired() -> (tempfile::TempDir, RocksCold, Vec<u8>, Vec<Vec<u8>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RocksCold::new(Arc::new(crate::open_db(dir.path()).unwrap()));
+        let (kind, keys) = kind_rows(100);
+        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
+        commit(&store, keys[..80].iter().map(|k| (k.clone(), row(2, None, true))).collect());
+        (dir, store, kind, keys)
+    }
+
     /// A scan that stepped over many dead rows leaves a floor at the first live one; later
     /// scans start there and read what a store without floors reads, a row written below the
     /// floor moves it down, and a scan as of a revision before the floor's ignores it.
     #[test]
     fn a_scan_over_dead_rows_leaves_a_floor_that_later_writes_move_down() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Arc::new(crate::open_db(dir.path()).unwrap());
-        let store = RocksCold::new(db.clone());
-        let (kind, keys) = kind_rows(100);
-        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
-        // Retention at revision 2 deletes the oldest 80: 160 dead versions before row 80.
-        commit(&store, keys[..80].iter().map(|k| (k.clone(), row(2, None, true))).collect());
+        let (_dir, store, kind, keys) = retired();
         assert_eq!(store.scan(&kind, None, 2, 1), [(keys[80].clone(), vec![])]);
         assert_eq!(floor(&store, &kind), Some((keys[80].clone(), 2)));
         // A replay as of revision 1 reads the deleted rows: the floor is not as old.
@@ -502,19 +507,14 @@ mod tests {
         assert_eq!(store.scan(&kind, None, 3, 2), [(keys[5].clone(), b"again".to_vec()), (keys[80].clone(), vec![])]);
         // Nothing to step over from the floor on: the floor stays where it is.
         assert_eq!(floor(&store, &kind), Some((keys[5].clone(), 2)));
-        assert_eq!(store.scan(&kind, None, 3, 100), RocksCold::new(db.clone()).scan(&kind, None, 3, 100));
+        assert_eq!(store.scan(&kind, None, 3, 100), RocksCold::new(store.db.clone()).scan(&kind, None, 3, 100));
     }
 
     /// No floor is left by a scan that overlaps a write under way, nor over dead rows that
     /// have a version newer than the scan's revision (a row a later read may find live).
     #[test]
     fn no_floor_is_left_over_a_write_under_way_or_rows_newer_than_the_scan() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Arc::new(crate::open_db(dir.path()).unwrap());
-        let store = RocksCold::new(db.clone());
-        let (kind, keys) = kind_rows(100);
-        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
-        commit(&store, keys[..80].iter().map(|k| (k.clone(), row(2, None, true))).collect());
+        let (_dir, store, kind, keys) = retired();
         let mut batch = WriteBatch::default();
         let writing = store.write(&mut batch, ColdWrites::default());
         assert_eq!(store.scan(&kind, None, 2, 1), [(keys[80].clone(), vec![])]);
