@@ -838,6 +838,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             committed.push(item);
         }
         let mut a = self.write_applied();
+        let locked = std::time::Instant::now();
         for (entry, responder) in committed {
             let log_id = entry.log_id();
             let (outcome, envelopes, audit) = match entry.payload {
@@ -912,6 +913,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         let now = a.state.clock_ms;
         drop(a);
+        metrics::histogram!("writ_state_apply_seconds").record(locked.elapsed().as_secs_f64());
         self.trim_events(now)?;
         metrics::counter!("writ_events_applied_total").increment(produced.len() as u64);
         for env in produced {

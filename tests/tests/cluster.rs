@@ -590,6 +590,9 @@ async fn a_snapshot_is_built_once_the_log_has_grown_by_its_size_threshold() {
     // The snapshot says where its bytes are: the 200 tenants' names, in the tenant section.
     let tenant_bytes = metric(&c, &url, "writ_state_section_bytes{section=\"tenant\"}").await;
     assert!(tenant_bytes > 40_000, "{tenant_bytes} bytes in the tenant section");
+    // Each of the 200 writes, awaited one after another, was applied in an apply of its own.
+    let applies = metric(&c, &url, "writ_state_apply_seconds_count").await;
+    assert!(applies >= 200, "{applies} applies timed");
 }
 
 /// Issue 18: the members of a cluster stagger their snapshots (`writ_node::ledger::staggered`):
