@@ -55,10 +55,11 @@ fn look(c: &mut Criterion) {
             let dir = tempfile::tempdir().unwrap();
             let store = store(dir.path(), retired, floors);
             let name = if floors { "with_floors" } else { "without_floors" };
+            let kind = kind();
             group.bench_with_input(BenchmarkId::new(name, retired), &retired, |b, _| {
                 b.iter(|| {
                     use writ_api::cold::ColdStore;
-                    let rows = store.scan(&kind(), None, 2, LOOK);
+                    let rows = store.scan(&kind, None, 2, LOOK);
                     assert_eq!(rows.len(), LOOK);
                     rows
                 })
