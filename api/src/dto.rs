@@ -1196,11 +1196,14 @@ pub enum TokenGrant {
 
 /// What a grant step answers: the request's id, its code, or a token (and its refresh token).
 /// Codes and refresh tokens start with the ledger revision that recorded them (`<rev>.…`), so
-/// whichever node they reach next waits until it holds them.
+/// whichever node they reach next waits until it holds them. `revision` is the one that
+/// recorded a new request, so the edge shows its waiting page only once it holds the request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OAuthGrantAnswer {
     #[serde(default)]
     pub request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
     #[serde(default)]
     pub code: Option<String>,
     #[serde(default)]

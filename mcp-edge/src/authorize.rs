@@ -34,6 +34,8 @@ pub const METADATA_PATH: &str = "/.well-known/oauth-authorization-server/t/{tena
 const QUERY_BYTES_MAX: usize = 8 * 1024;
 /// How often the waiting page reloads (seconds).
 const WAIT_RELOAD_S: u64 = 2;
+/// How long a new authorization request waits for this edge's replica to hold it.
+const REQUEST_FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The routes of the tenants' authorization servers.
 pub(crate) fn routes() -> axum::Router<Arc<Edge>> {
@@ -265,7 +267,13 @@ async fn authorize(
         browser_digest: digest(&browser),
     };
     match forward(&edge, &step).await {
-        Ok(OAuthGrantAnswer { request_id: Some(id), .. }) => waiting_redirect(&edge, &tenant, &id, &browser),
+        Ok(OAuthGrantAnswer { request_id: Some(id), revision, .. }) => {
+            // The waiting page reads this edge's replica: it must hold the request first.
+            if let Some(revision) = revision {
+                edge.verifier.wait_for(revision, REQUEST_FOLLOW_WAIT).await;
+            }
+            waiting_redirect(&edge, &tenant, &id, &browser)
+        }
         Ok(_) => back("server_error", ReasonCode::INTERNAL),
         Err(r) => back(oauth_error_of(r.reason), r.reason),
     }

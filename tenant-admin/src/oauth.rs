@@ -243,8 +243,9 @@ async fn step(st: &AdminState, tenant_id: &str, b: OAuthGrantRequest) -> Result<
                 state,
                 browser_digest,
             };
-            submit_grant(st, tenant_id, GrantStepV1::Request(request)).await?;
-            Ok(OAuthGrantAnswer { request_id: Some(request_id), ..Default::default() })
+            let events = submit_grant(st, tenant_id, GrantStepV1::Request(request)).await?;
+            let revision = events.last().map(|e| e.revision);
+            Ok(OAuthGrantAnswer { request_id: Some(request_id), revision, ..Default::default() })
         }
         OAuthGrantRequest::Code { request_id, browser_digest, revision, .. } => {
             st.view.wait_for(revision, RECORDED_WAIT).await;
