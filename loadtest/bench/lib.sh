@@ -45,6 +45,23 @@ writ_up() {
   return 1
 }
 
+# writ_raft FIELD: the highest FIELD (term: each election raises it; last_log_index: Raft
+# entries written) over the Writ cluster's members.
+writ_raft() {
+  curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get(sys.argv[1]) or 0 for m in s["members"]))' "$1"
+}
+
+# node_timings: every node's histograms of apply and WAL sync times and its pre-vote count (its
+# /metrics lines), each line prefixed with the node's URL.
+node_timings() {
+  local u
+  for u in $WRIT_NODE_URLS; do
+    curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" |
+      grep -E '^writ_(state_apply_seconds|log_sync_seconds|node_failure_detector_prevotes_total)' | sed "s|^|$u |" || true
+  done
+}
+
 # ledger_records: a node's `writ_ledger_records` lines (what the ledger holds, by kind).
 ledger_records() {
   local u

@@ -148,13 +148,6 @@ point() {
   }
 }
 
-# writ_raft FIELD: the highest FIELD (term: each election raises it; last_log_index: Raft
-# entries written) over the Writ cluster's members.
-writ_raft() {
-  curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
-    python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get(sys.argv[1]) or 0 for m in s["members"]))' "$1"
-}
-
 # --- P1 durable ------------------------------------------------------------------------------
 runs p1 && TERM_BEFORE=$(writ_raft term) && LOG_BEFORE=$(writ_raft last_log_index)
 runs p1 && for c in $CLIENTS; do

@@ -13,7 +13,9 @@
 # SOAK_RECLAIM_S. A third of the way in, and again two thirds in, a write and then a snapshot
 # on every node (what the log's growth triggers in a cluster in service: the versions retention
 # replaced are dropped at a snapshot once the older of the two a node keeps is past them): the
-# disk curve shows what retention gives back.
+# disk curve shows what retention gives back. The report counts elections in each phase and
+# reads each node's apply and WAL sync times at its end (the nodes restart for the reclaim, so
+# the reclaim's are its own).
 #
 # Knobs: SOAK_SECONDS (3600), SOAK_RATE (ops/s; default half of P1's 64-client rate in
 # results/latest.json), SOAK_WARMUP_S (600), SOAK_SAMPLE_S (30), SOAK_RECLAIM_S (900),
@@ -88,6 +90,7 @@ writ_up
 log "edge 1 resynced in $RESYNC_BEFORE s with an empty ledger"
 
 log "load: $RATE operations/s for $SECONDS_LOADED s, sampled every $SAMPLE s"
+TERM_LOAD=$(writ_raft term)
 sampler load &
 SAMPLER=$!
 "$BIN/writ-loadtest" writ --work-dir "$WORK/executors" --prefix soak --rate "$RATE" --mix execute=1 \
@@ -96,6 +99,8 @@ SAMPLER=$!
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 sample load
 ledger_records >"$WORK/records-after-load" || true
+TERM_LOADED=$(writ_raft term)
+node_timings >"$WORK/timings-load"
 RESYNC_AFTER=$(edge_resync)
 writ_up
 log "edge 1 resynced in $RESYNC_AFTER s after the load"
@@ -104,12 +109,15 @@ echo "{\"before_s\": $RESYNC_BEFORE, \"after_s\": $RESYNC_AFTER}" >"$WORK/resync
 log "reclaim: nodes restart $AHEAD s ahead; retention runs for $RECLAIM s"
 deploy/local-cluster.sh down >/dev/null
 WRIT_CLUSTER_RAFT="ledger_clock_ahead_s = $AHEAD" writ_up
+TERM_RECLAIM=$(writ_raft term)
+WRITES_FAILED=0
 sampler reclaim &
 SAMPLER=$!
 for round in 1 2; do
   sleep $((RECLAIM / 3))
   # A write first: a node builds no snapshot at the revision it already has one of.
-  "$WRIT_BIN" admin tenant create "reclaim-$round" >/dev/null || log "the write before round $round failed"
+  "$WRIT_BIN" admin tenant create "reclaim-$round" >/dev/null ||
+    { log "the write before round $round failed"; WRITES_FAILED=$((WRITES_FAILED + 1)); }
   for u in $WRIT_NODE_URLS; do
     "$WRIT_BIN" admin --url "$u" cluster snapshot >/dev/null || log "snapshot on $u failed"
   done
@@ -119,9 +127,15 @@ sleep $((RECLAIM - 2 * (RECLAIM / 3)))
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 sample reclaim
 ledger_records >"$WORK/records-after-reclaim" || true
+node_timings >"$WORK/timings-reclaim"
+# Elections (Raft term increases) in each phase, from a settled leader to the phase's end.
+echo "{\"load\": {\"term_from\": $TERM_LOAD, \"term_to\": $TERM_LOADED}," \
+  "\"reclaim\": {\"term_from\": $TERM_RECLAIM, \"term_to\": $(writ_raft term), \"writes_failed\": $WRITES_FAILED}}" \
+  >"$WORK/raft.json"
 
 cp "$CSV" "$OUT/soak.csv"
 python3 loadtest/bench/soak_report.py "$OUT/soak.csv" "$WORK/soak.json" "$WARMUP" "$RATE" \
   "$LABEL" "$WORK/records-after-load" "$WORK/records-after-reclaim" \
-  "$OUT/soak.json" "$WORK/resync.json" >"$OUT/soak.md"
+  "$OUT/soak.json" "$WORK/resync.json" "$WORK/raft.json" "$WORK/timings-load" "$WORK/timings-reclaim" \
+  >"$OUT/soak.md"
 cat "$OUT/soak.md"

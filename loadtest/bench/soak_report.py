@@ -3,7 +3,8 @@ least squares after the warm-up, and the disk curve while retention reclaims.
 
 Arguments: samples CSV, the load run's JSON, warm-up seconds, target rate, commit, the ledger
 records after the load and after the reclaim phase, the JSON to write, and (optional) the edge
-resync times. Prints markdown."""
+resync times, the Raft terms of each phase and each node's timings at the end of each phase
+(`node_timings` in lib.sh). Prints markdown."""
 
 import csv
 import json
@@ -35,6 +36,39 @@ def records(path):
     return out
 
 
+def timings(path):
+    """Per node, per histogram (apply, WAL sync): count, mean and the bucket holding the 99th
+    percentile, in ms, and how many took over 100 ms; and the node's pre-votes."""
+    nodes = {}
+    if not path or not os.path.exists(path):
+        return nodes
+    for line in open(path):
+        m = re.match(r'(\S+) (writ_\w+?)(_bucket\{le="([^"]+)"\}|_sum|_count|_total)?(\{[^}]*\})? ([0-9.e+]+)$', line.strip())
+        if not m:
+            continue
+        url, name, part, le, value = m.group(1), m.group(2), m.group(3) or "", m.group(4), float(m.group(6))
+        node = nodes.setdefault(url, {})
+        if name == "writ_node_failure_detector_prevotes":
+            node["prevotes"] = int(value)
+            continue
+        h = node.setdefault(name.removeprefix("writ_").removesuffix("_seconds"), {"buckets": []})
+        if le is not None:
+            h["buckets"].append((float(le), value))
+        elif part == "_sum":
+            h["sum"] = value
+        elif part == "_count":
+            h["count"] = value
+    for node in nodes.values():
+        for key, h in list(node.items()):
+            if not isinstance(h, dict):
+                continue
+            n, buckets = h.get("count", 0), sorted(h.pop("buckets"))
+            h["mean_ms"] = 1000 * h.pop("sum", 0) / n if n else None
+            h["p99_le_ms"] = next((1000 * le for le, c in buckets if c >= 0.99 * n), None) if n else None
+            h["over_100ms"] = n - next((c for le, c in buckets if le == 0.1), n)
+    return nodes
+
+
 def fmt(v, digits=0):
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -43,6 +77,10 @@ def main():
     samples_csv, run_json, warmup, rate, commit, after_load, after_reclaim, out = sys.argv[1:9]
     resync_json = sys.argv[9] if len(sys.argv) > 9 else ""
     resync = json.load(open(resync_json)) if resync_json and os.path.exists(resync_json) else {}
+    raft_json = sys.argv[10] if len(sys.argv) > 10 else ""
+    raft = json.load(open(raft_json)) if raft_json and os.path.exists(raft_json) else {}
+    phase_timings = {"load": timings(sys.argv[11] if len(sys.argv) > 11 else ""),
+                     "reclaim": timings(sys.argv[12] if len(sys.argv) > 12 else "")}
     rows = list(csv.DictReader(open(samples_csv)))
     run = json.load(open(run_json)) if os.path.exists(run_json) else {}
     load = [r for r in rows if r["phase"] == "load" and r["operations"]]
@@ -99,6 +137,7 @@ def main():
         "acknowledged_lost": v.get("acknowledged_lost"), "operations_measured": ops_measured,
         "memory": memory, "disk": disk, "records_after_load": records(after_load),
         "records_after_reclaim": records(after_reclaim), "curve": curve, "edge_resync": resync,
+        "raft": raft, "timings": phase_timings,
     }
     json.dump(summary, open(out, "w"), indent=1)
 
@@ -128,6 +167,24 @@ def main():
     if ra:
         print("\nRecords (`writ_ledger_records`), after the load → after the reclaim phase: " +
               ", ".join(f"{k} {ra[k]:,} → {fmt(rr.get(k))}" for k in sorted(ra)))
+    if raft:
+        lo, re_ = raft["load"], raft["reclaim"]
+        print(f"\nElections (Raft term increases from a settled leader): {lo['term_to'] - lo['term_from']} during "
+              f"the load, {re_['term_to'] - re_['term_from']} during the reclaim phase; writes refused in the "
+              f"reclaim phase: {re_['writes_failed']} of 2.")
+    for phase, nodes in phase_timings.items():
+        if not nodes:
+            continue
+        print(f"\nEach node at the end of the {phase} phase: applies (`writ_state_apply_seconds`) and WAL syncs "
+              "(`writ_log_sync_seconds`) — count, mean ms, the bucket of the 99th percentile (ms, ≤), count over "
+              "100 ms — and failure-detector pre-votes.\n")
+        print("| node | applies | mean | p99 ≤ | > 100 ms | syncs | mean | p99 ≤ | > 100 ms | pre-votes |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for url, t in sorted(nodes.items()):
+            a, w = t.get("state_apply", {}), t.get("log_sync", {})
+            cells = [fmt(h.get(k), d) for h in (a, w) for k, d in
+                     (("count", 0), ("mean_ms", 2), ("p99_le_ms", 1), ("over_100ms", 0))]
+            print(f"| {url} | " + " | ".join(cells) + f" | {fmt(t.get('prevotes', 0))} |")
     print("\nNode 1 over time (s since start, phase, MB on disk, operations held):\n")
     print("| s | phase | disk MB | operations |\n|---:|---|---:|---:|")
     step = max(1, len(curve) // 40)

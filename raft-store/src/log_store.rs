@@ -183,7 +183,9 @@ fn group_commit_loop(db: &Arc<DB>, rx: mpsc::Receiver<IOFlushed<TypeConfig>>, st
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
         metrics::histogram!("writ_log_group_commit_appends").record(batch.len() as f64);
+        let synced = std::time::Instant::now();
         let result = db.flush_wal(true);
+        metrics::histogram!("writ_log_sync_seconds").record(synced.elapsed().as_secs_f64());
         stats.appends.fetch_add(batch.len() as u64, Ordering::Relaxed);
         stats.syncs.fetch_add(1, Ordering::Relaxed);
         for cb in batch {
