@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -200,14 +200,14 @@ pub struct LedgerNode {
     /// When a leader's append (or heartbeat) last reached this node, in ms since `started`
     /// (0: never): what [`LedgerNode::start_failure_detector`] watches.
     leader_contact_ms: std::sync::atomic::AtomicU64,
-    started: std::time::Instant,
+    started: Instant,
     /// The Raft timings (the failure detector waits out the leader lease).
     election_max: Duration,
     /// The newest ledger version this node advertises and leads with.
     ledger_version: u32,
     /// Other members' ledger versions and storage alarms, and when they said so (the gates'
     /// memory).
-    versions: std::sync::Mutex<BTreeMap<u64, (u32, bool, std::time::Instant)>>,
+    versions: std::sync::Mutex<BTreeMap<u64, (u32, bool, Instant)>>,
     /// This node's disk space (`crate::storage`).
     pub storage: Arc<crate::storage::StorageWatch>,
     /// The log store's counters (bytes appended: the log-size snapshot trigger).
@@ -220,7 +220,7 @@ pub struct LedgerNode {
     /// When this node last fetched each discovered issuer's keys (at most one fetch per
     /// [`ISSUER_FETCH_INTERVAL_MIN`]: an issuer whose key ids change on every token, or a flood
     /// of tokens with unknown key ids, costs one fetch per interval).
-    issuer_fetches: std::sync::Mutex<HashMap<String, std::time::Instant>>,
+    issuer_fetches: std::sync::Mutex<HashMap<String, Instant>>,
 }
 
 /// The least time between two fetches of one issuer's keys by one node.
@@ -278,6 +278,13 @@ pub const RETENTION_PERIOD: Duration = Duration::from_secs(5);
 /// `writ_api::retention::RETIRED_PER_ENTRY` records of each kind): far more than any rate of
 /// operations leaves due in one [`RETENTION_PERIOD`].
 pub const RETENTION_ENTRIES_PER_LOOK: usize = 100;
+
+/// How long the reaper rests between two retention entries, per unit of time the first took
+/// to commit and apply here: every replica applies each entry (a thousand rows of each kind
+/// retired), so a backlog retired back to back would take every core of a small host, and the
+/// Raft heartbeats and client writes that share them would wait. At one, retention takes at
+/// most half of the leader's time and still retires far faster than operations arrive.
+const RETENTION_REST_PER_WORK: u32 = 1;
 
 /// Whether `tenant_id` takes changes and has records past their retention at `now`
 /// (`reported`: counting reported effects nobody decided, `Command::ApplyRetentionV2`'s).
@@ -363,7 +370,7 @@ impl LedgerNode {
             peers,
             leader_wait,
             leader_contact_ms: Default::default(),
-            started: std::time::Instant::now(),
+            started: Instant::now(),
             election_max,
             ledger_version: settings
                 .ledger_version_max
@@ -659,6 +666,7 @@ impl LedgerNode {
             } else {
                 Command::ApplyRetention { tenant_id: tenant_id.to_string() }
             };
+            let started = Instant::now();
             match self.reap(command, now).await {
                 Ok(()) => {}
                 Err(ReasonCode::LEDGER_VERSION_GATED) if reported => reported = false,
@@ -667,6 +675,7 @@ impl LedgerNode {
             if !retention_due(&self.sm.read().state, tenant_id, now, reported) {
                 return;
             }
+            tokio::time::sleep(started.elapsed() * RETENTION_REST_PER_WORK).await;
         }
     }
 
@@ -746,7 +755,7 @@ impl LedgerNode {
         })?;
         {
             let mut fetched = self.issuer_fetches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if fetched.get(issuer).is_some_and(|at| now.duration_since(*at) < ISSUER_FETCH_INTERVAL_MIN) {
                 return Ok(None);
             }
@@ -798,7 +807,7 @@ impl LedgerNode {
     /// A submission made for a trace (the caller's, `writ_client::trace`) is a span of it.
     pub async fn submit_request(&self, req: SubmitRequest, forwarded: bool) -> Result<SubmitResponse, Rejection> {
         req.check()?;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut span = self.submit_span(&req);
         let submit = tokio::time::timeout(LEDGER_CALL_TIMEOUT, self.submit_inner(req, forwarded));
         let result = writ_client::trace::within(span.context(), submit)
@@ -1211,7 +1220,7 @@ impl LedgerNode {
                 None => match tokio::time::timeout(VERSION_ASK_TIMEOUT, self.peers.status(&addr, false)).await {
                     Ok(Ok(status)) => {
                         let (v, short) = (status.ledger_version, status.storage_alarm);
-                        self.versions.lock().expect("versions").insert(id, (v, short, std::time::Instant::now()));
+                        self.versions.lock().expect("versions").insert(id, (v, short, Instant::now()));
                         Some(v)
                     }
                     _ => known.map(|(v, _, _)| v),

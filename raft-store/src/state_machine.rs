@@ -22,7 +22,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use futures::{Stream, TryStreamExt};
 use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::entry::RaftEntry;
-use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
@@ -794,36 +794,25 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    type SnapshotData = SnapshotHandle;
+/// What one apply hands on once the state is released: its events (for watchers) and each
+/// waiting client's outcome.
+type AppliedBatch = (Vec<Arc<StoredEvent>>, Vec<(ApplyResponder<TypeConfig>, Outcome)>);
 
-    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, SnapshotHandle>, io::Error> {
-        let this = self.clone();
-        let (header, path) =
-            tokio::task::spawn_blocking(move || this.build_snapshot_file()).await.map_err(io::Error::other)??;
-        metrics::counter!("writ_snapshots_built_total").increment(1);
-        Ok(SnapshotOf::<TypeConfig, SnapshotHandle> {
-            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership },
-            snapshot: SnapshotHandle { path, origin: Some(self.clone()) },
-        })
+/// Runs `work`, which blocks, where it keeps the runtime's other tasks moving: on a
+/// multi-threaded runtime the worker hands its queued tasks to another thread first; on a
+/// single-threaded one (tests, the simulation) it runs in place.
+fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotData = SnapshotHandle;
-    type SnapshotBuilder = Self;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
-        let a = self.read();
-        Ok((a.last_applied, a.membership.clone()))
-    }
-
-    async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
-    where
-        S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
-    {
+impl StateMachine {
+    /// Applies committed entries: the rules, the folds and one RocksDB batch with the applied
+    /// index, all under the state's lock (so a reader that sees the state also sees its audit
+    /// records; snapshots rely on it).
+    fn apply_committed(&self, committed: Vec<EntryResponder<TypeConfig>>) -> io::Result<AppliedBatch> {
         let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
         let audit_cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
         let evidence_cf = self.inner.db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
@@ -831,12 +820,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut produced = Vec::new();
         let mut replies = Vec::new();
         let mut audited = std::collections::BTreeSet::new();
-        // The lock is held until the batch is written, so a reader that sees the state also
-        // sees its audit records (snapshots rely on it).
-        let mut committed = Vec::new();
-        while let Some(item) = entries.try_next().await? {
-            committed.push(item);
-        }
         let mut a = self.write_applied();
         let locked = std::time::Instant::now();
         for (entry, responder) in committed {
@@ -915,6 +898,47 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         drop(a);
         metrics::histogram!("writ_state_apply_seconds").record(locked.elapsed().as_secs_f64());
         self.trim_events(now)?;
+        Ok((produced, replies))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotHandle;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, SnapshotHandle>, io::Error> {
+        let this = self.clone();
+        let (header, path) =
+            tokio::task::spawn_blocking(move || this.build_snapshot_file()).await.map_err(io::Error::other)??;
+        metrics::counter!("writ_snapshots_built_total").increment(1);
+        Ok(SnapshotOf::<TypeConfig, SnapshotHandle> {
+            meta: SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership },
+            snapshot: SnapshotHandle { path, origin: Some(self.clone()) },
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotHandle;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
+        let a = self.read();
+        Ok((a.last_applied, a.membership.clone()))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
+    where
+        S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        let mut committed = Vec::new();
+        while let Some(item) = entries.try_next().await? {
+            committed.push(item);
+        }
+        // Rules, folds and RocksDB writes run without yielding: off the runtime's other work, so
+        // a large entry does not hold up the Raft messages (heartbeats) this node answers.
+        let (produced, replies) = off_runtime(|| self.apply_committed(committed))?;
         metrics::counter!("writ_events_applied_total").increment(produced.len() as u64);
         for env in produced {
             // No receiver is fine: nobody is watching.
@@ -1306,5 +1330,34 @@ mod tests {
         assert_eq!(sm2.read().state.digest(), digest);
         let (records, _) = sm2.audit_page("t", 0, 10, &AuditFilter::default()).unwrap();
         assert_eq!(records, vec![AuditRecord::from(record)]);
+    }
+
+    /// Work that blocks (an apply) leaves the runtime's other tasks running, even on a runtime
+    /// with a single worker: a task spawned before it makes progress while it blocks.
+    #[test]
+    fn blocking_work_leaves_the_runtime_serving() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let served = rt.block_on(async {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let other = tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                let _ = tx.send(());
+            });
+            // Spawned onto the single worker, which the apply below would otherwise hold.
+            let applied =
+                tokio::spawn(
+                    async move { off_runtime(|| rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok()) },
+                );
+            let served = applied.await.unwrap();
+            other.await.unwrap();
+            served
+        });
+        assert!(served, "the other task never ran while the work blocked");
+    }
+
+    /// On a single-threaded runtime (tests, the simulation) the work runs in place.
+    #[tokio::test]
+    async fn blocking_work_runs_in_place_without_other_workers() {
+        assert_eq!(off_runtime(|| 7), 7);
     }
 }
