@@ -2,8 +2,8 @@
 # The soak (docs/performance.md, "Soak"): a local 3-node cluster with 2 edges (release build)
 # takes `writ-loadtest` executes at a fixed rate — half of the last committed P1 rate at 64
 # clients — for SOAK_SECONDS, then `--verify`. Every SOAK_SAMPLE_S a sampler records, per
-# process, RSS, PSS and anonymous memory, each node's bytes on disk, and the operations the
-# ledger holds. The report fits memory against operations after SOAK_WARMUP_S (MB per million
+# process, RSS, PSS and anonymous memory, each node's bytes on disk and what its RocksDB holds
+# in memory, and the operations the ledger holds. The report fits memory against operations after SOAK_WARMUP_S (MB per million
 # operations, over the whole window and over each half: a fill flattens, a leak does not) and
 # disk likewise.
 #
@@ -44,7 +44,7 @@ on_exit() { [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null; }
 bench_cluster
 
 CSV=$WORK/soak.csv
-echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes" >"$CSV"
+echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes,rocksdb_kb" >"$CSV"
 # sample PHASE: one row per process (its pid files name what runs now: restarts change pids).
 sample() {
   local t ops p name role i kb
@@ -56,15 +56,19 @@ sample() {
       [ -r "/proc/$p/smaps_rollup" ] || continue
       kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
       name=$([ $role = n ] && echo "node $i" || echo "edge $i")
-      local disk=0 snap=0
+      local disk=0 snap=0 rocks=
       # (A file compaction deletes while du walks is not counted.)
       if [ $role = n ]; then
         disk=$(du -sb "$WRIT_CLUSTER_DIR/n$i/data" 2>/dev/null | cut -f1) || true
         # The newest snapshot: the state a node keeps and sends (its own holds no cold row).
         snap=$(find "$WRIT_CLUSTER_DIR/n$i/data/snapshots" -name '*.snap' -printf '%T@ %s\n' 2>/dev/null |
           sort -n | tail -1 | cut -d' ' -f2) || true
+        # What its RocksDB holds in memory (memtables, table readers, block cache).
+        rocks=$(curl -sf --cacert "$WRIT_CA_FILE" "$(echo "$WRIT_NODE_URLS" | cut -d' ' -f"$i")/metrics" |
+          awk '/^writ_rocksdb_memory_bytes\{part="(memtables|table_readers|block_cache)"\}/ {s += $2}
+               END {if (NR) printf "%d", s / 1024}') || true
       fi
-      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0}" >>"$CSV"
+      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0},$rocks" >>"$CSV"
     done
   done
 }

@@ -89,7 +89,8 @@ def main():
     processes = sorted({r["process"] for r in rows})
 
     def fit(proc, field, scale, part=None):
-        pts = [(int(r["operations"]) / 1e6, int(r[field]) / scale) for r in measured if r["process"] == proc]
+        pts = [(int(r["operations"]) / 1e6, int(r[field]) / scale) for r in measured
+               if r["process"] == proc and r.get(field)]
         if part is not None:
             half = len(pts) // 2
             pts = pts[:half] if part == 0 else pts[half:]
@@ -110,11 +111,16 @@ def main():
             "pss_mb_per_m": fit(p, "pss_kb", 1024),
             "anon_mb_per_m": fit(p, "anon_kb", 1024),
             "disk_mb_per_m": fit(p, "disk_bytes", 1 << 20) if p.startswith("node") else None,
+            # Of the RSS, what the node's RocksDB holds (memtables, table readers, block cache).
+            "rocksdb_mb_start": int(mine[0]["rocksdb_kb"]) / 1024 if mine[0].get("rocksdb_kb") else None,
+            "rocksdb_mb_end": int(mine[-1]["rocksdb_kb"]) / 1024 if mine[-1].get("rocksdb_kb") else None,
+            "rocksdb_mb_per_m": fit(p, "rocksdb_kb", 1024) if p.startswith("node") else None,
         })
     ops_measured = int(measured[-1]["operations"]) - int(measured[0]["operations"]) if measured else 0
 
     # The disk curve: node 1's bytes and the operations held, each sample of both phases.
-    curve = [(int(r["t_s"]), r["phase"], int(r["disk_bytes"]) / (1 << 20), r["operations"])
+    curve = [(int(r["t_s"]), r["phase"], int(r["disk_bytes"]) / (1 << 20), r["operations"],
+              int(r["rss_kb"]) / 1024, int(r["rocksdb_kb"]) / 1024 if r.get("rocksdb_kb") else None)
              for r in rows if r["process"] == "node 1"]
     nodes = [p for p in processes if p.startswith("node")]
     disk = {}
@@ -148,12 +154,15 @@ def main():
           f"{'passed' if summary['verify_passed'] else 'FAILED'}, acknowledged lost {fmt(v.get('acknowledged_lost'))}\n")
     print(f"Fitted over {ops_measured:,} operations after a {warmup} s warm-up (least squares, "
           "MB per million operations; halves: the first and second half of the samples).\n")
-    print("| process | RSS start MB | RSS end MB | RSS MB/M | first half | second half | PSS MB/M | anon MB/M | disk MB/M |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| process | RSS start MB | RSS end MB | RSS MB/M | first half | second half | PSS MB/M | anon MB/M | "
+          "RocksDB MB start → end | RocksDB MB/M | disk MB/M |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in memory:
         print(f"| {m['process']} | {m['rss_mb_start']:.0f} | {m['rss_mb_end']:.0f} | {fmt(m['rss_mb_per_m'])} | "
               f"{fmt(m['rss_mb_per_m_first_half'])} | {fmt(m['rss_mb_per_m_second_half'])} | "
-              f"{fmt(m['pss_mb_per_m'])} | {fmt(m['anon_mb_per_m'])} | {fmt(m['disk_mb_per_m'])} |")
+              f"{fmt(m['pss_mb_per_m'])} | {fmt(m['anon_mb_per_m'])} | "
+              f"{fmt(m['rocksdb_mb_start'])} → {fmt(m['rocksdb_mb_end'])} | {fmt(m['rocksdb_mb_per_m'])} | "
+              f"{fmt(m['disk_mb_per_m'])} |")
     if resync:
         print(f"\nEdge 1 restarted and ready (its projection loaded): {resync['before_s']} s before the load, "
               f"{resync['after_s']} s after it.")
@@ -185,11 +194,11 @@ def main():
             cells = [fmt(h.get(k), d) for h in (a, w) for k, d in
                      (("count", 0), ("mean_ms", 2), ("p99_le_ms", 1), ("over_100ms", 0))]
             print(f"| {url} | " + " | ".join(cells) + f" | {fmt(t.get('prevotes', 0))} |")
-    print("\nNode 1 over time (s since start, phase, MB on disk, operations held):\n")
-    print("| s | phase | disk MB | operations |\n|---:|---|---:|---:|")
+    print("\nNode 1 over time (s since start, phase, MB on disk, operations held, RSS and its RocksDB part):\n")
+    print("| s | phase | disk MB | operations | RSS MB | RocksDB MB |\n|---:|---|---:|---:|---:|---:|")
     step = max(1, len(curve) // 40)
     for c in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
-        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} |")
+        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} | {c[4]:.0f} | {fmt(c[5])} |")
 
 
 main()

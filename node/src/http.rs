@@ -579,6 +579,9 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     let lag = cluster_committed(&m).unwrap_or(0).saturating_sub(applied);
     metrics::gauge!("writ_raft_apply_lag_entries").set(lag as f64);
     metrics::gauge!("writ_raft_is_leader").set(if m.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
+    for (part, bytes) in st.node.sm.rocksdb_memory() {
+        metrics::gauge!("writ_rocksdb_memory_bytes", "part" => part).set(bytes as f64);
+    }
     // By tenant class: the tenant's audit mode, a bounded label (tenant ids are not).
     let mut counts = std::collections::BTreeMap::<(&str, OperationState), u64>::new();
     {

@@ -62,6 +62,30 @@ pub const WAL_BYTES_MAX: u64 = 128 << 20;
 /// bound, growing with the data on disk (the audit trail, the cold rows).
 pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
 
+/// The column families, in the order they are opened.
+const COLUMN_FAMILIES: [&str; 7] =
+    [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE, cold::CF_COLD];
+
+/// What RocksDB holds in memory, in bytes, by part: the memtables and table readers of all
+/// column families, and the shared block cache's use and its pinned share (index and filter
+/// blocks held for the tables). What a node's RSS holds beyond these is its own heap.
+pub(crate) fn memory_parts(db: &DB) -> [(&'static str, u64); 4] {
+    let sum = |property: &str| {
+        COLUMN_FAMILIES
+            .iter()
+            .filter_map(|name| db.cf_handle(name))
+            .filter_map(|cf| db.property_int_value_cf(cf, property).ok().flatten())
+            .sum::<u64>()
+    };
+    let shared = |property: &str| db.property_int_value(property).ok().flatten().unwrap_or(0);
+    [
+        ("memtables", sum("rocksdb.cur-size-all-mem-tables")),
+        ("table_readers", sum("rocksdb.estimate-table-readers-mem")),
+        ("block_cache", shared("rocksdb.block-cache-usage")),
+        ("block_cache_pinned", shared("rocksdb.block-cache-pinned-usage")),
+    ]
+}
+
 /// Opens (creating if missing) a RocksDB with the node's column families at `path`, within the
 /// memory and WAL bounds above.
 pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
@@ -75,25 +99,24 @@ pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
     let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     // `default` (unused) too: left out, it would get 64 MiB memtables, and RocksDB preallocates
     // 1.1 times the largest memtable for each WAL file (a tmpfs-sized disk noticed).
-    let cfs =
-        [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE, cold::CF_COLD].map(|name| {
-            let mut table = BlockBasedOptions::default();
-            table.set_block_cache(&cache);
-            // Index and filter blocks in the cache, partitioned, with their top levels pinned:
-            // bounded memory without a lookup waiting on an evicted whole-table index.
-            table.set_cache_index_and_filter_blocks(true);
-            table.set_cache_index_and_filter_blocks_with_high_priority(true);
-            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-            table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
-            table.set_partition_filters(true);
-            table.set_pin_top_level_index_and_filter(true);
-            let mut cf = Options::default();
-            cf.set_write_buffer_size(MEMTABLE_BYTES);
-            if name == cold::CF_COLD {
-                cold::tune(&mut cf, &mut table);
-            }
-            cf.set_block_based_table_factory(&table);
-            ColumnFamilyDescriptor::new(name, cf)
-        });
+    let cfs = COLUMN_FAMILIES.map(|name| {
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        // Index and filter blocks in the cache, partitioned, with their top levels pinned:
+        // bounded memory without a lookup waiting on an evicted whole-table index.
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_cache_index_and_filter_blocks_with_high_priority(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+        table.set_partition_filters(true);
+        table.set_pin_top_level_index_and_filter(true);
+        let mut cf = Options::default();
+        cf.set_write_buffer_size(MEMTABLE_BYTES);
+        if name == cold::CF_COLD {
+            cold::tune(&mut cf, &mut table);
+        }
+        cf.set_block_based_table_factory(&table);
+        ColumnFamilyDescriptor::new(name, cf)
+    });
     DB::open_cf_descriptors(&opts, path, cfs).map_err(io::Error::other)
 }

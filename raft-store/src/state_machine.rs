@@ -278,6 +278,11 @@ impl StateMachine {
     }
 
     /// A consistent read of the applied state.
+    /// What the node's RocksDB holds in memory, by part (bytes).
+    pub fn rocksdb_memory(&self) -> [(&'static str, u64); 4] {
+        crate::memory_parts(&self.inner.db)
+    }
+
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
         // A poisoned lock means a panic while applying, which already is fatal for the node.
         self.inner.applied.read().expect("state machine lock poisoned")

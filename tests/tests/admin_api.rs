@@ -106,6 +106,15 @@ async fn bad_input_and_auth_get_reason_codes() {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
     assert!(!metrics.contains("quantile="), "{metrics}");
+    // What RocksDB holds in memory, by part: the writes above sit in memtables.
+    let rocksdb = |part: &str| {
+        let prefix = format!("writ_rocksdb_memory_bytes{{part=\"{part}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.parse::<f64>().ok())
+    };
+    assert!(rocksdb("memtables") > Some(0.0), "{metrics}");
+    for part in ["table_readers", "block_cache", "block_cache_pinned"] {
+        assert!(rocksdb(part).is_some(), "{part} missing from /metrics:\n{metrics}");
+    }
     for name in [
         "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"standard\"} 0",
         "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"strict\"} 0",
