@@ -561,7 +561,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
     // REPLICA_WAIT_MAX; they wait in the listen backlog meanwhile), so a restarted edge answers
     // its first requests instead of refusing them as not current.
     servers.push(tokio::spawn(async move {
-        let _ = tokio::time::timeout(REPLICA_WAIT_MAX, replica.revisions().wait_for(|r| *r > 0)).await;
+        replica.loaded(REPLICA_WAIT_MAX).await;
         crate::tls::serve(listener, app, accept, drain, crate::DRAIN_DEADLINE).await
     }));
     crate::alloc::start_releasing_free_memory();

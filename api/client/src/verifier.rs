@@ -116,6 +116,8 @@ struct Inner {
     state: RwLock<LedgerState>,
     /// Revision of the replica; verifications waiting for a token's revision watch it.
     revision: tokio::sync::watch::Sender<u64>,
+    /// Whether a snapshot has loaded (an empty ledger's replica stays at revision 0).
+    loaded: tokio::sync::watch::Sender<bool>,
     /// What each folded event changes for dispatch ([`writ_api::ledger::Event::dispatch_change`])
     /// and snapshot loads: executors' dispatch feeds follow it instead of rescanning.
     dispatch: tokio::sync::broadcast::Sender<DispatchChange>,
@@ -187,6 +189,7 @@ impl Verifier {
         let inner = Arc::new(Inner {
             state: RwLock::new(LedgerState::default()),
             revision: tokio::sync::watch::channel(0).0,
+            loaded: tokio::sync::watch::channel(false).0,
             dispatch: tokio::sync::broadcast::channel(DISPATCH_CHANGES_BUFFERED).0,
             contact: Mutex::new(None),
             audiences,
@@ -215,6 +218,13 @@ impl Verifier {
     /// everything).
     pub fn dispatch_changes(&self) -> tokio::sync::broadcast::Receiver<DispatchChange> {
         self.inner.dispatch.subscribe()
+    }
+
+    /// Waits until the replica has loaded its first snapshot (true), even of an empty ledger,
+    /// or `timeout` passed (false).
+    pub async fn loaded(&self, timeout: Duration) -> bool {
+        let mut rx = self.inner.loaded.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|loaded| *loaded)).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Waits until the replica has reached `revision` (true) or `timeout` passed (false).
@@ -310,6 +320,7 @@ impl Inner {
         self.revision.send_replace(revision);
         let _ = self.dispatch.send(DispatchChange::All);
         *self.contact_slot() = Some(Instant::now());
+        self.loaded.send_replace(true);
     }
 }
 
@@ -542,6 +553,17 @@ mod tests {
         assert_eq!(verifier.with_state(|s| s.tenants.len()), 4);
         let from = ledger.watched_from.lock().unwrap().clone();
         (ledger.snapshots.load(Ordering::SeqCst), from)
+    }
+
+    /// The replica of an empty ledger (revision 0) says it has loaded once its snapshot is in:
+    /// an edge of a new cluster serves at once instead of after its whole wait.
+    #[tokio::test]
+    async fn a_replica_of_an_empty_ledger_is_loaded_at_revision_zero() {
+        let ledger = Arc::new(MemoryLedger::new());
+        let verifier = Verifier::follow(ledger, "urn:test");
+        assert!(verifier.loaded(Duration::from_secs(10)).await, "the empty snapshot loads");
+        assert_eq!(verifier.revision(), 0);
+        assert!(verifier.is_current());
     }
 
     /// A lost connection (or a node that drains) resumes the watch after the replica's own
