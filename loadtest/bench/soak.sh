@@ -3,9 +3,9 @@
 # takes `writ-loadtest` executes at a fixed rate — half of the last committed P1 rate at 64
 # clients — for SOAK_SECONDS, then `--verify`. Every SOAK_SAMPLE_S a sampler records, per
 # process, RSS, PSS and anonymous memory, each node's bytes on disk and what its RocksDB holds
-# in memory, and the operations the ledger holds. The report fits memory against operations after SOAK_WARMUP_S (MB per million
-# operations, over the whole window and over each half: a fill flattens, a leak does not) and
-# disk likewise.
+# in memory, and the operations the ledger holds. The report fits memory against operations
+# after SOAK_WARMUP_S (MB per million operations, over the whole window and over each half: a
+# fill flattens, a leak does not) and disk likewise.
 #
 # Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
 # two retention horizons and the event log's seven days), so retention compacts and releases
