@@ -261,6 +261,8 @@ async fn write(raft: &Raft, request: LedgerRequest) -> crate::batcher::Proposed 
 /// How long a member's advertised ledger version is trusted before it is asked again (a node
 /// restarted with a new build is seen within this; every node asks its peers this often).
 const VERSION_RECHECK: Duration = Duration::from_secs(10);
+/// How soon the version watch asks again while a member's version is not known.
+const VERSION_UNKNOWN_RETRY: Duration = Duration::from_millis(500);
 /// How long the gate waits for a member's status.
 const VERSION_ASK_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -536,9 +538,13 @@ impl LedgerNode {
                 if n.raft.metrics().borrow_watched().running_state.is_err() {
                     return;
                 }
-                n.member_versions().await;
+                let versions = n.member_versions().await;
                 drop(n);
-                tokio::time::sleep(VERSION_RECHECK).await;
+                // Members not known yet (this node has not learned the membership), or one not
+                // heard from (starting, or unreachable when asked), are asked again soon: a
+                // leader elected after a member died gates with what was heard before.
+                let all_known = !versions.is_empty() && versions.values().all(Option::is_some);
+                tokio::time::sleep(if all_known { VERSION_RECHECK } else { VERSION_UNKNOWN_RETRY }).await;
             }
         });
     }
