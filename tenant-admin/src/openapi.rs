@@ -538,8 +538,7 @@ fn schemas() -> Value {
         "OAuthDecision": {"type": "object"},
         "OAuthGrant": {"type": "object", "required": ["step"], "properties": {"step": {"type": "string", "enum": ["authorize", "code", "token"]}}},
         "OAuthGrantAnswer": {"type": "object", "properties": {"request_id": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]},
-            "revision": {"type": "integer", "minimum": 0}, "token": {"type": ["object", "null"]},
-            "refresh_token": {"type": ["string", "null"]}}},
+            "revision": {"type": "integer", "minimum": 0}, "token": {"type": ["object", "null"]}, "refresh_token": {"type": ["string", "null"]}}},
         "RevokeIssuerToken": {"type": "object", "additionalProperties": false, "required": ["issuer", "jti"], "properties": {
             "issuer": {"type": "string"}, "jti": {"type": "string", "minLength": 1, "maxLength": 256}}},
         "IssuerTokenRevocation": {"type": "object", "required": ["issuer", "jti", "until_ms"], "properties": {
