@@ -277,12 +277,12 @@ impl StateMachine {
         &self.inner.db
     }
 
-    /// A consistent read of the applied state.
     /// What the node's RocksDB holds in memory, by part (bytes).
     pub fn rocksdb_memory(&self) -> [(&'static str, u64); 4] {
         crate::memory_parts(&self.inner.db)
     }
 
+    /// A consistent read of the applied state.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
         // A poisoned lock means a panic while applying, which already is fatal for the node.
         self.inner.applied.read().expect("state machine lock poisoned")
@@ -1360,7 +1360,8 @@ mod tests {
         assert!(served, "the other task never ran while the work blocked");
     }
 
-    /// On a single-threaded runtime (tests, the simulation) the work runs in place.
+    /// On a single-threaded runtime (tests, the simulation) the work runs in place
+    /// (`block_in_place` would panic there).
     #[tokio::test]
     async fn blocking_work_runs_in_place_without_other_workers() {
         assert_eq!(off_runtime(|| 7), 7);
