@@ -70,6 +70,13 @@ enum NodeCmd {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// What a stopped node's Raft log holds, by command kind: entries, bytes, bytes per
+    /// submitted operation (a batch's commands counted one by one, wrappers apart).
+    LogStats {
+        /// The node's data directory (its configuration's `data_dir`).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -256,8 +263,21 @@ fn main() -> ExitCode {
                 }
             }
             #[cfg(feature = "server")]
+            Cmd::Node { action: Some(NodeCmd::LogStats { data_dir }), .. } => {
+                match writ_raft_store::log_stats::read(&data_dir) {
+                    Ok(stats) => {
+                        print!("{}", stats.render());
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: log stats of {}: {e}", data_dir.display());
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            #[cfg(feature = "server")]
             Cmd::Node { config: None, .. } => {
-                eprintln!("error: writ node needs --config FILE (or a subcommand: restore)");
+                eprintln!("error: writ node needs --config FILE (or a subcommand: restore, log-stats)");
                 ExitCode::from(2)
             }
             #[cfg(feature = "server")]

@@ -6,6 +6,7 @@
 pub mod backup;
 mod codec;
 pub mod cold;
+pub mod log_stats;
 pub mod log_store;
 pub mod snapshot;
 pub mod state_machine;

@@ -557,13 +557,23 @@ pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
 
 /// `writ node restore --from BACKUP --data-dir DIR`: (exit code, stdout, stderr).
 pub fn restore_node(backup: &Path, data_dir: &Path) -> (i32, String, String) {
-    let out = std::process::Command::new(writ_bin())
-        .args(["node", "restore", "--from"])
-        .arg(backup)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .output()
-        .expect("run writ node restore");
+    run_node_cli(&[
+        "restore".as_ref(),
+        "--from".as_ref(),
+        backup.as_os_str(),
+        "--data-dir".as_ref(),
+        data_dir.as_os_str(),
+    ])
+}
+
+/// `writ node log-stats --data-dir DIR`: (exit code, stdout, stderr).
+pub fn node_log_stats(data_dir: &Path) -> (i32, String, String) {
+    run_node_cli(&["log-stats".as_ref(), "--data-dir".as_ref(), data_dir.as_os_str()])
+}
+
+/// `writ node ARGS`: (exit code, stdout, stderr).
+fn run_node_cli(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = std::process::Command::new(writ_bin()).arg("node").args(args).output().expect("run writ node");
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
     (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use writ_tests::eventually;
-use writ_tests::procs::{restore_node, run_cli, Cluster};
+use writ_tests::procs::{node_log_stats, restore_node, run_cli, Cluster};
 
 /// Creates tenants `{prefix}-{i}` for i in range with `concurrency` workers, spread over
 /// `urls`; returns the acknowledged names. Retries a name whose outcome was uncertain.
@@ -395,7 +395,7 @@ async fn metric_sum(c: &Cluster, name: &str) -> u64 {
 /// running node's data directory and a damaged backup are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
-    let c = Cluster::start(3).await;
+    let mut c = Cluster::start(3).await;
     let url = c.nodes[0].url();
     c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "kept"})).await;
     // Load: principals created one after another until told to stop; each acknowledgement is
@@ -479,6 +479,19 @@ async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
     fresh.admin.post_ok(&fresh.nodes[0].url(), "/v1/tenants", serde_json::json!({"name": "after-restore"})).await;
     let (_, after) = fresh.converged(Duration::from_secs(60)).await;
     assert_ne!(after, digest, "the restored cluster takes writes");
+
+    // What a node's log holds, read offline: refused while the node runs, counted once stopped.
+    let (code, _, err) = node_log_stats(&c.nodes[1].dir.join("data"));
+    assert!(code == 1 && err.contains("still running"), "{err}");
+    c.nodes[2].kill();
+    let (code, out, err) = node_log_stats(&c.nodes[2].dir.join("data"));
+    assert_eq!(code, 0, "{err}");
+    let principals: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("create_principal"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no create_principal row:\n{out}"));
+    assert!(principals > 0 && out.starts_with("entries "), "{out}");
 }
 
 /// Unmounts (lazily) what a test mounted, after its nodes are gone.
