@@ -10,6 +10,8 @@
 # edges' executor endpoints) and PIDs. Both edges share one seal key file, as replicas behind
 # one load balancer must. WRIT_CLUSTER_RAFT (optional) is TOML lines for each node's [raft]
 # section, e.g. WRIT_CLUSTER_RAFT='snapshot_every_entries = 11500' (the keys: node/src/config.rs).
+# WRIT_EDGE_ALLOCATOR (default mimalloc) is the edges' WRIT_ALLOCATOR; set it empty for the system
+# allocator, which heap profilers such as heaptrack see into.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${WRIT_CLUSTER_DIR:-.writ/cluster}
@@ -74,7 +76,7 @@ up() {
       echo "listen = \"127.0.0.1:$((EXECUTOR_BASE_PORT + e - 1))\""
       printf '[ledger_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n' "$PKI/edge-e$e.pem" "$PKI/edge-e$e-key.pem" "$CA"
     } > "$dir/edge.toml"
-    WRIT_ALLOCATOR=mimalloc nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
+    WRIT_ALLOCATOR=${WRIT_EDGE_ALLOCATOR-mimalloc} nohup "$BIN" edge --config "$dir/edge.toml" >> "$dir/edge.log" 2>&1 &
     echo $! > "$dir/pid"; edge_pids+=("$!")
     echo "edge $e: $(edge_url "$e") (pid $!, log $dir/edge.log)"
     # The first edge creates the shared seal key; the next one reads it.

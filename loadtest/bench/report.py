@@ -25,6 +25,10 @@ def point(s):
             "cpu_s_per_1000": (s.get("servers") or {}).get("cpu_s_per_1000_requests"),
             "rss_mb": (s.get("servers") or {}).get("rss_mb"),
             "pss_mb": (s.get("servers") or {}).get("pss_mb"),
+            # Bytes written to storage per operation: by the process that wrote the most (a
+            # ledger node or etcd member), and by all the servers together.
+            "disk_bytes_per_op_busiest": (s.get("servers") or {}).get("written_bytes_per_request_busiest"),
+            "disk_bytes_per_op": (s.get("servers") or {}).get("written_bytes_per_request"),
             "cpu_ms_per_op": (s.get("servers") or {}).get("cpu_s_per_1000_requests"),
             "loadgen_cpu_ms_per_op": ratio(s["machine"].get("loadtest_cpu_s", 0) * 1000, s["requests"]),
             "verify_passed": None if v is None else all(c["ok"] for c in v["checks"]),
@@ -168,10 +172,14 @@ if out["p1w"]:
            "on etcd as a user would build it (`loadtest/baselines/etcd-grpc`, `--workflow`: put-if-absent of key and "
            "record, a watching worker's claim txn and report txn, the client watching for the report), over TLS with "
            "client certificates. Server CPU: all Writ processes with the executor, all etcd members (its worker runs "
-           "in its load generator, so the last column adds each generator's CPU); PSS and RSS at the end.", "",
+           "in its load generator, so the last column adds each generator's CPU); PSS and RSS at the end. Disk: bytes "
+           "written to storage per operation (`/proc/PID/io` `write_bytes`: WAL, flushes, compactions) by the process "
+           "that wrote the most (a ledger node, an etcd member), and by all the servers.", "",
            "| clients | Writ ops/s | Writ p99 ms | etcd workflow ops/s | etcd p99 ms | ops/s Writ/etcd | p99 Writ/etcd | "
-           "server CPU ms/op Writ / etcd | with generators Writ / etcd | PSS MB Writ / etcd | RSS MB Writ / etcd | verify Writ / etcd |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|"]
+           "server CPU ms/op Writ / etcd | with generators Writ / etcd | PSS MB Writ / etcd | RSS MB Writ / etcd | "
+           "disk KB/op busiest Writ / etcd | disk KB/op all Writ / etcd | verify Writ / etcd |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|"]
+    kb = lambda x: None if x is None else x / 1024
     for p in out["p1w"]:
         w, e = p["writ"] or {}, p["etcd_workflow"] or {}
         both = p["cpu_ms_per_op_with_generator"]
@@ -179,7 +187,9 @@ if out["p1w"]:
         md.append(f"| {p['clients']} | {f(w.get('ops_per_s'))} | {f(w.get('p99_ms'),2)} | {f(e.get('ops_per_s'))} | "
                   f"{f(e.get('p99_ms'),2)} | {f(p['ratio_throughput'],3)} | {f(p['ratio_p99'],3)} | "
                   f"{f(w.get('cpu_ms_per_op'),2)} / {f(e.get('cpu_ms_per_op'),2)} | {f(both['writ'],2)} / {f(both['etcd_workflow'],2)} | "
-                  f"{f(w.get('pss_mb'),0)} / {f(e.get('pss_mb'),0)} | {f(w.get('rss_mb'),0)} / {f(e.get('rss_mb'),0)} | {ok(w)} / {ok(e)} |")
+                  f"{f(w.get('pss_mb'),0)} / {f(e.get('pss_mb'),0)} | {f(w.get('rss_mb'),0)} / {f(e.get('rss_mb'),0)} | "
+                  f"{f(kb(w.get('disk_bytes_per_op_busiest')),2)} / {f(kb(e.get('disk_bytes_per_op_busiest')),2)} | "
+                  f"{f(kb(w.get('disk_bytes_per_op')),2)} / {f(kb(e.get('disk_bytes_per_op')),2)} | {ok(w)} / {ok(e)} |")
 if "p1_leader_elections" in out:
     md += ["", f"Writ leader elections while P1 ran (Raft term increase): {out['p1_leader_elections']}."]
 if "p1_raft_entries_per_op" in out:

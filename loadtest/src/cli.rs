@@ -91,7 +91,7 @@ impl LoadArgs {
     pub async fn measure_with<W: Workload>(&self, system: &str, w: Arc<W>, also: &[u32]) -> Result<Summary, String> {
         let mut pids = self.pids()?;
         pids.extend_from_slice(also);
-        let before = report::cpu_snapshot(&pids);
+        let before = report::snapshot(&pids);
         let plan = self.plan();
         let rec = engine::run(&plan, w, self.fault()).await;
         let mut s = Summary::new(self.label.clone(), system, &plan, &rec);

@@ -50,6 +50,11 @@ pub struct Servers {
     pub rss_mb: f64,
     /// Proportional set size: shared pages split among the processes sharing them.
     pub pss_mb: f64,
+    /// Bytes the processes had written to storage per request (`/proc/PID/io` `write_bytes`:
+    /// WAL, memtable flushes, compactions, journals), all of them together.
+    pub written_bytes_per_request: f64,
+    /// The same of the process that wrote the most (a ledger node: bytes per operation per node).
+    pub written_bytes_per_request_busiest: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -174,8 +179,15 @@ impl Summary {
         }
         if let Some(s) = &self.servers {
             out += &format!(
-                "  servers {:?}: {:.2} CPU s ({:.3} per 1000 requests), {:.0} MB resident, {:.0} MB PSS\n",
-                s.pids, s.cpu_s, s.cpu_s_per_1000_requests, s.rss_mb, s.pss_mb
+                "  servers {:?}: {:.2} CPU s ({:.3} per 1000 requests), {:.0} MB resident, {:.0} MB PSS, \
+                 {:.0} bytes written per request ({:.0} by the busiest)\n",
+                s.pids,
+                s.cpu_s,
+                s.cpu_s_per_1000_requests,
+                s.rss_mb,
+                s.pss_mb,
+                s.written_bytes_per_request,
+                s.written_bytes_per_request_busiest
             );
         }
         if let Some(f) = &self.failover {
@@ -242,19 +254,42 @@ pub fn pss_mb(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// CPU seconds of each watched process at one moment.
-pub fn cpu_snapshot(pids: &[u32]) -> BTreeMap<u32, f64> {
-    pids.iter().filter_map(|p| cpu_seconds(Some(*p)).map(|c| (*p, c))).collect()
+/// Bytes a process caused to be written to storage so far (`write_bytes` of `/proc/<pid>/io`;
+/// `None`: this one).
+pub fn written_bytes(pid: Option<u32>) -> Option<u64> {
+    let path = pid.map_or("/proc/self/io".to_string(), |p| format!("/proc/{p}/io"));
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("write_bytes:"))?.trim().parse().ok()
+}
+
+/// CPU seconds and bytes written of a process at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub cpu_s: f64,
+    pub written: u64,
+}
+
+/// The usage of each watched process at one moment.
+pub fn snapshot(pids: &[u32]) -> BTreeMap<u32, Usage> {
+    let usage = |p: u32| Some(Usage { cpu_s: cpu_seconds(Some(p))?, written: written_bytes(Some(p)).unwrap_or(0) });
+    pids.iter().filter_map(|p| usage(*p).map(|u| (*p, u))).collect()
 }
 
 /// What the watched processes used between `before` and now (a process that died meanwhile
 /// counts with nothing).
-pub fn servers(pids: &[u32], before: &BTreeMap<u32, f64>, requests: u64) -> Option<Servers> {
+pub fn servers(pids: &[u32], before: &BTreeMap<u32, Usage>, requests: u64) -> Option<Servers> {
     if pids.is_empty() {
         return None;
     }
-    let after = cpu_snapshot(pids);
-    let cpu_s: f64 = after.iter().map(|(p, c)| c - before.get(p).copied().unwrap_or(*c)).sum();
+    let used: Vec<Usage> = snapshot(pids)
+        .iter()
+        .map(|(p, now)| {
+            let was = before.get(p).copied().unwrap_or(*now);
+            Usage { cpu_s: now.cpu_s - was.cpu_s, written: now.written.saturating_sub(was.written) }
+        })
+        .collect();
+    let cpu_s: f64 = used.iter().map(|u| u.cpu_s).sum();
+    let per_request = |bytes: u64| if requests == 0 { 0.0 } else { (bytes as f64 / requests as f64).round() };
     let rss: f64 = pids.iter().filter_map(|p| rss_mb(*p)).sum();
     let pss: f64 = pids.iter().filter_map(|p| pss_mb(*p)).sum();
     Some(Servers {
@@ -267,6 +302,8 @@ pub fn servers(pids: &[u32], before: &BTreeMap<u32, f64>, requests: u64) -> Opti
         },
         rss_mb: rss.round(),
         pss_mb: pss.round(),
+        written_bytes_per_request: per_request(used.iter().map(|u| u.written).sum()),
+        written_bytes_per_request_busiest: per_request(used.iter().map(|u| u.written).max().unwrap_or(0)),
     })
 }
 
@@ -281,6 +318,16 @@ mod tests {
         assert!(cpu_seconds(None).is_some());
         assert!(rss_mb(std::process::id()).unwrap() > 1.0);
         assert!(pss_mb(std::process::id()).unwrap() > 0.5);
+        let file = std::env::temp_dir().join(format!("writ-loadtest-io-{}", std::process::id()));
+        let before = written_bytes(None).expect("this process's io counters");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&file).unwrap();
+            f.write_all(&vec![7u8; 1 << 20]).unwrap();
+            f.sync_all().unwrap();
+        }
+        std::fs::remove_file(&file).unwrap();
+        assert!(written_bytes(None).unwrap() >= before + (1 << 20), "a synced megabyte counts");
         assert!(cpu_seconds(Some(u32::MAX)).is_none(), "no such process");
     }
 }
