@@ -24,7 +24,7 @@ use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
+use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use writ_api::audit::{self, record_key, AuditFilter, AuditRecord, AuditRecordV1};
@@ -485,17 +485,21 @@ impl StateMachine {
     }
 
     /// Builds a snapshot file of what is applied (`crate::snapshot`): the state only, copied
-    /// under the read lock and written without it. Its audit records and evidence blobs stay in
-    /// the column families: every batch applied up to it is in RocksDB's WAL (apply writes
-    /// under the write lock), and the WAL is synced before the snapshot exists, since the log
-    /// entries that wrote them may be purged behind it.
+    /// under the read lock and written without it. Its events, audit records, evidence blobs
+    /// and cold rows stay in the column families, which apply writes without the WAL
+    /// ([`APPLIED_FAMILIES`]): they are flushed to their tables before the snapshot exists,
+    /// since the log entries that wrote them may be purged behind it (everything applied up to
+    /// the snapshot is in the memtables by then: apply writes under the write lock).
     fn build_snapshot_file(&self) -> io::Result<(SnapshotHeader, PathBuf)> {
         let (header, state) = {
             let a = self.read();
             let header = SnapshotHeader { last_applied: a.last_applied, membership: a.membership.clone() };
             (header, a.state.clone())
         };
-        self.inner.db.flush_wal(true).map_err(io::Error::other)?;
+        for name in APPLIED_FAMILIES {
+            let cf = self.inner.db.cf_handle(name).expect("column families are created at open");
+            self.inner.db.flush_cf(cf).map_err(io::Error::other)?;
+        }
         let path = self.snapshot_path(&header.last_applied);
         let tmp = path.with_extension("tmp");
         crate::snapshot::write(&tmp, Contents::StateOnly, &header, &state, std::iter::empty())?;
@@ -795,6 +799,17 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
     db.write(batch).map_err(io::Error::other)
 }
 
+/// The column families apply writes: derived from the log, so written without RocksDB's WAL
+/// (each byte once to a memtable, not to the WAL as well) and flushed at every snapshot.
+const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
+
+/// Write options of apply's batch: no WAL.
+fn unlogged() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.disable_wal(true);
+    opts
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -890,8 +905,9 @@ impl StateMachine {
                 moved.push((tenant.clone(), first));
             }
         }
-        // Not synced: the log is durable, and replay rewrites identical bytes.
-        self.inner.db.write(batch).map_err(io::Error::other)?;
+        // Not in the WAL: the log is durable, a restart replays it from the newest snapshot
+        // (which flushed what came before it), and the replay rewrites identical bytes.
+        self.inner.db.write_opt(batch, &unlogged()).map_err(io::Error::other)?;
         drop(writing);
         deleted_below.extend(moved);
         drop(deleted_below);
@@ -1220,6 +1236,43 @@ mod tests {
             as_older[8..12].copy_from_slice(&older.to_le_bytes());
             assert!(decode_payload(&as_older).is_err(), "format {older}");
         }
+    }
+
+    /// Apply writes what it derives without the WAL, and a snapshot flushes it first: a crash
+    /// image of the database (its files copied while it is open) holds the events applied
+    /// before the snapshot and none applied after it, which a restart replays from the log.
+    #[tokio::test]
+    async fn applied_rows_skip_the_wal_and_snapshots_flush_them() {
+        use openraft::alias::EntryOf;
+        use openraft::entry::RaftEntry;
+        use writ_api::ledger::{Command, LedgerRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let apply = |index: u64, command: Command| {
+            let req =
+                LedgerRequest { stamp_ms: 1_700_000_000_000 + index, trace_id: "tr".into(), command: command.into() };
+            let entry = EntryOf::<TypeConfig>::new_normal(openraft::testing::log_id::<TypeConfig>(1, 1, index), req);
+            let mut sm = sm.clone();
+            async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }
+        };
+        let tenant = |id: &str| Command::CreateTenant { tenant_id: id.into(), name: id.into(), display_name: None };
+        apply(1, tenant("a")).await;
+        sm.build_snapshot_file().unwrap();
+        let flushed = sm.read().state.revision;
+        apply(2, tenant("b")).await;
+        assert!(sm.read().state.revision > flushed);
+        let image = tempfile::tempdir().unwrap();
+        for file in std::fs::read_dir(dir.path().join("db")).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(file.path(), image.path().join(file.file_name())).unwrap();
+        }
+        let db = crate::open_db(image.path()).unwrap();
+        let cf = db.cf_handle(CF_EVENTS).unwrap();
+        let revisions: Vec<u64> = db
+            .iterator_cf(cf, IteratorMode::Start)
+            .map(|kv| u64::from_be_bytes(kv.unwrap().0.as_ref().try_into().unwrap()))
+            .collect();
+        assert_eq!(revisions, (1..=flushed).collect::<Vec<_>>(), "the events up to the snapshot, no later one");
     }
 
     /// A store at log index 9 holding one audit record (installed from a snapshot file of the

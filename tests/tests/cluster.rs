@@ -494,6 +494,34 @@ async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
     assert!(principals > 0 && out.starts_with("entries "), "{out}");
 }
 
+/// A node keeps what it applied (events, audit records) in memtables only until its next
+/// snapshot: apply writes them without RocksDB's WAL. Killed with `-9`, it loses them, and on
+/// restart replays its log from its newest snapshot: its audit trail (read from its own
+/// store) is the leader's again, record for record, and its state digest too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_before_flushing_replays_its_log_to_the_same_trail() {
+    let mut c = Cluster::start(3).await;
+    let url = c.nodes[0].url();
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "kept"})).await;
+    for i in 0..40 {
+        let body = serde_json::json!({"name": format!("p-{i}"), "kind": "agent", "preset": "readOnly"});
+        c.admin.post_ok(&url, "/v1/tenants/kept/principals", body).await;
+    }
+    c.converged(Duration::from_secs(30)).await;
+    let admin = c.admin.clone();
+    let trail = |url: String| {
+        let admin = admin.clone();
+        async move { admin.get(&url, "/v1/tenants/kept/audit?limit=100").await.expect("audit")["records"].clone() }
+    };
+    let before = trail(url.clone()).await;
+    assert!(before.as_array().is_some_and(|r| r.len() > 40), "{before}");
+    c.node_mut(3).kill();
+    c.node_mut(3).start(false);
+    c.converged(Duration::from_secs(60)).await;
+    let killed = c.nodes.iter().find(|n| n.id == 3).map(|n| n.url()).expect("node 3");
+    assert_eq!(trail(killed).await, before, "node 3's audit trail after the kill");
+}
+
 /// Unmounts (lazily) what a test mounted, after its nodes are gone.
 struct Unmount(std::sync::Arc<std::sync::Mutex<Option<std::path::PathBuf>>>);
 
