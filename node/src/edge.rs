@@ -519,6 +519,8 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         let metrics = metrics.clone();
         crate::observe::build_info("edge");
         metrics::gauge!("writ_verifier_revision").set(lagging.revision() as f64);
+        let held = lagging.with_state(|s| s.operations.values().map(|m| m.len()).sum::<usize>());
+        metrics::gauge!("writ_verifier_operations").set(held as f64);
         let staleness = lagging.staleness().map_or(f64::INFINITY, |d| d.as_secs_f64());
         metrics::gauge!("writ_verifier_staleness_seconds").set(staleness);
         async move { metrics.map(|h| h.render()).unwrap_or_default() }

@@ -162,6 +162,15 @@ async fn retries_across_edges_are_one_operation_and_one_attempt() {
     assert!(state.evidence.is_empty(), "evidence records are read from the ledger");
     let no_rows = state.cold.pending_rows().is_empty() && state.cold.tenants.values().all(|c| c.bytes == 0);
     assert!(no_rows, "no cold row is sent");
+    // Nor does either edge's replica keep them once they finished (once it applied the end).
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for edge in &edges {
+        eventually("the edge's replica to hold no operation", Duration::from_secs(10), || async {
+            let metrics = http.get(edge.replace("/mcp", "/metrics")).send().await.ok()?.text().await.ok()?;
+            metrics.lines().any(|l| l == "writ_verifier_operations 0").then_some(())
+        })
+        .await;
+    }
 }
 
 /// Must-show 6: `kill -9` of the leader and of one edge during a stream of executes: every
