@@ -52,9 +52,10 @@ pub struct Servers {
     pub pss_mb: f64,
     /// Bytes the processes had written to storage per request (`/proc/PID/io` `write_bytes`:
     /// WAL, memtable flushes, compactions, journals), all of them together.
-    pub written_bytes_per_request: f64,
+    /// `None` when a process's counters could not be read (no figure rather than a wrong one).
+    pub written_bytes_per_request: Option<f64>,
     /// The same of the process that wrote the most (a ledger node: bytes per operation per node).
-    pub written_bytes_per_request_busiest: f64,
+    pub written_bytes_per_request_busiest: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -180,14 +181,14 @@ impl Summary {
         if let Some(s) = &self.servers {
             out += &format!(
                 "  servers {:?}: {:.2} CPU s ({:.3} per 1000 requests), {:.0} MB resident, {:.0} MB PSS, \
-                 {:.0} bytes written per request ({:.0} by the busiest)\n",
+                 {} bytes written per request ({} by the busiest)\n",
                 s.pids,
                 s.cpu_s,
                 s.cpu_s_per_1000_requests,
                 s.rss_mb,
                 s.pss_mb,
-                s.written_bytes_per_request,
-                s.written_bytes_per_request_busiest
+                s.written_bytes_per_request.map_or("–".into(), |b| format!("{b:.0}")),
+                s.written_bytes_per_request_busiest.map_or("–".into(), |b| format!("{b:.0}"))
             );
         }
         if let Some(f) = &self.failover {
@@ -266,12 +267,12 @@ pub fn written_bytes(pid: Option<u32>) -> Option<u64> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub cpu_s: f64,
-    pub written: u64,
+    pub written: Option<u64>,
 }
 
 /// The usage of each watched process at one moment.
 pub fn snapshot(pids: &[u32]) -> BTreeMap<u32, Usage> {
-    let usage = |p: u32| Some(Usage { cpu_s: cpu_seconds(Some(p))?, written: written_bytes(Some(p)).unwrap_or(0) });
+    let usage = |p: u32| Some(Usage { cpu_s: cpu_seconds(Some(p))?, written: written_bytes(Some(p)) });
     pids.iter().filter_map(|p| usage(*p).map(|u| (*p, u))).collect()
 }
 
@@ -285,10 +286,14 @@ pub fn servers(pids: &[u32], before: &BTreeMap<u32, Usage>, requests: u64) -> Op
         .iter()
         .map(|(p, now)| {
             let was = before.get(p).copied().unwrap_or(*now);
-            Usage { cpu_s: now.cpu_s - was.cpu_s, written: now.written.saturating_sub(was.written) }
+            Usage {
+                cpu_s: now.cpu_s - was.cpu_s,
+                written: now.written.zip(was.written).map(|(n, w)| n.saturating_sub(w)),
+            }
         })
         .collect();
     let cpu_s: f64 = used.iter().map(|u| u.cpu_s).sum();
+    let written: Option<Vec<u64>> = used.iter().map(|u| u.written).collect();
     let per_request = |bytes: u64| if requests == 0 { 0.0 } else { (bytes as f64 / requests as f64).round() };
     let rss: f64 = pids.iter().filter_map(|p| rss_mb(*p)).sum();
     let pss: f64 = pids.iter().filter_map(|p| pss_mb(*p)).sum();
@@ -302,8 +307,8 @@ pub fn servers(pids: &[u32], before: &BTreeMap<u32, Usage>, requests: u64) -> Op
         },
         rss_mb: rss.round(),
         pss_mb: pss.round(),
-        written_bytes_per_request: per_request(used.iter().map(|u| u.written).sum()),
-        written_bytes_per_request_busiest: per_request(used.iter().map(|u| u.written).max().unwrap_or(0)),
+        written_bytes_per_request: written.as_ref().map(|w| per_request(w.iter().sum())),
+        written_bytes_per_request_busiest: written.as_ref().map(|w| per_request(w.iter().copied().max().unwrap_or(0))),
     })
 }
 
