@@ -265,8 +265,8 @@ fn main() -> ExitCode {
             #[cfg(feature = "server")]
             Cmd::Node { action: Some(NodeCmd::LogStats { data_dir }), .. } => {
                 match writ_raft_store::log_stats::read(&data_dir) {
-                    Ok(stats) => {
-                        print!("{}", stats.render());
+                    Ok((log, applied)) => {
+                        print!("{}{}", log.render(), applied.render(log.operations()));
                         ExitCode::SUCCESS
                     }
                     Err(e) => {

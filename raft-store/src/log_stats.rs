@@ -4,6 +4,9 @@
 //! A batch's commands count as commands of their own. A command counts under the kind of the
 //! plain command inside its wrappers (`Command::innermost`); what the wrappers add (the verified
 //! grant, the request decision) counts apart, as its wrapper bytes.
+//!
+//! Beside the log, it reads what apply derived from it ([`AppliedBytes`]): the stored rows of
+//! each column family apply writes, events by kind and audit records by what they record.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -12,10 +15,10 @@ use std::path::Path;
 use openraft::alias::EntryOf;
 use openraft::EntryPayload;
 use rocksdb::IteratorMode;
-use writ_api::ledger::Command;
+use writ_api::ledger::{Command, EventEnvelope};
 
 use crate::codec::checked_decode;
-use crate::{TypeConfig, CF_LOGS};
+use crate::{TypeConfig, CF_AUDIT, CF_EVENTS, CF_LOGS};
 
 /// Commands of one kind in the log.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -91,13 +94,61 @@ impl LogBytes {
     }
 }
 
+/// Rows of one kind and their stored bytes (key and value).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Rows {
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+impl Rows {
+    fn add(&mut self, key: &[u8], value: &[u8]) {
+        self.rows += 1;
+        self.bytes += (key.len() + value.len()) as u64;
+    }
+}
+
+/// What apply derived from the log and stored: each applied column family's rows, the events
+/// by kind and the audit records by their `operation` (the event kind or rejected command).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AppliedBytes {
+    pub families: BTreeMap<&'static str, Rows>,
+    pub events: BTreeMap<&'static str, Rows>,
+    pub audit: BTreeMap<String, Rows>,
+}
+
+impl AppliedBytes {
+    /// The families, then events and audit records by kind, largest first; per operation where
+    /// `operations` is not zero.
+    pub fn render(&self, operations: u64) -> String {
+        let mut out = String::new();
+        let sections: [(&str, Vec<(&str, Rows)>); 3] = [
+            ("column family", self.families.iter().map(|(k, v)| (*k, *v)).collect()),
+            ("event", self.events.iter().map(|(k, v)| (*k, *v)).collect()),
+            ("audit record", self.audit.iter().map(|(k, v)| (k.as_str(), *v)).collect()),
+        ];
+        for (title, mut rows) in sections {
+            rows.sort_by_key(|(name, r)| (std::cmp::Reverse(r.bytes), *name));
+            out += &format!("{title:<32} {:>10} {:>14} {:>10} {:>14}\n", "rows", "bytes", "rows/op", "bytes/op");
+            for (name, r) in rows {
+                let (per_rows, per_bytes) = match operations {
+                    0 => ("-".to_string(), "-".to_string()),
+                    n => (format!("{:.2}", r.rows as f64 / n as f64), (r.bytes / n).to_string()),
+                };
+                out += &format!("{name:<32} {:>10} {:>14} {per_rows:>10} {per_bytes:>14}\n", r.rows, r.bytes);
+            }
+        }
+        out
+    }
+}
+
 fn encoded_len(command: &Command) -> u64 {
     writ_api::encode(command).map_or(0, |b| b.len() as u64)
 }
 
-/// Reads the log of the node whose data directory is `dir`. The node must be stopped: RocksDB
-/// lets one process open its database.
-pub fn read(dir: &Path) -> io::Result<LogBytes> {
+/// Reads the log, and what apply derived from it, of the node whose data directory is `dir`.
+/// The node must be stopped: RocksDB lets one process open its database.
+pub fn read(dir: &Path) -> io::Result<(LogBytes, AppliedBytes)> {
     let path = dir.join("db");
     if !path.join("CURRENT").exists() {
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("no node database under {}", path.display())));
@@ -110,7 +161,27 @@ pub fn read(dir: &Path) -> io::Result<LogBytes> {
         let entry: EntryOf<TypeConfig> = checked_decode(&value, "log entry")?;
         stats.add_entry(&entry, value.len());
     }
-    Ok(stats)
+    Ok((stats, read_applied(&db)?))
+}
+
+fn read_applied(db: &rocksdb::DB) -> io::Result<AppliedBytes> {
+    let mut applied = AppliedBytes::default();
+    for family in crate::state_machine::APPLIED_FAMILIES {
+        let cf = db.cf_handle(family).expect("column families are created at open");
+        let rows = applied.families.entry(family).or_default();
+        for item in db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, value) = item.map_err(io::Error::other)?;
+            rows.add(&key, &value);
+            if family == CF_EVENTS {
+                let envelope: EventEnvelope = checked_decode(&value, "event")?;
+                applied.events.entry(envelope.event.kind()).or_default().add(&key, &value);
+            } else if family == CF_AUDIT {
+                let record = crate::codec::record_of(&value)?;
+                applied.audit.entry(record.operation).or_default().add(&key, &value);
+            }
+        }
+    }
+    Ok(applied)
 }
 
 #[cfg(test)]
@@ -170,9 +241,52 @@ mod tests {
             }
             stored
         };
-        let stats = read(dir.path()).unwrap();
+        let (stats, applied) = read(dir.path()).unwrap();
+        assert_eq!(applied.families.len(), crate::state_machine::APPLIED_FAMILIES.len());
+        assert!(applied.families.values().all(|f| *f == Rows::default()), "nothing applied");
         assert_eq!((stats.entries, stats.bytes, stats.last_index), (2, stored, Some(2)));
         assert_eq!(stats.by_kind[suspend("a").kind()].commands, 2);
+    }
+
+    #[test]
+    fn applied_rows_count_by_family_event_kind_and_audit_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let (event_bytes, record_bytes) = {
+            let db = crate::open_db(&dir.path().join("db")).unwrap();
+            let event = writ_api::ledger::Event::TenantSuspendedV1 { tenant_id: "a".into(), note: None };
+            let envelope =
+                EventEnvelope { revision: 7, stream: "a".into(), seq: 1, at_ms: 1, trace_id: "t".into(), event };
+            let encoded = crate::codec::checked_encode(&envelope).unwrap();
+            db.put_cf(db.cf_handle(CF_EVENTS).unwrap(), 7u64.to_be_bytes(), &encoded).unwrap();
+            let record = writ_api::audit::AuditRecord {
+                seq: 1,
+                at_ms: 1,
+                revision: 7,
+                trace_id: "t".into(),
+                tenant_id: "a".into(),
+                domain: "tenant".into(),
+                operation: "tenant_suspended".into(),
+                outcome: "applied".into(),
+                reason_code: None,
+                principal_id: None,
+                token_id: None,
+                parent_token_id: None,
+                detail: "{}".into(),
+                authority: None,
+            };
+            let key = writ_api::audit::record_key("a", 1);
+            let stored = crate::codec::checked_record(&writ_api::audit::StoredRecord::new(record));
+            db.put_cf(db.cf_handle(CF_AUDIT).unwrap(), &key, &stored).unwrap();
+            (8 + encoded.len() as u64, (key.len() + stored.len()) as u64)
+        };
+        let (_, applied) = read(dir.path()).unwrap();
+        assert_eq!(applied.families[CF_EVENTS], Rows { rows: 1, bytes: event_bytes });
+        assert_eq!(applied.families[CF_AUDIT], Rows { rows: 1, bytes: record_bytes });
+        assert_eq!(applied.events["tenant_suspended"], Rows { rows: 1, bytes: event_bytes });
+        assert_eq!(applied.audit["tenant_suspended"], Rows { rows: 1, bytes: record_bytes });
+        let table = applied.render(2);
+        let line = table.lines().find(|l| l.starts_with("events ")).unwrap();
+        assert!(line.ends_with(&format!(" 0.50 {:>14}", event_bytes / 2)), "{table}");
     }
 
     #[test]

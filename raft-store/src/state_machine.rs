@@ -801,7 +801,7 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
 
 /// The column families apply writes: derived from the log, so written without RocksDB's WAL
 /// (each byte once to a memtable, not to the WAL as well) and flushed at every snapshot.
-const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
+pub(crate) const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
 
 /// Write options of apply's batch: no WAL.
 fn unlogged() -> WriteOptions {

@@ -492,6 +492,8 @@ async fn a_backup_taken_under_load_restores_into_a_new_cluster() {
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no create_principal row:\n{out}"));
     assert!(principals > 0 && out.starts_with("entries "), "{out}");
+    let families = ["column family", "events", "audit", "evidence", "cold"];
+    assert!(families.iter().all(|f| out.lines().any(|l| l.starts_with(&format!("{f} ")))), "{out}");
 }
 
 /// A node keeps what it applied (events, audit records) in memtables only until its next
