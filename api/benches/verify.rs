@@ -4,7 +4,8 @@
 //! `SubmitOperation` (SPEC S3): re-deriving the authority from the records, and compiling and
 //! running the action's input schema; and the credential check a node makes for every act an
 //! edge submits (`grant::admit`: verify the token, bind the act, wrap it) and the grant's
-//! re-check on every replica (`grant::granted`). Run with `cargo bench -p writ-api --bench verify`.
+//! re-check on every replica (`grant::granted`); and what every replica does with a batch of
+//! request decisions (their events and audit records). Run with `cargo bench -p writ-api --bench verify`.
 
 use base64::Engine;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -172,6 +173,45 @@ fn credential(c: &mut Criterion) {
     let vouchers = [bearer.clone()];
     c.bench_function("node: vouch for a batch of 100 decisions (one principal)", |b| {
         b.iter(|| writ_api::grant::vouched(&st, &decisions, &vouchers, &presenter, NOW + 1).unwrap())
+    });
+    record_decisions(c, &st);
+}
+
+/// What every replica does with a full batch of request decisions an edge recorded: decide it
+/// (each decision's authority chain completed from the state), fold its event, and build,
+/// encode and chain one audit record per decision (the store's writes are not in it).
+fn record_decisions(c: &mut Criterion, st: &LedgerState) {
+    let decision = writ_api::audit::RequestDecisionV2 {
+        decision: writ_api::audit::RequestDecisionV1 {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            principal_id: "p-2".into(),
+            token_id: Some("j-2".into()),
+            parent_token_id: Some("j-1".into()),
+            method: "tools/call".into(),
+            name: Some("greet".into()),
+            outcome: "allowed".into(),
+            reason: None,
+        },
+        authority: writ_api::audit::AuthorityChainV1 {
+            client_name: Some("bench-client".into()),
+            client_version: Some("1.0.0".into()),
+            protocol_version: Some("2026-07-28".into()),
+            ..Default::default()
+        },
+    };
+    let n = writ_api::audit::DECISIONS_PER_COMMAND_MAX;
+    let command = Command::RecordDecisionsV2 { tenant_id: "t-1".into(), decisions: vec![decision; n] };
+    let request = LedgerRequest { stamp_ms: NOW + 1, trace_id: "b".into(), command: command.into() };
+    c.bench_function("replica: apply a batch of 1000 request decisions", |b| {
+        b.iter_batched(
+            || st.clone(),
+            |mut st| {
+                let (outcome, _, records) = st.execute_audited(&request);
+                assert!(matches!(outcome, writ_api::ledger::Outcome::Applied { .. }) && records.len() == n);
+                st
+            },
+            criterion::BatchSize::LargeInput,
+        )
     });
 }
 

@@ -165,7 +165,7 @@ impl<W: Write> BackupWriter<W> {
             events: self.counts[2],
             cold_rows: self.counts[3],
             bytes: self.bytes,
-            sha256: hex::encode(digest),
+            sha256: crate::hex(&digest),
         })
     }
 
@@ -292,7 +292,7 @@ pub fn read_backup(
         events: counts[2],
         cold_rows: counts[3],
         bytes: r.bytes,
-        sha256: hex::encode(computed),
+        sha256: crate::hex(&computed),
     };
     Ok((summary, state))
 }

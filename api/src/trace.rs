@@ -97,13 +97,13 @@ impl TraceContext {
 
     /// The trace id as Writ names it everywhere: 32 lowercase hex digits.
     pub fn trace_hex(&self) -> String {
-        hex::encode(self.trace_id)
+        crate::hex(&self.trace_id)
     }
 
     /// This span as the parent a callee continues: `00-<trace>-<span>-<flags>`.
     pub fn traceparent(&self) -> String {
         let flags = if self.sampled { "01" } else { "00" };
-        format!("00-{}-{}-{flags}", hex::encode(self.trace_id), hex::encode(self.span_id))
+        format!("00-{}-{}-{flags}", crate::hex(&self.trace_id), crate::hex(&self.span_id))
     }
 }
 
@@ -124,7 +124,7 @@ pub fn operation_span_id(trace_id: &str, operation_id: &str) -> [u8; 8] {
 pub fn operation_traceparent(trace_id: &str, operation_id: &str) -> Option<String> {
     let trace: [u8; 16] = hex_bytes(trace_id)?;
     (trace != [0; 16] && trace_id.len() == 32)
-        .then(|| format!("00-{trace_id}-{}-01", hex::encode(operation_span_id(trace_id, operation_id))))
+        .then(|| format!("00-{trace_id}-{}-01", crate::hex(&operation_span_id(trace_id, operation_id))))
 }
 
 /// Whether a `tracestate` is one to pass on: bounded, at most 32 `key=value` members of

@@ -93,7 +93,7 @@ pub fn open_new(
         version: version.to_string(),
         capabilities: if capabilities.is_object() { capabilities.clone() } else { Value::Object(Default::default()) },
         client_info: client_info.clone(),
-        nonce: hex::encode(rand::random::<[u8; 16]>()),
+        nonce: writ_api::hex(&rand::random::<[u8; 16]>()),
         expires_at_ms: now_ms + SESSION_TTL_MS,
     };
     let data = serde_json::to_value(&session).expect("serializes");

@@ -174,7 +174,7 @@ fn operator_token(dir: &Path) -> std::io::Result<String> {
             return Ok(t.trim().to_string());
         }
     }
-    let token = format!("writ-dev-{}", hex::encode(rand::random::<[u8; 24]>()));
+    let token = format!("writ-dev-{}", writ_api::hex(&rand::random::<[u8; 24]>()));
     writ_client::files::replace(&path, &format!("{token}\n"), true)?;
     Ok(token)
 }

@@ -347,7 +347,7 @@ pub fn load_or_create_secret(path: &Path) -> Result<[u8; 32], String> {
             // create_new: when two replicas start at once, the second reads the first one's secret.
             match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
                 Ok(mut f) => {
-                    f.write_all(format!("{}\n", hex::encode(bytes)).as_bytes())
+                    f.write_all(format!("{}\n", writ_api::hex(&bytes)).as_bytes())
                         .map_err(|e| format!("{}: {e}", path.display()))?;
                     Ok(bytes)
                 }

@@ -233,7 +233,7 @@ pub fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
     loop {
         let n = f.read(&mut buf)?;
         if n == 0 {
-            return Ok(hex::encode(hash.finalize()));
+            return Ok(writ_api::hex(&hash.finalize()));
         }
         hash.update(&buf[..n]);
     }

@@ -189,7 +189,7 @@ pub fn list(dir: &Path) -> io::Result<Vec<Listed>> {
         let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| other(&name, e))?;
         out.push(Listed {
             identity: identity_of(&der).ok(),
-            serial: hex::encode(cert.raw_serial()),
+            serial: writ_api::hex(cert.raw_serial()),
             not_after: cert.validity().not_after.timestamp(),
             file: name,
         });

@@ -55,7 +55,7 @@ pub(crate) fn public_routes() -> Router<Shared> {
 }
 
 fn token_hash(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
+    writ_api::hex(&Sha256::digest(secret.as_bytes()))
 }
 
 async fn create_enrollment(
@@ -73,7 +73,7 @@ async fn create_enrollment(
         device_ids.insert(device.id);
     }
     let enrollment_id = format!("e-{}", uuid::Uuid::new_v4().simple());
-    let secret = hex::encode(rand_bytes::<32>());
+    let secret = writ_api::hex(&rand_bytes::<32>());
     let token = writ_api::executor::EnrollmentToken::format(&t.id, &enrollment_id, &secret, &st.edge_ca_pins);
     let enrollment = EnrollmentV1 {
         enrollment_id: enrollment_id.clone(),
@@ -202,7 +202,7 @@ async fn issue_certificate(
     let record = ExecutorCertV1 {
         executor_id: executor_id.to_string(),
         fingerprint: writ_api::sha256_hex(cert.der()),
-        serial: hex::encode(serial),
+        serial: writ_api::hex(&serial),
         not_after_ms,
         ca_fingerprint: ca.fingerprint.clone(),
     };

@@ -362,7 +362,7 @@ fn parse_certificate(der: &[u8]) -> Result<x509_parser::certificate::X509Certifi
 }
 
 fn role_of(cert: &x509_parser::certificate::X509Certificate<'_>) -> Result<(Identity, String), String> {
-    let serial = writ_api::revocation::normalize_serial(&hex::encode(cert.raw_serial()))
+    let serial = writ_api::revocation::normalize_serial(&writ_api::hex(cert.raw_serial()))
         .ok_or_else(|| "the certificate's serial is longer than 20 octets".to_string())?;
     let sans = cert
         .subject_alternative_name()

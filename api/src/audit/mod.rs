@@ -317,7 +317,7 @@ impl AuditIndex {
         use sha2::Digest;
         // sha256(head ++ encoded), without building the concatenation.
         let digest = sha2::Sha256::new().chain_update(self.head.as_bytes()).chain_update(encoded).finalize();
-        self.head = hex::encode(digest);
+        self.head = crate::hex(&digest);
         self.at_ms.push(at_ms);
         self.next_seq += 1;
     }
@@ -546,6 +546,11 @@ fn redacted(value: &mut Value) -> bool {
 /// [`redact`]; any other text line by line by [`redact_line`] (an executor's output, logs,
 /// configuration files, query strings).
 pub fn redact_str(text: &str) -> Option<String> {
+    // Every rule needs a `name:` or `name=` (JSON included): most texts (a method, a tool's
+    // name, a version) have neither and are left as they are without a scan per line.
+    if !text.contains([':', '=']) {
+        return None;
+    }
     if text.trim_start().starts_with(['{', '[']) {
         if let Ok(mut inner) = serde_json::from_str::<Value>(text) {
             return redacted(&mut inner).then(|| inner.to_string());

@@ -1051,7 +1051,7 @@ impl Executor {
     async fn report(&self, edge: &str, id: &str, fencing_token: u64, outcome: AttemptOutcome, output: String) {
         // Secrets a handler printed never leave the executor: the evidence is the redacted text.
         let output = writ_api::audit::redact_str(&output).unwrap_or(output);
-        let content_hash = hex::encode(Sha256::digest(output.as_bytes()));
+        let content_hash = writ_api::hex(&Sha256::digest(output.as_bytes()));
         let stored =
             self.cfg.upload_evidence && !output.is_empty() && output.len() <= writ_api::evidence::EVIDENCE_BYTES_MAX;
         let content = stored.then(|| {
@@ -1098,7 +1098,7 @@ impl Executor {
     /// logged and left out: the report still goes.
     async fn upload(&self, edge: &str, id: &str, capture: Captured) {
         let upload = EvidenceUpload {
-            content_hash: hex::encode(Sha256::digest(&capture.bytes)),
+            content_hash: writ_api::hex(&Sha256::digest(&capture.bytes)),
             content_base64: writ_api::evidence::to_base64(&capture.bytes),
             mime_type: capture.mime_type.into(),
         };
@@ -1225,7 +1225,7 @@ async fn fixture(d: &Dispatch, cancel: tokio::sync::watch::Receiver<bool>) -> (A
 /// Runs the command handler on `d`, with `WRIT_EVIDENCE_DIR` naming a fresh private directory
 /// whose files it leaves there are uploaded as evidence ([`captured_files`]).
 async fn run_command(program: &str, args: &[String], timeout_s: u64, d: &Dispatch) -> Option<Attempted> {
-    let dir = std::env::temp_dir().join(format!("writ-evidence-{}", hex::encode(rand::random::<[u8; 8]>())));
+    let dir = std::env::temp_dir().join(format!("writ-evidence-{}", writ_api::hex(&rand::random::<[u8; 8]>())));
     let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
     if let Err(e) = made {
         tracing::error!(dir = %dir.display(), error = %e, "no evidence directory for the handler");

@@ -95,7 +95,7 @@ pub(crate) async fn serve(
         let content: EvidenceContent = query(&st, q, false).await?;
         let bytes = writ_api::evidence::from_base64(&content.content_base64)
             .ok_or_else(|| Rejection::new(ReasonCode::INTERNAL, "the stored evidence is not base64"))?;
-        if hex::encode(Sha256::digest(&bytes)) != hash {
+        if writ_api::hex(&Sha256::digest(&bytes)) != hash {
             tracing::error!(%hash, "stored evidence does not match its hash");
             return Err(Rejection::new(ReasonCode::INTERNAL, "the stored bytes do not match their sha256"));
         }
