@@ -215,7 +215,9 @@ async fn provision_upstream(admin: &Admin, tenant: &str, url: &str) -> Result<()
 }
 
 /// Creates the tenant with its catalog and agent principal (and, for a loaded tenant, its
-/// site); `false` when it already existed (it is reused as it is).
+/// site); `false` when it already existed. An existing tenant gets what it lacks of these: a
+/// create whose answer was lost (a leader change) is retried and finds the tenant made but
+/// nothing after it.
 async fn create_tenant(
     admin: &Admin,
     name: &str,
@@ -223,11 +225,11 @@ async fn create_tenant(
     loaded: bool,
 ) -> Result<bool, String> {
     let request = CreateTenantRequest { name: name.into(), display_name: None, settings };
-    if admin.create("create tenant", || admin.client.create_tenant(&request)).await?.is_none() {
-        return Ok(false);
+    let created = admin.create("create tenant", || admin.client.create_tenant(&request)).await?.is_some();
+    if created || !has_catalog(admin, name).await? {
+        let catalog = catalog();
+        admin.create("publish catalog", || admin.client.publish_catalog(name, &catalog)).await?;
     }
-    let catalog = catalog();
-    admin.create("publish catalog", || admin.client.publish_catalog(name, &catalog)).await?;
     let agent = CreatePrincipalRequest {
         name: AGENT.into(),
         kind: PrincipalKind::Agent,
@@ -241,7 +243,16 @@ async fn create_tenant(
         let site = CreateSiteRequest { name: SITE.into(), display_name: None };
         admin.create("create site", || admin.client.create_site(name, &site)).await?;
     }
-    Ok(true)
+    Ok(created)
+}
+
+/// Whether the tenant has published a catalog.
+async fn has_catalog(admin: &Admin, name: &str) -> Result<bool, String> {
+    match admin.attempt(|| admin.client.catalog(name, None)).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.status() == Some(404) => Ok(false),
+        Err(e) => Err(format!("catalog of {name}: {e}")),
+    }
 }
 
 /// A loaded tenant's settings, quotas, devices and agent token.

@@ -103,6 +103,20 @@ fn mixed_load_through_both_edges_verifies_every_invariant() {
     assert_eq!(code, 0, "{text}");
     assert!(s["kinds"]["read"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
 
+    // A tenant whose create was applied but whose answer was lost (a leader change) has
+    // nothing else: a run that finds it gets its catalog and agent made.
+    let ca = Path::new(&env["WRIT_CA_FILE"]);
+    let created = writ_tests::procs::run_cli_as(
+        &env["WRIT_ADMIN_URL"],
+        &env["WRIT_ADMIN_TOKEN"],
+        ca,
+        &["tenant", "create", "half-0"],
+    );
+    assert_eq!(created.0, 0, "{created:?}");
+    let (code, s, text) = short(&["--mix", "execute=1", "--prefix", "half", "--no-camera"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(s["kinds"]["execute"]["ok"].as_u64().unwrap_or(0) > 0, "{text}");
+
     // Executes that wait for their effect report count only when they saw it; the executor
     // the run started is measured with the servers.
     let (code, s, text) =
