@@ -78,20 +78,35 @@ impl Admin {
         what: &str,
         call: impl Fn() -> F,
     ) -> Result<Option<T>, String> {
+        self.none_on(409, what, call).await
+    }
+
+    /// `Some(found)`, or `None` when there is none (`404`).
+    pub async fn found<T, F: std::future::Future<Output = Result<T, AdminError>>>(
+        &self,
+        what: &str,
+        call: impl Fn() -> F,
+    ) -> Result<Option<T>, String> {
+        self.none_on(404, what, call).await
+    }
+
+    /// `call`'s answer, `None` for an answer of `status`; any other error names `what`.
+    async fn none_on<T, F: std::future::Future<Output = Result<T, AdminError>>>(
+        &self,
+        status: u16,
+        what: &str,
+        call: impl Fn() -> F,
+    ) -> Result<Option<T>, String> {
         match self.attempt(call).await {
             Ok(v) => Ok(Some(v)),
-            Err(e) if e.status() == Some(409) => Ok(None),
+            Err(e) if e.status() == Some(status) => Ok(None),
             Err(e) => Err(format!("{what}: {e}")),
         }
     }
 
-    /// The tenant's operation, or `None` when the ledger has none of that id (`404`).
+    /// The tenant's operation, or `None` when the ledger has none of that id.
     pub async fn operation(&self, tenant: &str, id: &str) -> Result<Option<Operation>, String> {
-        match self.attempt(|| self.client.operation(tenant, id)).await {
-            Ok(op) => Ok(Some(op)),
-            Err(e) if e.status() == Some(404) => Ok(None),
-            Err(e) => Err(format!("operation {id}: {e}")),
-        }
+        self.found(&format!("operation {id}"), || self.client.operation(tenant, id)).await
     }
 
     /// The tenant's audit records matching `filter`, read from its NDJSON export.
@@ -226,7 +241,8 @@ async fn create_tenant(
 ) -> Result<bool, String> {
     let request = CreateTenantRequest { name: name.into(), display_name: None, settings };
     let created = admin.create("create tenant", || admin.client.create_tenant(&request)).await?.is_some();
-    if created || !has_catalog(admin, name).await? {
+    let catalog_of = || admin.client.catalog(name, None);
+    if created || admin.found("catalog", catalog_of).await?.is_none() {
         let catalog = catalog();
         admin.create("publish catalog", || admin.client.publish_catalog(name, &catalog)).await?;
     }
@@ -244,15 +260,6 @@ async fn create_tenant(
         admin.create("create site", || admin.client.create_site(name, &site)).await?;
     }
     Ok(created)
-}
-
-/// Whether the tenant has published a catalog.
-async fn has_catalog(admin: &Admin, name: &str) -> Result<bool, String> {
-    match admin.attempt(|| admin.client.catalog(name, None)).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.status() == Some(404) => Ok(false),
-        Err(e) => Err(format!("catalog of {name}: {e}")),
-    }
 }
 
 /// A loaded tenant's settings, quotas, devices and agent token.
