@@ -581,6 +581,33 @@ impl LedgerState {
         self.cold.reports_unindexed = true;
     }
 
+    /// This state as a build of format 16 wrote it (untagged sections behind their lengths:
+    /// format 13's body, the operators, the executors' presence, the cold sums, the rows not
+    /// in a store): the twin of the reader above, kept so that an upgrade from format 16 — of a
+    /// snapshot, an edge's state, a backup — is tested from that format's own bytes.
+    pub fn encode_format_16(&self) -> Vec<u8> {
+        fn enc<T: serde::Serialize>(v: &T) -> Vec<u8> {
+            crate::encode(v).expect("a state encodes")
+        }
+        let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
+        let tail = (tail, &self.sessions, &self.issuer_sources, &self.oauth);
+        let base = (self, &self.revocations, &self.proposals, &self.works, &self.history, tail);
+        let sections = [
+            enc(&base),
+            enc(&self.operators),
+            enc(&self.executor_presence),
+            enc(&self.cold.tenants),
+            enc(self.cold.pending_rows()),
+        ];
+        let mut out = crate::format::STATE_MAGIC.to_vec();
+        out.extend_from_slice(&16u32.to_le_bytes());
+        for section in sections {
+            out.extend_from_slice(&(section.len() as u64).to_le_bytes());
+            out.extend_from_slice(&section);
+        }
+        out
+    }
+
     /// Reads the body of state format `version` up to 13: the state in format 1's layout, then
     /// each view a later format appended after its predecessor's, in order (the body is one
     /// tuple, whose encoding is its elements' encodings one after another).

@@ -1463,14 +1463,14 @@ fn a_reported_effect_nobody_decides_is_compacted_and_an_unknown_one_kept() {
     let rev = v16.revision;
     v16.cold.put(T, Row::Reported(reported_at, "op-1"), rev, Some(&[]), None);
     assert_ne!(v16.digest(), l.state.digest());
-    let upgraded = writ_api::state::LedgerState::decode_versioned(&encode_format_16(&v16)).expect("format 16");
+    let upgraded = writ_api::state::LedgerState::decode_versioned(&v16.encode_format_16()).expect("format 16");
     assert_eq!(upgraded.digest(), l.state.digest(), "upgraded as a fold keeps it");
     // A node's snapshot of format 16 holds no rows (they are in its store): the store it is
     // attached to is indexed then.
     let store = std::sync::Arc::new(crate::sim::SimCold::default());
     v16.cold.attach(store.clone());
     store.write(&mut v16);
-    let mut snapshot = writ_api::state::LedgerState::decode_versioned(&encode_format_16(&v16)).expect("format 16");
+    let mut snapshot = writ_api::state::LedgerState::decode_versioned(&v16.encode_format_16()).expect("format 16");
     assert!(snapshot.cold.pending_rows().is_empty());
     assert_eq!(snapshot.digest(), v16.digest(), "nothing to index before the store is attached");
     snapshot.cold.attach(store.clone());

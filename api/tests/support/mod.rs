@@ -359,29 +359,3 @@ pub fn invariant_violations(state: &LedgerState) -> Vec<String> {
     }
     violations
 }
-
-/// `state` as a build of state format 16 wrote it (untagged sections: format 13's body, the
-/// operators, the executors' presence, the cold sums, the rows not in a store): to test what
-/// decoding that format makes of a state.
-pub fn encode_format_16(state: &LedgerState) -> Vec<u8> {
-    fn enc<T: serde::Serialize>(v: &T) -> Vec<u8> {
-        writ_api::encode(v).expect("encodable")
-    }
-    let tail = (&state.evidence, &state.compacted, &state.upstreams, &state.upstream_operations, &state.anonymous);
-    let tail = (tail, &state.sessions, &state.issuer_sources, &state.oauth);
-    let base = (state, &state.revocations, &state.proposals, &state.works, &state.history, tail);
-    let sections = [
-        enc(&base),
-        enc(&state.operators),
-        enc(&state.executor_presence),
-        enc(&state.cold.tenants),
-        enc(state.cold.pending_rows()),
-    ];
-    let mut out = writ_api::format::STATE_MAGIC.to_vec();
-    out.extend_from_slice(&16u32.to_le_bytes());
-    for section in sections {
-        out.extend_from_slice(&(section.len() as u64).to_le_bytes());
-        out.extend_from_slice(&section);
-    }
-    out
-}
