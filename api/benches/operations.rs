@@ -1,6 +1,8 @@
 //! What one operation command costs as the tenant's backlog grows (issue 17, step 1): the
 //! ledger's execute of an attempt-lease renewal and the reaper's look for due work, with 10 and
 //! with 100,000 live operations in the tenant. With indexes instead of scans both stay flat.
+//! A second group applies a whole operation (submit, dispatch, start, a report with its blob)
+//! as the leader does, building each answer, and as a follower does, building none.
 //! Run with `cargo bench -p writ-api --bench operations`.
 
 use std::collections::BTreeMap;
@@ -125,5 +127,69 @@ fn backlog(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, backlog);
+/// One operation's commands on device `arm`, each through `execute` (the leader's, answered, or
+/// a follower's).
+fn one_operation(st: &mut LedgerState, i: u64, execute: fn(&mut LedgerState, &LedgerRequest) -> Outcome) {
+    let id = format!("w-{i}");
+    let apply = |st: &mut LedgerState, command: Command| {
+        let req = LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command: command.into() };
+        let outcome = execute(st, &req);
+        assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    };
+    apply(st, Command::SubmitOperation { tenant_id: T.into(), spec: spec(&id, "move_press", Some("arm")) });
+    apply(st, Command::DispatchOperation { tenant_id: T.into(), operation_id: id.clone(), executor_id: "x".into() });
+    let fencing_token = st.operation(T, &id).and_then(|o| o.fencing_token).expect("reserved");
+    let start = Command::StartAttempt {
+        tenant_id: T.into(),
+        operation_id: id.clone(),
+        executor_id: "x".into(),
+        fencing_token,
+        lease_ms: 60_000,
+    };
+    apply(st, start);
+    let frame = b"moved to 3";
+    let report = Command::ReportAttemptV2 {
+        tenant_id: T.into(),
+        operation_id: id.clone(),
+        fencing_token,
+        outcome: writ_api::operation::AttemptOutcome::Effect,
+        evidence: writ_api::operation::EvidenceV1 {
+            content_hash: writ_api::sha256_hex(frame),
+            evidence_return_ref: String::new(),
+            summary: "moved".into(),
+        },
+        content: writ_api::evidence::EvidenceContentV1 {
+            mime_type: "text/plain".into(),
+            content_base64: writ_api::evidence::to_base64(frame),
+        },
+    };
+    apply(st, report);
+}
+
+fn applied(c: &mut Criterion) {
+    let mut group = c.benchmark_group("an operation's commands applied");
+    let device = Command::CreateDevice {
+        tenant_id: T.into(),
+        device_id: "arm".into(),
+        site_id: "s".into(),
+        name: "arm".into(),
+        device_class: "press.v1".into(),
+    };
+    let answered: fn(&mut LedgerState, &LedgerRequest) -> Outcome = |st, req| st.execute_audited(req).0;
+    let unanswered: fn(&mut LedgerState, &LedgerRequest) -> Outcome = |st, req| st.execute_unanswered(req).0;
+    for (name, execute) in [("by the leader (answered)", answered), ("by a follower (unanswered)", unanswered)] {
+        let mut st = setup(10);
+        run(&mut st, device.clone());
+        let mut i = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                one_operation(&mut st, i, execute)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, backlog, applied);
 criterion_main!(benches);

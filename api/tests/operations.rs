@@ -1291,10 +1291,9 @@ fn evidence_is_stored_for_an_attempt_and_expires_with_the_tenants_audit_retentio
     assert_eq!(replica.index, l.state.index, "the index folds as it rebuilds");
 }
 
-#[test]
-fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuses_it() {
-    let mut l = Ledger::new();
-    let report = |id: &str, token: u64, bytes: &[u8], mime: &str| Command::ReportAttemptV2 {
+/// An effect reported with its evidence blob.
+fn report_with_blob(id: &str, token: u64, bytes: &[u8], mime: &str) -> Command {
+    Command::ReportAttemptV2 {
         tenant_id: T.into(),
         operation_id: id.into(),
         fencing_token: token,
@@ -1308,7 +1307,13 @@ fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuse
             mime_type: mime.into(),
             content_base64: writ_api::evidence::to_base64(bytes),
         },
-    };
+    }
+}
+
+#[test]
+fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuses_it() {
+    let mut l = Ledger::new();
+    let report = report_with_blob;
     l.ok(submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)));
     l.ok(start("op-1", 1));
     assert_eq!(l.refused(report("op-1", 9, b"moved", "text/plain")), ReasonCode::FENCING_TOKEN_STALE);
@@ -1325,6 +1330,43 @@ fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuse
     assert_eq!(l.op("op-2").state, OperationState::EffectReported);
     assert_eq!(l.op("op-2").evidence[0].evidence_return_ref, "not stored: INPUT_INVALID");
     assert_eq!(cmd.stored_blob(&outcome), None, "nothing for the node to keep");
+}
+
+/// A follower applies what its leader proposed with no one waiting on it: the same state,
+/// events, records and stored blobs, without the events and operation an answer carries.
+#[test]
+fn an_entry_no_one_waits_on_applies_the_same_without_an_answer() {
+    let mut l = Ledger::new();
+    let mut follower = l.state.clone();
+    let commands = [
+        submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), l.now + 60_000)),
+        start("op-1", 1),
+        report_with_blob("op-1", 1, b"moved", "text/plain"),
+        submit(spec("op-2", "k-1", json!({"p": 2}), Some("press"), l.now + 60_000)),
+    ];
+    let mut kinds = Vec::new();
+    for command in commands {
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.clone().into() };
+        let (answer, events, records) = l.state.execute_audited(&req);
+        let (unanswered, followed, recorded) = follower.execute_unanswered(&req);
+        assert_eq!((&followed, &recorded), (&events, &records));
+        assert_eq!(follower.digest(), l.state.digest());
+        assert_eq!(command.stored_blobs(&unanswered), command.stored_blobs(&answer));
+        match (&answer, &unanswered) {
+            (Outcome::Applied { events, operation }, Outcome::Applied { events: kept, operation: None }) => {
+                assert!(operation.is_some() && !events.is_empty(), "the answer: {answer:?}");
+                assert_eq!(kept.is_empty(), !command.carries_blob(), "only a blob's events: {kept:?}");
+                kinds.push("applied");
+            }
+            (Outcome::Rejected { .. }, _) => {
+                assert_eq!(unanswered, answer, "a rejection is the same");
+                kinds.push("rejected");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(kinds, ["applied", "applied", "applied", "rejected"]);
+    assert!(l.op("op-1").state == OperationState::EffectReported);
 }
 
 #[test]

@@ -846,6 +846,8 @@ impl StateMachine {
             let log_id = entry.log_id();
             let (outcome, envelopes, audit) = match entry.payload {
                 EntryPayload::Blank => (Outcome::Internal, Vec::new(), Vec::new()),
+                // A follower's entries have no one waiting: no answer is built for them.
+                EntryPayload::Normal(ref req) if responder.is_none() => a.state.execute_unanswered(req),
                 EntryPayload::Normal(ref req) => a.state.execute_audited(req),
                 EntryPayload::Membership(ref m) => {
                     a.membership = StoredMembershipOf::<TypeConfig>::new(Some(log_id), m.clone());

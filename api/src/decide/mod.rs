@@ -133,6 +133,23 @@ impl LedgerState {
     /// [`LedgerState::execute`], also returning the audit records the events produced (for
     /// the node to store).
     pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
+        self.execute_entry(req, true)
+    }
+
+    /// [`LedgerState::execute_audited`] for an entry no one waits on (a follower applying what
+    /// its leader proposed): the same state, events and records, but an applied outcome
+    /// carries neither the events nor the operation a caller would read — only the events of
+    /// a command that stores a blob, which say what the node writes beside the state
+    /// ([`Command::stored_blobs`]).
+    pub fn execute_unanswered(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
+        self.execute_entry(req, false)
+    }
+
+    fn execute_entry(
+        &mut self,
+        req: &LedgerRequest,
+        answered: bool,
+    ) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let mut audit = Vec::new();
         let mut envelopes = Vec::new();
@@ -141,20 +158,22 @@ impl LedgerState {
             Command::Batch { commands } => Outcome::Batch(
                 commands
                     .iter()
-                    .map(|c| self.execute_one(&c.trace_id, &c.command, &mut envelopes, &mut audit))
+                    .map(|c| self.execute_one(&c.trace_id, &c.command, answered, &mut envelopes, &mut audit))
                     .collect(),
             ),
-            command => self.execute_one(&req.trace_id, command, &mut envelopes, &mut audit),
+            command => self.execute_one(&req.trace_id, command, answered, &mut envelopes, &mut audit),
         };
         (outcome, envelopes, audit)
     }
 
     /// Executes one command at the current ledger time: appends its events (or its rejection)
-    /// to `all` and their audit records to `audit`, and returns its outcome.
+    /// to `all` and their audit records to `audit`, and returns its outcome (what a caller
+    /// reads of it only when `answered`).
     fn execute_one(
         &mut self,
         trace_id: &str,
         command: &Command,
+        answered: bool,
         all: &mut Vec<EventEnvelope>,
         audit: &mut Vec<StoredRecord>,
     ) -> Outcome {
@@ -235,9 +254,11 @@ impl LedgerState {
             };
             envelopes.push(self.append(&stream, trace_id, event, audit));
         }
+        // A blob's events say what the node stores beside the state, answered or not.
+        let events = (answered && command.answered_with_events()) || command.carries_blob();
         let outcome = outcome.unwrap_or_else(|| Outcome::Applied {
-            events: if command.answered_with_events() { envelopes.clone() } else { Vec::new() },
-            operation: self.operation_view(command).map(Box::new),
+            events: if events { envelopes.clone() } else { Vec::new() },
+            operation: answered.then(|| self.operation_view(command)).flatten().map(Box::new),
         });
         all.append(&mut envelopes);
         outcome
