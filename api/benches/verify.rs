@@ -5,7 +5,9 @@
 //! running the action's input schema; and the credential check a node makes for every act an
 //! edge submits (`grant::admit`: verify the token, bind the act, wrap it) and the grant's
 //! re-check on every replica (`grant::granted`); and what every replica does with a batch of
-//! request decisions (their events and audit records). Run with `cargo bench -p writ-api --bench verify`.
+//! request decisions (their events and audit records). Run with `cargo bench -p writ-api --bench verify`;
+//! with `WRIT_BENCH_SIGNATURES_CACHED=1`, through the cache of verified signatures `writ`
+//! installs (`writ_api::signatures`), so each token's signature is checked once.
 
 use base64::Engine;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -87,6 +89,9 @@ fn setup() -> (LedgerState, String, String, String) {
 }
 
 fn bench(c: &mut Criterion) {
+    if std::env::var_os("WRIT_BENCH_SIGNATURES_CACHED").is_some() {
+        assert!(writ_api::signatures::install(), "before any token is decoded");
+    }
     let (st, root, child, tenant_token) = setup();
     let aud = [AUD.to_string()];
     let ignored = ["ignored".to_string()];

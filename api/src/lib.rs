@@ -54,6 +54,7 @@ pub mod role;
 pub mod schema;
 pub mod session;
 pub mod settings;
+pub mod signatures;
 pub mod state;
 pub mod tenant;
 pub mod token;

@@ -188,6 +188,8 @@ fn main() -> ExitCode {
     #[cfg(feature = "server")]
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
+    // Before any token is decoded: a token presented again is not checked again by signature.
+    writ_api::signatures::install();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
