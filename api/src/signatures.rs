@@ -42,21 +42,17 @@ pub fn hits() -> u64 {
 
 fn cached_verifier(alg: &Algorithm, key: &DecodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtVerifier>> {
     let inner = (jsonwebtoken::crypto::aws_lc::DEFAULT_PROVIDER.verifier_factory)(alg, key)?;
-    let mut digest = Sha256::new();
-    digest.update(format!("{alg:?}").as_bytes());
-    match key.kind() {
-        DecodingKeyKind::SecretOrDer(bytes) => digest.update(framed(bytes)),
-        DecodingKeyKind::RsaModulusExponent { n, e } => {
-            digest.update(framed(n));
-            digest.update(framed(e));
-        }
-    }
+    let digest = framed(Sha256::new(), format!("{alg:?}").as_bytes());
+    let digest = match key.kind() {
+        DecodingKeyKind::SecretOrDer(bytes) => framed(digest, bytes),
+        DecodingKeyKind::RsaModulusExponent { n, e } => framed(framed(digest, n), e),
+    };
     Ok(Box::new(Cached { inner, key: digest.finalize().into() }))
 }
 
-/// `bytes` behind their length, so two parts never read as one.
-fn framed(bytes: &[u8]) -> Vec<u8> {
-    [&(bytes.len() as u64).to_le_bytes()[..], bytes].concat()
+/// Adds `bytes` behind their length, so two parts never read as one.
+fn framed(digest: Sha256, bytes: &[u8]) -> Sha256 {
+    digest.chain_update((bytes.len() as u64).to_le_bytes()).chain_update(bytes)
 }
 
 struct Cached {
@@ -67,7 +63,7 @@ struct Cached {
 
 impl Cached {
     fn entry(&self, message: &[u8], signature: &[u8]) -> [u8; 32] {
-        Sha256::new().chain_update(self.key).chain_update(framed(message)).chain_update(signature).finalize().into()
+        framed(Sha256::new().chain_update(self.key), message).chain_update(signature).finalize().into()
     }
 }
 
