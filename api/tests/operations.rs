@@ -1274,6 +1274,7 @@ fn evidence_is_stored_for_an_attempt_and_expires_with_the_tenants_audit_retentio
         l.ok(store(x1(), format!("frame {i}").as_bytes(), None));
     }
     assert_eq!(l.refused(store(x1(), b"one too many", None)), ReasonCode::QUOTA_EXCEEDED);
+    assert_eq!(l.ok(store(x1(), b"frame 7", None)), 0, "a blob it holds is no change, even at the bound");
     // With an audit retention of an hour, an hour of ledger time later the blobs go.
     let patch = TenantSettingsPatch { audit_max_age_s: Some(3600), ..Default::default() };
     l.ok(Command::SetTenantSettings { tenant_id: T.into(), patch });
