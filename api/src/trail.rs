@@ -1,8 +1,11 @@
 //! The audit trail (SPEC D10): the records each event of a tenant's stream produces — one, or
 //! one per request decision of a batch — [`records_for`], a pure function, so every replica
-//! writes byte-identical records, and the only place records are built, so nothing unredacted
-//! is ever stored. (The record types, redaction
-//! and retention index are `crate::audit`; this module sits above `crate::ledger`.)
+//! hashes byte-identical records, and the only place records are built, so nothing unredacted
+//! is ever stored. A node stores a record as its position in its event while the event is in
+//! its event log and renders it again when it is listed ([`record_at`]): what these functions
+//! make of a stored event is part of the stored format, and a change to them must leave the
+//! records of every event already written as they were. (The record types, redaction and
+//! retention index are `crate::audit`; this module sits above `crate::ledger`.)
 
 use serde_json::Value;
 
@@ -13,19 +16,27 @@ use crate::ledger::{Event, EventEnvelope};
 /// decision of a batch of request decisions, else one. Redaction happens here, so no
 /// unredacted secret is ever stored or listed.
 pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<AuditRecord> {
+    (0..).map_while(|i| record_at(env, tenant_id, first_seq + u64::from(i), i)).collect()
+}
+
+/// The record at sequence `seq` that is the `index`-th of those `env` produces
+/// ([`records_for`]), if it produces that many: also what a stored row that points at its
+/// event renders as. A connection confirmed every few minutes would flood the trail: only
+/// changes of presence are kept.
+pub fn record_at(env: &EventEnvelope, tenant_id: &str, seq: u64, index: u32) -> Option<AuditRecord> {
+    let i = index as usize;
     match &env.event {
-        Event::RequestDecidedV1 { decision, .. } => vec![decision_record(env, decision, None, tenant_id, first_seq)],
-        Event::RequestsDecidedV1 { decisions, .. } => {
-            decisions.iter().zip(first_seq..).map(|(d, seq)| decision_record(env, d, None, tenant_id, seq)).collect()
+        Event::RequestDecidedV1 { decision, .. } => {
+            (i == 0).then(|| decision_record(env, decision, None, tenant_id, seq))
         }
-        Event::RequestsDecidedV2 { decisions, .. } => decisions
-            .iter()
-            .zip(first_seq..)
-            .map(|(d, seq)| decision_record(env, &d.decision, Some(&d.authority), tenant_id, seq))
-            .collect(),
-        // A connection confirmed every few minutes would flood the trail: only changes are kept.
-        Event::ExecutorPresenceV1 { changed: false, .. } => Vec::new(),
-        _ => vec![record_for(env, tenant_id, first_seq)],
+        Event::RequestsDecidedV1 { decisions, .. } => {
+            decisions.get(i).map(|d| decision_record(env, d, None, tenant_id, seq))
+        }
+        Event::RequestsDecidedV2 { decisions, .. } => {
+            decisions.get(i).map(|d| decision_record(env, &d.decision, Some(&d.authority), tenant_id, seq))
+        }
+        Event::ExecutorPresenceV1 { changed: false, .. } => None,
+        _ => (i == 0).then(|| record_for(env, tenant_id, seq)),
     }
 }
 

@@ -1369,6 +1369,32 @@ fn stored_audit_records_are_pinned() {
     }
 }
 
+/// A node renders a record again from its stored event when it lists it, so the records each
+/// sample event makes (`trail::records_for`, redaction included) are part of the stored format:
+/// pinned by the sha256 of their stored bytes, one line per sample. A stored position (the
+/// event's revision, the record's index) is pinned by its bytes.
+#[test]
+fn the_records_of_stored_events_are_pinned() {
+    use sha2::Digest;
+    use writ_api::audit::StoredRow;
+    let lines: String = samples()
+        .into_iter()
+        .filter_map(|(name, _, env)| env.map(|env| (name, env)))
+        .map(|(name, env)| {
+            let mut digest = sha2::Sha256::new();
+            let records = writ_api::trail::records_for(&env, &env.stream, 7);
+            for record in &records {
+                digest.update(record.stored());
+            }
+            format!("{name} {} {}\n", records.len(), hex::encode(digest.finalize()))
+        })
+        .collect();
+    pin("audit_records_of_events.txt", &lines, "a stored event would list other audit records than it was hashed as");
+    let row = StoredRow::at_event(42, 3);
+    check("audit_row_at_event", &row);
+    assert_eq!(StoredRow::parse(&row).unwrap(), StoredRow::AtEvent { revision: 42, index: 3 });
+}
+
 fn operator() -> writ_api::operator::OperatorV1 {
     writ_api::operator::OperatorV1 {
         name: "ann".into(),

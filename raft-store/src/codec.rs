@@ -51,17 +51,16 @@ pub(crate) fn checked_decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what:
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt {what}: {e}")))
 }
 
-/// An audit record as the node stores it: its stored bytes (`AuditRecord::stored`) behind
-/// their checksum.
-pub(crate) fn checked_record(record: &writ_api::audit::StoredRecord) -> Vec<u8> {
-    checked_bytes(&record.bytes)
-}
-
-/// What `checked_record` wrote.
+/// A whole audit record's row (`writ_api::audit::AuditRecord::stored` behind its checksum), as
+/// snapshots and backups carry it: never a position in an event (`crate::audit_rows`), which
+/// only the node that applied it can read.
 pub(crate) fn record_of(bytes: &[u8]) -> io::Result<writ_api::audit::AuditRecord> {
     let payload = checked_payload(bytes, "audit record")?;
-    writ_api::audit::AuditRecord::from_stored(payload)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}")))
+    let corrupt = |e: &str| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}"));
+    match writ_api::audit::StoredRow::parse(payload).map_err(|e| corrupt(&e))? {
+        writ_api::audit::StoredRow::Record(record) => Ok(*record),
+        writ_api::audit::StoredRow::AtEvent { .. } => Err(corrupt("a position in an event, not a record")),
+    }
 }
 
 #[cfg(test)]

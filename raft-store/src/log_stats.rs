@@ -176,8 +176,12 @@ fn read_applied(db: &rocksdb::DB) -> io::Result<AppliedBytes> {
                 let envelope: EventEnvelope = checked_decode(&value, "event")?;
                 applied.events.entry(envelope.event.kind()).or_default().add(&key, &value);
             } else if family == CF_AUDIT {
-                let record = crate::codec::record_of(&value)?;
-                applied.audit.entry(record.operation).or_default().add(&key, &value);
+                let read = |revision| crate::audit_rows::read_event(db, rocksdb::ReadOptions::default(), revision);
+                let operation = match crate::audit_rows::record_of(&key, &value, read)? {
+                    Some(record) => record.operation,
+                    None => "(its event left the log)".to_string(),
+                };
+                applied.audit.entry(operation).or_default().add(&key, &value);
             }
         }
     }
@@ -275,7 +279,7 @@ mod tests {
                 authority: None,
             };
             let key = writ_api::audit::record_key("a", 1);
-            let stored = crate::codec::checked_record(&writ_api::audit::StoredRecord::new(record));
+            let stored = crate::codec::checked_bytes(&record.stored());
             db.put_cf(db.cf_handle(CF_AUDIT).unwrap(), &key, &stored).unwrap();
             (8 + encoded.len() as u64, (key.len() + stored.len()) as u64)
         };

@@ -383,10 +383,20 @@ impl StateMachine {
         let mut opts = rocksdb::ReadOptions::default();
         opts.set_iterate_upper_bound(record_key(tenant_id, next));
         let start = record_key(tenant_id, after.saturating_add(1).max(first));
-        let records = self.inner.db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).map(
+        let db = &self.inner.db;
+        let records = db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).map(
             |item| -> io::Result<AuditRecord> {
-                let (_, value) = item.map_err(io::Error::other)?;
-                crate::codec::record_of(&value)
+                let (key, value) = item.map_err(io::Error::other)?;
+                let read = |revision| crate::audit_rows::read_event(db, rocksdb::ReadOptions::default(), revision);
+                if let Some(record) = crate::audit_rows::record_of(&key, &value, read)? {
+                    return Ok(record);
+                }
+                // The event left the log after this page began: its retention wrote the
+                // record out whole first.
+                let row = db.get_cf(cf, &key).map_err(io::Error::other)?.unwrap_or_default();
+                crate::audit_rows::record_of(&key, &row, |_| Ok(None))?.ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "corrupt audit record: its event has left the event log")
+                })
             },
         );
         audit::page(records, after, limit, filter)
@@ -416,9 +426,20 @@ impl StateMachine {
             },
         };
         if new_floor > floor {
+            // The records still retained of the events that go are written out whole first, in
+            // the same batch (`crate::audit_rows`).
+            let mut batch = WriteBatch::default();
+            let dropped: Vec<&EventEnvelope> =
+                page.iter().map(|e| &e.envelope).take_while(|e| e.revision < new_floor).collect();
+            let written = {
+                let a = self.read();
+                crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor)?
+            };
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
-            self.inner.db.delete_range_cf(cf, 0u64.to_be_bytes(), new_floor.to_be_bytes()).map_err(io::Error::other)?;
+            batch.delete_range_cf(cf, 0u64.to_be_bytes(), new_floor.to_be_bytes());
+            self.inner.db.write(batch).map_err(io::Error::other)?;
             metrics::counter!("writ_events_trimmed_total").increment(new_floor - floor);
+            metrics::counter!("writ_audit_records_written_out_total").increment(written);
         }
         let mut a = self.write_applied();
         a.event_floor = a.event_floor.max(new_floor);
@@ -613,8 +634,10 @@ impl StateMachine {
         let stored_through = self.last_stored_revision()?;
         let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
         if !keeps_history {
-            let cf = db.cf_handle(CF_EVENTS).expect("column families are created at open");
-            db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
+            for family in [CF_EVENTS, crate::audit_rows::CF_AUDIT_AT] {
+                let cf = db.cf_handle(family).expect("column families are created at open");
+                db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
+            }
         }
         let mut a = self.write_applied();
         if !keeps_history {
@@ -727,8 +750,14 @@ pub(crate) fn stored_records<'a>(
         let mut opts = rocksdb::ReadOptions::default();
         opts.set_snapshot(view);
         opts.set_total_order_seek(true);
-        db.iterator_cf_opt(handle, opts, IteratorMode::Start)
-            .map(move |item| item.map(|(k, v)| (*kind, k.to_vec(), v.to_vec())).map_err(io::Error::other))
+        db.iterator_cf_opt(handle, opts, IteratorMode::Start).map(move |item| {
+            let (key, value) = item.map_err(io::Error::other)?;
+            let value = match *cf {
+                CF_AUDIT => crate::audit_rows::whole(db, view, &key, value.into_vec())?,
+                _ => value.into_vec(),
+            };
+            Ok((*kind, key.to_vec(), value))
+        })
     })
 }
 
@@ -801,7 +830,8 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
 
 /// The column families apply writes: derived from the log, so written without RocksDB's WAL
 /// (each byte once to a memtable, not to the WAL as well) and flushed at every snapshot.
-pub(crate) const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
+pub(crate) const APPLIED_FAMILIES: [&str; 5] =
+    [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD, crate::audit_rows::CF_AUDIT_AT];
 
 /// Write options of apply's batch: no WAL.
 fn unlogged() -> WriteOptions {
@@ -860,6 +890,7 @@ impl StateMachine {
                     batch.put_cf(evidence_cf, key, bytes);
                 }
             }
+            let envelopes_len = envelopes.len();
             for env in envelopes {
                 // A purged tenant's audit trail and evidence go with it.
                 if let writ_api::ledger::Event::EvidenceExpiredV1 { tenant_id, blobs } = &env.event {
@@ -879,14 +910,21 @@ impl StateMachine {
                 batch.put_cf(cf, env.revision.to_be_bytes(), &record);
                 produced.push(Arc::new(StoredEvent { envelope: env, record }));
             }
-            for record in audit {
-                batch.put_cf(
-                    audit_cf,
-                    record_key(&record.tenant_id, record.seq),
-                    crate::codec::checked_record(&record),
-                );
-                audited.insert(record.record.tenant_id);
+            // Each event's records as positions in it (`crate::audit_rows`): one event's
+            // records after another's, in the events' order.
+            let mut records = audit.iter().peekable();
+            for env in produced[produced.len() - envelopes_len..].iter().map(|e| &e.envelope) {
+                let Some(first_seq) = records.peek().filter(|r| r.revision == env.revision).map(|r| r.seq) else {
+                    continue;
+                };
+                let mut count = 0u32;
+                while records.next_if(|r| r.revision == env.revision).is_some() {
+                    count += 1;
+                }
+                crate::audit_rows::put_positions(&self.inner.db, &mut batch, env, first_seq, count)?;
+                audited.insert(env.stream.clone());
             }
+            debug_assert!(records.next().is_none(), "every record belongs to an event applied with it");
             if let Some(responder) = responder {
                 replies.push((responder, outcome));
             }
@@ -1059,6 +1097,90 @@ mod tests {
             apply(&mut sm, Command::PurgeTenant { tenant_id: "t".into() }).await;
             assert_eq!(stored(&sm), 0, "life {life}: purged with its tenant");
         }
+    }
+
+    /// Apply stores each record as its position in its event, and a list renders it from the
+    /// event as the record a pure state builds; a peer's transfer file carries whole records.
+    /// When the event log's retention drops the events, the records still retained are written
+    /// out whole first, and those audit retention dropped stay dropped.
+    #[tokio::test]
+    async fn records_are_stored_as_positions_until_their_events_leave_the_log() {
+        use openraft::alias::EntryOf;
+        use writ_api::audit::StoredRow;
+        use writ_api::ledger::{Command, LedgerRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let mut pure = LedgerState::default();
+        let expected = std::cell::RefCell::new(Vec::new());
+        let mut index = 0;
+        let mut apply = |stamp_ms: u64, command: Command| {
+            index += 1;
+            let req = LedgerRequest { stamp_ms, trace_id: "tr".into(), command: command.into() };
+            expected.borrow_mut().extend(pure.execute_audited(&req).2.into_iter().map(|r| r.record));
+            let entry = EntryOf::<TypeConfig>::new_normal(openraft::testing::log_id::<TypeConfig>(1, 1, index), req);
+            let mut sm = sm.clone();
+            async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }
+        };
+        let principal = |i: usize| Command::CreatePrincipal {
+            tenant_id: "t".into(),
+            spec: writ_api::principal::PrincipalSpecV1 {
+                principal_id: format!("p-{i}"),
+                name: format!("agent-{i}"),
+                kind: writ_api::principal::PrincipalKind::Agent,
+                preset: None,
+                scopes: Default::default(),
+                metadata: [("api_key".to_string(), "s3cret".to_string())].into(),
+            },
+        };
+        let t0 = 1_700_000_000_000;
+        apply(t0, Command::CreateTenant { tenant_id: "t".into(), name: "acme".into(), display_name: None }).await;
+        let patch = writ_api::settings::TenantSettingsPatch { audit_max_events: Some(4), ..Default::default() };
+        apply(t0 + 1, Command::SetTenantSettings { tenant_id: "t".into(), patch }).await;
+        for i in 0..6 {
+            apply(t0 + 2 + i as u64, principal(i)).await;
+        }
+        let rows = |sm: &StateMachine| -> Vec<StoredRow> {
+            let cf = sm.inner.db.cf_handle(CF_AUDIT).unwrap();
+            let payload = |v: &[u8]| crate::codec::checked_payload(v, "row").unwrap().to_vec();
+            let rows = sm.inner.db.iterator_cf(cf, IteratorMode::Start);
+            rows.map(|kv| StoredRow::parse(&payload(&kv.unwrap().1)).unwrap()).collect()
+        };
+        let page = |sm: &StateMachine| sm.audit_page("t", 0, 100, &AuditFilter::default()).unwrap().0;
+        let retained = |expected: &[AuditRecord], first: u64| -> Vec<AuditRecord> {
+            expected
+                .iter()
+                .filter(|r| r.tenant_id == "t" && r.seq >= first)
+                .cloned()
+                .map(AuditRecord::presented)
+                .collect()
+        };
+        let first = sm.read().state.audit["t"].first_seq;
+        assert!(first > 1, "audit retention dropped the oldest");
+        assert!(rows(&sm).iter().all(|r| matches!(r, StoredRow::AtEvent { .. })), "positions only");
+        assert_eq!(rows(&sm).len(), 4);
+        assert!(page(&sm)[0].detail.contains("[REDACTED]"), "{:?}", page(&sm)[0]);
+        assert_eq!(page(&sm), retained(&expected.borrow(), first));
+
+        let (header, path) = sm.build_snapshot_file().unwrap();
+        let meta =
+            SnapshotMetaOf::<TypeConfig> { last_log_id: header.last_applied, last_membership: header.membership };
+        let peer_dir = tempfile::tempdir().unwrap();
+        let (_log, peer) = crate::open(peer_dir.path()).unwrap();
+        peer.install_snapshot_file(&meta, &SnapshotHandle { path, origin: Some(sm.clone()) }).unwrap();
+        assert!(rows(&peer).iter().all(|r| matches!(r, StoredRow::Record(_))), "whole records");
+        assert_eq!(page(&peer), page(&sm));
+
+        // A week on, every event before this one leaves the log.
+        apply(t0 + EVENT_LOG_KEPT_MS + 100, principal(9)).await;
+        assert_eq!(sm.read().event_floor, sm.read().state.revision, "only the newest event stays");
+        let first = sm.read().state.audit["t"].first_seq;
+        let rows = rows(&sm);
+        assert_eq!(rows.len(), 4, "what retention dropped stays dropped");
+        assert_eq!(rows.iter().filter(|r| matches!(r, StoredRow::Record(_))).count(), 3, "written out whole");
+        assert!(matches!(rows[3], StoredRow::AtEvent { .. }), "the newest record's event is still in the log");
+        assert_eq!(page(&sm), retained(&expected.borrow(), first));
+        let at = sm.inner.db.cf_handle(crate::audit_rows::CF_AUDIT_AT).unwrap();
+        assert_eq!(sm.inner.db.iterator_cf(at, IteratorMode::Start).count(), 1, "the newest event's positions");
     }
 
     /// A snapshot written before revocations existed (state format 1: the payload is the state

@@ -245,6 +245,41 @@ impl std::ops::Deref for StoredRecord {
     }
 }
 
+/// First eight bytes of a stored row that holds where its record comes from instead of the
+/// record ([`StoredRow::AtEvent`]): a sequence no record reaches, like
+/// [`STORED_WITH_AUTHORITY`].
+const STORED_AT_EVENT: [u8; 8] = [0xfe; 8];
+
+/// A row of the node's audit family: a record's stored bytes ([`AuditRecord::stored`]), or
+/// while the record's event is in the node's event log, only where it lies — the event's
+/// revision and the record's index among the records [`crate::trail::records_for`] makes of
+/// it — from which a read renders the same record. Rows are node-local (the chain head, which
+/// the state digest covers, is over the record's stored bytes either way), so a node may hold
+/// a record in either form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredRow {
+    Record(Box<AuditRecord>),
+    AtEvent { revision: u64, index: u32 },
+}
+
+impl StoredRow {
+    /// The bytes of [`StoredRow::AtEvent`]: the marker, the revision and the index, big-endian.
+    pub fn at_event(revision: u64, index: u32) -> Vec<u8> {
+        [&STORED_AT_EVENT[..], &revision.to_be_bytes(), &index.to_be_bytes()].concat()
+    }
+
+    /// What [`StoredRow::at_event`] or [`AuditRecord::stored`] wrote.
+    pub fn parse(bytes: &[u8]) -> Result<StoredRow, String> {
+        let Some(at) = bytes.strip_prefix(&STORED_AT_EVENT[..]) else {
+            return AuditRecord::from_stored(bytes).map(|r| StoredRow::Record(Box::new(r)));
+        };
+        let (revision, index) = at.split_at_checked(8).ok_or("a short event position")?;
+        let revision = u64::from_be_bytes(revision.try_into().expect("8 bytes"));
+        let index = u32::from_be_bytes(index.try_into().map_err(|_| "a malformed event position")?);
+        Ok(StoredRow::AtEvent { revision, index })
+    }
+}
+
 impl From<AuditRecordV1> for AuditRecord {
     #[rustfmt::skip]
     fn from(r: AuditRecordV1) -> AuditRecord {
