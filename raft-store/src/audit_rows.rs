@@ -1,55 +1,31 @@
 //! The rows of the audit family (`writ_api::audit::StoredRow`). A record applied while its
 //! event is in the node's event log is stored as where it lies — the event's revision and the
 //! record's index among the event's records, 20 bytes instead of the record's hundreds — and
-//! rendered from the event when it is read (`writ_api::trail::record_at`). The `audit_at`
-//! family maps each such event's revision to the tenant and sequences of its records, so that
-//! when the event log's retention drops events, the records still retained are written out
-//! whole first, in the same batch ([`write_out`]). Snapshot transfers and backups carry whole
-//! records ([`whole`]), so a node that installs one needs none of the sender's events.
+//! rendered from the event when it is read (`writ_api::trail::record_at`). When the event log's
+//! retention drops events, the records of theirs still retained are written out whole first,
+//! in the same batch ([`write_out`]). Snapshot transfers and backups carry whole records
+//! ([`whole`]), so a node that installs one needs none of the sender's events.
 
+use std::collections::BTreeMap;
 use std::io;
 
 use rocksdb::{ReadOptions, WriteBatch, DB};
-use serde::{Deserialize, Serialize};
 use writ_api::audit::{record_key, AuditRecord, StoredRow};
 use writ_api::ledger::EventEnvelope;
 use writ_api::state::LedgerState;
 use writ_api::trail::record_at;
 
-use crate::codec::{checked_bytes, checked_decode, checked_encode, checked_payload};
+use crate::codec::{checked_bytes, checked_decode, checked_payload};
 use crate::{CF_AUDIT, CF_EVENTS};
 
-/// Events whose records the audit family holds as positions, by revision
-/// ([`EventRecords`]); trimmed with the event log.
-pub(crate) const CF_AUDIT_AT: &str = "audit_at";
-
-/// Where the records of one event lie in the audit family: sequences
-/// `first_seq..first_seq + count` of the tenant.
-#[derive(Debug, Serialize, Deserialize)]
-struct EventRecords {
-    tenant_id: String,
-    first_seq: u64,
-    count: u32,
-}
-
 /// Adds to `batch` the rows of the records one applied event produced, from sequence
-/// `first_seq` on: each as its position, and the event's entry in `audit_at`.
-pub(crate) fn put_positions(
-    db: &DB,
-    batch: &mut WriteBatch,
-    env: &EventEnvelope,
-    first_seq: u64,
-    count: u32,
-) -> io::Result<()> {
+/// `first_seq` on: each as its position in the event.
+pub(crate) fn put_positions(db: &DB, batch: &mut WriteBatch, env: &EventEnvelope, first_seq: u64, count: u32) {
     let audit = db.cf_handle(CF_AUDIT).expect("column families are created at open");
     for index in 0..count {
         let key = record_key(&env.stream, first_seq + u64::from(index));
         batch.put_cf(audit, key, checked_bytes(&StoredRow::at_event(env.revision, index)));
     }
-    let at = db.cf_handle(CF_AUDIT_AT).expect("column families are created at open");
-    let entry = EventRecords { tenant_id: env.stream.clone(), first_seq, count };
-    batch.put_cf(at, env.revision.to_be_bytes(), checked_encode(&entry)?);
-    Ok(())
 }
 
 /// The tenant and sequence of an audit family key (`record_key`).
@@ -109,45 +85,115 @@ pub(crate) fn whole(db: &DB, view: &rocksdb::Snapshot, key: &[u8], value: Vec<u8
 
 /// Before the event log's retention drops the events below revision `below` (`dropped`, all of
 /// them, in revision order): adds to `batch` the whole rows of the records of those events
-/// that `state` still retains and that are still held as positions, and the removal of the
-/// events' `audit_at` entries. Returns how many records were written out.
+/// that `state` still retains and that are still held as positions. `from` holds, per tenant,
+/// the sequence its first position is likely at (where the last call stopped; found again
+/// when it is not). Returns how many records were written out.
 pub(crate) fn write_out(
     db: &DB,
     batch: &mut WriteBatch,
     state: &LedgerState,
     dropped: &[&EventEnvelope],
     below: u64,
+    from: &mut BTreeMap<String, u64>,
 ) -> io::Result<u64> {
-    let at = db.cf_handle(CF_AUDIT_AT).expect("column families are created at open");
     let audit = db.cf_handle(CF_AUDIT).expect("column families are created at open");
-    let mut opts = ReadOptions::default();
-    opts.set_iterate_upper_bound(below.to_be_bytes());
+    // Each tenant with records among the dropped events, and its first such event's revision.
+    let mut tenants: BTreeMap<&str, u64> = BTreeMap::new();
+    for env in dropped.iter().filter(|e| state.audit.contains_key(&e.stream)) {
+        tenants.entry(&env.stream).or_insert(env.revision);
+    }
     let mut written = 0;
-    for item in db.iterator_cf_opt(at, opts, rocksdb::IteratorMode::Start) {
-        let (key, value) = item.map_err(io::Error::other)?;
-        let revision = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| io::Error::other("audit_at key"))?);
-        let entry: EventRecords = checked_decode(&value, "audit position")?;
-        let Ok(at) = dropped.binary_search_by_key(&revision, |e| e.revision) else { continue };
-        let env = dropped[at];
-        let Some(index) = state.audit.get(&entry.tenant_id) else { continue };
-        for i in 0..entry.count {
-            let seq = entry.first_seq + u64::from(i);
-            if seq < index.first_seq || seq >= index.next_seq {
-                continue;
+    for (tenant, first_revision) in tenants {
+        let index = &state.audit[tenant];
+        let rows = Rows { db, tenant };
+        let mut seq = rows.first_at(first_revision, index.first_seq, index.next_seq, from.get(tenant).copied())?;
+        while seq < index.next_seq {
+            let row = rows.get(seq)?;
+            if revision_of(&row) >= below {
+                break;
             }
-            let key = record_key(&entry.tenant_id, seq);
-            let Some(row) = db.get_cf(audit, &key).map_err(io::Error::other)? else { continue };
-            // Only this event's position: the tenant may have been purged and created again.
-            let at_this = StoredRow::at_event(revision, i);
-            if checked_payload(&row, "audit record")? != at_this.as_slice() {
-                continue;
+            if let StoredRow::AtEvent { revision, index: i } = row {
+                let env = dropped.binary_search_by_key(&revision, |e| e.revision).ok().map(|at| dropped[at]);
+                if let Some(record) = env.and_then(|env| record_at(env, tenant, seq, i)) {
+                    batch.put_cf(audit, record_key(tenant, seq), checked_bytes(&record.stored()));
+                    written += 1;
+                }
             }
-            if let Some(record) = record_at(env, &entry.tenant_id, seq, i) {
-                batch.put_cf(audit, &key, checked_bytes(&record.stored()));
-                written += 1;
+            seq += 1;
+        }
+        from.insert(tenant.to_string(), seq);
+    }
+    Ok(written)
+}
+
+/// The revision of a row's event.
+fn revision_of(row: &StoredRow) -> u64 {
+    match row {
+        StoredRow::Record(record) => record.revision,
+        StoredRow::AtEvent { revision, .. } => *revision,
+    }
+}
+
+/// One tenant's retained rows, by sequence.
+struct Rows<'a> {
+    db: &'a DB,
+    tenant: &'a str,
+}
+
+impl Rows<'_> {
+    fn get(&self, seq: u64) -> io::Result<StoredRow> {
+        let audit = self.db.cf_handle(CF_AUDIT).expect("column families are created at open");
+        let row = self.db.get_cf(audit, record_key(self.tenant, seq)).map_err(io::Error::other)?;
+        let row =
+            row.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a retained audit record is missing"))?;
+        let corrupt = |e: String| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}"));
+        StoredRow::parse(checked_payload(&row, "audit record")?).map_err(corrupt)
+    }
+
+    /// The first sequence in `first..next` whose event is at or after `revision` (`next` if
+    /// none): `hint` when the rows either side of it say so, else found by bisection (a
+    /// tenant's records follow its events' order).
+    fn first_at(&self, revision: u64, first: u64, next: u64, hint: Option<u64>) -> io::Result<u64> {
+        let before = |seq: u64| -> io::Result<bool> { Ok(revision_of(&self.get(seq)?) < revision) };
+        if let Some(hint) = hint.filter(|h| (first..=next).contains(h)) {
+            let starts_here = hint == first || before(hint - 1)?;
+            if starts_here && (hint == next || !before(hint)?) {
+                return Ok(hint);
             }
         }
+        let (mut lo, mut hi) = (first, next);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if before(mid)? {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
     }
-    batch.delete_range_cf(at, 0u64.to_be_bytes(), below.to_be_bytes());
-    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where a tenant's first record of an event at or after a revision lies: found from a
+    /// right hint, and by bisection from none, from a wrong one and from one out of range.
+    #[test]
+    fn the_first_position_of_a_revision_is_found_with_or_without_a_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::open_db(dir.path()).unwrap();
+        let audit = db.cf_handle(CF_AUDIT).unwrap();
+        for (seq, revision) in (1..).zip([10, 10, 11, 12, 12, 13]) {
+            db.put_cf(audit, record_key("t", seq), checked_bytes(&StoredRow::at_event(revision, 0))).unwrap();
+        }
+        let rows = Rows { db: &db, tenant: "t" };
+        for hint in [None, Some(4), Some(2), Some(6), Some(99)] {
+            assert_eq!(rows.first_at(12, 1, 7, hint).unwrap(), 4, "hint {hint:?}");
+        }
+        assert_eq!(rows.first_at(14, 1, 7, Some(3)).unwrap(), 7, "none at or after it");
+        assert_eq!(rows.first_at(5, 1, 7, Some(5)).unwrap(), 1, "all at or after it");
+        assert_eq!(rows.first_at(11, 3, 7, None).unwrap(), 3, "within the retained range");
+    }
 }

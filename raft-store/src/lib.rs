@@ -65,16 +65,8 @@ pub const WAL_BYTES_MAX: u64 = 128 << 20;
 pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
 
 /// The column families, in the order they are opened.
-const COLUMN_FAMILIES: [&str; 8] = [
-    DEFAULT_COLUMN_FAMILY_NAME,
-    CF_LOGS,
-    CF_META,
-    CF_EVENTS,
-    CF_AUDIT,
-    CF_EVIDENCE,
-    cold::CF_COLD,
-    audit_rows::CF_AUDIT_AT,
-];
+const COLUMN_FAMILIES: [&str; 7] =
+    [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE, cold::CF_COLD];
 
 /// What RocksDB holds in memory, in bytes, by part: the memtables and table readers of all
 /// column families, and the shared block cache's use and its pinned share (index and filter

@@ -112,6 +112,9 @@ struct Inner {
     /// Per tenant, the audit sequence below which this node has deleted the records retention
     /// dropped (since it started): an apply deletes only what retention dropped since.
     audit_deleted_below: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Per tenant, where the event log's retention last stopped writing its records out
+    /// (`crate::audit_rows::write_out`): a hint, checked before it is used.
+    positions_from: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -259,6 +262,7 @@ impl StateMachine {
                 transfers: Default::default(),
                 snapshot_revisions: Default::default(),
                 audit_deleted_below: Default::default(),
+                positions_from: Default::default(),
                 cold,
             }),
         };
@@ -433,7 +437,8 @@ impl StateMachine {
                 page.iter().map(|e| &e.envelope).take_while(|e| e.revision < new_floor).collect();
             let written = {
                 let a = self.read();
-                crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor)?
+                let mut from = self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor, &mut from)?
             };
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
             batch.delete_range_cf(cf, 0u64.to_be_bytes(), new_floor.to_be_bytes());
@@ -627,6 +632,7 @@ impl StateMachine {
         self.snapshot_taken(state.revision);
         // The audit family now holds the snapshot's records only.
         self.inner.audit_deleted_below.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         let db = &self.inner.db;
         // Stored events are committed history, so they agree with any snapshot. Keep them if
         // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
@@ -634,10 +640,8 @@ impl StateMachine {
         let stored_through = self.last_stored_revision()?;
         let keeps_history = stored_through.is_some_and(|last| last >= state.revision);
         if !keeps_history {
-            for family in [CF_EVENTS, crate::audit_rows::CF_AUDIT_AT] {
-                let cf = db.cf_handle(family).expect("column families are created at open");
-                db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
-            }
+            let cf = db.cf_handle(CF_EVENTS).expect("column families are created at open");
+            db.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes()).map_err(io::Error::other)?;
         }
         let mut a = self.write_applied();
         if !keeps_history {
@@ -830,8 +834,7 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
 
 /// The column families apply writes: derived from the log, so written without RocksDB's WAL
 /// (each byte once to a memtable, not to the WAL as well) and flushed at every snapshot.
-pub(crate) const APPLIED_FAMILIES: [&str; 5] =
-    [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD, crate::audit_rows::CF_AUDIT_AT];
+pub(crate) const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
 
 /// Write options of apply's batch: no WAL.
 fn unlogged() -> WriteOptions {
@@ -921,7 +924,7 @@ impl StateMachine {
                 while records.next_if(|r| r.revision == env.revision).is_some() {
                     count += 1;
                 }
-                crate::audit_rows::put_positions(&self.inner.db, &mut batch, env, first_seq, count)?;
+                crate::audit_rows::put_positions(&self.inner.db, &mut batch, env, first_seq, count);
                 audited.insert(env.stream.clone());
             }
             debug_assert!(records.next().is_none(), "every record belongs to an event applied with it");
@@ -1170,17 +1173,26 @@ mod tests {
         assert!(rows(&peer).iter().all(|r| matches!(r, StoredRow::Record(_))), "whole records");
         assert_eq!(page(&peer), page(&sm));
 
-        // A week on, every event before this one leaves the log.
-        apply(t0 + EVENT_LOG_KEPT_MS + 100, principal(9)).await;
-        assert_eq!(sm.read().event_floor, sm.read().state.revision, "only the newest event stays");
-        let first = sm.read().state.audit["t"].first_seq;
-        let rows = rows(&sm);
-        assert_eq!(rows.len(), 4, "what retention dropped stays dropped");
-        assert_eq!(rows.iter().filter(|r| matches!(r, StoredRow::Record(_))).count(), 3, "written out whole");
-        assert!(matches!(rows[3], StoredRow::AtEvent { .. }), "the newest record's event is still in the log");
-        assert_eq!(page(&sm), retained(&expected.borrow(), first));
-        let at = sm.inner.db.cf_handle(crate::audit_rows::CF_AUDIT_AT).unwrap();
-        assert_eq!(sm.inner.db.iterator_cf(at, IteratorMode::Start).count(), 1, "the newest event's positions");
+        // A week on, every event before this one leaves the log; then twice more, the second
+        // time without the hint of where the tenant's positions start (as after a restart).
+        let mut at = t0;
+        for round in 0..3 {
+            at += EVENT_LOG_KEPT_MS + 100;
+            if round == 2 {
+                sm.inner.positions_from.lock().unwrap().clear();
+            }
+            apply(at, principal(10 + round)).await;
+            assert_eq!(sm.read().event_floor, sm.read().state.revision, "only the newest event stays");
+            let first = sm.read().state.audit["t"].first_seq;
+            let rows = rows(&sm);
+            assert_eq!(rows.len(), 4, "round {round}: what retention dropped stays dropped");
+            let whole = rows.iter().filter(|r| matches!(r, StoredRow::Record(_))).count();
+            assert_eq!(whole, 3, "round {round}: written out whole");
+            assert!(matches!(rows[3], StoredRow::AtEvent { .. }), "the newest record's event is still in the log");
+            assert_eq!(page(&sm), retained(&expected.borrow(), first));
+            apply(at + 1, principal(20 + round)).await;
+            apply(at + 2, principal(30 + round)).await;
+        }
     }
 
     /// A snapshot written before revocations existed (state format 1: the payload is the state
