@@ -2,7 +2,8 @@
 //! ledger's execute of an attempt-lease renewal and the reaper's look for due work, with 10 and
 //! with 100,000 live operations in the tenant. With indexes instead of scans both stay flat.
 //! A second group applies a whole operation (submit, dispatch, start, a report with its blob)
-//! as the leader does, building each answer, and as a follower does, building none.
+//! as the leader does, building each answer, and as a follower does, building none; and as a
+//! follower did before ledger version 16, building and chaining each audit record.
 //! Run with `cargo bench -p writ-api --bench operations`.
 
 use std::collections::BTreeMap;
@@ -177,9 +178,17 @@ fn applied(c: &mut Criterion) {
     };
     let answered: fn(&mut LedgerState, &LedgerRequest) -> Outcome = |st, req| st.execute_audited(req).0;
     let unanswered: fn(&mut LedgerState, &LedgerRequest) -> Outcome = |st, req| st.execute_unanswered(req).0;
-    for (name, execute) in [("by the leader (answered)", answered), ("by a follower (unanswered)", unanswered)] {
+    let cases = [
+        ("by the leader (answered)", answered, 16),
+        ("by a follower (unanswered)", unanswered, 16),
+        ("by a follower (unanswered), each record built and chained (before ledger version 16)", unanswered, 0),
+    ];
+    for (name, execute, version) in cases {
         let mut st = setup(10);
         run(&mut st, device.clone());
+        if version > 0 {
+            run(&mut st, Command::RaiseLedgerVersion { version });
+        }
         let mut i = 0;
         group.bench_function(name, |b| {
             b.iter(|| {

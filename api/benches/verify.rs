@@ -211,8 +211,8 @@ fn record_decisions(c: &mut Criterion, st: &LedgerState) {
         b.iter_batched(
             || st.clone(),
             |mut st| {
-                let (outcome, _, records) = st.execute_audited(&request);
-                assert!(matches!(outcome, writ_api::ledger::Outcome::Applied { .. }) && records.len() == n);
+                let (outcome, _, audited) = st.execute_audited(&request);
+                assert!(matches!(outcome, writ_api::ledger::Outcome::Applied { .. }) && audited[0].count as usize == n);
                 st
             },
             criterion::BatchSize::LargeInput,

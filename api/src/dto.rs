@@ -631,6 +631,10 @@ pub struct NodeStatus {
     /// lower where capped); a node that does not say runs version 1.
     #[serde(default = "first_ledger_version")]
     pub ledger_version: u32,
+    /// The ledger version in force in the node's applied state (`LedgerState::ledger_version`,
+    /// raised by the leader once every member understands it); 0 before any was.
+    #[serde(default)]
+    pub ledger_version_in_force: u32,
     /// The oldest event revision this node can replay (below it: REVISION_COMPACTED, reload a
     /// snapshot): raised by installed snapshots and by the event log's retention
     /// (`writ_api::retention::EVENT_LOG_KEPT_MS`).

@@ -564,6 +564,13 @@ pub enum Command {
     ApplyRetentionV2 {
         tenant_id: String,
     },
+    /// Put ledger version `version` in force (cluster stream): what every replica applies from
+    /// this entry on where the rules of two versions differ (`LedgerState::ledger_version`).
+    /// A leader proposes it once every member runs a build of that version; the gate is the
+    /// command's own version, so no member that cannot apply it ever sees it.
+    RaiseLedgerVersion {
+        version: u32,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -595,8 +602,10 @@ pub struct BatchedCommand {
 /// (`Command::SetOperator`, `Command::ByOperator`, …). 13: executor presence
 /// (`Command::SetExecutorPresence`). 14: request decisions with their authority chain
 /// (`Command::RecordDecisionsV2`, `Command::AuditedV2`). 15: retention of reported effects
-/// nobody decided (`Command::ApplyRetentionV2`).
-pub const LEDGER_VERSION: u32 = 15;
+/// nobody decided (`Command::ApplyRetentionV2`). 16: the ledger version in force
+/// (`Command::RaiseLedgerVersion`), and from 16 on, each tenant's audit hash chain over the
+/// bytes of the events its records come from (`audit::AuditIndex::push_event`).
+pub const LEDGER_VERSION: u32 = 16;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -621,6 +630,8 @@ pub enum Domain {
     Operator,
     /// [`Command::Batch`]: executed command by command, never decided as one.
     Batch,
+    /// The ledger version in force ([`Command::RaiseLedgerVersion`]).
+    Ledger,
 }
 
 impl Command {
@@ -705,6 +716,7 @@ impl Command {
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.domain(),
             Command::Batch { .. } => Domain::Batch,
+            Command::RaiseLedgerVersion { .. } => Domain::Ledger,
         }
     }
 
@@ -919,6 +931,7 @@ impl Command {
             | Command::SetUpstreamFuse { .. } => 4,
             Command::ApplyRetention { .. } => 3,
             Command::ApplyRetentionV2 { .. } => 15,
+            Command::RaiseLedgerVersion { version } => (*version).max(16),
             Command::CreateWork { .. }
             | Command::ReviseWork { .. }
             | Command::RefuseDispatchV2 { .. }
@@ -1167,6 +1180,7 @@ impl Command {
             Command::RetireSigningKey { .. } => "retire_signing_key",
             Command::RetireExecutorCa { .. } => "retire_executor_ca",
             Command::RevokeRoleCertificate { .. } => "revoke_role_certificate",
+            Command::RaiseLedgerVersion { .. } => "raise_ledger_version",
             Command::ProposeOperation { .. } => "propose_operation",
             Command::SubmitProposed { .. } => "submit_operation",
             Command::SetOperator { .. } => "set_operator",
@@ -1272,6 +1286,7 @@ impl Command {
             | Command::CloseOperatorSessions { .. }
             | Command::SetConsoleSignIn { .. }
             | Command::UseOperatorSession { .. }
+            | Command::RaiseLedgerVersion { .. }
             | Command::Batch { .. } => CLUSTER_STREAM,
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
@@ -1731,6 +1746,10 @@ pub enum Event {
         tenant_id: String,
         decisions: Vec<crate::audit::RequestDecisionV2>,
     },
+    /// Ledger version `version` is in force from this event on ([`Command::RaiseLedgerVersion`]).
+    LedgerVersionRaisedV1 {
+        version: u32,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1790,6 +1809,7 @@ impl Event {
             | Event::ExecutorCaRetiredV1 { .. }
             | Event::ExecutorPresenceV1 { .. }
             | Event::RoleCertificateRevokedV1 { .. }
+            | Event::LedgerVersionRaisedV1 { .. }
             | Event::RequestDecidedV1 { .. }
             | Event::RequestsDecidedV1 { .. }
             | Event::RequestsDecidedV2 { .. }
@@ -1927,6 +1947,7 @@ impl Event {
             Event::OperatorSessionUsedV1 { .. } => "operator_session_used",
             Event::ExecutorPresenceV1 { .. } => "executor_presence",
             Event::OperatorActedV1 { .. } => "operator_acted",
+            Event::LedgerVersionRaisedV1 { .. } => "ledger_version_raised",
         }
     }
 }

@@ -202,7 +202,8 @@ pub mod format {
     /// (`LedgerState::upgrade_v16_to_v17`).
     /// 18: tagged sections, one per domain, each with its own version (`crate::schema`); the
     /// maps older formats kept finished operations, keys and evidence in are gone from it.
-    pub const STATE_FORMAT_VERSION: u32 = 18;
+    /// 19: format 18 with the `ledger` section at version 2 (the ledger version in force).
+    pub const STATE_FORMAT_VERSION: u32 = 19;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

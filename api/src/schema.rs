@@ -16,7 +16,7 @@ use crate::state::LedgerState;
 /// Every section of format 18, in order, with the version this build writes (and the newest it
 /// reads).
 pub const SECTIONS: [(&str, u32); 16] = [
-    ("ledger", 1),
+    ("ledger", 2),
     ("tenant", 1),
     ("principal", 1),
     ("token", 1),
@@ -34,6 +34,12 @@ pub const SECTIONS: [(&str, u32); 16] = [
     ("cold", 1),
 ];
 
+/// The ledger version in force a `ledger` section of version 1 upgrades to: none (it was
+/// written before any could be raised).
+fn upgrade_ledger_v1_to_v2() -> u32 {
+    0
+}
+
 fn enc<T: serde::Serialize>(value: &T) -> Vec<u8> {
     crate::encode(value).expect("state views are always encodable")
 }
@@ -44,7 +50,7 @@ impl LedgerState {
     fn section_bytes(&self, rows: bool) -> [Vec<u8>; SECTIONS.len()] {
         let pending = if rows { self.cold.pending_rows() } else { &BTreeMap::new() };
         [
-            enc(&(self.clock_ms, self.revision, &self.stream_seq)),
+            enc(&(self.clock_ms, self.revision, &self.stream_seq, self.ledger_version)),
             enc(&(&self.tenants, &self.tenant_names)),
             enc(&(&self.principals, &self.principal_names, &self.principal_quotas, &self.anonymous)),
             enc(&(
@@ -113,7 +119,9 @@ impl LedgerState {
                     "ledger state section '{tag}' is version {version}; this build reads 1 to {newest}: upgrade it first"
                 ));
             }
-            state.read_section(tag, bytes, bounded).map_err(|e| format!("undecodable '{tag}' section: {e}"))?;
+            state
+                .read_section(tag, version, bytes, bounded)
+                .map_err(|e| format!("undecodable '{tag}' section: {e}"))?;
         }
         if !rest.is_empty() {
             return Err("undecodable ledger state (format 18): bytes after the last section".into());
@@ -121,13 +129,19 @@ impl LedgerState {
         Ok(state)
     }
 
-    /// Reads section `tag` (at version 1, the only one so far) into this state.
-    fn read_section(&mut self, tag: &str, bytes: &[u8], bounded: bool) -> Result<(), String> {
+    /// Reads section `tag` at `version` into this state: version 1 of every section; version 2
+    /// of `ledger` adds the ledger version in force (none was, in version 1:
+    /// [`upgrade_ledger_v1_to_v2`]).
+    fn read_section(&mut self, tag: &str, version: u32, bytes: &[u8], bounded: bool) -> Result<(), String> {
         let mut r = crate::Sequence::new(bytes, bounded);
         let s = self;
         let e = |e: bincode::error::DecodeError| e.to_string();
         match tag {
-            "ledger" => (s.clock_ms, s.revision, s.stream_seq) = r.next().map_err(e)?,
+            "ledger" if version == 1 => {
+                (s.clock_ms, s.revision, s.stream_seq) = r.next().map_err(e)?;
+                s.ledger_version = upgrade_ledger_v1_to_v2();
+            }
+            "ledger" => (s.clock_ms, s.revision, s.stream_seq, s.ledger_version) = r.next().map_err(e)?,
             "tenant" => (s.tenants, s.tenant_names) = r.next().map_err(e)?,
             "principal" => (s.principals, s.principal_names, s.principal_quotas, s.anonymous) = r.next().map_err(e)?,
             "token" => {
@@ -230,9 +244,9 @@ mod tests {
         let body = sample().encode_schema(true);
         // The first section's version follows its tag ("ledger": a length byte and 6 bytes).
         let mut newer = body.clone();
-        newer[7..11].copy_from_slice(&2u32.to_le_bytes());
+        newer[7..11].copy_from_slice(&3u32.to_le_bytes());
         let e = LedgerState::decode_schema(&newer, true).expect_err("newer");
-        assert!(e.contains("'ledger' is version 2") && e.contains("upgrade it first"), "{e}");
+        assert!(e.contains("'ledger' is version 3") && e.contains("upgrade it first"), "{e}");
         let mut renamed = body.clone();
         renamed[1] = b'L';
         let e = LedgerState::decode_schema(&renamed, true).expect_err("unknown tag");

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::audit::{AuditIndex, StoredRecord};
+use crate::audit::{AuditIndex, AuditedEvent};
 use crate::catalog::CatalogVersion;
 use crate::device::{Device, Enrollment, Executor, ExecutorCaV1, Site};
 use crate::ledger::{Command, Event, EventEnvelope, Tenant};
@@ -162,6 +162,11 @@ pub struct LedgerState {
     /// own (state format 16); a node keeps the rows in its store.
     #[serde(skip)]
     pub cold: crate::cold::ColdTier,
+    /// The ledger version in force ([`crate::ledger::Command::RaiseLedgerVersion`]; 0 before
+    /// any was raised): where two versions' rules differ, every replica applies this one's.
+    /// In the `ledger` section from its version 2 (state format 19).
+    #[serde(skip)]
+    pub ledger_version: u32,
 }
 
 /// The key of an operation's blob in [`LedgerState::evidence`]: operation id, NUL, hash (so a
@@ -334,7 +339,7 @@ impl LedgerState {
         stream: &str,
         trace_id: &str,
         event: Event,
-        audit: &mut Vec<StoredRecord>,
+        audit: &mut Vec<AuditedEvent>,
     ) -> EventEnvelope {
         let seq = self.stream_seq.get(stream).copied().unwrap_or(0) + 1;
         let env = EventEnvelope {
@@ -350,13 +355,13 @@ impl LedgerState {
     }
 
     /// Folds one event into the views on a node (live, or rebuilding from its event log).
-    /// Returns the audit records the event produced (events of a tenant's stream do: one, or
-    /// one per decision of a batch).
+    /// Returns where the audit records the event produced lie (events of a tenant's stream
+    /// produce one, or one per decision of a batch).
     ///
     /// Events were validated by `decide` before they were appended; an event that does not fit
     /// the state means the node's event log is corrupt, which must stop the node, not be
     /// papered over: this panics (the node's fatal path, see `raft-store`).
-    pub fn apply_event(&mut self, env: &EventEnvelope) -> Vec<StoredRecord> {
+    pub fn apply_event(&mut self, env: &EventEnvelope) -> Option<AuditedEvent> {
         match self.fold_event(env) {
             Ok(records) => records,
             Err(corrupt) => panic!("{corrupt}"),
@@ -366,7 +371,7 @@ impl LedgerState {
     /// Folds one event into the views, or says why it does not fit ([`CorruptEvent`]). A
     /// follower of the ledger (an edge's replica) uses this and fails closed on an error; the
     /// state is then partly folded and must be replaced by a fresh snapshot.
-    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Vec<StoredRecord>, CorruptEvent> {
+    pub fn fold_event(&mut self, env: &EventEnvelope) -> Result<Option<AuditedEvent>, CorruptEvent> {
         self.fold_views(env)?;
         Ok(self.audit_event(env))
     }
@@ -462,6 +467,10 @@ impl LedgerState {
             | Event::UpstreamFuseChangedV1 { .. }
             | Event::OperationUpstreamBoundV1 { .. } => self.fold_upstream(env),
             Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => self.fold_work(env),
+            Event::LedgerVersionRaisedV1 { version } => {
+                self.ledger_version = self.ledger_version.max(*version);
+                Ok(())
+            }
             Event::OperationsCompactedV1 { .. }
             | Event::BindingsReleasedV1 { .. }
             | Event::CredentialsRetiredV1 { .. } => self.fold_retention(env),
@@ -474,18 +483,30 @@ impl LedgerState {
         }
     }
 
-    /// Records an event of a tenant stream in the tenant's audit index and applies retention.
-    fn audit_event(&mut self, env: &EventEnvelope) -> Vec<StoredRecord> {
-        let Some(tenant) = self.tenants.get(&env.stream) else { return Vec::new() };
+    /// Records an event of a tenant stream in the tenant's audit index and applies retention;
+    /// returns where its records lie, if it produces any. Before ledger version 16 each record
+    /// is built and its stored bytes chained; from 16 on the event's bytes are chained once and
+    /// no record is built (a node renders them when they are read).
+    fn audit_event(&mut self, env: &EventEnvelope) -> Option<AuditedEvent> {
+        let tenant = self.tenants.get(&env.stream)?;
         let (max_events, max_age_s) = (tenant.settings.audit_max_events, tenant.settings.audit_max_age_s);
+        let chain_events = self.ledger_version >= 16;
         let index = self.audit.entry(env.stream.clone()).or_default();
-        let records: Vec<StoredRecord> =
-            records_for(env, &env.stream, index.next_seq.max(1)).into_iter().map(StoredRecord::new).collect();
-        for record in &records {
-            index.push(env.at_ms, &record.bytes);
-        }
+        let first_seq = index.next_seq.max(1);
+        let count = if chain_events {
+            let count = crate::trail::record_count(env);
+            if count > 0 {
+                index.push_event(env.at_ms, count as u64, &crate::encode(env).expect("events encode"));
+            }
+            count
+        } else {
+            let records = records_for(env, &env.stream, first_seq);
+            records.iter().for_each(|r| index.push(env.at_ms, &r.stored()));
+            records.len()
+        };
         index.retain(max_events, max_age_s, env.at_ms);
-        records
+        let count = u32::try_from(count).expect("an event's records are bounded");
+        (count > 0).then(|| AuditedEvent { tenant_id: env.stream.clone(), revision: env.revision, first_seq, count })
     }
 
     /// [`Command::ledger_version`], and what this state adds to it: a submission of a catalog

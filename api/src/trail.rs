@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::audit::{redact, AuditRecord, AuthorityChainV1, RequestDecisionV1};
+use crate::audit::{redact, AuditRecord, AuditedEvent, AuthorityChainV1, RequestDecisionV1};
 use crate::ledger::{Event, EventEnvelope};
 
 /// The records an event of a tenant stream produces, from sequence `first_seq` on: one per
@@ -17,6 +17,25 @@ use crate::ledger::{Event, EventEnvelope};
 /// unredacted secret is ever stored or listed.
 pub fn records_for(env: &EventEnvelope, tenant_id: &str, first_seq: u64) -> Vec<AuditRecord> {
     (0..).map_while(|i| record_at(env, tenant_id, first_seq + u64::from(i), i)).collect()
+}
+
+/// How many records `env` produces ([`records_for`]'s length), without building them.
+pub fn record_count(env: &EventEnvelope) -> usize {
+    match &env.event {
+        Event::RequestsDecidedV1 { decisions, .. } => decisions.len(),
+        Event::RequestsDecidedV2 { decisions, .. } => decisions.len(),
+        Event::ExecutorPresenceV1 { changed: false, .. } => 0,
+        _ => 1,
+    }
+}
+
+/// The records of the events `audited` names, rendered from `events` (what a node lists).
+pub fn records_of(events: &[EventEnvelope], audited: &[AuditedEvent]) -> Vec<AuditRecord> {
+    audited
+        .iter()
+        .filter_map(|a| events.iter().find(|e| e.revision == a.revision).map(|e| (a, e)))
+        .flat_map(|(a, env)| records_for(env, &a.tenant_id, a.first_seq))
+        .collect()
 }
 
 /// The record at sequence `seq` that is the `index`-th of those `env` produces
@@ -158,6 +177,7 @@ fn subject(event: &Event) -> Subject {
         Event::DeviceCreatedV1 { .. } => ("device", None, None, None),
         Event::SigningKeyRegisteredV1 { .. } | Event::SigningKeyRetiredV1 { .. } => ("signing_key", None, None, None),
         Event::RoleCertificateRevokedV1 { .. } => ("certificate", None, None, None),
+        Event::LedgerVersionRaisedV1 { .. } => ("ledger", None, None, None),
         Event::TenantIssuerSetV1 { .. } | Event::TenantIssuerRemovedV1 { .. } | Event::IssuerSourceSetV1 { .. } => {
             ("issuer", None, None, None)
         }

@@ -1314,6 +1314,11 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             None,
         ),
         ("apply_retention_v2", req(Command::ApplyRetentionV2 { tenant_id: "t-1".into() }), None),
+        (
+            "raise_ledger_version",
+            req(Command::RaiseLedgerVersion { version: 16 }),
+            Some(env(90, 9, Event::LedgerVersionRaisedV1 { version: 16 })),
+        ),
     ]
 }
 
@@ -1386,6 +1391,7 @@ fn the_records_of_stored_events_are_pinned() {
             for record in &records {
                 digest.update(record.stored());
             }
+            assert_eq!(writ_api::trail::record_count(&env), records.len(), "{name}: counted as built");
             format!("{name} {} {}\n", records.len(), hex::encode(digest.finalize()))
         })
         .collect();
@@ -1853,6 +1859,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Decisions with their authority chains came after state format 15 (no state change).
     (15, &["requests_decided_v2", "audited_v2"]),
     (16, &["apply_retention_v2"]),
+    // The ledger version in force came with state format 19.
+    (18, &["raise_ledger_version"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -748,7 +748,7 @@ fn run_steps(steps: Vec<Step>) -> Result<Reached, TestCaseError> {
 fn execute_grouped(
     requests: &[LedgerRequest],
     sizes: &[usize],
-) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::StoredRecord>, writ_api::state::LedgerState) {
+) -> (Vec<Outcome>, Vec<EventEnvelope>, Vec<writ_api::audit::AuditRecord>, writ_api::state::LedgerState) {
     let mut state = Ledger::new().state;
     let (mut outcomes, mut events, mut audit) = (Vec::new(), Vec::new(), Vec::new());
     let mut sizes = sizes.iter().cycle();
@@ -774,7 +774,8 @@ fn execute_grouped(
                 command: Command::Batch { commands }.into(),
             }
         };
-        let (outcome, mut appended, mut records) = state.execute_audited(&entry);
+        let (outcome, mut appended, audited) = state.execute_audited(&entry);
+        let mut records = writ_api::trail::records_of(&appended, &audited);
         match outcome {
             Outcome::Batch(each) => {
                 assert_eq!(each.len(), n, "one outcome per command");

@@ -539,12 +539,16 @@ impl LedgerNode {
                     return;
                 }
                 let versions = n.member_versions().await;
+                n.raise_ledger_version(&versions).await;
+                let behind = n.sm.read().state.ledger_version < writ_api::ledger::LEDGER_VERSION;
                 drop(n);
                 // Members not known yet (this node has not learned the membership), or one not
                 // heard from (starting, or unreachable when asked), are asked again soon: a
-                // leader elected after a member died gates with what was heard before.
+                // leader elected after a member died gates with what was heard before. So is a
+                // cluster whose newest version is not in force yet (from cache: no member is
+                // asked more often than every `VERSION_RECHECK`), so a new leader raises it at once.
                 let all_known = !versions.is_empty() && versions.values().all(Option::is_some);
-                tokio::time::sleep(if all_known { VERSION_RECHECK } else { VERSION_UNKNOWN_RETRY }).await;
+                tokio::time::sleep(if all_known && !behind { VERSION_RECHECK } else { VERSION_UNKNOWN_RETRY }).await;
             }
         });
     }
@@ -682,6 +686,22 @@ impl LedgerNode {
                 return;
             }
             tokio::time::sleep(started.elapsed() * RETENTION_REST_PER_WORK).await;
+        }
+    }
+
+    /// On the leader, once every member runs a build of a newer ledger version than the one in
+    /// force (`versions`: all known), puts the newest they share in force
+    /// (`Command::RaiseLedgerVersion`, from 16 on: older builds have no such command).
+    async fn raise_ledger_version(&self, versions: &BTreeMap<u64, Option<u32>>) {
+        let Some(shared) = versions.values().copied().collect::<Option<Vec<u32>>>().and_then(|v| v.into_iter().min())
+        else {
+            return;
+        };
+        if !self.is_leader() || shared < 16 || shared <= self.sm.read().state.ledger_version {
+            return;
+        }
+        if self.reap(Command::RaiseLedgerVersion { version: shared }, self.clock.now_ms()).await.is_ok() {
+            tracing::info!(version = shared, "ledger version put in force");
         }
     }
 
@@ -1160,6 +1180,7 @@ impl LedgerNode {
             revision: applied.state.revision,
             state_digest: String::new(),
             ledger_version: self.ledger_version,
+            ledger_version_in_force: applied.state.ledger_version,
             event_floor: applied.event_floor,
             storage_alarm: self.storage.alarm(),
             short_members: self.short_members(),

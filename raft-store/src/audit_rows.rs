@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io;
 
 use rocksdb::{ReadOptions, WriteBatch, DB};
-use writ_api::audit::{record_key, AuditRecord, StoredRow};
+use writ_api::audit::{record_key, AuditRecord, AuditedEvent, StoredRow};
 use writ_api::ledger::EventEnvelope;
 use writ_api::state::LedgerState;
 use writ_api::trail::record_at;
@@ -18,13 +18,13 @@ use writ_api::trail::record_at;
 use crate::codec::{checked_bytes, checked_decode, checked_payload};
 use crate::{CF_AUDIT, CF_EVENTS};
 
-/// Adds to `batch` the rows of the records one applied event produced, from sequence
-/// `first_seq` on: each as its position in the event.
-pub(crate) fn put_positions(db: &DB, batch: &mut WriteBatch, env: &EventEnvelope, first_seq: u64, count: u32) {
+/// Adds to `batch` the rows of the records one applied event produced (`audited`): each as
+/// its position in the event.
+pub(crate) fn put_positions(db: &DB, batch: &mut WriteBatch, audited: &AuditedEvent) {
     let audit = db.cf_handle(CF_AUDIT).expect("column families are created at open");
-    for index in 0..count {
-        let key = record_key(&env.stream, first_seq + u64::from(index));
-        batch.put_cf(audit, key, checked_bytes(&StoredRow::at_event(env.revision, index)));
+    for index in 0..audited.count {
+        let key = record_key(&audited.tenant_id, audited.first_seq + u64::from(index));
+        batch.put_cf(audit, key, checked_bytes(&StoredRow::at_event(audited.revision, index)));
     }
 }
 

@@ -893,7 +893,6 @@ impl StateMachine {
                     batch.put_cf(evidence_cf, key, bytes);
                 }
             }
-            let envelopes_len = envelopes.len();
             for env in envelopes {
                 // A purged tenant's audit trail and evidence go with it.
                 if let writ_api::ledger::Event::EvidenceExpiredV1 { tenant_id, blobs } = &env.event {
@@ -913,21 +912,11 @@ impl StateMachine {
                 batch.put_cf(cf, env.revision.to_be_bytes(), &record);
                 produced.push(Arc::new(StoredEvent { envelope: env, record }));
             }
-            // Each event's records as positions in it (`crate::audit_rows`): one event's
-            // records after another's, in the events' order.
-            let mut records = audit.iter().peekable();
-            for env in produced[produced.len() - envelopes_len..].iter().map(|e| &e.envelope) {
-                let Some(first_seq) = records.peek().filter(|r| r.revision == env.revision).map(|r| r.seq) else {
-                    continue;
-                };
-                let mut count = 0u32;
-                while records.next_if(|r| r.revision == env.revision).is_some() {
-                    count += 1;
-                }
-                crate::audit_rows::put_positions(&self.inner.db, &mut batch, env, first_seq, count);
-                audited.insert(env.stream.clone());
+            // Each event's records as positions in it (`crate::audit_rows`).
+            for at in audit {
+                crate::audit_rows::put_positions(&self.inner.db, &mut batch, &at);
+                audited.insert(at.tenant_id);
             }
-            debug_assert!(records.next().is_none(), "every record belongs to an event applied with it");
             if let Some(responder) = responder {
                 replies.push((responder, outcome));
             }
@@ -1046,6 +1035,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 mod tests {
     use super::*;
 
+    /// Creates agent `p-<i>` in tenant `t`, with `metadata`.
+    fn create_principal(i: usize, metadata: std::collections::BTreeMap<String, String>) -> writ_api::ledger::Command {
+        let spec = writ_api::principal::PrincipalSpecV1 {
+            principal_id: format!("p-{i}"),
+            name: format!("agent-{i}"),
+            kind: writ_api::principal::PrincipalKind::Agent,
+            preset: None,
+            scopes: Default::default(),
+            metadata,
+        };
+        writ_api::ledger::Command::CreatePrincipal { tenant_id: "t".into(), spec }
+    }
+
     /// Audit retention deletes the records it drops, one range each time a tenant's retained
     /// range moves: after applies that each move it, the family holds the retained records
     /// only, and a tenant purged and created again under its id has its new records kept and
@@ -1070,17 +1072,7 @@ mod tests {
             let mut sm = sm.clone();
             async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }
         };
-        let principal = |i: usize| Command::CreatePrincipal {
-            tenant_id: "t".into(),
-            spec: writ_api::principal::PrincipalSpecV1 {
-                principal_id: format!("p-{i}"),
-                name: format!("agent-{i}"),
-                kind: writ_api::principal::PrincipalKind::Agent,
-                preset: None,
-                scopes: Default::default(),
-                metadata: Default::default(),
-            },
-        };
+        let principal = |i: usize| create_principal(i, Default::default());
         let stored = |sm: &StateMachine| {
             let cf = sm.inner.db.cf_handle(CF_AUDIT).unwrap();
             sm.inner.db.iterator_cf(cf, IteratorMode::Start).count() as u64
@@ -1119,22 +1111,13 @@ mod tests {
         let mut apply = |stamp_ms: u64, command: Command| {
             index += 1;
             let req = LedgerRequest { stamp_ms, trace_id: "tr".into(), command: command.into() };
-            expected.borrow_mut().extend(pure.execute_audited(&req).2.into_iter().map(|r| r.record));
+            let (_, events, audited) = pure.execute_audited(&req);
+            expected.borrow_mut().extend(writ_api::trail::records_of(&events, &audited));
             let entry = EntryOf::<TypeConfig>::new_normal(openraft::testing::log_id::<TypeConfig>(1, 1, index), req);
             let mut sm = sm.clone();
             async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }
         };
-        let principal = |i: usize| Command::CreatePrincipal {
-            tenant_id: "t".into(),
-            spec: writ_api::principal::PrincipalSpecV1 {
-                principal_id: format!("p-{i}"),
-                name: format!("agent-{i}"),
-                kind: writ_api::principal::PrincipalKind::Agent,
-                preset: None,
-                scopes: Default::default(),
-                metadata: [("api_key".to_string(), "s3cret".to_string())].into(),
-            },
-        };
+        let principal = |i: usize| create_principal(i, [("api_key".to_string(), "s3cret".to_string())].into());
         let t0 = 1_700_000_000_000;
         apply(t0, Command::CreateTenant { tenant_id: "t".into(), name: "acme".into(), display_name: None }).await;
         let patch = writ_api::settings::TenantSettingsPatch { audit_max_events: Some(4), ..Default::default() };

@@ -166,7 +166,8 @@ proptest! {
         let mut st = LedgerState::default();
         let mut events = Vec::new();
         let mut run = |st: &mut LedgerState, now: u64, command: Command| {
-            let (_, evs, records) = st.execute_audited(&LedgerRequest { stamp_ms: now, trace_id: "p".into(), command: command.into() });
+            let (_, evs, audited) = st.execute_audited(&LedgerRequest { stamp_ms: now, trace_id: "p".into(), command: command.into() });
+            let records = writ_api::trail::records_of(&evs, &audited);
             events.extend(evs);
             records
         };
@@ -174,7 +175,7 @@ proptest! {
         let mut written: Vec<(u64, u64)> = Vec::new();
         let mut kept: std::collections::BTreeSet<u64> = Default::default();
         let (mut max_events, mut max_age_s) = (writ_api::settings::AUDIT_MAX_EVENTS_DEFAULT, None::<u64>);
-        let apply_model = |written: &mut Vec<(u64, u64)>, kept: &mut std::collections::BTreeSet<u64>, records: Vec<writ_api::audit::StoredRecord>, max_events: u64, max_age_s: Option<u64>| {
+        let apply_model = |written: &mut Vec<(u64, u64)>, kept: &mut std::collections::BTreeSet<u64>, records: Vec<writ_api::audit::AuditRecord>, max_events: u64, max_age_s: Option<u64>| {
             for r in records {
                 written.push((r.seq, r.at_ms));
                 kept.insert(r.seq);

@@ -363,6 +363,71 @@ async fn a_member_on_an_older_ledger_version_gates_newer_commands() {
     }
 }
 
+/// The ledger version in force through real nodes: while a member runs an older build (one
+/// advertising version 15) the leader raises nothing and records are chained as before; once
+/// every member runs this build the leader puts its version in force, every node applies it,
+/// and the audit trail lists the records from before and after the raise alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_puts_in_force_the_newest_version_every_member_runs() {
+    let mut c = Cluster::start_with(3, |n| {
+        if n.id == 3 {
+            n.raft_extra = "ledger_version_max = 15".into();
+        }
+    })
+    .await;
+    let url = c.nodes[0].url();
+    let version = || {
+        let (code, out, _) = run_cli(&url, &["cluster", "version", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        (code == 0).then_some(v)
+    };
+    eventually("node 3 to advertise version 15", Duration::from_secs(30), || async {
+        version().filter(|v| v["nodes"]["3"] == 15)
+    })
+    .await;
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "raised"})).await;
+    c.admin
+        .post_ok(
+            &url,
+            "/v1/tenants/raised/principals",
+            serde_json::json!({"name": "before", "kind": "agent", "preset": "readOnly"}),
+        )
+        .await;
+    let before = version().expect("cluster version");
+    assert_eq!((before["cluster"].as_u64(), before["in_force"].as_u64()), (Some(15), Some(0)), "{before}");
+
+    c.node_mut(3).kill();
+    c.node_mut(3).raft_extra = String::new();
+    c.node_mut(3).start(false);
+    let newest = u64::from(writ_api::ledger::LEDGER_VERSION);
+    eventually("the newest version in force", Duration::from_secs(60), || async {
+        version().filter(|v| v["in_force"].as_u64() == Some(newest))
+    })
+    .await;
+    c.admin
+        .post_ok(
+            &url,
+            "/v1/tenants/raised/principals",
+            serde_json::json!({"name": "after", "kind": "agent", "preset": "readOnly"}),
+        )
+        .await;
+    c.converged(Duration::from_secs(30)).await;
+    for n in &c.nodes {
+        let status = c.admin.get(&n.url(), "/client/status").await.expect("status");
+        assert_eq!(status["ledger_version_in_force"].as_u64(), Some(newest), "node {}: {status}", n.id);
+        let page = c.admin.get(&n.url(), "/v1/tenants/raised/audit").await.expect("audit");
+        let created: Vec<&str> = page["records"]
+            .as_array()
+            .expect("records")
+            .iter()
+            .filter(|r| r["operation"] == "principal_created")
+            .filter_map(|r| r["detail"].as_str())
+            .collect();
+        assert_eq!(created.len(), 2, "node {}: {page}", n.id);
+        assert!(created[0].contains("before") && created[1].contains("after"), "node {}: {created:?}", n.id);
+    }
+}
+
 /// Commands the leader proposed inside batch entries of more than one
 /// (`writ_ledger_batch_commands`: its sum less its count, summed over the nodes).
 async fn batched_commands(c: &Cluster) -> u64 {

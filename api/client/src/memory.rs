@@ -95,7 +95,8 @@ impl MemoryLedger {
     fn execute(&self, req: SubmitRequest) -> SubmitResponse {
         let mut inner = self.lock();
         let request = LedgerRequest { stamp_ms: crate::now_ms(), trace_id: req.trace_id, command: req.command.into() };
-        let (outcome, events, records) = inner.state.execute_audited(&request);
+        let (outcome, events, audited) = inner.state.execute_audited(&request);
+        let records = writ_api::trail::records_of(&events, &audited);
         for (key, bytes) in request.command.stored_blobs(&outcome) {
             inner.blobs.insert(key, bytes);
         }
@@ -104,7 +105,7 @@ impl MemoryLedger {
         let mut tenants = Vec::new();
         for record in records {
             tenants.push(record.tenant_id.clone());
-            inner.audit.insert((record.tenant_id.clone(), record.seq), record.record);
+            inner.audit.insert((record.tenant_id.clone(), record.seq), record);
         }
         // Retention, as the node applies it: bodies below each tenant's first retained sequence go.
         for tenant in tenants {
@@ -188,6 +189,7 @@ impl MemoryLedger {
             revision: inner.state.revision,
             state_digest: inner.state.digest(),
             ledger_version: writ_api::ledger::LEDGER_VERSION,
+            ledger_version_in_force: inner.state.ledger_version,
             event_floor: 1,
             storage_alarm: false,
             short_members: Vec::new(),

@@ -223,26 +223,15 @@ impl AuditRecord {
     }
 }
 
-/// An audit record with its stored bytes ([`AuditRecord::stored`]), encoded once: the bytes
-/// the tenant's hash chain covers are the bytes a node writes.
+/// Where the records one event produced lie in its tenant's trail: sequences `first_seq` to
+/// `first_seq + count - 1`, the `count` records [`crate::trail::records_for`] makes of the event
+/// at `revision` (a node stores each as its position in the event, [`StoredRow::AtEvent`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredRecord {
-    pub record: AuditRecord,
-    pub bytes: Vec<u8>,
-}
-
-impl StoredRecord {
-    pub fn new(record: AuditRecord) -> StoredRecord {
-        let bytes = record.stored();
-        StoredRecord { record, bytes }
-    }
-}
-
-impl std::ops::Deref for StoredRecord {
-    type Target = AuditRecord;
-    fn deref(&self) -> &AuditRecord {
-        &self.record
-    }
+pub struct AuditedEvent {
+    pub tenant_id: String,
+    pub revision: u64,
+    pub first_seq: u64,
+    pub count: u32,
 }
 
 /// First eight bytes of a stored row that holds where its record comes from instead of the
@@ -355,6 +344,23 @@ impl AuditIndex {
         self.head = crate::hex(&digest);
         self.at_ms.push(at_ms);
         self.next_seq += 1;
+    }
+
+    /// Appends the `count` records of one event at `at_ms`, chained over the event's encoded
+    /// bytes (`event`) once: how records are chained from ledger version 16 on, without building
+    /// them (they are rendered from the stored event when read, `crate::trail::record_at`).
+    pub fn push_event(&mut self, at_ms: u64, count: u64, event: &[u8]) {
+        if self.next_seq == 0 {
+            self.first_seq = 1;
+            self.next_seq = 1;
+        }
+        use sha2::Digest;
+        let digest = sha2::Sha256::new().chain_update(self.head.as_bytes()).chain_update(event).finalize();
+        self.head = crate::hex(&digest);
+        for _ in 0..count {
+            self.at_ms.push(at_ms);
+        }
+        self.next_seq += count;
     }
 
     /// FIFO retention: drop the oldest records beyond `max_events`, and those older than
@@ -733,15 +739,19 @@ mod tests {
             detail: "{}".into(),
             authority: None,
         };
-        let stored = StoredRecord::new(record.clone());
-        assert_eq!(stored.bytes, record.stored(), "the bytes stored are the record's stored form");
+        let stored = record.stored();
         let mut index = AuditIndex::default();
-        index.push(5, &stored.bytes);
-        index.push(5, &stored.bytes);
-        let first = crate::sha256_hex(&stored.bytes);
-        let second = crate::sha256_hex(&[first.as_bytes(), &stored.bytes[..]].concat());
+        index.push(5, &stored);
+        index.push(5, &stored);
+        let first = crate::sha256_hex(&stored);
+        let second = crate::sha256_hex(&[first.as_bytes(), &stored[..]].concat());
         assert_eq!(index.head, second);
         assert_eq!((index.first_seq, index.next_seq), (1, 3));
+        // From ledger version 16: once per event, over the event's bytes, for all its records.
+        let mut by_event = AuditIndex::default();
+        by_event.push_event(5, 2, b"event");
+        assert_eq!(by_event.head, crate::sha256_hex(b"event"));
+        assert_eq!((by_event.first_seq, by_event.next_seq, by_event.len()), (1, 3, 2));
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(crate) use crate::work::decide as work;
 #[cfg(test)]
 mod tests;
 
-use crate::audit::{RequestDecisionV1, RequestDecisionV2, StoredRecord};
+use crate::audit::{AuditedEvent, RequestDecisionV1, RequestDecisionV2};
 use crate::ledger::{
     Command, Domain, Event, EventEnvelope, LedgerRequest, Outcome, Tenant, TenantState, CLUSTER_STREAM,
 };
@@ -67,9 +67,20 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Domain::Upstream => upstream::decide(state, cmd, now),
         Domain::OAuth => oauth::decide(state, cmd, now),
         Domain::Operator => operator::decide(state, cmd, now),
+        Domain::Ledger => raise_ledger_version(state, cmd),
         // Reached only by a batch inside a batch: a leader never forms one.
         Domain::Batch => Err(Rejection::new(ReasonCode::INPUT_INVALID, "a batch may hold single commands only")),
     }
+}
+
+/// [`Command::RaiseLedgerVersion`]: only ever upwards.
+fn raise_ledger_version(state: &LedgerState, cmd: &Command) -> Result<Vec<Event>, Rejection> {
+    let Command::RaiseLedgerVersion { version } = cmd else { return Err(misrouted(cmd)) };
+    if *version <= state.ledger_version {
+        let message = format!("ledger version {} is in force; {version} is not newer", state.ledger_version);
+        return Err(Rejection::new(ReasonCode::INPUT_INVALID, message));
+    }
+    Ok(vec![Event::LedgerVersionRaisedV1 { version: *version }])
 }
 
 /// `OnBehalfOf` (SPEC S3): the ledger re-derives the authority the edge admitted the act
@@ -130,9 +141,9 @@ impl LedgerState {
         (outcome, events)
     }
 
-    /// [`LedgerState::execute`], also returning the audit records the events produced (for
-    /// the node to store).
-    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
+    /// [`LedgerState::execute`], also returning where the audit records the events produced
+    /// lie (for the node to store as positions in the events).
+    pub fn execute_audited(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditedEvent>) {
         self.execute_entry(req, true)
     }
 
@@ -141,7 +152,7 @@ impl LedgerState {
     /// carries neither the events nor the operation a caller would read — only the events of
     /// a command that stores a blob, which say what the node writes beside the state
     /// ([`Command::stored_blobs`]).
-    pub fn execute_unanswered(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
+    pub fn execute_unanswered(&mut self, req: &LedgerRequest) -> (Outcome, Vec<EventEnvelope>, Vec<AuditedEvent>) {
         self.execute_entry(req, false)
     }
 
@@ -149,7 +160,7 @@ impl LedgerState {
         &mut self,
         req: &LedgerRequest,
         answered: bool,
-    ) -> (Outcome, Vec<EventEnvelope>, Vec<StoredRecord>) {
+    ) -> (Outcome, Vec<EventEnvelope>, Vec<AuditedEvent>) {
         self.clock_ms = self.clock_ms.max(req.stamp_ms);
         let mut audit = Vec::new();
         let mut envelopes = Vec::new();
@@ -175,7 +186,7 @@ impl LedgerState {
         command: &Command,
         answered: bool,
         all: &mut Vec<EventEnvelope>,
-        audit: &mut Vec<StoredRecord>,
+        audit: &mut Vec<AuditedEvent>,
     ) -> Outcome {
         let now = self.clock_ms;
         // An edge's act comes with the grant of the credential a node verified for it.

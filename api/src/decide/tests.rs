@@ -612,7 +612,8 @@ fn a_batch_of_decisions_is_one_event_and_one_audit_record_per_decision() {
         reason: None,
     };
     let command = Command::RecordDecisions { tenant_id: "a".into(), decisions: (1..=4).map(decision).collect() };
-    let (outcome, events, records) = st.execute_audited(&req(3, command));
+    let (outcome, events, audited) = st.execute_audited(&req(3, command));
+    let records = crate::trail::records_of(&events, &audited);
     // Its recorder reads only that it applied: the answer does not copy the batch's event.
     assert!(matches!(&outcome, Outcome::Applied { events, operation: None } if events.is_empty()), "{outcome:?}");
     assert_eq!(events.len(), 1, "one event for the batch");
@@ -1386,7 +1387,8 @@ fn a_decision_records_the_authority_chain_the_ledger_knows() {
         tenant_id: "a".into(),
         decisions: vec![RequestDecisionV2 { decision: decision.clone(), authority }],
     };
-    let (outcome, events, records) = st.execute_audited(&req(4, record(reported)));
+    let (outcome, events, audited) = st.execute_audited(&req(4, record(reported)));
+    let records = crate::trail::records_of(&events, &audited);
     assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
     let expected = AuthorityChainV1 {
         client_name: Some("claude-code".into()),
@@ -1414,4 +1416,64 @@ fn a_decision_records_the_authority_chain_the_ledger_knows() {
     let plain = record(AuthorityChainV1::default()).without_authority_chains();
     assert!(matches!(&plain, Command::RecordDecisions { decisions, .. } if decisions == &vec![decision.clone()]));
     assert_eq!((record(AuthorityChainV1::default()).ledger_version(), plain.ledger_version()), (14, 1));
+}
+
+/// The ledger version in force only rises, survives the state's encoding, and from 16 on a
+/// tenant's audit chain covers each event's bytes once, without building its records: the
+/// records listed from the events are those an older version builds and chains one by one.
+#[test]
+fn from_ledger_version_16_the_audit_chain_covers_each_event_once() {
+    let raise = |version: u32| Command::RaiseLedgerVersion { version };
+    let decision = |n: u32| crate::audit::RequestDecisionV1 {
+        trace_id: format!("tr-{n}"),
+        principal_id: "p".into(),
+        token_id: None,
+        parent_token_id: None,
+        method: "tools/call".into(),
+        name: Some(format!("https://x/?token=s3cret-{n}")),
+        outcome: "allowed".into(),
+        reason: None,
+    };
+    let trail = |st: &mut LedgerState| {
+        let mut events = Vec::new();
+        let mut audited = Vec::new();
+        for command in [
+            create("a", "acme"),
+            Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p", "agent", &[]) },
+            Command::RecordDecisions { tenant_id: "a".into(), decisions: (1..=3).map(decision).collect() },
+        ] {
+            let (outcome, evs, at) = st.execute_audited(&req(5, command));
+            assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+            events.extend(evs);
+            audited.extend(at);
+        }
+        (events, audited)
+    };
+    let mut before = LedgerState::default();
+    let mut after = LedgerState::default();
+    assert!(matches!(after.execute(&req(1, raise(16))).0, Outcome::Applied { .. }));
+    assert_eq!(after.ledger_version, 16);
+    for lower in [16, 15] {
+        let (outcome, _) = after.execute(&req(2, raise(lower)));
+        assert!(matches!(outcome, Outcome::Rejected { reason: ReasonCode::INPUT_INVALID, .. }), "{outcome:?}");
+    }
+    assert_eq!(LedgerState::decode_versioned(&after.encode_versioned()).expect("decodes").ledger_version, 16);
+
+    let (old_events, old_audited) = trail(&mut before);
+    let (new_events, new_audited) = trail(&mut after);
+    let old_records = crate::trail::records_of(&old_events, &old_audited);
+    let new_records = crate::trail::records_of(&new_events, &new_audited);
+    assert_eq!(new_records.len(), 5, "the tenant, the principal, one per decision");
+    assert!(!new_records[2].detail.contains("s3cret"), "redacted: {:?}", new_records[2]);
+    let strip = |r: &crate::audit::AuditRecord| crate::audit::AuditRecord { revision: 0, ..r.clone() };
+    assert_eq!(old_records.iter().map(strip).collect::<Vec<_>>(), new_records.iter().map(strip).collect::<Vec<_>>());
+
+    let chained = |links: Vec<Vec<u8>>| {
+        links.iter().fold(String::new(), |head, link| crate::sha256_hex(&[head.as_bytes(), link].concat()))
+    };
+    let by_record = chained(old_records.iter().map(crate::audit::AuditRecord::stored).collect());
+    assert_eq!(before.audit["a"].head, by_record, "before 16: each record's stored bytes");
+    let by_event = chained(new_events.iter().filter(|e| e.stream == "a").map(|e| crate::encode(e).unwrap()).collect());
+    assert_eq!(after.audit["a"].head, by_event, "from 16: each event's bytes, once");
+    assert_eq!((after.audit["a"].first_seq, after.audit["a"].next_seq), (1, 6));
 }

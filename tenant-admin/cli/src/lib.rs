@@ -1824,21 +1824,25 @@ pub async fn run(args: AdminArgs) -> i32 {
     }
 }
 
-/// `writ admin cluster version`: each member's ledger version and the cluster's.
+/// `writ admin cluster version`: each member's ledger version, the cluster's, and the one in
+/// force (the newest any member has applied: the leader raises it once every member runs it).
 async fn cluster_version(c: &AdminClient, out: Output) -> Result<(), Failure> {
     let status = c.cluster_status().await.map_err(failed)?;
     let nodes: std::collections::BTreeMap<u64, Option<u32>> =
         status.members.iter().map(|m| (m.node_id, m.status.as_ref().map(|s| s.ledger_version))).collect();
     // A member that does not answer holds the cluster at the oldest version.
     let cluster = nodes.values().map(|v| v.unwrap_or(1)).min().unwrap_or(1);
-    let view = serde_json::json!({"cluster": cluster, "newest": writ_api::ledger::LEDGER_VERSION, "nodes": nodes});
+    let in_force = status.members.iter().filter_map(|m| m.status.as_ref()).map(|s| s.ledger_version_in_force).max();
+    let newest = writ_api::ledger::LEDGER_VERSION;
+    let view =
+        serde_json::json!({"cluster": cluster, "in_force": in_force.unwrap_or(0), "newest": newest, "nodes": nodes});
     show(out, &view, |v| {
         let rows = nodes
             .iter()
             .map(|(id, ver)| vec![id.to_string(), ver.map_or("unreachable".into(), |v| v.to_string())])
             .collect();
         print_table(&["NODE", "LEDGER_VERSION"], rows);
-        say!("cluster version {} (this build's newest: {})", v["cluster"], v["newest"]);
+        say!("cluster version {}, in force {} (this build's newest: {})", v["cluster"], v["in_force"], v["newest"]);
     })
 }
 
