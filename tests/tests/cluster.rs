@@ -385,14 +385,9 @@ async fn the_leader_puts_in_force_the_newest_version_every_member_runs() {
         version().filter(|v| v["nodes"]["3"] == 15)
     })
     .await;
+    let agent = |name: &str| serde_json::json!({"name": name, "kind": "agent", "preset": "readOnly"});
     c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "raised"})).await;
-    c.admin
-        .post_ok(
-            &url,
-            "/v1/tenants/raised/principals",
-            serde_json::json!({"name": "before", "kind": "agent", "preset": "readOnly"}),
-        )
-        .await;
+    c.admin.post_ok(&url, "/v1/tenants/raised/principals", agent("before")).await;
     let before = version().expect("cluster version");
     assert_eq!((before["cluster"].as_u64(), before["in_force"].as_u64()), (Some(15), Some(0)), "{before}");
 
@@ -404,13 +399,7 @@ async fn the_leader_puts_in_force_the_newest_version_every_member_runs() {
         version().filter(|v| v["in_force"].as_u64() == Some(newest))
     })
     .await;
-    c.admin
-        .post_ok(
-            &url,
-            "/v1/tenants/raised/principals",
-            serde_json::json!({"name": "after", "kind": "agent", "preset": "readOnly"}),
-        )
-        .await;
+    c.admin.post_ok(&url, "/v1/tenants/raised/principals", agent("after")).await;
     c.converged(Duration::from_secs(30)).await;
     for n in &c.nodes {
         let status = c.admin.get(&n.url(), "/client/status").await.expect("status");
