@@ -15,7 +15,7 @@ use writ_api::ledger::EventEnvelope;
 use writ_api::state::LedgerState;
 use writ_api::trail::record_at;
 
-use crate::codec::{checked_bytes, checked_decode, checked_payload};
+use crate::codec::{checked_bytes, checked_decode, corrupt_record, row_of};
 use crate::{CF_AUDIT, CF_EVENTS};
 
 /// Adds to `batch` the rows of the records one applied event produced (`audited`): each as
@@ -44,17 +44,30 @@ pub(crate) fn record_of(
     value: &[u8],
     read_event: impl FnOnce(u64) -> io::Result<Option<EventEnvelope>>,
 ) -> io::Result<Option<AuditRecord>> {
-    let corrupt = |e: String| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}"));
-    match StoredRow::parse(checked_payload(value, "audit record")?).map_err(corrupt)? {
+    render(key, row_of(value)?, read_event)
+}
+
+/// [`record_of`] for a row already read.
+fn render(
+    key: &[u8],
+    row: StoredRow,
+    read_event: impl FnOnce(u64) -> io::Result<Option<EventEnvelope>>,
+) -> io::Result<Option<AuditRecord>> {
+    match row {
         StoredRow::Record(record) => Ok(Some(*record)),
         StoredRow::AtEvent { revision, index } => {
             let Some(env) = read_event(revision)? else { return Ok(None) };
             let (tenant, seq) = key_parts(key)?;
             let record = record_at(&env, tenant, seq, index)
-                .ok_or_else(|| corrupt(format!("event {revision} has no record {index}")))?;
+                .ok_or_else(|| corrupt_record(&format!("event {revision} has no record {index}")))?;
             Ok(Some(record))
         }
     }
+}
+
+/// A position whose event is no longer where it must be.
+pub(crate) fn event_gone() -> io::Error {
+    corrupt_record("its event has left the event log")
 }
 
 /// The event at `revision` in the event log, if it is there.
@@ -68,18 +81,16 @@ pub(crate) fn read_event(db: &DB, opts: ReadOptions, revision: u64) -> io::Resul
 /// position is rendered from its event in the same RocksDB snapshot `view`, where the event
 /// log's retention has not dropped it (it writes the record out first, in the same batch).
 pub(crate) fn whole(db: &DB, view: &rocksdb::Snapshot, key: &[u8], value: Vec<u8>) -> io::Result<Vec<u8>> {
-    let payload = checked_payload(&value, "audit record")?;
-    if matches!(StoredRow::parse(payload), Ok(StoredRow::Record(_))) {
+    let row = row_of(&value)?;
+    if matches!(row, StoredRow::Record(_)) {
         return Ok(value);
     }
-    let in_view = || {
+    let read = |revision| {
         let mut opts = ReadOptions::default();
         opts.set_snapshot(view);
-        opts
+        read_event(db, opts, revision)
     };
-    let record = record_of(key, &value, |revision| read_event(db, in_view(), revision))?.ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, "corrupt audit record: its event has left the event log")
-    })?;
+    let record = render(key, row, read)?.ok_or_else(event_gone)?;
     Ok(checked_bytes(&record.stored()))
 }
 
@@ -144,10 +155,7 @@ impl Rows<'_> {
     fn get(&self, seq: u64) -> io::Result<StoredRow> {
         let audit = self.db.cf_handle(CF_AUDIT).expect("column families are created at open");
         let row = self.db.get_cf(audit, record_key(self.tenant, seq)).map_err(io::Error::other)?;
-        let row =
-            row.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a retained audit record is missing"))?;
-        let corrupt = |e: String| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}"));
-        StoredRow::parse(checked_payload(&row, "audit record")?).map_err(corrupt)
+        row_of(&row.ok_or_else(|| corrupt_record("a retained one is missing"))?)
     }
 
     /// The first sequence in `first..next` whose event is at or after `revision` (`next` if

@@ -51,15 +51,24 @@ pub(crate) fn checked_decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what:
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt {what}: {e}")))
 }
 
+/// A corrupt audit row, and why.
+pub(crate) fn corrupt_record(detail: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {detail}"))
+}
+
+/// A row of the audit family, once its checksum vouches for it: a whole record or a position
+/// in an event (`crate::audit_rows`).
+pub(crate) fn row_of(bytes: &[u8]) -> io::Result<writ_api::audit::StoredRow> {
+    writ_api::audit::StoredRow::parse(checked_payload(bytes, "audit record")?).map_err(|e| corrupt_record(&e))
+}
+
 /// A whole audit record's row (`writ_api::audit::AuditRecord::stored` behind its checksum), as
 /// snapshots and backups carry it: never a position in an event (`crate::audit_rows`), which
 /// only the node that applied it can read.
 pub(crate) fn record_of(bytes: &[u8]) -> io::Result<writ_api::audit::AuditRecord> {
-    let payload = checked_payload(bytes, "audit record")?;
-    let corrupt = |e: &str| io::Error::new(io::ErrorKind::InvalidData, format!("corrupt audit record: {e}"));
-    match writ_api::audit::StoredRow::parse(payload).map_err(|e| corrupt(&e))? {
+    match row_of(bytes)? {
         writ_api::audit::StoredRow::Record(record) => Ok(*record),
-        writ_api::audit::StoredRow::AtEvent { .. } => Err(corrupt("a position in an event, not a record")),
+        writ_api::audit::StoredRow::AtEvent { .. } => Err(corrupt_record("a position in an event, not a record")),
     }
 }
 

@@ -398,9 +398,7 @@ impl StateMachine {
                 // The event left the log after this page began: its retention wrote the
                 // record out whole first.
                 let row = db.get_cf(cf, &key).map_err(io::Error::other)?.unwrap_or_default();
-                crate::audit_rows::record_of(&key, &row, |_| Ok(None))?.ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, "corrupt audit record: its event has left the event log")
-                })
+                crate::audit_rows::record_of(&key, &row, |_| Ok(None))?.ok_or_else(crate::audit_rows::event_gone)
             },
         );
         audit::page(records, after, limit, filter)
