@@ -256,8 +256,20 @@ pub(crate) fn url_tenant(headers: &HeaderMap) -> Option<&str> {
     headers.get(URL_TENANT_HEADER).and_then(|v| v.to_str().ok())
 }
 
+/// The MCP endpoint's checks of a request's URL and headers, in one layer:
+/// [`mark_url_tenant`], then [`bound_headers`].
+async fn endpoint_headers(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if let Err(refused) = mark_url_tenant(&mut req) {
+        return refused;
+    }
+    if let Err(refused) = bound_headers(&req) {
+        return refused;
+    }
+    next.run(req).await
+}
+
 /// Drops a client's [`URL_TENANT_HEADER`] and sets it from the path of a tenant's MCP URL.
-async fn mark_url_tenant(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+fn mark_url_tenant(req: &mut axum::extract::Request) -> Result<(), Response> {
     req.headers_mut().remove(URL_TENANT_HEADER);
     let tenant = req.uri().path().strip_prefix("/t/").and_then(|rest| rest.split('/').next());
     let value = tenant.filter(|t| writ_api::rejection::validate_tenant_name(t).is_ok());
@@ -268,10 +280,10 @@ async fn mark_url_tenant(mut req: axum::extract::Request, next: axum::middleware
         }
         (true, _) => {
             let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, "the URL names no valid tenant");
-            return RpcError::rejected(&e).into_response();
+            return Err(RpcError::rejected(&e).into_response());
         }
     }
-    next.run(req).await
+    Ok(())
 }
 
 /// The least time between two requests of this edge for one issuer's keys.
@@ -333,13 +345,8 @@ pub fn router_with(
         issuer_refreshes: Default::default(),
         admin,
     });
-    let endpoint = || {
-        get(mcp_session)
-            .delete(mcp_session)
-            .post(mcp_post)
-            .layer(axum::middleware::from_fn(bound_headers))
-            .layer(axum::middleware::from_fn(mark_url_tenant))
-    };
+    let endpoint =
+        || get(mcp_session).delete(mcp_session).post(mcp_post).layer(axum::middleware::from_fn(endpoint_headers));
     let tenant_mcp = format!("/t/{{tenant}}{}", if mcp == "/" { "" } else { mcp.as_str() });
     let tenant_prm = format!("/.well-known/oauth-protected-resource{tenant_mcp}");
     let mut r = Router::new()
@@ -388,16 +395,16 @@ pub const MCP_HEADER_BYTES_MAX: usize = 4096;
 
 /// Refuses a request with an oversized `Mcp-*` header (431 HEADER_TOO_LARGE): nothing of it
 /// reaches a metric label or the audit trail.
-async fn bound_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+fn bound_headers(req: &axum::extract::Request) -> Result<(), Response> {
     let oversized =
         req.headers().iter().find(|(n, v)| n.as_str().starts_with("mcp-") && v.len() > MCP_HEADER_BYTES_MAX);
     if let Some((name, _)) = oversized {
         metrics::counter!("writ_edge_requests_refused_total", "reason" => ReasonCode::HEADER_TOO_LARGE.as_str())
             .increment(1);
         let message = format!("the {name} header exceeds {MCP_HEADER_BYTES_MAX} bytes");
-        return RpcError::reason(ReasonCode::HEADER_TOO_LARGE, message).into_response();
+        return Err(RpcError::reason(ReasonCode::HEADER_TOO_LARGE, message).into_response());
     }
-    next.run(req).await
+    Ok(())
 }
 
 /// The `method` member of a JSON-RPC body, if the body is one (empty otherwise).
@@ -948,7 +955,7 @@ async fn mcp_post(
                 trace_id: &trace_id,
                 recorded: &recorded,
             };
-            let posted = writ_client::trace::within(span.context(), legacy::post(&x, &body)).await;
+            let posted = writ_client::trace::within(span.context(), Box::pin(legacy::post(&x, &body))).await;
             if posted.quiet {
                 return posted.handled.response;
             }
@@ -975,7 +982,9 @@ async fn mcp_post(
                     trace_id: &trace_id,
                     recorded: &recorded,
                 };
-                writ_client::trace::within(span.context(), serve::handle(call)).await
+                // Boxed, as the 2025 wire's: a method's future is large, and kept inline it
+                // would make this handler's future as large, copied at every layer it passes.
+                writ_client::trace::within(span.context(), Box::pin(serve::handle(call))).await
             }
         },
     };

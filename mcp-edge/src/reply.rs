@@ -1,8 +1,10 @@
 //! How a request's answer travels: a single `application/json` response when the handler has
 //! nothing to say before its result, or a per-request `text/event-stream` (notifications first,
 //! the response last) once it emits a progress or log notification and the client accepts SSE.
-//! The handler runs in its own task; when the client goes away (closes the stream or drops
-//! the connection) the task is aborted — that is cancellation in stateless MCP.
+//! A handler that may stream (the client accepts SSE and asked for progress or log messages)
+//! runs in its own task; any other runs within the request, with nothing to spawn. Either way,
+//! when the client goes away (closes the stream or drops the connection) the handler is
+//! dropped — that is cancellation in stateless MCP.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,6 +12,7 @@ use std::future::Future;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -31,7 +34,8 @@ pub(crate) const LEVELS: &[&str] = &["debug", "info", "notice", "warning", "erro
 /// when it set none).
 #[derive(Clone)]
 pub struct Notifier {
-    tx: mpsc::Sender<Msg>,
+    /// None when nothing listens (a request answered with JSON): notifications are dropped.
+    tx: Option<mpsc::Sender<Msg>>,
     progress_token: Option<Value>,
     log_level: Option<usize>,
 }
@@ -43,7 +47,7 @@ impl Notifier {
         if let Some(t) = total {
             params["total"] = json!(t);
         }
-        let _ = self.tx.send(Msg::Notification(jsonrpc::notification("notifications/progress", params))).await;
+        self.send(jsonrpc::notification("notifications/progress", params)).await;
     }
 
     pub async fn log(&self, level: &str, data: Value) {
@@ -55,7 +59,13 @@ impl Notifier {
         let wanted = LEVELS.iter().position(|l| *l == level).unwrap_or(0);
         if self.log_level.is_some_and(|min| wanted >= min) {
             let params = json!({"level": level, "logger": logger, "data": data});
-            let _ = self.tx.send(Msg::Notification(jsonrpc::notification("notifications/message", params))).await;
+            self.send(jsonrpc::notification("notifications/message", params)).await;
+        }
+    }
+
+    async fn send(&self, notification: Value) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Msg::Notification(notification)).await;
         }
     }
 
@@ -90,15 +100,19 @@ where
     F: FnOnce(Notifier) -> Fut,
     Fut: Future<Output = Outcome> + Send + 'static,
 {
+    let progress_token = meta.and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number());
+    let log_level = meta
+        .and_then(|m| m.get(jsonrpc::META_LOG_LEVEL))
+        .and_then(Value::as_str)
+        .and_then(|l| LEVELS.iter().position(|x| *x == l));
+    let mut notifier = Notifier { tx: None, progress_token: progress_token.cloned(), log_level };
+    if !sse || (notifier.progress_token.is_none() && notifier.log_level.is_none()) {
+        // Its answer is one JSON response whatever it does: run it here (boxed, so the
+        // request's future does not grow by the handler's).
+        return inline(id, Box::pin(handler(notifier))).await;
+    }
     let (tx, mut rx) = mpsc::channel(64);
-    let notifier = Notifier {
-        tx: tx.clone(),
-        progress_token: meta.and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number()).cloned(),
-        log_level: meta
-            .and_then(|m| m.get(jsonrpc::META_LOG_LEVEL))
-            .and_then(Value::as_str)
-            .and_then(|l| LEVELS.iter().position(|x| *x == l)),
-    };
+    notifier.tx = Some(tx.clone());
     let work = writ_client::trace::resume(writ_client::trace::current(), handler(notifier));
     let guard = AbortOnDrop(tokio::spawn(async move {
         let outcome = work.await;
@@ -108,20 +122,11 @@ where
     loop {
         match rx.recv().await {
             Some(Msg::Done(outcome)) => return json_answer(id, outcome),
-            Some(Msg::Notification(n)) if sse => {
+            Some(Msg::Notification(n)) => {
                 early.push(n);
                 break;
             }
-            Some(Msg::Notification(_)) => continue, // the client takes JSON only: no room for notifications
-            None => {
-                return RpcError::new(
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    jsonrpc::INTERNAL_ERROR,
-                    "the handler stopped",
-                )
-                .with_id(id)
-                .into_response()
-            }
+            None => return stopped(id),
         }
     }
     let id = id.clone();
@@ -148,6 +153,21 @@ where
     let mut response = Sse::new(events).into_response();
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// Runs a handler that cannot stream within the request; a panic in it is answered as a
+/// handler that stopped, as in its own task.
+async fn inline(id: &Option<Value>, work: impl Future<Output = Outcome>) -> Response {
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(outcome) => json_answer(id, outcome),
+        Err(_) => stopped(id),
+    }
+}
+
+fn stopped(id: &Option<Value>) -> Response {
+    RpcError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, jsonrpc::INTERNAL_ERROR, "the handler stopped")
+        .with_id(id)
+        .into_response()
 }
 
 fn json_answer(id: &Option<Value>, outcome: Outcome) -> Response {
@@ -225,5 +245,37 @@ mod tests {
         });
         assert!(tokio::time::timeout(Duration::from_millis(50), waiting).await.is_err());
         assert!(until_set(&dropped).await, "the handler outlived its request");
+    }
+
+    /// A handler whose answer cannot stream runs within the request (no task of its own), drops
+    /// its notifications rather than waiting for a reader, and a panic in it is still answered.
+    #[tokio::test]
+    async fn a_handler_that_cannot_stream_runs_within_the_request() {
+        let here = tokio::task::try_id();
+        let task_of = |sse: bool, meta: Value| async move {
+            let seen = Arc::new(std::sync::Mutex::new(None));
+            let s = seen.clone();
+            let response = run(&Some(json!(4)), Some(&meta), sse, move |notify| async move {
+                *s.lock().unwrap() = Some(tokio::task::try_id());
+                // More than the stream's buffer: a notifier nobody reads must not block.
+                for i in 0..100 {
+                    notify.progress(f64::from(i), None, "step").await;
+                }
+                Ok(json!({"ok": true}))
+            })
+            .await;
+            let task = seen.lock().unwrap().take().expect("the handler ran");
+            (task, response)
+        };
+        let (task, json_only) = task_of(false, json!({"progressToken": "p"})).await;
+        assert_eq!(task, here, "a JSON-only request's handler runs in the request's task");
+        assert_eq!(json_only.headers()[header::CONTENT_TYPE], "application/json");
+        let (task, _) = task_of(true, json!({})).await;
+        assert_eq!(task, here, "a handler asked for no notifications runs in the request's task");
+        let (task, streamed) = task_of(true, json!({"progressToken": "p"})).await;
+        assert_ne!(task, here, "a handler that may stream runs in a task of its own");
+        assert_eq!(streamed.headers()[header::CONTENT_TYPE], "text/event-stream");
+        let panicked = run(&Some(json!(5)), None, false, |_| async { panic!("a bug") }).await;
+        assert_eq!(panicked.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
     }
 }
