@@ -259,17 +259,15 @@ pub(crate) fn url_tenant(headers: &HeaderMap) -> Option<&str> {
 /// The MCP endpoint's checks of a request's URL and headers, in one layer:
 /// [`mark_url_tenant`], then [`bound_headers`].
 async fn endpoint_headers(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if let Err(refused) = mark_url_tenant(&mut req) {
-        return refused;
+    match mark_url_tenant(&mut req).or_else(|| bound_headers(&req)) {
+        Some(refused) => refused,
+        None => next.run(req).await,
     }
-    if let Err(refused) = bound_headers(&req) {
-        return refused;
-    }
-    next.run(req).await
 }
 
-/// Drops a client's [`URL_TENANT_HEADER`] and sets it from the path of a tenant's MCP URL.
-fn mark_url_tenant(req: &mut axum::extract::Request) -> Result<(), Response> {
+/// Drops a client's [`URL_TENANT_HEADER`] and sets it from the path of a tenant's MCP URL;
+/// the refusal of a tenant URL that names no valid tenant.
+fn mark_url_tenant(req: &mut axum::extract::Request) -> Option<Response> {
     req.headers_mut().remove(URL_TENANT_HEADER);
     let tenant = req.uri().path().strip_prefix("/t/").and_then(|rest| rest.split('/').next());
     let value = tenant.filter(|t| writ_api::rejection::validate_tenant_name(t).is_ok());
@@ -280,10 +278,10 @@ fn mark_url_tenant(req: &mut axum::extract::Request) -> Result<(), Response> {
         }
         (true, _) => {
             let e = Rejection::new(ReasonCode::TENANT_NOT_FOUND, "the URL names no valid tenant");
-            return Err(RpcError::rejected(&e).into_response());
+            return Some(RpcError::rejected(&e).into_response());
         }
     }
-    Ok(())
+    None
 }
 
 /// The least time between two requests of this edge for one issuer's keys.
@@ -393,18 +391,18 @@ pub fn probes(verifier: Verifier) -> Router {
 /// resource URI, base64-encoded or not. Longer ones are refused before the body is read.
 pub const MCP_HEADER_BYTES_MAX: usize = 4096;
 
-/// Refuses a request with an oversized `Mcp-*` header (431 HEADER_TOO_LARGE): nothing of it
-/// reaches a metric label or the audit trail.
-fn bound_headers(req: &axum::extract::Request) -> Result<(), Response> {
+/// The refusal of a request with an oversized `Mcp-*` header (431 HEADER_TOO_LARGE): nothing
+/// of it reaches a metric label or the audit trail.
+fn bound_headers(req: &axum::extract::Request) -> Option<Response> {
     let oversized =
         req.headers().iter().find(|(n, v)| n.as_str().starts_with("mcp-") && v.len() > MCP_HEADER_BYTES_MAX);
     if let Some((name, _)) = oversized {
         metrics::counter!("writ_edge_requests_refused_total", "reason" => ReasonCode::HEADER_TOO_LARGE.as_str())
             .increment(1);
         let message = format!("the {name} header exceeds {MCP_HEADER_BYTES_MAX} bytes");
-        return Err(RpcError::reason(ReasonCode::HEADER_TOO_LARGE, message).into_response());
+        return Some(RpcError::reason(ReasonCode::HEADER_TOO_LARGE, message).into_response());
     }
-    Ok(())
+    None
 }
 
 /// The `method` member of a JSON-RPC body, if the body is one (empty otherwise).

@@ -118,17 +118,12 @@ where
         let outcome = work.await;
         let _ = tx.send(Msg::Done(outcome)).await;
     }));
-    let mut early = Vec::new();
-    loop {
-        match rx.recv().await {
-            Some(Msg::Done(outcome)) => return json_answer(id, outcome),
-            Some(Msg::Notification(n)) => {
-                early.push(n);
-                break;
-            }
-            None => return stopped(id),
-        }
-    }
+    // A first notification makes the answer a stream; a result before any, plain JSON.
+    let early = match rx.recv().await {
+        Some(Msg::Done(outcome)) => return json_answer(id, outcome),
+        Some(Msg::Notification(n)) => vec![n],
+        None => return stopped(id),
+    };
     let id = id.clone();
     let frames = futures::stream::unfold((early, Some(rx), guard), move |(mut queued, rx, guard)| {
         let id = id.clone();
