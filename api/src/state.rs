@@ -493,20 +493,22 @@ impl LedgerState {
         let chain_events = self.ledger_version >= 16;
         let index = self.audit.entry(env.stream.clone()).or_default();
         let first_seq = index.next_seq.max(1);
-        let count = if chain_events {
+        let (count, event_bytes) = if chain_events {
             let count = crate::trail::record_count(env);
-            if count > 0 {
-                index.push_event(env.at_ms, count as u64, &crate::encode(env).expect("events encode"));
+            let bytes = (count > 0).then(|| crate::encode(env).expect("events encode"));
+            if let Some(bytes) = &bytes {
+                index.push_event(env.at_ms, count as u64, bytes);
             }
-            count
+            (count, bytes)
         } else {
             let records = records_for(env, &env.stream, first_seq);
             records.iter().for_each(|r| index.push(env.at_ms, &r.stored()));
-            records.len()
+            (records.len(), None)
         };
         index.retain(max_events, max_age_s, env.at_ms);
         let count = u32::try_from(count).expect("an event's records are bounded");
-        (count > 0).then(|| AuditedEvent { tenant_id: env.stream.clone(), revision: env.revision, first_seq, count })
+        let (tenant_id, revision) = (env.stream.clone(), env.revision);
+        (count > 0).then_some(AuditedEvent { tenant_id, revision, first_seq, count, event_bytes })
     }
 
     /// [`Command::ledger_version`], and what this state adds to it: a submission of a catalog

@@ -8,7 +8,8 @@
 # Knobs: CPU_MIX (read=1: tools/call greet; discover=1: tools/list), CPU_CONNECTIONS (64),
 # CPU_SECONDS (16, at least 12), CPU_BIN (a directory holding `writ` and `writ-loadtest`, for
 # alternating builds; default the release build), CPU_PERF_PID_INDEX (record `perf` with DWARF
-# stacks of one process for the 10 s into /tmp/writ-cpu.perf: 1–3 a node, 4–5 an edge).
+# stacks of one process for the 10 s into /tmp/writ-cpu.perf: 1–3 a node, 4–5 an edge; at
+# CPU_PERF_HZ samples per second, 250 by default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=loadtest/bench/lib.sh
@@ -31,7 +32,7 @@ gen=$!
 sleep 5
 pids=($WRIT_NODE_PIDS $WRIT_EDGE_PIDS $gen)
 if [ -n "${CPU_PERF_PID_INDEX:-}" ]; then
-  perf record -F 250 --call-graph dwarf,32768 -p "${pids[$((CPU_PERF_PID_INDEX - 1))]}" \
+  perf record -F "${CPU_PERF_HZ:-250}" --call-graph dwarf,32768 -p "${pids[$((CPU_PERF_PID_INDEX - 1))]}" \
     -o /tmp/writ-cpu.perf -- sleep 10 2>/dev/null &
 fi
 before=$(ticks "${pids[@]}")

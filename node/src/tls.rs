@@ -168,15 +168,27 @@ const DRAINED_BODY_BYTES: u64 = 1024 * 1024;
 /// How long reading that rest may take.
 const DRAIN_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What every listener does to each request: [`forwarded_headers`], then the route, then
+/// [`drain_unread_body`] — one layer, so a request pays for one boxed middleware future.
+async fn request_hygiene(
+    trusted: bool,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    forwarded_headers(trusted, &mut req);
+    drain_unread_body(req, next).await
+}
+
 /// Reads and drops what a route left unread of the request body (at most
 /// [`DRAINED_BODY_BYTES`], within [`DRAIN_BODY_TIMEOUT`]) once it has answered. A route that
 /// answers without reading the whole body — the credential check's refusal, a body over the
 /// route's bound, an unknown path — would otherwise leave it unread, and HTTP/1.1 then closes
 /// the connection: a client still sending its body, or one that had picked the connection for
 /// its next request, gets a broken connection instead of the answer. Nothing is kept of the
-/// bytes, and no route reads a body before its credential check.
+/// bytes, and no route reads a body before its credential check. A body the route read to its
+/// end costs no more than a lock per frame.
 async fn drain_unread_body(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
-    use futures::StreamExt;
+    use http_body::Body as _;
     let length =
         req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     // HTTP/2 resets the one stream, never the connection (Raft's traffic between nodes).
@@ -185,28 +197,53 @@ async fn drain_unread_body(req: axum::extract::Request, next: axum::middleware::
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
-    let read = futures::stream::unfold(shared.clone(), |s| async move {
-        let item = s.lock().await.next().await;
-        item.map(|chunk| (chunk, s))
-    });
-    let response = next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from_stream(read))).await;
-    let _ = tokio::time::timeout(DRAIN_BODY_TIMEOUT, async {
-        let mut rest = shared.lock().await;
-        while let Some(Ok(_)) = rest.next().await {}
-    })
-    .await;
+    let shared = SharedBody(Arc::new(std::sync::Mutex::new(body)));
+    let response = next.run(axum::extract::Request::from_parts(parts, axum::body::Body::new(shared.clone()))).await;
+    let mut rest = std::mem::take(&mut *shared.lock());
+    if !rest.is_end_stream() {
+        let _ = tokio::time::timeout(DRAIN_BODY_TIMEOUT, async {
+            while let Some(Ok(_)) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut rest).poll_frame(cx)).await {}
+        })
+        .await;
+    }
     response
+}
+
+/// A request body the route reads through a handle while the middleware keeps another: what
+/// the route leaves unread stays reachable after it has dropped its handle.
+#[derive(Clone)]
+struct SharedBody(Arc<std::sync::Mutex<axum::body::Body>>);
+
+impl SharedBody {
+    fn lock(&self) -> std::sync::MutexGuard<'_, axum::body::Body> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl http_body::Body for SharedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut *self.lock()).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.lock().is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.lock().size_hint()
+    }
 }
 
 /// `X-Forwarded-*` handling: honoured (Host only) from trusted proxies, removed elsewhere. An
 /// HTTP/2 request names its host in `:authority` (the URI), not `Host`: it becomes the `Host`
 /// header here, so every route checks one header whatever the protocol.
-async fn forwarded_headers(
-    trusted: bool,
-    mut req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
+fn forwarded_headers(trusted: bool, req: &mut axum::extract::Request) {
     use axum::http::header::HOST;
     if !req.headers().contains_key(HOST) {
         let authority = req.uri().authority().and_then(|a| axum::http::HeaderValue::from_str(a.as_str()).ok());
@@ -214,15 +251,18 @@ async fn forwarded_headers(
             req.headers_mut().insert(HOST, authority);
         }
     }
+    let forwarded = |k: &axum::http::HeaderName| k.as_str().starts_with("x-forwarded-");
+    if !req.headers().keys().any(forwarded) {
+        return;
+    }
     let host = req.headers().get("x-forwarded-host").cloned();
-    let names: Vec<_> = req.headers().keys().filter(|k| k.as_str().starts_with("x-forwarded-")).cloned().collect();
+    let names: Vec<_> = req.headers().keys().filter(|k| forwarded(k)).cloned().collect();
     for k in names {
         req.headers_mut().remove(k);
     }
     if let (true, Some(h)) = (trusted, host) {
         req.headers_mut().insert(HOST, h);
     }
-    next.run(req).await
 }
 
 /// Serves `app` on `listener` until `drain` starts; then stops accepting and returns once every
@@ -230,9 +270,7 @@ async fn forwarded_headers(
 /// closed gracefully), or at `deadline` after the drain began, whichever is first.
 pub async fn serve(listener: TcpListener, app: Router, accept: Accept, drain: Drain, deadline: Duration) {
     let trusted = accept.trusted_proxies.is_some();
-    let app = app
-        .layer(axum::middleware::from_fn(drain_unread_body))
-        .layer(axum::middleware::from_fn(move |req, next| forwarded_headers(trusted, req, next)));
+    let app = app.layer(axum::middleware::from_fn(move |req, next| request_hygiene(trusted, req, next)));
     let mut connections = tokio::task::JoinSet::new();
     let stop = drain.watch();
     loop {

@@ -34,7 +34,7 @@ use writ_api::operation::ProposalV1;
 use writ_api::revocation::Revocations;
 use writ_api::state::LedgerState;
 
-use crate::codec::{checked_decode, checked_encode};
+use crate::codec::{checked_bytes, checked_decode, checked_encode};
 use crate::cold::CF_COLD;
 pub use crate::snapshot::SnapshotHandle;
 use crate::snapshot::{Contents, SnapshotHeader};
@@ -875,7 +875,7 @@ impl StateMachine {
         let locked = std::time::Instant::now();
         for (entry, responder) in committed {
             let log_id = entry.log_id();
-            let (outcome, envelopes, audit) = match entry.payload {
+            let (outcome, envelopes, mut audit) = match entry.payload {
                 EntryPayload::Blank => (Outcome::Internal, Vec::new(), Vec::new()),
                 // A follower's entries have no one waiting: no answer is built for them.
                 EntryPayload::Normal(ref req) if responder.is_none() => a.state.execute_unanswered(req),
@@ -891,6 +891,9 @@ impl StateMachine {
                     batch.put_cf(evidence_cf, key, bytes);
                 }
             }
+            // The events the fold already encoded (to chain the audit trail over them).
+            let mut encoded: std::collections::VecDeque<(u64, Vec<u8>)> =
+                audit.iter_mut().filter_map(|at| Some((at.revision, at.event_bytes.take()?))).collect();
             for env in envelopes {
                 // A purged tenant's audit trail and evidence go with it.
                 if let writ_api::ledger::Event::EvidenceExpiredV1 { tenant_id, blobs } = &env.event {
@@ -906,7 +909,12 @@ impl StateMachine {
                     batch.delete_range_cf(audit_cf, &start, &end);
                     batch.delete_range_cf(evidence_cf, &start, &end);
                 }
-                let record = checked_encode(&env)?;
+                let record = match encoded.front() {
+                    Some((revision, _)) if *revision == env.revision => {
+                        checked_bytes(&encoded.pop_front().expect("looked at").1)
+                    }
+                    _ => checked_encode(&env)?,
+                };
                 batch.put_cf(cf, env.revision.to_be_bytes(), &record);
                 produced.push(Arc::new(StoredEvent { envelope: env, record }));
             }

@@ -232,6 +232,9 @@ pub struct AuditedEvent {
     pub revision: u64,
     pub first_seq: u64,
     pub count: u32,
+    /// The event as [`crate::encode`] wrote it to extend the chain over it (ledger version 16
+    /// on): the bytes a node stores for the event, so it is encoded once.
+    pub event_bytes: Option<Vec<u8>>,
 }
 
 /// First eight bytes of a stored row that holds where its record comes from instead of the
