@@ -15,16 +15,23 @@ use writ_api::ledger::EventEnvelope;
 use writ_api::state::LedgerState;
 use writ_api::trail::record_at;
 
-use crate::codec::{checked_bytes, checked_decode, corrupt_record, row_of};
+use crate::codec::{checked_bytes, checked_decode, checksum, corrupt_record, row_of, CHECKSUM_BYTES};
 use crate::{CF_AUDIT, CF_EVENTS};
 
 /// Adds to `batch` the rows of the records one applied event produced (`audited`): each as
-/// its position in the event.
+/// its position in the event (a batch of request decisions is a thousand rows, built in place).
 pub(crate) fn put_positions(db: &DB, batch: &mut WriteBatch, audited: &AuditedEvent) {
     let audit = db.cf_handle(CF_AUDIT).expect("column families are created at open");
+    let mut key = record_key(&audited.tenant_id, audited.first_seq);
+    let seq_at = key.len() - 8;
+    // `checked_bytes` of the position, in place.
+    let mut row = [0u8; CHECKSUM_BYTES + 20];
     for index in 0..audited.count {
-        let key = record_key(&audited.tenant_id, audited.first_seq + u64::from(index));
-        batch.put_cf(audit, key, checked_bytes(&StoredRow::at_event(audited.revision, index)));
+        key[seq_at..].copy_from_slice(&(audited.first_seq + u64::from(index)).to_be_bytes());
+        let position = StoredRow::at_event(audited.revision, index);
+        row[..CHECKSUM_BYTES].copy_from_slice(&checksum(&position));
+        row[CHECKSUM_BYTES..].copy_from_slice(&position);
+        batch.put_cf(audit, &key, row);
     }
 }
 
@@ -203,5 +210,25 @@ mod tests {
         assert_eq!(rows.first_at(14, 1, 7, Some(3)).unwrap(), 7, "none at or after it");
         assert_eq!(rows.first_at(5, 1, 7, Some(5)).unwrap(), 1, "all at or after it");
         assert_eq!(rows.first_at(11, 3, 7, None).unwrap(), 3, "within the retained range");
+    }
+
+    /// The rows an applied event's records get, built in place, are each record's key and
+    /// its position behind the checksum, as every reader of the family parses them.
+    #[test]
+    fn positions_are_the_records_keys_and_checked_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::open_db(dir.path()).unwrap();
+        let audited = AuditedEvent { tenant_id: "t".into(), revision: 7, first_seq: 255, count: 3, event_bytes: None };
+        let mut batch = WriteBatch::default();
+        put_positions(&db, &mut batch, &audited);
+        db.write(batch).unwrap();
+        let audit = db.cf_handle(CF_AUDIT).unwrap();
+        let rows: Vec<_> = db.iterator_cf(audit, rocksdb::IteratorMode::Start).map(Result::unwrap).collect();
+        let expected: Vec<_> = (0..3u32)
+            .map(|i| (record_key("t", 255 + u64::from(i)), checked_bytes(&StoredRow::at_event(7, i))))
+            .collect();
+        let rows: Vec<_> = rows.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        assert_eq!(rows, expected);
+        assert_eq!(row_of(&rows[2].1).unwrap(), StoredRow::AtEvent { revision: 7, index: 2 });
     }
 }

@@ -8,7 +8,7 @@ use std::io;
 
 pub(crate) const CHECKSUM_BYTES: usize = 8;
 
-fn checksum(payload: &[u8]) -> [u8; CHECKSUM_BYTES] {
+pub(crate) fn checksum(payload: &[u8]) -> [u8; CHECKSUM_BYTES] {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(payload);
     let mut out = [0u8; CHECKSUM_BYTES];

@@ -256,8 +256,12 @@ pub enum StoredRow {
 
 impl StoredRow {
     /// The bytes of [`StoredRow::AtEvent`]: the marker, the revision and the index, big-endian.
-    pub fn at_event(revision: u64, index: u32) -> Vec<u8> {
-        [&STORED_AT_EVENT[..], &revision.to_be_bytes(), &index.to_be_bytes()].concat()
+    pub fn at_event(revision: u64, index: u32) -> [u8; 20] {
+        let mut row = [0u8; 20];
+        row[..8].copy_from_slice(&STORED_AT_EVENT);
+        row[8..16].copy_from_slice(&revision.to_be_bytes());
+        row[16..].copy_from_slice(&index.to_be_bytes());
+        row
     }
 
     /// What [`StoredRow::at_event`] or [`AuditRecord::stored`] wrote.
