@@ -101,10 +101,15 @@ impl WatchLine {
         if buf.len() < 4 + len {
             return Ok(None);
         }
-        let frame: Vec<u8> = buf.drain(..4 + len).skip(4).collect();
-        let payload = &frame[1..];
+        // Decoded where it lies; then the frame leaves the buffer in one move of what follows.
+        let line = Self::decode_frame(buf[4], &buf[5..4 + len]);
+        buf.drain(..4 + len);
+        line.map(Some)
+    }
+
+    fn decode_frame(kind: u8, payload: &[u8]) -> Result<WatchLine, String> {
         let bad = |e: bincode::error::DecodeError| format!("an undecodable watch frame: {e}");
-        Ok(Some(match frame[0] {
+        Ok(match kind {
             0 => WatchLine::Event(Box::new(crate::decode(payload).map_err(bad)?)),
             1 => WatchLine::Heartbeat { heartbeat: crate::decode(payload).map_err(bad)? },
             2 => {
@@ -112,7 +117,7 @@ impl WatchLine {
                 WatchLine::End { end, message, next }
             }
             other => return Err(format!("a watch frame of unknown kind {other}")),
-        }))
+        })
     }
 }
 
