@@ -284,16 +284,7 @@ mod tests {
     use super::*;
 
     fn decided(method: &str, name: Option<&str>) -> AuditRecord {
-        let decision = RequestDecisionV1 {
-            trace_id: "tr".into(),
-            principal_id: "p".into(),
-            token_id: None,
-            parent_token_id: None,
-            method: method.into(),
-            name: name.map(str::to_string),
-            outcome: "allowed".into(),
-            reason: None,
-        };
+        let decision = RequestDecisionV1::allowed("tr", "p", method, name);
         let event = Event::RequestsDecidedV1 { tenant_id: "t".into(), decisions: vec![decision] };
         let env = EventEnvelope { revision: 7, stream: "t".into(), seq: 3, at_ms: 5, trace_id: "x".into(), event };
         records_for(&env, "t", 1).remove(0)

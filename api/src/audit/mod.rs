@@ -43,6 +43,23 @@ pub const REDACTED: &str = "[REDACTED]";
 pub const DECISION_FIELD_BYTES_MAX: usize = 256;
 pub use crate::rejection::{truncated, TRUNCATED};
 
+#[cfg(test)]
+impl RequestDecisionV1 {
+    /// An allowed request of `principal_id` without a token, as an edge records it.
+    pub(crate) fn allowed(trace_id: &str, principal_id: &str, method: &str, name: Option<&str>) -> Self {
+        RequestDecisionV1 {
+            trace_id: trace_id.into(),
+            principal_id: principal_id.into(),
+            token_id: None,
+            parent_token_id: None,
+            method: method.into(),
+            name: name.map(str::to_string),
+            outcome: "allowed".into(),
+            reason: None,
+        }
+    }
+}
+
 impl RequestDecisionV1 {
     /// Every text field within [`DECISION_FIELD_BYTES_MAX`].
     pub fn is_bounded(&self) -> bool {

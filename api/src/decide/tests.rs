@@ -601,7 +601,7 @@ fn a_batch_of_decisions_is_one_event_and_one_audit_record_per_decision() {
     let patch = TenantSettingsPatch { audit_max_events: Some(3), ..Default::default() };
     st.execute(&req(2, Command::SetTenantSettings { tenant_id: "a".into(), patch }));
     st.execute(&req(2, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p", "agent", &[]) }));
-    let decision = |n: u32| allowed(&format!("tr-{n}"), "p", "tools/list", None);
+    let decision = |n: u32| crate::audit::RequestDecisionV1::allowed(&format!("tr-{n}"), "p", "tools/list", None);
     let command = Command::RecordDecisions { tenant_id: "a".into(), decisions: (1..=4).map(decision).collect() };
     let (outcome, events, audited) = st.execute_audited(&req(3, command));
     let records = crate::trail::records_of(&events, &audited);
@@ -867,7 +867,7 @@ fn recorded_decisions_about_a_principal_need_a_voucher() {
     st.execute(&req(1, access));
     let about = |principal: &str| Command::RecordDecisions {
         tenant_id: "a".into(),
-        decisions: vec![allowed("t", principal, "tools/list", None)],
+        decisions: vec![crate::audit::RequestDecisionV1::allowed("t", principal, "tools/list", None)],
     };
     let at = |edge_id: &'static str| Presenter { edge_id, node: "node:1" };
     let anonymous = [Credential::Anonymous];
@@ -1406,8 +1406,14 @@ fn a_decision_records_the_authority_chain_the_ledger_knows() {
 #[test]
 fn from_ledger_version_16_the_audit_chain_covers_each_event_once() {
     let raise = |version: u32| Command::RaiseLedgerVersion { version };
-    let decision =
-        |n: u32| allowed(&format!("tr-{n}"), "p", "tools/call", Some(&format!("https://x/?token=s3cret-{n}")));
+    let decision = |n: u32| {
+        crate::audit::RequestDecisionV1::allowed(
+            &format!("tr-{n}"),
+            "p",
+            "tools/call",
+            Some(&format!("https://x/?token=s3cret-{n}")),
+        )
+    };
     let trail = |st: &mut LedgerState| {
         let mut events = Vec::new();
         let mut audited = Vec::new();
@@ -1450,18 +1456,4 @@ fn from_ledger_version_16_the_audit_chain_covers_each_event_once() {
     let by_event = chained(new_events.iter().filter(|e| e.stream == "a").map(|e| crate::encode(e).unwrap()).collect());
     assert_eq!(after.audit["a"].head, by_event, "from 16: each event's bytes, once");
     assert_eq!((after.audit["a"].first_seq, after.audit["a"].next_seq), (1, 6));
-}
-
-/// An allowed request of `principal_id` without a token, as an edge records it.
-fn allowed(trace_id: &str, principal_id: &str, method: &str, name: Option<&str>) -> crate::audit::RequestDecisionV1 {
-    crate::audit::RequestDecisionV1 {
-        trace_id: trace_id.into(),
-        principal_id: principal_id.into(),
-        token_id: None,
-        parent_token_id: None,
-        method: method.into(),
-        name: name.map(str::to_string),
-        outcome: "allowed".into(),
-        reason: None,
-    }
 }
