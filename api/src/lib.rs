@@ -66,12 +66,21 @@ pub mod work;
 pub use reason::ReasonCode;
 pub use rejection::Rejection;
 
+/// Why a value could not be [`encode`]d.
+pub type EncodeError = bincode::error::EncodeError;
+
 /// Canonical binary encoding of persisted types (log entries, events, snapshots).
 ///
 /// Fixed-width little-endian integers so that encodings are stable and easy to pin in golden
 /// files; the configuration is part of the on-disk format and never changes.
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
     bincode::serde::encode_to_vec(value, bincode_config())
+}
+
+/// [`encode`], appended to `out`: the same bytes, so encodings of a struct's fields written one
+/// after another are the struct's encoding.
+pub fn encode_into<T: serde::Serialize>(value: &T, out: &mut Vec<u8>) -> Result<(), bincode::error::EncodeError> {
+    bincode::serde::encode_into_std_write(value, out, bincode_config()).map(drop)
 }
 
 /// How many bytes [`encode`] would write, without writing them.

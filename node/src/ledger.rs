@@ -338,13 +338,14 @@ const LEADER_RECHECK: Duration = Duration::from_millis(10);
 const READ_INDEX_WAIT: Duration = Duration::from_secs(5);
 
 impl LedgerNode {
-    /// Opens storage under `dir` and starts the Raft member.
+    /// Opens storage under `dir` and starts the Raft member, with the transport `network` makes
+    /// (given the opened log: a transport may copy its cached entries' bytes).
     pub async fn start<N>(
         id: u64,
         addr: String,
         dir: &Path,
         settings: &RaftSettings,
-        network: N,
+        network: impl FnOnce(&writ_raft_store::LogStore) -> N,
         clock: Arc<dyn Clock>,
         peers: Arc<dyn Peers>,
     ) -> io::Result<Arc<Self>>
@@ -355,6 +356,7 @@ impl LedgerNode {
         let config = Arc::new(settings.to_openraft(id).map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
         let log_stats = log.stats();
+        let network = network(&log);
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;
         let election_max = Duration::from_millis(settings.election_max_ms);
         let leader_wait = election_max * LEADER_WAIT_ELECTIONS;

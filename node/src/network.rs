@@ -18,7 +18,7 @@ use serde::Serialize;
 use writ_api::dto::{ClusterChange, NodeStatus, SubmitRequest, SubmitResponse};
 use writ_api::Rejection;
 use writ_client::{CallError, NodeHttp};
-use writ_raft_store::TypeConfig;
+use writ_raft_store::{LogBytes, TypeConfig};
 
 use crate::ledger::{Peers, ReadIndex};
 
@@ -62,6 +62,7 @@ pub struct HttpRaftNetwork {
     http: reqwest::Client,
     chunk_bytes: u64,
     body_bytes_max: usize,
+    log: Option<LogBytes>,
 }
 
 impl HttpRaftNetwork {
@@ -73,7 +74,14 @@ impl HttpRaftNetwork {
             http,
             chunk_bytes: chunk_bytes.max(1),
             body_bytes_max: crate::http::RAFT_BODY_BYTES_MAX,
+            log: None,
         }
+    }
+
+    /// Appends copy the entries' bytes from this node's log cache where it holds them.
+    pub fn with_log_bytes(mut self, log: LogBytes) -> Self {
+        self.log = Some(log);
+        self
     }
 
     /// The largest Raft body the peers accept (`[raft] rpc_body_bytes_max`, the same on every
@@ -95,6 +103,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpRaftNetwork {
             http: self.http.clone(),
             chunk_bytes: self.chunk_bytes,
             body_bytes_max: self.body_bytes_max,
+            log: self.log.clone(),
         }
     }
 }
@@ -107,6 +116,7 @@ pub struct HttpRaftPeer {
     http: reqwest::Client,
     chunk_bytes: u64,
     body_bytes_max: usize,
+    log: Option<LogBytes>,
 }
 
 impl HttpRaftPeer {
@@ -262,7 +272,10 @@ impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
         // can take longer than that — timing it out cancelled it and restarted replication.
         let timeout =
             if rpc.entries.is_empty() { option.soft_ttl() } else { option.soft_ttl().max(APPEND_TIMEOUT_MIN) };
-        let body = writ_api::encode(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let encode = |rpc: &AppendEntriesRequest<TypeConfig>| {
+            encode_append(rpc, self.log.as_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+        };
+        let body = encode(&rpc)?;
         if body.len() <= self.body_bytes_max {
             return self.call_body(RPCTypes::AppendEntries, "append", body, timeout).await;
         }
@@ -272,7 +285,7 @@ impl RaftNetworkV2<TypeConfig> for HttpRaftPeer {
         let (part, last) =
             fitting_prefix(rpc, self.body_bytes_max).map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
         metrics::counter!("writ_raft_appends_split_total").increment(1);
-        let body = writ_api::encode(&part).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = encode(&part)?;
         match self.call_body(RPCTypes::AppendEntries, "append", body, timeout).await? {
             AppendEntriesResponse::Success => Ok(AppendEntriesResponse::PartialSuccess(Some(last))),
             other => Ok(other),
@@ -353,6 +366,29 @@ impl Peers for HttpPeers {
     }
 }
 
+/// `rpc` as [`writ_api::encode`] writes it — its fields one after another, the entries as their
+/// count and then each entry — with the entries' bytes copied from `log`'s cache when it holds
+/// them all (the leader encoded each entry once, when it appended it), encoded here if not.
+fn encode_append(
+    rpc: &AppendEntriesRequest<TypeConfig>,
+    log: Option<&LogBytes>,
+) -> Result<Vec<u8>, writ_api::EncodeError> {
+    let mut head = Vec::new();
+    writ_api::encode_into(&rpc.vote, &mut head)?;
+    writ_api::encode_into(&rpc.prev_log_id, &mut head)?;
+    writ_api::encode_into(&(rpc.entries.len() as u64), &mut head)?;
+    let tail = writ_api::encode(&rpc.leader_commit)?;
+    let ids: Vec<_> = rpc.entries.iter().map(|e| e.log_id).collect();
+    if let Some(body) = log.and_then(|log| log.encoded_between(&head, &ids, &tail)) {
+        return Ok(body);
+    }
+    for entry in &rpc.entries {
+        writ_api::encode_into(entry, &mut head)?;
+    }
+    head.extend_from_slice(&tail);
+    Ok(head)
+}
+
 /// The longest prefix of `rpc`'s entries whose append encodes to at most `bytes_max`, and the
 /// log id of its last entry; an error if not even the first entry fits (the peers' body limit
 /// is below what one entry needs: a configuration to fix, see `[raft] rpc_body_bytes_max`).
@@ -379,4 +415,40 @@ fn fitting_prefix(
     rpc.entries = entries;
     rpc.entries.truncate(fit);
     Ok((rpc, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::testing::blank_ent;
+
+    use super::*;
+
+    /// An append of `count` entries after entry `prev`.
+    fn append(prev: u64, count: u64) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: VoteOf::<TypeConfig>::new_committed(2, 1),
+            prev_log_id: Some(blank_ent::<TypeConfig>(2, 1, prev).log_id),
+            entries: (prev + 1..=prev + count).map(|i| blank_ent::<TypeConfig>(2, 1, i)).collect(),
+            leader_commit: Some(blank_ent::<TypeConfig>(1, 1, 3).log_id),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_append_from_the_log_cache_is_the_appends_encoding() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _sm) = writ_raft_store::open(dir.path()).expect("open");
+        log.append((1..=6).map(|i| blank_ent::<TypeConfig>(2, 1, i)), IOFlushed::noop()).await.expect("append");
+        let cached = log.log_bytes();
+        let ids: Vec<_> = append(3, 3).entries.iter().map(|e| e.log_id).collect();
+        assert!(cached.encoded_between(&[], &ids, &[]).is_some(), "the appended entries are cached");
+        // Entries the cache holds, some it does not, and none (a heartbeat).
+        for rpc in [append(3, 3), append(4, 4), append(6, 0)] {
+            let expected = writ_api::encode(&rpc).expect("encode");
+            assert_eq!(encode_append(&rpc, Some(&cached)).expect("encode"), expected);
+            assert_eq!(encode_append(&rpc, None).expect("encode"), expected);
+            let decoded: AppendEntriesRequest<TypeConfig> = writ_api::decode(&expected).expect("decode");
+            assert_eq!(decoded.entries.len(), rpc.entries.len());
+        }
+    }
 }

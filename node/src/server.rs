@@ -76,13 +76,14 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
             "the ledger clock runs ahead of the wall clock ([raft] ledger_clock_ahead_s)"
         );
     }
+    let network = HttpRaftNetwork::new(cfg.node_id, http.clone(), cfg.raft.snapshot_chunk_bytes)
+        .with_body_bytes_max(cfg.raft.rpc_body_bytes_max);
     let node = LedgerNode::start(
         cfg.node_id,
         url.clone(),
         &cfg.data_dir,
         &cfg.raft,
-        HttpRaftNetwork::new(cfg.node_id, http.clone(), cfg.raft.snapshot_chunk_bytes)
-            .with_body_bytes_max(cfg.raft.rpc_body_bytes_max),
+        |log: &writ_raft_store::LogStore| network.with_log_bytes(log.log_bytes()),
         Arc::new(SystemClock { ahead_ms: cfg.raft.clock_ahead_ms }),
         Arc::new(HttpPeers::new(http)),
     )

@@ -17,8 +17,12 @@ pub(crate) fn checksum(payload: &[u8]) -> [u8; CHECKSUM_BYTES] {
 }
 
 pub(crate) fn checked_encode<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
-    let payload = writ_api::encode(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    Ok(checked_bytes(&payload))
+    // Encoded behind room for the checksum, which is filled in once the payload is known.
+    let mut out = vec![0u8; CHECKSUM_BYTES];
+    writ_api::encode_into(value, &mut out).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let sum = checksum(&out[CHECKSUM_BYTES..]);
+    out[..CHECKSUM_BYTES].copy_from_slice(&sum);
+    Ok(out)
 }
 
 /// `payload` behind its checksum.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, DB, DEFAULT_COLUMN_FAMILY_NAME};
 
-pub use log_store::LogStore;
+pub use log_store::{LogBytes, LogStore};
 pub use snapshot::SnapshotHandle;
 pub use state_machine::StateMachine;
 

@@ -8,6 +8,8 @@
 //! The newest entries also stay in memory ([`EntryCache`], at most [`ENTRY_CACHE_BYTES`]): a
 //! leader reads each entry again for every follower's replication and for its own apply, and
 //! those reads come from the cache instead of a RocksDB read, a checksum and a decode each.
+//! The cache keeps each entry's stored bytes beside it, and the transport copies them into
+//! its appends ([`LogBytes`]) instead of encoding every entry again for every follower.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -23,26 +25,32 @@ use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader};
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions, DB};
 
-use crate::codec::{checked_decode, checked_encode};
+use crate::codec::{checked_decode, checked_encode, CHECKSUM_BYTES};
 use crate::{TypeConfig, CF_LOGS, CF_META};
 
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
 
-/// Encoded bytes of the newest entries kept in memory for re-reads (replication, apply).
+/// Memory the newest entries may take for re-reads (replication, apply): each counts twice its
+/// encoded size, once decoded and once as its stored bytes.
 pub const ENTRY_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The newest appended entries by index — a contiguous run ending at the last appended one —
-/// with their encoded sizes, at most [`ENTRY_CACHE_BYTES`] in all.
+/// each with its stored bytes ([`checked_encode`]), at most [`ENTRY_CACHE_BYTES`] in all.
 #[derive(Default)]
 struct EntryCache {
-    entries: BTreeMap<u64, (EntryOf<TypeConfig>, usize)>,
+    entries: BTreeMap<u64, (EntryOf<TypeConfig>, Vec<u8>)>,
     bytes: usize,
 }
 
+/// What an entry and its stored bytes count against [`ENTRY_CACHE_BYTES`].
+fn cached_size(stored: &[u8]) -> usize {
+    2 * stored.len()
+}
+
 impl EntryCache {
-    fn insert(&mut self, entry: EntryOf<TypeConfig>, size: usize) {
+    fn insert(&mut self, entry: EntryOf<TypeConfig>, stored: Vec<u8>) {
         let index = entry.index();
         // An append follows the last entry, or replaces a truncated tail: keep it contiguous.
         if self.entries.last_key_value().is_some_and(|(last, _)| *last + 1 != index) {
@@ -51,26 +59,26 @@ impl EntryCache {
                 self.clear_from(0);
             }
         }
-        self.bytes += size;
-        self.entries.insert(index, (entry, size));
+        self.bytes += cached_size(&stored);
+        self.entries.insert(index, (entry, stored));
         while self.bytes > ENTRY_CACHE_BYTES {
-            let Some((_, (_, size))) = self.entries.pop_first() else { break };
-            self.bytes -= size;
+            let Some((_, (_, stored))) = self.entries.pop_first() else { break };
+            self.bytes -= cached_size(&stored);
         }
     }
 
     /// Forgets the entries at `from` and after.
     fn clear_from(&mut self, from: u64) {
-        for (_, (_, size)) in self.entries.split_off(&from) {
-            self.bytes -= size;
+        for (_, (_, stored)) in self.entries.split_off(&from) {
+            self.bytes -= cached_size(&stored);
         }
     }
 
     /// Forgets the entries up to `upto`.
     fn clear_upto(&mut self, upto: u64) {
         let kept = self.entries.split_off(&upto.saturating_add(1));
-        for (_, (_, size)) in std::mem::replace(&mut self.entries, kept) {
-            self.bytes -= size;
+        for (_, (_, stored)) in std::mem::replace(&mut self.entries, kept) {
+            self.bytes -= cached_size(&stored);
         }
     }
 
@@ -90,6 +98,38 @@ impl EntryCache {
             return None;
         }
         Some(self.entries.range(start..=end).map(|(_, (e, _))| e.clone()).collect())
+    }
+
+    /// `head`, the payload ([`writ_api::encode`]'s bytes) of each entry of `ids`, and `tail`,
+    /// in one buffer of their exact size, when the cache holds every entry under that log id.
+    fn encoded_between(&self, head: &[u8], ids: &[LogIdOf<TypeConfig>], tail: &[u8]) -> Option<Vec<u8>> {
+        let mut payloads = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.entries.get(&id.index()) {
+                Some((entry, stored)) if entry.log_id() == *id => payloads.push(&stored[CHECKSUM_BYTES..]),
+                _ => return None,
+            }
+        }
+        let mut out = Vec::with_capacity(head.len() + payloads.iter().map(|p| p.len()).sum::<usize>() + tail.len());
+        out.extend_from_slice(head);
+        payloads.into_iter().for_each(|p| out.extend_from_slice(p));
+        out.extend_from_slice(tail);
+        Some(out)
+    }
+}
+
+/// The log's cached entry encodings, shared with the transport: an entry with a given log id is
+/// the same on every member, so its bytes as appended here are its bytes in any append.
+#[derive(Clone)]
+pub struct LogBytes {
+    cache: Arc<Mutex<EntryCache>>,
+}
+
+impl LogBytes {
+    /// `head`, the encoding ([`writ_api::encode`]) of each entry of `ids` one after another,
+    /// and `tail`, in one buffer, when the cache still holds all of those entries; `None` if not.
+    pub fn encoded_between(&self, head: &[u8], ids: &[LogIdOf<TypeConfig>], tail: &[u8]) -> Option<Vec<u8>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).encoded_between(head, ids, tail)
     }
 }
 
@@ -148,6 +188,11 @@ impl LogStore {
     /// The counters, shared: they stay readable after the store is handed to openraft.
     pub fn stats(&self) -> Arc<FlushStats> {
         self.stats.clone()
+    }
+
+    /// The cached entries' encodings, for the transport's appends.
+    pub fn log_bytes(&self) -> LogBytes {
+        LogBytes { cache: self.cache.clone() }
     }
 
     /// Group-commit counters since open.
@@ -285,15 +330,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for entry in entries {
             let bytes = checked_encode(&entry)?;
             batch.put_cf(self.cf(CF_LOGS), index_key(entry.index()), &bytes);
-            appended.push((entry, bytes.len()));
+            appended.push((entry, bytes));
         }
         // Written (readable) now, durable when the flusher's next WAL sync completes.
         self.db.write(batch).map_err(io::Error::other)?;
-        let bytes: usize = appended.iter().map(|(_, size)| size).sum();
+        let bytes: usize = appended.iter().map(|(_, stored)| stored.len()).sum();
         self.stats.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut cache = self.cache();
-        for (entry, size) in appended {
-            cache.insert(entry, size);
+        for (entry, stored) in appended {
+            cache.insert(entry, stored);
         }
         drop(cache);
         let tx = self.flusher.tx.as_ref().ok_or_else(|| io::Error::other("log flusher is shut down"))?;
@@ -330,7 +375,7 @@ mod tests {
     fn the_cache_answers_only_ranges_it_holds_whole_and_stays_bounded() {
         let mut c = EntryCache::default();
         for i in 5..=9 {
-            c.insert(entry(i), 10);
+            c.insert(entry(i), vec![0; 5]);
         }
         assert_eq!(indexes(c.get(6, &(6..=8))), Some(vec![6, 7, 8]));
         assert_eq!(indexes(c.get(7, &(7..))), Some(vec![7, 8, 9]), "an open range ends at the last entry");
@@ -339,18 +384,41 @@ mod tests {
         assert_eq!(indexes(c.get(8, &(8..8))), Some(vec![]));
         // A truncated tail is replaced; a gap (a snapshot installed) starts over.
         c.clear_from(8);
-        c.insert(entry(8), 10);
+        c.insert(entry(8), vec![0; 5]);
         assert_eq!(indexes(c.get(5, &(5..))), Some(vec![5, 6, 7, 8]));
-        c.insert(entry(20), 10);
+        c.insert(entry(20), vec![0; 5]);
         assert_eq!(indexes(c.get(20, &(20..))), Some(vec![20]));
         assert_eq!(c.bytes, 10);
         c.clear_upto(20);
         assert_eq!((c.entries.len(), c.bytes), (0, 0));
         // Bounded by bytes: the oldest go first.
         for i in 1..=5 {
-            c.insert(entry(i), ENTRY_CACHE_BYTES / 2);
+            c.insert(entry(i), vec![0; ENTRY_CACHE_BYTES / 4]);
         }
         assert_eq!(c.entries.keys().copied().collect::<Vec<_>>(), vec![4, 5]);
         assert!(c.bytes <= ENTRY_CACHE_BYTES);
+    }
+
+    #[test]
+    fn cached_encodings_are_the_entries_encodings_under_their_log_ids() {
+        let mut c = EntryCache::default();
+        for i in 1..=3 {
+            let e = entry(i);
+            c.insert(e.clone(), checked_encode(&e).expect("encode"));
+        }
+        let ids: Vec<_> = (2..=3).map(|i| entry(i).log_id()).collect();
+        let mut expected = b"head".to_vec();
+        for i in 2..=3 {
+            expected.extend(writ_api::encode(&entry(i)).expect("encode"));
+        }
+        expected.extend(b"tail");
+        let out = c.encoded_between(b"head", &ids, b"tail").expect("cached");
+        assert_eq!((out.len(), out.capacity()), (expected.len(), expected.len()));
+        assert_eq!(out, expected);
+        // Another term's entry at a cached index, or an index not cached.
+        let other_term = openraft::testing::blank_ent::<TypeConfig>(2, 1, 3).log_id();
+        for ids in [vec![ids[0], other_term], vec![entry(4).log_id()]] {
+            assert_eq!(c.encoded_between(b"head", &ids, b"tail"), None);
+        }
     }
 }

@@ -285,7 +285,7 @@ impl SimCluster {
                 format!("sim://n{id}"),
                 dir.path(),
                 &settings,
-                SimNetwork { from: id, board: board.clone() },
+                |_: &_| SimNetwork { from: id, board: board.clone() },
                 clock,
                 Arc::new(SimPeers { from: id, board: board.clone() }),
             )
