@@ -163,9 +163,12 @@ sim-mutants:
 	$(CARGO) test -p writ-api --features sim-mutants --test core sim::reintroduced_bugs_are_caught -- --nocapture
 
 ## bench: P1–P4 against a release 3-node cluster + 2 edges, etcd and the bare rmcp server
-## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Not part of `test`.
+## (loadtest/bench/run.sh); writes loadtest/bench/results/latest.{json,md}. Then P4's row of
+## 10,000,000 finished operations (loadtest/bench/p4-operations.sh, ~45 min, ~20 GB of disk):
+## results/p4-operations.{json,md}. Not part of `test`.
 bench: deps etcddeps
 	loadtest/bench/run.sh
+	BENCH_BUILD=0 loadtest/bench/p4-operations.sh
 
 ## bench-build: SPEC P5 from a fresh clone — cold `make dev` to a serving edge, the debug
 ## binary's size, a one-line edge change to passing edge tests (P5_TEST=1 adds a cold

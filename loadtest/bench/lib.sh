@@ -69,3 +69,19 @@ ledger_records() {
     curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" | grep '^writ_ledger_records' && return
   done
 }
+
+# edge_resync: seconds for edge 1, restarted, to load the ledger's projection and be ready.
+edge_resync() {
+  local pid ready
+  pid=$(cat "$WRIT_CLUSTER_DIR/e1/pid")
+  kill "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  rm -f "$WRIT_CLUSTER_DIR/e1/pid"
+  ready=${WRIT_MCP_URLS%% *}
+  ready=${ready%/mcp}/readyz
+  local t0
+  t0=$(date +%s.%N)
+  deploy/local-cluster.sh up >/dev/null
+  for _ in $(seq 1 3000); do curl -sf "$ready" >/dev/null && break; sleep 0.01; done
+  python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$(date +%s.%N)"
+}

@@ -74,21 +74,6 @@ sample() {
 }
 sampler() { while :; do sample "$1"; sleep "$SAMPLE"; done; }
 
-# edge_resync: seconds for edge 1, restarted, to load the ledger's projection and be ready.
-edge_resync() {
-  local pid ready
-  pid=$(cat "$WRIT_CLUSTER_DIR/e1/pid")
-  kill "$pid"
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-  rm -f "$WRIT_CLUSTER_DIR/e1/pid"
-  ready=${WRIT_MCP_URLS%% *}
-  ready=${ready%/mcp}/readyz
-  local t0
-  t0=$(date +%s.%N)
-  deploy/local-cluster.sh up >/dev/null
-  for _ in $(seq 1 600); do curl -sf "$ready" >/dev/null && break; sleep 0.05; done
-  python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$(date +%s.%N)"
-}
 RESYNC_BEFORE=$(edge_resync)
 writ_up
 log "edge 1 resynced in $RESYNC_BEFORE s with an empty ledger"

@@ -30,6 +30,8 @@ pub mod network;
 pub mod observe;
 pub mod pki;
 #[cfg(feature = "server")]
+pub mod seed;
+#[cfg(feature = "server")]
 pub mod storage;
 #[cfg(feature = "server")]
 pub mod tls;

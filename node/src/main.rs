@@ -70,6 +70,24 @@ enum NodeCmd {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Grow a stopped cluster's ledger by finished operations in bulk, for benchmarks: each is
+    /// an agent's submission, its dispatch and an executor's start and effect report, applied
+    /// by the state machine's own apply to tenant `--tenant` (created the first time), ending
+    /// in a snapshot the node restarts from. `--copy-to` gives each other stopped member the
+    /// same store as hard links (one filesystem). Not for a ledger anyone relies on.
+    Seed {
+        /// The stopped node's data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Finished operations to add.
+        #[arg(long)]
+        operations: u64,
+        #[arg(long, default_value = "seed")]
+        tenant: String,
+        /// Another stopped member's data directory (repeatable): replaced by the grown store.
+        #[arg(long)]
+        copy_to: Vec<PathBuf>,
+    },
     /// What a stopped node's Raft log holds, by command kind: entries, bytes, bytes per
     /// submitted operation (a batch's commands counted one by one, wrappers apart).
     LogStats {
@@ -278,8 +296,28 @@ fn main() -> ExitCode {
                 }
             }
             #[cfg(feature = "server")]
+            Cmd::Node { action: Some(NodeCmd::Seed { data_dir, operations, tenant, copy_to }), .. } => {
+                let started = std::time::Instant::now();
+                match writ_node::seed::seed(&data_dir, &tenant, operations, &copy_to).await {
+                    Ok(grown) => {
+                        println!(
+                            "seeded {operations} finished operations into tenant {tenant} of {}: {} requests applied, last index {}, {:.1} s",
+                            data_dir.display(),
+                            grown.requests,
+                            grown.last_index,
+                            started.elapsed().as_secs_f64()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: seed {}: {e}", data_dir.display());
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            #[cfg(feature = "server")]
             Cmd::Node { config: None, .. } => {
-                eprintln!("error: writ node needs --config FILE (or a subcommand: restore, log-stats)");
+                eprintln!("error: writ node needs --config FILE (or a subcommand: restore, seed, log-stats)");
                 ExitCode::from(2)
             }
             #[cfg(feature = "server")]

@@ -5,6 +5,7 @@
 
 mod audit_rows;
 pub mod backup;
+pub mod bulk;
 mod codec;
 pub mod cold;
 pub mod log_stats;

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::{Stream, TryStreamExt};
-use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::entry::RaftEntry;
-use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
+use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
@@ -847,7 +847,9 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// What one apply hands on once the state is released: its events (for watchers) and each
 /// waiting client's outcome.
-type AppliedBatch = (Vec<Arc<StoredEvent>>, Vec<(ApplyResponder<TypeConfig>, Outcome)>);
+/// What an apply produced: the stored events, and the outcome of each entry someone waits on
+/// (`R`: openraft's responder, or a bulk apply's `()`).
+type AppliedBatch<R> = (Vec<Arc<StoredEvent>>, Vec<(R, Outcome)>);
 
 /// Runs `work`, which blocks, where it keeps the runtime's other tasks moving: on a
 /// multi-threaded runtime the worker hands its queued tasks to another thread first; on a
@@ -863,7 +865,10 @@ impl StateMachine {
     /// Applies committed entries: the rules, the folds and one RocksDB batch with the applied
     /// index, all under the state's lock (so a reader that sees the state also sees its audit
     /// records; snapshots rely on it).
-    fn apply_committed(&self, committed: Vec<EntryResponder<TypeConfig>>) -> io::Result<AppliedBatch> {
+    pub(crate) fn apply_committed<R>(
+        &self,
+        committed: Vec<(EntryOf<TypeConfig>, Option<R>)>,
+    ) -> io::Result<AppliedBatch<R>> {
         let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
         let audit_cf = self.inner.db.cf_handle(CF_AUDIT).expect("column families are created at open");
         let evidence_cf = self.inner.db.cf_handle(CF_EVIDENCE).expect("column families are created at open");
@@ -958,6 +963,29 @@ impl StateMachine {
         metrics::histogram!("writ_state_apply_seconds").record(locked.elapsed().as_secs_f64());
         self.trim_events(now)?;
         Ok((produced, replies))
+    }
+
+    /// Applies `requests` as committed entries after the last applied one, in its term, as
+    /// the leader applies what it proposed: each answered. Only for a stopped node's store
+    /// (`crate::bulk`): nothing is in its log, so a snapshot at the last of them must follow.
+    pub(crate) fn apply_appended(&self, requests: Vec<writ_api::ledger::LedgerRequest>) -> io::Result<Vec<Outcome>> {
+        let last =
+            self.read().last_applied.ok_or_else(|| io::Error::other("nothing applied yet: start the cluster once"))?;
+        let entries = requests
+            .into_iter()
+            .zip(last.index() + 1..)
+            .map(|(req, index)| {
+                let log_id = LogIdOf::<TypeConfig>::new(*last.committed_leader_id(), index);
+                (EntryOf::<TypeConfig>::new_normal(log_id, req), Some(()))
+            })
+            .collect();
+        let (_, replies) = self.apply_committed(entries)?;
+        Ok(replies.into_iter().map(|((), outcome)| outcome).collect())
+    }
+
+    /// [`Self::build_snapshot_file`], for a stopped node's store.
+    pub(crate) fn snapshot_now(&self) -> io::Result<PathBuf> {
+        self.build_snapshot_file().map(|(_, path)| path)
     }
 }
 

@@ -571,6 +571,17 @@ pub fn node_log_stats(data_dir: &Path) -> (i32, String, String) {
     run_node_cli(&["log-stats".as_ref(), "--data-dir".as_ref(), data_dir.as_os_str()])
 }
 
+/// `writ node seed --data-dir DIR --operations N [--copy-to COPY]...`: (exit code, stdout, stderr).
+pub fn seed_node(data_dir: &Path, operations: u64, copies: &[PathBuf]) -> (i32, String, String) {
+    let count = operations.to_string();
+    let mut args: Vec<&std::ffi::OsStr> =
+        vec!["seed".as_ref(), "--data-dir".as_ref(), data_dir.as_os_str(), "--operations".as_ref(), count.as_ref()];
+    for copy in copies {
+        args.extend(["--copy-to".as_ref(), copy.as_os_str()]);
+    }
+    run_node_cli(&args)
+}
+
 /// `writ node ARGS`: (exit code, stdout, stderr).
 fn run_node_cli(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
     let out = std::process::Command::new(writ_bin()).arg("node").args(args).output().expect("run writ node");

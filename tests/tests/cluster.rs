@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use writ_tests::eventually;
-use writ_tests::procs::{node_log_stats, restore_node, run_cli, Cluster};
+use writ_tests::procs::{node_log_stats, restore_node, run_cli, seed_node, Cluster};
 
 /// Creates tenants `{prefix}-{i}` for i in range with `concurrency` workers, spread over
 /// `urls`; returns the acknowledged names. Retries a name whose outcome was uncertain.
@@ -914,4 +914,55 @@ async fn soak_a_wiped_node_rejoins_a_cluster_holding_a_million_audit_records() {
     );
     assert!(sender_peak.saturating_sub(sender_before) < snapshot_bytes, "the sender held the snapshot whole");
     assert!(receiver_peak.saturating_sub(receiver_before) < snapshot_bytes, "the receiver held the snapshot whole");
+}
+
+/// `writ node seed` grows a stopped cluster's ledger by finished operations through the state
+/// machine's own apply, and gives the other members the same store: restarted, the members
+/// hold one ledger (one digest), the seeded operations read as the write path leaves them, and
+/// the cluster takes writes after. Refused while the node runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_cluster_grown_in_bulk_restarts_holding_one_grown_ledger() {
+    let mut c = Cluster::start(3).await;
+    let url = c.nodes[0].url();
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "before"})).await;
+    let (index, _) = c.converged(Duration::from_secs(60)).await;
+    let data = |c: &Cluster, i: usize| c.nodes[i].dir.join("data");
+    let (code, _, err) = seed_node(&data(&c, 0), 10, &[]);
+    assert!(code == 1 && err.contains("error: seed"), "{err}");
+
+    for node in c.nodes.iter_mut() {
+        node.kill();
+    }
+    let (code, out, err) = seed_node(&data(&c, 0), 120, &[data(&c, 1), data(&c, 2)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("seeded 120 finished operations") && out.contains("484 requests applied"), "{out}");
+    for node in c.nodes.iter_mut() {
+        node.start(false);
+    }
+    let (grown, digest) = c.converged(Duration::from_secs(60)).await;
+    assert!(grown >= index + 484, "applied index {grown}, before {index}");
+
+    let listed = c.admin.get(&url, "/v1/tenants/seed/operations?limit=200").await.expect("seeded operations");
+    let ops = listed["operations"].as_array().expect("operations");
+    assert_eq!(ops.len(), 120, "{listed}");
+    assert!(ops.iter().all(|op| op["state"] == "effect_reported" && op["attempts"] == 1), "{}", ops[0]);
+
+    c.admin.post_ok(&url, "/v1/tenants", serde_json::json!({"name": "after"})).await;
+    let (_, after) = c.converged(Duration::from_secs(60)).await;
+    assert_ne!(after, digest, "the grown cluster takes writes");
+
+    // Grown again, now from the snapshot the first growth left and the writes after it.
+    for node in c.nodes.iter_mut() {
+        node.kill();
+    }
+    let (code, _, err) = seed_node(&data(&c, 1), 30, &[data(&c, 0), data(&c, 2)]);
+    assert_eq!(code, 0, "{err}");
+    for node in c.nodes.iter_mut() {
+        node.start(false);
+    }
+    c.converged(Duration::from_secs(60)).await;
+    let listed = c.admin.get(&url, "/v1/tenants/seed/operations?limit=200").await.expect("seeded operations");
+    assert_eq!(listed["operations"].as_array().map(Vec::len), Some(150), "{listed}");
+    let names = c.admin.all_tenant_names(&url).await.expect("tenants");
+    assert!(["before", "after", "seed"].iter().all(|t| names.iter().any(|n| n == t)), "{names:?}");
 }
