@@ -3,8 +3,11 @@
 //!
 //! [`grow`] applies requests as committed entries after the member's last applied one, through
 //! the state machine's own apply — the rules, folds and rows every replica writes — and ends
-//! with a snapshot at the last of them. Those entries are never in the log: a member restarted
-//! on the result starts from that snapshot, and openraft purges its log up to it. [`link_copy`]
+//! with a snapshot at the last of them. Those entries are not in the log but the last, which
+//! follows the log purged up to it: a member restarted on the result starts from that snapshot
+//! with its log's last entry the snapshot's, so a leader's first append to a follower finds an
+//! entry to probe with (a log purged to its end makes it send its whole store as a snapshot
+//! instead, though the follower holds the same). [`link_copy`]
 //! then gives every other stopped member the same store as a RocksDB checkpoint (hard links to
 //! the same tables, which RocksDB never changes), so the members hold one ledger, and the disk
 //! holds it once until compactions give each member tables of its own.
@@ -12,12 +15,14 @@
 use std::io;
 use std::path::Path;
 
-use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::alias::{EntryOf, LogIdOf};
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::RaftLogReader;
 use writ_api::ledger::{LedgerRequest, Outcome};
 use writ_api::state::LedgerState;
 
-use crate::{LogStore, StateMachine};
+use crate::{LogStore, StateMachine, TypeConfig};
 
 /// What [`grow`] did.
 #[derive(Debug)]
@@ -40,11 +45,14 @@ pub async fn grow(dir: &Path, mut next: impl FnMut(&LedgerState) -> Option<Vec<L
     }
     catch_up(&mut log, &sm).await?;
     let mut requests = 0u64;
+    let mut last_entry = None;
     loop {
         let chunk = next(&sm.read().state);
         let Some(chunk) = chunk else { break };
         let described: Vec<String> = chunk.iter().map(ToString::to_string).collect();
-        for (outcome, request) in sm.apply_appended(chunk)?.into_iter().zip(described) {
+        let (outcomes, last) = sm.apply_appended(chunk)?;
+        last_entry = last.or(last_entry);
+        for (outcome, request) in outcomes.into_iter().zip(described) {
             if let Outcome::Rejected { reason, message, .. } = outcome {
                 return Err(io::Error::other(format!("{request} was refused: {reason}: {message}")));
             }
@@ -52,9 +60,22 @@ pub async fn grow(dir: &Path, mut next: impl FnMut(&LedgerState) -> Option<Vec<L
         }
     }
     sm.snapshot_now()?;
+    if let Some(entry) = last_entry {
+        end_log_at(&mut log, sm.db(), entry).await?;
+    }
     settle(sm.db())?;
     let last_index = sm.read().last_applied.map_or(0, |id| id.index());
     Ok(Grown { requests, last_index })
+}
+
+/// Makes `entry` (the last one applied) the log's only entry, the log purged up to it, durably.
+async fn end_log_at(log: &mut LogStore, db: &rocksdb::DB, entry: EntryOf<TypeConfig>) -> io::Result<()> {
+    let id = entry.log_id();
+    let before = LogIdOf::<TypeConfig>::new(*id.committed_leader_id(), id.index() - 1);
+    log.purge(before).await?;
+    log.append([entry], IOFlushed::noop()).await?;
+    log.save_committed(Some(id)).await?;
+    db.flush_wal(true).map_err(io::Error::other)
 }
 
 /// Longest wait for the store's compactions after a growth.

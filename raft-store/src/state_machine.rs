@@ -966,9 +966,13 @@ impl StateMachine {
     }
 
     /// Applies `requests` as committed entries after the last applied one, in its term, as
-    /// the leader applies what it proposed: each answered. Only for a stopped node's store
-    /// (`crate::bulk`): nothing is in its log, so a snapshot at the last of them must follow.
-    pub(crate) fn apply_appended(&self, requests: Vec<writ_api::ledger::LedgerRequest>) -> io::Result<Vec<Outcome>> {
+    /// the leader applies what it proposed: each answered; also answers the last entry. Only
+    /// for a stopped node's store (`crate::bulk`): the entries are not in its log, so a
+    /// snapshot at the last of them must follow.
+    pub(crate) fn apply_appended(
+        &self,
+        requests: Vec<writ_api::ledger::LedgerRequest>,
+    ) -> io::Result<(Vec<Outcome>, Option<EntryOf<TypeConfig>>)> {
         let last =
             self.read().last_applied.ok_or_else(|| io::Error::other("nothing applied yet: start the cluster once"))?;
         let entries = requests
@@ -978,9 +982,10 @@ impl StateMachine {
                 let log_id = LogIdOf::<TypeConfig>::new(*last.committed_leader_id(), index);
                 (EntryOf::<TypeConfig>::new_normal(log_id, req), Some(()))
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let last_entry = entries.last().map(|(entry, _)| entry.clone());
         let (_, replies) = self.apply_committed(entries)?;
-        Ok(replies.into_iter().map(|((), outcome)| outcome).collect())
+        Ok((replies.into_iter().map(|((), outcome)| outcome).collect(), last_entry))
     }
 
     /// [`Self::build_snapshot_file`], for a stopped node's store.

@@ -936,6 +936,10 @@ async fn a_stopped_cluster_grown_in_bulk_restarts_holding_one_grown_ledger() {
     let (code, out, err) = seed_node(&data(&c, 0), 120, &[data(&c, 1), data(&c, 2)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("seeded 120 finished operations") && out.contains("484 requests applied"), "{out}");
+    // The log ends at the snapshot's entry, so a leader's first append probes with it.
+    let (code, stats, err) = node_log_stats(&data(&c, 2));
+    assert_eq!(code, 0, "{err}");
+    assert!(stats.lines().next().is_some_and(|l| l.contains(": 1 entries,")), "{stats}");
     for node in c.nodes.iter_mut() {
         node.start(false);
     }
