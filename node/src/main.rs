@@ -200,6 +200,28 @@ fn init_tracing() {
     }
 }
 
+/// `writ node seed`: grows the stopped node's ledger and says what it did.
+#[cfg(feature = "server")]
+async fn seed_node(data_dir: &std::path::Path, tenant: &str, operations: u64, copies: &[PathBuf]) -> ExitCode {
+    let started = std::time::Instant::now();
+    match writ_node::seed::seed(data_dir, tenant, operations, copies).await {
+        Ok(grown) => {
+            println!(
+                "seeded {operations} finished operations into tenant {tenant} of {}: {} requests applied, last index {}, {:.1} s",
+                data_dir.display(),
+                grown.requests,
+                grown.last_index,
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: seed {}: {e}", data_dir.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // What this process creates is its own: ledger data, snapshots, keys, logs (0600 files,
     // 0700 directories, whatever umask it was started with).
@@ -297,23 +319,7 @@ fn main() -> ExitCode {
             }
             #[cfg(feature = "server")]
             Cmd::Node { action: Some(NodeCmd::Seed { data_dir, operations, tenant, copy_to }), .. } => {
-                let started = std::time::Instant::now();
-                match writ_node::seed::seed(&data_dir, &tenant, operations, &copy_to).await {
-                    Ok(grown) => {
-                        println!(
-                            "seeded {operations} finished operations into tenant {tenant} of {}: {} requests applied, last index {}, {:.1} s",
-                            data_dir.display(),
-                            grown.requests,
-                            grown.last_index,
-                            started.elapsed().as_secs_f64()
-                        );
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => {
-                        eprintln!("error: seed {}: {e}", data_dir.display());
-                        ExitCode::from(1)
-                    }
-                }
+                seed_node(&data_dir, &tenant, operations, &copy_to).await
             }
             #[cfg(feature = "server")]
             Cmd::Node { config: None, .. } => {
