@@ -491,18 +491,19 @@ impl LedgerState {
         let tenant = self.tenants.get(&env.stream)?;
         let (max_events, max_age_s) = (tenant.settings.audit_max_events, tenant.settings.audit_max_age_s);
         let chain_events = self.ledger_version >= 16;
+        let at_ms = audit_time(self.ledger_version, env.at_ms);
         let index = self.audit.entry(env.stream.clone()).or_default();
         let first_seq = index.next_seq.max(1);
         let (count, event_bytes) = if chain_events {
             let count = crate::trail::record_count(env);
             let bytes = (count > 0).then(|| crate::encode(env).expect("events encode"));
             if let Some(bytes) = &bytes {
-                index.push_event(env.at_ms, count as u64, bytes);
+                index.push_event(at_ms, count as u64, bytes);
             }
             (count, bytes)
         } else {
             let records = records_for(env, &env.stream, first_seq);
-            records.iter().for_each(|r| index.push(env.at_ms, &r.stored()));
+            records.iter().for_each(|r| index.push(at_ms, &r.stored()));
             (records.len(), None)
         };
         index.retain(max_events, max_age_s, env.at_ms);
@@ -751,6 +752,20 @@ impl LedgerState {
     /// every replica at the same applied index, wherever it keeps the rows.
     pub fn digest(&self) -> String {
         crate::sha256_hex(&self.encode_schema(false))
+    }
+}
+
+/// A record's time in its tenant's audit index ([`crate::audit::AuditTimes`]): its event's
+/// time, and from ledger version 17 on that time rounded up to the whole second. Retention by
+/// age counts whole seconds (`audit_max_age_s`), so a record is still kept at least that long,
+/// at most a second more; and the index holds a run per second in which records were written
+/// instead of one per ledger entry, so under load it no longer grows with the entries a tenant's
+/// retained records span.
+fn audit_time(ledger_version: u32, at_ms: u64) -> u64 {
+    if ledger_version >= 17 {
+        at_ms.div_ceil(1000).saturating_mul(1000)
+    } else {
+        at_ms
     }
 }
 

@@ -408,7 +408,9 @@ impl AuditIndex {
 /// time, so under load a run holds many records. A run is 8 bytes in memory and encoded — the
 /// milliseconds since the previous run and its records, u32 each — where a time per record was
 /// 8 bytes of every node's memory and of every snapshot for each retained record (80 MB at
-/// 10,000,000); so at one record per entry it costs what it did, and less with more.
+/// 10,000,000); so at one record per entry it costs what it did, and less with more. From ledger
+/// version 17 on, the time kept is rounded up to the whole second (`state::audit_time`), so
+/// under load a run holds a second's records, however many entries wrote them.
 ///
 /// Encoded (state format 9) as a sequence of u64: empty, or [`AuditTimes::RUNS_MARKER`], the
 /// oldest time, then a word per run (`gap << 32 | records`; a gap over `u32::MAX` ms is carried

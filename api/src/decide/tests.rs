@@ -1457,3 +1457,41 @@ fn from_ledger_version_16_the_audit_chain_covers_each_event_once() {
     assert_eq!(after.audit["a"].head, by_event, "from 16: each event's bytes, once");
     assert_eq!((after.audit["a"].first_seq, after.audit["a"].next_seq), (1, 6));
 }
+
+/// From ledger version 17 on, a tenant's audit index keeps each record's time rounded up to the
+/// whole second: the records of one second share a run (before, each ledger entry's time made
+/// one), and retention by age keeps a record at least `audit_max_age_s`, at most a second more.
+#[test]
+fn from_ledger_version_17_audit_times_are_whole_seconds() {
+    let decide_at = |st: &mut LedgerState, at: u64| {
+        let decisions = vec![crate::audit::RequestDecisionV1::allowed(&format!("tr-{at}"), "p", "tools/list", None)];
+        let (outcome, _) = st.execute(&req(at, Command::RecordDecisions { tenant_id: "a".into(), decisions }));
+        assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    };
+    let runs = |version: u32| {
+        let mut st = LedgerState::default();
+        st.execute(&req(1, Command::RaiseLedgerVersion { version }));
+        st.execute(&req(1_000, create("a", "acme")));
+        st.execute(&req(1_000, Command::CreatePrincipal { tenant_id: "a".into(), spec: spec("p", "agent", &[]) }));
+        // Five entries in one second, then one in the next.
+        for at in [5_001, 5_200, 5_400, 5_999, 6_000, 6_001] {
+            decide_at(&mut st, at);
+        }
+        (st.audit["a"].at_ms.runs(), st)
+    };
+    assert_eq!(runs(16).0, 7, "a run per entry time: 1,000 and the six decisions");
+    let (whole_seconds, mut st) = runs(17);
+    assert_eq!(whole_seconds, 3, "1,000, the second up to 6,000, then 7,000");
+
+    // Kept for at least a second: the decision at 6,001 counts as 7,000.
+    let patch = TenantSettingsPatch { audit_max_age_s: Some(1), ..Default::default() };
+    st.execute(&req(7_000, Command::SetTenantSettings { tenant_id: "a".into(), patch }));
+    let oldest = |st: &LedgerState| st.audit["a"].at_ms.oldest();
+    assert_eq!(oldest(&st), Some(6_000), "at 7,000 the records of 6,000 are a second old, not older");
+    decide_at(&mut st, 7_001);
+    assert_eq!(oldest(&st), Some(7_000), "at 7,001 they are older");
+    decide_at(&mut st, 8_000);
+    assert_eq!(oldest(&st), Some(7_000), "6,001 (as 7,000) is kept until past 8,000");
+    decide_at(&mut st, 8_001);
+    assert_eq!(oldest(&st), Some(8_000));
+}
