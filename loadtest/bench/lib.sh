@@ -70,6 +70,11 @@ ledger_records() {
   done
 }
 
+# state_sections: node 1's `writ_state_section_bytes` lines (each section of its last snapshot).
+state_sections() {
+  curl -sf --cacert "$WRIT_CA_FILE" "${WRIT_NODE_URLS%% *}/metrics" | grep '^writ_state_section_bytes' || true
+}
+
 # edge_resync: seconds for edge 1, restarted, to load the ledger's projection and be ready.
 edge_resync() {
   local pid ready

@@ -88,6 +88,7 @@ SAMPLER=$!
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 sample load
 ledger_records >"$WORK/records-after-load" || true
+state_sections >"$WORK/sections-after-load"
 TERM_LOADED=$(writ_raft term)
 node_timings >"$WORK/timings-load"
 RESYNC_AFTER=$(edge_resync)
@@ -126,5 +127,5 @@ cp "$CSV" "$OUT/soak.csv"
 python3 loadtest/bench/soak_report.py "$OUT/soak.csv" "$WORK/soak.json" "$WARMUP" "$RATE" \
   "$LABEL" "$WORK/records-after-load" "$WORK/records-after-reclaim" \
   "$OUT/soak.json" "$WORK/resync.json" "$WORK/raft.json" "$WORK/timings-load" "$WORK/timings-reclaim" \
-  >"$OUT/soak.md"
+  "$WORK/sections-after-load" >"$OUT/soak.md"
 cat "$OUT/soak.md"

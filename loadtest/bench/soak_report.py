@@ -3,8 +3,9 @@ least squares after the warm-up, and the disk curve while retention reclaims.
 
 Arguments: samples CSV, the load run's JSON, warm-up seconds, target rate, commit, the ledger
 records after the load and after the reclaim phase, the JSON to write, and (optional) the edge
-resync times, the Raft terms of each phase and each node's timings at the end of each phase
-(`node_timings` in lib.sh). Prints markdown."""
+resync times, the Raft terms of each phase, each node's timings at the end of each phase
+(`node_timings` in lib.sh) and node 1's snapshot sections after the load (`state_sections`).
+Prints markdown."""
 
 import csv
 import json
@@ -31,6 +32,17 @@ def records(path):
     if os.path.exists(path):
         for line in open(path):
             m = re.match(r'writ_ledger_records\{kind="([a-z_]+)"\} ([0-9.e+]+)', line)
+            if m:
+                out[m.group(1)] = int(float(m.group(2)))
+    return out
+
+
+def state_sections(path):
+    """The bytes of each section of a node's last snapshot, from its `writ_state_section_bytes`."""
+    out = {}
+    if path and os.path.exists(path):
+        for line in open(path):
+            m = re.match(r'writ_state_section_bytes\{section="([a-z_]+)"\} ([0-9.e+]+)', line)
             if m:
                 out[m.group(1)] = int(float(m.group(2)))
     return out
@@ -81,6 +93,7 @@ def main():
     raft = json.load(open(raft_json)) if raft_json and os.path.exists(raft_json) else {}
     phase_timings = {"load": timings(sys.argv[11] if len(sys.argv) > 11 else ""),
                      "reclaim": timings(sys.argv[12] if len(sys.argv) > 12 else "")}
+    sections = state_sections(sys.argv[13] if len(sys.argv) > 13 else "")
     rows = list(csv.DictReader(open(samples_csv)))
     run = json.load(open(run_json)) if os.path.exists(run_json) else {}
     load = [r for r in rows if r["phase"] == "load" and r["operations"]]
@@ -142,7 +155,8 @@ def main():
         "latency_ms": run.get("latency_ms"), "verify_passed": bool(v) and all(c["ok"] for c in v.get("checks", [])),
         "acknowledged_lost": v.get("acknowledged_lost"), "operations_measured": ops_measured,
         "memory": memory, "disk": disk, "records_after_load": records(after_load),
-        "records_after_reclaim": records(after_reclaim), "curve": curve, "edge_resync": resync,
+        "records_after_reclaim": records(after_reclaim), "state_sections_after_load": sections,
+        "curve": curve, "edge_resync": resync,
         "raft": raft, "timings": phase_timings,
     }
     json.dump(summary, open(out, "w"), indent=1)
@@ -172,6 +186,9 @@ def main():
     for p, d in disk.items():
         print(f"| {p} | {d['mb_at_load_end']:.0f} | {fmt(d['mb_at_reclaim_end'])} | "
               f"{fmt(d['snapshot_mb_after_warmup'], 1)} → {fmt(d['snapshot_mb_at_load_end'], 1)} |")
+    if sections:
+        print("\nNode 1's last snapshot of the load by section (`writ_state_section_bytes`), bytes: " +
+              ", ".join(f"{k} {v:,}" for k, v in sorted(sections.items(), key=lambda kv: -kv[1])))
     ra, rr = summary["records_after_load"], summary["records_after_reclaim"]
     if ra:
         print("\nRecords (`writ_ledger_records`), after the load → after the reclaim phase: " +
