@@ -112,12 +112,13 @@ impl Admin {
     /// The tenant's audit records matching `filter`, read from its NDJSON export.
     pub async fn audit(&self, tenant: &str, filter: &AuditFilter) -> Result<Vec<AuditRecord>, String> {
         let what = format!("audit export of {tenant}");
-        let response = self.ask(&what, || self.client.audit_export(tenant, filter, None)).await?;
+        let mut response = self.ask(&what, || self.client.audit_export(tenant, filter, None)).await?;
         let mut records = Vec::new();
         let mut buf = Vec::new();
-        let mut body = response.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            buf.extend_from_slice(&chunk.map_err(|e| format!("{what}: {e}"))?);
+        while let Some(chunk) =
+            writ_client::admin::next_chunk(&mut response).await.map_err(|e| format!("{what}: {e}"))?
+        {
+            buf.extend_from_slice(chunk.as_ref());
             while let Some(i) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=i).collect();
                 let v: Value = serde_json::from_slice(&line).map_err(|e| format!("{what}: {e}"))?;

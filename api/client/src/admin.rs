@@ -33,6 +33,21 @@ use writ_api::token::{TenantIssuer, TenantIssuerV1, Token};
 /// Deadline of one admin call (a learner's catch-up or a snapshot may take a while).
 pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Deadline of a streamed answer as a whole (an audit export, a backup): what it carries bounds
+/// it, not a call's deadline. Its reader bounds each wait for more bytes instead
+/// ([`next_chunk`]).
+pub const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+
+/// The next bytes of a streamed answer ([`AdminClient::audit_export`], [`AdminClient::backup`]),
+/// `None` at its end; an error when the connection broke or no bytes came for
+/// [`ADMIN_CALL_TIMEOUT`].
+pub async fn next_chunk(response: &mut reqwest::Response) -> Result<Option<impl AsRef<[u8]>>, String> {
+    match tokio::time::timeout(ADMIN_CALL_TIMEOUT, response.chunk()).await {
+        Ok(chunk) => chunk.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no bytes for {} s", ADMIN_CALL_TIMEOUT.as_secs())),
+    }
+}
+
 /// How an admin call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminError {
@@ -147,6 +162,17 @@ impl AdminClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<reqwest::Response, AdminError> {
+        self.send_within(method, path, body, None).await
+    }
+
+    /// [`AdminClient::send`] with a deadline of its own instead of the client's.
+    async fn send_within(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        deadline: Option<Duration>,
+    ) -> Result<reqwest::Response, AdminError> {
         use std::sync::atomic::Ordering;
         let n = self.bases.len();
         let start = self.preferred.load(Ordering::Relaxed);
@@ -157,6 +183,9 @@ impl AdminClient {
             let mut rb = self.http.request(method.clone(), format!("{base}{path}")).bearer_auth(&self.token);
             if let Some(b) = body {
                 rb = rb.json(b);
+            }
+            if let Some(d) = deadline {
+                rb = rb.timeout(d);
             }
             match rb.send().await {
                 Ok(r) => {
@@ -575,7 +604,7 @@ impl AdminClient {
         after: Option<u64>,
     ) -> Result<reqwest::Response, AdminError> {
         let path = audit_path(tenant, "/audit/export", filter, after, None);
-        let response = self.send(reqwest::Method::GET, &path, None).await?;
+        let response = self.send_within(reqwest::Method::GET, &path, None, Some(STREAM_DEADLINE)).await?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -584,7 +613,8 @@ impl AdminClient {
 
     /// A backup of the serving node's ledger (`GET /v1/cluster/backup`), as a streaming response.
     pub async fn backup(&self) -> Result<reqwest::Response, AdminError> {
-        let response = self.send(reqwest::Method::GET, "/v1/cluster/backup", None).await?;
+        let response =
+            self.send_within(reqwest::Method::GET, "/v1/cluster/backup", None, Some(STREAM_DEADLINE)).await?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -810,6 +840,7 @@ fn audit_path(tenant: &str, rest: &str, filter: &AuditFilter, after: Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn paths_are_encoded() {
@@ -828,5 +859,39 @@ mod tests {
             audit_path("acme", "/audit", &filter, Some(3), None),
             "/v1/tenants/acme/audit?after=3&domain=request&reason=QUOTA_EXCEEDED"
         );
+    }
+
+    /// A streamed answer outlives the client's call deadline while its bytes keep coming: the
+    /// client's deadline is 300 ms here, the export takes ~1 s.
+    #[tokio::test]
+    async fn an_export_streams_past_the_call_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head).await.unwrap();
+            conn.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            for i in 0..10 {
+                let line = format!("{{\"seq\":{i}}}\n");
+                conn.write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes()).await.unwrap();
+                // A slow source: each record ready a tenth of a second after the last.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            conn.write_all(b"0\r\n\r\n").await.unwrap();
+        });
+        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_millis(300)).build().unwrap();
+        let client = AdminClient::with_http(base, "t0ken", http);
+        let mut response = client.audit_export("t", &AuditFilter::default(), None).await.expect("answered");
+        let mut body = Vec::new();
+        while let Some(chunk) = next_chunk(&mut response).await.expect("the stream goes on") {
+            body.extend_from_slice(chunk.as_ref());
+        }
+        assert_eq!(String::from_utf8(body).unwrap().lines().count(), 10);
+        server.await.unwrap();
     }
 }

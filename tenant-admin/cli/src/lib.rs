@@ -720,8 +720,11 @@ async fn audit_cmd(c: &AdminClient, out: Output, cmd: &AuditCmd) -> Result<(), F
             // Whole lines only: a chunk may end mid-line. An error line (the server could not
             // finish) is reported, not written.
             let mut pending: Vec<u8> = Vec::new();
-            while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(format!("export interrupted: {e}")))? {
-                pending.extend_from_slice(&chunk);
+            while let Some(chunk) = writ_client::admin::next_chunk(&mut resp)
+                .await
+                .map_err(|e| unavailable(format!("export interrupted: {e}")))?
+            {
+                pending.extend_from_slice(chunk.as_ref());
                 while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = pending.drain(..=nl).collect();
                     if line.starts_with(b"{\"error\"") {
@@ -756,8 +759,11 @@ async fn backup(c: &AdminClient, out: Output, path: &std::path::Path) -> Result<
         let create = std::fs::File::create(&partial);
         let file = create.map_err(|e| Failure { exit: EXIT_USAGE, message: format!("{}: {e}", partial.display()) })?;
         let mut sink = std::io::BufWriter::new(file);
-        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(format!("backup interrupted: {e}")))? {
-            std::io::Write::write_all(&mut sink, &chunk).map_err(write_failed)?;
+        while let Some(chunk) = writ_client::admin::next_chunk(&mut resp)
+            .await
+            .map_err(|e| unavailable(format!("backup interrupted: {e}")))?
+        {
+            std::io::Write::write_all(&mut sink, chunk.as_ref()).map_err(write_failed)?;
         }
         sink.into_inner().map_err(|e| write_failed(e.into_error()))?.sync_all().map_err(write_failed)?;
         let file = std::fs::File::open(&partial).map_err(write_failed)?;
