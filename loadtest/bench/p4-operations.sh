@@ -79,11 +79,16 @@ grow() {
     >"$WORK/$2.grow.json"
 }
 
-# rss_samples: every node's and edge's RSS (kB), one line per half second, until killed.
+# rss: every node's and edge's RSS (kB), on one line.
+rss() {
+  for p in $WRIT_NODE_PIDS $WRIT_EDGE_PIDS; do awk '/^VmRSS/ {printf "%s ", $2}' "/proc/$p/status"; done
+  echo
+}
+
+# rss_samples: `rss` every half second, until killed.
 rss_samples() {
   while true; do
-    for p in $WRIT_NODE_PIDS $WRIT_EDGE_PIDS; do awk '/^VmRSS/ {printf "%s ", $2}' "/proc/$p/status"; done
-    echo
+    rss
     sleep 0.5
   done
 }
@@ -104,7 +109,7 @@ point() {
     --watch-pids "$WRIT_NODE_PIDS $WRIT_EDGE_PIDS" --label "$1" --json "$WORK/$1.json" >&2
   kill "$sampler"
   wait "$sampler" 2>/dev/null || true
-  for p in $WRIT_NODE_PIDS $WRIT_EDGE_PIDS; do awk '/^VmRSS/ {printf "%s ", $2}' "/proc/$p/status"; done >"$WORK/$1.rss"
+  rss >"$WORK/$1.rss"
   leader >"$WORK/$1.leader"
 }
 
