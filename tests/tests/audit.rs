@@ -131,10 +131,16 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     for url in &urls {
         assert_eq!(all_records(&c, url, &tenant).await, kept);
     }
-    // Retention by age: records older than 1 s go when the next record is written.
+    // Retention by age: records older than 1 s go when the next record is written. The index
+    // keeps record times rounded up to the second, so a record goes once the clock is a second
+    // past its time's next whole second.
     let (code, _) = c.admin.send(reqwest::Method::PATCH, &settings, Some(json!({"audit_max_age_s": 1}))).await.unwrap();
     assert_eq!(code, 200);
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    c.converged(Duration::from_secs(30)).await;
+    let newest = all_records(&c, &w, &tenant).await.iter().filter_map(|r| r["at_ms"].as_u64()).max().unwrap();
+    let expires_ms = newest.div_ceil(1000) * 1000 + 1000;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis(expires_ms.saturating_sub(now_ms) + 50)).await;
     let (code, _) =
         c.admin.post(&w, &principals, json!({"name": "late", "kind": "agent", "preset": "readOnly"})).await.unwrap();
     assert_eq!(code, 201);
