@@ -44,8 +44,13 @@ use writ_api::retention::EVENT_LOG_KEPT_MS;
 
 /// How many live events a slow watcher may fall behind before it must resume from a revision.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;
-/// Most stored events one retention step reads (and drops).
-const TRIM_PAGE_EVENTS: usize = 4096;
+/// Most stored events one step of the event log's retention reads (and drops): the state
+/// stays readable but no apply runs while a step writes.
+const TRIM_PAGE_EVENTS: usize = 1024;
+/// How long the event log's retention rests after a step, per unit of time the step took: the
+/// records it writes out are background work, so it takes at most a quarter of a core from
+/// applies and Raft's messages however much has come due at once.
+const TRIM_REST_PER_WORK: u32 = 3;
 
 /// Records written per batch while a snapshot is installed.
 const INSTALL_BATCH_RECORDS: usize = 4096;
@@ -113,8 +118,19 @@ struct Inner {
     /// dropped (since it started): an apply deletes only what retention dropped since.
     audit_deleted_below: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Per tenant, where the event log's retention last stopped writing its records out
-    /// (`crate::audit_rows::write_out`): a hint, checked before it is used.
+    /// (`crate::audit_rows::write_out`): a hint, checked before it is used. Held through each
+    /// step of that retention and through a snapshot's install, which replaces what it reads.
     positions_from: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Woken when an apply finds events past the event log's retention
+    /// ([`StateMachine::spawn_event_log_retention`]), and when the store closes.
+    trim_due: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The retention task holds the store weakly: it wakes, finds it gone and ends.
+        self.trim_due.notify_one();
+    }
 }
 
 /// The state machine handed to openraft; clones share everything (it is also the builder).
@@ -263,6 +279,7 @@ impl StateMachine {
                 snapshot_revisions: Default::default(),
                 audit_deleted_below: Default::default(),
                 positions_from: Default::default(),
+                trim_due: Default::default(),
                 cold,
             }),
         };
@@ -404,18 +421,52 @@ impl StateMachine {
         audit::page(records, after, limit, filter)
     }
 
-    /// The event log's retention (SPEC L9): drops stored events older than
-    /// [`EVENT_LOG_KEPT_MS`] before ledger time `now`, at most [`TRIM_PAGE_EVENTS`] per call
-    /// (each apply continues), and raises the floor watchers are held to. Every node drops the
-    /// same events by the same rule; when depends on how its applies are batched.
-    fn trim_events(&self, now: u64) -> io::Result<()> {
+    /// Runs the event log's retention in the background (SPEC L9): whenever an apply finds
+    /// events past it, steps of [`Self::trim_events`] follow one another, each followed by a
+    /// rest [`TRIM_REST_PER_WORK`] times as long as the step, until none is due. Stops when
+    /// the store closes.
+    pub fn spawn_event_log_retention(&self) {
+        let store = Arc::downgrade(&self.inner);
+        let due = self.inner.trim_due.clone();
+        tokio::spawn(async move {
+            loop {
+                due.notified().await;
+                loop {
+                    let Some(inner) = store.upgrade() else { return };
+                    let sm = StateMachine { inner };
+                    let started = std::time::Instant::now();
+                    let more = match tokio::task::spawn_blocking(move || sm.trim_events()).await {
+                        Ok(Ok(more)) => more,
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "the event log's retention failed; it runs again after the next apply");
+                            false
+                        }
+                        Err(_) => return,
+                    };
+                    if !more {
+                        break;
+                    }
+                    tokio::time::sleep(started.elapsed() * TRIM_REST_PER_WORK).await;
+                }
+            }
+        });
+    }
+
+    /// One step of the event log's retention: drops stored events older than
+    /// [`EVENT_LOG_KEPT_MS`] before the ledger's time, at most [`TRIM_PAGE_EVENTS`], writing
+    /// out whole the records of theirs the audit trail still retains, and raises the floor
+    /// watchers are held to. Returns whether more is due. Every node drops the same events by
+    /// the same rule; when is its own.
+    pub(crate) fn trim_events(&self) -> io::Result<bool> {
+        // Held throughout: a snapshot's install replaces what this reads.
+        let mut from = self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The state is read (not written) until the batch is written: no apply may retire the
+        // records written out in between.
+        let a = self.read();
+        let (floor, oldest_at, now) = (a.event_floor, a.event_floor_at_ms, a.state.clock_ms);
         let cutoff = now.saturating_sub(EVENT_LOG_KEPT_MS);
-        let (floor, oldest_at) = {
-            let a = self.read();
-            (a.event_floor, a.event_floor_at_ms)
-        };
         if oldest_at.is_some_and(|at| at > cutoff) {
-            return Ok(());
+            return Ok(false);
         }
         let page = self.events_from(floor, TRIM_PAGE_EVENTS)?;
         let (new_floor, oldest_at) = match page.iter().map(|e| &e.envelope).find(|e| e.at_ms > cutoff) {
@@ -433,21 +484,19 @@ impl StateMachine {
             let mut batch = WriteBatch::default();
             let dropped: Vec<&EventEnvelope> =
                 page.iter().map(|e| &e.envelope).take_while(|e| e.revision < new_floor).collect();
-            let written = {
-                let a = self.read();
-                let mut from = self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor, &mut from)?
-            };
+            let written =
+                crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor, &mut from)?;
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
             batch.delete_range_cf(cf, 0u64.to_be_bytes(), new_floor.to_be_bytes());
             self.inner.db.write(batch).map_err(io::Error::other)?;
             metrics::counter!("writ_events_trimmed_total").increment(new_floor - floor);
             metrics::counter!("writ_audit_records_written_out_total").increment(written);
         }
+        drop(a);
         let mut a = self.write_applied();
         a.event_floor = a.event_floor.max(new_floor);
         a.event_floor_at_ms = oldest_at;
-        Ok(())
+        Ok(oldest_at.is_none())
     }
 
     fn first_stored_revision(&self) -> io::Result<Option<u64>> {
@@ -593,6 +642,8 @@ impl StateMachine {
     /// its records are already in the column families. Another store's state-only snapshot
     /// (the in-process harness) is completed from that store first.
     fn install_snapshot_file(&self, meta: &SnapshotMetaOf<TypeConfig>, snapshot: &SnapshotHandle) -> io::Result<()> {
+        // No step of the event log's retention runs while the audit family and events change.
+        let mut positions_from = self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let own = snapshot.origin.as_ref().is_some_and(|o| Arc::ptr_eq(&o.inner, &self.inner));
         let src = if own { snapshot.path.clone() } else { snapshot.transfer_file()? };
         let src = src.as_path();
@@ -630,7 +681,7 @@ impl StateMachine {
         self.snapshot_taken(state.revision);
         // The audit family now holds the snapshot's records only.
         self.inner.audit_deleted_below.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
-        self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        positions_from.clear();
         let db = &self.inner.db;
         // Stored events are committed history, so they agree with any snapshot. Keep them if
         // they reach the snapshot's revision (a restart); if they stop short (a lagging or wiped
@@ -958,10 +1009,13 @@ impl StateMachine {
         {
             self.refresh_role_revocations(&a.state);
         }
-        let now = a.state.clock_ms;
+        let cutoff = a.state.clock_ms.saturating_sub(EVENT_LOG_KEPT_MS);
+        let trim_due = a.event_floor_at_ms.is_none_or(|at| at <= cutoff);
         drop(a);
         metrics::histogram!("writ_state_apply_seconds").record(locked.elapsed().as_secs_f64());
-        self.trim_events(now)?;
+        if trim_due {
+            self.inner.trim_due.notify_one();
+        }
         Ok((produced, replies))
     }
 
@@ -1133,6 +1187,64 @@ mod tests {
         }
     }
 
+    /// The event log's retention runs beside applies: an apply that finds events past it wakes
+    /// the task, which drops them (writing out the records still retained) over as many steps
+    /// as they take; the task holds the store only while a step runs, so it closes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_event_log_retention_runs_beside_applies_and_lets_the_store_close() {
+        use openraft::alias::EntryOf;
+        use writ_api::audit::StoredRow;
+        use writ_api::ledger::{Command, LedgerRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let (log, sm) = crate::open(dir.path()).unwrap();
+        sm.spawn_event_log_retention();
+        let mut index = 0;
+        let mut apply = |stamp_ms: u64, command: Command| {
+            index += 1;
+            let req = LedgerRequest { stamp_ms, trace_id: "tr".into(), command: command.into() };
+            let entry = EntryOf::<TypeConfig>::new_normal(openraft::testing::log_id::<TypeConfig>(1, 1, index), req);
+            let mut sm = sm.clone();
+            async move { sm.apply(futures::stream::iter([Ok((entry, None))])).await.unwrap() }
+        };
+        let t0 = 1_700_000_000_000;
+        apply(t0, Command::CreateTenant { tenant_id: "t".into(), name: "acme".into(), display_name: None }).await;
+        // More events than one step drops, each with its record retained.
+        let patch = writ_api::settings::TenantSettingsPatch { audit_max_events: Some(1_000_000), ..Default::default() };
+        apply(t0 + 1, Command::SetTenantSettings { tenant_id: "t".into(), patch }).await;
+        for i in 0..TRIM_PAGE_EVENTS + 10 {
+            apply(t0 + 2, create_principal(i, Default::default())).await;
+        }
+        let revision = sm.read().state.revision;
+        assert_eq!(sm.read().event_floor, 1, "nothing is a week old yet");
+        apply(t0 + EVENT_LOG_KEPT_MS + 100, create_principal(0, Default::default())).await;
+        for _ in 0..1000 {
+            if sm.read().event_floor > revision {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(sm.read().event_floor, sm.read().state.revision, "only the newest event stays");
+        let whole = {
+            let cf = sm.inner.db.cf_handle(CF_AUDIT).unwrap();
+            let rows = sm.inner.db.iterator_cf(cf, IteratorMode::Start).map(|kv| kv.unwrap().1.to_vec());
+            rows.filter(|v| matches!(crate::codec::row_of(v).unwrap(), StoredRow::Record(_))).count()
+        };
+        assert!(whole > TRIM_PAGE_EVENTS, "the retained records were written out whole: {whole}");
+        drop((log, sm));
+        // The task let go of the store: it opens again.
+        let mut reopened = None;
+        for _ in 0..1000 {
+            match crate::open(dir.path()) {
+                Ok(store) => {
+                    reopened = Some(store);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+        assert!(reopened.is_some(), "the store is still held");
+    }
+
     /// Apply stores each record as its position in its event, and a list renders it from the
     /// event as the record a pure state builds; a peer's transfer file carries whole records.
     /// When the event log's retention drops the events, the records still retained are written
@@ -1204,6 +1316,7 @@ mod tests {
                 sm.inner.positions_from.lock().unwrap().clear();
             }
             apply(at, principal(10 + round)).await;
+            while sm.trim_events().unwrap() {}
             assert_eq!(sm.read().event_floor, sm.read().state.revision, "only the newest event stays");
             let first = sm.read().state.audit["t"].first_seq;
             let rows = rows(&sm);
