@@ -52,13 +52,15 @@ writ_raft() {
     python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get(sys.argv[1]) or 0 for m in s["members"]))' "$1"
 }
 
-# node_timings: every node's histograms of apply and WAL sync times and its pre-vote count (its
-# /metrics lines), each line prefixed with the node's URL.
+# node_timings: every node's histograms of apply and WAL sync times, its pre-vote count and what
+# the event log's retention did (events dropped, records written out) — its /metrics lines, each
+# prefixed with the node's URL.
 node_timings() {
   local u
   for u in $WRIT_NODE_URLS; do
     curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" |
-      grep -E '^writ_(state_apply_seconds|log_sync_seconds|node_failure_detector_prevotes_total)' | sed "s|^|$u |" || true
+      grep -E '^writ_(state_apply_seconds|log_sync_seconds|node_failure_detector_prevotes_total|events_trimmed_total|audit_records_written_out_total)' |
+      sed "s|^|$u |" || true
   done
 }
 

@@ -60,8 +60,10 @@ def timings(path):
             continue
         url, name, part, le, value = m.group(1), m.group(2), m.group(3) or "", m.group(4), float(m.group(6))
         node = nodes.setdefault(url, {})
-        if name == "writ_node_failure_detector_prevotes":
-            node["prevotes"] = int(value)
+        counters = {"writ_node_failure_detector_prevotes": "prevotes", "writ_events_trimmed": "events_trimmed",
+                    "writ_audit_records_written_out": "written_out"}
+        if name in counters:
+            node[counters[name]] = int(value)
             continue
         h = node.setdefault(name.removeprefix("writ_").removesuffix("_seconds"), {"buckets": []})
         if le is not None:
@@ -203,14 +205,17 @@ def main():
             continue
         print(f"\nEach node at the end of the {phase} phase: applies (`writ_state_apply_seconds`) and WAL syncs "
               "(`writ_log_sync_seconds`) — count, mean ms, the bucket of the 99th percentile (ms, ≤), count over "
-              "100 ms — and failure-detector pre-votes.\n")
-        print("| node | applies | mean | p99 ≤ | > 100 ms | syncs | mean | p99 ≤ | > 100 ms | pre-votes |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "100 ms — failure-detector pre-votes, and what the event log's retention did (events dropped, "
+              "audit records written out whole).\n")
+        print("| node | applies | mean | p99 ≤ | > 100 ms | syncs | mean | p99 ≤ | > 100 ms | pre-votes "
+              "| events dropped | records written out |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for url, t in sorted(nodes.items()):
             a, w = t.get("state_apply", {}), t.get("log_sync", {})
             cells = [fmt(h.get(k), d) for h in (a, w) for k, d in
                      (("count", 0), ("mean_ms", 2), ("p99_le_ms", 1), ("over_100ms", 0))]
-            print(f"| {url} | " + " | ".join(cells) + f" | {fmt(t.get('prevotes', 0))} |")
+            print(f"| {url} | " + " | ".join(cells) + f" | {fmt(t.get('prevotes', 0))} "
+                  f"| {fmt(t.get('events_trimmed', 0))} | {fmt(t.get('written_out', 0))} |")
     print("\nNode 1 over time (s since start, phase, MB on disk, operations held, RSS and its RocksDB part):\n")
     print("| s | phase | disk MB | operations | RSS MB | RocksDB MB |\n|---:|---|---:|---:|---:|---:|")
     step = max(1, len(curve) // 40)

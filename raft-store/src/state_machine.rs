@@ -443,10 +443,10 @@ impl StateMachine {
                         }
                         Err(_) => return,
                     };
+                    tokio::time::sleep(started.elapsed() * TRIM_REST_PER_WORK).await;
                     if !more {
                         break;
                     }
-                    tokio::time::sleep(started.elapsed() * TRIM_REST_PER_WORK).await;
                 }
             }
         });
@@ -468,22 +468,19 @@ impl StateMachine {
         if oldest_at.is_some_and(|at| at > cutoff) {
             return Ok(false);
         }
-        let page = self.events_from(floor, TRIM_PAGE_EVENTS)?;
-        let (new_floor, oldest_at) = match page.iter().map(|e| &e.envelope).find(|e| e.at_ms > cutoff) {
-            Some(kept) => (kept.revision, Some(kept.at_ms)),
+        let (due, kept) = self.events_due(floor, cutoff)?;
+        let (new_floor, oldest_at) = match (kept, due.last()) {
+            (Some((revision, at_ms)), _) => (revision, Some(at_ms)),
             // Everything read goes; a full page may be followed by more to drop.
-            None => match page.last().map(|e| &e.envelope) {
-                Some(last) if page.len() == TRIM_PAGE_EVENTS => (last.revision + 1, None),
-                Some(last) => (last.revision + 1, Some(now)),
-                None => (floor, Some(now)),
-            },
+            (None, Some(last)) if due.len() == TRIM_PAGE_EVENTS => (last.revision + 1, None),
+            (None, Some(last)) => (last.revision + 1, Some(now)),
+            (None, None) => (floor, Some(now)),
         };
         if new_floor > floor {
             // The records still retained of the events that go are written out whole first, in
             // the same batch (`crate::audit_rows`).
             let mut batch = WriteBatch::default();
-            let dropped: Vec<&EventEnvelope> =
-                page.iter().map(|e| &e.envelope).take_while(|e| e.revision < new_floor).collect();
+            let dropped: Vec<&EventEnvelope> = due.iter().collect();
             let written =
                 crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor, &mut from)?;
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
@@ -497,6 +494,26 @@ impl StateMachine {
         a.event_floor = a.event_floor.max(new_floor);
         a.event_floor_at_ms = oldest_at;
         Ok(oldest_at.is_none())
+    }
+
+    /// The stored events from revision `from` at or before ledger time `cutoff` (at most
+    /// [`TRIM_PAGE_EVENTS`]), and the revision and time of the first event after it, when read.
+    fn events_due(&self, from: u64, cutoff: u64) -> io::Result<EventsDue> {
+        let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+        let start = from.to_be_bytes();
+        let mut due = Vec::new();
+        for item in self.inner.db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
+            let (_, value) = item.map_err(io::Error::other)?;
+            let envelope: EventEnvelope = checked_decode(&value, "event")?;
+            if envelope.at_ms > cutoff {
+                return Ok((due, Some((envelope.revision, envelope.at_ms))));
+            }
+            due.push(envelope);
+            if due.len() == TRIM_PAGE_EVENTS {
+                break;
+            }
+        }
+        Ok((due, None))
     }
 
     fn first_stored_revision(&self) -> io::Result<Option<u64>> {
@@ -896,8 +913,10 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// What one apply hands on once the state is released: its events (for watchers) and each
-/// waiting client's outcome.
+/// Stored events past the event log's retention, and the revision and time of the first event
+/// that is not (when read).
+type EventsDue = (Vec<EventEnvelope>, Option<(u64, u64)>);
+
 /// What an apply produced: the stored events, and the outcome of each entry someone waits on
 /// (`R`: openraft's responder, or a bulk apply's `()`).
 type AppliedBatch<R> = (Vec<Arc<StoredEvent>>, Vec<(R, Outcome)>);
