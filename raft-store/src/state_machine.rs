@@ -468,7 +468,7 @@ impl StateMachine {
         if oldest_at.is_some_and(|at| at > cutoff) {
             return Ok(false);
         }
-        let (due, kept) = self.events_due(floor, cutoff)?;
+        let (due, kept) = self.latch(self.events_due(floor, cutoff))?;
         let (new_floor, oldest_at) = match (kept, due.last()) {
             (Some((revision, at_ms)), _) => (revision, Some(at_ms)),
             // Everything read goes; a full page may be followed by more to drop.
