@@ -139,8 +139,9 @@ async fn audit_fields_redaction_and_retention_agree_on_every_node() {
     c.converged(Duration::from_secs(30)).await;
     let newest = all_records(&c, &w, &tenant).await.iter().filter_map(|r| r["at_ms"].as_u64()).max().unwrap();
     let expires_ms = newest.div_ceil(1000) * 1000 + 1000;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    tokio::time::sleep(Duration::from_millis(expires_ms.saturating_sub(now_ms) + 50)).await;
+    // The leader stamps entries with this machine's clock.
+    let past = || async { (writ_client::now_ms() > expires_ms).then_some(()) };
+    writ_tests::eventually("the clock past the newest record's age limit", Duration::from_secs(5), past).await;
     let (code, _) =
         c.admin.post(&w, &principals, json!({"name": "late", "kind": "agent", "preset": "readOnly"})).await.unwrap();
     assert_eq!(code, 201);
