@@ -605,8 +605,9 @@ pub struct BatchedCommand {
 /// nobody decided (`Command::ApplyRetentionV2`). 16: the ledger version in force
 /// (`Command::RaiseLedgerVersion`), and from 16 on, each tenant's audit hash chain over the
 /// bytes of the events its records come from (`audit::AuditIndex::push_event`). 17: a record's
-/// time in its tenant's audit index rounded up to the whole second (`state::audit_time`).
-pub const LEDGER_VERSION: u32 = 17;
+/// time in its tenant's audit index rounded up to the whole second (`state::audit_time`). 18: at
+/// most a quarter as many records retired per retention entry (`retention::retired_per_entry`).
+pub const LEDGER_VERSION: u32 = 18;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.

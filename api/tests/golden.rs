@@ -1324,6 +1324,11 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::RaiseLedgerVersion { version: 17 }),
             Some(env(91, 10, Event::LedgerVersionRaisedV1 { version: 17 })),
         ),
+        (
+            "raise_ledger_version_18",
+            req(Command::RaiseLedgerVersion { version: 18 }),
+            Some(env(92, 11, Event::LedgerVersionRaisedV1 { version: 18 })),
+        ),
     ]
 }
 
@@ -1866,8 +1871,9 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     (16, &["apply_retention_v2"]),
     // The ledger version in force came with state format 19.
     (18, &["raise_ledger_version"]),
-    // Audit times in whole seconds came after state format 19 (no state change).
-    (19, &["raise_ledger_version_17"]),
+    // Audit times in whole seconds, then smaller retention entries, came after state format 19
+    // (no state change).
+    (19, &["raise_ledger_version_17", "raise_ledger_version_18"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

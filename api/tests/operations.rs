@@ -1555,6 +1555,45 @@ fn a_reported_effect_nobody_decides_is_compacted_and_an_unknown_one_kept() {
     assert!(invariant_violations(&l.state).is_empty());
 }
 
+/// From ledger version 18 in force a retention entry retires at most a quarter as many records
+/// of each kind (every replica holds its state while it applies one); before, the thousand of
+/// the earlier rule, so replicas switch at the entry that puts 18 in force.
+#[test]
+fn from_ledger_version_18_a_retention_entry_retires_at_most_250_of_a_kind() {
+    let day = 24 * 3_600_000;
+    let compacted_per_entry = |version: u32| {
+        let mut l = Ledger::new();
+        l.ok(Command::RaiseLedgerVersion { version });
+        for i in 0..300 {
+            let (id, key) = (format!("op-{i}"), format!("k-{i}"));
+            l.ok(submit(spec(&id, &key, json!({ "p": i }), None, l.now + 60_000)));
+            l.ok(cancel(&id));
+        }
+        l.now += day;
+        let mut entries = Vec::new();
+        loop {
+            let outcome = l.run(Command::ApplyRetentionV2 { tenant_id: T.into() });
+            let Outcome::Applied { events, .. } = outcome else { panic!("{outcome:?}") };
+            let compacted: usize = events
+                .iter()
+                .map(|e| match &e.event {
+                    writ_api::ledger::Event::OperationsCompactedV1 { operation_ids, .. } => operation_ids.len(),
+                    _ => 0,
+                })
+                .sum();
+            if compacted == 0 {
+                break;
+            }
+            entries.push(compacted);
+        }
+        assert_eq!(writ_api::retention::storage(&l.state, T).bindings, 300);
+        entries
+    };
+    assert_eq!(compacted_per_entry(17), [300], "one entry of up to 1,000");
+    assert_eq!(compacted_per_entry(18), [250, 50], "entries of up to 250");
+    assert_eq!(writ_api::retention::retired_per_entry(18), writ_api::retention::RETIRED_PER_ENTRY);
+}
+
 /// A command with a decision and its authority chain: the decision is recorded after the
 /// command's events with the operation (and, for an executor's start, the attempt) it made.
 #[test]

@@ -19,7 +19,7 @@
 //! - an **enrollment** goes one horizon after it expired (used or not: a used one always
 //!   expires later than it was used).
 //!
-//! Each `ApplyRetention` entry drops at most [`RETIRED_PER_ENTRY`] records of each kind; the
+//! Each `ApplyRetention` entry drops at most [`retired_per_entry`] records of each kind; the
 //! leader's reaper submits another while more are due. Evidence has its own rule (the tenant's
 //! audit retention, `crate::evidence`), audit records theirs (`crate::audit`), the raw event log
 //! [`EVENT_LOG_KEPT_MS`].
@@ -29,8 +29,25 @@ use serde::{Deserialize, Serialize};
 use crate::cold::Aging;
 use crate::state::LedgerState;
 
-/// Most records of each kind one `ApplyRetention` entry drops.
-pub const RETIRED_PER_ENTRY: usize = 1_000;
+/// Most records of each kind one `ApplyRetention` entry drops, from ledger version 18 in force:
+/// every replica applies an entry while it holds the state, and a thousand operations compacted
+/// and a thousand bindings released held a node's state for 160–230 ms over an hour's million
+/// operations on two shared cores (docs/performance.md), as long as a follower waits for a
+/// heartbeat before it stands for election. A quarter of that is still far more per entry than
+/// operations finish per second.
+pub const RETIRED_PER_ENTRY: usize = 250;
+
+/// [`RETIRED_PER_ENTRY`] before ledger version 18.
+pub const RETIRED_PER_ENTRY_BEFORE_18: usize = 1_000;
+
+/// Most records of each kind one retention entry drops under `ledger_version` in force.
+pub fn retired_per_entry(ledger_version: u32) -> usize {
+    if ledger_version >= 18 {
+        RETIRED_PER_ENTRY
+    } else {
+        RETIRED_PER_ENTRY_BEFORE_18
+    }
+}
 
 /// How long the raw event log (each node's `events` column family, what watchers replay) keeps an
 /// event, in ms of ledger time: every node drops older ones as it applies, so a watcher further
