@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, DB};
 use writ_api::audit::{record_key, AuditRecord, AuditedEvent, StoredRow};
@@ -45,11 +46,12 @@ fn key_parts(key: &[u8]) -> io::Result<(&str, u64)> {
 }
 
 /// A stored row (`value`, under `key`) as its record, rendered from its event when the row
-/// holds a position; `None` when that event is not in the event log (`read_event`).
+/// holds a position; `None` when that event is not in the event log (`read_event`, usually
+/// [`EventReader::read`]).
 pub(crate) fn record_of(
     key: &[u8],
     value: &[u8],
-    read_event: impl FnOnce(u64) -> io::Result<Option<EventEnvelope>>,
+    read_event: impl FnOnce(u64) -> io::Result<Option<Arc<EventEnvelope>>>,
 ) -> io::Result<Option<AuditRecord>> {
     render(key, row_of(value)?, read_event)
 }
@@ -58,7 +60,7 @@ pub(crate) fn record_of(
 fn render(
     key: &[u8],
     row: StoredRow,
-    read_event: impl FnOnce(u64) -> io::Result<Option<EventEnvelope>>,
+    read_event: impl FnOnce(u64) -> io::Result<Option<Arc<EventEnvelope>>>,
 ) -> io::Result<Option<AuditRecord>> {
     match row {
         StoredRow::Record(record) => Ok(Some(*record)),
@@ -77,27 +79,50 @@ pub(crate) fn event_gone() -> io::Error {
     corrupt_record("its event has left the event log")
 }
 
-/// The event at `revision` in the event log, if it is there.
-pub(crate) fn read_event(db: &DB, opts: ReadOptions, revision: u64) -> io::Result<Option<EventEnvelope>> {
-    let cf = db.cf_handle(CF_EVENTS).expect("column families are created at open");
-    let value = db.get_cf_opt(cf, revision.to_be_bytes(), &opts).map_err(io::Error::other)?;
-    value.map(|v| checked_decode(&v, "event")).transpose()
+/// Reads the events that audit rows point at, in one view of the store (a RocksDB snapshot, or
+/// the latest), keeping the last one read: a tenant's records follow its events' order, and one
+/// event (a batch of request decisions) holds up to a thousand of them, so a pass over records
+/// reads and decodes each event once instead of once per record.
+pub(crate) struct EventReader<'a> {
+    db: &'a DB,
+    view: Option<&'a rocksdb::Snapshot<'a>>,
+    /// The last revision read, and its event (`None`: not in the event log).
+    last: Option<(u64, Option<Arc<EventEnvelope>>)>,
+}
+
+impl<'a> EventReader<'a> {
+    pub(crate) fn new(db: &'a DB, view: Option<&'a rocksdb::Snapshot<'a>>) -> Self {
+        Self { db, view, last: None }
+    }
+
+    /// The event at `revision` in the event log, if it is there.
+    pub(crate) fn read(&mut self, revision: u64) -> io::Result<Option<Arc<EventEnvelope>>> {
+        if let Some((at, env)) = &self.last {
+            if *at == revision {
+                return Ok(env.clone());
+            }
+        }
+        let cf = self.db.cf_handle(CF_EVENTS).expect("column families are created at open");
+        let mut opts = ReadOptions::default();
+        if let Some(view) = self.view {
+            opts.set_snapshot(view);
+        }
+        let value = self.db.get_cf_opt(cf, revision.to_be_bytes(), &opts).map_err(io::Error::other)?;
+        let env = value.map(|v| checked_decode(&v, "event").map(Arc::new)).transpose()?;
+        self.last = Some((revision, env.clone()));
+        Ok(env)
+    }
 }
 
 /// A stored row as a whole record's row, as snapshot transfers and backups carry it: a
-/// position is rendered from its event in the same RocksDB snapshot `view`, where the event
-/// log's retention has not dropped it (it writes the record out first, in the same batch).
-pub(crate) fn whole(db: &DB, view: &rocksdb::Snapshot, key: &[u8], value: Vec<u8>) -> io::Result<Vec<u8>> {
+/// position is rendered from its event as `events` reads it in a RocksDB snapshot, where the
+/// event log's retention has not dropped it (it writes the record out first, in the same batch).
+pub(crate) fn whole(events: &mut EventReader, key: &[u8], value: Vec<u8>) -> io::Result<Vec<u8>> {
     let row = row_of(&value)?;
     if matches!(row, StoredRow::Record(_)) {
         return Ok(value);
     }
-    let read = |revision| {
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(view);
-        read_event(db, opts, revision)
-    };
-    let record = render(key, row, read)?.ok_or_else(event_gone)?;
+    let record = render(key, row, |revision| events.read(revision))?.ok_or_else(event_gone)?;
     Ok(checked_bytes(&record.stored()))
 }
 

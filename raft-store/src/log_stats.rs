@@ -166,6 +166,7 @@ pub fn read(dir: &Path) -> io::Result<(LogBytes, AppliedBytes)> {
 
 fn read_applied(db: &rocksdb::DB) -> io::Result<AppliedBytes> {
     let mut applied = AppliedBytes::default();
+    let mut events = crate::audit_rows::EventReader::new(db, None);
     for family in crate::state_machine::APPLIED_FAMILIES {
         let cf = db.cf_handle(family).expect("column families are created at open");
         let rows = applied.families.entry(family).or_default();
@@ -176,8 +177,7 @@ fn read_applied(db: &rocksdb::DB) -> io::Result<AppliedBytes> {
                 let envelope: EventEnvelope = checked_decode(&value, "event")?;
                 applied.events.entry(envelope.event.kind()).or_default().add(&key, &value);
             } else if family == CF_AUDIT {
-                let read = |revision| crate::audit_rows::read_event(db, rocksdb::ReadOptions::default(), revision);
-                let operation = match crate::audit_rows::record_of(&key, &value, read)? {
+                let operation = match crate::audit_rows::record_of(&key, &value, |r| events.read(r))? {
                     Some(record) => record.operation,
                     None => "(its event left the log)".to_string(),
                 };

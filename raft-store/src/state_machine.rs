@@ -405,11 +405,11 @@ impl StateMachine {
         opts.set_iterate_upper_bound(record_key(tenant_id, next));
         let start = record_key(tenant_id, after.saturating_add(1).max(first));
         let db = &self.inner.db;
+        let mut events = crate::audit_rows::EventReader::new(db, None);
         let records = db.iterator_cf_opt(cf, opts, IteratorMode::From(&start, Direction::Forward)).map(
             |item| -> io::Result<AuditRecord> {
                 let (key, value) = item.map_err(io::Error::other)?;
-                let read = |revision| crate::audit_rows::read_event(db, rocksdb::ReadOptions::default(), revision);
-                if let Some(record) = crate::audit_rows::record_of(&key, &value, read)? {
+                if let Some(record) = crate::audit_rows::record_of(&key, &value, |r| events.read(r))? {
                     return Ok(record);
                 }
                 // The event left the log after this page began: its retention wrote the
@@ -820,10 +820,11 @@ pub(crate) fn stored_records<'a>(
         let mut opts = rocksdb::ReadOptions::default();
         opts.set_snapshot(view);
         opts.set_total_order_seek(true);
+        let mut events = crate::audit_rows::EventReader::new(db, Some(view));
         db.iterator_cf_opt(handle, opts, IteratorMode::Start).map(move |item| {
             let (key, value) = item.map_err(io::Error::other)?;
             let value = match *cf {
-                CF_AUDIT => crate::audit_rows::whole(db, view, &key, value.into_vec())?,
+                CF_AUDIT => crate::audit_rows::whole(&mut events, &key, value.into_vec())?,
                 _ => value.into_vec(),
             };
             Ok((*kind, key.to_vec(), value))
