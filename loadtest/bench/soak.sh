@@ -44,12 +44,14 @@ on_exit() { [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null; }
 bench_cluster
 
 CSV=$WORK/soak.csv
-echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes,rocksdb_kb" >"$CSV"
+echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes,rocksdb_kb,term" >"$CSV"
 # sample PHASE: one row per process (its pid files name what runs now: restarts change pids).
 sample() {
-  local t ops p name role i kb
+  local t ops p name role i kb term
   t=$(( $(date +%s) - started ))
   ops=$(ledger_records | awk '/kind="operations"/ {printf "%d", $2}') || true
+  # The Raft term: when in a phase its elections fell.
+  term=$(writ_raft term 2>/dev/null) || true
   for role in n e; do
     for i in 1 2 3; do
       p=$(cat "$WRIT_CLUSTER_DIR/$role$i/pid" 2>/dev/null) || continue
@@ -68,7 +70,7 @@ sample() {
           awk '/^writ_rocksdb_memory_bytes\{part="(memtables|table_readers|block_cache)"\}/ {s += $2}
                END {if (NR) printf "%d", s / 1024}') || true
       fi
-      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0},$rocks" >>"$CSV"
+      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0},$rocks,${term:-}" >>"$CSV"
     done
   done
 }

@@ -135,7 +135,8 @@ def main():
 
     # The disk curve: node 1's bytes and the operations held, each sample of both phases.
     curve = [(int(r["t_s"]), r["phase"], int(r["disk_bytes"]) / (1 << 20), r["operations"],
-              int(r["rss_kb"]) / 1024, int(r["rocksdb_kb"]) / 1024 if r.get("rocksdb_kb") else None)
+              int(r["rss_kb"]) / 1024, int(r["rocksdb_kb"]) / 1024 if r.get("rocksdb_kb") else None,
+              int(r["term"]) if r.get("term") else None)
              for r in rows if r["process"] == "node 1"]
     nodes = [p for p in processes if p.startswith("node")]
     disk = {}
@@ -216,11 +217,13 @@ def main():
                      (("count", 0), ("mean_ms", 2), ("p99_le_ms", 1), ("over_100ms", 0))]
             print(f"| {url} | " + " | ".join(cells) + f" | {fmt(t.get('prevotes', 0))} "
                   f"| {fmt(t.get('events_trimmed', 0))} | {fmt(t.get('written_out', 0))} |")
-    print("\nNode 1 over time (s since start, phase, MB on disk, operations held, RSS and its RocksDB part):\n")
-    print("| s | phase | disk MB | operations | RSS MB | RocksDB MB |\n|---:|---|---:|---:|---:|---:|")
+    print("\nNode 1 over time (s since start, phase, MB on disk, operations held, RSS and its RocksDB part, "
+          "the cluster's Raft term):\n")
+    print("| s | phase | disk MB | operations | RSS MB | RocksDB MB | term |\n|---:|---|---:|---:|---:|---:|---:|")
     step = max(1, len(curve) // 40)
     for c in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
-        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} | {c[4]:.0f} | {fmt(c[5])} |")
+        term = c[6] if len(c) > 6 else None
+        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} | {c[4]:.0f} | {fmt(c[5])} | {fmt(term)} |")
 
 
 main()
