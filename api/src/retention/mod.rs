@@ -30,11 +30,11 @@ use crate::cold::Aging;
 use crate::state::LedgerState;
 
 /// Most records of each kind one `ApplyRetention` entry drops, from ledger version 18 in force:
-/// every replica applies an entry while it holds the state, and a thousand operations compacted
-/// and a thousand bindings released held a node's state for 160–230 ms over an hour's million
-/// operations on two shared cores (docs/performance.md), as long as a follower waits for a
-/// heartbeat before it stands for election. A quarter of that is still far more per entry than
-/// operations finish per second.
+/// every replica applies an entry while it holds the state, so every write and read that needs
+/// the state waits behind it; a thousand operations compacted and a thousand bindings released
+/// held a node's state for 160–230 ms over an hour's million operations on two shared cores
+/// (docs/performance.md). A quarter of that is still far more per entry than operations finish
+/// per second.
 pub const RETIRED_PER_ENTRY: usize = 250;
 
 /// [`RETIRED_PER_ENTRY`] before ledger version 18.
