@@ -1,10 +1,10 @@
 //! What one retention entry's apply costs on a node's store: a tenant's finished operations
 //! seeded in bulk (`writ node seed`: each one's admitted submission, dispatch, audited start and
 //! effect report through the state machine's own apply), then `ApplyRetentionV2` entries stamped
-//! three days later applied one by one, each compacting up to a thousand reported operations
-//! and releasing up to a thousand bindings, as the leader's reaper submits them once retention
-//! comes due. Every replica applies each entry while it holds the state, so this time is what
-//! the Raft heartbeats sharing its cores wait behind.
+//! three days later applied one by one, each compacting reported operations and releasing
+//! bindings (`writ_api::retention::retired_per_entry` of each at most), as the leader's reaper
+//! submits them once retention comes due. Every replica applies each entry while it holds the
+//! state, so this time is what every write and read that needs the state waits behind.
 //!
 //! Run with `cargo bench -p writ-node --bench retention_apply` (`RETENTION_BENCH_OPS`
 //! operations, 200,000 unless set; the ledger version in force `RETENTION_BENCH_VERSION`, the

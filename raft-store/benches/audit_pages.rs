@@ -15,12 +15,12 @@ use writ_raft_store::TypeConfig;
 const T: &str = "tenant-1";
 const T0: u64 = 1_700_000_000_000;
 
-/// A thousand request decisions of one edge's batch, by principal `agent`.
+/// A thousand request decisions of one edge's batch, by principal `p-000000`.
 fn decisions(batch: u64) -> Command {
     let decisions = (0..1000)
         .map(|i| writ_api::audit::RequestDecisionV1 {
             trace_id: format!("{:032x}", batch * 1000 + i),
-            principal_id: "agent".into(),
+            principal_id: "p-000000".into(),
             token_id: Some("jti-1".into()),
             parent_token_id: None,
             method: "tools/call".into(),
@@ -37,7 +37,7 @@ fn principal(i: u64) -> BatchedCommand {
         principal_id: format!("p-{i:06}"),
         name: format!("agent-{i:06}"),
         kind: writ_api::principal::PrincipalKind::Agent,
-        preset: None,
+        preset: Some(writ_api::principal::RolePreset::Full),
         scopes: Default::default(),
         metadata: [("team".to_string(), "line 3".to_string())].into(),
     };
@@ -63,14 +63,8 @@ fn pages(c: &mut Criterion) {
         let commands = (0..1000).map(|i| principal(b * 1000 + i)).collect();
         apply(&rt, &sm, 3 + b, T0 + b, Command::Batch { commands });
     }
-    let mut agent = principal(0).command;
-    if let Command::CreatePrincipal { spec, .. } = &mut agent {
-        spec.principal_id = "agent".into();
-        spec.preset = Some(writ_api::principal::RolePreset::Full);
-    }
-    apply(&rt, &sm, 23, T0 + 20, agent);
     for b in 0..10u64 {
-        apply(&rt, &sm, 24 + b, T0 + 21 + b, decisions(b));
+        apply(&rt, &sm, 23 + b, T0 + 20 + b, decisions(b));
     }
     let page_after = |sm: &StateMachine, after: u64| {
         let (records, _) = sm.audit_page(T, after, 1000, &AuditFilter::default()).unwrap();
