@@ -222,8 +222,7 @@ def main():
     print("| s | phase | disk MB | operations | RSS MB | RocksDB MB | term |\n|---:|---|---:|---:|---:|---:|---:|")
     step = max(1, len(curve) // 40)
     for c in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
-        term = c[6] if len(c) > 6 else None
-        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} | {c[4]:.0f} | {fmt(c[5])} | {fmt(term)} |")
+        print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} | {c[4]:.0f} | {fmt(c[5])} | {fmt(c[6])} |")
 
 
 main()

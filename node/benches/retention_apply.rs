@@ -19,10 +19,6 @@ const TENANT: &str = "bench";
 /// Past one horizon (compaction) and two (release) of the default day of retention.
 const AHEAD_MS: u64 = 3 * 24 * 3600 * 1000;
 
-fn now_ms() -> u64 {
-    u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-}
-
 #[tokio::main]
 async fn main() {
     let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
@@ -35,7 +31,7 @@ async fn main() {
     writ_node::seed::seed(dir.path(), TENANT, operations, &[]).await.unwrap();
     println!("seeded {operations} operations in {:.1} s", started.elapsed().as_secs_f64());
 
-    let stamp = now_ms() + AHEAD_MS;
+    let stamp = writ_client::now_ms() + AHEAD_MS;
     let mut applies: Vec<Duration> = Vec::new();
     let mut last: Option<Instant> = None;
     let mut raised = false;
