@@ -2,10 +2,11 @@
 # The soak (docs/performance.md, "Soak"): a local 3-node cluster with 2 edges (release build)
 # takes `writ-loadtest` executes at a fixed rate — half of the last committed P1 rate at 64
 # clients — for SOAK_SECONDS, then `--verify`. Every SOAK_SAMPLE_S a sampler records, per
-# process, RSS, PSS and anonymous memory, each node's bytes on disk and what its RocksDB holds
-# in memory, and the operations the ledger holds. The report fits memory against operations
-# after SOAK_WARMUP_S (MB per million operations, over the whole window and over each half: a
-# fill flattens, a leak does not) and disk likewise.
+# process, RSS, PSS and anonymous memory and what the system allocator has handed out, each
+# node's bytes on disk and what its RocksDB holds in memory, and the operations the ledger
+# holds. The report fits memory against operations after SOAK_WARMUP_S (MB per million
+# operations, over the whole window and over each half: a fill flattens, a leak does not)
+# and disk likewise.
 #
 # Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
 # two retention horizons and the event log's seven days), so retention compacts and releases
@@ -44,7 +45,7 @@ on_exit() { [ -z "${SAMPLER:-}" ] || kill "$SAMPLER" 2>/dev/null; }
 bench_cluster
 
 CSV=$WORK/soak.csv
-echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes,rocksdb_kb,term" >"$CSV"
+echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes,rocksdb_kb,term,heap_kb" >"$CSV"
 # sample PHASE: one row per process (its pid files name what runs now: restarts change pids).
 sample() {
   local t ops p name role i kb term
@@ -58,7 +59,15 @@ sample() {
       [ -r "/proc/$p/smaps_rollup" ] || continue
       kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
       name=$([ $role = n ] && echo "node $i" || echo "edge $i")
-      local disk=0 snap=0 rocks=
+      local disk=0 snap=0 rocks= metrics heap
+      if [ $role = n ]; then
+        metrics=$(curl -sf --cacert "$WRIT_CA_FILE" "$(echo "$WRIT_NODE_URLS" | cut -d' ' -f"$i")/metrics") || true
+      else
+        metrics=$(curl -sf "$(echo "$WRIT_MCP_URLS" | cut -d' ' -f"$i" | sed 's|/mcp$||')/metrics") || true
+      fi
+      # What the system allocator has handed to the process (none with mimalloc): beside the
+      # RSS, memory the process keeps apart from memory the allocator keeps.
+      heap=$(echo "$metrics" | awk '/^writ_allocator_bytes\{part="in_use"\}/ {printf "%d", $2 / 1024}')
       # (A file compaction deletes while du walks is not counted.)
       if [ $role = n ]; then
         disk=$(du -sb "$WRIT_CLUSTER_DIR/n$i/data" 2>/dev/null | cut -f1) || true
@@ -66,11 +75,11 @@ sample() {
         snap=$(find "$WRIT_CLUSTER_DIR/n$i/data/snapshots" -name '*.snap' -printf '%T@ %s\n' 2>/dev/null |
           sort -n | tail -1 | cut -d' ' -f2) || true
         # What its RocksDB holds in memory (memtables, table readers, block cache).
-        rocks=$(curl -sf --cacert "$WRIT_CA_FILE" "$(echo "$WRIT_NODE_URLS" | cut -d' ' -f"$i")/metrics" |
+        rocks=$(echo "$metrics" |
           awk '/^writ_rocksdb_memory_bytes\{part="(memtables|table_readers|block_cache)"\}/ {s += $2}
                END {if (NR) printf "%d", s / 1024}') || true
       fi
-      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0},$rocks,${term:-}" >>"$CSV"
+      echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0},$rocks,${term:-},${heap:-}" >>"$CSV"
     done
   done
 }

@@ -125,6 +125,11 @@ def main():
             "rss_mb_per_m_second_half": fit(p, "rss_kb", 1024, 1),
             "pss_mb_per_m": fit(p, "pss_kb", 1024),
             "anon_mb_per_m": fit(p, "anon_kb", 1024),
+            # Of the RSS, what the system allocator has handed to the process (none with
+            # mimalloc): where RSS grows and this does not, the allocator keeps the growth.
+            "heap_mb_start": int(mine[0]["heap_kb"]) / 1024 if mine[0].get("heap_kb") else None,
+            "heap_mb_end": int(mine[-1]["heap_kb"]) / 1024 if mine[-1].get("heap_kb") else None,
+            "heap_mb_per_m": fit(p, "heap_kb", 1024),
             "disk_mb_per_m": fit(p, "disk_bytes", 1 << 20) if p.startswith("node") else None,
             # Of the RSS, what the node's RocksDB holds (memtables, table readers, block cache).
             "rocksdb_mb_start": int(mine[0]["rocksdb_kb"]) / 1024 if mine[0].get("rocksdb_kb") else None,
@@ -172,12 +177,13 @@ def main():
     print(f"Fitted over {ops_measured:,} operations after a {warmup} s warm-up (least squares, "
           "MB per million operations; halves: the first and second half of the samples).\n")
     print("| process | RSS start MB | RSS end MB | RSS MB/M | first half | second half | PSS MB/M | anon MB/M | "
-          "RocksDB MB start → end | RocksDB MB/M | disk MB/M |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "heap in use MB start → end | heap MB/M | RocksDB MB start → end | RocksDB MB/M | disk MB/M |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in memory:
         print(f"| {m['process']} | {m['rss_mb_start']:.0f} | {m['rss_mb_end']:.0f} | {fmt(m['rss_mb_per_m'])} | "
               f"{fmt(m['rss_mb_per_m_first_half'])} | {fmt(m['rss_mb_per_m_second_half'])} | "
               f"{fmt(m['pss_mb_per_m'])} | {fmt(m['anon_mb_per_m'])} | "
+              f"{fmt(m['heap_mb_start'])} → {fmt(m['heap_mb_end'])} | {fmt(m['heap_mb_per_m'])} | "
               f"{fmt(m['rocksdb_mb_start'])} → {fmt(m['rocksdb_mb_end'])} | {fmt(m['rocksdb_mb_per_m'])} | "
               f"{fmt(m['disk_mb_per_m'])} |")
     if resync:

@@ -94,6 +94,35 @@ unsafe impl GlobalAlloc for Chosen {
     }
 }
 
+/// Limits the system allocator to one arena per core (glibc's default is eight per core), once,
+/// before the process starts its threads. A thread arena keeps its own heaps, and free pieces
+/// left between live blocks in each cannot be given back; over an hour's operations a node's
+/// resident size kept growing while what it had in use did not (docs/performance.md, "Memory
+/// the allocator keeps"). mimalloc manages its own.
+pub fn limit_arenas() {
+    if mode() != SYSTEM {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    set_arena_max(cores);
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set_arena_max(arenas: usize) {
+    extern "C" {
+        /// glibc's `mallopt`: 1 when the parameter was set.
+        fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+    }
+    /// glibc's `M_ARENA_MAX`.
+    const M_ARENA_MAX: std::ffi::c_int = -8;
+    let arenas = std::ffi::c_int::try_from(arenas).unwrap_or(std::ffi::c_int::MAX);
+    // SAFETY: a documented parameter and a positive value; glibc takes its lock to set it.
+    unsafe { mallopt(M_ARENA_MAX, arenas) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set_arena_max(_arenas: usize) {}
+
 /// How often a process on the system allocator hands its free memory back
 /// ([`start_releasing_free_memory`]).
 pub const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -123,9 +152,58 @@ fn trim_system_allocator() -> bool {
     false
 }
 
-/// Starts the thread that calls [`release_free_memory`] every [`RELEASE_EVERY`] (once per
-/// process; later calls do nothing). A walk of every arena costs milliseconds, so it runs on
-/// its own thread, never on the async runtime.
+/// What the system allocator holds: bytes handed to the program and bytes free inside its
+/// arenas (resident or not). Beside the resident size this tells memory the program keeps from
+/// memory the allocator keeps: free pieces between live blocks cannot be given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub in_use: u64,
+    pub free: u64,
+}
+
+/// [`Held`] of the system allocator (`None` with mimalloc, or without glibc).
+pub fn system_allocator_held() -> Option<Held> {
+    if mode() != SYSTEM {
+        return None;
+    }
+    glibc_held()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn glibc_held() -> Option<Held> {
+    /// glibc's `struct mallinfo2` (every field a `size_t`).
+    #[repr(C)]
+    struct MallInfo2 {
+        arena: usize,
+        ordblks: usize,
+        smblks: usize,
+        hblks: usize,
+        hblkhd: usize,
+        usmblks: usize,
+        fsmblks: usize,
+        uordblks: usize,
+        fordblks: usize,
+        keepcost: usize,
+    }
+    extern "C" {
+        /// glibc's `mallinfo2` (2.33 and later): totals over every arena.
+        fn mallinfo2() -> MallInfo2;
+    }
+    // SAFETY: no arguments; glibc locks each arena it sums.
+    let m = unsafe { mallinfo2() };
+    // In use: blocks in the arenas and blocks mapped on their own; free: what the arenas keep.
+    Some(Held { in_use: (m.uordblks + m.hblkhd) as u64, free: m.fordblks as u64 })
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn glibc_held() -> Option<Held> {
+    None
+}
+
+/// Starts the thread that calls [`release_free_memory`] every [`RELEASE_EVERY`] and sets the
+/// `writ_allocator_bytes` gauges from [`system_allocator_held`] (once per process; later calls
+/// do nothing). A walk of every arena costs milliseconds, so it runs on its own thread, never
+/// on the async runtime.
 pub fn start_releasing_free_memory() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     if mode() != SYSTEM {
@@ -133,6 +211,10 @@ pub fn start_releasing_free_memory() {
     }
     STARTED.call_once(|| {
         let spawned = std::thread::Builder::new().name("writ-mem-release".into()).spawn(|| loop {
+            if let Some(held) = system_allocator_held() {
+                metrics::gauge!("writ_allocator_bytes", "part" => "in_use").set(held.in_use as f64);
+                metrics::gauge!("writ_allocator_bytes", "part" => "free").set(held.free as f64);
+            }
             std::thread::sleep(RELEASE_EVERY);
             if release_free_memory() {
                 metrics::counter!("writ_memory_released_total").increment(1);
@@ -148,6 +230,9 @@ pub fn start_releasing_free_memory() {
 mod tests {
     use super::*;
 
+    /// Held by the tests that measure the whole process's memory, one at a time.
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// Resident bytes of this process.
     fn resident() -> u64 {
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -159,6 +244,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn free_memory_inside_an_arena_is_given_back() {
+        let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
         const BLOCK: usize = 4096;
         const BLOCKS: usize = 12_000; // 48 MB
         let (before, after) = std::thread::spawn(|| {
@@ -179,6 +265,74 @@ mod tests {
         .unwrap();
         let freed = (BLOCK * BLOCKS) as u64 * 15 / 16;
         assert!(before.saturating_sub(after) > freed / 2, "resident {before} → {after} bytes; {freed} were free");
+    }
+
+    /// A block handed out counts as in use until it is freed.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn the_system_allocator_counts_what_it_hands_out() {
+        const BYTES: usize = 32 << 20;
+        let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+        let before = glibc_held().unwrap();
+        let block = vec![1u8; BYTES];
+        let holding = glibc_held().unwrap();
+        drop(block);
+        let after = glibc_held().unwrap();
+        assert!(holding.in_use >= before.in_use + BYTES as u64 / 2, "{before:?} → {holding:?}");
+        assert!(after.in_use + BYTES as u64 / 2 <= holding.in_use, "{holding:?} → {after:?}");
+    }
+
+    /// The arenas glibc has made so far (`malloc_info`'s `<heap nr=…>` elements).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn arenas() -> usize {
+        extern "C" {
+            fn open_memstream(buf: *mut *mut std::ffi::c_char, size: *mut usize) -> *mut std::ffi::c_void;
+            fn malloc_info(options: std::ffi::c_int, stream: *mut std::ffi::c_void) -> std::ffi::c_int;
+            fn fclose(stream: *mut std::ffi::c_void) -> std::ffi::c_int;
+            fn free(ptr: *mut std::ffi::c_void);
+        }
+        let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: the stream writes into a buffer glibc allocates; it is read after the stream
+        // is closed (which sets buf and size) and freed with glibc's free.
+        let xml = unsafe {
+            let stream = open_memstream(&mut buf, &mut size);
+            assert!(!stream.is_null());
+            assert_eq!(malloc_info(0, stream), 0);
+            assert_eq!(fclose(stream), 0);
+            let xml = std::slice::from_raw_parts(buf as *const u8, size).to_vec();
+            free(buf.cast());
+            xml
+        };
+        String::from_utf8(xml).unwrap().matches("<heap nr=").count()
+    }
+
+    /// Threads that start after the limit share the arenas there are (up to one per core)
+    /// instead of taking one each.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn threads_share_at_most_one_arena_per_core() {
+        const THREADS: usize = 8;
+        let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+        limit_arenas();
+        let before = arenas();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let all_hold = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let all_hold = all_hold.clone();
+                std::thread::spawn(move || {
+                    let block = std::hint::black_box(vec![1u8; 4096]);
+                    all_hold.wait(); // every thread holds a block
+                    all_hold.wait(); // the arenas are counted
+                    drop(block);
+                })
+            })
+            .collect();
+        all_hold.wait();
+        let during = arenas();
+        all_hold.wait();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert!(during <= before.max(cores), "{before} arenas before {THREADS} threads, {during} with them");
     }
 
     #[test]

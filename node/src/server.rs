@@ -89,7 +89,6 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     )
     .await?;
     node.start_reaper();
-    crate::alloc::start_releasing_free_memory();
     node.start_storage_watch();
     node.start_snapshot_by_log_size();
     node.start_failure_detector();
@@ -98,6 +97,8 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     let admin = admin_router(cfg, &node)?;
     let drain = tls::Drain::default();
     let probes = http::probe_router(node.clone(), crate::observe::install_metrics(), drain.clone());
+    // After the metrics recorder is installed: the thread sets the allocator's gauges at once.
+    crate::alloc::start_releasing_free_memory();
     let mut servers = Vec::new();
     let mut peer_app = http::peer_router(node.clone(), drain.clone());
     let admin_url = match cfg.admin_listen {

@@ -115,6 +115,9 @@ async fn bad_input_and_auth_get_reason_codes() {
     for part in ["table_readers", "block_cache", "block_cache_pinned"] {
         assert!(rocksdb(part).is_some(), "{part} missing from /metrics:\n{metrics}");
     }
+    // What the system allocator has handed out (this process runs on it).
+    let held = metrics.lines().find_map(|l| l.strip_prefix("writ_allocator_bytes{part=\"in_use\"} "));
+    assert!(held.and_then(|v| v.parse::<f64>().ok()) > Some(0.0), "{metrics}");
     for name in [
         "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"standard\"} 0",
         "writ_operations_by_state{state=\"unknown_effect\",tenant_class=\"strict\"} 0",
