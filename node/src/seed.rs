@@ -65,7 +65,7 @@ struct Plan {
 impl Plan {
     /// The next chunk of requests, given what is applied so far.
     fn next(&mut self, state: &LedgerState) -> Option<Vec<LedgerRequest>> {
-        let now = now_ms().max(state.clock_ms);
+        let now = writ_client::now_ms().max(state.clock_ms);
         let commands = match self.step {
             Step::Setup => {
                 self.step = Step::Submit;
@@ -239,8 +239,4 @@ fn decision(principal: &str, token: Option<&str>, method: &str, name: Option<&st
 
 fn fencing_token(state: &LedgerState, tenant: &str, id: &str) -> u64 {
     state.operation(tenant, id).and_then(|op| op.fencing_token).unwrap_or_default()
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
