@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test test-fast deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench bench-build soak sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test test-fast lint-and-build tools deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench bench-build soak sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -142,9 +142,20 @@ promdeps:
 ## test: the whole suite (what CI runs): lint, then all three tiers — the core (writ-api's
 ## tests, api/tests/core.rs), the fast tier (the client, admin, edge and tests/fast) and the
 ## cluster tier (real processes, tests/tests/main.rs) — and every other crate's own tests.
-test: lint build pydeps nodedeps etcddeps promdeps browserdeps
+test: deps
+	$(MAKE) --no-print-directory -j2 lint-and-build tools
 	$(CARGO) test --workspace
 	$(MAKE) sim-mutants
+
+# The tools the suite drives download and unpack while the build compiles: the build is
+# CPU-bound, they are not (on a fresh machine they took 77 s one after the other). Each side
+# runs its own steps in order: cargo's steps share one target dir, the installs dpkg's lock.
+lint-and-build:
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory build
+
+tools:
+	@for t in pydeps nodedeps etcddeps promdeps browserdeps; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 ## test-fast: the core and fast tiers only: no node, no store, no RocksDB build, no tools to
 ## install (tests/fast/tests/architecture.rs keeps writ-tests-fast free of them).
