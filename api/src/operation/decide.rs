@@ -921,8 +921,9 @@ fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u
         outcome: *outcome,
         evidence: Some(evidence),
     };
-    // The report's own checks (state, fencing) come first and decide alone whether it stands.
-    decide(state, &report(evidence.clone()), now)?;
+    // The report's own checks (state, fencing) come first and decide alone whether it stands;
+    // its events are the answer's unless the blob is refused.
+    let reported = decide(state, &report(evidence.clone()), now)?;
     let found = find(state, tenant_id, operation_id)?;
     let op = &*found;
     let store = Command::StoreEvidence {
@@ -935,16 +936,17 @@ fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u
     };
     // The blob is stored while the operation is still attempted; a blob the store
     // refuses (a full quota) leaves the report standing, its reference saying why.
-    let mut reported = evidence.clone();
-    let mut events = match decide(state, &store, now) {
-        Ok(stored) => stored,
-        Err(refused) => {
-            reported.evidence_return_ref = format!("not stored: {}", refused.reason);
-            Vec::new()
+    match decide(state, &store, now) {
+        Ok(mut events) => {
+            events.extend(reported);
+            Ok(events)
         }
-    };
-    events.extend(decide(state, &report(reported), now)?);
-    Ok(events)
+        Err(refused) => {
+            let mut unstored = evidence.clone();
+            unstored.evidence_return_ref = format!("not stored: {}", refused.reason);
+            decide(state, &report(unstored), now)
+        }
+    }
 }
 
 /// An independent observation of an attempted operation.
