@@ -365,7 +365,7 @@ pub fn recorded_authority(
     let mut scopes = token.record.scopes.clone();
     let mut revoked_scopes = BTreeSet::new();
     let mut chain = Vec::new();
-    let mut link = Some(token);
+    let mut link = Some(token.clone());
     while let Some(t) = link {
         if chain.len() > 64 {
             return Err(invalid("the delegation chain is too long"));

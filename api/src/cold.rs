@@ -1,7 +1,8 @@
 //! Cold state: what grows with traffic and no rule reads on every command — operations that are
 //! no longer live (with their histories, and the bindings retention compacts them to), the
-//! idempotency keys, evidence records, the operator's queue of what waits for a human, and the
-//! time rows retention and evidence expiry walk — kept as rows outside the in-memory state. A node keeps them in a RocksDB column family written at apply; a state without a store
+//! idempotency keys, evidence records, token records (with their delegation links), the
+//! operator's queue of what waits for a human, and the time rows retention and evidence expiry
+//! walk — kept as rows outside the in-memory state. A node keeps them in a RocksDB column family written at apply; a state without a store
 //! (the pure tests, the simulation, a state decoded from bytes) keeps them in
 //! [`ColdTier::pending`], so the rules read them the same way everywhere.
 //!
@@ -84,6 +85,83 @@ pub struct ColdTenant {
     /// Evidence records, and the bytes of the blobs they describe (the tenant's evidence quota).
     pub evidence: u64,
     pub evidence_bytes: u64,
+    /// Token records (from the `cold` section's version 2; version 1's tokens were in memory).
+    pub tokens: u64,
+}
+
+/// [`ColdTenant`] as the `cold` section's version 1 wrote it (before token records were rows).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdTenantV1 {
+    pub incarnation: u64,
+    pub digest: [u8; 32],
+    pub operations: u64,
+    pub bindings: u64,
+    pub keys: u64,
+    pub transitions: u64,
+    pub by_state: BTreeMap<OperationState, u64>,
+    pub bytes: u64,
+    pub evidence: u64,
+    pub evidence_bytes: u64,
+}
+
+impl From<ColdTenant> for ColdTenantV1 {
+    fn from(t: ColdTenant) -> ColdTenantV1 {
+        let ColdTenant {
+            incarnation,
+            digest,
+            operations,
+            bindings,
+            keys,
+            transitions,
+            by_state,
+            bytes,
+            evidence,
+            evidence_bytes,
+            tokens: _,
+        } = t;
+        ColdTenantV1 {
+            incarnation,
+            digest,
+            operations,
+            bindings,
+            keys,
+            transitions,
+            by_state,
+            bytes,
+            evidence,
+            evidence_bytes,
+        }
+    }
+}
+
+impl From<ColdTenantV1> for ColdTenant {
+    fn from(v1: ColdTenantV1) -> ColdTenant {
+        let ColdTenantV1 {
+            incarnation,
+            digest,
+            operations,
+            bindings,
+            keys,
+            transitions,
+            by_state,
+            bytes,
+            evidence,
+            evidence_bytes,
+        } = v1;
+        ColdTenant {
+            incarnation,
+            digest,
+            operations,
+            bindings,
+            keys,
+            transitions,
+            by_state,
+            bytes,
+            evidence,
+            evidence_bytes,
+            tokens: 0,
+        }
+    }
 }
 
 /// The kinds of rows, each under its own byte after the tenant's prefix.
@@ -110,6 +188,13 @@ pub enum Row<'a> {
     /// An evidence record by (ledger time stored, operation id, content hash): what expires
     /// first. Empty value.
     EvidenceTime(u64, &'a str, &'a str),
+    /// A token record (`crate::token::Token`: the record and its revocation), by `jti`.
+    Token(&'a str),
+    /// A token by (ledger time it expires, `jti`): what retention retires first. Empty value.
+    TokenExpiry(u64, &'a str),
+    /// A delegated token by (its parent's `jti`, its own): what a revocation cascades to.
+    /// Empty value.
+    TokenChild(&'a str, &'a str),
 }
 
 impl Row<'_> {
@@ -123,6 +208,9 @@ impl Row<'_> {
             Row::Attention(_) => b'a',
             Row::Evidence(..) => b'e',
             Row::EvidenceTime(..) => b'x',
+            Row::Token(_) => b't',
+            Row::TokenExpiry(..) => b'y',
+            Row::TokenChild(..) => b'd',
         }
     }
 }
@@ -136,6 +224,8 @@ pub enum Aging {
     Reported,
     /// [`Row::Compacted`]: bindings.
     Compacted,
+    /// [`Row::TokenExpiry`]: token records, by when they expire.
+    Tokens,
 }
 
 impl Aging {
@@ -144,6 +234,7 @@ impl Aging {
             Aging::Finished => Row::Finished(0, "").kind(),
             Aging::Reported => Row::Reported(0, "").kind(),
             Aging::Compacted => Row::Compacted(0, "").kind(),
+            Aging::Tokens => Row::TokenExpiry(0, "").kind(),
         }
     }
 }
@@ -226,14 +317,14 @@ fn kind_prefix(tenant: &[u8], kind: u8) -> Vec<u8> {
 fn row_key(tenant: &[u8], row: Row<'_>) -> Vec<u8> {
     let mut out = kind_prefix(tenant, row.kind());
     match row {
-        Row::Operation(id) | Row::Key(id) | Row::Attention(id) => part(&mut out, id.as_bytes()),
-        Row::Finished(at, id) | Row::Compacted(at, id) | Row::Reported(at, id) => {
+        Row::Operation(id) | Row::Key(id) | Row::Attention(id) | Row::Token(id) => part(&mut out, id.as_bytes()),
+        Row::Finished(at, id) | Row::Compacted(at, id) | Row::Reported(at, id) | Row::TokenExpiry(at, id) => {
             out.extend_from_slice(&at.to_be_bytes());
             part(&mut out, id.as_bytes());
         }
-        Row::Evidence(id, hash) => {
-            part(&mut out, id.as_bytes());
-            part(&mut out, hash.as_bytes());
+        Row::Evidence(first, second) | Row::TokenChild(first, second) => {
+            part(&mut out, first.as_bytes());
+            part(&mut out, second.as_bytes());
         }
         Row::EvidenceTime(at, id, hash) => {
             out.extend_from_slice(&at.to_be_bytes());
@@ -273,6 +364,12 @@ fn parts_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, Vec<Stri
 fn id_of(key: &[u8], prefix_len: usize, timed: bool) -> Option<(u64, String)> {
     let (at, mut parts) = parts_of(key, prefix_len, timed)?;
     Some((at, parts.pop()?))
+}
+
+/// The ids of `due`, in (time, id) order: the first `limit`.
+fn sorted(mut due: Vec<(u64, String)>, limit: usize) -> Vec<String> {
+    due.sort();
+    due.into_iter().take(limit).map(|(_, id)| id).collect()
 }
 
 fn row_hash(key: &[u8], value: &[u8]) -> [u8; 32] {
@@ -351,6 +448,13 @@ impl ColdTier {
     /// Puts rows read back from an encoding in place as pending.
     pub(crate) fn restore_pending(&mut self, rows: BTreeMap<Vec<u8>, PendingRow>) {
         self.pending = rows;
+    }
+
+    /// Forgets the pending writes of the token rows (record, time, link): what writing a format
+    /// that kept the records in memory leaves out, once they are back there.
+    pub(crate) fn forget_pending_tokens(&mut self) {
+        let kinds = [Row::Token("").kind(), Row::TokenExpiry(0, "").kind(), Row::TokenChild("", "").kind()];
+        self.pending.retain(|key, _| !kind_prefix_of(key).and_then(|p| p.last()).is_some_and(|k| kinds.contains(k)));
     }
 
     fn prefix(&self, tenant_id: &str) -> Option<Vec<u8>> {
@@ -474,6 +578,32 @@ impl ColdTier {
             .collect()
     }
 
+    /// [`ColdTier::due`] in (time, id) order, ids of one time compared as strings whatever
+    /// their lengths (the order of a set of `(time, id)`): where `limit` cuts a time's ids, the
+    /// rest of that time's rows are read too, so the first `limit` are those of that order.
+    pub fn due_in_id_order(&self, tenant_id: &str, aging: Aging, after_ms: u64, now: u64, limit: usize) -> Vec<String> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let len = tenant.len() + 1;
+        let is_due = |at: u64| at.saturating_add(after_ms) <= now;
+        let mut rows = self.scan(tenant_id, aging.kind(), None, limit);
+        let mut due: Vec<(u64, String)> = Vec::new();
+        loop {
+            let full = rows.len() == limit;
+            let last = rows.last().map(|(k, _)| k.clone());
+            let cut_at = due.last().map(|(at, _)| *at);
+            for (at, id) in rows.iter().filter_map(|(k, _)| id_of(k, len, true)) {
+                if !is_due(at) || cut_at.is_some_and(|c| at != c) {
+                    return sorted(due, limit);
+                }
+                due.push((at, id));
+            }
+            if !full || due.len() < limit {
+                return sorted(due, limit);
+            }
+            rows = self.scan(tenant_id, aging.kind(), last.as_deref(), limit);
+        }
+    }
+
     /// The time of `tenant_id`'s oldest time row of `aging`.
     pub fn oldest(&self, tenant_id: &str, aging: Aging) -> Option<u64> {
         let len = self.prefix(tenant_id)?.len() + 1;
@@ -520,6 +650,24 @@ impl ColdTier {
             .collect()
     }
 
+    /// `tenant_id`'s token records with `jti`s after `after`, in the order of their rows: at
+    /// most `limit`.
+    pub fn tokens(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<crate::token::Token> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let after = after.map(|jti| row_key(&tenant, Row::Token(jti)));
+        let rows = self.scan(tenant_id, Row::Token("").kind(), after.as_deref(), limit);
+        rows.into_iter().map(|(_, v)| crate::decode_unbounded(&v).expect("a token row decodes")).collect()
+    }
+
+    /// The `jti`s of the tokens delegated from `parent` of `tenant_id`: at most `limit`.
+    pub fn token_children(&self, tenant_id: &str, parent: &str, limit: usize) -> Vec<String> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let mut of_parent = kind_prefix(&tenant, Row::TokenChild("", "").kind());
+        part(&mut of_parent, parent.as_bytes());
+        let rows = self.scan_prefix(&of_parent, None, limit);
+        rows.into_iter().filter_map(|(k, _)| parts(k.get(of_parent.len()..)?)?.pop()).collect()
+    }
+
     /// `tenant_id`'s operation records (whole or compacted) with ids after `after`, in id
     /// order: at most `limit`.
     pub fn operations(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<ColdOperation> {
@@ -560,6 +708,23 @@ mod tests {
         assert_eq!(tier.oldest("t", Aging::Finished), Some(10));
         assert_eq!(tier.oldest("t", Aging::Compacted), None);
         assert_eq!(tier.oldest("t", Aging::Reported), None);
+    }
+
+    #[test]
+    fn due_ids_of_one_time_come_in_string_order_whatever_their_lengths() {
+        let mut tier = ColdTier::default();
+        for id in ["b", "aa", "c", "ab"] {
+            tier.put("t", Row::TokenExpiry(10, id), 1, None, Some(Vec::new()));
+        }
+        tier.put("t", Row::TokenExpiry(5, "zz"), 1, None, Some(Vec::new()));
+        tier.put("t", Row::TokenExpiry(20, "a"), 1, None, Some(Vec::new()));
+        // Rows sort by length first ("b", "c", then "aa", "ab"): a cut among them reads on.
+        assert_eq!(tier.due("t", Aging::Tokens, 0, 10, 3), ["zz", "b", "c"]);
+        assert_eq!(tier.due_in_id_order("t", Aging::Tokens, 0, 10, 3), ["zz", "aa", "ab"]);
+        assert_eq!(tier.due_in_id_order("t", Aging::Tokens, 0, 10, 2), ["zz", "aa"]);
+        assert_eq!(tier.due_in_id_order("t", Aging::Tokens, 0, 10, 1), ["zz"]);
+        assert_eq!(tier.due_in_id_order("t", Aging::Tokens, 0, 20, 10), ["zz", "aa", "ab", "b", "c", "a"]);
+        assert_eq!(tier.due_in_id_order("t", Aging::Tokens, 0, 9, 10), ["zz"]);
     }
 
     #[test]

@@ -212,7 +212,9 @@ pub mod format {
     /// 18: tagged sections, one per domain, each with its own version (`crate::schema`); the
     /// maps older formats kept finished operations, keys and evidence in are gone from it.
     /// 19: format 18 with the `ledger` section at version 2 (the ledger version in force).
-    pub const STATE_FORMAT_VERSION: u32 = 19;
+    /// 20: format 19 with the `token` and `cold` sections at version 2: token records are cold
+    /// rows (`crate::cold::Row::Token`), no longer in the `token` section.
+    pub const STATE_FORMAT_VERSION: u32 = 20;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

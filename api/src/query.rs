@@ -121,7 +121,6 @@ fn answer_credentials(state: &LedgerState, query: Query) -> Result<QueryResult, 
         }
         Query::GetToken { tenant_id, jti } => state
             .token(&tenant_id, &jti)
-            .cloned()
             .map(|token| QueryResult::Token { token })
             .ok_or_else(|| Rejection::new(ReasonCode::TOKEN_NOT_FOUND, format!("no token '{jti}'"))),
         Query::ListIssuers { tenant_id } => Ok(QueryResult::Issuers {

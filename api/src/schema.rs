@@ -19,7 +19,7 @@ pub const SECTIONS: [(&str, u32); 16] = [
     ("ledger", 2),
     ("tenant", 1),
     ("principal", 1),
-    ("token", 1),
+    ("token", 2),
     ("device", 1),
     ("executor", 1),
     ("catalog", 1),
@@ -31,13 +31,27 @@ pub const SECTIONS: [(&str, u32); 16] = [
     ("oauth", 1),
     ("session", 1),
     ("operator", 1),
-    ("cold", 1),
+    ("cold", 2),
 ];
 
 /// The ledger version in force a `ledger` section of version 1 upgrades to: none (it was
 /// written before any could be raised).
 fn upgrade_ledger_v1_to_v2() -> u32 {
     0
+}
+
+/// A `token` section of version 1 held the token records, which version 2 keeps as cold rows:
+/// they move there once every section is read (the rows need the tenants' incarnations).
+fn upgrade_token_v1_to_v2(state: &mut LedgerState) {
+    state.cool_tokens();
+}
+
+/// A `cold` section of version 1 summed each tenant's rows without a count of token records
+/// (there were none): version 2 adds it, at zero.
+pub(crate) fn upgrade_cold_v1_to_v2(
+    tenants: BTreeMap<String, crate::cold::ColdTenantV1>,
+) -> BTreeMap<String, crate::cold::ColdTenant> {
+    tenants.into_iter().map(|(id, t)| (id, t.into())).collect()
 }
 
 fn enc<T: serde::Serialize>(value: &T) -> Vec<u8> {
@@ -53,14 +67,7 @@ impl LedgerState {
             enc(&(self.clock_ms, self.revision, &self.stream_seq, self.ledger_version)),
             enc(&(&self.tenants, &self.tenant_names)),
             enc(&(&self.principals, &self.principal_names, &self.principal_quotas, &self.anonymous)),
-            enc(&(
-                &self.tokens,
-                &self.token_children,
-                &self.signing_keys,
-                &self.issuers,
-                &self.issuer_sources,
-                &self.revocations,
-            )),
+            enc(&(&self.signing_keys, &self.issuers, &self.issuer_sources, &self.revocations)),
             enc(&(
                 &self.sites,
                 &self.site_names,
@@ -108,6 +115,7 @@ impl LedgerState {
     pub(crate) fn decode_schema(body: &[u8], bounded: bool) -> Result<LedgerState, String> {
         let mut rest = body;
         let mut state = LedgerState::default();
+        let mut tokens_in_memory = false;
         for (tag, newest) in SECTIONS {
             let (found, version, bytes) = next_section(&mut rest)?;
             if found != tag.as_bytes() {
@@ -122,16 +130,23 @@ impl LedgerState {
             state
                 .read_section(tag, version, bytes, bounded)
                 .map_err(|e| format!("undecodable '{tag}' section: {e}"))?;
+            tokens_in_memory |= tag == "token" && version == 1;
         }
         if !rest.is_empty() {
             return Err("undecodable ledger state (format 18): bytes after the last section".into());
+        }
+        if tokens_in_memory {
+            state.cold.at = state.revision;
+            upgrade_token_v1_to_v2(&mut state);
         }
         Ok(state)
     }
 
     /// Reads section `tag` at `version` into this state: version 1 of every section; version 2
     /// of `ledger` adds the ledger version in force (none was, in version 1:
-    /// [`upgrade_ledger_v1_to_v2`]).
+    /// [`upgrade_ledger_v1_to_v2`]); version 2 of `token` no longer holds the token records,
+    /// which are cold rows ([`upgrade_token_v1_to_v2`]); version 2 of `cold` counts them
+    /// ([`upgrade_cold_v1_to_v2`]).
     fn read_section(&mut self, tag: &str, version: u32, bytes: &[u8], bounded: bool) -> Result<(), String> {
         let mut r = crate::Sequence::new(bytes, bounded);
         let s = self;
@@ -144,10 +159,11 @@ impl LedgerState {
             "ledger" => (s.clock_ms, s.revision, s.stream_seq, s.ledger_version) = r.next().map_err(e)?,
             "tenant" => (s.tenants, s.tenant_names) = r.next().map_err(e)?,
             "principal" => (s.principals, s.principal_names, s.principal_quotas, s.anonymous) = r.next().map_err(e)?,
-            "token" => {
+            "token" if version == 1 => {
                 (s.tokens, s.token_children, s.signing_keys, s.issuers, s.issuer_sources, s.revocations) =
                     r.next().map_err(e)?
             }
+            "token" => (s.signing_keys, s.issuers, s.issuer_sources, s.revocations) = r.next().map_err(e)?,
             "device" => {
                 (s.sites, s.site_names, s.devices, s.device_names, s.device_leases, s.fencing) = r.next().map_err(e)?
             }
@@ -167,6 +183,11 @@ impl LedgerState {
             "oauth" => s.oauth = r.next().map_err(e)?,
             "session" => s.sessions = r.next().map_err(e)?,
             "operator" => s.operators = r.next().map_err(e)?,
+            "cold" if version == 1 => {
+                let (tenants, pending) = r.next().map_err(e)?;
+                s.cold.tenants = upgrade_cold_v1_to_v2(tenants);
+                s.cold.restore_pending(pending);
+            }
             "cold" => {
                 let (tenants, pending) = r.next().map_err(e)?;
                 s.cold.tenants = tenants;
@@ -175,6 +196,34 @@ impl LedgerState {
             other => return Err(format!("no section '{other}'")),
         }
         r.finish().map_err(e)
+    }
+}
+
+#[cfg(test)]
+impl LedgerState {
+    /// This state as a build of format 19 wrote it: its `token` section at version 1 (with the
+    /// token records) and its `cold` section at version 1 (sums without their count, rows
+    /// without the token rows); to test the upgrade from that format's own layout.
+    pub(crate) fn encode_format_19(&self) -> Vec<u8> {
+        let mut warm = self.clone();
+        warm.warm_tokens();
+        let mut bytes = warm.section_bytes(true);
+        let w = &warm;
+        bytes[3] = enc(&(&w.tokens, &w.token_children, &w.signing_keys, &w.issuers, &w.issuer_sources, &w.revocations));
+        let sums: BTreeMap<&String, crate::cold::ColdTenantV1> =
+            w.cold.tenants.iter().map(|(id, t)| (id, t.clone().into())).collect();
+        bytes[15] = enc(&(&sums, w.cold.pending_rows()));
+        let mut out = crate::format::STATE_MAGIC.to_vec();
+        out.extend_from_slice(&19u32.to_le_bytes());
+        for ((tag, version), b) in SECTIONS.iter().zip(&bytes) {
+            let version = if matches!(*tag, "token" | "cold") { 1 } else { *version };
+            out.push(u8::try_from(tag.len()).expect("a short tag"));
+            out.extend_from_slice(tag.as_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        out
     }
 }
 

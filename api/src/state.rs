@@ -35,9 +35,10 @@ pub struct LedgerState {
     pub principals: BTreeMap<String, BTreeMap<String, Principal>>,
     /// Principal id by tenant id, then name (names are unique within a tenant).
     pub principal_names: BTreeMap<String, BTreeMap<String, String>>,
-    /// Tokens by tenant id, then `jti`.
+    /// Tokens by tenant id, then `jti`, as states before format 20 held them (with their
+    /// delegated children by parent `jti`, below); decoding moves them to cold rows
+    /// ([`LedgerState::cold`]), so they are empty.
     pub tokens: BTreeMap<String, BTreeMap<String, Token>>,
-    /// Delegated children by tenant id, then parent `jti`.
     pub token_children: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Sites by tenant id, then site id; and site id by tenant id, then name.
     pub sites: BTreeMap<String, BTreeMap<String, Site>>,
@@ -191,8 +192,6 @@ pub struct OperationIndex {
     /// How many operations of each tenant are in each state (metrics by tenant class: the
     /// `unknown_effect` backlog, what waits for acceptance, what is in flight).
     pub by_state: BTreeMap<String, BTreeMap<OperationState, u64>>,
-    /// (ledger time of expiry, `jti`) of token records, by tenant.
-    pub token_expiry: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// (ledger time of expiry, enrollment id) of enrollments, by tenant.
     pub enrollment_expiry: BTreeMap<String, BTreeSet<(u64, String)>>,
 }
@@ -586,7 +585,8 @@ impl LedgerState {
             state.executor_presence = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
         }
         if version >= 16 {
-            state.cold.tenants = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
+            let tenants = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
+            state.cold.tenants = crate::schema::upgrade_cold_v1_to_v2(tenants);
             state.cold.restore_pending(dec(section(false)?, bounded).map_err(|e| undecodable(&e))?);
         }
         state.cool();
@@ -613,15 +613,21 @@ impl LedgerState {
         fn enc<T: serde::Serialize>(v: &T) -> Vec<u8> {
             crate::encode(v).expect("a state encodes")
         }
-        let tail = (&self.evidence, &self.compacted, &self.upstreams, &self.upstream_operations, &self.anonymous);
-        let tail = (tail, &self.sessions, &self.issuer_sources, &self.oauth);
-        let base = (self, &self.revocations, &self.proposals, &self.works, &self.history, tail);
+        // That format kept the token records in memory.
+        let mut warm = self.clone();
+        warm.warm_tokens();
+        let this = &warm;
+        let tenants: BTreeMap<&String, crate::cold::ColdTenantV1> =
+            this.cold.tenants.iter().map(|(id, t)| (id, t.clone().into())).collect();
+        let tail = (&this.evidence, &this.compacted, &this.upstreams, &this.upstream_operations, &this.anonymous);
+        let tail = (tail, &this.sessions, &this.issuer_sources, &this.oauth);
+        let base = (this, &this.revocations, &this.proposals, &this.works, &this.history, tail);
         let sections = [
             enc(&base),
-            enc(&self.operators),
-            enc(&self.executor_presence),
-            enc(&self.cold.tenants),
-            enc(self.cold.pending_rows()),
+            enc(&this.operators),
+            enc(&this.executor_presence),
+            enc(&tenants),
+            enc(this.cold.pending_rows()),
         ];
         let mut out = crate::format::STATE_MAGIC.to_vec();
         out.extend_from_slice(&16u32.to_le_bytes());
@@ -687,9 +693,10 @@ impl LedgerState {
     /// the MCP surfaces read. It keeps no audit index and, of operations, only the live ones
     /// (waiting or attempting: what dispatch, admission and a caller's wait need) with their
     /// histories — no finished operation, binding, idempotency key or evidence record: an edge
-    /// reads those from the ledger (one read), which answers every replay. So the projection does not grow with
-    /// audit retention nor with the operations retention keeps. [`LedgerState::fold_views`]
-    /// keeps it so ([`LedgerState::projection`]).
+    /// reads those from the ledger (one read), which answers every replay. Of the cold rows it
+    /// keeps the token records alone (it verifies tokens), in memory. So the projection does
+    /// not grow with audit retention nor with the operations retention keeps.
+    /// [`LedgerState::fold_views`] keeps it so ([`LedgerState::projection`]).
     pub fn project(&mut self) {
         self.projection = true;
         self.audit.clear();
@@ -705,7 +712,7 @@ impl LedgerState {
         self.compacted.clear();
         self.idempotency.clear();
         self.evidence.clear();
-        self.cold = crate::cold::ColdTier::default();
+        self.cold = self.token_tier();
         self.rebuild_index();
     }
 
@@ -714,10 +721,6 @@ impl LedgerState {
         let mut index = OperationIndex::default();
         for op in self.operations.values().flat_map(|m| m.values()) {
             index.update(None, Some(op));
-        }
-        for (tenant, tokens) in &self.tokens {
-            let by_time = tokens.values().map(|t| (t.record.expires_at_ms, t.record.jti.clone())).collect();
-            index.token_expiry.insert(tenant.clone(), by_time);
         }
         for (tenant, enrollments) in &self.enrollments {
             index

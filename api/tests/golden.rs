@@ -1967,6 +1967,30 @@ fn sample_state(format: u32) -> writ_api::state::LedgerState {
         };
         state.executor_presence.entry("t-1".into()).or_default().insert("x-1".into(), presence);
     }
+    if format >= 20 {
+        // And token records (as issued, the root revoked with its child): cold rows from
+        // format 20 on, where the move below puts them.
+        let record = |jti: &str, parent: Option<&str>, depth| writ_api::token::TokenRecordV1 {
+            jti: jti.into(),
+            principal_id: "p-1".into(),
+            scopes: ["ops:read".to_string()].into(),
+            issued_at_ms: 1_700_000_000_000,
+            expires_at_ms: 1_700_003_600_000,
+            parent_jti: parent.map(Into::into),
+            depth,
+        };
+        let token = |record: writ_api::token::TokenRecordV1| writ_api::token::Token {
+            tenant_id: "t-1".into(),
+            record,
+            revoked_at_ms: Some(1_700_000_060_000),
+            revoked_via: Some("j-root".into()),
+        };
+        let tokens = state.tokens.entry("t-1".into()).or_default();
+        tokens.insert("j-root".into(), token(record("j-root", None, 0)));
+        tokens.insert("j-child".into(), token(record("j-child", Some("j-root"), 1)));
+        let children = state.token_children.entry("t-1".into()).or_default();
+        children.entry("j-root".into()).or_default().insert("j-child".into());
+    }
     // What a decode does to a state of any format: what is now kept as cold rows moves there.
     state.cool();
     state

@@ -222,6 +222,8 @@ struct World {
     executors: Vec<Executor>,
     next_id: u64,
     keys: Vec<(String, u8)>,
+    /// Tokens an operator asked to issue (their records are cold rows every replica reads).
+    tokens: Vec<String>,
     /// The physical world: the last fencing token each device took, who acts on it now, and
     /// every start of an effect per operation.
     device_tokens: BTreeMap<String, u64>,
@@ -242,6 +244,15 @@ impl World {
         let quotas = QuotasV1 { operations_per_minute: Some(OPS_PER_MINUTE), ..Default::default() };
         let patch = TenantSettingsPatch { quotas: Some(quotas), ..Default::default() };
         base.ok(Command::SetTenantSettings { tenant_id: T.into(), patch });
+        let spec = writ_api::principal::PrincipalSpecV1 {
+            principal_id: "delegator".into(),
+            name: "delegator".into(),
+            kind: writ_api::principal::PrincipalKind::Agent,
+            preset: Some(writ_api::principal::RolePreset::Delegate),
+            scopes: Default::default(),
+            metadata: Default::default(),
+        };
+        base.ok(Command::CreatePrincipal { tenant_id: T.into(), spec });
         let node = || {
             let cold = Arc::new(SimCold::default());
             let mut state = base.state.clone();
@@ -272,6 +283,7 @@ impl World {
             ],
             next_id: 0,
             keys: Vec::new(),
+            tokens: Vec::new(),
             device_tokens: BTreeMap::new(),
             acting: BTreeMap::new(),
             effects: BTreeMap::new(),
@@ -423,6 +435,32 @@ impl World {
         self.note(format!("agent → edge {e}: execute {key} p{payload} on {device:?} (call #{id})"));
         self.edges[e].calls.push(Call { id, command: command.clone(), sends: 1 });
         self.send(Actor::Edge(e), id, command);
+    }
+
+    /// An operator issues a token (half of them delegated from an earlier one) or revokes one:
+    /// each replica reads the records, their links and revocations from its cold rows, as of
+    /// the entry it applies.
+    fn credentials(&mut self) {
+        let id = self.id();
+        let command = match self.rng.pick(&self.tokens) {
+            Some(t) if self.rng.percent(30) => {
+                Command::RevokeToken { tenant_id: T.into(), jti: self.tokens[t].clone() }
+            }
+            parent => {
+                let parent_jti = parent.filter(|_| self.rng.percent(50)).map(|p| self.tokens[p].clone());
+                let request = writ_api::token::TokenRequestV1 {
+                    jti: format!("tok-{id}"),
+                    principal_id: "delegator".into(),
+                    scopes: Default::default(),
+                    ttl_s: 60 + self.rng.below(600),
+                    parent_jti,
+                };
+                self.tokens.push(request.jti.clone());
+                Command::IssueToken { tenant_id: T.into(), request }
+            }
+        };
+        self.note(format!("operator: {command:?}"));
+        self.send(Actor::Reaper, id, command);
     }
 
     /// An edge resends a call it has no answer for (the same command: the same operation id,
@@ -727,6 +765,7 @@ impl World {
             61..=68 => {
                 self.now += 1 + self.rng.below(1_500);
             }
+            69..=71 if self.rng.percent(50) => self.credentials(),
             69..=71 => {
                 let id = self.id();
                 self.send(Actor::Reaper, id, Command::ExpireDue { tenant_id: T.into() });
@@ -773,6 +812,22 @@ impl World {
                 Some(op) if op.spec.payload_hash == *hash => {}
                 Some(_) => self.fail(format!("{id} was acknowledged with another payload")),
                 None => self.fail(format!("{id} was acknowledged and is lost")),
+            }
+        }
+        // Every delegated token is linked from its parent, and a revocation reached every
+        // descendant (the cascade reads the links).
+        let st = &self.nodes[leader].state;
+        for jti in &self.tokens {
+            let Some(t) = st.token(T, jti) else { continue };
+            if let Some(parent) = &t.record.parent_jti {
+                if !st.cold.token_children(T, parent, usize::MAX).contains(jti) {
+                    self.fail(format!("token {jti} is not linked from its parent {parent}"));
+                }
+            }
+            let children = st.cold.token_children(T, jti, usize::MAX);
+            let live = |c: &String| st.token(T, c).is_some_and(|c| c.revoked_at_ms.is_none());
+            if t.revoked_at_ms.is_some() && children.iter().any(live) {
+                self.fail(format!("token {jti} is revoked and a descendant is not"));
             }
         }
         // The ledger never counts fewer attempts than the devices saw (it may count one the

@@ -203,6 +203,16 @@ fn token_rules() {
     // Revoking the parent revoked the child with it.
     assert_eq!(child.revoked_via.as_deref(), Some("root"));
     assert!(st.token("a", "ro").is_some_and(|t| t.revoked_at_ms.is_none()));
+    // Format 19 kept the records in its `token` section: decoding it moves them to the same
+    // rows a fold writes (the digest covers them), revocations and links included.
+    let v19 = st.encode_format_19();
+    assert_eq!(crate::format::unwrap(crate::format::STATE_MAGIC, &v19).map(|(v, _)| v), Ok(19));
+    let upgraded = LedgerState::decode_versioned(&v19).expect("format 19");
+    assert!(upgraded.tokens.is_empty() && upgraded.token_children.is_empty());
+    assert_eq!(upgraded.digest(), st.digest());
+    assert_eq!(upgraded.token("a", "child"), st.token("a", "child"));
+    assert_eq!(upgraded.cold.token_children("a", "root", 10), ["child"]);
+    assert_eq!(upgraded.cold.tenants["a"].tokens, 3);
     // A depth violation left a rejection event in the tenant's stream (audit evidence).
     let (outcome, events) = st.execute(&req(t0, issue("g2", "p-ro", &["ops:read"], 600, Some("child"))));
     assert!(matches!(outcome, Outcome::Rejected { .. }));
@@ -1139,7 +1149,7 @@ fn authorization_grants_are_single_use_and_bound() {
     let wrong = "x".repeat(43);
     assert_eq!(run(&mut st, 6, redeem(by_code(&wrong), "j1", Some("rt1"))), Some(ReasonCode::OAUTH_PKCE_INVALID));
     assert_eq!(run(&mut st, 6, redeem(by_code(verifier), "j1", Some("rt1"))), None);
-    assert_eq!(st.token("a", "j1").map(|t| t.record.principal_id.as_str()), Some("p"), "a ledger token record");
+    assert_eq!(st.token("a", "j1").map(|t| t.record.principal_id), Some("p".to_string()), "a ledger token record");
     assert_eq!(
         run(&mut st, 6, redeem(by_code(verifier), "j2", Some("rt2"))),
         Some(ReasonCode::OAUTH_GRANT_INVALID),

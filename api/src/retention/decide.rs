@@ -43,7 +43,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
     if !released.is_empty() {
         events.push(Event::BindingsReleasedV1 { tenant_id: t.clone(), operation_ids: released });
     }
-    let jtis = due_ids(&ix.token_expiry, tenant_id, h, now, limit);
+    let jtis = state.cold.due_in_id_order(tenant_id, Aging::Tokens, h, now, limit);
     let enrollments = due_ids(&ix.enrollment_expiry, tenant_id, h, now, limit);
     if !jtis.is_empty() || !enrollments.is_empty() {
         events.push(Event::CredentialsRetiredV1 { tenant_id: t, jtis, enrollments });

@@ -44,23 +44,14 @@ impl LedgerState {
             }
             Event::CredentialsRetiredV1 { tenant_id, jtis, enrollments } => {
                 for jti in jtis {
-                    let token = self.tokens.get_mut(tenant_id).and_then(|m| m.remove(jti));
-                    let token = token.ok_or_else(|| unknown(env, "token", jti))?;
-                    remove_from(&mut self.index.token_expiry, tenant_id, &(token.record.expires_at_ms, jti.clone()));
-                    if let Some(children) = self.token_children.get_mut(tenant_id) {
-                        children.remove(jti);
-                        if let Some(parent) = &token.record.parent_jti {
-                            remove_from(children, parent, jti);
-                        }
-                    }
+                    crate::token::fold::retire_token(&mut self.cold, tenant_id, jti, env.revision)
+                        .ok_or_else(|| unknown(env, "token", jti))?;
                 }
                 for id in enrollments {
                     let e = self.enrollments.get_mut(tenant_id).and_then(|m| m.remove(id));
                     let e = e.ok_or_else(|| unknown(env, "enrollment", id))?;
                     remove_from(&mut self.index.enrollment_expiry, tenant_id, &(e.expires_at_ms, id.clone()));
                 }
-                drop_empty(&mut self.tokens, tenant_id);
-                drop_empty(&mut self.token_children, tenant_id);
                 drop_empty(&mut self.enrollments, tenant_id);
             }
             _ => {}

@@ -72,7 +72,7 @@ pub fn next_due(state: &LedgerState, tenant_id: &str, reported: bool) -> Option<
         state.cold.oldest(tenant_id, Aging::Finished).map(|at| at.saturating_add(h)),
         state.cold.oldest(tenant_id, Aging::Reported).filter(|_| reported).map(|at| at.saturating_add(h)),
         state.cold.oldest(tenant_id, Aging::Compacted).map(|at| at.saturating_add(h.saturating_mul(2))),
-        first(&ix.token_expiry).map(|at| at.saturating_add(h)),
+        state.cold.oldest(tenant_id, Aging::Tokens).map(|at| at.saturating_add(h)),
         first(&ix.enrollment_expiry).map(|at| at.saturating_add(h)),
     ]
     .into_iter()
@@ -103,7 +103,7 @@ pub struct TenantStorageV1 {
     pub evidence_blobs: u64,
     pub evidence_bytes: u64,
     /// Bytes of the tenant's operations, bindings, histories, idempotency keys, tokens and
-    /// enrollments: in memory (live operations, tokens, enrollments) or as cold rows.
+    /// enrollments: in memory (live operations, enrollments) or as cold rows.
     pub state_bytes: u64,
     /// The tenant's retention horizon (its idempotency retention).
     pub retention_horizon_s: u64,
@@ -126,7 +126,6 @@ pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
     let state_bytes = bytes(&ops)
         + cold.bytes
         + history.map_or(0, |h| bytes(&h))
-        + state.tokens.get(tenant_id).map_or(0, |t| bytes(&t))
         + state.enrollments.get(tenant_id).map_or(0, |e| bytes(&e));
     TenantStorageV1 {
         operations: ops.len() as u64 + cold.operations,
@@ -134,7 +133,7 @@ pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
         bindings: cold.bindings,
         idempotency_keys: cold.keys,
         transitions: history.map_or(0, |h| h.values().map(|t| t.len() as u64).sum::<u64>()) + cold.transitions,
-        tokens: len(&state.tokens, tenant_id),
+        tokens: cold.tokens,
         enrollments: len(&state.enrollments, tenant_id),
         work_items: len(&state.works, tenant_id),
         proposals: len(&state.proposals, tenant_id),
@@ -158,7 +157,7 @@ pub fn record_counts(state: &LedgerState) -> [(&'static str, u64); 8] {
         ("operations", total(&state.operations) + cold(|c| c.operations)),
         ("bindings", cold(|c| c.bindings)),
         ("idempotency_keys", cold(|c| c.keys)),
-        ("tokens", total(&state.tokens)),
+        ("tokens", cold(|c| c.tokens)),
         ("enrollments", total(&state.enrollments)),
         ("work_items", total(&state.works)),
         ("evidence_blobs", cold(|c| c.evidence)),

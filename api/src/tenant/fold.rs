@@ -24,10 +24,7 @@ impl LedgerState {
                         settings: TenantSettingsV1::default(),
                     },
                 );
-                // A projection keeps no cold rows.
-                if !self.projection {
-                    self.cold.open(tenant_id, env.at_ms);
-                }
+                self.cold.open(tenant_id, env.at_ms);
             }
             Event::TenantSettingsChangedV1 { tenant_id, settings } => {
                 let tenant = self.tenants.get_mut(tenant_id).ok_or_else(|| unknown(env, "tenant", tenant_id))?;

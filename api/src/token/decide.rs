@@ -213,7 +213,7 @@ pub(crate) fn decide_token(
     let ttl_ms = req.ttl_s.clamp(tenant.settings.token_ttl_min_s, tenant.settings.token_ttl_max_s).saturating_mul(1000);
     let mut expires_at_ms = now.saturating_add(ttl_ms);
     let (granting, depth) = match &req.parent_jti {
-        None => (&principal.scopes, 0),
+        None => (std::borrow::Cow::Borrowed(&principal.scopes), 0),
         Some(parent_jti) => {
             let parent = state.token(tenant_id, parent_jti).ok_or_else(|| {
                 Rejection::new(ReasonCode::AUTH_TOKEN_INVALID, format!("no parent token '{parent_jti}'"))
@@ -241,7 +241,7 @@ pub(crate) fn decide_token(
                 ));
             }
             expires_at_ms = expires_at_ms.min(parent.record.expires_at_ms);
-            (&parent.record.scopes, depth)
+            (std::borrow::Cow::Owned(parent.record.scopes), depth)
         }
     };
     for scope in &req.scopes {
@@ -255,7 +255,7 @@ pub(crate) fn decide_token(
             return Err(Rejection::new(reason, format!("scope '{scope}' is not held by {from}")));
         }
     }
-    let scopes = if req.scopes.is_empty() { granting.clone() } else { req.scopes.clone() };
+    let scopes = if req.scopes.is_empty() { granting.into_owned() } else { req.scopes.clone() };
     Ok(TokenRecordV1 {
         jti: req.jti.clone(),
         principal_id: principal.id.clone(),

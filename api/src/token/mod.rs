@@ -278,5 +278,5 @@ impl std::fmt::Debug for ParsedJwks {
 }
 
 pub mod decide;
-mod fold;
+pub(crate) mod fold;
 mod query;

@@ -3,12 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use crate::state::{scan_page, LedgerState};
+use crate::cold::Row;
+use crate::state::LedgerState;
 use crate::token::Token;
 
 impl LedgerState {
-    /// A page of a tenant's token records (of one principal, if given), by `jti` after `after`,
-    /// scanning at most [`crate::token::TOKENS_SCAN_MAX`]. Records hold no secret.
+    /// A page of a tenant's token records (of one principal, if given), after the `jti`
+    /// `after`, in the order of their rows, scanning at most [`crate::token::TOKENS_SCAN_MAX`];
+    /// the cursor of the next page, when more may follow. Records hold no secret.
     pub fn list_tokens(
         &self,
         tenant_id: &str,
@@ -16,25 +18,36 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<Token>, Option<String>) {
-        let Some(tokens) = self.tokens.get(tenant_id) else { return (Vec::new(), None) };
-        let of_principal = |t: &Token| principal_id.is_none_or(|p| t.record.principal_id == p);
-        scan_page(tokens, after, limit, crate::token::TOKENS_SCAN_MAX, of_principal)
+        let scan = crate::token::TOKENS_SCAN_MAX.min(limit.saturating_mul(64)).max(limit) + 1;
+        let rows = self.cold.tokens(tenant_id, after, scan);
+        let mut page = Vec::new();
+        let mut last = None;
+        for (scanned, token) in rows.into_iter().enumerate() {
+            if page.len() == limit || scanned + 1 == scan {
+                return (page, last);
+            }
+            last = Some(token.record.jti.clone());
+            if principal_id.is_none_or(|p| token.record.principal_id == p) {
+                page.push(token);
+            }
+        }
+        (page, None)
     }
 
     /// A token of a tenant by `jti`.
-    pub fn token(&self, tenant_id: &str, jti: &str) -> Option<&Token> {
-        self.tokens.get(tenant_id)?.get(jti)
+    pub fn token(&self, tenant_id: &str, jti: &str) -> Option<Token> {
+        let bytes = self.cold.get(tenant_id, Row::Token(jti))?;
+        Some(crate::decode_unbounded(&bytes).expect("a token row decodes"))
     }
 
     /// Every live (unrevoked) descendant of `jti`, sorted.
     pub(crate) fn live_descendants(&self, tenant_id: &str, jti: &str) -> Vec<String> {
-        let Some(children) = self.token_children.get(tenant_id) else { return Vec::new() };
         let mut out = BTreeSet::new();
         let mut stack = vec![jti.to_string()];
         while let Some(id) = stack.pop() {
-            for child in children.get(&id).into_iter().flatten() {
+            for child in self.cold.token_children(tenant_id, &id, usize::MAX) {
                 if out.insert(child.clone()) {
-                    stack.push(child.clone());
+                    stack.push(child);
                 }
             }
         }
