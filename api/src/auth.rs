@@ -18,7 +18,7 @@ use crate::principal::{scope_covers, PrincipalState};
 use crate::reason::ReasonCode;
 use crate::rejection::Rejection;
 use crate::state::LedgerState;
-use crate::token::{SigningKeyV1, WRIT_ISSUER, WRIT_SIGNING_ALG};
+use crate::token::{SigningKeyV1, Token, WRIT_ISSUER, WRIT_SIGNING_ALG};
 
 /// Largest bearer token accepted (bytes); anything longer is rejected unparsed.
 pub const BEARER_BYTES_MAX: usize = crate::credential::CREDENTIAL_BYTES_MAX;
@@ -353,6 +353,17 @@ pub fn recorded_authority(
     now_ms: u64,
 ) -> Result<Authority, Rejection> {
     let token = state.token(tenant_id, jti).ok_or_else(|| invalid("unknown token id"))?;
+    authority_of_token(state, tenant_id, token, principal_id, now_ms)
+}
+
+/// [`recorded_authority`] of the record `token`, read.
+fn authority_of_token(
+    state: &LedgerState,
+    tenant_id: &str,
+    token: Token,
+    principal_id: &str,
+    now_ms: u64,
+) -> Result<Authority, Rejection> {
     if token.record.principal_id != principal_id {
         return Err(invalid("the token's subject does not match its record"));
     }
@@ -360,12 +371,14 @@ pub fn recorded_authority(
         return Err(Rejection::new(ReasonCode::AUTH_TOKEN_EXPIRED, "the token has expired"));
     }
     domain_gate(state, tenant_id)?;
+    let (jti, parent_jti, expires_at_ms) =
+        (token.record.jti.clone(), token.record.parent_jti.clone(), token.record.expires_at_ms);
     // Walk the chain up to the root: every link unrevoked, unexpired, its principal active;
     // the effective scopes narrow to what every link's principal still holds.
     let mut scopes = token.record.scopes.clone();
     let mut revoked_scopes = BTreeSet::new();
     let mut chain = Vec::new();
-    let mut link = Some(token.clone());
+    let mut link = Some(token);
     while let Some(t) = link {
         if chain.len() > 64 {
             return Err(invalid("the delegation chain is too long"));
@@ -373,7 +386,7 @@ pub fn recorded_authority(
         chain.push(t.record.jti.clone());
         if t.revoked_at_ms.is_some() {
             let via = t.revoked_via.as_deref().unwrap_or(&t.record.jti);
-            let what = if via == token.record.jti {
+            let what = if via == jti {
                 "the token was revoked".to_string()
             } else {
                 format!("ancestor token '{via}' was revoked")
@@ -400,18 +413,18 @@ pub fn recorded_authority(
         }
     }
     chain.reverse();
-    let principal = &state.principals[tenant_id][&token.record.principal_id];
+    let principal = &state.principals[tenant_id][principal_id];
     Ok(Authority {
         tenant_id: tenant_id.to_string(),
         principal_id: principal.id.clone(),
         principal_name: principal.name.clone(),
         issuer: WRIT_ISSUER.into(),
-        token_id: Some(token.record.jti.clone()),
-        parent_token_id: token.record.parent_jti.clone(),
+        token_id: Some(jti),
+        parent_token_id: parent_jti,
         chain,
         scopes,
         revoked_scopes,
-        expires_at_ms: token.record.expires_at_ms,
+        expires_at_ms,
     })
 }
 
@@ -429,8 +442,8 @@ pub fn authority_of_ref(
     authority_ref: &str,
     now_ms: u64,
 ) -> Result<Authority, Rejection> {
-    if state.token(tenant_id, authority_ref).is_some() {
-        return recorded_authority(state, tenant_id, authority_ref, principal_id, now_ms);
+    if let Some(token) = state.token(tenant_id, authority_ref) {
+        return authority_of_token(state, tenant_id, token, principal_id, now_ms);
     }
     let grant =
         authority_ref == ANONYMOUS_ISSUER || state.issuers.get(authority_ref).is_some_and(|i| i.tenant_id == tenant_id);
