@@ -611,8 +611,8 @@ impl ColdTier {
         id_of(&key, len, true).map(|(at, _)| at)
     }
 
-    /// Ids of `tenant_id`'s operations that wait for a human, after `after`, in id order: at
-    /// most `limit`.
+    /// Ids of `tenant_id`'s operations that wait for a human, after `after`, in the rows' order
+    /// (by length, then bytes): at most `limit`.
     pub fn attention(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<String> {
         let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
         let after = after.map(|id| row_key(&tenant, Row::Attention(id)));
@@ -668,8 +668,8 @@ impl ColdTier {
         rows.into_iter().filter_map(|(k, _)| parts(k.get(of_parent.len()..)?)?.pop()).collect()
     }
 
-    /// `tenant_id`'s operation records (whole or compacted) with ids after `after`, in id
-    /// order: at most `limit`.
+    /// `tenant_id`'s operation records (whole or compacted) with ids after `after`, in the rows'
+    /// order (by length, then bytes): at most `limit`.
     pub fn operations(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<ColdOperation> {
         let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
         let after = after.map(|id| row_key(&tenant, Row::Operation(id)));

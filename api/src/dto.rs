@@ -334,8 +334,8 @@ pub enum Query {
         after: Option<String>,
         limit: u32,
     },
-    /// A tenant's operations matching `filter`, by operation id after the cursor `after` (the
-    /// operator's queue).
+    /// A tenant's operations matching `filter`, by operation id (shorter ids first, then by
+    /// bytes) after the cursor `after` (the operator's queue).
     ListOperations {
         tenant_id: String,
         filter: OperationFilter,

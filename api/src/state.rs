@@ -795,18 +795,46 @@ pub(crate) fn scan_page<T: Clone>(
 ) -> (Vec<T>, Option<String>) {
     use std::ops::Bound::{Excluded, Unbounded};
     let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+    let (page, last) = page_of(map.range::<String, _>((lower, Unbounded)), limit, scan_max, matches);
+    (page, last.cloned())
+}
+
+/// [`scan_page`] of entries in their order: the page, and the last key scanned when more may
+/// follow.
+pub(crate) fn page_of<'a, K: 'a, T: Clone + 'a>(
+    entries: impl Iterator<Item = (&'a K, &'a T)>,
+    limit: usize,
+    scan_max: usize,
+    matches: impl Fn(&T) -> bool,
+) -> (Vec<T>, Option<&'a K>) {
     let mut page = Vec::new();
     let mut last = None;
-    for (scanned, (key, value)) in map.range::<String, _>((lower, Unbounded)).enumerate() {
+    for (scanned, (key, value)) in entries.enumerate() {
         if page.len() == limit || scanned == scan_max {
             return (page, last);
         }
-        last = Some(key.clone());
+        last = Some(key);
         if matches(value) {
             page.push(value.clone());
         }
     }
     (page, None)
+}
+
+/// An id in the order cold rows keep ids in (by length, then bytes: a row key's id is
+/// length-prefixed). A page that merges in-memory views with cold rows orders both so, so that
+/// its cursor means the same in both and no row falls between two pages.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct RowOrder(usize, String);
+
+impl RowOrder {
+    pub(crate) fn of(id: &str) -> RowOrder {
+        RowOrder(id.len(), id.to_string())
+    }
+
+    pub(crate) fn id(self) -> String {
+        self.1
+    }
 }
 
 /// One page of a name index (`name → id`) after the cursor `after` (a name), resolved through

@@ -3,16 +3,16 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cold::{ColdOperation, Row};
 use crate::operation::{Operation, OperationState};
-use crate::state::{scan_page, LedgerState};
+use crate::state::{page_of, LedgerState, RowOrder};
 
 impl LedgerState {
-    /// A page of a tenant's operations matching `filter`, by id after `after`: at most `limit`,
-    /// scanning at most [`crate::operation::OPERATIONS_SCAN_MAX`]; the cursor is the last id scanned
-    /// when more may follow.
+    /// A page of a tenant's operations matching `filter`, after the id `after` in the order cold
+    /// rows keep ids ([`RowOrder`]: by length, then bytes): at most `limit`, scanning at most
+    /// [`crate::operation::OPERATIONS_SCAN_MAX`]; the cursor is the last id scanned when more may
+    /// follow.
     pub fn list_operations(
         &self,
         tenant_id: &str,
@@ -24,32 +24,37 @@ impl LedgerState {
         if filter.needs_attention {
             return self.attention_page(tenant_id, filter, after, limit, scan);
         }
-        // The live operations and the cold rows, merged by id and paged as one map, up to
-        // where both sources were read (a source cut short bounds the merge).
-        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
-        let hot = self.operations.get(tenant_id).map(|ops| ops.range::<String, _>((lower, Unbounded)).take(scan));
-        let mut merged: BTreeMap<String, Cow<'_, Operation>> =
-            hot.into_iter().flatten().map(|(k, v)| (k.clone(), Cow::Borrowed(v))).collect();
+        // The live operations and the cold rows, merged in the rows' order of ids and paged as
+        // one map, up to where both sources were read (a source cut short bounds the merge).
+        let cursor = after.map(RowOrder::of);
+        let mut hot: Vec<(RowOrder, &Operation)> = (self.operations.get(tenant_id).into_iter().flatten())
+            .map(|(id, op)| (RowOrder::of(id), op))
+            .filter(|(id, _)| cursor.as_ref().is_none_or(|c| id > c))
+            .collect();
+        hot.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        hot.truncate(scan);
+        let mut merged: BTreeMap<RowOrder, Cow<'_, Operation>> =
+            hot.into_iter().map(|(k, v)| (k, Cow::Borrowed(v))).collect();
         let mut bound = (merged.len() == scan).then(|| merged.keys().next_back().cloned()).flatten();
         let cold = self.cold.operations(tenant_id, after, scan);
         if cold.len() == scan {
-            let last = cold.last().map(|r| r.op.spec.operation_id.clone());
+            let last = cold.last().map(|r| RowOrder::of(&r.op.spec.operation_id));
             bound = bound.into_iter().chain(last).min();
         }
         for row in cold {
-            merged.insert(row.op.spec.operation_id.clone(), Cow::Owned(row.op));
+            merged.insert(RowOrder::of(&row.op.spec.operation_id), Cow::Owned(row.op));
         }
         if let Some(b) = &bound {
             merged.retain(|k, _| k <= b);
         }
-        let (page, next) =
-            scan_page(&merged, None, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op));
-        let next = next.or_else(|| bound.and_then(|_| merged.keys().next_back().cloned()));
-        (page.into_iter().map(Cow::into_owned).collect(), next)
+        let max = crate::operation::OPERATIONS_SCAN_MAX;
+        let (page, next) = page_of(merged.iter(), limit, max, |op| filter.matches(op));
+        let next = next.or_else(|| bound.as_ref().and_then(|_| merged.keys().next_back())).cloned();
+        (page.into_iter().map(Cow::into_owned).collect(), next.map(RowOrder::id))
     }
 
     /// [`LedgerState::list_operations`] of what waits for a human, through its index (such an
-    /// operation is never live).
+    /// operation is never live), in the order of its rows.
     fn attention_page(
         &self,
         tenant_id: &str,
@@ -60,10 +65,11 @@ impl LedgerState {
     ) -> (Vec<Operation>, Option<String>) {
         let ids = self.cold.attention(tenant_id, after, scan);
         let more = (ids.len() == scan).then(|| ids.last().cloned()).flatten();
-        let ops: BTreeMap<String, Cow<'_, Operation>> =
-            ids.into_iter().filter_map(|id| Some((id.clone(), self.operation(tenant_id, &id)?))).collect();
-        let (page, next) = scan_page(&ops, None, limit, crate::operation::OPERATIONS_SCAN_MAX, |op| filter.matches(op));
-        (page.into_iter().map(Cow::into_owned).collect(), next.or(more))
+        let ops: BTreeMap<RowOrder, Cow<'_, Operation>> =
+            ids.into_iter().filter_map(|id| Some((RowOrder::of(&id), self.operation(tenant_id, &id)?))).collect();
+        let max = crate::operation::OPERATIONS_SCAN_MAX;
+        let (page, next) = page_of(ops.iter(), limit, max, |op| filter.matches(op));
+        (page.into_iter().map(Cow::into_owned).collect(), next.cloned().map(RowOrder::id).or(more))
     }
 
     /// An operation no longer live, as its cold row, with the row's bytes.
