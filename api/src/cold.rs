@@ -1,7 +1,7 @@
 //! Cold state: what grows with traffic and no rule reads on every command — operations that are
 //! no longer live (with their histories, and the bindings retention compacts them to), the
-//! idempotency keys, evidence records, token records (with their delegation links), the
-//! operator's queue of what waits for a human, and the time rows retention and evidence expiry
+//! idempotency keys, evidence records, token records (with their delegation links), closed work
+//! items, the operator's queue of what waits for a human, and the time rows retention and evidence expiry
 //! walk — kept as rows outside the in-memory state. A node keeps them in a RocksDB column family written at apply; a state without a store
 //! (the pure tests, the simulation, a state decoded from bytes) keeps them in
 //! [`ColdTier::pending`], so the rules read them the same way everywhere.
@@ -195,6 +195,8 @@ pub enum Row<'a> {
     /// A delegated token by (its parent's `jti`, its own): what a revocation cascades to.
     /// Empty value.
     TokenChild(&'a str, &'a str),
+    /// A closed work item (`crate::work::WorkItem`, completed or cancelled), by id.
+    Work(&'a str),
 }
 
 impl Row<'_> {
@@ -211,6 +213,7 @@ impl Row<'_> {
             Row::Token(_) => b't',
             Row::TokenExpiry(..) => b'y',
             Row::TokenChild(..) => b'd',
+            Row::Work(_) => b'w',
         }
     }
 }
@@ -317,7 +320,9 @@ fn kind_prefix(tenant: &[u8], kind: u8) -> Vec<u8> {
 fn row_key(tenant: &[u8], row: Row<'_>) -> Vec<u8> {
     let mut out = kind_prefix(tenant, row.kind());
     match row {
-        Row::Operation(id) | Row::Key(id) | Row::Attention(id) | Row::Token(id) => part(&mut out, id.as_bytes()),
+        Row::Operation(id) | Row::Key(id) | Row::Attention(id) | Row::Token(id) | Row::Work(id) => {
+            part(&mut out, id.as_bytes())
+        }
         Row::Finished(at, id) | Row::Compacted(at, id) | Row::Reported(at, id) | Row::TokenExpiry(at, id) => {
             out.extend_from_slice(&at.to_be_bytes());
             part(&mut out, id.as_bytes());
@@ -450,10 +455,10 @@ impl ColdTier {
         self.pending = rows;
     }
 
-    /// Forgets the pending writes of the token rows (record, time, link): what writing a format
-    /// that kept the records in memory leaves out, once they are back there.
-    pub(crate) fn forget_pending_tokens(&mut self) {
-        let kinds = [Row::Token("").kind(), Row::TokenExpiry(0, "").kind(), Row::TokenChild("", "").kind()];
+    /// Forgets the pending writes of rows of `kinds` ([`Row::kind`]): what writing a format
+    /// that kept such records in memory leaves out, once they are back there.
+    pub(crate) fn forget_pending(&mut self, kinds: &[Row<'_>]) {
+        let kinds: Vec<u8> = kinds.iter().map(|r| r.kind()).collect();
         self.pending.retain(|key, _| !kind_prefix_of(key).and_then(|p| p.last()).is_some_and(|k| kinds.contains(k)));
     }
 
@@ -666,6 +671,15 @@ impl ColdTier {
         part(&mut of_parent, parent.as_bytes());
         let rows = self.scan_prefix(&of_parent, None, limit);
         rows.into_iter().filter_map(|(k, _)| parts(k.get(of_parent.len()..)?)?.pop()).collect()
+    }
+
+    /// `tenant_id`'s closed work items with ids after `after`, in the rows' order (by length,
+    /// then bytes): at most `limit`.
+    pub fn works(&self, tenant_id: &str, after: Option<&str>, limit: usize) -> Vec<crate::work::WorkItem> {
+        let Some(tenant) = self.prefix(tenant_id) else { return Vec::new() };
+        let after = after.map(|id| row_key(&tenant, Row::Work(id)));
+        let rows = self.scan(tenant_id, Row::Work("").kind(), after.as_deref(), limit);
+        rows.into_iter().map(|(_, v)| crate::decode_unbounded(&v).expect("a work row decodes")).collect()
     }
 
     /// `tenant_id`'s operation records (whole or compacted) with ids after `after`, in the rows'

@@ -214,7 +214,9 @@ pub mod format {
     /// 19: format 18 with the `ledger` section at version 2 (the ledger version in force).
     /// 20: format 19 with the `token` and `cold` sections at version 2: token records are cold
     /// rows (`crate::cold::Row::Token`), no longer in the `token` section.
-    pub const STATE_FORMAT_VERSION: u32 = 20;
+    /// 21: format 20 with the `work` section at version 2: the open work items and a count of
+    /// the closed ones, which are cold rows (`crate::cold::Row::Work`).
+    pub const STATE_FORMAT_VERSION: u32 = 21;
     const HEADER_BYTES: usize = 12;
 
     /// Why versioned bytes cannot be read.

@@ -185,11 +185,8 @@ fn answer_work(state: &LedgerState, query: Query) -> Result<QueryResult, Rejecti
             Ok(QueryResult::Operations { operations, next_cursor })
         }
         Query::GetWork { tenant_id, work_id } => state
-            .works
-            .get(&tenant_id)
-            .and_then(|m| m.get(&work_id))
-            .cloned()
-            .map(|w| QueryResult::Work(Box::new(w)))
+            .work(&tenant_id, &work_id)
+            .map(|w| QueryResult::Work(Box::new(w.into_owned())))
             .ok_or_else(|| Rejection::new(ReasonCode::WORK_NOT_FOUND, format!("no work item '{work_id}'"))),
         Query::ListWork { tenant_id, state: in_state, after, limit } => {
             let (work, next_cursor) = state.list_work(&tenant_id, in_state, after.as_deref(), page_limit(limit)?);

@@ -26,7 +26,7 @@ pub const SECTIONS: [(&str, u32); 16] = [
     ("audit", 1),
     ("quota", 1),
     ("operation", 1),
-    ("work", 1),
+    ("work", 2),
     ("upstream", 1),
     ("oauth", 1),
     ("session", 1),
@@ -44,6 +44,12 @@ fn upgrade_ledger_v1_to_v2() -> u32 {
 /// they move there once every section is read (the rows need the tenants' incarnations).
 fn upgrade_token_v1_to_v2(state: &mut LedgerState) {
     state.cool_tokens();
+}
+
+/// A `work` section of version 1 held every work item, which version 2 keeps open ones of (with
+/// a count of the closed ones, which are cold rows): they move there once every section is read.
+fn upgrade_work_v1_to_v2(state: &mut LedgerState) {
+    state.cool_works();
 }
 
 /// A `cold` section of version 1 summed each tenant's rows without a count of token records
@@ -87,7 +93,7 @@ impl LedgerState {
             enc(&self.audit),
             enc(&(&self.quota_windows, &self.operation_windows, &self.principal_operation_windows)),
             enc(&(&self.operations, &self.live_operations, &self.history, &self.proposals, &self.upstream_operations)),
-            enc(&self.works),
+            enc(&(&self.works, &self.works_closed)),
             enc(&self.upstreams),
             enc(&self.oauth),
             enc(&self.sessions),
@@ -115,7 +121,7 @@ impl LedgerState {
     pub(crate) fn decode_schema(body: &[u8], bounded: bool) -> Result<LedgerState, String> {
         let mut rest = body;
         let mut state = LedgerState::default();
-        let mut tokens_in_memory = false;
+        let (mut tokens_in_memory, mut closed_works_in_memory) = (false, false);
         for (tag, newest) in SECTIONS {
             let (found, version, bytes) = next_section(&mut rest)?;
             if found != tag.as_bytes() {
@@ -131,13 +137,17 @@ impl LedgerState {
                 .read_section(tag, version, bytes, bounded)
                 .map_err(|e| format!("undecodable '{tag}' section: {e}"))?;
             tokens_in_memory |= tag == "token" && version == 1;
+            closed_works_in_memory |= tag == "work" && version == 1;
         }
         if !rest.is_empty() {
             return Err("undecodable ledger state (format 18): bytes after the last section".into());
         }
+        state.cold.at = state.revision;
         if tokens_in_memory {
-            state.cold.at = state.revision;
             upgrade_token_v1_to_v2(&mut state);
+        }
+        if closed_works_in_memory {
+            upgrade_work_v1_to_v2(&mut state);
         }
         Ok(state)
     }
@@ -146,7 +156,8 @@ impl LedgerState {
     /// of `ledger` adds the ledger version in force (none was, in version 1:
     /// [`upgrade_ledger_v1_to_v2`]); version 2 of `token` no longer holds the token records,
     /// which are cold rows ([`upgrade_token_v1_to_v2`]); version 2 of `cold` counts them
-    /// ([`upgrade_cold_v1_to_v2`]).
+    /// ([`upgrade_cold_v1_to_v2`]); version 2 of `work` holds the open items and a count of the
+    /// closed ones, which are cold rows ([`upgrade_work_v1_to_v2`]).
     fn read_section(&mut self, tag: &str, version: u32, bytes: &[u8], bounded: bool) -> Result<(), String> {
         let mut r = crate::Sequence::new(bytes, bounded);
         let s = self;
@@ -178,7 +189,8 @@ impl LedgerState {
                 (s.operations, s.live_operations, s.history, s.proposals, s.upstream_operations) =
                     r.next().map_err(e)?
             }
-            "work" => s.works = r.next().map_err(e)?,
+            "work" if version == 1 => s.works = r.next().map_err(e)?,
+            "work" => (s.works, s.works_closed) = r.next().map_err(e)?,
             "upstream" => s.upstreams = r.next().map_err(e)?,
             "oauth" => s.oauth = r.next().map_err(e)?,
             "session" => s.sessions = r.next().map_err(e)?,
@@ -202,21 +214,24 @@ impl LedgerState {
 #[cfg(test)]
 impl LedgerState {
     /// This state as a build of format 19 wrote it: its `token` section at version 1 (with the
-    /// token records) and its `cold` section at version 1 (sums without their count, rows
-    /// without the token rows); to test the upgrade from that format's own layout.
+    /// token records), its `work` section at version 1 (every item), and its `cold` section at
+    /// version 1 (sums without their count, rows without the token and work rows); to test the
+    /// upgrade from that format's own layout.
     pub(crate) fn encode_format_19(&self) -> Vec<u8> {
         let mut warm = self.clone();
         warm.warm_tokens();
+        warm.warm_works();
         let mut bytes = warm.section_bytes(true);
         let w = &warm;
         bytes[3] = enc(&(&w.tokens, &w.token_children, &w.signing_keys, &w.issuers, &w.issuer_sources, &w.revocations));
+        bytes[10] = enc(&w.works);
         let sums: BTreeMap<&String, crate::cold::ColdTenantV1> =
             w.cold.tenants.iter().map(|(id, t)| (id, t.clone().into())).collect();
         bytes[15] = enc(&(&sums, w.cold.pending_rows()));
         let mut out = crate::format::STATE_MAGIC.to_vec();
         out.extend_from_slice(&19u32.to_le_bytes());
         for ((tag, version), b) in SECTIONS.iter().zip(&bytes) {
-            let version = if matches!(*tag, "token" | "cold") { 1 } else { *version };
+            let version = if matches!(*tag, "token" | "work" | "cold") { 1 } else { *version };
             out.push(u8::try_from(tag.len()).expect("a short tag"));
             out.extend_from_slice(tag.as_bytes());
             out.extend_from_slice(&version.to_le_bytes());

@@ -99,9 +99,15 @@ pub struct LedgerState {
     /// records its next proposal (by ledger time, so on every replica alike).
     #[serde(skip)]
     pub proposals: BTreeMap<String, BTreeMap<String, crate::operation::ProposalV1>>,
-    /// Work items by tenant id, then work id. Encoded after the proposals (state format 4).
+    /// Open work items by tenant id, then work id. Encoded after the proposals (state format 4);
+    /// a closed one is a cold row from format 21 on (earlier formats held every item here, and
+    /// decoding them moves the closed ones).
     #[serde(skip)]
     pub works: BTreeMap<String, BTreeMap<String, crate::work::WorkItem>>,
+    /// How many closed work items each tenant holds as cold rows, by tenant id (what counts
+    /// toward its cap with the open ones). In the `work` section from its version 2 (format 21).
+    #[serde(skip)]
+    pub works_closed: BTreeMap<String, u64>,
     /// Each operation's transitions (at most [`crate::operation::HISTORY_KEPT`]), by tenant
     /// id, then operation id. Encoded after the work items (state format 4); operations
     /// recorded under an older format have the history since the upgrade.
@@ -613,9 +619,10 @@ impl LedgerState {
         fn enc<T: serde::Serialize>(v: &T) -> Vec<u8> {
             crate::encode(v).expect("a state encodes")
         }
-        // That format kept the token records in memory.
+        // That format kept the token records and closed work items in memory.
         let mut warm = self.clone();
         warm.warm_tokens();
+        warm.warm_works();
         let this = &warm;
         let tenants: BTreeMap<&String, crate::cold::ColdTenantV1> =
             this.cold.tenants.iter().map(|(id, t)| (id, t.clone().into())).collect();
@@ -694,7 +701,8 @@ impl LedgerState {
     /// (waiting or attempting: what dispatch, admission and a caller's wait need) with their
     /// histories — no finished operation, binding, idempotency key or evidence record: an edge
     /// reads those from the ledger (one read), which answers every replay. Of the cold rows it
-    /// keeps the token records alone (it verifies tokens), in memory. So the projection does
+    /// keeps the token records (it verifies tokens) and the closed work items (its MCP
+    /// resources list and read them), in memory. So the projection does
     /// not grow with audit retention nor with the operations retention keeps.
     /// [`LedgerState::fold_views`] keeps it so ([`LedgerState::projection`]).
     pub fn project(&mut self) {
@@ -712,8 +720,23 @@ impl LedgerState {
         self.compacted.clear();
         self.idempotency.clear();
         self.evidence.clear();
-        self.cold = self.token_tier();
+        self.cold = self.projected_tier();
         self.rebuild_index();
+    }
+
+    /// The token records and closed work items of every tenant as rows of a new tier (each
+    /// tenant opened under its incarnation): what a projection keeps of the cold rows.
+    pub(crate) fn projected_tier(&self) -> crate::cold::ColdTier {
+        let mut tier = crate::cold::ColdTier::default();
+        for (tenant_id, sums) in &self.cold.tenants {
+            tier.open(tenant_id, sums.incarnation);
+            crate::token::fold::put_tokens(&mut tier, &self.cold.tokens(tenant_id, None, usize::MAX), self.revision);
+            for item in self.cold.works(tenant_id, None, usize::MAX) {
+                let bytes = crate::encode(&item).expect("a work item encodes");
+                tier.put(tenant_id, crate::cold::Row::Work(&item.id), self.revision, None, Some(bytes));
+            }
+        }
+        tier
     }
 
     /// Rebuilds [`LedgerState::index`] from the operations (after a decode: it is not encoded).
@@ -783,24 +806,9 @@ pub(crate) fn by_id_or_name<'a, T>(
     of_tenant.get(id_or_name).or_else(|| of_tenant.get(names.get(tenant_id)?.get(id_or_name)?))
 }
 
-/// One page of `map` after the key `after`: at most `limit` values that `matches`, scanning at most
-/// `scan_max` entries. The cursor is the last key scanned when more may follow (a filtered page
-/// may be short and still have more after it).
-pub(crate) fn scan_page<T: Clone>(
-    map: &BTreeMap<String, T>,
-    after: Option<&str>,
-    limit: usize,
-    scan_max: usize,
-    matches: impl Fn(&T) -> bool,
-) -> (Vec<T>, Option<String>) {
-    use std::ops::Bound::{Excluded, Unbounded};
-    let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
-    let (page, last) = page_of(map.range::<String, _>((lower, Unbounded)), limit, scan_max, matches);
-    (page, last.cloned())
-}
-
-/// [`scan_page`] of entries in their order: the page, and the last key scanned when more may
-/// follow.
+/// One page of `entries`, in their order: at most `limit` values that `matches`, scanning at
+/// most `scan_max` entries, and the last key scanned when more may follow (a filtered page may
+/// be short and still have more after it).
 pub(crate) fn page_of<'a, K: 'a, T: Clone + 'a>(
     entries: impl Iterator<Item = (&'a K, &'a T)>,
     limit: usize,
@@ -819,6 +827,43 @@ pub(crate) fn page_of<'a, K: 'a, T: Clone + 'a>(
         }
     }
     (page, None)
+}
+
+/// A page of in-memory entries `hot` (id → value) merged with `cold`, the rows read after the
+/// cursor `after` (at most `scan` of them, in the rows' order), in the rows' order of ids
+/// ([`RowOrder`]) and up to where both sources were read (a source cut short bounds the merge):
+/// at most `limit` values that `matches`, scanning at most `scan_max`, and the cursor of the
+/// next page when more may follow.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn merged_page<'a, T: Clone + 'a>(
+    hot: impl Iterator<Item = (&'a String, &'a T)>,
+    cold: Vec<(String, T)>,
+    after: Option<&str>,
+    limit: usize,
+    scan: usize,
+    scan_max: usize,
+    matches: impl Fn(&T) -> bool,
+) -> (Vec<T>, Option<String>) {
+    use std::borrow::Cow;
+    let cursor = after.map(RowOrder::of);
+    let mut live: Vec<(RowOrder, &T)> =
+        hot.map(|(id, v)| (RowOrder::of(id), v)).filter(|(id, _)| cursor.as_ref().is_none_or(|c| id > c)).collect();
+    live.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    live.truncate(scan);
+    let mut merged: BTreeMap<RowOrder, Cow<'a, T>> = live.into_iter().map(|(k, v)| (k, Cow::Borrowed(v))).collect();
+    let mut bound = (merged.len() == scan).then(|| merged.keys().next_back().cloned()).flatten();
+    if cold.len() == scan {
+        bound = bound.into_iter().chain(cold.last().map(|(id, _)| RowOrder::of(id))).min();
+    }
+    for (id, value) in cold {
+        merged.insert(RowOrder::of(&id), Cow::Owned(value));
+    }
+    if let Some(b) = &bound {
+        merged.retain(|k, _| k <= b);
+    }
+    let (page, next) = page_of(merged.iter(), limit, scan_max, |v| matches(v));
+    let next = next.or_else(|| bound.as_ref().and_then(|_| merged.keys().next_back())).cloned();
+    (page.into_iter().map(Cow::into_owned).collect(), next.map(RowOrder::id))
 }
 
 /// An id in the order cold rows keep ids in (by length, then bytes: a row key's id is

@@ -2022,7 +2022,11 @@ fn the_state_format_is_versioned_and_pinned() {
         !state.revocations.signing_keys.is_empty() && !state.revocations.role_certificates.is_empty(),
         "the sample state holds revocations"
     );
-    assert!(!state.works.is_empty() && !state.history.is_empty(), "the sample state holds work items and histories");
+    assert!(
+        state.work_count("t-1") > 0 && !state.history.is_empty(),
+        "the sample state holds work items and histories"
+    );
+    assert!(state.cold.works("t-1", None, 1).len() == 1, "its closed work item is a cold row");
     let cold = state.cold.tenants.get("t-1").cloned().unwrap_or_default();
     assert!(cold.bindings > 0 && cold.evidence > 0, "the sample state holds evidence and bindings");
     assert!(!state.cold.pending_rows().is_empty(), "the sample state holds cold rows");

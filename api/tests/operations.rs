@@ -1254,11 +1254,23 @@ fn work_items_admit_operations_only_at_their_revision_and_within_their_scope() {
         l.refused(revise("wo-1", None, WorkChangeV1 { owner: Some("x".into()), ..Default::default() })),
         ReasonCode::WORK_STATE_CONFLICT
     );
+    // Closed, it is a cold row, no longer in memory: read, listed, counted and its id kept.
+    assert!(!l.state.works.contains_key(T), "no open item left in memory");
+    let closed = l.state.work(T, "wo-1").expect("the closed item reads back");
+    assert_eq!((closed.state, closed.revision, closed.operations.len()), (WorkState::Completed, 3, 2));
+    assert_eq!(l.state.cold.works(T, None, 10).len(), 1);
+    assert_eq!((l.state.work_count(T), writ_api::retention::storage(&l.state, T).work_items), (1, 1));
+    assert_eq!(l.refused(work("wo-1", &["note"], &[], None)), ReasonCode::WORK_ALREADY_EXISTS);
     // A proposal is checked the same way.
     l.ok(work("wo-2", &["careful_note"], &[], None));
     let mut careful = against(spec("p-1", "kp", json!({"p": 1}), None, dl), "wo-2", 7);
     careful.action = "careful_note".into();
     assert_eq!(l.refused(propose("prop-1", careful)), ReasonCode::STALE_REVISION);
+    // Open and closed items list together, in the rows' order of ids.
+    let listed = |state| l.state.list_work(T, state, None, 10).0.into_iter().map(|w| w.id).collect::<Vec<_>>();
+    assert_eq!(listed(None), ["wo-1", "wo-2"]);
+    assert_eq!(listed(Some(WorkState::Open)), ["wo-2"]);
+    assert_eq!(listed(Some(WorkState::Completed)), ["wo-1"]);
 }
 
 #[test]

@@ -768,7 +768,7 @@ fn resource_mark(state: &writ_api::state::LedgerState, a: &Authority, uri: &str)
         return state.operations.get(&a.tenant_id)?.get(id).map(|op| Mark::Revision(op.revision));
     }
     let id = uri.strip_prefix(serve::WORK_URI)?;
-    state.works.get(&a.tenant_id)?.get(id).map(|w| Mark::Time(w.updated_at_ms))
+    state.work(&a.tenant_id, id).map(|w| Mark::Time(w.updated_at_ms))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -708,7 +708,7 @@ async fn read_scoped(c: &Call<'_>, uri: &str) -> Result<Value, RpcError> {
         };
     }
     if let Some(id) = uri.strip_prefix(WORK_URI) {
-        let item = c.edge.verifier.with_state(|s| s.works.get(&c.authority.tenant_id)?.get(id).cloned());
+        let item = c.edge.verifier.with_state(|s| s.work(&c.authority.tenant_id, id).map(|w| w.into_owned()));
         let item = item.ok_or_else(|| resource_not_found(uri))?;
         return json_contents(serde_json::to_string(&item).map_err(|_| internal("a work item does not serialize"))?);
     }
@@ -845,7 +845,8 @@ fn list_resources(c: &Call<'_>) -> Result<Value, RpcError> {
     }
     if c.authority.require(writ_api::work::WORK_READ_SCOPE).is_ok() {
         c.edge.verifier.with_state(|s| {
-            for w in s.works.get(&c.authority.tenant_id).into_iter().flat_map(|m| m.values()) {
+            let all = writ_api::work::WORK_ITEMS_PER_TENANT_MAX;
+            for w in s.list_work(&c.authority.tenant_id, None, None, all).0 {
                 items.push(json!({"uri": format!("{WORK_URI}{}", w.id), "name": w.id, "mimeType": "application/json",
                     "description": format!("Work item '{}' ({}, revision {})", w.title, w.state.as_str(), w.revision)}));
             }

@@ -440,8 +440,8 @@ fn record_transition(steps: &mut Vec<crate::operation::TransitionV1>, env: &Even
 impl LedgerState {
     /// Moves what a state decoded from an older format holds in memory and now keeps as cold
     /// rows ([`crate::cold`]): operations no longer live with their histories, compacted
-    /// operations, idempotency keys, token records — all written at the state's revision (a
-    /// replay starts after it). A state of the current format has none of them in memory.
+    /// operations, idempotency keys, token records, closed work items — all written at the
+    /// state's revision (a replay starts after it). A state of the current format has none of them in memory.
     pub fn cool(&mut self) {
         self.cold.at = self.revision;
         let rev = self.revision;
@@ -475,6 +475,7 @@ impl LedgerState {
             }
         }
         self.cool_tokens();
+        self.cool_works();
         self.operations.retain(|_, m| !m.is_empty());
         self.history.retain(|_, m| !m.is_empty());
         if moved {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::cold::{ColdOperation, Row};
 use crate::operation::{Operation, OperationState};
-use crate::state::{page_of, LedgerState, RowOrder};
+use crate::state::{merged_page, page_of, LedgerState, RowOrder};
 
 impl LedgerState {
     /// A page of a tenant's operations matching `filter`, after the id `after` in the order cold
@@ -24,33 +24,11 @@ impl LedgerState {
         if filter.needs_attention {
             return self.attention_page(tenant_id, filter, after, limit, scan);
         }
-        // The live operations and the cold rows, merged in the rows' order of ids and paged as
-        // one map, up to where both sources were read (a source cut short bounds the merge).
-        let cursor = after.map(RowOrder::of);
-        let mut hot: Vec<(RowOrder, &Operation)> = (self.operations.get(tenant_id).into_iter().flatten())
-            .map(|(id, op)| (RowOrder::of(id), op))
-            .filter(|(id, _)| cursor.as_ref().is_none_or(|c| id > c))
-            .collect();
-        hot.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        hot.truncate(scan);
-        let mut merged: BTreeMap<RowOrder, Cow<'_, Operation>> =
-            hot.into_iter().map(|(k, v)| (k, Cow::Borrowed(v))).collect();
-        let mut bound = (merged.len() == scan).then(|| merged.keys().next_back().cloned()).flatten();
         let cold = self.cold.operations(tenant_id, after, scan);
-        if cold.len() == scan {
-            let last = cold.last().map(|r| RowOrder::of(&r.op.spec.operation_id));
-            bound = bound.into_iter().chain(last).min();
-        }
-        for row in cold {
-            merged.insert(RowOrder::of(&row.op.spec.operation_id), Cow::Owned(row.op));
-        }
-        if let Some(b) = &bound {
-            merged.retain(|k, _| k <= b);
-        }
+        let cold = cold.into_iter().map(|r| (r.op.spec.operation_id.clone(), r.op)).collect();
+        let hot = self.operations.get(tenant_id).into_iter().flatten();
         let max = crate::operation::OPERATIONS_SCAN_MAX;
-        let (page, next) = page_of(merged.iter(), limit, max, |op| filter.matches(op));
-        let next = next.or_else(|| bound.as_ref().and_then(|_| merged.keys().next_back())).cloned();
-        (page.into_iter().map(Cow::into_owned).collect(), next.map(RowOrder::id))
+        merged_page(hot, cold, after, limit, scan, max, |op| filter.matches(op))
     }
 
     /// [`LedgerState::list_operations`] of what waits for a human, through its index (such an

@@ -135,7 +135,7 @@ pub fn storage(state: &LedgerState, tenant_id: &str) -> TenantStorageV1 {
         transitions: history.map_or(0, |h| h.values().map(|t| t.len() as u64).sum::<u64>()) + cold.transitions,
         tokens: cold.tokens,
         enrollments: len(&state.enrollments, tenant_id),
-        work_items: len(&state.works, tenant_id),
+        work_items: state.work_count(tenant_id),
         proposals: len(&state.proposals, tenant_id),
         audit_records: state.audit.get(tenant_id).map_or(0, |a| a.len()),
         evidence_blobs: cold.evidence,
@@ -159,7 +159,7 @@ pub fn record_counts(state: &LedgerState) -> [(&'static str, u64); 8] {
         ("idempotency_keys", cold(|c| c.keys)),
         ("tokens", cold(|c| c.tokens)),
         ("enrollments", total(&state.enrollments)),
-        ("work_items", total(&state.works)),
+        ("work_items", total(&state.works) + state.works_closed.values().sum::<u64>()),
         ("evidence_blobs", cold(|c| c.evidence)),
         ("audit_records", state.audit.values().map(|a| a.len()).sum()),
     ]

@@ -75,6 +75,7 @@ impl LedgerState {
         self.principal_operation_windows.remove(tenant_id);
         self.proposals.remove(tenant_id);
         self.works.remove(tenant_id);
+        self.works_closed.remove(tenant_id);
         self.history.remove(tenant_id);
         self.evidence.remove(tenant_id);
         self.compacted.remove(tenant_id);

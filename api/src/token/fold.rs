@@ -25,7 +25,7 @@ fn put_token(cold: &mut ColdTier, token: &Token, linked: bool, revision: u64) {
 
 /// `tokens` (of one tenant) written as new rows at `revision`, each linked from its parent
 /// where the parent is among them (as a fold leaves them: retiring a parent drops its links).
-fn put_tokens(cold: &mut ColdTier, tokens: &[Token], revision: u64) {
+pub(crate) fn put_tokens(cold: &mut ColdTier, tokens: &[Token], revision: u64) {
     let jtis: std::collections::BTreeSet<&str> = tokens.iter().map(|t| t.record.jti.as_str()).collect();
     for token in tokens {
         let linked = token.record.parent_jti.as_deref().is_some_and(|p| jtis.contains(p));
@@ -44,17 +44,6 @@ impl LedgerState {
             put_tokens(&mut self.cold, &tokens, self.revision);
         }
         self.token_children.clear();
-    }
-
-    /// The token records of every tenant as rows of a new tier (each tenant opened under its
-    /// incarnation): what a projection keeps of the cold rows, since it verifies tokens.
-    pub(crate) fn token_tier(&self) -> ColdTier {
-        let mut tier = ColdTier::default();
-        for (tenant_id, sums) in &self.cold.tenants {
-            tier.open(tenant_id, sums.incarnation);
-            put_tokens(&mut tier, &self.cold.tokens(tenant_id, None, usize::MAX), self.revision);
-        }
-        tier
     }
 
     /// The inverse of [`LedgerState::cool_tokens`]: every token row back in
@@ -77,7 +66,7 @@ impl LedgerState {
                 self.tokens.entry(tenant_id.clone()).or_default().insert(jti, token);
             }
         }
-        self.cold.forget_pending_tokens();
+        self.cold.forget_pending(&[Row::Token(""), Row::TokenExpiry(0, ""), Row::TokenChild("", "")]);
     }
 }
 

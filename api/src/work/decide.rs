@@ -14,11 +14,10 @@ pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
             validate_texts(Some(title), Some(owner), None)?;
             let scope = scope.clone().validated()?;
             devices_exist(state, tenant_id, &scope)?;
-            let works = state.works.get(tenant_id);
-            if works.is_some_and(|m| m.contains_key(work_id)) {
+            if state.work(tenant_id, work_id).is_some() {
                 return Err(Rejection::new(ReasonCode::WORK_ALREADY_EXISTS, format!("work item '{work_id}' exists")));
             }
-            if works.is_some_and(|m| m.len() >= WORK_ITEMS_PER_TENANT_MAX) {
+            if state.work_count(tenant_id) >= WORK_ITEMS_PER_TENANT_MAX as u64 {
                 let msg = format!("a tenant holds at most {WORK_ITEMS_PER_TENANT_MAX} work items");
                 return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
             }
@@ -34,9 +33,9 @@ pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
         Command::ReviseWork { tenant_id, work_id, expected_revision, change, by } => {
             active(state, tenant_id)?;
             let item = find(state, tenant_id, work_id)?;
-            open(item)?;
+            open(&item)?;
             if let Some(expected) = expected_revision.filter(|r| *r != item.revision) {
-                return Err(stale(item, expected));
+                return Err(stale(&item, expected));
             }
             validate_texts(change.title.as_deref(), change.owner.as_deref(), change.note.as_deref())?;
             let mut change = change.clone();
@@ -80,11 +79,13 @@ pub(crate) fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec
     }
 }
 
-fn find<'a>(state: &'a LedgerState, tenant_id: &str, work_id: &str) -> Result<&'a WorkItem, Rejection> {
+fn find<'a>(
+    state: &'a LedgerState,
+    tenant_id: &str,
+    work_id: &str,
+) -> Result<std::borrow::Cow<'a, WorkItem>, Rejection> {
     state
-        .works
-        .get(tenant_id)
-        .and_then(|m| m.get(work_id))
+        .work(tenant_id, work_id)
         .ok_or_else(|| Rejection::new(ReasonCode::WORK_NOT_FOUND, format!("no work item '{work_id}'")))
 }
 
@@ -120,9 +121,9 @@ fn devices_exist(state: &LedgerState, tenant_id: &str, scope: &WorkScopeV1) -> R
 pub(crate) fn admits(state: &LedgerState, tenant_id: &str, spec: &OperationSpecV1) -> Result<(), Rejection> {
     let Some(work_ref) = &spec.work_ref else { return Ok(()) };
     let item = find(state, tenant_id, &work_ref.id)?;
-    open(item)?;
+    open(&item)?;
     if work_ref.revision != item.revision {
-        return Err(stale(item, work_ref.revision));
+        return Err(stale(&item, work_ref.revision));
     }
     let outside = |what: String| {
         Rejection::new(

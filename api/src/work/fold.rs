@@ -1,13 +1,16 @@
 //! How work items' events change the state: this domain's part of
 //! [`LedgerState::fold_views`].
 
+use crate::cold::Row;
 use crate::ledger::{Event, EventEnvelope};
-use crate::state::{CorruptEvent, LedgerState};
+use crate::state::{drop_empty, CorruptEvent, LedgerState};
+use crate::work::WorkState;
 
 impl LedgerState {
-    /// Folds [`Event::WorkCreatedV1`] and [`Event::WorkRevisedV1`].
+    /// Folds [`Event::WorkCreatedV1`] and [`Event::WorkRevisedV1`]; an item that closes becomes
+    /// a cold row.
     pub(crate) fn fold_work(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
-        use crate::work::{WorkItem, WorkState};
+        use crate::work::WorkItem;
         match &env.event {
             Event::WorkCreatedV1 { tenant_id, work_id, title, owner, scope, by } => {
                 let item = WorkItem {
@@ -45,9 +48,54 @@ impl LedgerState {
                 item.revision = *revision;
                 item.updated_by = by.clone();
                 item.updated_at_ms = env.at_ms;
+                if item.state != WorkState::Open {
+                    self.close_work(tenant_id, work_id, env.revision);
+                }
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Moves the closed work item `work_id` of `tenant_id` from memory to its cold row, written
+    /// at `revision`: no rule reads it on a command any more, only queries and the count of a
+    /// tenant's items.
+    fn close_work(&mut self, tenant_id: &str, work_id: &str, revision: u64) {
+        let Some(item) = self.works.get_mut(tenant_id).and_then(|m| m.remove(work_id)) else { return };
+        let bytes = crate::encode(&item).expect("a work item encodes");
+        self.cold.put(tenant_id, Row::Work(work_id), revision, None, Some(bytes));
+        *self.works_closed.entry(tenant_id.to_string()).or_default() += 1;
+        drop_empty(&mut self.works, tenant_id);
+    }
+
+    /// Moves the closed work items formats before 21 kept in memory to cold rows, at the
+    /// state's revision: what decoding such a format does.
+    pub(crate) fn cool_works(&mut self) {
+        let closed: Vec<(String, String)> = (self.works.iter())
+            .flat_map(|(t, m)| {
+                m.values().filter(|w| w.state != WorkState::Open).map(move |w| (t.clone(), w.id.clone()))
+            })
+            .collect();
+        for (tenant_id, work_id) in closed {
+            let created = self.tenants.get(&tenant_id).map_or(0, |t| t.created_at_ms);
+            self.cold.open(&tenant_id, created);
+            self.close_work(&tenant_id, &work_id, self.revision);
+        }
+    }
+
+    /// The inverse of [`LedgerState::cool_works`]: every closed work item back in
+    /// [`LedgerState::works`], out of the rows, their sums and the pending writes (to write a
+    /// format that kept them in memory).
+    pub fn warm_works(&mut self) {
+        let tenants: Vec<String> = self.cold.tenants.keys().cloned().collect();
+        for tenant_id in tenants {
+            for item in self.cold.works(&tenant_id, None, usize::MAX) {
+                let old = crate::encode(&item).expect("a work item encodes");
+                self.cold.put(&tenant_id, Row::Work(&item.id), self.revision, Some(&old), None);
+                self.works.entry(tenant_id.clone()).or_default().insert(item.id.clone(), item);
+            }
+        }
+        self.works_closed.clear();
+        self.cold.forget_pending(&[Row::Work("")]);
     }
 }
