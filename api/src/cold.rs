@@ -164,6 +164,12 @@ impl From<ColdTenantV1> for ColdTenant {
     }
 }
 
+/// Per-tenant sums as the `cold` section's version 1 (and state format 16) wrote them, with no
+/// token records counted (there were none).
+pub(crate) fn sums_from_v1(tenants: BTreeMap<String, ColdTenantV1>) -> BTreeMap<String, ColdTenant> {
+    tenants.into_iter().map(|(id, t)| (id, t.into())).collect()
+}
+
 /// The kinds of rows, each under its own byte after the tenant's prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Row<'a> {

@@ -54,10 +54,10 @@ fn upgrade_work_v1_to_v2(state: &mut LedgerState) {
 
 /// A `cold` section of version 1 summed each tenant's rows without a count of token records
 /// (there were none): version 2 adds it, at zero.
-pub(crate) fn upgrade_cold_v1_to_v2(
+fn upgrade_cold_v1_to_v2(
     tenants: BTreeMap<String, crate::cold::ColdTenantV1>,
 ) -> BTreeMap<String, crate::cold::ColdTenant> {
-    tenants.into_iter().map(|(id, t)| (id, t.into())).collect()
+    crate::cold::sums_from_v1(tenants)
 }
 
 fn enc<T: serde::Serialize>(value: &T) -> Vec<u8> {

@@ -592,7 +592,7 @@ impl LedgerState {
         }
         if version >= 16 {
             let tenants = dec(section(false)?, bounded).map_err(|e| undecodable(&e))?;
-            state.cold.tenants = crate::schema::upgrade_cold_v1_to_v2(tenants);
+            state.cold.tenants = crate::cold::sums_from_v1(tenants);
             state.cold.restore_pending(dec(section(false)?, bounded).map_err(|e| undecodable(&e))?);
         }
         state.cool();
@@ -726,15 +726,12 @@ impl LedgerState {
 
     /// The token records and closed work items of every tenant as rows of a new tier (each
     /// tenant opened under its incarnation): what a projection keeps of the cold rows.
-    pub(crate) fn projected_tier(&self) -> crate::cold::ColdTier {
+    fn projected_tier(&self) -> crate::cold::ColdTier {
         let mut tier = crate::cold::ColdTier::default();
         for (tenant_id, sums) in &self.cold.tenants {
             tier.open(tenant_id, sums.incarnation);
-            crate::token::fold::put_tokens(&mut tier, &self.cold.tokens(tenant_id, None, usize::MAX), self.revision);
-            for item in self.cold.works(tenant_id, None, usize::MAX) {
-                let bytes = crate::encode(&item).expect("a work item encodes");
-                tier.put(tenant_id, crate::cold::Row::Work(&item.id), self.revision, None, Some(bytes));
-            }
+            self.project_tokens(tenant_id, &mut tier);
+            self.project_works(tenant_id, &mut tier);
         }
         tier
     }

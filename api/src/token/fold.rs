@@ -25,7 +25,7 @@ fn put_token(cold: &mut ColdTier, token: &Token, linked: bool, revision: u64) {
 
 /// `tokens` (of one tenant) written as new rows at `revision`, each linked from its parent
 /// where the parent is among them (as a fold leaves them: retiring a parent drops its links).
-pub(crate) fn put_tokens(cold: &mut ColdTier, tokens: &[Token], revision: u64) {
+fn put_tokens(cold: &mut ColdTier, tokens: &[Token], revision: u64) {
     let jtis: std::collections::BTreeSet<&str> = tokens.iter().map(|t| t.record.jti.as_str()).collect();
     for token in tokens {
         let linked = token.record.parent_jti.as_deref().is_some_and(|p| jtis.contains(p));
@@ -44,6 +44,12 @@ impl LedgerState {
             put_tokens(&mut self.cold, &tokens, self.revision);
         }
         self.token_children.clear();
+    }
+
+    /// `tenant_id`'s token records written into `tier` at the state's revision (a projection's
+    /// rows).
+    pub(crate) fn project_tokens(&self, tenant_id: &str, tier: &mut ColdTier) {
+        put_tokens(tier, &self.cold.tokens(tenant_id, None, usize::MAX), self.revision);
     }
 
     /// The inverse of [`LedgerState::cool_tokens`]: every token row back in

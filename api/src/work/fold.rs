@@ -83,6 +83,15 @@ impl LedgerState {
         }
     }
 
+    /// `tenant_id`'s closed work items written into `tier` at the state's revision (a
+    /// projection's rows).
+    pub(crate) fn project_works(&self, tenant_id: &str, tier: &mut crate::cold::ColdTier) {
+        for item in self.cold.works(tenant_id, None, usize::MAX) {
+            let bytes = crate::encode(&item).expect("a work item encodes");
+            tier.put(tenant_id, Row::Work(&item.id), self.revision, None, Some(bytes));
+        }
+    }
+
     /// The inverse of [`LedgerState::cool_works`]: every closed work item back in
     /// [`LedgerState::works`], out of the rows, their sums and the pending writes (to write a
     /// format that kept them in memory).
