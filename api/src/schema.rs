@@ -107,11 +107,7 @@ impl LedgerState {
         let bytes = self.section_bytes(rows);
         let mut out = Vec::with_capacity(bytes.iter().map(|b| b.len() + 24).sum());
         for ((tag, version), b) in SECTIONS.iter().zip(&bytes) {
-            out.push(u8::try_from(tag.len()).expect("a short tag"));
-            out.extend_from_slice(tag.as_bytes());
-            out.extend_from_slice(&version.to_le_bytes());
-            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-            out.extend_from_slice(b);
+            push_section(&mut out, tag, *version, b);
         }
         out
     }
@@ -232,14 +228,20 @@ impl LedgerState {
         out.extend_from_slice(&19u32.to_le_bytes());
         for ((tag, version), b) in SECTIONS.iter().zip(&bytes) {
             let version = if matches!(*tag, "token" | "work" | "cold") { 1 } else { *version };
-            out.push(u8::try_from(tag.len()).expect("a short tag"));
-            out.extend_from_slice(tag.as_bytes());
-            out.extend_from_slice(&version.to_le_bytes());
-            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-            out.extend_from_slice(b);
+            push_section(&mut out, tag, version, b);
         }
         out
     }
+}
+
+/// Appends section `tag` at `version` with its `bytes` to `out`: the tag (a length byte, then
+/// the name), the version (u32 LE), the length (u64 LE), the bytes.
+fn push_section(out: &mut Vec<u8>, tag: &str, version: u32, bytes: &[u8]) {
+    out.push(u8::try_from(tag.len()).expect("a short tag"));
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
 }
 
 /// How many bytes each section of [`SECTIONS`] takes in `body` (what [`LedgerState::encode`]
