@@ -138,7 +138,6 @@ impl LedgerState {
         if !rest.is_empty() {
             return Err("undecodable ledger state (format 18): bytes after the last section".into());
         }
-        state.cold.at = state.revision;
         if tokens_in_memory {
             upgrade_token_v1_to_v2(&mut state);
         }

@@ -803,6 +803,13 @@ pub(crate) fn by_id_or_name<'a, T>(
     of_tenant.get(id_or_name).or_else(|| of_tenant.get(names.get(tenant_id)?.get(id_or_name)?))
 }
 
+/// How many rows a page of at most `limit` reads at most, for a view scanned at most `max` a
+/// page: 64 per value asked (a filter may skip most), never fewer than `limit`, and one more
+/// to see whether more follow.
+pub(crate) fn rows_to_scan(limit: usize, max: usize) -> usize {
+    max.min(limit.saturating_mul(64)).max(limit) + 1
+}
+
 /// One page of `entries`, in their order: at most `limit` values that `matches`, scanning at
 /// most `scan_max` entries, and the last key scanned when more may follow (a filtered page may
 /// be short and still have more after it).

@@ -203,6 +203,19 @@ fn token_rules() {
     // Revoking the parent revoked the child with it.
     assert_eq!(child.revoked_via.as_deref(), Some("root"));
     assert!(st.token("a", "ro").is_some_and(|t| t.revoked_at_ms.is_none()));
+    // Records list in pages, in the order of their rows, filtered by principal.
+    let pages = |principal: Option<&str>| {
+        let (mut seen, mut after) = (Vec::new(), None::<String>);
+        for _ in 0..10 {
+            let (page, next) = st.list_tokens("a", principal, after.as_deref(), 1);
+            seen.extend(page.into_iter().map(|t| t.record.jti));
+            let Some(next) = next else { return seen };
+            after = Some(next);
+        }
+        panic!("no last page");
+    };
+    assert_eq!(pages(None), ["ro", "root", "child"]);
+    assert_eq!(pages(Some("p-ro")), ["ro", "child"]);
     // Format 19 kept the records in its `token` section: decoding it moves them to the same
     // rows a fold writes (the digest covers them), revocations and links included.
     let v19 = st.encode_format_19();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::cold::{ColdOperation, Row};
 use crate::operation::{Operation, OperationState};
-use crate::state::{merged_page, page_of, LedgerState, RowOrder};
+use crate::state::{merged_page, page_of, rows_to_scan, LedgerState, RowOrder};
 
 impl LedgerState {
     /// A page of a tenant's operations matching `filter`, after the id `after` in the order cold
@@ -20,7 +20,7 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<Operation>, Option<String>) {
-        let scan = crate::operation::OPERATIONS_SCAN_MAX.min(limit.saturating_mul(64)).max(limit) + 1;
+        let scan = rows_to_scan(limit, crate::operation::OPERATIONS_SCAN_MAX);
         if filter.needs_attention {
             return self.attention_page(tenant_id, filter, after, limit, scan);
         }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::cold::Row;
-use crate::state::LedgerState;
+use crate::state::{page_of, rows_to_scan, LedgerState};
 use crate::token::Token;
 
 impl LedgerState {
@@ -18,20 +18,12 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<Token>, Option<String>) {
-        let scan = crate::token::TOKENS_SCAN_MAX.min(limit.saturating_mul(64)).max(limit) + 1;
-        let rows = self.cold.tokens(tenant_id, after, scan);
-        let mut page = Vec::new();
-        let mut last = None;
-        for (scanned, token) in rows.into_iter().enumerate() {
-            if page.len() == limit || scanned + 1 == scan {
-                return (page, last);
-            }
-            last = Some(token.record.jti.clone());
-            if principal_id.is_none_or(|p| token.record.principal_id == p) {
-                page.push(token);
-            }
-        }
-        (page, None)
+        let scan = rows_to_scan(limit, crate::token::TOKENS_SCAN_MAX);
+        let rows: Vec<(String, Token)> =
+            self.cold.tokens(tenant_id, after, scan).into_iter().map(|t| (t.record.jti.clone(), t)).collect();
+        let of_principal = |t: &Token| principal_id.is_none_or(|p| t.record.principal_id == p);
+        let (page, last) = page_of(rows.iter().map(|(jti, t)| (jti, t)), limit, scan - 1, of_principal);
+        (page, last.cloned())
     }
 
     /// A token of a tenant by `jti`.

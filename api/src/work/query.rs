@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use crate::cold::Row;
-use crate::state::{merged_page, LedgerState};
+use crate::state::{merged_page, rows_to_scan, LedgerState};
 use crate::work::{WorkItem, WorkState, WORK_ITEMS_PER_TENANT_MAX};
 
 impl LedgerState {
@@ -33,7 +33,7 @@ impl LedgerState {
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<WorkItem>, Option<String>) {
-        let scan = WORK_ITEMS_PER_TENANT_MAX.min(limit.saturating_mul(64)).max(limit) + 1;
+        let scan = rows_to_scan(limit, WORK_ITEMS_PER_TENANT_MAX);
         let cold = self.cold.works(tenant_id, after, scan).into_iter().map(|w| (w.id.clone(), w)).collect();
         let hot = self.works.get(tenant_id).into_iter().flatten();
         let in_state = |w: &WorkItem| state.is_none_or(|s| w.state == s);
