@@ -203,6 +203,9 @@ pub enum Row<'a> {
     TokenChild(&'a str, &'a str),
     /// A closed work item (`crate::work::WorkItem`, completed or cancelled), by id.
     Work(&'a str),
+    /// A closed work item by (ledger time it closed, id): what retention retires first (from
+    /// ledger version 19 on, `crate::retention::retires_works`). Empty value.
+    WorkClosed(u64, &'a str),
 }
 
 impl Row<'_> {
@@ -220,6 +223,7 @@ impl Row<'_> {
             Row::TokenExpiry(..) => b'y',
             Row::TokenChild(..) => b'd',
             Row::Work(_) => b'w',
+            Row::WorkClosed(..) => b'z',
         }
     }
 }
@@ -235,6 +239,8 @@ pub enum Aging {
     Compacted,
     /// [`Row::TokenExpiry`]: token records, by when they expire.
     Tokens,
+    /// [`Row::WorkClosed`]: closed work items, by when they closed.
+    Works,
 }
 
 impl Aging {
@@ -244,6 +250,7 @@ impl Aging {
             Aging::Reported => Row::Reported(0, "").kind(),
             Aging::Compacted => Row::Compacted(0, "").kind(),
             Aging::Tokens => Row::TokenExpiry(0, "").kind(),
+            Aging::Works => Row::WorkClosed(0, "").kind(),
         }
     }
 }
@@ -329,7 +336,11 @@ fn row_key(tenant: &[u8], row: Row<'_>) -> Vec<u8> {
         Row::Operation(id) | Row::Key(id) | Row::Attention(id) | Row::Token(id) | Row::Work(id) => {
             part(&mut out, id.as_bytes())
         }
-        Row::Finished(at, id) | Row::Compacted(at, id) | Row::Reported(at, id) | Row::TokenExpiry(at, id) => {
+        Row::Finished(at, id)
+        | Row::Compacted(at, id)
+        | Row::Reported(at, id)
+        | Row::TokenExpiry(at, id)
+        | Row::WorkClosed(at, id) => {
             out.extend_from_slice(&at.to_be_bytes());
             part(&mut out, id.as_bytes());
         }

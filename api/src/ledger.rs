@@ -607,7 +607,9 @@ pub struct BatchedCommand {
 /// bytes of the events its records come from (`audit::AuditIndex::push_event`). 17: a record's
 /// time in its tenant's audit index rounded up to the whole second (`state::audit_time`). 18: at
 /// most a quarter as many records retired per retention entry (`retention::retired_per_entry`).
-pub const LEDGER_VERSION: u32 = 18;
+/// 19: closed work items retired one horizon after they closed (`Event::WorksRetiredV1`,
+/// `retention::retires_works`).
+pub const LEDGER_VERSION: u32 = 19;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -1752,6 +1754,12 @@ pub enum Event {
     LedgerVersionRaisedV1 {
         version: u32,
     },
+    /// Work items closed longer ago than the tenant's retention horizon are dropped (from ledger
+    /// version 19 on, `crate::retention::retires_works`): their ids are free again.
+    WorksRetiredV1 {
+        tenant_id: String,
+        work_ids: Vec<String>,
+    },
 }
 
 /// How an edge names itself where an executor id goes when it performs an upstream operation:
@@ -1838,6 +1846,7 @@ impl Event {
             | Event::OperationsCompactedV1 { .. }
             | Event::BindingsReleasedV1 { .. }
             | Event::CredentialsRetiredV1 { .. }
+            | Event::WorksRetiredV1 { .. }
             | Event::UpstreamSetV1 { .. }
             | Event::UpstreamRemovedV1 { .. }
             | Event::UpstreamToolsObservedV1 { .. }
@@ -1928,6 +1937,7 @@ impl Event {
             Event::OperationsCompactedV1 { .. } => "operations_compacted",
             Event::BindingsReleasedV1 { .. } => "bindings_released",
             Event::CredentialsRetiredV1 { .. } => "credentials_retired",
+            Event::WorksRetiredV1 { .. } => "works_retired",
             Event::UpstreamSetV1 { .. } => "upstream_set",
             Event::UpstreamRemovedV1 { .. } => "upstream_removed",
             Event::UpstreamToolsObservedV1 { .. } => "upstream_tools_observed",

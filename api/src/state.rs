@@ -473,12 +473,15 @@ impl LedgerState {
             | Event::OperationUpstreamBoundV1 { .. } => self.fold_upstream(env),
             Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => self.fold_work(env),
             Event::LedgerVersionRaisedV1 { version } => {
+                let before = self.ledger_version;
                 self.ledger_version = self.ledger_version.max(*version);
+                self.ledger_version_raised(before, env.revision);
                 Ok(())
             }
             Event::OperationsCompactedV1 { .. }
             | Event::BindingsReleasedV1 { .. }
-            | Event::CredentialsRetiredV1 { .. } => self.fold_retention(env),
+            | Event::CredentialsRetiredV1 { .. }
+            | Event::WorksRetiredV1 { .. } => self.fold_retention(env),
             // Only audit records.
             Event::CommandRejectedV1 { .. }
             | Event::CommandRejectedV2 { .. }

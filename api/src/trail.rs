@@ -231,9 +231,10 @@ fn subject(event: &Event) -> Subject {
         Event::OperationRefusedV1 { .. } => ("operation", None, None, None),
         Event::WorkCreatedV1 { .. } | Event::WorkRevisedV1 { .. } => ("work", None, None, None),
         Event::EvidenceExpiredV1 { .. } => ("operation", None, None, None),
-        Event::OperationsCompactedV1 { .. } | Event::BindingsReleasedV1 { .. } | Event::CredentialsRetiredV1 { .. } => {
-            ("retention", None, None, None)
-        }
+        Event::OperationsCompactedV1 { .. }
+        | Event::BindingsReleasedV1 { .. }
+        | Event::CredentialsRetiredV1 { .. }
+        | Event::WorksRetiredV1 { .. } => ("retention", None, None, None),
         Event::UpstreamSetV1 { .. }
         | Event::UpstreamRemovedV1 { .. }
         | Event::UpstreamToolsObservedV1 { .. }

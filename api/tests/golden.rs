@@ -1329,6 +1329,16 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::RaiseLedgerVersion { version: 18 }),
             Some(env(92, 11, Event::LedgerVersionRaisedV1 { version: 18 })),
         ),
+        (
+            "raise_ledger_version_19",
+            req(Command::RaiseLedgerVersion { version: 19 }),
+            Some(env(93, 12, Event::LedgerVersionRaisedV1 { version: 19 })),
+        ),
+        (
+            "works_retired_v1",
+            req(Command::ApplyRetentionV2 { tenant_id: "t-1".into() }),
+            Some(env(94, 93, Event::WorksRetiredV1 { tenant_id: "t-1".into(), work_ids: vec!["wo-9".into()] })),
+        ),
     ]
 }
 
@@ -1874,6 +1884,8 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Audit times in whole seconds, then smaller retention entries, came after state format 19
     // (no state change).
     (19, &["raise_ledger_version_17", "raise_ledger_version_18"]),
+    // Retention of closed work items came after state format 21 (the same layout).
+    (21, &["raise_ledger_version_19", "works_retired_v1"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

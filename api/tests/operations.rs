@@ -1180,6 +1180,89 @@ fn operations_with_ids_of_every_length_are_each_listed_once() {
     }
 }
 
+/// From ledger version 19 in force a closed work item is retired one horizon after it closed
+/// (the items closed before get their time rows when 19 comes into force), so a tenant's cap
+/// counts what it holds and the id is free again; before 19 none is retired. An edge's
+/// projection, whose rows carry no time rows of items closed before it was made, folds the
+/// retirement too.
+#[test]
+fn from_ledger_version_19_closed_work_items_are_retired_a_horizon_after_they_close() {
+    use writ_api::cold::Row;
+    let day = 24 * 3_600_000;
+    let mut log: Vec<LedgerRequest> = Vec::new();
+    let mut run = |l: &mut Ledger, command: Command| {
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.into() };
+        log.push(req.clone());
+        let (outcome, events) = l.state.execute(&req);
+        assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+        events
+    };
+    let retired = |events: Vec<EventEnvelope>| -> Vec<String> {
+        (events.into_iter())
+            .flat_map(|e| match e.event {
+                Event::WorksRetiredV1 { work_ids, .. } => work_ids,
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let retention = || Command::ApplyRetentionV2 { tenant_id: T.into() };
+    let close = |id: &str| revise(id, None, WorkChangeV1 { state: Some(WorkState::Completed), ..Default::default() });
+    let mut l = Ledger::new();
+    run(&mut l, Command::RaiseLedgerVersion { version: 18 });
+    run(&mut l, work("wo-early", &["press"], &[], None));
+    run(&mut l, close("wo-early"));
+    let early = l.now;
+    run(&mut l, work("wo-open", &["press"], &[], None));
+    l.now += day;
+    assert!(retired(run(&mut l, retention())).is_empty(), "under 18 no closed item is retired");
+    assert_eq!(l.state.work_count(T), 2);
+
+    // 19 in force: the item closed before gets its time row, by when it closed.
+    assert!(l.state.cold.get(T, Row::WorkClosed(early, "wo-early")).is_none());
+    run(&mut l, Command::RaiseLedgerVersion { version: 19 });
+    assert!(l.state.cold.get(T, Row::WorkClosed(early, "wo-early")).is_some());
+    run(&mut l, work("wo-late", &["press"], &[], None));
+    run(&mut l, close("wo-late"));
+    let late = l.now;
+    let mut edge = l.state.clone();
+    edge.project();
+    assert!(edge.work(T, "wo-late").is_some() && edge.cold.get(T, Row::WorkClosed(late, "wo-late")).is_none());
+    let events = run(&mut l, retention());
+    events.iter().for_each(|env| edge.fold_views(env).expect("the projection folds it"));
+    assert_eq!(retired(events), ["wo-early"]);
+    assert!(l.state.work(T, "wo-early").is_none() && edge.work(T, "wo-early").is_none());
+    assert_eq!(l.state.work_count(T), 2, "the open item and the one closed a moment ago");
+    assert_eq!(l.state.cold.oldest(T, writ_api::cold::Aging::Works), Some(late), "what retention waits for");
+
+    // One horizon after it closed, the later one goes too — from the projection as well.
+    l.now = late + day - 1;
+    let events = run(&mut l, retention());
+    events.iter().for_each(|env| edge.fold_views(env).expect("the projection folds it"));
+    assert!(retired(events).is_empty());
+    l.now = late + day;
+    let events = run(&mut l, retention());
+    events.iter().for_each(|env| edge.fold_views(env).expect("the projection folds it"));
+    assert_eq!(retired(events), ["wo-late"]);
+    assert!(edge.work(T, "wo-late").is_none() && edge.work_count(T) == 1);
+    assert_eq!(l.state.work_count(T), 1);
+    assert_eq!(writ_api::retention::storage(&l.state, T).work_items, 1);
+    assert_eq!(l.state.list_work(T, None, None, 10).0.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(), ["wo-open"]);
+
+    // The id is free again: a new item, at revision 1.
+    run(&mut l, work("wo-early", &["press"], &[], None));
+    assert_eq!(l.state.work(T, "wo-early").map(|w| (w.revision, w.state)), Some((1, WorkState::Open)));
+
+    // Every replica retires the same: the same requests from the same start give the same state.
+    let mut replica = Ledger::new();
+    for req in &log {
+        replica.state.execute(req);
+    }
+    assert_eq!(replica.state.digest(), l.state.digest());
+    let decoded = writ_api::state::LedgerState::decode_versioned(&l.state.encode_versioned()).expect("decodes");
+    assert_eq!(decoded.digest(), l.state.digest());
+    assert!(invariant_violations(&l.state).is_empty());
+}
+
 fn work(id: &str, actions: &[&str], devices: &[&str], cost_ceiling: Option<u64>) -> Command {
     Command::CreateWork {
         tenant_id: T.into(),

@@ -119,6 +119,12 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     let one_more = storage(&dev);
     assert_eq!(one_more["tokens"].as_u64(), fresh["tokens"].as_u64().map(|t| t + 1), "{one_more}");
     let token_bytes = one_more["state_bytes"].as_u64().unwrap() - fresh["state_bytes"].as_u64().unwrap();
+    // A work item closed now: retired with the rest one horizon on, its id free again.
+    let create_work = ["work", "create", "--tenant", "demo", "wo-done", "--title", "Press job", "--owner", "line 2"];
+    let create_work = [&create_work[..], &["--action", "move_press"]].concat();
+    assert_eq!(dev.cli(&create_work).0, 0);
+    assert_eq!(dev.cli(&["work", "update", "--tenant", "demo", "wo-done", "--state", "completed"]).0, 0);
+    let work_items = storage(&dev)["work_items"].as_u64().expect("a count");
 
     // 25 hours on (past the demo tenant's idempotency retention of 24 h): the leader's reaper
     // compacts the failed operation to its binding; a retry with the same key and payload
@@ -126,9 +132,12 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     dev.restart(&["--ledger-clock-ahead-s", &(25 * 3600).to_string()]).await;
     let compacted = writ_tests::eventually("the finished operation compacted", Duration::from_secs(30), || async {
         let s = storage(&dev);
-        (s["bindings"].as_u64() >= Some(1)).then_some(s)
+        (s["bindings"].as_u64() >= Some(1) && s["work_items"].as_u64() == Some(work_items - 1)).then_some(s)
     })
     .await;
+    let (code, _, err) = dev.cli(&["work", "show", "--tenant", "demo", "wo-done"]);
+    assert!(code == 1 && err.contains("WORK_NOT_FOUND"), "retired: {err}");
+    assert_eq!(dev.cli(&create_work).0, 0, "the id is free again");
     assert!(compacted["operations"].as_u64() < fresh["operations"].as_u64(), "{compacted} vs {fresh}");
     let tokens_added = compacted["tokens"].as_u64().unwrap() - fresh["tokens"].as_u64().unwrap();
     let bound = fresh["state_bytes"].as_u64().unwrap() + tokens_added * token_bytes;
@@ -146,6 +155,7 @@ async fn time_driven_rules_with_ledger_time_ahead() {
     assert_eq!(reused["result"]["_meta"]["writ/reason"], "IDEMPOTENCY_KEY_REUSED", "{reused}");
     let (code, out, err) = dev.cli(&["audit", "list", "--tenant", "demo", "--domain", "retention"]);
     assert!(code == 0 && out.contains("operations_compacted"), "retention is audited: {out}{err}");
+    assert!(out.contains("works_retired"), "{out}");
 
     // 31 days on: the deleted tenant is purged, and its name is free again.
     let node_status = |dev: &DevProcess| -> Value {

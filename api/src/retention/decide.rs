@@ -4,7 +4,7 @@
 
 use crate::cold::Aging;
 use crate::decide::prelude::*;
-use crate::retention::{horizon_ms, retired_per_entry};
+use crate::retention::{horizon_ms, retired_per_entry, retires_works};
 
 /// The ids whose time (plus `after_ms`) has come, oldest first, at most `limit`.
 fn due_ids(
@@ -46,7 +46,13 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
     let jtis = state.cold.due_in_id_order(tenant_id, Aging::Tokens, h, now, limit);
     let enrollments = due_ids(&ix.enrollment_expiry, tenant_id, h, now, limit);
     if !jtis.is_empty() || !enrollments.is_empty() {
-        events.push(Event::CredentialsRetiredV1 { tenant_id: t, jtis, enrollments });
+        events.push(Event::CredentialsRetiredV1 { tenant_id: t.clone(), jtis, enrollments });
+    }
+    if retires_works(state.ledger_version) {
+        let work_ids = state.cold.due(tenant_id, Aging::Works, h, now, limit);
+        if !work_ids.is_empty() {
+            events.push(Event::WorksRetiredV1 { tenant_id: t, work_ids });
+        }
     }
     Ok(events)
 }

@@ -8,7 +8,8 @@ use crate::state::{drop_empty, idempotency_slot, remove_from, unknown, CorruptEv
 
 impl LedgerState {
     /// Folds the retention events ([`crate::retention`]): compacts finished operations to their
-    /// bindings, releases bindings (and their keys), drops retired token records and enrollments.
+    /// bindings, releases bindings (and their keys), drops retired token records, enrollments and
+    /// closed work items.
     pub(crate) fn fold_retention(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
         match &env.event {
             Event::OperationsCompactedV1 { tenant_id, operation_ids } => {
@@ -53,6 +54,12 @@ impl LedgerState {
                     remove_from(&mut self.index.enrollment_expiry, tenant_id, &(e.expires_at_ms, id.clone()));
                 }
                 drop_empty(&mut self.enrollments, tenant_id);
+            }
+            Event::WorksRetiredV1 { tenant_id, work_ids } => {
+                for id in work_ids {
+                    self.retire_work(tenant_id, id, env.revision)
+                        .ok_or_else(|| unknown(env, "closed work item", id))?;
+                }
             }
             _ => {}
         }

@@ -17,7 +17,12 @@
 //! - a **token record** goes one horizon after it expired (an expired token is refused by its
 //!   `exp` alone; the record served revocation and listing while it mattered);
 //! - an **enrollment** goes one horizon after it expired (used or not: a used one always
-//!   expires later than it was used).
+//!   expires later than it was used);
+//! - a **closed work item** (completed or cancelled) goes one horizon after it closed, from
+//!   ledger version 19 on ([`retires_works`]): its changes stay in the tenant's audit trail, and
+//!   its id is free again. An item is its own record, not a fence: an operation that names a
+//!   retired item is refused with `WORK_NOT_FOUND`, and one that names a new item of the same id
+//!   is admitted only at that item's revision and within its approved scope.
 //!
 //! Each `ApplyRetention` entry drops at most [`retired_per_entry`] records of each kind; the
 //! leader's reaper submits another while more are due. Evidence has its own rule (the tenant's
@@ -49,6 +54,14 @@ pub fn retired_per_entry(ledger_version: u32) -> usize {
     }
 }
 
+/// Whether retention retires closed work items under `ledger_version` in force: from 19 on, a
+/// work item that closes gets its time row ([`crate::cold::Row::WorkClosed`]), and the items
+/// closed before get theirs when version 19 comes into force
+/// (`LedgerState::index_closed_works`), so every replica retires the same items.
+pub fn retires_works(ledger_version: u32) -> bool {
+    ledger_version >= 19
+}
+
 /// How long the raw event log (each node's `events` column family, what watchers replay) keeps an
 /// event, in ms of ledger time: every node drops older ones as it applies, so a watcher further
 /// behind than this reloads a snapshot (REVISION_COMPACTED). The state, the audit trail and the
@@ -74,6 +87,7 @@ pub fn next_due(state: &LedgerState, tenant_id: &str, reported: bool) -> Option<
         state.cold.oldest(tenant_id, Aging::Compacted).map(|at| at.saturating_add(h.saturating_mul(2))),
         state.cold.oldest(tenant_id, Aging::Tokens).map(|at| at.saturating_add(h)),
         first(&ix.enrollment_expiry).map(|at| at.saturating_add(h)),
+        state.cold.oldest(tenant_id, Aging::Works).map(|at| at.saturating_add(h)),
     ]
     .into_iter()
     .flatten()

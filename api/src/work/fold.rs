@@ -3,14 +3,14 @@
 
 use crate::cold::Row;
 use crate::ledger::{Event, EventEnvelope};
+use crate::retention::retires_works;
 use crate::state::{drop_empty, CorruptEvent, LedgerState};
-use crate::work::WorkState;
+use crate::work::{WorkItem, WorkState};
 
 impl LedgerState {
     /// Folds [`Event::WorkCreatedV1`] and [`Event::WorkRevisedV1`]; an item that closes becomes
     /// a cold row.
     pub(crate) fn fold_work(&mut self, env: &EventEnvelope) -> Result<(), CorruptEvent> {
-        use crate::work::WorkItem;
         match &env.event {
             Event::WorkCreatedV1 { tenant_id, work_id, title, owner, scope, by } => {
                 let item = WorkItem {
@@ -59,13 +59,60 @@ impl LedgerState {
 
     /// Moves the closed work item `work_id` of `tenant_id` from memory to its cold row, written
     /// at `revision`: no rule reads it on a command any more, only queries and the count of a
-    /// tenant's items.
+    /// tenant's items. Where retention retires closed items, it gets its time row too.
     fn close_work(&mut self, tenant_id: &str, work_id: &str, revision: u64) {
         let Some(item) = self.works.get_mut(tenant_id).and_then(|m| m.remove(work_id)) else { return };
         let bytes = crate::encode(&item).expect("a work item encodes");
         self.cold.put(tenant_id, Row::Work(work_id), revision, None, Some(bytes));
+        if retires_works(self.ledger_version) {
+            self.cold.put(tenant_id, Row::WorkClosed(item.updated_at_ms, work_id), revision, None, Some(Vec::new()));
+        }
         *self.works_closed.entry(tenant_id.to_string()).or_default() += 1;
         drop_empty(&mut self.works, tenant_id);
+    }
+
+    /// What a raised ledger version (from `before`) changes for work items: once retention
+    /// retires closed items, each item closed before gets its time row, at `revision`, by when
+    /// it closed — on every replica alike, since every replica holds the same rows.
+    pub(crate) fn ledger_version_raised(&mut self, before: u32, revision: u64) {
+        if retires_works(before) || !retires_works(self.ledger_version) {
+            return;
+        }
+        const PAGE: usize = 1_000;
+        let tenants: Vec<String> = self.works_closed.keys().cloned().collect();
+        for tenant_id in tenants {
+            let mut after: Option<String> = None;
+            loop {
+                let page = self.cold.works(&tenant_id, after.as_deref(), PAGE);
+                for item in &page {
+                    let time = Row::WorkClosed(item.updated_at_ms, &item.id);
+                    self.cold.put(&tenant_id, time, revision, None, Some(Vec::new()));
+                }
+                if page.len() < PAGE {
+                    break;
+                }
+                after = page.last().map(|w| w.id.clone());
+            }
+        }
+    }
+
+    /// Drops the closed work item `work_id` of `tenant_id` (retention), at `revision`: its row,
+    /// its time row, and its place in the tenant's count. `None` when it has no row.
+    pub(crate) fn retire_work(&mut self, tenant_id: &str, work_id: &str, revision: u64) -> Option<()> {
+        let old = self.cold.get(tenant_id, Row::Work(work_id))?;
+        let item: WorkItem = crate::decode_unbounded(&old).expect("a work row decodes");
+        self.cold.put(tenant_id, Row::Work(work_id), revision, Some(&old), None);
+        let time = Row::WorkClosed(item.updated_at_ms, work_id);
+        // A projection's rows carry no time rows of the items closed before it was made.
+        if let Some(old_time) = self.cold.get(tenant_id, time) {
+            self.cold.put(tenant_id, time, revision, Some(&old_time), None);
+        }
+        let closed = self.works_closed.get_mut(tenant_id)?;
+        *closed -= 1;
+        if *closed == 0 {
+            self.works_closed.remove(tenant_id);
+        }
+        Some(())
     }
 
     /// Moves the closed work items formats before 21 kept in memory to cold rows, at the

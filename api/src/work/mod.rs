@@ -4,7 +4,8 @@
 //! and how many cost units its operations may use. An operation naming `work_ref` is refused
 //! with `STALE_REVISION` when the item has moved past the revision it names, and with
 //! `WORK_SCOPE_EXCEEDED` / `COST_CEILING_EXCEEDED` outside the approved scope
-//! (`work::decide::admits`). Closing an item (completed or cancelled) records its operations.
+//! (`work::decide::admits`). Closing an item (completed or cancelled) records its operations;
+//! retention retires a closed item one horizon after it closed (`crate::retention`).
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +14,8 @@ use crate::rejection::{validate_text, Rejection, DISPLAY_NAME_BYTES_MAX, NOTE_BY
 
 /// Longest work id (`work_ref.id`).
 pub const WORK_ID_BYTES_MAX: usize = 64;
-/// Work items a tenant holds at once (closed ones count until its data is purged).
+/// Work items a tenant holds at once: open ones, and closed ones until retention retires them
+/// (`crate::retention`; before ledger version 19, until the tenant is purged).
 pub const WORK_ITEMS_PER_TENANT_MAX: usize = 10_000;
 /// Operations one work item may carry (its record lists them); beyond, create another item.
 pub const WORK_OPERATIONS_MAX: usize = 1_000;
