@@ -17,7 +17,12 @@
 //! Invariants after every step: at most one attempt per operation (in the ledger and on the
 //! device), one holder per device with fencing tokens that only grow, every live operation
 //! holding its device, the tenant's operation quota never overshot, replicas at the same index
-//! with equal digests; at the end, nothing acknowledged lost and every replica equal. One seed
+//! with equal digests; at the end, nothing acknowledged lost, every replica equal, every token
+//! linked and revoked with its parent, every work item counted and (from ledger version 19,
+//! raised mid-run) each closed one timed for retention. Operators issue and revoke tokens,
+//! create and close work items and ask for retention; a day of ledger time passes before the
+//! run's last quarter, so retention retires operations, bindings, tokens and work items under
+//! the same faults. One seed
 //! replays a run exactly: `WRIT_SIM_SEED=<seed> cargo test -p writ-api --test core sim::`. `make test`
 //! runs `SEEDS_DEFAULT` seeds; `make sim SEEDS=N` runs N. `make sim-mutants` shows two
 //! deliberately reintroduced bugs caught (`writ_api::mutants`).
@@ -224,6 +229,10 @@ struct World {
     keys: Vec<(String, u8)>,
     /// Tokens an operator asked to issue (their records are cold rows every replica reads).
     tokens: Vec<String>,
+    /// Work items an operator asked to create (an id may come back once retention retired it).
+    works: std::collections::BTreeSet<String>,
+    /// Closed work items retention retired (from ledger version 19 in force).
+    works_retired: usize,
     /// The physical world: the last fencing token each device took, who acts on it now, and
     /// every start of an effect per operation.
     device_tokens: BTreeMap<String, u64>,
@@ -253,6 +262,8 @@ impl World {
             metadata: Default::default(),
         };
         base.ok(Command::CreatePrincipal { tenant_id: T.into(), spec });
+        // Version 19 (closed work items retired) comes into force during the run.
+        base.ok(Command::RaiseLedgerVersion { version: 18 });
         let node = || {
             let cold = Arc::new(SimCold::default());
             let mut state = base.state.clone();
@@ -284,6 +295,8 @@ impl World {
             next_id: 0,
             keys: Vec::new(),
             tokens: Vec::new(),
+            works: Default::default(),
+            works_retired: 0,
             device_tokens: BTreeMap::new(),
             acting: BTreeMap::new(),
             effects: BTreeMap::new(),
@@ -392,6 +405,9 @@ impl World {
         let kind = self.log[i].command.kind();
         self.note(format!("commit #{} {kind} → {}", i + 1, describe(&outcome)));
         for env in &events {
+            if let Event::WorksRetiredV1 { work_ids, .. } = &env.event {
+                self.works_retired += work_ids.len();
+            }
             if let Event::OperationSubmittedV1 { .. } = env.event {
                 let minute = env.at_ms / 60_000;
                 let n = {
@@ -461,6 +477,66 @@ impl World {
         };
         self.note(format!("operator: {command:?}"));
         self.send(Actor::Reaper, id, command);
+    }
+
+    /// The leader's reaper asks for expiry or retention, or an operator issues or revokes a
+    /// token, creates or closes one of a few work items (an id comes back once retention
+    /// retired it), or puts ledger version 19 in force (closed work items retired from then on:
+    /// every item closed before gets its time row at that entry).
+    fn operator(&mut self) {
+        let id = self.id();
+        let work_id = format!("wo-{}", self.rng.below(6));
+        let command = match self.rng.below(20) {
+            0..=9 => Command::ExpireDue { tenant_id: T.into() },
+            10..=13 => return self.credentials(),
+            14..=15 => Command::CreateWork {
+                tenant_id: T.into(),
+                work_id: {
+                    self.works.insert(work_id.clone());
+                    work_id
+                },
+                title: "Replace the press tool".into(),
+                owner: "line 2".into(),
+                scope: writ_api::work::WorkScopeV1 { actions: vec!["note".into()], ..Default::default() },
+                by: "operator".into(),
+            },
+            16..=17 => self.close(work_id),
+            18 => Command::ApplyRetentionV2 { tenant_id: T.into() },
+            _ => Command::RaiseLedgerVersion { version: 19 },
+        };
+        self.note(format!("operator: {command:?}"));
+        self.send(Actor::Reaper, id, command);
+    }
+
+    /// The command that closes work item `work_id` (completed or cancelled).
+    fn close(&mut self, work_id: String) -> Command {
+        let state =
+            [writ_api::work::WorkState::Completed, writ_api::work::WorkState::Cancelled][self.rng.below(2) as usize];
+        let change = writ_api::work::WorkChangeV1 { state: Some(state), ..Default::default() };
+        Command::ReviseWork { tenant_id: T.into(), work_id, expected_revision: None, change, by: "operator".into() }
+    }
+
+    /// An operator closes every work item created so far and puts ledger version 19 in force
+    /// (committed in any order, under the run's faults): what the day after retires.
+    fn close_the_work(&mut self) {
+        let mut commands: Vec<Command> = self.works.clone().into_iter().map(|w| self.close(w)).collect();
+        commands.push(Command::RaiseLedgerVersion { version: 19 });
+        for command in commands {
+            let id = self.id();
+            self.note(format!("operator: {command:?}"));
+            self.send(Actor::Reaper, id, command);
+        }
+    }
+
+    /// More than a day of ledger time passes (every token, lease and deadline runs out; past
+    /// the tenant's retention horizon), and the reaper asks for retention a few times.
+    fn a_day_passes(&mut self) {
+        self.now += 25 * 3_600_000;
+        self.note("a day passes".into());
+        for _ in 0..3 {
+            let id = self.id();
+            self.send(Actor::Reaper, id, Command::ApplyRetentionV2 { tenant_id: T.into() });
+        }
     }
 
     /// An edge resends a call it has no answer for (the same command: the same operation id,
@@ -765,12 +841,8 @@ impl World {
             61..=68 => {
                 self.now += 1 + self.rng.below(1_500);
             }
-            69..=71 if self.rng.percent(50) => self.credentials(),
-            69..=71 => {
-                let id = self.id();
-                self.send(Actor::Reaper, id, Command::ExpireDue { tenant_id: T.into() });
-            }
-            72..=87 => {
+            69..=72 => self.operator(),
+            73..=87 => {
                 let x = self.rng.below(self.executors.len() as u64) as usize;
                 self.executor_step(x);
             }
@@ -830,6 +902,19 @@ impl World {
                 self.fail(format!("token {jti} is revoked and a descendant is not"));
             }
         }
+        // A tenant's work items are its open ones and its closed rows; with 19 in force, every
+        // closed one has the time row retention walks.
+        let closed = st.cold.works(T, None, usize::MAX);
+        let open = st.works.get(T).map_or(0, |m| m.len());
+        if st.work_count(T) != (open + closed.len()) as u64 {
+            self.fail(format!("{} work items counted, {open} open and {} closed held", st.work_count(T), closed.len()));
+        }
+        let timed = |w: &writ_api::work::WorkItem| {
+            st.cold.get(T, writ_api::cold::Row::WorkClosed(w.updated_at_ms, &w.id)).is_some()
+        };
+        if let Some(w) = closed.iter().find(|w| st.ledger_version >= 19 && !timed(w)) {
+            self.fail(format!("closed work item {} has no time row", w.id));
+        }
         // The ledger never counts fewer attempts than the devices saw (it may count one the
         // executor never acted on: a start whose answer was lost ends as an unknown effect).
         for (id, starts) in &self.effects {
@@ -856,13 +941,29 @@ fn by_id(ops: Vec<writ_api::operation::Operation>) -> BTreeMap<String, writ_api:
     ops.into_iter().map(|op| (op.spec.operation_id.clone(), op)).collect()
 }
 
-/// Runs one seed; what it reached (so the workload is known to exercise the cases).
-fn run(seed: u64) -> Reached {
+/// The run of one seed: `STEPS` steps (the work items closed after three quarters of them),
+/// a day's ledger time, a quarter as many steps again (retention retiring under the same
+/// faults), then healing and the end checks.
+fn play(seed: u64) -> World {
     let mut w = World::new(seed);
-    for _ in 0..STEPS {
+    for _ in 0..STEPS * 3 / 4 {
+        w.step();
+    }
+    w.close_the_work();
+    for _ in 0..STEPS / 4 {
+        w.step();
+    }
+    w.a_day_passes();
+    for _ in 0..STEPS / 4 {
         w.step();
     }
     w.finish();
+    w
+}
+
+/// Runs one seed; what it reached (so the workload is known to exercise the cases).
+fn run(seed: u64) -> Reached {
+    let w = play(seed);
     let ops = by_id(all_ops(&w.nodes[0].state, T));
     Reached {
         acked: w.acked.len(),
@@ -870,6 +971,7 @@ fn run(seed: u64) -> Reached {
         unknown: ops.values().filter(|op| op.state == OperationState::UnknownEffect).count(),
         quota_full: w.submitted.values().filter(|n| **n == OPS_PER_MINUTE).count(),
         kills: w.trail.iter().filter(|t| t.contains("killed")).count(),
+        works_retired: w.works_retired,
     }
 }
 
@@ -880,6 +982,7 @@ struct Reached {
     unknown: usize,
     quota_full: usize,
     kills: usize,
+    works_retired: usize,
 }
 
 fn seeds() -> Vec<u64> {
@@ -901,12 +1004,14 @@ fn operations_keep_their_invariants_under_faults() {
         total.unknown += r.unknown;
         total.quota_full += r.quota_full;
         total.kills += r.kills;
+        total.works_retired += r.works_retired;
     }
     eprintln!("{} seeds × {STEPS} steps: {total:?}", seeds.len());
     // The workload reaches what the invariants are about (not for a single replayed seed).
     if seeds.len() >= 50 {
         assert!(total.attempted > seeds.len(), "attempts: {total:?}");
         assert!(total.unknown > 0 && total.quota_full > 0 && total.kills > 0, "{total:?}");
+        assert!(total.works_retired > 0, "{total:?}");
     }
 }
 
@@ -914,11 +1019,7 @@ fn operations_keep_their_invariants_under_faults() {
 #[test]
 fn a_seed_replays_exactly() {
     let trail = |seed| {
-        let mut w = World::new(seed);
-        for _ in 0..STEPS {
-            w.step();
-        }
-        w.finish();
+        let w = play(seed);
         (w.trail, w.nodes[0].state.digest())
     };
     assert_eq!(trail(7), trail(7));
