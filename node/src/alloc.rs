@@ -5,8 +5,9 @@
 //! an edge proxying upstream calls allocates per request on every thread at once and glibc's
 //! arena lock shows in its profile — mimalloc's per-thread heaps cut its CPU per proxied call by
 //! about a third; the nodes under P1 gained no CPU and grew their resident memory by 25–50 %
-//! with it. So edges run with `WRIT_ALLOCATOR=mimalloc` (the deployment files set it) and nodes
-//! with the default. The choice never changes once made, so every block is freed by the
+//! with it. Against glibc limited to one arena per core ([`limit_arenas`]) an edge still spent
+//! 35–42 % more CPU per proxied call at 16 connections. So edges run with
+//! `WRIT_ALLOCATOR=mimalloc` (the deployment files set it) and nodes with the default. The choice never changes once made, so every block is freed by the
 //! allocator that gave it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
