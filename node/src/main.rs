@@ -227,9 +227,9 @@ fn main() -> ExitCode {
     // 0700 directories, whatever umask it was started with).
     #[cfg(feature = "server")]
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    // Before the runtime starts its threads (each would take an arena of its own).
+    // Before the runtime starts its threads (each would take a glibc arena of its own).
     #[cfg(feature = "server")]
-    writ_node::alloc::limit_arenas();
+    writ_node::alloc::prepare();
     let cli = Cli::parse();
     // Before any token is decoded: a token presented again is not checked again by signature.
     writ_api::signatures::install();
