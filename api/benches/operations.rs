@@ -3,7 +3,8 @@
 //! with 100,000 live operations in the tenant. With indexes instead of scans both stay flat.
 //! A second group applies a whole operation (submit, dispatch, start, a report with its blob)
 //! as the leader does, building each answer, and as a follower does, building none; and as a
-//! follower did before ledger version 16, building and chaining each audit record.
+//! follower did before ledger version 16, building and chaining each audit record. A third
+//! applies one with a camera frame as base64 and as bytes.
 //! Run with `cargo bench -p writ-api --bench operations`.
 
 use std::collections::BTreeMap;
@@ -128,9 +129,19 @@ fn backlog(c: &mut Criterion) {
     group.finish();
 }
 
+/// How an operation's report carries its blob: the blob, and its base64 (`None`: as bytes).
+#[derive(Clone, Copy)]
+struct Report {
+    frame: &'static [u8],
+    base64: Option<&'static str>,
+}
+
+/// What an edge sends: a short text blob, as bytes.
+const TEXT_REPORT: Report = Report { frame: b"moved to 3", base64: None };
+
 /// One operation's commands on device `arm`, each through `execute` (the leader's, answered, or
 /// a follower's).
-fn one_operation(st: &mut LedgerState, i: u64, execute: fn(&mut LedgerState, &LedgerRequest) -> Outcome) {
+fn one_operation(st: &mut LedgerState, i: u64, execute: fn(&mut LedgerState, &LedgerRequest) -> Outcome, r: Report) {
     let id = format!("w-{i}");
     let apply = |st: &mut LedgerState, command: Command| {
         let req = LedgerRequest { stamp_ms: NOW, trace_id: "b".into(), command: command.into() };
@@ -148,21 +159,22 @@ fn one_operation(st: &mut LedgerState, i: u64, execute: fn(&mut LedgerState, &Le
         lease_ms: 60_000,
     };
     apply(st, start);
-    let frame = b"moved to 3";
-    let report = Command::ReportAttemptV2 {
-        tenant_id: T.into(),
-        operation_id: id.clone(),
-        fencing_token,
-        outcome: writ_api::operation::AttemptOutcome::Effect,
-        evidence: writ_api::operation::EvidenceV1 {
-            content_hash: writ_api::sha256_hex(frame),
-            evidence_return_ref: String::new(),
-            summary: "moved".into(),
-        },
-        content: writ_api::evidence::EvidenceContentV1 {
-            mime_type: "text/plain".into(),
-            content_base64: writ_api::evidence::to_base64(frame),
-        },
+    let (tenant_id, operation_id, mime_type) = (T.to_string(), id.clone(), "text/plain".to_string());
+    let outcome = writ_api::operation::AttemptOutcome::Effect;
+    let evidence = writ_api::operation::EvidenceV1 {
+        content_hash: writ_api::sha256_hex(r.frame),
+        evidence_return_ref: String::new(),
+        summary: "moved".into(),
+    };
+    let report = match r.base64 {
+        Some(text) => {
+            let content = writ_api::evidence::EvidenceContentV1 { mime_type, content_base64: text.to_string() };
+            Command::ReportAttemptV2 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
+        }
+        None => {
+            let content = writ_api::evidence::EvidenceBytesV1 { mime_type, bytes: r.frame.to_vec() };
+            Command::ReportAttemptV3 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
+        }
     };
     apply(st, report);
 }
@@ -193,12 +205,50 @@ fn applied(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 i += 1;
-                one_operation(&mut st, i, execute)
+                one_operation(&mut st, i, execute, TEXT_REPORT)
             })
         });
     }
     group.finish();
 }
 
-criterion_group!(benches, backlog, applied);
+/// A follower applying an operation whose report carries a camera frame (18 KiB, the size of
+/// the soak's simulated camera's PNG) as base64 (before ledger version 20) and as its bytes.
+fn frames(c: &mut Criterion) {
+    static FRAME: std::sync::LazyLock<Vec<u8>> =
+        std::sync::LazyLock::new(|| (0..18 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect());
+    static BASE64: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| writ_api::evidence::to_base64(&FRAME));
+    let mut group = c.benchmark_group("an operation with a camera frame applied by a follower");
+    let unanswered: fn(&mut LedgerState, &LedgerRequest) -> Outcome = |st, req| st.execute_unanswered(req).0;
+    for (name, as_bytes) in [("frame as base64", false), ("frame as bytes", true)] {
+        let mut st = setup(10);
+        run(&mut st, Command::RaiseLedgerVersion { version: 16 });
+        run(
+            &mut st,
+            Command::CreateDevice {
+                tenant_id: T.into(),
+                device_id: "arm".into(),
+                site_id: "s".into(),
+                name: "arm".into(),
+                device_class: "press.v1".into(),
+            },
+        );
+        let report = Report { frame: FRAME.as_slice(), base64: (!as_bytes).then_some(BASE64.as_str()) };
+        // Back to the start before the tenant's evidence quota would refuse the frames.
+        let (base, mut i) = (st.clone(), 0);
+        let full = |st: &LedgerState| st.cold.tenants.get(T).map_or(0, |c| c.evidence_bytes) > 128 << 20;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                if full(&st) {
+                    st = base.clone();
+                }
+                one_operation(&mut st, i, unanswered, report)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, backlog, applied, frames);
 criterion_main!(benches);

@@ -1,12 +1,15 @@
 //! The evidence store (SPEC D13, seed "Return: effect observations + evidence_return_ref"):
 //! executors and observers upload what they captured of an operation's effect. A blob travels
-//! once through the log ([`crate::ledger::Command::StoreEvidence`], base64 in the command); the
+//! once through the log ([`crate::ledger::Command::StoreEvidenceV2`], its bytes in the command;
+//! base64 before ledger version 20, [`crate::ledger::Command::StoreEvidence`]); the
 //! ledger checks its size, type, hash, the operation's state, who uploads and the tenant's
 //! quota, and keeps only its record ([`EvidenceBlobV1`], a cold row: [`crate::cold::Row::Evidence`]); the
 //! bytes are kept by each node beside the audit trail ([`blob_key`]), outside the state, and
 //! read back by hash through `writ://operations/{id}/evidence/{hash}` with `ops:read`. A blob is
 //! kept as long as the tenant keeps audit records of its age (`settings.audit_max_age_s`; none:
 //! until the tenant is purged) and then expires with its bytes (`EvidenceExpiredV1`).
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +84,37 @@ pub struct EvidenceContentV1 {
     pub content_base64: String,
 }
 
+/// [`EvidenceContentV1`] with the bytes themselves (`ReportAttemptV3`): a quarter smaller than
+/// base64 in the log, and no replica decodes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceBytesV1 {
+    pub mime_type: String,
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
+}
+
+/// The ledger version from which commands carry a blob as its bytes (`StoreEvidenceV2`,
+/// `ReportAttemptV3`): an edge sends them once it is in force.
+pub const BLOBS_AS_BYTES_FROM: u32 = 20;
+
+/// A blob as a command carries it: base64 text, or its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blob<'a> {
+    Base64(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Blob<'a> {
+    /// Its bytes, borrowed when it carries them; `None` when its text is not standard base64.
+    pub fn bytes(self) -> Option<Cow<'a, [u8]>> {
+        match self {
+            Blob::Base64(text) => from_base64(text).map(Cow::Owned),
+            Blob::Bytes(bytes) => Some(Cow::Borrowed(bytes)),
+        }
+    }
+}
+
 /// A stored blob by operation and hash (what an expiry names).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceRefV1 {
@@ -114,17 +148,22 @@ fn invalid(message: impl Into<String>) -> Rejection {
     Rejection::new(ReasonCode::INPUT_INVALID, message)
 }
 
-/// The bytes of an upload, checked: a known media type, valid base64 of at most
-/// [`EVIDENCE_BYTES_MAX`] bytes, whose sha256 is `content_hash`.
-pub fn checked_bytes(mime_type: &str, content_base64: &str, content_hash: &str) -> Result<Vec<u8>, Rejection> {
+/// What an upload whose text is not standard base64 is refused with.
+pub fn not_base64() -> Rejection {
+    invalid("content_base64 is not standard base64")
+}
+
+/// The bytes of an upload, checked: a known media type, at most [`EVIDENCE_BYTES_MAX`] bytes
+/// (base64 that is standard), whose sha256 is `content_hash`.
+pub fn checked_bytes<'a>(mime_type: &str, content: Blob<'a>, content_hash: &str) -> Result<Cow<'a, [u8]>, Rejection> {
     if !EVIDENCE_MIME_TYPES.contains(&mime_type) {
         return Err(invalid(format!("evidence is one of {}", EVIDENCE_MIME_TYPES.join(", "))));
     }
-    if content_base64.len() > EVIDENCE_BYTES_MAX.div_ceil(3) * 4 {
+    if matches!(content, Blob::Base64(text) if text.len() > EVIDENCE_BYTES_MAX.div_ceil(3) * 4) {
         let msg = format!("evidence is at most {EVIDENCE_BYTES_MAX} bytes");
         return Err(Rejection::new(ReasonCode::PAYLOAD_TOO_LARGE, msg));
     }
-    let bytes = from_base64(content_base64).ok_or_else(|| invalid("content_base64 is not standard base64"))?;
+    let bytes = content.bytes().ok_or_else(not_base64)?;
     if bytes.is_empty() || bytes.len() > EVIDENCE_BYTES_MAX {
         return Err(Rejection::new(
             ReasonCode::PAYLOAD_TOO_LARGE,
@@ -146,13 +185,20 @@ mod tests {
     fn uploads_are_checked_against_their_hash_size_and_type() {
         let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
         let hash = crate::sha256_hex(b"door closed");
-        assert_eq!(checked_bytes("text/plain", &b64(b"door closed"), &hash).unwrap(), b"door closed");
-        let refused = |m: &str, c: &str, h: &str| checked_bytes(m, c, h).unwrap_err().reason;
+        let text = b64(b"door closed");
+        assert_eq!(&*checked_bytes("text/plain", Blob::Base64(&text), &hash).unwrap(), b"door closed");
+        assert_eq!(&*checked_bytes("text/plain", Blob::Bytes(b"door closed"), &hash).unwrap(), b"door closed");
+        let refused = |m: &str, c: &str, h: &str| checked_bytes(m, Blob::Base64(c), h).unwrap_err().reason;
         assert_eq!(refused("text/html", &b64(b"door closed"), &hash), ReasonCode::INPUT_INVALID);
         assert_eq!(refused("text/plain", &b64(b"door open"), &hash), ReasonCode::INPUT_INVALID);
         assert_eq!(refused("text/plain", "%%%", &hash), ReasonCode::INPUT_INVALID);
         let big = vec![7u8; EVIDENCE_BYTES_MAX + 1];
         assert_eq!(refused("text/plain", &b64(&big), &crate::sha256_hex(&big)), ReasonCode::PAYLOAD_TOO_LARGE);
         assert_eq!(refused("text/plain", "", &crate::sha256_hex(b"")), ReasonCode::PAYLOAD_TOO_LARGE);
+        // Bytes are bounded and hashed the same way.
+        let bytes = |c: &[u8], h: &str| checked_bytes("text/plain", Blob::Bytes(c), h).unwrap_err().reason;
+        assert_eq!(bytes(&big, &crate::sha256_hex(&big)), ReasonCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(bytes(b"", &crate::sha256_hex(b"")), ReasonCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(bytes(b"door open", &hash), ReasonCode::INPUT_INVALID);
     }
 }

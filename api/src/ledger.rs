@@ -571,6 +571,26 @@ pub enum Command {
     RaiseLedgerVersion {
         version: u32,
     },
+    /// [`Command::StoreEvidence`] with the blob's bytes instead of base64 (ledger version 20):
+    /// a quarter smaller in the log, and no replica decodes it.
+    StoreEvidenceV2 {
+        tenant_id: String,
+        operation_id: String,
+        mime_type: String,
+        content_hash: String,
+        #[serde(with = "serde_bytes")]
+        content: Vec<u8>,
+        by: crate::evidence::Uploader,
+    },
+    /// [`Command::ReportAttemptV2`] with the blob's bytes instead of base64 (ledger version 20).
+    ReportAttemptV3 {
+        tenant_id: String,
+        operation_id: String,
+        fencing_token: u64,
+        outcome: AttemptOutcome,
+        evidence: EvidenceV1,
+        content: crate::evidence::EvidenceBytesV1,
+    },
 }
 
 /// One command of a [`Command::Batch`], with the trace id of the request that made it.
@@ -608,8 +628,9 @@ pub struct BatchedCommand {
 /// time in its tenant's audit index rounded up to the whole second (`state::audit_time`). 18: at
 /// most a quarter as many records retired per retention entry (`retention::retired_per_entry`).
 /// 19: closed work items retired one horizon after they closed (`Event::WorksRetiredV1`,
-/// `retention::retires_works`).
-pub const LEDGER_VERSION: u32 = 19;
+/// `retention::retires_works`). 20: evidence blobs carried as bytes (`Command::StoreEvidenceV2`,
+/// `Command::ReportAttemptV3`; a leader proposes them as base64 while a member is older).
+pub const LEDGER_VERSION: u32 = 20;
 
 /// How long a deleted tenant's data is kept before it may be purged (30 days of ledger time):
 /// the window in which an operator can still read what the tenant did.
@@ -688,6 +709,7 @@ impl Command {
             | Command::RenewAttemptLease { .. }
             | Command::ReportAttempt { .. }
             | Command::ReportAttemptV2 { .. }
+            | Command::ReportAttemptV3 { .. }
             | Command::RecordObservation { .. }
             | Command::DecideOperation { .. }
             | Command::ResolveUnknownEffect { .. }
@@ -696,6 +718,7 @@ impl Command {
             | Command::RefuseDispatch { .. }
             | Command::RefuseDispatchV2 { .. }
             | Command::StoreEvidence { .. }
+            | Command::StoreEvidenceV2 { .. }
             | Command::AnswerInputs { .. } => Domain::Operation,
             Command::CreateWork { .. } | Command::ReviseWork { .. } => Domain::Work,
             Command::ApplyRetention { .. } | Command::ApplyRetentionV2 { .. } => Domain::Retention,
@@ -777,7 +800,8 @@ impl Command {
             Command::AnswerInputs { by_principal_id, .. } => Some((by_principal_id, EXECUTE_SCOPE)),
             Command::CancelOperation { by_principal_id, .. } => Some((by_principal_id, CANCEL_SCOPE)),
             Command::RecordObservation { observer_id, .. } => Some((observer_id, OBSERVE_SCOPE)),
-            Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
+            Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. }
+            | Command::StoreEvidenceV2 { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
                 Some((principal_id, OBSERVE_SCOPE))
             }
             Command::CreateWork { by, .. } | Command::ReviseWork { by, .. } => {
@@ -804,6 +828,7 @@ impl Command {
             | Command::RenewAttemptLease { operation_id, .. }
             | Command::ReportAttempt { operation_id, .. }
             | Command::ReportAttemptV2 { operation_id, .. }
+            | Command::ReportAttemptV3 { operation_id, .. }
             | Command::RecordObservation { operation_id, .. }
             | Command::DecideOperation { operation_id, .. }
             | Command::ResolveUnknownEffect { operation_id, .. }
@@ -811,6 +836,7 @@ impl Command {
             | Command::RefuseDispatch { operation_id, .. }
             | Command::RefuseDispatchV2 { operation_id, .. }
             | Command::StoreEvidence { operation_id, .. }
+            | Command::StoreEvidenceV2 { operation_id, .. }
             | Command::AnswerInputs { operation_id, .. } => Some(operation_id),
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
@@ -850,17 +876,81 @@ impl Command {
     /// wrapper: what a leader proposes while a member cannot read chains yet, so decisions are
     /// never held back by a rolling upgrade.
     pub fn without_authority_chains(&self) -> Command {
-        let inner = |c: &Command| Box::new(c.without_authority_chains());
         match self {
             Command::RecordDecisionsV2 { tenant_id, decisions } => Command::RecordDecisions {
                 tenant_id: tenant_id.clone(),
                 decisions: decisions.iter().map(|d| d.decision.clone()).collect(),
             },
-            Command::AuditedV2 { decision, command } => {
-                Command::Audited { decision: decision.decision.clone(), command: inner(command) }
+            Command::AuditedV2 { decision, command } => Command::Audited {
+                decision: decision.decision.clone(),
+                command: Box::new(command.without_authority_chains()),
+            },
+            other => other.map_inner(&Command::without_authority_chains),
+        }
+    }
+
+    /// This command with the blobs it carries as base64 (`StoreEvidenceV2` as `StoreEvidence`,
+    /// `ReportAttemptV3` as `ReportAttemptV2`), through every wrapper: what a leader proposes
+    /// while a member cannot read blobs as bytes yet.
+    pub fn with_blobs_as_base64(&self) -> Command {
+        use crate::evidence::{to_base64, EvidenceContentV1};
+        match self {
+            Command::StoreEvidenceV2 { tenant_id, operation_id, mime_type, content_hash, content, by } => {
+                Command::StoreEvidence {
+                    tenant_id: tenant_id.clone(),
+                    operation_id: operation_id.clone(),
+                    mime_type: mime_type.clone(),
+                    content_hash: content_hash.clone(),
+                    content_base64: to_base64(content),
+                    by: by.clone(),
+                }
             }
+            Command::ReportAttemptV3 { tenant_id, operation_id, fencing_token, outcome, evidence, content } => {
+                Command::ReportAttemptV2 {
+                    tenant_id: tenant_id.clone(),
+                    operation_id: operation_id.clone(),
+                    fencing_token: *fencing_token,
+                    outcome: *outcome,
+                    evidence: evidence.clone(),
+                    content: EvidenceContentV1 {
+                        mime_type: content.mime_type.clone(),
+                        content_base64: to_base64(&content.bytes),
+                    },
+                }
+            }
+            other => other.map_inner(&Command::with_blobs_as_base64),
+        }
+    }
+
+    /// This command with the base64 blob it carries as its bytes (`StoreEvidence` as
+    /// `StoreEvidenceV2`, `ReportAttemptV2` as `ReportAttemptV3`), decoded once where it
+    /// arrives; refused with `INPUT_INVALID` when the text is not standard base64.
+    pub fn with_blob_bytes(self) -> Result<Command, crate::rejection::Rejection> {
+        use crate::evidence::{from_base64, not_base64, EvidenceBytesV1};
+        Ok(match self {
+            Command::StoreEvidence { tenant_id, operation_id, mime_type, content_hash, content_base64, by } => {
+                let content = from_base64(&content_base64).ok_or_else(not_base64)?;
+                Command::StoreEvidenceV2 { tenant_id, operation_id, mime_type, content_hash, content, by }
+            }
+            Command::ReportAttemptV2 { tenant_id, operation_id, fencing_token, outcome, evidence, content } => {
+                let bytes = from_base64(&content.content_base64).ok_or_else(not_base64)?;
+                let content = EvidenceBytesV1 { mime_type: content.mime_type, bytes };
+                Command::ReportAttemptV3 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
+            }
+            other => other,
+        })
+    }
+
+    /// This command with `f` applied to the commands it wraps (a wrapper's, a batch's), or a
+    /// copy of it when it wraps none.
+    fn map_inner(&self, f: &dyn Fn(&Command) -> Command) -> Command {
+        let inner = |c: &Command| Box::new(f(c));
+        match self {
             Command::Audited { decision, command } => {
                 Command::Audited { decision: decision.clone(), command: inner(command) }
+            }
+            Command::AuditedV2 { decision, command } => {
+                Command::AuditedV2 { decision: decision.clone(), command: inner(command) }
             }
             Command::Verified { grant, command } => Command::Verified { grant: grant.clone(), command: inner(command) },
             Command::ByOperator { session_id, command } => {
@@ -872,10 +962,7 @@ impl Command {
             Command::Batch { commands } => Command::Batch {
                 commands: commands
                     .iter()
-                    .map(|b| BatchedCommand {
-                        trace_id: b.trace_id.clone(),
-                        command: b.command.without_authority_chains(),
-                    })
+                    .map(|b| BatchedCommand { trace_id: b.trace_id.clone(), command: f(&b.command) })
                     .collect(),
             },
             other => other.clone(),
@@ -936,6 +1023,7 @@ impl Command {
             Command::ApplyRetention { .. } => 3,
             Command::ApplyRetentionV2 { .. } => 15,
             Command::RaiseLedgerVersion { version } => (*version).max(16),
+            Command::StoreEvidenceV2 { .. } | Command::ReportAttemptV3 { .. } => crate::evidence::BLOBS_AS_BYTES_FROM,
             Command::CreateWork { .. }
             | Command::ReviseWork { .. }
             | Command::RefuseDispatchV2 { .. }
@@ -1019,8 +1107,7 @@ impl Command {
             Event::EvidenceStoredV1 { tenant_id, blob } => Some((tenant_id, blob)),
             _ => None,
         })?;
-        let content = self.blob_content()?;
-        let bytes = crate::evidence::from_base64(content)?;
+        let bytes = self.blob_content()?.bytes()?.into_owned();
         Some((crate::evidence::blob_key(tenant_id, &blob.operation_id, &blob.content_hash), bytes))
     }
 
@@ -1042,16 +1129,19 @@ impl Command {
         self.blob_content().is_some()
     }
 
-    /// The base64 bytes a command carries for the evidence store.
-    fn blob_content(&self) -> Option<&str> {
+    /// The blob a command carries for the evidence store.
+    pub fn blob_content(&self) -> Option<crate::evidence::Blob<'_>> {
+        use crate::evidence::Blob;
         match self {
             Command::OnBehalfOf { command, .. }
             | Command::Audited { command, .. }
             | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.blob_content(),
-            Command::StoreEvidence { content_base64, .. } => Some(content_base64),
-            Command::ReportAttemptV2 { content, .. } => Some(&content.content_base64),
+            Command::StoreEvidence { content_base64, .. } => Some(Blob::Base64(content_base64)),
+            Command::ReportAttemptV2 { content, .. } => Some(Blob::Base64(&content.content_base64)),
+            Command::StoreEvidenceV2 { content, .. } => Some(Blob::Bytes(content)),
+            Command::ReportAttemptV3 { content, .. } => Some(Blob::Bytes(&content.bytes)),
             _ => None,
         }
     }
@@ -1120,7 +1210,8 @@ impl Command {
             | Command::AuditedV2 { command, .. }
             | Command::Verified { command, .. }
             | Command::ByOperator { command, .. } => command.subject(),
-            Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
+            Command::StoreEvidence { by: crate::evidence::Uploader::Principal { principal_id }, .. }
+            | Command::StoreEvidenceV2 { by: crate::evidence::Uploader::Principal { principal_id }, .. } => {
                 principal(principal_id)
             }
             _ => RejectionSubject::default(),
@@ -1197,9 +1288,9 @@ impl Command {
             Command::CreateWork { .. } => "create_work",
             Command::GrantScope { .. } => "grant_scope",
             Command::DeleteTenant { .. } => "delete_tenant",
-            Command::StoreEvidence { .. } => "store_evidence",
+            Command::StoreEvidence { .. } | Command::StoreEvidenceV2 { .. } => "store_evidence",
             Command::PurgeTenant { .. } => "purge_tenant",
-            Command::ReportAttemptV2 { .. } => "report_attempt",
+            Command::ReportAttemptV2 { .. } | Command::ReportAttemptV3 { .. } => "report_attempt",
             Command::ReviseWork { .. } => "revise_work",
             Command::RefuseDispatchV2 { .. } => "refuse_dispatch",
             Command::PutUpstream { create: true, .. } => "add_upstream",
@@ -1255,6 +1346,7 @@ impl Command {
             | Command::RenewAttemptLease { tenant_id, .. }
             | Command::ReportAttempt { tenant_id, .. }
             | Command::ReportAttemptV2 { tenant_id, .. }
+            | Command::ReportAttemptV3 { tenant_id, .. }
             | Command::RecordObservation { tenant_id, .. }
             | Command::DecideOperation { tenant_id, .. }
             | Command::ResolveUnknownEffect { tenant_id, .. }
@@ -1272,6 +1364,7 @@ impl Command {
             | Command::GrantScope { tenant_id, .. }
             | Command::DeleteTenant { tenant_id, .. }
             | Command::StoreEvidence { tenant_id, .. }
+            | Command::StoreEvidenceV2 { tenant_id, .. }
             | Command::ReviseWork { tenant_id, .. }
             | Command::RefuseDispatchV2 { tenant_id, .. }
             | Command::PutUpstream { tenant_id, .. }

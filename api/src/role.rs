@@ -75,9 +75,11 @@ impl Role {
                         | Command::RenewAttemptLease { .. }
                         | Command::ReportAttempt { .. }
                         | Command::ReportAttemptV2 { .. }
+                        | Command::ReportAttemptV3 { .. }
                         | Command::RefuseDispatch { .. }
                         | Command::RefuseDispatchV2 { .. }
                         | Command::StoreEvidence { by: crate::evidence::Uploader::Executor { .. }, .. }
+                        | Command::StoreEvidenceV2 { by: crate::evidence::Uploader::Executor { .. }, .. }
                         | Command::SetUpstreamFuse { .. }
                         | Command::ObserveUpstreamTools { .. }
                         | Command::SetExecutorPresence { .. }

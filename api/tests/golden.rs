@@ -1339,6 +1339,33 @@ fn samples() -> Vec<(&'static str, LedgerRequest, Option<EventEnvelope>)> {
             req(Command::ApplyRetentionV2 { tenant_id: "t-1".into() }),
             Some(env(94, 93, Event::WorksRetiredV1 { tenant_id: "t-1".into(), work_ids: vec!["wo-9".into()] })),
         ),
+        (
+            "store_evidence_v2",
+            req(Command::StoreEvidenceV2 {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                mime_type: "text/plain".into(),
+                content_hash: writ_api::sha256_hex(b"moved"),
+                content: b"moved".to_vec(),
+                by: Uploader::Executor { executor_id: "x-1".into() },
+            }),
+            None,
+        ),
+        (
+            "report_attempt_v3",
+            req(Command::ReportAttemptV3 {
+                tenant_id: "t-1".into(),
+                operation_id: "op-1".into(),
+                fencing_token: 7,
+                outcome: AttemptOutcome::Effect,
+                evidence: evidence(),
+                content: writ_api::evidence::EvidenceBytesV1 {
+                    mime_type: "text/plain".into(),
+                    bytes: b"moved".to_vec(),
+                },
+            }),
+            None,
+        ),
     ]
 }
 
@@ -1884,8 +1911,9 @@ const ADDED_AFTER_THE_STATE_SAMPLE: &[(u32, &[&str])] = &[
     // Audit times in whole seconds, then smaller retention entries, came after state format 19
     // (no state change).
     (19, &["raise_ledger_version_17", "raise_ledger_version_18"]),
-    // Retention of closed work items came after state format 21 (the same layout).
-    (21, &["raise_ledger_version_19", "works_retired_v1"]),
+    // Retention of closed work items and blobs as bytes came after state format 21 (the same
+    // layout).
+    (21, &["raise_ledger_version_19", "works_retired_v1", "store_evidence_v2", "report_attempt_v3"]),
 ];
 
 /// The state every sample command of state format `format` builds (applied or rejected).

@@ -1479,6 +1479,64 @@ fn a_report_carries_its_evidence_into_the_store_and_stands_when_the_store_refuse
     assert_eq!(cmd.stored_blob(&outcome), None, "nothing for the node to keep");
 }
 
+/// A blob carried as its bytes (`ReportAttemptV3`, `StoreEvidenceV2`: what an edge sends) is
+/// decided, folded and stored exactly as the same blob in base64, which is what a leader
+/// proposes instead while a member cannot read bytes: the same outcome, state and stored bytes,
+/// and the same refusals.
+#[test]
+fn a_blob_as_bytes_applies_as_the_same_blob_in_base64() {
+    let upload = |id: &str, bytes: &[u8]| Command::StoreEvidence {
+        tenant_id: T.into(),
+        operation_id: id.into(),
+        mime_type: "text/plain".into(),
+        content_hash: writ_api::sha256_hex(bytes),
+        content_base64: writ_api::evidence::to_base64(bytes),
+        by: Uploader::Executor { executor_id: "x-1".into() },
+    };
+    let mut bytes_ledger = Ledger::new();
+    let mut base64_ledger = Ledger::new();
+    let commands = [
+        submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), bytes_ledger.now + 60_000)),
+        start("op-1", 1),
+        upload("op-1", b"frame 1"),
+        upload("op-1", b"frame 1"),
+        upload("op-9", b"frame 9"),
+        report_with_blob("op-1", 1, b"moved", "text/plain"),
+        submit(spec("op-2", "k-2", json!({"p": 2}), Some("arm"), bytes_ledger.now + 60_000)),
+        start("op-2", 1),
+        report_with_blob("op-2", 1, b"<html>", "text/html"),
+    ];
+    for command in commands {
+        let as_bytes = command.clone().with_blob_bytes().expect("standard base64");
+        assert_eq!(as_bytes.carries_blob(), command.carries_blob());
+        if command.carries_blob() {
+            assert_ne!(as_bytes, command, "carried as bytes");
+            assert_eq!((as_bytes.ledger_version(), as_bytes.kind()), (20, command.kind()));
+        }
+        assert_eq!(as_bytes.with_blobs_as_base64(), command, "what a leader proposes to older members");
+        let ours = bytes_ledger.run(as_bytes.clone());
+        let theirs = base64_ledger.run(command.clone());
+        assert_eq!(ours, theirs, "{}", command.kind());
+        assert_eq!(as_bytes.stored_blobs(&ours), command.stored_blobs(&theirs));
+        assert_eq!(bytes_ledger.state.digest(), base64_ledger.state.digest());
+    }
+    assert_eq!(writ_api::retention::storage(&bytes_ledger.state, T).evidence_blobs, 2);
+    // Text that is not base64 is refused where it arrives, before any replica sees it.
+    let mut bad = upload("op-1", b"x");
+    if let Command::StoreEvidence { content_base64, .. } = &mut bad {
+        *content_base64 = "%%%".into();
+    }
+    assert_eq!(bad.with_blob_bytes().unwrap_err().reason, ReasonCode::INPUT_INVALID);
+    // Inside a wrapper the blob goes back to base64 too.
+    let wrapped = Command::Batch {
+        commands: vec![writ_api::ledger::BatchedCommand {
+            trace_id: "tr".into(),
+            command: upload("op-1", b"frame 2").with_blob_bytes().unwrap(),
+        }],
+    };
+    assert!(wrapped.ledger_version() >= 20 && wrapped.with_blobs_as_base64().ledger_version() < 20);
+}
+
 /// A follower applies what its leader proposed with no one waiting on it: the same state,
 /// events, records and stored blobs, without the events and operation an answer carries.
 #[test]

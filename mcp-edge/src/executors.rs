@@ -460,7 +460,11 @@ async fn attempt_call<B: DeserializeOwned>(
         Ok(b) => b,
         Err(e) => return error_response(&Rejection::new(ReasonCode::INPUT_INVALID, e.to_string())),
     };
-    let command = make(&who, id.clone(), b);
+    // A blob travels on as its bytes: decoded here, once, not on every replica.
+    let command = match make(&who, id.clone(), b).with_blob_bytes() {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
     g.act(&who, &id, method, command).await
 }
 

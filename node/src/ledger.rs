@@ -1194,15 +1194,15 @@ impl LedgerNode {
 
     /// The version gate: a command newer than some member's ledger version is refused before
     /// it is proposed (the member would stop at it), naming who holds the cluster back.
-    /// Returns what to propose: the command, or (while a member cannot read authority chains)
-    /// the command with its request decisions recorded without them.
+    /// Returns what to propose: the command, or (while a member cannot read them) the command
+    /// with its request decisions recorded without authority chains and its blobs as base64.
     async fn gate(&self, command: &Arc<Command>) -> Result<Arc<Command>, Rejection> {
         let needs = self.sm.read().state.ledger_version_of(command);
         let behind = self.members_behind(needs).await;
         if behind.is_empty() {
             return Ok(command.clone());
         }
-        let plain = command.without_authority_chains();
+        let plain = command.without_authority_chains().with_blobs_as_base64();
         let plain_needs = self.sm.read().state.ledger_version_of(&plain);
         if plain != **command && self.members_behind(plain_needs).await.is_empty() {
             return Ok(Arc::new(plain));

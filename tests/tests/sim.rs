@@ -223,6 +223,34 @@ async fn the_reaper_retires_with_the_command_every_member_reads() {
     c.shutdown().await;
 }
 
+/// A blob carried as bytes reaches a cluster with a member on ledger version 19: the leader
+/// proposes it as base64, which that member reads, instead of refusing it as gated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_as_bytes_is_proposed_as_base64_while_a_member_is_older() {
+    writ_tests::init_test_log();
+    let board = Arc::new(Switchboard::default());
+    let c = SimCluster::start_with(board, 3, 1_700_000_000_000, |id| (id == 3).then_some(19)).await;
+    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
+    let t = "t-1";
+    a_cancelled_operation(&c, leader, t).await;
+    let upload = Command::StoreEvidenceV2 {
+        tenant_id: t.into(),
+        operation_id: "op-1".into(),
+        mime_type: "text/plain".into(),
+        content_hash: writ_api::sha256_hex(b"frame"),
+        content: b"frame".to_vec(),
+        by: writ_api::evidence::Uploader::Executor { executor_id: "x-1".into() },
+    };
+    let resp = c.nodes[&leader].submit_request(SubmitRequest::new("blob", upload), false).await;
+    // Decided by every member (no operation of that executor), not gated before proposal.
+    let outcome = resp.expect("proposed").outcome;
+    assert!(
+        matches!(outcome, Outcome::Rejected { reason: writ_api::ReasonCode::OPERATION_NOT_FOUND, .. }),
+        "{outcome:?}"
+    );
+    c.shutdown().await;
+}
+
 /// Issue 18's retention on every replica (must show 2): a finished operation is compacted to its
 /// binding once the tenant's idempotency retention has passed in ledger time, by the same entry
 /// on every node; a node cut off meanwhile catches up through a snapshot (the leader's log

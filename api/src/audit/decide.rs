@@ -141,7 +141,8 @@ fn fencing_token(command: &Command) -> Option<u64> {
         | Command::ReportAttempt { fencing_token, .. }
         | Command::RefuseDispatch { fencing_token, .. }
         | Command::RefuseDispatchV2 { fencing_token, .. }
-        | Command::ReportAttemptV2 { fencing_token, .. } => Some(*fencing_token),
+        | Command::ReportAttemptV2 { fencing_token, .. }
+        | Command::ReportAttemptV3 { fencing_token, .. } => Some(*fencing_token),
         _ => None,
     }
 }

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::catalog::Execution;
 use crate::decide::prelude::*;
+use crate::evidence::Blob;
 use crate::operation::*;
 use crate::principal::PrincipalState;
 
@@ -655,7 +656,7 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
         Command::StartAttempt { .. } => start_attempt(state, tenant_id, cmd, now),
         Command::RefuseDispatch { .. } => refuse_dispatch(state, tenant_id, cmd, now),
         Command::RefuseDispatchV2 { .. } => refuse_dispatch_v2(state, tenant_id, cmd, now),
-        Command::StoreEvidence { .. } => store_evidence(state, tenant_id, cmd, now),
+        Command::StoreEvidence { .. } | Command::StoreEvidenceV2 { .. } => store_evidence(state, tenant_id, cmd, now),
         Command::RenewAttemptLease { operation_id, fencing_token, lease_ms, .. } => {
             lease_ms_ok(*lease_ms)?;
             let found = find(state, tenant_id, operation_id)?;
@@ -674,7 +675,9 @@ pub fn decide(state: &LedgerState, cmd: &Command, now: u64) -> Result<Vec<Event>
             }])
         }
         Command::ReportAttempt { .. } => report_attempt(state, tenant_id, cmd, now),
-        Command::ReportAttemptV2 { .. } => report_attempt_v2(state, tenant_id, cmd, now),
+        Command::ReportAttemptV2 { .. } | Command::ReportAttemptV3 { .. } => {
+            report_attempt_v2(state, tenant_id, cmd, now)
+        }
         Command::RecordObservation { .. } => record_observation(state, tenant_id, cmd, now),
         Command::DecideOperation { .. } => decide_operation(state, tenant_id, cmd, now),
         Command::ResolveUnknownEffect { .. } => resolve_unknown_effect(state, tenant_id, cmd, now),
@@ -826,16 +829,35 @@ fn refuse_dispatch_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, _now:
     Ok(events)
 }
 
+/// An upload of a blob of evidence: what `StoreEvidence`, `StoreEvidenceV2` and a report with
+/// its blob carry.
+struct Upload<'a> {
+    operation_id: &'a str,
+    mime_type: &'a str,
+    content_hash: &'a str,
+    content: crate::evidence::Blob<'a>,
+    by: crate::evidence::Uploader,
+}
+
 /// A blob of evidence of an attempted operation, within the operation's and the tenant's bounds.
 fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
-    let Command::StoreEvidence { operation_id, mime_type, content_hash, content_base64, by, .. } = cmd else {
+    let (Command::StoreEvidence { operation_id, mime_type, content_hash, by, .. }
+    | Command::StoreEvidenceV2 { operation_id, mime_type, content_hash, by, .. }) = cmd
+    else {
         return Err(misrouted(cmd));
     };
+    let content = cmd.blob_content().ok_or_else(|| misrouted(cmd))?;
+    store_upload(state, tenant_id, Upload { operation_id, mime_type, content_hash, content, by: by.clone() }, now)
+}
+
+/// [`store_evidence`] of `upload`.
+fn store_upload(state: &LedgerState, tenant_id: &str, upload: Upload<'_>, now: u64) -> Result<Vec<Event>, Rejection> {
+    let Upload { operation_id, mime_type, content_hash, content, by } = upload;
     let t = tenant_id.to_string();
     use crate::evidence::*;
     let found = find(state, tenant_id, operation_id)?;
     let op = &*found;
-    if let Uploader::Executor { executor_id } = by {
+    if let Uploader::Executor { executor_id } = &by {
         if op.executor_id.as_deref() != Some(executor_id.as_str()) {
             return Err(not_found(operation_id)); // not its operation
         }
@@ -843,11 +865,11 @@ fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64)
     if op.attempts == 0 {
         return Err(conflict(op, "evidence is of an attempt: only an attempted operation takes it"));
     }
-    let bytes = checked_bytes(mime_type, content_base64, content_hash)?;
+    let size = checked_bytes(mime_type, content, content_hash)?.len();
     // One read of the operation's records answers both checks: no operation holds more than
     // the bound, so the scan sees every record it has.
     let stored = state.cold.evidence_of(tenant_id, operation_id, EVIDENCE_PER_OPERATION_MAX);
-    if stored.iter().any(|blob| &blob.content_hash == content_hash) {
+    if stored.iter().any(|blob| blob.content_hash == content_hash) {
         return Ok(vec![]); // stored already (a retried upload)
     }
     if stored.len() >= EVIDENCE_PER_OPERATION_MAX {
@@ -856,18 +878,18 @@ fn store_evidence(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64)
         return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
     }
     let used = state.cold.tenants.get(tenant_id).map_or(0, |c| c.evidence_bytes);
-    if used + bytes.len() as u64 > EVIDENCE_BYTES_PER_TENANT_MAX {
+    if used + size as u64 > EVIDENCE_BYTES_PER_TENANT_MAX {
         let msg = format!("the tenant keeps {used} bytes of evidence; {EVIDENCE_BYTES_PER_TENANT_MAX} is its most");
         return Err(Rejection::new(ReasonCode::QUOTA_EXCEEDED, msg));
     }
     Ok(vec![Event::EvidenceStoredV1 {
         tenant_id: t,
         blob: EvidenceBlobV1 {
-            content_hash: content_hash.clone(),
-            operation_id: operation_id.clone(),
-            mime_type: mime_type.clone(),
-            size: bytes.len() as u64,
-            by: by.clone(),
+            content_hash: content_hash.to_string(),
+            operation_id: operation_id.to_string(),
+            mime_type: mime_type.to_string(),
+            size: size as u64,
+            by,
             at_ms: now,
         },
     }])
@@ -910,8 +932,15 @@ fn report_attempt(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64
 
 /// An attempt's outcome with its evidence blob: the report stands alone; the blob is stored if it can be.
 fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
-    let Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, content, .. } = cmd else {
+    let (Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, .. }
+    | Command::ReportAttemptV3 { operation_id, fencing_token, outcome, evidence, .. }) = cmd
+    else {
         return Err(misrouted(cmd));
+    };
+    let (mime_type, content) = match cmd {
+        Command::ReportAttemptV2 { content, .. } => (&content.mime_type, Blob::Base64(&content.content_base64)),
+        Command::ReportAttemptV3 { content, .. } => (&content.mime_type, Blob::Bytes(&content.bytes)),
+        _ => return Err(misrouted(cmd)),
     };
     let t = tenant_id.to_string();
     let report = |evidence: EvidenceV1| Command::ReportAttempt {
@@ -925,18 +954,11 @@ fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u
     // its events are the answer's unless the blob is refused.
     let reported = decide(state, &report(evidence.clone()), now)?;
     let found = find(state, tenant_id, operation_id)?;
-    let op = &*found;
-    let store = Command::StoreEvidence {
-        tenant_id: t.clone(),
-        operation_id: operation_id.clone(),
-        mime_type: content.mime_type.clone(),
-        content_hash: evidence.content_hash.clone(),
-        content_base64: content.content_base64.clone(),
-        by: crate::evidence::Uploader::Executor { executor_id: op.executor_id.clone().unwrap_or_default() },
-    };
+    let by = crate::evidence::Uploader::Executor { executor_id: found.executor_id.clone().unwrap_or_default() };
+    let upload = Upload { operation_id, mime_type, content_hash: &evidence.content_hash, content, by };
     // The blob is stored while the operation is still attempted; a blob the store
     // refuses (a full quota) leaves the report standing, its reference saying why.
-    match decide(state, &store, now) {
+    match store_upload(state, tenant_id, upload, now) {
         Ok(mut events) => {
             events.extend(reported);
             Ok(events)
