@@ -94,8 +94,8 @@ pub struct EvidenceBytesV1 {
     pub bytes: Vec<u8>,
 }
 
-/// The ledger version from which commands carry a blob as its bytes (`StoreEvidenceV2`,
-/// `ReportAttemptV3`): an edge sends them once it is in force.
+/// The ledger version that reads commands carrying a blob as its bytes (`StoreEvidenceV2`,
+/// `ReportAttemptV3`): while a member is older, a leader proposes their base64 forms.
 pub const BLOBS_AS_BYTES_FROM: u32 = 20;
 
 /// A blob as a command carries it: base64 text, or its bytes.

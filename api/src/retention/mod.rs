@@ -57,7 +57,7 @@ pub fn retired_per_entry(ledger_version: u32) -> usize {
 /// Whether retention retires closed work items under `ledger_version` in force: from 19 on, a
 /// work item that closes gets its time row ([`crate::cold::Row::WorkClosed`]), and the items
 /// closed before get theirs when version 19 comes into force
-/// (`LedgerState::index_closed_works`), so every replica retires the same items.
+/// (`LedgerState::ledger_version_raised`), so every replica retires the same items.
 pub fn retires_works(ledger_version: u32) -> bool {
     ledger_version >= 19
 }
