@@ -195,17 +195,24 @@ async fn a_cancelled_operation(c: &SimCluster, leader: u64, t: &str) -> writ_api
     spec
 }
 
+/// Three nodes, node 3 advertising ledger version `version` (not upgraded yet), with tenant
+/// `t-1`'s cancelled operation `op-1` ([`a_cancelled_operation`]): the cluster, its leader and
+/// the tenant.
+async fn with_a_member_at(version: u32) -> (SimCluster, u64, &'static str) {
+    writ_tests::init_test_log();
+    let board = Arc::new(Switchboard::default());
+    let c = SimCluster::start_with(board, 3, 1_700_000_000_000, |id| (id == 3).then_some(version)).await;
+    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
+    a_cancelled_operation(&c, leader, "t-1").await;
+    (c, leader, "t-1")
+}
+
 /// The leader's reaper applies retention without being asked, with the command every member
 /// reads: while a member is on ledger version 14, `ApplyRetentionV2` is gated and the reaper
 /// retires with `ApplyRetention` (without that fallback nothing would ever be compacted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_retires_with_the_command_every_member_reads() {
-    writ_tests::init_test_log();
-    let board = Arc::new(Switchboard::default());
-    let c = SimCluster::start_with(board, 3, 1_700_000_000_000, |id| (id == 3).then_some(14)).await;
-    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
-    let t = "t-1";
-    a_cancelled_operation(&c, leader, t).await;
+    let (c, leader, t) = with_a_member_at(14).await;
     let gated = c.nodes[&leader]
         .submit_request(SubmitRequest::new("retention", Command::ApplyRetentionV2 { tenant_id: t.into() }), false)
         .await
@@ -227,12 +234,7 @@ async fn the_reaper_retires_with_the_command_every_member_reads() {
 /// proposes it as base64, which that member reads, instead of refusing it as gated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blob_as_bytes_is_proposed_as_base64_while_a_member_is_older() {
-    writ_tests::init_test_log();
-    let board = Arc::new(Switchboard::default());
-    let c = SimCluster::start_with(board, 3, 1_700_000_000_000, |id| (id == 3).then_some(19)).await;
-    let leader = eventually("initial leader", Duration::from_secs(20), || async { c.leader() }).await;
-    let t = "t-1";
-    a_cancelled_operation(&c, leader, t).await;
+    let (c, leader, t) = with_a_member_at(19).await;
     let upload = Command::StoreEvidenceV2 {
         tenant_id: t.into(),
         operation_id: "op-1".into(),
