@@ -7,7 +7,6 @@ use serde_json::Value;
 
 use crate::catalog::Execution;
 use crate::decide::prelude::*;
-use crate::evidence::Blob;
 use crate::operation::*;
 use crate::principal::PrincipalState;
 
@@ -932,16 +931,16 @@ fn report_attempt(state: &LedgerState, tenant_id: &str, cmd: &Command, _now: u64
 
 /// An attempt's outcome with its evidence blob: the report stands alone; the blob is stored if it can be.
 fn report_attempt_v2(state: &LedgerState, tenant_id: &str, cmd: &Command, now: u64) -> Result<Vec<Event>, Rejection> {
-    let (Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, .. }
-    | Command::ReportAttemptV3 { operation_id, fencing_token, outcome, evidence, .. }) = cmd
-    else {
-        return Err(misrouted(cmd));
-    };
-    let (mime_type, content) = match cmd {
-        Command::ReportAttemptV2 { content, .. } => (&content.mime_type, Blob::Base64(&content.content_base64)),
-        Command::ReportAttemptV3 { content, .. } => (&content.mime_type, Blob::Bytes(&content.bytes)),
+    let (operation_id, fencing_token, outcome, evidence, mime_type) = match cmd {
+        Command::ReportAttemptV2 { operation_id, fencing_token, outcome, evidence, content, .. } => {
+            (operation_id, fencing_token, outcome, evidence, &content.mime_type)
+        }
+        Command::ReportAttemptV3 { operation_id, fencing_token, outcome, evidence, content, .. } => {
+            (operation_id, fencing_token, outcome, evidence, &content.mime_type)
+        }
         _ => return Err(misrouted(cmd)),
     };
+    let content = cmd.blob_content().ok_or_else(|| misrouted(cmd))?;
     let t = tenant_id.to_string();
     let report = |evidence: EvidenceV1| Command::ReportAttempt {
         tenant_id: t.clone(),

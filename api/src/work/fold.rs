@@ -5,7 +5,7 @@ use crate::cold::Row;
 use crate::ledger::{Event, EventEnvelope};
 use crate::retention::retires_works;
 use crate::state::{drop_empty, CorruptEvent, LedgerState};
-use crate::work::{WorkItem, WorkState};
+use crate::work::{WorkItem, WorkState, WORK_ITEMS_PER_TENANT_MAX};
 
 impl LedgerState {
     /// Folds [`Event::WorkCreatedV1`] and [`Event::WorkRevisedV1`]; an item that closes becomes
@@ -65,7 +65,7 @@ impl LedgerState {
         let bytes = crate::encode(&item).expect("a work item encodes");
         self.cold.put(tenant_id, Row::Work(work_id), revision, None, Some(bytes));
         if retires_works(self.ledger_version) {
-            self.cold.put(tenant_id, Row::WorkClosed(item.updated_at_ms, work_id), revision, None, Some(Vec::new()));
+            self.cold.put(tenant_id, closed_row(&item), revision, None, Some(Vec::new()));
         }
         *self.works_closed.entry(tenant_id.to_string()).or_default() += 1;
         drop_empty(&mut self.works, tenant_id);
@@ -78,20 +78,11 @@ impl LedgerState {
         if retires_works(before) || !retires_works(self.ledger_version) {
             return;
         }
-        const PAGE: usize = 1_000;
         let tenants: Vec<String> = self.works_closed.keys().cloned().collect();
         for tenant_id in tenants {
-            let mut after: Option<String> = None;
-            loop {
-                let page = self.cold.works(&tenant_id, after.as_deref(), PAGE);
-                for item in &page {
-                    let time = Row::WorkClosed(item.updated_at_ms, &item.id);
-                    self.cold.put(&tenant_id, time, revision, None, Some(Vec::new()));
-                }
-                if page.len() < PAGE {
-                    break;
-                }
-                after = page.last().map(|w| w.id.clone());
+            // A tenant holds at most that many items, open and closed.
+            for item in self.cold.works(&tenant_id, None, WORK_ITEMS_PER_TENANT_MAX) {
+                self.cold.put(&tenant_id, closed_row(&item), revision, None, Some(Vec::new()));
             }
         }
     }
@@ -102,7 +93,7 @@ impl LedgerState {
         let old = self.cold.get(tenant_id, Row::Work(work_id))?;
         let item: WorkItem = crate::decode_unbounded(&old).expect("a work row decodes");
         self.cold.put(tenant_id, Row::Work(work_id), revision, Some(&old), None);
-        let time = Row::WorkClosed(item.updated_at_ms, work_id);
+        let time = closed_row(&item);
         // A projection's rows carry no time rows of the items closed before it was made.
         if let Some(old_time) = self.cold.get(tenant_id, time) {
             self.cold.put(tenant_id, time, revision, Some(&old_time), None);
@@ -154,4 +145,10 @@ impl LedgerState {
         self.works_closed.clear();
         self.cold.forget_pending(&[Row::Work("")]);
     }
+}
+
+/// The time row of closed work item `item` (by when it closed: its last change), what retention
+/// walks.
+fn closed_row(item: &WorkItem) -> Row<'_> {
+    Row::WorkClosed(item.updated_at_ms, &item.id)
 }
