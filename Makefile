@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: dev test test-fast lint-and-build tools deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench bench-build soak sim sim-mutants image client cluster-up cluster-down clean
+.PHONY: dev test test-fast lint-and-build tools deps browserdeps pydeps nodedeps etcddeps promdeps build lint docs bench bench-build soak reclaim sim sim-mutants image client cluster-up cluster-down clean
 
 SCHEMATHESIS_VERSION := 4.32.5
 MCP_PY_VERSION := 2.3.0
@@ -195,6 +195,12 @@ bench-build: deps
 soak: build
 	$(CARGO) test -p writ-tests --test cluster soak_ -- --ignored --nocapture
 	bash loadtest/bench/soak.sh
+
+## reclaim: the soak's reclaim phase alone, in ~20 min — a million finished operations seeded in
+## bulk, then retention retiring them all on a cluster restarted past their horizons: how long it
+## takes, the elections it costs, what the nodes' work waited on (loadtest/bench/reclaim.sh).
+reclaim: deps
+	bash loadtest/bench/reclaim.sh
 
 ## docs: regenerate generated docs (docs/reasons.md) and bless new golden encodings.
 docs:

@@ -52,6 +52,20 @@ writ_raft() {
     python3 -c 'import json,sys; s=json.load(sys.stdin); print(max((m["status"] or {}).get(sys.argv[1]) or 0 for m in s["members"]))' "$1"
 }
 
+# writ_version_in_force: waits (at most a minute) until every member has the newest ledger version
+# they all run in force: a fresh cluster's leader raises it within seconds of starting, and what is
+# seeded into a store stopped before that would be recorded in an older version's form.
+writ_version_in_force() {
+  for _ in $(seq 1 300); do
+    curl -sf --cacert "$WRIT_CA_FILE" -H "Authorization: Bearer $WRIT_ADMIN_TOKEN" "$WRIT_ADMIN_URL/v1/cluster/status" |
+      python3 -c 'import json,sys; m=[x["status"] for x in json.load(sys.stdin)["members"]]; sys.exit(0 if m and all(x and x["ledger_version_in_force"] == min(y["ledger_version"] for y in m) for x in m) else 1)' &&
+      return
+    sleep 0.2
+  done
+  echo "the cluster's newest ledger version did not come into force" >&2
+  return 1
+}
+
 # node_timings: every node's histograms of apply and WAL sync times, its pre-vote count and what
 # the event log's retention did (events dropped, records written out) — its /metrics lines, each
 # prefixed with the node's URL.
@@ -59,7 +73,7 @@ node_timings() {
   local u
   for u in $WRIT_NODE_URLS; do
     curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" |
-      grep -E '^writ_(state_apply_seconds|log_sync_seconds|node_failure_detector_prevotes_total|events_trimmed_total|audit_records_written_out_total)' |
+      grep -E '^writ_(state_apply_seconds|state_write_seconds|log_sync_seconds|runtime_stall_seconds|event_log_retention_step_seconds|node_failure_detector_prevotes_total|events_trimmed_total|audit_records_written_out_total)' |
       sed "s|^|$u |" || true
   done
 }

@@ -28,7 +28,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     first_entry(dir.path()).await;
     let started = Instant::now();
-    writ_node::seed::seed(dir.path(), TENANT, operations, &[]).await.unwrap();
+    writ_node::seed::seed(dir.path(), TENANT, operations, None, &[]).await.unwrap();
     println!("seeded {operations} operations in {:.1} s", started.elapsed().as_secs_f64());
 
     let stamp = writ_client::now_ms() + AHEAD_MS;

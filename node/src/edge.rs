@@ -480,7 +480,7 @@ pub async fn start_edge(options: EdgeOptions, ledger: Arc<dyn Ledger>) -> std::i
         options.token_audiences.unwrap_or_else(|| vec![url.clone(), crate::config::TOKEN_AUDIENCE_DEFAULT.to_string()]);
     let verifier = Verifier::follow_with(ledger.clone(), audiences, writ_client::verifier::STALENESS_MAX_DEFAULT);
     let audit = AuditSink::start(ledger.clone());
-    let metrics = crate::install_metrics();
+    let metrics = crate::observe::start_server_metrics();
     let drain = crate::tls::Drain::default();
     let drain_handle = drain.clone();
     let mut servers = Vec::new();

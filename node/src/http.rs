@@ -582,6 +582,9 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     for (part, bytes) in st.node.sm.rocksdb_memory() {
         metrics::gauge!("writ_rocksdb_memory_bytes", "part" => part).set(bytes as f64);
     }
+    for (part, value) in st.node.sm.rocksdb_compaction() {
+        metrics::gauge!("writ_rocksdb_compaction", "part" => part).set(value as f64);
+    }
     // By tenant class: the tenant's audit mode, a bounded label (tenant ids are not).
     let mut counts = std::collections::BTreeMap::<(&str, OperationState), u64>::new();
     {

@@ -84,6 +84,10 @@ enum NodeCmd {
         operations: u64,
         #[arg(long, default_value = "seed")]
         tenant: String,
+        /// How many audit records the tenant keeps (its `audit_max_events`), set before the
+        /// operations are added; the tenant's own setting when left out.
+        #[arg(long)]
+        audit_max_events: Option<u64>,
         /// Another stopped member's data directory (repeatable): replaced by the grown store.
         #[arg(long)]
         copy_to: Vec<PathBuf>,
@@ -202,9 +206,15 @@ fn init_tracing() {
 
 /// `writ node seed`: grows the stopped node's ledger and says what it did.
 #[cfg(feature = "server")]
-async fn seed_node(data_dir: &std::path::Path, tenant: &str, operations: u64, copies: &[PathBuf]) -> ExitCode {
+async fn seed_node(
+    data_dir: &std::path::Path,
+    tenant: &str,
+    operations: u64,
+    audit_max_events: Option<u64>,
+    copies: &[PathBuf],
+) -> ExitCode {
     let started = std::time::Instant::now();
-    match writ_node::seed::seed(data_dir, tenant, operations, copies).await {
+    match writ_node::seed::seed(data_dir, tenant, operations, audit_max_events, copies).await {
         Ok(grown) => {
             println!(
                 "seeded {operations} finished operations into tenant {tenant} of {}: {} requests applied, last index {}, {:.1} s",
@@ -321,8 +331,8 @@ fn main() -> ExitCode {
                 }
             }
             #[cfg(feature = "server")]
-            Cmd::Node { action: Some(NodeCmd::Seed { data_dir, operations, tenant, copy_to }), .. } => {
-                seed_node(&data_dir, &tenant, operations, &copy_to).await
+            Cmd::Node { action: Some(NodeCmd::Seed { data_dir, operations, tenant, audit_max_events, copy_to }), .. } => {
+                seed_node(&data_dir, &tenant, operations, audit_max_events, &copy_to).await
             }
             #[cfg(feature = "server")]
             Cmd::Node { config: None, .. } => {

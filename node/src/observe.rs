@@ -3,6 +3,14 @@
 
 pub use writ_telemetry::process::{build_info, install_metrics, otlp_endpoint, start_telemetry};
 
+/// A server's metrics (node, edge): the process's recorder, and the probe of its async
+/// runtime's stalls (`writ_telemetry::process::spawn_stall_probe`). Called on the runtime.
+pub fn start_server_metrics() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    let handle = install_metrics();
+    writ_telemetry::process::spawn_stall_probe();
+    handle
+}
+
 /// What a traced submission came to, on its span: the Raft index it committed at and the
 /// revision it reached as events, a refusal as the span's `error.type`.
 pub fn submitted(span: &mut writ_telemetry::Span, result: &Result<writ_api::dto::SubmitResponse, writ_api::Rejection>) {

@@ -17,6 +17,7 @@ use writ_api::credential::GrantV1;
 use writ_api::ledger::{Command, LedgerRequest};
 use writ_api::operation::{payload_hash, AttemptOutcome, EvidenceV1, OperationSpecV1};
 use writ_api::principal::{PrincipalKind, PrincipalSpecV1, RolePreset};
+use writ_api::settings::TenantSettingsPatch;
 use writ_api::state::LedgerState;
 use writ_api::token::TokenRequestV1;
 use writ_raft_store::bulk::{self, Grown};
@@ -36,10 +37,18 @@ const CATALOG: &str = r#"{"actions": [
 ]}"#;
 
 /// Adds `operations` finished operations to tenant `tenant` of the stopped member's data
-/// directory `dir`, then gives each directory of `copies` (the other stopped members) the
-/// same store ([`bulk::link_copy`]).
-pub async fn seed(dir: &Path, tenant: &str, operations: u64, copies: &[PathBuf]) -> io::Result<Grown> {
-    let mut plan = Plan { tenant: tenant.to_string(), left: operations, step: Step::Setup, group: Vec::new() };
+/// directory `dir` (first setting how many audit records the tenant keeps, when
+/// `audit_max_events` says), then gives each directory of `copies` (the other stopped members)
+/// the same store ([`bulk::link_copy`]).
+pub async fn seed(
+    dir: &Path,
+    tenant: &str,
+    operations: u64,
+    audit_max_events: Option<u64>,
+    copies: &[PathBuf],
+) -> io::Result<Grown> {
+    let mut plan =
+        Plan { tenant: tenant.to_string(), left: operations, audit_max_events, step: Step::Setup, group: Vec::new() };
     let grown = bulk::grow(dir, |state| plan.next(state)).await?;
     for to in copies {
         bulk::link_copy(dir, to)?;
@@ -57,6 +66,8 @@ enum Step {
 struct Plan {
     tenant: String,
     left: u64,
+    /// The tenant's audit retention by count, set before the operations when given.
+    audit_max_events: Option<u64>,
     step: Step,
     /// The operation ids of the group in flight.
     group: Vec<String>,
@@ -69,10 +80,17 @@ impl Plan {
         let commands = match self.step {
             Step::Setup => {
                 self.step = Step::Submit;
-                if state.tenants.contains_key(&self.tenant) {
+                let created = state.tenants.contains_key(&self.tenant);
+                let setup = if created { Vec::new() } else { self.setup() };
+                let settings = self.audit_max_events.map(|n| Command::SetTenantSettings {
+                    tenant_id: self.tenant.clone(),
+                    patch: TenantSettingsPatch { audit_max_events: Some(n), ..Default::default() },
+                });
+                let commands: Vec<Command> = setup.into_iter().chain(settings).collect();
+                if commands.is_empty() {
                     return self.next(state);
                 }
-                self.setup().into_iter().map(|c| ("seed-setup".to_string(), c)).collect()
+                commands.into_iter().map(|c| ("seed-setup".to_string(), c)).collect()
             }
             Step::Submit if self.left == 0 => return None,
             Step::Submit => {

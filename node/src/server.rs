@@ -96,7 +96,7 @@ pub async fn start_node(cfg: &NodeConfig) -> std::io::Result<RunningNode> {
     node.start_issuer_watch(Duration::from_millis(cfg.raft.issuer_watch_ms));
     let admin = admin_router(cfg, &node)?;
     let drain = tls::Drain::default();
-    let probes = http::probe_router(node.clone(), crate::observe::install_metrics(), drain.clone());
+    let probes = http::probe_router(node.clone(), crate::observe::start_server_metrics(), drain.clone());
     // After the metrics recorder is installed: the thread sets the allocator's gauges at once.
     crate::alloc::start_releasing_free_memory();
     let mut servers = Vec::new();

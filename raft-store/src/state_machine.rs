@@ -303,6 +303,12 @@ impl StateMachine {
         crate::memory_parts(&self.inner.db)
     }
 
+    /// How far the node's RocksDB compactions are behind its writes, by part
+    /// (`crate::compaction_parts`).
+    pub fn rocksdb_compaction(&self) -> [(&'static str, u64); 5] {
+        crate::compaction_parts(&self.inner.db)
+    }
+
     /// A consistent read of the applied state.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
         // A poisoned lock means a panic while applying, which already is fatal for the node.
@@ -443,7 +449,9 @@ impl StateMachine {
                         }
                         Err(_) => return,
                     };
-                    tokio::time::sleep(started.elapsed() * TRIM_REST_PER_WORK).await;
+                    let took = started.elapsed();
+                    metrics::histogram!("writ_event_log_retention_step_seconds").record(took.as_secs_f64());
+                    tokio::time::sleep(took * TRIM_REST_PER_WORK).await;
                     if !more {
                         break;
                     }
@@ -1021,7 +1029,9 @@ impl StateMachine {
         }
         // Not in the WAL: the log is durable, a restart replays it from the newest snapshot
         // (which flushed what came before it), and the replay rewrites identical bytes.
+        let writing_started = std::time::Instant::now();
         self.inner.db.write_opt(batch, &unlogged()).map_err(io::Error::other)?;
+        metrics::histogram!("writ_state_write_seconds").record(writing_started.elapsed().as_secs_f64());
         drop(writing);
         deleted_below.extend(moved);
         drop(deleted_below);

@@ -115,6 +115,17 @@ async fn bad_input_and_auth_get_reason_codes() {
     for part in ["table_readers", "block_cache", "block_cache_pinned"] {
         assert!(rocksdb(part).is_some(), "{part} missing from /metrics:\n{metrics}");
     }
+    // How far its compactions are behind: the writes above left files to flush, none stopped.
+    let compaction = |part: &str| {
+        let prefix = format!("writ_rocksdb_compaction{{part=\"{part}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(compaction("write_stopped"), Some(0.0), "{metrics}");
+    for part in ["l0_files_max", "pending_bytes", "delayed_write_rate", "running"] {
+        assert!(compaction(part).is_some(), "{part} missing from /metrics:\n{metrics}");
+    }
+    // The runtime's stall probe has woken (every 10 ms since the node started).
+    assert!(metrics.contains("writ_runtime_stall_seconds_bucket{le=\"0.0005\"}"), "{metrics}");
     // What the system allocator has handed out (this process runs on it).
     let held = metrics.lines().find_map(|l| l.strip_prefix("writ_allocator_bytes{part=\"in_use\"} "));
     assert!(held.and_then(|v| v.parse::<f64>().ok()) > Some(0.0), "{metrics}");

@@ -692,6 +692,9 @@ async fn a_snapshot_is_built_once_the_log_has_grown_by_its_size_threshold() {
     // Each of the 200 writes, awaited one after another, was applied in an apply of its own.
     let applies = metric(&c, &url, "writ_state_apply_seconds_count").await;
     assert!(applies >= 200, "{applies} applies timed");
+    // Each apply's RocksDB write is timed within it.
+    let writes = metric(&c, &url, "writ_state_write_seconds_count").await;
+    assert!(writes >= 200, "{writes} state writes timed");
     // Each, appended alone, was made durable by a WAL sync of its own, timed.
     let syncs = metric(&c, &url, "writ_log_sync_seconds_count").await;
     assert!(syncs >= 200, "{syncs} WAL syncs timed");

@@ -51,6 +51,25 @@ pub fn build_info(role: &'static str) {
     metrics::gauge!("writ_build_info", "role" => role, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 
+/// How often the runtime's stall probe asks to be woken.
+pub const STALL_PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Measures how late the async runtime runs a task that is ready: every [`STALL_PROBE_PERIOD`]
+/// a task sleeps and records how much later than asked it woke (`writ_runtime_stall_seconds`).
+/// A runtime whose worker threads are all held (a blocking call, a lock held long) or denied
+/// the CPU shows here before it shows as a missed heartbeat or a slow answer. Stops with the
+/// runtime.
+pub fn spawn_stall_probe() {
+    tokio::spawn(async {
+        loop {
+            let asked = std::time::Instant::now();
+            tokio::time::sleep(STALL_PROBE_PERIOD).await;
+            let late = asked.elapsed().saturating_sub(STALL_PROBE_PERIOD);
+            metrics::histogram!("writ_runtime_stall_seconds").record(late.as_secs_f64());
+        }
+    });
+}
+
 /// Starts exporting spans when `endpoint` (the role's `otlp_endpoint`) or the `OTEL_*`
 /// environment names a collector; a collector that cannot be used is logged, never fatal.
 pub fn start_telemetry(endpoint: Option<&str>, role: &str, instance: &str) {
@@ -89,6 +108,32 @@ mod tests {
             .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
             .map(|name| name.trim().to_string())
             .collect()
+    }
+
+    /// The samples of `writ_runtime_stall_seconds` over 100 ms, as `handle` renders them.
+    fn stalls_over_100_ms(handle: &PrometheusHandle) -> u64 {
+        let text = handle.render();
+        let read = |prefix: &str| {
+            text.lines().find_map(|l| l.strip_prefix(prefix)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
+        read("writ_runtime_stall_seconds_count ") - read("writ_runtime_stall_seconds_bucket{le=\"0.1\"} ")
+    }
+
+    #[test]
+    fn the_stall_probe_sees_a_runtime_held_by_a_blocking_call() {
+        let handle = install_metrics().expect("installed");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            spawn_stall_probe();
+            // Once the probe waits on its timer, hold the only thread past its wake-up.
+            tokio::time::sleep(STALL_PROBE_PERIOD * 3).await;
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while stalls_over_100_ms(&handle) == 0 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(STALL_PROBE_PERIOD).await;
+            }
+            assert!(stalls_over_100_ms(&handle) >= 1, "{}", handle.render());
+        });
     }
 
     #[test]
