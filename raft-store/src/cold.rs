@@ -355,44 +355,70 @@ fn garbage(revision: u64, kind: u8, key: &[u8]) -> Vec<u8> {
 pub(crate) fn purge(db: &DB, horizon: u64) -> io::Result<u64> {
     let cf = db.cf_handle(CF_COLD).expect("column families are created at open");
     let end = garbage(horizon.saturating_add(1), 0, &[]);
-    let mut dropped = 0u64;
+    let (mut dropped, mut from) = (0u64, vec![GARBAGE]);
     loop {
-        let mut batch = WriteBatch::default();
-        let mut it = db.raw_iterator_cf_opt(cf, in_order());
-        it.seek([GARBAGE]);
-        let mut seen = 0;
-        while let Some(g) = it.key().filter(|g| *g < end.as_slice()).map(<[u8]>::to_vec) {
-            if seen == PURGE_BATCH {
-                break;
-            }
-            let (revision, kind, key) = (u64::from_be_bytes(g[1..9].try_into().expect("8 bytes")), g[9], &g[10..]);
-            if kind == 1 {
-                // Every row kind sorts below 0xff.
-                batch.delete_range_cf(cf, key, [key, &[0xff][..]].concat().as_slice());
-            } else {
-                dropped += drop_versions(db, cf, &mut batch, key, revision);
-            }
-            batch.delete_cf(cf, &g);
-            seen += 1;
-            dropped += u64::from(kind == 1);
-            it.next();
-        }
-        it.status().map_err(io::Error::other)?;
+        let (batch, seen, next) = purge_batch(db, cf, &from, &end, &mut dropped)?;
         if seen == 0 {
             return Ok(dropped);
         }
         db.write(batch).map_err(io::Error::other)?;
+        from = next;
     }
 }
 
-/// Deletes `key`'s versions older than `revision`, and the one at it if it is a deletion.
-fn drop_versions(db: &DB, cf: &rocksdb::ColumnFamily, batch: &mut WriteBatch, key: &[u8], revision: u64) -> u64 {
+/// One batch of [`purge`]: the deletions for at most [`PURGE_BATCH`] garbage rows from `from`
+/// below `end`, how many it read, and where the next batch starts — just after the last row
+/// read, not at the first garbage row again: the rows a batch deleted stay in the family as
+/// deletions until a compaction passes them, and a scan from the start would step over all of
+/// them again, each batch more than the last.
+fn purge_batch(
+    db: &DB,
+    cf: &rocksdb::ColumnFamily,
+    from: &[u8],
+    end: &[u8],
+    dropped: &mut u64,
+) -> io::Result<(WriteBatch, usize, Vec<u8>)> {
+    let mut batch = WriteBatch::default();
     let mut it = db.raw_iterator_cf_opt(cf, in_order());
-    it.seek(versioned(key, 0));
+    let mut versions = db.raw_iterator_cf_opt(cf, in_order());
+    it.seek(from);
+    let (mut seen, mut next) = (0, from.to_vec());
+    while let Some(g) = it.key().filter(|g| *g < end).map(<[u8]>::to_vec) {
+        if seen == PURGE_BATCH {
+            break;
+        }
+        let (revision, kind, key) = (u64::from_be_bytes(g[1..9].try_into().expect("8 bytes")), g[9], &g[10..]);
+        if kind == 1 {
+            // Every row kind sorts below 0xff.
+            batch.delete_range_cf(cf, key, [key, &[0xff][..]].concat().as_slice());
+            *dropped += 1;
+        } else {
+            *dropped += drop_versions(&mut versions, cf, &mut batch, key, revision);
+        }
+        batch.delete_cf(cf, &g);
+        seen += 1;
+        // The least key after `g`.
+        next = [&g[..], &[0u8][..]].concat();
+        it.next();
+    }
+    it.status().map_err(io::Error::other)?;
+    Ok((batch, seen, next))
+}
+
+/// Deletes `key`'s versions older than `revision`, and the one at it if it is a deletion
+/// (`versions`: an iterator over the cold family, moved here).
+fn drop_versions(
+    versions: &mut rocksdb::DBRawIterator<'_>,
+    cf: &rocksdb::ColumnFamily,
+    batch: &mut WriteBatch,
+    key: &[u8],
+    revision: u64,
+) -> u64 {
+    versions.seek(versioned(key, 0));
     let mut n = 0;
-    while let Some(k) = it.key().filter(|k| k.len() == key.len() + 8 && k.starts_with(key)) {
+    while let Some(k) = versions.key().filter(|k| k.len() == key.len() + 8 && k.starts_with(key)) {
         let rev = revision_of(k);
-        let deletion = it.value() == Some(&[0u8][..]);
+        let deletion = versions.value() == Some(&[0u8][..]);
         if rev < revision || (rev == revision && deletion) {
             batch.delete_cf(cf, k);
             n += 1;
@@ -400,7 +426,7 @@ fn drop_versions(db: &DB, cf: &rocksdb::ColumnFamily, batch: &mut WriteBatch, ke
         if rev >= revision {
             break;
         }
-        it.next();
+        versions.next();
     }
     n
 }
@@ -467,9 +493,38 @@ mod tests {
 
     /// A tenant's rows of one kind: keys `0..n` under it (big-endian, so they sort by number).
     fn kind_rows(n: u8) -> (Vec<u8>, Vec<Vec<u8>>) {
+        many_rows(u64::from(n))
+    }
+
+    fn many_rows(n: u64) -> (Vec<u8>, Vec<Vec<u8>>) {
         let kind = [&writ_api::cold::tenant_prefix("t", 1)[..], b"f"].concat();
-        let keys = (0..n).map(|i| [&kind[..], &u64::from(i).to_be_bytes()[..], b"\x00\x01x"].concat()).collect();
+        let keys = (0..n).map(|i| [&kind[..], &i.to_be_bytes()[..], b"\x00\x01x"].concat()).collect();
         (kind, keys)
+    }
+
+    /// A purge reads each garbage row once: a batch starts after the rows the one before deleted
+    /// (deletions until a compaction passes them), not at the first garbage row again, which
+    /// stepped over every deletion of the batches before, each batch more.
+    #[test]
+    fn a_purge_steps_over_none_of_the_garbage_its_batches_deleted() {
+        use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(crate::open_db(dir.path()).unwrap());
+        let store = RocksCold::new(db.clone());
+        let n = 3 * PURGE_BATCH as u64;
+        let (_, keys) = many_rows(n);
+        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
+        commit(&store, keys.iter().map(|k| (k.clone(), row(2, Some(b"2"), true))).collect());
+        // Counted for this thread, which runs the purge.
+        set_perf_stats(PerfStatsLevel::EnableCount);
+        let mut perf = PerfContext::default();
+        perf.reset();
+        let dropped = purge(&db, 2).unwrap();
+        let skipped = perf.metric(PerfMetric::InternalDeleteSkippedCount);
+        set_perf_stats(PerfStatsLevel::Disable);
+        assert_eq!(dropped, n, "every row's first version went");
+        assert_eq!(skipped, 0, "deletions stepped over");
+        assert_eq!(versions(&db), keys.len(), "the second versions alone, no garbage row");
     }
 
     fn commit(store: &RocksCold, rows: Vec<(Vec<u8>, PendingRow)>) {
