@@ -69,23 +69,30 @@ pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
 const COLUMN_FAMILIES: [&str; 7] =
     [DEFAULT_COLUMN_FAMILY_NAME, CF_LOGS, CF_META, CF_EVENTS, CF_AUDIT, CF_EVIDENCE, cold::CF_COLD];
 
+/// An integer property's value in each column family that reports it.
+fn per_cf(db: &DB, property: &str) -> Vec<u64> {
+    COLUMN_FAMILIES
+        .iter()
+        .filter_map(|name| db.cf_handle(name))
+        .filter_map(|cf| db.property_int_value_cf(cf, property).ok().flatten())
+        .collect()
+}
+
+/// An integer property of the whole database (0 when RocksDB reports none).
+fn shared(db: &DB, property: &str) -> u64 {
+    db.property_int_value(property).ok().flatten().unwrap_or(0)
+}
+
 /// What RocksDB holds in memory, in bytes, by part: the memtables and table readers of all
 /// column families, and the shared block cache's use and its pinned share (index and filter
 /// blocks held for the tables). What a node's RSS holds beyond these is its own heap.
 pub(crate) fn memory_parts(db: &DB) -> [(&'static str, u64); 4] {
-    let sum = |property: &str| {
-        COLUMN_FAMILIES
-            .iter()
-            .filter_map(|name| db.cf_handle(name))
-            .filter_map(|cf| db.property_int_value_cf(cf, property).ok().flatten())
-            .sum::<u64>()
-    };
-    let shared = |property: &str| db.property_int_value(property).ok().flatten().unwrap_or(0);
+    let sum = |property: &str| per_cf(db, property).iter().sum();
     [
         ("memtables", sum("rocksdb.cur-size-all-mem-tables")),
         ("table_readers", sum("rocksdb.estimate-table-readers-mem")),
-        ("block_cache", shared("rocksdb.block-cache-usage")),
-        ("block_cache_pinned", shared("rocksdb.block-cache-pinned-usage")),
+        ("block_cache", shared(db, "rocksdb.block-cache-usage")),
+        ("block_cache_pinned", shared(db, "rocksdb.block-cache-pinned-usage")),
     ]
 }
 
@@ -95,20 +102,12 @@ pub(crate) fn memory_parts(db: &DB) -> [(&'static str, u64); 4] {
 /// imposes while it slows writes (bytes per second; 0: not slowed), whether it stops them
 /// (1), and the compactions running.
 pub(crate) fn compaction_parts(db: &DB) -> [(&'static str, u64); 5] {
-    let per_cf = |property: &str| {
-        COLUMN_FAMILIES
-            .iter()
-            .filter_map(|name| db.cf_handle(name))
-            .filter_map(|cf| db.property_int_value_cf(cf, property).ok().flatten())
-            .collect::<Vec<u64>>()
-    };
-    let shared = |property: &str| db.property_int_value(property).ok().flatten().unwrap_or(0);
     [
-        ("l0_files_max", per_cf("rocksdb.num-files-at-level0").into_iter().max().unwrap_or(0)),
-        ("pending_bytes", per_cf("rocksdb.estimate-pending-compaction-bytes").iter().sum()),
-        ("delayed_write_rate", shared("rocksdb.actual-delayed-write-rate")),
-        ("write_stopped", shared("rocksdb.is-write-stopped")),
-        ("running", shared("rocksdb.num-running-compactions")),
+        ("l0_files_max", per_cf(db, "rocksdb.num-files-at-level0").into_iter().max().unwrap_or(0)),
+        ("pending_bytes", per_cf(db, "rocksdb.estimate-pending-compaction-bytes").iter().sum()),
+        ("delayed_write_rate", shared(db, "rocksdb.actual-delayed-write-rate")),
+        ("write_stopped", shared(db, "rocksdb.is-write-stopped")),
+        ("running", shared(db, "rocksdb.num-running-compactions")),
     ]
 }
 
