@@ -86,7 +86,7 @@ enum NodeCmd {
         tenant: String,
         /// How many audit records the tenant keeps (its `audit_max_events`), set before the
         /// operations are added; the tenant's own setting when left out.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=writ_api::settings::AUDIT_MAX_EVENTS_MAX))]
         audit_max_events: Option<u64>,
         /// Another stopped member's data directory (repeatable): replaced by the grown store.
         #[arg(long)]
