@@ -66,6 +66,19 @@ writ_version_in_force() {
   return 1
 }
 
+# snapshot_round N: a write, then a snapshot on every node — what the log's growth triggers in a
+# cluster in service, and what lets a node drop the versions of cold rows retention replaced.
+# Counts a refused write in WRITES_FAILED; the caller defines `log`.
+snapshot_round() {
+  local u
+  "$WRIT_BIN" admin tenant create "reclaim-$1" >/dev/null ||
+    { log "the write before round $1 failed"; WRITES_FAILED=$((WRITES_FAILED + 1)); }
+  for u in $WRIT_NODE_URLS; do
+    "$WRIT_BIN" admin --url "$u" cluster snapshot >/dev/null || log "snapshot on $u failed"
+  done
+  log "round $1: every node built a snapshot"
+}
+
 # node_timings: every node's histograms of apply and WAL sync times, its pre-vote count and what
 # the event log's retention did (events dropped, records written out) — its /metrics lines, each
 # prefixed with the node's URL.

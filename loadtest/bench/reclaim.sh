@@ -85,21 +85,11 @@ sample() {
       row="$row,$(echo "$m" | awk -v k="$k" '!found && index($0, k " ") == 1 {print $2; found = 1}')"
     done
     echo "$row" >>"$CSV"
+    # (A node that did not answer counts as holding an operation: not done.)
     ops=$((ops + $(echo "$row" | cut -d, -f7 | cut -d. -f1 | sed 's/^$/1/')))
     trimmed="$trimmed $(echo "$row" | cut -d, -f8)"
   done
   echo "$ops$trimmed"
-}
-
-# snapshot_round: a write, then a snapshot on every node — what the log's growth triggers in a
-# cluster in service, and what lets a node drop the versions of cold rows retention replaced
-# (the soak does the same a third and two thirds into its reclaim phase).
-snapshot_round() {
-  "$WRIT_BIN" admin tenant create "reclaim-$1" >/dev/null || { log "the write before round $1 failed"; WRITES_FAILED=$((WRITES_FAILED + 1)); }
-  for u in $WRIT_NODE_URLS; do
-    "$WRIT_BIN" admin --url "$u" cluster snapshot >/dev/null || log "snapshot on $u failed"
-  done
-  log "round $1: every node built a snapshot"
 }
 
 log "sampling every $SAMPLE s for at most $LIMIT s; snapshots at ${SNAPSHOTS_AT// /, } s"

@@ -117,12 +117,7 @@ SAMPLER=$!
 for round in 1 2; do
   sleep $((RECLAIM / 3))
   # A write first: a node builds no snapshot at the revision it already has one of.
-  "$WRIT_BIN" admin tenant create "reclaim-$round" >/dev/null ||
-    { log "the write before round $round failed"; WRITES_FAILED=$((WRITES_FAILED + 1)); }
-  for u in $WRIT_NODE_URLS; do
-    "$WRIT_BIN" admin --url "$u" cluster snapshot >/dev/null || log "snapshot on $u failed"
-  done
-  log "every node built a snapshot"
+  snapshot_round "$round"
 done
 sleep $((RECLAIM - 2 * (RECLAIM / 3)))
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
