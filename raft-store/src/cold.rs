@@ -352,6 +352,13 @@ fn garbage(revision: u64, kind: u8, key: &[u8]) -> Vec<u8> {
 
 /// Drops the versions no replay from a snapshot at or after revision `horizon` can read: those
 /// a garbage row at or below it names. Returns how many versions and prefixes went.
+///
+/// The batches go without the WAL, and the family is flushed once they are all written: a purge
+/// of millions of versions would fill the WAL many times over in a minute, and each fill forces
+/// a flush of the families it holds, the log's among them. A batch lost to a crash before that
+/// flush leaves its garbage rows, and the next purge drops their versions again. The flush also
+/// brings the deletions to the tables now, not when the memtable next fills (a quiet cluster may
+/// never fill it): tables they crowd are compacted ([`tune`]).
 pub(crate) fn purge(db: &DB, horizon: u64) -> io::Result<u64> {
     let cf = db.cf_handle(CF_COLD).expect("column families are created at open");
     let end = garbage(horizon.saturating_add(1), 0, &[]);
@@ -359,11 +366,15 @@ pub(crate) fn purge(db: &DB, horizon: u64) -> io::Result<u64> {
     loop {
         let (batch, seen, next) = purge_batch(db, cf, &from, &end, &mut dropped)?;
         if seen == 0 {
-            return Ok(dropped);
+            break;
         }
-        db.write(batch).map_err(io::Error::other)?;
+        db.write_opt(batch, &crate::state_machine::unlogged()).map_err(io::Error::other)?;
         from = next;
     }
+    if from.len() > 1 {
+        db.flush_cf(cf).map_err(io::Error::other)?;
+    }
+    Ok(dropped)
 }
 
 /// One batch of [`purge`]: the deletions for at most [`PURGE_BATCH`] garbage rows from `from`
@@ -524,6 +535,30 @@ mod tests {
         set_perf_stats(PerfStatsLevel::Disable);
         assert_eq!(dropped, n, "every row's first version went");
         assert_eq!(skipped, 0, "deletions stepped over");
+        assert_eq!(versions(&db), keys.len(), "the second versions alone, no garbage row");
+    }
+
+    /// A purge writes nothing to the WAL the log's appends sync (a purge of millions of versions
+    /// would fill it many times over), and its deletions are in the tables when it returns.
+    #[test]
+    fn a_purge_leaves_the_wal_as_it_found_it_and_its_deletions_in_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(crate::open_db(dir.path()).unwrap());
+        let store = RocksCold::new(db.clone());
+        let (_, keys) = many_rows(2 * PURGE_BATCH as u64);
+        commit(&store, keys.iter().map(|k| (k.clone(), row(1, Some(b""), false))).collect());
+        commit(&store, keys.iter().map(|k| (k.clone(), row(2, Some(b"2"), true))).collect());
+        // A log entry not yet flushed keeps the current WAL file alive through the purge's flush.
+        db.put_cf(db.cf_handle(crate::CF_LOGS).unwrap(), b"entry", b"x").unwrap();
+        let wal = || -> u64 {
+            let logs = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path());
+            logs.filter(|p| p.extension().is_some_and(|x| x == "log")).map(|p| p.metadata().unwrap().len()).sum()
+        };
+        let before = wal();
+        assert_eq!(purge(&db, 2).unwrap(), keys.len() as u64);
+        assert_eq!(wal(), before, "WAL bytes written by the purge");
+        let cf = db.cf_handle(CF_COLD).unwrap();
+        assert_eq!(db.property_int_value_cf(cf, "rocksdb.num-entries-active-mem-table").unwrap(), Some(0));
         assert_eq!(versions(&db), keys.len(), "the second versions alone, no garbage row");
     }
 

@@ -607,12 +607,6 @@ impl StateMachine {
         if let Some(horizon) = self.snapshot_taken(state.revision) {
             let dropped = crate::cold::purge(&self.inner.db, horizon)?;
             metrics::counter!("writ_cold_versions_dropped_total").increment(dropped);
-            if dropped > 0 {
-                // The deletions reach the tables now, not when the memtable next fills (a quiet
-                // cluster may never fill it): tables they crowd are compacted (`cold::tune`).
-                let cf = self.inner.db.cf_handle(CF_COLD).expect("column families are created at open");
-                self.inner.db.flush_cf(cf).map_err(io::Error::other)?;
-            }
         }
         Ok((header, path))
     }
@@ -911,8 +905,9 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
 /// (each byte once to a memtable, not to the WAL as well) and flushed at every snapshot.
 pub(crate) const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
 
-/// Write options of apply's batch: no WAL.
-fn unlogged() -> WriteOptions {
+/// Write options of what is derived from the log or may be redone (apply's batch, a purge's):
+/// no WAL, made durable by the flush at the next snapshot.
+pub(crate) fn unlogged() -> WriteOptions {
     let mut opts = WriteOptions::default();
     opts.disable_wal(true);
     opts
