@@ -642,12 +642,9 @@ fn report(op: &Operation, outcome: AttemptOutcome, result: Option<&Value>) -> Co
         evidence.evidence_return_ref = format!("not stored: over {} bytes", writ_api::evidence::EVIDENCE_BYTES_MAX);
         return Command::ReportAttempt { tenant_id, operation_id, fencing_token, outcome, evidence: Some(evidence) };
     }
-    use base64::Engine as _;
-    let content = writ_api::evidence::EvidenceContentV1 {
-        mime_type: "application/json".into(),
-        content_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
-    };
-    Command::ReportAttemptV2 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
+    // The bytes themselves: a leader proposes them as base64 while a member reads no other form.
+    let content = writ_api::evidence::EvidenceBytesV1 { mime_type: "application/json".into(), bytes };
+    Command::ReportAttemptV3 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
 }
 
 /// `op` once the edge knows it past `attempting` (or as it is after `wait`;
