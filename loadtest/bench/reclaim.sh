@@ -64,9 +64,10 @@ METRICS=(
   'writ_event_log_retention_step_seconds_sum' 'writ_log_sync_seconds_count' 'writ_log_sync_seconds_sum'
   'writ_rocksdb_compaction{part="l0_files_max"}' 'writ_rocksdb_compaction{part="pending_bytes"}'
   'writ_rocksdb_compaction{part="delayed_write_rate"}' 'writ_rocksdb_compaction{part="write_stopped"}'
+  'writ_log_write_seconds_count' 'writ_log_write_seconds_sum' 'writ_log_write_seconds_bucket{le="0.1"}'
 )
 CSV=$WORK/reclaim.csv
-echo "t_s,node,cpu_s,disk_bytes,term,leader,operations,events_trimmed,written_out,prevotes,stalls,stalls_le_100ms,applies,apply_s,applies_le_100ms,write_s,trim_steps,trim_s,syncs,sync_s,l0_files_max,pending_bytes,delayed_write_rate,write_stopped" >"$CSV"
+echo "t_s,node,cpu_s,disk_bytes,term,leader,operations,events_trimmed,written_out,prevotes,stalls,stalls_le_100ms,applies,apply_s,applies_le_100ms,write_s,trim_steps,trim_s,syncs,sync_s,l0_files_max,pending_bytes,delayed_write_rate,write_stopped,log_writes,log_write_s,log_writes_le_100ms" >"$CSV"
 
 # sample: one row per node; prints the operations held and events dropped, summed over nodes.
 sample() {

@@ -38,17 +38,19 @@ def main():
           f"(one before each round of snapshots, one at the end): {writes_failed}.\n")
     print("Each node over the whole run (counters since its restart): CPU seconds; the async runtime's stalls "
           "over 100 ms (`writ_runtime_stall_seconds`); applies, their mean ms and those over 100 ms, and the mean "
-          "ms of their RocksDB write; the event log's retention steps and their mean ms; WAL syncs' mean ms; "
+          "ms of their RocksDB write; the event log's retention steps and their mean ms; the log writer's "
+          "RocksDB writes (`writ_log_write_seconds`): mean ms and those over 100 ms; WAL syncs' mean ms; "
           "RocksDB's compaction backlog (most level-0 files, most pending GB, seconds of slowed and of stopped "
           "writes); pre-votes; disk MB at the start → peak → end.\n")
     print("| node | CPU s | stalls > 100 ms | applies | mean ms | > 100 ms | write ms | retention steps | mean ms "
-          "| sync ms | L0 files max | pending GB max | slowed s | stopped s | pre-votes | disk MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "| log write ms | > 100 ms | sync ms | L0 files max | pending GB max | slowed s | stopped s | pre-votes "
+          "| disk MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     sample_s = (times[1] - times[0]) if len(times) > 1 else 0
     for n, rs in sorted(by_node.items()):
         last, first = rs[-1], rs[0]
-        g = lambda k: last[k] or 0
-        applies = g("applies")
+        g = lambda k: last.get(k) or 0
+        applies, log_writes = g("applies"), g("log_writes")
         steps = g("trim_steps")
         disk = [r["disk_bytes"] for r in rs if r["disk_bytes"]]
         cells = [
@@ -57,6 +59,8 @@ def main():
             fmt(applies), fmt(1000 * g("apply_s") / applies if applies else None, 1),
             fmt(applies - g("applies_le_100ms")), fmt(1000 * g("write_s") / applies if applies else None, 2),
             fmt(steps), fmt(1000 * g("trim_s") / steps if steps else None, 1),
+            fmt(1000 * g("log_write_s") / log_writes if log_writes else None, 2),
+            fmt(log_writes - g("log_writes_le_100ms") if log_writes else None),
             fmt(1000 * g("sync_s") / g("syncs") if g("syncs") else None, 2),
             fmt(max((r["l0_files_max"] or 0) for r in rs)),
             fmt(max((r["pending_bytes"] or 0) for r in rs) / 1e9, 2),

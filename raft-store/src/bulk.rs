@@ -75,6 +75,8 @@ async fn end_log_at(log: &mut LogStore, db: &rocksdb::DB, entry: EntryOf<TypeCon
     log.purge(before).await?;
     log.append([entry], IOFlushed::noop()).await?;
     log.save_committed(Some(id)).await?;
+    // The log's writer writes both; then they are made durable here.
+    log.written()?;
     db.flush_wal(true).map_err(io::Error::other)
 }
 

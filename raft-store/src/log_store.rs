@@ -1,15 +1,22 @@
-//! Raft log storage on RocksDB with group commit.
+//! Raft log storage on RocksDB with group commit, written off the Raft core.
 //!
-//! `append` writes its batch to RocksDB without syncing and hands the flush callback to one
-//! flusher thread. The flusher drains every callback queued so far, issues a single WAL sync
-//! (`flush_wal(true)`) that covers all of their writes, and only then reports them flushed:
-//! an append is never acknowledged before it is durable, and one fsync serves a whole batch.
+//! `append` only puts its entries in memory ([`EntryCache`]), where they are readable at once,
+//! and queues them for one writer thread. The writer drains everything queued so far, writes it
+//! to RocksDB in one batch, issues a single WAL sync (`flush_wal(true)`) that covers it, and only
+//! then reports those appends flushed: an append is never acknowledged before it is durable, and
+//! one fsync serves a whole batch. Openraft calls `append` (and `save_committed`) on its core
+//! task, which also times elections and sends heartbeats: a RocksDB write there waits behind
+//! whatever holds RocksDB's write path (a purge's batches, a memtable switch), and a core held
+//! past the election timeout costs the cluster its leader. Entries leave the cache only once
+//! written, so every entry is always in the cache, in RocksDB, or both; truncation, purge and
+//! the log's state wait for the writer to catch up first ([`LogStore::written`]).
 //!
-//! The newest entries also stay in memory ([`EntryCache`], at most [`ENTRY_CACHE_BYTES`]): a
-//! leader reads each entry again for every follower's replication and for its own apply, and
-//! those reads come from the cache instead of a RocksDB read, a checksum and a decode each.
-//! The cache keeps each entry's stored bytes beside it, and the transport copies them into
-//! its appends ([`LogBytes`]) instead of encoding every entry again for every follower.
+//! The newest entries also stay in memory after they are written (at most
+//! [`ENTRY_CACHE_BYTES`]): a leader reads each entry again for every follower's replication and
+//! for its own apply, and those reads come from the cache instead of a RocksDB read, a checksum
+//! and a decode each. The cache keeps each entry's stored bytes beside it, and the transport
+//! copies them into its appends ([`LogBytes`]) instead of encoding every entry again for every
+//! follower.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -37,12 +44,24 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 pub const ENTRY_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The newest appended entries by index — a contiguous run ending at the last appended one —
-/// each with its stored bytes ([`checked_encode`]), at most [`ENTRY_CACHE_BYTES`] in all.
-#[derive(Default)]
+/// each with its stored bytes ([`checked_encode`]), at most [`ENTRY_CACHE_BYTES`] in all of
+/// those already written: entries not yet in RocksDB stay whatever their size.
 struct EntryCache {
     entries: BTreeMap<u64, (EntryOf<TypeConfig>, Vec<u8>)>,
     bytes: usize,
+    /// The entries at this index and after are not yet written to RocksDB (`u64::MAX`: none).
+    unwritten_from: u64,
 }
+
+impl Default for EntryCache {
+    fn default() -> Self {
+        EntryCache { entries: BTreeMap::new(), bytes: 0, unwritten_from: u64::MAX }
+    }
+}
+
+/// What the cache may hold, counted as for [`ENTRY_CACHE_BYTES`], before an append waits for the
+/// writer: a bound on the entries not yet written.
+const UNWRITTEN_BYTES_MAX: usize = 2 * ENTRY_CACHE_BYTES;
 
 /// What an entry and its stored bytes count against [`ENTRY_CACHE_BYTES`].
 fn cached_size(stored: &[u8]) -> usize {
@@ -61,10 +80,28 @@ impl EntryCache {
         }
         self.bytes += cached_size(&stored);
         self.entries.insert(index, (entry, stored));
+        self.unwritten_from = self.unwritten_from.min(index);
+        self.evict();
+    }
+
+    /// Drops the oldest written entries while the cache is over its bound.
+    fn evict(&mut self) {
         while self.bytes > ENTRY_CACHE_BYTES {
-            let Some((_, (_, stored))) = self.entries.pop_first() else { break };
-            self.bytes -= cached_size(&stored);
+            match self.entries.first_entry() {
+                Some(oldest) if *oldest.key() < self.unwritten_from => {
+                    self.bytes -= cached_size(&oldest.remove().1);
+                }
+                _ => break,
+            }
         }
+    }
+
+    /// Notes the entries up to `last` written (they may leave the cache from now on).
+    fn written_upto(&mut self, last: u64) {
+        if self.unwritten_from <= last {
+            self.unwritten_from = last.saturating_add(1);
+        }
+        self.evict();
     }
 
     /// Forgets the entries at `from` and after.
@@ -82,22 +119,16 @@ impl EntryCache {
         }
     }
 
-    /// The entries of `range` when the cache holds all of it up to its end (or to the last
-    /// entry, for an open range), else `None`.
-    fn get(&self, start: u64, range: &impl RangeBounds<u64>) -> Option<Vec<EntryOf<TypeConfig>>> {
-        let (first, last) = (*self.entries.first_key_value()?.0, *self.entries.last_key_value()?.0);
-        let end = match range.end_bound() {
-            Bound::Included(x) => *x,
-            Bound::Excluded(x) => x.checked_sub(1)?,
-            Bound::Unbounded => last,
+    /// The cached part of `range` (which starts at `start`): its entries from the first cached
+    /// index on, and that index — the entries of `range` below it are in RocksDB, since entries
+    /// leave the cache only once written.
+    fn cached_part(&self, start: u64, range: &impl RangeBounds<u64>) -> (Vec<EntryOf<TypeConfig>>, u64) {
+        let Some(first) = self.entries.first_key_value().map(|(index, _)| *index) else {
+            return (Vec::new(), u64::MAX);
         };
-        if start > end {
-            return Some(Vec::new());
-        }
-        if start < first || end > last {
-            return None;
-        }
-        Some(self.entries.range(start..=end).map(|(_, (e, _))| e.clone()).collect())
+        let from = start.max(first);
+        let part = self.entries.range(from..).take_while(|(i, _)| range.contains(i)).map(|(_, (e, _))| e.clone());
+        (part.collect(), from)
     }
 
     /// `head`, the payload ([`writ_api::encode`]'s bytes) of each entry of `ids`, and `tail`,
@@ -133,24 +164,38 @@ impl LogBytes {
     }
 }
 
-/// The log store handed to openraft. Cheap to clone; all clones share the DB and flusher.
+/// The log store handed to openraft. Cheap to clone; all clones share the DB and the writer.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
-    flusher: Arc<Flusher>,
+    writer: Arc<Writer>,
     stats: Arc<FlushStats>,
     cache: Arc<Mutex<EntryCache>>,
 }
 
-/// The flusher thread's handle. When the last `LogStore` clone goes, the channel closes and the
-/// thread is joined, so the thread's reference to the DB is released before anyone closes it
-/// (RocksDB aborts the process if it is torn down while another thread still uses it).
-struct Flusher {
-    tx: Option<mpsc::Sender<IOFlushed<TypeConfig>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// What the writer thread does, in the order the store asked.
+enum LogWrite {
+    /// Write the cached entries `first..=last`, and report them flushed after the WAL sync.
+    Entries { first: u64, last: u64, flushed: IOFlushed<TypeConfig> },
+    /// Write the committed log id's stored bytes (it need not be durable).
+    Committed(Vec<u8>),
+    /// Answer once everything asked before is written.
+    Written(mpsc::SyncSender<()>),
 }
 
-impl Drop for Flusher {
+/// The writer thread's handle. When the last `LogStore` clone goes, the channel closes and the
+/// thread is joined, so the thread's reference to the DB is released before anyone closes it
+/// (RocksDB aborts the process if it is torn down while another thread still uses it).
+struct Writer {
+    tx: Option<mpsc::Sender<LogWrite>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Held by the writer while it writes a group: a test holds it to stand for a RocksDB write
+    /// path that is slow to answer.
+    #[cfg(test)]
+    writing: Arc<Mutex<()>>,
+}
+
+impl Drop for Writer {
     fn drop(&mut self) {
         drop(self.tx.take());
         if let Some(t) = self.thread.take() {
@@ -170,19 +215,23 @@ pub struct FlushStats {
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>) -> io::Result<Self> {
-        let (tx, rx) = mpsc::channel::<IOFlushed<TypeConfig>>();
-        let flush_db = db.clone();
+        let (tx, rx) = mpsc::channel::<LogWrite>();
         let stats = Arc::new(FlushStats::default());
-        let flush_stats = stats.clone();
-        let thread = std::thread::Builder::new()
-            .name("writ-log-flusher".into())
-            .spawn(move || group_commit_loop(&flush_db, rx, &flush_stats))?;
-        Ok(LogStore {
-            db,
-            flusher: Arc::new(Flusher { tx: Some(tx), thread: Some(thread) }),
-            stats,
-            cache: Default::default(),
-        })
+        let cache: Arc<Mutex<EntryCache>> = Arc::default();
+        let writing: Arc<Mutex<()>> = Arc::default();
+        let thread = {
+            let (db, stats, cache, writing) = (db.clone(), stats.clone(), cache.clone(), writing.clone());
+            std::thread::Builder::new()
+                .name("writ-log-writer".into())
+                .spawn(move || write_loop(&db, &cache, &writing, rx, &stats))?
+        };
+        let writer = Writer {
+            tx: Some(tx),
+            thread: Some(thread),
+            #[cfg(test)]
+            writing,
+        };
+        Ok(LogStore { db, writer: Arc::new(writer), stats, cache })
     }
 
     /// The counters, shared: they stay readable after the store is handed to openraft.
@@ -220,23 +269,98 @@ impl LogStore {
         opts.set_sync(sync);
         self.db.put_cf_opt(self.cf(CF_META), key, checked_encode(value)?, &opts).map_err(io::Error::other)
     }
+
+    fn ask(&self, write: LogWrite) -> io::Result<()> {
+        let tx = self.writer.tx.as_ref().ok_or_else(|| io::Error::other("log writer is shut down"))?;
+        tx.send(write).map_err(|_| io::Error::other("log writer thread is gone"))
+    }
+
+    /// Waits until everything asked of the writer so far is in RocksDB: what reads RocksDB for
+    /// the log's end, or deletes from it, must not race the writes queued before it.
+    pub(crate) fn written(&self) -> io::Result<()> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.ask(LogWrite::Written(tx))?;
+        rx.recv().map_err(|_| io::Error::other("log writer thread is gone"))
+    }
 }
 
-/// One fsync per batch of queued appends.
-fn group_commit_loop(db: &Arc<DB>, rx: mpsc::Receiver<IOFlushed<TypeConfig>>, stats: &FlushStats) {
+/// The writer thread: one RocksDB batch and one WAL sync for every write queued meanwhile.
+fn write_loop(
+    db: &DB,
+    cache: &Mutex<EntryCache>,
+    writing: &Mutex<()>,
+    rx: mpsc::Receiver<LogWrite>,
+    stats: &FlushStats,
+) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        metrics::histogram!("writ_log_group_commit_appends").record(batch.len() as f64);
-        let synced = std::time::Instant::now();
-        let result = db.flush_wal(true);
-        metrics::histogram!("writ_log_sync_seconds").record(synced.elapsed().as_secs_f64());
-        stats.appends.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        stats.syncs.fetch_add(1, Ordering::Relaxed);
-        for cb in batch {
+        let mut group = vec![first];
+        group.extend(rx.try_iter());
+        let _writing = writing.lock().unwrap_or_else(|e| e.into_inner());
+        let (batch, last) = group_batch(db, cache, &group);
+        let mut flushed = Vec::new();
+        let mut answers = Vec::new();
+        for write in group {
+            match write {
+                LogWrite::Entries { flushed: cb, .. } => flushed.push(cb),
+                LogWrite::Written(tx) => answers.push(tx),
+                LogWrite::Committed(_) => {}
+            }
+        }
+        let result = write_group(db, batch, !flushed.is_empty());
+        if let (Some(last), Ok(())) = (last, &result) {
+            cache.lock().unwrap_or_else(|e| e.into_inner()).written_upto(last);
+        }
+        if !flushed.is_empty() {
+            metrics::histogram!("writ_log_group_commit_appends").record(flushed.len() as f64);
+            stats.appends.fetch_add(flushed.len() as u64, Ordering::Relaxed);
+            stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        for cb in flushed {
             cb.io_completed(result.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string())));
         }
+        for answer in answers {
+            let _ = answer.send(());
+        }
     }
+}
+
+/// The RocksDB batch of a group of writes, and the last entry index it writes.
+fn group_batch(db: &DB, cache: &Mutex<EntryCache>, group: &[LogWrite]) -> (WriteBatch, Option<u64>) {
+    let (logs, meta) = (db.cf_handle(CF_LOGS), db.cf_handle(CF_META));
+    let (logs, meta) = (logs.expect("column families are created at open"), meta.expect("created at open"));
+    let mut batch = WriteBatch::default();
+    let mut last = None;
+    let cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    for write in group {
+        match write {
+            LogWrite::Entries { first, last: l, .. } => {
+                // Still cached: unwritten entries never leave, and truncation waits for the writer.
+                for (index, (_, stored)) in cache.entries.range(*first..=*l) {
+                    batch.put_cf(logs, index_key(*index), stored);
+                }
+                last = last.max(Some(*l));
+            }
+            LogWrite::Committed(bytes) => batch.put_cf(meta, KEY_COMMITTED, bytes),
+            LogWrite::Written(_) => {}
+        }
+    }
+    (batch, last)
+}
+
+/// Writes a group's batch, then syncs the WAL when appends wait to be durable.
+fn write_group(db: &DB, batch: WriteBatch, sync: bool) -> Result<(), rocksdb::Error> {
+    if !batch.is_empty() {
+        let started = std::time::Instant::now();
+        db.write(batch)?;
+        metrics::histogram!("writ_log_write_seconds").record(started.elapsed().as_secs_f64());
+    }
+    if !sync {
+        return Ok(());
+    }
+    let synced = std::time::Instant::now();
+    let result = db.flush_wal(true);
+    metrics::histogram!("writ_log_sync_seconds").record(synced.elapsed().as_secs_f64());
+    result
 }
 
 fn index_key(index: u64) -> [u8; 8] {
@@ -259,7 +383,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(x) => x.saturating_add(1),
             Bound::Unbounded => 0,
         };
-        if let Some(cached) = self.cache().get(start, &range) {
+        let (cached, cached_from) = self.cache().cached_part(start, &range);
+        if cached_from == start {
             return Ok(cached);
         }
         let mut out = Vec::new();
@@ -267,7 +392,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         for item in self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::From(&from, Direction::Forward)) {
             let (key, value) = item.map_err(io::Error::other)?;
             let index = key_index(&key)?;
-            if !range.contains(&index) {
+            if index >= cached_from || !range.contains(&index) {
                 break;
             }
             let entry: EntryOf<TypeConfig> = checked_decode(&value, "log entry")?;
@@ -279,6 +404,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             }
             out.push(entry);
         }
+        out.extend(cached);
         Ok(out)
     }
 
@@ -291,6 +417,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        self.written()?;
         let last_purged: Option<LogIdOf<TypeConfig>> = self.get_meta(KEY_LAST_PURGED)?;
         let last = match self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::End).next() {
             None => None,
@@ -314,44 +441,55 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
         // Need not be durable: it only lets a restarted node re-apply sooner.
-        self.put_meta(KEY_COMMITTED, &committed, false)
+        self.ask(LogWrite::Committed(checked_encode(&committed)?))
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<TypeConfig>>, io::Error> {
+        self.written()?;
         Ok(self.get_meta::<Option<LogIdOf<TypeConfig>>>(KEY_COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(&mut self, entries: I, flushed: IOFlushed<TypeConfig>) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
     {
-        let mut batch = WriteBatch::default();
         let mut appended = Vec::new();
         for entry in entries {
             let bytes = checked_encode(&entry)?;
-            batch.put_cf(self.cf(CF_LOGS), index_key(entry.index()), &bytes);
             appended.push((entry, bytes));
         }
-        // Written (readable) now, durable when the flusher's next WAL sync completes.
-        self.db.write(batch).map_err(io::Error::other)?;
+        let (Some(first), Some(last)) = (appended.first(), appended.last()) else {
+            flushed.io_completed(Ok(()));
+            return Ok(());
+        };
+        let (first, last) = (first.0.index(), last.0.index());
         let bytes: usize = appended.iter().map(|(_, stored)| stored.len()).sum();
         self.stats.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        let mut cache = self.cache();
-        for (entry, stored) in appended {
-            cache.insert(entry, stored);
+        // Readable from here on; written and synced by the writer.
+        let backlog = {
+            let mut cache = self.cache();
+            for (entry, stored) in appended {
+                cache.insert(entry, stored);
+            }
+            cache.bytes > UNWRITTEN_BYTES_MAX
+        };
+        self.ask(LogWrite::Entries { first, last, flushed })?;
+        if backlog {
+            // The writer is that far behind: wait for it rather than grow the cache further.
+            self.written()?;
         }
-        drop(cache);
-        let tx = self.flusher.tx.as_ref().ok_or_else(|| io::Error::other("log flusher is shut down"))?;
-        tx.send(callback).map_err(|_| io::Error::other("log flusher thread is gone"))
+        Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
+        self.written()?;
         self.cache().clear_from(from);
         self.db.delete_range_cf(self.cf(CF_LOGS), index_key(from), index_key(u64::MAX)).map_err(io::Error::other)
     }
 
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
+        self.written()?;
         // Record the purge point first: entries at or below it are ignored from then on.
         self.put_meta(KEY_LAST_PURGED, &log_id, false)?;
         self.cache().clear_upto(log_id.index());
@@ -367,36 +505,85 @@ mod tests {
         openraft::testing::blank_ent::<TypeConfig>(1, 1, index)
     }
 
-    fn indexes(v: Option<Vec<EntryOf<TypeConfig>>>) -> Option<Vec<u64>> {
-        v.map(|v| v.iter().map(|e| e.index()).collect())
+    fn indexes(c: &EntryCache, start: u64, range: impl RangeBounds<u64>) -> (Vec<u64>, u64) {
+        let (part, from) = c.cached_part(start, &range);
+        (part.iter().map(|e| e.index()).collect(), from)
+    }
+
+    /// Written entries, so that they may leave the cache.
+    fn written(c: &mut EntryCache) {
+        let last = c.entries.last_key_value().map_or(0, |(i, _)| *i);
+        c.written_upto(last);
     }
 
     #[test]
-    fn the_cache_answers_only_ranges_it_holds_whole_and_stays_bounded() {
+    fn the_cache_answers_the_part_of_a_range_it_holds_and_stays_bounded() {
         let mut c = EntryCache::default();
+        assert_eq!(indexes(&c, 1, 1..=3), (vec![], u64::MAX), "empty: all of it from RocksDB");
         for i in 5..=9 {
             c.insert(entry(i), vec![0; 5]);
         }
-        assert_eq!(indexes(c.get(6, &(6..=8))), Some(vec![6, 7, 8]));
-        assert_eq!(indexes(c.get(7, &(7..))), Some(vec![7, 8, 9]), "an open range ends at the last entry");
-        assert_eq!(indexes(c.get(4, &(4..=6))), None, "index 4 is not cached: read it from RocksDB");
-        assert_eq!(indexes(c.get(8, &(8..=10))), None);
-        assert_eq!(indexes(c.get(8, &(8..8))), Some(vec![]));
+        assert_eq!(indexes(&c, 6, 6..=8), (vec![6, 7, 8], 6));
+        assert_eq!(indexes(&c, 7, 7..), (vec![7, 8, 9], 7), "an open range ends at the last entry");
+        assert_eq!(indexes(&c, 4, 4..=6), (vec![5, 6], 5), "index 4 is not cached: read it from RocksDB");
+        assert_eq!(indexes(&c, 8, 8..=10), (vec![8, 9], 8));
+        assert_eq!(indexes(&c, 8, 8..8), (vec![], 8));
         // A truncated tail is replaced; a gap (a snapshot installed) starts over.
         c.clear_from(8);
         c.insert(entry(8), vec![0; 5]);
-        assert_eq!(indexes(c.get(5, &(5..))), Some(vec![5, 6, 7, 8]));
+        assert_eq!(indexes(&c, 5, 5..), (vec![5, 6, 7, 8], 5));
         c.insert(entry(20), vec![0; 5]);
-        assert_eq!(indexes(c.get(20, &(20..))), Some(vec![20]));
+        assert_eq!(indexes(&c, 20, 20..), (vec![20], 20));
         assert_eq!(c.bytes, 10);
         c.clear_upto(20);
         assert_eq!((c.entries.len(), c.bytes), (0, 0));
-        // Bounded by bytes: the oldest go first.
+        // Bounded by bytes once written: the oldest go first.
         for i in 1..=5 {
             c.insert(entry(i), vec![0; ENTRY_CACHE_BYTES / 4]);
         }
+        written(&mut c);
         assert_eq!(c.entries.keys().copied().collect::<Vec<_>>(), vec![4, 5]);
         assert!(c.bytes <= ENTRY_CACHE_BYTES);
+    }
+
+    /// An entry not yet written stays in the cache whatever the bound: it is readable nowhere else.
+    #[test]
+    fn entries_not_yet_written_stay_cached_over_the_bound() {
+        let mut c = EntryCache::default();
+        for i in 1..=5 {
+            c.insert(entry(i), vec![0; ENTRY_CACHE_BYTES / 4]);
+        }
+        assert_eq!(c.entries.len(), 5, "nothing written: nothing leaves");
+        c.written_upto(2);
+        assert_eq!(c.entries.keys().copied().collect::<Vec<_>>(), vec![3, 4, 5], "only written ones leave");
+        assert_eq!(c.unwritten_from, 3);
+        written(&mut c);
+        assert_eq!(c.entries.keys().copied().collect::<Vec<_>>(), vec![4, 5]);
+    }
+
+    /// An append returns, and its entries read back, while RocksDB's write path is held; they
+    /// reach RocksDB, and are reported flushed, only once it answers.
+    #[test]
+    // Held across the appends on purpose: only the writer thread (not a task) waits for it.
+    #[allow(clippy::await_holding_lock)]
+    fn an_append_waits_for_no_rocksdb_write() {
+        use openraft::type_config::TypeConfigExt;
+        TypeConfig::run(async {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut log, _sm) = crate::open(dir.path()).unwrap();
+            let writing = log.writer.writing.clone();
+            let held = writing.lock().unwrap();
+            let (tx, mut rx) = TypeConfig::oneshot();
+            log.append((1..=3).map(entry), IOFlushed::signal(tx)).await.unwrap();
+            let read = log.try_get_log_entries(1..=3).await.unwrap();
+            assert_eq!(read.iter().map(|e| e.index()).collect::<Vec<_>>(), vec![1, 2, 3]);
+            assert!(log.db.get_cf(log.cf(CF_LOGS), index_key(1)).unwrap().is_none(), "written by the append itself");
+            assert!(rx.try_recv().is_err(), "reported flushed before it was written");
+            drop(held);
+            rx.await.unwrap().unwrap();
+            assert!(log.db.get_cf(log.cf(CF_LOGS), index_key(3)).unwrap().is_some());
+            assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index()), Some(3));
+        });
     }
 
     #[test]
