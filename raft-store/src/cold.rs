@@ -362,16 +362,16 @@ fn garbage(revision: u64, kind: u8, key: &[u8]) -> Vec<u8> {
 pub(crate) fn purge(db: &DB, horizon: u64) -> io::Result<u64> {
     let cf = db.cf_handle(CF_COLD).expect("column families are created at open");
     let end = garbage(horizon.saturating_add(1), 0, &[]);
-    let (mut dropped, mut from) = (0u64, vec![GARBAGE]);
+    let (mut dropped, mut from, mut wrote) = (0u64, vec![GARBAGE], false);
     loop {
         let (batch, seen, next) = purge_batch(db, cf, &from, &end, &mut dropped)?;
         if seen == 0 {
             break;
         }
         db.write_opt(batch, &crate::state_machine::unlogged()).map_err(io::Error::other)?;
-        from = next;
+        (from, wrote) = (next, true);
     }
-    if from.len() > 1 {
+    if wrote {
         db.flush_cf(cf).map_err(io::Error::other)?;
     }
     Ok(dropped)

@@ -906,7 +906,7 @@ pub(crate) fn adopt(db: &DB, cold: &Arc<crate::cold::RocksCold>, state: &mut Led
 pub(crate) const APPLIED_FAMILIES: [&str; 4] = [CF_EVENTS, CF_AUDIT, CF_EVIDENCE, crate::cold::CF_COLD];
 
 /// Write options of what is derived from the log or may be redone (apply's batch, a purge's):
-/// no WAL, made durable by the flush at the next snapshot.
+/// no WAL, made durable by a flush of their families (at the next snapshot, or the purge's own).
 pub(crate) fn unlogged() -> WriteOptions {
     let mut opts = WriteOptions::default();
     opts.disable_wal(true);
