@@ -86,7 +86,7 @@ node_timings() {
   local u
   for u in $WRIT_NODE_URLS; do
     curl -sf --cacert "$WRIT_CA_FILE" "$u/metrics" |
-      grep -E '^writ_(state_apply_seconds|state_write_seconds|log_sync_seconds|runtime_stall_seconds|event_log_retention_step_seconds|node_failure_detector_prevotes_total|events_trimmed_total|audit_records_written_out_total)' |
+      grep -E '^writ_(state_apply_seconds|state_write_seconds|state_read_wait_seconds|log_sync_seconds|runtime_stall_seconds|event_log_retention_step_seconds|node_failure_detector_prevotes_total|events_trimmed_total|audit_records_written_out_total)' |
       sed "s|^|$u |" || true
   done
 }

@@ -227,15 +227,16 @@ def main():
                   f"| {fmt(t.get('events_trimmed', 0))} | {fmt(t.get('written_out', 0))} |")
         print(f"\nWhat each node's work waited on in the {phase} phase: the async runtime's stalls "
               "(`writ_runtime_stall_seconds`: a task woken late; over 100 ms, and the bucket of the largest), "
-              "the RocksDB write of each apply (`writ_state_write_seconds`) and the event log's retention steps "
-              "(`writ_event_log_retention_step_seconds`) — count, mean ms, p99 bucket, count over 100 ms.\n")
+              "the RocksDB write of each apply (`writ_state_write_seconds`), the event log's retention steps "
+              "(`writ_event_log_retention_step_seconds`) and the reads of the state that waited for an apply "
+              "(`writ_state_read_wait_seconds`) — count, mean ms, p99 bucket, count over 100 ms.\n")
         print("| node | stalls > 100 ms | largest ≤ ms | writes | mean | p99 ≤ | > 100 ms "
-              "| retention steps | mean | p99 ≤ | > 100 ms |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| retention steps | mean | p99 ≤ | > 100 ms | read waits | mean | p99 ≤ | > 100 ms |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for url, t in sorted(nodes.items()):
             s_, w, r = t.get("runtime_stall", {}), t.get("state_write", {}), t.get("event_log_retention_step", {})
             cells = [fmt(s_.get("over_100ms")), fmt(s_.get("max_le_ms"), 1)]
-            cells += [fmt(h.get(k), d) for h in (w, r) for k, d in
+            cells += [fmt(h.get(k), d) for h in (w, r, t.get("state_read_wait", {})) for k, d in
                       (("count", 0), ("mean_ms", 2), ("p99_le_ms", 1), ("over_100ms", 0))]
             print(f"| {url} | " + " | ".join(cells) + " |")
     print("\nNode 1 over time (s since start, phase, MB on disk, operations held, RSS and its RocksDB part, "

@@ -309,10 +309,21 @@ impl StateMachine {
         crate::compaction_parts(&self.inner.db)
     }
 
-    /// A consistent read of the applied state.
+    /// A consistent read of the applied state. While an apply holds the state, the wait
+    /// happens off the async runtime's worker (`off_runtime`): readers waiting out a long
+    /// apply on every worker would otherwise stop the whole runtime, Raft's heartbeats with it.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
         // A poisoned lock means a panic while applying, which already is fatal for the node.
-        self.inner.applied.read().expect("state machine lock poisoned")
+        match self.inner.applied.try_read() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let started = std::time::Instant::now();
+                let guard = off_runtime(|| self.inner.applied.read().expect("state machine lock poisoned"));
+                metrics::histogram!("writ_state_read_wait_seconds").record(started.elapsed().as_secs_f64());
+                guard
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("state machine lock poisoned"),
+        }
     }
 
     fn write_applied(&self) -> std::sync::RwLockWriteGuard<'_, Applied> {
@@ -468,10 +479,12 @@ impl StateMachine {
     pub(crate) fn trim_events(&self) -> io::Result<bool> {
         // Held throughout: a snapshot's install replaces what this reads.
         let mut from = self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // The state is read (not written) until the batch is written: no apply may retire the
-        // records written out in between.
-        let a = self.read();
-        let (floor, oldest_at, now) = (a.event_floor, a.event_floor_at_ms, a.state.clock_ms);
+        // The floor moves only here and at an install, both under `from`: it holds while the
+        // due events are read, without the state (which applies wait for).
+        let (floor, oldest_at, now) = {
+            let a = self.read();
+            (a.event_floor, a.event_floor_at_ms, a.state.clock_ms)
+        };
         let cutoff = now.saturating_sub(EVENT_LOG_KEPT_MS);
         if oldest_at.is_some_and(|at| at > cutoff) {
             return Ok(false);
@@ -489,15 +502,18 @@ impl StateMachine {
             // the same batch (`crate::audit_rows`).
             let mut batch = WriteBatch::default();
             let dropped: Vec<&EventEnvelope> = due.iter().collect();
+            // The state is read (not written) until the batch is written: no apply may retire
+            // the records written out in between.
+            let a = self.read();
             let written =
                 crate::audit_rows::write_out(&self.inner.db, &mut batch, &a.state, &dropped, new_floor, &mut from)?;
             let cf = self.inner.db.cf_handle(CF_EVENTS).expect("column families are created at open");
             batch.delete_range_cf(cf, 0u64.to_be_bytes(), new_floor.to_be_bytes());
             self.inner.db.write(batch).map_err(io::Error::other)?;
+            drop(a);
             metrics::counter!("writ_events_trimmed_total").increment(new_floor - floor);
             metrics::counter!("writ_audit_records_written_out_total").increment(written);
         }
-        drop(a);
         let mut a = self.write_applied();
         a.event_floor = a.event_floor.max(new_floor);
         a.event_floor_at_ms = oldest_at;
@@ -1707,6 +1723,38 @@ mod tests {
             served
         });
         assert!(served, "the other task never ran while the work blocked");
+    }
+
+    /// Readers of the state on every worker of the runtime, waiting out an apply that holds
+    /// it, leave the runtime serving: a task spawned after they wait runs before the apply
+    /// ends (as Raft's heartbeats must).
+    #[test]
+    fn readers_waiting_on_an_apply_leave_the_runtime_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let applying = sm.write_applied();
+        let (waiting_tx, waiting) = std::sync::mpsc::channel();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (sm, waiting_tx) = (sm.clone(), waiting_tx.clone());
+                rt.spawn(async move {
+                    waiting_tx.send(()).unwrap();
+                    sm.read().state.revision
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            waiting.recv_timeout(std::time::Duration::from_secs(10)).expect("a reader started");
+        }
+        let (served_tx, served) = std::sync::mpsc::channel();
+        rt.spawn(async move { served_tx.send(()).unwrap() });
+        let ran = served.recv_timeout(std::time::Duration::from_secs(10)).is_ok();
+        drop(applying);
+        for reader in readers {
+            rt.block_on(reader).unwrap();
+        }
+        assert!(ran, "no task ran while the readers waited on the apply");
     }
 
     /// On a single-threaded runtime (tests, the simulation) the work runs in place
