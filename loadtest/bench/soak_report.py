@@ -55,28 +55,31 @@ def timings(path):
     if not path or not os.path.exists(path):
         return nodes
     for line in open(path):
-        m = re.match(r'(\S+) (writ_\w+?)(_bucket\{le="([^"]+)"\}|_sum|_count|_total)?(\{[^}]*\})? ([0-9.e+]+)$', line.strip())
+        # A histogram's series with labels (besides `le`) are added together.
+        m = re.match(r'(\S+) (writ_\w+?)(_bucket|_sum|_count|_total)?(\{[^}]*\})? ([0-9.e+]+)$', line.strip())
         if not m:
             continue
-        url, name, part, le, value = m.group(1), m.group(2), m.group(3) or "", m.group(4), float(m.group(6))
+        url, name, part, value = m.group(1), m.group(2), m.group(3) or "", float(m.group(5))
+        le = re.search(r'le="([^"]+)"', m.group(4) or "")
+        le = le.group(1) if le else None
         node = nodes.setdefault(url, {})
         counters = {"writ_node_failure_detector_prevotes": "prevotes", "writ_events_trimmed": "events_trimmed",
                     "writ_audit_records_written_out": "written_out"}
         if name in counters:
             node[counters[name]] = int(value)
             continue
-        h = node.setdefault(name.removeprefix("writ_").removesuffix("_seconds"), {"buckets": []})
+        h = node.setdefault(name.removeprefix("writ_").removesuffix("_seconds"), {"by_le": {}})
         if le is not None:
-            h["buckets"].append((float(le), value))
+            h["by_le"][float(le)] = h["by_le"].get(float(le), 0) + value
         elif part == "_sum":
-            h["sum"] = value
+            h["sum"] = h.get("sum", 0) + value
         elif part == "_count":
-            h["count"] = value
+            h["count"] = h.get("count", 0) + value
     for node in nodes.values():
         for key, h in list(node.items()):
             if not isinstance(h, dict):
                 continue
-            n, buckets = h.get("count", 0), sorted(h.pop("buckets"))
+            n, buckets = h.get("count", 0), sorted(h.pop("by_le").items())
             h["mean_ms"] = 1000 * h.pop("sum", 0) / n if n else None
             h["p99_le_ms"] = next((1000 * le for le, c in buckets if c >= 0.99 * n), None) if n else None
             h["over_100ms"] = n - next((c for le, c in buckets if le == 0.1), n)

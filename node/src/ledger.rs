@@ -685,7 +685,7 @@ impl LedgerNode {
                 Err(ReasonCode::LEDGER_VERSION_GATED) if reported => reported = false,
                 Err(_) => return,
             }
-            if !retention_due(&self.sm.read().state, tenant_id, now, reported) {
+            if !retention_due(&self.sm.read_async().await.state, tenant_id, now, reported) {
                 return;
             }
             tokio::time::sleep(started.elapsed() * RETENTION_REST_PER_WORK).await;
@@ -700,7 +700,7 @@ impl LedgerNode {
         else {
             return;
         };
-        if !self.is_leader() || shared < 16 || shared <= self.sm.read().state.ledger_version {
+        if !self.is_leader() || shared < 16 || shared <= self.sm.read_async().await.state.ledger_version {
             return;
         }
         if self.reap(Command::RaiseLedgerVersion { version: shared }, self.clock.now_ms()).await.is_ok() {
@@ -779,7 +779,7 @@ impl LedgerNode {
     /// `Some(revision)` when the ledger took new keys, `None` when they were unchanged or this
     /// node fetched them less than [`ISSUER_FETCH_INTERVAL_MIN`] ago.
     pub async fn refresh_issuer(&self, issuer: &str) -> Result<Option<u64>, Rejection> {
-        let source = self.sm.read().state.issuer_sources.get(issuer).cloned().ok_or_else(|| {
+        let source = self.sm.read_async().await.state.issuer_sources.get(issuer).cloned().ok_or_else(|| {
             Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL"))
         })?;
         {
@@ -817,17 +817,20 @@ impl LedgerNode {
                 writ_api::grant::Credential::Anonymous => None,
             })
             .max();
-        if recorded_at.is_some_and(|rev| rev > self.sm.read().state.revision) {
-            self.linearize().await?;
+        if let Some(rev) = recorded_at {
+            if rev > self.sm.read_async().await.state.revision {
+                self.linearize().await?;
+            }
         }
         let node = format!("node:{}", self.id);
         let presenter = writ_api::grant::Presenter { edge_id, node: &node };
         let now = self.clock.now_ms();
-        writ_api::grant::vouched(&self.sm.read().state, &command, &vouchers, &presenter, now)?;
+        writ_api::grant::vouched(&self.sm.read_async().await.state, &command, &vouchers, &presenter, now)?;
         if writ_api::grant::acts(&command).is_empty() {
             return Ok(SubmitRequest::new(trace_id, command));
         }
-        let command = writ_api::grant::admit(&self.sm.read().state, command, credential.as_ref(), &presenter, now)?;
+        let command =
+            writ_api::grant::admit(&self.sm.read_async().await.state, command, credential.as_ref(), &presenter, now)?;
         metrics::counter!("writ_ledger_acts_verified_total").increment(1);
         Ok(SubmitRequest::new(trace_id, command))
     }
@@ -985,7 +988,7 @@ impl LedgerNode {
         }
         // Evidence and audit bodies are read from the store, not from the in-memory state.
         if let Query::GetEvidence { tenant_id, operation_id, content_hash } = &req.query {
-            let blob = self.sm.read().state.evidence_record(tenant_id, operation_id, content_hash)?.clone();
+            let blob = self.sm.read_async().await.state.evidence_record(tenant_id, operation_id, content_hash)?.clone();
             let key = writ_api::evidence::blob_key(tenant_id, operation_id, content_hash);
             let bytes = self.sm.evidence_blob(&key).map_err(|e| internal(&e))?;
             let bytes =
@@ -1009,13 +1012,13 @@ impl LedgerNode {
                 self.sm.audit_page(tenant_id, after, limit, &filter).map_err(|e| internal(&e))?;
             return Ok(QueryResult::Audit { records, next_cursor });
         }
-        writ_api::query::answer(&self.sm.read().state, req.query)
+        writ_api::query::answer(&self.sm.read_async().await.state, req.query)
     }
 
     /// The state after every write acknowledged before the call.
     pub async fn linearized_state(&self) -> Result<LedgerState, Rejection> {
         self.linearize().await?;
-        Ok(self.sm.read().state.clone())
+        Ok(self.sm.read_async().await.state.clone())
     }
 
     /// The watch stream: events from `filter.from` in revision order (the store first, then
@@ -1197,13 +1200,13 @@ impl LedgerNode {
     /// Returns what to propose: the command, or (while a member cannot read them) the command
     /// with its request decisions recorded without authority chains and its blobs as base64.
     async fn gate(&self, command: &Arc<Command>) -> Result<Arc<Command>, Rejection> {
-        let needs = self.sm.read().state.ledger_version_of(command);
+        let needs = self.sm.read_async().await.state.ledger_version_of(command);
         let behind = self.members_behind(needs).await;
         if behind.is_empty() {
             return Ok(command.clone());
         }
         let plain = command.without_authority_chains().with_blobs_as_base64();
-        let plain_needs = self.sm.read().state.ledger_version_of(&plain);
+        let plain_needs = self.sm.read_async().await.state.ledger_version_of(&plain);
         if plain != **command && self.members_behind(plain_needs).await.is_empty() {
             return Ok(Arc::new(plain));
         }

@@ -92,6 +92,32 @@ pub struct Applied {
     event_floor_at_ms: Option<u64>,
 }
 
+/// The state held for writing; dropped, it wakes the async readers waiting for it.
+struct Applying<'a> {
+    guard: Option<std::sync::RwLockWriteGuard<'a, Applied>>,
+    released: &'a tokio::sync::Notify,
+}
+
+impl std::ops::Deref for Applying<'_> {
+    type Target = Applied;
+    fn deref(&self) -> &Applied {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Applying<'_> {
+    fn deref_mut(&mut self) -> &mut Applied {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.released.notify_waiters();
+    }
+}
+
 struct Inner {
     db: Arc<DB>,
     /// The cold rows every state this machine applies reads and writes (`crate::cold`).
@@ -100,6 +126,8 @@ struct Inner {
     /// Started from a restored backup's seed state (`crate::backup`).
     seeded: bool,
     applied: RwLock<Applied>,
+    /// Woken each time a writer releases `applied`: async readers wait for it, not the lock.
+    released: tokio::sync::Notify,
     events: broadcast::Sender<Arc<StoredEvent>>,
     /// Set once, with the cause, when a read outside openraft (watch, audit) finds a corrupt
     /// record. openraft's own reads stop its core instead (a `Fatal`); either way the node
@@ -272,6 +300,7 @@ impl StateMachine {
                 snapshot_dir,
                 seeded,
                 applied: RwLock::new(applied),
+                released: tokio::sync::Notify::new(),
                 events,
                 corruption: tokio::sync::watch::channel(None).0,
                 role_revocations: Default::default(),
@@ -319,15 +348,43 @@ impl StateMachine {
             Err(std::sync::TryLockError::WouldBlock) => {
                 let started = std::time::Instant::now();
                 let guard = off_runtime(|| self.inner.applied.read().expect("state machine lock poisoned"));
-                metrics::histogram!("writ_state_read_wait_seconds").record(started.elapsed().as_secs_f64());
+                let waited = started.elapsed().as_secs_f64();
+                metrics::histogram!("writ_state_read_wait_seconds", "reader" => "blocking").record(waited);
                 guard
             }
             Err(std::sync::TryLockError::Poisoned(_)) => panic!("state machine lock poisoned"),
         }
     }
 
-    fn write_applied(&self) -> std::sync::RwLockWriteGuard<'_, Applied> {
-        self.inner.applied.write().expect("state machine lock poisoned")
+    /// [`Self::read`] for async callers: while an apply holds the state, the task yields until
+    /// the apply releases it, and its worker runs other tasks meanwhile.
+    pub async fn read_async(&self) -> RwLockReadGuard<'_, Applied> {
+        let mut waited: Option<std::time::Instant> = None;
+        loop {
+            let released = self.inner.released.notified();
+            tokio::pin!(released);
+            // Registered before the attempt, so a release between the two still wakes it.
+            released.as_mut().enable();
+            match self.inner.applied.try_read() {
+                Ok(guard) => {
+                    if let Some(started) = waited {
+                        let waited = started.elapsed().as_secs_f64();
+                        metrics::histogram!("writ_state_read_wait_seconds", "reader" => "async").record(waited);
+                    }
+                    return guard;
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    waited.get_or_insert_with(std::time::Instant::now);
+                }
+                Err(std::sync::TryLockError::Poisoned(_)) => panic!("state machine lock poisoned"),
+            }
+            released.await;
+        }
+    }
+
+    fn write_applied(&self) -> Applying<'_> {
+        let guard = self.inner.applied.write().expect("state machine lock poisoned");
+        Applying { guard: Some(guard), released: &self.inner.released }
     }
 
     /// Whether the role certificate with (normalized) serial `serial` is revoked, without
@@ -1755,6 +1812,34 @@ mod tests {
             rt.block_on(reader).unwrap();
         }
         assert!(ran, "no task ran while the readers waited on the apply");
+    }
+
+    /// An async reader waits for an apply by yielding: on a single-threaded runtime, another
+    /// task runs while it waits, and the apply's release wakes it.
+    #[test]
+    fn an_async_reader_yields_while_an_apply_holds_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path()).unwrap();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let revision = rt.block_on(async {
+                let mut applying = sm.write_applied();
+                applying.state.revision = 7;
+                let reader = tokio::spawn({
+                    let sm = sm.clone();
+                    async move { sm.read_async().await.state.revision }
+                });
+                // The reader runs first and waits; this task runs again only if it yielded.
+                tokio::task::yield_now().await;
+                assert!(!reader.is_finished());
+                drop(applying);
+                reader.await.unwrap()
+            });
+            done_tx.send(revision).unwrap();
+        });
+        let revision = done.recv_timeout(std::time::Duration::from_secs(10)).expect("the reader yielded and woke");
+        assert_eq!(revision, 7);
     }
 
     /// On a single-threaded runtime (tests, the simulation) the work runs in place
