@@ -342,16 +342,22 @@ impl StateMachine {
     /// happens off the async runtime's worker (`off_runtime`): readers waiting out a long
     /// apply on every worker would otherwise stop the whole runtime, Raft's heartbeats with it.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
-        // A poisoned lock means a panic while applying, which already is fatal for the node.
+        if let Some(guard) = self.try_read() {
+            return guard;
+        }
+        let started = std::time::Instant::now();
+        let guard = off_runtime(|| self.inner.applied.read().expect("state machine lock poisoned"));
+        metrics::histogram!("writ_state_read_wait_seconds", "reader" => "blocking")
+            .record(started.elapsed().as_secs_f64());
+        guard
+    }
+
+    /// The state for reading, unless a writer holds it or waits for it.
+    fn try_read(&self) -> Option<RwLockReadGuard<'_, Applied>> {
         match self.inner.applied.try_read() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::WouldBlock) => {
-                let started = std::time::Instant::now();
-                let guard = off_runtime(|| self.inner.applied.read().expect("state machine lock poisoned"));
-                let waited = started.elapsed().as_secs_f64();
-                metrics::histogram!("writ_state_read_wait_seconds", "reader" => "blocking").record(waited);
-                guard
-            }
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            // A poisoned lock means a panic while applying, which already is fatal for the node.
             Err(std::sync::TryLockError::Poisoned(_)) => panic!("state machine lock poisoned"),
         }
     }
@@ -365,19 +371,14 @@ impl StateMachine {
             tokio::pin!(released);
             // Registered before the attempt, so a release between the two still wakes it.
             released.as_mut().enable();
-            match self.inner.applied.try_read() {
-                Ok(guard) => {
-                    if let Some(started) = waited {
-                        let waited = started.elapsed().as_secs_f64();
-                        metrics::histogram!("writ_state_read_wait_seconds", "reader" => "async").record(waited);
-                    }
-                    return guard;
+            if let Some(guard) = self.try_read() {
+                if let Some(started) = waited {
+                    let waited = started.elapsed().as_secs_f64();
+                    metrics::histogram!("writ_state_read_wait_seconds", "reader" => "async").record(waited);
                 }
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    waited.get_or_insert_with(std::time::Instant::now);
-                }
-                Err(std::sync::TryLockError::Poisoned(_)) => panic!("state machine lock poisoned"),
+                return guard;
             }
+            waited.get_or_insert_with(std::time::Instant::now);
             released.await;
         }
     }
