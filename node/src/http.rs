@@ -473,7 +473,7 @@ struct StatusQuery {
 }
 
 async fn client_status(State(st): State<NodeState>, Query(q): Query<StatusQuery>) -> Response {
-    Json(st.node.status_view(q.digest.unwrap_or(true))).into_response()
+    Json(st.node.status_view(q.digest.unwrap_or(true)).await).into_response()
 }
 
 async fn client_cluster(State(st): State<NodeState>) -> Response {
@@ -588,7 +588,7 @@ async fn metrics_text(State(st): State<NodeState>) -> Response {
     // By tenant class: the tenant's audit mode, a bounded label (tenant ids are not).
     let mut counts = std::collections::BTreeMap::<(&str, OperationState), u64>::new();
     {
-        let a = st.node.sm.read();
+        let a = st.node.sm.read_async().await;
         // What the ledger holds, by kind: what retention keeps bounded (SPEC L9).
         for (kind, n) in writ_api::retention::record_counts(&a.state) {
             metrics::gauge!("writ_ledger_records", "kind" => kind).set(n as f64);

@@ -543,7 +543,7 @@ impl LedgerNode {
                 }
                 let versions = n.member_versions().await;
                 n.raise_ledger_version(&versions).await;
-                let behind = n.sm.read().state.ledger_version < writ_api::ledger::LEDGER_VERSION;
+                let behind = n.sm.read_async().await.state.ledger_version < writ_api::ledger::LEDGER_VERSION;
                 drop(n);
                 // Members not known yet (this node has not learned the membership), or one not
                 // heard from (starting, or unreachable when asked), are asked again soon: a
@@ -643,7 +643,7 @@ impl LedgerNode {
             let now = node.clock.now_ms();
             let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
             let (expire, retire) = {
-                let applied = node.sm.read();
+                let applied = node.sm.read_async().await;
                 let st = &applied.state;
                 // Operations past a deadline or lease, and evidence past its retention.
                 let due = st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now));
@@ -756,7 +756,7 @@ impl LedgerNode {
         }
         self.while_leading(period, |node, _| async move {
             let issuers: Vec<String> = {
-                let applied = node.sm.read();
+                let applied = node.sm.read_async().await;
                 let st = &applied.state;
                 let active = |t: &str| st.tenants.get(t).is_some_and(|t| t.closed().is_none());
                 st.issuer_sources.iter().filter(|(_, s)| active(&s.tenant_id)).map(|(iss, _)| iss.clone()).collect()
@@ -779,17 +779,21 @@ impl LedgerNode {
     /// `Some(revision)` when the ledger took new keys, `None` when they were unchanged or this
     /// node fetched them less than [`ISSUER_FETCH_INTERVAL_MIN`] ago.
     pub async fn refresh_issuer(&self, issuer: &str) -> Result<Option<u64>, Rejection> {
-        let source = self.sm.read_async().await.state.issuer_sources.get(issuer).cloned().ok_or_else(|| {
-            Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL"))
-        })?;
+        let (source, known) = {
+            let applied = self.sm.read_async().await;
+            let sources = &applied.state.issuer_sources;
+            let source = sources.get(issuer).cloned().ok_or_else(|| {
+                Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL"))
+            })?;
+            (source, sources.keys().cloned().collect::<std::collections::BTreeSet<_>>())
+        };
         {
             let mut fetched = self.issuer_fetches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             if fetched.get(issuer).is_some_and(|at| now.duration_since(*at) < ISSUER_FETCH_INTERVAL_MIN) {
                 return Ok(None);
             }
-            let known = &self.sm.read().state.issuer_sources;
-            fetched.retain(|iss, _| known.contains_key(iss));
+            fetched.retain(|iss, _| known.contains(iss));
             fetched.insert(issuer.to_string(), now);
         }
         let keys = writ_client::discovery::fetch_keys(&source.spec).await?;
@@ -1002,7 +1006,8 @@ impl LedgerNode {
             }
             Query::RecentAudit { tenant_id, limit } => {
                 let limit = writ_api::query::page_limit(*limit)?;
-                let after = self.sm.read().state.audit.get(tenant_id).map_or(0, |i| i.recent_cursor(limit as u64));
+                let after =
+                    self.sm.read_async().await.state.audit.get(tenant_id).map_or(0, |i| i.recent_cursor(limit as u64));
                 Some((tenant_id, after, limit, Default::default()))
             }
             _ => None,
@@ -1151,14 +1156,14 @@ impl LedgerNode {
     }
 
     /// This node's own view: Raft position, membership and state digest.
-    pub fn status(&self) -> NodeStatus {
-        self.status_view(true)
+    pub async fn status(&self) -> NodeStatus {
+        self.status_view(true).await
     }
 
     /// This node's own view, with the state digest only when `digest` (it encodes the whole
     /// state under the state's read lock, which holds apply back: under P1 a follower asked for
     /// its status spent seconds per answer and fell behind; hashing is done after the lock).
-    pub fn status_view(&self, digest: bool) -> NodeStatus {
+    pub async fn status_view(&self, digest: bool) -> NodeStatus {
         let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         let role = match m.state {
@@ -1168,7 +1173,7 @@ impl LedgerNode {
             ServerState::Shutdown => Role::Shutdown,
             ServerState::Follower => Role::Follower,
         };
-        let applied = self.sm.read();
+        let applied = self.sm.read_async().await;
         let encoded = digest.then(|| applied.state.encode());
         let status = NodeStatus {
             node_id: self.id,
@@ -1283,7 +1288,7 @@ impl LedgerNode {
 
     /// Every member's own status, asked of each member directly.
     pub async fn cluster_status(&self) -> ClusterStatus {
-        let me = self.status();
+        let me = self.status().await;
         let mut members = Vec::new();
         for (id, addr) in &me.members {
             let (status, error) = if *id == self.id {
@@ -1336,7 +1341,7 @@ impl LedgerNode {
                 };
                 // Already covering everything applied: nothing to build (and nothing to wait for).
                 if before.as_ref().map(|s| s.index()) == applied.as_ref().map(|a| a.index()) {
-                    return Ok(self.status());
+                    return Ok(self.status().await);
                 }
                 self.raft.trigger().snapshot().await.map_err(|e| internal(&e))?;
                 // Wait (bounded) for the snapshot to be built so the caller can rely on it.
@@ -1367,7 +1372,7 @@ impl LedgerNode {
                 .await;
             }
         }
-        Ok(self.status())
+        Ok(self.status().await)
     }
 }
 
@@ -1384,7 +1389,7 @@ impl Ledger for LedgerNode {
         Box::pin(self.query_request(req))
     }
     fn node_status(&self) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
-        Box::pin(async move { Ok(self.status()) })
+        Box::pin(async move { Ok(self.status().await) })
     }
     fn cluster_status(&self) -> BoxFuture<'_, Result<ClusterStatus, Rejection>> {
         Box::pin(async move { Ok(LedgerNode::cluster_status(self).await) })
@@ -1419,7 +1424,7 @@ impl writ_client::verifier::StateView for LedgerNode {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + timeout;
             loop {
-                if self.sm.read().state.revision >= revision {
+                if self.sm.read_async().await.state.revision >= revision {
                     return true;
                 }
                 if tokio::time::Instant::now() >= deadline {

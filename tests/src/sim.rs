@@ -201,7 +201,7 @@ impl Peers for SimPeers {
     }
     fn status(&self, addr: &str, digest: bool) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let target = self.target(addr);
-        Box::pin(async move { Ok(target?.status_view(digest)) })
+        Box::pin(async move { Ok(target?.status_view(digest).await) })
     }
     fn cluster_change(&self, addr: &str, change: ClusterChange) -> BoxFuture<'_, Result<NodeStatus, Rejection>> {
         let target = self.target(addr);

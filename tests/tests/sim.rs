@@ -51,7 +51,7 @@ async fn run_seed(seed: u64) {
     }
 
     // Phase 2: cut the leader off. It must commit nothing; the majority elects and goes on.
-    let applied_before = c.nodes[&leader].status().last_applied_index;
+    let applied_before = c.nodes[&leader].status().await.last_applied_index;
     c.board.isolate(leader);
     // A submit through a follower right after the cut waits for the election and lands on the
     // new leader, instead of failing with LEDGER_UNAVAILABLE (issue 17, step 5).
@@ -75,7 +75,11 @@ async fn run_seed(seed: u64) {
         !matches!(orphan_result, Ok(Ok(_))),
         "seed {seed}: the isolated leader acknowledged a write: {orphan_result:?}"
     );
-    assert_eq!(c.nodes[&leader].status().last_applied_index, applied_before, "seed {seed}: minority applied something");
+    assert_eq!(
+        c.nodes[&leader].status().await.last_applied_index,
+        applied_before,
+        "seed {seed}: minority applied something"
+    );
 
     let new_leader =
         eventually("majority leader", Duration::from_secs(20), || async { c.leader().filter(|id| *id != leader) })
@@ -95,7 +99,7 @@ async fn run_seed(seed: u64) {
     // Phase 3: heal; every replica converges to one applied index and digest.
     c.board.heal();
     let (index, digest) = eventually("convergence", Duration::from_secs(30), || async {
-        let s: Vec<_> = c.nodes.values().map(|n| n.status()).collect();
+        let s: Vec<_> = futures::future::join_all(c.nodes.values().map(|n| n.status())).await;
         let first = (s[0].last_applied_index, s[0].state_digest.clone());
         s.iter().all(|x| (x.last_applied_index, x.state_digest.clone()) == first).then_some(first)
     })
@@ -282,16 +286,16 @@ async fn retention_compacts_alike_on_every_replica_and_travels_in_snapshots() {
     // Its log purged behind a snapshot, the leader can only send the cut node that snapshot.
     c.nodes[&leader].change(writ_api::dto::ClusterChange::Snapshot, false).await.expect("snapshot");
     c.nodes[&leader].change(writ_api::dto::ClusterChange::PurgeLog, false).await.expect("purge");
-    let status = c.nodes[&leader].status();
+    let status = c.nodes[&leader].status().await;
     assert_eq!(status.purged_index, status.snapshot_index, "the leader's log is purged through its snapshot");
     c.board.heal();
     // The cut node's state machine takes the snapshot before its Raft metrics report it, so the
     // wait covers both: one digest everywhere and the snapshot on the node that was cut off.
     let digest = eventually("every replica at one digest, node cut by snapshot", Duration::from_secs(30), || async {
-        let s: Vec<_> = c.nodes.values().map(|n| n.status()).collect();
+        let s: Vec<_> = futures::future::join_all(c.nodes.values().map(|n| n.status())).await;
         let first = (s[0].last_applied_index, s[0].state_digest.clone());
         let converged = s.iter().all(|x| (x.last_applied_index, x.state_digest.clone()) == first);
-        (converged && c.nodes[&cut].status_view(false).snapshot_index.is_some()).then_some(first.1)
+        (converged && c.nodes[&cut].status_view(false).await.snapshot_index.is_some()).then_some(first.1)
     })
     .await;
     for node in c.nodes.values() {
