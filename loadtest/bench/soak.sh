@@ -13,13 +13,15 @@
 # what the load left and the event log its week-old events, and the sampler goes on for
 # SOAK_RECLAIM_S. A third of the way in, and again two thirds in, a write and then a snapshot
 # on every node (what the log's growth triggers in a cluster in service: the versions retention
-# replaced are dropped at a snapshot once the older of the two a node keeps is past them): the
-# disk curve shows what retention gives back. The report counts elections in each phase and
-# reads each node's apply and WAL sync times at its end (the nodes restart for the reclaim, so
-# the reclaim's are its own).
+# replaced are dropped at a snapshot once the older of the two a node keeps is past them), and
+# two more rounds as soon as no operation is left to retire, after which the phase goes on for
+# at least SOAK_RECLAIM_AFTER_S: the disk curve shows what retention gives back. The report
+# counts elections in each phase and reads each node's apply and WAL sync times at its end (the
+# nodes restart for the reclaim, so the reclaim's are its own).
 #
 # Knobs: SOAK_SECONDS (3600), SOAK_RATE (ops/s; default half of P1's 64-client rate in
 # results/latest.json), SOAK_WARMUP_S (600), SOAK_SAMPLE_S (30), SOAK_RECLAIM_S (900),
+# SOAK_RECLAIM_AFTER_S (300),
 # SOAK_CLOCK_AHEAD_S (8 days), SOAK_LABEL (what the binaries are; default: HEAD), BENCH_BUILD=0
 # (use the release binaries already built),
 # BENCH_OUT (loadtest/bench/results). Writes $BENCH_OUT/soak.{csv,json,md}.
@@ -31,6 +33,7 @@ SECONDS_LOADED=${SOAK_SECONDS:-3600}
 WARMUP=${SOAK_WARMUP_S:-600}
 SAMPLE=${SOAK_SAMPLE_S:-30}
 RECLAIM=${SOAK_RECLAIM_S:-900}
+AFTER=${SOAK_RECLAIM_AFTER_S:-300}
 AHEAD=${SOAK_CLOCK_AHEAD_S:-$((8 * 86400))}
 RATE=${SOAK_RATE:-$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(next(p["writ"]["ops_per_s"] for p in d["p1"] if p["clients"] == 64) / 2, 1))' loadtest/bench/results/latest.json)}
 # What the binaries are (the commit they were built from).
@@ -114,19 +117,35 @@ TERM_RECLAIM=$(writ_raft term)
 WRITES_FAILED=0
 sampler reclaim &
 SAMPLER=$!
-for round in 1 2; do
-  sleep $((RECLAIM / 3))
-  # A write first: a node builds no snapshot at the revision it already has one of.
-  snapshot_round "$round"
+reclaim_from=$(date +%s)
+in_phase() { echo $(( $(date +%s) - reclaim_from )); }
+# Rounds at a third and two thirds of the phase; then, once no operation is left to retire,
+# two more: a snapshot drops what retention replaced once the older of the two a node keeps is
+# past it. The phase then goes on for SOAK_RECLAIM_AFTER_S, so that it ends no sooner than that
+# after the last round (and never later than twice SOAK_RECLAIM_S).
+round=0 end=$RECLAIM
+while [ "$(in_phase)" -lt "$end" ]; do
+  if [ "$round" -lt 2 ] && [ "$(in_phase)" -ge $(((round + 1) * (RECLAIM / 3))) ]; then
+    round=$((round + 1))
+    # A write first: a node builds no snapshot at the revision it already has one of.
+    snapshot_round "$round"
+  elif [ "$round" = 2 ] && [ "$(ledger_records | awk '/kind="operations"/ {printf "%d", $2}')" = 0 ]; then
+    log "reclaim: no operation left to retire at $(in_phase) s"
+    snapshot_round 3
+    snapshot_round 4
+    round=4
+    end=$(( $(in_phase) + AFTER > RECLAIM ? $(in_phase) + AFTER : RECLAIM ))
+    end=$(( end < 2 * RECLAIM ? end : 2 * RECLAIM ))
+  fi
+  sleep 5
 done
-sleep $((RECLAIM - 2 * (RECLAIM / 3)))
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 sample reclaim
 ledger_records >"$WORK/records-after-reclaim" || true
 node_timings >"$WORK/timings-reclaim"
 # Elections (Raft term increases) in each phase, from a settled leader to the phase's end.
 echo "{\"load\": {\"term_from\": $TERM_LOAD, \"term_to\": $TERM_LOADED}," \
-  "\"reclaim\": {\"term_from\": $TERM_RECLAIM, \"term_to\": $(writ_raft term), \"writes_failed\": $WRITES_FAILED}}" \
+  "\"reclaim\": {\"term_from\": $TERM_RECLAIM, \"term_to\": $(writ_raft term), \"writes_failed\": $WRITES_FAILED, \"rounds\": $round}}" \
   >"$WORK/raft.json"
 
 cp "$CSV" "$OUT/soak.csv"

@@ -158,6 +158,7 @@ def main():
         snaps = [int(r.get("snapshot_bytes") or 0) for r in mine if r in measured]
         disk[p] = {"mb_at_load_end": at_load_end / (1 << 20),
                    "mb_at_reclaim_end": in_reclaim[-1] / (1 << 20) if in_reclaim else None,
+                   "mb_reclaim_peak": max(in_reclaim) / (1 << 20) if in_reclaim else None,
                    "snapshot_mb_after_warmup": snaps[0] / (1 << 20) if snaps else None,
                    "snapshot_mb_at_load_end": snaps[-1] / (1 << 20) if snaps else None}
 
@@ -195,10 +196,10 @@ def main():
         print(f"\nEdge 1 restarted and ready (its projection loaded): {resync['before_s']} s before the load, "
               f"{resync['after_s']} s after it.")
     print("\n## Disk while retention reclaims (nodes restarted past two retention horizons)\n")
-    print("| node | MB at the end of the load | MB at the end of the reclaim phase | snapshot MB after warm-up → at the end of the load |")
-    print("|---|---:|---:|---:|")
+    print("| node | MB at the end of the load | peak MB in the reclaim phase | MB at the end of the reclaim phase | snapshot MB after warm-up → at the end of the load |")
+    print("|---|---:|---:|---:|---:|")
     for p, d in disk.items():
-        print(f"| {p} | {d['mb_at_load_end']:.0f} | {fmt(d['mb_at_reclaim_end'])} | "
+        print(f"| {p} | {d['mb_at_load_end']:.0f} | {fmt(d.get('mb_reclaim_peak'))} | {fmt(d['mb_at_reclaim_end'])} | "
               f"{fmt(d['snapshot_mb_after_warmup'], 1)} → {fmt(d['snapshot_mb_at_load_end'], 1)} |")
     if sections:
         print("\nNode 1's last snapshot of the load by section (`writ_state_section_bytes`), bytes: " +
@@ -211,7 +212,7 @@ def main():
         lo, re_ = raft["load"], raft["reclaim"]
         print(f"\nElections (Raft term increases from a settled leader): {lo['term_to'] - lo['term_from']} during "
               f"the load, {re_['term_to'] - re_['term_from']} during the reclaim phase; writes refused in the "
-              f"reclaim phase: {re_['writes_failed']} of 2.")
+              f"reclaim phase: {re_['writes_failed']} of {re_.get('rounds', 2)}.")
     for phase, nodes in phase_timings.items():
         if not nodes:
             continue
