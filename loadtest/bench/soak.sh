@@ -15,7 +15,8 @@
 # on every node (what the log's growth triggers in a cluster in service: the versions retention
 # replaced are dropped at a snapshot once the older of the two a node keeps is past them), and
 # two more rounds as soon as no operation is left to retire, after which the phase goes on for
-# at least SOAK_RECLAIM_AFTER_S: the disk curve shows what retention gives back. The report
+# at least SOAK_RECLAIM_AFTER_S (while retention is still retiring, the phase runs on up to
+# twice SOAK_RECLAIM_S): the disk curve shows what retention gives back. The report
 # counts elections in each phase and reads each node's apply and WAL sync times at its end (the
 # nodes restart for the reclaim, so the reclaim's are its own).
 #
@@ -121,9 +122,9 @@ reclaim_from=$(date +%s)
 in_phase() { echo $(( $(date +%s) - reclaim_from )); }
 # Rounds at a third and two thirds of the phase; then, once no operation is left to retire,
 # two more: a snapshot drops what retention replaced once the older of the two a node keeps is
-# past it. The phase then goes on for SOAK_RECLAIM_AFTER_S, so that it ends no sooner than that
-# after the last round (and never later than twice SOAK_RECLAIM_S).
-round=0 end=$RECLAIM
+# past it. The phase lasts until SOAK_RECLAIM_AFTER_S after those, at least SOAK_RECLAIM_S; while
+# retention is still retiring, up to twice SOAK_RECLAIM_S.
+round=0 end=$((2 * RECLAIM))
 while [ "$(in_phase)" -lt "$end" ]; do
   if [ "$round" -lt 2 ] && [ "$(in_phase)" -ge $(((round + 1) * (RECLAIM / 3))) ]; then
     round=$((round + 1))
