@@ -99,6 +99,11 @@ ledger_records() {
   done
 }
 
+# operations_held: the operations the ledger holds (`writ_ledger_records`, the first node that answers).
+operations_held() {
+  ledger_records | awk '/kind="operations"/ {printf "%d", $2}'
+}
+
 # state_sections: node 1's `writ_state_section_bytes` lines (each section of its last snapshot).
 state_sections() {
   curl -sf --cacert "$WRIT_CA_FILE" "${WRIT_NODE_URLS%% *}/metrics" | grep '^writ_state_section_bytes' || true

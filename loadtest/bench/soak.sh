@@ -10,8 +10,8 @@
 #
 # Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
 # two retention horizons and the event log's seven days), so retention compacts and releases
-# what the load left and the event log its week-old events, and the sampler goes on for
-# SOAK_RECLAIM_S. A third of the way in, and again two thirds in, a write and then a snapshot
+# what the load left and the event log its week-old events, and the sampler goes on through
+# the phase. A third of the way in, and again two thirds in, a write and then a snapshot
 # on every node (what the log's growth triggers in a cluster in service: the versions retention
 # replaced are dropped at a snapshot once the older of the two a node keeps is past them), and
 # two more rounds as soon as no operation is left to retire, after which the phase goes on for
@@ -54,7 +54,7 @@ echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_byt
 sample() {
   local t ops p name role i kb term
   t=$(( $(date +%s) - started ))
-  ops=$(ledger_records | awk '/kind="operations"/ {printf "%d", $2}') || true
+  ops=$(operations_held) || true
   # The Raft term: when in a phase its elections fell.
   term=$(writ_raft term 2>/dev/null) || true
   for role in n e; do
@@ -130,7 +130,7 @@ while [ "$(in_phase)" -lt "$end" ]; do
     round=$((round + 1))
     # A write first: a node builds no snapshot at the revision it already has one of.
     snapshot_round "$round"
-  elif [ "$round" = 2 ] && [ "$(ledger_records | awk '/kind="operations"/ {printf "%d", $2}')" = 0 ]; then
+  elif [ "$round" = 2 ] && [ "$(operations_held)" = 0 ]; then
     log "reclaim: no operation left to retire at $(in_phase) s"
     snapshot_round 3
     snapshot_round 4

@@ -779,23 +779,21 @@ impl LedgerNode {
     /// `Some(revision)` when the ledger took new keys, `None` when they were unchanged or this
     /// node fetched them less than [`ISSUER_FETCH_INTERVAL_MIN`] ago.
     pub async fn refresh_issuer(&self, issuer: &str) -> Result<Option<u64>, Rejection> {
-        let (source, known) = {
+        let source = {
             let applied = self.sm.read_async().await;
             let sources = &applied.state.issuer_sources;
             let source = sources.get(issuer).cloned().ok_or_else(|| {
                 Rejection::new(ReasonCode::ISSUER_NOT_FOUND, format!("no issuer '{issuer}' known by its URL"))
             })?;
-            (source, sources.keys().cloned().collect::<std::collections::BTreeSet<_>>())
-        };
-        {
             let mut fetched = self.issuer_fetches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             if fetched.get(issuer).is_some_and(|at| now.duration_since(*at) < ISSUER_FETCH_INTERVAL_MIN) {
                 return Ok(None);
             }
-            fetched.retain(|iss, _| known.contains(iss));
+            fetched.retain(|iss, _| sources.contains_key(iss));
             fetched.insert(issuer.to_string(), now);
-        }
+            source
+        };
         let keys = writ_client::discovery::fetch_keys(&source.spec).await?;
         let command = Command::ObserveIssuerKeys { tenant_id: source.tenant_id, issuer: issuer.to_string(), keys };
         let req = SubmitRequest::new(format!("issuer-refresh-{}", self.clock.now_ms()), command);
