@@ -150,8 +150,14 @@ echo "{\"load\": {\"term_from\": $TERM_LOAD, \"term_to\": $TERM_LOADED}," \
   >"$WORK/raft.json"
 
 cp "$CSV" "$OUT/soak.csv"
-python3 loadtest/bench/soak_report.py "$OUT/soak.csv" "$WORK/soak.json" "$WARMUP" "$RATE" \
+if ! python3 loadtest/bench/soak_report.py "$OUT/soak.csv" "$WORK/soak.json" "$WARMUP" "$RATE" \
   "$LABEL" "$WORK/records-after-load" "$WORK/records-after-reclaim" \
   "$OUT/soak.json" "$WORK/resync.json" "$WORK/raft.json" "$WORK/timings-load" "$WORK/timings-reclaim" \
-  "$WORK/sections-after-load" >"$OUT/soak.md"
+  "$WORK/sections-after-load" >"$OUT/soak.md"; then
+  # An hour's run is not lost to the report: what it read outlives $WORK.
+  mkdir -p "$OUT/soak-inputs"
+  cp "$WORK"/*.json "$WORK"/records-after-* "$WORK"/timings-* "$WORK"/sections-after-load "$OUT/soak-inputs/"
+  log "the report failed; its inputs are in $OUT/soak-inputs"
+  exit 1
+fi
 cat "$OUT/soak.md"
