@@ -249,6 +249,34 @@ def main():
     step = max(1, len(curve) // 40)
     for c in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
         print(f"| {c[0]} | {c[1]} | {c[2]:.0f} | {c[3]} | {c[4]:.0f} | {fmt(c[5])} | {fmt(c[6])} |")
+    reclaim_curve(rows, [p for p in processes if p.startswith("node")])
+
+
+def reclaim_curve(rows, nodes):
+    """Every node's disk through the reclaim phase, at most a row a minute, beside the
+    operations still held: what retention, the snapshots' purges and the compactions give back,
+    against the load's last sample (the first row)."""
+    at = {}
+    for r in rows:
+        if r["process"] in nodes:
+            at.setdefault((r["phase"], int(r["t_s"])), {})[r["process"]] = r
+    load = [t for ph, t in at if ph == "load"]
+    reclaim = sorted(t for ph, t in at if ph == "reclaim")
+    if not load or not reclaim:
+        return
+    picked, last = [("load", max(load))], None
+    for t in reclaim:
+        if last is None or t - last >= 60 or t == reclaim[-1]:
+            picked.append(("reclaim", t))
+            last = t
+    print("\nDisk through the reclaim phase, every node (s into the phase; the first row is the load's "
+          "last sample), MB:\n")
+    print("| s | operations held | " + " | ".join(nodes) + " |\n|---:|---:|" + "---:|" * len(nodes))
+    for ph, t in picked:
+        sample = at[(ph, t)]
+        ops = next(iter(sample.values()))["operations"]
+        disk = " | ".join(fmt(int(sample[n]["disk_bytes"]) / (1 << 20)) if n in sample else "–" for n in nodes)
+        print(f"| {'load end' if ph == 'load' else t - reclaim[0]} | {ops} | {disk} |")
 
 
 main()
