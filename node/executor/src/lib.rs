@@ -193,6 +193,11 @@ pub struct ExecutorConfig {
     /// this executor. Default true.
     #[serde(default = "default_true")]
     pub upload_evidence: bool,
+    /// Dispatches handled at once, at most (1 to [`START_JOURNAL_QUEUE`]; default 256). A
+    /// dispatch beyond them is left untaken and the edge offers it again, so what a ledger that
+    /// falls behind has not had started waits in the ledger, not in this process's memory.
+    #[serde(default = "default_attempts_max")]
+    pub attempts_max: usize,
     pub handler: HandlerConfig,
 }
 
@@ -202,6 +207,10 @@ fn default_lease_ms() -> u64 {
 
 fn default_true() -> bool {
     true
+}
+
+fn default_attempts_max() -> usize {
+    256
 }
 
 impl ExecutorConfig {
@@ -224,6 +233,9 @@ impl ExecutorConfig {
         }
         if !(100..=writ_api::operation::LEASE_MS_MAX).contains(&cfg.lease_ms) {
             return Err(format!("{}: lease_ms must be 100..={}", path.display(), writ_api::operation::LEASE_MS_MAX));
+        }
+        if !(1..=START_JOURNAL_QUEUE).contains(&cfg.attempts_max) {
+            return Err(format!("{}: attempts_max must be 1..={START_JOURNAL_QUEUE}", path.display()));
         }
         cfg.otlp_endpoint = writ_telemetry::process::otlp_endpoint(cfg.otlp_endpoint.take())
             .map_err(|e| format!("{}: otlp_endpoint: {e}", path.display()))?;
@@ -476,8 +488,34 @@ fn http_client(cfg: &ExecutorConfig) -> Result<reqwest::Client, String> {
 /// The executor's memory: what it has taken on and the highest fencing token per device.
 #[derive(Default)]
 struct Memory {
-    taken: BTreeSet<String>,
+    /// Each operation taken on, until its deadline and the longest lease have passed (after
+    /// that an offer of it could only be refused as stale): bounded by the dispatch rate over
+    /// that time, not by every operation ever taken.
+    taken: HashMap<String, u64>,
+    /// The size of `taken` at which it is next swept of what may be forgotten.
+    sweep_at: usize,
     fencing: HashMap<String, u64>,
+}
+
+/// `taken` is not swept below this size.
+const TAKEN_SWEEP_MIN: usize = 1024;
+
+impl Memory {
+    /// Takes `id` on until `forget_after_ms`; false when it is taken on already. Sweeps what
+    /// may be forgotten each time `taken` has doubled since the last sweep (amortized O(1)).
+    fn take(&mut self, id: &str, forget_after_ms: u64, now_ms: u64) -> bool {
+        if self.taken.len() >= self.sweep_at {
+            self.taken.retain(|_, until| *until > now_ms);
+            self.sweep_at = (2 * self.taken.len()).max(TAKEN_SWEEP_MIN);
+        }
+        match self.taken.entry(id.to_string()) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(forget_after_ms);
+                true
+            }
+        }
+    }
 }
 
 /// File name of the start journal, next to the executor's key.
@@ -486,7 +524,7 @@ pub const START_JOURNAL_FILE: &str = "starts.journal";
 const START_JOURNAL_COMPACT_AFTER: usize = 10_000;
 
 /// Starts waiting for the journal's writer at most (a bound on the queue, not a tuning: the
-/// executor never has more dispatches in flight than this).
+/// executor never has more dispatches in flight than this, the most `attempts_max` may be).
 const START_JOURNAL_QUEUE: usize = 4096;
 
 /// The operations this executor sent a start for, on disk (`starts.journal` next to its key):
@@ -626,6 +664,8 @@ struct Executor {
     /// Bumped by each renewal: the dispatch stream reconnects with the new certificate.
     renewed: tokio::sync::watch::Sender<u64>,
     memory: Mutex<Memory>,
+    /// One permit per dispatch being handled ([`ExecutorConfig::attempts_max`]).
+    slots: Arc<tokio::sync::Semaphore>,
     journal: StartJournal,
     /// Whether a dispatch stream is open (what `/readyz` answers).
     streaming: std::sync::atomic::AtomicBool,
@@ -638,11 +678,8 @@ struct Executor {
 pub async fn run(cfg: ExecutorConfig) -> Result<(), String> {
     recover_renewal(&cfg)?;
     let http = Mutex::new(http_client(&cfg)?);
-    let renewed = tokio::sync::watch::Sender::new(0);
     let journal = StartJournal::open(cfg.key.with_file_name(START_JOURNAL_FILE), writ_client::now_ms())?;
-    let streaming = Default::default();
-    let x =
-        Arc::new(Executor { cfg, http, renewed, memory: Mutex::default(), journal, streaming, edge: Mutex::new(0) });
+    let x = Arc::new(Executor::new(cfg, http, journal));
     if let Some(addr) = x.cfg.probe_listen {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("probe_listen {addr}: {e}"))?;
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
@@ -702,6 +739,12 @@ fn probe_router(x: Arc<Executor>) -> axum::Router {
 const RENEWAL_LOOK_MAX: Duration = Duration::from_secs(3600);
 
 impl Executor {
+    fn new(cfg: ExecutorConfig, http: Mutex<reqwest::Client>, journal: StartJournal) -> Executor {
+        let slots = Arc::new(tokio::sync::Semaphore::new(cfg.attempts_max));
+        let (renewed, memory, streaming) = (tokio::sync::watch::Sender::new(0), Mutex::default(), Default::default());
+        Executor { cfg, http, renewed, memory, slots, journal, streaming, edge: Mutex::new(0) }
+    }
+
     fn http(&self) -> reqwest::Client {
         self.http.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -778,14 +821,27 @@ impl Executor {
                     DispatchFrame::End { reason, message } => return Err(format!("{reason}: {message}")),
                     DispatchFrame::Dispatch { dispatch, now_ms } => {
                         metrics::counter!("writ_executor_dispatches_total").increment(1);
-                        let received = Instant::now();
-                        let x = self.clone();
-                        let edge = edge.to_string();
-                        tokio::spawn(async move { x.handle(&edge, dispatch, now_ms, received).await });
+                        self.clone().take_on(edge, dispatch, now_ms);
                     }
                 }
             }
         }
+    }
+
+    /// Handles a dispatch in a task of its own while fewer than `attempts_max` are handled;
+    /// beyond them, leaves it untaken for the edge to offer again. Returns whether it was taken.
+    fn take_on(self: Arc<Self>, edge: &str, dispatch: Dispatch, edge_now_ms: u64) -> bool {
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            metrics::counter!("writ_executor_dispatches_deferred_total").increment(1);
+            tracing::debug!(operation = %dispatch.operation_id, "every attempt slot is busy: left for a later offer");
+            return false;
+        };
+        let (received, edge) = (Instant::now(), edge.to_string());
+        tokio::spawn(async move {
+            self.handle(&edge, dispatch, edge_now_ms, received).await;
+            drop(slot);
+        });
+        true
     }
 
     /// Why this dispatch must not be attempted (its reason code and what was found), if it
@@ -970,7 +1026,8 @@ impl Executor {
 
     async fn attempt_dispatch(self: Arc<Self>, edge: &str, d: Dispatch, edge_now_ms: u64, received: Instant) {
         let id = d.operation_id.clone();
-        if !self.memory.lock().expect("memory lock").taken.insert(id.clone()) {
+        let forget_after = d.deadline_ms.saturating_add(writ_api::operation::LEASE_MS_MAX);
+        if !self.memory.lock().expect("memory lock").take(&id, forget_after, writ_client::now_ms()) {
             return; // already handled (a reconnect resends what is still waiting)
         }
         if let Some((code, why)) = self.stale(&d, edge_now_ms, received) {
@@ -989,7 +1046,6 @@ impl Executor {
             tracing::warn!(operation = %id, "an earlier run of this executor started this operation: not attempted again");
             return;
         }
-        let forget_after = d.deadline_ms.saturating_add(writ_api::operation::LEASE_MS_MAX);
         if let Err(e) = self.journal.record(&id, forget_after, writ_client::now_ms()).await {
             tracing::error!(operation = %id, error = %e, "the start journal cannot be written: not attempted");
             self.memory.lock().expect("memory lock").taken.remove(&id);
@@ -1351,6 +1407,68 @@ mod tests {
         std::fs::remove_file(dir.path().join("e.bin")).unwrap();
         std::fs::remove_file(dir.path().join("f.empty")).unwrap();
         assert_eq!(captured_files(dir.path()).len(), writ_api::evidence::EVIDENCE_PER_OPERATION_MAX - 1);
+    }
+
+    /// A dispatch of `id` due by `deadline_ms`.
+    fn dispatch(id: &str, deadline_ms: u64) -> Dispatch {
+        Dispatch {
+            operation_id: id.into(),
+            action: "press".into(),
+            input: serde_json::Value::Null,
+            device_id: None,
+            device_name: None,
+            fencing_token: 1,
+            deadline_ms,
+            preconditions: BTreeMap::new(),
+            payload_hash: String::new(),
+            trace_id: String::new(),
+            answers: BTreeMap::new(),
+            read: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dispatch_beyond_attempts_max_is_left_for_a_later_offer() {
+        // An edge nobody listens on: every call fails at once, unsent.
+        let edge = "https://127.0.0.1:1";
+        let text = format!(
+            r#"edges = ["{edge}"]
+cert = "c"
+key = "k"
+edge_ca = "ca"
+attempts_max = 1
+[handler]
+kind = "simulated"
+"#
+        );
+        let cfg: ExecutorConfig = toml::from_str(&text).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let journal = StartJournal::open(dir.path().join(START_JOURNAL_FILE), 1_000).unwrap();
+        let http = Mutex::new(reqwest::Client::builder().no_proxy().build().unwrap());
+        let x = Arc::new(Executor::new(cfg, http, journal));
+        let now_ms = 10_000;
+        // Past its deadline: taken, refused (the refusal reaches no edge), and its slot freed.
+        assert!(x.clone().take_on(edge, dispatch("op-stale", 1), now_ms));
+        assert!(!x.clone().take_on(edge, dispatch("op-next", now_ms + 60_000), now_ms), "the one slot is busy");
+        assert!(!x.memory.lock().unwrap().taken.contains_key("op-next"), "left untaken");
+        let freed = tokio::time::timeout(Duration::from_secs(30), x.slots.acquire()).await;
+        drop(freed.expect("the stale dispatch's task ends").unwrap());
+        assert!(x.clone().take_on(edge, dispatch("op-next", now_ms + 60_000), now_ms), "offered again, taken");
+    }
+
+    #[test]
+    fn what_was_taken_is_forgotten_once_no_offer_of_it_could_start() {
+        let mut m = Memory::default();
+        assert!(m.take("op-live", 9_000, 1_000));
+        assert!(!m.take("op-live", 9_000, 1_000), "taken once");
+        for i in 1..TAKEN_SWEEP_MIN {
+            assert!(m.take(&format!("op-{i}"), 5_000, 1_000));
+        }
+        // The next take, after op-1… can no longer start, sweeps them away.
+        assert!(m.take("op-new", 9_000, 6_000));
+        assert_eq!(m.taken.len(), 2, "op-live and op-new remain");
+        assert!(!m.take("op-live", 9_000, 6_000), "what can still start stays taken");
+        assert!(m.take("op-1", 12_000, 6_000), "forgotten");
     }
 
     #[test]
