@@ -2,11 +2,11 @@
 # The soak (docs/performance.md, "Soak"): a local 3-node cluster with 2 edges (release build)
 # takes `writ-loadtest` executes at a fixed rate — half of the last committed P1 rate at 64
 # clients — for SOAK_SECONDS, then `--verify`. Every SOAK_SAMPLE_S a sampler records, per
-# process, RSS, PSS and anonymous memory and what the system allocator has handed out, each
-# node's bytes on disk and what its RocksDB holds in memory, and the operations the ledger
-# holds. The report fits memory against operations after SOAK_WARMUP_S (MB per million
-# operations, over the whole window and over each half: a fill flattens, a leak does not)
-# and disk likewise.
+# process (nodes, edges and the load's executor), RSS, PSS and anonymous memory and what the
+# system allocator has handed out, each node's bytes on disk and what its RocksDB holds in
+# memory, and the operations the ledger holds. The report fits memory against operations
+# after SOAK_WARMUP_S (MB per million operations, over the whole window and over each half: a
+# fill flattens, a leak does not) and disk likewise.
 #
 # Then the reclaim phase: the nodes restart with their clocks SOAK_CLOCK_AHEAD_S ahead (past
 # two retention horizons and the event log's seven days), so retention compacts and releases
@@ -85,6 +85,14 @@ sample() {
       fi
       echo "$t,$1,$name,$kb,$disk,${ops:-},${snap:-0},$rocks,${term:-},${heap:-}" >>"$CSV"
     done
+  done
+  # The load's executors (writ-loadtest starts them; in pid order): processes of Writ too.
+  i=0
+  for p in $(pgrep -f "executor run --config $WORK/executors/" || true); do
+    i=$((i + 1))
+    [ -r "/proc/$p/smaps_rollup" ] || continue
+    kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
+    echo "$t,$1,executor $i,$kb,0,${ops:-},0,,${term:-}," >>"$CSV"
   done
 }
 sampler() { while :; do sample "$1"; sleep "$SAMPLE"; done; }
