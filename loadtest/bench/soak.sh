@@ -50,6 +50,11 @@ bench_cluster
 
 CSV=$WORK/soak.csv
 echo "t_s,phase,process,rss_kb,pss_kb,anon_kb,disk_bytes,operations,snapshot_bytes,rocksdb_kb,term,heap_kb" >"$CSV"
+# memory_kb PID: its RSS, PSS and anonymous memory in kB ("rss,pss,anon"); fails once it is gone.
+memory_kb() {
+  [ -r "/proc/$1/smaps_rollup" ] &&
+    awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$1/smaps_rollup"
+}
 # sample PHASE: one row per process (its pid files name what runs now: restarts change pids).
 sample() {
   local t ops p name role i kb term
@@ -60,8 +65,7 @@ sample() {
   for role in n e; do
     for i in 1 2 3; do
       p=$(cat "$WRIT_CLUSTER_DIR/$role$i/pid" 2>/dev/null) || continue
-      [ -r "/proc/$p/smaps_rollup" ] || continue
-      kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
+      kb=$(memory_kb "$p") || continue
       name=$([ $role = n ] && echo "node $i" || echo "edge $i")
       local disk=0 snap=0 rocks= metrics heap
       if [ $role = n ]; then
@@ -90,8 +94,7 @@ sample() {
   i=0
   for p in $(pgrep -f "executor run --config $WORK/executors/" || true); do
     i=$((i + 1))
-    [ -r "/proc/$p/smaps_rollup" ] || continue
-    kb=$(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Anonymous:/ {a=$2} END {print r "," p "," a}' "/proc/$p/smaps_rollup")
+    kb=$(memory_kb "$p") || continue
     echo "$t,$1,executor $i,$kb,0,${ops:-},0,,${term:-}," >>"$CSV"
   done
 }
