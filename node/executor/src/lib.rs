@@ -492,21 +492,22 @@ struct Memory {
     /// that an offer of it could only be refused as stale): bounded by the dispatch rate over
     /// that time, not by every operation ever taken.
     taken: HashMap<String, u64>,
-    /// The size of `taken` at which it is next swept of what may be forgotten.
-    sweep_at: usize,
+    /// When `taken` was last swept of what may be forgotten (ms since the epoch).
+    swept_at_ms: u64,
     fencing: HashMap<String, u64>,
 }
 
-/// `taken` is not swept below this size.
-const TAKEN_SWEEP_MIN: usize = 1024;
+/// How often `taken` is swept: it holds the operations that may still start, and at most this
+/// much more, so it is full one deadline and lease after the executor starts.
+const TAKEN_SWEEP_EVERY_MS: u64 = 60_000;
 
 impl Memory {
     /// Takes `id` on until `forget_after_ms`; false when it is taken on already. Sweeps what
-    /// may be forgotten each time `taken` has doubled since the last sweep (amortized O(1)).
+    /// may be forgotten once [`TAKEN_SWEEP_EVERY_MS`] has passed since the last sweep.
     fn take(&mut self, id: &str, forget_after_ms: u64, now_ms: u64) -> bool {
-        if self.taken.len() >= self.sweep_at {
+        if now_ms >= self.swept_at_ms.saturating_add(TAKEN_SWEEP_EVERY_MS) {
             self.taken.retain(|_, until| *until > now_ms);
-            self.sweep_at = (2 * self.taken.len()).max(TAKEN_SWEEP_MIN);
+            self.swept_at_ms = now_ms;
         }
         match self.taken.entry(id.to_string()) {
             std::collections::hash_map::Entry::Occupied(_) => false,
@@ -1459,16 +1460,17 @@ kind = "simulated"
     #[test]
     fn what_was_taken_is_forgotten_once_no_offer_of_it_could_start() {
         let mut m = Memory::default();
-        assert!(m.take("op-live", 9_000, 1_000));
-        assert!(!m.take("op-live", 9_000, 1_000), "taken once");
-        for i in 1..TAKEN_SWEEP_MIN {
-            assert!(m.take(&format!("op-{i}"), 5_000, 1_000));
-        }
-        // The next take, after op-1… can no longer start, sweeps them away.
-        assert!(m.take("op-new", 9_000, 6_000));
-        assert_eq!(m.taken.len(), 2, "op-live and op-new remain");
-        assert!(!m.take("op-live", 9_000, 6_000), "what can still start stays taken");
-        assert!(m.take("op-1", 12_000, 6_000), "forgotten");
+        assert!(m.take("op-live", 100_000, 1_000));
+        assert!(!m.take("op-live", 100_000, 1_000), "taken once");
+        assert!(m.take("op-short", 5_000, 1_000));
+        // Within a minute of the last sweep nothing is swept, not even what may be forgotten.
+        assert!(m.take("op-a", 100_000, 30_000));
+        assert_eq!(m.taken.len(), 3);
+        // A minute on, the next take sweeps away what can no longer start.
+        assert!(m.take("op-new", 100_000, 61_000));
+        assert_eq!(m.taken.len(), 3, "op-live, op-a and op-new remain");
+        assert!(!m.take("op-live", 100_000, 61_000), "what can still start stays taken");
+        assert!(m.take("op-short", 200_000, 61_000), "forgotten");
     }
 
     #[test]
