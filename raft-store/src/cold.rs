@@ -351,33 +351,64 @@ fn garbage(revision: u64, kind: u8, key: &[u8]) -> Vec<u8> {
 }
 
 /// Drops the versions no replay from a snapshot at or after revision `horizon` can read: those
-/// a garbage row at or below it names. Returns how many versions and prefixes went.
-///
-/// The batches go without the WAL, and the family is flushed once they are all written: a purge
-/// of millions of versions would fill the WAL many times over in a minute, and each fill forces
-/// a flush of the families it holds, the log's among them. A batch lost to a crash before that
-/// flush leaves its garbage rows, and the next purge drops their versions again. The flush also
-/// brings the deletions to the tables now, not when the memtable next fills (a quiet cluster may
-/// never fill it): tables they crowd are compacted ([`tune`]).
+/// a garbage row at or below it names, all at once. Returns how many versions and prefixes went.
+#[cfg(test)]
 pub(crate) fn purge(db: &DB, horizon: u64) -> io::Result<u64> {
-    let cf = db.cf_handle(CF_COLD).expect("column families are created at open");
-    let end = garbage(horizon.saturating_add(1), 0, &[]);
-    let (mut dropped, mut from, mut wrote) = (0u64, vec![GARBAGE], false);
-    loop {
-        let (batch, seen, next) = purge_batch(db, cf, &from, &end, &mut dropped)?;
-        if seen == 0 {
-            break;
-        }
-        db.write_opt(batch, &crate::state_machine::unlogged()).map_err(io::Error::other)?;
-        (from, wrote) = (next, true);
-    }
-    if wrote {
-        db.flush_cf(cf).map_err(io::Error::other)?;
+    let (mut purge, mut dropped) = (Purge::default(), 0);
+    while let Some(n) = purge.step(db, horizon)? {
+        dropped += n;
     }
     Ok(dropped)
 }
 
-/// One batch of [`purge`]: the deletions for at most [`PURGE_BATCH`] garbage rows from `from`
+/// A purge in steps ([`Purge::step`]), for a node to run in the background at its own pace: it
+/// takes millions of garbage rows after retention, and run in one go inside a snapshot's build
+/// it held a core for minutes, and the build with it.
+///
+/// The batches go without the WAL, and the family is flushed once a purge has nothing left:
+/// a purge of millions of versions would fill the WAL many times over in a minute, and each
+/// fill forces a flush of the families it holds, the log's among them. A batch lost to a crash
+/// before that flush leaves its garbage rows, and the next purge drops their versions again.
+/// The flush also brings the deletions to the tables now, not when the memtable next fills (a
+/// quiet cluster may never fill it): tables they crowd are compacted ([`tune`]).
+pub(crate) struct Purge {
+    /// Where the next batch starts: just after the last garbage row read. Garbage rows sort by
+    /// revision and a horizon only rises, so everything below it is done, also for a later
+    /// purge to a higher horizon.
+    from: Vec<u8>,
+    /// Batches written since the last flush.
+    unflushed: bool,
+}
+
+impl Default for Purge {
+    fn default() -> Self {
+        Purge { from: vec![GARBAGE], unflushed: false }
+    }
+}
+
+impl Purge {
+    /// One batch of at most [`PURGE_BATCH`] garbage rows at or below `horizon`: the versions
+    /// and prefixes it dropped, or `None` once nothing is left below the horizon (the family
+    /// flushed by then).
+    pub(crate) fn step(&mut self, db: &DB, horizon: u64) -> io::Result<Option<u64>> {
+        let cf = db.cf_handle(CF_COLD).expect("column families are created at open");
+        let end = garbage(horizon.saturating_add(1), 0, &[]);
+        let mut dropped = 0;
+        let (batch, seen, next) = purge_batch(db, cf, &self.from, &end, &mut dropped)?;
+        if seen == 0 {
+            if self.unflushed {
+                db.flush_cf(cf).map_err(io::Error::other)?;
+                self.unflushed = false;
+            }
+            return Ok(None);
+        }
+        db.write_opt(batch, &crate::state_machine::unlogged()).map_err(io::Error::other)?;
+        (self.from, self.unflushed) = (next, true);
+        Ok(Some(dropped))
+    }
+}
+
+/// One batch of [`Purge::step`]: the deletions for at most [`PURGE_BATCH`] garbage rows from `from`
 /// below `end`, how many it read, and where the next batch starts — just after the last row
 /// read, not at the first garbage row again: the rows a batch deleted stay in the family as
 /// deletions until a compaction passes them, and a scan from the start would step over all of
@@ -487,18 +518,27 @@ mod tests {
         assert_eq!(store.scan(&prefix, Some(&a), 8, 10), [(b.clone(), b"b1".to_vec())]);
         assert_eq!(store.scan(&prefix, None, 8, 1), [(a.clone(), b"a1".to_vec())]);
 
+        // One purge goes on through rising horizons, as a node's does from snapshot to snapshot.
+        let mut purge = Purge::default();
+        let mut purge_to = |horizon| {
+            let mut dropped = 0;
+            while let Some(n) = purge.step(&db, horizon).unwrap() {
+                dropped += n;
+            }
+            dropped
+        };
         // Below the replacement's revision nothing may go: a replay from 8 still reads a1, b1.
-        assert_eq!(purge(&db, 8).unwrap(), 0);
+        assert_eq!(purge_to(8), 0);
         assert_eq!(store.get(&a, 8).as_deref(), Some(&b"a1"[..]));
         // At it, the older versions and the deletion go; what is read at 9 on stays.
-        assert_eq!(purge(&db, 9).unwrap(), 3);
+        assert_eq!(purge_to(9), 3);
         assert_eq!((store.get(&a, 8), store.get(&a, 9).as_deref()), (None, Some(&b"a2"[..])));
         assert_eq!(versions(&db), 1, "a2 alone, no garbage row");
 
         put(vec![], vec![(12, prefix.clone())]);
-        assert_eq!(purge(&db, 11).unwrap(), 0);
+        assert_eq!(purge_to(11), 0);
         assert_eq!(store.get(&a, 11).as_deref(), Some(&b"a2"[..]));
-        purge(&db, 12).unwrap();
+        purge_to(12);
         assert_eq!(versions(&db), 0, "the dropped tenant's rows and the garbage row are gone");
     }
 

@@ -51,6 +51,10 @@ const TRIM_PAGE_EVENTS: usize = 1024;
 /// records it writes out are background work, so it takes at most a quarter of a core from
 /// applies and Raft's messages however much has come due at once.
 const TRIM_REST_PER_WORK: u32 = 3;
+/// How long the purge of cold rows' dropped versions rests after a batch, per unit of time the
+/// batch took: it gives back disk, which is never urgent, so it takes at most a quarter of a
+/// core whatever retention left for it.
+const PURGE_REST_PER_WORK: u32 = 3;
 
 /// Records written per batch while a snapshot is installed.
 const INSTALL_BATCH_RECORDS: usize = 4096;
@@ -142,6 +146,14 @@ struct Inner {
     /// State revisions of the snapshots built or installed since start, newest last (at most
     /// [`SNAPSHOT_FILES_KEPT`]): how far back a replay may read cold rows.
     snapshot_revisions: std::sync::Mutex<Vec<u64>>,
+    /// The revision at or below which the cold rows' dropped versions may go (0: none yet),
+    /// raised at each snapshot ([`StateMachine::spawn_cold_purge`] drops them).
+    purge_horizon: std::sync::atomic::AtomicU64,
+    /// Woken when `purge_horizon` rises, and when the store closes.
+    purge_due: Arc<tokio::sync::Notify>,
+    /// Where that purge stands; held through each of its batches and through a snapshot's
+    /// install, which replaces the family it reads and starts it over.
+    cold_purge: std::sync::Mutex<crate::cold::Purge>,
     /// Per tenant, the audit sequence below which this node has deleted the records retention
     /// dropped (since it started): an apply deletes only what retention dropped since.
     audit_deleted_below: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
@@ -154,10 +166,25 @@ struct Inner {
     trim_due: Arc<tokio::sync::Notify>,
 }
 
+impl Inner {
+    /// One batch of the cold rows' purge up to the current horizon (`crate::cold::Purge::step`);
+    /// a failed one starts the purge over, since it may have written part of itself.
+    fn purge_step(&self) -> io::Result<Option<u64>> {
+        let horizon = self.purge_horizon.load(std::sync::atomic::Ordering::Relaxed);
+        let mut purge = self.cold_purge.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let step = purge.step(&self.db, horizon);
+        if step.is_err() {
+            *purge = Default::default();
+        }
+        step
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
-        // The retention task holds the store weakly: it wakes, finds it gone and ends.
+        // The background tasks hold the store weakly: they wake, find it gone and end.
         self.trim_due.notify_one();
+        self.purge_due.notify_one();
     }
 }
 
@@ -306,6 +333,9 @@ impl StateMachine {
                 role_revocations: Default::default(),
                 transfers: Default::default(),
                 snapshot_revisions: Default::default(),
+                purge_horizon: Default::default(),
+                purge_due: Default::default(),
+                cold_purge: Default::default(),
                 audit_deleted_below: Default::default(),
                 positions_from: Default::default(),
                 trim_due: Default::default(),
@@ -529,6 +559,35 @@ impl StateMachine {
         });
     }
 
+    /// Drops the cold rows' versions no replay from a kept snapshot can read, in the
+    /// background: whenever a snapshot raises the horizon ([`Self::snapshot_taken`]), batches of
+    /// `crate::cold::Purge` follow one another, each followed by a rest
+    /// [`PURGE_REST_PER_WORK`] times as long as the batch, until none is left below it. Stops
+    /// when the store closes.
+    pub fn spawn_cold_purge(&self) {
+        let store = Arc::downgrade(&self.inner);
+        let due = self.inner.purge_due.clone();
+        tokio::spawn(async move {
+            loop {
+                due.notified().await;
+                loop {
+                    let Some(inner) = store.upgrade() else { return };
+                    let started = std::time::Instant::now();
+                    let Ok(dropped) = tokio::task::spawn_blocking(move || inner.purge_step()).await else { return };
+                    match dropped {
+                        Ok(Some(n)) => metrics::counter!("writ_cold_versions_dropped_total").increment(n),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the cold rows' purge failed; it runs again after the next snapshot");
+                            break;
+                        }
+                    }
+                    tokio::time::sleep(started.elapsed() * PURGE_REST_PER_WORK).await;
+                }
+            }
+        });
+    }
+
     /// One step of the event log's retention: drops stored events older than
     /// [`EVENT_LOG_KEPT_MS`] before the ledger's time, at most [`TRIM_PAGE_EVENTS`], writing
     /// out whole the records of theirs the audit trail still retains, and raises the floor
@@ -679,8 +738,8 @@ impl StateMachine {
         sync_dir(&self.inner.snapshot_dir)?;
         self.prune_snapshots()?;
         if let Some(horizon) = self.snapshot_taken(state.revision) {
-            let dropped = crate::cold::purge(&self.inner.db, horizon)?;
-            metrics::counter!("writ_cold_versions_dropped_total").increment(dropped);
+            self.inner.purge_horizon.fetch_max(horizon, std::sync::atomic::Ordering::Relaxed);
+            self.inner.purge_due.notify_one();
         }
         Ok((header, path))
     }
@@ -735,8 +794,11 @@ impl StateMachine {
     /// its records are already in the column families. Another store's state-only snapshot
     /// (the in-process harness) is completed from that store first.
     fn install_snapshot_file(&self, meta: &SnapshotMetaOf<TypeConfig>, snapshot: &SnapshotHandle) -> io::Result<()> {
-        // No step of the event log's retention runs while the audit family and events change.
+        // No step of the event log's retention runs while the audit family and events change,
+        // nor a batch of the cold rows' purge while that family does; the purge starts over.
         let mut positions_from = self.inner.positions_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cold_purge = self.inner.cold_purge.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *cold_purge = Default::default();
         let own = snapshot.origin.as_ref().is_some_and(|o| Arc::ptr_eq(&o.inner, &self.inner));
         let src = if own { snapshot.path.clone() } else { snapshot.transfer_file()? };
         let src = src.as_path();
@@ -1342,6 +1404,59 @@ mod tests {
             }
         }
         assert!(reopened.is_some(), "the store is still held");
+    }
+
+    /// A snapshot that raises the purge horizon leaves the cold rows' dropped versions to the
+    /// background purge: the build returns with them still stored, and the purge drops them
+    /// (only those at or below the older kept snapshot's revision), then lets the store close.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_leaves_the_cold_rows_purge_to_the_background() {
+        use writ_api::cold::PendingRow;
+        let dir = tempfile::tempdir().unwrap();
+        let (log, sm) = crate::open(dir.path()).unwrap();
+        let key = [&writ_api::cold::tenant_prefix("t", 1)[..], b"o\x00\x01a"].concat();
+        let put = |revision, value: &[u8], replaces| {
+            let row = PendingRow { revision, value: Some(value.to_vec()), replaces };
+            let rows = [(key.clone(), row)].into_iter().collect();
+            sm.inner.cold.commit(writ_api::cold::ColdWrites { rows, dropped: vec![] }).unwrap();
+        };
+        let stored = || {
+            let cf = sm.inner.db.cf_handle(CF_COLD).unwrap();
+            sm.inner.db.iterator_cf(cf, IteratorMode::Start).count()
+        };
+        let snapshot_at = |revision, index| {
+            let mut a = sm.write_applied();
+            (a.state.revision, a.last_applied) = (revision, Some(openraft::testing::log_id::<TypeConfig>(1, 1, index)));
+            drop(a);
+            sm.build_snapshot_file().unwrap();
+        };
+        put(1, b"v1", false);
+        // Replaced at 5: v1 and the garbage row naming it may go once no replay reads before 5.
+        put(5, b"v2", true);
+        snapshot_at(3, 1);
+        snapshot_at(6, 2);
+        snapshot_at(7, 3);
+        assert_eq!(stored(), 3, "the builds purge nothing themselves");
+        sm.spawn_cold_purge();
+        for _ in 0..1000 {
+            if stored() == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(stored(), 1, "v2 alone, the horizon 6 past the replacement");
+        drop((log, sm));
+        let mut reopened = None;
+        for _ in 0..1000 {
+            match crate::open(dir.path()) {
+                Ok(store) => {
+                    reopened = Some(store);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+        assert!(reopened.is_some(), "the purge still holds the store");
     }
 
     /// Apply stores each record as its position in its event, and a list renders it from the
