@@ -528,11 +528,42 @@ impl StateMachine {
 
     /// Runs the event log's retention in the background (SPEC L9): whenever an apply finds
     /// events past it, steps of [`Self::trim_events`] follow one another, each followed by a
-    /// rest [`TRIM_REST_PER_WORK`] times as long as the step, until none is due. Stops when
-    /// the store closes.
+    /// rest [`TRIM_REST_PER_WORK`] times as long as the step, until none is due.
     pub fn spawn_event_log_retention(&self) {
+        self.spawn_paced(self.inner.trim_due.clone(), TRIM_REST_PER_WORK, "the event log's retention", |sm| {
+            let started = std::time::Instant::now();
+            let more = sm.trim_events();
+            metrics::histogram!("writ_event_log_retention_step_seconds").record(started.elapsed().as_secs_f64());
+            more
+        });
+    }
+
+    /// Drops the cold rows' versions no replay from a kept snapshot can read, in the
+    /// background: whenever a snapshot raises the horizon ([`Self::snapshot_taken`]), batches of
+    /// `crate::cold::Purge` follow one another, each followed by a rest
+    /// [`PURGE_REST_PER_WORK`] times as long as the batch, until none is left below it.
+    pub fn spawn_cold_purge(&self) {
+        self.spawn_paced(self.inner.purge_due.clone(), PURGE_REST_PER_WORK, "the cold rows' purge", |sm| {
+            let dropped = sm.inner.purge_step()?;
+            if let Some(n) = dropped {
+                metrics::counter!("writ_cold_versions_dropped_total").increment(n);
+            }
+            Ok(dropped.is_some())
+        });
+    }
+
+    /// Background work at a bounded share of a core: whenever `due` is woken, runs `step` on a
+    /// blocking thread again and again, each run followed by a rest `rest_per_work` times as
+    /// long as it took, until it returns that nothing more is due (or fails: logged, and it
+    /// runs when next woken). Holds the store only while a step runs; stops once it is closed.
+    fn spawn_paced(
+        &self,
+        due: Arc<tokio::sync::Notify>,
+        rest_per_work: u32,
+        what: &'static str,
+        step: fn(&StateMachine) -> io::Result<bool>,
+    ) {
         let store = Arc::downgrade(&self.inner);
-        let due = self.inner.trim_due.clone();
         tokio::spawn(async move {
             loop {
                 due.notified().await;
@@ -540,49 +571,18 @@ impl StateMachine {
                     let Some(inner) = store.upgrade() else { return };
                     let sm = StateMachine { inner };
                     let started = std::time::Instant::now();
-                    let more = match tokio::task::spawn_blocking(move || sm.trim_events()).await {
+                    let more = match tokio::task::spawn_blocking(move || step(&sm)).await {
                         Ok(Ok(more)) => more,
                         Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "the event log's retention failed; it runs again after the next apply");
+                            tracing::warn!(error = %e, "{what} failed; it runs again when next due");
                             false
                         }
                         Err(_) => return,
                     };
-                    let took = started.elapsed();
-                    metrics::histogram!("writ_event_log_retention_step_seconds").record(took.as_secs_f64());
-                    tokio::time::sleep(took * TRIM_REST_PER_WORK).await;
+                    tokio::time::sleep(started.elapsed() * rest_per_work).await;
                     if !more {
                         break;
                     }
-                }
-            }
-        });
-    }
-
-    /// Drops the cold rows' versions no replay from a kept snapshot can read, in the
-    /// background: whenever a snapshot raises the horizon ([`Self::snapshot_taken`]), batches of
-    /// `crate::cold::Purge` follow one another, each followed by a rest
-    /// [`PURGE_REST_PER_WORK`] times as long as the batch, until none is left below it. Stops
-    /// when the store closes.
-    pub fn spawn_cold_purge(&self) {
-        let store = Arc::downgrade(&self.inner);
-        let due = self.inner.purge_due.clone();
-        tokio::spawn(async move {
-            loop {
-                due.notified().await;
-                loop {
-                    let Some(inner) = store.upgrade() else { return };
-                    let started = std::time::Instant::now();
-                    let Ok(dropped) = tokio::task::spawn_blocking(move || inner.purge_step()).await else { return };
-                    match dropped {
-                        Ok(Some(n)) => metrics::counter!("writ_cold_versions_dropped_total").increment(n),
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "the cold rows' purge failed; it runs again after the next snapshot");
-                            break;
-                        }
-                    }
-                    tokio::time::sleep(started.elapsed() * PURGE_REST_PER_WORK).await;
                 }
             }
         });
@@ -1392,18 +1392,18 @@ mod tests {
         };
         assert!(whole > TRIM_PAGE_EVENTS, "the retained records were written out whole: {whole}");
         drop((log, sm));
-        // The task let go of the store: it opens again.
-        let mut reopened = None;
+        assert!(reopens(dir.path()).await, "the task still holds the store");
+    }
+
+    /// Whether the store at `dir` opens within ten seconds: once every task let go of it.
+    async fn reopens(dir: &std::path::Path) -> bool {
         for _ in 0..1000 {
-            match crate::open(dir.path()) {
-                Ok(store) => {
-                    reopened = Some(store);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            if crate::open(dir).is_ok() {
+                return true;
             }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert!(reopened.is_some(), "the store is still held");
+        false
     }
 
     /// A snapshot that raises the purge horizon leaves the cold rows' dropped versions to the
@@ -1446,17 +1446,7 @@ mod tests {
         }
         assert_eq!(stored(), 1, "v2 alone, the horizon 6 past the replacement");
         drop((log, sm));
-        let mut reopened = None;
-        for _ in 0..1000 {
-            match crate::open(dir.path()) {
-                Ok(store) => {
-                    reopened = Some(store);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
-            }
-        }
-        assert!(reopened.is_some(), "the purge still holds the store");
+        assert!(reopens(dir.path()).await, "the purge still holds the store");
     }
 
     /// Apply stores each record as its position in its event, and a list renders it from the
