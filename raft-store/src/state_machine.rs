@@ -746,7 +746,7 @@ impl StateMachine {
 
     /// Notes a snapshot at state revision `revision` as this node's newest; once every kept
     /// snapshot's revision is known, the oldest of them: how far back a replay may read cold
-    /// rows, so what only older reads could see may go (`crate::cold::purge`).
+    /// rows, so what only older reads could see may go (`crate::cold::Purge`).
     fn snapshot_taken(&self, revision: u64) -> Option<u64> {
         let mut kept = self.inner.snapshot_revisions.lock().unwrap_or_else(|e| e.into_inner());
         kept.push(revision);
