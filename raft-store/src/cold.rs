@@ -10,7 +10,7 @@
 //! itself, can go) or 1 and a tenant's prefix (a purge: every row under it can go). Versions
 //! are dropped only once no replay can read them — when the revision is at or below the oldest
 //! kept snapshot's, since a node replays its log from a snapshot and reads as of revisions at
-//! or after it ([`purge`]).
+//! or after it ([`Purge`], run in the background after each snapshot).
 //!
 //! **Floors.** Retention deletes time rows oldest first, and their versions stay until a
 //! snapshot lets them go: a scan from the start of a kind would step over every row retired
