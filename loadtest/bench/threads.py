@@ -57,13 +57,17 @@ def cluster_env(root):
     return env
 
 
-def poll_raft(root, now, out):
+def raft_endpoints(root):
+    """The nodes' URLs and a TLS context trusting the cluster's CA, or None before it is up."""
     try:
         env = cluster_env(root)
-        ctx = ssl.create_default_context(cafile=env["WRIT_CA_FILE"])
-        urls = env["WRIT_NODE_URLS"].split()
+        return env["WRIT_NODE_URLS"].split(), ssl.create_default_context(cafile=env["WRIT_CA_FILE"])
     except (OSError, KeyError, ssl.SSLError):
-        return
+        return None
+
+
+def poll_raft(endpoints, now, out):
+    urls, ctx = endpoints
     for i, url in enumerate(urls, 1):
         try:
             body = urllib.request.urlopen(url + "/metrics", context=ctx, timeout=0.5).read().decode()
@@ -87,7 +91,7 @@ def sample(log, out_dir, trigger, cluster_glob):
     root = max(glob.glob(cluster_glob), key=os.path.getmtime)
     threads = open(os.path.join(out_dir, "threads.tsv"), "w")
     raft = open(os.path.join(out_dir, "raft.tsv"), "w")
-    prev, procs, started = {}, {}, time.time()
+    prev, procs, started, endpoints = {}, {}, time.time(), None
     last_scan = last_poll = 0
     gone_since = None
     while time.time() - started < LIMIT_S:
@@ -102,7 +106,9 @@ def sample(log, out_dir, trigger, cluster_glob):
                     break
         if now - last_poll >= 1:
             last_poll = now
-            poll_raft(root, now, raft)
+            endpoints = endpoints or raft_endpoints(root)
+            if endpoints:
+                poll_raft(endpoints, now, raft)
         t = int(now * 1000)
         cpu = open("/proc/stat").readline().split()[1:9]
         threads.write(f"{t} host 0 0 cpu:" + ",".join(cpu) + " 0 0\n")
