@@ -9,18 +9,29 @@ use std::path::Path;
 /// `private`, else 0644), synced, then renamed over it — a reader sees the old file or the new
 /// one, never a part.
 pub fn replace(path: &Path, text: &str, private: bool) -> io::Result<()> {
+    replace_with(path, private, |f| f.write_all(text.as_bytes()))
+}
+
+/// [`replace`] with the new contents written by `write` (buffered), for files too large to
+/// build in memory first.
+pub fn replace_with(
+    path: &Path,
+    private: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let mut next = path.as_os_str().to_owned();
     next.push(".next");
     let next = std::path::PathBuf::from(next);
     let _ = std::fs::remove_file(&next);
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(if private { 0o600 } else { 0o644 })
         .open(&next)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", next.display())))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
+    let mut w = io::BufWriter::new(f);
+    write(&mut w)?;
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&next, path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 

@@ -24,7 +24,7 @@
 
 pub mod camera;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -485,13 +485,26 @@ fn http_client(cfg: &ExecutorConfig) -> Result<reqwest::Client, String> {
         .map_err(|e| e.to_string())
 }
 
+/// An operation id as the executor remembers it: the first 16 bytes of its SHA-256. The
+/// executor remembers a window of ids (every operation it took on within a deadline and a lease),
+/// so each is kept in 16 bytes whatever the id's length, without a heap block of its own. Two
+/// ids share a key with a chance of 2^-128 per pair.
+type IdKey = [u8; 16];
+
+fn id_key(id: &str) -> IdKey {
+    let digest = Sha256::digest(id.as_bytes());
+    let mut key = [0; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
+}
+
 /// The executor's memory: what it has taken on and the highest fencing token per device.
 #[derive(Default)]
 struct Memory {
     /// Each operation taken on, until its deadline and the longest lease have passed (after
     /// that an offer of it could only be refused as stale): bounded by the dispatch rate over
     /// that time, not by every operation ever taken.
-    taken: HashMap<String, u64>,
+    taken: HashMap<IdKey, u64>,
     /// When `taken` was last swept of what may be forgotten (ms since the epoch).
     swept_at_ms: u64,
     fencing: HashMap<String, u64>,
@@ -509,13 +522,23 @@ impl Memory {
             self.taken.retain(|_, until| *until > now_ms);
             self.swept_at_ms = now_ms;
         }
-        match self.taken.entry(id.to_string()) {
+        match self.taken.entry(id_key(id)) {
             std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(forget_after_ms);
                 true
             }
         }
+    }
+
+    /// Forgets that `id` was taken on: an offer of it is taken again.
+    fn untake(&mut self, id: &str) {
+        self.taken.remove(&id_key(id));
+    }
+
+    #[cfg(test)]
+    fn is_taken(&self, id: &str) -> bool {
+        self.taken.contains_key(&id_key(id))
     }
 }
 
@@ -538,10 +561,11 @@ const START_JOURNAL_QUEUE: usize = 4096;
 ///
 /// One writer thread owns the file, off the async runtime: it takes every start queued while
 /// it synced the last ones and makes them durable with one write and one sync (group commit),
-/// so starts are not limited to one per sync.
+/// so starts are not limited to one per sync. The journal's entries live on disk only: a
+/// compaction streams the file through a filter, so the process holds none of them.
 struct StartJournal {
     /// Started by an earlier process: never started again.
-    earlier: BTreeSet<String>,
+    earlier: HashSet<IdKey>,
     appends: tokio::sync::mpsc::Sender<Append>,
 }
 
@@ -556,8 +580,10 @@ struct Append {
 struct JournalFile {
     path: PathBuf,
     file: std::fs::File,
-    entries: BTreeMap<String, u64>,
+    /// Lines appended since the journal was last rewritten.
     appended: usize,
+    /// Appended lines after which it is rewritten ([`START_JOURNAL_COMPACT_AFTER`]).
+    compact_after: usize,
     /// Syncs of appended lines so far (each covers a whole batch).
     syncs: u64,
 }
@@ -572,34 +598,27 @@ impl StartJournal {
         Ok(journal)
     }
 
-    /// Reads the journal, rewrites it without what may be forgotten, and returns it with the
-    /// file and the queue its writer serves.
+    /// Rewrites the journal without what may be forgotten, and returns what it still holds
+    /// with the file and the queue its writer serves.
     fn load(
         path: PathBuf,
         now_ms: u64,
     ) -> Result<(StartJournal, JournalFile, tokio::sync::mpsc::Receiver<Append>), String> {
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        let entries: BTreeMap<String, u64> = text
-            .lines()
-            .filter_map(|l| {
-                let (id, until) = l.split_once(' ')?;
-                Some((id.to_string(), until.parse().ok()?))
-            })
-            .filter(|(_, until)| *until > now_ms)
-            .collect();
-        let earlier = entries.keys().cloned().collect();
-        let file = JournalFile::rewrite(&path, &entries)?;
+        let mut earlier = HashSet::new();
+        let file = JournalFile::compact(&path, now_ms, |id| {
+            earlier.insert(id_key(id));
+        })?;
         let (appends, queue) = tokio::sync::mpsc::channel(START_JOURNAL_QUEUE);
         let journal = StartJournal { earlier, appends };
-        Ok((journal, JournalFile { path, file, entries, appended: 0, syncs: 0 }, queue))
+        Ok((
+            journal,
+            JournalFile { path, file, appended: 0, compact_after: START_JOURNAL_COMPACT_AFTER, syncs: 0 },
+            queue,
+        ))
     }
 
     fn started_before(&self, id: &str) -> bool {
-        self.earlier.contains(id)
+        self.earlier.contains(&id_key(id))
     }
 
     /// Records, durably, that a start of `id` is about to be sent.
@@ -613,11 +632,29 @@ impl StartJournal {
 }
 
 impl JournalFile {
-    /// Replaces the journal with `entries` and opens it for appending.
-    fn rewrite(path: &Path, entries: &BTreeMap<String, u64>) -> Result<std::fs::File, String> {
-        let text: String = entries.iter().map(|(id, until)| format!("{id} {until}\n")).collect();
-        writ_client::files::replace(path, &text, true).map_err(|e| format!("{}: {e}", path.display()))?;
-        std::fs::OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))
+    /// Replaces the journal with its entries that may still start after `now_ms` (read line by
+    /// line, each id passed to `kept`), and opens it for appending. A missing journal is empty.
+    fn compact(path: &Path, now_ms: u64, mut kept: impl FnMut(&str)) -> Result<std::fs::File, String> {
+        use std::io::BufRead;
+        let at = |e: std::io::Error| format!("{}: {e}", path.display());
+        let old = match std::fs::File::open(path) {
+            Ok(f) => Some(std::io::BufReader::new(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(at(e)),
+        };
+        writ_client::files::replace_with(path, true, |out| {
+            for line in old.into_iter().flat_map(|r| r.lines()) {
+                let line = line?;
+                let Some((id, until)) = line.split_once(' ') else { continue };
+                if until.parse::<u64>().is_ok_and(|until| until > now_ms) {
+                    kept(id);
+                    writeln!(out, "{line}")?;
+                }
+            }
+            Ok(())
+        })
+        .map_err(at)?;
+        std::fs::OpenOptions::new().append(true).open(path).map_err(at)
     }
 
     /// The writer: each batch is what was queued while the previous one synced. Returns (with
@@ -636,24 +673,20 @@ impl JournalFile {
         self
     }
 
-    /// Appends a batch with one write and one sync (or rewrites the journal, compacted, once
-    /// enough lines were appended).
+    /// Appends a batch with one write and one sync, then rewrites the journal without what may
+    /// be forgotten once enough lines were appended.
     fn append(&mut self, batch: &[Append]) -> Result<(), String> {
-        for a in batch {
-            self.entries.insert(a.id.clone(), a.forget_after_ms);
-        }
-        self.appended += batch.len();
-        if self.appended >= START_JOURNAL_COMPACT_AFTER {
-            let now_ms = batch.iter().map(|a| a.now_ms).max().unwrap_or(0);
-            self.entries.retain(|_, until| *until > now_ms);
-            self.file = Self::rewrite(&self.path, &self.entries)?;
-            self.appended = 0;
-            return Ok(());
-        }
         let lines: String = batch.iter().map(|a| format!("{} {}\n", a.id, a.forget_after_ms)).collect();
         self.syncs += 1;
         let written = self.file.write_all(lines.as_bytes()).and_then(|_| self.file.sync_data());
-        written.map_err(|e| format!("{}: {e}", self.path.display()))
+        written.map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.appended += batch.len();
+        if self.appended >= self.compact_after {
+            let now_ms = batch.iter().map(|a| a.now_ms).max().unwrap_or(0);
+            self.file = Self::compact(&self.path, now_ms, |_| {})?;
+            self.appended = 0;
+        }
+        Ok(())
     }
 }
 
@@ -1049,7 +1082,7 @@ impl Executor {
         }
         if let Err(e) = self.journal.record(&id, forget_after, writ_client::now_ms()).await {
             tracing::error!(operation = %id, error = %e, "the start journal cannot be written: not attempted");
-            self.memory.lock().expect("memory lock").taken.remove(&id);
+            self.memory.lock().expect("memory lock").untake(&id);
             return;
         }
         let lease_ms = self.cfg.lease_ms;
@@ -1066,7 +1099,7 @@ impl Executor {
                 // No attempt without the ledger's go-ahead.
                 tracing::info!(operation = %id, error = %e, "attempt not started");
                 // Not attempted: if it is offered again (to this executor too), take it then.
-                self.memory.lock().expect("memory lock").taken.remove(&id);
+                self.memory.lock().expect("memory lock").untake(&id);
                 return;
             }
         }
@@ -1451,7 +1484,7 @@ kind = "simulated"
         // Past its deadline: taken, refused (the refusal reaches no edge), and its slot freed.
         assert!(x.clone().take_on(edge, dispatch("op-stale", 1), now_ms));
         assert!(!x.clone().take_on(edge, dispatch("op-next", now_ms + 60_000), now_ms), "the one slot is busy");
-        assert!(!x.memory.lock().unwrap().taken.contains_key("op-next"), "left untaken");
+        assert!(!x.memory.lock().unwrap().is_taken("op-next"), "left untaken");
         let freed = tokio::time::timeout(Duration::from_secs(30), x.slots.acquire()).await;
         drop(freed.expect("the stale dispatch's task ends").unwrap());
         assert!(x.clone().take_on(edge, dispatch("op-next", now_ms + 60_000), now_ms), "offered again, taken");
@@ -1522,5 +1555,28 @@ kind = "simulated"
         }
         let next = StartJournal::open(path, 2_000).unwrap();
         assert!((0..50).all(|i| next.started_before(&format!("op-{i}"))), "every start is on disk");
+    }
+
+    #[test]
+    fn a_running_journal_rewrites_itself_without_what_may_be_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(START_JOURNAL_FILE);
+        let (_journal, mut file, _queue) = StartJournal::load(path.clone(), 1_000).unwrap();
+        file.compact_after = 3;
+        let append = |id: &str, forget_after_ms, now_ms| {
+            let (durable, _) = tokio::sync::oneshot::channel();
+            Append { id: id.into(), forget_after_ms, now_ms, durable }
+        };
+        file.append(&[append("op-old", 2_000, 1_000), append("op-live", 9_000, 1_000)]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "op-old 2000\nop-live 9000\n");
+        // The third line reaches the bound, at a time op-old can no longer start.
+        file.append(&[append("op-new", 9_000, 3_000)]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "op-live 9000\nop-new 9000\n", "rewritten");
+        file.append(&[append("op-after", 9_000, 3_000)]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "op-live 9000\nop-new 9000\nop-after 9000\n", "appends reach the rewritten file");
+        let next = StartJournal::open(path, 4_000).unwrap();
+        assert!(["op-live", "op-new", "op-after"].iter().all(|id| next.started_before(id)));
+        assert!(!next.started_before("op-old"));
     }
 }
