@@ -8,8 +8,9 @@
 //! task, which also times elections and sends heartbeats: a RocksDB write there waits behind
 //! whatever holds RocksDB's write path (a purge's batches, a memtable switch), and a core held
 //! past the election timeout costs the cluster its leader. Entries leave the cache only once
-//! written, so every entry is always in the cache, in RocksDB, or both; truncation, purge and
-//! the log's state wait for the writer to catch up first ([`LogStore::written`]).
+//! written, so every entry is always in the cache, in RocksDB, or both; truncation and the log's
+//! state wait for the writer to catch up first ([`LogStore::written`]). A purge is the writer's
+//! own: queued behind the writes before it, written in their batch.
 //!
 //! The newest entries also stay in memory after they are written (at most
 //! [`ENTRY_CACHE_BYTES`]): a leader reads each entry again for every follower's replication and
@@ -179,6 +180,9 @@ enum LogWrite {
     Entries { first: u64, last: u64, flushed: IOFlushed<TypeConfig> },
     /// Write the committed log id's stored bytes (it need not be durable).
     Committed(Vec<u8>),
+    /// Purge the entries up to `upto`: record the purge point (`stored`: the purged log id's
+    /// stored bytes; it need not be durable) and delete them, in the group's batch.
+    Purge { upto: u64, stored: Vec<u8> },
     /// Answer once everything asked before is written.
     Written(mpsc::SyncSender<()>),
 }
@@ -296,19 +300,23 @@ fn write_loop(
         let mut group = vec![first];
         group.extend(rx.try_iter());
         let _writing = writing.lock().unwrap_or_else(|e| e.into_inner());
-        let (batch, last) = group_batch(db, cache, &group);
+        let (batch, last, purged) = group_batch(db, cache, &group);
         let mut flushed = Vec::new();
         let mut answers = Vec::new();
         for write in group {
             match write {
                 LogWrite::Entries { flushed: cb, .. } => flushed.push(cb),
                 LogWrite::Written(tx) => answers.push(tx),
-                LogWrite::Committed(_) => {}
+                LogWrite::Committed(_) | LogWrite::Purge { .. } => {}
             }
         }
         let result = write_group(db, batch, !flushed.is_empty());
-        if let (Some(last), Ok(())) = (last, &result) {
-            cache.lock().unwrap_or_else(|e| e.into_inner()).written_upto(last);
+        if result.is_ok() {
+            let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+            last.into_iter().for_each(|last| cache.written_upto(last));
+            purged.into_iter().for_each(|upto| cache.clear_upto(upto));
+        } else if let Err(e) = &result {
+            tracing::error!(error = %e, "the Raft log's write failed");
         }
         if !flushed.is_empty() {
             metrics::histogram!("writ_log_group_commit_appends").record(flushed.len() as f64);
@@ -324,12 +332,13 @@ fn write_loop(
     }
 }
 
-/// The RocksDB batch of a group of writes, and the last entry index it writes.
-fn group_batch(db: &DB, cache: &Mutex<EntryCache>, group: &[LogWrite]) -> (WriteBatch, Option<u64>) {
+/// The RocksDB batch of a group of writes, the last entry index it writes, and the last it
+/// purges.
+fn group_batch(db: &DB, cache: &Mutex<EntryCache>, group: &[LogWrite]) -> (WriteBatch, Option<u64>, Option<u64>) {
     let (logs, meta) = (db.cf_handle(CF_LOGS), db.cf_handle(CF_META));
     let (logs, meta) = (logs.expect("column families are created at open"), meta.expect("created at open"));
     let mut batch = WriteBatch::default();
-    let mut last = None;
+    let (mut last, mut purged) = (None, None);
     let cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     for write in group {
         match write {
@@ -341,10 +350,16 @@ fn group_batch(db: &DB, cache: &Mutex<EntryCache>, group: &[LogWrite]) -> (Write
                 last = last.max(Some(*l));
             }
             LogWrite::Committed(bytes) => batch.put_cf(meta, KEY_COMMITTED, bytes),
+            LogWrite::Purge { upto, stored } => {
+                // The purge point first: entries at or below it are ignored from then on.
+                batch.put_cf(meta, KEY_LAST_PURGED, stored);
+                batch.delete_range_cf(logs, index_key(0), index_key(upto + 1));
+                purged = purged.max(Some(*upto));
+            }
             LogWrite::Written(_) => {}
         }
     }
-    (batch, last)
+    (batch, last, purged)
 }
 
 /// Writes a group's batch, then syncs the WAL when appends wait to be durable.
@@ -488,12 +503,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.db.delete_range_cf(self.cf(CF_LOGS), index_key(from), index_key(u64::MAX)).map_err(io::Error::other)
     }
 
+    /// Queues the purge for the writer, behind the writes asked before it, and returns: a purge
+    /// follows each snapshot, when flushes and compactions hold RocksDB's write path, and the core
+    /// that called it must not wait for them.
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
-        self.written()?;
-        // Record the purge point first: entries at or below it are ignored from then on.
-        self.put_meta(KEY_LAST_PURGED, &log_id, false)?;
-        self.cache().clear_upto(log_id.index());
-        self.db.delete_range_cf(self.cf(CF_LOGS), index_key(0), index_key(log_id.index() + 1)).map_err(io::Error::other)
+        self.ask(LogWrite::Purge { upto: log_id.index(), stored: checked_encode(&log_id)? })
     }
 }
 
@@ -583,6 +597,33 @@ mod tests {
             rx.await.unwrap().unwrap();
             assert!(log.db.get_cf(log.cf(CF_LOGS), index_key(3)).unwrap().is_some());
             assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index()), Some(3));
+        });
+    }
+
+    /// A purge returns while RocksDB's write path is held; the purged entries leave RocksDB and
+    /// the cache, and the log's state shows the purge point, once the writer has written it.
+    #[test]
+    #[allow(clippy::await_holding_lock)]
+    fn a_purge_waits_for_no_rocksdb_write() {
+        use openraft::type_config::TypeConfigExt;
+        TypeConfig::run(async {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut log, _sm) = crate::open(dir.path()).unwrap();
+            log.append((1..=5).map(entry), IOFlushed::noop()).await.unwrap();
+            log.written().unwrap();
+            let writing = log.writer.writing.clone();
+            let held = writing.lock().unwrap();
+            log.purge(entry(3).log_id()).await.unwrap();
+            assert!(log.db.get_cf(log.cf(CF_LOGS), index_key(3)).unwrap().is_some(), "purged by the call itself");
+            drop(held);
+            let state = log.get_log_state().await.unwrap();
+            assert_eq!(state.last_purged_log_id.map(|l| l.index()), Some(3));
+            assert_eq!(state.last_log_id.map(|l| l.index()), Some(5));
+            assert!((1..=3).all(|i| log.db.get_cf(log.cf(CF_LOGS), index_key(i)).unwrap().is_none()));
+            assert!(log.db.get_cf(log.cf(CF_LOGS), index_key(4)).unwrap().is_some());
+            assert!(log.cache().entries.keys().all(|i| *i > 3), "the cache keeps no purged entry");
+            let read = log.try_get_log_entries(4..=5).await.unwrap();
+            assert_eq!(read.iter().map(|e| e.index()).collect::<Vec<_>>(), vec![4, 5]);
         });
     }
 
