@@ -311,12 +311,14 @@ fn write_loop(
             }
         }
         let result = write_group(db, batch, !flushed.is_empty());
-        if result.is_ok() {
-            let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-            last.into_iter().for_each(|last| cache.written_upto(last));
-            purged.into_iter().for_each(|upto| cache.clear_upto(upto));
-        } else if let Err(e) = &result {
-            tracing::error!(error = %e, "the Raft log's write failed");
+        match &result {
+            Ok(()) => {
+                let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+                last.into_iter().for_each(|last| cache.written_upto(last));
+                purged.into_iter().for_each(|upto| cache.clear_upto(upto));
+            }
+            // The appends in the group are answered with it; a purge has no one waiting.
+            Err(e) => tracing::error!(error = %e, "the Raft log's write failed"),
         }
         if !flushed.is_empty() {
             metrics::histogram!("writ_log_group_commit_appends").record(flushed.len() as f64);
