@@ -355,8 +355,8 @@ impl LedgerNode {
     {
         let config = Arc::new(settings.to_openraft(id).map_err(io::Error::other)?);
         let (log, sm) = writ_raft_store::open(dir)?;
-        sm.spawn_event_log_retention();
-        sm.spawn_cold_purge();
+        sm.spawn_event_log_retention()?;
+        sm.spawn_cold_purge()?;
         let log_stats = log.stats();
         let network = network(&log);
         let raft = Raft::new(id, config, network, log, sm.clone()).await.map_err(io::Error::other)?;

@@ -79,7 +79,7 @@ fn pages(c: &mut Criterion) {
     // The event log's retention runs beside the applies, as on a node.
     let later = T0 + writ_api::retention::EVENT_LOG_KEPT_MS + 1000;
     let trimmed = sm.read().state.revision;
-    rt.block_on(async { sm.spawn_event_log_retention() });
+    sm.spawn_event_log_retention().unwrap();
     for (i, index) in (40..50).enumerate() {
         let tenant_id = format!("other-{i}");
         apply(&rt, &sm, index, later, Command::CreateTenant { tenant_id, name: format!("o-{i}"), display_name: None });

@@ -111,6 +111,15 @@ pub(crate) fn compaction_parts(db: &DB) -> [(&'static str, u64); 5] {
     ]
 }
 
+/// Lowers the calling thread to the lowest CPU priority (nice 19; on Linux the nice value is
+/// the thread's own): for background work that must yield to Raft's timers and applies when
+/// the cores are short. Failing that, `what` runs at the priority it has, with a warning.
+pub(crate) fn lower_own_priority(what: &str) {
+    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+        tracing::warn!(error = %e, "{what} runs at its parent's CPU priority");
+    }
+}
+
 /// Opens (creating if missing) a RocksDB with the node's column families at `path`, within the
 /// memory and WAL bounds above.
 pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
@@ -121,6 +130,12 @@ pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
     opts.set_paranoid_checks(true);
     opts.set_db_write_buffer_size(MEMTABLE_BUDGET_BYTES);
     opts.set_max_total_wal_size(WAL_BYTES_MAX);
+    // Compactions only give back space and read speed later: they take what CPU Raft's timers,
+    // applies and flushes leave (flushes keep their priority: a memtable that cannot flush
+    // stops writes).
+    let mut env = rocksdb::Env::new().map_err(io::Error::other)?;
+    env.lower_thread_pool_cpu_priority();
+    opts.set_env(&env);
     let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     // `default` (unused) too: left out, it would get 64 MiB memtables, and RocksDB preallocates
     // 1.1 times the largest memtable for each WAL file (a tmpfs-sized disk noticed).
@@ -144,4 +159,55 @@ pub(crate) fn open_db(path: &Path) -> io::Result<DB> {
         ColumnFamilyDescriptor::new(name, cf)
     });
     DB::open_cf_descriptors(&opts, path, cfs).map_err(io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The nice values of this process's threads whose names start with `prefix`.
+    fn nice_of_threads(prefix: &str) -> Vec<i64> {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap().map(|t| t.unwrap().path());
+        let named = tasks.filter(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.starts_with(prefix)));
+        named
+            .filter_map(|t| std::fs::read_to_string(t.join("stat")).ok())
+            // The fields after the name: state is the third of stat(5)'s, nice the nineteenth.
+            .map(|stat| stat.rsplit_once(')').unwrap().1.split_whitespace().nth(16).unwrap().parse().unwrap())
+            .collect()
+    }
+
+    /// Waits (ten seconds at most) until every thread named `prefix`… runs at nice 19, and
+    /// whether one did.
+    fn all_lowered(prefix: &str) -> bool {
+        for _ in 0..1000 {
+            let nice = nice_of_threads(prefix);
+            if !nice.is_empty() && nice.iter().all(|n| *n == 19) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// The background work a node paces (the event log's retention, the cold rows' purge) runs
+    /// on threads of its own at the lowest CPU priority, and so do RocksDB's compactions: when
+    /// the cores are short, Raft's timers and applies go first.
+    #[test]
+    fn background_work_runs_at_the_lowest_cpu_priority() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = open(dir.path()).unwrap();
+        sm.spawn_event_log_retention().unwrap();
+        sm.spawn_cold_purge().unwrap();
+        assert!(all_lowered("writ-retention"), "{:?}", nice_of_threads("writ-retention"));
+        assert!(all_lowered("writ-cold-purge"), "{:?}", nice_of_threads("writ-cold-purge"));
+        // A compaction runs on RocksDB's low-priority pool, which lowers itself as it takes one.
+        let db = open_db(&dir.path().join("compacted")).unwrap();
+        let cf = db.cf_handle(CF_EVENTS).unwrap();
+        for i in 0..2u8 {
+            db.put_cf(cf, [i], [i]).unwrap();
+            db.flush_cf(cf).unwrap();
+        }
+        db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+        assert!(all_lowered("rocksdb:low"), "{:?}", nice_of_threads("rocksdb:low"));
+    }
 }

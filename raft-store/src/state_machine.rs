@@ -529,63 +529,66 @@ impl StateMachine {
     /// Runs the event log's retention in the background (SPEC L9): whenever an apply finds
     /// events past it, steps of [`Self::trim_events`] follow one another, each followed by a
     /// rest [`TRIM_REST_PER_WORK`] times as long as the step, until none is due.
-    pub fn spawn_event_log_retention(&self) {
-        self.spawn_paced(self.inner.trim_due.clone(), TRIM_REST_PER_WORK, "the event log's retention", |sm| {
+    pub fn spawn_event_log_retention(&self) -> io::Result<()> {
+        let due = self.inner.trim_due.clone();
+        self.spawn_paced(due, TRIM_REST_PER_WORK, "writ-retention", "the event log's retention", |sm| {
             let started = std::time::Instant::now();
             let more = sm.trim_events();
             metrics::histogram!("writ_event_log_retention_step_seconds").record(started.elapsed().as_secs_f64());
             more
-        });
+        })
     }
 
     /// Drops the cold rows' versions no replay from a kept snapshot can read, in the
     /// background: whenever a snapshot raises the horizon ([`Self::snapshot_taken`]), batches of
     /// `crate::cold::Purge` follow one another, each followed by a rest
     /// [`PURGE_REST_PER_WORK`] times as long as the batch, until none is left below it.
-    pub fn spawn_cold_purge(&self) {
-        self.spawn_paced(self.inner.purge_due.clone(), PURGE_REST_PER_WORK, "the cold rows' purge", |sm| {
+    pub fn spawn_cold_purge(&self) -> io::Result<()> {
+        let due = self.inner.purge_due.clone();
+        self.spawn_paced(due, PURGE_REST_PER_WORK, "writ-cold-purge", "the cold rows' purge", |sm| {
             let dropped = sm.inner.purge_step()?;
             if let Some(n) = dropped {
                 metrics::counter!("writ_cold_versions_dropped_total").increment(n);
             }
             Ok(dropped.is_some())
-        });
+        })
     }
 
-    /// Background work at a bounded share of a core: whenever `due` is woken, runs `step` on a
-    /// blocking thread again and again, each run followed by a rest `rest_per_work` times as
-    /// long as it took, until it returns that nothing more is due (or fails: logged, and it
-    /// runs when next woken). Holds the store only while a step runs; stops once it is closed.
+    /// Background work at a bounded share of a core, and only of what the rest leaves: a
+    /// thread of its own (`thread`) at the lowest CPU priority ([`crate::lower_own_priority`]),
+    /// so Raft's timers and applies go first whenever the cores are short. Whenever `due` is
+    /// woken, it runs `step` again and again, each run followed by a rest `rest_per_work` times
+    /// as long as it took, until it returns that nothing more is due (or fails: logged, and it
+    /// runs when next woken). Holds the store only while a step runs; ends once it is closed.
+    /// Fails only when the thread cannot be started.
     fn spawn_paced(
         &self,
         due: Arc<tokio::sync::Notify>,
         rest_per_work: u32,
+        thread: &str,
         what: &'static str,
         step: fn(&StateMachine) -> io::Result<bool>,
-    ) {
+    ) -> io::Result<()> {
         let store = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
+        let paced = move || {
+            crate::lower_own_priority(what);
             loop {
-                due.notified().await;
+                futures::executor::block_on(due.notified());
                 loop {
                     let Some(inner) = store.upgrade() else { return };
-                    let sm = StateMachine { inner };
                     let started = std::time::Instant::now();
-                    let more = match tokio::task::spawn_blocking(move || step(&sm)).await {
-                        Ok(Ok(more)) => more,
-                        Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "{what} failed; it runs again when next due");
-                            false
-                        }
-                        Err(_) => return,
-                    };
-                    tokio::time::sleep(started.elapsed() * rest_per_work).await;
+                    let more = step(&StateMachine { inner }).unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "{what} failed; it runs again when next due");
+                        false
+                    });
+                    std::thread::sleep(started.elapsed() * rest_per_work);
                     if !more {
                         break;
                     }
                 }
             }
-        });
+        };
+        std::thread::Builder::new().name(thread.into()).spawn(paced).map(drop)
     }
 
     /// One step of the event log's retention: drops stored events older than
@@ -1358,7 +1361,7 @@ mod tests {
         use writ_api::ledger::{Command, LedgerRequest};
         let dir = tempfile::tempdir().unwrap();
         let (log, sm) = crate::open(dir.path()).unwrap();
-        sm.spawn_event_log_retention();
+        sm.spawn_event_log_retention().unwrap();
         let mut index = 0;
         let mut apply = |stamp_ms: u64, command: Command| {
             index += 1;
@@ -1437,7 +1440,7 @@ mod tests {
         snapshot_at(6, 2);
         snapshot_at(7, 3);
         assert_eq!(stored(), 3, "the builds purge nothing themselves");
-        sm.spawn_cold_purge();
+        sm.spawn_cold_purge().unwrap();
         for _ in 0..1000 {
             if stored() == 1 {
                 break;
