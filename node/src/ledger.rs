@@ -643,8 +643,11 @@ impl LedgerNode {
         self.while_leading(REAPER_PERIOD, |node, tick| async move {
             let now = node.clock.now_ms();
             let look = tick % (RETENTION_PERIOD.as_millis() / REAPER_PERIOD.as_millis()) as u64 == 0;
-            let (expire, retire) = {
-                let applied = node.sm.read_async().await;
+            // What is due reads cold rows from RocksDB: on a blocking thread, never on a worker
+            // that Raft's heartbeats share.
+            let sm = node.sm.clone();
+            let due = tokio::task::spawn_blocking(move || {
+                let applied = sm.read();
                 let st = &applied.state;
                 // Operations past a deadline or lease, and evidence past its retention.
                 let due = st.index.due.keys().filter(|t| st.index.next_due(t).is_some_and(|at| at <= now));
@@ -658,7 +661,8 @@ impl LedgerNode {
                 let retire: Vec<String> =
                     st.tenants.keys().filter(|t| look && retention_due(st, t, now, true)).cloned().collect();
                 (expire, retire)
-            };
+            });
+            let Ok((expire, retire)) = due.await else { return };
             for command in expire {
                 let _ = node.reap(command, now).await;
             }
@@ -686,7 +690,9 @@ impl LedgerNode {
                 Err(ReasonCode::LEDGER_VERSION_GATED) if reported => reported = false,
                 Err(_) => return,
             }
-            if !retention_due(&self.sm.read_async().await.state, tenant_id, now, reported) {
+            let (sm, tenant) = (self.sm.clone(), tenant_id.to_string());
+            let due = tokio::task::spawn_blocking(move || retention_due(&sm.read().state, &tenant, now, reported));
+            if !due.await.unwrap_or(false) {
                 return;
             }
             tokio::time::sleep(started.elapsed() * RETENTION_REST_PER_WORK).await;
