@@ -164,6 +164,13 @@ pub struct LedgerState {
     /// stops being live. Never encoded: a node's state is never a projection.
     #[serde(skip)]
     pub projection: bool,
+    /// Operations that stopped being live in this projection's folds, each with its history,
+    /// until the follower takes them ([`LedgerState::take_departed`]); kept only once it asked
+    /// ([`LedgerState::keep_departed`]), so a fold without a taker holds nothing. An edge hands
+    /// them to the callers waiting on them, who would otherwise read them from the ledger.
+    /// Never encoded.
+    #[serde(skip)]
+    pub departed: Option<Vec<crate::operation::Departed>>,
     /// The rows that grow with traffic ([`crate::cold`]): operations no longer live, with their
     /// histories and bindings, idempotency keys, and retention's time rows. A section of its
     /// own (state format 16); a node keeps the rows in its store.
@@ -725,6 +732,18 @@ impl LedgerState {
         self.evidence.clear();
         self.cold = self.projected_tier();
         self.rebuild_index();
+    }
+
+    /// Keeps each operation this projection lets go ([`LedgerState::departed`]) until
+    /// [`LedgerState::take_departed`]: for a follower that takes them after every fold.
+    pub fn keep_departed(&mut self) {
+        self.departed.get_or_insert_with(Vec::new);
+    }
+
+    /// The operations let go since the last take, oldest first (none unless
+    /// [`LedgerState::keep_departed`] was asked).
+    pub fn take_departed(&mut self) -> Vec<crate::operation::Departed> {
+        self.departed.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The token records and closed work items of every tenant as rows of a new tier (each

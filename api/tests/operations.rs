@@ -356,6 +356,39 @@ fn a_projection_lets_an_operation_go_when_it_stops_being_live() {
     assert_eq!(edge, expected, "folded event by event, it is the projection of the state");
 }
 
+/// A projection asked to keep what it lets go hands each operation that stopped being live,
+/// whole and with its history, to one taker; one not asked keeps nothing.
+#[test]
+fn a_projection_hands_over_the_operations_it_lets_go_once_asked() {
+    let mut l = Ledger::new();
+    let (mut kept, mut plain) = (l.state.clone(), l.state.clone());
+    kept.project();
+    kept.keep_departed();
+    plain.project();
+    let mut step = |l: &mut Ledger, command: Command| {
+        let req = LedgerRequest { stamp_ms: l.now, trace_id: "tr".into(), command: command.into() };
+        let (outcome, events) = l.state.execute(&req);
+        assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+        for env in &events {
+            kept.fold_views(env).expect("folds");
+            plain.fold_views(env).expect("folds");
+        }
+        kept.take_departed()
+    };
+    let deadline = l.now + 60_000;
+    assert!(step(&mut l, submit(spec("op-1", "k-1", json!({"p": 1}), Some("press"), deadline))).is_empty());
+    assert!(step(&mut l, dispatch("op-1")).is_empty());
+    assert!(step(&mut l, start("op-1", 1)).is_empty(), "live: still held");
+    let departed = step(&mut l, report("op-1", 1, AttemptOutcome::Effect));
+    assert_eq!(departed.len(), 1, "{departed:?}");
+    assert_eq!(departed[0].op, l.op("op-1"), "the operation as the ledger holds it");
+    assert_eq!(departed[0].history, l.state.operation_history(T, "op-1"), "with its whole history");
+    assert_eq!(departed[0].history.last().map(|t| t.to), Some(OperationState::EffectReported));
+    assert!(kept.take_departed().is_empty(), "taken once");
+    assert_eq!(plain.departed, None, "a projection not asked keeps nothing");
+    assert!(plain.take_departed().is_empty());
+}
+
 #[test]
 fn cancel_is_immediate_before_the_attempt_and_asked_of_the_executor_during_it() {
     let mut l = Ledger::new();

@@ -480,6 +480,7 @@ pub enum Executed {
         op: Box<Operation>,
         replayed: bool,
         wait: std::time::Duration,
+        watch: writ_client::verifier::OperationWatch,
     },
 }
 
@@ -492,22 +493,30 @@ fn settled(state: OperationState) -> bool {
 
 /// What the edge knows of `known` now, if it moved past `known`'s revision: the replica's
 /// record while the operation is live; once it left the replica (which holds live operations
-/// only, so it has finished), the ledger's (one read). `None` while the replica has not yet
-/// applied `known`'s revision, or the ledger could not answer.
+/// only, so it has finished), the record `watch` kept of it then, or — when the watch opened
+/// after that — the ledger's (one read). `None` while nothing moved, while the replica has not
+/// yet applied `known`'s revision, or when the ledger could not answer.
 pub async fn latest(
-    verifier: &writ_client::verifier::Verifier,
+    watch: &writ_client::verifier::OperationWatch,
     ledger: &dyn writ_client::Ledger,
     known: &Operation,
 ) -> Option<(Operation, Option<ReasonCode>)> {
     let (tenant_id, id) = (&known.tenant_id, &known.spec.operation_id);
-    let held = verifier.with_state(|s| match s.operations.get(tenant_id).and_then(|m| m.get(id)) {
+    let held = watch.with_state(|s| match s.operations.get(tenant_id).and_then(|m| m.get(id)) {
+        // A live operation has no refusal: only a failed one does.
+        Some(op) if op.revision <= known.revision => Some(None),
         Some(op) => Some(Some((op.clone(), refusal(op, &s.operation_history(tenant_id, id))))),
         None if s.revision >= known.revision => None,
         None => Some(None),
     });
-    let found = match held {
-        Some(found) => found,
-        None => {
+    let found = match (held, watch.departed()) {
+        (Some(found), _) => found,
+        (None, Some(d)) => {
+            metrics::counter!("writ_edge_operation_ends_total", "read" => "replica").increment(1);
+            Some((d.op.clone(), refusal(&d.op, &d.history)))
+        }
+        (None, None) => {
+            metrics::counter!("writ_edge_operation_ends_total", "read" => "ledger").increment(1);
             let q = Query::GetOperationHistory { tenant_id: tenant_id.clone(), operation_id: id.clone() };
             let h: writ_api::dto::OperationHistory = writ_client::query_as(ledger, q, Default::default()).await.ok()?;
             let reason = refusal(&h.operation, &h.transitions);
@@ -523,6 +532,7 @@ pub async fn latest(
 /// with the same key) anywhere.
 pub async fn follow(
     verifier: writ_client::verifier::Verifier,
+    watch: writ_client::verifier::OperationWatch,
     ledger: std::sync::Arc<dyn writ_client::Ledger>,
     op: Operation,
     replayed: bool,
@@ -533,7 +543,7 @@ pub async fn follow(
     let mut revisions = verifier.revisions();
     let (mut current, mut reported, mut step, mut reason) = (op, None, 0.0, None);
     loop {
-        if let Some((newer, why)) = latest(&verifier, ledger.as_ref(), &current).await {
+        if let Some((newer, why)) = latest(&watch, ledger.as_ref(), &current).await {
             current = newer;
             reason = why;
         }
@@ -563,11 +573,11 @@ pub async fn execute(c: &Call<'_>, args: &Value) -> Result<Executed, RpcError> {
         Ok(recorded) => recorded,
     };
     Ok(match recorded {
-        Ok(Recorded { op, replayed, perform: Some(action) }) => {
+        Ok(Recorded { op, replayed, perform: Some(action), .. }) => {
             Executed::Perform(Box::new(Pending { op, replayed, action }))
         }
-        Ok(Recorded { op, replayed, perform: None }) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
-            Executed::Follow { op: Box::new(op), replayed, wait }
+        Ok(Recorded { op, replayed, perform: None, watch }) if !wait.is_zero() && !crate::tasks::negotiated(c) => {
+            Executed::Follow { op: Box::new(op), replayed, wait, watch }
         }
         other => Executed::Now(answer(c, other)?),
     })
@@ -608,7 +618,7 @@ fn answer(c: &Call<'_>, recorded: Result<Recorded, Value>) -> Result<Value, RpcE
 /// A recorded direct call's answer, or — an upstream operation — what is left to perform.
 fn finish(c: &Call<'_>, recorded: Result<Recorded, Value>) -> Result<Direct, RpcError> {
     match recorded {
-        Ok(Recorded { op, replayed, perform: Some(action) }) => {
+        Ok(Recorded { op, replayed, perform: Some(action), .. }) => {
             Ok(Direct::Perform(Box::new(Pending { op, replayed, action })))
         }
         other => answer(c, other).map(Direct::Complete),
@@ -616,11 +626,13 @@ fn finish(c: &Call<'_>, recorded: Result<Recorded, Value>) -> Result<Direct, Rpc
 }
 
 /// A call the ledger recorded: the operation as it then was, whether the call replayed an
-/// earlier one, and — an upstream operation — the action the edge performs it as.
+/// earlier one, — an upstream operation — the action the edge performs it as, and the watch
+/// on it, opened before it was submitted (so its end is never missed on the replica).
 struct Recorded {
     op: Operation,
     replayed: bool,
     perform: Option<writ_api::catalog::CatalogActionV1>,
+    watch: writ_client::verifier::OperationWatch,
 }
 
 /// An upstream operation recorded and left for the edge to perform, in the request's reply
@@ -746,6 +758,7 @@ async fn record(
     let deadline_ms = writ_client::now_ms() + deadline_s * 1000;
     let spec = spec_of(c, &p, (id, key), deadline_ms, cost_ceiling, &input_requests);
     let tenant_id = c.authority.tenant_id.clone();
+    let mut watch = c.edge.verifier.watch_operation(&tenant_id, &spec.operation_id);
     let command = match proposal {
         Some(proposal_id) => {
             Command::SubmitProposed { tenant_id, proposal_id: proposal_id.to_string(), spec: spec.clone() }
@@ -776,10 +789,13 @@ async fn record(
         // The operation as the submission left it (the prior one, for a replay).
         Outcome::Applied { operation: Some(op), .. } => {
             let replayed = op.spec.operation_id != spec.operation_id;
+            if replayed {
+                watch = c.edge.verifier.watch_operation(&op.tenant_id, &op.spec.operation_id);
+            }
             // The edge performs an upstream operation next (a replay finds it attempted
             // already and answers it).
             let perform = matches!(p.action.execution, Execution::UpstreamOperation(_)).then(|| p.action.clone());
-            Ok(Ok(Recorded { op: *op, replayed, perform }))
+            Ok(Ok(Recorded { op: *op, replayed, perform, watch }))
         }
         _ => Err(RpcError::reason(ReasonCode::INTERNAL, "unexpected ledger outcome")),
     }
@@ -960,10 +976,11 @@ async fn finish_call(
 async fn reading(c: &Call<'_>, recorded: Recorded) -> Result<Value, RpcError> {
     use writ_api::operation::OperationState as S;
     let mut revisions = c.edge.verifier.revisions();
+    let watch = &recorded.watch;
     let waited = tokio::time::timeout(READ_WAIT, async {
         let mut known = recorded.op.clone();
         loop {
-            if let Some((op, _)) = latest(&c.edge.verifier, c.edge.ledger.as_ref(), &known).await {
+            if let Some((op, _)) = latest(watch, c.edge.ledger.as_ref(), &known).await {
                 if !op.is_live() {
                     return Some(op);
                 }

@@ -783,12 +783,12 @@ async fn operation_tool(c: &Call<'_>, name: &str) -> Handled {
     } else {
         match name {
             operations::EXECUTE => match operations::execute(c, &args).await {
-                Ok(operations::Executed::Follow { op, replayed, wait }) => {
+                Ok(operations::Executed::Follow { op, replayed, wait, watch }) => {
                     // Waiting streams progress (SSE when the client accepts it).
                     let (verifier, ledger) = (c.edge.verifier.clone(), c.edge.ledger.clone());
                     let meta = c.req.params().get("_meta");
                     let response = reply::run(id, meta, reply::accepts_sse(c.headers), move |notify| {
-                        operations::follow(verifier, ledger, *op, replayed, wait, notify)
+                        operations::follow(verifier, watch, ledger, *op, replayed, wait, notify)
                     })
                     .await;
                     return Handled { response, name: Some(name.into()), denied: None, effectful: true };

@@ -652,9 +652,10 @@ fn report(op: &Operation, outcome: AttemptOutcome, result: Option<&Value>) -> Co
 async fn settled(edge: &crate::Edge, op: Operation, wait: Duration) -> Operation {
     let until = tokio::time::Instant::now() + wait;
     let mut revisions = edge.verifier.revisions();
+    let watch = edge.verifier.watch_operation(&op.tenant_id, &op.spec.operation_id);
     let mut current = op;
     loop {
-        if let Some((newer, _)) = crate::operations::latest(&edge.verifier, edge.ledger.as_ref(), &current).await {
+        if let Some((newer, _)) = crate::operations::latest(&watch, edge.ledger.as_ref(), &current).await {
             current = newer;
         }
         if current.state != OperationState::Attempting {

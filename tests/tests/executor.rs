@@ -1093,12 +1093,18 @@ async fn an_executor_serves_health_readiness_and_metrics() {
     .await;
     let done = w.execute(&agent, press("press-probed", "probe-1")).await;
     w.wait_state(&agent, &op_id(&done), "effect_reported").await;
+    // A call that waits reads the end of its operation from the edge's replica, which kept it
+    // for the wait when it let the operation go (no read from the ledger).
+    let mut waited = press("press-probed", "probe-2");
+    waited["wait_s"] = json!(20);
+    let waited = w.execute(&agent, waited).await;
+    assert_eq!(waited["structuredContent"]["state"], "effect_reported", "{waited}");
     let (status, metrics) = get("/metrics").await;
     assert_eq!(status, 200);
     for line in [
         "writ_executor_dispatch_stream_open 1",
         "writ_executor_dispatches_total",
-        "writ_executor_reports_total{outcome=\"effect\"} 1",
+        "writ_executor_reports_total{outcome=\"effect\"} 2",
         "writ_build_info{role=\"executor\"",
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
@@ -1108,9 +1114,11 @@ async fn an_executor_serves_health_readiness_and_metrics() {
     let edge_metrics = trusted.apply(reqwest::Client::builder().no_proxy()).build().unwrap();
     let text = edge_metrics.get(format!("{}/metrics", w.admin_url())).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("writ_edge_dispatch_lag_seconds_bucket{"), "{text}");
+    assert!(text.contains("writ_edge_operation_ends_total{read=\"replica\"} 1"), "{text}");
+    assert!(!text.contains("writ_edge_operation_ends_total{read=\"ledger\"}"), "{text}");
     // The node side: the operation counted by state and tenant class (a standard tenant).
     for line in [
-        "writ_operations_by_state{state=\"effect_reported\",tenant_class=\"standard\"} 1",
+        "writ_operations_by_state{state=\"effect_reported\",tenant_class=\"standard\"} 2",
         "writ_operations_by_state{state=\"effect_reported\",tenant_class=\"strict\"} 0",
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");

@@ -32,6 +32,7 @@ use futures::StreamExt;
 use writ_api::auth::{self, Authority};
 use writ_api::dto::{WatchFilter, WatchLine};
 use writ_api::ledger::DispatchChange;
+use writ_api::operation::Departed;
 use writ_api::state::LedgerState;
 use writ_api::{ReasonCode, Rejection};
 
@@ -126,6 +127,57 @@ struct Inner {
     audiences: Vec<String>,
     staleness_max: Duration,
     tokens: TokenCache,
+    /// Operations callers follow on this replica ([`Verifier::watch_operation`]), by tenant and
+    /// id: how many watch each, and its last record once the replica let it go.
+    followed: Mutex<HashMap<String, HashMap<String, Followed>>>,
+}
+
+/// One followed operation: its watches, and — once it stopped being live, which the replica
+/// then no longer holds — its last record, for the watches to read without asking the ledger.
+#[derive(Default)]
+struct Followed {
+    watches: usize,
+    departed: Option<Arc<Departed>>,
+}
+
+/// An operation followed on the replica ([`Verifier::watch_operation`]): while it lives, the
+/// replica keeps the operation's last record when it stops being live (and the replica lets
+/// it go), so its caller reads the end of the operation from the replica like every step
+/// before it. Bounded by the watches open: nothing is kept for an operation no one follows.
+pub struct OperationWatch {
+    inner: Arc<Inner>,
+    tenant_id: String,
+    operation_id: String,
+}
+
+impl OperationWatch {
+    /// Runs `f` on the replica this watch follows ([`Verifier::with_state`]).
+    pub fn with_state<T>(&self, f: impl FnOnce(&LedgerState) -> T) -> T {
+        f(&self.inner.read_state())
+    }
+
+    /// The operation as the replica held it when it stopped being live (with its history), if
+    /// it did while this watch was open.
+    pub fn departed(&self) -> Option<Arc<Departed>> {
+        let followed = self.inner.followed_map();
+        followed.get(&self.tenant_id)?.get(&self.operation_id)?.departed.clone()
+    }
+}
+
+impl Drop for OperationWatch {
+    fn drop(&mut self) {
+        let mut followed = self.inner.followed_map();
+        let Some(ops) = followed.get_mut(&self.tenant_id) else { return };
+        if let Some(f) = ops.get_mut(&self.operation_id) {
+            f.watches -= 1;
+            if f.watches == 0 {
+                ops.remove(&self.operation_id);
+            }
+        }
+        if ops.is_empty() {
+            followed.remove(&self.tenant_id);
+        }
+    }
 }
 
 /// Verified tokens by the sha256 of the bearer, each with the epoch it was verified in; the
@@ -195,6 +247,7 @@ impl Verifier {
             audiences,
             staleness_max,
             tokens: TokenCache::default(),
+            followed: Mutex::default(),
         });
         tokio::spawn(feed(Arc::downgrade(&inner), ledger));
         Verifier { inner }
@@ -209,6 +262,18 @@ impl Verifier {
     /// loaded).
     pub fn revisions(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.revision.subscribe()
+    }
+
+    /// Follows one operation on the replica until the watch is dropped ([`OperationWatch`]).
+    pub fn watch_operation(&self, tenant_id: &str, operation_id: &str) -> OperationWatch {
+        let mut followed = self.inner.followed_map();
+        let ops = followed.entry(tenant_id.to_string()).or_default();
+        ops.entry(operation_id.to_string()).or_default().watches += 1;
+        OperationWatch {
+            inner: self.inner.clone(),
+            tenant_id: tenant_id.to_string(),
+            operation_id: operation_id.to_string(),
+        }
     }
 
     /// What the replica's folds change for executors' dispatch streams, in order: an operation
@@ -297,6 +362,21 @@ impl Inner {
         self.state.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn followed_map(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Followed>>> {
+        self.followed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps each of `departed` that a watch follows ([`OperationWatch::departed`]).
+    fn keep_followed(&self, departed: Vec<Departed>) {
+        let mut followed = self.followed_map();
+        for d in departed {
+            let watched = followed.get_mut(&d.op.tenant_id).and_then(|ops| ops.get_mut(&d.op.spec.operation_id));
+            if let Some(f) = watched {
+                f.departed = Some(Arc::new(d));
+            }
+        }
+    }
+
     fn contact_slot(&self) -> MutexGuard<'_, Option<Instant>> {
         self.contact.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -310,6 +390,7 @@ impl Inner {
     /// memory may not): no audit index, no inputs of operations that are no longer live.
     fn load(&self, mut snapshot: LedgerState) {
         snapshot.project();
+        snapshot.keep_departed();
         let revision = snapshot.revision;
         {
             let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
@@ -445,6 +526,12 @@ async fn follow_session(
                 if e.event.affects_authentication() {
                     inner.tokens.forget();
                 }
+                // Kept before the lock is released: a reader that finds the operation gone
+                // finds its last record.
+                let departed = state.take_departed();
+                if !departed.is_empty() {
+                    inner.keep_followed(departed);
+                }
                 drop(state);
                 inner.revision.send_replace(e.revision);
                 if let Some(change) = e.event.dispatch_change() {
@@ -564,6 +651,33 @@ mod tests {
         assert!(verifier.loaded(Duration::from_secs(10)).await, "the empty snapshot loads");
         assert_eq!(verifier.revision(), 0);
         assert!(verifier.is_current());
+    }
+
+    /// What the replica keeps of operations it let go is bounded by the watches open: only a
+    /// watched operation's last record is kept, and it goes with the operation's last watch.
+    #[tokio::test]
+    async fn only_a_watched_operation_is_kept_when_the_replica_lets_it_go() {
+        let verifier = Verifier::follow(Arc::new(MemoryLedger::new()), "urn:test");
+        let departed = |id: &str| {
+            let spec = serde_json::json!({"operation_id": id, "principal_id": "p", "authority_ref": "j",
+                "action": "a", "payload_hash": "h", "input": "{}", "idempotency_key": id, "deadline_ms": 1,
+                "cost_units": 0, "cost_ceiling": null, "device_id": null, "work_ref": null, "preconditions": {},
+                "trace_id": "tr", "input_requests": {}});
+            let op = serde_json::json!({"tenant_id": "t", "spec": spec, "state": "effect_reported",
+                "executor_id": null, "fencing_token": null, "attempts": 1, "lease_expires_at_ms": null,
+                "evidence": [], "observations": [], "answers": {}, "cancel_requested": false, "cause": "",
+                "created_at_ms": 1, "updated_at_ms": 2, "revision": 9});
+            Departed { op: serde_json::from_value(op).unwrap_or_else(|e| panic!("{e}")), history: Vec::new() }
+        };
+        let (a, b) = (verifier.watch_operation("t", "op-a"), verifier.watch_operation("t", "op-a"));
+        verifier.inner.keep_followed(vec![departed("op-a"), departed("op-b")]);
+        assert!(a.departed().is_some_and(|d| d.op.spec.operation_id == "op-a") && b.departed().is_some());
+        let counts = |v: &Verifier| v.inner.followed_map().get("t").map(|ops| ops.len());
+        assert_eq!(counts(&verifier), Some(1), "op-b, which no one watches, is not kept");
+        drop(a);
+        assert!(b.departed().is_some(), "kept while a watch is open");
+        drop(b);
+        assert!(verifier.inner.followed_map().is_empty(), "gone with its last watch");
     }
 
     /// A lost connection (or a node that drains) resumes the watch after the replica's own

@@ -332,7 +332,7 @@ pub(crate) fn count(cold: &mut ColdTier, tenant_id: &str, shape: Shape, out: boo
 /// indexes, and (once attempted or ended) no upstream claim on it any more. A live operation
 /// stays in memory; one no longer live becomes a cold row, and a finished one a time row for
 /// retention. A projection keeps live operations only ([`LedgerState::project`]): one that
-/// stops being live leaves it with its history.
+/// stops being live leaves it with its history (for a taker of [`LedgerState::departed`]).
 fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
     let Taken { mut op, mut history, before } = taken;
     op.updated_at_ms = env.at_ms;
@@ -364,6 +364,9 @@ fn store(state: &mut LedgerState, env: &EventEnvelope, taken: Taken) {
     drop_empty(&mut state.history, &tenant_id);
     drop_empty(&mut state.operations, &tenant_id);
     if state.projection {
+        if let Some(departed) = state.departed.as_mut() {
+            departed.push(super::Departed { op, history });
+        }
         return;
     }
     store_cold(&mut state.cold, ColdOperation { op, history, compacted: false }, before, env.revision);

@@ -306,6 +306,14 @@ pub enum Verdict {
     Reject,
 }
 
+/// An operation as a projection held it when it stopped being live, with its history
+/// ([`crate::state::LedgerState::departed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departed {
+    pub op: Operation,
+    pub history: Vec<TransitionV1>,
+}
+
 /// The operation as the ledger holds it (derived from its events).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operation {
