@@ -279,6 +279,56 @@ pub struct ColdTier {
     /// Decoded from a format whose rows had no [`Row::Reported`]: the store attached next is
     /// indexed ([`ColdTier::index_reports`]) before anything reads it.
     pub(crate) reports_unindexed: bool,
+    /// Token records read from the store ([`TokenReads`]).
+    tokens_read: TokenReads,
+}
+
+/// Most token records a tier keeps as read ([`TokenReads`]); a full cache starts over.
+pub const TOKEN_READS_CACHED: usize = 4096;
+
+/// Token records (or their absence) as read from the store, by key: every decision that names a
+/// token reads its record, which changes rarely, and each store read is a versioned seek.
+///
+/// Sound because nothing else moves them: every write of a row goes through [`ColdTier::put`],
+/// which forgets the key (and a purge, a new store or restored rows forget everything); a node's
+/// apply takes the writes and writes them to the store under the state's write lock, so no
+/// reader of this tier sees the store between the two; and reads are as of [`ColdTier::at`],
+/// which only moves forward. A clone starts empty (its reads may be as of another revision).
+#[derive(Default)]
+struct TokenReads(std::sync::Mutex<BTreeMap<Vec<u8>, Option<Vec<u8>>>>);
+
+impl Clone for TokenReads {
+    fn clone(&self) -> Self {
+        TokenReads::default()
+    }
+}
+
+impl TokenReads {
+    fn reads(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The record read before, or `read` it and keep it.
+    fn get_or_read(&self, key: Vec<u8>, read: impl FnOnce(&[u8]) -> Option<Vec<u8>>) -> Option<Vec<u8>> {
+        if let Some(hit) = self.reads().get(&key) {
+            return hit.clone();
+        }
+        let value = read(&key);
+        let mut reads = self.reads();
+        if reads.len() >= TOKEN_READS_CACHED {
+            reads.clear();
+        }
+        reads.insert(key, value.clone());
+        value
+    }
+
+    fn forget(&self, key: &[u8]) {
+        self.reads().remove(key);
+    }
+
+    fn forget_all(&self) {
+        self.reads().clear();
+    }
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -420,6 +470,7 @@ impl ColdTier {
     /// Has the rows kept in `store` from now on (what is pending is taken with the next writes).
     pub fn attach(&mut self, store: Arc<dyn ColdStore>) {
         self.store = Some(store);
+        self.tokens_read.forget_all();
         if std::mem::take(&mut self.reports_unindexed) {
             self.index_reports();
         }
@@ -469,12 +520,14 @@ impl ColdTier {
 
     /// Puts rows read back from an encoding in place as pending.
     pub(crate) fn restore_pending(&mut self, rows: BTreeMap<Vec<u8>, PendingRow>) {
+        self.tokens_read.forget_all();
         self.pending = rows;
     }
 
     /// Forgets the pending writes of rows of `kinds` ([`Row::kind`]): what writing a format
     /// that kept such records in memory leaves out, once they are back there.
     pub(crate) fn forget_pending(&mut self, kinds: &[Row<'_>]) {
+        self.tokens_read.forget_all();
         let kinds: Vec<u8> = kinds.iter().map(|r| r.kind()).collect();
         self.pending.retain(|key, _| !kind_prefix_of(key).and_then(|p| p.last()).is_some_and(|k| kinds.contains(k)));
     }
@@ -486,9 +539,13 @@ impl ColdTier {
     /// `row` of `tenant_id` as of [`ColdTier::at`].
     pub fn get(&self, tenant_id: &str, row: Row<'_>) -> Option<Vec<u8>> {
         let key = row_key(&self.prefix(tenant_id)?, row);
-        match self.pending.get(&key) {
-            Some(p) => p.value.clone(),
-            None => self.store.as_ref()?.get(&key, self.at),
+        if let Some(p) = self.pending.get(&key) {
+            return p.value.clone();
+        }
+        let store = self.store.as_ref()?;
+        match row {
+            Row::Token(_) => self.tokens_read.get_or_read(key, |key| store.get(key, self.at)),
+            _ => store.get(&key, self.at),
         }
     }
 
@@ -497,6 +554,9 @@ impl ColdTier {
     pub fn put(&mut self, tenant_id: &str, row: Row<'_>, revision: u64, old: Option<&[u8]>, new: Option<Vec<u8>>) {
         let tenant = self.tenants.entry(tenant_id.to_string()).or_default();
         let key = row_key(&tenant_prefix(tenant_id, tenant.incarnation), row);
+        if matches!(row, Row::Token(_)) {
+            self.tokens_read.forget(&key);
+        }
         if let Some(old) = old {
             add(&mut tenant.digest, &row_hash(&key, old), true);
             tenant.bytes -= (key.len() + old.len()) as u64;
@@ -516,6 +576,7 @@ impl ColdTier {
     /// Drops every row of `tenant_id` (a purge), at `revision`.
     pub fn drop_tenant(&mut self, tenant_id: &str, revision: u64) {
         let Some(prefix) = self.prefix(tenant_id) else { return };
+        self.tokens_read.forget_all();
         self.tenants.remove(tenant_id);
         let doomed: Vec<Vec<u8>> = self
             .pending

@@ -558,6 +558,52 @@ mod tests {
         assert_eq!(versions(&db), 0, "the dropped tenant's rows and the garbage row are gone");
     }
 
+    /// A token's record read through a state whose rows are in the store is the record as of
+    /// the state: read (and kept as read) before it exists and before its revocation, read
+    /// again after the apply that issued or revoked it wrote the row, it is the new record.
+    #[test]
+    fn a_token_record_read_again_after_its_row_is_written_is_the_new_one() {
+        use writ_api::ledger::{Command, LedgerRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(crate::open_db(dir.path()).unwrap());
+        let store = Arc::new(RocksCold::new(db.clone()));
+        let mut state = writ_api::state::LedgerState::default();
+        state.cold.attach(store.clone());
+        // What a node's apply does with each entry, under the state's lock: execute, then write
+        // the rows it took to the store.
+        let apply = |state: &mut writ_api::state::LedgerState, command: Command| {
+            let req = LedgerRequest { stamp_ms: 1_000, trace_id: "tr".into(), command: command.into() };
+            let (outcome, _) = state.execute(&req);
+            assert!(matches!(outcome, writ_api::ledger::Outcome::Applied { .. }), "{outcome:?}");
+            let mut batch = WriteBatch::default();
+            let _writing = store.write(&mut batch, state.cold.take_writes());
+            db.write(batch).unwrap();
+        };
+        apply(&mut state, Command::CreateTenant { tenant_id: "t-1".into(), name: "acme".into(), display_name: None });
+        let spec = writ_api::principal::PrincipalSpecV1 {
+            principal_id: "p-1".into(),
+            name: "agent".into(),
+            kind: writ_api::principal::PrincipalKind::Agent,
+            preset: None,
+            scopes: ["ops:read".to_string()].into_iter().collect(),
+            metadata: Default::default(),
+        };
+        apply(&mut state, Command::CreatePrincipal { tenant_id: "t-1".into(), spec });
+        assert!(state.token("t-1", "j-1").is_none(), "read (and kept) before it exists");
+        let request = writ_api::token::TokenRequestV1 {
+            jti: "j-1".into(),
+            principal_id: "p-1".into(),
+            scopes: Default::default(),
+            ttl_s: 600,
+            parent_jti: None,
+        };
+        apply(&mut state, Command::IssueToken { tenant_id: "t-1".into(), request });
+        let issued = state.token("t-1", "j-1").expect("issued");
+        assert_eq!((issued.revoked_at_ms, state.token("t-1", "j-1").unwrap().revoked_at_ms), (None, None));
+        apply(&mut state, Command::RevokeToken { tenant_id: "t-1".into(), jti: "j-1".into() });
+        assert!(state.token("t-1", "j-1").is_some_and(|t| t.revoked_at_ms.is_some()), "the revocation is read");
+    }
+
     /// A tenant's rows of one kind: keys `0..n` under it (big-endian, so they sort by number).
     fn kind_rows(n: u8) -> (Vec<u8>, Vec<Vec<u8>>) {
         many_rows(u64::from(n))
