@@ -14,6 +14,7 @@ pub mod device;
 pub mod dto;
 pub mod evidence;
 pub mod executor;
+pub mod frames;
 pub mod grant;
 pub mod health;
 pub mod ledger;

@@ -30,6 +30,7 @@ use openraft::Snapshot;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use writ_api::dto::{ClusterChange, QueryRequest, SubmitRequest, WatchFilter, BINARY_MEDIA_TYPE};
+use writ_api::frames::StreamedSubmit;
 use writ_api::operation::OperationState;
 use writ_api::role::{Identity, Role};
 use writ_api::settings::AuditMode;
@@ -71,6 +72,7 @@ pub fn peer_router(node: Arc<LedgerNode>, drain: crate::tls::Drain) -> Router {
         }));
     let client = Router::new()
         .route("/client/submit", post(client_submit))
+        .route(writ_api::frames::SUBMIT_STREAM_PATH, post(client_submit_stream))
         .route("/client/query", post(client_query))
         .route("/client/read-index", get(client_read_index))
         .route("/client/status", get(client_status))
@@ -142,8 +144,14 @@ async fn admit(
         return refused(class, ReasonCode::PEER_FORBIDDEN, message).into_response();
     }
     req.extensions_mut().insert(identity);
+    req.extensions_mut().insert(CertificateSerial(serial));
     next.run(req).await
 }
+
+/// The serial of the certificate [`admit`] admitted the caller by, for a long-lived exchange
+/// that checks its revocation again.
+#[derive(Clone)]
+struct CertificateSerial(String);
 
 /// The caller admitted by [`admit`] (an extension it set).
 fn admitted(identity: Option<axum::Extension<Identity>>) -> Result<Identity, ApiError> {
@@ -404,8 +412,22 @@ async fn client_submit(
         _ => ApiError::new(ReasonCode::INPUT_INVALID, e.body_text()),
     })?;
     let req: SubmitRequest = wire_body(&headers, &body)?;
+    metrics::counter!("writ_node_submits_total", "transport" => "request").increment(1);
+    let answer = submit_as(&st, &identity, req, forwarded(&headers), writ_client::trace::caller(&headers)).await?;
+    wire_answer(&headers, &answer)
+}
+
+/// Submits `req` for `identity` once its role may: the one path of a submit, alone or on a
+/// submit stream.
+async fn submit_as(
+    st: &NodeState,
+    identity: &Identity,
+    req: SubmitRequest,
+    forwarded: bool,
+    caller: Option<writ_api::trace::TraceContext>,
+) -> Result<writ_api::dto::SubmitResponse, ApiError> {
     if !identity.role.may_submit(&req.command) {
-        return Err(forbidden(&identity, format!("submit {}", req.command.kind())));
+        return Err(forbidden(identity, format!("submit {}", req.command.kind())));
     }
     // An edge records its own upstream fuses and executor connections only, under the id its
     // certificate names.
@@ -416,14 +438,14 @@ async fn client_submit(
     };
     if let (Role::Edge, Some(edge_id)) = (identity.role, edge_id) {
         if *edge_id != identity.id {
-            return Err(forbidden(&identity, format!("record '{}' for edge '{edge_id}'", req.command.kind())));
+            return Err(forbidden(identity, format!("record '{}' for edge '{edge_id}'", req.command.kind())));
         }
     }
     // An edge performs upstream operations under its own certificate's id only.
     if let (Role::Edge, Some(claimant)) = (identity.role, req.command.claimant()) {
         let edge = claimant.strip_prefix(writ_api::ledger::EDGE_PERFORMER_PREFIX);
         if edge.is_some_and(|e| e != identity.id) {
-            return Err(forbidden(&identity, format!("claim an operation as '{claimant}'")));
+            return Err(forbidden(identity, format!("claim an operation as '{claimant}'")));
         }
     }
     // An edge's principal acts reach the log only with the credential this node verified.
@@ -431,13 +453,88 @@ async fn client_submit(
         Role::Edge => st.node.admit_edge(&identity.id, req).await?,
         _ => req,
     };
-    let submit = st.node.submit_request(req, forwarded(&headers));
+    let submit = st.node.submit_request(req, forwarded);
     // The submission continues the caller's trace, when it names one (`traceparent`).
-    let answer = match writ_client::trace::caller(&headers) {
+    Ok(match caller {
         Some(cx) => writ_client::trace::within(&cx, submit).await?,
         None => submit.await?,
+    })
+}
+
+/// Most submits one submit stream has in flight: beyond, the node reads no more of it until
+/// one is answered (and the stream's HTTP/2 window holds the caller back).
+pub const SUBMIT_STREAM_IN_FLIGHT_MAX: usize = 1024;
+
+/// `POST /client/submit-stream`: many submits over one exchange, as numbered frames
+/// ([`writ_client::numbered`]) in both directions. Each is checked as a submit of its own (the
+/// caller's role and, since the exchange outlives the check at its start, its certificate's
+/// revocation) and answered under its number once decided; answers ready together go out in
+/// one write. The stream ends when the caller's side does or the node drains, after every
+/// submit read has been answered.
+async fn client_submit_stream(
+    State(st): State<NodeState>,
+    identity: Option<axum::Extension<Identity>>,
+    serial: Option<axum::Extension<CertificateSerial>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let identity = admitted(identity)?;
+    let Some(axum::Extension(serial)) = serial else {
+        return Err(ApiError::new(ReasonCode::PEER_UNAUTHENTICATED, "no admitted certificate"));
     };
-    wire_answer(&headers, &answer)
+    if !binary(&headers, axum::http::header::CONTENT_TYPE) {
+        return Err(ApiError::new(ReasonCode::INPUT_INVALID, format!("a submit stream is {BINARY_MEDIA_TYPE}")));
+    }
+    let open = OpenStream::count();
+    let frames = body.into_data_stream().take_until(st.drain.started());
+    let answers = writ_client::numbered::serve(
+        frames,
+        writ_api::frames::SUBMIT_PAYLOAD_BYTES_MAX,
+        SUBMIT_STREAM_IN_FLIGHT_MAX,
+        move |payload: &[u8]| {
+            let submit = writ_api::decode::<StreamedSubmit>(payload).map_err(|e| e.to_string());
+            let (st, identity, serial) = (st.clone(), identity.clone(), serial.clone());
+            async move { streamed_submit(&st, &identity, &serial, submit).await }
+        },
+    );
+    let chunks = answers.map(move |chunk| {
+        let _counted = &open;
+        Ok::<_, std::convert::Infallible>(Bytes::from(chunk))
+    });
+    Ok(([(axum::http::header::CONTENT_TYPE, BINARY_MEDIA_TYPE)], Body::from_stream(chunks)).into_response())
+}
+
+/// One submit of a stream, as [`submit_as`] decides it.
+async fn streamed_submit(
+    st: &NodeState,
+    identity: &Identity,
+    serial: &CertificateSerial,
+    submit: Result<StreamedSubmit<'static>, String>,
+) -> Result<writ_api::dto::SubmitResponse, Rejection> {
+    metrics::counter!("writ_node_submits_total", "transport" => "stream").increment(1);
+    if st.node.role_certificate_revoked(&serial.0) {
+        let message = format!("the certificate {} of {identity} was revoked", serial.0);
+        return Err(refused("client", ReasonCode::CREDENTIAL_RETIRED, message).0);
+    }
+    let submit = submit.map_err(|e| Rejection::new(ReasonCode::INPUT_INVALID, format!("undecodable submit: {e}")))?;
+    let caller = submit.traceparent.as_deref().and_then(writ_api::trace::Parent::parse).map(|p| p.as_current(None));
+    submit_as(st, identity, submit.request.into_owned(), false, caller).await.map_err(|e| e.0)
+}
+
+/// Counts a submit stream in `writ_node_submit_streams` while it is open.
+struct OpenStream;
+
+impl OpenStream {
+    fn count() -> OpenStream {
+        metrics::gauge!("writ_node_submit_streams").increment(1.0);
+        OpenStream
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics::gauge!("writ_node_submit_streams").decrement(1.0);
+    }
 }
 
 async fn client_query(

@@ -145,6 +145,16 @@ async fn python_client_alternates_edges_and_authority_holds_on_both() {
     for name in ["writ_verifier_staleness_seconds", "writ_verifier_revision", "writ_build_info{role=\"edge\""] {
         assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
     }
+    // The edges' submits (their audit records among them) reach the nodes over submit streams,
+    // not a request each.
+    let mut streamed = 0.0;
+    for node in cluster.all_urls() {
+        let text =
+            admin.client(&node).send(reqwest::Method::GET, "/metrics", None).await.unwrap().text().await.unwrap();
+        let value = text.lines().find_map(|l| l.strip_prefix("writ_node_submits_total{transport=\"stream\"} "));
+        streamed += value.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    }
+    assert!(streamed > 0.0, "no submit arrived over a submit stream");
 
     // subscriptions/listen on edge 2: a catalog published through the admin API reaches the
     // stream as tools/list_changed; revoking the listener's token ends the stream.

@@ -26,6 +26,7 @@ mod operations_cluster;
 mod prometheus;
 mod schemathesis;
 mod sim;
+mod submit_stream;
 mod tenant_idp;
 mod traces;
 mod trust;

@@ -18,6 +18,7 @@ use writ_api::dto::{
     ClusterChange, ClusterStatus, ErrorBody, NodeStatus, QueryRequest, QueryResult, SubmitRequest, SubmitResponse,
     WatchFilter, WatchLine, BINARY_MEDIA_TYPE,
 };
+use writ_api::frames::StreamedSubmit;
 use writ_api::reason::ReasonCode;
 use writ_api::state::LedgerState;
 use writ_api::Rejection;
@@ -120,12 +121,23 @@ impl From<CallError> for Rejection {
     }
 }
 
+/// Submit streams to nodes: a submit is bounded as a submit's body is.
+fn submit_streams() -> std::sync::Arc<crate::numbered::Exchanges<SubmitResponse>> {
+    std::sync::Arc::new(crate::numbered::Exchanges::new(crate::numbered::Bounds {
+        path: writ_api::frames::SUBMIT_STREAM_PATH,
+        payload_max: writ_api::frames::SUBMIT_PAYLOAD_BYTES_MAX,
+        deadline: LEDGER_CALL_TIMEOUT,
+    }))
+}
+
 /// Minimal JSON-over-HTTP client for the client API of one node at a time.
 #[derive(Clone)]
 pub struct NodeHttp {
     http: reqwest::Client,
     /// For long-lived streams: a connect deadline but no overall one.
     watch_http: reqwest::Client,
+    /// The submit stream to each node (shared by clones).
+    streams: std::sync::Arc<crate::numbered::Exchanges<SubmitResponse>>,
 }
 
 impl Default for NodeHttp {
@@ -148,12 +160,12 @@ impl NodeHttp {
         };
         let http = base().timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default();
         let watch_http = base().connect_timeout(LEDGER_CALL_TIMEOUT).build().unwrap_or_default();
-        NodeHttp { http, watch_http }
+        NodeHttp { http, watch_http, streams: submit_streams() }
     }
 
     /// Over a configured client (a node's, with its TLS); watches are not made through it.
     pub fn with_client(http: reqwest::Client) -> Self {
-        NodeHttp { watch_http: http.clone(), http }
+        NodeHttp { watch_http: http.clone(), http, streams: submit_streams() }
     }
 
     /// `POST {base}{path}` with a JSON body; error bodies become their rejection.
@@ -200,6 +212,18 @@ impl NodeHttp {
             writ_api::decode(&bytes).map_err(|e| undecodable(e.to_string()))
         } else {
             serde_json::from_slice(&bytes).map_err(|e| undecodable(e.to_string()))
+        }
+    }
+
+    /// Submits over the node's submit stream ([`crate::numbered`]), or in a request of its own
+    /// to a node that serves none; the outcome rules are the same either way.
+    pub async fn submit_streamed(&self, base: &str, req: &SubmitRequest) -> Result<SubmitResponse, CallError> {
+        match self.streams.route(&self.watch_http, base).await? {
+            crate::numbered::Route::Exchange(stream) => {
+                let traceparent = crate::trace::traceparent();
+                stream.call(&StreamedSubmit { traceparent, request: std::borrow::Cow::Borrowed(req) }).await
+            }
+            crate::numbered::Route::Request => self.submit(base, req, false).await,
         }
     }
 
@@ -374,7 +398,7 @@ impl Ledger for HttpLedger {
             let mut last = unavailable("no ledger node configured");
             for i in 0..n {
                 let at = (start + i) % n;
-                match self.http.submit(&self.nodes[at], &req, false).await {
+                match self.http.submit_streamed(&self.nodes[at], &req).await {
                     Err(e) if !e.may_have_executed() => last = e.into(),
                     other => {
                         // Leader-aware routing: a node that had to forward is not preferred

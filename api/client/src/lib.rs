@@ -17,6 +17,7 @@ pub mod egress;
 pub mod files;
 pub mod ledger;
 pub mod memory;
+pub mod numbered;
 pub mod tls;
 pub mod trace;
 pub mod upstream;
