@@ -26,13 +26,15 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast::error::RecvError;
 use writ_api::audit::{RequestDecisionV1, RequestDecisionV2};
 use writ_api::dto::{ErrorBody, SubmitRequest};
 use writ_api::executor::{
-    AttemptRequest, Dispatch, DispatchFrame, EvidenceUpload, ForwardedRenewal, OperationStatus, RefuseRequest,
-    RenewRequest, ReportRequest, ADMIN_RENEW_PATH, DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
+    AttemptCall, AttemptRequest, AttemptVerb, Dispatch, DispatchFrame, EvidenceUpload, ForwardedRenewal,
+    OperationStatus, RefuseRequest, RenewRequest, ReportRequest, ADMIN_RENEW_PATH, CALLS_PATH, CALL_PAYLOAD_BYTES_MAX,
+    DISPATCH_PATH, HEARTBEAT_MS, OPERATIONS_PATH, RENEW_PATH,
 };
 use writ_api::ledger::{Command, DispatchChange, Outcome};
 use writ_api::operation::{Operation, OperationState};
@@ -350,19 +352,21 @@ impl ExecutorGate {
             .route(RENEW_PATH, post(renew_certificate))
             .route(DISPATCH_PATH, get(dispatch_stream))
             .route(&format!("{OPERATIONS_PATH}/{{id}}"), get(status))
-            .route(&format!("{OPERATIONS_PATH}/{{id}}/start"), post(start))
-            .route(&format!("{OPERATIONS_PATH}/{{id}}/renew"), post(renew))
-            .route(&format!("{OPERATIONS_PATH}/{{id}}/report"), post(report))
-            .route(&format!("{OPERATIONS_PATH}/{{id}}/refuse"), post(refuse))
-            .route(&format!("{OPERATIONS_PATH}/{{id}}/evidence"), post(evidence))
+            .route(&format!("{OPERATIONS_PATH}/{{id}}/{{verb}}"), post(attempt))
+            .route(CALLS_PATH, post(call_stream))
             .with_state(self.clone())
             .layer(axum::middleware::from_fn(continue_trace))
     }
 
-    /// Maps the peer to an executor; a refusal is audited (committed before the answer).
+    /// Maps the peer to an executor, the refusal answered as an HTTP error.
     async fn identify(&self, peer: &ExecutorPeer, method: &str) -> Result<Identity, Response> {
+        self.identified(peer, method).map_err(|r| error_response(&r))
+    }
+
+    /// Maps the peer to an executor; a refusal is audited (once per denial window).
+    fn identified(&self, peer: &ExecutorPeer, method: &str) -> Result<Identity, Rejection> {
         if !self.inner.verifier.is_current() {
-            return Err(error_response(&writ_client::unavailable("the edge's ledger replica is not current")));
+            return Err(writ_client::unavailable("the edge's ledger replica is not current"));
         }
         let found = self.inner.verifier.with_state(|s| identify(s, &peer.0, now_ms()));
         found.map_err(|refusal| {
@@ -379,13 +383,20 @@ impl ExecutorGate {
                     }
                 });
             }
-            error_response(&r)
+            r
         })
     }
 
     /// Submits an attempt command of `who` for `operation_id` (offered to it) with the call's
-    /// audit decision, and answers with the operation's status as the command left it.
-    async fn act(&self, who: &Identity, operation_id: &str, method: &str, command: Command) -> Response {
+    /// audit decision: the operation's status as the command left it, or the refusal (audited
+    /// too), and the trace the call was audited under.
+    async fn act(
+        &self,
+        who: &Identity,
+        operation_id: &str,
+        method: &str,
+        command: Command,
+    ) -> (Result<OperationStatus, Rejection>, String) {
         let (offered, trace_id) = self.offered(who, operation_id).await;
         let principal = format!("executor:{}", who.executor_id);
         let mut d = decision(principal, method, Some(operation_id.to_string()), None);
@@ -397,20 +408,39 @@ impl ExecutorGate {
             // for it.
             Err(Rejection::new(ReasonCode::OPERATION_NOT_FOUND, "no such operation for you"))
         };
-        let response = match submitted {
+        let answer = match submitted {
             // The ledger recorded the decision with the command, allowed or refused.
-            Ok(Ok(op)) => Json(OperationStatus::from(&op)).into_response(),
-            Ok(Err(refused)) => error_response(&refused),
+            Ok(Ok(op)) => Ok(OperationStatus::from(&op)),
+            Ok(Err(refused)) => Err(refused),
             Err(e) => {
                 d.decision.outcome = "denied".into();
                 d.decision.reason = Some(e.reason);
                 match self.inner.audit.commit_denial(&who.tenant_id, d, None).await {
-                    Ok(()) => error_response(&e),
-                    Err(fail) => error_response(&fail),
+                    Ok(()) => Err(e),
+                    Err(fail) => Err(fail),
                 }
             }
         };
-        traced(response, &trace_id)
+        (answer, trace_id)
+    }
+
+    /// One attempt call of the executor `peer`, checked as a request of its own would be: who
+    /// the certificate is now, then the call's command.
+    async fn call(
+        &self,
+        peer: &ExecutorPeer,
+        verb: AttemptVerb,
+        id: &str,
+        body: &[u8],
+    ) -> (Result<OperationStatus, Rejection>, String) {
+        let who = match self.identified(peer, verb.method()) {
+            Ok(who) => who,
+            Err(r) => return (Err(r), String::new()),
+        };
+        match attempt_command(verb, &who, id.to_string(), body) {
+            Ok(command) => self.act(&who, id, verb.method(), command).await,
+            Err(r) => (Err(r), String::new()),
+        }
     }
 
     /// Whether `operation_id` was offered to `who`, and the trace it was submitted under: from
@@ -443,31 +473,6 @@ impl ExecutorGate {
     }
 }
 
-/// An attempt call: identify the executor, parse the body, submit the command it makes.
-async fn attempt_call<B: DeserializeOwned>(
-    g: ExecutorGate,
-    peer: ExecutorPeer,
-    id: String,
-    method: &str,
-    body: Bytes,
-    make: impl FnOnce(&Identity, String, B) -> Command,
-) -> Response {
-    let who = match g.identify(&peer, method).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let b: B = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return error_response(&Rejection::new(ReasonCode::INPUT_INVALID, e.to_string())),
-    };
-    // A blob travels on as its bytes: decoded here, once, not on every replica.
-    let command = match make(&who, id.clone(), b).with_blob_bytes() {
-        Ok(c) => c,
-        Err(e) => return error_response(&e),
-    };
-    g.act(&who, &id, method, command).await
-}
-
 async fn status(
     State(g): State<ExecutorGate>,
     Extension(peer): Extension<ExecutorPeer>,
@@ -489,111 +494,117 @@ async fn status(
     }
 }
 
-async fn start(
+/// `POST …/operations/{id}/{verb}`: one attempt call (an unknown verb is not found).
+async fn attempt(
     State(g): State<ExecutorGate>,
     Extension(peer): Extension<ExecutorPeer>,
-    Path(id): Path<String>,
+    Path((id, verb)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    attempt_call(g, peer, id, "executor/start", body, |who, operation_id, b: AttemptRequest| Command::StartAttempt {
-        tenant_id: who.tenant_id.clone(),
-        operation_id,
-        executor_id: who.executor_id.clone(),
-        fencing_token: b.fencing_token,
-        lease_ms: b.lease_ms,
-    })
-    .await
+    let Some(verb) = AttemptVerb::from_segment(&verb) else { return StatusCode::NOT_FOUND.into_response() };
+    metrics::counter!("writ_edge_executor_calls_total", "transport" => "request").increment(1);
+    let (answer, trace_id) = g.call(&peer, verb, &id, &body).await;
+    let response = match answer {
+        Ok(status) => Json(status).into_response(),
+        Err(r) => error_response(&r),
+    };
+    traced(response, &trace_id)
 }
 
-async fn renew(
-    State(g): State<ExecutorGate>,
-    Extension(peer): Extension<ExecutorPeer>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    attempt_call(g, peer, id, "executor/renew", body, |who, operation_id, b: AttemptRequest| {
-        Command::RenewAttemptLease {
-            tenant_id: who.tenant_id.clone(),
-            operation_id,
-            fencing_token: b.fencing_token,
-            lease_ms: b.lease_ms,
-        }
-    })
-    .await
-}
+/// Most calls of one call stream in flight: beyond, the edge reads no more of it until one is
+/// answered.
+const CALLS_IN_FLIGHT_MAX: usize = 256;
 
-async fn report(
-    State(g): State<ExecutorGate>,
-    Extension(peer): Extension<ExecutorPeer>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    attempt_call(g, peer, id, "executor/report", body, |who, operation_id, b: ReportRequest| {
-        match (b.content, b.evidence) {
-            (Some(content), Some(evidence)) => Command::ReportAttemptV2 {
-                tenant_id: who.tenant_id.clone(),
-                operation_id,
-                fencing_token: b.fencing_token,
-                outcome: b.outcome,
-                evidence,
-                content,
-            },
-            (_, evidence) => Command::ReportAttempt {
-                tenant_id: who.tenant_id.clone(),
-                operation_id,
-                fencing_token: b.fencing_token,
-                outcome: b.outcome,
-                evidence,
-            },
-        }
-    })
-    .await
-}
-
-async fn refuse(
-    State(g): State<ExecutorGate>,
-    Extension(peer): Extension<ExecutorPeer>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    attempt_call(g, peer, id, "executor/refuse", body, |who, operation_id, b: RefuseRequest| match b.code {
-        Some(reason) => Command::RefuseDispatchV2 {
-            tenant_id: who.tenant_id.clone(),
-            operation_id,
-            executor_id: who.executor_id.clone(),
-            fencing_token: b.fencing_token,
-            reason,
-            message: b.reason,
+/// `POST /executor/v1/calls`: the executor's attempt calls as numbered frames over one
+/// exchange, each checked and answered as a request of its own would be (the certificate is
+/// identified again for each: the exchange outlives a revocation), answers ready together in
+/// one write.
+async fn call_stream(State(g): State<ExecutorGate>, Extension(peer): Extension<ExecutorPeer>, body: Body) -> Response {
+    if let Err(r) = g.identify(&peer, "executor/calls").await {
+        return r;
+    }
+    let answers = writ_client::numbered::serve(
+        body.into_data_stream(),
+        CALL_PAYLOAD_BYTES_MAX,
+        CALLS_IN_FLIGHT_MAX,
+        move |payload: &[u8]| {
+            let call = writ_api::decode::<AttemptCall>(payload);
+            let (g, peer) = (g.clone(), peer.clone());
+            async move {
+                metrics::counter!("writ_edge_executor_calls_total", "transport" => "stream").increment(1);
+                let call =
+                    call.map_err(|e| Rejection::new(ReasonCode::INPUT_INVALID, format!("undecodable call: {e}")))?;
+                let work = g.call(&peer, call.verb, &call.operation_id, &call.body);
+                let parent = call.traceparent.as_deref().and_then(writ_api::trace::Parent::parse);
+                match parent {
+                    Some(p) => writ_client::trace::within(&p.as_current(None), work).await.0,
+                    None => work.await.0,
+                }
+            }
         },
-        None => Command::RefuseDispatch {
-            tenant_id: who.tenant_id.clone(),
-            operation_id,
-            executor_id: who.executor_id.clone(),
-            fencing_token: b.fencing_token,
-            reason: b.reason,
-        },
-    })
-    .await
+    );
+    let chunks = answers.map(|c| Ok::<_, Infallible>(Bytes::from(c)));
+    ([(header::CONTENT_TYPE, writ_api::dto::BINARY_MEDIA_TYPE)], Body::from_stream(chunks)).into_response()
 }
 
-/// `POST …/operations/{id}/evidence`: a blob of the executor's own attempt, stored by the ledger.
-async fn evidence(
-    State(g): State<ExecutorGate>,
-    Extension(peer): Extension<ExecutorPeer>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    attempt_call(g, peer, id, "executor/evidence", body, |who, operation_id, b: EvidenceUpload| {
-        Command::StoreEvidence {
-            tenant_id: who.tenant_id.clone(),
-            operation_id,
-            mime_type: b.mime_type,
-            content_hash: b.content_hash,
-            content_base64: b.content_base64,
-            by: writ_api::evidence::Uploader::Executor { executor_id: who.executor_id.clone() },
+/// The command an attempt call makes from its JSON body; a blob travels on as its bytes
+/// (decoded here, once, not on every replica).
+fn attempt_command(verb: AttemptVerb, who: &Identity, operation_id: String, body: &[u8]) -> Result<Command, Rejection> {
+    fn parsed<B: DeserializeOwned>(body: &[u8]) -> Result<B, Rejection> {
+        serde_json::from_slice(body).map_err(|e| Rejection::new(ReasonCode::INPUT_INVALID, e.to_string()))
+    }
+    let (tenant_id, executor_id) = (who.tenant_id.clone(), who.executor_id.clone());
+    let command = match verb {
+        AttemptVerb::Start => {
+            let b: AttemptRequest = parsed(body)?;
+            let (fencing_token, lease_ms) = (b.fencing_token, b.lease_ms);
+            Command::StartAttempt { tenant_id, operation_id, executor_id, fencing_token, lease_ms }
         }
-    })
-    .await
+        AttemptVerb::Renew => {
+            let b: AttemptRequest = parsed(body)?;
+            let (fencing_token, lease_ms) = (b.fencing_token, b.lease_ms);
+            Command::RenewAttemptLease { tenant_id, operation_id, fencing_token, lease_ms }
+        }
+        AttemptVerb::Report => {
+            let b: ReportRequest = parsed(body)?;
+            let (fencing_token, outcome) = (b.fencing_token, b.outcome);
+            match (b.content, b.evidence) {
+                (Some(content), Some(evidence)) => {
+                    Command::ReportAttemptV2 { tenant_id, operation_id, fencing_token, outcome, evidence, content }
+                }
+                (_, evidence) => Command::ReportAttempt { tenant_id, operation_id, fencing_token, outcome, evidence },
+            }
+        }
+        AttemptVerb::Refuse => {
+            let b: RefuseRequest = parsed(body)?;
+            let fencing_token = b.fencing_token;
+            match b.code {
+                Some(reason) => Command::RefuseDispatchV2 {
+                    tenant_id,
+                    operation_id,
+                    executor_id,
+                    fencing_token,
+                    reason,
+                    message: b.reason,
+                },
+                None => {
+                    Command::RefuseDispatch { tenant_id, operation_id, executor_id, fencing_token, reason: b.reason }
+                }
+            }
+        }
+        AttemptVerb::Evidence => {
+            let b: EvidenceUpload = parsed(body)?;
+            Command::StoreEvidence {
+                tenant_id,
+                operation_id,
+                mime_type: b.mime_type,
+                content_hash: b.content_hash,
+                content_base64: b.content_base64,
+                by: writ_api::evidence::Uploader::Executor { executor_id },
+            }
+        }
+    };
+    command.with_blob_bytes()
 }
 
 /// `POST /executor/v1/renew`: the executor's current certificate (this connection's) and its

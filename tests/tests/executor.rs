@@ -1116,6 +1116,9 @@ async fn an_executor_serves_health_readiness_and_metrics() {
     assert!(text.contains("writ_edge_dispatch_lag_seconds_bucket{"), "{text}");
     assert!(text.contains("writ_edge_operation_ends_total{read=\"replica\"} 1"), "{text}");
     assert!(!text.contains("writ_edge_operation_ends_total{read=\"ledger\"}"), "{text}");
+    // The executor's attempt calls reached the edge over its call stream, none as a request.
+    assert!(text.contains("writ_edge_executor_calls_total{transport=\"stream\"}"), "{text}");
+    assert!(!text.contains("writ_edge_executor_calls_total{transport=\"request\"}"), "{text}");
     // The node side: the operation counted by state and tenant class (a standard tenant).
     for line in [
         "writ_operations_by_state{state=\"effect_reported\",tenant_class=\"standard\"} 2",

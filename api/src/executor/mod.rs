@@ -23,6 +23,63 @@ pub const DISPATCH_PATH: &str = "/executor/v1/dispatch";
 pub const OPERATIONS_PATH: &str = "/executor/v1/operations";
 pub const ENROLL_PATH: &str = "/executor/v1/enroll";
 pub const RENEW_PATH: &str = "/executor/v1/renew";
+/// Where an edge serves an executor's call stream: its attempt calls as numbered frames
+/// ([`crate::frames`]) of [`AttemptCall`]s, each answered as `OPERATIONS_PATH/{id}/{verb}`
+/// answers it alone (`Result<OperationStatus, Rejection>`).
+pub const CALLS_PATH: &str = "/executor/v1/calls";
+/// Longest attempt call: the bound of such a call's own body.
+pub const CALL_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// What an executor asks of an operation it was offered (`OPERATIONS_PATH/{id}/{verb}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttemptVerb {
+    Start,
+    Renew,
+    Report,
+    Refuse,
+    Evidence,
+}
+
+impl AttemptVerb {
+    pub const ALL: [AttemptVerb; 5] =
+        [AttemptVerb::Start, AttemptVerb::Renew, AttemptVerb::Report, AttemptVerb::Refuse, AttemptVerb::Evidence];
+
+    /// The last segment of its path.
+    pub fn segment(self) -> &'static str {
+        match self {
+            AttemptVerb::Start => "start",
+            AttemptVerb::Renew => "renew",
+            AttemptVerb::Report => "report",
+            AttemptVerb::Refuse => "refuse",
+            AttemptVerb::Evidence => "evidence",
+        }
+    }
+
+    /// The method its audit decision names.
+    pub fn method(self) -> &'static str {
+        match self {
+            AttemptVerb::Start => "executor/start",
+            AttemptVerb::Renew => "executor/renew",
+            AttemptVerb::Report => "executor/report",
+            AttemptVerb::Refuse => "executor/refuse",
+            AttemptVerb::Evidence => "executor/evidence",
+        }
+    }
+
+    pub fn from_segment(segment: &str) -> Option<AttemptVerb> {
+        AttemptVerb::ALL.into_iter().find(|v| v.segment() == segment)
+    }
+}
+
+/// One attempt call on a call stream: what the request `OPERATIONS_PATH/{id}/{verb}` carries
+/// (its JSON body, its `traceparent`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptCall {
+    pub verb: AttemptVerb,
+    pub operation_id: String,
+    pub traceparent: Option<String>,
+    pub body: Vec<u8>,
+}
 /// The admin API routes edges forward enrollments and renewals to (self-authenticating: by the
 /// enrollment token, by the proof of the current key).
 pub const ADMIN_ENROLL_PATH: &str = "/v1/enroll";

@@ -37,8 +37,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use writ_api::dto::{EnrollRequest, ErrorBody};
 use writ_api::executor::{
-    AttemptRequest, Dispatch, DispatchFrame, EvidenceUpload, ExecutorEnrollment, OperationStatus, RefuseRequest,
-    ReportRequest, DISPATCH_PATH, ENROLL_PATH, HEARTBEAT_MS, OPERATIONS_PATH,
+    AttemptCall, AttemptRequest, AttemptVerb, Dispatch, DispatchFrame, EvidenceUpload, ExecutorEnrollment,
+    OperationStatus, RefuseRequest, ReportRequest, CALLS_PATH, CALL_PAYLOAD_BYTES_MAX, DISPATCH_PATH, ENROLL_PATH,
+    HEARTBEAT_MS, OPERATIONS_PATH,
 };
 use writ_api::operation::{AttemptOutcome, EvidenceV1};
 use writ_api::ReasonCode;
@@ -705,7 +706,12 @@ struct Executor {
     streaming: std::sync::atomic::AtomicBool,
     /// Index into `cfg.edges` of the edge currently streaming.
     edge: Mutex<usize>,
+    /// The call stream to each edge, for attempt calls.
+    calls: writ_client::numbered::Exchanges<OperationStatus>,
 }
+
+/// How long an attempt call waits for its answer before its outcome is uncertain.
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs until the process is stopped: a dispatch stream (rotating edges on failure) and one
 /// task per dispatch.
@@ -776,7 +782,12 @@ impl Executor {
     fn new(cfg: ExecutorConfig, http: Mutex<reqwest::Client>, journal: StartJournal) -> Executor {
         let slots = Arc::new(tokio::sync::Semaphore::new(cfg.attempts_max));
         let (renewed, memory, streaming) = (tokio::sync::watch::Sender::new(0), Mutex::default(), Default::default());
-        Executor { cfg, http, renewed, memory, slots, journal, streaming, edge: Mutex::new(0) }
+        let calls = writ_client::numbered::Exchanges::new(writ_client::numbered::Bounds {
+            path: CALLS_PATH,
+            payload_max: CALL_PAYLOAD_BYTES_MAX,
+            deadline: CALL_TIMEOUT,
+        });
+        Executor { cfg, http, renewed, memory, slots, journal, streaming, edge: Mutex::new(0), calls }
     }
 
     fn http(&self) -> reqwest::Client {
@@ -793,7 +804,11 @@ impl Executor {
                 Ok(_) => match renew(&self.cfg, &self.http()).await {
                     Ok(r) => {
                         match http_client(&self.cfg) {
-                            Ok(client) => *self.http.lock().unwrap_or_else(|e| e.into_inner()) = client,
+                            Ok(client) => {
+                                *self.http.lock().unwrap_or_else(|e| e.into_inner()) = client;
+                                // Calls go on over exchanges opened with the new certificate.
+                                self.calls.reset();
+                            }
                             Err(e) => tracing::error!(error = %e, "the renewed certificate does not load"),
                         }
                         self.renewed.send_modify(|n| *n += 1);
@@ -934,7 +949,7 @@ impl Executor {
         // Bounded: the ledger refuses a start after the deadline anyway.
         for round in 0..START_TRIES {
             let e = order[round % order.len()];
-            match self.post(e, id, "start", &body).await {
+            match self.post(e, id, AttemptVerb::Start, &body).await {
                 Ok(_) => return Ok(Started::Now),
                 Err(CallError::Rejected(r)) if uncertain && r.reason == ReasonCode::OPERATION_STATE_CONFLICT => {
                     return self.own_start(id, &order).await.ok_or(CallError::Rejected(r));
@@ -994,7 +1009,7 @@ impl Executor {
         &self,
         edge: &str,
         id: &str,
-        verb: &str,
+        verb: AttemptVerb,
         body: &T,
     ) -> Result<OperationStatus, CallError> {
         let others = self.cfg.edges.iter().filter(|e| e.as_str() != edge).map(String::as_str);
@@ -1008,15 +1023,40 @@ impl Executor {
         Err(last)
     }
 
+    /// An attempt call to `edge`: on its call stream ([`writ_client::numbered`]), or a request
+    /// of its own to an edge that serves none; the outcome rules are the same either way.
     async fn post<T: serde::Serialize>(
         &self,
         edge: &str,
         id: &str,
-        verb: &str,
+        verb: AttemptVerb,
         body: &T,
     ) -> Result<OperationStatus, CallError> {
-        let url = format!("{edge}{OPERATIONS_PATH}/{id}/{verb}");
-        let mut request = self.http().post(&url).json(body).timeout(Duration::from_secs(15));
+        let http = self.http();
+        match self.calls.route(&http, edge).await? {
+            writ_client::numbered::Route::Exchange(calls) => {
+                let body = serde_json::to_vec(body).map_err(|e| {
+                    CallError::Rejected(writ_api::Rejection::new(
+                        ReasonCode::INTERNAL,
+                        format!("unencodable call: {e}"),
+                    ))
+                })?;
+                let traceparent = writ_client::trace::traceparent();
+                calls.call(&AttemptCall { verb, operation_id: id.to_string(), traceparent, body }).await
+            }
+            writ_client::numbered::Route::Request => Self::post_request(&http, edge, id, verb, body).await,
+        }
+    }
+
+    async fn post_request<T: serde::Serialize>(
+        http: &reqwest::Client,
+        edge: &str,
+        id: &str,
+        verb: AttemptVerb,
+        body: &T,
+    ) -> Result<OperationStatus, CallError> {
+        let url = format!("{edge}{OPERATIONS_PATH}/{id}/{}", verb.segment());
+        let mut request = http.post(&url).json(body).timeout(CALL_TIMEOUT);
         if let Some(parent) = writ_client::trace::traceparent() {
             request = request.header(writ_client::TRACEPARENT_HEADER, parent);
         }
@@ -1067,7 +1107,7 @@ impl Executor {
         if let Some((code, why)) = self.stale(&d, edge_now_ms, received) {
             tracing::info!(operation = %id, %code, %why, "refusing dispatch");
             let refusal = RefuseRequest { fencing_token: d.fencing_token, reason: why, code: Some(code) };
-            let _ = self.post(edge, &id, "refuse", &refusal).await;
+            let _ = self.post(edge, &id, AttemptVerb::Refuse, &refusal).await;
             return;
         }
         if let Some(dev) = &d.device_id {
@@ -1111,7 +1151,7 @@ impl Executor {
                 loop {
                     tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
                     let renewal = AttemptRequest { fencing_token: token, lease_ms };
-                    match x.post_any(&edge, &id, "renew", &renewal).await {
+                    match x.post_any(&edge, &id, AttemptVerb::Renew, &renewal).await {
                         Ok(status) if status.cancel_requested => {
                             let _ = cancel_tx.send(true);
                         }
@@ -1167,7 +1207,7 @@ impl Executor {
         // repeat of one that landed is a state conflict). If it never lands, the lease runs out
         // and the ledger marks the operation `unknown_effect` for reconciliation.
         for attempt in 0..REPORT_TRIES {
-            match self.post_any(edge, id, "report", &report).await {
+            match self.post_any(edge, id, AttemptVerb::Report, &report).await {
                 Ok(_) => return,
                 Err(CallError::Rejected(r))
                     if matches!(r.reason, ReasonCode::OPERATION_STATE_CONFLICT | ReasonCode::FENCING_TOKEN_STALE) =>
@@ -1192,7 +1232,7 @@ impl Executor {
             content_base64: writ_api::evidence::to_base64(&capture.bytes),
             mime_type: capture.mime_type.into(),
         };
-        match self.post_any(edge, id, "evidence", &upload).await {
+        match self.post_any(edge, id, AttemptVerb::Evidence, &upload).await {
             Ok(_) => metrics::counter!("writ_executor_evidence_uploads_total", "result" => "stored").increment(1),
             Err(e) => {
                 metrics::counter!("writ_executor_evidence_uploads_total", "result" => "failed").increment(1);
