@@ -250,3 +250,26 @@ async fn a_submit_stream_client_keeps_each_submits_outcome_rules() {
     let ledger = pki::edge_ledger(vec![unreachable, bystander.url.clone()], "client");
     assert_eq!(ledger.submit(submit("46")).await.expect("the next node").log_index, 46);
 }
+
+/// A node that takes connections and never answers (a hung process, a black hole) is waited
+/// for once: the callers queued behind that open are passed on to the next node at once, not
+/// each made to wait for the silent one again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_is_waited_for_once_while_its_callers_go_on() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let silent = format!("https://{}", listener.local_addr().expect("addr"));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+    let next = fake_node(true, |got| Some(got.iter().map(|(n, req)| applied(*n, req)).collect())).await;
+    let ledger = pki::edge_ledger(vec![silent, next.url.clone()], "client");
+    let (first, second) = tokio::join!(ledger.submit(submit("51")), ledger.submit(submit("52")));
+    assert_eq!((first.expect("first").log_index, second.expect("second").log_index), (51, 52));
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "the silent node was tried once");
+}

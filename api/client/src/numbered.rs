@@ -18,7 +18,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -56,15 +56,25 @@ pub struct Bounds {
 pub struct Exchanges<T> {
     bounds: Bounds,
     slots: Mutex<BTreeMap<String, Slot<T>>>,
-    /// Held while an exchange is opened, so that callers who find none open one, not one each.
-    opening: tokio::sync::Mutex<()>,
+    /// One lock per server, held while an exchange with it is opened: callers who find none
+    /// open one, not one each, and a server that does not answer holds up only its own callers.
+    opening: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 enum Slot<T> {
     Open(Arc<Exchange<T>>),
     /// The server answered 404: it takes a request per call.
     Unsupported,
+    /// The last open failed without an answer: calls until then are not sent (and go to
+    /// another server) rather than each waiting for the server again.
+    Unreachable {
+        until: Instant,
+        why: String,
+    },
 }
+
+/// How long a server whose exchange could not be opened is passed over.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(1);
 
 /// The way to call a server.
 pub enum Route<T> {
@@ -81,21 +91,27 @@ impl<T: DeserializeOwned + Send + 'static> Exchanges<T> {
     /// the server serves none. `NotSent` when the server could not be asked at all.
     pub async fn route(&self, http: &reqwest::Client, base: &str) -> Result<Route<T>, CallError> {
         if let Some(route) = self.current(base) {
-            return Ok(route);
+            return route;
         }
-        let _opening = self.opening.lock().await;
+        let lock = self.opening.lock().expect("exchanges").entry(base.to_string()).or_default().clone();
+        let _opening = lock.lock().await;
         if let Some(route) = self.current(base) {
-            return Ok(route);
+            return route;
         }
-        let (slot, route) = match open(http, base, self.bounds).await? {
-            Some(exchange) => {
+        let (slot, route) = match open(http, base, self.bounds).await {
+            Ok(Some(exchange)) => {
                 let exchange = Arc::new(exchange);
-                (Slot::Open(exchange.clone()), Route::Exchange(exchange))
+                (Slot::Open(exchange.clone()), Ok(Route::Exchange(exchange)))
             }
-            None => (Slot::Unsupported, Route::Request),
+            Ok(None) => (Slot::Unsupported, Ok(Route::Request)),
+            Err(CallError::NotSent(why)) => {
+                let until = Instant::now() + UNREACHABLE_FOR;
+                (Slot::Unreachable { until, why: why.clone() }, Err(CallError::NotSent(why)))
+            }
+            Err(refused) => return Err(refused),
         };
         self.slots.lock().expect("exchanges").insert(base.to_string(), slot);
-        Ok(route)
+        route
     }
 
     /// Lets every exchange go (calls in flight on them still finish); the next call opens a
@@ -104,11 +120,12 @@ impl<T: DeserializeOwned + Send + 'static> Exchanges<T> {
         self.slots.lock().expect("exchanges").clear();
     }
 
-    fn current(&self, base: &str) -> Option<Route<T>> {
+    fn current(&self, base: &str) -> Option<Result<Route<T>, CallError>> {
         match self.slots.lock().expect("exchanges").get(base)? {
-            Slot::Open(exchange) if exchange.is_open() => Some(Route::Exchange(exchange.clone())),
-            Slot::Open(_) => None,
-            Slot::Unsupported => Some(Route::Request),
+            Slot::Open(exchange) if exchange.is_open() => Some(Ok(Route::Exchange(exchange.clone()))),
+            Slot::Unsupported => Some(Ok(Route::Request)),
+            Slot::Unreachable { until, why } if Instant::now() < *until => Some(Err(CallError::NotSent(why.clone()))),
+            Slot::Open(_) | Slot::Unreachable { .. } => None,
         }
     }
 }
