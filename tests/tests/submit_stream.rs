@@ -273,3 +273,41 @@ async fn a_silent_node_is_waited_for_once_while_its_callers_go_on() {
     assert_eq!((first.expect("first").log_index, second.expect("second").log_index), (51, 52));
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "the silent node was tried once");
 }
+
+/// A node that opens a stream and then reads no more of it: the client's queue fills behind
+/// the stream's HTTP/2 window, and every submit still ends within its deadline — those that
+/// never got into the queue as not sent, those in it as uncertain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_node_stops_reading_ends_each_submit_by_its_deadline() {
+    let stalled = post(|body: Body| async move {
+        // The request body is held, never read; the answers never come.
+        let held = futures::stream::once(async move {
+            std::future::pending::<()>().await;
+            drop(body);
+            Ok::<_, std::io::Error>(Bytes::new())
+        });
+        ([(axum::http::header::CONTENT_TYPE, BINARY_MEDIA_TYPE)], Body::from_stream(held))
+    });
+    let app = axum::Router::new().route(SUBMIT_STREAM_PATH, stalled);
+    let url = format!("https://127.0.0.1:{}", pki::serve_https(app).await);
+    let ledger = Arc::new(pki::edge_ledger(vec![url], "client"));
+    // Submits of 20 KB each: the node's HTTP/2 window takes a few dozen, the client's queue
+    // 1,024, and the rest wait for room.
+    let calls = (0..1_500).map(|i| SubmitRequest::new(format!("{i}-{}", "x".repeat(20_000)), start_as("edge:client")));
+    let calls = calls.map(|req| {
+        let ledger = ledger.clone();
+        tokio::spawn(async move { ledger.submit(req).await })
+    });
+    let ended = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(calls.collect::<Vec<_>>()))
+        .await
+        .expect("every submit ends by its deadline");
+    let refused: Vec<_> = ended.into_iter().map(|r| r.expect("task").expect_err("no answer")).collect();
+    assert!(refused.iter().all(|r| r.reason == ReasonCode::LEDGER_UNAVAILABLE), "{:?}", refused.first());
+    // Those written are uncertain ("did not answer"), the rest not sent ("took no call").
+    let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
+    for r in &refused {
+        let kind = ["took no call", "did not answer"].into_iter().find(|k| r.message.contains(k));
+        *kinds.entry(kind.unwrap_or(r.message.as_str())).or_default() += 1;
+    }
+    assert_eq!(kinds.keys().copied().collect::<Vec<_>>(), ["did not answer", "took no call"], "{kinds:?}");
+}

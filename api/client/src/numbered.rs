@@ -159,16 +159,25 @@ impl<T> Exchange<T> {
             Some(pending) => pending.insert(number, waiting),
             None => return Err(self.not_sent()),
         };
-        if self.frames.send(numbered(number, &payload)).await.is_err() {
-            self.forget(number);
-            return Err(self.not_sent());
+        // One deadline for both waits: for room in the queue (a server that stops reading
+        // fills it) and for the answer. A call that never entered the queue was not sent.
+        let (deadline, secs) = (tokio::time::Instant::now() + self.bounds.deadline, self.bounds.deadline.as_secs());
+        match tokio::time::timeout_at(deadline, self.frames.send(numbered(number, &payload))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                self.forget(number);
+                return Err(self.not_sent());
+            }
+            Err(_) => {
+                self.forget(number);
+                return Err(CallError::NotSent(format!("{} took no call within {secs} s", self.server)));
+            }
         }
-        match tokio::time::timeout(self.bounds.deadline, answer).await {
+        match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(CallError::Uncertain(format!("the answer of a call to {} was lost", self.server))),
             Err(_) => {
                 self.forget(number);
-                let secs = self.bounds.deadline.as_secs();
                 Err(CallError::Uncertain(format!("{} did not answer a call within {secs} s", self.server)))
             }
         }
