@@ -123,21 +123,17 @@ async fn a_submit_stream_checks_each_submit_and_its_certificate_while_open() {
     let args = ["credential", "revoke-cert", "--cert", cert.to_str().expect("path")];
     let (code, out, err) = writ_tests::procs::run_cli(&url, &args);
     assert_eq!(code, 0, "{out}{err}");
-    // Polled like `eventually`: one submit on the same stream per try, until the node has
-    // applied the revocation.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut number = 100;
-    let refused = loop {
-        number += 1;
-        stream.send(number, start_as("edge:streamer")).await;
-        let (answered, answer) = stream.answer().await.expect("an answer");
-        assert_eq!(answered, number);
-        if reason(&answer) == "CREDENTIAL_RETIRED" {
-            break answer;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the revoked certificate is still taken: {answer:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Once the node has applied the revocation (a new request with the certificate is
+    // refused), the next submit on the stream opened before it is refused too.
+    let fresh = pki::http(Some((Role::Edge, "streamer")));
+    writ_tests::eventually("the revocation applied", Duration::from_secs(10), || async {
+        let r = fresh.get(format!("{url}/client/read-index")).send().await.ok()?;
+        (r.status() == StatusCode::FORBIDDEN).then_some(())
+    })
+    .await;
+    stream.send(100, start_as("edge:streamer")).await;
+    let (answered, refused) = stream.answer().await.expect("an answer");
+    assert_eq!((answered, reason(&refused).as_str()), (100, "CREDENTIAL_RETIRED"), "{refused:?}");
     assert!(refused.expect_err("refused").message.contains("revoked"));
 
     // A frame longer than a submit may be breaks the framing: the node ends the stream.
