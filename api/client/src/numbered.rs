@@ -48,7 +48,8 @@ pub struct Bounds {
     pub path: &'static str,
     /// Longest call payload the server takes (a longer call is refused here, unsent).
     pub payload_max: usize,
-    /// How long a call waits for its answer before it is uncertain.
+    /// How long a call waits, for room in the queue (then it is not sent) and for its answer
+    /// (then it is uncertain).
     pub deadline: Duration,
 }
 
